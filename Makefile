@@ -1,0 +1,35 @@
+# The two commands a new user needs:  `make quickstart`  and  `make test`.
+# Each creates .venv (Python 3.11) and installs pinned dependencies on its own.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: quickstart test venv system-deps bench clean
+
+$(STAMP): pyproject.toml requirements/constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Headless Chromium for the browser tests (Debian's package; Playwright's download does not work offline).
+system-deps:
+	bash scripts/ensure_system_deps.sh
+
+quickstart: venv
+	$(PY) experiments/quickstart.py
+
+test: venv system-deps
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: venv
+	$(PY) -m pip install -q -c requirements/constraints.txt -e '.[test,bench]'
+	$(PY) benchmarks/executor_overhead.py
+
+clean:
+	rm -rf $(VENV) marin_store test-output .pytest_cache

@@ -1,0 +1,138 @@
+"""The `marin-lab` command: status, explain, verify, browse, cluster."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from marin_lab.execution.errors import MarinLabError
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from marin_lab.execution.records import list_experiments, step_statuses
+
+    experiments = list_experiments(args.prefix)
+    if not experiments:
+        print(f"no experiments recorded under {args.prefix}")
+        return 0
+    for exp in experiments:
+        statuses = step_statuses(exp)
+        counts: dict[str, int] = {}
+        for _, st in statuses:
+            counts[st] = counts.get(st, 0) + 1
+        summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        print(f"{exp['_path']}  ({exp.get('created', '?')}; {len(statuses)} steps: {summary})")
+        if exp.get("description"):
+            print(f"    {exp['description']}")
+        for step, st in statuses:
+            print(f"    {st:<11} {step['identity']}")
+    return 0
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    import re
+
+    from marin_lab.execution.executor import Executor, default_prefix
+    from marin_lab.execution.explain import RecordIndex, explain_step
+    from marin_lab.execution.main import capture_steps
+
+    steps, _ = capture_steps(args.script, args.script_args)
+    executor = Executor(prefix=args.prefix or default_prefix(), backend="local", script=args.script)
+    plan = executor.plan(steps)
+    index = RecordIndex(executor.prefix)
+    pattern = re.compile(args.step) if args.step else None
+    shown = 0
+    seen: set[str] = set()
+    for ps in plan.steps:
+        if pattern and not (pattern.search(ps.name) or pattern.search(ps.identity)):
+            continue
+        if index.info(ps.output_path) is not None and not args.all:
+            continue
+        for line in explain_step(plan, ps, index, seen=seen):
+            print(line)
+        shown += 1
+    if shown == 0:
+        print(f"every selected step is recorded under {executor.prefix} with its current version: nothing changed")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from marin_lab.execution.provenance import compare_manifests, manifest
+    from marin_lab.execution.status import info_path
+    from marin_lab.io.fs import read_json_or_none
+
+    path = args.path.rstrip("/")
+    info = read_json_or_none(info_path(path))
+    if not isinstance(info, dict) or "manifest" not in info:
+        print(f"{path}: no finished step record (.executor_info with a manifest) here", file=sys.stderr)
+        return 2
+    problems = compare_manifests(info["manifest"], manifest(path))
+    if problems:
+        print(f"{path}: {len(problems)} difference(s) from the recorded manifest:")
+        for p in problems:
+            print(f"  {p}")
+        return 1
+    print(f"{path}: OK ({info['manifest'].get('count', 0)} files match the recorded sizes and sha256)")
+    return 0
+
+
+def _cmd_browse(args: argparse.Namespace) -> int:
+    from marin_lab.browser.server import serve
+
+    serve(args.prefix, host=args.host, port=args.port)
+    return 0
+
+
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    from marin_lab.cluster.cli import main as cluster_main
+
+    return int(cluster_main(args.cluster_args) or 0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="marin-lab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("status", help="experiments under a prefix and the status of their steps")
+    p.add_argument("prefix")
+    p.set_defaults(func=_cmd_status)
+
+    p = sub.add_parser("explain", help="why steps of an experiment file are new: field-level diffs")
+    p.add_argument("script", help="an experiment file, e.g. experiments/quickstart.py")
+    p.add_argument("--step", help="regex over step names")
+    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store")
+    p.add_argument("--all", action="store_true", help="also list steps whose version is already recorded")
+    p.add_argument("script_args", nargs="*", help="arguments passed to the script (after --)")
+    p.set_defaults(func=_cmd_explain)
+
+    p = sub.add_parser("verify", help="recompute a finished step's manifest and compare with its record")
+    p.add_argument("path", help="the step's output path")
+    p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("browse", help="serve the data browser for a prefix")
+    p.add_argument("--prefix", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.set_defaults(func=_cmd_browse)
+
+    p = sub.add_parser("cluster", help="TPU cluster commands (up, status, down)", add_help=False)
+    p.add_argument("cluster_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_cluster)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except MarinLabError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

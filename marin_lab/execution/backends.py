@@ -1,0 +1,326 @@
+"""Where a step's function runs: a local worker process, or a Ray task.
+
+Both backends run `fn(config)` away from the driver, so a crash or a hang in a step never takes
+the driver (and the leases it heartbeats) down with it, and a step can be stopped by killing its
+worker when its lease is lost. A worker that disappears without an answer (killed, out of
+memory, its node gone) is a preemption; an exception raised by `fn` is a failure. The two have
+separate retry budgets in the executor.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from marin_lab.execution.errors import ExecutorConfigError, PreemptedError, StepFailedError
+from marin_lab.execution.provenance import runtime_environment
+from marin_lab.execution.resources import is_runner
+
+logger = logging.getLogger(__name__)
+
+
+class StepHandle:
+    """A running step function."""
+
+    def wait(self, timeout: float) -> bool:
+        """True once finished (successfully or not)."""
+        raise NotImplementedError
+
+    def result(self) -> tuple[Any, dict[str, Any]]:
+        """(fn's return value, the runtime environment); raises PreemptedError or StepFailedError."""
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        raise NotImplementedError
+
+
+def _format_exception(err: BaseException) -> str:
+    return "".join(traceback.format_exception(type(err), err, err.__traceback__))
+
+
+# --------------------------------------------------------------------------------------------
+# local: one worker process per running step
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this worker when the driver dies (kill -9 included)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except OSError:
+            pass
+
+
+def _watch_driver(driver_pid: int) -> None:
+    """Exit as soon as the driver is gone: an orphaned step must not keep writing its outputs."""
+    while True:
+        time.sleep(0.5)
+        try:
+            os.kill(driver_pid, 0)
+        except ProcessLookupError:
+            os._exit(137)
+        except PermissionError:
+            pass
+
+
+def _local_worker(conn: Any, fn: Callable[[Any], Any], config: Any, driver_pid: int, environ: dict[str, str]) -> None:
+    # The worker's parent is the fork server, which exits when the driver does; PDEATHSIG covers
+    # that, and the watchdog covers the driver itself.
+    _die_with_parent()
+    threading.Thread(target=_watch_driver, args=(driver_pid,), daemon=True).start()
+    # The fork server was started earlier; the step must see the driver's environment as it is now.
+    os.environ.clear()
+    os.environ.update(environ)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        result = fn(config)
+        env = runtime_environment()
+        conn.send(("ok", result, env))
+    except BaseException as err:  # noqa: BLE001 - everything fn raises is the step's failure
+        try:
+            conn.send(("error", f"{type(err).__name__}: {err}", _format_exception(err)))
+        except Exception:
+            conn.send(("error", f"{type(err).__name__}", _format_exception(err)))
+    finally:
+        conn.close()
+
+
+class _LocalHandle(StepHandle):
+    def __init__(self, ctx: Any, fn: Callable[[Any], Any], config: Any, step_name: str):
+        self.step_name = step_name
+        self._recv, send = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(
+            target=_local_worker, args=(send, fn, config, os.getpid(), dict(os.environ)), name=f"step:{step_name}", daemon=False
+        )
+        self.process.start()
+        send.close()
+        self._message: Any = None
+        self._cancelled = False
+
+    def wait(self, timeout: float) -> bool:
+        if self._message is not None:
+            return True
+        if self._recv.poll(timeout):
+            try:
+                self._message = self._recv.recv()
+            except EOFError:
+                self._message = ("lost",)
+            self.process.join(timeout=30)
+            return True
+        if not self.process.is_alive():
+            if self._recv.poll(0.1):
+                return self.wait(0)
+            self._message = ("lost",)
+            return True
+        return False
+
+    def result(self) -> tuple[Any, dict[str, Any]]:
+        msg = self._message
+        if msg[0] == "ok":
+            return msg[1], msg[2]
+        if msg[0] == "error":
+            raise StepFailedError(f"step '{self.step_name}' raised {msg[1]}", traceback_text=msg[2])
+        code = self.process.exitcode
+        raise PreemptedError(
+            f"step '{self.step_name}': its worker process (pid {self.process.pid}) exited with code {code} "
+            "without an answer (killed or out of memory)"
+        )
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(timeout=10)
+
+
+class LocalBackend:
+    """Runs each step in its own worker process (at most `max_concurrent` at once)."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        # forkserver: workers fork from a clean single-threaded server, not from the driver (which
+        # has heartbeat threads), and start faster than spawn.
+        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        self.ctx = multiprocessing.get_context(method)
+
+    def submit(self, fn: Callable[[Any], Any], config: Any, *, step_name: str, resources: Any) -> StepHandle:
+        if is_runner(resources):
+            raise ExecutorConfigError(
+                f"step '{step_name}': its resources ({type(resources).__name__}) need the ray backend; "
+                "run with --backend ray"
+            )
+        return _LocalHandle(self.ctx, fn, config, step_name)
+
+    def shutdown(self) -> None:
+        pass
+
+
+# --------------------------------------------------------------------------------------------
+# ray: one Ray task per step (or a StepRunner that drives several)
+
+
+def _ray_entry(fn: Callable[[Any], Any], config: Any) -> tuple[Any, dict[str, Any]]:
+    return fn(config), runtime_environment()
+
+
+PREEMPTION_ERROR_NAMES = (
+    "WorkerCrashedError", "NodeDiedError", "ActorDiedError", "ActorUnavailableError", "OwnerDiedError",
+    "ObjectLostError", "LocalRayletDiedError", "RayActorError", "ObjectReconstructionFailedError",
+)
+
+
+def is_ray_preemption(err: BaseException) -> bool:
+    """A lost worker, node or actor, as opposed to an exception raised by the step's own code.
+
+    A RayTaskError wraps what the task raised: it is a preemption only when the task itself
+    reported one (a StepRunner's host saw its slice go away and raised PreemptedError).
+    """
+    import ray.exceptions as rex
+
+    if isinstance(err, PreemptedError):
+        return True
+    if isinstance(err, rex.RayTaskError):
+        cause = getattr(err, "cause", None)
+        return isinstance(cause, PreemptedError)
+    return any(cls.__name__ in PREEMPTION_ERROR_NAMES for cls in type(err).__mro__)
+
+
+class _RayHandle(StepHandle):
+    def __init__(self, ref: Any, step_name: str):
+        self.ref, self.step_name = ref, step_name
+
+    def wait(self, timeout: float) -> bool:
+        import ray
+
+        ready, _ = ray.wait([self.ref], timeout=timeout)
+        return bool(ready)
+
+    def result(self) -> tuple[Any, dict[str, Any]]:
+        import ray
+        import ray.exceptions as rex
+
+        try:
+            return ray.get(self.ref)
+        except rex.TaskCancelledError as err:
+            raise PreemptedError(f"step '{self.step_name}': its Ray task was cancelled") from err
+        except rex.RayTaskError as err:
+            if is_ray_preemption(err):
+                raise PreemptedError(f"step '{self.step_name}': {type(err.cause).__name__}") from err
+            cause = getattr(err, "cause", err)
+            raise StepFailedError(
+                f"step '{self.step_name}' raised {type(cause).__name__}: {cause}", traceback_text=str(err)
+            ) from None
+        except rex.RayError as err:
+            if is_ray_preemption(err):
+                raise PreemptedError(f"step '{self.step_name}': {type(err).__name__}: {err}") from err
+            raise StepFailedError(f"step '{self.step_name}': Ray error {type(err).__name__}: {err}",
+                                  traceback_text=_format_exception(err)) from err
+
+    def cancel(self) -> None:
+        import ray
+
+        try:
+            ray.cancel(self.ref, force=True)
+        except Exception:
+            logger.warning("step '%s': could not cancel its Ray task", self.step_name, exc_info=True)
+
+
+class _RunnerHandle(StepHandle):
+    """A StepRunner's blocking `run` in a thread of the driver."""
+
+    def __init__(self, runner: Any, fn: Callable[[Any], Any], config: Any, step_name: str):
+        self.runner, self.step_name = runner, step_name
+        self._outcome: tuple[str, Any] | None = None
+        self._done = threading.Event()
+
+        def go() -> None:
+            try:
+                self._outcome = ("ok", runner.run(fn, config, step_name=step_name))
+            except BaseException as err:  # noqa: BLE001
+                self._outcome = ("error", err)
+            self._done.set()
+
+        self._thread = threading.Thread(target=go, name=f"runner:{step_name}", daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout: float) -> bool:
+        return self._done.wait(timeout)
+
+    def result(self) -> tuple[Any, dict[str, Any]]:
+        assert self._outcome is not None
+        kind, value = self._outcome
+        if kind == "ok":
+            env = runtime_environment()
+            hw = self.runner.hardware() if hasattr(self.runner, "hardware") else None
+            if hw:
+                env["hardware"] = hw
+            return value, env
+        if isinstance(value, (PreemptedError, StepFailedError)):
+            raise value
+        if type(value).__name__ == "PreemptedError" or is_ray_preemption(value):
+            raise PreemptedError(f"step '{self.step_name}': {value}") from value
+        raise StepFailedError(f"step '{self.step_name}' raised {type(value).__name__}: {value}",
+                              traceback_text=_format_exception(value))
+
+    def cancel(self) -> None:
+        cancel = getattr(self.runner, "cancel", None)
+        if callable(cancel):
+            cancel()
+
+
+class RayBackend:
+    """Each step is a Ray task with its `resources`; starts a local Ray when no cluster is given."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None):
+        import ray
+
+        self._started_here = False
+        if not ray.is_initialized():
+            address = address or os.environ.get("RAY_ADDRESS")
+            pythonpath = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
+            runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}}
+            if address:
+                ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+            else:
+                # address="local": a new cluster for this driver, never a stray one found on the machine.
+                ray.init(address="local", include_dashboard=False, runtime_env=runtime_env, _node_ip_address="127.0.0.1",
+                         log_to_driver=True, configure_logging=False)
+            self._started_here = True
+
+    def submit(self, fn: Callable[[Any], Any], config: Any, *, step_name: str, resources: Any) -> StepHandle:
+        import ray
+
+        if is_runner(resources):
+            return _RunnerHandle(resources, fn, config, step_name)
+        options = dict(resources or {})
+        options.setdefault("num_cpus", 1)
+        options["name"] = step_name
+        remote = ray.remote(_ray_entry).options(max_retries=0, retry_exceptions=False, **options)
+        return _RayHandle(remote.remote(fn, config), step_name)
+
+    def shutdown(self) -> None:
+        import ray
+
+        if self._started_here and ray.is_initialized():
+            ray.shutdown()
+
+
+def make_backend(name: str, *, ray_address: str | None = None) -> LocalBackend | RayBackend:
+    if name == "local":
+        return LocalBackend()
+    if name == "ray":
+        return RayBackend(ray_address)
+    raise ExecutorConfigError(f"--backend {name!r} is not known; use 'local' or 'ray'")

@@ -1,0 +1,66 @@
+"""The error tree of marin_lab's executor.
+
+    MarinLabError
+    ├── StepDefinitionError        a step or the DAG is malformed (raised before anything runs)
+    │   ├── EncodingError          a versioned value is not JSON-like
+    │   ├── CycleError             the dependency graph has a cycle
+    │   └── MissingDependencyError a step depends on a step that is not in the DAG
+    ├── ExecutorConfigError        a bad flag: an invalid --run_only regex, an unknown backend
+    ├── StorageError               the prefix cannot be read or written
+    ├── LeaseLostError             another driver took over this step's lease; the step stopped
+    ├── PreemptedError             the step's worker, node or slice went away (retried separately)
+    ├── StepFailedError            a step's fn raised (carries the traceback)
+    └── ExperimentFailedError      a run ended with failed steps (lists them)
+
+Every message names the step (and field or file) and says what to do.
+"""
+
+from __future__ import annotations
+
+
+class MarinLabError(Exception):
+    """Root of every error marin_lab raises on purpose."""
+
+
+class StepDefinitionError(MarinLabError):
+    """A step or the DAG is malformed; found while planning, before anything runs."""
+
+
+class EncodingError(StepDefinitionError):
+    """A versioned value cannot be encoded canonically."""
+
+
+class CycleError(StepDefinitionError):
+    """The dependency graph has a cycle."""
+
+
+class MissingDependencyError(StepDefinitionError):
+    """A step refers to a step that is not part of the experiment."""
+
+
+class ExecutorConfigError(MarinLabError):
+    """A bad executor flag or option."""
+
+
+class StorageError(MarinLabError):
+    """The prefix (or a step's output path) cannot be read or written."""
+
+
+class LeaseLostError(MarinLabError):
+    """This driver lost the lease on a step's output path; the step was stopped."""
+
+
+class PreemptedError(MarinLabError):
+    """The step's worker, node or slice was lost. Retried within the preemption budget."""
+
+
+class StepFailedError(MarinLabError):
+    """A step's function raised an exception."""
+
+    def __init__(self, message: str, traceback_text: str | None = None):
+        super().__init__(message)
+        self.traceback_text = traceback_text
+
+
+class ExperimentFailedError(MarinLabError):
+    """A run ended with one or more steps FAILED (or blocked by a failed dependency)."""

@@ -1,0 +1,551 @@
+"""The executor: plan an experiment, decide what to run, run it, record everything.
+
+A run is a loop in the driver. Steps whose dependencies have succeeded are started, up to
+`max_concurrent` at once, each in a driver thread that
+
+  1. takes the step's lease (or waits while another live driver holds it, then reuses its result),
+  2. writes RUNNING and a first record,
+  3. runs `fn(resolved_config)` on the backend (a worker process or a Ray task), retrying a
+     preemption within one budget and a failure within another,
+  4. writes the output manifest and the full record, then SUCCESS last, then releases the lease.
+
+A driver that loses a lease cancels the step and writes nothing more. All state lives in
+storage, so a driver killed at any moment is restarted by running it again.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import logging
+import os
+import re
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from marin_lab.execution.backends import make_backend
+from marin_lab.execution.errors import (
+    ExecutorConfigError,
+    ExperimentFailedError,
+    LeaseLostError,
+    PreemptedError,
+    StepFailedError,
+    StorageError,
+)
+from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_diffs
+from marin_lab.execution.hashing import hash8, lenient_value, unversioned_fingerprint
+from marin_lab.execution.lease import Lease, new_driver_id
+from marin_lab.execution.plan import Plan, PlannedStep, build_plan
+from marin_lab.execution.provenance import git_info, manifest, redact
+from marin_lab.execution.resources import describe_resources, validate_resources
+from marin_lab.execution.status import Status, info_path, now_iso, read_status, write_status
+from marin_lab.execution.step import ExecutorStep
+from marin_lab.io.fs import atomic_write_bytes, join, normalize_prefix, read_json_or_none, remove, write_json
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PREFIX = "./marin_store"
+
+
+def default_prefix() -> str:
+    return os.environ.get("MARIN_PREFIX") or DEFAULT_PREFIX
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What a run will do with one step, and why."""
+
+    step: PlannedStep
+    action: str
+    """run | skip | wait | fail | unselected"""
+    reason: str
+    notes: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass
+class StepOutcome:
+    identity: str
+    status: str
+    """SUCCESS | FAILED | DEP_FAILED | LOST | SKIPPED"""
+    executed: bool = False
+    message: str | None = None
+
+
+@dataclasses.dataclass
+class RunReport:
+    plan: Plan
+    decisions: list[Decision]
+    outcomes: dict[str, StepOutcome]
+    experiment_path: str | None
+
+    @property
+    def executed(self) -> list[str]:
+        return [i for i, o in self.outcomes.items() if o.executed and o.status == "SUCCESS"]
+
+    @property
+    def failed(self) -> list[str]:
+        return [i for i, o in self.outcomes.items() if o.status in ("FAILED", "DEP_FAILED", "LOST")]
+
+
+class Executor:
+    """Runs experiments (DAGs of ExecutorSteps) under a prefix. See the module docstring."""
+
+    def __init__(
+        self,
+        prefix: str | None = None,
+        *,
+        backend: str = "ray",
+        max_concurrent: int | None = None,
+        force_run_failed: bool = False,
+        lease_timeout_s: float = 60.0,
+        heartbeat_s: float | None = None,
+        max_preemption_retries: int = 10,
+        max_failure_retries: int = 0,
+        wait_poll_s: float = 1.0,
+        ray_address: str | None = None,
+        description: str | None = None,
+        script: str | None = None,
+    ):
+        self.prefix = normalize_prefix(prefix or default_prefix())
+        self.backend_name = backend
+        if backend not in ("local", "ray"):
+            raise ExecutorConfigError(f"--backend {backend!r} is not known; use 'local' or 'ray'")
+        if max_concurrent is not None and max_concurrent < 1:
+            raise ExecutorConfigError(f"--max_concurrent must be at least 1, got {max_concurrent}")
+        self.max_concurrent = max_concurrent or max(os.cpu_count() or 1, 4)
+        self.force_run_failed = force_run_failed
+        self.lease_timeout_s = lease_timeout_s
+        self.heartbeat_s = heartbeat_s
+        self.max_preemption_retries = max_preemption_retries
+        self.max_failure_retries = max_failure_retries
+        self.wait_poll_s = wait_poll_s
+        self.ray_address = ray_address
+        self.description = description
+        self.script = script if script is not None else _script_path()
+        self.driver_id = new_driver_id()
+        self._backend: Any = None
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------------------------------
+    # planning and deciding
+
+    def plan(self, steps: Sequence[ExecutorStep]) -> Plan:
+        plan = build_plan(steps, self.prefix)
+        for ps in plan.steps:
+            validate_resources(ps.name, ps.step.resources)
+        return plan
+
+    def select(self, plan: Plan, run_only: Sequence[str] | None) -> list[PlannedStep]:
+        """The steps a run considers: all, or those matching `run_only` plus their ancestors."""
+        if not run_only:
+            return list(plan.steps)
+        patterns = []
+        for rx in run_only:
+            try:
+                patterns.append(re.compile(rx))
+            except re.error as err:
+                raise ExecutorConfigError(f"--run_only {rx!r} is not a valid regular expression: {err}") from err
+        chosen = [s for s in plan.steps if any(p.search(s.name) or p.search(s.identity) for p in patterns)]
+        if not chosen:
+            names = ", ".join(s.name for s in plan.steps[:10])
+            raise ExecutorConfigError(f"--run_only {list(run_only)} matches no step; the steps are: {names}")
+        return plan.ancestors(chosen)
+
+    def decide(self, plan: Plan, selected: Sequence[PlannedStep], *, explain: bool = True) -> list[Decision]:
+        chosen = {s.identity for s in selected}
+        statuses = self._read_statuses(plan.steps)
+        index = RecordIndex(self.prefix) if explain else None
+        decisions = []
+        for ps in plan.steps:
+            st = statuses.get(ps.identity)
+            if ps.identity not in chosen:
+                decisions.append(Decision(ps, "unselected", "not selected by --run_only"))
+                continue
+            decisions.append(self._decide_one(ps, st, index))
+        return decisions
+
+    def _decide_one(self, ps: PlannedStep, st: dict[str, Any] | None, index: RecordIndex | None) -> Decision:
+        status = (st or {}).get("status")
+        if status == Status.SUCCESS.value:
+            notes = tuple(self._stale_reuse_notes(ps, st or {}))
+            return Decision(ps, "skip", f"SUCCESS at {st.get('time')}", notes)
+        if status == Status.RUNNING.value:
+            lease = self._lease(ps)
+            holder = lease.current_holder()
+            if holder is not None and not holder.is_stale(time.time()):
+                return Decision(ps, "wait", f"RUNNING by driver {holder.holder} (heartbeat "
+                                            f"{holder.age(time.time()):.0f}s ago); will wait and reuse")
+            return Decision(ps, "run", "was RUNNING, but its driver is gone (lease stale or released)")
+        if status == Status.FAILED.value:
+            if self.force_run_failed:
+                return Decision(ps, "run", "previously FAILED; --force_run_failed is set")
+            return Decision(ps, "fail", "previously FAILED; pass --force_run_failed true to run it again")
+        if status == "CORRUPT":
+            return Decision(ps, "run", "its status file is unreadable; running again")
+        reason = "no output yet" if status is None else f"previous status {status}"
+        notes: tuple[str, ...] = ()
+        if index is not None and status is None:
+            previous = index.previous_version(ps)
+            if previous is not None:
+                reason = f"new version (latest recorded: {previous.get('identity')})"
+                notes = tuple(diff_versions(previous["version"], ps.version))
+        return Decision(ps, "run", reason, notes)
+
+    def _stale_reuse_notes(self, ps: PlannedStep, st: dict[str, Any]) -> list[str]:
+        current = lenient_value(ps.scan.unversioned)
+        if st.get("config_fingerprint") == unversioned_fingerprint(ps.scan.unversioned):
+            return []
+        info = read_json_or_none(info_path(ps.output_path)) or {}
+        recorded = info.get("unversioned")
+        if not isinstance(recorded, dict):
+            return []
+        diffs = stale_reuse_diffs(recorded, redact(current))
+        return [f"reused although unversioned field {d}" for d in diffs]
+
+    def _read_statuses(self, steps: Sequence[PlannedStep]) -> dict[str, dict[str, Any] | None]:
+        if self.prefix.startswith("/") or "://" not in self.prefix:
+            return {s.identity: read_status(s.output_path) for s in steps}
+        # Object stores: each read is a round trip; do them concurrently.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
+            results = pool.map(lambda s: read_status(s.output_path), steps)
+            return {s.identity: r for s, r in zip(steps, results)}
+
+    # ---------------------------------------------------------------------------------------
+    # the dry run
+
+    def format_plan(self, decisions: Sequence[Decision]) -> str:
+        counts: dict[str, int] = {}
+        for d in decisions:
+            counts[d.action] = counts.get(d.action, 0) + 1
+        summary = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
+        lines = [f"Plan: {len(decisions)} steps under {self.prefix} (backend {self.backend_name}): {summary}"]
+        for d in decisions:
+            lines.append(f"  {d.action:<10} {d.step.identity}  ({d.reason})")
+            lines.append(f"  {'':<10}   -> {d.step.output_path}")
+            resources = describe_resources(d.step.step.resources)
+            if resources:
+                lines.append(f"  {'':<10}   resources: {_compact(resources)}")
+            estimate = getattr(d.step.step.config, "plan_estimate", None)
+            if callable(estimate):
+                try:
+                    lines.append(f"  {'':<10}   estimate: {_compact(estimate())}")
+                except Exception as err:  # an estimate is informative only
+                    lines.append(f"  {'':<10}   estimate: unavailable ({err})")
+            for note in d.notes:
+                lines.append(f"  {'':<10}   {note}")
+        return "\n".join(lines)
+
+    # ---------------------------------------------------------------------------------------
+    # running
+
+    def run(
+        self,
+        steps: Sequence[ExecutorStep],
+        *,
+        run_only: Sequence[str] | None = None,
+        dry_run: bool = False,
+        raise_on_failure: bool = True,
+    ) -> RunReport:
+        plan = self.plan(steps)
+        selected = self.select(plan, run_only)
+        if not dry_run:
+            self._check_prefix_writable()
+        decisions = self.decide(plan, selected, explain=dry_run)
+        if dry_run:
+            print(self.format_plan(decisions), flush=True)
+            return RunReport(plan, decisions, {}, None)
+        experiment_path = self._write_experiment(plan)
+        for d in decisions:
+            for note in d.notes:
+                logger.warning("step '%s': %s", d.step.identity, note)
+        outcomes = self._execute(plan, decisions)
+        report = RunReport(plan, decisions, outcomes, experiment_path)
+        n_exec = len(report.executed)
+        n_skip = sum(1 for o in outcomes.values() if o.status == "SUCCESS" and not o.executed)
+        logger.info("run finished: %d executed, %d reused, %d failed; records: %s",
+                    n_exec, n_skip, len(report.failed), experiment_path)
+        if report.failed and raise_on_failure:
+            lines = [f"  {i}: {outcomes[i].status}" + (f" ({outcomes[i].message})" if outcomes[i].message else "")
+                     for i in report.failed]
+            raise ExperimentFailedError(
+                f"{len(report.failed)} step(s) did not succeed:\n" + "\n".join(lines)
+                + f"\nRecords are under {self.prefix}; rerun with --force_run_failed true after fixing the cause."
+            )
+        return report
+
+    def _check_prefix_writable(self) -> None:
+        probe = join(self.prefix, f".marin_lab_write_probe-{uuid.uuid4().hex[:8]}")
+        try:
+            atomic_write_bytes(probe, b"ok")
+            remove(probe)
+        except Exception as err:
+            raise StorageError(
+                f"cannot write to the prefix {self.prefix}: {type(err).__name__}: {err}; pass a writable "
+                "--prefix (or set MARIN_PREFIX)"
+            ) from err
+
+    def _write_experiment(self, plan: Plan) -> str:
+        script = self.script or "interactive"
+        stem = os.path.splitext(os.path.basename(script))[0] or "interactive"
+        ident = hash8(sorted(s.identity for s in plan.steps))
+        path = join(self.prefix, "experiments", f"{stem}-{ident}.json")
+        record = {
+            "schema": 1,
+            "script": _relative_script(script),
+            "name": stem,
+            "hash": ident,
+            "description": self.description,
+            "created": now_iso(),
+            "command_line": list(sys.argv),
+            "git": git_info(script if script and os.path.exists(script) else None),
+            "prefix": self.prefix,
+            "driver": self.driver_id,
+            "steps": [
+                {"name": s.name, "identity": s.identity, "output_path": s.output_path,
+                 "info_path": info_path(s.output_path), "fn": s.fn_path,
+                 "dependencies": [d.identity for d in s.dependencies]}
+                for s in plan.steps
+            ],
+        }
+        write_json(path, record)
+        return path
+
+    def _execute(self, plan: Plan, decisions: Sequence[Decision]) -> dict[str, StepOutcome]:
+        by_id = {d.step.identity: d for d in decisions}
+        outcomes: dict[str, StepOutcome] = {}
+        todo = [d.step for d in decisions if d.action != "unselected"]
+        pending = {s.identity for s in todo}
+        for d in decisions:
+            if d.action == "skip":
+                outcomes[d.step.identity] = StepOutcome(d.step.identity, "SUCCESS")
+                pending.discard(d.step.identity)
+            elif d.action == "fail":
+                outcomes[d.step.identity] = StepOutcome(d.step.identity, "FAILED", message=d.reason)
+                pending.discard(d.step.identity)
+        self._mark_dep_failed(plan, outcomes, pending)
+        if not pending:
+            return outcomes
+
+        self._backend = make_backend(self.backend_name, ray_address=self.ray_address)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=self.max_concurrent,
+                                                       thread_name_prefix="step") as pool:
+                running: dict[concurrent.futures.Future, str] = {}
+                while pending or running:
+                    for ps in [s for s in todo if s.identity in pending]:
+                        if len(running) >= self.max_concurrent:
+                            break
+                        if all(outcomes.get(d.identity, StepOutcome("", "")).status == "SUCCESS"
+                               for d in ps.dependencies):
+                            pending.discard(ps.identity)
+                            running[pool.submit(self._run_step, plan, ps, by_id[ps.identity])] = ps.identity
+                    if not running:
+                        break
+                    done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+                    for fut in done:
+                        ident = running.pop(fut)
+                        try:
+                            outcomes[ident] = fut.result()
+                        except Exception as err:  # a bug or storage failure in the driver itself
+                            logger.exception("step '%s': the driver failed while running it", ident)
+                            outcomes[ident] = StepOutcome(ident, "FAILED", message=f"driver error: {err}")
+                    self._mark_dep_failed(plan, outcomes, pending)
+        finally:
+            self._backend.shutdown()
+            self._backend = None
+        return outcomes
+
+    def _mark_dep_failed(self, plan: Plan, outcomes: dict[str, StepOutcome], pending: set[str]) -> None:
+        """Steps downstream of a failure will not run: record DEP_FAILED for them."""
+        changed = True
+        while changed:
+            changed = False
+            for ident in list(pending):
+                ps = plan.by_identity[ident]
+                bad = [d for d in ps.dependencies
+                       if outcomes.get(d.identity) and outcomes[d.identity].status in ("FAILED", "DEP_FAILED", "LOST")]
+                if bad:
+                    pending.discard(ident)
+                    outcomes[ident] = StepOutcome(ident, "DEP_FAILED", message=f"dependency {bad[0].identity} failed")
+                    self._write_dep_failed(ps, bad[0].identity)
+                    changed = True
+
+    def _write_dep_failed(self, ps: PlannedStep, cause: str) -> None:
+        st = read_status(ps.output_path)
+        if st and st.get("status") in (Status.SUCCESS.value, Status.RUNNING.value):
+            return  # never overwrite a result or another driver's live run
+        try:
+            write_status(ps.output_path, Status.DEP_FAILED, driver=self.driver_id, cause=cause)
+        except Exception:
+            logger.warning("step '%s': could not write DEP_FAILED", ps.identity, exc_info=True)
+
+    def _lease(self, ps: PlannedStep) -> Lease:
+        return Lease(ps.output_path, self.driver_id, timeout_s=self.lease_timeout_s,
+                     heartbeat_s=self.heartbeat_s, step_name=ps.identity)
+
+    def _run_step(self, plan: Plan, ps: PlannedStep, decision: Decision) -> StepOutcome:
+        lease = self._lease(ps)
+        waited_for = None
+        while True:
+            st = read_status(ps.output_path) or {}
+            if st.get("status") == Status.SUCCESS.value:
+                return StepOutcome(ps.identity, "SUCCESS", message=f"finished by {waited_for}" if waited_for else None)
+            if st.get("status") == Status.FAILED.value and (waited_for or decision.action == "fail"):
+                if not self.force_run_failed or waited_for:
+                    return StepOutcome(ps.identity, "FAILED", message=f"FAILED in driver {st.get('driver')}")
+            holder = lease.try_acquire()
+            if holder is None:
+                break
+            if waited_for != holder.holder:
+                logger.info("step '%s': RUNNING in driver %s; waiting for it", ps.identity, holder.holder)
+                waited_for = holder.holder
+            time.sleep(self.wait_poll_s)
+        try:
+            # Someone may have finished it between our status read and taking the lease.
+            st = read_status(ps.output_path) or {}
+            if st.get("status") == Status.SUCCESS.value:
+                return StepOutcome(ps.identity, "SUCCESS")
+            return self._run_holding_lease(plan, ps, lease)
+        finally:
+            lease.release()
+
+    def _run_holding_lease(self, plan: Plan, ps: PlannedStep, lease: Lease) -> StepOutcome:
+        previous = read_json_or_none(info_path(ps.output_path))
+        previous = previous if isinstance(previous, dict) and previous.get("identity") == ps.identity else {}
+        history: list[dict[str, Any]] = list(previous.get("status_history") or [])
+        attempts: list[dict[str, Any]] = list(previous.get("attempts") or [])
+        config = plan.resolve_config(ps)
+        started = now_iso()
+        record = self._record_base(ps, config)
+        lease.start_heartbeats()
+        preemptions = failures = 0
+        while True:
+            attempt_no = len(attempts) + 1
+            attempt = {"attempt": attempt_no, "kind": None, "started": now_iso(), "ended": None,
+                       "status": Status.RUNNING.value, "error": None, "driver": self.driver_id}
+            attempts.append(attempt)
+            history.append({"status": Status.RUNNING.value, "time": attempt["started"], "attempt": attempt_no,
+                            "driver": self.driver_id, "message": None})
+            if lease.lost.is_set():
+                return StepOutcome(ps.identity, "LOST", message="lease lost before start")
+            write_status(ps.output_path, Status.RUNNING, attempt=attempt_no, driver=self.driver_id)
+            self._write_info(ps, {**record, "status": Status.RUNNING.value, "status_history": history,
+                                  "attempts": attempts, "timings": {"started": started, "ended": None}})
+            logger.info("step '%s': running (attempt %d) -> %s", ps.identity, attempt_no, ps.output_path)
+            t0 = time.monotonic()
+            try:
+                result, env = self._call(ps, config, lease)
+            except LeaseLostError:
+                return StepOutcome(ps.identity, "LOST", message="lost the lease to another driver; stopped")
+            except (PreemptedError, StepFailedError) as err:
+                preempted = isinstance(err, PreemptedError)
+                preemptions += preempted
+                failures += not preempted
+                attempt.update(kind="preemption" if preempted else "failure", ended=now_iso(),
+                               status=Status.FAILED.value,
+                               error=getattr(err, "traceback_text", None) or f"{type(err).__name__}: {err}")
+                budget_left = (preemptions <= self.max_preemption_retries) if preempted \
+                    else (failures <= self.max_failure_retries)
+                history.append({"status": Status.FAILED.value, "time": attempt["ended"], "attempt": attempt_no,
+                                "driver": self.driver_id, "message": f"{attempt['kind']}: {err}"})
+                if budget_left and not lease.lost.is_set():
+                    logger.warning("step '%s': attempt %d %s (%s); retrying", ps.identity, attempt_no,
+                                   "preempted" if preempted else "failed", err)
+                    continue
+                if not lease.still_held():
+                    return StepOutcome(ps.identity, "LOST", message="lease lost; wrote nothing")
+                self._write_info(ps, {**record, "status": Status.FAILED.value, "status_history": history,
+                                      "attempts": attempts, "error": attempt["error"],
+                                      "timings": {"started": started, "ended": attempt["ended"],
+                                                  "duration_s": round(time.monotonic() - t0, 3)}})
+                self._terminal_status(ps, Status.FAILED, attempt_no)
+                logger.error("step '%s': FAILED after %d attempt(s): %s", ps.identity, attempt_no, err)
+                return StepOutcome(ps.identity, "FAILED", executed=True, message=str(err).splitlines()[0])
+            duration = time.monotonic() - t0
+            attempt.update(ended=now_iso(), status=Status.SUCCESS.value)
+            history.append({"status": Status.SUCCESS.value, "time": attempt["ended"], "attempt": attempt_no,
+                            "driver": self.driver_id, "message": None})
+            files = manifest(ps.output_path)
+            if not lease.still_held():  # lost while finishing: another driver owns the path now
+                return StepOutcome(ps.identity, "LOST", message="lease lost while finishing; wrote nothing")
+            hardware = env.pop("hardware", None)
+            self._write_info(ps, {**record, "status": Status.SUCCESS.value, "status_history": history,
+                                  "attempts": attempts, "result": redact(lenient_value(result)),
+                                  "environment": env, "hardware": hardware, "manifest": files,
+                                  "timings": {"started": started, "ended": attempt["ended"],
+                                              "duration_s": round(duration, 3)}})
+            # SUCCESS last: only after the outputs, the manifest and the record are in place.
+            self._terminal_status(ps, Status.SUCCESS, attempt_no,
+                                  config_fingerprint=unversioned_fingerprint(ps.scan.unversioned))
+            logger.info("step '%s': SUCCESS in %.1fs (%d files, %d bytes)", ps.identity, duration,
+                        files["count"], files["total_bytes"])
+            return StepOutcome(ps.identity, "SUCCESS", executed=True)
+
+    def _call(self, ps: PlannedStep, config: Any, lease: Lease) -> tuple[Any, dict[str, Any]]:
+        handle = self._backend.submit(ps.step.fn, config, step_name=ps.identity, resources=ps.step.resources)
+        while not handle.wait(0.2):
+            if lease.lost.is_set():
+                handle.cancel()
+                raise LeaseLostError(f"step '{ps.identity}': lease lost")
+        if lease.lost.is_set():
+            raise LeaseLostError(f"step '{ps.identity}': lease lost")
+        return handle.result()
+
+    def _terminal_status(self, ps: PlannedStep, status: Status, attempt: int, **extra: Any) -> None:
+        # Retried on its own: a flaky write here must not turn into a lost lease or vice versa.
+        for delay in (0.0, 0.5, 2.0, 5.0):
+            time.sleep(delay)
+            try:
+                write_status(ps.output_path, status, attempt=attempt, driver=self.driver_id, **extra)
+                return
+            except Exception:
+                logger.warning("step '%s': writing %s failed; retrying", ps.identity, status.value, exc_info=True)
+        raise StorageError(f"step '{ps.identity}': could not write status {status.value} to {ps.output_path}")
+
+    def _record_base(self, ps: PlannedStep, config: Any) -> dict[str, Any]:
+        return {
+            "schema": 1,
+            "name": ps.name,
+            "identity": ps.identity,
+            "hash": ps.hash,
+            "output_path": ps.output_path,
+            "fn": ps.fn_path,
+            "description": ps.step.description,
+            "version": ps.version,
+            "config": redact(lenient_value(config)),
+            "unversioned": redact(lenient_value(ps.scan.unversioned)),
+            "config_fingerprint": unversioned_fingerprint(ps.scan.unversioned),
+            "dependencies": [{"name": d.name, "identity": d.identity, "output_path": d.output_path}
+                             for d in ps.dependencies],
+            "resources": describe_resources(ps.step.resources),
+            "git": git_info(self.script if self.script and os.path.exists(self.script) else None),
+            "driver": self.driver_id,
+            "backend": self.backend_name,
+        }
+
+    def _write_info(self, ps: PlannedStep, record: dict[str, Any]) -> None:
+        write_json(info_path(ps.output_path), record)
+
+
+def _compact(d: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in d.items())
+
+
+def _script_path() -> str | None:
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return os.path.abspath(path) if path else None
+
+
+def _relative_script(script: str | None) -> str | None:
+    if not script:
+        return None
+    try:
+        rel = os.path.relpath(script)
+    except ValueError:
+        return script
+    return script if rel.startswith("..") else rel

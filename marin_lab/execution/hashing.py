@@ -1,0 +1,164 @@
+"""Identity hashing: what makes a step "new".
+
+A step's version is a small JSON object:
+
+    {"name": "tokenize/docs",
+     "config": {"tokenizer": "gpt2", "input_path": "DEP[0]/data"},   # versioned fields + inputs
+     "dependencies": ["raw/docs-1a2b3c4d"]}                            # identities, in order
+
+It is encoded canonically (sorted keys, no whitespace), hashed with sha256, and the first 8 hex
+characters make the identity `name-hash8` and the output path `{prefix}/name-hash8`.
+
+Why this shape:
+- Only `versioned(...)` fields count. Worker counts and other knobs do not change the data, so
+  changing them must not redo finished work (the stale-reuse guard reports them instead).
+- A dependency enters by its identity, not by its version or its physical path: hashing costs
+  O(steps + edges) whatever the depth, and the same experiment under two prefixes (or buckets, or
+  regions) gets the same identities.
+- Code is not hashed: a bug fix that does not change outputs must not invalidate a week of
+  training. A change that should produce new outputs is made visible by a versioned field.
+- The encoder is strict: a value whose encoding would depend on memory addresses or on Python's
+  repr (a lambda, an arbitrary object) is an error naming the step and field, never a silent
+  hash that changes from run to run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import math
+import pathlib
+from typing import Any
+
+from marin_lab.execution.errors import EncodingError
+from marin_lab.execution.step import ExecutorStep, InputName, OutputName, VersionedValue
+
+_FIELDS_CACHE: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELDS_CACHE.get(cls)
+    if names is None:
+        names = tuple(f.name for f in dataclasses.fields(cls))
+        _FIELDS_CACHE[cls] = names
+    return names
+
+
+def canonical_value(value: Any, *, where: str) -> Any:
+    """`value` as plain JSON data, or EncodingError naming `where` (e.g. "step 'x': field 'y'")."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise EncodingError(f"{where} is {value!r}; versioned floats must be finite")
+        return value
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__qualname__}.{value.name}"
+    if isinstance(value, pathlib.PurePath):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [canonical_value(v, where=f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise EncodingError(
+                    f"{where} has a dict key {k!r} of type {type(k).__name__}; versioned dicts "
+                    "must have string keys"
+                )
+            out[k] = canonical_value(v, where=f"{where}[{k!r}]")
+        return out
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {n: canonical_value(getattr(value, n), where=f"{where}.{n}") for n in _field_names(type(value))}
+    if isinstance(value, (InputName, OutputName, ExecutorStep, VersionedValue)):
+        raise EncodingError(
+            f"{where} holds a {type(value).__name__} inside a versioned value; put placeholders "
+            "directly in the config, not inside versioned(...)"
+        )
+    kind = "a function" if callable(value) else f"a {type(value).__name__}"
+    raise EncodingError(
+        f"{where} is {kind}; versioned values must be JSON-like (None, bool, int, float, str, "
+        "list, tuple, dict with str keys, dataclass, enum, path)"
+    )
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def hash8(obj: Any) -> str:
+    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()[:8]
+
+
+def lenient_value(value: Any) -> Any:
+    """JSON data for the record: like `canonical_value` but never fails (unknown types -> repr)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__qualname__}.{value.name}"
+    if isinstance(value, pathlib.PurePath):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [lenient_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): lenient_value(v) for k, v in value.items()}
+    if isinstance(value, VersionedValue):
+        return lenient_value(value.value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {n: lenient_value(getattr(value, n)) for n in _field_names(type(value))}
+    if callable(value):
+        return f"<function {getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', '?')}>"
+    return repr(value)
+
+
+@dataclasses.dataclass
+class ConfigScan:
+    """What a walk over one step's config found, keyed by dotted field path."""
+
+    versioned: dict[str, Any] = dataclasses.field(default_factory=dict)
+    inputs: list[tuple[str, InputName]] = dataclasses.field(default_factory=list)
+    outputs: list[tuple[str, OutputName]] = dataclasses.field(default_factory=list)
+    unversioned: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def scan_config(config: Any, *, step_label: str) -> ConfigScan:
+    """Walk a config once, collecting versioned values, inputs, outputs and unversioned leaves."""
+    scan = ConfigScan()
+    _walk(config, "", scan, step_label)
+    return scan
+
+
+def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str) -> None:
+    if isinstance(obj, VersionedValue):
+        scan.versioned[path] = canonical_value(obj.value, where=f"{step_label}: field '{path}'")
+    elif isinstance(obj, InputName):
+        scan.inputs.append((path, obj))
+    elif isinstance(obj, ExecutorStep):
+        scan.inputs.append((path, InputName(step=obj)))
+    elif isinstance(obj, OutputName):
+        scan.outputs.append((path, obj))
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        prefix = f"{path}." if path else ""
+        for n in _field_names(type(obj)):
+            _walk(getattr(obj, n), prefix + n, scan, step_label)
+    elif isinstance(obj, (list, tuple)):
+        prefix = f"{path}." if path else ""
+        for i, v in enumerate(obj):
+            _walk(v, f"{prefix}{i}", scan, step_label)
+    elif isinstance(obj, dict):
+        prefix = f"{path}." if path else ""
+        for k, v in obj.items():
+            _walk(v, f"{prefix}{k}", scan, step_label)
+    else:
+        scan.unversioned[path] = obj
+
+
+def unversioned_fingerprint(unversioned: dict[str, Any]) -> str:
+    """A hash of the unversioned fields, to notice a reuse whose knobs differ from the record."""
+    return hashlib.sha256(canonical_json(lenient_value(unversioned)).encode("utf-8")).hexdigest()

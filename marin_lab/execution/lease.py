@@ -1,0 +1,214 @@
+"""Leases: one writer per output path, across drivers, processes and hosts.
+
+A lease is the file `{output_path}/.executor_lease` holding the holder's id, host, pid and the
+time of its last heartbeat. Taking it is an atomic conditional create; renewing it is a
+compare-and-swap against what the holder last wrote (see `marin_lab.io.conditional`). So:
+
+- exactly one driver wins a free lease;
+- a lease whose heartbeat is older than the timeout is stale, and a driver may take it over (with
+  a compare-and-swap, so exactly one does); a lease held by a process that is provably dead on
+  this host is stale at once;
+- a holder whose renewal fails has lost the lease: it must stop the step and write nothing more
+  (Marin #8107). `Lease.lost` is set, and the `on_lost` callback fires once.
+
+Release is a conditional delete and never raises: a terminal status write and the release are
+separate operations, and neither may fail the other (Marin #5026).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from marin_lab.execution.status import LEASE_FILE
+from marin_lab.io.conditional import ConditionalFile, ConflictError, conditional_file
+from marin_lab.io.fs import join
+
+logger = logging.getLogger(__name__)
+
+HOSTNAME = socket.gethostname()
+
+
+def new_driver_id() -> str:
+    return f"{HOSTNAME}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _process_start_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+_MY_START = _process_start_time(os.getpid())
+
+
+@dataclass(frozen=True)
+class LeaseHolder:
+    holder: str
+    host: str
+    pid: int
+    pid_start: float | None
+    heartbeat: float
+    timeout_s: float
+
+    @staticmethod
+    def parse(data: bytes) -> "LeaseHolder | None":
+        try:
+            d = json.loads(data)
+            return LeaseHolder(
+                holder=str(d["holder"]), host=str(d["host"]), pid=int(d["pid"]),
+                pid_start=d.get("pid_start"), heartbeat=float(d["heartbeat"]), timeout_s=float(d["timeout_s"]),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def age(self, now: float) -> float:
+        return now - self.heartbeat
+
+    def provably_dead(self) -> bool:
+        """True only when the holder ran on this host and its process is gone (or was replaced)."""
+        if self.host != HOSTNAME:
+            return False
+        start = _process_start_time(self.pid)
+        if start is None:
+            return True
+        return self.pid_start is not None and abs(start - self.pid_start) > 1.0
+
+    def is_stale(self, now: float) -> bool:
+        return self.age(now) > self.timeout_s or self.provably_dead()
+
+
+class Lease:
+    """The lease on one output path, as seen by one driver (`holder`)."""
+
+    def __init__(
+        self,
+        output_path: str,
+        holder: str,
+        *,
+        timeout_s: float = 60.0,
+        heartbeat_s: float | None = None,
+        clock: Callable[[], float] = time.time,
+        step_name: str = "",
+    ):
+        self.output_path = output_path
+        self.url = join(output_path, LEASE_FILE)
+        self.file: ConditionalFile = conditional_file(self.url)
+        self.holder = holder
+        self.timeout_s = timeout_s
+        self.heartbeat_s = heartbeat_s if heartbeat_s is not None else max(timeout_s / 4, 0.05)
+        self.clock = clock
+        self.step_name = step_name
+        self.lost = threading.Event()
+        self._token: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._on_lost: Callable[[], None] | None = None
+
+    def _content(self) -> bytes:
+        return json.dumps(
+            {"holder": self.holder, "host": HOSTNAME, "pid": os.getpid(), "pid_start": _MY_START,
+             "heartbeat": self.clock(), "timeout_s": self.timeout_s, "step": self.step_name}
+        ).encode()
+
+    def current_holder(self) -> LeaseHolder | None:
+        got = self.file.read()
+        return None if got is None else LeaseHolder.parse(got[0])
+
+    def try_acquire(self) -> LeaseHolder | None:
+        """Take the lease if free or stale. Returns None on success, else the live holder."""
+        for _ in range(10):
+            got = self.file.read()
+            try:
+                if got is None:
+                    self._token = self.file.create(self._content())
+                    return None
+                data, token = got
+                current = LeaseHolder.parse(data)
+                if current is not None and current.holder == self.holder:
+                    self._token = self.file.replace(self._content(), token)
+                    return None
+                if current is None or current.is_stale(self.clock()):
+                    why = "unreadable" if current is None else (
+                        "held by a dead process" if current.provably_dead() else f"{current.age(self.clock()):.0f}s old"
+                    )
+                    logger.info("step '%s': taking over a stale lease (%s)", self.step_name, why)
+                    self._token = self.file.replace(self._content(), token)
+                    return None
+                return current
+            except ConflictError:
+                continue  # someone else moved first: look again
+        current = self.current_holder()
+        if current is None:
+            raise RuntimeError(f"{self.url}: lease contention did not settle after 10 tries")
+        return current
+
+    def renew(self) -> bool:
+        """Heartbeat. False (and `lost` set) if someone else holds the lease now."""
+        if self.lost.is_set():
+            return False
+        try:
+            self._token = self.file.replace(self._content(), self._token)
+            return True
+        except ConflictError:
+            self._mark_lost()
+            return False
+        except Exception:  # a transient storage error: the lease is not lost until the timeout
+            logger.warning("step '%s': lease heartbeat failed; will retry", self.step_name, exc_info=True)
+            return True
+
+    def _mark_lost(self) -> None:
+        if not self.lost.is_set():
+            self.lost.set()
+            holder = self.current_holder()
+            logger.error(
+                "step '%s': lost the lease on %s to %s; stopping the step and writing nothing more",
+                self.step_name, self.output_path, holder.holder if holder else "nobody",
+            )
+            if self._on_lost is not None:
+                self._on_lost()
+
+    def start_heartbeats(self, on_lost: Callable[[], None] | None = None) -> None:
+        self._on_lost = on_lost
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._beat, name=f"lease-{self.step_name}", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            if not self.renew():
+                return
+
+    def stop_heartbeats(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        self._thread = None
+
+    def still_held(self) -> bool:
+        """A last check before a terminal write: renew once, synchronously."""
+        return self.renew()
+
+    def release(self) -> None:
+        """Give the lease back. Never raises (a failed release only delays the next taker)."""
+        self.stop_heartbeats()
+        if self.lost.is_set() or self._token is None:
+            return
+        try:
+            self.file.delete(self._token)
+        except ConflictError:
+            logger.warning("step '%s': lease changed hands before release; left it", self.step_name)
+        except Exception:
+            logger.warning("step '%s': could not release the lease (it will go stale)", self.step_name, exc_info=True)
+        self._token = None

@@ -1,0 +1,152 @@
+"""What a step record says about where and how a step ran, and what it wrote.
+
+Secrets never enter a record: any environment variable or config field whose name contains KEY,
+TOKEN, SECRET or PASSWORD (any case) is left out or redacted, wherever it sits.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+from typing import Any
+
+from marin_lab.execution.status import RECORD_FILES
+from marin_lab.io.fs import fs_and_path, list_files
+
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+REDACTED = "<redacted>"
+# Environment variables worth recording: they change how code runs. Everything else is noise.
+_ENV_PREFIXES = ("MARIN", "RAY_", "JAX_", "XLA_", "TPU_", "CUDA_", "NVIDIA_", "HF_", "WANDB_", "PYTHONHASHSEED",
+                 "OMP_", "MKL_", "TOKENIZERS_", "MEGASCALE_", "GCSFS_", "STORAGE_EMULATOR_HOST")
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(SECRET_NAME.search(name))
+
+
+def redact(value: Any) -> Any:
+    """`value` (JSON data) with every secret-named dict key's value replaced."""
+    if isinstance(value, dict):
+        return {k: (REDACTED if is_secret_name(str(k)) else redact(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
+
+
+def recorded_env() -> dict[str, str]:
+    return {
+        k: v for k, v in sorted(os.environ.items())
+        if k.startswith(_ENV_PREFIXES) and not is_secret_name(k)
+    }
+
+
+@functools.lru_cache(maxsize=8)
+def git_info(path: str | None = None) -> dict[str, Any]:
+    """The commit of the repository holding `path` (default: the working directory), and dirtiness."""
+    cwd = os.path.dirname(os.path.abspath(path)) if path and os.path.isfile(path) else (path or os.getcwd())
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = bool(subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True,
+            timeout=20, check=True,
+        ).stdout.strip())
+        return {"commit": commit, "dirty": dirty}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+@functools.lru_cache(maxsize=1)
+def package_versions() -> dict[str, str]:
+    out = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata.get("Name")
+        if name:
+            out[name] = dist.version
+    return dict(sorted(out.items(), key=lambda kv: kv[0].lower()))
+
+
+def accelerators() -> dict[str, Any]:
+    """What accelerators this host shows, without importing (slow) ML frameworks."""
+    found: dict[str, Any] = {"cpu_count": os.cpu_count()}
+    try:
+        tpu_devices = [d for d in os.listdir("/dev") if d.startswith("accel") or d.startswith("vfio")]
+    except OSError:
+        tpu_devices = []
+    if tpu_devices:
+        found["tpu_devices"] = len(tpu_devices)
+    if os.environ.get("TPU_ACCELERATOR_TYPE"):
+        found["tpu_type"] = os.environ["TPU_ACCELERATOR_TYPE"]
+    try:
+        gpus = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+        )
+        if gpus.returncode == 0 and gpus.stdout.strip():
+            found["gpus"] = [g.strip() for g in gpus.stdout.strip().splitlines()]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    jax = sys.modules.get("jax")
+    if jax is not None:  # only if the step itself already imported it
+        try:
+            found["jax_devices"] = [str(d) for d in jax.devices()]
+        except Exception:
+            pass
+    return found
+
+
+def runtime_environment() -> dict[str, Any]:
+    """Collected where the step's function runs (a worker process or a Ray task)."""
+    return {
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "accelerators": accelerators(),
+        "env": recorded_env(),
+        "packages": package_versions(),
+    }
+
+
+def manifest(output_path: str) -> dict[str, Any]:
+    """Every output file (not the executor's own records) with its size and sha256."""
+    fs, _ = fs_and_path(output_path)
+    files = []
+    total = 0
+    for rel, size in list_files(output_path):
+        base = rel.rsplit("/", 1)[-1]
+        if base in RECORD_FILES or base.startswith(".tmp."):
+            continue
+        digest = hashlib.sha256()
+        with fs.open(fs_and_path(f"{output_path.rstrip('/')}/{rel}")[1], "rb") as f:
+            while chunk := f.read(8 << 20):
+                digest.update(chunk)
+        files.append({"path": rel, "size": size, "sha256": digest.hexdigest()})
+        total += size
+    return {"files": files, "count": len(files), "total_bytes": total}
+
+
+def compare_manifests(recorded: dict[str, Any], actual: dict[str, Any]) -> list[str]:
+    """Human-readable differences between two manifests; empty when they match."""
+    rec = {f["path"]: f for f in recorded.get("files", [])}
+    act = {f["path"]: f for f in actual.get("files", [])}
+    problems = []
+    for path in sorted(rec.keys() | act.keys()):
+        r, a = rec.get(path), act.get(path)
+        if a is None:
+            problems.append(f"missing: {path}")
+        elif r is None:
+            problems.append(f"unexpected: {path} ({a['size']} bytes)")
+        elif r["size"] != a["size"]:
+            problems.append(f"size differs: {path}: recorded {r['size']}, now {a['size']}")
+        elif r["sha256"] != a["sha256"]:
+            problems.append(f"checksum differs: {path}: recorded {r['sha256'][:12]}, now {a['sha256'][:12]}")
+    return problems

@@ -1,0 +1,62 @@
+"""What a step may ask for in `ExecutorStep(resources=...)`.
+
+Either a dict of Ray task options (`num_cpus`, `num_gpus`, `memory`, `resources`,
+`accelerator_type`), or an object implementing `StepRunner`, for steps that need more than one
+Ray task (a TPU slice, several slices). `marin_lab.cluster.TpuResources` is one; the executor
+only knows the protocol, never the class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from marin_lab.execution.errors import StepDefinitionError
+
+RAY_OPTION_KEYS = {"num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "runtime_env", "scheduling_strategy"}
+
+
+@runtime_checkable
+class StepRunner(Protocol):
+    def describe(self) -> dict[str, Any]:
+        """JSON-able description, shown in the dry run and stored in the record."""
+
+    def validate(self) -> None:
+        """Raise a clear error, before anything runs, if the request can never be met."""
+
+    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str) -> Any:
+        """Run `fn(config)` (on the Ray cluster); raise PreemptedError for a lost node or slice."""
+
+    def hardware(self) -> dict[str, Any] | None:
+        """What the last run actually used (type, slices, hosts)."""
+
+
+def is_runner(resources: Any) -> bool:
+    return resources is not None and not isinstance(resources, dict) and isinstance(resources, StepRunner)
+
+
+def validate_resources(step_name: str, resources: Any) -> None:
+    if resources is None:
+        return
+    if isinstance(resources, dict):
+        unknown = set(resources) - RAY_OPTION_KEYS
+        if unknown:
+            raise StepDefinitionError(
+                f"step '{step_name}': resources has unknown keys {sorted(unknown)}; use Ray task options "
+                f"({', '.join(sorted(RAY_OPTION_KEYS))}) or a StepRunner such as marin_lab.cluster.TpuResources"
+            )
+        return
+    if not is_runner(resources):
+        raise StepDefinitionError(
+            f"step '{step_name}': resources is a {type(resources).__name__}; give a dict of Ray options or "
+            "an object with describe/validate/run/hardware (a StepRunner)"
+        )
+    resources.validate()
+
+
+def describe_resources(resources: Any) -> dict[str, Any] | None:
+    if resources is None:
+        return None
+    if isinstance(resources, dict):
+        return {k: v for k, v in resources.items() if k not in ("runtime_env", "scheduling_strategy")}
+    return resources.describe()

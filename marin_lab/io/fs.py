@@ -1,0 +1,137 @@
+"""fsspec helpers: one way to open, list and atomically write files on any filesystem.
+
+Atomicity: on a local disk a file is written under a temporary name in the same folder and
+renamed into place (rename is atomic on POSIX); on object stores (gs://, memory://) a single
+`pipe` is one object put, which readers see whole or not at all. Either way a reader never sees a
+half-written file under its final name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+# gcsfs 2026.10 waits a 60 s gRPC timeout on every call against emulators unless this is off;
+# real GCS works either way. Must be set before gcsfs is imported.
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+
+def fs_and_path(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """The filesystem for `url` and the path within it (protocol stripped)."""
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs, path
+
+
+def is_local(url: str) -> bool:
+    return isinstance(fs_and_path(url)[0], LocalFileSystem)
+
+
+def join(base: str, *parts: str) -> str:
+    """Join URL/path parts with '/', keeping the protocol of `base`."""
+    out = base.rstrip("/")
+    for part in parts:
+        if part:
+            out = f"{out}/{part.strip('/')}"
+    return out
+
+
+def normalize_prefix(prefix: str) -> str:
+    """An absolute local path or a URL with protocol, without a trailing slash."""
+    if "://" in prefix:
+        return prefix.rstrip("/")
+    return os.path.abspath(os.path.expanduser(prefix)).rstrip("/") or "/"
+
+
+def exists(url: str) -> bool:
+    fs, path = fs_and_path(url)
+    return fs.exists(path)
+
+
+def makedirs(url: str) -> None:
+    fs, path = fs_and_path(url)
+    fs.makedirs(path, exist_ok=True)
+
+
+def atomic_write_bytes(url: str, data: bytes) -> None:
+    """Write `data` to `url` so that readers see the old file, or the new one whole."""
+    fs, path = fs_and_path(url)
+    if isinstance(fs, LocalFileSystem):
+        folder = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, f".tmp.{os.path.basename(path)}.{uuid.uuid4().hex[:8]}")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    else:
+        fs.pipe_file(path, data)
+
+
+def atomic_write_text(url: str, text: str) -> None:
+    atomic_write_bytes(url, text.encode("utf-8"))
+
+
+def write_json(url: str, obj: Any, *, indent: int | None = 2) -> None:
+    atomic_write_text(url, json.dumps(obj, indent=indent, sort_keys=False, default=str) + "\n")
+
+
+def read_bytes(url: str) -> bytes:
+    fs, path = fs_and_path(url)
+    return fs.cat_file(path)
+
+
+def read_text(url: str) -> str:
+    return read_bytes(url).decode("utf-8")
+
+
+def read_json(url: str) -> Any:
+    return json.loads(read_bytes(url))
+
+
+def read_json_or_none(url: str) -> Any | None:
+    """The parsed JSON at `url`, or None when the file does not exist."""
+    try:
+        return read_json(url)
+    except FileNotFoundError:
+        return None
+
+
+def remove(url: str, *, recursive: bool = False, missing_ok: bool = True) -> None:
+    fs, path = fs_and_path(url)
+    try:
+        fs.rm(path, recursive=recursive)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+
+
+def list_files(url: str) -> Iterator[tuple[str, int]]:
+    """Every file under `url` (recursively) as (path relative to `url`, size), sorted by path."""
+    fs, root = fs_and_path(url)
+    root = root.rstrip("/")
+    try:
+        found = fs.find(root, detail=True)
+    except FileNotFoundError:
+        return
+    for full, info in sorted(found.items()):
+        if info.get("type") == "directory":
+            continue
+        rel = full[len(root) :].lstrip("/") if full.startswith(root) else full
+        yield rel, int(info.get("size") or 0)
+
+
+def glob(url: str) -> list[str]:
+    """Sorted matches of a glob, returned as URLs with the protocol of `url`."""
+    fs, path = fs_and_path(url)
+    protocol = url.split("://", 1)[0] + "://" if "://" in url else ""
+    matches = sorted(fs.glob(path))
+    if protocol and protocol != "file://":
+        return [m if "://" in m else protocol + m.lstrip("/") if protocol == "memory://" and False else protocol + m for m in matches]
+    return matches
