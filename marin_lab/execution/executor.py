@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -421,6 +422,9 @@ class Executor:
         config = plan.resolve_config(ps)
         started = now_iso()
         record = self._record_base(ps, config)
+        if ps.step.environment is not None:
+            # Built (once, cached by the hash of its lock) before the first attempt.
+            record["step_environment"] = self._step_function(ps)[1]
         lease.start_heartbeats()
         preemptions = failures = 0
         while True:
@@ -485,8 +489,22 @@ class Executor:
                         files["count"], files["total_bytes"])
             return StepOutcome(ps.identity, "SUCCESS", executed=True)
 
+    def _step_function(self, ps: PlannedStep) -> tuple[Any, dict[str, Any] | None]:
+        """The callable to run, and the locked environment's description when the step has one."""
+        env = ps.step.environment
+        if env is None:
+            return ps.step.fn, None
+        from marin_lab.execution.environments import ensure_environment, run_in_environment
+
+        python = ensure_environment(env)
+        return functools.partial(run_in_environment, python, ps.step.fn), {
+            "lock_hash": env.lock_hash(), "python": python, "requirements": list(env.requirements),
+            "constraints": env.constraints,
+        }
+
     def _call(self, ps: PlannedStep, config: Any, lease: Lease) -> tuple[Any, dict[str, Any]]:
-        handle = self._backend.submit(ps.step.fn, config, step_name=ps.identity, resources=ps.step.resources)
+        fn, _ = self._step_function(ps)
+        handle = self._backend.submit(fn, config, step_name=ps.identity, resources=ps.step.resources)
         while not handle.wait(0.2):
             if lease.lost.is_set():
                 handle.cancel()

@@ -57,7 +57,7 @@ def executor_main(
         _CAPTURE.append((list(steps), description))
         raise _Captured()
     if config is None:
-        argv = list(sys.argv[1:] if args is None else args)
+        argv = _normalize_run_only(list(sys.argv[1:] if args is None else args))
         config = draccus.parse(config_class=ExecutorMainConfig, args=argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -80,6 +80,23 @@ def executor_main(
     if report.experiment_path:
         print(f"Records: {report.experiment_path}", flush=True)
     return report
+
+
+def _normalize_run_only(argv: list[str]) -> list[str]:
+    """Accept `--run_only REGEX` (and `--run_only=REGEX`) as well as draccus' `--run_only '[A,B]'`."""
+    out = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--run_only" and i + 1 < len(argv) and not argv[i + 1].lstrip().startswith("["):
+            out += [arg, f"[{argv[i + 1]}]"]
+            i += 2
+            continue
+        if arg.startswith("--run_only=") and not arg.split("=", 1)[1].lstrip().startswith("["):
+            arg = f"--run_only=[{arg.split('=', 1)[1]}]"
+        out.append(arg)
+        i += 1
+    return out
 
 
 def capture_steps(script: str, argv: Sequence[str] = ()) -> tuple[list[ExecutorStep], str | None]:

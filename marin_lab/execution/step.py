@@ -39,6 +39,8 @@ class ExecutorStep(Generic[ConfigT]):
     """Ray options as a dict ({"num_cpus": 2, "num_gpus": 1, ...}) or a `StepRunner` object."""
     override_output_path: str | None = None
     """Pin the output path (relative paths are under the prefix); a mismatch is logged."""
+    environment: Any = None
+    """A `StepEnvironment`: run `fn` in an isolated, locked Python environment (docs/environments.md)."""
 
     def cd(self, subpath: str) -> "InputName":
         """A reference to `subpath` under this step's output path."""
