@@ -35,19 +35,24 @@ from typing import Any
 from marin_lab.execution.errors import EncodingError
 from marin_lab.execution.step import ExecutorStep, InputName, OutputName, VersionedValue
 
-_FIELDS_CACHE: dict[type, tuple[str, ...]] = {}
+_FIELDS_CACHE: dict[type, tuple[str, ...] | None] = {}
+_SCALARS = (str, int, bool, type(None))
 
 
-def _field_names(cls: type) -> tuple[str, ...]:
-    names = _FIELDS_CACHE.get(cls)
-    if names is None:
-        names = tuple(f.name for f in dataclasses.fields(cls))
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """The field names of a dataclass type (cached), or None for any other type."""
+    try:
+        return _FIELDS_CACHE[cls]
+    except KeyError:
+        names = tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
         _FIELDS_CACHE[cls] = names
-    return names
+        return names
 
 
 def canonical_value(value: Any, *, where: str) -> Any:
     """`value` as plain JSON data, or EncodingError naming `where` (e.g. "step 'x': field 'y'")."""
+    if type(value) in _SCALARS:
+        return value
     if value is None or isinstance(value, (bool, str)):
         return value
     if isinstance(value, int):
@@ -72,8 +77,8 @@ def canonical_value(value: Any, *, where: str) -> Any:
                 )
             out[k] = canonical_value(v, where=f"{where}[{k!r}]")
         return out
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {n: canonical_value(getattr(value, n), where=f"{where}.{n}") for n in _field_names(type(value))}
+    if (names := _field_names(type(value))) is not None:
+        return {n: canonical_value(getattr(value, n), where=f"{where}.{n}") for n in names}
     if isinstance(value, (InputName, OutputName, ExecutorStep, VersionedValue)):
         raise EncodingError(
             f"{where} holds a {type(value).__name__} inside a versioned value; put placeholders "
@@ -110,8 +115,8 @@ def lenient_value(value: Any) -> Any:
         return {str(k): lenient_value(v) for k, v in value.items()}
     if isinstance(value, VersionedValue):
         return lenient_value(value.value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {n: lenient_value(getattr(value, n)) for n in _field_names(type(value))}
+    if (names := _field_names(type(value))) is not None:
+        return {n: lenient_value(getattr(value, n)) for n in names}
     if callable(value):
         return f"<function {getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', '?')}>"
     return repr(value)
@@ -135,17 +140,21 @@ def scan_config(config: Any, *, step_label: str) -> ConfigScan:
 
 
 def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str) -> None:
-    if isinstance(obj, VersionedValue):
+    cls = type(obj)
+    if cls in _SCALARS or cls is float:
+        scan.unversioned[path] = obj
+        return
+    if cls is VersionedValue:
         scan.versioned[path] = canonical_value(obj.value, where=f"{step_label}: field '{path}'")
-    elif isinstance(obj, InputName):
+    elif cls is InputName:
         scan.inputs.append((path, obj))
-    elif isinstance(obj, ExecutorStep):
+    elif cls is ExecutorStep:
         scan.inputs.append((path, InputName(step=obj)))
-    elif isinstance(obj, OutputName):
+    elif cls is OutputName:
         scan.outputs.append((path, obj))
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+    elif (names := _field_names(cls)) is not None:
         prefix = f"{path}." if path else ""
-        for n in _field_names(type(obj)):
+        for n in names:
             _walk(getattr(obj, n), prefix + n, scan, step_label)
     elif isinstance(obj, (list, tuple)):
         prefix = f"{path}." if path else ""

@@ -8,6 +8,7 @@ the experiment, two steps claiming one output path.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -30,14 +31,15 @@ class PlannedStep:
     output_path: str
     dependencies: list["PlannedStep"]
     scan: ConfigScan
+    identity: str = ""
+    """`name-hash8`."""
+
+    def __post_init__(self) -> None:
+        self.identity = f"{self.step.name}-{self.hash}"
 
     @property
     def name(self) -> str:
         return self.step.name
-
-    @property
-    def identity(self) -> str:
-        return f"{self.step.name}-{self.hash}"
 
     @property
     def fn_path(self) -> str:
@@ -114,6 +116,18 @@ def _check_step(step: Any, referrer: str | None) -> None:
 
 def build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     """Discover every step reachable from `roots`, validate the DAG and compute identities."""
+    # Planning allocates many small objects but frees none of them: the cyclic collector would
+    # rescan the whole (large) heap again and again for nothing. Pause it for the duration.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _build_plan(roots, prefix)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     if not roots:
         raise StepDefinitionError("no steps given: pass steps=[...] to executor_main or Executor.run")
     scans: dict[int, ConfigScan] = {}
@@ -126,7 +140,8 @@ def build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     WHITE, GREY, BLACK = 0, 1, 2
     color: dict[int, int] = {}
     for root in roots:
-        _check_step(root, None)
+        if id(root) not in color:
+            _check_step(root, None)
         if color.get(id(root)) == BLACK:
             continue
         stack: list[tuple[ExecutorStep, int]] = [(root, 0)]
@@ -146,8 +161,9 @@ def build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
             if child_index < len(children):
                 stack.append((step, child_index + 1))
                 child = children[child_index]
-                _check_step(child, _label(step))
                 c = color.get(id(child), WHITE)
+                if c == WHITE:
+                    _check_step(child, _label(step))
                 if c == GREY:
                     cycle = path[path.index(child) :] + [child]
                     raise CycleError(
@@ -231,11 +247,7 @@ def build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 f"steps '{other}' and '{ps.identity}' both write to {ps.output_path}; give one of them "
                 "another override_output_path (or none)"
             )
-    root_planned = []
-    for r in roots:
-        p = planned[id(r)]
-        if p not in root_planned:
-            root_planned.append(p)
+    root_planned = list({id(planned[id(r)]): planned[id(r)] for r in roots}.values())
     named_map = {}
     for refs in named_refs.values():
         for target in refs.values():
