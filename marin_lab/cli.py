@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -82,7 +82,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _cmd_browse(args: argparse.Namespace) -> int:
     from marin_lab.browser.server import serve
 
-    serve(args.prefix, host=args.host, port=args.port)
+    serve(args.prefix, host=args.host, port=args.port, roots=args.root or None)
     return 0
 
 
@@ -112,10 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="the step's output path")
     p.set_defaults(func=_cmd_verify)
 
-    p = sub.add_parser("browse", help="serve the data browser for a prefix")
-    p.add_argument("--prefix", required=True)
+    p = sub.add_parser("browse", help="serve the data browser for a prefix (read-only, 127.0.0.1 by default)")
+    p.add_argument("--prefix", default=os.environ.get("MARIN_PREFIX", "./marin_store"))
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--root", action="append", help="another readable root besides the prefix (repeatable)")
     p.set_defaults(func=_cmd_browse)
 
     p = sub.add_parser("cluster", help="TPU cluster commands (up, status, down)", add_help=False)

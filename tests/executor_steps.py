@@ -96,3 +96,17 @@ def executions(log_path: str) -> list[str]:
     if not os.path.exists(log_path):
         return []
     return [line for line in open(log_path).read().splitlines() if line]
+
+
+def usurp(lease_file) -> None:
+    """Take a lease over as another driver would: compare-and-swap, retried on conflict."""
+    from marin_lab.io.conditional import ConflictError
+
+    while True:
+        content, token = lease_file.read()
+        record = json.loads(content) | {"holder": "usurper", "heartbeat": time.time() + 3600}
+        try:
+            lease_file.replace(json.dumps(record).encode(), token)
+            return
+        except ConflictError:
+            continue

@@ -10,10 +10,12 @@ separate retry budgets in the executor.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -61,23 +63,55 @@ def _die_with_parent() -> None:
             pass
 
 
-def _watch_driver(driver_pid: int) -> None:
-    """Exit as soon as the driver is gone: an orphaned step must not keep writing its outputs."""
-    while True:
-        time.sleep(0.5)
-        try:
-            os.kill(driver_pid, 0)
-        except ProcessLookupError:
-            os._exit(137)
-        except PermissionError:
-            pass
+@dataclasses.dataclass(frozen=True)
+class Guard:
+    """Who this step runs for: the worker stops itself when that driver or its lease is gone."""
+
+    driver_pid: int
+    driver_host: str
+    lease_url: str | None = None
+    holder: str | None = None
+
+    def start(self) -> threading.Event:
+        """Start watching; set the returned event when the step is over (Ray reuses workers)."""
+        done = threading.Event()
+        threading.Thread(target=self._watch, args=(done,), name="driver-guard", daemon=True).start()
+        return done
+
+    def _watch(self, done: threading.Event) -> None:
+        from marin_lab.execution.lease import LeaseHolder  # imported here: workers import lazily
+
+        same_host = self.driver_host == socket.gethostname()
+        checks = 0
+        while not done.wait(0.5):
+            checks += 1
+            if same_host:
+                try:
+                    os.kill(self.driver_pid, 0)
+                except ProcessLookupError:
+                    os._exit(137)
+                except PermissionError:
+                    pass
+            if self.lease_url and checks % 4 == 0:
+                try:
+                    from marin_lab.io.conditional import conditional_file
+
+                    got = conditional_file(self.lease_url).read()
+                except Exception:
+                    continue  # storage hiccup: the lease is judged on the next check
+                holder = LeaseHolder.parse(got[0]) if got else None
+                if done.is_set():
+                    return
+                if holder is None or holder.holder != self.holder or holder.is_stale(time.time()):
+                    # The driver lost the lease (or died elsewhere): stop writing now.
+                    os._exit(137)
 
 
-def _local_worker(conn: Any, fn: Callable[[Any], Any], config: Any, driver_pid: int, environ: dict[str, str]) -> None:
+def _local_worker(conn: Any, fn: Callable[[Any], Any], config: Any, guard: Guard, environ: dict[str, str]) -> None:
     # The worker's parent is the fork server, which exits when the driver does; PDEATHSIG covers
-    # that, and the watchdog covers the driver itself.
+    # that, and the guard covers the driver itself and its lease.
     _die_with_parent()
-    threading.Thread(target=_watch_driver, args=(driver_pid,), daemon=True).start()
+    guard.start()
     # The fork server was started earlier; the step must see the driver's environment as it is now.
     os.environ.clear()
     os.environ.update(environ)
@@ -96,11 +130,11 @@ def _local_worker(conn: Any, fn: Callable[[Any], Any], config: Any, driver_pid: 
 
 
 class _LocalHandle(StepHandle):
-    def __init__(self, ctx: Any, fn: Callable[[Any], Any], config: Any, step_name: str):
+    def __init__(self, ctx: Any, fn: Callable[[Any], Any], config: Any, step_name: str, guard: Guard):
         self.step_name = step_name
         self._recv, send = ctx.Pipe(duplex=False)
         self.process = ctx.Process(
-            target=_local_worker, args=(send, fn, config, os.getpid(), dict(os.environ)), name=f"step:{step_name}", daemon=False
+            target=_local_worker, args=(send, fn, config, guard, dict(os.environ)), name=f"step:{step_name}", daemon=False
         )
         self.process.start()
         send.close()
@@ -154,13 +188,14 @@ class LocalBackend:
         method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         self.ctx = multiprocessing.get_context(method)
 
-    def submit(self, fn: Callable[[Any], Any], config: Any, *, step_name: str, resources: Any) -> StepHandle:
+    def submit(self, fn: Callable[[Any], Any], config: Any, *, step_name: str, resources: Any,
+               guard: Guard) -> StepHandle:
         if is_runner(resources):
             raise ExecutorConfigError(
                 f"step '{step_name}': its resources ({type(resources).__name__}) need the ray backend; "
                 "run with --backend ray"
             )
-        return _LocalHandle(self.ctx, fn, config, step_name)
+        return _LocalHandle(self.ctx, fn, config, step_name, guard)
 
     def shutdown(self) -> None:
         pass
@@ -170,8 +205,12 @@ class LocalBackend:
 # ray: one Ray task per step (or a StepRunner that drives several)
 
 
-def _ray_entry(fn: Callable[[Any], Any], config: Any) -> tuple[Any, dict[str, Any]]:
-    return fn(config), runtime_environment()
+def _ray_entry(fn: Callable[[Any], Any], config: Any, guard: Guard) -> tuple[Any, dict[str, Any]]:
+    done = guard.start()
+    try:
+        return fn(config), runtime_environment()
+    finally:
+        done.set()
 
 
 PREEMPTION_ERROR_NAMES = (
@@ -300,7 +339,8 @@ class RayBackend:
                          log_to_driver=True, configure_logging=False)
             self._started_here = True
 
-    def submit(self, fn: Callable[[Any], Any], config: Any, *, step_name: str, resources: Any) -> StepHandle:
+    def submit(self, fn: Callable[[Any], Any], config: Any, *, step_name: str, resources: Any,
+               guard: Guard) -> StepHandle:
         import ray
 
         if is_runner(resources):
@@ -309,7 +349,7 @@ class RayBackend:
         options.setdefault("num_cpus", 1)
         options["name"] = step_name
         remote = ray.remote(_ray_entry).options(max_retries=0, retry_exceptions=False, **options)
-        return _RayHandle(remote.remote(fn, config), step_name)
+        return _RayHandle(remote.remote(fn, config, guard), step_name)
 
     def shutdown(self) -> None:
         import ray

@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import json
 import logging
 import os
 import re
@@ -28,7 +29,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from marin_lab.execution.backends import make_backend
+from marin_lab.execution.backends import Guard, make_backend
 from marin_lab.execution.errors import (
     ExecutorConfigError,
     ExperimentFailedError,
@@ -39,11 +40,12 @@ from marin_lab.execution.errors import (
 )
 from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_diffs
 from marin_lab.execution.hashing import hash8, lenient_value, unversioned_fingerprint
-from marin_lab.execution.lease import Lease, new_driver_id
+from marin_lab.execution.lease import HOSTNAME, Lease, new_driver_id
 from marin_lab.execution.plan import Plan, PlannedStep, build_plan
 from marin_lab.execution.provenance import git_info, manifest, redact
 from marin_lab.execution.resources import describe_resources, validate_resources
-from marin_lab.execution.status import Status, info_path, now_iso, read_status, write_status
+from marin_lab.execution.status import Status, info_path, now_iso, read_status, status_path, write_status
+from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.execution.step import ExecutorStep
 from marin_lab.io.fs import atomic_write_bytes, join, normalize_prefix, read_json_or_none, remove, write_json
 
@@ -330,6 +332,7 @@ class Executor:
         self._mark_dep_failed(plan, outcomes, pending)
         if not pending:
             return outcomes
+        self._mark_waiting([plan.by_identity[i] for i in pending if by_id[i].reason == "no output yet"])
 
         self._backend = make_backend(self.backend_name, ray_address=self.ray_address)
         try:
@@ -359,6 +362,27 @@ class Executor:
             self._backend.shutdown()
             self._backend = None
         return outcomes
+
+    def _mark_waiting(self, steps: Sequence[PlannedStep]) -> None:
+        """Record WAITING for queued steps that never started, so browsers see the whole run.
+
+        A conditional create: it never overwrites a status another driver has written meanwhile.
+        """
+        def mark(ps: PlannedStep) -> None:
+            record = {"status": Status.WAITING.value, "time": now_iso(), "driver": self.driver_id}
+            try:
+                conditional_file(status_path(ps.output_path)).create(json.dumps(record).encode())
+            except ConflictError:
+                pass
+            except Exception:
+                logger.warning("step '%s': could not record WAITING", ps.identity, exc_info=True)
+
+        if "://" in self.prefix and not self.prefix.startswith("file://"):
+            with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
+                list(pool.map(mark, steps))
+        else:
+            for ps in steps:
+                mark(ps)
 
     def _mark_dep_failed(self, plan: Plan, outcomes: dict[str, StepOutcome], pending: set[str]) -> None:
         """Steps downstream of a failure will not run: record DEP_FAILED for them."""
@@ -504,7 +528,8 @@ class Executor:
 
     def _call(self, ps: PlannedStep, config: Any, lease: Lease) -> tuple[Any, dict[str, Any]]:
         fn, _ = self._step_function(ps)
-        handle = self._backend.submit(fn, config, step_name=ps.identity, resources=ps.step.resources)
+        guard = Guard(driver_pid=os.getpid(), driver_host=HOSTNAME, lease_url=lease.url, holder=lease.holder)
+        handle = self._backend.submit(fn, config, step_name=ps.identity, resources=ps.step.resources, guard=guard)
         while not handle.wait(0.2):
             if lease.lost.is_set():
                 handle.cancel()

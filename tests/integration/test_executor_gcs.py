@@ -17,7 +17,7 @@ from marin_lab.execution.status import read_status
 from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.io.fs import exists, read_text
 from tests.conftest import REPO_ROOT
-from tests.executor_steps import WriteConfig, executions, five_step_dag, write_text
+from tests.executor_steps import usurp, WriteConfig, executions, five_step_dag, write_text
 
 pytestmark = pytest.mark.gcs
 
@@ -100,9 +100,7 @@ def test_lease_loss_on_gcs_stops_the_loser(gcs_bucket):
     deadline = time.time() + 30
     while time.time() < deadline and (lease.read() is None or (read_status(out_path) or {}).get("status") != "RUNNING"):
         time.sleep(0.1)
-    content, token = lease.read()
-    lease.replace(json.dumps(json.loads(content) | {"holder": "usurper", "heartbeat": time.time() + 3600}).encode(),
-                  token)
+    usurp(lease)  # another driver takes over
     t.join(timeout=60)
     assert result["r"].outcomes[result["r"].plan.steps[0].identity].status == "LOST"
     time.sleep(4.5)

@@ -24,7 +24,7 @@ from marin_lab.execution import (
 from marin_lab.execution.status import read_status
 from marin_lab.io.conditional import conditional_file
 from tests.conftest import REPO_ROOT
-from tests.executor_steps import FlakyConfig, WriteConfig, executions, fail, five_step_dag, flaky, write_text
+from tests.executor_steps import usurp, FlakyConfig, WriteConfig, executions, fail, five_step_dag, flaky, write_text
 
 DRIVER = os.path.join(REPO_ROOT, "tests", "drive_dag.py")
 
@@ -198,9 +198,7 @@ def test_lease_loss_stops_the_loser_and_it_writes_nothing(tmp_path):
     while time.time() < deadline and (lease.read() is None or (read_status(out_path) or {}).get("status") != "RUNNING"):
         time.sleep(0.05)
     time.sleep(0.3)
-    content, token = lease.read()
-    usurper = json.loads(content) | {"holder": "usurper", "heartbeat": time.time() + 3600}
-    lease.replace(json.dumps(usurper).encode(), token)  # another driver takes over
+    usurp(lease)  # another driver takes over
     t.join(timeout=30)
     outcome = result["r"].outcomes[result["r"].plan.steps[0].identity]
     assert outcome.status == "LOST"
@@ -208,6 +206,14 @@ def test_lease_loss_stops_the_loser_and_it_writes_nothing(tmp_path):
     assert not os.path.exists(f"{out_path}/data.txt")
     assert read_status(out_path)["status"] == "RUNNING"  # the loser wrote no terminal status
     assert json.loads(lease.read()[0])["holder"] == "usurper"  # nor released the usurper's lease
+
+
+def _driver_flags(driver_backend, request):
+    """Ray drivers join the session's cluster, as drivers on a real cluster would."""
+    if driver_backend == "local":
+        return ["--backend", "local"]
+    ray = request.getfixturevalue("ray_cluster")
+    return ["--backend", "ray", "--ray_address", ray.get_runtime_context().gcs_address]
 
 
 def _wait_for_status(path, status, timeout=60):
@@ -220,11 +226,14 @@ def _wait_for_status(path, status, timeout=60):
 
 
 @pytest.mark.slow
-def test_kill_9_driver_mid_step_then_rerun(tmp_path):
+@pytest.mark.parametrize("driver_backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+def test_kill_9_driver_mid_step_then_rerun(tmp_path, driver_backend, request):
     prefix, log = str(tmp_path / "store"), str(tmp_path / "exec.log")
     plan = Executor(prefix, backend="local").plan(five_step_dag())
     by = {s.name: s for s in plan.steps}
-    proc = subprocess.Popen([sys.executable, DRIVER, prefix, log, "1.5", "--backend", "local"], cwd=REPO_ROOT)
+    assert Executor(prefix, backend="local").run(five_step_dag(log_path=log), dry_run=True).outcomes == {}
+    flags = _driver_flags(driver_backend, request)
+    proc = subprocess.Popen([sys.executable, DRIVER, prefix, log, "1.5", *flags], cwd=REPO_ROOT)
     _wait_for_status(by["join/d"].output_path, "RUNNING")
     time.sleep(0.3)
     proc.send_signal(signal.SIGKILL)
@@ -233,7 +242,7 @@ def test_kill_9_driver_mid_step_then_rerun(tmp_path):
     assert not os.path.exists(f"{by['join/d'].output_path}/data.txt")
     done_before = [line for line in executions(log)]
     assert len(done_before) == 4  # a, b, c finished; d started
-    rerun = subprocess.run([sys.executable, DRIVER, prefix, log, "0", "--backend", "local"], cwd=REPO_ROOT,
+    rerun = subprocess.run([sys.executable, DRIVER, prefix, log, "0", *flags], cwd=REPO_ROOT,
                            capture_output=True, text=True, timeout=120)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     runs = executions(log)
@@ -250,11 +259,13 @@ def test_kill_9_driver_mid_step_then_rerun(tmp_path):
 
 
 @pytest.mark.slow
-def test_three_drivers_at_once_execute_every_step_exactly_once(tmp_path):
+@pytest.mark.parametrize("driver_backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+def test_three_drivers_at_once_execute_every_step_exactly_once(tmp_path, driver_backend, request):
     prefix, log = str(tmp_path / "store"), str(tmp_path / "exec.log")
-    procs = [subprocess.Popen([sys.executable, DRIVER, prefix, log, "0.4", "--backend", "local"], cwd=REPO_ROOT,
+    flags = _driver_flags(driver_backend, request)
+    procs = [subprocess.Popen([sys.executable, DRIVER, prefix, log, "0.4", *flags], cwd=REPO_ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(3)]
-    outs = [p.communicate(timeout=180)[0] for p in procs]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outs
     runs = executions(log)
     assert len(runs) == 5 and len(set(runs)) == 5
@@ -287,3 +298,17 @@ def test_cli_status_verify_explain(tmp_path, capsys):
     assert cli_main(["explain", str(script), "--prefix", prefix, "--step", "final"]) == 0
     out = capsys.readouterr().out
     assert "dependency join/d changed" in out and "text: 'a' -> 'changed'" in out  # recursive
+
+
+def test_queued_steps_are_recorded_waiting(tmp_path):
+    prefix = str(tmp_path / "store")
+    step = ExecutorStep("slow", write_text, WriteConfig(this_output_path(), versioned("s"), sleep_s=1.5))
+    after = ExecutorStep("after", write_text, WriteConfig(this_output_path(), versioned("t"), (step,)))
+    ex = Executor(prefix, backend="local")
+    plan = ex.plan([after])
+    t = threading.Thread(target=ex.run, args=([after],))
+    t.start()
+    _wait_for_status(plan.steps[0].output_path, "RUNNING")
+    assert read_status(plan.steps[1].output_path)["status"] == "WAITING"
+    t.join(timeout=60)
+    assert read_status(plan.steps[1].output_path)["status"] == "SUCCESS"

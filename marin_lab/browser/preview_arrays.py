@@ -1,0 +1,221 @@
+"""Pages of columnar and array files: parquet by row group, `.npy` by slice, token-cache shards
+decoded into text with the cache's own `tokenizer.json`.
+
+`.npy` files are read through fsspec by parsing the header and fetching only the byte range of the
+page, so a shard on GCS is never downloaded whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import functools
+import posixpath
+from typing import Any
+
+import numpy as np
+
+from marin_lab.browser.errors import BadRequestError
+from marin_lab.browser.storage import load_json, parent
+from marin_lab.io.fs import fs_and_path
+
+MAX_TOKENS_DECODED = 4096
+MAX_PIECES = 200
+
+
+def _json_safe(value: Any) -> Any:
+    """Parquet values (bytes, dates, decimals, numpy scalars) as something JSON can carry."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return "base64:" + base64.b64encode(value[:4096]).decode("ascii")
+    if isinstance(value, (datetime.date, datetime.datetime, datetime.time, datetime.timedelta, decimal.Decimal)):
+        return str(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return str(value)
+    return value
+
+
+def _int_cursor(cursor: str | None, what: str) -> list[int]:
+    if not cursor:
+        return []
+    try:
+        return [int(part) for part in cursor.split(":")]
+    except ValueError as err:
+        raise BadRequestError(f"cursor {cursor!r} is not {what}") from err
+
+
+# ---- parquet -------------------------------------------------------------------------------------
+def parquet_page(url: str, cursor: str | None, limit: int) -> dict:
+    """Rows from one row group at a time; the cursor is 'row_group:row'."""
+    import pyarrow.parquet as pq
+
+    parts = _int_cursor(cursor, "'row_group:row' (two integers)") or [0, 0]
+    if len(parts) != 2 or min(parts) < 0:
+        raise BadRequestError(f"cursor {cursor!r} is not 'row_group:row' (two non-negative integers)")
+    group, row = parts
+    fs, path = fs_and_path(url)
+    with fs.open(path, "rb") as f:
+        parquet = pq.ParquetFile(f)
+        meta = parquet.metadata
+        schema = [{"name": field.name, "type": str(field.type)} for field in parquet.schema_arrow]
+        if meta.num_row_groups == 0:
+            rows: list = []
+            next_cursor = None
+        else:
+            if group >= meta.num_row_groups:
+                raise BadRequestError(f"row group {group} does not exist; {url} has {meta.num_row_groups}")
+            table = parquet.read_row_group(group)
+            rows = [_json_safe(r) for r in table.slice(row, limit).to_pylist()]
+            end = row + len(rows)
+            if end < table.num_rows:
+                next_cursor = f"{group}:{end}"
+            elif group + 1 < meta.num_row_groups:
+                next_cursor = f"{group + 1}:0"
+            else:
+                next_cursor = None
+    return {
+        "kind": "parquet",
+        "schema": schema,
+        "num_rows": meta.num_rows,
+        "num_row_groups": meta.num_row_groups,
+        "row_group": group,
+        "first_row": row,
+        "cursor": f"{group}:{row}",
+        "items": rows,
+        "next_cursor": next_cursor,
+    }
+
+
+# ---- npy -----------------------------------------------------------------------------------------
+def npy_header(f) -> tuple[tuple[int, ...], np.dtype, int]:
+    """(shape, dtype, offset of the data) of an open .npy file, reading only its header."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+    else:
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    if fortran and len(shape) > 1:
+        raise ValueError("Fortran-ordered arrays are not paged; open them with numpy")
+    if dtype.hasobject:
+        raise ValueError("object arrays are not read (they would need pickle)")
+    return tuple(shape), dtype, f.tell()
+
+
+def read_npy_slice(f, start: int, stop: int) -> np.ndarray:
+    """Items [start, stop) of a flat view of an .npy file, fetching just those bytes."""
+    f.seek(0)
+    shape, dtype, data_offset = npy_header(f)
+    total = int(np.prod(shape)) if shape else 1
+    start, stop = max(0, min(start, total)), max(0, min(stop, total))
+    f.seek(data_offset + start * dtype.itemsize)
+    data = f.read((stop - start) * dtype.itemsize)
+    return np.frombuffer(data, dtype=dtype)
+
+
+def npy_page(url: str, cursor: str | None, limit: int) -> dict:
+    parts = _int_cursor(cursor, "an item index") or [0]
+    start = parts[0]
+    if start < 0:
+        raise BadRequestError(f"cursor {cursor!r} is negative")
+    fs, path = fs_and_path(url)
+    with fs.open(path, "rb") as f:
+        try:
+            shape, dtype, _ = npy_header(f)
+        except ValueError as err:
+            return {"kind": "npy", "error": f"cannot read {url} as .npy: {err}", "items": [], "next_cursor": None}
+        total = int(np.prod(shape)) if shape else 1
+        values = read_npy_slice(f, start, start + limit * 16)
+    end = start + len(values)
+    return {
+        "kind": "npy",
+        "shape": list(shape),
+        "dtype": str(dtype),
+        "first_index": start,
+        "cursor": str(start),
+        "items": [_json_safe(v) for v in values.tolist()],
+        "next_cursor": str(end) if end < total else None,
+    }
+
+
+# ---- token cache ---------------------------------------------------------------------------------
+def token_cache_of(url: str) -> tuple[str, dict] | None:
+    """(cache folder, ledger) when `url` is `{cache}/{split}/shard-N.tokens.npy` with a ledger."""
+    if not url.endswith(".tokens.npy"):
+        return None
+    cache = parent(parent(url))
+    ledger = load_json(f"{cache}/ledger.json")
+    if ledger.state != "ok" or ledger.value.get("format") != "marin_lab.token_cache":
+        return None
+    return cache, ledger.value
+
+
+@functools.lru_cache(maxsize=8)
+def _tokenizer(url: str, fingerprint: str):
+    from tokenizers import Tokenizer
+
+    fs, path = fs_and_path(url)
+    return Tokenizer.from_str(fs.cat_file(path).decode("utf-8"))
+
+
+def token_page(url: str, cursor: str | None, limit: int) -> dict:
+    """Documents of a token shard (cursor = document index), decoded with the cache's tokenizer."""
+    found = token_cache_of(url)
+    if found is None:
+        return npy_page(url, cursor, limit)
+    cache, ledger = found
+    parts = _int_cursor(cursor, "a document index") or [0]
+    first = parts[0]
+    if first < 0:
+        raise BadRequestError(f"cursor {cursor!r} is negative")
+    tok_info = ledger.get("tokenizer") if isinstance(ledger.get("tokenizer"), dict) else {}
+    tok_name = tok_info.get("file") if isinstance(tok_info.get("file"), str) else "tokenizer.json"
+    tokenizer_url = f"{cache}/{posixpath.basename(tok_name)}"
+    tokenizer, tokenizer_error = None, None
+    try:
+        tokenizer = _tokenizer(tokenizer_url, str(tok_info.get("sha256")))
+    except FileNotFoundError:
+        tokenizer_error = f"{tokenizer_url} is missing; showing token ids only"
+    except Exception as err:  # a corrupt tokenizer file must not fail the page
+        tokenizer_error = f"{tokenizer_url} cannot be loaded ({err}); showing token ids only"
+    offsets_url = url[: -len(".tokens.npy")] + ".offsets.npy"
+    fs, tokens_path = fs_and_path(url)
+    _, offsets_path = fs_and_path(offsets_url)
+    with fs.open(offsets_path, "rb") as f_off:
+        shape, _, _ = npy_header(f_off)
+        documents = max(int(shape[0]) - 1, 0) if shape else 0
+        offsets = read_npy_slice(f_off, first, first + limit + 1).astype(np.int64)
+    items = []
+    with fs.open(tokens_path, "rb") as f_tok:
+        for i in range(len(offsets) - 1):
+            lo, hi = int(offsets[i]), int(offsets[i + 1])
+            ids = read_npy_slice(f_tok, lo, min(hi, lo + MAX_TOKENS_DECODED)).tolist()
+            item: dict[str, Any] = {"document": first + i, "tokens": hi - lo, "ids": ids[:MAX_PIECES]}
+            if hi - lo > MAX_TOKENS_DECODED:
+                item["truncated"] = True
+            if tokenizer is not None:
+                item["text"] = tokenizer.decode(ids, skip_special_tokens=False)
+                item["pieces"] = [tokenizer.id_to_token(t) for t in ids[:MAX_PIECES]]
+            items.append(item)
+    end = first + len(items)
+    return {
+        "kind": "tokens",
+        "dtype": ledger.get("dtype"),
+        "vocab_size": ledger.get("vocab_size"),
+        "eos_id": ledger.get("eos_id"),
+        "documents": documents,
+        "tokenizer": tokenizer_url,
+        "tokenizer_error": tokenizer_error,
+        "first_document": first,
+        "cursor": str(first),
+        "items": items,
+        "next_cursor": str(end) if end < documents else None,
+    }

@@ -1,0 +1,251 @@
+"""Experiments and step records under a prefix, shaped for the browser's API.
+
+Everything here reads; nothing writes. A missing or corrupt file becomes a `state` on the answer
+(`missing`, `corrupt`) so a page can say so instead of failing.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from typing import Any
+
+from marin_lab.browser import graph
+from marin_lab.browser.errors import BadRequestError, ForbiddenPathError, NotFoundError
+from marin_lab.browser.explain import explain_step
+from marin_lab.browser.paths import Roots
+from marin_lab.browser.redact import redact
+from marin_lab.browser.storage import child, list_dir, load_json, parallel_map
+from marin_lab.io.fs import exists
+
+logger = logging.getLogger(__name__)
+
+_EXPERIMENT_ID = re.compile(r"[A-Za-z0-9._@+-]+")
+STATUSES = ("SUCCESS", "RUNNING", "WAITING", "FAILED", "DEP_FAILED")
+
+
+class Browser:
+    """The read side of one prefix: experiments, steps and their records."""
+
+    def __init__(self, prefix: str, roots: Roots):
+        self.roots = roots
+        self.prefix = roots.resolve(prefix)
+        self.local = "://" not in self.prefix
+
+    # ---- paths -------------------------------------------------------------------------------
+    def step_dir(self, step: dict) -> str | None:
+        """Where a step listed in an experiment lives, confined to the roots.
+
+        The recorded output path is used when it lies inside the roots; a prefix that was copied
+        or moved still works because identities never contain the prefix: `{prefix}/{identity}`.
+        """
+        candidates = []
+        recorded = step.get("output_path")
+        if isinstance(recorded, str) and recorded:
+            candidates.append(recorded)
+        identity = step.get("identity")
+        if isinstance(identity, str) and identity:
+            candidates.append(child(self.prefix, identity))
+        for candidate in candidates:
+            try:
+                return self.roots.resolve(candidate)
+            except (ForbiddenPathError, BadRequestError):
+                continue
+        return None
+
+    def status_of(self, step_dir: str | None) -> str:
+        """The latest status of a step folder, or MISSING / CORRUPT."""
+        if step_dir is None:
+            return "MISSING"
+        loaded = load_json(child(step_dir, ".executor_status"))
+        if loaded.state == "ok" and isinstance(loaded.value.get("status"), str):
+            return loaded.value["status"]
+        if loaded.state == "corrupt":
+            return "CORRUPT"
+        info = load_json(child(step_dir, ".executor_info"))
+        if info.state == "ok" and isinstance(info.value.get("status"), str):
+            return info.value["status"]
+        return "CORRUPT" if info.state == "corrupt" else "MISSING"
+
+    # ---- experiments -------------------------------------------------------------------------
+    def experiment_files(self) -> list[dict]:
+        folder = child(self.prefix, "experiments")
+        return [e for e in list_dir(folder) if e["type"] == "file" and e["name"].endswith(".json")]
+
+    def experiments(self) -> list[dict]:
+        """Every experiment under the prefix, newest first, with counts of its steps' statuses."""
+        files = self.experiment_files()
+        loaded = parallel_map(lambda e: load_json(child(self.prefix, "experiments", e["name"])), files, local=self.local)
+        all_dirs: dict[str, str | None] = {}
+        for item in loaded:
+            if item.state == "ok":
+                for step in _steps_of(item.value):
+                    all_dirs.setdefault(_step_key(step), self.step_dir(step))
+        keys = list(all_dirs)
+        statuses = dict(zip(keys, parallel_map(lambda k: self.status_of(all_dirs[k]), keys, local=self.local)))
+        out = []
+        for entry, item in zip(files, loaded):
+            exp_id = entry["name"][: -len(".json")]
+            summary: dict[str, Any] = {"id": exp_id, "file": item.url, **item.as_json()}
+            if item.state == "ok":
+                exp = item.value
+                steps = _steps_of(exp)
+                summary.update(
+                    name=_text(exp.get("name")) or exp_id,
+                    script=_text(exp.get("script")),
+                    description=_text(exp.get("description")),
+                    created=_text(exp.get("created")),
+                    hash=_text(exp.get("hash")),
+                    steps=len(steps),
+                    status_counts=dict(Counter(statuses[_step_key(s)] for s in steps)),
+                )
+            else:
+                summary.update(name=exp_id, created=None, steps=0, status_counts={})
+            out.append(summary)
+        # ISO-8601 strings sort by time; experiments without a time go last.
+        out.sort(key=lambda s: (s.get("created") or "", s["id"]), reverse=True)
+        return out
+
+    def experiment(self, exp_id: str) -> dict:
+        """One experiment with every step's status and a layout of its DAG."""
+        if not _EXPERIMENT_ID.fullmatch(exp_id or ""):
+            raise BadRequestError(f"experiment id {exp_id!r} is not a file name under experiments/")
+        loaded = load_json(child(self.prefix, "experiments", f"{exp_id}.json"))
+        if loaded.state == "missing":
+            raise NotFoundError(f"no experiment {exp_id!r} under {self.prefix}/experiments/")
+        result: dict[str, Any] = {"id": exp_id, "file": loaded.url, **loaded.as_json()}
+        if loaded.state != "ok":
+            result.update(steps=[], graph=graph.layout([], {}), status_counts={})
+            return result
+        exp = loaded.value
+        steps = _steps_of(exp)
+        dirs = [self.step_dir(s) for s in steps]
+        statuses = parallel_map(self.status_of, dirs, local=self.local)
+        keys = [_step_key(s) for s in steps]
+        deps = {k: [d for d in _deps_of(s)] for k, s in zip(keys, steps)}
+        dependents: dict[str, list[str]] = {}
+        for key in keys:
+            for dep in deps[key]:
+                dependents.setdefault(dep, []).append(key)
+        known = set(keys)
+        rows = []
+        for key, step, step_dir, status in zip(keys, steps, dirs, statuses):
+            rows.append({
+                "key": key,
+                "name": _text(step.get("name")) or key,
+                "identity": _text(step.get("identity")),
+                "fn": _text(step.get("fn")),
+                "output_path": step_dir,
+                "status": status,
+                "dependencies": deps[key],
+                "external_dependencies": [d for d in deps[key] if d not in known],
+                "dependents": dependents.get(key, []),
+            })
+        result.update(
+            name=_text(exp.get("name")) or exp_id,
+            script=_text(exp.get("script")),
+            description=_text(exp.get("description")),
+            created=_text(exp.get("created")),
+            hash=_text(exp.get("hash")),
+            command_line=exp.get("command_line") if isinstance(exp.get("command_line"), list) else None,
+            git=redact(exp.get("git")) if isinstance(exp.get("git"), dict) else None,
+            steps=rows,
+            status_counts=dict(Counter(statuses)),
+            graph=graph.layout(keys, deps),
+        )
+        return result
+
+    # ---- steps -------------------------------------------------------------------------------
+    def step(self, path: str, exp_id: str | None = None) -> dict:
+        """A step folder's record, status, explain diff, and links to its neighbours."""
+        step_dir = self.roots.resolve(path)
+        if step_dir.rstrip("/").endswith("/.executor_info"):
+            step_dir = step_dir.rstrip("/")[: -len("/.executor_info")]
+        info = load_json(child(step_dir, ".executor_info"))
+        status = load_json(child(step_dir, ".executor_status"))
+        if info.state == "missing" and status.state == "missing" and not list_dir(step_dir):
+            raise NotFoundError(f"no step at {step_dir}: the folder is empty or missing")
+        record = redact(info.value) if info.state == "ok" else None
+        out: dict[str, Any] = {
+            "output_path": step_dir,
+            "info": info.as_json(),
+            "record": record,
+            "status_file": {**status.as_json(), "value": status.value},
+            "status": self.status_of(step_dir),
+        }
+        name = _text(record.get("name")) if record else None
+        identity = _text(record.get("identity")) if record else None
+        if identity is None:
+            identity = step_dir.rstrip("/")[len(self.prefix) + 1:] if step_dir.startswith(self.prefix + "/") else None
+        out["name"] = name
+        out["identity"] = identity
+        out["dependencies"] = self._dependencies(record)
+        out["dependents"] = self._dependents(identity, exp_id) if identity else []
+        out["explain"] = explain_step(self.prefix, record, self.roots) if record else None
+        # Two existence checks, not a listing: a data step's folder can hold thousands of shards.
+        out["has_metrics"], out["has_results"] = parallel_map(
+            exists, [child(step_dir, "metrics.jsonl"), child(step_dir, "results.json")], local=self.local)
+        return out
+
+    def _dependencies(self, record: dict | None) -> list[dict]:
+        if not record or not isinstance(record.get("dependencies"), list):
+            return []
+        deps = [d for d in record["dependencies"] if isinstance(d, dict)]
+        dirs = [self.step_dir(d) for d in deps]
+        statuses = parallel_map(self.status_of, dirs, local=self.local)
+        return [
+            {"name": _text(d.get("name")), "identity": _text(d.get("identity")), "output_path": p, "status": s}
+            for d, p, s in zip(deps, dirs, statuses)
+        ]
+
+    def _dependents(self, identity: str, exp_id: str | None) -> list[dict]:
+        """Steps whose dependencies include `identity`, from the experiment files (all, or one)."""
+        if exp_id:
+            if not _EXPERIMENT_ID.fullmatch(exp_id):
+                raise BadRequestError(f"experiment id {exp_id!r} is not a file name under experiments/")
+            names = [f"{exp_id}.json"]
+        else:
+            names = [e["name"] for e in self.experiment_files()]
+        loaded = parallel_map(lambda n: load_json(child(self.prefix, "experiments", n)), names, local=self.local)
+        found: dict[str, dict] = {}
+        for item in loaded:
+            if item.state != "ok":
+                continue
+            for step in _steps_of(item.value):
+                if identity in _deps_of(step) and _step_key(step) not in found:
+                    found[_step_key(step)] = step
+        steps = list(found.values())
+        dirs = [self.step_dir(s) for s in steps]
+        statuses = parallel_map(self.status_of, dirs, local=self.local)
+        return [
+            {"name": _text(s.get("name")), "identity": _text(s.get("identity")), "output_path": p, "status": st}
+            for s, p, st in zip(steps, dirs, statuses)
+        ]
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _steps_of(exp: dict) -> list[dict]:
+    steps = exp.get("steps")
+    return [s for s in steps if isinstance(s, dict)] if isinstance(steps, list) else []
+
+
+def _step_key(step: dict) -> str:
+    return _text(step.get("identity")) or _text(step.get("output_path")) or _text(step.get("name")) or "?"
+
+
+def _deps_of(step: dict) -> list[str]:
+    deps = step.get("dependencies")
+    if not isinstance(deps, list):
+        return []
+    out = []
+    for dep in deps:
+        # The experiment file lists identities; tolerate the record's {"identity": ...} form too.
+        if isinstance(dep, str):
+            out.append(dep)
+        elif isinstance(dep, dict) and isinstance(dep.get("identity"), str):
+            out.append(dep["identity"])
+    return out

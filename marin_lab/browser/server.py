@@ -1,0 +1,275 @@
+"""The data browser's web server: a read-only JSON API under /api/ and one static page.
+
+Run it with `marin-lab browse --prefix P` (or `python -m marin_lab.browser.server --prefix P`).
+It binds 127.0.0.1 by default, registers GET routes only, refuses paths outside its roots (403),
+answers a missing thing with 404 and a malformed query with 400. Storage is read through fsspec
+in worker threads so one slow bucket read does not stall other requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from marin_lab.browser.errors import BadRequestError, BrowserError, NotFoundError
+from marin_lab.browser.metrics import read_metrics, read_results
+from marin_lab.browser.paths import Roots
+from marin_lab.browser.preview import preview
+from marin_lab.browser.records import Browser
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+MAX_LIMIT = 500
+STATIC_FILES = {"app.js": "text/javascript", "app.css": "text/css", "index.html": "text/html"}
+# Data is rendered with textContent, and this policy is the second wall: no inline or foreign
+# script can run even if some string reached the DOM as markup.
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+_LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
+
+BROWSER_KEY: web.AppKey[Browser] = web.AppKey("browser", Browser)
+LOOPBACK_KEY: web.AppKey[bool] = web.AppKey("loopback_only", bool)
+
+
+def _json(value: Any, status: int = 200) -> web.Response:
+    body = json.dumps(value, ensure_ascii=False, default=str, allow_nan=False)
+    return web.Response(text=body, status=status, content_type="application/json",
+                        headers={"Cache-Control": "no-store"})
+
+
+def _is_loopback_host(host_header: str) -> bool:
+    host = host_header.rsplit(":", 1)[0] if not host_header.endswith("]") else host_header
+    if host.startswith("[") and "]" in host:
+        host = host[1 : host.index("]")]
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@web.middleware
+async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+    # A server on 127.0.0.1 can still be reached by a page on another site through DNS
+    # rebinding; such a request carries that site's name in Host, so refuse non-loopback names.
+    if request.app[LOOPBACK_KEY] and not _is_loopback_host(request.host or ""):
+        return _json({"error": f"host {request.host!r} refused: the browser serves localhost only",
+                      "status": 403}, status=403)
+    try:
+        response = await handler(request)
+    except BrowserError as err:
+        response = _json({"error": str(err), "status": err.status}, status=err.status)
+    except web.HTTPException as err:
+        if not request.path.startswith("/api/"):
+            raise
+        response = _json({"error": err.reason, "status": err.status}, status=err.status)
+    except Exception as err:  # a bug, not bad data: say so, and keep serving
+        logger.exception("browser: %s %s failed", request.method, request.path_qs)
+        response = _json({"error": f"internal error while serving {request.path}: {err!r}", "status": 500},
+                         status=500)
+    response.headers.setdefault("Content-Security-Policy", CSP)
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Referrer-Policy", "no-referrer")
+    response.headers.setdefault("X-Frame-Options", "DENY")
+    return response
+
+
+def _limit(request: web.Request, default: int) -> int:
+    raw = request.query.get("limit")
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as err:
+        raise BadRequestError(f"limit {raw!r} is not an integer") from err
+    if not 1 <= value <= MAX_LIMIT:
+        raise BadRequestError(f"limit {value} is outside 1..{MAX_LIMIT}")
+    return value
+
+
+def _browser(request: web.Request) -> Browser:
+    return request.app[BROWSER_KEY]
+
+
+async def _health(request: web.Request) -> web.Response:
+    b = _browser(request)
+    return _json({"ok": True, "prefix": b.prefix, "roots": list(b.roots.urls)})
+
+
+async def _experiments(request: web.Request) -> web.Response:
+    return _json({"prefix": _browser(request).prefix,
+                  "experiments": await asyncio.to_thread(_browser(request).experiments)})
+
+
+async def _experiment(request: web.Request) -> web.Response:
+    return _json(await asyncio.to_thread(_browser(request).experiment, request.match_info["exp_id"]))
+
+
+async def _step(request: web.Request) -> web.Response:
+    path = request.query.get("path", "")
+    return _json(await asyncio.to_thread(_browser(request).step, path, request.query.get("exp") or None))
+
+
+async def _file(request: web.Request) -> web.Response:
+    b = _browser(request)
+    url = b.roots.resolve(request.query.get("path", ""))
+    limit = _limit(request, 25)
+    return _json(await asyncio.to_thread(preview, url, request.query.get("cursor") or None, limit))
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    b = _browser(request)
+    step_dir = b.roots.resolve(request.query.get("path", ""))
+    metrics, results = await asyncio.gather(asyncio.to_thread(read_metrics, step_dir),
+                                            asyncio.to_thread(read_results, step_dir))
+    return _json({"output_path": step_dir, "metrics": metrics, "results": results})
+
+
+async def _api_not_found(request: web.Request) -> web.Response:
+    raise NotFoundError(f"no API route {request.path}; see docs/browser.md for the routes")
+
+
+def _static_text(name: str) -> bytes:
+    return resources.files("marin_lab.browser").joinpath("static", name).read_bytes()
+
+
+async def _index(request: web.Request) -> web.Response:
+    return web.Response(body=_static_text("index.html"), content_type="text/html", charset="utf-8")
+
+
+async def _favicon(request: web.Request) -> web.Response:
+    # Browsers ask for it on every page; an empty answer keeps their consoles clean.
+    return web.Response(status=204)
+
+
+async def _static(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    if name not in STATIC_FILES:
+        raise web.HTTPNotFound()
+    return web.Response(body=_static_text(name), content_type=STATIC_FILES[name], charset="utf-8")
+
+
+def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool = True) -> web.Application:
+    """The aiohttp application serving `prefix`; `roots` defaults to the prefix alone."""
+    confined = Roots.of(list(roots) if roots else [prefix])
+    app = web.Application(middlewares=[_guard])
+    app[BROWSER_KEY] = Browser(prefix, confined)
+    app[LOOPBACK_KEY] = loopback_only
+    # GET only: the browser never writes, so there is no route that could.
+    app.router.add_get("/", _index)
+    app.router.add_get("/static/{name}", _static)
+    app.router.add_get("/favicon.ico", _favicon)
+    app.router.add_get("/api/health", _health)
+    app.router.add_get("/api/experiments", _experiments)
+    app.router.add_get("/api/experiments/{exp_id}", _experiment)
+    app.router.add_get("/api/step", _step)
+    app.router.add_get("/api/file", _file)
+    app.router.add_get("/api/metrics", _metrics)
+    app.router.add_get("/api/{tail:.*}", _api_not_found)
+    return app
+
+
+def _is_loopback_bind(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def serve(prefix: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, roots: list[str] | None = None) -> None:
+    """Serve the browser for `prefix` until interrupted."""
+    if not _is_loopback_bind(host):
+        logger.warning("browser: binding %s exposes every file under %s to the network", host, prefix)
+    app = make_app(prefix, roots, loopback_only=_is_loopback_bind(host))
+    print(f"marin-lab browser: http://{host}:{port}/  (prefix {app[BROWSER_KEY].prefix})", flush=True)
+    web.run_app(app, host=host, port=port, print=None, access_log=None)
+
+
+@dataclass
+class RunningServer:
+    """A browser server on a background thread (tests, benchmarks); `stop()` shuts it down."""
+
+    url: str
+    _loop: asyncio.AbstractEventLoop
+    _runner: web.AppRunner
+    _thread: threading.Thread
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+
+    def __enter__(self) -> RunningServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_in_thread(prefix: str, roots: list[str] | None = None, host: str = DEFAULT_HOST,
+                    port: int = 0) -> RunningServer:
+    """Start a server on a free port (port=0) in a daemon thread and return once it listens."""
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(make_app(prefix, roots, loopback_only=_is_loopback_bind(host)), access_log=None)
+    ready: dict[str, Any] = {}
+    started = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(runner.setup())
+            site = web.TCPSite(runner, host, port)
+            loop.run_until_complete(site.start())
+            ready["port"] = runner.addresses[0][1]
+        except BaseException as err:  # hand the failure to the caller's thread
+            ready["error"] = err
+            started.set()
+            return
+        started.set()
+        loop.run_forever()
+        loop.close()
+
+    thread = threading.Thread(target=run, name="marin-lab-browser", daemon=True)
+    thread.start()
+    started.wait(timeout=60)
+    if "error" in ready:
+        raise ready["error"]
+    if "port" not in ready:
+        raise RuntimeError(f"the browser server for {prefix} did not start within 60 s")
+    return RunningServer(f"http://{host}:{ready['port']}", loop, runner, thread)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="marin-lab browse", description="Browse experiments, steps and data.")
+    parser.add_argument("--prefix", default=os.environ.get("MARIN_PREFIX"),
+                        help="the executor prefix to browse (local folder or gs://bucket/path); "
+                             "default $MARIN_PREFIX")
+    parser.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default 8765)")
+    parser.add_argument("--root", action="append", default=None,
+                        help="a folder the browser may read (repeatable); default: the prefix only")
+    args = parser.parse_args(argv)
+    if not args.prefix:
+        parser.error("no prefix: pass --prefix P or set MARIN_PREFIX")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    roots = args.root if args.root else None
+    if roots and args.prefix not in roots:
+        roots = [args.prefix, *roots]
+    serve(args.prefix, host=args.host, port=args.port, roots=roots)
+
+
+if __name__ == "__main__":
+    main()

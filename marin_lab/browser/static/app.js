@@ -1,0 +1,411 @@
+// marin_lab browser: one page, hash routes, data rendered with textContent only (never innerHTML),
+// so a document holding "<script>" is displayed as text and never runs.
+"use strict";
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const STATUSES = ["SUCCESS", "RUNNING", "WAITING", "FAILED", "DEP_FAILED", "MISSING", "CORRUPT"];
+const app = () => document.getElementById("app");
+
+// ---- DOM helpers ----------------------------------------------------------------------------
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = String(value);
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, String(value));
+  }
+  append(node, children);
+  return node;
+}
+function append(node, children) {
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (key === "text") node.textContent = String(value);
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, String(value));
+  }
+  for (const child of children.flat()) if (child) node.appendChild(child);
+  return node;
+}
+function badge(status, count) {
+  const s = STATUSES.includes(status) ? status : "WAITING";
+  return el("span", {class: `badge ${s}`, "data-status": status, text: count === undefined ? status : `${status} ${count}`});
+}
+function pretty(value) { return JSON.stringify(value, null, 2); }
+function pre(value, cls) { return el("pre", {class: cls || "", text: typeof value === "string" ? value : pretty(value)}); }
+function fmtBytes(n) {
+  if (typeof n !== "number") return "";
+  const units = ["B", "KB", "MB", "GB", "TB"]; let i = 0; let v = n;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return `${v.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+function kv(pairs) {
+  const dl = el("dl", {class: "kv"});
+  for (const [k, v] of pairs) {
+    if (v === null || v === undefined || v === "") continue;
+    dl.appendChild(el("dt", {text: k}));
+    dl.appendChild(el("dd", {}, v instanceof Node ? v : String(v)));
+  }
+  return dl;
+}
+function q(params) { return new URLSearchParams(params).toString(); }
+const links = {
+  experiment: id => `#/experiment/${encodeURIComponent(id)}`,
+  step: (path, exp) => `#/step?${q(exp ? {path, exp} : {path})}`,
+  file: (path, cursor, page) => `#/files?${q(Object.assign({path}, cursor ? {cursor, page: page || 1} : {}))}`,
+};
+function crumbs(...items) {
+  const nav = document.getElementById("crumbs");
+  nav.replaceChildren();
+  items.filter(Boolean).forEach(([label, href], i) => {
+    if (i) nav.appendChild(document.createTextNode(" / "));
+    nav.appendChild(href ? el("a", {href, text: label}) : el("span", {text: label}));
+  });
+}
+function setPage(...children) { app().replaceChildren(...children.flat().filter(Boolean)); }
+
+class ApiError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+async function api(path) {
+  const response = await fetch(path, {headers: {Accept: "application/json"}});
+  let body = null;
+  try { body = await response.json(); } catch (e) { body = null; }
+  if (!response.ok) throw new ApiError(response.status, (body && body.error) || response.statusText);
+  return body;
+}
+function showError(err) {
+  setPage(el("div", {class: "error", id: "error"},
+    el("strong", {text: err.status ? `HTTP ${err.status}: ` : "Error: "}), String(err.message || err)));
+}
+
+// ---- experiments list -----------------------------------------------------------------------
+async function renderExperiments() {
+  crumbs(["experiments", null]);
+  const data = await api("/api/experiments");
+  document.getElementById("prefix").textContent = data.prefix;
+  if (!data.experiments.length) {
+    setPage(el("h1", {text: "Experiments"}),
+      el("p", {class: "muted", text: `No experiments under ${data.prefix}/experiments/ yet. Run an experiment script, then reload.`}));
+    return;
+  }
+  const rows = data.experiments.map(exp => el("tr", {class: "experiment-row", "data-id": exp.id},
+    el("td", {}, el("a", {href: links.experiment(exp.id), class: "experiment-link", text: exp.name || exp.id}),
+      el("div", {class: "muted mono", text: exp.id})),
+    el("td", {class: "mono", text: exp.created || "—"}),
+    el("td", {class: "num", text: exp.steps}),
+    el("td", {}, exp.state !== "ok" ? badge("CORRUPT") : null,
+      Object.entries(exp.status_counts || {}).map(([s, n]) => badge(s, n))),
+    el("td", {}, exp.state !== "ok" ? el("span", {class: "muted", text: `${exp.state}: ${exp.error}`}) : (exp.description || ""))));
+  setPage(el("h1", {text: "Experiments"}),
+    el("table", {id: "experiments"},
+      el("thead", {}, el("tr", {}, ["Experiment", "Created", "Steps", "Status", "Description"].map(h => el("th", {text: h})))),
+      el("tbody", {}, rows)));
+}
+
+// ---- experiment page with the DAG -----------------------------------------------------------
+function drawGraph(exp) {
+  const g = exp.graph; const pad = 12; const w = g.node_width; const h = g.node_height;
+  const byKey = Object.fromEntries(exp.steps.map(s => [s.key, s]));
+  const root = svg("svg", {class: "dag", id: "dag", width: g.width + 2 * pad, height: g.height + 2 * pad,
+    viewBox: `${-pad} ${-pad} ${g.width + 2 * pad} ${g.height + 2 * pad}`, role: "img", "aria-label": "step graph"});
+  root.appendChild(svg("defs", {}, svg("marker", {id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5,
+    markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse"}, svg("path", {d: "M 0 0 L 10 5 L 0 10 z", fill: "#9aa3b2"}))));
+  const edges = svg("g", {class: "edges"});
+  for (const e of g.edges) {
+    const a = g.positions[e.from], b = g.positions[e.to];
+    const x1 = a.x + w, y1 = a.y + h / 2, x2 = b.x, y2 = b.y + h / 2, mx = (x1 + x2) / 2;
+    edges.appendChild(svg("path", {class: "edge", d: `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2} ${y2}`,
+      "marker-end": "url(#arrow)", "data-from": e.from, "data-to": e.to}));
+  }
+  root.appendChild(edges);
+  const nodes = svg("g", {class: "nodes"});
+  for (const [key, p] of Object.entries(g.positions)) {
+    const step = byKey[key];
+    const status = STATUSES.includes(step.status) ? step.status : "WAITING";
+    const label = step.name.length > 28 ? step.name.slice(0, 27) + "…" : step.name;
+    const href = step.output_path ? links.step(step.output_path, exp.id) : null;
+    const node = svg("g", {class: `node ${status}`, "data-key": key, "data-status": step.status,
+      transform: `translate(${p.x},${p.y})`, tabindex: 0, role: "link",
+      onclick: () => { if (href) location.hash = href; },
+      onkeydown: ev => { if (href && ev.key === "Enter") location.hash = href; }},
+      svg("title", {text: `${step.identity || step.name}\n${step.status}${step.fn ? "\n" + step.fn : ""}`}),
+      svg("rect", {width: w, height: h, fill: `var(--${status})`}),
+      svg("text", {x: 10, y: h / 2 + 4, text: label}));
+    nodes.appendChild(node);
+  }
+  root.appendChild(nodes);
+  return el("div", {class: "graph-wrap"}, root);
+}
+
+async function renderExperiment(id) {
+  crumbs(["experiments", "#/"], [id, null]);
+  const t0 = performance.now();
+  const exp = await api(`/api/experiments/${encodeURIComponent(id)}`);
+  const t1 = performance.now();
+  document.body.dataset.apiMs = (t1 - t0).toFixed(1);
+  const header = [el("h1", {text: exp.name || id})];
+  if (exp.state !== "ok") {
+    setPage(header, el("div", {class: "warn", id: "corrupt", text: `The experiment file ${exp.file} is ${exp.state}: ${exp.error}`}),
+      el("p", {}, el("a", {href: links.file(exp.file), text: "Open the file"})));
+    return;
+  }
+  const legend = el("div", {class: "legend"}, STATUSES.map(s => badge(s)));
+  const table = el("table", {id: "steps"},
+    el("thead", {}, el("tr", {}, ["Step", "Status", "Function", "Depends on"].map(h => el("th", {text: h})))),
+    el("tbody", {}, exp.steps.map(s => el("tr", {},
+      el("td", {}, s.output_path ? el("a", {href: links.step(s.output_path, exp.id), text: s.identity || s.name}) : (s.identity || s.name)),
+      el("td", {}, badge(s.status)),
+      el("td", {class: "mono", text: s.fn || ""}),
+      el("td", {class: "num", text: s.dependencies.length})))));
+  setPage(header,
+    kv([["script", exp.script], ["created", exp.created], ["hash", exp.hash], ["description", exp.description],
+        ["git", exp.git ? `${exp.git.commit || "?"}${exp.git.dirty ? " (dirty)" : ""}` : null],
+        ["command line", exp.command_line ? exp.command_line.join(" ") : null],
+        ["file", el("a", {href: links.file(exp.file), text: exp.file})]]),
+    el("p", {}, Object.entries(exp.status_counts).map(([s, n]) => badge(s, n))),
+    el("h2", {text: `Graph (${exp.steps.length} steps)`}), legend, drawGraph(exp),
+    // A long table costs more layout than the graph; fold it away on big experiments.
+    el("h2", {text: "Steps"}), exp.steps.length > 200 ? el("details", {}, el("summary", {text: `show all ${exp.steps.length} steps`}), table) : table);
+  // Timings for benchmarks/browser_latency.py: fetch+parse vs building the DOM.
+  document.body.dataset.renderMs = (performance.now() - t1).toFixed(1);
+}
+
+// ---- step page ------------------------------------------------------------------------------
+function stepLinks(items, exp) {
+  if (!items.length) return el("p", {class: "muted", text: "none"});
+  return el("ul", {}, items.map(d => el("li", {},
+    d.output_path ? el("a", {href: links.step(d.output_path, exp), text: d.identity || d.name}) : (d.identity || d.name),
+    " ", badge(d.status))));
+}
+function table(headers, rows, attrs) {
+  return el("table", attrs || {}, el("thead", {}, el("tr", {}, headers.map(h => el("th", {text: h})))),
+    el("tbody", {}, rows.map(r => el("tr", {}, r.map(c => c instanceof Node ? el("td", {}, c) : el("td", {text: c === null || c === undefined ? "" : c}))))));
+}
+function short(value) {
+  if (value === null || value === undefined) return "—";
+  const s = typeof value === "string" ? JSON.stringify(value) : JSON.stringify(value);
+  return s.length > 300 ? s.slice(0, 299) + "…" : s;
+}
+function explainTable(changes) {
+  const rows = [];
+  const walk = (list, depth, dep) => {
+    for (const c of list) {
+      rows.push(el("tr", {},
+        el("td", {class: "mono", text: "  ".repeat(depth) + (depth ? `↳ ${dep}: ` : "") + c.field}),
+        el("td", {class: c.change, text: c.change}),
+        el("td", {class: "mono", text: short(c.old)}),
+        el("td", {class: "mono", text: short(c.new)})));
+      if (c.because && c.because.changes) walk(c.because.changes, depth + 1, c.because.dependency);
+    }
+  };
+  walk(changes, 0, "");
+  return el("table", {id: "explain"}, el("thead", {}, el("tr", {}, ["Field", "Change", "Other version", "This step"].map(h => el("th", {text: h})))),
+    el("tbody", {}, rows));
+}
+
+async function renderStep(params) {
+  const path = params.get("path"); const exp = params.get("exp");
+  crumbs(["experiments", "#/"], exp ? [exp, links.experiment(exp)] : null, ["step", null]);
+  const step = await api(`/api/step?${q(exp ? {path, exp} : {path})}`);
+  crumbs(["experiments", "#/"], exp ? [exp, links.experiment(exp)] : null, [step.name || "step", null]);
+  const r = step.record;
+  const parts = [el("h1", {}, step.identity || step.output_path, " ", badge(step.status))];
+  if (step.info.state !== "ok") {
+    parts.push(el("div", {class: "warn", id: "record-problem", text: `The step record ${step.info.url} is ${step.info.state}: ${step.info.error}`}));
+  }
+  parts.push(kv([["name", step.name], ["output", el("a", {href: links.file(step.output_path), text: step.output_path})],
+    ["function", r && r.fn], ["description", r && r.description],
+    ["started", r && r.timings && r.timings.started], ["ended", r && r.timings && r.timings.ended],
+    ["duration", r && r.timings && typeof r.timings.duration_s === "number" ? `${r.timings.duration_s.toFixed(2)} s` : null]]));
+  parts.push(el("h2", {text: "Dependencies"}), stepLinks(step.dependencies, exp));
+  parts.push(el("h2", {text: "Dependents"}), stepLinks(step.dependents, exp));
+  if (step.has_metrics || step.has_results) parts.push(el("h2", {text: "Training and evaluation"}), el("div", {id: "metrics"}, el("p", {class: "muted", text: "Loading metrics…"})));
+  if (r) {
+    const hist = Array.isArray(r.status_history) ? r.status_history : [];
+    parts.push(el("h2", {text: "Status history"}), table(["Status", "Time", "Attempt", "Driver", "Message"],
+      hist.map(h => [badge(h.status), h.time, h.attempt, h.driver, h.message]), {id: "status-history"}));
+    const attempts = Array.isArray(r.attempts) ? r.attempts : [];
+    parts.push(el("h2", {text: "Attempts"}), table(["Attempt", "Kind", "Status", "Started", "Ended", "Error"],
+      attempts.map(a => [a.attempt, a.kind, a.status ? badge(a.status) : "", a.started, a.ended, a.error ? pre(a.error) : ""]), {id: "attempts"}));
+    parts.push(el("h2", {text: "What changed (explain)"}));
+    const ex = step.explain;
+    if (!ex || !ex.against) parts.push(el("p", {class: "muted", id: "explain-none", text: (ex && ex.message) || "no earlier version found"}));
+    else {
+      parts.push(el("p", {}, ex.newer ? "No earlier version of this step; compared with the newer version " : "Against the previous version ",
+        el("a", {href: links.step(ex.against_output_path, exp), text: ex.against}), ex.against_started ? ` (started ${ex.against_started})` : ""));
+      parts.push(ex.changes.length ? explainTable(ex.changes) : el("p", {class: "muted", text: ex.message}));
+    }
+    parts.push(el("h2", {text: "Version (hashed)"}), pre(r.version));
+    parts.push(el("h2", {text: "Config"}), pre(r.config));
+    if (r.unversioned && Object.keys(r.unversioned).length) parts.push(el("h2", {text: "Unversioned fields"}), pre(r.unversioned));
+    parts.push(el("h2", {text: "Provenance"}));
+    const env = r.environment || {};
+    parts.push(kv([["git commit", r.git && r.git.commit], ["git dirty", r.git ? String(!!r.git.dirty) : null],
+      ["python", env.python], ["host", env.host], ["platform", env.platform],
+      ["accelerators", env.accelerators ? JSON.stringify(env.accelerators) : null],
+      ["backend", typeof r.backend === "string" ? r.backend : (r.backend ? JSON.stringify(r.backend) : null)],
+      ["driver", typeof r.driver === "string" ? r.driver : (r.driver ? JSON.stringify(r.driver) : null)],
+      ["config fingerprint", r.config_fingerprint], ["resources", r.resources ? JSON.stringify(r.resources) : null]]));
+    if (r.hardware) parts.push(el("details", {}, el("summary", {text: "hardware"}), pre(r.hardware)));
+    if (env.packages) parts.push(el("details", {}, el("summary", {text: `packages (${Object.keys(env.packages).length})`}), pre(env.packages)));
+    if (env.env) parts.push(el("details", {}, el("summary", {text: "environment variables"}), pre(env.env, "env-vars")));
+    const m = r.manifest;
+    parts.push(el("h2", {text: "Output manifest"}));
+    if (m && Array.isArray(m.files)) {
+      parts.push(el("p", {class: "muted", text: `${m.count ?? m.files.length} files, ${fmtBytes(m.total_bytes)}`}));
+      parts.push(table(["File", "Size", "sha256"], m.files.slice(0, 2000).map(f => [
+        el("a", {href: links.file(`${step.output_path}/${f.path}`), class: "manifest-file", text: f.path}),
+        fmtBytes(f.size), el("span", {class: "mono", text: (f.sha256 || "").slice(0, 16)})]), {id: "manifest"}));
+    } else parts.push(el("p", {class: "muted", text: "no manifest (the step has not finished)"}));
+    if (r.result !== undefined && r.result !== null) parts.push(el("h2", {text: "Result"}), pre(r.result));
+  }
+  setPage(parts);
+  if (step.has_metrics || step.has_results) renderMetrics(step.output_path).catch(err => {
+    document.getElementById("metrics").replaceChildren(el("div", {class: "error", text: String(err.message || err)}));
+  });
+}
+
+function linePlot(title, points) {
+  const W = 380, H = 200, L = 56, R = 10, T = 10, B = 28;
+  const xs = points.map(p => p[0]), ys = points.map(p => p[1]);
+  const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
+  const sx = x => L + (x1 === x0 ? 0.5 : (x - x0) / (x1 - x0)) * (W - L - R);
+  const sy = y => T + (1 - (y1 === y0 ? 0.5 : (y - y0) / (y1 - y0))) * (H - T - B);
+  const fmt = v => Math.abs(v) >= 1e4 || (Math.abs(v) < 1e-2 && v !== 0) ? v.toExponential(2) : +v.toFixed(4);
+  const chart = svg("svg", {class: "chart", width: W, height: H, "data-metric": title, "data-points": points.length},
+    svg("line", {class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B}),
+    svg("line", {class: "axis", x1: L, y1: T, x2: L, y2: H - B}),
+    svg("text", {x: L - 4, y: T + 8, "text-anchor": "end", text: fmt(y1)}),
+    svg("text", {x: L - 4, y: H - B, "text-anchor": "end", text: fmt(y0)}),
+    svg("text", {x: L, y: H - 8, text: `step ${x0}`}),
+    svg("text", {x: W - R, y: H - 8, "text-anchor": "end", text: `${x1}`}),
+    svg("polyline", {points: points.map(p => `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" ")}));
+  return el("div", {class: "plot"}, el("div", {class: "title", text: title}), chart);
+}
+
+async function renderMetrics(path) {
+  const data = await api(`/api/metrics?${q({path})}`);
+  const box = document.getElementById("metrics");
+  const out = [];
+  const m = data.metrics;
+  if (m.state === "ok") {
+    const plots = ["loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu"].filter(k => m.series[k] && m.series[k].length);
+    out.push(el("div", {class: "plots", id: "plots"}, plots.map(k => linePlot(k, m.series[k]))));
+    out.push(el("p", {class: "muted", text: `${m.rows} logged steps${m.bad_lines ? `, ${m.bad_lines} unreadable lines skipped` : ""}`}));
+  } else if (m.state !== "missing") out.push(el("div", {class: "warn", text: `metrics: ${m.error}`}));
+  const res = data.results;
+  if (res.state === "ok") {
+    const v = res.value;
+    out.push(el("h3", {text: "Evaluation results"}));
+    const rows = [];
+    for (const [metric, byset] of Object.entries(v)) {
+      if (byset && typeof byset === "object") {
+        for (const [name, value] of Object.entries(byset)) {
+          if (value && typeof value === "object") rows.push([metric, name, value.accuracy ?? JSON.stringify(value), value.n ?? ""]);
+          else rows.push([metric, name, typeof value === "number" ? +value.toFixed(6) : String(value), ""]);
+        }
+      } else rows.push([metric, "", String(byset), ""]);
+    }
+    out.push(table(["Metric", "Set / task", "Value", "n"], rows, {id: "results"}));
+  } else if (res.state === "corrupt") out.push(el("div", {class: "warn", text: `results.json is corrupt: ${res.error}`}));
+  box.replaceChildren(...out);
+}
+
+// ---- file viewer ----------------------------------------------------------------------------
+function renderItems(page) {
+  switch (page.kind) {
+    case "directory":
+      return table(["Name", "Type", "Size"], page.items.map(e => [
+        el("a", {href: links.file(e.path), class: "entry", text: e.name + (e.type === "directory" ? "/" : "")}),
+        e.type, e.type === "file" ? fmtBytes(e.size) : ""]), {id: "listing"});
+    case "jsonl":
+      return el("div", {id: "documents"}, page.items.map(item => {
+        const head = el("div", {class: "head"}, `line ${item.line + 1}`);
+        if (item.error) return el("div", {class: "doc bad"}, head, el("div", {class: "warn", text: item.error}), pre(item.raw || ""));
+        const v = item.value;
+        if (v && typeof v === "object" && !Array.isArray(v) && typeof v.text === "string") {
+          const rest = Object.assign({}, v); delete rest.text; delete rest.id;
+          head.append(" · id ", el("span", {class: "mono", text: String(v.id ?? "")}),
+            item.truncated ? ` · text cut at ${v.text.length} of ${item.text_length} chars` : "");
+          return el("div", {class: "doc"}, head, el("pre", {class: "text doc-text", text: v.text}),
+            Object.keys(rest).length ? el("details", {}, el("summary", {text: "fields"}), pre(rest)) : null);
+        }
+        return el("div", {class: "doc"}, head, pre(v));
+      }));
+    case "parquet": {
+      const cols = page.schema.map(c => c.name);
+      return el("div", {}, el("p", {class: "muted", text: `${page.num_rows} rows in ${page.num_row_groups} row groups; row group ${page.row_group}, from row ${page.first_row}`}),
+        table(cols, page.items.map(row => cols.map(c => { const v = row[c]; const s = typeof v === "string" ? v : JSON.stringify(v); return s && s.length > 500 ? s.slice(0, 499) + "…" : s; })), {id: "rows"}),
+        el("details", {}, el("summary", {text: "schema"}), pre(page.schema)));
+    }
+    case "tokens":
+      return el("div", {id: "documents"},
+        el("p", {class: "muted", text: `${page.documents} documents, dtype ${page.dtype}, vocabulary ${page.vocab_size}, decoded with ${page.tokenizer}`}),
+        page.tokenizer_error ? el("div", {class: "warn", text: page.tokenizer_error}) : null,
+        page.items.map(d => el("div", {class: "doc"},
+          el("div", {class: "head", text: `document ${d.document} · ${d.tokens} tokens${d.truncated ? " (first 4096 decoded)" : ""}`}),
+          d.text !== undefined ? el("pre", {class: "text doc-text", text: d.text}) : null,
+          el("details", {}, el("summary", {text: "tokens"}),
+            el("div", {class: "pieces"}, (d.pieces || d.ids).map((p, i) => el("span", {title: String(d.ids[i]), text: String(p)})))))));
+    case "npy":
+      return el("div", {}, el("p", {class: "muted", text: `shape ${JSON.stringify(page.shape)}, dtype ${page.dtype}, from item ${page.first_index}`}),
+        page.error ? el("div", {class: "warn", text: page.error}) : null, pre((page.items || []).join(" ")));
+    case "json":
+      return pre(page.value, "json-view");
+    case "binary":
+      return el("div", {}, el("p", {class: "muted", text: page.message}), pre(page.hex));
+    default:
+      return pre(page.text || "", "text-view");
+  }
+}
+
+async function renderFile(params) {
+  const path = params.get("path"); const cursor = params.get("cursor"); const pageNo = Number(params.get("page") || 1);
+  const data = await api(`/api/file?${q(cursor ? {path, cursor} : {path})}`);
+  crumbs(["experiments", "#/"], ["files", null]);
+  const pager = el("div", {class: "pager"},
+    el("button", {id: "prev-page", disabled: pageNo <= 1 ? "" : null, onclick: () => history.back(), text: "← Previous"}),
+    el("span", {id: "page-number", text: `page ${pageNo}`}),
+    el("button", {id: "next-page", disabled: data.next_cursor ? null : "",
+      onclick: () => { location.hash = links.file(path, data.next_cursor, pageNo + 1); }, text: "Next page →"}));
+  setPage(el("h1", {class: "mono", text: data.path}),
+    el("p", {}, el("a", {href: links.file(data.parent), id: "parent-link", text: "↑ parent folder"}),
+      ` · ${data.kind}${data.compression ? ` (${data.compression})` : ""} · ${fmtBytes(data.size)}`),
+    data.error ? el("div", {class: "warn", text: data.error}) : null,
+    data.is_step ? el("p", {}, el("a", {href: links.step(data.path), id: "step-link", text: "Open this step's page"})) : null,
+    pager, el("div", {id: "viewer", "data-kind": data.kind}, renderItems(data)));
+}
+
+// ---- router ---------------------------------------------------------------------------------
+async function route() {
+  const hash = location.hash.replace(/^#/, "") || "/";
+  const [route, query] = hash.split("?", 2);
+  const params = new URLSearchParams(query || "");
+  document.body.dataset.ready = "0";
+  delete document.body.dataset.paintedMs;
+  try {
+    if (route === "/" || route === "") await renderExperiments();
+    else if (route.startsWith("/experiment/")) await renderExperiment(decodeURIComponent(route.slice("/experiment/".length)));
+    else if (route === "/step") await renderStep(params);
+    else if (route === "/files") await renderFile(params);
+    else throw new ApiError(404, `no page ${route}`);
+  } catch (err) {
+    showError(err);
+  }
+  document.body.dataset.ready = "1";
+  window.scrollTo(0, 0);
+  // After the next frame is painted: time since navigation (benchmarks read it; no effect on use).
+  requestAnimationFrame(() => setTimeout(() => { document.body.dataset.paintedMs = performance.now().toFixed(1); }, 0));
+}
+window.addEventListener("hashchange", route);
+window.addEventListener("DOMContentLoaded", route);
