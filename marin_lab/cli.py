@@ -127,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "cluster":  # its own parser, options and --help included
+        from marin_lab.cluster.cli import main as cluster_main
+
+        return int(cluster_main(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -285,10 +285,15 @@ class _RunnerHandle(StepHandle):
 
         def go() -> None:
             try:
-                self._outcome = ("ok", runner.run(fn, config, step_name=step_name))
+                result = runner.run(fn, config, step_name=step_name)
+                # Asked here, in the same thread: a runner shared by two steps answers for this one.
+                self._hardware = runner.hardware() if hasattr(runner, "hardware") else None
+                self._outcome = ("ok", result)
             except BaseException as err:  # noqa: BLE001
                 self._outcome = ("error", err)
             self._done.set()
+
+        self._hardware: dict[str, Any] | None = None
 
         self._thread = threading.Thread(target=go, name=f"runner:{step_name}", daemon=True)
         self._thread.start()
@@ -301,9 +306,8 @@ class _RunnerHandle(StepHandle):
         kind, value = self._outcome
         if kind == "ok":
             env = runtime_environment()
-            hw = self.runner.hardware() if hasattr(self.runner, "hardware") else None
-            if hw:
-                env["hardware"] = hw
+            if self._hardware:
+                env["hardware"] = self._hardware
             return value, env
         if isinstance(value, (PreemptedError, StepFailedError)):
             raise value

@@ -230,7 +230,9 @@ def _build(env: StepEnvironment, lock_hash: str, tmp: str, final: str) -> None:
                 lock_hash, len(requirements), ", locked by " + env.constraints if env.constraints else "", final)
     log_path = os.path.join(tempfile.gettempdir(), f"marin-env-build-{lock_hash}-{uuid.uuid4().hex[:8]}.log")
     try:
-        _run_logged([base_python, "-m", "venv", tmp], log_path, f"creating the venv with {base_python}")
+        # pip is only needed to install something; a bare venv is much faster to make.
+        venv = [base_python, "-m", "venv", tmp] + ([] if requirements else ["--without-pip"])
+        _run_logged(venv, log_path, f"creating the venv with {base_python}")
         python = environment_python(tmp)
         Path(tmp, "requirements.txt").write_text("".join(f"{r}\n" for r in requirements))
         cmd = [python, "-m", "pip", "install", "--no-input", "--progress-bar", "off"]

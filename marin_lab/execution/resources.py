@@ -51,7 +51,16 @@ def validate_resources(step_name: str, resources: Any) -> None:
             f"step '{step_name}': resources is a {type(resources).__name__}; give a dict of Ray options or "
             "an object with describe/validate/run/hardware (a StepRunner)"
         )
-    resources.validate()
+    try:
+        resources.validate()
+    except Exception as err:
+        if str(err).startswith("step '"):
+            raise
+        try:  # keep the runner's own error type; only say which step asked
+            named = type(err)(f"step '{step_name}': {err}")
+        except Exception:
+            named = StepDefinitionError(f"step '{step_name}': {err}")
+        raise named from err
 
 
 def describe_resources(resources: Any) -> dict[str, Any] | None:

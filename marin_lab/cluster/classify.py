@@ -1,0 +1,173 @@
+"""Deciding whether an error means "the hardware went away" (preemption) or "the step is broken".
+
+The two are retried from separate budgets, so the line matters: a lost node, actor, worker or
+object is a preemption (the same code on healthy hardware would have gone on), while an exception
+raised by the step function, an out-of-memory kill, a runtime-env failure or a timeout is a
+failure (retrying on the same kind of hardware repeats it). An ambiguous failure -- say a
+collective that broke because a peer VM was reclaimed -- becomes a preemption when the instance
+metadata says the VM was preempted; that probe is injected, so tests never touch the network.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import urllib.request
+from collections.abc import Callable
+from typing import Literal
+
+from marin_lab.cluster.errors import PreemptedError
+
+logger = logging.getLogger(__name__)
+
+ErrorKind = Literal["preemption", "failure"]
+PREEMPTION: ErrorKind = "preemption"
+FAILURE: ErrorKind = "failure"
+
+# Ray error class name -> kind. Names rather than classes so this module imports without Ray and
+# so that a class missing from an older Ray simply never matches.
+RAY_ERROR_KINDS: dict[str, ErrorKind] = {
+    # the process or machine running the work disappeared
+    "ActorDiedError": PREEMPTION,
+    "ActorUnavailableError": PREEMPTION,
+    "RayActorError": PREEMPTION,
+    "WorkerCrashedError": PREEMPTION,
+    "NodeDiedError": PREEMPTION,
+    "LocalRayletDiedError": PREEMPTION,
+    "ObjectLostError": PREEMPTION,
+    "OwnerDiedError": PREEMPTION,
+    "ObjectReconstructionFailedError": PREEMPTION,
+    "ObjectFetchTimedOutError": PREEMPTION,
+    "ActorPlacementGroupRemoved": PREEMPTION,
+    "TaskPlacementGroupRemoved": PREEMPTION,
+    "ActorUnschedulableError": PREEMPTION,
+    "TaskUnschedulableError": PREEMPTION,
+    "RpcError": PREEMPTION,
+    # the work itself is at fault, or retrying cannot help
+    "RayTaskError": FAILURE,
+    "OutOfMemoryError": FAILURE,
+    "ObjectStoreFullError": FAILURE,
+    "OutOfDiskError": FAILURE,
+    "RuntimeEnvSetupError": FAILURE,
+    "TaskCancelledError": FAILURE,
+    "GetTimeoutError": FAILURE,
+    "RaySystemError": FAILURE,
+    "CrossLanguageError": FAILURE,
+    "UnserializableException": FAILURE,
+}
+
+PreemptionProbe = Callable[[], bool]
+"""Returns True when this machine's instance metadata says it was preempted."""
+
+
+def _ray_kind(exc: BaseException) -> ErrorKind | None:
+    for cls in type(exc).__mro__:
+        kind = RAY_ERROR_KINDS.get(cls.__name__)
+        if kind is not None and cls.__module__.startswith("ray"):
+            return kind
+    return None
+
+
+def classify_error(exc: BaseException, *, probe: PreemptionProbe | None = None) -> ErrorKind:
+    """Map an exception from running a step to 'preemption' or 'failure'."""
+    if isinstance(exc, PreemptedError):
+        return PREEMPTION
+    # A step function (or a host wrapper) that raised PreemptedError arrives wrapped in RayTaskError.
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, PreemptedError):
+        return PREEMPTION
+    if getattr(exc, "actor_init_failed", False):
+        # The actor's constructor raised: that is our code or the environment, not lost hardware.
+        return FAILURE
+    kind = _ray_kind(exc)
+    if kind == PREEMPTION:
+        return PREEMPTION
+    if probe is not None and safe_probe(probe):
+        return PREEMPTION
+    return FAILURE
+
+
+def safe_probe(probe: PreemptionProbe) -> bool:
+    """Run a probe; a probe that breaks says 'not preempted' (we never invent preemptions)."""
+    try:
+        return bool(probe())
+    except Exception as err:  # noqa: BLE001 - the probe is best-effort by design
+        logger.warning("preemption probe %r failed (%s); treating as not preempted", probe, err)
+        return False
+
+
+GCE_PREEMPTED_URL = "http://metadata.google.internal/computeMetadata/v1/instance/preempted"
+
+
+def _urllib_fetch(url: str, timeout_s: float) -> str:
+    request = urllib.request.Request(url, headers={"Metadata-Flavor": "Google"})
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - fixed URL
+        return response.read().decode()
+
+
+def _on_gce() -> bool:
+    if os.environ.get("NO_GCE_CHECK", "").lower() in ("1", "true", "yes"):
+        return False
+    try:
+        with open("/sys/class/dmi/id/product_name") as f:
+            return "Google" in f.read()
+    except OSError:
+        return False
+
+
+class MetadataPreemptionProbe:
+    """Asks the GCE metadata server whether this VM was preempted; `fetch` is injectable for tests.
+
+    Off GCE (or with NO_GCE_CHECK=true) and without an injected `fetch`, it answers False without
+    any network access.
+    """
+
+    def __init__(
+        self,
+        url: str = GCE_PREEMPTED_URL,
+        *,
+        fetch: Callable[[str, float], str] | None = None,
+        timeout_s: float = 2.0,
+    ):
+        self.url = url
+        self.fetch = fetch
+        self.timeout_s = timeout_s
+
+    def __call__(self) -> bool:
+        if self.fetch is None and not _on_gce():
+            return False
+        text = (self.fetch or _urllib_fetch)(self.url, self.timeout_s)
+        return text.strip().upper() == "TRUE"
+
+    def __repr__(self) -> str:
+        return f"MetadataPreemptionProbe({self.url!r})"
+
+
+class FilePreemptionProbe:
+    """A probe that reads a flag file: simulated instance metadata for tests and drills."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __call__(self) -> bool:
+        try:
+            with open(self.path) as f:
+                return f.read().strip().upper() == "TRUE"
+        except FileNotFoundError:
+            return False
+
+    def __repr__(self) -> str:
+        return f"FilePreemptionProbe({self.path!r})"
+
+
+__all__ = [
+    "FAILURE",
+    "PREEMPTION",
+    "RAY_ERROR_KINDS",
+    "ErrorKind",
+    "FilePreemptionProbe",
+    "MetadataPreemptionProbe",
+    "PreemptionProbe",
+    "classify_error",
+    "safe_probe",
+]

@@ -1,0 +1,78 @@
+"""Errors raised by the cluster package.
+
+    MarinLabError                      (marin_lab.execution.errors, when present)
+    ├── PreemptedError                 the step lost its hardware; retried within the preemption budget
+    │   └── SliceCapacityTimeout       no whole slices came back within the wait
+    └── ClusterError
+        ├── TpuRequestError            a bad TPU request (unknown type, impossible slice count, ...)
+        ├── ClusterConfigError         a cluster config file that cannot be used (missing zone, ...)
+        ├── ProvisioningError          the TPU API reported FAILED or refused a request
+        ├── StepCancelled              the driver cancelled a running step (every host was stopped)
+        └── RetryBudgetExhausted       a step used up its failure or preemption budget
+
+`PreemptedError` and `MarinLabError` come from `marin_lab.execution.errors` when the lead's module
+defines them, so the executor's `except PreemptedError` catches ours; until then local stand-ins
+with the same names are used.
+"""
+
+from __future__ import annotations
+
+try:  # the executor owns the root of the tree; fall back while it is being written
+    from marin_lab.execution.errors import MarinLabError  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - depends on the lead's progress
+
+    class MarinLabError(Exception):  # type: ignore[no-redef]
+        """Root of marin_lab's errors (local stand-in until marin_lab.execution.errors exists)."""
+
+
+try:
+    from marin_lab.execution.errors import PreemptedError  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - depends on the lead's progress
+
+    class PreemptedError(MarinLabError):  # type: ignore[no-redef]
+        """The step's hardware went away (node, actor or worker lost, or the VM was preempted)."""
+
+
+class SliceCapacityTimeout(PreemptedError):
+    """Whole TPU slices did not become free in time; counted as a preemption (capacity was lost)."""
+
+
+class ClusterError(MarinLabError):
+    """Base of the cluster package's own errors."""
+
+
+class TpuRequestError(ClusterError, ValueError):
+    """A TPU request that can never be satisfied; raised before anything runs."""
+
+
+class ClusterConfigError(ClusterError, ValueError):
+    """A cluster config file that is incomplete or inconsistent."""
+
+
+class ProvisioningError(ClusterError):
+    """The TPU API refused a request or a queued resource ended FAILED."""
+
+
+class StepCancelled(ClusterError):
+    """The run was cancelled from the driver (e.g. the executor lost the step's lease)."""
+
+
+class RetryBudgetExhausted(ClusterError):
+    """A step failed more often than its budget allows; `attempts` holds every attempt's record."""
+
+    def __init__(self, message: str, attempts: list[dict]):
+        super().__init__(message)
+        self.attempts = attempts
+
+
+__all__ = [
+    "ClusterConfigError",
+    "ClusterError",
+    "MarinLabError",
+    "PreemptedError",
+    "ProvisioningError",
+    "RetryBudgetExhausted",
+    "SliceCapacityTimeout",
+    "StepCancelled",
+    "TpuRequestError",
+]

@@ -1,0 +1,310 @@
+"""What a step asks for: whole TPU slices, GPUs, or CPUs and memory.
+
+Each class implements the executor's StepRunner protocol (`describe`, `validate`, `run`,
+`hardware`) so `ExecutorStep(resources=TpuResources(tpu="v5e-256", slices=2))` works without the
+executor importing this package. `validate` is cheap and Ray-free: the executor calls it for every
+step before anything runs, so an impossible request fails the whole plan up front.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from marin_lab.cluster.classify import PREEMPTION, MetadataPreemptionProbe, PreemptionProbe, classify_error
+from marin_lab.cluster.errors import ClusterError, PreemptedError, TpuRequestError
+from marin_lab.cluster.tpu_types import TpuType, check_slice_count, parse_tpu_type
+
+logger = logging.getLogger(__name__)
+
+CLUSTER_CONFIG_ENV = "MARIN_CLUSTER_CONFIG"
+"""Environment variable naming the cluster config (infra/clusters/*.yaml) used to check capacity."""
+
+# hardware() should answer for the run that just finished in *this* thread: one TpuResources object
+# may be shared by several steps running concurrently in the executor's step threads. A caller in
+# another thread gets the object's most recent run.
+_LOCAL = threading.local()
+_LAST: dict[int, dict] = {}
+# Cancel events of the runs in progress, per resources object (cancel() stops all of them).
+_ACTIVE: dict[int, set[threading.Event]] = {}
+_ACTIVE_LOCK = threading.Lock()
+
+
+def _remember_hardware(owner: object, hardware: dict) -> None:
+    if not hasattr(_LOCAL, "hardware"):
+        _LOCAL.hardware = {}
+    _LOCAL.hardware[id(owner)] = hardware
+    _LAST[id(owner)] = hardware
+
+
+def _recall_hardware(owner: object) -> dict | None:
+    return getattr(_LOCAL, "hardware", {}).get(id(owner)) or _LAST.get(id(owner))
+
+
+def _require_ray(step_name: str):
+    import ray
+
+    if not ray.is_initialized():
+        raise ClusterError(
+            f"step {step_name!r}: Ray is not initialized; run the experiment with the ray backend "
+            f"(--backend ray) or call ray.init() first"
+        )
+    return ray
+
+
+def _as_preemption(err: BaseException, step_name: str, what: str) -> BaseException:
+    """Turn a lost-hardware Ray error into PreemptedError (chained); leave others untouched."""
+    if isinstance(err, PreemptedError) or classify_error(err) != PREEMPTION:
+        return err
+    first_line = (str(err).strip().splitlines() or [""])[0]
+    return PreemptedError(f"step {step_name!r} lost its {what}: {type(err).__name__}: {first_line}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuResources:
+    """Whole TPU slices: `TpuResources(tpu="v5e-256", slices=2)` or elastic `slices=[1, 2]`."""
+
+    tpu: str
+    """Slice type, e.g. 'v5e-256', 'v4-2048', 'v6e-8'."""
+    slices: int | Sequence[int] = 1
+    """How many slices; a list means any of these counts, the largest that is available wins."""
+    preemptible: bool = True
+    """Whether spot/preemptible capacity is acceptable (shown in the plan; used by provisioning)."""
+    max_cluster_slices: int | None = None
+    """The most slices of this type the cluster can ever hold; None: read the cluster config if any."""
+    cluster_config: str | None = None
+    """Cluster config file to check capacity against; default: $MARIN_CLUSTER_CONFIG if set."""
+    capacity_timeout_s: float = 3600.0
+    """How long one attempt waits for free slices before counting it as a preemption."""
+    elastic_wait_s: float = 60.0
+    """For a list of counts: how long to wait for the largest before taking what is free."""
+    megascale_port: int = 8081
+    """Port of the multislice coordinator on worker 0 of slice 0."""
+    env: Mapping[str, str] | None = None
+    """Extra environment variables set on every host."""
+    preemption_probe: PreemptionProbe | None = dataclasses.field(
+        default_factory=MetadataPreemptionProbe, compare=False)
+    """Asked on a host whose step raised: True turns the error into a preemption."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.slices, int) and isinstance(self.slices, Sequence):
+            object.__setattr__(self, "slices", tuple(self.slices))
+        if self.env is not None:
+            object.__setattr__(self, "env", tuple(sorted(dict(self.env).items())))
+
+    # -- request shape -------------------------------------------------------------------------
+    @property
+    def tpu_type(self) -> TpuType:
+        return parse_tpu_type(self.tpu)
+
+    @property
+    def slice_counts(self) -> tuple[int, ...]:
+        if isinstance(self.slices, tuple):
+            return tuple(sorted(set(self.slices)))
+        return (self.slices,)
+
+    def cluster_capacity(self) -> int | None:
+        """The most slices of this type the cluster can hold, if known."""
+        if self.max_cluster_slices is not None:
+            return self.max_cluster_slices
+        path = self.cluster_config or os.environ.get(CLUSTER_CONFIG_ENV)
+        if not path:
+            return None
+        from marin_lab.cluster.config import load_cluster_config
+
+        return load_cluster_config(path).max_slices(self.tpu_type.name)
+
+    def validate(self) -> None:
+        tpu = self.tpu_type
+        if isinstance(self.slices, tuple):
+            if not self.slices:
+                raise TpuRequestError(f"TpuResources({self.tpu!r}): slices=[] allows no slice count; give at least one")
+        elif isinstance(self.slices, bool) or not isinstance(self.slices, int):
+            raise TpuRequestError(f"TpuResources({self.tpu!r}): slices must be an int or a list of ints, "
+                                  f"got {self.slices!r}")
+        for count in self.slice_counts:
+            check_slice_count(tpu, count)
+        capacity = self.cluster_capacity()
+        if capacity is not None and self.slice_counts[0] > capacity:
+            source = "max_cluster_slices" if self.max_cluster_slices is not None else \
+                f"cluster config {self.cluster_config or os.environ.get(CLUSTER_CONFIG_ENV)}"
+            raise TpuRequestError(
+                f"TpuResources({self.tpu!r}) asks for {self.slice_counts[0]} slice(s) but the cluster can hold at "
+                f"most {capacity} ({source}); lower slices, allow fewer (slices=[1, ...]) or raise the "
+                f"cluster's max_slices for {tpu.name}"
+            )
+        if self.capacity_timeout_s <= 0 or self.elastic_wait_s < 0:
+            raise TpuRequestError(f"TpuResources({self.tpu!r}): capacity_timeout_s must be > 0 and "
+                                  f"elastic_wait_s >= 0")
+
+    def describe(self) -> dict:
+        tpu = self.tpu_type
+        return {
+            "kind": "tpu", "tpu": tpu.name,
+            "slices": list(self.slices) if isinstance(self.slices, tuple) else self.slices,
+            "hosts_per_slice": tpu.hosts, "chips_per_slice": tpu.chips, "chips_per_host": tpu.chips_per_host,
+            "preemptible": self.preemptible,
+        }
+
+    # -- running -------------------------------------------------------------------------------
+    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str) -> Any:
+        """Run fn once per host on whole slices; raise PreemptedError when hardware was lost."""
+        self.validate()
+        _require_ray(step_name)
+        from marin_lab.cluster.slice_runner import run_on_slices
+
+        capacity = self.cluster_capacity()
+        counts = [c for c in self.slice_counts if capacity is None or c <= capacity]
+        cancel = threading.Event()
+        with _ACTIVE_LOCK:
+            _ACTIVE.setdefault(id(self), set()).add(cancel)
+        try:
+            outcome = run_on_slices(
+                fn, config, tpu=self.tpu_type, slice_counts=counts, step_name=step_name,
+                probe=self.preemption_probe, capacity_timeout_s=self.capacity_timeout_s,
+                elastic_wait_s=self.elastic_wait_s, megascale_port=self.megascale_port,
+                extra_env=dict(self.env or ()), cancel=cancel,
+            )
+        except Exception as err:
+            converted = _as_preemption(err, step_name, f"{self.tpu} slice hosts")
+            if converted is err:
+                raise
+            raise converted from err
+        finally:
+            with _ACTIVE_LOCK:
+                _ACTIVE.get(id(self), set()).discard(cancel)
+        _remember_hardware(self, outcome.hardware)
+        return outcome.result
+
+    def cancel(self) -> None:
+        """Stop every run of this object in progress: all hosts' actors are killed, run() raises."""
+        with _ACTIVE_LOCK:
+            events = list(_ACTIVE.get(id(self), ()))
+        for event in events:
+            event.set()
+
+    def hardware(self) -> dict | None:
+        return _recall_hardware(self)
+
+
+def _call_with_location(fn: Callable[[Any], Any], config: Any) -> tuple[Any, dict]:
+    import socket
+
+    import ray
+
+    return fn(config), {"node_ip": ray.util.get_node_ip_address(), "hostname": socket.gethostname()}
+
+
+def _run_ray_task(owner: object, fn: Callable[[Any], Any], config: Any, options: dict, step_name: str,
+                  what: str) -> Any:
+    ray = _require_ray(step_name)
+    ref = ray.remote(_call_with_location).options(max_retries=0, **options).remote(fn, config)
+    try:
+        result, where = ray.get(ref)
+    except Exception as err:
+        converted = _as_preemption(err, step_name, what)
+        if converted is err:
+            raise
+        raise converted from err
+    _remember_hardware(owner, {**owner.describe(), **where})
+    return result
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuResources:
+    """CPUs and memory for a step that runs as one Ray task."""
+
+    cpus: float = 1.0
+    """CPU cores reserved for the task."""
+    memory_gb: float | None = None
+    """Memory reserved for the task (GiB); None reserves none."""
+
+    def validate(self) -> None:
+        if self.cpus < 0 or (self.memory_gb is not None and self.memory_gb <= 0):
+            raise ClusterError(f"CpuResources: cpus must be >= 0 and memory_gb > 0, got {self}")
+
+    def ray_options(self) -> dict:
+        opts: dict = {"num_cpus": self.cpus}
+        if self.memory_gb is not None:
+            opts["memory"] = int(self.memory_gb * 2**30)
+        return opts
+
+    def describe(self) -> dict:
+        return {"kind": "cpu", "cpus": self.cpus, "memory_gb": self.memory_gb}
+
+    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str) -> Any:
+        self.validate()
+        return _run_ray_task(self, fn, config, self.ray_options(), step_name, "CPU worker")
+
+    def hardware(self) -> dict | None:
+        return _recall_hardware(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuResources:
+    """GPUs on one node for a step that runs as one Ray task."""
+
+    gpus: float = 1.0
+    """GPUs reserved for the task."""
+    cpus: float = 1.0
+    """CPU cores reserved alongside."""
+    memory_gb: float | None = None
+    """Memory reserved for the task (GiB)."""
+    accelerator_type: str | None = None
+    """Ray accelerator type constraint, e.g. 'A100' or 'H100'."""
+
+    def validate(self) -> None:
+        if self.gpus <= 0 or self.cpus < 0 or (self.memory_gb is not None and self.memory_gb <= 0):
+            raise ClusterError(f"GpuResources: gpus must be > 0, cpus >= 0, memory_gb > 0, got {self}")
+
+    def ray_options(self) -> dict:
+        opts: dict = {"num_gpus": self.gpus, "num_cpus": self.cpus}
+        if self.memory_gb is not None:
+            opts["memory"] = int(self.memory_gb * 2**30)
+        if self.accelerator_type:
+            opts["accelerator_type"] = self.accelerator_type
+        return opts
+
+    def describe(self) -> dict:
+        return {"kind": "gpu", "gpus": self.gpus, "cpus": self.cpus, "memory_gb": self.memory_gb,
+                "accelerator_type": self.accelerator_type}
+
+    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str) -> Any:
+        self.validate()
+        return _run_ray_task(self, fn, config, self.ray_options(), step_name, "GPU worker")
+
+    def hardware(self) -> dict | None:
+        return _recall_hardware(self)
+
+
+_TPU_KEYS = {f.name for f in dataclasses.fields(TpuResources)}
+
+
+def resources_from_dict(spec: Mapping[str, Any]) -> TpuResources | GpuResources | CpuResources:
+    """Build a resource request from a dict: {"tpu": "v5e-256", "slices": 2}, {"gpus": 1}, {"cpus": 4}."""
+    spec = dict(spec)
+    if "tpu" in spec:
+        unknown = set(spec) - _TPU_KEYS
+        if unknown:
+            raise TpuRequestError(f"unknown TPU resource field(s) {sorted(unknown)}; known: {sorted(_TPU_KEYS)}")
+        resources: TpuResources | GpuResources | CpuResources = TpuResources(**spec)
+    else:
+        aliases = {"num_gpus": "gpus", "gpu": "gpus", "num_cpus": "cpus", "cpu": "cpus"}
+        spec = {aliases.get(k, k): v for k, v in spec.items()}
+        if "memory" in spec:  # Ray's option is in bytes
+            spec["memory_gb"] = spec.pop("memory") / 2**30
+        cls = GpuResources if "gpus" in spec else CpuResources
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(spec) - known
+        if unknown:
+            raise ClusterError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; known: {sorted(known)}")
+        resources = cls(**spec)
+    resources.validate()
+    return resources
+
+
+__all__ = ["CLUSTER_CONFIG_ENV", "CpuResources", "GpuResources", "TpuResources", "resources_from_dict"]

@@ -1,0 +1,307 @@
+"""Run a function once per host on whole TPU slices reserved through Ray.
+
+How a TPU slice looks to Ray (Ray's own TPU support sets this up on real TPU VMs, and the tests
+fake it with `ray.cluster_utils.Cluster`): every host of a slice carries a custom resource named
+after the slice (value 1) and `TPU: <chips on the host>`; the slice's first host also carries
+`TPU-<type>-head: 1`; Ray 2.4x+ adds the node labels `ray.io/tpu-slice-name` and
+`ray.io/tpu-worker-id`.
+
+One attempt goes like this:
+1. Reserve slices by starting one actor per wanted slice that asks for the head resource (this
+   also tells an autoscaler what to bring up). Wait until enough of them are placed; an elastic
+   request takes the largest allowed count that is placed after `elastic_wait_s`.
+2. Each head actor reports its slice name; the slice's other hosts get one actor each, pinned by
+   the slice-name resource plus the host's whole TPU count, so no host runs two.
+3. Every host runs `fn(config)` with TPU_WORKER_ID and, for more than one slice, the
+   MEGASCALE_* variables (the coordinator is worker 0 of slice 0).
+4. Results are gathered as they arrive; the first error kills every host's actor at once, so no
+   host keeps training alone, and is re-raised. All actors are killed at the end either way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import ray
+
+from marin_lab.cluster.classify import PreemptionProbe, safe_probe
+from marin_lab.cluster.errors import ClusterError, PreemptedError, SliceCapacityTimeout, StepCancelled
+from marin_lab.cluster.tpu_types import TpuType
+
+logger = logging.getLogger(__name__)
+
+NAMESPACE = "marin_lab"
+"""Ray namespace of the host actors; their names are `marin:{step}:{run_id}:s{slice}:h{host}`."""
+SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
+WORKER_ID_LABEL = "ray.io/tpu-worker-id"
+_STANDARD_RESOURCES = {"CPU", "GPU", "TPU", "memory", "object_store_memory"}
+
+
+class _SliceHost:
+    """One host's share of a step: runs `fn(config)` in a dedicated worker process."""
+
+    def where(self) -> dict:
+        ctx = ray.get_runtime_context()
+        labels = {}
+        try:
+            labels = dict(ctx.get_node_labels())
+        except Exception:  # noqa: BLE001 - older Rays have no labels; resources are the fallback
+            pass
+        return {"node_id": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(),
+                "hostname": socket.gethostname(), "pid": os.getpid(), "labels": labels}
+
+    def run(self, fn: Callable[[Any], Any], config: Any, env: Mapping[str, str],
+            probe: PreemptionProbe | None) -> Any:
+        # A dedicated actor process, so setting the environment affects only this host's work.
+        os.environ.update(env)
+        try:
+            return fn(config)
+        except Exception as err:
+            # The metadata lives on the host, so the host asks it before the error leaves.
+            if probe is not None and not isinstance(err, PreemptedError) and safe_probe(probe):
+                raise PreemptedError(
+                    f"host {env.get('TPU_WORKER_ID')} of slice {env.get('MARIN_SLICE_NAME')} was preempted "
+                    f"(instance metadata) while running: {type(err).__name__}: {err}"
+                ) from err
+            raise
+
+
+@dataclasses.dataclass
+class SliceRun:
+    """What one attempt used and produced."""
+
+    result: Any
+    """fn's return value on worker 0 of slice 0 (every host's values are in `host_results`)."""
+    host_results: list[Any]
+    hardware: dict
+
+
+def _slice_name_of(node_id: str, labels: Mapping[str, str], tpu: TpuType) -> str:
+    if labels.get(SLICE_NAME_LABEL):
+        return labels[SLICE_NAME_LABEL]
+    # No labels: the slice name is the node's one custom resource that is not a standard one.
+    for node in ray.nodes():
+        if node.get("NodeID") == node_id:
+            candidates = [
+                key for key, value in node.get("Resources", {}).items()
+                if key not in _STANDARD_RESOURCES and value == 1 and not key.startswith(("node:", "accelerator_type:"))
+                and key != tpu.head_resource and not key.startswith("TPU-")
+            ]
+            if len(candidates) == 1:
+                return candidates[0]
+            raise ClusterError(
+                f"cannot tell the slice name of node {node_id}: it has no {SLICE_NAME_LABEL!r} label and "
+                f"{len(candidates)} candidate slice resources {candidates}; give TPU hosts a slice-name label"
+            )
+    raise PreemptedError(f"node {node_id} holding a {tpu.name} slice head vanished while reserving it")
+
+
+def _check_cancel(cancel: threading.Event | None, step_name: str) -> None:
+    if cancel is not None and cancel.is_set():
+        raise StepCancelled(f"step {step_name!r}: cancelled; every host's work was stopped")
+
+
+def _kill_all(actors: Sequence[Any]) -> None:
+    for actor in actors:
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already dead is fine
+            pass
+
+
+def _await_hosts(s: dict, tpu: TpuType, step_name: str, t0: float, capacity_timeout_s: float, poll_s: float,
+                 cancel: threading.Event | None) -> None:
+    """Wait until every other host of a reserved slice has its actor placed."""
+    while s["where"]:
+        _check_cancel(cancel, step_name)
+        ready, _ = ray.wait(s["where"], num_returns=len(s["where"]), timeout=poll_s)
+        if len(ready) == len(s["where"]):
+            return
+        hosts, _ = _slice_census(tpu)
+        elapsed = time.monotonic() - t0
+        if hosts.get(s["name"], 0) < tpu.hosts or elapsed >= capacity_timeout_s:
+            raise SliceCapacityTimeout(
+                f"step {step_name!r}: slice {s['name']} has {hosts.get(s['name'], 0)} of {tpu.hosts} hosts alive and "
+                f"{1 + len(ready)} placed after {elapsed:.0f}s; a host was lost while reserving the slice"
+            )
+
+
+def run_on_slices(
+    fn: Callable[[Any], Any],
+    config: Any,
+    *,
+    tpu: TpuType,
+    slice_counts: Sequence[int],
+    step_name: str,
+    probe: PreemptionProbe | None = None,
+    capacity_timeout_s: float = 3600.0,
+    elastic_wait_s: float = 60.0,
+    megascale_port: int = 8081,
+    extra_env: Mapping[str, str] | None = None,
+    poll_s: float = 0.5,
+    cancel: threading.Event | None = None,
+) -> SliceRun:
+    """Reserve whole slices, run `fn(config)` once per host, and gather the results (see module doc)."""
+    counts = sorted(set(slice_counts))
+    want = counts[-1]
+    run_id = uuid.uuid4().hex[:8]
+    chips = tpu.chips_per_host
+    actors: list[Any] = []
+    t0 = time.monotonic()
+
+    def actor_opts(name: str, resources: dict) -> dict:
+        return {"name": name, "namespace": NAMESPACE, "num_cpus": 0, "max_restarts": 0,
+                "max_task_retries": 0, "resources": resources}
+
+    remote_host = ray.remote(_SliceHost)
+    try:
+        heads = [
+            remote_host.options(**actor_opts(f"marin:{step_name}:{run_id}:s{i}:h0",
+                                             {tpu.head_resource: 1, "TPU": chips})).remote()
+            for i in range(want)
+        ]
+        actors.extend(heads)
+        where_refs = [h.where.remote() for h in heads]
+        chosen, names, infos = _await_slices(where_refs, counts, tpu, step_name, t0, capacity_timeout_s,
+                                             elastic_wait_s, poll_s, cancel)
+        n_slices = len(chosen)
+        _kill_all([h for i, h in enumerate(heads) if i not in chosen])
+
+        # Slice layout: for each chosen slice, its name and every host's actor.
+        slices: list[dict] = []
+        for slice_id, head_index in enumerate(chosen):
+            info, name = infos[head_index], names[head_index]
+            others = [
+                remote_host.options(**actor_opts(f"marin:{step_name}:{run_id}:s{slice_id}:h{h}",
+                                                 {name: 1, "TPU": chips})).remote()
+                for h in range(1, tpu.hosts)
+            ]
+            actors.extend(others)
+            slices.append({"name": name, "actors": [heads[head_index], *others], "infos": [info],
+                           "where": [h.where.remote() for h in others]})
+        for s in slices:
+            _await_hosts(s, tpu, step_name, t0, capacity_timeout_s, poll_s, cancel)
+            s["infos"].extend(ray.get(s["where"]))
+            _assign_worker_ids(s)
+
+        coordinator_ip = slices[0]["infos"][_worker0_index(slices[0])]["ip"]
+        base_env = {k: str(v) for k, v in (extra_env or {}).items()}
+        fn_ref, config_ref = ray.put(fn), ray.put(config)
+        run_refs, owners = [], []
+        for slice_id, s in enumerate(slices):
+            hostnames = ",".join(info["ip"] for info in sorted(s["infos"], key=lambda i: i["worker_id"]))
+            for actor, info in zip(s["actors"], s["infos"]):
+                env = {**base_env, "TPU_WORKER_ID": str(info["worker_id"]), "TPU_WORKER_HOSTNAMES": hostnames,
+                       "MARIN_SLICE_NAME": s["name"], "MARIN_SLICE_ID": str(slice_id),
+                       "MARIN_NUM_SLICES": str(n_slices), "MARIN_STEP_NAME": step_name,
+                       "MARIN_RUN_ID": run_id, "MARIN_NUM_HOSTS": str(n_slices * tpu.hosts)}
+                if n_slices > 1:
+                    env.update({"MEGASCALE_COORDINATOR_ADDRESS": f"{coordinator_ip}:{megascale_port}",
+                                "MEGASCALE_NUM_SLICES": str(n_slices), "MEGASCALE_SLICE_ID": str(slice_id),
+                                "MEGASCALE_PORT": str(megascale_port)})
+                run_refs.append(actor.run.remote(fn_ref, config_ref, env, probe))
+                owners.append((slice_id, info["worker_id"]))
+        logger.info("step %r: running on %d x %s (%d hosts), coordinator %s", step_name, n_slices, tpu.name,
+                    len(run_refs), coordinator_ip)
+
+        results: dict[int, Any] = {}
+        pending = list(run_refs)
+        index_of = {ref: i for i, ref in enumerate(run_refs)}
+        while pending:
+            _check_cancel(cancel, step_name)
+            done, pending = ray.wait(pending, num_returns=1, timeout=poll_s)
+            for ref in done:
+                # ray.get raises the host's error; the finally below stops every other host.
+                results[index_of[ref]] = ray.get(ref)
+
+        order = sorted(range(len(run_refs)), key=lambda i: owners[i])
+        hardware = {
+            "kind": "tpu", "type": tpu.name, "slices": n_slices, "hosts": len(run_refs),
+            "hosts_per_slice": tpu.hosts, "chips": n_slices * tpu.chips,
+            "slice_names": [s["name"] for s in slices], "coordinator": f"{coordinator_ip}:{megascale_port}"
+            if n_slices > 1 else None,
+        }
+        return SliceRun(result=results[order[0]], host_results=[results[i] for i in order], hardware=hardware)
+    finally:
+        _kill_all(actors)
+
+
+def _slice_census(tpu: TpuType) -> tuple[dict[str, int], int]:
+    """Alive hosts per slice-name resource, and how many whole slices of `tpu` the cluster has now."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    hosts: dict[str, int] = {}
+    for node in nodes:
+        for key, value in node.get("Resources", {}).items():
+            if value == 1 and key not in _STANDARD_RESOURCES and not key.startswith(("node:", "TPU-")):
+                hosts[key] = hosts.get(key, 0) + 1
+    whole = 0
+    for node in nodes:
+        if node.get("Resources", {}).get(tpu.head_resource):
+            name = node.get("Labels", {}).get(SLICE_NAME_LABEL)
+            if name is None:
+                names = [k for k in node["Resources"] if k in hosts and not k.startswith("accelerator_type:")]
+                name = names[0] if len(names) == 1 else None
+            whole += int(name is not None and hosts.get(name, 0) >= tpu.hosts)
+    return hosts, whole
+
+
+def _await_slices(where_refs: list, counts: list[int], tpu: TpuType, step_name: str, t0: float,
+                  capacity_timeout_s: float, elastic_wait_s: float, poll_s: float,
+                  cancel: threading.Event | None = None) -> tuple[list[int], dict[int, str], dict[int, dict]]:
+    """Wait until enough head actors are placed on slices whose every host is alive.
+
+    Returns the indices of the chosen heads (slice 0 first), and each placed head's slice name and
+    location. A slice missing a host (partly reclaimed) does not count: its head stays reserved,
+    since nothing else could use that slice either. An elastic request stops waiting early once it
+    holds every whole slice the cluster has, else after `elastic_wait_s`.
+    """
+    want, names, infos = counts[-1], {}, {}
+    while True:
+        _check_cancel(cancel, step_name)
+        ready, _ = ray.wait(where_refs, num_returns=len(where_refs), timeout=poll_s)
+        for ref in ready:
+            i = where_refs.index(ref)
+            if i not in infos:
+                infos[i] = ray.get(ref)
+                names[i] = _slice_name_of(infos[i]["node_id"], infos[i]["labels"], tpu)
+        hosts, whole = _slice_census(tpu)
+        complete = [i for i in sorted(infos) if hosts.get(names[i], 0) >= tpu.hosts]
+        elapsed = time.monotonic() - t0
+        usable = [c for c in counts if c <= len(complete)]
+        if len(complete) >= want or (usable and (elapsed >= elastic_wait_s or len(complete) >= whole)):
+            return complete[: usable[-1]], names, infos
+        if elapsed >= capacity_timeout_s:
+            raise SliceCapacityTimeout(
+                f"step {step_name!r}: only {len(complete)} whole {tpu.name} slice(s) free after {elapsed:.0f}s, "
+                f"need {counts[0] if len(counts) > 1 else want}; the cluster is short of capacity (check "
+                f"`ray status` and `marin-lab cluster status`), or raise capacity_timeout_s"
+            )
+
+
+def _worker0_index(s: dict) -> int:
+    return next(i for i, info in enumerate(s["infos"]) if info["worker_id"] == 0)
+
+
+def _assign_worker_ids(s: dict) -> None:
+    """Use the hosts' own TPU worker ids when every host has one, else head=0 and the rest by IP."""
+    labelled = [info["labels"].get(WORKER_ID_LABEL) for info in s["infos"]]
+    if all(v is not None and str(v).isdigit() for v in labelled) and \
+            sorted(int(v) for v in labelled) == list(range(len(labelled))):
+        for info, v in zip(s["infos"], labelled):
+            info["worker_id"] = int(v)
+        return
+    s["infos"][0]["worker_id"] = 0
+    rest = sorted(range(1, len(s["infos"])), key=lambda i: (s["infos"][i]["ip"], s["infos"][i]["node_id"]))
+    for wid, i in enumerate(rest, start=1):
+        s["infos"][i]["worker_id"] = wid
+
+
+__all__ = ["NAMESPACE", "SliceRun", "run_on_slices"]

@@ -1,0 +1,345 @@
+"""The slice-aware runner on a fake multi-node TPU cluster: two v4-16 slices of two hosts each.
+
+Each fake host is a Ray node carrying what Ray's TPU support puts on a real TPU VM: `TPU: 4`, a
+resource named after its slice, the `TPU-v4-16-head` resource on the slice's first host, and the
+`ray.io/tpu-slice-name` / `ray.io/tpu-worker-id` labels. The training workload is
+`marin_lab.cluster.simulate.toy_train` (a deterministic numpy loop that checkpoints like the real
+trainer), so preemption drills finish in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+ray = pytest.importorskip("ray")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from marin_lab.cluster import (  # noqa: E402
+    CpuResources,
+    FilePreemptionProbe,
+    PreemptedError,
+    RetryBudget,
+    RetryBudgetExhausted,
+    SliceCapacityTimeout,
+    StepCancelled,
+    TpuResources,
+    run_with_budgets,
+)
+from marin_lab.cluster.simulate import ReportHostConfig, ToyTrainConfig, report_host, toy_train  # noqa: E402
+
+pytestmark = pytest.mark.ray
+TPU = "v4-16"  # 8 chips = 2 hosts of 4 chips
+
+
+def _host_args(slice_name: str, worker: int) -> dict:
+    resources = {"TPU": 4, slice_name: 1}
+    if worker == 0:
+        resources[f"TPU-{TPU}-head"] = 1
+    return {"num_cpus": 0, "resources": resources,
+            "labels": {"ray.io/tpu-slice-name": slice_name, "ray.io/tpu-worker-id": str(worker),
+                       "ray.io/tpu-pod-type": TPU}}
+
+
+class FakeTpuCluster:
+    def __init__(self) -> None:
+        # The Ray head doubles as slice-a's first host: one raylet fewer to start on 2 cores.
+        self.cluster = Cluster(initialize_head=True, head_node_args={
+            **_host_args("slice-a", 0), "num_cpus": 1, "include_dashboard": False,
+            # notice a removed node within ~1 s instead of the default ~30 s
+            "_system_config": {"health_check_initial_delay_ms": 0, "health_check_period_ms": 300,
+                               "health_check_failure_threshold": 3}})
+        self.hosts = {}
+        for slice_name, worker in (("slice-a", 1), ("slice-b", 0), ("slice-b", 1)):
+            self.add_host(slice_name, worker)
+        ray.init(address=self.cluster.address, logging_level="warning")
+
+    def add_host(self, slice_name: str, worker: int) -> None:
+        self.hosts[(slice_name, worker)] = self.cluster.add_node(**_host_args(slice_name, worker))
+
+    def remove_host(self, slice_name: str, worker: int) -> None:
+        self.cluster.remove_node(self.hosts.pop((slice_name, worker)), allow_graceful=False)
+
+    def shutdown(self) -> None:
+        ray.shutdown()
+        self.cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tpu_cluster():
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = FakeTpuCluster()
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+def _reference_digest(tmp_path, **overrides) -> bytes:
+    """Parameters of an unpreempted run, trained in-process (single writer, no Ray)."""
+    out = tmp_path / "reference"
+    out.mkdir()
+    toy_train(ToyTrainConfig(output_path=str(out), **overrides))
+    return np.load(out / "final_params.npy").tobytes()
+
+
+def _named_host_actor(step_name: str, suffix: str, timeout_s: float = 30.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            if entry["name"].startswith(f"marin:{step_name}:") and entry["name"].endswith(suffix):
+                return ray.get_actor(entry["name"], namespace=entry["namespace"])
+        time.sleep(0.1)
+    raise AssertionError(f"no host actor {suffix} for {step_name}")
+
+
+def _when_checkpoint(out, step: int, action) -> threading.Thread:
+    """Run `action` in the background once checkpoint `step` is complete (i.e. mid-training)."""
+    marker = os.path.join(out, "checkpoints", f"step-{step:06d}", "COMPLETE")
+
+    def watch():
+        deadline = time.monotonic() + 60
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        action()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def _run_with_retries(resources, config, step_name, budget=RetryBudget(preemption_retries=3)):
+    attempts: list[dict] = []
+    result = run_with_budgets(lambda _: resources.run(toy_train, config, step_name=step_name), budget,
+                              what=step_name, on_attempt=attempts.append)
+    return result, attempts
+
+
+def test_multislice_step_runs_once_per_host_with_multislice_env(tpu_cluster, tmp_path):
+    resources = TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60)
+    result = resources.run(report_host, ReportHostConfig(output_path=str(tmp_path)), step_name="layout")
+
+    reports = [json.loads((tmp_path / "hosts" / name).read_text()) for name in os.listdir(tmp_path / "hosts")]
+    assert len(reports) == 4 and len({r["pid"] for r in reports}) == 4  # exactly once per host
+    envs = [r["env"] for r in reports]
+    assert {(e["MARIN_SLICE_NAME"], e["TPU_WORKER_ID"]) for e in envs} == {
+        ("slice-a", "0"), ("slice-a", "1"), ("slice-b", "0"), ("slice-b", "1")}
+    assert sorted(e["MEGASCALE_SLICE_ID"] for e in envs) == ["0", "0", "1", "1"]
+    assert {e["MEGASCALE_NUM_SLICES"] for e in envs} == {"2"}
+    assert len({e["MEGASCALE_COORDINATOR_ADDRESS"] for e in envs}) == 1
+    assert {e["MEGASCALE_PORT"] for e in envs} == {"8081"}
+    # each slice id maps to one slice, and the worker-0 host of slice 0 answered
+    assert len({(e["MEGASCALE_SLICE_ID"], e["MARIN_SLICE_NAME"]) for e in envs}) == 2
+    assert result["env"]["MEGASCALE_SLICE_ID"] == "0" and result["env"]["TPU_WORKER_ID"] == "0"
+    hardware = resources.hardware()
+    assert hardware["type"] == TPU and hardware["slices"] == 2 and hardware["hosts"] == 4
+    assert sorted(hardware["slice_names"]) == ["slice-a", "slice-b"]
+
+
+def test_killed_host_actor_is_a_preemption_and_resumes_bit_identical(tpu_cluster, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    config = ToyTrainConfig(output_path=str(out), num_steps=40, step_sleep_s=0.03)
+    killer = _when_checkpoint(str(out), 10, lambda: ray.kill(_named_host_actor("train/kill", ":s1:h1")))
+    result, attempts = _run_with_retries(TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60), config, "train/kill")
+    killer.join()
+
+    assert [a["kind"] for a in attempts] == ["preemption", None]
+    assert 10 <= result["resumed_from"] < 40
+    assert np.load(out / "final_params.npy").tobytes() == _reference_digest(tmp_path, num_steps=40)
+
+
+@pytest.mark.slow
+def test_removed_node_is_a_preemption_waits_for_capacity_and_resumes(tpu_cluster, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    config = ToyTrainConfig(output_path=str(out), num_steps=40, step_sleep_s=0.05)
+    resources = TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60)
+    outcome: dict = {}
+
+    def train():
+        try:
+            outcome["result"], outcome["attempts"] = _run_with_retries(resources, config, "train/node")
+        except BaseException as err:  # noqa: BLE001 - re-raised in the test thread below
+            outcome["error"] = err
+
+    # Ray's test cluster adds nodes only from the main thread, so the drill runs here, training aside.
+    trainer = threading.Thread(target=train, daemon=True)
+    trainer.start()
+    marker = out / "checkpoints" / "step-000010" / "COMPLETE"
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    tpu_cluster.remove_host("slice-b", 1)
+    time.sleep(1.0)  # the next attempt must wait for slice-b to be whole again
+    tpu_cluster.add_host("slice-b", 1)
+    trainer.join(timeout=120)
+    if "error" in outcome:
+        raise outcome["error"]
+
+    assert [a["kind"] for a in outcome["attempts"]] == ["preemption", None]
+    assert 10 <= outcome["result"]["resumed_from"] < 40
+    assert np.load(out / "final_params.npy").tobytes() == _reference_digest(tmp_path, num_steps=40)
+
+
+@pytest.mark.slow
+def test_elastic_request_runs_on_the_slices_that_exist(tpu_cluster, tmp_path):
+    elastic = TpuResources(tpu=TPU, slices=[1, 2], elastic_wait_s=30, capacity_timeout_s=60)
+    elastic.run(report_host, ReportHostConfig(output_path=str(tmp_path / "both")), step_name="elastic/2")
+    assert elastic.hardware()["slices"] == 2
+
+    tpu_cluster.remove_host("slice-a", 1)  # slice-a is no longer whole
+    try:
+        result = elastic.run(report_host, ReportHostConfig(output_path=str(tmp_path / "one")),
+                             step_name="elastic/1")
+        assert elastic.hardware()["slices"] == 1 and elastic.hardware()["slice_names"] == ["slice-b"]
+        assert len(os.listdir(tmp_path / "one" / "hosts")) == 2
+        assert result["env"]["MARIN_NUM_SLICES"] == "1" and "MEGASCALE_NUM_SLICES" not in result["env"]
+
+        # a fixed request for two slices cannot be met now: it waits, then counts as lost capacity
+        fixed = TpuResources(tpu=TPU, slices=2, capacity_timeout_s=3)
+        with pytest.raises(SliceCapacityTimeout, match=r"only [01] whole v4-16 slice\(s\) free"):
+            fixed.run(report_host, ReportHostConfig(output_path=str(tmp_path / "none")), step_name="fixed/2")
+    finally:
+        tpu_cluster.add_host("slice-a", 1)
+
+
+def test_step_exception_uses_failure_budget_then_fails_with_traceback(tpu_cluster, tmp_path):
+    config = ToyTrainConfig(output_path=str(tmp_path), num_steps=10, raise_at_step=3)
+    budget = RetryBudget(preemption_retries=5, failure_retries=1)
+    with pytest.raises(RetryBudgetExhausted) as info:
+        _run_with_retries(TpuResources(tpu=TPU, slices=1, capacity_timeout_s=60), config, "train/bug", budget)
+    assert [a["kind"] for a in info.value.attempts] == ["failure", "failure"]
+    assert "simulated bug at step 3" in str(info.value)
+    assert "Traceback" in info.value.attempts[-1]["error"]
+
+
+def test_metadata_probe_turns_a_host_error_into_a_preemption(tpu_cluster, tmp_path):
+    flag = tmp_path / "preempted"
+    flag.write_text("TRUE")  # the simulated instance metadata says the VM was reclaimed
+    resources = TpuResources(tpu=TPU, slices=1, capacity_timeout_s=60, preemption_probe=FilePreemptionProbe(str(flag)))
+    config = ToyTrainConfig(output_path=str(tmp_path), num_steps=10, raise_at_step=2)
+    with pytest.raises(PreemptedError, match="preempted"):
+        resources.run(toy_train, config, step_name="train/probe")
+
+    flag.write_text("FALSE")
+    with pytest.raises(Exception, match="simulated bug") as info:
+        resources.run(toy_train, config, step_name="train/probe")
+    assert not isinstance(info.value, PreemptedError)
+
+
+def test_cpu_resources_run_as_a_ray_task(tpu_cluster, tmp_path):
+    resources = CpuResources(cpus=1)
+    result = resources.run(report_host, ReportHostConfig(output_path=str(tmp_path)), step_name="cpu")
+    assert result["pid"] != os.getpid()
+    assert resources.hardware()["kind"] == "cpu" and resources.hardware()["cpus"] == 1
+
+
+def test_cancel_stops_every_host(tpu_cluster, tmp_path):
+    resources = TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60)
+    config = ToyTrainConfig(output_path=str(tmp_path), num_steps=400, step_sleep_s=0.05)
+    outcome: dict = {}
+    runner = threading.Thread(target=lambda: outcome.update(
+        error=pytest.raises(StepCancelled, resources.run, toy_train, config, step_name="train/cancel")))
+    runner.start()
+    marker = tmp_path / "checkpoints" / "step-000005" / "COMPLETE"
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    resources.cancel()
+    runner.join(timeout=30)
+    assert "cancelled" in str(outcome["error"].value)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(
+            e["name"].startswith("marin:train/cancel:") for e in ray.util.list_named_actors(all_namespaces=True)):
+        time.sleep(0.1)
+    assert not [e for e in ray.util.list_named_actors(all_namespaces=True)
+                if e["name"].startswith("marin:train/cancel:")]
+
+
+@pytest.mark.slow
+def test_worker_exit_under_the_executor_is_a_preemption_and_a_new_driver_reuses_the_result(tpu_cluster, tmp_path):
+    """A host's worker exits mid-training (os._exit); the executor retries it from the preemption
+    budget, records the preemption and the hardware, and the result is bit-identical."""
+    from marin_lab.execution import Executor, ExecutorStep, this_output_path
+
+    step = ExecutorStep(
+        name="train/toy", fn=toy_train,
+        config=ToyTrainConfig(output_path=this_output_path(), num_steps=20, crash_at_step=12, crash_host=(1, 1),
+                              step_sleep_s=0.02),
+        resources=TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60))
+    Executor(prefix=str(tmp_path), backend="ray", max_preemption_retries=2).run([step])
+
+    [info_path] = list(tmp_path.glob("train/toy-*/.executor_info"))
+    info = json.loads(info_path.read_text())
+    assert info["status"] == "SUCCESS"
+    assert [a["kind"] for a in info["attempts"]] == ["preemption", None]
+    assert "ActorDiedError" in (info["attempts"][0]["error"] or "")
+    # the toy's hosts are not lock-stepped per step, so the writer may have checkpointed past 10
+    assert 10 <= info["result"]["resumed_from"] <= 20
+    assert info["resources"]["tpu"] == TPU and info["resources"]["slices"] == 2
+    assert '"hosts": 4' in json.dumps(info) and '"slice_names"' in json.dumps(info)
+    assert np.load(info_path.parent / "final_params.npy").tobytes() == _reference_digest(tmp_path, num_steps=20)
+
+    # the driver is gone; a new one (same experiment) finds the step done and runs nothing
+    report = Executor(prefix=str(tmp_path), backend="ray").run([step])
+    assert not report.executed
+
+
+_DRIVER = """
+import sys
+import ray
+from marin_lab.cluster import TpuResources
+from marin_lab.cluster.simulate import ToyTrainConfig, toy_train
+from marin_lab.execution import Executor, ExecutorStep, this_output_path
+
+def driver_step():
+    return ExecutorStep(name="train/driver", fn=toy_train, resources=TpuResources(tpu="v4-16", slices=2),
+                        config=ToyTrainConfig(output_path=this_output_path(), num_steps=60, step_sleep_s=0.05))
+
+if __name__ == "__main__":
+    ray.init(address=sys.argv[1], logging_level="warning")
+    Executor(prefix=sys.argv[2], backend="ray").run([driver_step()])
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_driver_is_started_again_and_the_tpu_step_resumes(tpu_cluster, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from marin_lab.execution import Executor
+
+    script = tmp_path / "driver.py"
+    script.write_text(_DRIVER)
+    prefix = tmp_path / "prefix"
+    driver = subprocess.Popen([sys.executable, str(script), tpu_cluster.cluster.address, str(prefix)])
+    try:
+        deadline = time.monotonic() + 120
+        while not list(prefix.glob("train/driver-*/checkpoints/step-000010/COMPLETE")):
+            assert driver.poll() is None and time.monotonic() < deadline, "the first driver never got to step 10"
+            time.sleep(0.1)
+        driver.send_signal(signal.SIGKILL)  # the driver dies mid-step; its host actors die with it
+    finally:
+        driver.kill()
+        driver.wait()
+
+    namespace: dict = {}
+    exec(compile(_DRIVER, "driver", "exec"), namespace)  # the same experiment, started again
+    report = Executor(prefix=str(prefix), backend="ray").run([namespace["driver_step"]()])
+    assert report.executed
+    [info_path] = list(prefix.glob("train/driver-*/.executor_info"))
+    info = json.loads(info_path.read_text())
+    assert info["status"] == "SUCCESS"
+    assert 10 <= info["result"]["resumed_from"] < 60
+    assert np.load(info_path.parent / "final_params.npy").tobytes() == _reference_digest(tmp_path, num_steps=60)
