@@ -27,16 +27,41 @@ _ENV_PREFIXES = ("MARIN", "RAY_", "JAX_", "XLA_", "TPU_", "CUDA_", "NVIDIA_", "H
                  "OMP_", "MKL_", "TOKENIZERS_", "MEGASCALE_", "GCSFS_", "STORAGE_EMULATOR_HOST")
 
 
+# Field names are judged word by word: `api_key`, `hf_token`, `db_password` are secrets, but a
+# tokenizer's `eos_token`, a count of `tokens` or the `tokenizer` itself are not.
+_SECRET_WORDS = {"key", "apikey", "secret", "password", "passwd", "credential", "credentials", "token"}
+_NOT_SECRET_BEFORE_TOKEN = {"eos", "bos", "pad", "unk", "sep", "cls", "mask", "special", "start", "end", "max",
+                            "min", "num", "n", "total", "first", "last", "image", "audio"}
+# Values that look like credentials, whatever field holds them (OpenAI, HF, GitHub, AWS, Google).
+_SECRET_VALUE = re.compile(r"(sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
+                           r"|AKIA[0-9A-Z]{16}|ya29\.[A-Za-z0-9_\-]{20,})")
+
+
 def is_secret_name(name: str) -> bool:
+    """For environment variables: any name containing KEY, TOKEN, SECRET, PASSWORD (DESIGN.md)."""
     return bool(SECRET_NAME.search(name))
 
 
+def is_secret_field(name: str) -> bool:
+    """For config and result fields: judged by words, so tokenizer settings survive."""
+    words = [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()) if w]
+    if not words:
+        return False
+    if any(w in _SECRET_WORDS - {"token"} for w in words):
+        return True
+    if words[-1] == "token":
+        return len(words) == 1 or words[-2] not in _NOT_SECRET_BEFORE_TOKEN
+    return False
+
+
 def redact(value: Any) -> Any:
-    """`value` (JSON data) with every secret-named dict key's value replaced."""
+    """`value` (JSON data) with secret-named fields and credential-looking strings replaced."""
     if isinstance(value, dict):
-        return {k: (REDACTED if is_secret_name(str(k)) else redact(v)) for k, v in value.items()}
+        return {k: (REDACTED if is_secret_field(str(k)) else redact(v)) for k, v in value.items()}
     if isinstance(value, list):
         return [redact(v) for v in value]
+    if isinstance(value, str) and _SECRET_VALUE.search(value):
+        return _SECRET_VALUE.sub(REDACTED, value)
     return value
 
 

@@ -1,0 +1,304 @@
+"""Document shards: JSON lines (`.jsonl`, `.jsonl.gz`, `.jsonl.zst`), one object per line.
+
+Every data step reads and writes documents through this module, so the bad-input policy lives in
+one place. A document is an object with at least `id` (str) and `text` (str); `source` and
+`metadata` are optional. Reading streams (a shard is never loaded whole) and checks each line;
+a bad line -- malformed JSON, a missing or non-string `id`/`text`, bytes that are not UTF-8, a
+gzip/zstd stream that ends early -- raises `BadRecordError` naming the file and line, or with
+`on_bad_record="skip"` is counted in a `ReadStats` by reason, so that a step can account for every
+input document in its return value.
+
+Writing is deterministic (same documents -> same bytes: sorted keys, gzip without a timestamp,
+single-threaded zstd at level 3) and atomic (see `marin_lab.io.fs.atomic_write_bytes`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import gzip
+import io
+import json
+import logging
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import IO
+
+import zstandard
+
+from marin_lab.io import fs as mfs
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BadRecordError",
+    "NoShardsError",
+    "ReadStats",
+    "DOCUMENT_PATTERNS",
+    "encode_documents",
+    "list_shards",
+    "read_documents",
+    "write_documents",
+]
+
+DOCUMENT_PATTERNS = ("*.jsonl", "*.jsonl.gz", "*.jsonl.zst")
+ON_BAD_RECORD = ("raise", "skip")
+# A handful of examples is enough to diagnose a bad shard without bloating step records.
+MAX_EXAMPLES = 5
+
+
+class BadRecordError(ValueError):
+    """A line of a document shard could not be read as a document."""
+
+    def __init__(self, path: str, line: int, reason: str, detail: str):
+        self.path = path
+        self.line = line
+        self.reason = reason
+        what_to_do = (
+            "re-create or re-download the file"
+            if reason == "truncated_stream"
+            else "fix or remove the line"
+        )
+        super().__init__(
+            f"{path}:{line}: bad record ({reason}): {detail}. To continue, {what_to_do}, or set "
+            f"on_bad_record='skip' to count and skip bad records."
+        )
+
+
+class NoShardsError(FileNotFoundError):
+    """An input folder holds no document shards."""
+
+
+@dataclass
+class ReadStats:
+    """Counts kept while reading documents; shared across shards by passing the same object."""
+
+    read: int = 0
+    """Documents returned."""
+    skipped: int = 0
+    """Bad records skipped (on_bad_record='skip')."""
+    skip_reasons: dict[str, int] = field(default_factory=dict)
+    """Skipped records by reason: bad_json, not_an_object, missing_text, missing_id, bad_utf8,
+    truncated_stream."""
+    examples: list[str] = field(default_factory=list)
+    """The first few skip messages (file:line: reason), for the step record."""
+
+    def add_skip(self, err: BadRecordError) -> None:
+        self.skipped += 1
+        self.skip_reasons[err.reason] = self.skip_reasons.get(err.reason, 0) + 1
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append(f"{err.path}:{err.line}: {err.reason}")
+
+    def merge(self, other: ReadStats) -> None:
+        self.read += other.read
+        self.skipped += other.skipped
+        for reason, n in other.skip_reasons.items():
+            self.skip_reasons[reason] = self.skip_reasons.get(reason, 0) + n
+        self.examples.extend(other.examples[: max(0, MAX_EXAMPLES - len(self.examples))])
+
+    def to_dict(self) -> dict:
+        return {
+            "read": self.read,
+            "skipped": self.skipped,
+            "skip_reasons": dict(sorted(self.skip_reasons.items())),
+            "examples": list(self.examples),
+        }
+
+
+def _compression(path: str) -> str | None:
+    if path.endswith(".gz"):
+        return "gzip"
+    if path.endswith(".zst") or path.endswith(".zstd"):
+        return "zstd"
+    return None
+
+
+def _open_decompressed(raw: IO[bytes], compression: str | None) -> IO[bytes]:
+    if compression == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if compression == "zstd":
+        return _CheckedZstdReader(raw)
+    return raw
+
+
+class _CheckedZstdReader(io.RawIOBase):
+    """Decompresses a stream of zstd frames; raises EOFError if the input ends inside a frame.
+
+    zstandard's own stream reader returns b"" at the end of the compressed input even when the
+    last frame is incomplete, so a truncated upload would read as a shorter, valid shard.
+    """
+
+    _CHUNK = 1 << 20
+
+    def __init__(self, raw: IO[bytes]):
+        self._raw = raw
+        self._dctx = zstandard.ZstdDecompressor()
+        self._dobj = self._dctx.decompressobj()
+        self._in_frame = False
+        self._pending = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not len(self._pending):
+            chunk = self._raw.read(self._CHUNK)
+            if not chunk:
+                if self._in_frame:
+                    raise EOFError("zstd stream ended before the end of its last frame")
+                return 0
+            self._feed(chunk)
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]  # a view: no copy of the rest
+        return n
+
+    def _feed(self, chunk: bytes) -> None:
+        out = []
+        while chunk:
+            self._in_frame = True
+            out.append(self._dobj.decompress(chunk))
+            if self._dobj.eof:
+                self._in_frame = False
+                chunk = self._dobj.unused_data
+                self._dobj = self._dctx.decompressobj()
+            else:
+                chunk = b""
+        self._pending = memoryview(b"".join(out))
+
+
+def _check_document(obj: object) -> tuple[str, str] | None:
+    """(reason, detail) when `obj` is not a document, else None."""
+    if not isinstance(obj, dict):
+        return "not_an_object", f"expected a JSON object, got {type(obj).__name__}"
+    if "text" not in obj:
+        return "missing_text", "no 'text' field"
+    if not isinstance(obj["text"], str):
+        return "missing_text", f"'text' is {type(obj['text']).__name__}, expected str"
+    if "id" not in obj:
+        return "missing_id", "no 'id' field"
+    if not isinstance(obj["id"], str):
+        return "missing_id", f"'id' is {type(obj['id']).__name__}, expected str"
+    return None
+
+
+def read_documents(
+    path: str, *, on_bad_record: str = "raise", stats: ReadStats | None = None
+) -> Iterator[dict]:
+    """Stream the documents of one shard, checking each line (see the module docstring)."""
+    if on_bad_record not in ON_BAD_RECORD:
+        raise ValueError(f"on_bad_record={on_bad_record!r}: expected one of {ON_BAD_RECORD}")
+    stats = stats if stats is not None else ReadStats()
+    fs, fpath = mfs.fs_and_path(path)
+
+    def bad(line: int, reason: str, detail: str) -> None:
+        err = BadRecordError(path, line, reason, detail)
+        if on_bad_record == "raise":
+            raise err
+        stats.add_skip(err)
+        logger.debug("skipping %s", err)
+
+    with fs.open(fpath, "rb") as raw:
+        stream = _open_decompressed(raw, _compression(path))
+        reader = io.BufferedReader(stream, buffer_size=1 << 20) if not isinstance(
+            stream, io.BufferedIOBase
+        ) else stream
+        lineno = 0
+        while True:
+            try:
+                line = reader.readline()
+            except (EOFError, gzip.BadGzipFile, zlib.error, zstandard.ZstdError, OSError) as err:
+                bad(lineno + 1, "truncated_stream", f"compressed stream is corrupt or ends early ({err})")
+                return
+            if not line:
+                return
+            lineno += 1
+            if not line.strip():
+                continue  # blank lines are not documents
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                bad(lineno, "bad_utf8", f"not UTF-8 at byte {err.start}")
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as err:
+                bad(lineno, "bad_json", f"malformed JSON ({err.msg} at column {err.colno})")
+                continue
+            problem = _check_document(obj)
+            if problem is not None:
+                bad(lineno, *problem)
+                continue
+            stats.read += 1
+            yield obj
+
+
+def encode_documents(docs: Iterable[dict]) -> tuple[bytes, int]:
+    """Uncompressed JSON-lines bytes of `docs` (sorted keys, UTF-8 as is) and their count."""
+    buf = io.StringIO()
+    n = 0
+    for doc in docs:
+        buf.write(json.dumps(doc, ensure_ascii=False, sort_keys=True))
+        buf.write("\n")
+        n += 1
+    return buf.getvalue().encode("utf-8"), n
+
+
+def compress_for(path: str, data: bytes) -> bytes:
+    """`data` compressed as `path`'s extension says, deterministically."""
+    compression = _compression(path)
+    if compression == "gzip":
+        return gzip.compress(data, compresslevel=6, mtime=0)
+    if compression == "zstd":
+        return zstandard.ZstdCompressor(level=3, threads=0).compress(data)
+    return data
+
+
+def write_documents(path: str, docs: Iterable[dict]) -> int:
+    """Write `docs` to `path` atomically (compression from the extension); returns the count."""
+    data, n = encode_documents(docs)
+    mfs.atomic_write_bytes(path, compress_for(path, data))
+    return n
+
+
+def _protocol_of(url: str) -> str:
+    return url.split("://", 1)[0] + "://" if "://" in url else ""
+
+
+def list_shards(input_path: str, patterns: Iterable[str] = DOCUMENT_PATTERNS) -> list[str]:
+    """Every document shard under `input_path` (recursively), sorted; hidden files are ignored."""
+    patterns = tuple(patterns)
+    fs, root = mfs.fs_and_path(input_path)
+    protocol = _protocol_of(input_path)
+    keep_protocol = protocol not in ("", "file://")
+
+    def as_url(p: str) -> str:
+        if not keep_protocol or "://" in p:
+            return p
+        return protocol + p.lstrip("/") if protocol != "memory://" else protocol + "/" + p.lstrip("/")
+
+    def matches(name: str) -> bool:
+        return not name.startswith(".") and any(fnmatch.fnmatch(name, pat) for pat in patterns)
+
+    if fs.isfile(root):
+        found = [root] if matches(root.rsplit("/", 1)[-1]) else []
+    else:
+        try:
+            candidates = fs.find(root)
+        except FileNotFoundError:
+            candidates = []
+        root_s = root.rstrip("/")
+        found = []
+        for p in candidates:
+            rel = p[len(root_s) :].lstrip("/") if p.startswith(root_s) else p
+            # Skip anything in a hidden folder too (temporary files, executor metadata).
+            if any(part.startswith(".") for part in rel.split("/")[:-1]):
+                continue
+            if matches(p.rsplit("/", 1)[-1]):
+                found.append(p)
+    if not found:
+        raise NoShardsError(
+            f"no document shards matching {list(patterns)} under {input_path!r}: check the path "
+            f"(does the upstream step write there?) and the file extensions."
+        )
+    return sorted(as_url(p) for p in found)

@@ -1,0 +1,269 @@
+"""Download: copy raw files into a step's output, checked, with a provenance record.
+
+Two sources:
+- any fsspec URL, folder or glob (`file://`, `gs://`, `http(s)://`, `memory://`): a folder is
+  copied recursively, a glob copies its matches (relative to the part before the first wildcard),
+  anything else is one file;
+- a Hugging Face dataset repository (`hf_dataset` + a pinned `revision`), fetched with
+  `huggingface_hub.snapshot_download` (offline, it is served from the local hub cache).
+
+Files land under `{output_path}/data/` with their relative paths. Each file is streamed to a
+temporary name while its sha256 is computed, checked against `expected` (size and/or sha256) and
+then renamed into place (on object stores: uploaded in one put), so no reader ever sees a partial
+file. Transient errors are retried with exponential backoff; a missing file or a checksum that
+stays wrong is a `DownloadError` naming the file. A completion marker per file makes a rerun fetch
+only what is missing. `provenance.json` lists the source, the revision and every file with its
+size and sha256.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import hashlib
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import fsspec
+
+from marin_lab.io import fs as mfs
+from marin_lab.processing.errors import DownloadError
+from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DownloadConfig", "download", "sha256_file"]
+
+_CHUNK = 8 << 20
+_GLOB_CHARS = "*?["
+
+
+@dataclass(frozen=True)
+class DownloadConfig:
+    output_path: str
+    """The step's output: files go to `{output_path}/data/`, the record to `provenance.json`."""
+    source: str | None = None
+    """An fsspec URL, folder or glob (file://, gs://, http(s)://). Exclusive with `hf_dataset`."""
+    hf_dataset: str | None = None
+    """A Hugging Face dataset repository id ('org/name'). Needs `revision`."""
+    revision: str | None = None
+    """For `hf_dataset`: the commit sha (or tag) to fetch; pin a commit to make runs reproducible.
+    For `source`: recorded in provenance.json as given (e.g. a Debian package version)."""
+    include: tuple[str, ...] | None = None
+    """Glob patterns on relative paths; only matching files are fetched (None: all)."""
+    expected: dict[str, dict] | None = None
+    """Per relative path, the expected `size` and/or `sha256`; a mismatch fails the file."""
+    max_retries: int = 4
+    """Retries per file after a transient error (a missing file is not retried)."""
+    backoff_s: float = 1.0
+    """First retry waits this long; each further retry waits twice as long."""
+    num_workers: int = 4
+    """Processes (or Ray tasks) fetching files in parallel."""
+    hf_cache_dir: str | None = None
+    """The Hugging Face hub cache to use (default: the hub's own, e.g. ~/.cache/huggingface/hub)."""
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class _FileTask:
+    url: str
+    rel: str
+
+
+@dataclass(frozen=True)
+class _BatchTask:
+    files: tuple[_FileTask, ...]
+    output_path: str
+    expected: dict[str, dict] = field(default_factory=dict)
+    max_retries: int = 4
+    backoff_s: float = 1.0
+
+    @property
+    def label(self) -> str:
+        return f"{len(self.files)} files from {self.files[0].url}"
+
+
+def _has_glob(url: str) -> bool:
+    return any(c in url for c in _GLOB_CHARS)
+
+
+def _list_source(source: str) -> list[_FileTask]:
+    """(URL, relative path) of every file the source names, sorted by relative path."""
+    if _has_glob(source):
+        parts = source.split("/")
+        first = next(i for i, p in enumerate(parts) if _has_glob(p))
+        base = "/".join(parts[:first])
+        base_path = mfs.fs_and_path(base)[1].rstrip("/") if base else ""
+        tasks = []
+        for url in mfs.glob(source):
+            path = mfs.fs_and_path(url)[1]
+            rel = path[len(base_path):].lstrip("/") if path.startswith(base_path) else path.rsplit("/", 1)[-1]
+            if mfs.fs_and_path(url)[0].isfile(path):
+                tasks.append(_FileTask(url, rel))
+        return sorted(tasks, key=lambda t: t.rel)
+    if source.startswith(("http://", "https://")):
+        # HTTP has no real folders: a URL is one file.
+        return [_FileTask(source, source.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0])]
+    fs, path = mfs.fs_and_path(source)
+    if fs.isdir(path):
+        tasks = [_FileTask(mfs.join(source, rel), rel) for rel, _ in mfs.list_files(source)]
+        if mfs.is_local(source):
+            # Unpacked packages hold symlinks to files of other packages (e.g. jquery.js).
+            broken = [t for t in tasks if not os.path.exists(mfs.fs_and_path(t.url)[1])]
+            if broken:
+                logger.warning("download: skipping %d broken symlinks, e.g. %s", len(broken), broken[0].url)
+                tasks = [t for t in tasks if t not in broken]
+        return tasks
+    if fs.isfile(path):
+        return [_FileTask(source, path.rstrip("/").rsplit("/", 1)[-1])]
+    return []
+
+
+def _copy_checked(url: str, dest: str, expected: dict | None) -> dict:
+    """Stream `url` to `dest` atomically; returns its size and sha256 after checking them."""
+    dest_local = mfs.is_local(dest)
+    dest_path = mfs.fs_and_path(dest)[1]
+    folder = os.path.dirname(dest_path) if dest_local else None
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp.download.", dir=folder)
+    try:
+        h, size = hashlib.sha256(), 0
+        with os.fdopen(fd, "wb") as out, fsspec.open(url, "rb") as src:
+            for chunk in iter(lambda: src.read(_CHUNK), b""):
+                h.update(chunk)
+                size += len(chunk)
+                out.write(chunk)
+        digest = h.hexdigest()
+        if expected:
+            if "size" in expected and int(expected["size"]) != size:
+                raise _ChecksumMismatch(f"{url}: size {size} bytes, expected {expected['size']}")
+            if "sha256" in expected and expected["sha256"].lower() != digest:
+                raise _ChecksumMismatch(f"{url}: sha256 {digest}, expected {expected['sha256']}")
+        if dest_local:
+            os.replace(tmp, dest_path)
+        else:
+            mfs.fs_and_path(dest)[0].put_file(tmp, dest_path)  # one object put: atomic
+        return {"size": size, "sha256": digest}
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+class _ChecksumMismatch(Exception):
+    pass
+
+
+def _fetch_with_retries(task: _FileTask, batch: _BatchTask) -> dict:
+    dest = mfs.join(batch.output_path, "data", task.rel)
+    marker = mfs.join(batch.output_path, "progress", task.rel)
+    previous = read_shard_done(marker)
+    if previous is not None:
+        return {**previous, "reused": True}
+    expected = batch.expected.get(task.rel)
+    for attempt in range(batch.max_retries + 1):
+        try:
+            info = _copy_checked(task.url, dest, expected)
+            break
+        except FileNotFoundError as err:
+            raise DownloadError(f"download: {task.url} does not exist ({err}); check DownloadConfig.source") from err
+        except Exception as err:
+            what = "checksum mismatch" if isinstance(err, _ChecksumMismatch) else f"{type(err).__name__}: {err}"
+            if attempt == batch.max_retries:
+                raise DownloadError(
+                    f"download: {task.url} failed after {attempt + 1} attempts ({what}). If the "
+                    f"source changed, update DownloadConfig.expected; else retry later."
+                ) from err
+            wait = batch.backoff_s * 2**attempt
+            logger.warning("download: %s attempt %d failed (%s); retrying in %.1fs", task.url, attempt + 1, what, wait)
+            time.sleep(wait)
+    record = {"path": task.rel, "source": task.url, **info}
+    mark_shard_done(marker, record)
+    return {**record, "reused": False}
+
+
+def _fetch_batch(batch: _BatchTask) -> list[dict]:
+    return [_fetch_with_retries(t, batch) for t in batch.files]
+
+
+def _hf_snapshot(config: DownloadConfig) -> tuple[str, str]:
+    """A local folder with the dataset repository's files, and the commit it resolved to."""
+    if not config.revision:
+        raise DownloadError(
+            f"download: hf_dataset={config.hf_dataset!r} needs DownloadConfig.revision (a commit "
+            f"sha): an unpinned dataset can change under a finished step."
+        )
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(
+            repo_id=config.hf_dataset, repo_type="dataset", revision=config.revision,
+            cache_dir=config.hf_cache_dir,
+            allow_patterns=list(config.include) if config.include else None,
+        )
+    except Exception as err:
+        raise DownloadError(
+            f"download: Hugging Face dataset {config.hf_dataset!r} at revision {config.revision!r} "
+            f"could not be fetched ({type(err).__name__}: {err}). Offline (HF_HUB_OFFLINE=1) it "
+            f"must already be in the hub cache."
+        ) from err
+    return folder, os.path.basename(os.path.normpath(folder))
+
+
+def download(config: DownloadConfig) -> dict:
+    """Fetch the files `config` names into `{output_path}/data/` and write `provenance.json`."""
+    if bool(config.source) == bool(config.hf_dataset):
+        raise DownloadError("DownloadConfig: set exactly one of `source` and `hf_dataset`")
+    resolved = None
+    if config.hf_dataset:
+        folder, resolved = _hf_snapshot(config)
+        files = _list_source(folder)
+        source_label = f"hf://datasets/{config.hf_dataset}"
+    else:
+        files = _list_source(config.source)
+        source_label = config.source
+    if config.include:
+        files = [f for f in files if any(fnmatch.fnmatch(f.rel, p) for p in config.include)]
+    if not files:
+        raise DownloadError(
+            f"download: no files found at {source_label!r}"
+            + (f" matching {list(config.include)}" if config.include else "")
+            + "; check DownloadConfig.source / hf_dataset / include."
+        )
+    unknown = set(config.expected or {}) - {f.rel for f in files}
+    if unknown:
+        raise DownloadError(f"download: DownloadConfig.expected names files the source lacks: {sorted(unknown)}")
+
+    n_batches = min(len(files), max(1, config.num_workers) * 4)
+    batches = [
+        _BatchTask(tuple(files[i * len(files) // n_batches : (i + 1) * len(files) // n_batches]),
+                   config.output_path, dict(config.expected or {}), config.max_retries, config.backoff_s)
+        for i in range(n_batches)
+    ]
+    results = [r for batch in map_shards(_fetch_batch, batches, num_workers=config.num_workers, desc="download") for r in batch]
+    records = [{k: r[k] for k in ("path", "size", "sha256", "source")} for r in results]
+    provenance = {
+        "source": source_label,
+        "kind": "huggingface" if config.hf_dataset else "fsspec",
+        "revision": config.revision,
+        "resolved_revision": resolved,
+        "retrieved": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "files": records,
+        "count": len(records),
+        "total_bytes": sum(r["size"] for r in records),
+    }
+    mfs.write_json(mfs.join(config.output_path, "provenance.json"), provenance)
+    reused = sum(1 for r in results if r["reused"])
+    logger.info("download: %d files, %d bytes from %s (%d already there)", len(records), provenance["total_bytes"], source_label, reused)
+    return {"files": len(records), "total_bytes": provenance["total_bytes"], "reused": reused,
+            "source": source_label, "resolved_revision": resolved}

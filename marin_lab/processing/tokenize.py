@@ -1,0 +1,484 @@
+"""Tokenize: document shards -> the token cache read memory-mapped by the trainer.
+
+The format is in docs/token_cache.md. In short: per input shard and split, a flat token array
+`{split}/shard-00000.tokens.npy` and document offsets `{split}/shard-00000.offsets.npy` (EOS ends
+every document), plus `ledger.json` with counts and checksums and a copy of `tokenizer.json`.
+
+Why it is deterministic: output shard i comes from input shard i alone (input shards in sorted
+order), a document's split is a hash of its id (not of its position or of a random draw), and
+documents keep their input order within a shard. So the bytes do not depend on the number of
+workers or on which shard finished first. The ledger is assembled from the per-shard completion
+markers, so a rerun that reuses finished shards writes the same ledger as a fresh run.
+
+The tokenizer is a `tokenizer.json` path (local or any fsspec URL), a folder holding one (such as
+the output of `train_tokenizer`), or a Hugging Face hub model id (with `tokenizer_revision`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+
+import numpy as np
+
+from marin_lab.io import fs as mfs
+from marin_lab.io.documents import ReadStats, list_shards, read_documents
+from marin_lab.processing.errors import TokenizeError
+from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "TokenizeConfig",
+    "TrainTokenizerConfig",
+    "encode_texts",
+    "find_eos_id",
+    "load_tokenizer",
+    "resolve_tokenizer_bytes",
+    "split_of",
+    "tokenize",
+    "train_tokenizer",
+]
+
+LEDGER_FORMAT = "marin_lab.token_cache"
+LEDGER_VERSION = 1
+SPLITS = ("train", "validation")
+EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
+TOKENIZER_FILE = "tokenizer.json"
+
+
+@dataclass(frozen=True)
+class TokenizeConfig:
+    input_path: str | list[str]
+    """Folder(s) of document shards (.jsonl, .jsonl.gz, .jsonl.zst), read in sorted order."""
+    output_path: str
+    """Where the token cache goes (ledger.json, tokenizer.json, train/, validation/)."""
+    tokenizer: str
+    """A tokenizer.json path or URL, a folder holding tokenizer.json, or a hub model id."""
+    tokenizer_revision: str | None = None
+    """Hub revision (a commit sha) when `tokenizer` is a hub id; ignored for paths."""
+    validation_fraction: float = 0.01
+    """Share of documents (chosen by a hash of their id) that go to the validation split."""
+    split_salt: str = ""
+    """Mixed into the split hash; change it to draw a different validation set."""
+    eos_token: str | None = None
+    """The token appended to every document; None picks the first of <|endoftext|>, </s>, ...
+    that the tokenizer knows."""
+    bos_token: str | None = None
+    """If set, this token is prepended to every document."""
+    on_bad_record: str = "raise"
+    """'raise': a bad line in an input shard stops the step; 'skip': it is counted and skipped."""
+    batch_size: int = 512
+    """Documents per encode_batch call."""
+    num_workers: int = 1
+    """Processes (or Ray tasks) tokenizing shards in parallel; never changes the output."""
+
+
+def _id_below(doc_id: str, fraction: float, salt: str) -> bool:
+    """Whether `doc_id` falls in a stable `fraction` of all ids (a 64-bit hash, salted)."""
+    digest = hashlib.blake2b(f"{salt}\x00{doc_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < fraction * 2**64
+
+
+def split_of(doc_id: str, validation_fraction: float, salt: str = "") -> str:
+    """'validation' for a stable `validation_fraction` share of ids, else 'train'."""
+    return "validation" if _id_below(doc_id, validation_fraction, salt) else "train"
+
+
+def _looks_like_path(spec: str) -> bool:
+    return (
+        spec.startswith(("/", ".", "~"))
+        or spec.endswith(".json")
+        or (os.sep in spec.strip("/") and spec.count("/") > 1)
+    )
+
+
+def resolve_tokenizer_bytes(spec: str, revision: str | None = None) -> tuple[bytes, str]:
+    """The bytes of the tokenizer.json that `spec` names, and where they came from."""
+    if not spec:
+        raise TokenizeError("tokenizer is empty: give a tokenizer.json path, a folder, or a hub id")
+    if "://" in spec or os.path.exists(os.path.expanduser(spec)) or _looks_like_path(spec):
+        url = spec if "://" in spec else os.path.abspath(os.path.expanduser(spec))
+        fs, path = mfs.fs_and_path(url)
+        if fs.isdir(path):
+            url = mfs.join(url, TOKENIZER_FILE)
+            path = mfs.fs_and_path(url)[1]
+        if not fs.isfile(path):
+            raise TokenizeError(
+                f"tokenizer {spec!r}: {url} does not exist. Give the path of a tokenizer.json, a "
+                f"folder holding one (e.g. a train_tokenizer step's output), or a hub model id."
+            )
+        return mfs.read_bytes(url), url
+    return _hub_tokenizer_bytes(spec, revision)
+
+
+def _hub_tokenizer_bytes(repo_id: str, revision: str | None) -> tuple[bytes, str]:
+    from huggingface_hub import hf_hub_download
+
+    if revision is None:
+        logger.warning(
+            "tokenizer %r from the hub without tokenizer_revision: pin a commit sha so the token "
+            "cache can be reproduced", repo_id,
+        )
+    try:
+        local = hf_hub_download(repo_id=repo_id, filename=TOKENIZER_FILE, revision=revision)
+    except Exception as err:
+        raise TokenizeError(
+            f"tokenizer {repo_id!r} (revision {revision!r}): could not get {TOKENIZER_FILE} from "
+            f"the Hugging Face hub or its cache ({type(err).__name__}: {err}). If it is meant to be "
+            f"a local path, check that it exists; offline (HF_HUB_OFFLINE=1) the file must be in "
+            f"the hub cache."
+        ) from err
+    with open(local, "rb") as f:
+        return f.read(), f"hf://{repo_id}@{revision or 'main'}/{TOKENIZER_FILE}"
+
+
+def load_tokenizer(spec: str, revision: str | None = None):
+    """A `tokenizers.Tokenizer` from a path, folder or hub id (see `resolve_tokenizer_bytes`)."""
+    from tokenizers import Tokenizer
+
+    data, origin = resolve_tokenizer_bytes(spec, revision)
+    try:
+        return Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as err:
+        raise TokenizeError(f"tokenizer {origin}: not a valid tokenizer.json ({err})") from err
+
+
+def find_eos_id(tokenizer, eos_token: str | None) -> int:
+    """The id of `eos_token`, or of the first known end-of-text token when it is None."""
+    candidates = (eos_token,) if eos_token else EOS_CANDIDATES
+    for token in candidates:
+        token_id = tokenizer.token_to_id(token)
+        if token_id is not None:
+            return token_id
+    raise TokenizeError(
+        f"the tokenizer has no end-of-text token among {list(candidates)}; set "
+        f"TokenizeConfig.eos_token to a token it knows"
+    )
+
+
+def encode_texts(
+    tokenizer, texts: Sequence[str], *, eos_id: int, bos_id: int | None, dtype: np.dtype
+) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens of `texts` (BOS?, ids, EOS per text) as one flat array, and each text's length."""
+    encode = getattr(tokenizer, "encode_batch_fast", None) or tokenizer.encode_batch
+    ids = [enc.ids for enc in encode(list(texts), add_special_tokens=False)]
+    for doc in ids:
+        doc.append(eos_id)
+    if bos_id is not None:
+        ids = [[bos_id, *doc] for doc in ids]
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(chain.from_iterable(ids), dtype=dtype, count=int(lengths.sum()))
+    return flat, lengths
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
+@dataclass(frozen=True)
+class _ShardTask:
+    index: int
+    input_file: str
+    output_path: str
+    validation_fraction: float
+    split_salt: str
+    eos_id: int
+    bos_id: int | None
+    dtype: str
+    on_bad_record: str
+    batch_size: int
+    single_process: bool
+    tokenizer_sha256: str
+
+    @property
+    def label(self) -> str:
+        return f"{_shard_name(self.index)} from {self.input_file}"
+
+
+def _shard_name(index: int) -> str:
+    return f"shard-{index:05d}"
+
+
+def _progress_key(output_path: str, index: int) -> str:
+    return mfs.join(output_path, "progress", _shard_name(index))
+
+
+@dataclass
+class _SplitBuffer:
+    texts: list[str] = field(default_factory=list)
+    tokens: list[np.ndarray] = field(default_factory=list)
+    lengths: list[np.ndarray] = field(default_factory=list)
+
+
+def _tokenize_shard(task: _ShardTask) -> dict:
+    key = _progress_key(task.output_path, task.index)
+    previous = read_shard_done(key)
+    if previous is not None:
+        return {**previous, "reused": True}
+    if not task.single_process:
+        # Shards already run in parallel; tokenizers' own thread pool would only oversubscribe.
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    tokenizer = _cached_tokenizer(task.output_path, task.tokenizer_sha256)
+    dtype = np.dtype(task.dtype).newbyteorder("<")
+    buffers = {split: _SplitBuffer() for split in SPLITS}
+
+    def flush(buf: _SplitBuffer) -> None:
+        if buf.texts:
+            tokens, lengths = encode_texts(
+                tokenizer, buf.texts, eos_id=task.eos_id, bos_id=task.bos_id, dtype=dtype
+            )
+            buf.tokens.append(tokens)
+            buf.lengths.append(lengths)
+            buf.texts = []
+
+    stats = ReadStats()
+    for doc in read_documents(task.input_file, on_bad_record=task.on_bad_record, stats=stats):
+        buf = buffers[split_of(doc["id"], task.validation_fraction, task.split_salt)]
+        buf.texts.append(doc["text"])
+        if len(buf.texts) >= task.batch_size:
+            flush(buf)
+    splits = {}
+    for split, buf in buffers.items():
+        flush(buf)
+        if not buf.lengths:
+            continue  # no document of this shard fell in this split: no files, no ledger entry
+        tokens = np.concatenate(buf.tokens).astype(dtype, copy=False)
+        lengths = np.concatenate(buf.lengths)
+        offsets = np.zeros(len(lengths) + 1, dtype="<i8")
+        np.cumsum(lengths, out=offsets[1:])
+        name = _shard_name(task.index)
+        mfs.atomic_write_bytes(mfs.join(task.output_path, split, f"{name}.tokens.npy"), _npy_bytes(tokens))
+        mfs.atomic_write_bytes(mfs.join(task.output_path, split, f"{name}.offsets.npy"), _npy_bytes(offsets))
+        splits[split] = {
+            "name": name,
+            "documents": int(len(lengths)),
+            "tokens": int(offsets[-1]),
+            # Checksums of the array data (little-endian, no .npy header), as the trainer computes.
+            "tokens_sha256": hashlib.sha256(tokens.tobytes()).hexdigest(),
+            "offsets_sha256": hashlib.sha256(offsets.tobytes()).hexdigest(),
+        }
+    info = {"index": task.index, "input": task.input_file, "stats": stats.to_dict(), "splits": splits}
+    mark_shard_done(key, info)
+    return {**info, "reused": False}
+
+
+# Loaded tokenizers by sha256 of their JSON: loading GPT-2's takes ~0.3 s of CPU, which would
+# otherwise be paid once per shard instead of once per process.
+_TOKENIZERS: dict[str, object] = {}
+
+
+def _cached_tokenizer(output_path: str, sha256: str):
+    if sha256 not in _TOKENIZERS:
+        from tokenizers import Tokenizer
+
+        _TOKENIZERS.clear()  # one tokenizer at a time is what a worker needs
+        _TOKENIZERS[sha256] = Tokenizer.from_file(_local_tokenizer_file(output_path))
+    return _TOKENIZERS[sha256]
+
+
+def _local_tokenizer_file(output_path: str) -> str:
+    """A local file holding the cache's tokenizer.json (downloaded once per process if remote)."""
+    url = mfs.join(output_path, TOKENIZER_FILE)
+    if mfs.is_local(url):
+        return mfs.fs_and_path(url)[1]
+    import tempfile
+
+    data = mfs.read_bytes(url)
+    local = os.path.join(tempfile.gettempdir(), f"marin_lab-tok-{hashlib.sha256(data).hexdigest()[:16]}.json")
+    if not os.path.exists(local):
+        mfs.atomic_write_bytes(local, data)
+    return local
+
+
+def _input_shards(input_path: str | Iterable[str]) -> list[str]:
+    paths = [input_path] if isinstance(input_path, str) else list(input_path)
+    if not paths:
+        raise TokenizeError("TokenizeConfig.input_path is empty: give at least one folder of documents")
+    return [shard for p in paths for shard in list_shards(p)]
+
+
+def _check_config(config: TokenizeConfig) -> None:
+    if not 0.0 <= config.validation_fraction < 1.0:
+        raise TokenizeError(
+            f"TokenizeConfig.validation_fraction={config.validation_fraction}: expected 0 <= x < 1"
+        )
+    if config.on_bad_record not in ("raise", "skip"):
+        raise TokenizeError(
+            f"TokenizeConfig.on_bad_record={config.on_bad_record!r}: expected 'raise' or 'skip'"
+        )
+    if config.batch_size < 1:
+        raise TokenizeError(f"TokenizeConfig.batch_size={config.batch_size}: expected >= 1")
+
+
+def tokenize(config: TokenizeConfig) -> dict:
+    """Tokenize every document shard under `config.input_path` into a token cache."""
+    _check_config(config)
+    shards = _input_shards(config.input_path)
+    tok_bytes, origin = resolve_tokenizer_bytes(config.tokenizer, config.tokenizer_revision)
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_str(tok_bytes.decode("utf-8"))
+    except Exception as err:
+        raise TokenizeError(f"tokenizer {origin}: not a valid tokenizer.json ({err})") from err
+    eos_id = find_eos_id(tokenizer, config.eos_token)
+    bos_id = None
+    if config.bos_token is not None:
+        bos_id = tokenizer.token_to_id(config.bos_token)
+        if bos_id is None:
+            raise TokenizeError(f"TokenizeConfig.bos_token={config.bos_token!r} is not in the tokenizer")
+    vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+    dtype = "uint16" if vocab_size <= 2**16 else "uint32"
+    # Written before the shards: every worker loads the exact bytes the ledger points to.
+    mfs.atomic_write_bytes(mfs.join(config.output_path, TOKENIZER_FILE), tok_bytes)
+    tok_sha = hashlib.sha256(tok_bytes).hexdigest()
+    _TOKENIZERS.clear()
+    _TOKENIZERS[tok_sha] = tokenizer  # inline tasks reuse it
+
+    tasks = [
+        _ShardTask(
+            index=i, input_file=path, output_path=config.output_path,
+            validation_fraction=config.validation_fraction, split_salt=config.split_salt,
+            eos_id=eos_id, bos_id=bos_id, dtype=dtype, on_bad_record=config.on_bad_record,
+            batch_size=config.batch_size, single_process=config.num_workers <= 1,
+            tokenizer_sha256=tok_sha,
+        )
+        for i, path in enumerate(shards)
+    ]
+    results = map_shards(_tokenize_shard, tasks, num_workers=config.num_workers, desc="tokenize")
+
+    stats = ReadStats()
+    for r in results:
+        stats.merge(ReadStats(**r["stats"]))
+    if stats.read == 0:
+        raise TokenizeError(
+            f"tokenize: no documents in {len(shards)} input shard(s) under {config.input_path!r} "
+            f"({stats.skipped} bad records skipped); an empty token cache cannot be trained on."
+        )
+    ledger = {
+        "format": LEDGER_FORMAT,
+        "version": LEDGER_VERSION,
+        "dtype": dtype,
+        "vocab_size": vocab_size,
+        "eos_id": eos_id,
+        "bos_id": bos_id,
+        "tokenizer": {"file": TOKENIZER_FILE, "sha256": tok_sha,
+                      "source": config.tokenizer, "revision": config.tokenizer_revision},
+        "split": {"validation_fraction": config.validation_fraction, "salt": config.split_salt,
+                  "rule": "blake2b-64(salt NUL id) < fraction * 2**64"},
+        "splits": {},
+    }
+    for split in SPLITS:
+        entries = [r["splits"][split] for r in results if split in r["splits"]]
+        ledger["splits"][split] = {
+            "documents": sum(e["documents"] for e in entries),
+            "tokens": sum(e["tokens"] for e in entries),
+            "shards": entries,
+        }
+    # The ledger comes last: a cache with a ledger is complete.
+    mfs.write_json(mfs.join(config.output_path, "ledger.json"), ledger)
+    empty_shards = [r["input"] for r in results if r["stats"]["read"] == 0]
+    if empty_shards:
+        logger.warning("tokenize: %d input shard(s) hold no documents, e.g. %s", len(empty_shards), empty_shards[0])
+    summary = {
+        "documents_in": stats.read + stats.skipped,
+        "documents": stats.read,
+        "skipped": stats.skipped,
+        "skip_reasons": stats.to_dict()["skip_reasons"],
+        "skip_examples": stats.examples,
+        "tokens": {s: ledger["splits"][s]["tokens"] for s in SPLITS},
+        "documents_by_split": {s: ledger["splits"][s]["documents"] for s in SPLITS},
+        "input_shards": len(shards),
+        "empty_input_shards": len(empty_shards),
+        "shards_reused": sum(1 for r in results if r["reused"]),
+        "vocab_size": vocab_size,
+        "dtype": dtype,
+    }
+    logger.info(
+        "tokenize: %d documents (%d skipped) -> %d train / %d validation tokens in %d shards (%d reused)",
+        stats.read, stats.skipped, summary["tokens"]["train"], summary["tokens"]["validation"],
+        len(shards), summary["shards_reused"],
+    )
+    return summary
+
+
+# --- train_tokenizer -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainTokenizerConfig:
+    input_path: str | list[str]
+    """Folder(s) of document shards to learn the vocabulary from."""
+    output_path: str
+    """Where tokenizer.json goes."""
+    vocab_size: int = 8192
+    """Size of the vocabulary, special tokens included."""
+    max_chars: int = 20_000_000
+    """Train on at most this many characters (documents in sorted shard order)."""
+    sample_fraction: float = 1.0
+    """Use only documents whose id hashes below this fraction (spreads the sample over shards)."""
+    min_frequency: int = 2
+    """A merge must occur at least this often in the sample."""
+    special_tokens: tuple[str, ...] = ("<|endoftext|>",)
+    """Added first, with ids 0, 1, ...; the first is the end-of-text token."""
+    on_bad_record: str = "raise"
+    """'raise' or 'skip' bad lines in the input shards (skips are counted in the result)."""
+
+
+def train_tokenizer(config: TrainTokenizerConfig) -> dict:
+    """Train a byte-level BPE tokenizer on a deterministic sample; writes `tokenizer.json`."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if config.vocab_size < 256 + len(config.special_tokens):
+        raise TokenizeError(
+            f"TrainTokenizerConfig.vocab_size={config.vocab_size}: a byte-level BPE needs at least "
+            f"{256 + len(config.special_tokens)} (256 bytes + special tokens)"
+        )
+    shards = _input_shards(config.input_path)
+    stats = ReadStats()
+    used = {"documents": 0, "chars": 0}
+
+    def sample():
+        for shard in shards:
+            for doc in read_documents(shard, on_bad_record=config.on_bad_record, stats=stats):
+                if used["chars"] >= config.max_chars:
+                    return
+                if config.sample_fraction < 1.0 and not _id_below(doc["id"], config.sample_fraction, "sample"):
+                    continue
+                used["documents"] += 1
+                used["chars"] += len(doc["text"])
+                yield doc["text"]
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=config.vocab_size,
+        min_frequency=config.min_frequency,
+        special_tokens=list(config.special_tokens),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(sample(), trainer=trainer)
+    if used["documents"] == 0:
+        raise TokenizeError(f"train_tokenizer: no documents to train on under {config.input_path!r}")
+    data = tokenizer.to_str().encode("utf-8")
+    mfs.atomic_write_bytes(mfs.join(config.output_path, TOKENIZER_FILE), data)
+    result = {
+        "documents": used["documents"],
+        "chars": used["chars"],
+        "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "skipped": stats.skipped,
+        "skip_reasons": stats.to_dict()["skip_reasons"],
+    }
+    logger.info("train_tokenizer: %d documents, %d chars -> vocab %d", result["documents"], result["chars"], result["vocab_size"])
+    return result
