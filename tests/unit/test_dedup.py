@@ -1,0 +1,298 @@
+"""Exact and fuzzy dedup: the MinHash pieces, the global clustering, and the steps end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+import zstandard
+
+from marin_lab.io.documents import BadRecordError, read_documents, write_documents
+from marin_lab.processing.dedup import DedupConfig, DedupError, dedup_exact, dedup_fuzzy
+from marin_lab.processing.errors import ProcessingError
+from marin_lab.processing.minhash import (
+    MinHasher,
+    cluster_duplicates,
+    estimated_similarity,
+    shingle_hashes,
+    words_of,
+)
+
+VOCAB_RNG = random.Random(1234)
+VOCAB = sorted({"".join(VOCAB_RNG.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(VOCAB_RNG.randint(3, 9))) for _ in range(3000)})
+
+
+def random_text(rng: random.Random, words: int = 200) -> str:
+    return " ".join(rng.choice(VOCAB) for _ in range(words))
+
+
+def mutate(rng: random.Random, text: str, fraction: float) -> str:
+    """Replace about `fraction` of the words (a near duplicate)."""
+    words = text.split()
+    for i in rng.sample(range(len(words)), int(len(words) * fraction)):
+        words[i] = rng.choice(VOCAB)
+    return " ".join(words)
+
+
+def jaccard(a: str, b: str, n: int = 5) -> float:
+    def shingles(t):
+        w = words_of(t)
+        return {tuple(w[i : i + n]) for i in range(len(w) - n + 1)}
+
+    sa, sb = shingles(a), shingles(b)
+    return len(sa & sb) / len(sa | sb)
+
+
+# ------------------------------------------------------------------ MinHash pieces
+
+
+def test_words_are_normalised_like_fineweb():
+    assert words_of("Hello, WORLD! It's 2024-11-05.") == ["hello", "world", "it", "s", "0000", "00", "00"]
+    assert words_of("Ａｂｃ\u3001déjà-vu «quoted» snake_case") == ["abc", "déjà", "vu", "quoted", "snake", "case"]
+
+
+def test_shingle_hashes_are_order_sensitive_and_short_texts_are_one_shingle():
+    a = shingle_hashes(["a", "b", "c", "d", "e"], 5)
+    b = shingle_hashes(["e", "d", "c", "b", "a"], 5)
+    assert a.shape == (1,) and a[0] != b[0]
+    assert shingle_hashes(["a", "b"], 5).shape == (1,)
+    assert shingle_hashes(list("abcdefg"), 5).shape == (3,)
+    assert shingle_hashes([], 5).size == 0
+
+
+def test_signature_is_deterministic_and_seeded():
+    text = random_text(random.Random(0))
+    a, b = MinHasher(seed=1), MinHasher(seed=1)
+    assert np.array_equal(a.signature(text), b.signature(text))
+    assert a.signature(text).shape == (112,) and a.signature(text).dtype == np.uint32
+    assert not np.array_equal(a.signature(text), MinHasher(seed=2).signature(text))
+    assert a.signature("  ... !!! ") is None
+
+
+@pytest.mark.parametrize("fraction", [0.02, 0.1, 0.3])
+def test_estimated_similarity_tracks_jaccard(fraction):
+    rng = random.Random(7)
+    base = random_text(rng, 400)
+    other = mutate(rng, base, fraction)
+    m = MinHasher()
+    est = float(estimated_similarity(m.signature(base), m.signature(other)))
+    # 112 permutations: the standard error of the estimate is at most ~0.05.
+    assert abs(est - jaccard(base, other)) < 0.15
+
+
+def test_cluster_links_transitively_and_keeps_the_first_document():
+    # 0-1 share band 0, 1-2 share band 1, 3 shares nothing, 4 is invalid but has 0's keys.
+    keys = np.array(
+        [[10, 20], [11, 21], [12, 21], [13, 23], [11, 20]], dtype=np.uint64
+    )
+    keys[1, 0] = 10
+    valid = np.array([True, True, True, True, False])
+    clusters = cluster_duplicates(keys, valid)
+    assert clusters.representative.tolist() == [0, 0, 0, 3, 4]
+    assert clusters.removed.tolist() == [False, True, True, False, False]
+
+
+def test_cluster_threshold_rejects_dissimilar_candidates():
+    sigs = np.array([[1, 2, 3, 4], [1, 2, 3, 9], [1, 8, 8, 8]], dtype=np.uint32)
+    keys = np.array([[5], [5], [5]], dtype=np.uint64)  # all in one bucket
+    valid = np.ones(3, dtype=bool)
+    loose = cluster_duplicates(keys, valid, sigs)
+    strict = cluster_duplicates(keys, valid, sigs, threshold=0.7)
+    assert loose.representative.tolist() == [0, 0, 0]
+    assert strict.representative.tolist() == [0, 0, 2]
+    assert strict.similarity[1] == pytest.approx(0.75)
+    assert strict.candidate_pairs == 2 and strict.linked_pairs == 1
+
+
+# ------------------------------------------------------------------ corpus fixture
+
+
+def make_corpus(root, rng_seed: int = 3):
+    """Three shards; returns (expected fuzzy-removed ids, their originals)."""
+    rng = random.Random(rng_seed)
+    originals = [{"id": f"orig-{i:03d}", "text": random_text(rng, 150)} for i in range(60)]
+    near = {}
+    shards = [[], [], []]
+    for i, doc in enumerate(originals):
+        shards[i % 3].append(doc)
+    # Near duplicates of the first 15 originals land in a later shard (cross-shard clustering).
+    for i in range(15):
+        dup = {"id": f"near-{i:03d}", "text": mutate(rng, originals[i]["text"], 0.01)}
+        shards[(i % 3 + 1) % 3 if i % 3 < 2 else 2].append(dup)
+        near[dup["id"]] = originals[i]["id"]
+    names = ["a.jsonl.zst", "b.jsonl.gz", "c.jsonl"]
+    for name, docs in zip(names, shards):
+        write_documents(str(root / name), docs)
+    return near
+
+
+def read_dir(path) -> dict[str, dict]:
+    out = {}
+    for name in sorted(os.listdir(path)):
+        if name.endswith(".done"):
+            continue
+        for doc in read_documents(os.path.join(path, name)):
+            out[doc["id"]] = doc
+    return out
+
+
+def removed_records(out) -> list[dict]:
+    recs = []
+    folder = out / "removed"
+    for name in sorted(os.listdir(folder)):
+        with open(folder / name, "rb") as f:
+            data = zstandard.ZstdDecompressor().stream_reader(f).read().decode()
+        recs.extend(json.loads(line) for line in data.splitlines() if line)
+    return recs
+
+
+def test_dedup_fuzzy_removes_near_duplicates_across_shards(tmp_path):
+    (tmp_path / "in").mkdir()
+    near = make_corpus(tmp_path / "in")
+    out = tmp_path / "out"
+    result = dedup_fuzzy(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(out)))
+    kept = read_dir(out / "data")
+    assert sorted(os.listdir(out / "data")) == sorted(
+        ["a.jsonl.zst", "a.jsonl.zst.done", "b.jsonl.gz", "b.jsonl.gz.done", "c.jsonl", "c.jsonl.done"]
+    )
+    assert set(kept) == {f"orig-{i:03d}" for i in range(60)}
+    recs = {r["id"]: r for r in removed_records(out)}
+    assert {k: r["duplicate_of"] for k, r in recs.items()} == near
+    assert all(r["rule"] == "fuzzy_duplicate" and 0.8 < r["similarity"] <= 1.0 for r in recs.values())
+    assert result["documents_read"] == 75 and result["kept"] == 60
+    assert result["removed"] == {"fuzzy_duplicate": 15} and result["skipped_bad"] == 0
+
+
+def test_dedup_fuzzy_representative_is_first_in_corpus_order(tmp_path):
+    (tmp_path / "in").mkdir()
+    text = random_text(random.Random(5))
+    write_documents(str(tmp_path / "in" / "1.jsonl"), [{"id": "z-late", "text": text}])
+    write_documents(str(tmp_path / "in" / "0.jsonl"), [{"id": "z-early", "text": text + " extra"}])
+    dedup_fuzzy(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "out")))
+    assert set(read_dir(tmp_path / "out" / "data")) == {"z-early"}
+    (rec,) = removed_records(tmp_path / "out")
+    assert rec == {"id": "z-late", "shard": "1.jsonl", "rule": "fuzzy_duplicate",
+                   "duplicate_of": "z-early", "duplicate_of_shard": "0.jsonl",
+                   "similarity": rec["similarity"]}
+
+
+@pytest.mark.slow
+def test_dedup_fuzzy_output_bytes_do_not_depend_on_worker_count(tmp_path):
+    (tmp_path / "in").mkdir()
+    make_corpus(tmp_path / "in")
+    outs = []
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        dedup_fuzzy(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(out), num_workers=workers))
+        outs.append(out)
+    for sub in ("data", "removed"):
+        names = sorted(os.listdir(outs[0] / sub))
+        assert names == sorted(os.listdir(outs[1] / sub))
+        for name in names:
+            if not name.endswith(".done"):
+                assert (outs[0] / sub / name).read_bytes() == (outs[1] / sub / name).read_bytes()
+
+
+def test_dedup_fuzzy_rerun_redoes_only_unfinished_shards(tmp_path):
+    (tmp_path / "in").mkdir()
+    make_corpus(tmp_path / "in")
+    out = tmp_path / "out"
+    cfg = DedupConfig(input_path=str(tmp_path / "in"), output_path=str(out))
+    first = dedup_fuzzy(cfg)
+    before = {n: (out / "data" / n).read_bytes() for n in ("a.jsonl.zst", "c.jsonl")}
+    untouched_mtime = os.stat(out / "data" / "a.jsonl.zst").st_mtime_ns
+    # A crash after shard c was written but before its marker.
+    os.remove(out / "data" / "c.jsonl.done")
+    (out / "data" / "c.jsonl").write_text("partial garbage")
+    second = dedup_fuzzy(cfg)
+    assert os.stat(out / "data" / "a.jsonl.zst").st_mtime_ns == untouched_mtime
+    assert (out / "data" / "c.jsonl").read_bytes() == before["c.jsonl"]
+    assert {k: v for k, v in second.items() if k != "resumed"} == first
+    assert dedup_fuzzy(cfg)["resumed"] is True
+
+
+def test_dedup_skips_and_counts_bad_records(tmp_path):
+    (tmp_path / "in").mkdir()
+    text = random_text(random.Random(9))
+    (tmp_path / "in" / "s.jsonl").write_text(
+        json.dumps({"id": "a", "text": text}) + "\n"
+        + "{not json\n"
+        + json.dumps({"id": "b"}) + "\n"
+        + json.dumps({"id": "c", "text": text}) + "\n"
+    )
+    with pytest.raises(ProcessingError, match=r"s\.jsonl:2: bad record \(bad_json\)") as err:
+        dedup_fuzzy(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "o1")))
+    assert isinstance(err.value.__cause__, BadRecordError)
+    result = dedup_fuzzy(
+        DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "o2"), on_bad_record="skip")
+    )
+    assert result["input_records"] == 4 and result["skipped_bad"] == 2
+    assert result["skip_reasons"] == {"bad_json": 1, "missing_text": 1}
+    assert result["kept"] == 1 and result["removed"] == {"fuzzy_duplicate": 1}
+
+
+def test_dedup_fuzzy_works_on_memory_filesystem_and_keeps_wordless_documents():
+    docs = [{"id": "e1", "text": "..."}, {"id": "e2", "text": "..."}, {"id": "w", "text": "one two"}]
+    write_documents("memory://dedup-test/in/s.jsonl.gz", docs)
+    result = dedup_fuzzy(DedupConfig(input_path="memory://dedup-test/in", output_path="memory://dedup-test/out"))
+    # Documents without words are never fuzzy duplicates (exact dedup handles them).
+    assert result["kept"] == 3 and result["documents_without_words"] == 2
+    assert [d["id"] for d in read_documents("memory://dedup-test/out/data/s.jsonl.gz")] == ["e1", "e2", "w"]
+
+
+@pytest.mark.parametrize(
+    "field, value", [("threshold", 1.5), ("num_bands", 0), ("on_bad_record", "ignore")]
+)
+def test_dedup_rejects_bad_config(tmp_path, field, value):
+    cfg = DedupConfig(input_path=str(tmp_path), output_path=str(tmp_path / "o"), **{field: value})
+    with pytest.raises(ProcessingError, match=field):
+        dedup_fuzzy(cfg)
+
+
+def test_dedup_error_is_a_processing_error():
+    assert issubclass(DedupError, ProcessingError)
+
+
+# ------------------------------------------------------------------ exact
+
+
+def test_dedup_exact_removes_normalised_copies(tmp_path):
+    (tmp_path / "in").mkdir()
+    write_documents(str(tmp_path / "in" / "0.jsonl"), [
+        {"id": "a", "text": "Hello   world.\nSecond line."},
+        {"id": "b", "text": "Something else."},
+    ])
+    write_documents(str(tmp_path / "in" / "1.jsonl.zst"), [
+        {"id": "c", "text": "Hello world.\n Second line.  "},  # same after whitespace collapsing
+        {"id": "d", "text": "hello world.\nSecond line."},  # case differs: not a copy
+    ])
+    result = dedup_exact(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "out")))
+    assert set(read_dir(tmp_path / "out" / "data")) == {"a", "b", "d"}
+    (rec,) = removed_records(tmp_path / "out")
+    assert rec["id"] == "c" and rec["duplicate_of"] == "a" and rec["rule"] == "exact_duplicate"
+    strict = dedup_exact(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "o2"), normalize=False))
+    assert strict["removed_total"] == 0 and result["removed_total"] == 1
+
+
+def test_dedup_exact_paragraph_level(tmp_path):
+    (tmp_path / "in").mkdir()
+    write_documents(str(tmp_path / "in" / "0.jsonl"), [
+        {"id": "a", "text": "Cookie banner\n\nReal content of a.\nCookie banner"},
+        {"id": "b", "text": "Cookie banner\nReal content of b."},
+        {"id": "c", "text": "Real content of a.\n\nCookie banner"},  # every line seen before
+        {"id": "d", "text": "Cookie banner\n\nReal content of a.\nCookie banner"},  # copy of a
+    ])
+    result = dedup_exact(DedupConfig(
+        input_path=str(tmp_path / "in"), output_path=str(tmp_path / "out"), paragraph_level=True))
+    kept = read_dir(tmp_path / "out" / "data")
+    assert kept["a"]["text"] == "Cookie banner\n\nReal content of a."
+    assert kept["b"]["text"] == "Real content of b."
+    assert set(kept) == {"a", "b"}
+    recs = {r["id"]: r for r in removed_records(tmp_path / "out")}
+    assert recs["c"]["rule"] == "exact_paragraph_duplicate" and recs["c"]["duplicate_of"] == "a"
+    assert recs["d"]["rule"] == "exact_duplicate"
+    assert result["paragraphs_removed"] == 4  # a: 1, b: 1, c: 2 (d went whole)
+    assert result["removed"] == {"exact_duplicate": 1, "exact_paragraph_duplicate": 1}
