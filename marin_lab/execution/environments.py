@@ -21,7 +21,6 @@ See docs/environments.md.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import datetime
 import fcntl
@@ -32,7 +31,6 @@ import logging
 import os
 import pickle
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -355,13 +353,6 @@ def _check_by_reference(fn: Callable[..., Any]) -> None:
         )
 
 
-def _die_with_parent() -> None:
-    # A worker orphaned by a killed executor would train on forever.
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 def run_in_environment(python: str, fn: Callable[[Any], Any], config: Any) -> Any:
     """Run `fn(config)` under `python` (an environment's interpreter) and return its result."""
     _check_by_reference(fn)
@@ -382,7 +373,7 @@ def run_in_environment(python: str, fn: Callable[[Any], Any], config: Any) -> An
                           "VIRTUAL_ENV": str(Path(python).parent.parent)})
         logger.info("running %s in environment %s", name, python)
         proc = subprocess.Popen([python, "-m", "marin_lab._env_worker", in_path, out_path], env=env,
-                                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                stdin=subprocess.DEVNULL)
         try:
             returncode = proc.wait()
         finally:

@@ -18,6 +18,8 @@ import sys
 from typing import Any
 
 from marin_lab.execution.status import RECORD_FILES
+from fsspec.implementations.local import LocalFileSystem
+
 from marin_lab.io.fs import fs_and_path, list_files
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -150,8 +152,13 @@ def manifest(output_path: str) -> dict[str, Any]:
         base = rel.rsplit("/", 1)[-1]
         if base in RECORD_FILES or base.startswith(".tmp."):
             continue
+        full = fs_and_path(f"{output_path.rstrip('/')}/{rel}")[1]
+        if isinstance(fs, LocalFileSystem) and os.path.islink(full):
+            # A link is recorded as what it points to, never followed (it may point outside the step).
+            files.append({"path": rel, "link": os.readlink(full)})
+            continue
         digest = hashlib.sha256()
-        with fs.open(fs_and_path(f"{output_path.rstrip('/')}/{rel}")[1], "rb") as f:
+        with fs.open(full, "rb") as f:
             while chunk := f.read(8 << 20):
                 digest.update(chunk)
         files.append({"path": rel, "size": size, "sha256": digest.hexdigest()})
@@ -170,6 +177,9 @@ def compare_manifests(recorded: dict[str, Any], actual: dict[str, Any]) -> list[
             problems.append(f"missing: {path}")
         elif r is None:
             problems.append(f"unexpected: {path} ({a['size']} bytes)")
+        elif "link" in r or "link" in a:
+            if r.get("link") != a.get("link"):
+                problems.append(f"link differs: {path}: recorded {r.get('link')}, now {a.get('link')}")
         elif r["size"] != a["size"]:
             problems.append(f"size differs: {path}: recorded {r['size']}, now {a['size']}")
         elif r["sha256"] != a["sha256"]:
