@@ -10,6 +10,9 @@ under `data/` in their output) or fixed paths, which are versioned as written.
     docs = default_extract("python-docs", raw)
     tok = default_train_tokenizer("python-docs", docs, vocab_size=8192)
     cache = default_tokenize("python-docs", docs, tokenizer=tok)
+
+Training and evaluation helpers (`default_train`, `default_eval`) live in
+experiments/train_defaults.py and are re-exported here.
 """
 
 from __future__ import annotations
@@ -341,3 +344,8 @@ def default_language_filter(
         name, documents, lid_model, label=f"__label__{language}", threshold=threshold,
         attribute="language", rule="language", num_workers=num_workers,
     )
+
+
+# --- training and evaluation (experiments/train_defaults.py) ---
+
+from experiments.train_defaults import default_eval, default_train  # noqa: E402,F401

@@ -23,15 +23,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.defaults import (  # noqa: E402
     default_download,
+    default_eval,
     default_extract,
     default_fuzzy_dedup,
     default_language_filter,
     default_quality_filter,
     default_tokenize,
+    default_train,
     default_train_tokenizer,
 )
 from experiments.models import llama_nano  # noqa: E402
-from experiments.train_defaults import default_eval, default_train  # noqa: E402
 from marin_lab.execution import executor_main  # noqa: E402
 from marin_lab.io.fs import read_text  # noqa: E402
 from marin_lab.processing.corpus import fetch_corpus  # noqa: E402

@@ -17,20 +17,7 @@ with the same names are used.
 
 from __future__ import annotations
 
-try:  # the executor owns the root of the tree; fall back while it is being written
-    from marin_lab.execution.errors import MarinLabError  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - depends on the lead's progress
-
-    class MarinLabError(Exception):  # type: ignore[no-redef]
-        """Root of marin_lab's errors (local stand-in until marin_lab.execution.errors exists)."""
-
-
-try:
-    from marin_lab.execution.errors import PreemptedError  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - depends on the lead's progress
-
-    class PreemptedError(MarinLabError):  # type: ignore[no-redef]
-        """The step's hardware went away (node, actor or worker lost, or the VM was preempted)."""
+from marin_lab.execution.errors import MarinLabError, PreemptedError
 
 
 class SliceCapacityTimeout(PreemptedError):

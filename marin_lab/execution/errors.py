@@ -18,8 +18,9 @@ Every message names the step (and field or file) and says what to do.
 from __future__ import annotations
 
 
-class MarinLabError(Exception):
-    """Root of every error marin_lab raises on purpose."""
+from marin_lab.errors import MarinLabError  # noqa: E402  (the root lives outside the executor)
+
+__all__ = ["MarinLabError"]
 
 
 class StepDefinitionError(MarinLabError):

@@ -14,6 +14,8 @@ single-threaded zstd at level 3) and atomic (see `marin_lab.io.fs.atomic_write_b
 
 from __future__ import annotations
 
+from marin_lab.errors import MarinLabError
+
 import fnmatch
 import gzip
 import io
@@ -47,7 +49,7 @@ ON_BAD_RECORD = ("raise", "skip")
 MAX_EXAMPLES = 5
 
 
-class BadRecordError(ValueError):
+class BadRecordError(MarinLabError, ValueError):
     """A line of a document shard could not be read as a document."""
 
     def __init__(self, path: str, line: int, reason: str, detail: str):
@@ -65,7 +67,7 @@ class BadRecordError(ValueError):
         )
 
 
-class NoShardsError(FileNotFoundError):
+class NoShardsError(MarinLabError, FileNotFoundError):
     """An input folder holds no document shards."""
 
 

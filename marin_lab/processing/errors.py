@@ -13,10 +13,7 @@ from __future__ import annotations
 
 from marin_lab.io.documents import BadRecordError, NoShardsError
 
-try:  # the executor's root error, once the lead's module exists
-    from marin_lab.execution.errors import MarinLabError as _Base
-except ImportError:  # pragma: no cover - depends on the order in which the tree is assembled
-    _Base = Exception
+from marin_lab.errors import MarinLabError as _Base
 
 __all__ = [
     "BadRecordError",

@@ -12,6 +12,8 @@ embeddings, a RoPE base other than 10000, z-loss); `from_native` refuses them by
 
 from __future__ import annotations
 
+from marin_lab.errors import MarinLabError
+
 import dataclasses
 import gzip
 import json
@@ -38,7 +40,7 @@ HF_REFERENCE_DIRS = ("meta-llama/Llama-2-7b-hf", "hf-internal-testing/llama-toke
 _TOKENIZER_TEXT_BYTES = 20_000_000
 
 
-class LevanterBackendError(ValueError):
+class LevanterBackendError(MarinLabError, ValueError):
     """A Levanter training run cannot start or failed; the message names the field or file."""
 
 

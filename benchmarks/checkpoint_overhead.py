@@ -1,0 +1,110 @@
+"""Checkpoint overhead: save and restore time of the full train state as a fraction of step time.
+
+Ours (`marin_lab.training.checkpoint`, one .npy per leaf + COMPLETE marker) vs orbax's
+`StandardCheckpointer` (the peer) on the same state, to a local folder; medians of `--repeats`.
+The fraction column says how much one save costs in units of train steps, i.e. the throughput
+lost by saving every k steps is save_fraction / k.
+
+    python benchmarks/checkpoint_overhead.py --models llama_nano,llama_30m
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments"))
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", False)
+
+import numpy as np  # noqa: E402
+import orbax.checkpoint as ocp  # noqa: E402
+
+from marin_lab.training.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from marin_lab.training.mesh import MeshConfig  # noqa: E402
+from marin_lab.training.optimizer import OptimizerConfig  # noqa: E402
+from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings  # noqa: E402
+from models import MODELS  # noqa: E402
+
+
+def median_time(fn, repeats: int) -> float:
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="llama_nano,llama_30m")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    print(f"# {jax.devices()[0].device_kind} x {jax.device_count()}; local disk; median of {args.repeats}; "
+          f"step = batch {args.batch} x seq {args.seq}, fp32")
+    header = (f"{'model':<11} {'state MB':>8} {'step s':>7} {'save s':>7} {'orbax save':>10} {'save ratio':>10} "
+              f"{'load s':>7} {'orbax load':>10} {'load ratio':>10} {'save/step':>9} {'load/step':>9}")
+    print(header)
+    print("-" * len(header))
+    for name in args.models.split(","):
+        model = dataclasses.replace(MODELS[name], max_seq_len=max(MODELS[name].max_seq_len, args.seq))
+        mesh = MeshConfig().build()
+        opt_cfg = OptimizerConfig()
+        opt = opt_cfg.build()
+        shard = state_shardings(model, opt, mesh, "fsdp", np.float32)
+        state = make_init_fn(model, opt, shard, np.float32)(jax.random.key(0))
+        step = make_train_step(model, opt, opt_cfg.lr_schedule(1000), StepSettings(compute_dtype="float32"),
+                               mesh, shard)
+        tokens = jax.numpy.asarray(np.random.default_rng(0).integers(0, model.vocab_size, (args.batch, args.seq + 1)),
+                                   np.int32)
+        state, out = step(state, tokens)
+        jax.block_until_ready(out)
+
+        def one_step():
+            nonlocal state
+            state, o = step(state, tokens)
+            jax.block_until_ready(o)
+
+        step_s = median_time(one_step, args.repeats)
+        nbytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(state))
+        root = tempfile.mkdtemp(prefix="ckpt-bench-")
+        counter = iter(range(10_000))
+
+        def ours_save():
+            save_checkpoint(f"{root}/ours-{next(counter)}", state, {"step": 0})
+
+        ours_save_s = median_time(ours_save, args.repeats)
+        ours_load_s = median_time(lambda: jax.block_until_ready(load_checkpoint(f"{root}/ours-0", state, shard)),
+                                  args.repeats)
+        ckptr = ocp.StandardCheckpointer()
+
+        def orbax_save():
+            ckptr.save(f"{root}/orbax-{next(counter)}", state)
+            ckptr.wait_until_finished()
+
+        orbax_save_s = median_time(orbax_save, args.repeats)
+        first_orbax = sorted(d for d in os.listdir(root) if d.startswith("orbax-"))[0]
+        abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state)
+        orbax_load_s = median_time(lambda: jax.block_until_ready(ckptr.restore(f"{root}/{first_orbax}", abstract)),
+                                   args.repeats)
+        ckptr.close()
+        shutil.rmtree(root, ignore_errors=True)
+        print(f"{name:<11} {nbytes / 2**20:>8.1f} {step_s:>7.3f} {ours_save_s:>7.3f} {orbax_save_s:>10.3f} "
+              f"{orbax_save_s / ours_save_s:>10.2f} {ours_load_s:>7.3f} {orbax_load_s:>10.3f} "
+              f"{orbax_load_s / ours_load_s:>10.2f} {ours_save_s / step_s:>9.2f} {ours_load_s / step_s:>9.2f}")
+    print("ratio = orbax time / our time (> 1: ours is faster)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Tootsie 8B: a multi-phase 8B pretraining run in the spirit of Marin's "Tootsie Roll" run.
+
+Question: how far does a Llama-3.1-8B-shaped model get on open data when the recipe adapts
+phase by phase (hardware, batch, learning rate, mixture) instead of being fixed up front?
+Baseline: Marin's first-generation 8B (phases Kestrel -> Ocelot -> Jellyfish ...).
+
+Phases (each a `train_lm` step that starts from the previous one's last checkpoint, optimizer
+state included, so the schedule continues without a re-warmup):
+
+1. kestrel  2x v5e-256 (multislice). DCLM's 7B "best mix" in proportion to tokens, 1024 x 4096
+            tokens per step, lr 1e-3 held hot (DCLM showed such a hot rate is fine), wd 0.05.
+            ~2.7T tokens.
+2. ocelot   v4-2048. Batch x3 to fill the bigger slice (3072 x 4096 = 12Mi tokens); lr scaled by
+            sqrt(3) to 1.7e-3 (square-root rule for Adam). Still hot. To ~3.8T tokens.
+3. jellyfish cooldown on v4-2048: lr decays linearly 1.7e-3 -> 1.7e-4 over ~1T tokens while
+            FineMath (high-quality math) is folded into the mixture; z-loss on, which Marin's
+            retrospective says it should have used from the start.
+
+    python experiments/tootsie_8b.py --dry_run true   # the plan: paths, tokens, FLOPs, TPU-hours
+
+A real run needs a TPU cluster (`--backend ray`) and Hugging Face access for the downloads.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from defaults import default_download, default_tokenize  # noqa: E402
+from models import llama_8b  # noqa: E402
+from train_defaults import default_eval, default_train  # noqa: E402
+
+from marin_lab.cluster.resources import TpuResources  # noqa: E402
+from marin_lab.execution import executor_main  # noqa: E402
+from marin_lab.training import CheckpointConfig, MeshConfig, OptimizerConfig  # noqa: E402
+
+SEQ_LEN = 4096  # as in Tootsie; Llama-3.1's 128k context is not needed for pretraining
+TOKENIZER = "meta-llama/Llama-3.1-8B"  # the Llama 3 tokenizer (128,256 ids)
+
+# Pinned dataset revisions: the short commit ids Marin's public experiment files pin for the same
+# datasets (FineMath: the full sha used by public finemath-3plus download scripts).
+SOURCES = {
+    "dclm": dict(hf_dataset="mlfoundations/dclm-baseline-1.0", revision="a3b142c"),
+    "starcoder": dict(hf_dataset="bigcode/starcoderdata", revision="9fc30b5"),
+    "proofpile": dict(hf_dataset="EleutherAI/proof-pile-2", revision="901a927"),
+    "finemath": dict(hf_dataset="HuggingFaceTB/finemath", revision="e92b25a616738fe95dc186b64dfb19f9c8525594",
+                     include=("finemath-3plus/*",)),
+}
+
+raw = {name: default_download(f"tootsie/{name}", num_workers=32, **spec) for name, spec in SOURCES.items()}
+tokenized = {name: default_tokenize(f"tootsie/{name}-llama3", step, tokenizer=TOKENIZER,
+                                    validation_fraction=0.0005, num_workers=64)
+             for name, step in raw.items()}
+pretraining = {k: tokenized[k] for k in ("dclm", "starcoder", "proofpile")}
+
+# Shares of DCLM's 7B mix, proportional to each source's tokens.
+DCLM_MIX = {"dclm": 0.926, "starcoder": 0.061, "proofpile": 0.013}
+# Cooldown: 30% high-quality math on top of the pretraining mix (cf. micro-annealing results).
+COOLDOWN_MIX = {"dclm": 0.65, "starcoder": 0.045, "proofpile": 0.005, "finemath": 0.30}
+
+CHECKPOINTS = CheckpointConfig(save_every_steps=20_000, keep_every_steps=20_000, save_interval_s=1800,
+                               keep_last=2)
+FSDP = MeshConfig(data=1, fsdp=-1, model=1, param_sharding="fsdp")
+
+KESTREL_END = 640_000  # 640k x 1024 x 4096 ~= 2.68T tokens
+OCELOT_END = KESTREL_END + 87_500  # +87.5k x 3072 x 4096 ~= +1.10T tokens
+JELLYFISH_END = OCELOT_END + 80_000  # +80k x 3072 x 4096 ~= +1.01T tokens
+
+kestrel = default_train(
+    "tootsie-8b/kestrel", pretraining, llama_8b,
+    num_train_steps=KESTREL_END, batch_size=1024, seq_len=SEQ_LEN, weights=DCLM_MIX,
+    optimizer=OptimizerConfig(learning_rate=1e-3, schedule="constant", warmup=1000,
+                              weight_decay=0.05, beta2=0.95, max_grad_norm=1.0),
+    mesh=FSDP, checkpoint=CHECKPOINTS, gradient_checkpointing=True,
+    resources=TpuResources(tpu="v5e-256", slices=2), tpu_type="v5e-256", tpu_slices=2,
+    description="phase 1: DCLM mix, hot constant lr 1e-3, 4Mi-token batches on 2x v5e-256",
+)
+
+ocelot = default_train(
+    "tootsie-8b/ocelot", pretraining, llama_8b,
+    num_train_steps=OCELOT_END, batch_size=3072, seq_len=SEQ_LEN, weights=DCLM_MIX,
+    initialize_from=kestrel,
+    optimizer=OptimizerConfig(learning_rate=1.7e-3, schedule="constant", warmup=0,
+                              weight_decay=0.05, schedule_offset=KESTREL_END),
+    mesh=FSDP, checkpoint=CHECKPOINTS, gradient_checkpointing=True,
+    resources=TpuResources(tpu="v4-2048"), tpu_type="v4-2048",
+    description="phase 2: batch x3 on v4-2048, lr x sqrt(3)",
+)
+
+jellyfish = default_train(
+    "tootsie-8b/jellyfish", tokenized, llama_8b,
+    num_train_steps=JELLYFISH_END, batch_size=3072, seq_len=SEQ_LEN, weights=COOLDOWN_MIX,
+    initialize_from=ocelot, z_loss_weight=1e-4,
+    optimizer=OptimizerConfig(learning_rate=1.7e-3, schedule="linear", warmup=0, decay=1.0,
+                              min_lr_ratio=0.1, weight_decay=0.05, schedule_offset=OCELOT_END),
+    mesh=FSDP, checkpoint=CHECKPOINTS, gradient_checkpointing=True,
+    resources=TpuResources(tpu="v4-2048"), tpu_type="v4-2048",
+    description="phase 3: cooldown 1.7e-3 -> 1.7e-4 with FineMath folded in, z-loss on",
+)
+
+evaluation = default_eval("tootsie-8b/jellyfish", jellyfish, tokenized, seq_len=SEQ_LEN,
+                          max_sequences=2048, resources=TpuResources(tpu="v5e-256"))
+
+if __name__ == "__main__":
+    executor_main(steps=[kestrel, ocelot, jellyfish, evaluation],
+                  description="Tootsie 8B: three phases (hot DCLM mix, bigger batch, HQ cooldown)")

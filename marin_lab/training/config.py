@@ -1,0 +1,123 @@
+"""TrainLmConfig: everything one training step needs, and its cost estimate for dry runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from marin_lab.training.checkpoint import CheckpointConfig
+from marin_lab.training.data import DataConfig
+from marin_lab.training.mesh import MeshConfig
+from marin_lab.training.metrics import TPU_PEAK_BY_TYPE, WandbConfig
+from marin_lab.training.model import LlamaConfig
+from marin_lab.training.optimizer import OptimizerConfig
+
+BACKENDS = ("native",)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainLmConfig:
+    """A language-model training run (the `train_lm` step's config)."""
+
+    output_path: str
+    """Where checkpoints, metrics.jsonl, hf/ and train_summary.json go."""
+    data: DataConfig
+    """Token caches and their mixture."""
+    model: LlamaConfig = dataclasses.field(default_factory=LlamaConfig)
+    """Model shape."""
+    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    """AdamW and the learning-rate schedule."""
+    num_train_steps: int = 1000
+    """Global step at which training stops."""
+    batch_size: int = 32
+    """Sequences per step (global, across all devices and microbatches)."""
+    seq_len: int = 512
+    """Tokens per training sequence (at most model.max_seq_len)."""
+    microbatches: int = 1
+    """Gradient accumulation: the batch is split into this many sequential microbatches."""
+    seed: int = 0
+    """Parameter-initialisation seed."""
+    mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
+    """Device mesh and parameter sharding rule."""
+    compute_dtype: str = "bfloat16"
+    """Matmul/activation dtype ('bfloat16' or 'float32'); parameters stay in param_dtype."""
+    param_dtype: str = "float32"
+    """Storage dtype of parameters and optimizer state."""
+    gradient_checkpointing: bool = False
+    """Recompute each block's activations on the backward pass (saves memory, costs ~1/3 FLOPs)."""
+    attention_impl: str | None = None
+    """None (einsum), 'xla' or 'cudnn' (jax.nn.dot_product_attention; cudnn on NVIDIA GPUs)."""
+    z_loss_weight: float = 0.0
+    """Weight of the z-loss (logsumexp^2); 1e-4 is common, 0 disables."""
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    """Checkpoint policies."""
+    initialize_from: str | None = None
+    """A checkpoint (or a train step's output path) to start from: a new phase of a longer run."""
+    reset_optimizer_state: bool = False
+    """With initialize_from: keep only the parameters, start Adam moments from zero."""
+    log_every: int = 1
+    """Write a metrics line every this many steps."""
+    wandb: WandbConfig = dataclasses.field(default_factory=WandbConfig)
+    """W&B logging (offline unless a project and WANDB_API_KEY are set)."""
+    export_hf: bool = True
+    """Write a Hugging Face checkpoint to {output_path}/hf at the end."""
+    peak_flops_per_device: float | None = None
+    """Peak FLOP/s for MFU when the device is not in the known table (e.g. a CPU benchmark)."""
+    stop_after_steps: int | None = None
+    """Stop after this many steps of this run (preemption drills and tests); None: run to the end."""
+    backend: str = "native"
+    """Trainer implementation; only 'native' (this JAX trainer) exists so far."""
+    tpu_type: str | None = None
+    """Accelerator the run is planned for (e.g. 'v5e-256'); used by plan_estimate only."""
+    tpu_slices: int = 1
+    """Number of such slices."""
+    assumed_mfu: float = 0.4
+    """MFU assumed by plan_estimate."""
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+    def plan_estimate(self) -> dict[str, Any]:
+        """Tokens, FLOPs (6*N*T + attention) and accelerator-hours, for the executor's dry run.
+
+        The dry run calls this on the unresolved config, where values may still be wrapped by
+        `versioned(...)`; they are unwrapped by duck typing (this module never imports the executor).
+        """
+        model, optimizer = _plain(self.model), _plain(self.optimizer)
+        seq_len, batch = _plain(self.seq_len), _plain(self.batch_size)
+        start = _plain(optimizer.schedule_offset)
+        steps = max(_plain(self.num_train_steps) - start, 0)
+        tokens = steps * batch * seq_len
+        flops = model.flops_per_token(seq_len) * tokens
+        out: dict[str, Any] = {
+            "steps": steps, "tokens": tokens, "params": model.num_params(),
+            "flops": float(f"{flops:.4g}"), "assumed_mfu": self.assumed_mfu,
+        }
+        tpu_type = _plain(self.tpu_type)
+        chips, peak = tpu_chips_and_peak(tpu_type) if tpu_type else (None, None)
+        if chips and peak:
+            chips *= _plain(self.tpu_slices)
+            seconds = flops / (chips * peak * self.assumed_mfu)
+            out.update({"accelerator": f"{tpu_type} x{_plain(self.tpu_slices)}", "chips": chips,
+                        "wall_hours": round(seconds / 3600, 1),
+                        "accelerator_hours": round(chips * seconds / 3600)})
+        return out
+
+
+def _plain(value: Any) -> Any:
+    """The value inside a `versioned(...)` wrapper, or the value itself."""
+    return value.value if type(value).__name__ == "VersionedValue" else value
+
+
+def tpu_chips_and_peak(tpu_type: str) -> tuple[int | None, float | None]:
+    """Chips and per-chip bf16 peak of a TPU type name ('v5e-256', 'v4-2048', 'v5p-512')."""
+    m = re.fullmatch(r"(v\d+[a-z]*|v5litepod)-(\d+)", tpu_type.strip().lower())
+    if not m:
+        return None, None
+    generation, count = m.group(1), int(m.group(2))
+    peak = TPU_PEAK_BY_TYPE.get(generation)
+    # v4 and v5p names count TensorCores (2 per chip); v5e/v6e names count chips.
+    chips = count // 2 if generation in ("v4", "v5p") else count
+    return chips, peak

@@ -1,0 +1,284 @@
+"""`train_lm`: the training step function. Reads top to bottom: check, build, resume, loop, export.
+
+Resume: if `{output_path}/checkpoints` holds a complete checkpoint, training continues from the
+newest one; the data order is a function of the step number, so the continued run is bit-identical
+to one that never stopped (same hardware, software and device count).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import logging
+import math
+import platform
+import time
+from typing import Any
+
+import jax
+
+# Numerics depend on this flag; fix it before any JAX operation runs in this process.
+jax.config.update("jax_enable_x64", False)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+
+from marin_lab.io import fs as mfs  # noqa: E402
+from marin_lab.training import checkpoint as ckpt  # noqa: E402
+from marin_lab.training.config import BACKENDS, TrainLmConfig  # noqa: E402
+from marin_lab.training.data import MixtureLoader  # noqa: E402
+from marin_lab.training.errors import TrainingError  # noqa: E402
+from marin_lab.training.hf_export import export_hf  # noqa: E402
+from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding  # noqa: E402
+from marin_lab.training.metrics import MetricsLogger, device_peak_flops, mfu  # noqa: E402
+from marin_lab.training.token_cache import TokenCache, TokenCacheError  # noqa: E402
+from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings  # noqa: E402
+
+logger = logging.getLogger(__name__)
+
+
+def validate_config(config: TrainLmConfig) -> None:
+    """Everything that can be checked before compiling: raises TrainingError naming the field."""
+    try:
+        config.model.validate()
+        config.optimizer.validate()
+    except ValueError as err:
+        raise TrainingError(str(err)) from err
+    if config.backend not in BACKENDS:
+        raise TrainingError(f"backend={config.backend!r} is not one of {BACKENDS}")
+    if config.seq_len > config.model.max_seq_len:
+        raise TrainingError(
+            f"seq_len={config.seq_len} is larger than model.max_seq_len={config.model.max_seq_len}; "
+            "lower seq_len or use a model with a longer context"
+        )
+    if config.seq_len < 2:
+        raise TrainingError(f"seq_len={config.seq_len} must be at least 2")
+    if config.num_train_steps < 1:
+        raise TrainingError(f"num_train_steps={config.num_train_steps} must be positive")
+    if config.microbatches < 1 or config.batch_size % config.microbatches:
+        raise TrainingError(
+            f"batch_size={config.batch_size} is not divisible by microbatches={config.microbatches}"
+        )
+    if config.compute_dtype not in ("bfloat16", "float32", "float16"):
+        raise TrainingError(f"compute_dtype={config.compute_dtype!r} must be bfloat16, float16 or float32")
+    for name, path in config.data.caches.items():
+        try:
+            cache = TokenCache(path)
+        except TokenCacheError as err:
+            raise TrainingError(f"data.caches[{name!r}]: {err}") from err
+        if cache.vocab_size > config.model.vocab_size:
+            raise TrainingError(
+                f"data.caches[{name!r}] has vocab_size {cache.vocab_size} but model.vocab_size is "
+                f"{config.model.vocab_size}; use a model whose vocabulary covers the tokenizer"
+            )
+
+
+def _environment() -> dict[str, Any]:
+    devices = jax.devices()
+    return {"jax": jax.__version__, "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__")
+            else _jaxlib_version(), "backend": jax.default_backend(), "device_count": len(devices),
+            "device_kind": devices[0].device_kind, "process_count": jax.process_count(),
+            "python": platform.python_version()}
+
+
+def _jaxlib_version() -> str:
+    import jaxlib
+
+    return jaxlib.__version__
+
+
+def _start_point(config: TrainLmConfig, template: Any, shardings: Any) -> tuple[Any, dict[str, Any], str]:
+    """(state, data base, how) from this run's latest checkpoint, initialize_from, or None."""
+    root = mfs.join(config.output_path, "checkpoints")
+    own = ckpt.latest_checkpoint(root)
+    if own:
+        meta = ckpt.read_metadata(own)
+        _check_model_metadata(config, meta, own)
+        state = ckpt.load_checkpoint(own, template, shardings)
+        return state, meta.get("data_base", {"step": 0, "offsets": {}}), f"resumed from {own}"
+    if config.initialize_from:
+        path = ckpt.resolve_checkpoint(config.initialize_from)
+        meta = ckpt.read_metadata(path)
+        _check_model_metadata(config, meta, path)
+        state = ckpt.load_checkpoint(path, template, shardings)
+        if config.reset_optimizer_state:
+            state = {**state, "opt_state": template["opt_state"]}
+        base = {"step": int(meta["step"]), "offsets": meta.get("data_consumed", {})}
+        return state, base, f"initialized from {path}"
+    return None, {"step": 0, "offsets": {}}, "fresh"
+
+
+@functools.lru_cache(maxsize=8)
+def _programs(model: Any, optimizer_config: Any, num_train_steps: int, settings: StepSettings,
+              mesh_config: Any, device_ids: tuple[int, ...]) -> tuple[Any, Any, Any]:
+    """(state shardings, init fn, train step) for one set of frozen configs.
+
+    Cached so that several runs in one process (tests, phases, sweeps) compile each program once;
+    every input is a frozen, hashable config, so equal configs really mean the same program.
+    """
+    del device_ids  # part of the cache key only: a different device set is a different program
+    mesh = mesh_config.build()
+    optimizer = optimizer_config.build()
+    param_dtype = jnp.dtype(settings.param_dtype)
+    shardings = state_shardings(model, optimizer, mesh, mesh_config.param_sharding, param_dtype)
+    init_fn = make_init_fn(model, optimizer, shardings, param_dtype)
+    step_fn = make_train_step(model, optimizer, optimizer_config.lr_schedule(num_train_steps),
+                              settings, mesh, shardings)
+    return shardings, init_fn, step_fn
+
+
+def _check_start_checkpoint(config: TrainLmConfig) -> None:
+    """Refuse a checkpoint of another model shape before anything is compiled."""
+    own = ckpt.latest_checkpoint(mfs.join(config.output_path, "checkpoints"))
+    path = own or (ckpt.resolve_checkpoint(config.initialize_from) if config.initialize_from else None)
+    if path:
+        _check_model_metadata(config, ckpt.read_metadata(path), path)
+
+
+def _check_model_metadata(config: TrainLmConfig, meta: dict[str, Any], path: str) -> None:
+    saved = meta.get("model")
+    if saved is not None and saved != dataclasses.asdict(config.model):
+        diff = {k: (saved.get(k), v) for k, v in dataclasses.asdict(config.model).items() if saved.get(k) != v}
+        raise TrainingError(
+            f"checkpoint {path} was written by a different model shape: model fields "
+            f"{', '.join(f'{k}: {a!r} (checkpoint) vs {b!r} (config)' for k, (a, b) in diff.items())}; "
+            "use a matching `model` config or another output_path"
+        )
+
+
+def train_lm(config: TrainLmConfig) -> dict[str, Any]:
+    """Train (or resume training) a Llama-family LM; returns the run summary."""
+    validate_config(config)
+    try:
+        mesh = config.mesh.build()
+    except MeshError as err:
+        raise TrainingError(str(err)) from err
+    if config.batch_size % (batch_divisor(mesh) * config.microbatches):
+        raise TrainingError(
+            f"batch_size={config.batch_size} must be divisible by mesh data*fsdp="
+            f"{batch_divisor(mesh)} times microbatches={config.microbatches}"
+        )
+    env = _environment()
+    try:  # too-short caches and unknown mixture names fail here, before anything compiles
+        MixtureLoader(config.data, config.seq_len, config.batch_size)
+    except (TokenCacheError, ValueError) as err:
+        raise TrainingError(str(err)) from err
+
+    settings = StepSettings(config.compute_dtype, config.param_dtype, config.gradient_checkpointing,
+                            config.attention_impl, config.z_loss_weight, config.microbatches)
+    try:
+        _check_start_checkpoint(config)
+        programs = _programs(config.model, config.optimizer, config.num_train_steps, settings,
+                             config.mesh, tuple(d.id for d in jax.devices()))
+        shardings, init_fn, step_fn = programs
+        fresh = init_fn(jax.random.key(config.seed))
+        restored, data_base, how = _start_point(config, fresh, shardings)
+    except ckpt.CheckpointError as err:
+        raise TrainingError(str(err)) from err
+    state = restored if restored is not None else fresh
+    start_step = int(jax.device_get(state["step"]))
+    loader = MixtureLoader(config.data, config.seq_len, config.batch_size,
+                           base_step=int(data_base["step"]), base_offsets=data_base.get("offsets"))
+    logger.info("train_lm %s: %s at step %d of %d; %d params; %d devices (%s)", config.output_path,
+                how, start_step, config.num_train_steps, config.model.num_params(),
+                env["device_count"], env["device_kind"])
+
+    checkpointer = ckpt.Checkpointer(mfs.join(config.output_path, "checkpoints"), config.checkpoint)
+    metrics = MetricsLogger(config.output_path, config.wandb, run_name=config.output_path.rstrip("/").rsplit("/", 1)[-1],
+                            config_for_wandb=dataclasses.asdict(config), resume_step=start_step)
+    flops_per_token = config.model.flops_per_token(config.seq_len)
+    peak = device_peak_flops(env["device_kind"], config.peak_flops_per_device)
+    end_step = config.num_train_steps
+    if config.stop_after_steps is not None:
+        end_step = min(end_step, start_step + config.stop_after_steps)
+
+    def checkpoint_metadata(step: int) -> dict[str, Any]:
+        return {"model": dataclasses.asdict(config.model), "data_base": data_base,
+                "data_consumed": loader.consumed_before(step), "environment": env,
+                "seed": config.seed}
+
+    pending: tuple[int, dict[str, jax.Array], float] | None = None
+    last: dict[str, Any] = {}
+    tokens_done, train_time = 0, 0.0
+    progress = tqdm(total=end_step - start_step, desc="train", unit="step", disable=None)
+
+    def finish_step(step: int, out: dict[str, jax.Array], started: float) -> None:
+        """Fetch one step's metrics (after the next step was dispatched, to keep the device busy)."""
+        nonlocal tokens_done, train_time, last
+        values = {k: float(v) for k, v in jax.device_get(out).items()}
+        if not math.isfinite(values["loss"]):
+            raise TrainingError(
+                f"loss is {values['loss']} at step {step}; stopping. Lower optimizer.learning_rate, "
+                "enable z_loss_weight or clipping, or inspect the data of that step"
+            )
+        elapsed = time.perf_counter() - started
+        if step > start_step:  # the first step of a run includes compilation
+            tokens_done += config.tokens_per_step
+            train_time += elapsed
+        tps = config.tokens_per_step / elapsed if elapsed > 0 else 0.0
+        last = {"step": step, "loss": values["loss"], "cross_entropy": values["cross_entropy"],
+                "learning_rate": values["learning_rate"], "grad_norm": values["grad_norm"],
+                "tokens_per_s": tps, "mfu": mfu(flops_per_token, tps, env["device_count"], peak),
+                "time": time.time()}
+        if step % config.log_every == 0 or step == end_step - 1:
+            metrics.log(last)
+        progress.update(1)
+        progress.set_postfix(loss=f"{values['loss']:.4f}")
+
+    try:
+        for step in range(start_step, end_step):
+            batch = _global_batch(loader.batch(step), batch_sharding(mesh))
+            started = time.perf_counter()
+            state, out = step_fn(state, batch)
+            if pending is not None:
+                finish_step(*pending)
+            pending = (step, out, started)
+            done = step + 1
+            if checkpointer.should_save(done, is_last=done == config.num_train_steps) or done == end_step:
+                finish_step(*pending)  # never checkpoint a state whose loss was not checked
+                pending = None
+                checkpointer.save(done, state, checkpoint_metadata(done))
+                metrics.flush()
+        if pending is not None:
+            finish_step(*pending)
+    finally:
+        progress.close()
+        metrics.flush()
+
+    final_step = int(jax.device_get(state["step"]))
+    hf_path = None
+    if config.export_hf and final_step == config.num_train_steps:
+        first_cache = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
+        hf_path = export_hf(state["params"], config.model, mfs.join(config.output_path, "hf"),
+                            tokenizer_url=first_cache.tokenizer_url(),
+                            bos_id=first_cache.ledger.get("bos_id"), eos_id=first_cache.ledger.get("eos_id"))
+    summary = {
+        "final_step": final_step, "num_train_steps": config.num_train_steps, "start": how,
+        "final_loss": last.get("loss"), "steps_this_run": final_step - start_step,
+        "tokens_per_s": tokens_done / train_time if train_time else None,
+        "mfu": mfu(flops_per_token, tokens_done / train_time, env["device_count"], peak) if train_time else None,
+        "params": config.model.num_params(), "checkpoint": ckpt.latest_checkpoint(mfs.join(config.output_path, "checkpoints")),
+        "hf_path": hf_path, "metrics_path": metrics.url, "environment": env,
+        "param_checksum": _param_checksum(state["params"]),
+    }
+    mfs.write_json(mfs.join(config.output_path, "train_summary.json"), summary)
+    metrics.close(summary)
+    logger.info("train_lm %s: step %d, loss %s, %s tokens/s", config.output_path, final_step,
+                summary["final_loss"], summary["tokens_per_s"])
+    return summary
+
+
+def _global_batch(tokens: np.ndarray, sharding: Any) -> jax.Array:
+    """A global array from the host batch; each process places only the rows its devices hold."""
+    # (device_put would need every device addressable, which fails on multi-host slices.)
+    return jax.make_array_from_callback(tokens.shape, sharding, lambda index: tokens[index])
+
+
+def _param_checksum(params: Any) -> str:
+    """sha256 over every parameter's bytes: equal checksums mean bit-identical parameters."""
+    h = hashlib.sha256()
+    for leaf in jax.tree_util.tree_leaves(jax.device_get(params)):
+        h.update(np.ascontiguousarray(leaf).tobytes())
+    return h.hexdigest()

@@ -1,0 +1,127 @@
+"""The train state and the one jit-compiled train step (with in-step gradient accumulation)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from marin_lab.training.mesh import batch_sharding, param_spec
+from marin_lab.training.model import LlamaConfig, Params, flatten_params, init_params, lm_loss
+
+TrainState = dict[str, Any]  # {"params": Params, "opt_state": optax state, "step": int32 scalar}
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSettings:
+    """What the compiled step needs besides the model shape (derived from TrainLmConfig)."""
+
+    compute_dtype: str = "bfloat16"
+    param_dtype: str = "float32"
+    gradient_checkpointing: bool = False
+    attention_impl: str | None = None
+    z_loss_weight: float = 0.0
+    microbatches: int = 1
+
+
+def param_shardings(config: LlamaConfig, mesh: Mesh, rule: str) -> Params:
+    shapes = config.param_shapes()
+    flat = {n: NamedSharding(mesh, param_spec(n, s, mesh, rule)) for n, s in shapes.items()}
+    nested: Params = {}
+    for name, value in flat.items():
+        node = nested
+        *parents, leaf = name.split("/")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return nested
+
+
+def state_shardings(config: LlamaConfig, optimizer: optax.GradientTransformation, mesh: Mesh,
+                    rule: str, param_dtype: Any) -> TrainState:
+    """Shardings of the whole state: optimizer moments follow their parameter's sharding."""
+    p_shard = param_shardings(config, mesh, rule)
+    abstract = jax.eval_shape(lambda: _fresh_state(config, optimizer, jax.random.key(0), param_dtype))
+    flat_param_shard = flatten_params(p_shard)
+    replicated = NamedSharding(mesh, P())
+
+    def for_leaf(path: tuple, leaf: Any) -> NamedSharding:
+        # An optimizer leaf whose path ends with a parameter's path and shape is a moment of it.
+        names = [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path]
+        for i in range(len(names)):
+            candidate = "/".join(names[i:])
+            if candidate in flat_param_shard and getattr(leaf, "ndim", 0) > 0:
+                return flat_param_shard[candidate]
+        return replicated
+
+    opt_shard = jax.tree_util.tree_map_with_path(for_leaf, abstract["opt_state"])
+    return {"params": p_shard, "opt_state": opt_shard, "step": replicated}
+
+
+def _fresh_state(config: LlamaConfig, optimizer: optax.GradientTransformation, key: jax.Array,
+                 param_dtype: Any) -> TrainState:
+    params = init_params(config, key, dtype=param_dtype)
+    return {"params": params, "opt_state": optimizer.init(params), "step": jnp.zeros((), jnp.int32)}
+
+
+def make_init_fn(config: LlamaConfig, optimizer: optax.GradientTransformation,
+                 shardings: TrainState, param_dtype: Any) -> Callable[[jax.Array], TrainState]:
+    """key -> a fresh state created directly in its sharded layout (no full copy on one device)."""
+    return jax.jit(lambda key: _fresh_state(config, optimizer, key, param_dtype), out_shardings=shardings)
+
+
+def make_train_step(
+    model: LlamaConfig,
+    optimizer: optax.GradientTransformation,
+    lr_schedule: Callable[[jax.Array], jax.Array],
+    settings: StepSettings,
+    mesh: Mesh,
+    shardings: TrainState,
+) -> Callable[[TrainState, jax.Array], tuple[TrainState, dict[str, jax.Array]]]:
+    """step(state, tokens [B, seq_len + 1] int32) -> (new state, metrics), compiled once."""
+    compute_dtype = jnp.dtype(settings.compute_dtype)
+    m = settings.microbatches
+
+    def loss_fn(params: Params, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        return lm_loss(params, inputs, targets, jnp.ones(targets.shape, jnp.float32), model,
+                       compute_dtype=compute_dtype,
+                       gradient_checkpointing=settings.gradient_checkpointing,
+                       attention_impl=settings.attention_impl,
+                       z_loss_weight=settings.z_loss_weight)
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def step(state: TrainState, tokens: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+        params = state["params"]
+        if m == 1:
+            (loss, ce), grads = grad_fn(params, tokens)
+        else:
+            # Accumulate in fp32 over microbatches inside the one compiled step.
+            micro = tokens.reshape(m, tokens.shape[0] // m, tokens.shape[1])
+            zeros = jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+
+            def body(carry, mb):
+                g_acc, l_acc, c_acc = carry
+                (l, c), g = grad_fn(params, mb)
+                g_acc = jax.tree_util.tree_map(lambda a, b: a + b.astype(jnp.float32), g_acc, g)
+                return (g_acc, l_acc + l, c_acc + c), None
+
+            (grads, loss, ce), _ = jax.lax.scan(body, (zeros, 0.0, 0.0), micro)
+            grads = jax.tree_util.tree_map(lambda g: g / m, grads)
+            loss, ce = loss / m, ce / m
+        grad_norm = optax.global_norm(grads)
+        updates, opt_state = optimizer.update(grads, state["opt_state"], params)
+        lr = lr_schedule(state["step"])
+        params = jax.tree_util.tree_map(lambda p, u: (p - lr * u).astype(p.dtype), params, updates)
+        new_state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1}
+        return new_state, {"loss": loss, "cross_entropy": ce, "grad_norm": grad_norm,
+                           "learning_rate": lr}
+
+    return jax.jit(step, in_shardings=(shardings, batch_sharding(mesh)),
+                   out_shardings=(shardings, NamedSharding(mesh, P())), donate_argnums=0)
