@@ -110,3 +110,22 @@ def usurp(lease_file) -> None:
             return
         except ConflictError:
             continue
+
+
+def race_for_lease(leases) -> list:
+    """Every lease in `leases` tries to acquire at the same moment; returns what each got."""
+    import threading
+
+    results = [None] * len(leases)
+    barrier = threading.Barrier(len(leases))
+
+    def go(i):
+        barrier.wait()
+        results[i] = leases[i].try_acquire()
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(leases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results

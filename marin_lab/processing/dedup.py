@@ -145,6 +145,11 @@ def _removal_filter_task(task: tuple[ShardPlan, dict[int, dict], int, str]) -> d
     def decide(docs: list[dict]):
         return [(d, None) if i not in removals else (None, removals[i]) for i, d in enumerate(docs)]
 
+    return _filter_unchanged(plan, decide, on_bad_record, expected)
+
+
+def _filter_unchanged(plan, decide, on_bad_record: str, expected: int) -> dict:
+    """Filter one shard, and fail if it no longer holds the documents that were hashed."""
     info = filter_shard(plan, decide, on_bad_record=on_bad_record)
     if info["read"] != expected:
         raise DedupError(
@@ -285,14 +290,7 @@ def _exact_filter_task(task: tuple[ShardPlan, dict[int, dict], dict[int, set[int
     def decide(docs: list[dict]):
         return [decide_one(i, d) for i, d in enumerate(docs)]
 
-    info = filter_shard(plan, decide, on_bad_record=on_bad_record)
-    if info["read"] != expected:
-        raise DedupError(
-            f"{plan.input_file}: read {info['read']} documents now but {expected} when hashing; "
-            f"the input changed during the step. Delete {plan.output_file}.done and the .work "
-            f"folder, then rerun."
-        )
-    return info
+    return _filter_unchanged(plan, decide, on_bad_record, expected)
 
 
 def dedup_exact(config: DedupConfig) -> dict:

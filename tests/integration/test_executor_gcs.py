@@ -17,7 +17,7 @@ from marin_lab.execution.status import read_status
 from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.io.fs import exists, read_text
 from tests.conftest import REPO_ROOT
-from tests.executor_steps import usurp, WriteConfig, executions, five_step_dag, write_text
+from tests.executor_steps import race_for_lease, usurp, WriteConfig, executions, five_step_dag, write_text
 
 pytestmark = pytest.mark.gcs
 
@@ -49,18 +49,7 @@ def test_stale_gcs_lease_race_has_one_winner(gcs_bucket):
     assert Lease(path, "dead", timeout_s=1, clock=clock).try_acquire() is None
     clock.t += 10
     racers = [Lease(path, f"d{i}", timeout_s=60, clock=clock) for i in range(6)]
-    results = [None] * len(racers)
-    barrier = threading.Barrier(len(racers))
-
-    def go(i):
-        barrier.wait()
-        results[i] = racers[i].try_acquire()
-
-    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(racers))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = race_for_lease(racers)
     assert sum(r is None for r in results) == 1
 
 

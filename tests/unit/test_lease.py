@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import uuid
 
 import pytest
 
 from marin_lab.execution.lease import HOSTNAME, Lease
 from marin_lab.io.conditional import ConflictError, conditional_file
+from tests.executor_steps import race_for_lease
 
 
 class Clock:
@@ -79,18 +79,7 @@ def test_only_one_of_many_racers_wins_a_stale_lease(output_path):
     Lease(output_path, "dead", timeout_s=1, clock=clock).try_acquire()
     clock.t += 5
     racers = [Lease(output_path, f"d{i}", timeout_s=60, clock=clock) for i in range(8)]
-    results = [None] * len(racers)
-    barrier = threading.Barrier(len(racers))
-
-    def go(i):
-        barrier.wait()
-        results[i] = racers[i].try_acquire()
-
-    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(racers))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = race_for_lease(racers)
     winners = [r for r in results if r is None]
     assert len(winners) == 1
     holder = racers[0].current_holder().holder
