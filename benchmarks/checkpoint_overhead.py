@@ -19,7 +19,6 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments"))
 
 import jax  # noqa: E402
 
@@ -32,7 +31,7 @@ from marin_lab.training.checkpoint import load_checkpoint, save_checkpoint  # no
 from marin_lab.training.mesh import MeshConfig  # noqa: E402
 from marin_lab.training.optimizer import OptimizerConfig  # noqa: E402
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings  # noqa: E402
-from models import MODELS  # noqa: E402
+from experiments.models import MODELS  # noqa: E402
 
 
 def median_time(fn, repeats: int) -> float:

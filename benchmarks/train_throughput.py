@@ -19,7 +19,6 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "experiments"))
 
 import jax  # noqa: E402
 
@@ -32,7 +31,7 @@ from marin_lab.training.metrics import device_peak_flops  # noqa: E402
 from marin_lab.training.model import LlamaConfig  # noqa: E402
 from marin_lab.training.optimizer import OptimizerConfig  # noqa: E402
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings  # noqa: E402
-from models import MODELS  # noqa: E402
+from experiments.models import MODELS  # noqa: E402
 
 
 def bench_ours(model: LlamaConfig, batch: int, seq: int, steps: int, warmup: int, repeats: int,

@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from experiments.defaults import (  # noqa: E402
+from experiments.defaults import (
     default_download,
     default_eval,
     default_extract,
@@ -32,11 +29,11 @@ from experiments.defaults import (  # noqa: E402
     default_train,
     default_train_tokenizer,
 )
-from experiments.models import llama_nano  # noqa: E402
-from marin_lab.execution import executor_main  # noqa: E402
-from marin_lab.io.fs import read_text  # noqa: E402
-from marin_lab.processing.corpus import fetch_corpus  # noqa: E402
-from marin_lab.training import CheckpointConfig, OptimizerConfig  # noqa: E402
+from experiments.models import llama_nano
+from marin_lab.execution import executor_main
+from marin_lab.io.fs import read_text
+from marin_lab.processing.corpus import fetch_corpus
+from marin_lab.training import CheckpointConfig, OptimizerConfig
 
 corpus = fetch_corpus()
 

@@ -23,18 +23,11 @@ A real run needs a TPU cluster (`--backend ray`) and Hugging Face access for the
 
 from __future__ import annotations
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from defaults import default_download, default_tokenize  # noqa: E402
-from models import llama_8b  # noqa: E402
-from train_defaults import default_eval, default_train  # noqa: E402
-
-from marin_lab.cluster.resources import TpuResources  # noqa: E402
-from marin_lab.execution import executor_main  # noqa: E402
-from marin_lab.training import CheckpointConfig, MeshConfig, OptimizerConfig  # noqa: E402
+from experiments.defaults import default_download, default_eval, default_tokenize, default_train
+from experiments.models import llama_8b
+from marin_lab.cluster.resources import TpuResources
+from marin_lab.execution import executor_main
+from marin_lab.training import CheckpointConfig, MeshConfig, OptimizerConfig
 
 SEQ_LEN = 4096  # as in Tootsie; Llama-3.1's 128k context is not needed for pretraining
 TOKENIZER = "meta-llama/Llama-3.1-8B"  # the Llama 3 tokenizer (128,256 ids)
