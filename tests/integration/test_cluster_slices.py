@@ -20,7 +20,7 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-ray = pytest.importorskip("ray")
+import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from marin_lab.cluster import (  # noqa: E402
