@@ -86,12 +86,6 @@ def _cmd_browse(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_cluster(args: argparse.Namespace) -> int:
-    from marin_lab.cluster.cli import main as cluster_main
-
-    return int(cluster_main(args.cluster_args) or 0)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="marin-lab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -119,9 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", action="append", help="another readable root besides the prefix (repeatable)")
     p.set_defaults(func=_cmd_browse)
 
-    p = sub.add_parser("cluster", help="TPU cluster commands (up, status, down)", add_help=False)
-    p.add_argument("cluster_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_cmd_cluster)
+    # Listed for --help only: main() hands `cluster ...` to marin_lab.cluster.cli before parsing.
+    sub.add_parser("cluster", help="TPU cluster commands (render, up, status, down)", add_help=False)
     return parser
 
 

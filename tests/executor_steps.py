@@ -129,3 +129,33 @@ def race_for_lease(leases) -> list:
     for t in threads:
         t.join()
     return results
+
+
+def assert_lease_loss_stops_the_loser(prefix: str, *, heartbeat_s: float) -> None:
+    """Run a slow step, let another driver take its lease, check the loser stopped and wrote nothing."""
+    import threading
+
+    from marin_lab.execution import Executor
+    from marin_lab.execution.status import read_status
+    from marin_lab.io.conditional import conditional_file
+    from marin_lab.io.fs import exists
+
+    step = ExecutorStep("slow", write_text, WriteConfig(this_output_path(), versioned("s"), sleep_s=4.0))
+    ex = Executor(prefix, backend="local", lease_timeout_s=30, heartbeat_s=heartbeat_s)
+    out_path = ex.plan([step]).steps[0].output_path
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", ex.run([step], raise_on_failure=False)))
+    t.start()
+    lease = conditional_file(f"{out_path}/.executor_lease")
+    deadline = time.time() + 30
+    while time.time() < deadline and (lease.read() is None or (read_status(out_path) or {}).get("status") != "RUNNING"):
+        time.sleep(0.05)
+    time.sleep(0.3)
+    usurp(lease)  # another driver takes over
+    t.join(timeout=60)
+    outcome = result["r"].outcomes[result["r"].plan.steps[0].identity]
+    assert outcome.status == "LOST"
+    time.sleep(4.5)  # longer than the step's sleep: a surviving worker would have written by now
+    assert not exists(f"{out_path}/data.txt")
+    assert read_status(out_path)["status"] == "RUNNING"  # the loser wrote no terminal status
+    assert json.loads(lease.read()[0])["holder"] == "usurper"  # nor released the usurper's lease

@@ -139,7 +139,6 @@ class _LocalHandle(StepHandle):
         self.process.start()
         send.close()
         self._message: Any = None
-        self._cancelled = False
 
     def wait(self, timeout: float) -> bool:
         if self._message is not None:
@@ -171,7 +170,6 @@ class _LocalHandle(StepHandle):
         )
 
     def cancel(self) -> None:
-        self._cancelled = True
         if self.process.is_alive():
             self.process.kill()
         self.process.join(timeout=10)

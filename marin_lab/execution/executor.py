@@ -129,6 +129,8 @@ class Executor:
         self.ray_address = ray_address
         self.description = description
         self.script = script if script is not None else _script_path()
+        # Object stores pay a round trip per read: status reads and WAITING writes go concurrently there.
+        self._remote = "://" in self.prefix and not self.prefix.startswith("file://")
         self.driver_id = new_driver_id()
         self._backend: Any = None
         self._lock = threading.Lock()
@@ -199,9 +201,9 @@ class Executor:
         return Decision(ps, "run", reason, notes)
 
     def _stale_reuse_notes(self, ps: PlannedStep, st: dict[str, Any]) -> list[str]:
-        current = lenient_value(ps.scan.unversioned)
         if st.get("config_fingerprint") == unversioned_fingerprint(ps.scan.unversioned):
             return []
+        current = lenient_value(ps.scan.unversioned)
         info = read_json_or_none(info_path(ps.output_path)) or {}
         recorded = info.get("unversioned")
         if not isinstance(recorded, dict):
@@ -210,9 +212,8 @@ class Executor:
         return [f"reused although unversioned field {d}" for d in diffs]
 
     def _read_statuses(self, steps: Sequence[PlannedStep]) -> dict[str, dict[str, Any] | None]:
-        if self.prefix.startswith("/") or "://" not in self.prefix:
+        if not self._remote:
             return {s.identity: read_status(s.output_path) for s in steps}
-        # Object stores: each read is a round trip; do them concurrently.
         with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
             results = pool.map(lambda s: read_status(s.output_path), steps)
             return {s.identity: r for s, r in zip(steps, results)}
@@ -346,7 +347,7 @@ class Executor:
                         if all(outcomes.get(d.identity, StepOutcome("", "")).status == "SUCCESS"
                                for d in ps.dependencies):
                             pending.discard(ps.identity)
-                            running[pool.submit(self._run_step, plan, ps, by_id[ps.identity])] = ps.identity
+                            running[pool.submit(self._run_step, plan, ps)] = ps.identity
                     if not running:
                         break
                     done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
@@ -377,7 +378,7 @@ class Executor:
             except Exception:
                 logger.warning("step '%s': could not record WAITING", ps.identity, exc_info=True)
 
-        if "://" in self.prefix and not self.prefix.startswith("file://"):
+        if self._remote:
             with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
                 list(pool.map(mark, steps))
         else:
@@ -412,16 +413,15 @@ class Executor:
         return Lease(ps.output_path, self.driver_id, timeout_s=self.lease_timeout_s,
                      heartbeat_s=self.heartbeat_s, step_name=ps.identity)
 
-    def _run_step(self, plan: Plan, ps: PlannedStep, decision: Decision) -> StepOutcome:
+    def _run_step(self, plan: Plan, ps: PlannedStep) -> StepOutcome:
         lease = self._lease(ps)
         waited_for = None
         while True:
             st = read_status(ps.output_path) or {}
             if st.get("status") == Status.SUCCESS.value:
                 return StepOutcome(ps.identity, "SUCCESS", message=f"finished by {waited_for}" if waited_for else None)
-            if st.get("status") == Status.FAILED.value and (waited_for or decision.action == "fail"):
-                if not self.force_run_failed or waited_for:
-                    return StepOutcome(ps.identity, "FAILED", message=f"FAILED in driver {st.get('driver')}")
+            if st.get("status") == Status.FAILED.value and waited_for:  # the driver we waited for failed it
+                return StepOutcome(ps.identity, "FAILED", message=f"FAILED in driver {st.get('driver')}")
             holder = lease.try_acquire()
             if holder is None:
                 break
@@ -446,9 +446,10 @@ class Executor:
         config = plan.resolve_config(ps)
         started = now_iso()
         record = self._record_base(ps, config)
-        if ps.step.environment is not None:
-            # Built (once, cached by the hash of its lock) before the first attempt.
-            record["step_environment"] = self._step_function(ps)[1]
+        # A locked environment is built (once, cached by its lock hash) before the first attempt.
+        fn, step_environment = self._step_function(ps)
+        if step_environment is not None:
+            record["step_environment"] = step_environment
         lease.start_heartbeats()
         preemptions = failures = 0
         while True:
@@ -466,7 +467,7 @@ class Executor:
             logger.info("step '%s': running (attempt %d) -> %s", ps.identity, attempt_no, ps.output_path)
             t0 = time.monotonic()
             try:
-                result, env = self._call(ps, config, lease)
+                result, env = self._call(ps, fn, config, lease)
             except LeaseLostError:
                 return StepOutcome(ps.identity, "LOST", message="lost the lease to another driver; stopped")
             except (PreemptedError, StepFailedError) as err:
@@ -526,8 +527,7 @@ class Executor:
             "constraints": env.constraints,
         }
 
-    def _call(self, ps: PlannedStep, config: Any, lease: Lease) -> tuple[Any, dict[str, Any]]:
-        fn, _ = self._step_function(ps)
+    def _call(self, ps: PlannedStep, fn: Any, config: Any, lease: Lease) -> tuple[Any, dict[str, Any]]:
         guard = Guard(driver_pid=os.getpid(), driver_host=HOSTNAME, lease_url=lease.url, holder=lease.holder)
         handle = self._backend.submit(fn, config, step_name=ps.identity, resources=ps.step.resources, guard=guard)
         while not handle.wait(0.2):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from marin_lab.execution.status import read_status
@@ -38,9 +37,3 @@ def step_statuses(experiment: dict[str, Any]) -> list[tuple[dict[str, Any], str]
         result.append((step, (st or {}).get("status", "NOT_STARTED")))
     return result
 
-
-def load_info(output_path: str) -> dict[str, Any] | None:
-    try:
-        return read_json(join(output_path, ".executor_info"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None

@@ -133,5 +133,5 @@ def glob(url: str) -> list[str]:
     protocol = url.split("://", 1)[0] + "://" if "://" in url else ""
     matches = sorted(fs.glob(path))
     if protocol and protocol != "file://":
-        return [m if "://" in m else protocol + m.lstrip("/") if protocol == "memory://" and False else protocol + m for m in matches]
+        return [m if "://" in m else protocol + m for m in matches]
     return matches

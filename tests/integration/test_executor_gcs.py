@@ -6,18 +6,15 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
-from marin_lab.execution import Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution import Executor
 from marin_lab.execution.lease import Lease
-from marin_lab.execution.status import read_status
 from marin_lab.io.conditional import ConflictError, conditional_file
-from marin_lab.io.fs import exists, read_text
+from marin_lab.io.fs import read_text
 from tests.conftest import REPO_ROOT
-from tests.executor_steps import race_for_lease, usurp, WriteConfig, executions, five_step_dag, write_text
+from tests.executor_steps import assert_lease_loss_stops_the_loser, executions, five_step_dag, race_for_lease
 
 pytestmark = pytest.mark.gcs
 
@@ -78,21 +75,4 @@ def test_three_drivers_at_once_on_gcs(gcs_bucket, tmp_path):
 
 
 def test_lease_loss_on_gcs_stops_the_loser(gcs_bucket):
-    prefix = f"{gcs_bucket}/store-loss"
-    step = ExecutorStep("slow", write_text, WriteConfig(this_output_path(), versioned("s"), sleep_s=4.0))
-    ex = Executor(prefix, backend="local", lease_timeout_s=30, heartbeat_s=0.2)
-    out_path = ex.plan([step]).steps[0].output_path
-    result = {}
-    t = threading.Thread(target=lambda: result.setdefault("r", ex.run([step], raise_on_failure=False)))
-    t.start()
-    lease = conditional_file(f"{out_path}/.executor_lease")
-    deadline = time.time() + 30
-    while time.time() < deadline and (lease.read() is None or (read_status(out_path) or {}).get("status") != "RUNNING"):
-        time.sleep(0.1)
-    usurp(lease)  # another driver takes over
-    t.join(timeout=60)
-    assert result["r"].outcomes[result["r"].plan.steps[0].identity].status == "LOST"
-    time.sleep(4.5)
-    assert not exists(f"{out_path}/data.txt")
-    assert read_status(out_path)["status"] == "RUNNING"
-    assert json.loads(lease.read()[0])["holder"] == "usurper"
+    assert_lease_loss_stops_the_loser(f"{gcs_bucket}/store-loss", heartbeat_s=0.2)

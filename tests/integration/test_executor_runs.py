@@ -24,7 +24,7 @@ from marin_lab.execution import (
 from marin_lab.execution.status import read_status
 from marin_lab.io.conditional import conditional_file
 from tests.conftest import REPO_ROOT
-from tests.executor_steps import usurp, FlakyConfig, WriteConfig, executions, fail, five_step_dag, flaky, write_text
+from tests.executor_steps import assert_lease_loss_stops_the_loser, FlakyConfig, WriteConfig, executions, fail, five_step_dag, flaky, write_text
 
 DRIVER = os.path.join(REPO_ROOT, "tests", "drive_dag.py")
 
@@ -186,26 +186,7 @@ def test_prefix_that_cannot_be_written_fails_before_anything_runs(tmp_path):
 
 
 def test_lease_loss_stops_the_loser_and_it_writes_nothing(tmp_path):
-    prefix = str(tmp_path / "store")
-    step = ExecutorStep("slow", write_text, WriteConfig(this_output_path(), versioned("s"), sleep_s=4.0))
-    ex = Executor(prefix, backend="local", lease_timeout_s=30, heartbeat_s=0.1)
-    out_path = ex.plan([step]).steps[0].output_path
-    result = {}
-    t = threading.Thread(target=lambda: result.setdefault("r", ex.run([step], raise_on_failure=False)))
-    t.start()
-    lease = conditional_file(f"{out_path}/.executor_lease")
-    deadline = time.time() + 20
-    while time.time() < deadline and (lease.read() is None or (read_status(out_path) or {}).get("status") != "RUNNING"):
-        time.sleep(0.05)
-    time.sleep(0.3)
-    usurp(lease)  # another driver takes over
-    t.join(timeout=30)
-    outcome = result["r"].outcomes[result["r"].plan.steps[0].identity]
-    assert outcome.status == "LOST"
-    time.sleep(4.5)  # longer than the step's sleep: a surviving worker would have written by now
-    assert not os.path.exists(f"{out_path}/data.txt")
-    assert read_status(out_path)["status"] == "RUNNING"  # the loser wrote no terminal status
-    assert json.loads(lease.read()[0])["holder"] == "usurper"  # nor released the usurper's lease
+    assert_lease_loss_stops_the_loser(str(tmp_path / "store"), heartbeat_s=0.1)
 
 
 def _driver_flags(driver_backend, request):
