@@ -199,19 +199,43 @@ def _attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str | None) -> ja
     return out.reshape(b, t, h, hd)
 
 
+def linear(x: jax.Array, w: Any) -> jax.Array:
+    """The one place a weight multiplies activations: x [..., in] times w [in, out].
+
+    Every projection of the model goes through here, so a different number format or a wrapped
+    weight (quantized base, low-rank adapter, float8 scaling) changes this function or brings its
+    own `linear(x)` method, never the model code. A plain array is a plain matmul.
+    """
+    if hasattr(w, "linear"):
+        return w.linear(x)
+    return x @ w
+
+
+def _cast_param(p: Any, dtype: Any) -> Any:
+    # Weight wrappers decide their own compute dtype (a quantized base must stay packed).
+    if hasattr(p, "linear") or not jnp.issubdtype(p.dtype, jnp.floating):
+        return p
+    return p.astype(dtype)
+
+
+def _is_weight_wrapper(p: Any) -> bool:
+    return hasattr(p, "linear")
+
+
 def _block(config: LlamaConfig, attention_impl: str | None, x: jax.Array, layer: Params,
            cos: jax.Array, sin: jax.Array) -> jax.Array:
     b, t, _ = x.shape
     hd = config.resolved_head_dim
     h = rms_norm(x, layer["attn_norm"], config.norm_eps)
-    q = (h @ layer["wq"]).reshape(b, t, config.num_heads, hd)
-    k = (h @ layer["wk"]).reshape(b, t, config.num_kv_heads, hd)
-    v = (h @ layer["wv"]).reshape(b, t, config.num_kv_heads, hd)
+    q = linear(h, layer["wq"]).reshape(b, t, config.num_heads, hd)
+    k = linear(h, layer["wk"]).reshape(b, t, config.num_kv_heads, hd)
+    v = linear(h, layer["wv"]).reshape(b, t, config.num_kv_heads, hd)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     attn = _attention(q, k, v, attention_impl).reshape(b, t, config.num_heads * hd)
-    x = x + attn @ layer["wo"]
+    x = x + linear(attn, layer["wo"])
     h = rms_norm(x, layer["mlp_norm"], config.norm_eps)
-    x = x + (jax.nn.silu(h @ layer["w_gate"]) * (h @ layer["w_up"])) @ layer["w_down"]
+    gated = jax.nn.silu(linear(h, layer["w_gate"])) * linear(h, layer["w_up"])
+    x = x + linear(gated, layer["w_down"])
     return x
 
 
@@ -230,7 +254,8 @@ def forward(
     what "mixed precision" means: the optimizer updates fp32 masters, matmuls run in bf16.
     attention_impl: None (einsum, any backend), "xla" or "cudnn" (jax.nn.dot_product_attention).
     """
-    cast = jax.tree_util.tree_map(lambda p: p.astype(compute_dtype), params)
+    cast = jax.tree_util.tree_map(lambda p: _cast_param(p, compute_dtype), params,
+                                  is_leaf=_is_weight_wrapper)
     seq_len = tokens.shape[1]
     cos, sin = rope_tables(seq_len, config.resolved_head_dim, config.rope_theta)
     x = jnp.take(cast["embed"], tokens, axis=0)
@@ -243,8 +268,9 @@ def forward(
         body = jax.checkpoint(body, prevent_cse=False)
     x, _ = jax.lax.scan(body, x, cast["layers"])
     x = rms_norm(x, cast["final_norm"], config.norm_eps)
-    head = cast["embed"].T if config.tie_embeddings else cast["lm_head"]
-    return x @ head
+    if config.tie_embeddings:
+        return x @ cast["embed"].T
+    return linear(x, cast["lm_head"])
 
 
 def token_log_likelihoods(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
