@@ -1,7 +1,9 @@
 """The executor: versioned steps, identity hashing, leases, provenance, local and Ray backends.
 
-Public names (as in Marin): `ExecutorStep`, `versioned`, `output_path_of`, `this_output_path`,
-`InputName`, `executor_main`, plus `Executor` for programmatic use. See docs/executor.md.
+Public names (as in Marin): `ExecutorStep`, `versioned`, `ensure_versioned`, `output_path_of`,
+`this_output_path`, `THIS_OUTPUT_PATH`, `InputName`, `OutputName`, `get_executor_step`,
+`executor_main`, `ExecutorMainConfig`, `Executor` and the `STATUS_*` strings. See docs/executor.md
+and docs/coming_from_marin.md.
 """
 
 from marin_lab.execution.errors import (
@@ -22,20 +24,27 @@ from marin_lab.execution.main import ExecutorMainConfig, executor_main
 from marin_lab.execution.resources import StepRunner
 from marin_lab.execution.status import Status
 from marin_lab.execution.step import (
+    THIS_OUTPUT_PATH,
     ExecutorStep,
     InputName,
     OutputName,
     VersionedValue,
+    ensure_versioned,
+    get_executor_step,
     output_path_of,
     this_output_path,
     unwrap_versioned_value,
     versioned,
 )
 
+STATUS_WAITING, STATUS_RUNNING, STATUS_SUCCESS, STATUS_FAILED, STATUS_DEP_FAILED = (
+    s.value for s in (Status.WAITING, Status.RUNNING, Status.SUCCESS, Status.FAILED, Status.DEP_FAILED))
+
 __all__ = [
+    "STATUS_DEP_FAILED", "STATUS_FAILED", "STATUS_RUNNING", "STATUS_SUCCESS", "STATUS_WAITING", "THIS_OUTPUT_PATH",
     "CycleError", "EncodingError", "Executor", "ExecutorConfigError", "ExecutorMainConfig", "ExecutorStep",
     "ExperimentFailedError", "InputName", "LeaseLostError", "MarinLabError", "MissingDependencyError",
     "OutputName", "PreemptedError", "RunReport", "Status", "StepDefinitionError", "StepFailedError",
-    "StepRunner", "StorageError", "VersionedValue", "executor_main", "output_path_of", "this_output_path",
-    "unwrap_versioned_value", "versioned",
+    "StepRunner", "StorageError", "VersionedValue", "ensure_versioned", "executor_main", "get_executor_step",
+    "output_path_of", "this_output_path", "unwrap_versioned_value", "versioned",
 ]

@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import multiprocessing
 import os
+import pickle
 import signal
 import socket
 import sys
@@ -107,7 +108,18 @@ class Guard:
                     os._exit(137)
 
 
-def _local_worker(conn: Any, fn: Callable[[Any], Any], config: Any, guard: Guard, environ: dict[str, str]) -> None:
+def _pickled_call(fn: Callable[[Any], Any], config: Any) -> bytes:
+    """fn and config as bytes: by reference when they can be, else by value (closures, lambdas,
+    classes defined inside functions) with the cloudpickle that Ray ships, as Ray itself does."""
+    try:
+        return pickle.dumps((fn, config), protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        from ray import cloudpickle
+
+        return cloudpickle.dumps((fn, config), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _local_worker(conn: Any, payload: bytes, guard: Guard, environ: dict[str, str]) -> None:
     # The worker's parent is the fork server, which exits when the driver does; PDEATHSIG covers
     # that, and the guard covers the driver itself and its lease.
     _die_with_parent()
@@ -117,6 +129,7 @@ def _local_worker(conn: Any, fn: Callable[[Any], Any], config: Any, guard: Guard
     os.environ.update(environ)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        fn, config = pickle.loads(payload)
         result = fn(config)
         env = runtime_environment()
         conn.send(("ok", result, env))
@@ -134,7 +147,8 @@ class _LocalHandle(StepHandle):
         self.step_name = step_name
         self._recv, send = ctx.Pipe(duplex=False)
         self.process = ctx.Process(
-            target=_local_worker, args=(send, fn, config, guard, dict(os.environ)), name=f"step:{step_name}", daemon=False
+            target=_local_worker, args=(send, _pickled_call(fn, config), guard, dict(os.environ)), name=f"step:{step_name}",
+            daemon=False
         )
         self.process.start()
         send.close()

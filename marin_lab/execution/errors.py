@@ -63,5 +63,5 @@ class StepFailedError(MarinLabError):
         self.traceback_text = traceback_text
 
 
-class ExperimentFailedError(MarinLabError):
+class ExperimentFailedError(MarinLabError, RuntimeError):
     """A run ended with one or more steps FAILED (or blocked by a failed dependency)."""

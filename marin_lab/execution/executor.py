@@ -21,7 +21,6 @@ import functools
 import json
 import logging
 import os
-import re
 import sys
 import threading
 import time
@@ -41,7 +40,7 @@ from marin_lab.execution.errors import (
 from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_diffs
 from marin_lab.execution.hashing import hash8, lenient_value, unversioned_fingerprint
 from marin_lab.execution.lease import HOSTNAME, Lease, new_driver_id
-from marin_lab.execution.plan import Plan, PlannedStep, build_plan
+from marin_lab.execution.plan import MarinExecutorAttributes, Plan, PlannedStep, build_plan
 from marin_lab.execution.provenance import git_info, manifest, redact
 from marin_lab.execution.resources import describe_resources, validate_resources
 from marin_lab.execution.status import Status, info_path, now_iso, read_status, status_path, write_status
@@ -94,7 +93,7 @@ class RunReport:
         return [i for i, o in self.outcomes.items() if o.status in ("FAILED", "DEP_FAILED", "LOST")]
 
 
-class Executor:
+class Executor(MarinExecutorAttributes):
     """Runs experiments (DAGs of ExecutorSteps) under a prefix. See the module docstring."""
 
     def __init__(
@@ -112,8 +111,12 @@ class Executor:
         ray_address: str | None = None,
         description: str | None = None,
         script: str | None = None,
+        executor_info_base_path: str | None = None,
     ):
         self.prefix = normalize_prefix(prefix or default_prefix())
+        # Where experiment records go (Marin's name); default {prefix}/experiments, where the browser looks.
+        self.executor_info_base_path = executor_info_base_path or join(self.prefix, "experiments")
+        self.executor_info_path: str | None = None
         self.backend_name = backend
         if backend not in ("local", "ray"):
             raise ExecutorConfigError(f"--backend {backend!r} is not known; use 'local' or 'ray'")
@@ -142,23 +145,12 @@ class Executor:
         plan = build_plan(steps, self.prefix)
         for ps in plan.steps:
             validate_resources(ps.name, ps.step.resources)
+        self.last_plan = plan
         return plan
 
     def select(self, plan: Plan, run_only: Sequence[str] | None) -> list[PlannedStep]:
-        """The steps a run considers: all, or those matching `run_only` plus their ancestors."""
-        if not run_only:
-            return list(plan.steps)
-        patterns = []
-        for rx in run_only:
-            try:
-                patterns.append(re.compile(rx))
-            except re.error as err:
-                raise ExecutorConfigError(f"--run_only {rx!r} is not a valid regular expression: {err}") from err
-        chosen = [s for s in plan.steps if any(p.search(s.name) or p.search(s.identity) for p in patterns)]
-        if not chosen:
-            names = ", ".join(s.name for s in plan.steps[:10])
-            raise ExecutorConfigError(f"--run_only {list(run_only)} matches no step; the steps are: {names}")
-        return plan.ancestors(chosen)
+        """The steps a run considers: see `Plan.select`."""
+        return plan.select(run_only)
 
     def decide(self, plan: Plan, selected: Sequence[PlannedStep], *, explain: bool = True) -> list[Decision]:
         chosen = {s.identity for s in selected}
@@ -188,7 +180,7 @@ class Executor:
         if status == Status.FAILED.value:
             if self.force_run_failed:
                 return Decision(ps, "run", "previously FAILED; --force_run_failed is set")
-            return Decision(ps, "fail", "previously FAILED; pass --force_run_failed true to run it again")
+            return Decision(ps, "fail", "failed previously; pass --force_run_failed true to run it again")
         if status == "CORRUPT":
             return Decision(ps, "run", "its status file is unreadable; running again")
         reason = "no output yet" if status is None else f"previous status {status}"
@@ -253,7 +245,10 @@ class Executor:
         run_only: Sequence[str] | None = None,
         dry_run: bool = False,
         raise_on_failure: bool = True,
+        force_run_failed: bool | None = None,
     ) -> RunReport:
+        if force_run_failed is not None:
+            self.force_run_failed = force_run_failed
         plan = self.plan(steps)
         selected = self.select(plan, run_only)
         if not dry_run:
@@ -275,8 +270,10 @@ class Executor:
         if report.failed and raise_on_failure:
             lines = [f"  {i}: {outcomes[i].status}" + (f" ({outcomes[i].message})" if outcomes[i].message else "")
                      for i in report.failed]
+            blocked = sum(1 for i in report.failed if outcomes[i].status == "DEP_FAILED")
             raise ExperimentFailedError(
-                f"{len(report.failed)} step(s) did not succeed:\n" + "\n".join(lines)
+                f"{len(report.failed) - blocked} step(s) failed" + (f", {blocked} blocked by them" if blocked else "")
+                + ":\n" + "\n".join(lines)
                 + f"\nRecords are under {self.prefix}; rerun with --force_run_failed true after fixing the cause."
             )
         return report
@@ -296,7 +293,8 @@ class Executor:
         script = self.script or "interactive"
         stem = os.path.splitext(os.path.basename(script))[0] or "interactive"
         ident = hash8(sorted(s.identity for s in plan.steps))
-        path = join(self.prefix, "experiments", f"{stem}-{ident}.json")
+        path = join(self.executor_info_base_path, f"{stem}-{ident}.json")
+        configs = plan.marin_view.configs
         record = {
             "schema": 1,
             "script": _relative_script(script),
@@ -311,11 +309,13 @@ class Executor:
             "steps": [
                 {"name": s.name, "identity": s.identity, "output_path": s.output_path,
                  "info_path": info_path(s.output_path), "fn": s.fn_path,
-                 "dependencies": [d.identity for d in s.dependencies]}
-                for s in plan.steps
+                 "dependencies": [d.identity for d in s.dependencies],
+                 "version": s.version, "config": redact(lenient_value(configs[obj]))}
+                for s, obj in zip(plan.steps, plan.marin_view.steps, strict=True)
             ],
         }
         write_json(path, record)
+        self.executor_info_path = path
         return path
 
     def _execute(self, plan: Plan, decisions: Sequence[Decision]) -> dict[str, StepOutcome]:

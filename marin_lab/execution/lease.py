@@ -37,6 +37,8 @@ from marin_lab.io.fs import join
 logger = logging.getLogger(__name__)
 
 HOSTNAME = socket.gethostname()
+DEFAULT_TIMEOUT_S = 60.0
+"""A lease whose heartbeat is older than this is stale (Marin's HEARTBEAT_TIMEOUT is 90 s)."""
 
 
 def new_driver_id() -> str:
@@ -97,7 +99,7 @@ class Lease:
         output_path: str,
         holder: str,
         *,
-        timeout_s: float = 60.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         heartbeat_s: float | None = None,
         clock: Callable[[], float] = time.time,
         step_name: str = "",

@@ -3,25 +3,31 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import sys
 from collections.abc import Sequence
 
 import draccus
 
-from marin_lab.execution.errors import MarinLabError
+from marin_lab.execution.errors import ExecutorConfigError, MarinLabError
 from marin_lab.execution.executor import Executor, RunReport, default_prefix
-from marin_lab.execution.step import ExecutorStep
+from marin_lab.execution.lease import DEFAULT_TIMEOUT_S
+from marin_lab.execution.plan import compile_run_only
+from marin_lab.execution.step import ExecutorStep, InputName
 
 
 @dataclasses.dataclass(frozen=True)
 class ExecutorMainConfig:
     prefix: str | None = None
     """Where outputs and records go (local folder, gs://bucket/path). Default: $MARIN_PREFIX, else ./marin_store."""
+    executor_info_base_path: str | None = None
+    """Where the experiment record goes (default: {prefix}/experiments, where the browser looks)."""
     dry_run: bool = False
     """Print run / skip / wait for every step, with the reason, and run nothing."""
     run_only: list[str] | None = None
-    """Regexes over step names: run only matching steps (and their unfinished ancestors)."""
+    """Regexes over step names (`re.search`): run only matching steps (and what they wait for).
+    On the command line: `--run_only REGEX [REGEX ...]`, or a JSON list `--run_only '["a", "b"]'`."""
     force_run_failed: bool = False
     """Run steps whose last status is FAILED again (otherwise the run stops at them)."""
     max_concurrent: int | None = None
@@ -30,13 +36,15 @@ class ExecutorMainConfig:
     """'ray' (a local Ray is started unless RAY_ADDRESS or --ray_address names a cluster) or 'local'."""
     ray_address: str | None = None
     """Address of a running Ray cluster."""
-    lease_timeout_s: float = 60.0
+    lease_timeout_s: float = DEFAULT_TIMEOUT_S
     """A lease not renewed for this long is stale and may be taken over."""
     max_preemption_retries: int = 10
     """Retries after a lost worker, node or slice."""
     max_failure_retries: int = 0
     """Retries after an exception raised by a step's function."""
 
+
+logger = logging.getLogger(__name__)
 
 # Set by `capture_steps` (used by `marin-lab explain`): executor_main records its steps and stops.
 _CAPTURE: list | None = None
@@ -47,21 +55,31 @@ class _Captured(Exception):
 
 
 def executor_main(
-    steps: Sequence[ExecutorStep],
+    config: ExecutorMainConfig | Sequence[ExecutorStep | InputName] | None = None,
+    steps: Sequence[ExecutorStep | InputName] | None = None,
     description: str | None = None,
-    config: ExecutorMainConfig | None = None,
+    *,
     args: Sequence[str] | None = None,
 ) -> RunReport | None:
-    """Run `steps` (and everything they depend on) with flags parsed from the command line."""
+    """Run `steps` (and everything they wait for) with flags parsed from the command line.
+
+    As in Marin, `executor_main(steps=[...])` parses the flags, and `executor_main(config, steps=[...])`
+    with an `ExecutorMainConfig` uses that config as it is. `executor_main([...])` also works.
+    """
+    if config is not None and not isinstance(config, ExecutorMainConfig):
+        if steps is not None:
+            raise TypeError("executor_main: pass the steps once (as `steps=`), and an ExecutorMainConfig as `config`")
+        config, steps = None, config
+    if steps is None:
+        raise TypeError("executor_main: no steps given; call executor_main(steps=[...])")
     if _CAPTURE is not None:
         _CAPTURE.append((list(steps), description))
         raise _Captured()
-    if config is None:
-        argv = _normalize_run_only(list(sys.argv[1:] if args is None else args))
-        config = draccus.parse(config_class=ExecutorMainConfig, args=argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        if config is None:
+            config = parse_flags(sys.argv[1:] if args is None else args)
         executor = Executor(
             prefix=config.prefix or default_prefix(),
             backend=config.backend,
@@ -72,6 +90,7 @@ def executor_main(
             max_failure_retries=config.max_failure_retries,
             ray_address=config.ray_address,
             description=description,
+            executor_info_base_path=config.executor_info_base_path,
         )
         report = executor.run(steps, run_only=config.run_only, dry_run=config.dry_run)
     except MarinLabError as err:
@@ -82,21 +101,55 @@ def executor_main(
     return report
 
 
-def _normalize_run_only(argv: list[str]) -> list[str]:
-    """Accept `--run_only REGEX` (and `--run_only=REGEX`) as well as draccus' `--run_only '[A,B]'`."""
-    out = []
+def parse_flags(argv: Sequence[str]) -> ExecutorMainConfig:
+    """The flags as an ExecutorMainConfig. `--run_only` is read here, never as YAML: a regex such as
+    `ok/one-[0-9a-f]{8}` or `null` means what it says, and a bad one is one clear error line."""
+    rest, run_only = take_run_only(argv)
+    config = draccus.parse(config_class=ExecutorMainConfig, args=rest)
+    if run_only is not None:
+        compile_run_only(run_only)  # fail now, before anything is planned
+        config = dataclasses.replace(config, run_only=run_only)
+    return config
+
+
+def take_run_only(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    """(argv without its --run_only flags, their regexes or None).
+
+    `--run_only A B`, `--run_only=A`, repeated flags, and a JSON list `--run_only '["A", "B"]'`.
+    """
+    rest: list[str] = []
+    regexes: list[str] | None = None
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg == "--run_only" and i + 1 < len(argv) and not argv[i + 1].lstrip().startswith("["):
-            out += [arg, f"[{argv[i + 1]}]"]
-            i += 2
+        if arg == "--run_only" or arg.startswith("--run_only="):
+            values = [arg.split("=", 1)[1]] if "=" in arg else []
+            i += 1
+            if "=" not in arg:
+                while i < len(argv) and not argv[i].startswith("--"):
+                    values.append(argv[i])
+                    i += 1
+            if not values:
+                raise ExecutorConfigError("--run_only needs at least one regular expression over step names")
+            regexes = (regexes or []) + [rx for v in values for rx in _json_list_or_regex(v)]
             continue
-        if arg.startswith("--run_only=") and not arg.split("=", 1)[1].lstrip().startswith("["):
-            arg = f"--run_only=[{arg.split('=', 1)[1]}]"
-        out.append(arg)
+        rest.append(arg)
         i += 1
-    return out
+    return rest, regexes
+
+
+def _json_list_or_regex(value: str) -> list[str]:
+    if value.lstrip().startswith("["):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            return [value]  # e.g. "[a-c]x": a regex that starts with a character class
+        if isinstance(parsed, list) and all(isinstance(v, str) for v in parsed):
+            return parsed
+    if value.startswith("[") and value.endswith("]"):
+        logger.warning("--run_only %r is taken as one regular expression (a character class); for several, "
+                       "give them as separate words or as a JSON list '[\"a\", \"b\"]'", value)
+    return [value]
 
 
 def capture_steps(script: str, argv: Sequence[str] = ()) -> tuple[list[ExecutorStep], str | None]:

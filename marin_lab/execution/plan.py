@@ -2,19 +2,28 @@
 
 Everything that can be wrong with an experiment's definition is found here, before anything
 runs: bad names, non-JSON-like versioned values, cycles, references to steps that are not in
-the experiment, two steps claiming one output path.
+the experiment, two steps claiming one output path, two different functions claiming one
+identity.
+
+The planner also turns Marin's ways of saying things into ours, once: a `@ray.remote` function
+becomes its Python function plus its Ray options as the step's resources, and
+`pip_dependency_groups` becomes a locked step environment. `PlannedStep.step` is that normalized
+step; the user's own objects stay in `Plan.objects`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from marin_lab.execution.errors import CycleError, MissingDependencyError, StepDefinitionError
-from marin_lab.execution.hashing import ConfigScan, hash8, scan_config
+from marin_lab.execution.errors import CycleError, ExecutorConfigError, MissingDependencyError, StepDefinitionError
+from marin_lab.execution.hashing import ConfigScan, canonical_json, hash8, scan_config
+from marin_lab.execution.resources import RAY_OPTION_KEYS
 from marin_lab.execution.step import ExecutorStep, InputName, OutputName, VersionedValue, validate_name
 from marin_lab.io.fs import join
 
@@ -26,11 +35,15 @@ class PlannedStep:
     """A step with its identity settled. Identical steps (same version) share one PlannedStep."""
 
     step: ExecutorStep
+    """The step as the executor runs it (Marin's spellings normalized; see the module docstring)."""
     version: dict[str, Any]
     hash: str
     output_path: str
     dependencies: list["PlannedStep"]
+    """What this step waits for (and runs first when they are not done)."""
     scan: ConfigScan
+    pseudo_dependencies: list["PlannedStep"] = dataclasses.field(default_factory=list)
+    """`.nonblocking()` inputs: part of the identity, never waited for."""
     identity: str = ""
     """`name-hash8`."""
 
@@ -54,6 +67,8 @@ class Plan:
     roots: list[PlannedStep]
     object_map: dict[int, PlannedStep] = dataclasses.field(default_factory=dict, repr=False)
     """id(ExecutorStep object) -> its PlannedStep (identical steps share one)."""
+    objects: list[ExecutorStep] = dataclasses.field(default_factory=list, repr=False)
+    """Every step object the user's DAG holds, dependencies first."""
     named_map: dict[str, PlannedStep] = dataclasses.field(default_factory=dict, repr=False)
     """step name -> PlannedStep, for references by name (checked unique at plan time)."""
 
@@ -83,9 +98,131 @@ class Plan:
         """The step's config with every placeholder replaced by a concrete value."""
         return _resolve(planned.step.config, planned, self)
 
+    @functools.cached_property
+    def marin_view(self) -> "MarinView":
+        return MarinView(self)
+
+    def select(self, run_only: Sequence[str] | None) -> list[PlannedStep]:
+        """The steps a run considers, dependencies first.
+
+        Without `run_only`: the steps passed in and everything they wait for (a step reached only
+        through `.nonblocking()` inputs is not run). With it: the steps whose *name* matches one
+        of the regexes (`re.search`, as in Marin; the hash suffix never matches), plus what they
+        wait for.
+        """
+        if not run_only:
+            return self.ancestors(self.roots)
+        patterns = compile_run_only(run_only)
+        chosen = [s for s in self.steps if any(p.search(s.name) for p in patterns)]
+        if not chosen:
+            names = ", ".join(s.name for s in self.steps[:10]) + (", ..." if len(self.steps) > 10 else "")
+            raise ExecutorConfigError(f"--run_only {list(run_only)} matches no step name; the steps are: {names}")
+        unused = [p.pattern for p in patterns if not any(p.search(s.name) for s in self.steps)]
+        if unused:
+            logger.warning("--run_only: %s matched no step name", ", ".join(repr(u) for u in unused))
+        return self.ancestors(chosen)
+
+
+class MarinView:
+    """A plan seen the way Marin's `Executor` shows it: dicts keyed by the user's step objects."""
+
+    def __init__(self, plan: Plan):
+        self._plan = plan
+        first: dict[int, ExecutorStep] = {}
+        for obj in plan.objects:
+            first.setdefault(id(plan.object_map[id(obj)]), obj)
+        self.steps: list[ExecutorStep] = [first[id(ps)] for ps in plan.steps]
+        """One object per distinct step, dependencies first."""
+        planned = {obj: plan.object_map[id(obj)] for obj in plan.objects}
+        self.output_paths: dict[ExecutorStep, str] = {o: ps.output_path for o, ps in planned.items()}
+        self.versions: dict[ExecutorStep, dict[str, Any]] = {o: ps.version for o, ps in planned.items()}
+        self.version_strs: dict[ExecutorStep, str] = {o: canonical_json(ps.version) for o, ps in planned.items()}
+        self.dependencies: dict[ExecutorStep, list[ExecutorStep]] = {
+            o: [first[id(d)] for d in ps.dependencies] for o, ps in planned.items()}
+        self._planned = planned
+
+    @functools.cached_property
+    def configs(self) -> dict[ExecutorStep, Any]:
+        """Each step's resolved config (what its function receives)."""
+        resolved = {id(ps): self._plan.resolve_config(ps) for ps in self._plan.steps}
+        return {o: resolved[id(ps)] for o, ps in self._planned.items()}
+
+
+class MarinExecutorAttributes:
+    """`steps`, `output_paths`, `configs`, `versions`, `version_strs` and `dependencies` as Marin's
+    `Executor` has them, for the last plan this executor made."""
+
+    last_plan: Plan | None = None
+
+    def _marin_view(self) -> MarinView:
+        if self.last_plan is None:
+            raise AttributeError("this executor has not planned anything yet; call run(steps) or plan(steps) first")
+        return self.last_plan.marin_view
+
+    steps = property(lambda self: self._marin_view().steps)
+    output_paths = property(lambda self: self._marin_view().output_paths)
+    configs = property(lambda self: self._marin_view().configs)
+    versions = property(lambda self: self._marin_view().versions)
+    version_strs = property(lambda self: self._marin_view().version_strs)
+    dependencies = property(lambda self: self._marin_view().dependencies)
+
+
+def compile_run_only(run_only: Sequence[str]) -> list[re.Pattern[str]]:
+    """The --run_only regexes, compiled; a bad one is one clear line."""
+    if isinstance(run_only, str):
+        run_only = [run_only]
+    patterns = []
+    for rx in run_only:
+        if not isinstance(rx, str):
+            raise ExecutorConfigError(f"--run_only {rx!r} is not a string; give regular expressions over step names")
+        try:
+            patterns.append(re.compile(rx))
+        except re.error as err:
+            raise ExecutorConfigError(
+                f"--run_only {rx!r} is not a valid regular expression ({err}); quote it for your shell, "
+                "and escape regex characters such as [ ( * with a backslash"
+            ) from None
+    return patterns
+
 
 def function_path(fn: Any) -> str:
+    fn = _ray_function(fn) or fn
+    if isinstance(fn, functools.partial):
+        return f"partial({function_path(fn.func)})"
     return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', getattr(fn, '__name__', '?'))}"
+
+
+def same_function(a: Any, b: Any) -> bool:
+    """Whether two step functions are the same code (two closures made by one factory are)."""
+    if a is b:
+        return True
+    a, b = _ray_function(a) or a, _ray_function(b) or b
+    if a is b:
+        return True
+    if isinstance(a, functools.partial) and isinstance(b, functools.partial):
+        try:
+            return same_function(a.func, b.func) and a.args == b.args and a.keywords == b.keywords
+        except Exception:  # arguments that cannot be compared are taken as different
+            return False
+    code_a, code_b = getattr(a, "__code__", None), getattr(b, "__code__", None)
+    if code_a is not None and code_b is not None:
+        return function_path(a) == function_path(b) and (
+            code_a is code_b or (code_a.co_filename, code_a.co_firstlineno) == (code_b.co_filename, code_b.co_firstlineno))
+    return type(a) is type(b) and _safe_eq(a, b)
+
+
+def _safe_eq(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def _ray_function(fn: Any) -> Any:
+    """The Python function inside a `@ray.remote` function (None for anything else)."""
+    if type(fn).__name__ == "RemoteFunction" and hasattr(fn, "_function"):
+        return fn._function
+    return None
 
 
 def _label(step: ExecutorStep) -> str:
@@ -99,19 +236,42 @@ def _check_step(step: Any, referrer: str | None) -> None:
     problem = validate_name(step.name)
     if problem:
         raise StepDefinitionError(f"step {step.name!r}: {problem}")
-    fn = step.fn
-    if not callable(fn):
-        raise StepDefinitionError(f"{_label(step)}: fn is {type(fn).__name__}, not a function")
+    if not callable(step.fn):
+        raise StepDefinitionError(f"{_label(step)}: fn is {type(step.fn).__name__}, not a function")
+    if step.config is not None and (not dataclasses.is_dataclass(step.config) or isinstance(step.config, type)):
+        raise StepDefinitionError(
+            f"{_label(step)}: config is a {type(step.config).__name__}; it must be a dataclass instance or None"
+        )
+    if step.pip_dependency_groups is not None and step.environment is not None:
+        raise StepDefinitionError(
+            f"{_label(step)}: give either pip_dependency_groups or environment, not both"
+        )
+
+
+def _normalized(step: ExecutorStep) -> ExecutorStep:
+    """The step as the executor runs it: Marin's spellings turned into ours."""
+    changes: dict[str, Any] = {}
+    inner = _ray_function(step.fn)
+    if inner is not None:
+        changes["fn"] = inner
+        if step.resources is None:
+            options = {k: v for k, v in (getattr(step.fn, "_default_options", None) or {}).items()
+                       if k in RAY_OPTION_KEYS and v is not None}
+            changes["resources"] = options or None
+    if step.pip_dependency_groups is not None:
+        from marin_lab.execution.extras import environment_for_groups
+
+        changes["environment"] = environment_for_groups(step.pip_dependency_groups, step_label=_label(step))
+    environment = changes.get("environment", step.environment)
+    fn = changes.get("fn", step.fn)
     qualname = getattr(fn, "__qualname__", "")
-    if "<lambda>" in qualname or "<locals>" in qualname:
+    if environment is not None and ("<lambda>" in qualname or "<locals>" in qualname):
         raise StepDefinitionError(
-            f"{_label(step)}: fn {qualname!r} is a lambda or a nested function; step functions must "
-            "be module-level functions so that workers can import them"
+            f"{_label(step)}: fn {qualname!r} is a lambda or a nested function, but the step runs in its own "
+            "environment (another interpreter), which imports the function by name; define it at the top "
+            "level of a module"
         )
-    if not dataclasses.is_dataclass(step.config) or isinstance(step.config, type):
-        raise StepDefinitionError(
-            f"{_label(step)}: config is a {type(step.config).__name__}; it must be a dataclass instance"
-        )
+    return dataclasses.replace(step, **changes) if changes else step
 
 
 def build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
@@ -139,6 +299,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     # cycles (grey = on the current path).
     WHITE, GREY, BLACK = 0, 1, 2
     color: dict[int, int] = {}
+    roots = [r.step if isinstance(r, InputName) and r.step is not None else r for r in roots]
     for root in roots:
         if id(root) not in color:
             _check_step(root, None)
@@ -205,26 +366,38 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     for step in order:
         scan = scans[id(step)]
         config_entries = dict(scan.versioned)
-        dep_identities: list[str] = []
         deps: list[PlannedStep] = []
+        blocking: set[str] = set()
         dep_index: dict[str, int] = {}
         for field, inp in scan.inputs:
             target = inp.step if inp.step is not None else named_refs.get(id(step), {}).get(field)
             if target is None:  # a fixed path: enters the identity as written
-                config_entries[field] = f"PATH:{inp.subpath}"
+                config_entries[field] = f"PATH:{inp.name}"
                 continue
             dep = planned[id(target)]
             idx = dep_index.get(dep.identity)
             if idx is None:
                 idx = dep_index[dep.identity] = len(deps)
                 deps.append(dep)
-                dep_identities.append(dep.identity)
-            config_entries[field] = f"DEP[{idx}]/{inp.subpath}" if inp.subpath else f"DEP[{idx}]"
-        version = {"name": step.name, "config": config_entries, "dependencies": dep_identities}
+            if inp.block_on_step:
+                blocking.add(dep.identity)
+            config_entries[field] = f"DEP[{idx}]/{inp.name}" if inp.name else f"DEP[{idx}]"
+        version: dict[str, Any] = {"name": step.name, "config": config_entries,
+                                   "dependencies": [d.identity for d in deps]}
+        pseudo = [d for d in deps if d.identity not in blocking]
+        if pseudo:  # only when present, so steps without pseudo-dependencies keep their hashes
+            version["pseudo_dependencies"] = [d.identity for d in pseudo]
         h = hash8(version)
         identity = f"{step.name}-{h}"
         existing = by_identity.get(identity)
         if existing is not None:
+            if not same_function(existing.step.fn, step.fn):
+                raise StepDefinitionError(
+                    f"steps '{identity}': two steps have this name and the same versioned config, so they "
+                    f"would share {existing.output_path}, but their functions differ "
+                    f"({function_path(existing.step.fn)} and {function_path(step.fn)}); give one another "
+                    "name or a versioned field that tells them apart"
+                )
             planned[id(step)] = existing
             continue
         output_path = join(prefix, identity)
@@ -234,7 +407,9 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
             if pinned != output_path:
                 logger.warning("step '%s': output path pinned to %s (computed: %s)", step.name, pinned, output_path)
             output_path = pinned
-        ps = PlannedStep(step=step, version=version, hash=h, output_path=output_path, dependencies=deps, scan=scan)
+        ps = PlannedStep(step=_normalized(step), version=version, hash=h, output_path=output_path,
+                         dependencies=[d for d in deps if d.identity in blocking], scan=scan,
+                         pseudo_dependencies=pseudo)
         planned[id(step)] = ps
         by_identity[identity] = ps
 
@@ -252,7 +427,8 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     for refs in named_refs.values():
         for target in refs.values():
             named_map[target.name] = planned[id(target)]
-    return Plan(prefix=prefix, steps=steps, roots=root_planned, object_map=planned, named_map=named_map)
+    return Plan(prefix=prefix, steps=steps, roots=root_planned, object_map=planned, named_map=named_map,
+                objects=order)
 
 
 def _toposort_with_names(
@@ -290,16 +466,16 @@ def _toposort_with_names(
 
 def _resolve(obj: Any, planned: PlannedStep, plan: Plan) -> Any:
     if isinstance(obj, VersionedValue):
-        return obj.value
+        return _resolve(obj.value, planned, plan)
     if isinstance(obj, OutputName):
-        return join(planned.output_path, obj.subpath) if obj.subpath else planned.output_path
+        return join(planned.output_path, obj.name) if obj.name else planned.output_path
     if isinstance(obj, (InputName, ExecutorStep)):
         inp = obj if isinstance(obj, InputName) else InputName(step=obj)
         if inp.step is None and inp.step_name is None:
-            path = inp.subpath or ""
+            path = inp.name or ""
             return path if "://" in path or path.startswith("/") else join(plan.prefix, path)
         target = _find_dep(inp, plan)
-        return join(target.output_path, inp.subpath) if inp.subpath else target.output_path
+        return join(target.output_path, inp.name) if inp.name else target.output_path
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         changes = {}
         for f in dataclasses.fields(obj):
@@ -313,7 +489,10 @@ def _resolve(obj: Any, planned: PlannedStep, plan: Plan) -> Any:
     if isinstance(obj, list):
         return [_resolve(v, planned, plan) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(_resolve(v, planned, plan) for v in obj)
+        values = [_resolve(v, planned, plan) for v in obj]
+        if hasattr(obj, "_fields"):  # a NamedTuple keeps its type (and its attribute names)
+            return type(obj)(*values)
+        return tuple(values)
     if isinstance(obj, dict):
         return {k: _resolve(v, planned, plan) for k, v in obj.items()}
     return obj

@@ -7,7 +7,7 @@ import enum
 import json
 from typing import Any
 
-from marin_lab.io.fs import join, read_json, write_json
+from marin_lab.io.fs import join, read_bytes, write_json
 
 STATUS_FILE = ".executor_status"
 INFO_FILE = ".executor_info"
@@ -36,14 +36,40 @@ def info_path(output_path: str) -> str:
 
 
 def read_status(output_path: str) -> dict[str, Any] | None:
-    """The latest status record, or None if the step never started (or the file is unreadable)."""
+    """The latest status record, or None if the step never started (or the file is unreadable).
+
+    Outputs that Marin wrote are read too: its JSON-lines event log (the latest event wins) and its
+    later one-word status; such records carry `"format": "marin"`.
+    """
     try:
-        data = read_json(status_path(output_path))
+        data = read_bytes(status_path(output_path)).decode("utf-8")
     except (FileNotFoundError, NotADirectoryError):
         return None
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except UnicodeDecodeError:
         return {"status": "CORRUPT"}
-    return data if isinstance(data, dict) else {"status": "CORRUPT"}
+    try:
+        parsed = json.loads(data)
+    except json.JSONDecodeError:
+        return parse_marin_status(data)
+    return parsed if isinstance(parsed, dict) else {"status": "CORRUPT"}
+
+
+def parse_marin_status(text: str) -> dict[str, Any]:
+    """Marin's `.executor_status`: JSON lines of events, or a single status word."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) == 1 and lines[0].isupper() and lines[0].replace("_", "").isalpha():
+        return {"status": lines[0], "format": "marin"}
+    latest: dict[str, Any] | None = None
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            return {"status": "CORRUPT"}
+        if isinstance(event, dict) and isinstance(event.get("status"), str):
+            latest = event
+    if latest is None:
+        return {"status": "CORRUPT"}
+    return {"status": latest["status"], "time": latest.get("date"), "format": "marin"}
 
 
 def write_status(output_path: str, status: Status, **fields: Any) -> dict[str, Any]:

@@ -2,18 +2,45 @@
 
 import pytest
 
-from marin_lab.execution.main import _normalize_run_only, executor_main
+from marin_lab.execution import ExecutorConfigError, ExecutorMainConfig
+from marin_lab.execution.main import executor_main, parse_flags
 from tests.executor_steps import executions, five_step_dag
 
 
 @pytest.mark.parametrize("argv,expected", [
-    (["--run_only", "tok.*"], ["--run_only", "[tok.*]"]),
-    (["--run_only", "[a,b]"], ["--run_only", "[a,b]"]),
-    (["--run_only=raw/a"], ["--run_only=[raw/a]"]),
-    (["--dry_run", "true"], ["--dry_run", "true"]),
+    (["--run_only", "tok.*"], ["tok.*"]),
+    (["--run_only", "a", "b", "--dry_run", "true"], ["a", "b"]),
+    (["--run_only", '["a", "b"]'], ["a", "b"]),
+    (["--run_only=raw/a", "--run_only", "c"], ["raw/a", "c"]),
+    # Regression: these went through draccus' YAML parser (ParserError, or re.compile(None) for null).
+    (["--run_only", "ok/one-[0-9a-f]{8}"], ["ok/one-[0-9a-f]{8}"]),
+    (["--run_only", "null"], ["null"]),
+    (["--run_only", "[a-c]x"], ["[a-c]x"]),
+    (["--dry_run", "true"], None),
 ])
-def test_run_only_accepts_a_bare_regex(argv, expected):
-    assert _normalize_run_only(argv) == expected
+def test_run_only_values_are_regexes_not_yaml(argv, expected):
+    assert parse_flags(argv).run_only == expected
+
+
+@pytest.mark.parametrize("bad", ["[x", "*ok", "("])
+def test_bad_run_only_regex_is_one_clear_line(bad):
+    with pytest.raises(ExecutorConfigError, match=r"--run_only .* is not a valid regular expression") as err:
+        parse_flags(["--run_only", bad])
+    assert "\n" not in str(err.value)
+
+
+def test_executor_info_base_path_flag(tmp_path, capsys):
+    info = tmp_path / "infos"
+    report = executor_main(five_step_dag(), args=["--prefix", str(tmp_path / "p"), "--backend", "local",
+                                                  "--executor_info_base_path", str(info)])
+    assert report.experiment_path.startswith(str(info) + "/") and len(list(info.iterdir())) == 1
+
+
+def test_executor_main_takes_a_config_as_marin_does(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["x.py", "--dry_run", "false"])  # ignored: the config is given
+    config = ExecutorMainConfig(prefix=str(tmp_path / "p"), dry_run=True, run_only=["proc/b"], backend="local")
+    report = executor_main(config, steps=five_step_dag())
+    assert "2 run, 3 unselected" in capsys.readouterr().out and report.experiment_path is None
 
 
 def test_dry_run_flag_prints_plan_and_runs_nothing(tmp_path, capsys, monkeypatch):

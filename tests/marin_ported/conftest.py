@@ -1,0 +1,33 @@
+"""Setup for Marin's own tests, ported with import changes only (see each file's header).
+
+- Marin's executor starts Ray on demand; here every ported test shares the session's local Ray
+  (`ray_cluster` in tests/conftest.py), so no test pays for starting one.
+- A ported test that fails because marin_lab differs from Marin on purpose is marked
+  xfail(strict=True) below, naming the section of docs/coming_from_marin.md that explains why.
+  Strict: the day it passes, the mark (and the documented difference) must go.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+DELIBERATE_DIFFERENCES = {
+    "test_executor.py::test_status_file_takeover_stale_lock_then_refresh": (
+        "docs/coming_from_marin.md#leases: the lease is its own file with its own API (marin_lab.execution.lease), "
+        "not private methods of a StatusFile"
+    ),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        key = f"{item.path.name}::{item.name}"
+        if key in DELIBERATE_DIFFERENCES:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=DELIBERATE_DIFFERENCES[key]))
+        if item.path.parent.name == "marin_ported":
+            item.add_marker(pytest.mark.ray)
+
+
+@pytest.fixture(autouse=True)
+def _shared_ray(ray_cluster):
+    yield
