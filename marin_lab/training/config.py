@@ -58,6 +58,13 @@ class TrainLmConfig:
     """With initialize_from: keep only the parameters, start Adam moments from zero."""
     log_every: int = 1
     """Write a metrics line every this many steps."""
+    steps_per_eval: int | None = None
+    """Every this many steps and at the end: loss and bits per byte on the validation split of every
+    cache in data.caches and eval_caches, logged as eval/<name>/loss and eval/<name>/bpb; None: never."""
+    max_eval_batches: int | None = 8
+    """At most this many batches of batch_size windows per validation set (evenly spaced); None: all."""
+    eval_caches: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Validation sets that are evaluated but not trained on: name -> token cache path."""
     wandb: WandbConfig = dataclasses.field(default_factory=WandbConfig)
     """W&B logging (offline unless a project and WANDB_API_KEY are set)."""
     export_hf: bool = True

@@ -73,6 +73,42 @@ def validate_config(config: TrainLmConfig) -> None:
                 f"data.caches[{name!r}] has vocab_size {cache.vocab_size} but model.vocab_size is "
                 f"{config.model.vocab_size}; use a model whose vocabulary covers the tokenizer"
             )
+    for name, path in _validation_sets(config).items():
+        try:
+            windows = TokenCache(path).split(config.data.validation_split, config.seq_len).num_sequences
+        except TokenCacheError as err:
+            raise TrainingError(f"validation set {name!r}: {err}") from err
+        if windows == 0:
+            raise TrainingError(
+                f"validation set {name!r} ({path}) has no {config.data.validation_split} window of "
+                f"{config.seq_len + 1} tokens; lower seq_len, give it a larger validation split, or drop it"
+            )
+
+
+def _validation_sets(config: TrainLmConfig) -> dict[str, str]:
+    """What evaluation during training scores: the training caches that have a validation split,
+    and every eval cache."""
+    if not config.steps_per_eval:
+        return {}
+    sets = {name: path for name, path in config.data.caches.items()
+            if config.data.validation_split in TokenCache(path).splits}
+    return {**sets, **config.eval_caches}
+
+
+def _evaluate(config: TrainLmConfig, params: Any, step: int) -> dict[str, Any]:
+    """eval/<name>/loss and eval/<name>/bpb at `step` (single-process runs)."""
+    from marin_lab.evaluation.perplexity import evaluate_cache  # evaluation builds on training
+
+    line: dict[str, Any] = {"step": step, "time": time.time()}
+    limit = None if config.max_eval_batches is None else config.max_eval_batches * config.batch_size
+    for name, path in sorted(_validation_sets(config).items()):
+        r = evaluate_cache(params, config.model, path, split=config.data.validation_split, seq_len=config.seq_len,
+                           batch_size=config.batch_size, max_sequences=limit, compute_dtype=config.compute_dtype,
+                           name=name)
+        line[f"eval/{name}/loss"], line[f"eval/{name}/bpb"] = r["loss"], r["bits_per_byte"]
+    logger.info("train_lm %s: eval at step %d: %s", config.output_path, step,
+                ", ".join(f"{k} {v:.4f}" for k, v in line.items() if k.endswith("/loss")))
+    return line
 
 
 def _environment() -> dict[str, Any]:
@@ -201,6 +237,13 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
 
     pending: tuple[int, dict[str, jax.Array], float] | None = None
     last: dict[str, Any] = {}
+    last_eval: dict[str, Any] | None = None
+    # Scoring runs in this process on the whole model: multi-host runs evaluate their checkpoints instead.
+    evaluate = bool(_validation_sets(config)) and jax.process_count() == 1
+    if config.steps_per_eval and not evaluate:
+        logger.warning("train_lm %s: no evaluation during training (%s)", config.output_path,
+                       "no validation set" if not _validation_sets(config) else "multi-process run; "
+                       "evaluate the checkpoints with an evaluate_lm step")
     tokens_done, train_time = 0, 0.0
     progress = tqdm(total=end_step - start_step, desc="train", unit="step", disable=None)
 
@@ -236,8 +279,14 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
                 finish_step(*pending)
             pending = (step, out, started)
             done = step + 1
+            if config.steps_per_eval and (done % config.steps_per_eval == 0 or done == end_step) and evaluate:
+                finish_step(*pending)
+                pending = None
+                last_eval = _evaluate(config, state["params"], done)
+                metrics.log(last_eval)
             if checkpointer.should_save(done, is_last=done == config.num_train_steps) or done == end_step:
-                finish_step(*pending)  # never checkpoint a state whose loss was not checked
+                if pending is not None:  # never checkpoint a state whose loss was not checked
+                    finish_step(*pending)
                 pending = None
                 checkpointer.save(done, state, checkpoint_metadata(done))
                 metrics.flush()
@@ -260,7 +309,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
         "tokens_per_s": tokens_done / train_time if train_time else None,
         "mfu": mfu(flops_per_token, tokens_done / train_time, env["device_count"], peak) if train_time else None,
         "params": config.model.num_params(), "checkpoint": ckpt.latest_checkpoint(mfs.join(config.output_path, "checkpoints")),
-        "hf_path": hf_path, "metrics_path": metrics.url, "environment": env,
+        "hf_path": hf_path, "metrics_path": metrics.url, "environment": env, "eval": last_eval,
         "param_checksum": _param_checksum(state["params"]),
     }
     mfs.write_json(mfs.join(config.output_path, "train_summary.json"), summary)
