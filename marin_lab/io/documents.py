@@ -1,5 +1,10 @@
 """Document shards: JSON lines (`.jsonl`, `.jsonl.gz`, `.jsonl.zst`), one object per line.
 
+Steps that only read documents (tokenize, train a tokenizer) also accept what downloads bring
+(`SOURCE_PATTERNS`): Parquet tables, one document per row from the `text` column (the `id` column
+if there is one, else `{file name}:{row}`), and plain `.txt` files, one document per file (its
+name is the id).
+
 Every data step reads and writes documents through this module, so the bad-input policy lives in
 one place. A document is an object with at least `id` (str) and `text` (str); `source` and
 `metadata` are optional. Reading streams (a shard is never loaded whole) and checks each line;
@@ -37,6 +42,7 @@ __all__ = [
     "NoShardsError",
     "ReadStats",
     "DOCUMENT_PATTERNS",
+    "SOURCE_PATTERNS",
     "encode_documents",
     "list_shards",
     "read_documents",
@@ -44,6 +50,8 @@ __all__ = [
 ]
 
 DOCUMENT_PATTERNS = ("*.jsonl", "*.jsonl.gz", "*.jsonl.zst")
+SOURCE_PATTERNS = DOCUMENT_PATTERNS + ("*.parquet", "*.txt")
+"""What steps that only read documents accept (see the module docstring)."""
 ON_BAD_RECORD = ("raise", "skip")
 # A handful of examples is enough to diagnose a bad shard without bloating step records.
 MAX_EXAMPLES = 5
@@ -58,7 +66,7 @@ class BadRecordError(MarinLabError, ValueError):
         self.reason = reason
         what_to_do = (
             "re-create or re-download the file"
-            if reason == "truncated_stream"
+            if reason in ("truncated_stream", "bad_parquet")
             else "fix or remove the line"
         )
         super().__init__(
@@ -81,7 +89,7 @@ class ReadStats:
     """Bad records skipped (on_bad_record='skip')."""
     skip_reasons: dict[str, int] = field(default_factory=dict)
     """Skipped records by reason: bad_json, not_an_object, missing_text, missing_id, bad_utf8,
-    truncated_stream."""
+    truncated_stream, bad_parquet."""
     examples: list[str] = field(default_factory=list)
     """The first few skip messages (file:line: reason), for the step record."""
 
@@ -200,6 +208,12 @@ def read_documents(
         stats.add_skip(err)
         logger.debug("skipping %s", err)
 
+    if path.endswith(".parquet"):
+        yield from _read_parquet(path, fs, fpath, bad, stats)
+        return
+    if path.endswith(".txt"):
+        yield from _read_text_file(path, fs, fpath, bad, stats)
+        return
     with fs.open(fpath, "rb") as raw:
         stream = _open_decompressed(raw, _compression(path))
         reader = io.BufferedReader(stream, buffer_size=1 << 20) if not isinstance(
@@ -233,6 +247,51 @@ def read_documents(
                 continue
             stats.read += 1
             yield obj
+
+
+def _read_parquet(path: str, fs, fpath: str, bad, stats: ReadStats) -> Iterator[dict]:
+    """One document per row: `text` (a string), `id` if the table has one (else file name:row)."""
+    import pyarrow.parquet as pq
+
+    name = path.rsplit("/", 1)[-1]
+    with fs.open(fpath, "rb") as raw:
+        try:
+            table = pq.ParquetFile(raw)
+        except Exception as err:  # pyarrow raises several types for a damaged file
+            bad(1, "bad_parquet", f"not a readable Parquet file ({type(err).__name__}: {err})")
+            return
+        columns = table.schema_arrow.names
+        if "text" not in columns:
+            raise BadRecordError(path, 1, "missing_text", f"no 'text' column (columns: {', '.join(columns)}); "
+                                 "tokenize reads documents from a column named 'text'")
+        wanted = ["text"] + (["id"] if "id" in columns else [])
+        row = 0
+        try:
+            for batch in table.iter_batches(columns=wanted, batch_size=4096):
+                for record in batch.to_pylist():
+                    row += 1
+                    text, doc_id = record["text"], record.get("id")
+                    if not isinstance(text, str):
+                        bad(row, "missing_text", f"'text' is {type(text).__name__} in row {row}, expected str")
+                        continue
+                    stats.read += 1
+                    yield {"id": f"{name}:{row}" if doc_id is None else str(doc_id), "text": text}
+        except OSError as err:
+            bad(row + 1, "bad_parquet", f"the file ends early or is damaged ({err})")
+
+
+def _read_text_file(path: str, fs, fpath: str, bad, stats: ReadStats) -> Iterator[dict]:
+    """The whole file as one document, named by its file name."""
+    with fs.open(fpath, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        bad(1, "bad_utf8", f"not UTF-8 at byte {err.start}")
+        return
+    if text.strip():
+        stats.read += 1
+        yield {"id": path.rsplit("/", 1)[-1], "text": text}
 
 
 def encode_documents(docs: Iterable[dict]) -> tuple[bytes, int]:

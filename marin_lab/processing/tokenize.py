@@ -27,7 +27,7 @@ from itertools import chain
 import numpy as np
 
 from marin_lab.io import fs as mfs
-from marin_lab.io.documents import ReadStats, list_shards, read_documents
+from marin_lab.io.documents import SOURCE_PATTERNS, ReadStats, list_shards, read_documents
 from marin_lab.processing.errors import TokenizeError
 from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
 
@@ -55,7 +55,7 @@ TOKENIZER_FILE = "tokenizer.json"
 @dataclass(frozen=True)
 class TokenizeConfig:
     input_path: str | list[str]
-    """Folder(s) of document shards (.jsonl, .jsonl.gz, .jsonl.zst), read in sorted order."""
+    """Folder(s) of documents (.jsonl, .jsonl.gz, .jsonl.zst, .parquet, .txt), read in sorted order."""
     output_path: str
     """Where the token cache goes (ledger.json, tokenizer.json, train/, validation/)."""
     tokenizer: str
@@ -302,7 +302,7 @@ def _input_shards(input_path: str | Iterable[str]) -> list[str]:
     paths = [input_path] if isinstance(input_path, str) else list(input_path)
     if not paths:
         raise TokenizeError("TokenizeConfig.input_path is empty: give at least one folder of documents")
-    return [shard for p in paths for shard in list_shards(p)]
+    return [shard for p in paths for shard in list_shards(p, SOURCE_PATTERNS)]
 
 
 def _check_config(config: TokenizeConfig) -> None:
