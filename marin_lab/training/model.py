@@ -239,13 +239,33 @@ def _block(config: LlamaConfig, attention_impl: str | None, x: jax.Array, layer:
     return x
 
 
+REMAT_POLICIES = ("full", "save_dots", "offload_dots")
+"""Names `gradient_checkpointing` accepts besides True (= "full") and False."""
+
+
+def remat_policy(name: bool | str) -> Any:
+    """The `jax.checkpoint` policy of a gradient-checkpointing setting.
+
+    full: keep only each block's input, recompute everything inside it (least memory).
+    save_dots: also keep the outputs of weight matmuls (recompute only cheap elementwise ops).
+    offload_dots: keep them in host memory (pinned_host) instead of device memory.
+    """
+    if name is True or name == "full":
+        return None
+    if name == "save_dots":
+        return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
+    if name == "offload_dots":
+        return jax.checkpoint_policies.offload_dot_with_no_batch_dims("device", "pinned_host")
+    raise ValueError(f"gradient_checkpointing={name!r} is not True, False or one of {REMAT_POLICIES}")
+
+
 def forward(
     params: Params,
     tokens: jax.Array,
     config: LlamaConfig,
     *,
     compute_dtype: Any = jnp.float32,
-    gradient_checkpointing: bool = False,
+    gradient_checkpointing: bool | str = False,
     attention_impl: str | None = None,
 ) -> jax.Array:
     """Logits [B, T, vocab] (in compute_dtype) for int tokens [B, T].
@@ -264,8 +284,8 @@ def forward(
         return _block(config, attention_impl, carry, layer, cos, sin), None
 
     if gradient_checkpointing:
-        # Keep only each block's input; recompute its inside on the backward pass.
-        body = jax.checkpoint(body, prevent_cse=False)
+        # Keep only each block's input (and what the policy saves); recompute the rest backward.
+        body = jax.checkpoint(body, prevent_cse=False, policy=remat_policy(gradient_checkpointing))
     x, _ = jax.lax.scan(body, x, cast["layers"])
     x = rms_norm(x, cast["final_norm"], config.norm_eps)
     if config.tie_embeddings:
@@ -289,7 +309,7 @@ def lm_loss(
     config: LlamaConfig,
     *,
     compute_dtype: Any = jnp.float32,
-    gradient_checkpointing: bool = False,
+    gradient_checkpointing: bool | str = False,
     attention_impl: str | None = None,
     z_loss_weight: float = 0.0,
 ) -> tuple[jax.Array, jax.Array]:

@@ -1,0 +1,95 @@
+"""LoRA over plain and NF4 bases: identity at init, gradients through the custom VJP, merge, bad input."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from marin_lab.peft import LoraConfig, LoraError, apply_lora, init_lora, merge_lora, unmerge_lora
+from marin_lab.quant import quantize_nf4
+from marin_lab.training.model import forward, init_params, lm_loss
+from marin_lab.training.testing import tiny_model
+
+MODEL = tiny_model()
+CFG = LoraConfig(rank=8, alpha=16.0, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def bases():
+    params = init_params(MODEL, jax.random.key(0))
+    quantized = {**params, "layers": {k: quantize_nf4(v) if k.startswith("w") else v
+                                      for k, v in params["layers"].items()}}
+    # The reference dequantizes in a compiled program too (see NF4Tensor.block_absmax on FMA).
+    dense = jax.jit(lambda q: jax.tree_util.tree_map(
+        lambda v: v.dequantize() if hasattr(v, "dequantize") else v, q,
+        is_leaf=lambda v: hasattr(v, "dequantize")))(quantized)
+    return params, quantized, dense
+
+
+TOKENS = jax.random.randint(jax.random.key(2), (2, 17), 0, MODEL.vocab_size)
+
+
+def test_qlora_logits_at_init_equal_the_dequantized_base_exactly(bases):
+    _, quantized, dense = bases
+    adapters = init_lora(CFG, MODEL, jax.random.key(1))
+    assert all(float(jnp.abs(ad["b"]).max()) == 0.0 for ad in adapters["layers"].values())
+    assert all(float(jnp.abs(ad["a"]).max()) > 0.0 for ad in adapters["layers"].values())
+    logits = jax.jit(lambda p: forward(p, TOKENS, MODEL))
+    assert bool(jnp.array_equal(logits(apply_lora(quantized, adapters, CFG)), logits(dense)))
+
+
+def test_adapter_gradients_through_custom_vjp_equal_materialized_reference(bases):
+    _, quantized, dense = bases
+    adapters = init_lora(CFG, MODEL, jax.random.key(1))
+    noise = jax.random.split(jax.random.key(3), 2)
+    adapters = {"layers": {k: {"a": v["a"], "b": 0.05 * jax.random.normal(noise[0], v["b"].shape)}
+                           for k, v in adapters["layers"].items()}}
+
+    def loss(adapters, base):
+        params = apply_lora(base, adapters, CFG)
+        return lm_loss(params, TOKENS[:, :-1], TOKENS[:, 1:], jnp.ones((2, 16)), MODEL)[0]
+
+    grad = jax.jit(jax.grad(loss))
+    through_vjp, reference = grad(adapters, quantized), grad(adapters, dense)
+    for name, parts in reference["layers"].items():
+        for part, want in parts.items():
+            got = through_vjp["layers"][name][part]
+            rel = float(jnp.abs(got - want).max() / jnp.abs(want).max())
+            assert rel <= 1e-5, (name, part, rel)
+
+
+def test_merge_then_unmerge_round_trips_and_merged_model_computes_the_same(bases):
+    params, quantized, _ = bases
+    adapters = init_lora(CFG, MODEL, jax.random.key(1))
+    adapters = jax.tree_util.tree_map(lambda x: x + 0.02, adapters)
+    merged = merge_lora(params, adapters, CFG)
+    np.testing.assert_allclose(unmerge_lora(merged, adapters, CFG)["layers"]["wq"], params["layers"]["wq"], atol=1e-6)
+    logits = jax.jit(lambda p: forward(p, TOKENS, MODEL))
+    np.testing.assert_allclose(logits(merge_lora(quantized, adapters, CFG)),
+                               logits(apply_lora(quantized, adapters, CFG)), atol=2e-5)
+
+
+def test_kaiming_uniform_a_and_dropout_only_when_keyed(bases):
+    params, _, _ = bases
+    cfg = LoraConfig(rank=4, dropout=0.5, target_modules=("q_proj", "w_down"))
+    adapters = init_lora(cfg, MODEL, jax.random.key(5))
+    assert sorted(adapters["layers"]) == ["w_down", "wq"]
+    a = adapters["layers"]["wq"]["a"]
+    assert a.shape == (2, 64, 4) and float(jnp.abs(a).max()) <= 1 / np.sqrt(64)
+    adapters = jax.tree_util.tree_map(lambda x: x + 0.1, adapters)
+    logits = jax.jit(lambda p: forward(p, TOKENS, MODEL))
+    plain = logits(apply_lora(params, adapters, cfg))
+    assert bool(jnp.array_equal(plain, logits(apply_lora(params, adapters, cfg))))
+    dropped = logits(apply_lora(params, adapters, cfg, key=jax.random.key(7)))
+    assert not bool(jnp.array_equal(plain, dropped))
+
+
+@pytest.mark.parametrize("cfg, message", [
+    (LoraConfig(target_modules=("q_proj", "qkv")), r"lora.target_modules: 'qkv' matches no projection"),
+    (LoraConfig(rank=40), r"lora.rank=40 is larger than layers/wk's smaller dimension \(64x32\)"),
+    (LoraConfig(rank=0), r"lora.rank=0 must be a positive"),
+    (LoraConfig(dropout=1.0), r"lora.dropout=1.0"),
+])
+def test_bad_lora_config_names_the_field(cfg, message):
+    with pytest.raises(LoraError, match=message):
+        init_lora(cfg, MODEL, jax.random.key(0))
