@@ -1,351 +1,304 @@
-"""Shared recipe helpers: each `default_*` wires one data step into an `ExecutorStep`.
+"""Recipe helpers: each `default_*` names a step and wires its inputs, as Marin's defaults.py does.
 
-The helpers decide which fields are part of a step's identity (`versioned`): whatever changes the
-bytes a step writes (the source, the extraction method, the tokenizer, the validation share) is
-versioned; tuning knobs that never change the output (worker counts, batch sizes, retry budgets)
-are not, so turning them does not rerun anything. Inputs are other steps (their documents live
-under `data/` in their output) or fixed paths, which are versioned as written.
+What enters a step's identity is declared once, on its config class (`versioned_field`): the
+source, the extraction method, the tokenizer, the model shape and the optimizer are part of it;
+worker counts and batch sizes for I/O are not, so turning them reruns nothing. A helper therefore
+passes values through as they are. Inputs are steps (documents live under their `data/`),
+`output_path_of(...)` references, paths (versioned as written) or Hugging Face dataset ids.
 
-    raw = default_download("python-docs", source="/path/to/html", revision="3.11.2-6")
+    raw = default_download("python-docs", source=corpus.python_doc_html, revision="3.11.2-6")
     docs = default_extract("python-docs", raw)
-    tok = default_train_tokenizer("python-docs", docs, vocab_size=8192)
-    cache = default_tokenize("python-docs", docs, tokenizer=tok)
+    tokenized = default_tokenize("python-docs", docs, tokenizer=default_train_tokenizer("python-docs", docs))
+    model = default_train("nano", tokenized, llama_nano, SimpleTrainConfig(resources=CpuOnlyConfig(), ...))
+    evaluation = default_eval("nano", model, tokenized)
 
-Training and evaluation helpers (`default_train`, `default_eval`) live in
-experiments/train_defaults.py and are re-exported here.
+Options not named in a helper's signature go to its config class (e.g. `num_workers=8`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from marin_lab.execution import ExecutorStep, InputName, output_path_of, this_output_path, versioned
-from marin_lab.processing.download import DownloadConfig, download
-from marin_lab.processing.extract import ExtractConfig, extract
-from marin_lab.processing.tokenize import TokenizeConfig, TrainTokenizerConfig, tokenize, train_tokenizer
-
-DocumentsInput = ExecutorStep | InputName | str
-"""Where a step reads documents: a step (its `data/` folder), an `output_path_of(...)`, or a path."""
-
-
-def documents_of(source: DocumentsInput) -> str:
-    """The config value for reading documents from `source` (a dependency, or a versioned path)."""
-    if isinstance(source, ExecutorStep):
-        return output_path_of(source, "data")
-    if isinstance(source, InputName):
-        return source  # type: ignore[return-value]
-    if isinstance(source, str):
-        return versioned(source)
-    raise TypeError(f"expected an ExecutorStep, output_path_of(...) or a path, got {type(source).__name__}")
-
-
-def _documents_list(sources: DocumentsInput | Sequence[DocumentsInput]) -> str | list[str]:
-    if isinstance(sources, (ExecutorStep, InputName, str)):
-        return documents_of(sources)
-    return [documents_of(s) for s in sources]
-
-
-def default_download(
-    name: str,
-    *,
-    source: str | None = None,
-    hf_dataset: str | None = None,
-    revision: str | None = None,
-    include: Sequence[str] | None = None,
-    expected: dict[str, dict] | None = None,
-    num_workers: int = 4,
-) -> ExecutorStep:
-    """Fetch raw files (an fsspec URL/folder/glob, or a pinned Hugging Face dataset) -> `raw/{name}`."""
-    return ExecutorStep(
-        name=f"raw/{name}",
-        fn=download,
-        config=DownloadConfig(
-            output_path=this_output_path(),
-            source=versioned(source),
-            hf_dataset=versioned(hf_dataset),
-            revision=versioned(revision),
-            include=versioned(tuple(include) if include else None),
-            expected=versioned(expected),
-            num_workers=num_workers,
-        ),
-        description=f"download {hf_dataset or source}" + (f" @ {revision}" if revision else ""),
-    )
-
-
-def default_extract(
-    name: str,
-    html: ExecutorStep | InputName | str,
-    *,
-    method: str = "resiliparse",
-    main_content: bool = True,
-    num_shards: int = 8,
-    url_prefix: str | None = None,
-    source: str | None = None,
-    on_bad_record: str = "raise",
-    num_workers: int = 2,
-) -> ExecutorStep:
-    """HTML -> documents with resiliparse (or trafilatura) -> `documents/{name}`."""
-    return ExecutorStep(
-        name=f"documents/{name}",
-        fn=extract,
-        config=ExtractConfig(
-            input_path=documents_of(html),
-            output_path=this_output_path(),
-            method=versioned(method),
-            main_content=versioned(main_content),
-            # The grouping of files into shards shapes the output files, so it is versioned.
-            num_shards=versioned(num_shards),
-            url_prefix=versioned(url_prefix),
-            source=versioned(source or name),
-            on_bad_record=versioned(on_bad_record),
-            num_workers=num_workers,
-        ),
-        description=f"extract text from HTML with {method}",
-    )
-
-
-def default_train_tokenizer(
-    name: str,
-    documents: DocumentsInput | Sequence[DocumentsInput],
-    *,
-    vocab_size: int = 8192,
-    max_chars: int = 20_000_000,
-    sample_fraction: float = 1.0,
-    min_frequency: int = 2,
-    special_tokens: Sequence[str] = ("<|endoftext|>",),
-) -> ExecutorStep:
-    """Byte-level BPE trained on a deterministic sample of `documents` -> `tokenizers/{name}`."""
-    return ExecutorStep(
-        name=f"tokenizers/{name}",
-        fn=train_tokenizer,
-        config=TrainTokenizerConfig(
-            input_path=_documents_list(documents),
-            output_path=this_output_path(),
-            vocab_size=versioned(vocab_size),
-            max_chars=versioned(max_chars),
-            sample_fraction=versioned(sample_fraction),
-            min_frequency=versioned(min_frequency),
-            special_tokens=versioned(tuple(special_tokens)),
-        ),
-        description=f"train a byte-level BPE tokenizer, vocabulary {vocab_size}",
-    )
-
-
-def default_tokenize(
-    name: str,
-    documents: DocumentsInput | Sequence[DocumentsInput],
-    tokenizer: str | ExecutorStep,
-    *,
-    tokenizer_revision: str | None = None,
-    validation_fraction: float = 0.01,
-    split_salt: str = "",
-    eos_token: str | None = None,
-    bos_token: str | None = None,
-    on_bad_record: str = "raise",
-    batch_size: int = 512,
-    num_workers: int = 2,
-) -> ExecutorStep:
-    """Documents -> the token cache read by the trainer -> `tokenized/{name}`.
-
-    `tokenizer` is a `train_tokenizer` step, a tokenizer.json path or folder, or a hub model id.
-    """
-    tok = output_path_of(tokenizer) if isinstance(tokenizer, ExecutorStep) else versioned(tokenizer)
-    return ExecutorStep(
-        name=f"tokenized/{name}",
-        fn=tokenize,
-        config=TokenizeConfig(
-            input_path=_documents_list(documents),
-            output_path=this_output_path(),
-            tokenizer=tok,
-            tokenizer_revision=versioned(tokenizer_revision),
-            validation_fraction=versioned(validation_fraction),
-            split_salt=versioned(split_salt),
-            eos_token=versioned(eos_token),
-            bos_token=versioned(bos_token),
-            on_bad_record=versioned(on_bad_record),
-            batch_size=batch_size,
-            num_workers=num_workers,
-        ),
-        description="tokenize documents into a token cache",
-    )
-
-
-# --- dedup and quality filtering (below this line: owned by engineer B) ---
-
-from marin_lab.processing.classify import (  # noqa: E402
+from experiments.simple_train_config import SimpleTrainConfig
+from marin_lab.evaluation import EvalLmConfig, TaskError, evaluate_lm, load_task
+from marin_lab.execution import ExecutorStep, InputName, StepDefinitionError, output_path_of, this_output_path
+from marin_lab.execution import unwrap_versioned_value
+from marin_lab.processing.classify import (
     ClassifyFilterConfig,
     TrainClassifierConfig,
     classify_filter,
     train_quality_classifier,
 )
-from marin_lab.processing.dedup import DedupConfig, dedup_exact, dedup_fuzzy  # noqa: E402
-from marin_lab.processing.quality import HeuristicFilterConfig, QualityRules, filter_heuristics  # noqa: E402
+from marin_lab.processing.dedup import DedupConfig, dedup_exact, dedup_fuzzy
+from marin_lab.processing.download import DownloadConfig, download
+from marin_lab.processing.extract import ExtractConfig, extract
+from marin_lab.processing.quality import HeuristicFilterConfig, filter_heuristics
+from marin_lab.processing.tokenize import TokenizeConfig, TrainTokenizerConfig, tokenize, train_tokenizer
+from marin_lab.training import DataConfig, LlamaConfig, MixturePhase, TrainLmConfig, WandbConfig, train_lm
+
+logger = logging.getLogger(__name__)
+
+DocumentsInput = ExecutorStep | InputName | str
+"""Where a step reads documents: a step (its `data/` folder), an `output_path_of(...)`, or a path."""
+TokenizedInput = ExecutorStep | Mapping[str, ExecutorStep]
+"""One tokenize step, or dataset name -> tokenize step (a mixture)."""
+
+_HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def default_exact_dedup(
-    name: str,
-    documents: DocumentsInput,
-    *,
-    paragraph_level: bool = False,
-    normalize: bool = True,
-    on_bad_record: str = "raise",
-    num_workers: int = 2,
-) -> ExecutorStep:
-    """Drop documents (and optionally lines) seen earlier in the corpus -> `dedup-exact/{name}`."""
+def documents_of(source: DocumentsInput | Sequence[DocumentsInput]) -> Any:
+    """The config value for reading documents from `source` (one input or several)."""
+    if isinstance(source, ExecutorStep):
+        return output_path_of(source, "data")
+    if isinstance(source, (InputName, str)):
+        return source
+    if isinstance(source, Sequence):
+        return [documents_of(s) for s in source]
+    raise TypeError(f"expected an ExecutorStep, output_path_of(...) or a path, got {type(source).__name__}")
+
+
+def is_hf_dataset_id(spec: str) -> bool:
+    """'org/name' that is not a local path: a Hugging Face dataset repository."""
+    return bool(_HF_ID.match(spec)) and not os.path.exists(spec)
+
+
+# --- data ------------------------------------------------------------------------------------
+
+
+def default_download(name: str, *, source: str | None = None, hf_dataset: str | None = None,
+                     revision: str | None = None, include: Sequence[str] | None = None,
+                     **options: Any) -> ExecutorStep:
+    """Fetch raw files (an fsspec URL/folder/glob, or a Hugging Face dataset at `revision`) -> `raw/{name}`."""
     return ExecutorStep(
-        name=f"dedup-exact/{name}",
-        fn=dedup_exact,
-        config=DedupConfig(
-            input_path=documents_of(documents),
-            output_path=this_output_path(),
-            paragraph_level=versioned(paragraph_level),
-            normalize=versioned(normalize),
-            on_bad_record=versioned(on_bad_record),
-            num_workers=num_workers,
-        ),
-        description="exact dedup" + (" (documents and paragraphs)" if paragraph_level else ""),
+        name=f"raw/{name}", fn=download,
+        config=DownloadConfig(output_path=this_output_path(), source=source, hf_dataset=hf_dataset, revision=revision,
+                              include=tuple(include) if include else None, **options),
+        description=f"download {hf_dataset or source}" + (f" @ {revision}" if revision else ""),
     )
 
 
-def default_fuzzy_dedup(
-    name: str,
-    documents: DocumentsInput,
-    *,
-    ngram_size: int = 5,
-    num_bands: int = 14,
-    rows_per_band: int = 8,
-    threshold: float | None = None,
-    seed: int = 1,
-    on_bad_record: str = "raise",
-    num_workers: int = 2,
-) -> ExecutorStep:
+def default_extract(name: str, html: DocumentsInput, **options: Any) -> ExecutorStep:
+    """HTML -> documents with resiliparse (or `method="trafilatura"`) -> `documents/{name}`."""
+    config = ExtractConfig(input_path=documents_of(html), output_path=this_output_path(),
+                           **{"source": name, **options})
+    return ExecutorStep(name=f"documents/{name}", fn=extract, config=config,
+                        description=f"extract text from HTML with {config.method}")
+
+
+def default_train_tokenizer(name: str, documents: DocumentsInput | Sequence[DocumentsInput],
+                            **options: Any) -> ExecutorStep:
+    """A byte-level BPE trained on a deterministic sample of `documents` -> `tokenizers/{name}`."""
+    config = TrainTokenizerConfig(input_path=documents_of(documents), output_path=this_output_path(), **options)
+    return ExecutorStep(name=f"tokenizers/{name}", fn=train_tokenizer, config=config,
+                        description=f"train a byte-level BPE tokenizer, vocabulary {config.vocab_size}")
+
+
+def default_tokenize(name: str, dataset: DocumentsInput | Sequence[DocumentsInput], tokenizer: str | ExecutorStep,
+                     *, revision: str | None = None, include: Sequence[str] = ("*.parquet",),
+                     **options: Any) -> ExecutorStep:
+    """Documents -> the token cache the trainer reads -> `tokenized/{name}`.
+
+    `dataset` is a step, a path, or a Hugging Face dataset id: then its files matching `include`
+    (Parquet by default) are downloaded first, at `revision` (pin a commit sha: unpinned, "main"
+    is fetched and the step is reused even after the dataset changes upstream). `tokenizer` is a
+    `default_train_tokenizer` step, a tokenizer.json path or folder, or a hub model id.
+    """
+    if isinstance(dataset, str) and is_hf_dataset_id(dataset):
+        if revision is None:
+            logger.warning("default_tokenize(%r): dataset %r is not pinned to a revision; fetching 'main'. "
+                           "Pass revision=<commit sha> to make the step reproducible", name, dataset)
+        dataset = default_download(dataset, hf_dataset=dataset, revision=revision or "main", include=include)
+    tok = output_path_of(tokenizer) if isinstance(tokenizer, ExecutorStep) else tokenizer
+    return ExecutorStep(
+        name=f"tokenized/{name}", fn=tokenize,
+        config=TokenizeConfig(input_path=documents_of(dataset), output_path=this_output_path(), tokenizer=tok,
+                              **options),
+        description="tokenize documents into a token cache",
+    )
+
+
+def default_exact_dedup(name: str, documents: DocumentsInput, **options: Any) -> ExecutorStep:
+    """Drop documents (and, with `paragraph_level=True`, lines) seen earlier in the corpus -> `dedup-exact/{name}`."""
+    return ExecutorStep(name=f"dedup-exact/{name}", fn=dedup_exact, description="exact dedup",
+                        config=DedupConfig(input_path=documents_of(documents), output_path=this_output_path(),
+                                           **options))
+
+
+def default_fuzzy_dedup(name: str, documents: DocumentsInput, **options: Any) -> ExecutorStep:
     """MinHash-LSH near-duplicate removal across all shards (FineWeb's 5-grams, 14 x 8) -> `dedup/{name}`."""
-    return ExecutorStep(
-        name=f"dedup/{name}",
-        fn=dedup_fuzzy,
-        config=DedupConfig(
-            input_path=documents_of(documents),
-            output_path=this_output_path(),
-            ngram_size=versioned(ngram_size),
-            num_bands=versioned(num_bands),
-            rows_per_band=versioned(rows_per_band),
-            threshold=versioned(threshold),
-            seed=versioned(seed),
-            on_bad_record=versioned(on_bad_record),
-            num_workers=num_workers,
-        ),
-        description=f"fuzzy dedup, MinHash {num_bands}x{rows_per_band} on {ngram_size}-word shingles",
-    )
+    config = DedupConfig(input_path=documents_of(documents), output_path=this_output_path(), **options)
+    return ExecutorStep(name=f"dedup/{name}", fn=dedup_fuzzy, config=config,
+                        description=f"fuzzy dedup, MinHash {config.num_bands}x{config.rows_per_band} "
+                                    f"on {config.ngram_size}-word shingles")
 
 
-def default_quality_filter(
-    name: str,
-    documents: DocumentsInput,
-    *,
-    rules: QualityRules = QualityRules(),
-    on_bad_record: str = "raise",
-    num_workers: int = 2,
-) -> ExecutorStep:
-    """Gopher/C4/FineWeb heuristic rules, each removal tagged with its rule -> `quality/{name}`."""
-    return ExecutorStep(
-        name=f"quality/{name}",
-        fn=filter_heuristics,
-        config=HeuristicFilterConfig(
-            input_path=documents_of(documents),
-            output_path=this_output_path(),
-            rules=versioned(rules),
-            on_bad_record=versioned(on_bad_record),
-            num_workers=num_workers,
-        ),
-        description="heuristic quality filter",
-    )
+def default_quality_filter(name: str, documents: DocumentsInput, **options: Any) -> ExecutorStep:
+    """Gopher/C4/FineWeb heuristic rules (`rules=QualityRules(...)`), each removal tagged -> `quality/{name}`."""
+    return ExecutorStep(name=f"quality/{name}", fn=filter_heuristics, description="heuristic quality filter",
+                        config=HeuristicFilterConfig(input_path=documents_of(documents),
+                                                     output_path=this_output_path(), **options))
 
 
-def default_train_quality_classifier(
-    name: str,
-    positive: DocumentsInput | Sequence[DocumentsInput],
-    negative: DocumentsInput | Sequence[DocumentsInput],
-    *,
-    max_documents_per_class: int | None = None,
-    seed: int = 0,
-    epoch: int = 5,
-    dim: int = 64,
-    word_ngrams: int = 2,
-) -> ExecutorStep:
+def default_train_quality_classifier(name: str, positive: DocumentsInput | Sequence[DocumentsInput],
+                                     negative: DocumentsInput | Sequence[DocumentsInput],
+                                     **options: Any) -> ExecutorStep:
     """A fastText classifier, positive vs negative documents -> `classifiers/{name}/model.bin`."""
-
-    def paths(sources) -> tuple:
-        out = _documents_list(sources)
+    def paths(sources: Any) -> tuple:
+        out = documents_of(sources)
         return tuple(out) if isinstance(out, list) else (out,)
 
-    return ExecutorStep(
-        name=f"classifiers/{name}",
-        fn=train_quality_classifier,
-        config=TrainClassifierConfig(
-            positive_paths=paths(positive),
-            negative_paths=paths(negative),
-            output_path=this_output_path(),
-            max_documents_per_class=versioned(max_documents_per_class),
-            seed=versioned(seed),
-            epoch=versioned(epoch),
-            dim=versioned(dim),
-            word_ngrams=versioned(word_ngrams),
-        ),
-        description="train a fastText quality classifier",
-    )
+    return ExecutorStep(name=f"classifiers/{name}", fn=train_quality_classifier,
+                        description="train a fastText quality classifier",
+                        config=TrainClassifierConfig(positive_paths=paths(positive), negative_paths=paths(negative),
+                                                     output_path=this_output_path(), **options))
 
 
-def default_classify_filter(
-    name: str,
-    documents: DocumentsInput,
-    model: ExecutorStep | str,
-    *,
-    label: str = "__label__hq",
-    threshold: float = 0.5,
-    attribute: str = "quality",
-    rule: str = "classifier_below_threshold",
-    on_bad_record: str = "raise",
-    num_workers: int = 2,
-) -> ExecutorStep:
-    """Keep documents a fastText model scores >= threshold for `label` -> `classified/{name}`.
+def default_classify_filter(name: str, documents: DocumentsInput, model: ExecutorStep | str,
+                            **options: Any) -> ExecutorStep:
+    """Keep documents a fastText model scores >= `threshold` for `label` -> `classified/{name}`.
 
     `model` is a `default_train_quality_classifier` step or a model file path (e.g. lid.176.ftz).
     """
-    model_path = output_path_of(model, "model.bin") if isinstance(model, ExecutorStep) else versioned(model)
-    return ExecutorStep(
-        name=f"classified/{name}",
-        fn=classify_filter,
-        config=ClassifyFilterConfig(
-            input_path=documents_of(documents),
-            output_path=this_output_path(),
-            model_path=model_path,
-            label=versioned(label),
-            threshold=versioned(threshold),
-            attribute=versioned(attribute),
-            rule=versioned(rule),
-            on_bad_record=versioned(on_bad_record),
-            num_workers=num_workers,
-        ),
-        description=f"fastText filter: {label} >= {threshold}",
-    )
+    model_path = output_path_of(model, "model.bin") if isinstance(model, ExecutorStep) else model
+    config = ClassifyFilterConfig(input_path=documents_of(documents), output_path=this_output_path(),
+                                  model_path=model_path, **options)
+    return ExecutorStep(name=f"classified/{name}", fn=classify_filter, config=config,
+                        description=f"fastText filter: {config.label} >= {config.threshold}")
 
 
-def default_language_filter(
-    name: str,
-    documents: DocumentsInput,
-    lid_model: str,
-    *,
-    language: str = "en",
-    threshold: float = 0.65,
-    num_workers: int = 2,
-) -> ExecutorStep:
+def default_language_filter(name: str, documents: DocumentsInput, lid_model: str, *, language: str = "en",
+                            threshold: float = 0.65, **options: Any) -> ExecutorStep:
     """Keep documents in `language` per fastText's lid.176 (FineWeb: en >= 0.65) -> `classified/{name}`."""
-    return default_classify_filter(
-        name, documents, lid_model, label=f"__label__{language}", threshold=threshold,
-        attribute="language", rule="language", num_workers=num_workers,
+    return default_classify_filter(name, documents, lid_model, label=f"__label__{language}", threshold=threshold,
+                                   attribute="language", rule="language", **options)
+
+
+# --- training and evaluation -----------------------------------------------------------------
+
+
+def _caches(tokenized: TokenizedInput) -> dict[str, Any]:
+    if isinstance(tokenized, ExecutorStep):
+        return {tokenized.name.rsplit("/", 1)[-1]: output_path_of(tokenized)}
+    return {name: output_path_of(step) for name, step in tokenized.items()}
+
+
+def tokenizer_vocab_size(tokenized: TokenizedInput) -> int | None:
+    """The vocabulary the data was (or will be) tokenized with, known before anything runs; None
+    when a tokenizer cannot be read now (a hub tokenizer that is not cached, offline)."""
+    steps = [tokenized] if isinstance(tokenized, ExecutorStep) else list(tokenized.values())
+    sizes: dict[int, str] = {}
+    for step in steps:
+        spec = getattr(step.config, "tokenizer", None)
+        if isinstance(spec, InputName) and spec.step is not None:  # a train_tokenizer step
+            size, what = unwrap_versioned_value(getattr(spec.step.config, "vocab_size", None)), spec.step.name
+        elif isinstance(spec, str):
+            size, what = _loaded_vocab_size(spec, unwrap_versioned_value(step.config.tokenizer_revision)), spec
+        else:
+            return None
+        if size is None:
+            return None
+        sizes.setdefault(size, what)
+    if len(sizes) > 1:
+        raise StepDefinitionError(
+            f"the datasets of one training run use tokenizers of different sizes ({sizes}); tokenize every "
+            "dataset of a mixture with the same tokenizer")
+    return next(iter(sizes), None)
+
+
+def _loaded_vocab_size(spec: str, revision: str | None) -> int | None:
+    from marin_lab.processing.tokenize import load_tokenizer
+
+    try:
+        return load_tokenizer(spec, revision).get_vocab_size(with_added_tokens=True)
+    except Exception as err:  # offline and not cached, gated, ...: the trainer checks again later
+        logger.warning("tokenizer %r cannot be read now (%s); its vocabulary is checked when training starts",
+                       spec, err)
+        return None
+
+
+def _model_for(name: str, model: LlamaConfig, tokenized: TokenizedInput) -> LlamaConfig:
+    """`model` with the tokenizer's vocabulary when it has none; a model too small for it is an error."""
+    vocab = tokenizer_vocab_size(tokenized)
+    if model.vocab_size is None:
+        if vocab is None:
+            raise StepDefinitionError(
+                f"default_train('{name}'): the model has no vocab_size and the tokenizer's cannot be read now; "
+                "make the tokenizer available (or cached) or set model_config's vocab_size")
+        return dataclasses.replace(model, vocab_size=vocab)
+    if vocab is not None and vocab > model.vocab_size:
+        raise StepDefinitionError(
+            f"default_train('{name}'): model_config.vocab_size={model.vocab_size} but the tokenizer has {vocab} "
+            f"tokens; use vocab_size={vocab} (or None, to take the tokenizer's)")
+    return model
+
+
+def default_train(
+    name: str,
+    tokenized: TokenizedInput,
+    model_config: LlamaConfig,
+    train_config: SimpleTrainConfig,
+    tags: Sequence[str] = (),
+    use_default_validation: bool = True,
+    eval_harness_tasks: Sequence[str] = (),
+    validation_sets: Mapping[str, ExecutorStep] | None = None,
+    *,
+    weights: Mapping[str, float] | None = None,
+    phases: Sequence[MixturePhase] = (),
+    wandb: WandbConfig | None = None,
+    description: str | None = None,
+) -> ExecutorStep:
+    """A `train_lm` step on `tokenized` (one step, or name -> step with mixture `weights`) -> `checkpoints/{name}`.
+
+    The model takes the tokenizer's vocabulary unless it names one (then it must cover it). Every
+    `steps_per_eval` steps the validation splits of the training data and of `validation_sets` are
+    scored; `eval_harness_tasks` (shipped multiple-choice tasks or .jsonl files) at the end.
+    `use_default_validation` is accepted for Marin's files: marin_lab has no built-in validation
+    corpora (docs/coming_from_marin.md).
+    """
+    del use_default_validation
+    model = _model_for(name, unwrap_versioned_value(model_config), tokenized)
+    for task in eval_harness_tasks:
+        try:
+            load_task(task)
+        except TaskError as err:
+            raise StepDefinitionError(f"default_train('{name}'): eval_harness_tasks: {err}") from err
+    resources, tpu_type, tpu_slices = train_config.step_resources()
+    start = train_config.initialize_from_checkpoint_path
+    seq_len = train_config.train_seq_len or model.max_seq_len
+    config = TrainLmConfig(
+        output_path=this_output_path(),
+        data=DataConfig(caches=_caches(tokenized), weights=dict(weights) if weights is not None else None,
+                        phases=tuple(phases), seed=train_config.data_seed or 0),
+        model=model, optimizer=train_config.optimizer(), num_train_steps=train_config.num_train_steps,
+        batch_size=train_config.train_batch_size, seq_len=seq_len, seed=train_config.seed,
+        compute_dtype=train_config.resolved_compute_dtype(), z_loss_weight=train_config.z_loss_weight or 0.0,
+        initialize_from=output_path_of(start, "checkpoints") if isinstance(start, ExecutorStep) else start,
+        microbatches=train_config.microbatches, mesh=train_config.mesh,
+        gradient_checkpointing=train_config.gradient_checkpointing, checkpoint=train_config.checkpoints(),
+        steps_per_eval=train_config.steps_per_eval or 1000, max_eval_batches=train_config.max_eval_batches,
+        eval_caches=_caches(validation_sets) if validation_sets else {}, eval_tasks=tuple(eval_harness_tasks),
+        wandb=dataclasses.replace(wandb or WandbConfig(), tags=tuple(tags) + (name,)),
+        tpu_type=tpu_type, tpu_slices=tpu_slices,
+    )
+    return ExecutorStep(
+        name=f"checkpoints/{name}", fn=train_lm, config=config, resources=resources,
+        description=description or f"train a {model.num_params() / 1e6:,.1f}M-parameter model, "
+                                   f"{config.num_train_steps} steps x {config.batch_size} x {seq_len} tokens",
     )
 
 
-# --- training and evaluation (experiments/train_defaults.py) ---
-
-from experiments.train_defaults import default_eval, default_train  # noqa: E402,F401
+def default_eval(name: str, trained: ExecutorStep, tokenized: TokenizedInput, *,
+                 tasks: Sequence[str] = ("capitals", "arithmetic_2digit"), resources: Any = None,
+                 **options: Any) -> ExecutorStep:
+    """An `evaluate_lm` step on every validation split of `tokenized`, and `tasks` -> `evaluation/{name}`."""
+    return ExecutorStep(
+        name=f"evaluation/{name}", fn=evaluate_lm, resources=resources,
+        config=EvalLmConfig(checkpoint_path=output_path_of(trained), output_path=this_output_path(),
+                            caches=_caches(tokenized), tasks=tuple(tasks), **options),
+        description="perplexity, bits-per-byte and multiple-choice tasks",
+    )

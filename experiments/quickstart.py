@@ -30,10 +30,11 @@ from experiments.defaults import (
     default_train_tokenizer,
 )
 from experiments.models import llama_nano
+from experiments.simple_train_config import SimpleTrainConfig
 from marin_lab.execution import executor_main
 from marin_lab.io.fs import read_text
 from marin_lab.processing.corpus import fetch_corpus
-from marin_lab.training import CheckpointConfig, OptimizerConfig
+from marin_lab.training import CheckpointConfig
 
 corpus = fetch_corpus()
 
@@ -59,11 +60,13 @@ tokenized = default_tokenize("quickstart", filtered, tokenizer=tokenizer, valida
 # ~1M parameters, 300 steps of 16 x 256 tokens (1.2M tokens): about two minutes on 2 CPU cores.
 # The learning rate is high because the model is tiny and the run short (nanoGPT-style).
 model = default_train(
-    "quickstart-nano", tokenized, model=llama_nano, num_train_steps=300, batch_size=16, seq_len=256,
-    optimizer=OptimizerConfig(learning_rate=3e-3, warmup=0.1, schedule="cosine"),
-    compute_dtype="float32",  # CPUs have no fast bf16; keeps the quickstart quick
-    checkpoint=CheckpointConfig(save_every_steps=100, keep_last=2),
-    resources={"num_cpus": min(2, os.cpu_count() or 1)},
+    "quickstart-nano", tokenized, llama_nano,
+    SimpleTrainConfig(
+        resources={"num_cpus": min(2, os.cpu_count() or 1)}, train_batch_size=16, num_train_steps=300,
+        train_seq_len=256, learning_rate=3e-3, warmup=0.1, lr_schedule="cosine",
+        compute_dtype="float32",  # CPUs have no fast bf16; keeps the quickstart quick
+        checkpoint=CheckpointConfig(save_every_steps=100, keep_last=2), steps_per_eval=100, max_eval_batches=4,
+    ),
 )
 evaluation = default_eval("quickstart-nano", model, tokenized, seq_len=256, max_sequences=64)
 

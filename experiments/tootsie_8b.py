@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from experiments.defaults import default_download, default_eval, default_tokenize, default_train
 from experiments.models import llama_8b
+from experiments.simple_train_config import SimpleTrainConfig
 from marin_lab.cluster.resources import TpuResources
 from marin_lab.execution import executor_main
 from marin_lab.training import CheckpointConfig, MeshConfig, OptimizerConfig
@@ -61,35 +62,36 @@ KESTREL_END = 640_000  # 640k x 1024 x 4096 ~= 2.68T tokens
 OCELOT_END = KESTREL_END + 87_500  # +87.5k x 3072 x 4096 ~= +1.10T tokens
 JELLYFISH_END = OCELOT_END + 80_000  # +80k x 3072 x 4096 ~= +1.01T tokens
 
+def phase(batch: int, end_step: int, optimizer: OptimizerConfig, resources: TpuResources, **extra) -> SimpleTrainConfig:
+    return SimpleTrainConfig(resources=resources, train_batch_size=batch, num_train_steps=end_step,
+                             learning_rate=optimizer.learning_rate, optimizer_config=optimizer, train_seq_len=SEQ_LEN,
+                             mesh=FSDP, checkpoint=CHECKPOINTS, gradient_checkpointing=True, **extra)
+
+
 kestrel = default_train(
     "tootsie-8b/kestrel", pretraining, llama_8b,
-    num_train_steps=KESTREL_END, batch_size=1024, seq_len=SEQ_LEN, weights=DCLM_MIX,
-    optimizer=OptimizerConfig(learning_rate=1e-3, schedule="constant", warmup=1000,
-                              weight_decay=0.05, beta2=0.95, max_grad_norm=1.0),
-    mesh=FSDP, checkpoint=CHECKPOINTS, gradient_checkpointing=True,
-    resources=TpuResources(tpu="v5e-256", slices=2), tpu_type="v5e-256", tpu_slices=2,
+    phase(1024, KESTREL_END, OptimizerConfig(learning_rate=1e-3, schedule="constant", warmup=1000,
+                                             weight_decay=0.05, beta2=0.95, max_grad_norm=1.0),
+          TpuResources(tpu="v5e-256", slices=2)),
+    weights=DCLM_MIX,
     description="phase 1: DCLM mix, hot constant lr 1e-3, 4Mi-token batches on 2x v5e-256",
 )
 
 ocelot = default_train(
     "tootsie-8b/ocelot", pretraining, llama_8b,
-    num_train_steps=OCELOT_END, batch_size=3072, seq_len=SEQ_LEN, weights=DCLM_MIX,
-    initialize_from=kestrel,
-    optimizer=OptimizerConfig(learning_rate=1.7e-3, schedule="constant", warmup=0,
-                              weight_decay=0.05, schedule_offset=KESTREL_END),
-    mesh=FSDP, checkpoint=CHECKPOINTS, gradient_checkpointing=True,
-    resources=TpuResources(tpu="v4-2048"), tpu_type="v4-2048",
+    phase(3072, OCELOT_END, OptimizerConfig(learning_rate=1.7e-3, schedule="constant", warmup=0,
+                                            weight_decay=0.05, schedule_offset=KESTREL_END),
+          TpuResources(tpu="v4-2048"), initialize_from_checkpoint_path=kestrel),
+    weights=DCLM_MIX,
     description="phase 2: batch x3 on v4-2048, lr x sqrt(3)",
 )
 
 jellyfish = default_train(
     "tootsie-8b/jellyfish", tokenized, llama_8b,
-    num_train_steps=JELLYFISH_END, batch_size=3072, seq_len=SEQ_LEN, weights=COOLDOWN_MIX,
-    initialize_from=ocelot, z_loss_weight=1e-4,
-    optimizer=OptimizerConfig(learning_rate=1.7e-3, schedule="linear", warmup=0, decay=1.0,
-                              min_lr_ratio=0.1, weight_decay=0.05, schedule_offset=OCELOT_END),
-    mesh=FSDP, checkpoint=CHECKPOINTS, gradient_checkpointing=True,
-    resources=TpuResources(tpu="v4-2048"), tpu_type="v4-2048",
+    phase(3072, JELLYFISH_END, OptimizerConfig(learning_rate=1.7e-3, schedule="linear", warmup=0, decay=1.0,
+                                               min_lr_ratio=0.1, weight_decay=0.05, schedule_offset=OCELOT_END),
+          TpuResources(tpu="v4-2048"), initialize_from_checkpoint_path=ocelot, z_loss_weight=1e-4),
+    weights=COOLDOWN_MIX,
     description="phase 3: cooldown 1.7e-3 -> 1.7e-4 with FineMath folded in, z-loss on",
 )
 

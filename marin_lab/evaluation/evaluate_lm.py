@@ -20,6 +20,7 @@ from marin_lab.io import fs as mfs
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.model import LlamaConfig, init_params
 from marin_lab.training.token_cache import TokenCache
+from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -32,25 +33,25 @@ class EvaluationError(MarinLabError, ValueError):
 class EvalLmConfig:
     """Evaluate one trained model."""
 
-    checkpoint_path: str
+    checkpoint_path: str = versioned_field()
     """A train step's output path (its latest checkpoint is used) or a step-NNNNNN folder."""
     output_path: str
     """Where results.json goes."""
-    caches: dict[str, str] = dataclasses.field(default_factory=dict)
+    caches: dict[str, str] = versioned_field(default_factory=dict)
     """Validation set name -> token cache path; each cache's validation split is scored."""
-    split: str = "validation"
+    split: str = versioned_field("validation")
     """Split of each cache to score."""
-    seq_len: int = 512
+    seq_len: int = versioned_field(512)
     """Tokens of context per scored window (at most the model's max_seq_len)."""
     batch_size: int = 8
     """Sequences per forward pass."""
-    max_sequences: int | None = 256
+    max_sequences: int | None = versioned_field(256)
     """At most this many evenly spaced windows per validation set; None scores all."""
-    tasks: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = versioned_field(())
     """Multiple-choice tasks: shipped names (see evaluation.tasks.shipped_tasks()) or .jsonl paths."""
-    tokenizer_path: str | None = None
+    tokenizer_path: str | None = versioned_field(None)
     """tokenizer.json for the tasks; None takes the first cache's, then the checkpoint's hf/ one."""
-    compute_dtype: str = "float32"
+    compute_dtype: str = versioned_field("float32")
     """Dtype of the forward pass."""
 
 

@@ -37,6 +37,8 @@ from marin_lab.execution.step import (
     versioned,
 )
 
+from marin_lab.versioning import versioned_field
+
 STATUS_WAITING, STATUS_RUNNING, STATUS_SUCCESS, STATUS_FAILED, STATUS_DEP_FAILED = (
     s.value for s in (Status.WAITING, Status.RUNNING, Status.SUCCESS, Status.FAILED, Status.DEP_FAILED))
 
@@ -46,5 +48,5 @@ __all__ = [
     "ExperimentFailedError", "InputName", "LeaseLostError", "MarinLabError", "MissingDependencyError",
     "OutputName", "PreemptedError", "RunReport", "Status", "StepDefinitionError", "StepFailedError",
     "StepRunner", "StorageError", "VersionedValue", "ensure_versioned", "executor_main", "get_executor_step",
-    "output_path_of", "this_output_path", "unwrap_versioned_value", "versioned",
+    "output_path_of", "this_output_path", "unwrap_versioned_value", "versioned", "versioned_field",
 ]

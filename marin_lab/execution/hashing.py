@@ -10,8 +10,9 @@ It is encoded canonically (sorted keys, no whitespace), hashed with sha256, and 
 characters make the identity `name-hash8` and the output path `{prefix}/name-hash8`.
 
 Why this shape:
-- Only `versioned(...)` fields count. Worker counts and other knobs do not change the data, so
-  changing them must not redo finished work (the stale-reuse guard reports them instead).
+- Only `versioned(...)` values and fields declared with `versioned_field` count. Worker counts
+  and other knobs do not change the data, so changing them must not redo finished work (the
+  stale-reuse guard reports them instead).
 - A dependency enters by its identity, not by its version or its physical path: hashing costs
   O(steps + edges) whatever the depth, and the same experiment under two prefixes (or buckets, or
   regions) gets the same identities.
@@ -34,8 +35,10 @@ from typing import Any
 
 from marin_lab.execution.errors import EncodingError
 from marin_lab.execution.step import ExecutorStep, InputName, OutputName, VersionedValue
+from marin_lab.versioning import versioned_field_names
 
 _FIELDS_CACHE: dict[type, tuple[str, ...] | None] = {}
+_VERSIONED_CACHE: dict[type, frozenset[str]] = {}
 _SCALARS = (str, int, bool, type(None))
 
 
@@ -139,10 +142,24 @@ def scan_config(config: Any, *, step_label: str) -> ConfigScan:
     return scan
 
 
-def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str) -> None:
+def _versioned_names(cls: type) -> frozenset[str]:
+    """The fields a config class declares with `versioned_field` (cached)."""
+    try:
+        return _VERSIONED_CACHE[cls]
+    except KeyError:
+        _VERSIONED_CACHE[cls] = names = versioned_field_names(cls)
+        return names
+
+
+def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str, versioned: bool = False) -> None:
+    """`versioned`: `obj` sits in a `versioned_field` (or inside one): its values count like
+    `versioned(...)` ones, and step references in it stay dependencies."""
     cls = type(obj)
     if cls in _SCALARS or cls is float:
-        scan.unversioned[path] = obj
+        if versioned:
+            scan.versioned[path] = canonical_value(obj, where=f"{step_label}: field '{path}'")
+        else:
+            scan.unversioned[path] = obj
         return
     if cls is VersionedValue:
         scan.versioned[path] = canonical_value(obj.value, where=f"{step_label}: field '{path}'")
@@ -152,20 +169,35 @@ def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str) -> None:
         scan.inputs.append((path, InputName(step=obj)))
     elif cls is OutputName:
         scan.outputs.append((path, obj))
+    elif versioned and _whole_value_versioned(obj, path, scan, step_label):
+        return
     elif (names := _field_names(cls)) is not None:
         prefix = f"{path}." if path else ""
+        marked = _versioned_names(cls)
         for n in names:
-            _walk(getattr(obj, n), prefix + n, scan, step_label)
+            _walk(getattr(obj, n), prefix + n, scan, step_label, versioned or n in marked)
     elif isinstance(obj, (list, tuple)):
         prefix = f"{path}." if path else ""
         for i, v in enumerate(obj):
-            _walk(v, f"{prefix}{i}", scan, step_label)
+            _walk(v, f"{prefix}{i}", scan, step_label, versioned)
     elif isinstance(obj, dict):
         prefix = f"{path}." if path else ""
         for k, v in obj.items():
-            _walk(v, f"{prefix}{k}", scan, step_label)
+            _walk(v, f"{prefix}{k}", scan, step_label, versioned)
+    elif versioned:
+        scan.versioned[path] = canonical_value(obj, where=f"{step_label}: field '{path}'")
     else:
         scan.unversioned[path] = obj
+
+
+def _whole_value_versioned(obj: Any, path: str, scan: ConfigScan, step_label: str) -> bool:
+    """Record a versioned container as one entry, as `versioned(obj)` would; False when it holds
+    step references (or anything the encoder refuses), so that the walk goes inside it."""
+    try:
+        scan.versioned[path] = canonical_value(obj, where=f"{step_label}: field '{path}'")
+        return True
+    except EncodingError:
+        return False
 
 
 def unversioned_fingerprint(unversioned: dict[str, Any]) -> str:

@@ -39,6 +39,7 @@ from marin_lab.processing.filtering import (
     summarize,
 )
 from marin_lab.processing.shards import map_shards
+from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -122,39 +123,39 @@ def load_fasttext(path: str):
 class TrainClassifierConfig:
     """Configuration of `train_quality_classifier`."""
 
-    positive_paths: tuple[str, ...]
+    positive_paths: tuple[str, ...] = versioned_field()
     """Folders or shards of documents of the positive class (what to keep)."""
-    negative_paths: tuple[str, ...]
+    negative_paths: tuple[str, ...] = versioned_field()
     """Folders or shards of documents of the negative class."""
     output_path: str
     """Where `model.bin` goes."""
-    positive_label: str = "hq"
+    positive_label: str = versioned_field("hq")
     """fastText label of the positive class (written as `__label__hq`)."""
-    negative_label: str = "lq"
+    negative_label: str = versioned_field("lq")
     """fastText label of the negative class."""
-    max_documents_per_class: int | None = None
+    max_documents_per_class: int | None = versioned_field(None)
     """Sample at most this many documents of each class (seeded); None takes all."""
-    validation_fraction: float = 0.1
+    validation_fraction: float = versioned_field(0.1)
     """Held-out fraction of each class used to report accuracy, precision and recall."""
-    max_chars: int | None = 10_000
+    max_chars: int | None = versioned_field(10_000)
     """Characters of each document used (long pages add little and cost time)."""
-    seed: int = 0
+    seed: int = versioned_field(0)
     """Seed of the sample, the split and fastText itself."""
-    epoch: int = 5
+    epoch: int = versioned_field(5)
     """fastText epochs."""
-    lr: float = 0.1
+    lr: float = versioned_field(0.1)
     """fastText learning rate."""
-    dim: int = 64
+    dim: int = versioned_field(64)
     """fastText embedding size."""
-    word_ngrams: int = 2
+    word_ngrams: int = versioned_field(2)
     """fastText word n-grams (2: bigrams as features)."""
-    min_count: int = 1
+    min_count: int = versioned_field(1)
     """fastText: words seen fewer times are dropped."""
-    bucket: int = 200_000
+    bucket: int = versioned_field(200_000)
     """fastText hash buckets of n-gram features; the model is about bucket x dim x 4 bytes."""
     thread: int = 1
     """fastText threads. Keep 1: more threads make the model bytes differ between runs."""
-    on_bad_record: str = "raise"
+    on_bad_record: str = versioned_field("raise")
     """'raise' stops at the first bad line; 'skip' counts and skips it."""
 
 
@@ -322,27 +323,27 @@ class FastTextScorer:
 class ClassifyFilterConfig:
     """Configuration of `classify_filter`."""
 
-    input_path: str
+    input_path: str = versioned_field()
     """Folder (or single shard) of input documents."""
     output_path: str
     """Where `data/` (kept documents) and `removed/` (removal records with scores) go."""
-    model_path: str
+    model_path: str = versioned_field()
     """The fastText model (.bin/.ftz): a trained classifier's model.bin, or lid.176.ftz."""
-    label: str = "__label__hq"
+    label: str = versioned_field("__label__hq")
     """The label whose probability is the score (with the __label__ prefix)."""
-    threshold: float = 0.5
+    threshold: float = versioned_field(0.5)
     """Keep documents whose score is at least this."""
-    attribute: str = "quality"
+    attribute: str = versioned_field("quality")
     """Kept documents get `metadata[attribute] = {"score", "top_label", "top_score"}`."""
-    top_k: int = 2
+    top_k: int = versioned_field(2)
     """Labels fetched per document; see FastTextScorer.scores on exactness."""
-    max_chars: int | None = 10_000
+    max_chars: int | None = versioned_field(10_000)
     """Characters of each document scored."""
-    rule: str = "classifier_below_threshold"
+    rule: str = versioned_field("classifier_below_threshold")
     """Rule name in removal records (e.g. 'language' for language ID)."""
     num_workers: int = 1
     """Shards processed in parallel (Ray tasks under Ray, else processes)."""
-    on_bad_record: str = "raise"
+    on_bad_record: str = versioned_field("raise")
     """'raise' stops at the first bad line; 'skip' counts and skips it."""
 
 

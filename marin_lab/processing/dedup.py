@@ -42,6 +42,7 @@ from marin_lab.processing.filtering import (
 )
 from marin_lab.processing.minhash import MinHasher, cluster_duplicates
 from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
+from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -59,29 +60,29 @@ class DedupError(ProcessingError):
 class DedupConfig:
     """Configuration of `dedup_exact` and `dedup_fuzzy`."""
 
-    input_path: str
+    input_path: str = versioned_field()
     """Folder (or single shard) of input documents (.jsonl, .jsonl.gz, .jsonl.zst)."""
     output_path: str
     """Where `data/` (kept documents), `removed/` (removal records) and `.work/` go."""
-    ngram_size: int = 5
+    ngram_size: int = versioned_field(5)
     """Fuzzy: words per shingle (FineWeb: 5)."""
-    num_bands: int = 14
+    num_bands: int = versioned_field(14)
     """Fuzzy: LSH bands (FineWeb: 14)."""
-    rows_per_band: int = 8
+    rows_per_band: int = versioned_field(8)
     """Fuzzy: MinHash rows per band (FineWeb: 8); bands x rows permutations in all."""
-    threshold: float | None = None
+    threshold: float | None = versioned_field(None)
     """Fuzzy: if set, link a candidate pair only when its estimated Jaccard similarity is at least
     this (FineWeb: unset, every candidate pair is a duplicate)."""
-    seed: int = 1
+    seed: int = versioned_field(1)
     """Fuzzy: seed of the MinHash permutations."""
-    paragraph_level: bool = False
+    paragraph_level: bool = versioned_field(False)
     """Exact: also remove every paragraph (line) already seen earlier in the corpus; a document
     left with no text is removed."""
-    normalize: bool = True
+    normalize: bool = versioned_field(True)
     """Exact: compare text after NFKC normalisation and whitespace collapsing."""
     num_workers: int = 1
     """Shards processed in parallel (Ray tasks under Ray, else processes)."""
-    on_bad_record: str = "raise"
+    on_bad_record: str = versioned_field("raise")
     """'raise' stops at the first bad line; 'skip' counts and skips it."""
 
 

@@ -32,6 +32,7 @@ import fsspec
 from marin_lab.io import fs as mfs
 from marin_lab.processing.errors import DownloadError
 from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
+from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -45,16 +46,16 @@ _GLOB_CHARS = "*?["
 class DownloadConfig:
     output_path: str
     """The step's output: files go to `{output_path}/data/`, the record to `provenance.json`."""
-    source: str | None = None
+    source: str | None = versioned_field(None)
     """An fsspec URL, folder or glob (file://, gs://, http(s)://). Exclusive with `hf_dataset`."""
-    hf_dataset: str | None = None
+    hf_dataset: str | None = versioned_field(None)
     """A Hugging Face dataset repository id ('org/name'). Needs `revision`."""
-    revision: str | None = None
+    revision: str | None = versioned_field(None)
     """For `hf_dataset`: the commit sha (or tag) to fetch; pin a commit to make runs reproducible.
     For `source`: recorded in provenance.json as given (e.g. a Debian package version)."""
-    include: tuple[str, ...] | None = None
+    include: tuple[str, ...] | None = versioned_field(None)
     """Glob patterns on relative paths; only matching files are fetched (None: all)."""
-    expected: dict[str, dict] | None = None
+    expected: dict[str, dict] | None = versioned_field(None)
     """Per relative path, the expected `size` and/or `sha256`; a mismatch fails the file."""
     max_retries: int = 4
     """Retries per file after a transient error (a missing file is not retried)."""

@@ -23,6 +23,7 @@ from marin_lab.io import fs as mfs
 from marin_lab.io.documents import write_documents
 from marin_lab.processing.errors import ExtractError
 from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
+from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -33,25 +34,25 @@ METHODS = ("resiliparse", "trafilatura")
 
 @dataclass(frozen=True)
 class ExtractConfig:
-    input_path: str
+    input_path: str = versioned_field()
     """Folder of HTML files (searched recursively), e.g. the `data/` of a download step."""
     output_path: str
     """The step's output; the document shards go to `{output_path}/data/shard-00000.jsonl.zst`..."""
-    method: str = "resiliparse"
+    method: str = versioned_field("resiliparse")
     """HTML-to-text extractor: 'resiliparse' (fast) or 'trafilatura'."""
-    main_content: bool = True
+    main_content: bool = versioned_field(True)
     """Keep only the main content (drop navigation, headers, footers) where the method can."""
-    num_shards: int = 8
+    num_shards: int = versioned_field(8)
     """Number of output shards; the sorted HTML files are cut into this many contiguous groups."""
-    patterns: tuple[str, ...] = ("*.html", "*.htm", "*.xhtml")
+    patterns: tuple[str, ...] = versioned_field(("*.html", "*.htm", "*.xhtml"))
     """File-name patterns of the HTML files to extract."""
-    min_chars: int = 1
+    min_chars: int = versioned_field(1)
     """Documents with fewer characters of text are counted as `empty` and not written."""
-    url_prefix: str | None = None
+    url_prefix: str | None = versioned_field(None)
     """If set, `metadata.url` is this prefix joined with the file's relative path."""
-    source: str | None = None
+    source: str | None = versioned_field(None)
     """The `source` field of every document (default: the last folder name of `input_path`)."""
-    on_bad_record: str = "raise"
+    on_bad_record: str = versioned_field("raise")
     """'raise': a page the extractor fails on stops the step; 'skip': it is counted and skipped."""
     num_workers: int = 1
     """Processes (or Ray tasks) extracting shards in parallel; never changes the output."""

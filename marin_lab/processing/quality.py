@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from marin_lab.processing.filtering import (
     Decision,
@@ -26,6 +26,7 @@ from marin_lab.processing.filtering import (
     summarize,
 )
 from marin_lab.processing.shards import map_shards
+from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -226,15 +227,15 @@ RULES = (
 class HeuristicFilterConfig:
     """Configuration of `filter_heuristics`."""
 
-    input_path: str
+    input_path: str = versioned_field()
     """Folder (or single shard) of input documents."""
     output_path: str
     """Where `data/` (kept documents) and `removed/` (records naming the rule) go."""
-    rules: QualityRules = field(default_factory=QualityRules)
+    rules: QualityRules = versioned_field(default_factory=QualityRules)
     """The thresholds."""
     num_workers: int = 1
     """Shards processed in parallel (Ray tasks under Ray, else processes)."""
-    on_bad_record: str = "raise"
+    on_bad_record: str = versioned_field("raise")
     """'raise' stops at the first bad line; 'skip' counts and skips it."""
 
 

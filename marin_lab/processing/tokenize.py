@@ -30,6 +30,7 @@ from marin_lab.io import fs as mfs
 from marin_lab.io.documents import SOURCE_PATTERNS, ReadStats, list_shards, read_documents
 from marin_lab.processing.errors import TokenizeError
 from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
+from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -54,24 +55,24 @@ TOKENIZER_FILE = "tokenizer.json"
 
 @dataclass(frozen=True)
 class TokenizeConfig:
-    input_path: str | list[str]
+    input_path: str | list[str] = versioned_field()
     """Folder(s) of documents (.jsonl, .jsonl.gz, .jsonl.zst, .parquet, .txt), read in sorted order."""
     output_path: str
     """Where the token cache goes (ledger.json, tokenizer.json, train/, validation/)."""
-    tokenizer: str
+    tokenizer: str = versioned_field()
     """A tokenizer.json path or URL, a folder holding tokenizer.json, or a hub model id."""
-    tokenizer_revision: str | None = None
+    tokenizer_revision: str | None = versioned_field(None)
     """Hub revision (a commit sha) when `tokenizer` is a hub id; ignored for paths."""
-    validation_fraction: float = 0.01
+    validation_fraction: float = versioned_field(0.01)
     """Share of documents (chosen by a hash of their id) that go to the validation split."""
-    split_salt: str = ""
+    split_salt: str = versioned_field("")
     """Mixed into the split hash; change it to draw a different validation set."""
-    eos_token: str | None = None
+    eos_token: str | None = versioned_field(None)
     """The token appended to every document; None picks the first of <|endoftext|>, </s>, ...
     that the tokenizer knows."""
-    bos_token: str | None = None
+    bos_token: str | None = versioned_field(None)
     """If set, this token is prepended to every document."""
-    on_bad_record: str = "raise"
+    on_bad_record: str = versioned_field("raise")
     """'raise': a bad line in an input shard stops the step; 'skip': it is counted and skipped."""
     batch_size: int = 512
     """Documents per encode_batch call."""
@@ -415,21 +416,21 @@ def tokenize(config: TokenizeConfig) -> dict:
 
 @dataclass(frozen=True)
 class TrainTokenizerConfig:
-    input_path: str | list[str]
+    input_path: str | list[str] = versioned_field()
     """Folder(s) of document shards to learn the vocabulary from."""
     output_path: str
     """Where tokenizer.json goes."""
-    vocab_size: int = 8192
+    vocab_size: int = versioned_field(8192)
     """Size of the vocabulary, special tokens included."""
-    max_chars: int = 20_000_000
+    max_chars: int = versioned_field(20_000_000)
     """Train on at most this many characters (documents in sorted shard order)."""
-    sample_fraction: float = 1.0
+    sample_fraction: float = versioned_field(1.0)
     """Use only documents whose id hashes below this fraction (spreads the sample over shards)."""
-    min_frequency: int = 2
+    min_frequency: int = versioned_field(2)
     """A merge must occur at least this often in the sample."""
-    special_tokens: tuple[str, ...] = ("<|endoftext|>",)
+    special_tokens: tuple[str, ...] = versioned_field(("<|endoftext|>",))
     """Added first, with ids 0, 1, ...; the first is the end-of-text token."""
-    on_bad_record: str = "raise"
+    on_bad_record: str = versioned_field("raise")
     """'raise' or 'skip' bad lines in the input shards (skips are counted in the result)."""
 
 

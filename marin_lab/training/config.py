@@ -12,6 +12,7 @@ from marin_lab.training.mesh import MeshConfig
 from marin_lab.training.metrics import TPU_PEAK_BY_TYPE, WandbConfig
 from marin_lab.training.model import LlamaConfig
 from marin_lab.training.optimizer import OptimizerConfig
+from marin_lab.versioning import versioned_field
 
 BACKENDS = ("native",)
 
@@ -24,37 +25,37 @@ class TrainLmConfig:
     """Where checkpoints, metrics.jsonl, hf/ and train_summary.json go."""
     data: DataConfig
     """Token caches and their mixture."""
-    model: LlamaConfig = dataclasses.field(default_factory=LlamaConfig)
+    model: LlamaConfig = versioned_field(default_factory=LlamaConfig)
     """Model shape."""
-    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    optimizer: OptimizerConfig = versioned_field(default_factory=OptimizerConfig)
     """AdamW and the learning-rate schedule."""
-    num_train_steps: int = 1000
+    num_train_steps: int = versioned_field(1000)
     """Global step at which training stops."""
-    batch_size: int = 32
+    batch_size: int = versioned_field(32)
     """Sequences per step (global, across all devices and microbatches)."""
-    seq_len: int = 512
+    seq_len: int = versioned_field(512)
     """Tokens per training sequence (at most model.max_seq_len)."""
     microbatches: int = 1
     """Gradient accumulation: the batch is split into this many sequential microbatches."""
-    seed: int = 0
+    seed: int = versioned_field(0)
     """Parameter-initialisation seed."""
     mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
     """Device mesh and parameter sharding rule."""
-    compute_dtype: str = "bfloat16"
+    compute_dtype: str = versioned_field("bfloat16")
     """Matmul/activation dtype ('bfloat16' or 'float32'); parameters stay in param_dtype."""
-    param_dtype: str = "float32"
+    param_dtype: str = versioned_field("float32")
     """Storage dtype of parameters and optimizer state."""
     gradient_checkpointing: bool = False
     """Recompute each block's activations on the backward pass (saves memory, costs ~1/3 FLOPs)."""
     attention_impl: str | None = None
     """None (einsum), 'xla' or 'cudnn' (jax.nn.dot_product_attention; cudnn on NVIDIA GPUs)."""
-    z_loss_weight: float = 0.0
+    z_loss_weight: float = versioned_field(0.0)
     """Weight of the z-loss (logsumexp^2); 1e-4 is common, 0 disables."""
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     """Checkpoint policies."""
-    initialize_from: str | None = None
+    initialize_from: str | None = versioned_field(None)
     """A checkpoint (or a train step's output path) to start from: a new phase of a longer run."""
-    reset_optimizer_state: bool = False
+    reset_optimizer_state: bool = versioned_field(False)
     """With initialize_from: keep only the parameters, start Adam moments from zero."""
     log_every: int = 1
     """Write a metrics line every this many steps."""
@@ -65,6 +66,9 @@ class TrainLmConfig:
     """At most this many batches of batch_size windows per validation set (evenly spaced); None: all."""
     eval_caches: dict[str, str] = dataclasses.field(default_factory=dict)
     """Validation sets that are evaluated but not trained on: name -> token cache path."""
+    eval_tasks: tuple[str, ...] = ()
+    """Multiple-choice tasks (shipped names or .jsonl paths) scored at the end of training, with the
+    first cache's tokenizer; logged as eval_task/<name>/accuracy and kept in the summary."""
     wandb: WandbConfig = dataclasses.field(default_factory=WandbConfig)
     """W&B logging (offline unless a project and WANDB_API_KEY are set)."""
     export_hf: bool = True

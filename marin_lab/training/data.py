@@ -23,6 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from marin_lab.training.token_cache import CacheSplit, TokenCache, TokenCacheError
+from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -43,15 +44,15 @@ class MixturePhase:
 class DataConfig:
     """Which token caches to train on and how to mix them."""
 
-    caches: dict[str, str]
+    caches: dict[str, str] = versioned_field()
     """Dataset name -> token cache path (the tokenize step's output)."""
-    weights: dict[str, float] | None = None
+    weights: dict[str, float] | None = versioned_field(None)
     """Mixture weights; None weighs datasets by their number of training tokens."""
-    phases: tuple[MixturePhase, ...] = ()
+    phases: tuple[MixturePhase, ...] = versioned_field(())
     """Later mixtures: each replaces `weights` from its start_step on."""
-    seed: int = 0
+    seed: int = versioned_field(0)
     """Data-order seed (independent of the model-initialisation seed)."""
-    train_split: str = "train"
+    train_split: str = versioned_field("train")
     """Split the trainer reads."""
     validation_split: str = "validation"
     """Split the evaluator reads."""

@@ -31,8 +31,9 @@ Params = dict[str, Any]
 class LlamaConfig:
     """Shape of a Llama-family decoder."""
 
-    vocab_size: int = 32000
-    """Number of token ids the embedding holds."""
+    vocab_size: int | None = 32000
+    """Number of token ids the embedding holds; None: not chosen yet (the recipes' default_train
+    takes it from the tokenizer, as Marin's model presets do)."""
     hidden_dim: int = 512
     """Model width d."""
     intermediate_dim: int = 1536
@@ -74,6 +75,9 @@ class LlamaConfig:
             )
         if self.resolved_head_dim % 2:
             raise ValueError(f"model head_dim={self.resolved_head_dim} must be even for RoPE")
+        if self.vocab_size is None:
+            raise ValueError("model.vocab_size is None: set it to the tokenizer's vocabulary size "
+                             "(default_train does that from the tokenized data; or dataclasses.replace)")
         for name in ("vocab_size", "hidden_dim", "intermediate_dim", "num_layers", "max_seq_len"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"model.{name}={getattr(self, name)} must be positive")

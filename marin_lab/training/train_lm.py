@@ -73,6 +73,14 @@ def validate_config(config: TrainLmConfig) -> None:
                 f"data.caches[{name!r}] has vocab_size {cache.vocab_size} but model.vocab_size is "
                 f"{config.model.vocab_size}; use a model whose vocabulary covers the tokenizer"
             )
+    if config.eval_tasks:
+        from marin_lab.evaluation.multiple_choice import TaskError, load_task
+
+        for task in config.eval_tasks:
+            try:
+                load_task(task)
+            except TaskError as err:
+                raise TrainingError(f"eval_tasks: {err}") from err
     for name, path in _validation_sets(config).items():
         try:
             windows = TokenCache(path).split(config.data.validation_split, config.seq_len).num_sequences
@@ -108,6 +116,24 @@ def _evaluate(config: TrainLmConfig, params: Any, step: int) -> dict[str, Any]:
         line[f"eval/{name}/loss"], line[f"eval/{name}/bpb"] = r["loss"], r["bits_per_byte"]
     logger.info("train_lm %s: eval at step %d: %s", config.output_path, step,
                 ", ".join(f"{k} {v:.4f}" for k, v in line.items() if k.endswith("/loss")))
+    return line
+
+
+def _evaluate_tasks(config: TrainLmConfig, params: Any, step: int) -> dict[str, Any]:
+    """Each of `config.eval_tasks` scored with the first cache's tokenizer."""
+    from marin_lab.evaluation.multiple_choice import evaluate_task, load_task
+    from marin_lab.evaluation.perplexity import load_tokenizer
+
+    first = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
+    tokenizer = load_tokenizer(first.tokenizer_url())
+    if tokenizer is None:
+        raise TrainingError(f"eval_tasks need a tokenizer, but cache {first.path} holds no tokenizer.json")
+    line: dict[str, Any] = {"step": step, "time": time.time()}
+    for task in config.eval_tasks:
+        name, examples = load_task(task)
+        result = evaluate_task(params, config.model, tokenizer, examples, max_len=config.seq_len,
+                               batch_size=config.batch_size, compute_dtype=config.compute_dtype)
+        line[f"eval_task/{name}/accuracy"] = result["accuracy"]
     return line
 
 
@@ -297,6 +323,11 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
         metrics.flush()
 
     final_step = int(jax.device_get(state["step"]))
+    task_results = None
+    if config.eval_tasks and final_step == config.num_train_steps and jax.process_count() == 1:
+        task_results = _evaluate_tasks(config, state["params"], final_step)
+        metrics.log(task_results)
+        metrics.flush()
     hf_path = None
     if config.export_hf and final_step == config.num_train_steps:
         first_cache = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
@@ -310,6 +341,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
         "mfu": mfu(flops_per_token, tokens_done / train_time, env["device_count"], peak) if train_time else None,
         "params": config.model.num_params(), "checkpoint": ckpt.latest_checkpoint(mfs.join(config.output_path, "checkpoints")),
         "hf_path": hf_path, "metrics_path": metrics.url, "environment": env, "eval": last_eval,
+        "tasks": task_results,
         "param_checksum": _param_checksum(state["params"]),
     }
     mfs.write_json(mfs.join(config.output_path, "train_summary.json"), summary)

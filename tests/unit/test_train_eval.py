@@ -28,3 +28,23 @@ def test_a_validation_set_too_short_is_refused_before_training(tmp_path):
     with pytest.raises(TrainingError, match="validation set 'tiny'"):
         train_lm(tiny_train_config(str(tmp_path / "run"), {"c": train_cache}, steps_per_eval=4,
                                    eval_caches={"tiny": tiny}))
+
+
+def test_tasks_scored_at_the_end_of_training(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from marin_lab.training.testing import tiny_model
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(["The capital of France is Paris. 12 + 30 = 42."] * 20,
+                            trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    cache = write_synthetic_cache(str(tmp_path / "c"), tokenizer_json=tok.to_str())
+    out = str(tmp_path / "run")
+    summary = train_lm(tiny_train_config(out, {"c": cache}, model=tiny_model(vocab_size=512), export_hf=False,
+                                         eval_tasks=("capitals",)))
+    assert 0.0 <= summary["tasks"]["eval_task/capitals/accuracy"] <= 1.0
+    lines = [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
+    assert lines[-1]["eval_task/capitals/accuracy"] == summary["tasks"]["eval_task/capitals/accuracy"]
+    with pytest.raises(TrainingError, match="eval_tasks: "):
+        train_lm(tiny_train_config(str(tmp_path / "bad"), {"c": cache}, eval_tasks=("hellaswag",)))

@@ -1,0 +1,32 @@
+"""Declaring, on a config class, which fields enter a step's identity.
+
+    @dataclass(frozen=True)
+    class TokenizeConfig:
+        input_path: str = versioned_field()
+        tokenizer: str = versioned_field()
+        num_workers: int = 1          # a tuning knob: changing it reruns nothing
+
+The executor's planner treats a value in a `versioned_field` exactly as if it were wrapped in
+`versioned(...)`; references to other steps inside it (`output_path_of(...)`) stay dependencies.
+So recipe helpers only name a step and wire its inputs, and what makes a step new is said once,
+next to the field it is about. This module imports nothing, so any config module may use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+VERSIONED_METADATA_KEY = "marin_lab.versioned"
+
+
+def versioned_field(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
+                    metadata: dict | None = None, **kwargs: Any) -> Any:
+    """A dataclass field whose value always enters the step's identity hash."""
+    return dataclasses.field(default=default, default_factory=default_factory,
+                             metadata={**(metadata or {}), VERSIONED_METADATA_KEY: True}, **kwargs)
+
+
+def versioned_field_names(cls: type) -> frozenset[str]:
+    """The names of `cls`'s fields declared with `versioned_field`."""
+    return frozenset(f.name for f in dataclasses.fields(cls) if f.metadata.get(VERSIONED_METADATA_KEY))
