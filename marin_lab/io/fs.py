@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import fsspec
@@ -72,6 +72,25 @@ def atomic_write_bytes(url: str, data: bytes) -> None:
         os.replace(tmp, path)
     else:
         fs.pipe_file(path, data)
+
+
+def atomic_write_chunks(url: str, chunks: Iterable[bytes | memoryview]) -> None:
+    """`atomic_write_bytes` for data held in pieces: written one after the other, never joined
+    into one buffer first (a large array is not copied to be written)."""
+    fs, path = fs_and_path(url)
+    if isinstance(fs, LocalFileSystem):
+        folder = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, f".tmp.{os.path.basename(path)}.{uuid.uuid4().hex[:8]}")
+        with open(tmp, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    else:
+        # One object put: object stores show it whole or not at all.
+        fs.pipe_file(path, b"".join(bytes(c) if isinstance(c, memoryview) else c for c in chunks))
 
 
 def atomic_write_text(url: str, text: str) -> None:

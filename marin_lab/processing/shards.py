@@ -1,10 +1,18 @@
 """Running one function over many shards, and per-shard completion markers.
 
 `map_shards` is the only place a data step meets parallelism. Inside a Ray task (the ray backend
-runs each step as one) every shard becomes a Ray task, so a step fans out over the cluster; on the
-local backend it uses a process pool (spawn, so no state leaks from the parent); with one worker
-it runs inline, anywhere, which keeps tests and debugging simple. Results come back in task order, so
-a step's output never depends on how many workers there were or which finished first.
+runs each step as one) shards become Ray tasks, so a step fans out over the cluster; on the local
+backend they go to a process pool (spawn, so no state leaks from the parent); with one worker
+everything runs inline, anywhere, which keeps tests and debugging simple. Results come back in
+task order, so a step's output never depends on how many workers there were or which finished
+first.
+
+Why `num_workers=N` means the calling process plus N - 1 others: the caller has already imported
+the step's modules and loaded its models (a tokenizer, a classifier), and would otherwise sit
+idle waiting. It takes tasks from the same queue as the others, so the second worker costs one
+process start instead of two, and that start overlaps useful work. Tasks are handed out largest
+first when the step gives their `costs` (input sizes): the last task to finish is then a small
+one, so workers finish together instead of one waiting on a big shard picked up late.
 
 A shard counts as done only when its marker `{output_file}.done` exists. The marker is written
 after the shard itself was written atomically, so a crash leaves either no marker (the shard is
@@ -17,8 +25,11 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 import multiprocessing
+import queue
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from marin_lab.io import fs as mfs
@@ -26,7 +37,16 @@ from marin_lab.processing.errors import ShardTaskError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["map_shards", "shard_done", "mark_shard_done", "read_shard_done", "done_marker"]
+__all__ = [
+    "done_marker",
+    "input_sizes",
+    "map_shards",
+    "mark_shard_done",
+    "prefetch",
+    "read_shard_done",
+    "schedule_order",
+    "shard_done",
+]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -68,29 +88,55 @@ def _progress(total: int, desc: str):
     return tqdm(total=total, desc=desc, unit="shard", disable=None, leave=False)
 
 
+def schedule_order(n: int, costs: Sequence[float] | None) -> list[int]:
+    """Task indices in the order they are handed out: largest cost first, ties in task order."""
+    if costs is None:
+        return list(range(n))
+    if len(costs) != n:
+        raise ValueError(f"map_shards: {len(costs)} costs for {n} tasks")
+    return sorted(range(n), key=lambda i: (-costs[i], i))
+
+
+def input_sizes(urls: Sequence[str]) -> list[int] | None:
+    """Sizes in bytes of `urls` (for `map_shards(costs=...)`), or None when a store cannot say."""
+    try:
+        return [int(fs.size(path)) for fs, path in map(mfs.fs_and_path, urls)]
+    except Exception:  # a store without sizes only loses the largest-first order
+        return None
+
+
 def map_shards(
-    fn: Callable[[T], R], tasks: Sequence[T], *, num_workers: int, desc: str
+    fn: Callable[[T], R],
+    tasks: Sequence[T],
+    *,
+    num_workers: int,
+    desc: str,
+    costs: Sequence[float] | None = None,
 ) -> list[R]:
-    """`[fn(t) for t in tasks]`, in parallel; results in task order; a failure names its task."""
+    """`[fn(t) for t in tasks]` on `num_workers` workers (this process included); results in task
+    order; a failure names its task. `costs` (e.g. input bytes) only changes the hand-out order."""
     tasks = list(tasks)
     if not tasks:
         return []
-    ray = _ray_if_in_task() if num_workers > 1 else None
-    if ray is not None:
-        logger.debug("%s: %d tasks as Ray tasks (at most %d at a time)", desc, len(tasks), num_workers)
-        return _map_ray(ray, fn, tasks, num_workers=num_workers, desc=desc)
+    order = schedule_order(len(tasks), costs)
     workers = min(max(1, num_workers), len(tasks))
-    logger.debug("%s: %d tasks on %d local worker(s)", desc, len(tasks), workers)
     bar = _progress(len(tasks), desc)
     try:
         if workers <= 1:
-            results = []
-            for i, task in enumerate(tasks):
-                results.append(_run_one(fn, task, i, desc))
+            results: list[Any] = [None] * len(tasks)
+            for i in order:
+                results[i] = _run_one(fn, tasks[i], i, desc)
                 if bar is not None:
                     bar.update(1)
             return results
-        return _map_pool(fn, tasks, workers=workers, desc=desc, bar=bar)
+        ray = _ray_if_in_task()
+        if ray is not None:
+            logger.debug("%s: %d tasks, here and on %d Ray task slot(s)", desc, len(tasks), workers - 1)
+            remote = _RayRemote(ray, workers - 1)
+        else:
+            logger.debug("%s: %d tasks, here and in %d local process(es)", desc, len(tasks), workers - 1)
+            remote = _PoolRemote(workers - 1)
+        return _Run(fn, tasks, order, desc, bar).run(remote)
     finally:
         if bar is not None:
             bar.close()
@@ -100,64 +146,190 @@ def _run_one(fn: Callable[[T], R], task: T, index: int, desc: str) -> R:
     try:
         return fn(task)
     except Exception as err:
-        raise ShardTaskError(
-            f"{desc}: task {index} {_describe(task)} failed: {type(err).__name__}: {err}"
-        ) from err
+        raise _task_error(desc, index, task, err) from err
 
 
-def _map_pool(fn, tasks: list, *, workers: int, desc: str, bar) -> list:
-    results: list[Any] = [None] * len(tasks)
-    ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
+def _task_error(desc: str, index: int, task: object, err: BaseException) -> ShardTaskError:
+    cause = getattr(err, "cause", None) or err  # a Ray task error wraps the original
+    return ShardTaskError(f"{desc}: task {index} {_describe(task)} failed: {type(cause).__name__}: {cause}")
+
+
+class _Run:
+    """One `map_shards` call with helpers: a shared queue of task indices, served by this thread
+    (running tasks inline) and by a dispatcher thread that keeps the remote workers busy."""
+
+    def __init__(self, fn, tasks: list, order: list[int], desc: str, bar):
+        self.fn, self.tasks, self.desc, self.bar = fn, tasks, desc, bar
+        self.results: list[Any] = [None] * len(tasks)
+        self._queue = deque(order)
+        self._lock = threading.Lock()
+        self.error: ShardTaskError | None = None
+
+    def take(self) -> int | None:
+        with self._lock:
+            if self.error is not None or not self._queue:
+                return None
+            return self._queue.popleft()
+
+    def done(self, index: int, result: Any) -> None:
+        self.results[index] = result
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def fail(self, index: int, err: BaseException) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = _task_error(self.desc, index, self.tasks[index], err)
+                self.error.__cause__ = err
+
+    def abort(self) -> None:
+        with self._lock:
+            self._queue.clear()
+
+    def run(self, remote) -> list:
+        dispatcher = threading.Thread(target=remote.serve, args=(self,), name="map_shards", daemon=True)
+        dispatcher.start()
         try:
-            for fut in cf.as_completed(futures):
-                i = futures[fut]
+            while (i := self.take()) is not None:
                 try:
-                    results[i] = fut.result()
+                    result = self.fn(self.tasks[i])
                 except Exception as err:
-                    raise ShardTaskError(
-                        f"{desc}: task {i} {_describe(tasks[i])} failed: "
-                        f"{type(err).__name__}: {err}"
-                    ) from err
-                if bar is not None:
-                    bar.update(1)
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
+                    self.fail(i, err)
+                    break
+                self.done(i, result)
+        except BaseException:  # KeyboardInterrupt: stop handing out work, then re-raise
+            self.abort()
             raise
-    return results
+        finally:
+            dispatcher.join()
+            remote.close()
+        if self.error is not None:
+            raise self.error
+        if remote.error is not None:  # the dispatcher itself broke (e.g. the pool died)
+            raise remote.error
+        return self.results
+
+
+class _PoolRemote:
+    """`slots` spawned processes, each given one task at a time from the shared queue."""
+
+    def __init__(self, slots: int):
+        self.slots = slots
+        self.error: BaseException | None = None
+        self._pool = cf.ProcessPoolExecutor(max_workers=slots, mp_context=multiprocessing.get_context("spawn"))
+
+    def serve(self, run: _Run) -> None:
+        try:
+            in_flight: dict[cf.Future, int] = {}
+            while True:
+                while len(in_flight) < self.slots and (i := run.take()) is not None:
+                    in_flight[self._pool.submit(run.fn, run.tasks[i])] = i
+                if not in_flight:
+                    return
+                finished, _ = cf.wait(in_flight, return_when=cf.FIRST_COMPLETED)
+                for fut in finished:
+                    i = in_flight.pop(fut)
+                    err = fut.exception()
+                    if err is None:
+                        run.done(i, fut.result())
+                    else:
+                        run.fail(i, err)
+                if run.error is not None:
+                    return  # close() cancels what has not started
+        except BaseException as err:  # pragma: no cover - a broken pool or interpreter shutdown
+            self.error = err
+            run.abort()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _RayRemote:
+    """At most `slots` Ray tasks in flight, so a step does not flood the cluster."""
+
+    def __init__(self, ray, slots: int):
+        self.ray, self.slots = ray, slots
+        self.error: BaseException | None = None
+        self._remote = ray.remote(num_cpus=1)(_call)
+        self._in_flight: dict[Any, int] = {}
+
+    def serve(self, run: _Run) -> None:
+        ray, in_flight = self.ray, self._in_flight
+        try:
+            while True:
+                while len(in_flight) < self.slots and (i := run.take()) is not None:
+                    in_flight[self._remote.remote(run.fn, run.tasks[i])] = i
+                if not in_flight:
+                    return
+                ready, _ = ray.wait(list(in_flight), num_returns=1)
+                for ref in ready:
+                    i = in_flight.pop(ref)
+                    try:
+                        run.done(i, ray.get(ref))
+                    except Exception as err:
+                        run.fail(i, err)
+                if run.error is not None:
+                    return  # close() cancels the others
+        except BaseException as err:  # pragma: no cover - Ray itself failed
+            self.error = err
+            run.abort()
+
+    def close(self) -> None:
+        for ref in self._in_flight:
+            self.ray.cancel(ref)
+
+
+_END = object()
+
+
+def prefetch(items: Iterable[T], *, depth: int = 2) -> Iterator[T]:
+    """Iterate `items` in a background thread, at most `depth` items ahead of the consumer.
+
+    For reading while computing: the producer's decompression and I/O run while the consumer is
+    in code that releases the GIL (a tokenizer, numpy). Errors of the producer are raised here;
+    stopping early stops the producer."""
+    slots: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                slots.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not put((item, None)):
+                    return
+            put((_END, None))
+        except BaseException as err:  # handed to the consumer, raised there
+            put((_END, err))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=produce, name="prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, err = slots.get()
+            if err is not None:
+                raise err
+            if item is _END:
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _call(fn, task):
     return fn(task)
-
-
-def _map_ray(ray, fn, tasks: list, *, num_workers: int, desc: str) -> list:
-    """Each task a Ray task; at most `num_workers` in flight so a step does not flood the cluster."""
-    remote = ray.remote(num_cpus=1)(_call)
-    limit = max(1, num_workers)
-    results: list[Any] = [None] * len(tasks)
-    in_flight: dict[Any, int] = {}
-    next_task = 0
-    while next_task < len(tasks) or in_flight:
-        while next_task < len(tasks) and len(in_flight) < limit:
-            in_flight[remote.remote(fn, tasks[next_task])] = next_task
-            next_task += 1
-        ready, _ = ray.wait(list(in_flight), num_returns=1)
-        for ref in ready:
-            i = in_flight.pop(ref)
-            try:
-                results[i] = ray.get(ref)
-            except Exception as err:
-                for other in in_flight:
-                    ray.cancel(other)
-                cause = getattr(err, "cause", None) or err
-                raise ShardTaskError(
-                    f"{desc}: task {i} {_describe(tasks[i])} failed: "
-                    f"{type(cause).__name__}: {cause}"
-                ) from err
-    return results
 
 
 def done_marker(output_file: str) -> str:

@@ -16,12 +16,13 @@ the output of `train_tokenizer`), or a Hugging Face hub model id (with `tokenize
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
@@ -29,7 +30,13 @@ import numpy as np
 from marin_lab.io import fs as mfs
 from marin_lab.io.documents import SOURCE_PATTERNS, ReadStats, list_shards, read_documents
 from marin_lab.processing.errors import TokenizeError
-from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
+from marin_lab.processing.shards import (
+    input_sizes,
+    map_shards,
+    mark_shard_done,
+    prefetch,
+    read_shard_done,
+)
 from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
@@ -178,10 +185,25 @@ def encode_texts(
     return flat, lengths
 
 
-def _npy_bytes(array: np.ndarray) -> bytes:
+def _npy_header(dtype: np.dtype, length: int) -> bytes:
+    """The .npy header of a 1-D array of `length` items, byte for byte what `np.save` writes."""
     buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (length,)}
+    )
     return buf.getvalue()
+
+
+def _write_npy(url: str, dtype: np.dtype, parts: list[np.ndarray]) -> str:
+    """Write the concatenation of `parts` as one .npy file without concatenating them in memory;
+    returns the sha256 of the array data (the ledger's checksum)."""
+    digest = hashlib.sha256()
+    views = [memoryview(np.ascontiguousarray(p, dtype=dtype)).cast("B") for p in parts]
+    for v in views:
+        digest.update(v)
+    header = _npy_header(dtype, sum(len(p) for p in parts))
+    mfs.atomic_write_chunks(url, [header, *views])
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -212,11 +234,38 @@ def _progress_key(output_path: str, index: int) -> str:
     return mfs.join(output_path, "progress", _shard_name(index))
 
 
-@dataclass
-class _SplitBuffer:
-    texts: list[str] = field(default_factory=list)
-    tokens: list[np.ndarray] = field(default_factory=list)
-    lengths: list[np.ndarray] = field(default_factory=list)
+@contextlib.contextmanager
+def _tokenizer_threads(enabled: bool):
+    """Let tokenizers use its own thread pool only when no other worker shares the machine.
+
+    With several workers each one is a core already; a thread pool per worker would only
+    oversubscribe. Restored afterwards because the calling process is one of the workers."""
+    if enabled:
+        yield
+        return
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = before
+
+
+def _batches(task: _ShardTask, stats: ReadStats) -> Iterator[tuple[str, list[str]]]:
+    """(split, texts) batches of at most `batch_size` documents, in input order within a split."""
+    pending: dict[str, list[str]] = {split: [] for split in SPLITS}
+    for doc in read_documents(task.input_file, on_bad_record=task.on_bad_record, stats=stats):
+        split = split_of(doc["id"], task.validation_fraction, task.split_salt)
+        pending[split].append(doc["text"])
+        if len(pending[split]) >= task.batch_size:
+            yield split, pending[split]
+            pending[split] = []
+    for split, texts in pending.items():
+        if texts:
+            yield split, texts
 
 
 def _tokenize_shard(task: _ShardTask) -> dict:
@@ -224,48 +273,40 @@ def _tokenize_shard(task: _ShardTask) -> dict:
     previous = read_shard_done(key)
     if previous is not None:
         return {**previous, "reused": True}
-    if not task.single_process:
-        # Shards already run in parallel; tokenizers' own thread pool would only oversubscribe.
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    with _tokenizer_threads(task.single_process):
+        return _tokenize_new_shard(task, key)
+
+
+def _tokenize_new_shard(task: _ShardTask, key: str) -> dict:
     tokenizer = _cached_tokenizer(task.output_path, task.tokenizer_sha256)
     dtype = np.dtype(task.dtype).newbyteorder("<")
-    buffers = {split: _SplitBuffer() for split in SPLITS}
-
-    def flush(buf: _SplitBuffer) -> None:
-        if buf.texts:
-            tokens, lengths = encode_texts(
-                tokenizer, buf.texts, eos_id=task.eos_id, bos_id=task.bos_id, dtype=dtype
-            )
-            buf.tokens.append(tokens)
-            buf.lengths.append(lengths)
-            buf.texts = []
-
+    tokens: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
+    lengths: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
     stats = ReadStats()
-    for doc in read_documents(task.input_file, on_bad_record=task.on_bad_record, stats=stats):
-        buf = buffers[split_of(doc["id"], task.validation_fraction, task.split_salt)]
-        buf.texts.append(doc["text"])
-        if len(buf.texts) >= task.batch_size:
-            flush(buf)
+    # Reading and decompressing the next batch overlaps encoding this one (encode_batch releases
+    # the GIL), so a slow store or a large compressed shard costs little wall time.
+    for split, texts in prefetch(_batches(task, stats), depth=2):
+        flat, lens = encode_texts(tokenizer, texts, eos_id=task.eos_id, bos_id=task.bos_id, dtype=dtype)
+        tokens[split].append(flat)
+        lengths[split].append(lens)
     splits = {}
-    for split, buf in buffers.items():
-        flush(buf)
-        if not buf.lengths:
+    name = _shard_name(task.index)
+    for split in SPLITS:
+        if not lengths[split]:
             continue  # no document of this shard fell in this split: no files, no ledger entry
-        tokens = np.concatenate(buf.tokens).astype(dtype, copy=False)
-        lengths = np.concatenate(buf.lengths)
-        offsets = np.zeros(len(lengths) + 1, dtype="<i8")
-        np.cumsum(lengths, out=offsets[1:])
-        name = _shard_name(task.index)
-        mfs.atomic_write_bytes(mfs.join(task.output_path, split, f"{name}.tokens.npy"), _npy_bytes(tokens))
-        mfs.atomic_write_bytes(mfs.join(task.output_path, split, f"{name}.offsets.npy"), _npy_bytes(offsets))
+        lens = np.concatenate(lengths[split])
+        offsets = np.zeros(len(lens) + 1, dtype="<i8")
+        np.cumsum(lens, out=offsets[1:])
+        folder = mfs.join(task.output_path, split)
         splits[split] = {
             "name": name,
-            "documents": int(len(lengths)),
+            "documents": int(len(lens)),
             "tokens": int(offsets[-1]),
             # Checksums of the array data (little-endian, no .npy header), as the trainer computes.
-            "tokens_sha256": hashlib.sha256(tokens.tobytes()).hexdigest(),
-            "offsets_sha256": hashlib.sha256(offsets.tobytes()).hexdigest(),
+            "tokens_sha256": _write_npy(mfs.join(folder, f"{name}.tokens.npy"), dtype, tokens[split]),
+            "offsets_sha256": _write_npy(mfs.join(folder, f"{name}.offsets.npy"), offsets.dtype, [offsets]),
         }
+        tokens[split] = []  # let the arrays go before the next split is written
     info = {"index": task.index, "input": task.input_file, "stats": stats.to_dict(), "splits": splits}
     mark_shard_done(key, info)
     return {**info, "reused": False}
@@ -354,7 +395,8 @@ def tokenize(config: TokenizeConfig) -> dict:
         )
         for i, path in enumerate(shards)
     ]
-    results = map_shards(_tokenize_shard, tasks, num_workers=config.num_workers, desc="tokenize")
+    results = map_shards(_tokenize_shard, tasks, num_workers=config.num_workers, desc="tokenize",
+                         costs=input_sizes(shards))
 
     stats = ReadStats()
     for r in results:

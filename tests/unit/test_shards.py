@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from marin_lab.processing.errors import ProcessingError, ShardTaskError
-from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done, shard_done
+from marin_lab.processing.shards import (
+    map_shards,
+    mark_shard_done,
+    prefetch,
+    read_shard_done,
+    schedule_order,
+    shard_done,
+)
 
 
 def _square(x: int) -> int:
@@ -51,3 +58,54 @@ def test_done_marker_on_memory_fs():
     out = "memory://shards-test/out/shard-00001.jsonl.gz"
     mark_shard_done(out, {"documents": 1})
     assert shard_done(out)
+
+
+def _pid(_: int) -> int:
+    import os
+
+    return os.getpid()
+
+
+def test_calling_process_is_one_of_the_workers():
+    import os
+
+    pids = map_shards(_pid, list(range(2)), num_workers=2, desc="pid")
+    # One task goes to the one pool slot at most; the caller runs the other itself.
+    assert os.getpid() in pids
+
+
+def test_largest_cost_is_handed_out_first():
+    assert schedule_order(4, [5, 40, 5, 10]) == [1, 3, 0, 2]
+    assert schedule_order(3, None) == [0, 1, 2]
+    order: list[int] = []
+    map_shards(order.append, [0, 1, 2, 3], num_workers=1, desc="o", costs=[1, 4, 2, 3])
+    assert order == [1, 3, 2, 0]
+
+
+def test_prefetch_yields_in_order_and_raises_producer_errors():
+    assert list(prefetch(iter(range(50)), depth=2)) == list(range(50))
+
+    def broken():
+        yield 1
+        raise ValueError("bad shard")
+
+    with pytest.raises(ValueError, match="bad shard"):
+        list(prefetch(broken()))
+
+
+def test_prefetch_stops_its_producer_when_the_consumer_stops():
+    closed = []
+
+    def endless():
+        try:
+            i = 0
+            while True:
+                yield i
+                i += 1
+        finally:
+            closed.append(True)
+
+    for i in prefetch(endless(), depth=1):
+        if i == 3:
+            break
+    assert closed == [True]

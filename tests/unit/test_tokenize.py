@@ -113,17 +113,30 @@ def test_checksums_in_ledger_match_files(corpus, tmp_path):
                 assert shard[f"{kind}_sha256"] == hashlib.sha256(data).hexdigest()
 
 
-def test_same_bytes_with_one_or_two_workers(corpus, tmp_path):
+def test_same_bytes_whatever_the_worker_count(corpus, tmp_path):
     root, _, _ = corpus
     outs = []
-    for workers in (1, 2):
+    for workers in (1, 2, 3):
         out = tmp_path / f"w{workers}"
         tokenize(TokenizeConfig(input_path=str(root / "docs"), output_path=str(out),
                                 tokenizer=str(root / "tokenizer" / "tokenizer.json"),
                                 validation_fraction=0.1, num_workers=workers))
         outs.append(cache_files(out))
-    assert outs[0] == outs[1]
+    assert outs[0] == outs[1] == outs[2]
     assert "train/shard-00002.tokens.npy" in outs[0]
+
+
+def test_arrays_are_written_as_np_save_writes_them(corpus, tmp_path):
+    import io
+
+    root, _, _ = corpus
+    out = tmp_path / "cache"
+    tokenize(TokenizeConfig(input_path=str(root / "docs"), output_path=str(out), tokenizer=str(root / "tokenizer"),
+                            batch_size=5))  # several batches per shard, written without joining them
+    for path in sorted(out.rglob("*.npy")):
+        buf = io.BytesIO()
+        np.save(buf, np.load(path), allow_pickle=False)
+        assert path.read_bytes() == buf.getvalue(), path
 
 
 def test_rerun_redoes_only_unfinished_shards(corpus, tmp_path):
