@@ -187,16 +187,25 @@ class _Run:
             self._queue.clear()
 
     def run(self, remote) -> list:
+        # This process takes the first (largest) task; the others get the next ones before it
+        # starts, so every worker has work from the beginning whatever the thread timing.
+        mine = self.take()
+        try:
+            remote.fill(self)
+        except BaseException:
+            remote.close()
+            raise
         dispatcher = threading.Thread(target=remote.serve, args=(self,), name="map_shards", daemon=True)
         dispatcher.start()
         try:
-            while (i := self.take()) is not None:
+            while mine is not None:
                 try:
-                    result = self.fn(self.tasks[i])
+                    result = self.fn(self.tasks[mine])
                 except Exception as err:
-                    self.fail(i, err)
+                    self.fail(mine, err)
                     break
-                self.done(i, result)
+                self.done(mine, result)
+                mine = self.take()
         except BaseException:  # KeyboardInterrupt: stop handing out work, then re-raise
             self.abort()
             raise
@@ -217,13 +226,17 @@ class _PoolRemote:
         self.slots = slots
         self.error: BaseException | None = None
         self._pool = cf.ProcessPoolExecutor(max_workers=slots, mp_context=multiprocessing.get_context("spawn"))
+        self._in_flight: dict[cf.Future, int] = {}
+
+    def fill(self, run: _Run) -> None:
+        while len(self._in_flight) < self.slots and (i := run.take()) is not None:
+            self._in_flight[self._pool.submit(run.fn, run.tasks[i])] = i
 
     def serve(self, run: _Run) -> None:
+        in_flight = self._in_flight
         try:
-            in_flight: dict[cf.Future, int] = {}
             while True:
-                while len(in_flight) < self.slots and (i := run.take()) is not None:
-                    in_flight[self._pool.submit(run.fn, run.tasks[i])] = i
+                self.fill(run)
                 if not in_flight:
                     return
                 finished, _ = cf.wait(in_flight, return_when=cf.FIRST_COMPLETED)
@@ -253,12 +266,15 @@ class _RayRemote:
         self._remote = ray.remote(num_cpus=1)(_call)
         self._in_flight: dict[Any, int] = {}
 
+    def fill(self, run: _Run) -> None:
+        while len(self._in_flight) < self.slots and (i := run.take()) is not None:
+            self._in_flight[self._remote.remote(run.fn, run.tasks[i])] = i
+
     def serve(self, run: _Run) -> None:
         ray, in_flight = self.ray, self._in_flight
         try:
             while True:
-                while len(in_flight) < self.slots and (i := run.take()) is not None:
-                    in_flight[self._remote.remote(run.fn, run.tasks[i])] = i
+                self.fill(run)
                 if not in_flight:
                     return
                 ready, _ = ray.wait(list(in_flight), num_returns=1)
