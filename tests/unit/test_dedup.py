@@ -72,6 +72,28 @@ def test_signature_is_deterministic_and_seeded():
     assert a.signature("  ... !!! ") is None
 
 
+def test_signature_of_a_text_does_not_depend_on_its_batch(monkeypatch):
+    from marin_lab.processing import minhash
+
+    rng = random.Random(5)
+    texts = [random_text(rng, rng.randint(0, 300)) for _ in range(40)]
+    texts += ["", "  ... ", "one", "two words", "Ünïcode\u2028line\u3000space\x85next\x1csep word",
+              "a lone \ud800 surrogate is still text", "x" * 5000 + " long word"]
+    h = MinHasher()
+    alone = [h.signature(t) for t in texts]
+    monkeypatch.setattr(minhash, "_BATCH_BYTES", 700)  # many batches, words cut across slices
+    sigs, valid = h.signatures(texts)
+    for i, sig in enumerate(alone):
+        assert valid[i] == (sig is not None), texts[i][:40]
+        if sig is not None:
+            assert np.array_equal(sigs[i], sig), texts[i][:40]
+    # Words found in the bytes are exactly the whitespace-split words of the normalised text.
+    for t in texts:
+        words, _ = minhash._word_hashes(minhash._encode_batch([t]))
+        assert words.size == len(words_of(t))
+        assert np.array_equal(shingle_hashes(words_of(t), 5), minhash.shingle_hashes(words_of(t), 5))
+
+
 @pytest.mark.parametrize("fraction", [0.02, 0.1, 0.3])
 def test_estimated_similarity_tracks_jaccard(fraction):
     rng = random.Random(7)
