@@ -96,3 +96,9 @@ def tokenize_in_ray_task(config):
     from marin_lab.processing.tokenize import tokenize
 
     return tokenize(config)
+
+
+def dedup_fuzzy_in_ray_task(config):
+    from marin_lab.processing.dedup import dedup_fuzzy
+
+    return dedup_fuzzy(config)

@@ -1,22 +1,31 @@
 """Deduplication steps: exact (document and paragraph hashes) and fuzzy (MinHash-LSH).
 
-Both run in three phases, so duplicates are found across ALL shards, not within each:
+Both find duplicates across ALL shards, not within each, in phases:
 
-1. per shard, in parallel (`map_shards`): hash every document (and paragraph) or compute its
+1. per shard, in parallel (`map_shards`): hash every document (and paragraph), or compute its
    MinHash signature and LSH band keys; written to `{output_path}/.work/` with a marker, so a
    rerun redoes only unfinished shards;
-2. in the step's own process: gather the hashes of all shards in sorted shard order and decide,
-   globally, which documents are duplicates of which (the first document in corpus order -- shard
-   name, then line -- is a cluster's representative and is kept);
+2. decide, globally, which documents are duplicates of which (the first document in corpus
+   order -- shard name, then line -- is a cluster's representative and is kept). Exact: in the
+   step's own process, from the 128-bit hashes. Fuzzy: partitioned (`marin_lab.processing.lsh`):
+   the band keys are split by hash into `lsh_partitions` partitions, each bucketed by its own
+   task, and the step's process joins the resulting pairs into clusters, so no process ever
+   holds every signature or band key;
 3. per shard, in parallel: write the kept documents and one removal record per removed document
    (`{"id", "shard", "rule", "duplicate_of", "duplicate_of_shard", "similarity"}`), see
    `marin_lab.processing.filtering` for the layout.
 
-Decisions depend only on the documents and their order, never on the worker count: the same
-input gives the same bytes out. Fuzzy dedup uses FineWeb's defaults (5-word shingles, 112
-permutations as 14 bands x 8 rows: pairs above ~0.75 Jaccard similarity are found with high
+Decisions depend only on the documents and their order, never on the worker or partition count:
+the same input gives the same bytes out. Fuzzy dedup uses FineWeb's defaults (5-word shingles,
+112 permutations as 14 bands x 8 rows: pairs above ~0.75 Jaccard similarity are found with high
 probability); `threshold` optionally rejects candidate pairs whose estimated similarity is lower,
-trading a little recall for precision. Memory in phase 2: about 560 bytes per document (fuzzy).
+trading a little recall for precision.
+
+Memory of fuzzy dedup (measured in docs/dedup_and_quality.md): a phase-1 task holds one shard's
+documents and signatures (448 bytes per document); a partition task 16 bytes x 14 bands per
+document / `lsh_partitions`, plus sorting room; the step's process a few 8-byte integers per
+document of the whole corpus (cluster labels), the candidate pairs, and one shard's signatures or
+ids at a time.
 """
 
 from __future__ import annotations
@@ -40,8 +49,17 @@ from marin_lab.processing.filtering import (
     plan_shards,
     summarize,
 )
-from marin_lab.processing.minhash import MinHasher, cluster_duplicates
-from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
+from marin_lab.processing.lsh import (
+    ShardBands,
+    band_records,
+    bucket_edges,
+    components,
+    read_partition,
+    save_npy,
+    signature_rows,
+)
+from marin_lab.processing.minhash import MinHasher, estimated_similarity
+from marin_lab.processing.shards import input_sizes, map_shards, mark_shard_done, read_shard_done
 from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
@@ -82,6 +100,10 @@ class DedupConfig:
     """Exact: compare text after NFKC normalisation and whitespace collapsing."""
     num_workers: int = 1
     """Shards processed in parallel (Ray tasks under Ray, else processes)."""
+    lsh_partitions: int = 8
+    """Fuzzy: band keys are split by hash into this many partitions, each bucketed by its own
+    task, so no process holds every key; never changes the result (a tuning knob for memory:
+    a partition task holds about 16 bytes x bands x documents / lsh_partitions)."""
     on_bad_record: str = versioned_field("raise")
     """'raise' stops at the first bad line; 'skip' counts and skips it."""
 
@@ -90,7 +112,7 @@ def _check(config: DedupConfig, step: str) -> None:
     check_on_bad_record(config.on_bad_record, step)
     if config.threshold is not None and not 0.0 <= config.threshold <= 1.0:
         raise DedupError(f"{step}: threshold={config.threshold} must lie in [0, 1] (or be None)")
-    for name in ("ngram_size", "num_bands", "rows_per_band", "num_workers"):
+    for name in ("ngram_size", "num_bands", "rows_per_band", "num_workers", "lsh_partitions"):
         if getattr(config, name) < 1:
             raise DedupError(f"{step}: {name}={getattr(config, name)} must be at least 1")
 
@@ -127,17 +149,48 @@ def _all_done(plans: list[ShardPlan]) -> list[dict] | None:
 # ---------------------------------------------------------------- fuzzy
 
 
-def _signature_task(task: tuple[ShardPlan, str, MinHasher, str]) -> int:
-    plan, work, hasher, on_bad_record = task
-    done = read_shard_done(work)
-    # Signatures left by a run with other parameters (same output path) are recomputed.
-    if done is not None and done.get("params") == repr(hasher):
-        return done["read"]
-    docs, stats = _read_all(plan, on_bad_record)
-    sigs, valid = hasher.signatures([d["text"] for d in docs])
-    _save_npz(work, signatures=sigs, keys=hasher.band_keys(sigs), valid=valid, ids=_ids_array(docs))
-    mark_shard_done(work, {"read": stats.read, "params": repr(hasher)})
-    return stats.read
+@dataclass(frozen=True)
+class _SignatureTask:
+    plan: ShardPlan
+    prefix: str
+    hasher: MinHasher
+    partitions: int
+    on_bad_record: str
+
+    @property
+    def label(self) -> str:
+        return self.plan.input_file
+
+    @property
+    def params(self) -> str:
+        return f"{self.hasher!r} partitions={self.partitions}"
+
+
+def _signature_task(task: _SignatureTask) -> dict:
+    """Phase 1 for one shard: signatures, ids and band-key records split into partitions."""
+    done = read_shard_done(task.prefix)
+    # Outputs left by a run with other parameters (same output path) are recomputed.
+    if done is not None and done.get("params") == task.params:
+        return done
+    docs, stats = _read_all(task.plan, task.on_bad_record)
+    sigs, valid = task.hasher.signatures([d["text"] for d in docs])
+    records, bounds = band_records(task.hasher.band_keys(sigs), valid, task.partitions)
+    save_npy(task.prefix + ".sig.npy", sigs)
+    save_npy(task.prefix + ".bands.npy", records)
+    _save_npz(task.prefix + ".ids.npz", ids=_ids_array(docs), valid=valid)
+    info = {"read": stats.read, "params": task.params, "bounds": bounds.tolist(),
+            "without_words": int((~valid).sum())}
+    mark_shard_done(task.prefix, info)
+    return info
+
+
+def _bucket_task(task: tuple[list[ShardBands], int, str]) -> int:
+    """Phase 2 for one partition: star edges of every bucket whose key falls in it."""
+    shards, partition, out = task
+    records, first_doc = read_partition(shards, partition)
+    edges = bucket_edges(records, first_doc)
+    save_npy(out, edges)
+    return int(len(edges))
 
 
 def _removal_filter_task(task: tuple[ShardPlan, dict[int, dict], int, str]) -> dict:
@@ -161,6 +214,32 @@ def _filter_unchanged(plan, decide, on_bad_record: str, expected: int) -> dict:
     return info
 
 
+def _removal_records(plans, shards: list[ShardBands], prefixes: list[str], rep: np.ndarray) -> list[dict[int, dict]]:
+    """Per shard, {document index: removal record}; ids and signatures read one shard at a time."""
+    removed = np.flatnonzero(rep != np.arange(rep.size))
+    firsts = np.array([s.first_doc for s in shards], dtype=np.int64)
+    similarity = np.ones(removed.size)
+    if removed.size:
+        similarity = estimated_similarity(signature_rows(shards, removed), signature_rows(shards, rep[removed]))
+    reps = rep[removed]
+    rep_shard = np.searchsorted(firsts, reps, side="right") - 1
+    rep_ids = np.empty(removed.size, dtype=object)
+    for s in np.unique(rep_shard):
+        ids = _load_npz(prefixes[int(s)] + ".ids.npz")["ids"]
+        mine = rep_shard == s
+        rep_ids[mine] = ids[reps[mine] - firsts[s]]
+    out: list[dict[int, dict]] = [{} for _ in plans]
+    removed_shard = np.searchsorted(firsts, removed, side="right") - 1
+    for g, s, rs, rid, sim in zip(removed, removed_shard, rep_shard, rep_ids, similarity):
+        out[int(s)][int(g - firsts[s])] = {
+            "rule": "fuzzy_duplicate",
+            "duplicate_of": str(rid),
+            "duplicate_of_shard": plans[int(rs)].name,
+            "similarity": round(float(sim), 4),
+        }
+    return out
+
+
 def dedup_fuzzy(config: DedupConfig) -> dict:
     """Remove near-duplicate documents across all shards with MinHash-LSH (see the module doc)."""
     step = "dedup_fuzzy"
@@ -174,46 +253,59 @@ def dedup_fuzzy(config: DedupConfig) -> dict:
     if infos is not None:
         return summarize(step, infos, parameters=params, resumed=True)
 
-    works = [_work_file(config, p, "minhash") for p in plans]
-    counts = map_shards(
+    work = mfs.join(config.output_path, WORK_DIR)
+    prefixes = [mfs.join(work, "minhash", p.name) for p in plans]
+    sizes = input_sizes([p.input_file for p in plans])
+    phase1 = map_shards(
         _signature_task,
-        [(p, w, hasher, config.on_bad_record) for p, w in zip(plans, works)],
+        [_SignatureTask(p, w, hasher, config.lsh_partitions, config.on_bad_record) for p, w in zip(plans, prefixes)],
         num_workers=config.num_workers,
         desc=f"{step}: signatures",
+        costs=sizes,
     )
-    parts = [_load_npz(w) for w in works]
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    signatures = np.concatenate([p["signatures"] for p in parts])
-    keys = np.concatenate([p["keys"] for p in parts])
-    valid = np.concatenate([p["valid"] for p in parts])
-    ids = np.concatenate([p["ids"] for p in parts]) if parts else np.empty(0, dtype="<U1")
-    clusters = cluster_duplicates(keys, valid, signatures, config.threshold)
-    shard_of = np.repeat(np.arange(len(plans)), counts)
-
-    removals: list[dict[int, dict]] = [{} for _ in plans]
-    for g in np.flatnonzero(clusters.removed):
-        rep = clusters.representative[g]
-        s = int(shard_of[g])
-        removals[s][int(g - offsets[s])] = {
-            "rule": "fuzzy_duplicate",
-            "duplicate_of": str(ids[rep]),
-            "duplicate_of_shard": plans[int(shard_of[rep])].name,
-            "similarity": round(float(clusters.similarity[g]), 4),
-        }
+    counts = [info["read"] for info in phase1]
+    firsts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    shards = [
+        ShardBands(w + ".sig.npy", w + ".bands.npy", tuple(info["bounds"]), int(firsts[i]), counts[i])
+        for i, (w, info) in enumerate(zip(prefixes, phase1))
+    ]
+    # Edges depend on every shard, so they are always recomputed (cheap next to phase 1) and
+    # never mixed with those of an earlier, interrupted run.
+    run_dir = mfs.join(work, "lsh")
+    mfs.remove(run_dir, recursive=True)
+    parts = [mfs.join(run_dir, f"part-{p:05d}.npy") for p in range(config.lsh_partitions)]
+    map_shards(
+        _bucket_task,
+        [(shards, p, out) for p, out in enumerate(parts)],
+        num_workers=config.num_workers,
+        desc=f"{step}: buckets",
+    )
+    edge_parts = [np.load(io.BytesIO(mfs.read_bytes(p)), allow_pickle=False) for p in parts]
+    edges = np.concatenate(edge_parts) if edge_parts else np.empty((0, 2), dtype=np.int64)
+    del edge_parts
+    # Different bands (in different partitions) can propose the same pair: count it once.
+    edges = np.unique(edges, axis=0) if edges.size else edges.reshape(0, 2)
+    found = components(int(firsts[-1]), edges, shards, config.threshold)
+    del edges
+    mfs.remove(run_dir, recursive=True)
+    removals = _removal_records(plans, shards, prefixes, found.representative)
+    rep = found.representative
+    removed = rep != np.arange(rep.size)
     infos = map_shards(
         _removal_filter_task,
         [(p, r, c, config.on_bad_record) for p, r, c in zip(plans, removals, counts)],
         num_workers=config.num_workers,
         desc=f"{step}: filter",
+        costs=sizes,
     )
     return summarize(
         step,
         infos,
         parameters=params,
-        candidate_pairs=clusters.candidate_pairs,
-        linked_pairs=clusters.linked_pairs,
-        clusters_with_duplicates=int(np.unique(clusters.representative[clusters.removed]).size),
-        documents_without_words=int((~valid).sum()),
+        candidate_pairs=found.candidate_pairs,
+        linked_pairs=found.linked_pairs,
+        clusters_with_duplicates=int(np.unique(rep[removed]).size),
+        documents_without_words=sum(info["without_words"] for info in phase1),
     )
 
 

@@ -218,6 +218,53 @@ def test_dedup_fuzzy_output_bytes_do_not_depend_on_worker_count(tmp_path):
                 assert (outs[0] / sub / name).read_bytes() == (outs[1] / sub / name).read_bytes()
 
 
+def chained_corpus(root, seed: int = 11) -> list[dict]:
+    """Four shards with near-duplicate clusters spread across them, chains (a~b~c with a, c far
+    apart) and wordless documents: enough to tell a wrong bucket split from a right one."""
+    rng = random.Random(seed)
+    docs = []
+    for i in range(30):
+        base = random_text(rng, 120)
+        docs.append({"id": f"o{i:02d}", "text": base})
+        step = base
+        for j in range(rng.randint(0, 3)):
+            step = mutate(rng, step, rng.choice([0.01, 0.02, 0.04]))  # a chain of near copies
+            docs.append({"id": f"o{i:02d}-c{j}", "text": step})
+    docs += [{"id": "empty-1", "text": "!!!"}, {"id": "empty-2", "text": "!!!"}]
+    rng.shuffle(docs)
+    for s in range(4):
+        write_documents(str(root / f"s{s}.jsonl"), docs[s::4])
+    return [d for s in range(4) for d in docs[s::4]]  # corpus order: shard, then line
+
+
+@pytest.mark.parametrize("threshold", [None, 0.75])
+def test_partitioned_lsh_matches_single_process_clustering(tmp_path, threshold):
+    """Bands bucketed by hash across partition tasks give exactly what one process holding every
+    signature gives (`cluster_duplicates`): same removals, representatives and similarities."""
+    (tmp_path / "in").mkdir()
+    corpus = chained_corpus(tmp_path / "in")
+    hasher = MinHasher()
+    sigs, valid = hasher.signatures([d["text"] for d in corpus])
+    ref = cluster_duplicates(hasher.band_keys(sigs), valid, sigs, threshold)
+    expected = {
+        corpus[g]["id"]: (corpus[ref.representative[g]]["id"], round(float(ref.similarity[g]), 4))
+        for g in np.flatnonzero(ref.removed)
+    }
+    assert len(expected) >= 10
+    if threshold is not None:
+        assert ref.linked_pairs < ref.candidate_pairs  # the check rejected some candidates
+    outputs = []
+    for partitions in (1, 3, 8):
+        out = tmp_path / f"p{partitions}"
+        result = dedup_fuzzy(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(out),
+                                         threshold=threshold, lsh_partitions=partitions))
+        got = {r["id"]: (r["duplicate_of"], r["similarity"]) for r in removed_records(out)}
+        assert got == expected
+        assert result["candidate_pairs"] == ref.candidate_pairs and result["linked_pairs"] == ref.linked_pairs
+        outputs.append({p.name: p.read_bytes() for p in sorted((out / "data").iterdir())})
+    assert outputs[0] == outputs[1] == outputs[2]
+
+
 def test_dedup_fuzzy_rerun_redoes_only_unfinished_shards(tmp_path):
     (tmp_path / "in").mkdir()
     make_corpus(tmp_path / "in")
