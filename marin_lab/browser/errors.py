@@ -4,7 +4,9 @@
     └── BrowserError            (500; never raised for a corrupt record, which is shown as corrupt)
         ├── BadRequestError     (400) a malformed query: a bad cursor, a non-integer limit
         ├── ForbiddenPathError  (403) a path outside the configured roots
-        └── NotFoundError       (404) an experiment, step or file that does not exist
+        │   └── NotRegularFileError     a named pipe, socket or device (never opened)
+        ├── NotFoundError       (404) an experiment, step or file that does not exist
+        └── TimeoutAnswerError  (504) storage did not answer in time
 """
 
 from __future__ import annotations
@@ -26,5 +28,13 @@ class ForbiddenPathError(BrowserError):
     status = 403
 
 
+class NotRegularFileError(ForbiddenPathError):
+    """A named pipe, socket or device: never opened (reading a FIFO blocks until a writer comes)."""
+
+
 class NotFoundError(BrowserError):
     status = 404
+
+
+class TimeoutAnswerError(BrowserError):
+    status = 504

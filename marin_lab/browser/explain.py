@@ -56,13 +56,13 @@ def _started(record: dict) -> str:
     return ""
 
 
-def sibling_versions(prefix: str, name: str) -> list[str]:
+def sibling_versions(prefix: str, name: str, roots: Roots) -> list[str]:
     """Identities `{name}-{hash8}` present under the prefix."""
     folder = child(prefix, posixpath.dirname(name)) if "/" in name else prefix
     base = posixpath.basename(name)
     pattern = re.compile(re.escape(base) + r"-[0-9a-f]{8}")
     prefix_of_name = f"{posixpath.dirname(name)}/" if "/" in name else ""
-    return [prefix_of_name + e["name"] for e in list_dir(folder)
+    return [prefix_of_name + e["name"] for e in list_dir(roots, folder)
             if e["type"] == "directory" and pattern.fullmatch(e["name"])]
 
 
@@ -71,11 +71,11 @@ def explain_step(prefix: str, record: dict, roots: Roots, depth: int = 0) -> dic
     name, identity = record.get("name"), record.get("identity")
     if not isinstance(name, str) or not name or ".." in name.split("/"):
         return None
-    others = [i for i in sibling_versions(prefix, name) if i != identity]
+    others = [i for i in sibling_versions(prefix, name, roots) if i != identity]
     if not others:
         return {"against": None, "candidates": 0, "changes": [],
                 "message": f"no other version of {name!r} under the prefix"}
-    loaded = parallel_map(lambda i: (i, load_json(child(prefix, i, ".executor_info"))), others, local="://" not in prefix)
+    loaded = parallel_map(lambda i: (i, load_json(roots, child(prefix, i, ".executor_info"))), others, local="://" not in prefix)
     usable = [(i, item.value) for i, item in loaded if item.state == "ok"]
     if not usable:
         return {"against": None, "candidates": len(others), "changes": [],
@@ -124,8 +124,8 @@ def _explain_dependency(prefix: str, change: dict, roots: Roots, depth: int) -> 
     changes: list[dict] = []
     problems = []
     for old, new in pairs:
-        old_rec = load_json(child(prefix, old, ".executor_info"))
-        new_rec = load_json(child(prefix, new, ".executor_info"))
+        old_rec = load_json(roots, child(prefix, old, ".executor_info"))
+        new_rec = load_json(roots, child(prefix, new, ".executor_info"))
         if old_rec.state != "ok" or new_rec.state != "ok":
             problems.append(f"a record of {old} or {new} is missing or corrupt")
             continue

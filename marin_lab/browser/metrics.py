@@ -1,70 +1,143 @@
-"""Training metrics (`metrics.jsonl`) and eval results (`results.json`) of a step, for plotting."""
+"""Training metrics (`metrics.jsonl`) and eval results (`results.json`) of a step, for plotting.
+
+A plot needs at most `MAX_POINTS` points per series, so a request never parses more than
+`SCAN_BYTES` of the file: a larger file is sampled in `WINDOWS` evenly spaced windows, the last
+one ending at the file's end (the latest steps always show). Points are thinned while they are
+read, so memory stays bounded by the plot, not by the file.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
+from marin_lab.browser.errors import ForbiddenPathError, NotFoundError
+from marin_lab.browser.paths import Roots
 from marin_lab.browser.redact import redact
-from marin_lab.browser.storage import child, load_json
-from marin_lab.io.fs import fs_and_path
+from marin_lab.browser.storage import child, load_json, open_file
 
 SERIES = ("loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu")
 MAX_POINTS = 1000
-MAX_METRICS_BYTES = 256 * 1024 * 1024
+SCAN_BYTES = 16 * 1024 * 1024
+WINDOWS = 256
 
 
-def _downsample(points: list[list[float]]) -> list[list[float]]:
-    """At most MAX_POINTS points, evenly strided, always keeping the last one."""
-    if len(points) <= MAX_POINTS:
+class _Thinned:
+    """A series of points kept at a stride that doubles whenever it holds 2 * MAX_POINTS."""
+
+    def __init__(self) -> None:
+        self.points: list[list[float]] = []
+        self.stride = 1
+        self.seen = 0
+        self.last: list[float] | None = None
+
+    def add(self, point: list[float]) -> None:
+        if self.seen % self.stride == 0:
+            self.points.append(point)
+            if len(self.points) >= 2 * MAX_POINTS:
+                self.points = self.points[::2]
+                self.stride *= 2
+        self.seen += 1
+        self.last = point
+
+    def result(self) -> list[list[float]]:
+        points = self.points
+        while len(points) > MAX_POINTS:
+            points = points[::2]
+        if self.last is not None and (not points or points[-1] is not self.last):
+            points = [*points, self.last]
         return points
-    stride = math.ceil(len(points) / MAX_POINTS)
-    out = points[::stride]
-    if out[-1] is not points[-1]:
-        out.append(points[-1])
-    return out
 
 
-def read_metrics(step_dir: str) -> dict:
+def _windows(size: int) -> list[tuple[int, int]]:
+    """(start, length) of the parts of a file of `size` bytes that one request parses."""
+    if size <= SCAN_BYTES:
+        return [(0, size)]
+    length = SCAN_BYTES // WINDOWS
+    return [(i * (size - length) // (WINDOWS - 1), length) for i in range(WINDOWS)]
+
+
+def _lines(f: io.BufferedIOBase, start: int, length: int, size: int) -> list[bytes]:
+    """The complete lines inside [start, start + length) of the file."""
+    f.seek(start)
+    data = f.read(length)
+    lines = data.split(b"\n")
+    if start > 0:
+        lines = lines[1:]  # begins mid-line (or right after one: then it is empty anyway)
+    if start + len(data) < size:
+        lines = lines[:-1]  # ends mid-line
+    return lines
+
+
+def read_metrics(roots: Roots, step_dir: str) -> dict:
     """Series of (step, value) for each known metric; bad lines are counted, not fatal."""
     url = child(step_dir, "metrics.jsonl")
-    fs, path = fs_and_path(url)
-    series: dict[str, list[list[float]]] = {name: [] for name in SERIES}
+    series = {name: _Thinned() for name in SERIES}
     bad_lines = 0
     rows = 0
     try:
-        size = fs.size(path)
-        if size and size > MAX_METRICS_BYTES:
-            return {"state": "corrupt", "url": url, "series": {},
-                    "error": f"{size} bytes is more than the browser plots; open it in the file viewer"}
-        with fs.open(path, "rb") as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    bad_lines += 1
-                    continue
-                if not isinstance(row, dict) or not isinstance(row.get("step"), (int, float)):
-                    bad_lines += 1
-                    continue
-                rows += 1
-                for name in SERIES:
-                    value = row.get(name)
-                    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                        series[name].append([row["step"], value])
-    except FileNotFoundError:
+        f = open_file(roots, url)
+    except (NotFoundError, FileNotFoundError):
         return {"state": "missing", "url": url, "series": {}, "error": "no metrics.jsonl in this step"}
-    return {
+    except (ForbiddenPathError, OSError) as err:
+        return {"state": "corrupt", "url": url, "series": {}, "error": f"not read: {err}"}
+    with f:
+        size = f.seek(0, io.SEEK_END)
+        windows = _windows(size)
+        for start, length in windows:
+            chunks = [_lines(f, start, length, size)] if len(windows) > 1 else _chunks(f, size)
+            for lines in chunks:
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    row = _row(line)
+                    if row is None:
+                        bad_lines += 1
+                        continue
+                    rows += 1
+                    for name in SERIES:
+                        value = row.get(name)
+                        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                            series[name].add([row["step"], value])
+    out = {
         "state": "ok",
         "url": url,
         "rows": rows,
         "bad_lines": bad_lines,
-        "series": {name: _downsample(points) for name, points in series.items() if points},
+        "series": {name: s.result() for name, s in series.items() if s.seen},
     }
+    if len(windows) > 1:
+        out["sampled"] = {"bytes_read": sum(n for _, n in windows), "size": size, "windows": len(windows)}
+    return out
 
 
-def read_results(step_dir: str) -> dict:
-    loaded = load_json(child(step_dir, "results.json"))
+def _chunks(f: io.BufferedIOBase, size: int, chunk: int = 1024 * 1024):
+    """The whole (small) file as lists of complete lines, one chunk at a time."""
+    f.seek(0)
+    carry = b""
+    while True:
+        data = f.read(chunk)
+        if not data:
+            if carry:
+                yield [carry]
+            return
+        lines = (carry + data).split(b"\n")
+        carry = lines.pop()
+        yield lines
+
+
+def _row(line: bytes) -> dict | None:
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    step = row.get("step") if isinstance(row, dict) else None
+    if not isinstance(step, (int, float)) or isinstance(step, bool) or not math.isfinite(step):
+        return None
+    return row
+
+
+def read_results(roots: Roots, step_dir: str) -> dict:
+    loaded = load_json(roots, child(step_dir, "results.json"))
     return {**loaded.as_json(), "value": redact(loaded.value) if loaded.state == "ok" else None}

@@ -3,7 +3,9 @@
 A request names a file by URL (`gs://bucket/x`, `memory://x`) or local path (absolute, or relative
 to the first root). It is refused (403) when it has a `..` segment, names another protocol or
 bucket, or, on a local disk, resolves through a symlink to somewhere outside every root. The check
-is done on the resolved real path, so a symlink inside a root that points out of it is caught.
+is done on the resolved real path, so a symlink inside a root that points out of it is caught;
+`storage.open_file` checks again on the descriptor it opened, so a swap after the check is caught
+too.
 """
 
 from __future__ import annotations
@@ -136,10 +138,14 @@ class Roots:
 
     def _resolve_local(self, path: str, original: str) -> str:
         normal = "/" + "/".join(_clean_segments(path, original))
-        real = self._realpath(normal)
+        self.check_real(self._realpath(normal), original)
+        return normal
+
+    def check_real(self, real: str, original: str) -> None:
+        """Refuse a local real path (symlinks resolved) that lies outside every local root."""
         for real_root in self._real_roots():
             if real == real_root or real.startswith(real_root.rstrip("/") + "/"):
-                return normal
+                return
         raise ForbiddenPathError(
             f"path {original!r} resolves to {real!r}, outside the browser's roots "
             f"{list(self.urls)} (a symlink that leaves the roots is not followed)"

@@ -9,12 +9,12 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
-from marin_lab.browser.errors import BadRequestError, NotFoundError
+from marin_lab.browser.errors import BadRequestError
+from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview_arrays import npy_page, parquet_page, token_page
-from marin_lab.browser.preview_jsonl import compression_of, jsonl_page, open_stream
+from marin_lab.browser.preview_jsonl import DECODE_ERRORS, compression_of, jsonl_page, open_stream, skip_to
 from marin_lab.browser.redact import redact, redact_text
-from marin_lab.browser.storage import child, list_dir, load_json, parent
-from marin_lab.io.fs import fs_and_path
+from marin_lab.browser.storage import child, file_info, list_dir, load_json, parent
 
 TEXT_PAGE_BYTES = 64 * 1024
 MAX_JSON_BYTES = 8 * 1024 * 1024
@@ -37,36 +37,33 @@ def kind_of(name: str) -> str:
     return "text"
 
 
-def preview(url: str, cursor: str | None = None, limit: int = 25) -> dict[str, Any]:
-    """One page of the file or folder at `url` (already confined to the roots)."""
-    fs, path = fs_and_path(url)
-    try:
-        info = fs.info(path)
-    except FileNotFoundError:
-        raise NotFoundError(f"{url} does not exist") from None
-    name = posixpath.basename(path.rstrip("/"))
-    base = {"path": url, "name": name, "parent": parent(url), "size": int(info.get("size") or 0)}
-    if info.get("type") == "directory":
-        return {**base, **_directory_page(url, cursor)}
+def preview(roots: Roots, url: str, cursor: str | None = None, limit: int = 25) -> dict[str, Any]:
+    """One page of the file or folder at `url`; anything outside `roots` is refused."""
+    url = roots.resolve(url)
+    info = file_info(roots, url)
+    name = posixpath.basename(url.rstrip("/"))
+    base = {"path": url, "name": name, "parent": parent(url), "size": info["size"]}
+    if info["type"] == "directory":
+        return {**base, **_directory_page(roots, url, cursor)}
     kind = kind_of(name)
     if kind == "jsonl":
-        page = jsonl_page(url, cursor, limit, size=base["size"])
+        page = jsonl_page(roots, url, cursor, limit, size=base["size"])
     elif kind == "parquet":
-        page = parquet_page(url, cursor, limit)
+        page = parquet_page(roots, url, cursor, limit)
     elif kind == "tokens":
-        page = token_page(url, cursor, min(limit, 50))
+        page = token_page(roots, url, cursor, min(limit, 50))
     elif kind == "npy":
-        page = npy_page(url, cursor, limit)
+        page = npy_page(roots, url, cursor, limit)
     elif kind == "json" and base["size"] <= MAX_JSON_BYTES and not cursor:
-        page = _json_page(url)
+        page = _json_page(roots, url)
     else:
-        page = _text_page(url, cursor)
+        page = _text_page(roots, url, cursor)
     return {**base, **page}
 
 
-def _directory_page(url: str, cursor: str | None) -> dict:
+def _directory_page(roots: Roots, url: str, cursor: str | None) -> dict:
     start = _int(cursor, "an entry index")
-    entries = list_dir(url)
+    entries = list_dir(roots, url)
     page = entries[start : start + DIR_PAGE]
     for entry in page:
         entry["path"] = child(url, entry["name"])
@@ -77,10 +74,10 @@ def _directory_page(url: str, cursor: str | None) -> dict:
             "next_cursor": str(end) if end < len(entries) else None}
 
 
-def _json_page(url: str) -> dict:
-    loaded = load_json(url, expect=None)
+def _json_page(roots: Roots, url: str) -> dict:
+    loaded = load_json(roots, url, expect=None)
     if loaded.state != "ok":
-        page = _text_page(url, None)
+        page = _text_page(roots, url, None)
         page["error"] = f"{url} is {loaded.state}: {loaded.error}"
         return page
     return {"kind": "json", "value": redact(loaded.value), "cursor": None, "next_cursor": None}
@@ -98,21 +95,17 @@ def _int(cursor: str | None, what: str) -> int:
     return value
 
 
-def _text_page(url: str, cursor: str | None) -> dict:
+def _text_page(roots: Roots, url: str, cursor: str | None) -> dict:
     """64 KiB of (decompressed) text from the byte offset `cursor`, cut at a line boundary."""
     offset = _int(cursor, "a byte offset")
     compression = compression_of(url)
-    with open_stream(url) as stream:
-        if compression is None:
-            stream.seek(offset)
-        else:
-            remaining = offset
-            while remaining > 0:
-                got = stream.read(min(remaining, 1 << 20))
-                if not got:
-                    raise BadRequestError(f"cursor {offset} is past the end of {url}")
-                remaining -= len(got)
-        data = stream.read(TEXT_PAGE_BYTES + 1)
+    try:
+        with open_stream(roots, url) as stream:
+            skip_to(stream, offset, url)
+            data = stream.read(TEXT_PAGE_BYTES + 1)
+    except DECODE_ERRORS as err:
+        return {"kind": "text", "compression": compression, "cursor": str(offset), "text": "",
+                "next_cursor": None, "error": f"{url} cannot be decompressed: {err}"}
     more = len(data) > TEXT_PAGE_BYTES
     data = data[:TEXT_PAGE_BYTES]
     if b"\x00" in data[:8192]:

@@ -1,8 +1,11 @@
 """Pages of columnar and array files: parquet by row group, `.npy` by slice, token-cache shards
 decoded into text with the cache's own `tokenizer.json`.
 
-`.npy` files are read through fsspec by parsing the header and fetching only the byte range of the
-page, so a shard on GCS is never downloaded whole.
+`.npy` files are read by parsing the header and fetching only the byte range of the page, so a
+shard on GCS is never downloaded whole. Parquet is read page by page within a row group
+(`iter_batches` on a buffered stream), never a whole row group at once: the row group's metadata
+gives the bytes per row, which sets how many rows one answer decodes (`PAGE_DECODE_BYTES`) and how
+far into a row group a cursor may point (`MAX_SKIP_BYTES`).
 """
 
 from __future__ import annotations
@@ -10,18 +13,24 @@ from __future__ import annotations
 import base64
 import datetime
 import decimal
-import functools
 import posixpath
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
-from marin_lab.browser.errors import BadRequestError
-from marin_lab.browser.storage import load_json, parent
-from marin_lab.io.fs import fs_and_path
+from marin_lab.browser.errors import BadRequestError, NotFoundError
+from marin_lab.browser.paths import Roots
+from marin_lab.browser.storage import load_json, open_file, parent, read_bounded
 
 MAX_TOKENS_DECODED = 4096
 MAX_PIECES = 200
+MAX_CELL_CHARS = 20_000
+PAGE_DECODE_BYTES = 32 * 1024 * 1024
+MAX_SKIP_BYTES = 1024 * 1024 * 1024
+MAX_TOKENIZER_BYTES = 64 * 1024 * 1024
+_PARQUET_BUFFER = 1024 * 1024
 
 
 def _json_safe(value: Any) -> Any:
@@ -30,9 +39,11 @@ def _json_safe(value: Any) -> Any:
         return {str(k): _json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
+    if isinstance(value, str):
+        return value if len(value) <= MAX_CELL_CHARS else value[:MAX_CELL_CHARS] + f"… ({len(value)} chars)"
     if isinstance(value, bytes):
         try:
-            return value.decode("utf-8")
+            return _json_safe(value.decode("utf-8"))
         except UnicodeDecodeError:
             return "base64:" + base64.b64encode(value[:4096]).decode("ascii")
     if isinstance(value, (datetime.date, datetime.datetime, datetime.time, datetime.timedelta, decimal.Decimal)):
@@ -54,45 +65,71 @@ def _int_cursor(cursor: str | None, what: str) -> list[int]:
 
 
 # ---- parquet -------------------------------------------------------------------------------------
-def parquet_page(url: str, cursor: str | None, limit: int) -> dict:
+def parquet_page(roots: Roots, url: str, cursor: str | None, limit: int) -> dict:
     """Rows from one row group at a time; the cursor is 'row_group:row'."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     parts = _int_cursor(cursor, "'row_group:row' (two integers)") or [0, 0]
     if len(parts) != 2 or min(parts) < 0:
         raise BadRequestError(f"cursor {cursor!r} is not 'row_group:row' (two non-negative integers)")
     group, row = parts
-    fs, path = fs_and_path(url)
-    with fs.open(path, "rb") as f:
-        parquet = pq.ParquetFile(f)
-        meta = parquet.metadata
-        schema = [{"name": field.name, "type": str(field.type)} for field in parquet.schema_arrow]
-        if meta.num_row_groups == 0:
-            rows: list = []
-            next_cursor = None
-        else:
+    page: dict[str, Any] = {"kind": "parquet", "row_group": group, "first_row": row,
+                            "cursor": f"{group}:{row}", "items": [], "next_cursor": None}
+    with open_file(roots, url) as f:
+        try:
+            parquet = pq.ParquetFile(f, buffer_size=_PARQUET_BUFFER, pre_buffer=False)
+            meta = parquet.metadata
+            page.update(schema=[{"name": fld.name, "type": str(fld.type)} for fld in parquet.schema_arrow],
+                        num_rows=meta.num_rows, num_row_groups=meta.num_row_groups)
+            if meta.num_row_groups == 0:
+                return page
             if group >= meta.num_row_groups:
                 raise BadRequestError(f"row group {group} does not exist; {url} has {meta.num_row_groups}")
-            table = parquet.read_row_group(group)
-            rows = [_json_safe(r) for r in table.slice(row, limit).to_pylist()]
-            end = row + len(rows)
-            if end < table.num_rows:
-                next_cursor = f"{group}:{end}"
-            elif group + 1 < meta.num_row_groups:
-                next_cursor = f"{group + 1}:0"
-            else:
-                next_cursor = None
-    return {
-        "kind": "parquet",
-        "schema": schema,
-        "num_rows": meta.num_rows,
-        "num_row_groups": meta.num_row_groups,
-        "row_group": group,
-        "first_row": row,
-        "cursor": f"{group}:{row}",
-        "items": rows,
-        "next_cursor": next_cursor,
-    }
+            page.update(_parquet_rows(parquet, url, group, row, limit))
+        except (pa.ArrowException, OSError) as err:
+            page["error"] = f"{url} cannot be read as parquet: {err}"
+    return page
+
+
+def _parquet_rows(parquet, url: str, group: int, row: int, limit: int) -> dict:
+    """Up to `limit` rows of row group `group` from `row` on, decoding no more than a page needs."""
+    group_meta = parquet.metadata.row_group(group)
+    group_rows = group_meta.num_rows
+    if row >= max(group_rows, 1):
+        raise BadRequestError(f"row {row} does not exist; row group {group} of {url} has {group_rows} rows")
+    row_bytes = max(group_meta.total_byte_size / max(group_rows, 1), 1.0)
+    if row_bytes > PAGE_DECODE_BYTES:
+        return {"error": f"rows of row group {group} hold about {int(row_bytes)} bytes each, more than the "
+                         f"{PAGE_DECODE_BYTES} bytes a page decodes; read {url} with pyarrow instead"}
+    if row * row_bytes > MAX_SKIP_BYTES:
+        raise BadRequestError(
+            f"row {row} lies about {int(row * row_bytes)} bytes into row group {group}; the browser decodes "
+            f"at most {MAX_SKIP_BYTES} bytes to reach a page; read {url} with pyarrow instead")
+    # Rows of a batch are decoded together, so the batch is sized to the page's byte budget.
+    batch_rows = max(1, min(limit, int(PAGE_DECODE_BYTES // row_bytes)))
+    seen = 0
+    rows: list = []
+    for batch in parquet.iter_batches(batch_size=batch_rows, row_groups=[group]):
+        if seen + batch.num_rows <= row:
+            seen += batch.num_rows
+            continue
+        start = max(row - seen, 0)
+        rows.extend(batch.slice(start, batch_rows - len(rows)).to_pylist())
+        seen += batch.num_rows
+        if len(rows) >= batch_rows:
+            break
+    end = row + len(rows)
+    if end < group_rows:
+        next_cursor = f"{group}:{end}"
+    elif group + 1 < parquet.metadata.num_row_groups:
+        next_cursor = f"{group + 1}:0"
+    else:
+        next_cursor = None
+    out: dict[str, Any] = {"items": [_json_safe(r) for r in rows], "next_cursor": next_cursor}
+    if batch_rows < limit:
+        out["notice"] = f"{batch_rows} rows per page: each row holds about {int(row_bytes)} bytes"
+    return out
 
 
 # ---- npy -----------------------------------------------------------------------------------------
@@ -121,13 +158,12 @@ def read_npy_slice(f, start: int, stop: int) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype)
 
 
-def npy_page(url: str, cursor: str | None, limit: int) -> dict:
+def npy_page(roots: Roots, url: str, cursor: str | None, limit: int) -> dict:
     parts = _int_cursor(cursor, "an item index") or [0]
     start = parts[0]
     if start < 0:
         raise BadRequestError(f"cursor {cursor!r} is negative")
-    fs, path = fs_and_path(url)
-    with fs.open(path, "rb") as f:
+    with open_file(roots, url) as f:
         try:
             shape, dtype, _ = npy_header(f)
         except ValueError as err:
@@ -147,30 +183,43 @@ def npy_page(url: str, cursor: str | None, limit: int) -> dict:
 
 
 # ---- token cache ---------------------------------------------------------------------------------
-def token_cache_of(url: str) -> tuple[str, dict] | None:
+def token_cache_of(roots: Roots, url: str) -> tuple[str, dict] | None:
     """(cache folder, ledger) when `url` is `{cache}/{split}/shard-N.tokens.npy` with a ledger."""
     if not url.endswith(".tokens.npy"):
         return None
     cache = parent(parent(url))
-    ledger = load_json(f"{cache}/ledger.json")
+    ledger = load_json(roots, f"{cache}/ledger.json")
     if ledger.state != "ok" or ledger.value.get("format") != "marin_lab.token_cache":
         return None
     return cache, ledger.value
 
 
-@functools.lru_cache(maxsize=8)
-def _tokenizer(url: str, fingerprint: str):
+_TOKENIZERS: OrderedDict[tuple[str, str], Any] = OrderedDict()
+_TOKENIZERS_LOCK = threading.Lock()
+
+
+def _tokenizer(roots: Roots, url: str, fingerprint: str):
+    """The cache's tokenizer, kept for the next pages (a few, keyed by URL and recorded checksum)."""
     from tokenizers import Tokenizer
 
-    fs, path = fs_and_path(url)
-    return Tokenizer.from_str(fs.cat_file(path).decode("utf-8"))
+    key = (url, fingerprint)
+    with _TOKENIZERS_LOCK:
+        if key in _TOKENIZERS:
+            _TOKENIZERS.move_to_end(key)
+            return _TOKENIZERS[key]
+    tokenizer = Tokenizer.from_str(read_bounded(roots, url, MAX_TOKENIZER_BYTES).decode("utf-8"))
+    with _TOKENIZERS_LOCK:
+        _TOKENIZERS[key] = tokenizer
+        while len(_TOKENIZERS) > 8:
+            _TOKENIZERS.popitem(last=False)
+    return tokenizer
 
 
-def token_page(url: str, cursor: str | None, limit: int) -> dict:
+def token_page(roots: Roots, url: str, cursor: str | None, limit: int) -> dict:
     """Documents of a token shard (cursor = document index), decoded with the cache's tokenizer."""
-    found = token_cache_of(url)
+    found = token_cache_of(roots, url)
     if found is None:
-        return npy_page(url, cursor, limit)
+        return npy_page(roots, url, cursor, limit)
     cache, ledger = found
     parts = _int_cursor(cursor, "a document index") or [0]
     first = parts[0]
@@ -181,20 +230,18 @@ def token_page(url: str, cursor: str | None, limit: int) -> dict:
     tokenizer_url = f"{cache}/{posixpath.basename(tok_name)}"
     tokenizer, tokenizer_error = None, None
     try:
-        tokenizer = _tokenizer(tokenizer_url, str(tok_info.get("sha256")))
-    except FileNotFoundError:
+        tokenizer = _tokenizer(roots, tokenizer_url, str(tok_info.get("sha256")))
+    except (FileNotFoundError, NotFoundError):
         tokenizer_error = f"{tokenizer_url} is missing; showing token ids only"
     except Exception as err:  # a corrupt tokenizer file must not fail the page
         tokenizer_error = f"{tokenizer_url} cannot be loaded ({err}); showing token ids only"
     offsets_url = url[: -len(".tokens.npy")] + ".offsets.npy"
-    fs, tokens_path = fs_and_path(url)
-    _, offsets_path = fs_and_path(offsets_url)
-    with fs.open(offsets_path, "rb") as f_off:
+    with open_file(roots, offsets_url) as f_off:
         shape, _, _ = npy_header(f_off)
         documents = max(int(shape[0]) - 1, 0) if shape else 0
         offsets = read_npy_slice(f_off, first, first + limit + 1).astype(np.int64)
     items = []
-    with fs.open(tokens_path, "rb") as f_tok:
+    with open_file(roots, url) as f_tok:
         for i in range(len(offsets) - 1):
             lo, hi = int(offsets[i]), int(offsets[i + 1])
             ids = read_npy_slice(f_tok, lo, min(hi, lo + MAX_TOKENS_DECODED)).tolist()

@@ -5,6 +5,11 @@ there (`"offset:line"`). A plain file seeks straight to the offset. gzip and zst
 seek, so a compressed file is decoded from the start up to the offset; to keep paging forward
 cheap, the open stream that served a page is kept for a short while, keyed by the cursor of the
 next page, and that page continues from it instead of decoding the file again.
+
+Each request's work is bounded whatever the file holds: a page stops after `PAGE_WORK_BYTES` of
+content or `PAGE_WORK_LINES` lines (blank ones count), and hands back a cursor to go on from; a
+single line is kept up to `MAX_LINE_BYTES`; reaching a cursor in a compressed file decodes at most
+`MAX_SKIP_BYTES`.
 """
 
 from __future__ import annotations
@@ -21,17 +26,24 @@ from typing import IO
 import zstandard
 
 from marin_lab.browser.errors import BadRequestError
-from marin_lab.io.fs import fs_and_path
+from marin_lab.browser.paths import Roots
+from marin_lab.browser.storage import open_file
 
 CHUNK = 256 * 1024
 # A single enormous line is shown cut, so one bad document cannot exhaust the server's memory.
 MAX_LINE_BYTES = 2 * 1024 * 1024
 MAX_TEXT_CHARS = 20_000
+# Work one page may do before it answers with what it found and a cursor to go on from.
+PAGE_WORK_BYTES = 32 * 1024 * 1024
+PAGE_WORK_LINES = 100_000
+# Decoding a compressed file up to a cursor (after its parked stream expired) costs time in
+# proportion to the offset; past this the cursor is refused rather than decoded.
+MAX_SKIP_BYTES = 1024 * 1024 * 1024
 # Open compressed streams kept for the next page: few (each holds a file handle and a
 # decompressor) and short-lived.
 KEEP_STREAMS = 8
 KEEP_STREAM_S = 300.0
-_DECODE_ERRORS = (zstandard.ZstdError, gzip.BadGzipFile, EOFError, zlib.error)
+DECODE_ERRORS = (zstandard.ZstdError, gzip.BadGzipFile, EOFError, zlib.error)
 
 
 def compression_of(name: str) -> str | None:
@@ -42,11 +54,10 @@ def compression_of(name: str) -> str | None:
     return None
 
 
-def open_stream(url: str) -> IO[bytes]:
-    """A binary stream of the decompressed bytes of `url`."""
-    fs, path = fs_and_path(url)
-    raw = fs.open(path, "rb")
-    compression = compression_of(path)
+def open_stream(roots: Roots, url: str) -> IO[bytes]:
+    """A binary stream of the decompressed bytes of `url` (confined to `roots`)."""
+    raw = open_file(roots, url)
+    compression = compression_of(url)
     if compression == "gzip":
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if compression == "zstd":
@@ -156,18 +167,27 @@ class _StreamCache:
 _STREAMS = _StreamCache()
 
 
-def _open_at(url: str, offset: int) -> LineReader:
-    stream = open_stream(url)
+def skip_to(stream: IO[bytes], offset: int, url: str) -> None:
+    """Move a fresh stream of `url` to the uncompressed `offset` (seek, or decode up to it)."""
+    if compression_of(url) is None:
+        stream.seek(offset)
+        return
+    if offset > MAX_SKIP_BYTES:
+        raise BadRequestError(
+            f"cursor offset {offset} is more than the {MAX_SKIP_BYTES} bytes the browser decodes "
+            f"to reach a page of the compressed file {url}; page forward from an earlier cursor")
+    remaining = offset
+    while remaining > 0:
+        got = stream.read(min(CHUNK * 16, remaining))
+        if not got:
+            raise BadRequestError(f"cursor offset {offset} is past the end of {url}")
+        remaining -= len(got)
+
+
+def _open_at(roots: Roots, url: str, offset: int) -> LineReader:
+    stream = open_stream(roots, url)
     try:
-        if compression_of(url) is None:
-            stream.seek(offset)
-        else:
-            remaining = offset
-            while remaining > 0:
-                got = stream.read(min(CHUNK * 16, remaining))
-                if not got:
-                    raise BadRequestError(f"cursor offset {offset} is past the end of {url}")
-                remaining -= len(got)
+        skip_to(stream, offset, url)
     except BaseException:
         stream.close()
         raise
@@ -182,6 +202,10 @@ def _document(raw: bytes, line_no: int, cut: bool) -> dict:
         return item
     try:
         value = json.loads(raw)
+    except RecursionError:
+        item["error"] = "JSON nested too deeply to parse; shown raw"
+        item["raw"] = raw[:MAX_TEXT_CHARS].decode("utf-8", errors="replace")
+        return item
     except (UnicodeDecodeError, ValueError) as err:
         item["error"] = f"not valid JSON: {err}"
         item["raw"] = raw[:MAX_TEXT_CHARS].decode("utf-8", errors="replace")
@@ -194,10 +218,11 @@ def _document(raw: bytes, line_no: int, cut: bool) -> dict:
     return item
 
 
-def jsonl_page(url: str, cursor: str | None, limit: int, size: int | None = None) -> dict:
+def jsonl_page(roots: Roots, url: str, cursor: str | None, limit: int, size: int | None = None) -> dict:
     """Up to `limit` documents from the cursor on, and the cursor of the next page (or None).
 
     `size` (the file's size) tells a parked stream of an older version of the file from this one.
+    A page that reaches its work budget first holds fewer documents and says so in `notice`.
     """
     offset, first_line = parse_cursor(cursor)
     compression = compression_of(url)
@@ -205,13 +230,19 @@ def jsonl_page(url: str, cursor: str | None, limit: int, size: int | None = None
     reader = _STREAMS.take((url, size, offset)) if reuse else None
     reused = reader is not None
     if reader is None:
-        reader = _open_at(url, offset)
+        reader = _open_at(roots, url, offset)
     items: list[dict] = []
     line_no = first_line
     error = None
+    notice = None
     at_end = False
     try:
         while len(items) < limit:
+            if line_no - first_line >= PAGE_WORK_LINES or reader.position - offset >= PAGE_WORK_BYTES:
+                notice = (f"this page stopped after reading {line_no - first_line} lines "
+                          f"({reader.position - offset} bytes) with {len(items)} documents; "
+                          "the next page goes on from there")
+                break
             line = reader.next_line()
             if line is None:
                 at_end = True
@@ -221,7 +252,7 @@ def jsonl_page(url: str, cursor: str | None, limit: int, size: int | None = None
                 items.append(_document(raw, line_no, cut))
             line_no += 1
         at_end = at_end or reader.at_end()
-    except _DECODE_ERRORS as err:
+    except DECODE_ERRORS as err:
         # A damaged or truncated shard: show what could be read, and where it broke.
         error = f"{url} cannot be decompressed past byte {reader.position} of its content: {err}"
         at_end = True
@@ -240,4 +271,6 @@ def jsonl_page(url: str, cursor: str | None, limit: int, size: int | None = None
     }
     if error:
         page["error"] = error
+    if notice:
+        page["notice"] = notice
     return page

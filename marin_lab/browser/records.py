@@ -16,8 +16,7 @@ from marin_lab.browser.errors import BadRequestError, ForbiddenPathError, NotFou
 from marin_lab.browser.explain import explain_step
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.redact import redact
-from marin_lab.browser.storage import child, list_dir, load_json, parallel_map
-from marin_lab.io.fs import exists
+from marin_lab.browser.storage import child, exists, list_dir, load_json, parallel_map
 
 logger = logging.getLogger(__name__)
 
@@ -58,12 +57,12 @@ class Browser:
         """The latest status of a step folder, or MISSING / CORRUPT."""
         if step_dir is None:
             return "MISSING"
-        loaded = load_json(child(step_dir, ".executor_status"))
+        loaded = load_json(self.roots, child(step_dir, ".executor_status"))
         if loaded.state == "ok" and isinstance(loaded.value.get("status"), str):
             return loaded.value["status"]
         if loaded.state == "corrupt":
             return "CORRUPT"
-        info = load_json(child(step_dir, ".executor_info"))
+        info = load_json(self.roots, child(step_dir, ".executor_info"))
         if info.state == "ok" and isinstance(info.value.get("status"), str):
             return info.value["status"]
         return "CORRUPT" if info.state == "corrupt" else "MISSING"
@@ -71,12 +70,12 @@ class Browser:
     # ---- experiments -------------------------------------------------------------------------
     def experiment_files(self) -> list[dict]:
         folder = child(self.prefix, "experiments")
-        return [e for e in list_dir(folder) if e["type"] == "file" and e["name"].endswith(".json")]
+        return [e for e in list_dir(self.roots, folder) if e["type"] == "file" and e["name"].endswith(".json")]
 
     def experiments(self) -> list[dict]:
         """Every experiment under the prefix, newest first, with counts of its steps' statuses."""
         files = self.experiment_files()
-        loaded = parallel_map(lambda e: load_json(child(self.prefix, "experiments", e["name"])), files, local=self.local)
+        loaded = parallel_map(lambda e: load_json(self.roots, child(self.prefix, "experiments", e["name"])), files, local=self.local)
         all_dirs: dict[str, str | None] = {}
         for item in loaded:
             if item.state == "ok":
@@ -111,7 +110,7 @@ class Browser:
         """One experiment with every step's status and a layout of its DAG."""
         if not _EXPERIMENT_ID.fullmatch(exp_id or ""):
             raise BadRequestError(f"experiment id {exp_id!r} is not a file name under experiments/")
-        loaded = load_json(child(self.prefix, "experiments", f"{exp_id}.json"))
+        loaded = load_json(self.roots, child(self.prefix, "experiments", f"{exp_id}.json"))
         if loaded.state == "missing":
             raise NotFoundError(f"no experiment {exp_id!r} under {self.prefix}/experiments/")
         result: dict[str, Any] = {"id": exp_id, "file": loaded.url, **loaded.as_json()}
@@ -162,9 +161,9 @@ class Browser:
         step_dir = self.roots.resolve(path)
         if step_dir.rstrip("/").endswith("/.executor_info"):
             step_dir = step_dir.rstrip("/")[: -len("/.executor_info")]
-        info = load_json(child(step_dir, ".executor_info"))
-        status = load_json(child(step_dir, ".executor_status"))
-        if info.state == "missing" and status.state == "missing" and not list_dir(step_dir):
+        info = load_json(self.roots, child(step_dir, ".executor_info"))
+        status = load_json(self.roots, child(step_dir, ".executor_status"))
+        if info.state == "missing" and status.state == "missing" and not list_dir(self.roots, step_dir):
             raise NotFoundError(f"no step at {step_dir}: the folder is empty or missing")
         record = redact(info.value) if info.state == "ok" else None
         out: dict[str, Any] = {
@@ -185,7 +184,7 @@ class Browser:
         out["explain"] = explain_step(self.prefix, record, self.roots) if record else None
         # Two existence checks, not a listing: a data step's folder can hold thousands of shards.
         out["has_metrics"], out["has_results"] = parallel_map(
-            exists, [child(step_dir, "metrics.jsonl"), child(step_dir, "results.json")], local=self.local)
+            lambda url: exists(self.roots, url), [child(step_dir, "metrics.jsonl"), child(step_dir, "results.json")], local=self.local)
         return out
 
     def _dependencies(self, record: dict | None) -> list[dict]:
@@ -207,7 +206,7 @@ class Browser:
             names = [f"{exp_id}.json"]
         else:
             names = [e["name"] for e in self.experiment_files()]
-        loaded = parallel_map(lambda n: load_json(child(self.prefix, "experiments", n)), names, local=self.local)
+        loaded = parallel_map(lambda n: load_json(self.roots, child(self.prefix, "experiments", n)), names, local=self.local)
         found: dict[str, dict] = {}
         for item in loaded:
             if item.state != "ok":

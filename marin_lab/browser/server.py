@@ -2,26 +2,29 @@
 
 Run it with `marin-lab browse --prefix P` (or `python -m marin_lab.browser.server --prefix P`).
 It binds 127.0.0.1 by default, registers GET routes only, refuses paths outside its roots (403),
-answers a missing thing with 404 and a malformed query with 400. Storage is read through fsspec
-in worker threads so one slow bucket read does not stall other requests.
+answers a missing thing with 404 and a malformed query with 400. Storage is read in a pool of
+worker threads of the server's own (`REQUEST_THREADS`), so one slow bucket read does not stall
+other requests; an answer that takes longer than `REQUEST_TIMEOUT_S` is given up with 504.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import ipaddress
 import json
 import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
-from marin_lab.browser.errors import BadRequestError, BrowserError, NotFoundError
+from marin_lab.browser.errors import BadRequestError, BrowserError, NotFoundError, TimeoutAnswerError
 from marin_lab.browser.metrics import read_metrics, read_results
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
@@ -32,6 +35,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 MAX_LIMIT = 500
+# Each page's work is bounded (see preview_jsonl, preview_arrays, metrics); these bound the rest:
+# a slow or hung storage read holds one of many threads, and its request is answered anyway.
+REQUEST_THREADS = 64
+REQUEST_TIMEOUT_S = 120.0
 STATIC_FILES = {"app.js": "text/javascript", "app.css": "text/css", "index.html": "text/html"}
 # Data is rendered with textContent, and this policy is the second wall: no inline or foreign
 # script can run even if some string reached the DOM as markup.
@@ -41,12 +48,30 @@ _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
 
 BROWSER_KEY: web.AppKey[Browser] = web.AppKey("browser", Browser)
 LOOPBACK_KEY: web.AppKey[bool] = web.AppKey("loopback_only", bool)
+POOL_KEY: web.AppKey[ThreadPoolExecutor] = web.AppKey("pool", ThreadPoolExecutor)
 
 
 def _json(value: Any, status: int = 200) -> web.Response:
-    body = json.dumps(value, ensure_ascii=False, default=str, allow_nan=False)
-    return web.Response(text=body, status=status, content_type="application/json",
+    text = json.dumps(value, ensure_ascii=False, default=str, allow_nan=False)
+    try:
+        body = text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (valid in JSON, "\ud800") has no UTF-8 form: send the escaped form.
+        body = json.dumps(value, ensure_ascii=True, default=str, allow_nan=False).encode("ascii")
+    return web.Response(body=body, status=status, content_type="application/json", charset="utf-8",
                         headers={"Cache-Control": "no-store"})
+
+
+async def _in_thread(request: web.Request, fn: Callable[..., Any], *args: Any) -> Any:
+    """Run blocking storage work in the server's pool, giving up on the answer after the timeout."""
+    loop = asyncio.get_running_loop()
+    future = loop.run_in_executor(request.app[POOL_KEY], functools.partial(fn, *args))
+    try:
+        return await asyncio.wait_for(future, REQUEST_TIMEOUT_S)
+    except TimeoutError:
+        raise TimeoutAnswerError(
+            f"{request.path} took longer than {REQUEST_TIMEOUT_S:.0f} s (slow or unresponsive storage?); "
+            "try again, or check that the storage answers") from None
 
 
 def _is_loopback_host(host_header: str) -> bool:
@@ -111,30 +136,30 @@ async def _health(request: web.Request) -> web.Response:
 
 async def _experiments(request: web.Request) -> web.Response:
     return _json({"prefix": _browser(request).prefix,
-                  "experiments": await asyncio.to_thread(_browser(request).experiments)})
+                  "experiments": await _in_thread(request, _browser(request).experiments)})
 
 
 async def _experiment(request: web.Request) -> web.Response:
-    return _json(await asyncio.to_thread(_browser(request).experiment, request.match_info["exp_id"]))
+    return _json(await _in_thread(request, _browser(request).experiment, request.match_info["exp_id"]))
 
 
 async def _step(request: web.Request) -> web.Response:
     path = request.query.get("path", "")
-    return _json(await asyncio.to_thread(_browser(request).step, path, request.query.get("exp") or None))
+    return _json(await _in_thread(request, _browser(request).step, path, request.query.get("exp") or None))
 
 
 async def _file(request: web.Request) -> web.Response:
     b = _browser(request)
-    url = b.roots.resolve(request.query.get("path", ""))
     limit = _limit(request, 25)
-    return _json(await asyncio.to_thread(preview, url, request.query.get("cursor") or None, limit))
+    return _json(await _in_thread(request, preview, b.roots, request.query.get("path", ""),
+                                  request.query.get("cursor") or None, limit))
 
 
 async def _metrics(request: web.Request) -> web.Response:
     b = _browser(request)
     step_dir = b.roots.resolve(request.query.get("path", ""))
-    metrics, results = await asyncio.gather(asyncio.to_thread(read_metrics, step_dir),
-                                            asyncio.to_thread(read_results, step_dir))
+    metrics, results = await asyncio.gather(_in_thread(request, read_metrics, b.roots, step_dir),
+                                            _in_thread(request, read_results, b.roots, step_dir))
     return _json({"output_path": step_dir, "metrics": metrics, "results": results})
 
 
@@ -168,6 +193,13 @@ def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool
     app = web.Application(middlewares=[_guard])
     app[BROWSER_KEY] = Browser(prefix, confined)
     app[LOOPBACK_KEY] = loopback_only
+    app[POOL_KEY] = ThreadPoolExecutor(max_workers=REQUEST_THREADS, thread_name_prefix="browser-request")
+
+    async def _stop_pool(app: web.Application) -> None:
+        # Threads stuck on storage cannot be interrupted; do not wait for them.
+        app[POOL_KEY].shutdown(wait=False, cancel_futures=True)
+
+    app.on_cleanup.append(_stop_pool)
     # GET only: the browser never writes, so there is no route that could.
     app.router.add_get("/", _index)
     app.router.add_get("/static/{name}", _static)

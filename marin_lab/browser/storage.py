@@ -1,4 +1,14 @@
-"""Reading small JSON records through fsspec, where missing and corrupt are answers, not crashes."""
+"""The browser's only way to touch storage: every open, stat and listing is confined to the roots.
+
+A path that passed `Roots.resolve` can still lead out: a file inside a step folder may be a
+symlink to `/etc/shadow`, or a folder may be swapped for a symlink between the check and the
+open. So local files are opened here and nowhere else, and the check is made on what was opened:
+the real path of the open descriptor (`/proc/self/fd/N`) must lie inside a root. Only regular
+files are opened, and a named pipe, socket or device is refused from its `stat` alone, because
+opening a FIFO blocks until a writer appears and would hold a server thread forever.
+
+Missing and corrupt JSON records are answers (`Loaded.state`), not crashes.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +16,115 @@ import json
 import logging
 import os
 import posixpath
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, TypeVar
+from typing import IO, Any, Callable, Iterable, TypeVar
 
+from marin_lab.browser.errors import ForbiddenPathError, NotFoundError, NotRegularFileError
+from marin_lab.browser.paths import Roots
 from marin_lab.io.fs import fs_and_path
 
 logger = logging.getLogger(__name__)
 
 # Records are small and object stores are latency-bound: read many at once.
 _POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="browser-io")
-# A step record with a huge `result` should not stall the page; past this it is shown as too big.
-MAX_RECORD_BYTES = 32 * 1024 * 1024
+# Parsing JSON costs about ten times its size in memory; past this a record is shown as too big.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
+_PROC_FD = "/proc/self/fd"
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+def _kind_of_mode(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _refuse_special(url: str, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        raise NotRegularFileError(
+            f"{url} is {_kind_of_mode(mode)}; the browser reads regular files and folders only")
+
+
+def _is_remote(url: str) -> bool:
+    return "://" in url
+
+
+def open_file(roots: Roots, url: str) -> IO[bytes]:
+    """A binary file object for `url`, after checking it is a regular file inside the roots.
+
+    Raises ForbiddenPathError (outside the roots, or not a regular file), NotFoundError, or
+    IsADirectoryError.
+    """
+    target = roots.resolve(url)
+    if _is_remote(target):
+        fs, path = fs_and_path(target)
+        return fs.open(path, "rb")
+    try:
+        before = os.stat(target)
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotFoundError(f"{url} does not exist") from None
+    if stat.S_ISDIR(before.st_mode):
+        raise IsADirectoryError(f"{url} is a folder")
+    _refuse_special(url, before.st_mode)
+    # O_NONBLOCK: if a FIFO replaced the file since the stat, the open still returns at once.
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(target, flags)
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotFoundError(f"{url} does not exist") from None
+    try:
+        _refuse_special(url, os.fstat(fd).st_mode)
+        roots.check_real(_real_path_of(fd, target), url)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _real_path_of(fd: int, path: str) -> str:
+    """Where the open descriptor really points (Linux); elsewhere, the path's real path now."""
+    try:
+        return os.readlink(f"{_PROC_FD}/{fd}")
+    except OSError:
+        return os.path.realpath(path)
+
+
+def file_info(roots: Roots, url: str) -> dict:
+    """{'type': 'file'|'directory', 'size'} of a path inside the roots; refuses anything else."""
+    target = roots.resolve(url)
+    if _is_remote(target):
+        fs, path = fs_and_path(target)
+        try:
+            info = fs.info(path)
+        except FileNotFoundError:
+            raise NotFoundError(f"{url} does not exist") from None
+        kind = "directory" if info.get("type") == "directory" else "file"
+        return {"type": kind, "size": int(info.get("size") or 0)}
+    try:
+        st = os.stat(target)
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotFoundError(f"{url} does not exist") from None
+    if stat.S_ISDIR(st.st_mode):
+        return {"type": "directory", "size": 0}
+    _refuse_special(url, st.st_mode)
+    return {"type": "file", "size": st.st_size}
+
+
+def exists(roots: Roots, url: str) -> bool:
+    """Whether a regular file or folder exists at `url` inside the roots (never raises)."""
+    try:
+        file_info(roots, url)
+    except (ForbiddenPathError, NotFoundError, OSError):
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -36,48 +140,36 @@ class Loaded:
         return {"url": self.url, "state": self.state, "error": self.error}
 
 
-def load_json(url: str, *, expect: type | None = dict) -> Loaded:
-    """Read `url` as JSON; never raises for a missing, unreadable or malformed file."""
-    if "://" not in url:
-        return _load_local_json(url, expect)
+def read_bounded(roots: Roots, url: str, max_bytes: int) -> bytes:
+    """The whole file at `url`, refusing (ValueError) one larger than `max_bytes`."""
+    with open_file(roots, url) as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"larger than the {max_bytes} bytes the browser reads whole; "
+                         "open it in the file viewer")
+    return data
+
+
+def load_json(roots: Roots, url: str, *, expect: type | None = dict) -> Loaded:
+    """Read `url` as JSON; never raises for a missing, refused, unreadable or malformed file."""
     try:
-        fs, path = fs_and_path(url)
-        size = fs.size(path)
-        if size is not None and size > MAX_RECORD_BYTES:
-            return Loaded(url, "corrupt", error=f"{size} bytes, larger than the {MAX_RECORD_BYTES} "
-                                                  "bytes the browser parses; open it in the file viewer")
-        data = fs.cat_file(path)
-    except FileNotFoundError:
+        data = read_bounded(roots, url, MAX_RECORD_BYTES)
+    except (NotFoundError, FileNotFoundError):
         return Loaded(url, "missing", error="file does not exist")
     except IsADirectoryError:
         return Loaded(url, "corrupt", error="is a folder, expected a JSON file")
-    except OSError as err:
+    except ForbiddenPathError as err:
+        return Loaded(url, "corrupt", error=f"not read: {err}")
+    except (OSError, ValueError) as err:
         return Loaded(url, "corrupt", error=f"cannot be read: {err}")
-    return _parse(url, data, expect)
+    return parse_json(url, data, expect)
 
 
-def _load_local_json(path: str, expect: type | None) -> Loaded:
-    # The fsspec layer costs more than the read itself for small local files (a 1,000-step
-    # experiment reads 1,000 status files per page); this path reads them directly.
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size > MAX_RECORD_BYTES:
-                return Loaded(path, "corrupt", error=f"{size} bytes, larger than the {MAX_RECORD_BYTES} "
-                                                     "bytes the browser parses; open it in the file viewer")
-            data = f.read()
-    except FileNotFoundError:
-        return Loaded(path, "missing", error="file does not exist")
-    except (IsADirectoryError, NotADirectoryError):
-        return Loaded(path, "corrupt", error="is a folder (or under a file), expected a JSON file")
-    except OSError as err:
-        return Loaded(path, "corrupt", error=f"cannot be read: {err}")
-    return _parse(path, data, expect)
-
-
-def _parse(url: str, data: bytes, expect: type | None) -> Loaded:
+def parse_json(url: str, data: bytes, expect: type | None = dict) -> Loaded:
     try:
         value = json.loads(data)
+    except RecursionError:
+        return Loaded(url, "corrupt", error="not readable JSON: nested too deeply")
     except (UnicodeDecodeError, ValueError) as err:
         return Loaded(url, "corrupt", error=f"not valid JSON: {err}")
     if expect is not None and not isinstance(value, expect):
@@ -93,8 +185,22 @@ def parallel_map(fn: Callable[[T], R], items: Iterable[T], *, local: bool = Fals
     return list(_POOL.map(fn, items))
 
 
-def list_dir(url: str) -> list[dict]:
-    """Entries of a folder as {'name', 'type': 'file'|'directory', 'size'}; [] if it is missing."""
+def list_dir(roots: Roots, url: str) -> list[dict]:
+    """Entries of a folder as {'name', 'type', 'size'}; [] if it is missing.
+
+    `type` is 'file', 'directory', or, on a local disk, 'link' for a symlink that leaves the
+    roots (neither followed nor sized) and 'other' for pipes, sockets and devices.
+    """
+    target = roots.resolve(url)
+    if _is_remote(target):
+        out = _list_remote(target)
+    else:
+        out = _list_local(roots, target)
+    out.sort(key=lambda e: (e["type"] != "directory", e["name"]))
+    return out
+
+
+def _list_remote(url: str) -> list[dict]:
     fs, path = fs_and_path(url)
     try:
         entries = fs.ls(path, detail=True)
@@ -108,7 +214,27 @@ def list_dir(url: str) -> list[dict]:
             continue
         out.append({"name": name, "type": "directory" if entry.get("type") == "directory" else "file",
                     "size": int(entry.get("size") or 0)})
-    out.sort(key=lambda e: (e["type"] != "directory", e["name"]))
+    return out
+
+
+def _list_local(roots: Roots, folder: str) -> list[dict]:
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for entry in entries:
+        item = {"name": entry.name, "type": "other", "size": 0}
+        try:
+            if entry.is_symlink() and not roots.contains(entry.path):
+                item["type"] = "link"
+            elif entry.is_dir():
+                item["type"] = "directory"
+            elif entry.is_file():
+                item.update(type="file", size=entry.stat().st_size)
+        except OSError:  # a dangling link or an entry removed while listing
+            item["type"] = "link" if entry.is_symlink() else "other"
+        out.append(item)
     return out
 
 

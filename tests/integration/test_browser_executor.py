@@ -46,8 +46,8 @@ def test_records_of_two_runs_show_statuses_graph_and_the_explain_chain(tmp_path,
     because = next(c["because"] for c in changes if c.get("because"))
     word_change = next(c for c in because["changes"] if c["field"].endswith("word"))
     assert {word_change["old"], word_change["new"]} == {"hello", "bonjour"}
-    assert read_metrics(step["output_path"])["rows"] == 10
+    assert read_metrics(browser.roots, step["output_path"])["rows"] == 10
 
-    docs = preview(f"{by_name['raw/words']['output_path']}/docs.jsonl", None, 5)
+    docs = preview(browser.roots, f"{by_name['raw/words']['output_path']}/docs.jsonl", None, 5)
     assert docs["items"][0]["value"]["text"].endswith("<i>0</i>")
     assert "sk-executor-test-secret" not in json.dumps(step)

@@ -301,7 +301,7 @@ async function renderMetrics(path) {
   if (m.state === "ok") {
     const plots = ["loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu"].filter(k => m.series[k] && m.series[k].length);
     out.push(el("div", {class: "plots", id: "plots"}, plots.map(k => linePlot(k, m.series[k]))));
-    out.push(el("p", {class: "muted", text: `${m.rows} logged steps${m.bad_lines ? `, ${m.bad_lines} unreadable lines skipped` : ""}`}));
+    out.push(el("p", {class: "muted", text: `${m.rows} logged steps${m.bad_lines ? `, ${m.bad_lines} unreadable lines skipped` : ""}${m.sampled ? ` (sampled: ${fmtBytes(m.sampled.bytes_read)} read of ${fmtBytes(m.sampled.size)}, in ${m.sampled.windows} evenly spaced windows)` : ""}`}));
   } else if (m.state !== "missing") out.push(el("div", {class: "warn", text: `metrics: ${m.error}`}));
   const res = data.results;
   if (res.state === "ok") {
@@ -382,6 +382,7 @@ async function renderFile(params) {
     el("p", {}, el("a", {href: links.file(data.parent), id: "parent-link", text: "↑ parent folder"}),
       ` · ${data.kind}${data.compression ? ` (${data.compression})` : ""} · ${fmtBytes(data.size)}`),
     data.error ? el("div", {class: "warn", text: data.error}) : null,
+    data.notice ? el("p", {class: "muted", id: "notice", text: data.notice}) : null,
     data.is_step ? el("p", {}, el("a", {href: links.step(data.path), id: "step-link", text: "Open this step's page"})) : null,
     pager, el("div", {id: "viewer", "data-kind": data.kind}, renderItems(data)));
 }
