@@ -13,7 +13,8 @@ Ray cost per step? Figures, each printed as ours / Marin's / ratio / target:
 5. Ray dispatch overhead per trivial step (50 steps, chain and fan-out, on local Ray, Ray already
    started; the step function returns at once, so the run time is all overhead)
 
-Each figure is the median of --repeats runs, each in a fresh process. The peer is imported from a
+Each figure is the median of --repeats runs, each in a fresh process; the two executors alternate
+run by run (rotating order), never one block after the other. The peer is imported from a
 Marin source tree given by `--marin-src PATH` or `$MARIN_SRC` (default /tmp/marin-src): a
 directory with the `marin` package (`marin/execution/executor.py`, the Ray/StatusActor-era
 executor) and what it imports; nothing of Marin is in this repository. The DAGs are identical for
@@ -351,105 +352,120 @@ def driver(args: argparse.Namespace) -> None:
     notes: list[str] = []
     loads = [os.getloadavg()[0]]
     R = args.repeats
+    sections = set(args.sections.split(","))
 
-    def both(label: str, target: str, ours_fn, marin_fn) -> None:
-        ours = ours_fn()
-        marin = marin_fn() if marin_ok else None
-        loads.append(os.getloadavg()[0])
+    def alternate(fns: dict[str, Any]) -> dict[str, list]:
+        """R results of each side, the sides alternating within each repeat (rotating order)."""
+        names = list(fns)
+        out: dict[str, list] = {n: [] for n in names}
+        for r in range(R):
+            for n in names[r % len(names):] + names[: r % len(names)]:
+                out[n].append(fns[n]())
+                loads.append(os.getloadavg()[0])
+        return out
+
+    def both(label: str, target: str, ours_once, marin_once) -> None:
+        runs = alternate({"ours": ours_once, **({"marin": marin_once} if marin_ok else {})})
+        ours, marin = median(runs["ours"]), (median(runs["marin"]) if marin_ok else None)
         rows.append((label, ours, marin, target, "" if marin_ok else f"peer: not run ({marin_why})"))
-        print(f"  {label}: ours {fmt_s(ours)}  marin {fmt_s(marin)}", flush=True)
+        print(f"  {label}: ours {fmt_s(ours)} {[round(x, 3) for x in runs['ours']]}  marin {fmt_s(marin)}", flush=True)
 
     try:
-        # 1-2 planning: each repeat is a fresh process; within it, --inner plans, the first one counted
-        # too (a driver plans once per run).
-        for label, n, layers, target in (("1. plan+hash 10,000 steps, 10 layers", 10_000, 10, "< 0.2 s"),
-                                          ("2. plan+hash 1,200 steps, 24 layers", 1_200, 24, "< 0.1 s")):
-            def plan(impl: str, n=n, layers=layers) -> float:
-                runs = [bench.child("plan", "--impl", impl, "--steps", str(n), "--layers", str(layers),
-                                    "--inner", "1", "--prefix", os.path.join(work, "plan"))[0]["times"][0]
-                        for _ in range(R)]
-                return median(runs)
-            both(label, target, lambda: plan("ours"), lambda: plan("marin"))
+        if "plan" in sections:
+            # 1-2 planning: each run is a fresh process that plans once (a driver plans once per run).
+            for label, n, layers, target in (("1. plan+hash 10,000 steps, 10 layers", 10_000, 10, "< 0.2 s"),
+                                              ("2. plan+hash 1,200 steps, 24 layers", 1_200, 24, "< 0.1 s")):
+                def plan(impl: str, n=n, layers=layers) -> float:
+                    return bench.child("plan", "--impl", impl, "--steps", str(n), "--layers", str(layers),
+                                       "--inner", "1", "--prefix", os.path.join(work, "plan"))[0]["times"][0]
+                both(label, target, lambda: plan("ours"), lambda: plan("marin"))
 
         # 3-4 no-op reruns of 1,000 finished steps (10 layers of 100)
-        def noop(impl: str, prefix: str, backend: str, seed: bool = True) -> tuple[float, float, float | None]:
-            if seed:
-                bench.child("seed", "--impl", impl, "--prefix", prefix, "--steps", "1000", "--layers", "10")
-            runs, walls, inits = [], [], []
-            for _ in range(R):
+        def seed(impl: str, prefix: str) -> None:
+            bench.child("seed", "--impl", impl, "--prefix", prefix, "--steps", "1000", "--layers", "10")
+
+        def noop_once(impl: str, prefix: str, backend: str):
+            def once() -> tuple[float, float, float | None]:
                 res, wall = bench.child("run", "--impl", impl, "--prefix", prefix, "--backend", backend,
                                         "--steps", "1000", "--layers", "10")
                 if impl == "ours":
                     assert res["executed"] == 0, f"a no-op rerun executed {res['executed']} steps"
-                runs.append(res["run_s"])
-                walls.append(wall)
-                if res["ray_init_s"] is not None:
-                    inits.append(res["ray_init_s"])
-            return median(runs), median(walls), (median(inits) if inits else None)
+                return res["run_s"], wall, res["ray_init_s"]
+            return once
 
-        local_results: dict[str, Any] = {}
-        for key, impl, backend, store in (("ours-local", "ours", "local", "ours"), ("ours-ray", "ours", "ray", "ours"),
-                                          ("marin", "marin", "ray", "marin")):
-            if impl == "marin" and not marin_ok:
-                continue
-            # ours-ray reruns the store ours-local finished: identities do not depend on the backend.
-            local_results[key] = noop(impl, os.path.join(work, f"store-{store}"), backend, seed=key != "ours-ray")
-            loads.append(os.getloadavg()[0])
-            print(f"  no-op rerun {key}: run {fmt_s(local_results[key][0])}, whole {fmt_s(local_results[key][1])}",
-                  flush=True)
-        m = local_results.get("marin")
-        for key, label in (("ours-local", "--backend local"), ("ours-ray", "--backend ray")):
-            o = local_results[key]
-            rows.append((f"3. no-op rerun 1,000 steps, local disk, run call ({label})", o[0], m[0] if m else None,
-                         "< 1 s", "" if m else f"peer: not run ({marin_why}); issue quotes Marin 7-10 s"))
-            rows.append((f"3. ... whole process ({label})", o[1], m[1] if m else None, "< 5 s",
-                         "" if m else "issue quotes Marin 12-17 s"))
-        if m and m[2] is not None:
-            notes.append(f"Marin's whole process includes its ray.init ({fmt_s(m[2])} median); its run call does "
-                         "not (Ray was started just before it).")
-        notes.append("Ours with --backend ray and nothing to run never starts Ray (the backend is made only "
-                     "when a step must run), so its no-op rerun costs the same as --backend local.")
-        notes.append("Finished state for 3-4 is written by each executor's own status writer (mode 'seed'); a "
-                     "real first run of 1,000 steps costs minutes here. Ours asserts the rerun executed 0 steps.")
+        def summary(runs: list) -> tuple[float, float, float | None]:
+            inits = [r[2] for r in runs if r[2] is not None]
+            return median([r[0] for r in runs]), median([r[1] for r in runs]), (median(inits) if inits else None)
 
-        rs = [bench.child("ray_start")[0] for _ in range(R)]
-        rows.append(("3. forced Ray start (ours' ray backend: ray.init)", median([r["start_s"] for r in rs]), None,
-                     "-", "Ray's own cost; add it to a no-op rerun that must start Ray"))
-        rows.append(("   ... and ray.shutdown", median([r["shutdown_s"] for r in rs]), None, "-", ""))
+        if "noop" in sections:
+            seed("ours", os.path.join(work, "store-ours"))
+            sides = {  # ours-ray reruns the store ours-local finished: identities do not depend on the backend
+                "ours-local": noop_once("ours", os.path.join(work, "store-ours"), "local"),
+                "ours-ray": noop_once("ours", os.path.join(work, "store-ours"), "ray"),
+            }
+            if marin_ok:
+                seed("marin", os.path.join(work, "store-marin"))
+                sides["marin"] = noop_once("marin", os.path.join(work, "store-marin"), "ray")
+            local_results = {k: summary(v) for k, v in alternate(sides).items()}
+            for key, res in local_results.items():
+                print(f"  no-op rerun {key}: run {fmt_s(res[0])}, whole {fmt_s(res[1])}", flush=True)
+            m = local_results.get("marin")
+            for key, label in (("ours-local", "--backend local"), ("ours-ray", "--backend ray")):
+                o = local_results[key]
+                rows.append((f"3. no-op rerun 1,000 steps, local disk, run call ({label})", o[0], m[0] if m else None,
+                             "< 1 s", "" if m else f"peer: not run ({marin_why}); issue quotes Marin 7-10 s"))
+                rows.append((f"3. ... whole process ({label})", o[1], m[1] if m else None, "< 5 s",
+                             "" if m else "issue quotes Marin 12-17 s"))
+            if m and m[2] is not None:
+                notes.append(f"Marin's whole process includes its ray.init ({fmt_s(m[2])} median); its run call does "
+                             "not (Ray was started just before it).")
+            notes.append("Ours with --backend ray and nothing to run never starts Ray (the backend is made only "
+                         "when a step must run), so its no-op rerun costs the same as --backend local.")
+            notes.append("Finished state for 3-4 is written by each executor's own status writer (mode 'seed'); a "
+                         "real first run of 1,000 steps costs minutes here. Ours asserts the rerun executed 0 steps.")
+            rs = [bench.child("ray_start")[0] for _ in range(R)]
+            rows.append(("3. forced Ray start (ours' ray backend: ray.init)", median([r["start_s"] for r in rs]), None,
+                         "-", "Ray's own cost; add it to a no-op rerun that must start Ray"))
+            rows.append(("   ... and ray.shutdown", median([r["shutdown_s"] for r in rs]), None, "-", ""))
 
-        # 4 GCS emulator
-        if args.skip_gcs:
-            notes.append("4. not measured: --skip-gcs")
-        else:
-            proc, url = start_gcs_emulator()
-            try:
-                bench.env["STORAGE_EMULATOR_HOST"] = url
-                gcs: dict[str, Any] = {}
-                for key, impl, backend in (("ours", "ours", "local"), ("marin", "marin", "ray")):
-                    if impl == "marin" and not marin_ok:
-                        continue
-                    make_bucket(url, f"bench-{key}")
-                    gcs[key] = noop(impl, f"gs://bench-{key}/store", backend)
-                    print(f"  gcs no-op rerun {key}: run {fmt_s(gcs[key][0])}, whole {fmt_s(gcs[key][1])}",
-                          flush=True)
-                gm = gcs.get("marin")
-                rows.append(("4. no-op rerun 1,000 steps, GCS emulator, run call", gcs["ours"][0],
-                             gm[0] if gm else None, "-", ""))
-                rows.append(("4. ... whole process", gcs["ours"][1], gm[1] if gm else None, "< 5 s", ""))
-            finally:
-                proc.kill()
-                proc.wait(timeout=10)
-                bench.env.pop("STORAGE_EMULATOR_HOST", None)
-            loads.append(os.getloadavg()[0])
+        if "gcs" in sections:
+            # 4 GCS emulator
+            if args.skip_gcs:
+                notes.append("4. not measured: --skip-gcs")
+            else:
+                proc, url = start_gcs_emulator()
+                try:
+                    bench.env["STORAGE_EMULATOR_HOST"] = url
+                    gcs_sides = {}
+                    for key, impl, backend in (("ours", "ours", "local"), ("marin", "marin", "ray")):
+                        if impl == "marin" and not marin_ok:
+                            continue
+                        make_bucket(url, f"bench-{key}")
+                        seed(impl, f"gs://bench-{key}/store")
+                        gcs_sides[key] = noop_once(impl, f"gs://bench-{key}/store", backend)
+                    gcs = {k: summary(v) for k, v in alternate(gcs_sides).items()}
+                    for key, res in gcs.items():
+                        print(f"  gcs no-op rerun {key}: run {fmt_s(res[0])}, whole {fmt_s(res[1])}", flush=True)
+                    gm = gcs.get("marin")
+                    rows.append(("4. no-op rerun 1,000 steps, GCS emulator, run call", gcs["ours"][0],
+                                 gm[0] if gm else None, "-", ""))
+                    rows.append(("4. ... whole process", gcs["ours"][1], gm[1] if gm else None, "< 5 s", ""))
+                finally:
+                    proc.kill()
+                    proc.wait(timeout=10)
+                    bench.env.pop("STORAGE_EMULATOR_HOST", None)
+                loads.append(os.getloadavg()[0])
 
-        # 5 Ray dispatch overhead per trivial step
-        for shape in ("chain", "fanout"):
-            def dispatch(impl: str, shape=shape) -> float:
-                res, _ = bench.child("dispatch", "--impl", impl, "--shape", shape, "--steps", "50",
-                                     "--inner", str(R), "--prefix", os.path.join(work, f"dispatch-{impl}-{shape}"))
-                return median(res["times"]) / 50
-            both(f"5. Ray dispatch per trivial step, 50 steps, {shape}", "-", lambda: dispatch("ours"),
-                 lambda: dispatch("marin"))
+        if "dispatch" in sections:
+            # 5 Ray dispatch overhead per trivial step
+            for shape in ("chain", "fanout"):
+                def dispatch(impl: str, shape=shape) -> float:
+                    fresh = tempfile.mkdtemp(prefix=f"dispatch-{impl}-{shape}-", dir=work)  # nothing finished yet
+                    res, _ = bench.child("dispatch", "--impl", impl, "--shape", shape, "--steps", "50",
+                                         "--inner", "1", "--prefix", fresh)
+                    return median(res["times"]) / 50
+                both(f"5. Ray dispatch per trivial step, 50 steps, {shape}", "-", lambda: dispatch("ours"),
+                     lambda: dispatch("marin"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -457,7 +473,7 @@ def driver(args: argparse.Namespace) -> None:
     print(f"Executor overhead: marin_lab vs Marin's Ray-era executor (peer source: "
           f"{args.marin_src if marin_ok else 'not run'})")
     print(f"host {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"medians of {R} repeats (fresh processes); load average (1 min) during the run: "
+          f"medians of {R} repeats (fresh processes, sides alternating); load average (1 min) during the run: "
           f"min {min(loads):.2f}, median {median(loads):.2f}, max {max(loads):.2f}")
     print()
     w = max(len(r[0]) for r in rows)
@@ -481,6 +497,8 @@ def main() -> None:
     p.add_argument("--marin-src", default=os.environ.get("MARIN_SRC", DEFAULT_MARIN_SRC))
     p.add_argument("--skip-marin", action="store_true")
     p.add_argument("--skip-gcs", action="store_true")
+    p.add_argument("--sections", default="plan,noop,gcs,dispatch",
+                   help="comma-separated subset of plan (1-2), noop (3), gcs (4), dispatch (5)")
     # child modes
     p.add_argument("--child", choices=["plan", "run", "seed", "ray_start", "dispatch"])
     p.add_argument("--impl", choices=["ours", "marin"], default="ours")

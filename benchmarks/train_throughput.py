@@ -1,9 +1,14 @@
 """Training throughput: our JAX train step vs the same Llama architecture in PyTorch.
 
 The peer is `transformers.LlamaForCausalLM` (torch 2.13) with `torch.optim.AdamW`, same shape,
-same batch, same sequence length, fp32 on CPU. Each side runs `--steps` timed steps after
-`--warmup` untimed ones (compilation for JAX); the median step time of `--repeats` repeats is
-reported, and the ratio is ours / theirs in tokens per second (> 1: we are faster).
+same batch, same sequence length, fp32 on CPU. Both sides are built and warmed up first
+(`--warmup` untimed steps; compilation for JAX); then each repeat times `--steps` steps of one side
+and then of the other, the order alternating between repeats, so both see the same machine
+state. The median step time over `--repeats` repeats is reported, with the ratio ours / theirs in
+tokens per second (> 1: we are faster) and the ratio of every repeat pair. Threads: XLA's CPU
+client and PyTorch (intra-op) each use every core (`torch.set_num_threads(os.cpu_count())`); the
+script prints both settings. Under other load both sides lose, PyTorch's spin-waiting OpenMP
+threads more, which is why ratios measured under load overstate ours.
 
     python benchmarks/train_throughput.py                           # CPU: nano and 100m
     python benchmarks/train_throughput.py --models llama_1b --device gpu --batch 8 --seq 2048
@@ -16,7 +21,6 @@ import argparse
 import dataclasses
 import os
 import statistics
-import sys
 import time
 
 
@@ -34,8 +38,9 @@ from marin_lab.training.train_step import StepSettings, make_init_fn, make_train
 from experiments.models import MODELS  # noqa: E402
 
 
-def bench_ours(model: LlamaConfig, batch: int, seq: int, steps: int, warmup: int, repeats: int,
-               compute_dtype: str, attention_impl: str | None, remat: bool) -> list[float]:
+def build_ours(model: LlamaConfig, batch: int, seq: int, warmup: int, compute_dtype: str,
+               attention_impl: str | None, remat: bool):
+    """A function running `n` timed train steps of ours (compiled and warmed up already)."""
     mesh_cfg = MeshConfig(data=1, fsdp=-1, model=1)
     mesh = mesh_cfg.build()
     opt_cfg = OptimizerConfig(learning_rate=1e-4, warmup=0)
@@ -46,21 +51,21 @@ def bench_ours(model: LlamaConfig, batch: int, seq: int, steps: int, warmup: int
                             gradient_checkpointing=remat)
     step = make_train_step(model, opt, opt_cfg.lr_schedule(10_000), settings, mesh, shard)
     tokens = jax.numpy.asarray(np.random.default_rng(0).integers(0, model.vocab_size, (batch, seq + 1)), np.int32)
-    for _ in range(warmup):
-        state, out = step(state, tokens)
-    jax.block_until_ready(out)
-    times = []
-    for _ in range(repeats):
+    holder = {"state": state}
+
+    def run(n: int) -> float:
         t0 = time.perf_counter()
-        for _ in range(steps):
-            state, out = step(state, tokens)
+        for _ in range(n):
+            holder["state"], out = step(holder["state"], tokens)
         jax.block_until_ready(out)
-        times.append((time.perf_counter() - t0) / steps)
-    return times
+        return (time.perf_counter() - t0) / n
+
+    run(warmup)
+    return run
 
 
-def bench_torch(model: LlamaConfig, batch: int, seq: int, steps: int, warmup: int, repeats: int,
-                device: str) -> list[float]:
+def build_torch(model: LlamaConfig, batch: int, seq: int, warmup: int, device: str):
+    """A function running `n` timed train steps of the PyTorch peer (warmed up already)."""
     import torch
     from transformers import LlamaConfig as HFConfig, LlamaForCausalLM
 
@@ -84,19 +89,18 @@ def bench_torch(model: LlamaConfig, batch: int, seq: int, steps: int, warmup: in
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    for _ in range(warmup):
-        one()
-    times = []
-    for _ in range(repeats):
+    def run(n: int) -> float:
         if device == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
-        for _ in range(steps):
+        for _ in range(n):
             one()
         if device == "cuda":
             torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) / steps)
-    return times
+        return (time.perf_counter() - t0) / n
+
+    run(warmup)
+    return run
 
 
 def main() -> None:
@@ -117,27 +121,41 @@ def main() -> None:
     attention = "cudnn" if gpu else None
     devices = jax.devices()
     peak = device_peak_flops(devices[0].device_kind)
+    threads = ""
+    if not args.no_torch:
+        import torch
+
+        torch.set_num_threads(os.cpu_count() or 1)
+        threads = f"torch intra-op threads {torch.get_num_threads()}, "
     print(f"# devices: {len(devices)} x {devices[0].device_kind}; jax {jax.__version__}; "
-          f"compute {compute_dtype}; batch {args.batch} x seq {args.seq}; "
-          f"median of {args.repeats} repeats x {args.steps} steps")
-    header = f"{'model':<12} {'params':>8} {'ours tok/s':>11} {'torch tok/s':>12} {'ratio':>6} {'ours MFU':>9} {'torch MFU':>9}"
+          f"compute {compute_dtype}; batch {args.batch} x seq {args.seq}; {threads}"
+          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; median of {args.repeats} repeats x {args.steps} steps, "
+          f"sides alternating; 1-min load average {os.getloadavg()[0]:.1f} at the start")
+    header = (f"{'model':<12} {'params':>8} {'ours tok/s':>11} {'torch tok/s':>12} {'ratio':>6} "
+              f"{'ours MFU':>9} {'torch MFU':>9}  ratio per repeat")
     print(header)
     print("-" * len(header))
     for name in args.models.split(","):
         model = dataclasses.replace(MODELS[name], max_seq_len=max(MODELS[name].max_seq_len, args.seq))
         tokens = args.batch * args.seq
-        ours = statistics.median(bench_ours(model, args.batch, args.seq, args.steps, args.warmup,
-                                            args.repeats, compute_dtype, attention, args.remat))
-        theirs = None
+        sides = {"ours": build_ours(model, args.batch, args.seq, args.warmup, compute_dtype, attention, args.remat)}
         if not args.no_torch:
-            theirs = statistics.median(bench_torch(model, args.batch, args.seq, args.steps, args.warmup,
-                                                   args.repeats, "cuda" if gpu else "cpu"))
+            sides["torch"] = build_torch(model, args.batch, args.seq, args.warmup, "cuda" if gpu else "cpu")
+        times: dict[str, list[float]] = {k: [] for k in sides}
+        order = list(sides)
+        for rep in range(args.repeats):
+            for side in (order if rep % 2 == 0 else order[::-1]):
+                times[side].append(sides[side](args.steps))
+        ours = statistics.median(times["ours"])
+        theirs = statistics.median(times["torch"]) if "torch" in times else None
+        pairs = " ".join(f"{t / o:.2f}" for o, t in zip(times["ours"], times.get("torch", [])))
         flops = model.flops_per_token(args.seq) * tokens
         ours_mfu = f"{flops / ours / (peak * len(devices)):.1%}" if peak else "-"
         theirs_mfu = f"{flops / theirs / (peak * len(devices)):.1%}" if peak and theirs else "-"
         print(f"{name:<12} {model.num_params() / 1e6:>7.1f}M {tokens / ours:>11.0f} "
               f"{(tokens / theirs) if theirs else float('nan'):>12.0f} "
-              f"{(theirs / ours) if theirs else float('nan'):>6.2f} {ours_mfu:>9} {theirs_mfu:>9}")
+              f"{(theirs / ours) if theirs else float('nan'):>6.2f} {ours_mfu:>9} {theirs_mfu:>9}  {pairs}")
+    print(f"# 1-min load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

@@ -22,20 +22,21 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
-
 from marin_lab.io import fs as mfs
-from marin_lab.processing.minhash import estimated_similarity
+from marin_lab.processing.minhash import estimated_similarity, first_of_component
 
 __all__ = [
     "RECORD",
+    "Components",
     "ShardBands",
     "band_records",
     "bucket_edges",
     "components",
+    "partition_of",
     "read_npy_rows",
+    "read_partition",
     "save_npy",
+    "signature_rows",
 ]
 
 RECORD = np.dtype([("key", "<u8"), ("tag", "<u8")])
@@ -184,9 +185,4 @@ def components(
             sim = estimated_similarity(signature_rows(shards, src[part]), signature_rows(shards, dst[part]))
             keep[part] = sim >= threshold
         src, dst = src[keep], dst[keep]
-    graph = coo_matrix((np.ones(src.size, dtype=np.int8), (src, dst)), shape=(n, n))
-    _, labels = connected_components(graph, directed=False)
-    first_of_label = np.full(labels.max() + 1 if n else 0, n, dtype=np.int64)
-    np.minimum.at(first_of_label, labels, np.arange(n, dtype=np.int64))
-    rep = first_of_label[labels] if n else np.empty(0, dtype=np.int64)
-    return Components(rep, candidates, int(src.size))
+    return Components(first_of_component(n, src, dst), candidates, int(src.size))

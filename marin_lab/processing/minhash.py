@@ -328,6 +328,16 @@ class MinHasher:
         return band_keys(signatures, self.num_bands, self.rows_per_band)
 
 
+def first_of_component(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """For each of `n` documents linked by edges (src, dst): the first document of its connected
+    component, i.e. its cluster's representative in corpus order."""
+    graph = coo_matrix((np.ones(src.size, dtype=np.int8), (src, dst)), shape=(n, n))
+    _, labels = connected_components(graph, directed=False)
+    first_of_label = np.full(labels.max() + 1 if n else 0, n, dtype=np.int64)
+    np.minimum.at(first_of_label, labels, np.arange(n, dtype=np.int64))
+    return first_of_label[labels] if n else np.empty(0, dtype=np.int64)
+
+
 @dataclass(frozen=True)
 class Clusters:
     """The result of clustering: per document, its representative and estimated similarity."""
@@ -383,11 +393,7 @@ def cluster_duplicates(
     if threshold is not None and src.size:
         keep = estimated_similarity(signatures[src], signatures[dst]) >= threshold
         src, dst = src[keep], dst[keep]
-    graph = coo_matrix((np.ones(src.size, dtype=np.int8), (src, dst)), shape=(n, n))
-    _, labels = connected_components(graph, directed=False)
-    first_of_label = np.full(labels.max() + 1 if n else 0, n, dtype=np.int64)
-    np.minimum.at(first_of_label, labels, np.arange(n, dtype=np.int64))
-    rep = first_of_label[labels] if n else np.empty(0, dtype=np.int64)
+    rep = first_of_component(n, src, dst)
     sim = np.ones(n, dtype=np.float64)
     dup = np.flatnonzero(rep != np.arange(n))
     if signatures is not None and dup.size:

@@ -2,7 +2,8 @@
 
 `map_shards` is the only place a data step meets parallelism. Inside a Ray task (the ray backend
 runs each step as one) shards become Ray tasks, so a step fans out over the cluster; on the local
-backend they go to a process pool (spawn, so no state leaks from the parent); with one worker
+backend they go to a process pool (spawn, so no state leaks from the parent; kept for the next
+call of the same process while its environment is unchanged); with one worker
 everything runs inline, anywhere, which keeps tests and debugging simple. Results come back in
 task order, so a step's output never depends on how many workers there were or which finished
 first.
@@ -22,9 +23,11 @@ back from the marker).
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures as cf
 import logging
 import multiprocessing
+import os
 import queue
 import sys
 import threading
@@ -38,6 +41,7 @@ from marin_lab.processing.errors import ShardTaskError
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "close_idle_pool",
     "done_marker",
     "input_sizes",
     "map_shards",
@@ -219,13 +223,58 @@ class _Run:
         return self.results
 
 
+# One idle pool is kept for the next `map_shards` call of this process (a dedup step calls it three
+# times): starting a spawned worker costs ~0.5 s of imports and model loading. It is reused only
+# under the same environment variables, sys.path and working directory, so a worker never runs
+# with settings its caller has since changed.
+_IDLE_POOL: tuple[tuple, cf.ProcessPoolExecutor] | None = None
+_IDLE_LOCK = threading.Lock()
+
+
+def _pool_key(slots: int) -> tuple:
+    return slots, tuple(sorted(os.environ.items())), tuple(sys.path), os.getcwd()
+
+
+def _take_pool(slots: int) -> tuple[tuple, cf.ProcessPoolExecutor]:
+    global _IDLE_POOL
+    key = _pool_key(slots)
+    with _IDLE_LOCK:
+        idle, _IDLE_POOL = _IDLE_POOL, None
+    if idle is not None:
+        if idle[0] == key:
+            return idle
+        idle[1].shutdown(wait=False, cancel_futures=True)
+    return key, cf.ProcessPoolExecutor(max_workers=slots, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _give_back_pool(key: tuple, pool: cf.ProcessPoolExecutor) -> None:
+    global _IDLE_POOL
+    with _IDLE_LOCK:
+        if _IDLE_POOL is None:
+            _IDLE_POOL = (key, pool)
+            return
+    pool.shutdown(wait=True)
+
+
+def close_idle_pool() -> None:
+    """Stop the worker processes kept for the next `map_shards` call (also done at exit)."""
+    global _IDLE_POOL
+    with _IDLE_LOCK:
+        idle, _IDLE_POOL = _IDLE_POOL, None
+    if idle is not None:
+        idle[1].shutdown(wait=True, cancel_futures=True)
+
+
+atexit.register(close_idle_pool)
+
+
 class _PoolRemote:
     """`slots` spawned processes, each given one task at a time from the shared queue."""
 
     def __init__(self, slots: int):
         self.slots = slots
         self.error: BaseException | None = None
-        self._pool = cf.ProcessPoolExecutor(max_workers=slots, mp_context=multiprocessing.get_context("spawn"))
+        self._key, self._pool = _take_pool(slots)
         self._in_flight: dict[cf.Future, int] = {}
 
     def fill(self, run: _Run) -> None:
@@ -254,7 +303,13 @@ class _PoolRemote:
             run.abort()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        for fut in self._in_flight:
+            fut.cancel()  # not started yet: never will be
+        cf.wait(self._in_flight)  # running ones finish: a pool is handed on idle or not at all
+        if self.error is None and not getattr(self._pool, "_broken", False):
+            _give_back_pool(self._key, self._pool)
+        else:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 class _RayRemote:

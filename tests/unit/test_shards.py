@@ -6,6 +6,7 @@ import pytest
 
 from marin_lab.processing.errors import ProcessingError, ShardTaskError
 from marin_lab.processing.shards import (
+    close_idle_pool,
     map_shards,
     mark_shard_done,
     prefetch,
@@ -109,3 +110,15 @@ def test_prefetch_stops_its_producer_when_the_consumer_stops():
         if i == 3:
             break
     assert closed == [True]
+
+
+def test_worker_processes_are_reused_only_under_the_same_environment(monkeypatch):
+    import os
+
+    first = map_shards(_pid, [0, 1], num_workers=2, desc="pid")[1]
+    again = map_shards(_pid, [0, 1], num_workers=2, desc="pid")[1]
+    assert first == again != os.getpid()  # no second start-up for the second call
+    monkeypatch.setenv("MARIN_LAB_TEST_POOL", "changed")
+    changed = map_shards(_pid, [0, 1], num_workers=2, desc="pid")[1]
+    assert changed not in (first, os.getpid())
+    close_idle_pool()
