@@ -9,9 +9,15 @@ Every data step reads and writes documents through this module, so the bad-input
 one place. A document is an object with at least `id` (str) and `text` (str); `source` and
 `metadata` are optional. Reading streams (a shard is never loaded whole) and checks each line;
 a bad line -- malformed JSON, a missing or non-string `id`/`text`, bytes that are not UTF-8, a
-gzip/zstd stream that ends early -- raises `BadRecordError` naming the file and line, or with
-`on_bad_record="skip"` is counted in a `ReadStats` by reason, so that a step can account for every
-input document in its return value.
+gzip/zstd stream that ends early, and also JSON that parses but would break a later stage (nested
+deeper than `MAX_NESTING`, or a `"\ud800"` escape: a lone surrogate, which no UTF-8 encoder
+accepts) -- raises `BadRecordError` naming the file and line, or with `on_bad_record="skip"` is
+counted in a `ReadStats` by reason, so that a step can account for every input document in its
+return value. So every document a step receives can be encoded, hashed and written again.
+
+Memory: a line is held as bytes, as text and as parsed JSON at once, so reading a document costs
+about four times its size; `text_chunks` cuts a long text into pieces so that what follows
+(tokenizing, training a tokenizer) works on bounded pieces, not on the whole document.
 
 Writing is deterministic (same documents -> same bytes: sorted keys, gzip without a timestamp,
 single-threaded zstd at level 3) and atomic (see `marin_lab.io.fs.atomic_write_bytes`).
@@ -19,13 +25,12 @@ single-threaded zstd at level 3) and atomic (see `marin_lab.io.fs.atomic_write_b
 
 from __future__ import annotations
 
-from marin_lab.errors import MarinLabError
-
 import fnmatch
 import gzip
 import io
 import json
 import logging
+import re
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -33,6 +38,7 @@ from typing import IO
 
 import zstandard
 
+from marin_lab.errors import MarinLabError
 from marin_lab.io import fs as mfs
 
 logger = logging.getLogger(__name__)
@@ -46,6 +52,7 @@ __all__ = [
     "encode_documents",
     "list_shards",
     "read_documents",
+    "text_chunks",
     "write_documents",
 ]
 
@@ -55,6 +62,11 @@ SOURCE_PATTERNS = DOCUMENT_PATTERNS + ("*.parquet", "*.txt")
 ON_BAD_RECORD = ("raise", "skip")
 # A handful of examples is enough to diagnose a bad shard without bloating step records.
 MAX_EXAMPLES = 5
+MAX_NESTING = 100
+"""Deepest nesting of arrays/objects accepted in a line; deeper ones would exhaust Python's
+recursion limit in a later stage (encoding, hashing) instead of failing here with file:line."""
+# A `\uD800`-`\uDFFF` escape: the only way valid JSON can carry a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class BadRecordError(MarinLabError, ValueError):
@@ -88,8 +100,8 @@ class ReadStats:
     skipped: int = 0
     """Bad records skipped (on_bad_record='skip')."""
     skip_reasons: dict[str, int] = field(default_factory=dict)
-    """Skipped records by reason: bad_json, not_an_object, missing_text, missing_id, bad_utf8,
-    truncated_stream, bad_parquet."""
+    """Skipped records by reason: bad_json, too_deep, bad_unicode, not_an_object, missing_text,
+    missing_id, bad_utf8, truncated_stream, bad_parquet."""
     examples: list[str] = field(default_factory=list)
     """The first few skip messages (file:line: reason), for the step record."""
 
@@ -177,6 +189,45 @@ class _CheckedZstdReader(io.RawIOBase):
         self._pending = memoryview(b"".join(out))
 
 
+_TOO_DEEP = object()
+
+
+def _depth_exceeds(obj: object, limit: int) -> bool:
+    """Whether arrays/objects nest deeper than `limit` (iterative: no recursion to exhaust)."""
+    stack = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def _check_hostile(line: str, obj: object) -> tuple[str, str] | None:
+    """(reason, detail) for valid JSON that a later stage could not handle, else None.
+
+    Both checks look at the raw line first (two counts, one search), so ordinary documents
+    pay almost nothing.
+    """
+    if obj is _TOO_DEEP or (
+        line.count("[") + line.count("{") > MAX_NESTING and _depth_exceeds(obj, MAX_NESTING)
+    ):
+        return "too_deep", f"JSON nested more than {MAX_NESTING} levels deep"
+    if _SURROGATE_ESCAPE.search(line):
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as err:
+            return "bad_unicode", (f"a \\u escape encodes a lone surrogate ({err.object[err.start]!a}), "
+                                   "which is not a character")
+    return None
+
+
 def _check_document(obj: object) -> tuple[str, str] | None:
     """(reason, detail) when `obj` is not a document, else None."""
     if not isinstance(obj, dict):
@@ -241,7 +292,9 @@ def read_documents(
             except json.JSONDecodeError as err:
                 bad(lineno, "bad_json", f"malformed JSON ({err.msg} at column {err.colno})")
                 continue
-            problem = _check_document(obj)
+            except RecursionError:
+                obj = _TOO_DEEP
+            problem = _check_hostile(text, obj) or _check_document(obj)
             if problem is not None:
                 bad(lineno, *problem)
                 continue
@@ -292,6 +345,32 @@ def _read_text_file(path: str, fs, fpath: str, bad, stats: ReadStats) -> Iterato
     if text.strip():
         stats.read += 1
         yield {"id": path.rsplit("/", 1)[-1], "text": text}
+
+
+def text_chunks(text: str, max_chars: int) -> Iterator[str]:
+    """`text` in consecutive pieces of at most `max_chars` characters that join back to `text`.
+
+    A piece ends just before a single space between two non-space characters (searched in the
+    last half of the window), where word-level and byte-level pre-tokenizers split anyway, so a
+    tokenizer sees the same words in the pieces as in the whole text. Only a window with no such
+    space (a very long run without spaces) is cut at `max_chars`, possibly inside a word.
+    """
+    if max_chars < 2:
+        raise ValueError(f"max_chars={max_chars}: a piece needs at least 2 characters")
+    start, end_of_text = 0, len(text)
+    while end_of_text - start > max_chars:
+        end = start + max_chars
+        cut = end
+        low = start + max_chars // 2
+        space = text.rfind(" ", low, end)
+        while space > low:
+            if not text[space - 1].isspace() and not text[space + 1].isspace():
+                cut = space
+                break
+            space = text.rfind(" ", low, space)
+        yield text[start:cut]
+        start = cut
+    yield text[start:]
 
 
 def encode_documents(docs: Iterable[dict]) -> tuple[bytes, int]:

@@ -23,12 +23,12 @@ import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, islice
 
 import numpy as np
 
 from marin_lab.io import fs as mfs
-from marin_lab.io.documents import SOURCE_PATTERNS, ReadStats, list_shards, read_documents
+from marin_lab.io.documents import SOURCE_PATTERNS, ReadStats, list_shards, read_documents, text_chunks
 from marin_lab.processing.errors import TokenizeError
 from marin_lab.processing.shards import (
     input_sizes,
@@ -58,6 +58,12 @@ LEDGER_VERSION = 1
 SPLITS = ("train", "validation")
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
 TOKENIZER_FILE = "tokenizer.json"
+# Memory per document is bounded by encoding long texts in pieces (see `text_chunks`): a piece
+# costs about 100 bytes per character while it is encoded, so CHUNKS_PER_CALL pieces of
+# TEXT_CHUNK_CHARS hold about 100 MB whatever the document's size.
+LONG_TEXT_CHARS = 1_000_000
+TEXT_CHUNK_CHARS = 250_000
+CHUNKS_PER_CALL = 4
 
 
 @dataclass(frozen=True)
@@ -173,7 +179,43 @@ def find_eos_id(tokenizer, eos_token: str | None) -> int:
 def encode_texts(
     tokenizer, texts: Sequence[str], *, eos_id: int, bos_id: int | None, dtype: np.dtype
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens of `texts` (BOS?, ids, EOS per text) as one flat array, and each text's length."""
+    """Tokens of `texts` (BOS?, ids, EOS per text) as one flat array, and each text's length.
+
+    A text longer than LONG_TEXT_CHARS is encoded piece by piece (`text_chunks`): encoding holds
+    about 100 bytes per character, so a 50 MB document encoded whole would need gigabytes.
+    """
+    if all(len(text) <= LONG_TEXT_CHARS for text in texts):
+        return _encode_short(tokenizer, texts, eos_id=eos_id, bos_id=bos_id, dtype=dtype)
+    flats, lengths, run = [], [], []
+    for text in [*texts, None]:
+        if text is not None and len(text) <= LONG_TEXT_CHARS:
+            run.append(text)
+            continue
+        if run:
+            flat, lens = _encode_short(tokenizer, run, eos_id=eos_id, bos_id=bos_id, dtype=dtype)
+            flats.append(flat)
+            lengths.append(lens)
+            run = []
+        if text is not None:
+            flats.append(_encode_long(tokenizer, text, eos_id=eos_id, bos_id=bos_id, dtype=dtype))
+            lengths.append(np.array([len(flats[-1])], dtype=np.int64))
+    return np.concatenate(flats), np.concatenate(lengths)
+
+
+def _encode_long(tokenizer, text: str, *, eos_id: int, bos_id: int | None, dtype: np.dtype) -> np.ndarray:
+    """One long text's tokens (BOS?, ids, EOS), holding the encodings of a few pieces at a time."""
+    encode = getattr(tokenizer, "encode_batch_fast", None) or tokenizer.encode_batch
+    parts = [np.array([bos_id], dtype=dtype)] if bos_id is not None else []
+    pieces = text_chunks(text, TEXT_CHUNK_CHARS)
+    while group := list(islice(pieces, CHUNKS_PER_CALL)):
+        parts.extend(np.array(enc.ids, dtype=dtype) for enc in encode(group, add_special_tokens=False))
+    parts.append(np.array([eos_id], dtype=dtype))
+    return np.concatenate(parts)
+
+
+def _encode_short(
+    tokenizer, texts: Sequence[str], *, eos_id: int, bos_id: int | None, dtype: np.dtype
+) -> tuple[np.ndarray, np.ndarray]:
     encode = getattr(tokenizer, "encode_batch_fast", None) or tokenizer.encode_batch
     ids = [enc.ids for enc in encode(list(texts), add_special_tokens=False)]
     for doc in ids:
@@ -498,7 +540,9 @@ def train_tokenizer(config: TrainTokenizerConfig) -> dict:
                     continue
                 used["documents"] += 1
                 used["chars"] += len(doc["text"])
-                yield doc["text"]
+                # The trainer pre-tokenizes each item whole; pieces keep that bounded and, cut
+                # between words, leave the word counts (and so the merges) unchanged.
+                yield from text_chunks(doc["text"], TEXT_CHUNK_CHARS)
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
