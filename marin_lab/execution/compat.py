@@ -1,40 +1,90 @@
 """Marin's lower-level executor spellings, for code (and tests) written against its internals.
 
 Experiment files never need these: they use the names exported by `marin_lab.execution`. Tools
-and tests that reached into Marin's executor find here `StatusFile(...).status`,
-`collect_dependencies_and_version(obj)` and `get_status_path`/`get_info_path`, with Marin's meaning.
-See docs/coming_from_marin.md.
+and tests that reached into Marin's executor find here `StatusFile` (its status, and its lock
+methods over our lease file), `Lease`/`HEARTBEAT_TIMEOUT`, `collect_dependencies_and_version(obj)`
+and `get_status_path`/`get_info_path`, with Marin's meaning. See docs/coming_from_marin.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
+from marin_lab.execution import lease as leases
+from marin_lab.execution.errors import LeaseLostError
 from marin_lab.execution.hashing import scan_config
 from marin_lab.execution.status import info_path as get_info_path
 from marin_lab.execution.status import read_status
 from marin_lab.execution.status import status_path as get_status_path
 from marin_lab.execution.step import ExecutorStep
 
-__all__ = ["Dependencies", "StatusFile", "collect_dependencies_and_version", "get_info_path", "get_status_path"]
+__all__ = [
+    "HEARTBEAT_TIMEOUT", "Dependencies", "Lease", "StatusFile", "collect_dependencies_and_version", "get_info_path",
+    "get_status_path",
+]
+
+HEARTBEAT_TIMEOUT = leases.DEFAULT_TIMEOUT_S
+"""Seconds after its last heartbeat that a lease is stale (Marin's name)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Lease:
+    """Marin's view of a lease record: its holder and the time of its last heartbeat."""
+
+    worker_id: str
+    timestamp: float
+
+    def is_stale(self) -> bool:
+        return time.time() - self.timestamp > HEARTBEAT_TIMEOUT
 
 
 class StatusFile:
-    """The status of the step at `output_path` (ours, or Marin's JSON lines or one-word file).
+    """The step at `output_path` as Marin's `StatusFile` sees it.
 
-    Read-only: leases live in their own file (`.executor_lease`, see `marin_lab.execution.lease`).
+    `status` reads ours, Marin's JSON lines or its one-word file. The lock methods act on our lease
+    file (`.executor_lease`, `marin_lab.execution.lease`, with its conditional writes), not on
+    Marin's `.executor_status.lock`; the status itself is never written here.
     """
 
     def __init__(self, output_path: str, worker_id: str | None = None):
         self.output_path = str(output_path)
         self.path = get_status_path(self.output_path)
-        self.worker_id = worker_id
+        self.worker_id = worker_id or leases.new_driver_id()
+        self._lease = leases.Lease(self.output_path, self.worker_id)
 
     @property
     def status(self) -> str | None:
         record = read_status(self.output_path)
         return None if record is None else record.get("status")
+
+    def try_acquire_lock(self) -> bool:
+        """Take the lease if it is free, stale or already ours."""
+        return self._lease.try_acquire() is None
+
+    def refresh_lock(self) -> None:
+        """Heartbeat; raises LeaseLostError if another worker holds the lease now."""
+        if not self._lease.renew():
+            raise LeaseLostError(f"{self.output_path}: the lease is held by another worker now")
+
+    def release_lock(self) -> None:
+        self._lease.release()
+
+    def _read_lock_with_generation(self) -> tuple[Any, Lease | None]:
+        got = self._lease.file.read()
+        if got is None:
+            return None, None
+        data, generation = got
+        holder = leases.LeaseHolder.parse(data)
+        return generation, None if holder is None else Lease(holder.holder, holder.heartbeat)
+
+    def _write_lock(self, lease: Lease, if_generation_match: Any = None) -> Any:
+        """Write `lease` as the lease record (compare-and-swap against `if_generation_match`)."""
+        record = leases.Lease(self.output_path, lease.worker_id, clock=lambda: lease.timestamp)._content()
+        if if_generation_match is None:
+            return self._lease.file.create(record)
+        return self._lease.file.replace(record, if_generation_match)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -630,7 +630,7 @@ def test_parent_will_run_if_some_child_is_not_skippable():
 
 def test_status_file_takeover_stale_lock_then_refresh(tmp_path):
     """Test taking over a stale lock from a dead worker and then refreshing it."""
-    from marin_lab.execution.lease import DEFAULT_TIMEOUT_S as HEARTBEAT_TIMEOUT, Lease
+    from marin_lab.execution.compat import HEARTBEAT_TIMEOUT, Lease
 
     # Simulate worker A creating a stale lock (as if it died)
     dead_worker = StatusFile(tmp_path, worker_id="dead-worker")

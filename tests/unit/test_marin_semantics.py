@@ -187,3 +187,46 @@ def test_closure_and_local_config_run_on_the_local_backend(tmp_path):
     executor = Executor(str(tmp_path), backend="local")
     executor.run([step])
     assert open(os.path.join(executor.output_paths[step], "w.txt")).read() == "hi"
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointsConfig:
+    output_path: str
+    marker: str
+    """Unversioned rendezvous file: the evaluator writes it once it has read a checkpoint."""
+    checkpoints: str | None = None
+
+
+def _wait_for(path: str, what: str) -> None:
+    import time
+
+    deadline = time.monotonic() + 120
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.05)
+
+
+def train_until_evaluated(cfg: CheckpointsConfig) -> None:
+    os.makedirs(os.path.join(cfg.output_path, "ckpt"))
+    with open(os.path.join(cfg.output_path, "ckpt", "step-1"), "w") as f:
+        f.write("1")
+    _wait_for(cfg.marker, "the evaluator never ran while training was running")
+
+
+def evaluate_checkpoint(cfg: CheckpointsConfig) -> None:
+    _wait_for(os.path.join(cfg.checkpoints, "step-1"), "no checkpoint appeared")
+    with open(cfg.marker, "w") as f:
+        f.write("seen step-1")
+
+
+def test_nonblocking_input_runs_beside_a_training_step_still_running(tmp_path):
+    """Marin's use of `.nonblocking()`: evaluate the checkpoints of a run that has not finished.
+    Waiting for the trainer would deadlock here (it finishes only after the evaluator has run)."""
+    marker = str(tmp_path / "evaluated")
+    train = ExecutorStep("train", train_until_evaluated, CheckpointsConfig(this_output_path(), marker))
+    evaluate = ExecutorStep("eval", evaluate_checkpoint,
+                            CheckpointsConfig(this_output_path(), marker, train.cd("ckpt").nonblocking()))
+    report = Executor(str(tmp_path / "store"), backend="local", max_concurrent=2).run([train, evaluate])
+    assert len(report.executed) == 2 and report.failed == []
+    assert open(marker).read() == "seen step-1"
