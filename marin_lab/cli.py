@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from marin_lab.execution.errors import MarinLabError
+from marin_lab.execution.secrets import redact_logs
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -18,7 +19,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if not experiments:
         print(f"no experiments recorded under {args.prefix}")
         return 0
+    damaged = 0
     for exp in experiments:
+        if exp.get("corrupt"):
+            damaged += 1
+            print(f"{exp['_path']}  CORRUPT experiment record: {exp['corrupt']}; its steps cannot be listed "
+                  "(rerun the experiment to rewrite it)")
+            continue
         statuses = step_statuses(exp)
         counts: dict[str, int] = {}
         for _, st in statuses:
@@ -28,8 +35,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
         if exp.get("description"):
             print(f"    {exp['description']}")
         for step, st in statuses:
-            print(f"    {st:<11} {step['identity']}")
-    return 0
+            print(f"    {st:<11} {step.get('identity', '?')}")
+            if step.get("damage"):
+                damaged += 1
+                print(f"    {'':<11}   damaged: {step['damage']} (treated as not done: the next run redoes it)")
+    return 1 if damaged else 0
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -61,13 +71,20 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from marin_lab.execution.provenance import compare_manifests, manifest
-    from marin_lab.execution.status import info_path
-    from marin_lab.io.fs import read_json_or_none
+    from marin_lab.execution.status import read_info
 
     path = args.path.rstrip("/")
-    info = read_json_or_none(info_path(path))
-    if not isinstance(info, dict) or "manifest" not in info:
+    info = read_info(path)
+    if info is not None and "damage" in info:
+        print(f"{info['damage']}: the step record is damaged; rerun the step to rewrite it", file=sys.stderr)
+        return 2
+    if info is None or "manifest" not in info:
         print(f"{path}: no finished step record (.executor_info with a manifest) here", file=sys.stderr)
+        return 2
+    problem = _manifest_problem(info["manifest"])
+    if problem:
+        print(f"{path}/.executor_info: the recorded manifest is damaged ({problem}); rerun the step to rewrite it",
+              file=sys.stderr)
         return 2
     problems = compare_manifests(info["manifest"], manifest(path))
     if problems:
@@ -77,6 +94,18 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         return 1
     print(f"{path}: OK ({info['manifest'].get('count', 0)} files match the recorded sizes and sha256)")
     return 0
+
+
+def _manifest_problem(recorded: object) -> str | None:
+    """What is wrong with a recorded manifest's shape, or None."""
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("files"), list):
+        return "not an object with a `files` list"
+    for i, f in enumerate(recorded["files"]):
+        if not isinstance(f, dict) or not isinstance(f.get("path"), str):
+            return f"files[{i}] has no `path`"
+        if "link" not in f and not (isinstance(f.get("size"), int) and isinstance(f.get("sha256"), str)):
+            return f"files[{i}] ({f['path']}) has no integer `size` and string `sha256`"
+    return None
 
 
 def _cmd_browse(args: argparse.Namespace) -> int:
@@ -120,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    redact_logs()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "cluster":  # its own parser, options and --help included
         from marin_lab.cluster.cli import main as cluster_main

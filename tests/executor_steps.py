@@ -131,6 +131,43 @@ def race_for_lease(leases) -> list:
     return results
 
 
+def local_step_workers(root_pid: int | None = None) -> list:
+    """The local backend's step worker processes below `root_pid` (default: this process).
+
+    Workers fork from a fork server, so they share its command line: a worker is a fork-server
+    process whose parent is one too.
+    """
+    import psutil
+
+    def is_fork_server(p: psutil.Process) -> bool:
+        try:
+            return "multiprocessing.forkserver" in " ".join(p.cmdline())
+        except psutil.Error:
+            return False
+
+    try:
+        below = psutil.Process(root_pid or os.getpid()).children(recursive=True)
+    except psutil.Error:
+        return []
+    servers = {p.pid for p in below if is_fork_server(p)}
+    workers = []
+    for p in below:
+        try:
+            if p.ppid() in servers and is_fork_server(p):
+                workers.append(p)
+        except psutil.Error:
+            continue
+    return workers
+
+
+def assert_all_exit(processes: list, timeout_s: float = 60.0) -> None:
+    """Wait until every process in `processes` has exited (generous: the machine may be loaded)."""
+    import psutil
+
+    _, alive = psutil.wait_procs(processes, timeout=timeout_s)
+    assert not alive, f"still running {timeout_s:.0f}s later: {[p.pid for p in alive]}"
+
+
 def assert_lease_loss_stops_the_loser(prefix: str, *, heartbeat_s: float) -> None:
     """Run a slow step, let another driver take its lease, check the loser stopped and wrote nothing."""
     import threading
@@ -155,7 +192,35 @@ def assert_lease_loss_stops_the_loser(prefix: str, *, heartbeat_s: float) -> Non
     t.join(timeout=60)
     outcome = result["r"].outcomes[result["r"].plan.steps[0].identity]
     assert outcome.status == "LOST"
-    time.sleep(4.5)  # longer than the step's sleep: a surviving worker would have written by now
+    # Absence is proven once the loser's worker is gone (a condition), not after a guessed sleep.
+    assert_all_exit(local_step_workers())
     assert not exists(f"{out_path}/data.txt")
     assert read_status(out_path)["status"] == "RUNNING"  # the loser wrote no terminal status
     assert json.loads(lease.read()[0])["holder"] == "usurper"  # nor released the usurper's lease
+
+
+@dataclasses.dataclass(frozen=True)
+class SecretConfig:
+    output_path: str
+    hf_token: str
+    """Versioned in the secrets test: a token where identity fields live."""
+    source_url: str
+    """Versioned: a URL with credentials in it."""
+    api_key: str
+    """Unversioned, and echoed by the step's error message."""
+    fail: bool = True
+
+
+def leak_secrets(cfg: SecretConfig) -> dict:
+    """Logs and raises with every secret it was given, as careless code (or a library) does."""
+    import logging
+
+    env_secret = os.environ.get("MARIN_TEST_SERVICE_TOKEN", "")
+    logging.getLogger("tests.leaky").warning("calling %s with key %s (env %s)", cfg.source_url, cfg.api_key,
+                                             env_secret)
+    if cfg.fail:
+        raise PermissionError(f"401 for {cfg.source_url} with key {cfg.api_key}, token {cfg.hf_token}, "
+                              f"service {env_secret}")
+    with fsspec.open(f"{cfg.output_path}/data.txt", "w") as f:
+        f.write("ok")
+    return {"echo": f"{cfg.api_key} {env_secret}"}

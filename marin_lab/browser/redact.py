@@ -1,7 +1,8 @@
 """Keep secrets off the page even if a record or file holds one.
 
-The executor already strips secret environment variables from step records; this is the second
-line. A key is treated as a secret when it looks like an environment variable (upper case) and
+The executor already redacts step records; this is the second line (records written before that,
+or by other tools). Text is scrubbed by `marin_lab.execution.secrets.scrub_text`, the records' own
+rule; keys also by the records' field rule (`hf_token`, `api_key`). A key is treated as a secret when it looks like an environment variable (upper case) and
 names a KEY, TOKEN, SECRET or PASSWORD, or, inside an `env`-like mapping, whatever its case.
 Config fields such as `tokenizer` or `max_tokens` are not environment variables and stay visible.
 """
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from marin_lab.execution.provenance import is_secret_field
+from marin_lab.execution.secrets import scrub_text
 
 REDACTED = "[redacted]"
 _SECRET_WORDS = r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)"
@@ -22,7 +26,7 @@ _TEXT_ASSIGN_SECRET = re.compile(rf"\b([A-Z0-9_]*{_SECRET_WORDS}[A-Z0-9_]*\s*=\s
 
 
 def is_secret_key(key: str, *, in_env: bool = False) -> bool:
-    if _ENV_STYLE_SECRET.fullmatch(key):
+    if _ENV_STYLE_SECRET.fullmatch(key) or is_secret_field(key.rsplit(".", 1)[-1]):
         return True
     return in_env and bool(_ANY_CASE_SECRET.fullmatch(key))
 
@@ -40,9 +44,11 @@ def redact(value: Any, *, in_env: bool = False) -> Any:
         return out
     if isinstance(value, list):
         return [redact(item, in_env=in_env) for item in value]
+    if isinstance(value, str):
+        return scrub_text(value)
     return value
 
 
 def redact_text(text: str) -> str:
     text = _TEXT_JSON_SECRET.sub(lambda m: f'{m.group(1)}"{REDACTED}"', text)
-    return _TEXT_ASSIGN_SECRET.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+    return scrub_text(_TEXT_ASSIGN_SECRET.sub(lambda m: f"{m.group(1)}{REDACTED}", text))

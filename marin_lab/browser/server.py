@@ -29,6 +29,7 @@ from marin_lab.browser.metrics import read_metrics, read_results
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
 from marin_lab.browser.records import Browser
+from marin_lab.execution.secrets import redact_logs
 
 logger = logging.getLogger(__name__)
 
@@ -297,6 +298,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.prefix:
         parser.error("no prefix: pass --prefix P or set MARIN_PREFIX")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    redact_logs()
     roots = args.root if args.root else None
     if roots and args.prefix not in roots:
         roots = [args.prefix, *roots]

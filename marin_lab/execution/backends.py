@@ -25,8 +25,10 @@ from collections.abc import Callable
 from typing import Any
 
 from marin_lab.execution.errors import ExecutorConfigError, PreemptedError, StepFailedError
-from marin_lab.execution.provenance import runtime_environment
+from marin_lab.execution.hashing import lenient_value
+from marin_lab.execution.provenance import redact, runtime_environment
 from marin_lab.execution.resources import is_runner
+from marin_lab.execution.secrets import redact_logs
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +46,13 @@ class StepHandle:
 
     def cancel(self) -> None:
         raise NotImplementedError
+
+
+def _redact_step_logs(config: Any) -> None:
+    """Scrub the step's logs of secrets, the values of its config's secret-named fields included
+    (the driver redacts its records the same way; a worker has only the config to go by)."""
+    redact_logs()
+    redact(lenient_value(config))  # called for its effect: remembers those values
 
 
 def _format_exception(err: BaseException) -> str:
@@ -130,6 +139,7 @@ def _local_worker(conn: Any, payload: bytes, guard: Guard, environ: dict[str, st
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         fn, config = pickle.loads(payload)
+        _redact_step_logs(config)
         result = fn(config)
         env = runtime_environment()
         conn.send(("ok", result, env))
@@ -219,6 +229,7 @@ class LocalBackend:
 
 def _ray_entry(fn: Callable[[Any], Any], config: Any, guard: Guard) -> tuple[Any, dict[str, Any]]:
     done = guard.start()
+    _redact_step_logs(config)
     try:
         return fn(config), runtime_environment()
     finally:

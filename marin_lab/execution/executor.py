@@ -42,11 +42,14 @@ from marin_lab.execution.hashing import hash8, lenient_value, unversioned_finger
 from marin_lab.execution.lease import HOSTNAME, Lease, new_driver_id
 from marin_lab.execution.plan import MarinExecutorAttributes, Plan, PlannedStep, build_plan
 from marin_lab.execution.provenance import git_info, manifest, redact
+from marin_lab.execution.secrets import redact_logs, scrub_text
 from marin_lab.execution.resources import describe_resources, validate_resources
-from marin_lab.execution.status import Status, info_path, now_iso, read_status, status_path, write_status
+from marin_lab.execution.status import (
+    CORRUPT, Status, info_path, now_iso, read_info, read_status, status_path, write_status,
+)
 from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.execution.step import ExecutorStep
-from marin_lab.io.fs import atomic_write_bytes, join, normalize_prefix, read_json_or_none, remove, write_json
+from marin_lab.io.fs import atomic_write_bytes, join, normalize_prefix, remove, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -181,8 +184,9 @@ class Executor(MarinExecutorAttributes):
             if self.force_run_failed:
                 return Decision(ps, "run", "previously FAILED; --force_run_failed is set")
             return Decision(ps, "fail", "failed previously; pass --force_run_failed true to run it again")
-        if status == "CORRUPT":
-            return Decision(ps, "run", "its status file is unreadable; running again")
+        if status == CORRUPT:
+            return Decision(ps, "run", f"its records are damaged ({(st or {}).get('damage', 'unreadable')}); "
+                                       "running again")
         reason = "no output yet" if status is None else f"previous status {status}"
         notes: tuple[str, ...] = ()
         if index is not None and status is None:
@@ -196,7 +200,7 @@ class Executor(MarinExecutorAttributes):
         if st.get("config_fingerprint") == unversioned_fingerprint(ps.scan.unversioned):
             return []
         current = lenient_value(ps.scan.unversioned)
-        info = read_json_or_none(info_path(ps.output_path)) or {}
+        info = read_info(ps.output_path) or {}
         recorded = info.get("unversioned")
         if not isinstance(recorded, dict):
             return []
@@ -249,6 +253,7 @@ class Executor(MarinExecutorAttributes):
     ) -> RunReport:
         if force_run_failed is not None:
             self.force_run_failed = force_run_failed
+        redact_logs()  # whatever configured logging, no secret reaches a handler from here on
         plan = self.plan(steps)
         selected = self.select(plan, run_only)
         if not dry_run:
@@ -314,7 +319,8 @@ class Executor(MarinExecutorAttributes):
                 for s, obj in zip(plan.steps, plan.marin_view.steps, strict=True)
             ],
         }
-        write_json(path, record)
+        # Redacted whole: a secret in a versioned field, the command line or a URL is text too.
+        write_json(path, redact(record))
         self.executor_info_path = path
         return path
 
@@ -439,8 +445,11 @@ class Executor(MarinExecutorAttributes):
             lease.release()
 
     def _run_holding_lease(self, plan: Plan, ps: PlannedStep, lease: Lease) -> StepOutcome:
-        previous = read_json_or_none(info_path(ps.output_path))
-        previous = previous if isinstance(previous, dict) and previous.get("identity") == ps.identity else {}
+        previous = read_info(ps.output_path) or {}
+        if "damage" in previous:  # history unreadable: start a fresh one rather than jam every rerun
+            logger.warning("step '%s': its record is damaged (%s); starting a new one", ps.identity,
+                           previous["damage"])
+        previous = previous if previous.get("identity") == ps.identity else {}
         history: list[dict[str, Any]] = list(previous.get("status_history") or [])
         attempts: list[dict[str, Any]] = list(previous.get("attempts") or [])
         config = plan.resolve_config(ps)
@@ -493,7 +502,8 @@ class Executor(MarinExecutorAttributes):
                                                   "duration_s": round(time.monotonic() - t0, 3)}})
                 self._terminal_status(ps, Status.FAILED, attempt_no)
                 logger.error("step '%s': FAILED after %d attempt(s): %s", ps.identity, attempt_no, err)
-                return StepOutcome(ps.identity, "FAILED", executed=True, message=str(err).splitlines()[0])
+                return StepOutcome(ps.identity, "FAILED", executed=True,
+                                   message=scrub_text(str(err).splitlines()[0]))
             duration = time.monotonic() - t0
             attempt.update(ended=now_iso(), status=Status.SUCCESS.value)
             history.append({"status": Status.SUCCESS.value, "time": attempt["ended"], "attempt": attempt_no,
@@ -571,7 +581,9 @@ class Executor(MarinExecutorAttributes):
         }
 
     def _write_info(self, ps: PlannedStep, record: dict[str, Any]) -> None:
-        write_json(info_path(ps.output_path), record)
+        # Redacted whole, not field by field: the version (a token in a versioned field), attempt
+        # errors and status messages (a token echoed by an exception) are secrets' ways in too.
+        write_json(info_path(ps.output_path), redact(record))
 
 
 def _compact(d: dict[str, Any]) -> str:

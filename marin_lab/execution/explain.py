@@ -17,6 +17,8 @@ import re
 from typing import Any
 
 from marin_lab.execution.plan import Plan, PlannedStep
+from marin_lab.execution.provenance import is_secret_field, redact
+from marin_lab.execution.secrets import REDACTED
 from marin_lab.execution.status import INFO_FILE
 from marin_lab.io.fs import fs_and_path, join, read_json_or_none
 
@@ -93,7 +95,7 @@ def diff_versions(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for key in sorted(old_cfg.keys() | new_cfg.keys()):
         a, b = old_cfg.get(key, _MISSING), new_cfg.get(key, _MISSING)
         if a != b:
-            lines.append(f"{key}: {_show(a)} -> {_show(b)}")
+            lines.append(f"{key}: {_show_field(key, a)} -> {_show_field(key, b)}")
     if old_deps != new_deps:
         old_by_name = {d.rsplit("-", 1)[0]: d for d in old_deps}
         new_by_name = {d.rsplit("-", 1)[0]: d for d in new_deps}
@@ -144,3 +146,11 @@ def stale_reuse_diffs(recorded: dict[str, Any], current: dict[str, Any]) -> list
         if a != b:
             lines.append(f"{key}: {_show(a)} -> {_show(b)}")
     return lines
+
+
+def _show_field(key: str, v: Any) -> str:
+    """A version field's value for the terminal: a secret (by its field's name or its text) is
+    shown as '<redacted>', so that explain and the dry run print what the records hold."""
+    if v is _MISSING:
+        return _show(v)
+    return _show(REDACTED if is_secret_field(key.rsplit(".", 1)[-1]) else redact(v))

@@ -17,13 +17,13 @@ import subprocess
 import sys
 from typing import Any
 
-from marin_lab.execution.status import RECORD_FILES
 from fsspec.implementations.local import LocalFileSystem
 
+from marin_lab.execution.secrets import REDACTED, remember_secret, scrub_text
+from marin_lab.execution.status import RECORD_FILES
 from marin_lab.io.fs import fs_and_path, list_files
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-REDACTED = "<redacted>"
 # Environment variables worth recording: they change how code runs. Everything else is noise.
 _ENV_PREFIXES = ("MARIN", "RAY_", "JAX_", "XLA_", "TPU_", "CUDA_", "NVIDIA_", "HF_", "WANDB_", "PYTHONHASHSEED",
                  "OMP_", "MKL_", "TOKENIZERS_", "MEGASCALE_", "GCSFS_", "STORAGE_EMULATOR_HOST")
@@ -34,9 +34,6 @@ _ENV_PREFIXES = ("MARIN", "RAY_", "JAX_", "XLA_", "TPU_", "CUDA_", "NVIDIA_", "H
 _SECRET_WORDS = {"key", "apikey", "secret", "password", "passwd", "credential", "credentials", "token"}
 _NOT_SECRET_BEFORE_TOKEN = {"eos", "bos", "pad", "unk", "sep", "cls", "mask", "special", "start", "end", "max",
                             "min", "num", "n", "total", "first", "last", "image", "audio"}
-# Values that look like credentials, whatever field holds them (OpenAI, HF, GitHub, AWS, Google).
-_SECRET_VALUE = re.compile(r"(sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
-                           r"|AKIA[0-9A-Z]{16}|ya29\.[A-Za-z0-9_\-]{20,})")
 
 
 def is_secret_name(name: str) -> bool:
@@ -57,14 +54,36 @@ def is_secret_field(name: str) -> bool:
 
 
 def redact(value: Any) -> Any:
-    """`value` (JSON data) with secret-named fields and credential-looking strings replaced."""
+    """`value` (JSON data) with secret-named fields and secret-looking text replaced.
+
+    A secret-named field's value is also remembered (`secrets.remember_secret`), so that the same
+    value is scrubbed wherever else it shows up: an error message, a log line, a URL in a version.
+    """
     if isinstance(value, dict):
-        return {k: (REDACTED if is_secret_field(str(k)) else redact(v)) for k, v in value.items()}
-    if isinstance(value, list):
+        out = {}
+        for k, v in value.items():
+            if is_secret_field(str(k)):
+                _remember_all(v)
+                out[k] = REDACTED
+            else:
+                out[k] = redact(v)
+        return out
+    if isinstance(value, (list, tuple)):
         return [redact(v) for v in value]
-    if isinstance(value, str) and _SECRET_VALUE.search(value):
-        return _SECRET_VALUE.sub(REDACTED, value)
+    if isinstance(value, str):
+        return scrub_text(value)
     return value
+
+
+def _remember_all(value: Any) -> None:
+    if isinstance(value, dict):
+        for v in value.values():
+            _remember_all(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _remember_all(v)
+    else:
+        remember_secret(value)
 
 
 def recorded_env() -> dict[str, str]:

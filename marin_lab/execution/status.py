@@ -35,23 +35,61 @@ def info_path(output_path: str) -> str:
     return join(output_path, INFO_FILE)
 
 
+CORRUPT = "CORRUPT"
+"""The status of a step whose records are damaged: shown as such, and treated as not done."""
+
+
 def read_status(output_path: str) -> dict[str, Any] | None:
-    """The latest status record, or None if the step never started (or the file is unreadable).
+    """The latest status record, or None if the step never started.
 
     Outputs that Marin wrote are read too: its JSON-lines event log (the latest event wins) and its
-    later one-word status; such records carry `"format": "marin"`.
+    later one-word status; such records carry `"format": "marin"`. Damaged records never raise:
+    a status file that cannot be read, or a SUCCESS beside a step record (`.executor_info`) that
+    cannot be read, is `{"status": "CORRUPT", "damage": "<what and where>"}`, so the step runs
+    again instead of being reused on the word of a broken record or jamming every rerun.
     """
+    url = status_path(output_path)
     try:
-        data = read_bytes(status_path(output_path)).decode("utf-8")
+        data = read_bytes(url).decode("utf-8")
     except (FileNotFoundError, NotADirectoryError):
         return None
-    except UnicodeDecodeError:
-        return {"status": "CORRUPT"}
+    except UnicodeDecodeError as err:
+        return _damaged(url, f"not UTF-8 at byte {err.start}")
+    except OSError as err:  # a folder, a FIFO, a permission problem
+        return _damaged(url, f"unreadable ({type(err).__name__}: {err})")
     try:
         parsed = json.loads(data)
-    except json.JSONDecodeError:
-        return parse_marin_status(data)
-    return parsed if isinstance(parsed, dict) else {"status": "CORRUPT"}
+    except (json.JSONDecodeError, RecursionError):
+        parsed = parse_marin_status(data)
+        return _damaged(url, "neither JSON nor Marin's status format") if parsed["status"] == CORRUPT else parsed
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("status"), str):
+        return _damaged(url, "not an object with a string `status`")
+    if parsed["status"] == Status.SUCCESS.value:
+        info = read_info(output_path)
+        if info is not None and "damage" in info:
+            return info
+    return parsed
+
+
+def read_info(output_path: str) -> dict[str, Any] | None:
+    """The step record (`.executor_info`), or None when there is none; a damaged one (not UTF-8,
+    not JSON, not an object) is `{"status": "CORRUPT", "damage": "<what and where>"}`."""
+    url = info_path(output_path)
+    try:
+        record = json.loads(read_bytes(url).decode("utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except UnicodeDecodeError as err:
+        return _damaged(url, f"not UTF-8 at byte {err.start}")
+    except (json.JSONDecodeError, RecursionError) as err:
+        return _damaged(url, f"not valid JSON ({getattr(err, 'msg', 'nested too deep')})")
+    except OSError as err:
+        return _damaged(url, f"unreadable ({type(err).__name__}: {err})")
+    return record if isinstance(record, dict) else _damaged(url, "not a JSON object")
+
+
+def _damaged(url: str, why: str) -> dict[str, Any]:
+    return {"status": CORRUPT, "damage": f"{url}: {why}"}
 
 
 def parse_marin_status(text: str) -> dict[str, Any]:
@@ -63,12 +101,12 @@ def parse_marin_status(text: str) -> dict[str, Any]:
     for line in lines:
         try:
             event = json.loads(line)
-        except json.JSONDecodeError:
-            return {"status": "CORRUPT"}
+        except (json.JSONDecodeError, RecursionError):
+            return {"status": CORRUPT}
         if isinstance(event, dict) and isinstance(event.get("status"), str):
             latest = event
     if latest is None:
-        return {"status": "CORRUPT"}
+        return {"status": CORRUPT}
     return {"status": latest["status"], "time": latest.get("date"), "format": "marin"}
 
 

@@ -418,5 +418,16 @@ def mark_shard_done(output_file: str, info: dict) -> None:
 
 
 def read_shard_done(output_file: str) -> dict | None:
-    """The `info` recorded by `mark_shard_done`, or None when the shard is not done."""
-    return mfs.read_json_or_none(done_marker(output_file))
+    """The `info` recorded by `mark_shard_done`, or None when the shard is not done.
+
+    A damaged marker (not a JSON object) counts as not done, so the shard is redone rather than
+    failing every rerun of the step.
+    """
+    try:
+        info = mfs.read_json_or_none(done_marker(output_file))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        info = "damaged"
+    if info is not None and not isinstance(info, dict):
+        logger.warning("%s is damaged (not a JSON object); redoing that shard", done_marker(output_file))
+        return None
+    return info

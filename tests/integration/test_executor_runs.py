@@ -24,7 +24,18 @@ from marin_lab.execution import (
 from marin_lab.execution.status import read_status
 from marin_lab.io.conditional import conditional_file
 from tests.conftest import REPO_ROOT
-from tests.executor_steps import assert_lease_loss_stops_the_loser, FlakyConfig, WriteConfig, executions, fail, five_step_dag, flaky, write_text
+from tests.executor_steps import (
+    FlakyConfig,
+    WriteConfig,
+    assert_all_exit,
+    assert_lease_loss_stops_the_loser,
+    executions,
+    fail,
+    five_step_dag,
+    flaky,
+    local_step_workers,
+    write_text,
+)
 
 DRIVER = os.path.join(REPO_ROOT, "tests", "drive_dag.py")
 
@@ -216,10 +227,17 @@ def test_kill_9_driver_mid_step_then_rerun(tmp_path, driver_backend, request):
     flags = _driver_flags(driver_backend, request)
     proc = subprocess.Popen([sys.executable, DRIVER, prefix, log, "1.5", *flags], cwd=REPO_ROOT)
     _wait_for_status(by["join/d"].output_path, "RUNNING")
-    time.sleep(0.3)
+    deadline = time.time() + 60
+    while len(executions(log)) < 4 and time.time() < deadline:  # d's worker has started its step
+        time.sleep(0.05)
+    workers = local_step_workers(proc.pid)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    time.sleep(2.5)  # the orphaned worker must be gone, not finishing its step
+    if driver_backend == "local":
+        # The orphaned worker must be gone, not finishing its step: wait for it to exit.
+        assert workers and assert_all_exit(workers) is None
+    else:  # a Ray task's guard notices its driver gone within a second; its step sleeps 1.5 s
+        time.sleep(2.5)
     assert not os.path.exists(f"{by['join/d'].output_path}/data.txt")
     done_before = [line for line in executions(log)]
     assert len(done_before) == 4  # a, b, c finished; d started
