@@ -4,7 +4,9 @@ What enters a step's identity is declared once, on its config class (`versioned_
 source, the extraction method, the tokenizer, the model shape and the optimizer are part of it;
 worker counts and batch sizes for I/O are not, so turning them reruns nothing. A helper therefore
 passes values through as they are. Inputs are steps (documents live under their `data/`),
-`output_path_of(...)` references, paths (versioned as written) or Hugging Face dataset ids.
+`output_path_of(...)` references, paths or Hugging Face dataset ids. A local path enters the
+identity as the content digest of its files, never as the path (execution/sources.py), so the
+same corpus in another folder or on another machine is the same step.
 
     raw = default_download("python-docs", source=corpus.python_doc_html, revision="3.11.2-6")
     docs = default_extract("python-docs", raw)
@@ -28,6 +30,7 @@ from experiments.simple_train_config import SimpleTrainConfig
 from marin_lab.evaluation import EvalLmConfig, TaskError, evaluate_lm, load_task
 from marin_lab.execution import ExecutorStep, InputName, StepDefinitionError, output_path_of, this_output_path
 from marin_lab.execution import unwrap_versioned_value
+from marin_lab.execution.sources import versioned_source
 from marin_lab.processing.classify import (
     ClassifyFilterConfig,
     TrainClassifierConfig,
@@ -72,8 +75,14 @@ def is_hf_dataset_id(spec: str) -> bool:
 
 def default_download(name: str, *, source: str | None = None, hf_dataset: str | None = None,
                      revision: str | None = None, include: Sequence[str] | None = None,
-                     **options: Any) -> ExecutorStep:
-    """Fetch raw files (an fsspec URL/folder/glob, or a Hugging Face dataset at `revision`) -> `raw/{name}`."""
+                     package: str | None = None, **options: Any) -> ExecutorStep:
+    """Fetch raw files (an fsspec URL/folder/glob, or a Hugging Face dataset at `revision`) -> `raw/{name}`.
+
+    `package` ('name@version') declares what a local `source` is, so its identity is the package
+    and its files are not read at plan time; otherwise a local source is identified by its content.
+    """
+    if package is not None:
+        source = versioned_source(source, package=package)
     return ExecutorStep(
         name=f"raw/{name}", fn=download,
         config=DownloadConfig(output_path=this_output_path(), source=source, hf_dataset=hf_dataset, revision=revision,

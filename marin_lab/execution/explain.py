@@ -90,7 +90,13 @@ def _show(v: Any) -> str:
 def diff_versions(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Field-level differences between two version dicts (config fields, then dependencies)."""
     lines = []
-    old_cfg, new_cfg = old.get("config", {}), new.get("config", {})
+    if ("inputs" in old) != ("inputs" in new):
+        lines.append("(one of the two versions was recorded with the older identity scheme of dotted field "
+                     "names; fields may show as removed and added)")
+    # A path is in one section or the other within a version; merged, a field that became an input
+    # (or stopped being one) shows as one change.
+    old_cfg = {**(old.get("config") or {}), **(old.get("inputs") or {})}
+    new_cfg = {**(new.get("config") or {}), **(new.get("inputs") or {})}
     old_deps, new_deps = old.get("dependencies", []), new.get("dependencies", [])
     for key in sorted(old_cfg.keys() | new_cfg.keys()):
         a, b = old_cfg.get(key, _MISSING), new_cfg.get(key, _MISSING)

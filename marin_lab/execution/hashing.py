@@ -3,11 +3,15 @@
 A step's version is a small JSON object:
 
     {"name": "tokenize/docs",
-     "config": {"tokenizer": "gpt2", "input_path": "DEP[0]/data"},   # versioned fields + inputs
-     "dependencies": ["raw/docs-1a2b3c4d"]}                            # identities, in order
+     "config": {"tokenizer": "gpt2", "special_tokens[0]": "<eos>"},   # versioned values by path
+     "inputs": {"input_path": "DEP[0]/data"},                         # dependency references
+     "dependencies": ["raw/docs-1a2b3c4d"]}                           # identities, in order
 
-It is encoded canonically (sorted keys, no whitespace), hashed with sha256, and the first 8 hex
-characters make the identity `name-hash8` and the output path `{prefix}/name-hash8`.
+Keys are structural paths (`model.hidden_dim`, `inputs[0]`, `weights["web.en"]`): a field is
+`.name`, a list position `[i]`, a dict key always quoted `["key"]`, so two different configs
+never produce the same key. The version is encoded canonically (sorted keys, no whitespace),
+hashed with sha256, and the first 8 hex characters make the identity `name-hash8` and the output
+path `{prefix}/name-hash8`.
 
 Why this shape:
 - Only `versioned(...)` values and fields declared with `versioned_field` count. Worker counts
@@ -18,6 +22,8 @@ Why this shape:
   regions) gets the same identities.
 - Code is not hashed: a bug fix that does not change outputs must not invalidate a week of
   training. A change that should produce new outputs is made visible by a versioned field.
+- No machine-local fact enters: a versioned local path enters as the content digest of the files
+  it names (or a declared `package@version`; execution/sources.py), the prefix never appears.
 - The encoder is strict: a value whose encoding would depend on memory addresses or on Python's
   repr (a lambda, an arbitrary object) is an error naming the step and field, never a silent
   hash that changes from run to run.
@@ -34,6 +40,7 @@ import pathlib
 from typing import Any
 
 from marin_lab.execution.errors import EncodingError
+from marin_lab.execution.sources import PortableSource, portable_value
 from marin_lab.execution.step import ExecutorStep, InputName, OutputName, VersionedValue
 from marin_lab.versioning import versioned_field_names
 
@@ -127,12 +134,26 @@ def lenient_value(value: Any) -> Any:
 
 @dataclasses.dataclass
 class ConfigScan:
-    """What a walk over one step's config found, keyed by dotted field path."""
+    """What a walk over one step's config found, keyed by structural field path (`child_path`)."""
 
     versioned: dict[str, Any] = dataclasses.field(default_factory=dict)
     inputs: list[tuple[str, InputName]] = dataclasses.field(default_factory=list)
     outputs: list[tuple[str, OutputName]] = dataclasses.field(default_factory=list)
     unversioned: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def child_path(parent: str, key: Any, *, field: bool = False) -> str:
+    """The structural path of a field (`.name`) or a dict key (`["k"]`); list positions are `[3]`.
+
+    A dict key is always quoted and a position never is, so the path of `{"a.b": x}` (`["a.b"]`)
+    differs from that of `{"a": {"b": x}}` (`["a"]["b"]`), and dict key "0" from position 0. A
+    non-string dict key carries its type (`[1:int]`).
+    """
+    if field:
+        return f"{parent}.{key}" if parent else str(key)
+    if isinstance(key, str):
+        return f"{parent}[{json.dumps(key, ensure_ascii=False)}]"
+    return f"{parent}[{key!r}:{type(key).__name__}]"
 
 
 def scan_config(config: Any, *, step_label: str) -> ConfigScan:
@@ -157,12 +178,16 @@ def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str, versioned: boo
     cls = type(obj)
     if cls in _SCALARS or cls is float:
         if versioned:
-            scan.versioned[path] = canonical_value(obj, where=f"{step_label}: field '{path}'")
+            _add_versioned(scan, path, canonical_value(obj, where=f"{step_label}: field '{path}'"))
         else:
             scan.unversioned[path] = obj
         return
     if cls is VersionedValue:
-        scan.versioned[path] = canonical_value(obj.value, where=f"{step_label}: field '{path}'")
+        _add_versioned(scan, path, canonical_value(obj.value, where=f"{step_label}: field '{path}'"))
+    elif cls is PortableSource:
+        # Identified by what it is (a package, a digest); the location itself is an unversioned fact.
+        scan.versioned[path] = obj.identity
+        scan.unversioned[path] = obj.value
     elif cls is InputName:
         scan.inputs.append((path, obj))
     elif cls is ExecutorStep:
@@ -172,32 +197,49 @@ def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str, versioned: boo
     elif versioned and _whole_value_versioned(obj, path, scan, step_label):
         return
     elif (names := _field_names(cls)) is not None:
-        prefix = f"{path}." if path else ""
         marked = _versioned_names(cls)
         for n in names:
-            _walk(getattr(obj, n), prefix + n, scan, step_label, versioned or n in marked)
+            _walk(getattr(obj, n), child_path(path, n, field=True), scan, step_label, versioned or n in marked)
     elif isinstance(obj, (list, tuple)):
-        prefix = f"{path}." if path else ""
         for i, v in enumerate(obj):
-            _walk(v, f"{prefix}{i}", scan, step_label, versioned)
+            _walk(v, f"{path}[{i}]", scan, step_label, versioned)
     elif isinstance(obj, dict):
-        prefix = f"{path}." if path else ""
         for k, v in obj.items():
-            _walk(v, f"{prefix}{k}", scan, step_label, versioned)
+            _walk(v, child_path(path, k), scan, step_label, versioned)
     elif versioned:
-        scan.versioned[path] = canonical_value(obj, where=f"{step_label}: field '{path}'")
+        _add_versioned(scan, path, canonical_value(obj, where=f"{step_label}: field '{path}'"))
     else:
         scan.unversioned[path] = obj
+
+
+def _add_versioned(scan: ConfigScan, path: str, value: Any) -> None:
+    """Record a versioned value; local paths in it enter as what they hold (`portable_value`), and
+    the value as written (the location) is kept as an unversioned fact."""
+    portable = portable_value(value)
+    scan.versioned[path] = portable
+    if portable is not value:
+        scan.unversioned[path] = value
 
 
 def _whole_value_versioned(obj: Any, path: str, scan: ConfigScan, step_label: str) -> bool:
     """Record a versioned container as one entry, as `versioned(obj)` would; False when it holds
     step references (or anything the encoder refuses), so that the walk goes inside it."""
     try:
-        scan.versioned[path] = canonical_value(obj, where=f"{step_label}: field '{path}'")
-        return True
+        value = canonical_value(obj, where=f"{step_label}: field '{path}'")
     except EncodingError:
         return False
+    _add_versioned(scan, path, value)
+    return True
+
+
+def version_of(name: str, versioned: dict[str, Any], inputs: dict[str, str],
+               dependencies: list[str]) -> dict[str, Any]:
+    """The version a step's identity is the hash of (docs/executor.md, "What makes a step new").
+
+    Versioned values and inputs live in separate sections, so a versioned string that reads like
+    a reference (`"DEP[0]"`) can never stand in for a real dependency.
+    """
+    return {"name": name, "config": versioned, "inputs": inputs, "dependencies": dependencies}
 
 
 def unversioned_fingerprint(unversioned: dict[str, Any]) -> str:

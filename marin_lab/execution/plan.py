@@ -22,8 +22,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from marin_lab.execution.errors import CycleError, ExecutorConfigError, MissingDependencyError, StepDefinitionError
-from marin_lab.execution.hashing import ConfigScan, canonical_json, hash8, scan_config
+from marin_lab.execution.hashing import ConfigScan, canonical_json, hash8, scan_config, version_of
 from marin_lab.execution.resources import RAY_OPTION_KEYS
+from marin_lab.execution.sources import portable_value
 from marin_lab.execution.step import ExecutorStep, InputName, OutputName, VersionedValue, validate_name
 from marin_lab.io.fs import join
 
@@ -365,14 +366,16 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     by_identity: dict[str, PlannedStep] = {}
     for step in order:
         scan = scans[id(step)]
-        config_entries = dict(scan.versioned)
+        input_entries: dict[str, Any] = {}
         deps: list[PlannedStep] = []
         blocking: set[str] = set()
         dep_index: dict[str, int] = {}
         for field, inp in scan.inputs:
             target = inp.step if inp.step is not None else named_refs.get(id(step), {}).get(field)
-            if target is None:  # a fixed path: enters the identity as written
-                config_entries[field] = f"PATH:{inp.name}"
+            if target is None:  # a fixed path: as written (prefix-relative or a URL), or a local one's content
+                local = (inp.name or "").startswith(("/", "file://"))  # others are prefix-relative or URLs
+                portable = portable_value(inp.name) if local else inp.name
+                input_entries[field] = f"PATH:{inp.name}" if portable is inp.name else {"PATH": portable}
                 continue
             dep = planned[id(target)]
             idx = dep_index.get(dep.identity)
@@ -381,9 +384,8 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 deps.append(dep)
             if inp.block_on_step:
                 blocking.add(dep.identity)
-            config_entries[field] = f"DEP[{idx}]/{inp.name}" if inp.name else f"DEP[{idx}]"
-        version: dict[str, Any] = {"name": step.name, "config": config_entries,
-                                   "dependencies": [d.identity for d in deps]}
+            input_entries[field] = f"DEP[{idx}]/{inp.name}" if inp.name else f"DEP[{idx}]"
+        version = version_of(step.name, dict(scan.versioned), input_entries, [d.identity for d in deps])
         pseudo = [d for d in deps if d.identity not in blocking]
         if pseudo:  # only when present, so steps without pseudo-dependencies keep their hashes
             version["pseudo_dependencies"] = [d.identity for d in pseudo]

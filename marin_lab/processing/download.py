@@ -19,7 +19,6 @@ size and sha256.
 from __future__ import annotations
 
 import datetime as dt
-import fnmatch
 import hashlib
 import logging
 import os
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 import fsspec
 
 from marin_lab.io import fs as mfs
+from marin_lab.io.sources import SourceFile, list_source, sha256_file
 from marin_lab.processing.errors import DownloadError
 from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
 from marin_lab.versioning import versioned_field
@@ -39,7 +39,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["DownloadConfig", "download", "sha256_file"]
 
 _CHUNK = 8 << 20
-_GLOB_CHARS = "*?["
 
 
 @dataclass(frozen=True)
@@ -67,23 +66,9 @@ class DownloadConfig:
     """The Hugging Face hub cache to use (default: the hub's own, e.g. ~/.cache/huggingface/hub)."""
 
 
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-@dataclass(frozen=True)
-class _FileTask:
-    url: str
-    rel: str
-
-
 @dataclass(frozen=True)
 class _BatchTask:
-    files: tuple[_FileTask, ...]
+    files: tuple[SourceFile, ...]
     output_path: str
     expected: dict[str, dict] = field(default_factory=dict)
     max_retries: int = 4
@@ -92,42 +77,6 @@ class _BatchTask:
     @property
     def label(self) -> str:
         return f"{len(self.files)} files from {self.files[0].url}"
-
-
-def _has_glob(url: str) -> bool:
-    return any(c in url for c in _GLOB_CHARS)
-
-
-def _list_source(source: str) -> list[_FileTask]:
-    """(URL, relative path) of every file the source names, sorted by relative path."""
-    if _has_glob(source):
-        parts = source.split("/")
-        first = next(i for i, p in enumerate(parts) if _has_glob(p))
-        base = "/".join(parts[:first])
-        base_path = mfs.fs_and_path(base)[1].rstrip("/") if base else ""
-        tasks = []
-        for url in mfs.glob(source):
-            path = mfs.fs_and_path(url)[1]
-            rel = path[len(base_path):].lstrip("/") if path.startswith(base_path) else path.rsplit("/", 1)[-1]
-            if mfs.fs_and_path(url)[0].isfile(path):
-                tasks.append(_FileTask(url, rel))
-        return sorted(tasks, key=lambda t: t.rel)
-    if source.startswith(("http://", "https://")):
-        # HTTP has no real folders: a URL is one file.
-        return [_FileTask(source, source.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0])]
-    fs, path = mfs.fs_and_path(source)
-    if fs.isdir(path):
-        tasks = [_FileTask(mfs.join(source, rel), rel) for rel, _ in mfs.list_files(source)]
-        if mfs.is_local(source):
-            # Unpacked packages hold symlinks to files of other packages (e.g. jquery.js).
-            broken = [t for t in tasks if not os.path.exists(mfs.fs_and_path(t.url)[1])]
-            if broken:
-                logger.warning("download: skipping %d broken symlinks, e.g. %s", len(broken), broken[0].url)
-                tasks = [t for t in tasks if t not in broken]
-        return tasks
-    if fs.isfile(path):
-        return [_FileTask(source, path.rstrip("/").rsplit("/", 1)[-1])]
-    return []
 
 
 def _copy_checked(url: str, dest: str, expected: dict | None) -> dict:
@@ -165,7 +114,7 @@ class _ChecksumMismatch(Exception):
     pass
 
 
-def _fetch_with_retries(task: _FileTask, batch: _BatchTask) -> dict:
+def _fetch_with_retries(task: SourceFile, batch: _BatchTask) -> dict:
     dest = mfs.join(batch.output_path, "data", task.rel)
     marker = mfs.join(batch.output_path, "progress", task.rel)
     previous = read_shard_done(marker)
@@ -228,13 +177,11 @@ def download(config: DownloadConfig) -> dict:
     resolved = None
     if config.hf_dataset:
         folder, resolved = _hf_snapshot(config)
-        files = _list_source(folder)
+        files = list_source(folder, config.include)
         source_label = f"hf://datasets/{config.hf_dataset}"
     else:
-        files = _list_source(config.source)
+        files = list_source(config.source, config.include)
         source_label = config.source
-    if config.include:
-        files = [f for f in files if any(fnmatch.fnmatch(f.rel, p) for p in config.include)]
     if not files:
         raise DownloadError(
             f"download: no files found at {source_label!r}"

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
+import os
 import pathlib
+import shutil
 
 import pytest
 
@@ -30,13 +33,14 @@ def _by_name(plan):
 
 
 # Regression guard for the hashing scheme: changing any of these is a deliberate, documented
-# change (every recorded output path in every prefix moves).
+# change (every recorded output path in every prefix moves). Last changed by issue 9: structural
+# field paths and a separate `inputs` section (docs/executor.md, "Identity scheme changes").
 GOLDEN = {
-    "raw/a": "raw/a-20e829c8",
-    "proc/b": "proc/b-f5207c88",
-    "proc/c": "proc/c-447a31cb",
-    "join/d": "join/d-0a1a2b04",
-    "final/e": "final/e-295bc36d",
+    "raw/a": "raw/a-dfeea975",
+    "proc/b": "proc/b-00029c29",
+    "proc/c": "proc/c-03639e4c",
+    "join/d": "join/d-ccdd2047",
+    "final/e": "final/e-12877a1a",
 }
 
 
@@ -52,7 +56,8 @@ def test_version_shape_is_documented_shape():
     d = _by_name(plan)["join/d"]
     assert d.version == {
         "name": "join/d",
-        "config": {"text": "d", "inputs.0": "DEP[0]", "inputs.1": "DEP[1]"},
+        "config": {"text": "d"},
+        "inputs": {"inputs[0]": "DEP[0]", "inputs[1]": "DEP[1]"},
         "dependencies": [GOLDEN["proc/b"], GOLDEN["proc/c"]],
     }
 
@@ -165,7 +170,7 @@ def test_cycle_is_detected_and_named():
 
 def test_dependency_by_name_not_in_dag():
     b = ExecutorStep("b", write_text, WriteConfig(this_output_path(), versioned("b"), (output_path_of("raw/missing"),)))
-    with pytest.raises(MissingDependencyError, match="step 'b': field 'inputs.0' depends on step 'raw/missing'"):
+    with pytest.raises(MissingDependencyError, match="step 'b': field 'inputs\\[0\\]' depends on step 'raw/missing'"):
         build_plan([b], "/p")
 
 
@@ -233,3 +238,138 @@ def test_plan_of_wide_dag_is_linear_not_recursive():
     assert len(plan.steps) == 1200
     deepest = _by_name(plan)["l23/s0"]
     assert len(str(deepest.version)) < 400  # identities, not nested versions
+
+
+# --- the encoding is structural: distinct configs never share a version (issue 9) ---------------
+
+
+@pytest.mark.parametrize("one,other", [
+    ({"a.b": versioned(1)}, {"a": {"b": versioned(1)}}),   # a dotted key vs a nested dict
+    ({"0": versioned(1)}, [versioned(1)]),                    # dict key "0" vs list position 0
+    ({"x": {"0": versioned(1)}}, {"x": [versioned(1)]}),
+    ({"a": [versioned(1), 2]}, {"a": [2, versioned(1)]}),     # the same value at another position
+])
+def test_structurally_different_configs_never_collide(one, other):
+    a = build_plan([ExecutorStep("s", write_text, AnyConfig(this_output_path(), one))], "/p").steps[0]
+    b = build_plan([ExecutorStep("s", write_text, AnyConfig(this_output_path(), other))], "/p").steps[0]
+    assert a.version["config"] != b.version["config"]
+    assert a.identity != b.identity
+
+
+def test_versioned_string_cannot_imitate_a_dependency_reference():
+    dep = ExecutorStep("raw/a", write_text, WriteConfig(this_output_path(), versioned("a")))
+    # x is a real reference and y a versioned look-alike, then the other way round.
+    one = AnyConfig(this_output_path(), {"x": output_path_of(dep, "data"), "y": versioned("DEP[0]")})
+    two = AnyConfig(this_output_path(), {"x": versioned("DEP[0]/data"), "y": output_path_of(dep)})
+    a = _by_name(build_plan([ExecutorStep("s", write_text, one)], "/p"))["s"]
+    b = _by_name(build_plan([ExecutorStep("s", write_text, two)], "/p"))["s"]
+    assert a.version["dependencies"] == b.version["dependencies"]
+    assert a.identity != b.identity
+
+
+# --- portable identities: a local source is what it holds, not where it lies ----------------------
+
+
+@pytest.fixture()
+def digest_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MARIN_LAB_CACHE", str(tmp_path / "cache"))
+
+
+def _corpus(root: pathlib.Path, files: dict[str, bytes]) -> str:
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return str(root)
+
+
+def _source_step(location, **kw):
+    from marin_lab.execution.sources import versioned_source
+
+    return ExecutorStep("raw/src", write_text, AnyConfig(this_output_path(), versioned_source(location, **kw)))
+
+
+def test_same_content_in_two_folders_is_the_same_step(tmp_path, digest_cache):
+    files = {"a.html": b"<p>a</p>", "sub/b.html": b"<p>b</p>"}
+    one = _corpus(tmp_path / "home" / "ana" / "corpus", files)
+    two = _corpus(tmp_path / "scratch" / "bo", files)
+    p1, p2 = build_plan([_source_step(one)], "/one"), build_plan([_source_step(two)], "gs://b/two")
+    assert p1.steps[0].identity == p2.steps[0].identity
+    assert one not in json.dumps(p1.steps[0].version)
+    assert p1.resolve_config(p1.steps[0]).value == one  # the step still gets its location
+    (tmp_path / "scratch" / "bo" / "sub" / "b.html").write_bytes(b"<p>B</p>")
+    assert build_plan([_source_step(two)], "/one").steps[0].identity != p1.steps[0].identity
+    (tmp_path / "scratch" / "bo" / "sub" / "b.html").rename(tmp_path / "scratch" / "bo" / "sub" / "c.html")
+    assert build_plan([_source_step(two)], "/one").steps[0].identity != p1.steps[0].identity
+
+
+def test_any_versioned_local_path_enters_as_its_content(tmp_path, digest_cache):
+    """Not only `versioned_source`: a plain versioned path, one inside a list, and a fixed input."""
+    files = {"m.bin": b"model"}
+    one, two = _corpus(tmp_path / "x", files), _corpus(tmp_path / "y" / "z", files)
+
+    def plan(where):
+        cfg = AnyConfig(this_output_path(), {"plain": versioned(where), "listed": versioned([where, "gpt2"]),
+                                             "fixed": InputName.hardcoded(where)})
+        return build_plan([ExecutorStep("s", write_text, cfg)], "/p").steps[0]
+
+    a, b = plan(one), plan(two)
+    assert a.identity == b.identity
+    assert one not in json.dumps(a.version) and "gpt2" in json.dumps(a.version)
+    missing = plan(str(tmp_path / "not-there"))  # nothing to digest: versioned as written
+    assert str(tmp_path / "not-there") in json.dumps(missing.version)
+
+
+def test_digest_is_cached_by_path_size_and_mtime(tmp_path, digest_cache, monkeypatch):
+    import marin_lab.io.sources as sources
+
+    root = _corpus(tmp_path / "c", {f"f{i}.txt": bytes([i]) * 100 for i in range(5)})
+    hashed = []
+    real = sources.sha256_file
+    monkeypatch.setattr(sources, "sha256_file", lambda p: hashed.append(p) or real(p))
+    first = sources.content_digest(root)
+    assert len(hashed) == 5
+    assert sources.content_digest(root) == first and len(hashed) == 5  # replanning: stats only
+    os.utime(os.path.join(root, "f0.txt"), ns=(1, 1))
+    assert sources.content_digest(root) == first and len(hashed) == 6  # touched: rehashed, same digest
+
+
+def test_package_version_and_urls_are_versioned_as_declared(tmp_path, digest_cache):
+    folder = _corpus(tmp_path / "pkg", {"x": b"1"})
+    a = build_plan([_source_step(folder, package="python3.11-doc@3.11.2-6")], "/p").steps[0]
+    assert a.version["config"] == {"value": {"package": "python3.11-doc@3.11.2-6"}}
+    url = build_plan([_source_step("gs://bucket/corpus")], "/p").steps[0]
+    assert url.version["config"] == {"value": "gs://bucket/corpus"}
+    hub = build_plan([_source_step("meta-llama/Llama-3.1-8B")], "/p").steps[0]
+    assert hub.version["config"] == {"value": "meta-llama/Llama-3.1-8B"}
+
+
+@pytest.mark.parametrize("kw,fragment", [({}, "does not exist"), ({"package": "no-version"}, "name@version")])
+def test_bad_sources_are_plan_errors(tmp_path, digest_cache, kw, fragment):
+    with pytest.raises(StepDefinitionError, match=fragment):
+        _source_step(str(tmp_path / "missing"), **kw)
+
+
+def _link_or_copy(src, dst):
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def test_quickstart_planned_on_two_machines_has_the_same_identities(tmp_path, monkeypatch, digest_cache):
+    """Another corpus folder and another prefix: every one of the 14 steps keeps its identity."""
+    from marin_lab.execution.main import capture_steps
+    from marin_lab.processing.corpus import fetch_corpus
+
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "quickstart.py")
+    first_corpus = fetch_corpus().root
+    here = build_plan(capture_steps(script)[0], str(tmp_path / "store"))
+    elsewhere = tmp_path / "another-machine" / "corpus"
+    shutil.copytree(first_corpus, elsewhere, copy_function=_link_or_copy, symlinks=True)
+    monkeypatch.setenv("MARIN_LAB_CORPUS", str(elsewhere))
+    there = build_plan(capture_steps(script)[0], "gs://someone-elses-bucket/prefix")
+    assert len(here.steps) == 14
+    assert [s.identity for s in here.steps] == [s.identity for s in there.steps]
+    raw = _by_name(there)["raw/python-docs"]
+    assert there.resolve_config(raw).source.startswith(str(elsewhere))  # the location still reaches the step
+    assert first_corpus not in json.dumps([s.version for s in here.steps])

@@ -67,12 +67,12 @@ def test_step_references_inside_a_versioned_field_stay_dependencies():
     plan = build_plan([b], "/p")
     by = {s.name: s for s in plan.steps}
     assert by["b"].dependencies == [by["a"]]
-    assert by["b"].version["config"]["inputs.1"] == "/fixed/path"
+    assert by["b"].version["config"]["inputs[1]"] == "/fixed/path"
     assert plan.resolve_config(by["b"]).inputs == (by["a"].output_path, "/fixed/path")
 
 
 def test_a_bad_value_in_a_versioned_field_names_the_field():
-    with pytest.raises(EncodingError, match="field 'inputs.0' is a function"):
+    with pytest.raises(EncodingError, match="field 'inputs\\[0\\]' is a function"):
         _identity(Declared(this_output_path(), "a", (lambda: 1,)))
 
 
