@@ -1,39 +1,52 @@
-"""Checkpoints under `{output_path}/checkpoints/step-NNNNNN/`, complete only with a COMPLETE marker.
+"""Sharded checkpoints under `{output_path}/checkpoints/step-NNNNNN/`, complete only with a marker.
 
-Layout of one checkpoint: `arrays/NNNNN.npy` (one file per pytree leaf, in flattening order),
-`index.json` (each leaf's path name, shape and dtype), `metadata.json` (step, model shape, data
-position, anything the trainer adds) and `COMPLETE`, written last. A reader ignores a folder
-without COMPLETE, so a crash mid-save leaves the previous checkpoint in charge. Deleting an old
-checkpoint removes COMPLETE first for the same reason.
+Layout of one checkpoint:
+
+- `state/`: the train state written by orbax-checkpoint (tensorstore underneath). Every process
+  writes the shards its devices hold; nothing is gathered to one host. Restore reads, on each
+  process, only the pieces its devices need under the *new* shardings, so a checkpoint written on
+  2 hosts x 2 devices restores onto 1 x 2 or 4 x 1 (resharding).
+- `index.json`: each leaf's path name, shape and dtype, checked against the model before a restore
+  so that a checkpoint of another shape is refused with the leaf's name, not an orbax traceback.
+- `metadata.json`: step, model shape, data position, environment, anything the trainer adds.
+- `COMPLETE`: written last, by process 0, after every process finished its shards. A reader
+  ignores a folder without it, so a crash mid-save (on any host) leaves the previous checkpoint in
+  charge; pruning removes COMPLETE first for the same reason. On `gs://` this marker is what makes
+  a save atomic: orbax writes straight into the final folder there (objects cannot be renamed).
 
 Policies: save every `save_every_steps` steps, and also when `save_interval_s` seconds passed since
-the last save (the clock is injected so tests never sleep). Keep the newest `keep_last`;
-checkpoints at multiples of `keep_every_steps` are never deleted.
+the last save (the clock is injected so tests never sleep; with several processes, process 0's
+clock decides for all, or they would disagree and deadlock in the collective save). Keep the newest
+`keep_last`; checkpoints at multiples of `keep_every_steps` are never deleted.
+
+Storage: local paths and `gs://`. tensorstore does not read `STORAGE_EMULATOR_HOST` (the variable
+gcsfs and google-cloud-storage use for an emulator), so it is mirrored into tensorstore's own
+`TENSORSTORE_GCS_HTTP_URL` when only the former is set.
 """
 
 from __future__ import annotations
 
-from marin_lab.errors import MarinLabError
-
 import dataclasses
-import io
+import functools
 import json
 import logging
+import os
 import re
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 import numpy as np
 
+from marin_lab.errors import MarinLabError
 from marin_lab.io import fs as mfs
 
 logger = logging.getLogger(__name__)
 
 _STEP_DIR = re.compile(r"step-(\d+)$")
-_IO_THREADS = 8
+STATE_DIR = "state"
+COMPLETE = "COMPLETE"
 
 
 class CheckpointError(MarinLabError, ValueError):
@@ -60,28 +73,55 @@ def step_dir(root: str, step: int) -> str:
     return mfs.join(root, f"step-{step:06d}")
 
 
+def _is_primary() -> bool:
+    return jax.process_index() == 0
+
+
+def _sync(tag: str) -> None:
+    """Every process waits here for the others (a no-op with one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(tag)
+
+
+def check_storage(url: str, what: str = "checkpoint path") -> None:
+    """Refuse storage orbax cannot write before a run starts (e.g. fsspec's memory://)."""
+    if "://" in url and not url.startswith(("gs://", "file://")):
+        raise CheckpointError(
+            f"{what} {url!r}: sharded checkpoints are written by tensorstore, which supports local "
+            "paths and gs:// here; use one of those for the output path"
+        )
+
+
+def _orbax_path(url: str) -> str:
+    if os.environ.get("STORAGE_EMULATOR_HOST") and not os.environ.get("TENSORSTORE_GCS_HTTP_URL"):
+        os.environ["TENSORSTORE_GCS_HTTP_URL"] = os.environ["STORAGE_EMULATOR_HOST"]
+    url = url.removeprefix("file://")
+    return url if "://" in url else os.path.abspath(url)
+
+
 def _leaf_name(path: tuple) -> str:
     return jax.tree_util.keystr(path)
 
 
-def _to_savable(arr: np.ndarray) -> tuple[np.ndarray, str]:
-    # bfloat16 and friends are not native numpy dtypes; store their bits.
-    if arr.dtype.kind == "V" or arr.dtype.name not in np.sctypeDict:
-        return arr.view(np.uint16 if arr.dtype.itemsize == 2 else np.uint8), arr.dtype.name
-    return arr, arr.dtype.name
-
-
 def list_checkpoints(root: str) -> list[tuple[int, str]]:
     """(step, path) of every complete checkpoint under root, oldest first."""
+    return [(s, p) for s, p, complete in _step_dirs(root) if complete]
+
+
+def _step_dirs(root: str) -> list[tuple[int, str, bool]]:
+    """(step, path, complete) of every step folder under root, oldest first."""
     fs, path = mfs.fs_and_path(root)
     if not fs.exists(path):
         return []
-    out = []
+    found = []
     for entry in fs.ls(path, detail=False):
         m = _STEP_DIR.search(entry.rstrip("/"))
-        if m and fs.exists(f"{entry.rstrip('/')}/COMPLETE"):
-            out.append((int(m.group(1)), step_dir(root, int(m.group(1)))))
-    return sorted(out)
+        if m:
+            step = int(m.group(1))
+            found.append((step, step_dir(root, step), fs.exists(f"{entry.rstrip('/')}/{COMPLETE}")))
+    return sorted(found)
 
 
 def latest_checkpoint(root: str) -> str | None:
@@ -89,100 +129,178 @@ def latest_checkpoint(root: str) -> str | None:
     return found[-1][1] if found else None
 
 
+def agreed_latest_checkpoint(root: str) -> str | None:
+    """The latest complete checkpoint as process 0 sees it, on every process.
+
+    Each process lists storage itself; were a marker to land between two listings, hosts would
+    restore different steps. Broadcasting process 0's answer rules that out.
+    """
+    found = latest_checkpoint(root)
+    if jax.process_count() == 1:
+        return found
+    from jax.experimental import multihost_utils
+
+    step = int(multihost_utils.broadcast_one_to_all(
+        np.int32(-1 if found is None else int(_STEP_DIR.search(found).group(1)))))
+    return None if step < 0 else step_dir(root, step)
+
+
 def resolve_checkpoint(path: str) -> str:
     """A checkpoint folder, or the latest complete one under a `checkpoints/` root or run output."""
-    if mfs.exists(mfs.join(path, "COMPLETE")):
+    if mfs.exists(mfs.join(path, COMPLETE)):
         return path
     for root in (path, mfs.join(path, "checkpoints")):
         found = latest_checkpoint(root)
         if found:
             return found
     raise CheckpointError(
-        f"no complete checkpoint at {path} (looked for COMPLETE there, under it and under "
+        f"no complete checkpoint at {path} (looked for {COMPLETE} there, under it and under "
         f"{mfs.join(path, 'checkpoints')}); point at a train step's output or a step-NNNNNN folder"
     )
 
 
+@functools.lru_cache(maxsize=1)
+def _orbax() -> Any:
+    import orbax.checkpoint as ocp
+
+    return ocp
+
+
 def save_checkpoint(path: str, state: Any, metadata: dict[str, Any]) -> None:
-    """Write `state` (a pytree of arrays) and metadata to `path`; COMPLETE last."""
-    leaves = jax.tree_util.tree_flatten_with_path(state)[0]
-    host = jax.device_get([leaf for _, leaf in leaves])
+    """Write `state` (a pytree of jax arrays) and metadata to `path`; COMPLETE last.
 
-    def write(i: int) -> dict[str, Any]:
-        arr, dtype = _to_savable(np.asarray(host[i]))
-        buf = io.BytesIO()
-        np.save(buf, arr, allow_pickle=False)
-        mfs.atomic_write_bytes(mfs.join(path, "arrays", f"{i:05d}.npy"), buf.getvalue())
-        return {"name": _leaf_name(leaves[i][0]), "shape": list(arr.shape), "dtype": dtype}
-
-    # Leaves are independent files: write them concurrently (I/O and fsync dominate).
-    with ThreadPoolExecutor(max_workers=_IO_THREADS) as pool:
-        index = list(pool.map(write, range(len(leaves))))
-    mfs.write_json(mfs.join(path, "index.json"), {"leaves": index})
-    mfs.write_json(mfs.join(path, "metadata.json"), metadata)
-    mfs.atomic_write_text(mfs.join(path, "COMPLETE"), json.dumps({"time": time.time()}))
-
-
-def _read_leaf(path: str, i: int, dtype: str) -> np.ndarray:
-    arr = np.load(io.BytesIO(mfs.read_bytes(mfs.join(path, "arrays", f"{i:05d}.npy"))))
-    if arr.dtype.name != dtype:  # stored as raw bits (bfloat16 and other ml_dtypes)
-        arr = arr.view(np.dtype(dtype) if dtype in np.sctypeDict else jax.numpy.dtype(dtype))
-    return arr
+    Every process must call this (the save is collective); each writes only its own shards.
+    """
+    check_storage(path)
+    ocp = _orbax()
+    if _is_primary() and mfs.exists(path):
+        # A folder left by an attempt that died mid-save: never let it look complete, then clear it.
+        mfs.remove(mfs.join(path, COMPLETE))
+        mfs.remove(path, recursive=True)
+    _sync(f"marin-checkpoint-clear:{path}")
+    with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
+        # Synchronous: returns once every process's shards are written and orbax's commit is done.
+        checkpointer.save(_orbax_path(mfs.join(path, STATE_DIR)), args=ocp.args.StandardSave(state), force=True)
+    if _is_primary():
+        leaves = jax.tree_util.tree_flatten_with_path(state)[0]
+        index = [{"name": _leaf_name(k), "shape": list(np.shape(v)), "dtype": np.dtype(v.dtype).name}
+                 for k, v in leaves]
+        mfs.write_json(mfs.join(path, "index.json"), {"leaves": index, "format": "orbax"})
+        mfs.write_json(mfs.join(path, "metadata.json"), metadata)
+        mfs.atomic_write_text(mfs.join(path, COMPLETE), json.dumps({"time": time.time()}))
 
 
 def read_metadata(path: str) -> dict[str, Any]:
     return mfs.read_json(mfs.join(path, "metadata.json"))
 
 
-def load_checkpoint(path: str, template: Any, shardings: Any = None) -> Any:
-    """Arrays of the checkpoint at `path`, in the structure of `template` (checked leaf by leaf)."""
-    if not mfs.exists(mfs.join(path, "COMPLETE")):
-        raise CheckpointError(f"checkpoint {path} has no COMPLETE marker; it was not fully written")
-    index = mfs.read_json(mfs.join(path, "index.json"))["leaves"]
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
-    if len(index) != len(leaves):
+def _read_index(path: str) -> dict[str, dict[str, Any]]:
+    if not mfs.exists(mfs.join(path, COMPLETE)):
+        raise CheckpointError(f"checkpoint {path} has no {COMPLETE} marker; it was not fully written")
+    index = mfs.read_json_or_none(mfs.join(path, "index.json"))
+    if not index or index.get("format") != "orbax" or not mfs.exists(mfs.join(path, STATE_DIR)):
+        raise CheckpointError(
+            f"checkpoint {path} is not a sharded (orbax) checkpoint: it was written by an older "
+            "marin_lab (one .npy per leaf); resume it with that version, or start the run afresh"
+        )
+    return {entry["name"]: entry for entry in index["leaves"]}
+
+
+def _check_against(path: str, index: dict[str, dict[str, Any]], target: Any, *, exact: bool) -> None:
+    leaves = jax.tree_util.tree_flatten_with_path(target)[0]
+    if exact and len(index) != len(leaves):
         raise CheckpointError(
             f"checkpoint {path} holds {len(index)} arrays but the model/optimizer being trained "
             f"has {len(leaves)}; it comes from a different model or optimizer configuration"
         )
-    for (kpath, leaf), entry in zip(leaves, index):
+    for kpath, leaf in leaves:
         name = _leaf_name(kpath)
-        if entry["name"] != name or tuple(entry["shape"]) != tuple(np.shape(leaf)):
+        entry = index.get(name)
+        if entry is None or tuple(entry["shape"]) != tuple(np.shape(leaf)):
+            found = f"shape {tuple(entry['shape'])}" if entry else "no such array"
             raise CheckpointError(
-                f"checkpoint {path}: array {entry['name']} has shape {tuple(entry['shape'])} but "
-                f"the model expects {name} with shape {tuple(np.shape(leaf))}; the checkpoint "
-                "comes from a different model shape (check the `model` config)"
+                f"checkpoint {path}: the model expects {name} with shape {tuple(np.shape(leaf))} but "
+                f"the checkpoint holds {found}; it comes from a different model shape (check the "
+                "`model` config)"
             )
 
-    def read(i: int) -> np.ndarray:
-        return _read_leaf(path, i, index[i]["dtype"])
 
-    with ThreadPoolExecutor(max_workers=_IO_THREADS) as pool:
-        values = list(pool.map(read, range(len(index))))
-    restored = jax.tree_util.tree_unflatten(treedef, values)
-    if shardings is not None:
-        return jax.device_put(restored, shardings)
-    return jax.tree_util.tree_map(jax.numpy.asarray, restored)
+def _abstract(target: Any) -> Any:
+    """ShapeDtypeStructs (keeping any sharding) for a tree of arrays or ShapeDtypeStructs."""
+    def one(x: Any) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=getattr(x, "sharding", None))
+
+    return jax.tree_util.tree_map(one, target)
+
+
+def load_checkpoint(path: str, target: Any) -> Any:
+    """The state at `path`, laid out as `target` says (its shapes and shardings: any mesh).
+
+    `target` is the state's abstract tree (`jax.ShapeDtypeStruct` with `sharding`, e.g. from
+    `jax.eval_shape` of the sharded init function) or arrays carrying their shardings. Every
+    process calls this and receives only the pieces its devices hold.
+    """
+    index = _read_index(path)
+    _check_against(path, index, target, exact=True)
+    ocp = _orbax()
+    with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
+        try:
+            return checkpointer.restore(_orbax_path(mfs.join(path, STATE_DIR)),
+                                        args=ocp.args.StandardRestore(_abstract(target)))
+        except (ValueError, FileNotFoundError, OSError) as err:
+            raise CheckpointError(f"checkpoint {path}: restoring its arrays failed: {err}") from err
+
+
+def load_subtree(path: str, key: str, target: Any) -> Any:
+    """Only `state[key]` (e.g. "params") of the checkpoint at `path`, laid out as `target`."""
+    index = _read_index(path)
+    _check_against(path, index, {key: target}, exact=False)
+    ocp = _orbax()
+    abstract = _abstract(target)
+    restore_args = jax.tree_util.tree_map(
+        lambda a: ocp.ArrayRestoreArgs(sharding=a.sharding) if a.sharding is not None
+        else ocp.RestoreArgs(restore_type=np.ndarray), abstract)
+    with ocp.Checkpointer(ocp.PyTreeCheckpointHandler()) as checkpointer:
+        restored = checkpointer.restore(
+            _orbax_path(mfs.join(path, STATE_DIR)),
+            args=ocp.args.PyTreeRestore(item={key: abstract}, restore_args={key: restore_args},
+                                        partial_restore=True))
+    return restored[key]
 
 
 def load_params(path: str, template_params: Any) -> Any:
-    """Only the `params` subtree of a training checkpoint (for evaluation and export)."""
+    """The `params` subtree of a training checkpoint (for evaluation), on this process's devices.
+
+    Leaves of `template_params` with a sharding are restored as jax arrays with it; without one, on
+    the default device. Arrays go straight from storage into their buffers: one copy, not two.
+    """
     path = resolve_checkpoint(path)
-    index = mfs.read_json(mfs.join(path, "index.json"))["leaves"]
-    by_name = {entry["name"]: (i, entry) for i, entry in enumerate(index)}
-    leaves, treedef = jax.tree_util.tree_flatten_with_path({"params": template_params})
-    values = []
-    for kpath, leaf in leaves:
-        name = _leaf_name(kpath)
-        if name not in by_name or tuple(by_name[name][1]["shape"]) != tuple(np.shape(leaf)):
-            found = tuple(by_name[name][1]["shape"]) if name in by_name else "nothing"
-            raise CheckpointError(
-                f"checkpoint {path}: expected {name} with shape {tuple(np.shape(leaf))}, found "
-                f"{found}; it comes from a different model shape"
-            )
-        i, entry = by_name[name]
-        values.append(jax.numpy.asarray(_read_leaf(path, i, entry["dtype"])))
-    return jax.tree_util.tree_unflatten(treedef, values)["params"]
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    target = jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=getattr(x, "sharding", None) or device),
+        template_params)
+    return load_subtree(path, "params", target)
+
+
+def iter_arrays(path: str, key: str = "params") -> Iterator[tuple[tuple[str, ...], np.ndarray]]:
+    """(dict keys below `key`, numpy array) of `state[key]`, one leaf at a time.
+
+    Peak memory is the largest leaf, not the tree: for exporting a model no host could hold twice.
+    """
+    path = resolve_checkpoint(path)
+    index = _read_index(path)
+    prefix = f"['{key}']"
+    for name, entry in index.items():
+        if not name.startswith(prefix):
+            continue
+        keys = re.findall(r"\['([^']*)'\]", name)
+        leaf: Any = jax.ShapeDtypeStruct(tuple(entry["shape"]), np.dtype(entry["dtype"]))
+        for k in reversed(keys[1:]):
+            leaf = {k: leaf}
+        value = load_subtree(path, key, leaf)
+        for k in keys[1:]:
+            value = value[k]
+        yield tuple(keys[1:]), np.asarray(value)
 
 
 class Checkpointer:
@@ -191,16 +309,22 @@ class Checkpointer:
     def __init__(self, root: str, config: CheckpointConfig, clock: Callable[[], float] = time.monotonic):
         if config.keep_last < 1:
             raise CheckpointError(f"checkpoint.keep_last={config.keep_last} must be at least 1")
+        check_storage(root)
         self.root, self.config, self.clock = root, config, clock
         self._last_save_time = clock()
 
     def should_save(self, step: int, *, is_last: bool = False) -> bool:
         c = self.config
-        if is_last and c.save_final:
-            return True
-        if c.save_every_steps and step % c.save_every_steps == 0:
-            return True
-        return c.save_interval_s is not None and self.clock() - self._last_save_time >= c.save_interval_s
+        if (is_last and c.save_final) or (c.save_every_steps and step % c.save_every_steps == 0):
+            return True  # step-based: every process reaches the same answer on its own
+        if c.save_interval_s is None:
+            return False
+        due = self.clock() - self._last_save_time >= c.save_interval_s
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            due = bool(multihost_utils.broadcast_one_to_all(np.bool_(due)))
+        return due
 
     def save(self, step: int, state: Any, metadata: dict[str, Any]) -> str:
         path = step_dir(self.root, step)
@@ -208,14 +332,19 @@ class Checkpointer:
         save_checkpoint(path, state, {**metadata, "step": step})
         self._last_save_time = self.clock()
         logger.info("saved checkpoint %s in %.2fs", path, self._last_save_time - started)
-        self._prune()
+        if _is_primary():
+            self._prune(step)
         return path
 
-    def _prune(self) -> None:
-        found = list_checkpoints(self.root)
+    def _prune(self, saved_step: int) -> None:
+        found = _step_dirs(self.root)
+        complete = [(s, p) for s, p, ok in found if ok]
         keep_every = self.config.keep_every_steps
-        removable = [(s, p) for s, p in found[: -self.config.keep_last]
+        removable = [(s, p) for s, p in complete[: -self.config.keep_last]
                      if not (keep_every and s % keep_every == 0)]
+        # Folders without COMPLETE older than the checkpoint just saved are leftovers of saves
+        # that died; nobody will finish them.
+        removable += [(s, p) for s, p, ok in found if not ok and s < saved_step]
         for _step, path in removable:
-            mfs.remove(mfs.join(path, "COMPLETE"))
+            mfs.remove(mfs.join(path, COMPLETE))
             mfs.remove(path, recursive=True)

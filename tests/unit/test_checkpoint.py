@@ -1,5 +1,6 @@
 """Checkpoints: exact round trip, COMPLETE marker, keep policies, time-based saves, shape checks."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -8,9 +9,11 @@ from marin_lab.training.checkpoint import (
     CheckpointConfig,
     CheckpointError,
     Checkpointer,
+    iter_arrays,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
+    load_params,
     resolve_checkpoint,
     save_checkpoint,
 )
@@ -22,50 +25,71 @@ def _state(scale=1.0):
             "step": jnp.asarray(3, jnp.int32)}
 
 
-@pytest.mark.parametrize("root", ["local", "memory://ckpt-test/run"])
-def test_round_trip_is_bit_exact(tmp_path, root):
-    path = str(tmp_path / "c") if root == "local" else root
+def _bytes(tree):
+    return [np.asarray(x).tobytes() for x in jax.tree_util.tree_leaves(tree)]
+
+
+def test_round_trip_is_bit_exact_and_partial_reads_match(tmp_path):
+    path = str(tmp_path / "c")
     state = _state(1.37)
     save_checkpoint(path, state, {"step": 3})
-    back = load_checkpoint(path, _state(0.0))
+    back = load_checkpoint(path, jax.eval_shape(lambda: _state(0.0)))
     assert back["params"]["h"].dtype == jnp.bfloat16
-    for a, b in zip(jax_leaves(state), jax_leaves(back)):
-        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    assert _bytes(back) == _bytes(state)
+    params = load_params(path, jax.eval_shape(lambda: _state()["params"]))
+    assert _bytes(params) == _bytes(state["params"])
+    leaves = dict(iter_arrays(path))
+    assert sorted(leaves) == [("h",), ("w",)] and isinstance(leaves[("w",)], np.ndarray)
+    assert leaves[("h",)].tobytes() == np.asarray(state["params"]["h"]).tobytes()
 
 
-def jax_leaves(tree):
-    import jax
-
-    return jax.tree_util.tree_leaves(tree)
-
-
-def test_incomplete_checkpoint_is_ignored(tmp_path):
+def test_incomplete_checkpoint_is_never_restored(tmp_path):
     root = str(tmp_path)
     save_checkpoint(f"{root}/step-000002", _state(), {"step": 2})
     save_checkpoint(f"{root}/step-000004", _state(), {"step": 4})
-    (tmp_path / "step-000004" / "COMPLETE").unlink()  # as if the writer died before the marker
+    (tmp_path / "step-000004" / "COMPLETE").unlink()  # as if a host died before the marker
     assert latest_checkpoint(root) == f"{root}/step-000002"
     with pytest.raises(CheckpointError, match="COMPLETE"):
         load_checkpoint(f"{root}/step-000004", _state())
     assert resolve_checkpoint(root) == f"{root}/step-000002"
 
 
-def test_shape_mismatch_is_a_clear_error(tmp_path):
+def test_shape_mismatch_names_the_array(tmp_path):
     save_checkpoint(str(tmp_path), _state(), {"step": 3})
     other = {"params": {"w": jnp.zeros((3, 3)), "h": jnp.ones(4, jnp.bfloat16)}, "step": jnp.asarray(0)}
-    with pytest.raises(CheckpointError, match="different model shape"):
+    with pytest.raises(CheckpointError, match=r"\['params'\]\['w'\] with shape \(3, 3\).*different model shape"):
         load_checkpoint(str(tmp_path), other)
 
 
-def test_keep_last_and_permanent_steps(tmp_path):
-    clock = FakeClock()
+def test_an_old_npy_checkpoint_is_a_clear_error(tmp_path):
+    (tmp_path / "arrays").mkdir()
+    (tmp_path / "index.json").write_text('{"leaves": []}')
+    (tmp_path / "COMPLETE").write_text("{}")
+    with pytest.raises(CheckpointError, match="older marin_lab"):
+        load_checkpoint(str(tmp_path), _state())
+
+
+def test_memory_filesystem_is_refused_up_front():
+    with pytest.raises(CheckpointError, match="local paths and gs://"):
+        Checkpointer("memory://run/checkpoints", CheckpointConfig())
+
+
+def test_keep_last_permanent_steps_and_dead_partial_saves(tmp_path):
     ck = Checkpointer(str(tmp_path), CheckpointConfig(save_every_steps=1, save_interval_s=None,
-                                                       keep_last=2, keep_every_steps=3), clock=clock)
-    for step in range(1, 8):
+                                                       keep_last=2, keep_every_steps=3), clock=FakeClock())
+    (tmp_path / "step-000001" / "state").mkdir(parents=True)  # a save that died on some host
+    for step in range(2, 8):
         ck.save(step, _state(), {})
     # Newest two (6, 7) plus the permanent multiple of 3 that fell out of the window (3).
     assert [s for s, _ in list_checkpoints(str(tmp_path))] == [3, 6, 7]
-    assert not (tmp_path / "step-000005").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000003", "step-000006", "step-000007"]
+
+
+def test_saving_over_a_dead_partial_save_of_the_same_step(tmp_path):
+    (tmp_path / "step-000004" / "state").mkdir(parents=True)
+    (tmp_path / "step-000004" / "state" / "junk").write_text("half a shard")
+    save_checkpoint(str(tmp_path / "step-000004"), _state(2.0), {"step": 4})
+    assert _bytes(load_checkpoint(str(tmp_path / "step-000004"), _state())) == _bytes(_state(2.0))
 
 
 class FakeClock:
@@ -92,9 +116,9 @@ def test_time_based_policy_uses_the_injected_clock(tmp_path):
     assert ck.should_save(6)
 
 
-def test_step_policy():
-    ck = Checkpointer("memory://unused", CheckpointConfig(save_every_steps=5, save_interval_s=None,
-                                                          save_final=False), clock=FakeClock())
+def test_step_policy(tmp_path):
+    ck = Checkpointer(str(tmp_path), CheckpointConfig(save_every_steps=5, save_interval_s=None,
+                                                      save_final=False), clock=FakeClock())
     assert [s for s in range(1, 16) if ck.should_save(s)] == [5, 10, 15]
     with pytest.raises(CheckpointError, match="keep_last"):
-        Checkpointer("memory://unused", CheckpointConfig(keep_last=0))
+        Checkpointer(str(tmp_path), CheckpointConfig(keep_last=0))
