@@ -84,7 +84,7 @@ def main() -> None:
             save_checkpoint(f"{root}/ours-{next(counter)}", state, {"step": 0})
 
         ours_save_s = median_time(ours_save, args.repeats)
-        ours_load_s = median_time(lambda: jax.block_until_ready(load_checkpoint(f"{root}/ours-0", state, shard)),
+        ours_load_s = median_time(lambda: jax.block_until_ready(load_checkpoint(f"{root}/ours-0", state)),
                                   args.repeats)
         ckptr = ocp.StandardCheckpointer()
 

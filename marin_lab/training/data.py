@@ -159,9 +159,14 @@ class MixtureLoader:
                     out[n] += counts[n] * int(hi - lo)
         return out
 
-    def batch(self, step: int) -> np.ndarray:
+    def batch(self, step: int, rows: np.ndarray | None = None) -> np.ndarray:
+        """The [batch, seq_len + 1] tokens of `step`, or only the global `rows` of it, in that order.
+
+        Which window each row holds is cheap index arithmetic over the whole batch; only the rows
+        asked for are read, so each host of a multi-host run reads just its own part.
+        """
         counts, before = self.counts_at(step), self.consumed_before(step)
-        parts = []
+        sources = []  # (dataset index, window index) of each row of the unshuffled batch
         for d_index, name in enumerate(self.names):
             if counts[name] == 0:
                 continue
@@ -173,7 +178,13 @@ class MixtureLoader:
                 sel = epochs == epoch
                 key = (self.config.seed * 1_000_003 + d_index) * 65_537 + int(epoch)
                 idx[sel] = feistel_permute(pos[sel], n, key)
-            parts.append(self.splits[name].sequences(idx))
-        batch = np.concatenate(parts, axis=0)
-        order = np.random.default_rng([self.config.seed, step]).permutation(len(batch))
-        return batch[order]
+            sources += [(d_index, int(i)) for i in idx]
+        order = np.random.default_rng([self.config.seed, step]).permutation(self.batch_size)
+        wanted = order if rows is None else order[np.asarray(rows, dtype=np.int64)]
+        out = np.empty((len(wanted), self.seq_len + 1), dtype=np.int32)
+        picked = [sources[i] for i in wanted]
+        for d_index, name in enumerate(self.names):
+            mine = [j for j, (d, _) in enumerate(picked) if d == d_index]
+            if mine:
+                out[mine] = self.splits[name].sequences(np.asarray([picked[j][1] for j in mine], dtype=np.int64))
+        return out

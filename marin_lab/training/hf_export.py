@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import tempfile
+from collections.abc import Iterable
 from typing import Any
 
 import jax
 import numpy as np
-from safetensors.numpy import save as safetensors_save
+from safetensors.numpy import save_file as safetensors_save_file
 
 from marin_lab.io import fs as mfs
 from marin_lab.training.model import LlamaConfig, Params
@@ -60,26 +63,69 @@ def hf_config(config: LlamaConfig, *, bos_id: int | None = None, eos_id: int | N
     }
 
 
-def hf_state_dict(params: Params, config: LlamaConfig, dtype: Any = np.float32) -> dict[str, np.ndarray]:
-    host = jax.device_get(params)
-    out = {"model.embed_tokens.weight": np.asarray(host["embed"], dtype),
-           "model.norm.weight": np.asarray(host["final_norm"], dtype)}
-    if not config.tie_embeddings:
-        out["lm_head.weight"] = np.ascontiguousarray(np.asarray(host["lm_head"], dtype).T)
-    for name, (hf_name, transpose) in _LAYER_MAP.items():
-        stacked = np.asarray(host["layers"][name], dtype)
-        for i in range(config.num_layers):
-            w = stacked[i].T if transpose else stacked[i]
-            out[f"model.layers.{i}.{hf_name}"] = np.ascontiguousarray(w)
+def hf_tensors(leaves: Iterable[tuple[tuple[str, ...], np.ndarray]], config: LlamaConfig,
+               dtype: Any = np.float32) -> dict[str, np.ndarray]:
+    """HF-named tensors from (parameter keys, array) pairs, consumed one leaf at a time."""
+    out: dict[str, np.ndarray] = {}
+    for keys, value in leaves:
+        if keys == ("embed",):
+            out["model.embed_tokens.weight"] = np.asarray(value, dtype)
+        elif keys == ("final_norm",):
+            out["model.norm.weight"] = np.asarray(value, dtype)
+        elif keys == ("lm_head",):
+            if not config.tie_embeddings:
+                out["lm_head.weight"] = np.ascontiguousarray(np.asarray(value, dtype).T)
+        elif len(keys) == 2 and keys[0] == "layers" and keys[1] in _LAYER_MAP:
+            hf_name, transpose = _LAYER_MAP[keys[1]]
+            stacked = np.asarray(value, dtype)
+            for i in range(config.num_layers):
+                w = stacked[i].T if transpose else stacked[i]
+                out[f"model.layers.{i}.{hf_name}"] = np.ascontiguousarray(w)
     return out
+
+
+def hf_state_dict(params: Params, config: LlamaConfig, dtype: Any = np.float32) -> dict[str, np.ndarray]:
+    """HF tensors of in-memory (fully addressable) parameters."""
+    host = jax.device_get(params)
+    leaves = [(tuple(getattr(k, "key", k) for k in path), leaf)
+              for path, leaf in jax.tree_util.tree_flatten_with_path(host)[0]]
+    return hf_tensors(leaves, config, dtype)
 
 
 def export_hf(params: Params, config: LlamaConfig, out_dir: str, *, tokenizer_url: str | None = None,
               bos_id: int | None = None, eos_id: int | None = None) -> str:
     """Write `out_dir`/{config.json, model.safetensors[, tokenizer.json]}; returns out_dir."""
-    tensors = hf_state_dict(params, config)
-    mfs.atomic_write_bytes(mfs.join(out_dir, "model.safetensors"),
-                           safetensors_save(tensors, metadata={"format": "pt"}))
+    return _write_hf(hf_state_dict(params, config), config, out_dir, tokenizer_url=tokenizer_url,
+                     bos_id=bos_id, eos_id=eos_id)
+
+
+def export_hf_from_checkpoint(checkpoint: str, config: LlamaConfig, out_dir: str, **kwargs: Any) -> str:
+    """Export a (sharded) training checkpoint, reading one parameter at a time on this process.
+
+    Nothing is gathered across hosts; this host holds the float32 tensors once, and safetensors
+    writes them to a file rather than building the whole file in memory as well.
+    """
+    from marin_lab.training.checkpoint import iter_arrays
+
+    return _write_hf(hf_tensors(iter_arrays(checkpoint, "params"), config), config, out_dir, **kwargs)
+
+
+def _write_hf(tensors: dict[str, np.ndarray], config: LlamaConfig, out_dir: str, *,
+              tokenizer_url: str | None = None, bos_id: int | None = None, eos_id: int | None = None) -> str:
+    # safetensors writes the file tensor by tensor (no second in-memory copy); the finished file is
+    # then renamed into place (local) or uploaded as one object (gs://): readers see it whole or not.
+    fs, target = mfs.fs_and_path(mfs.join(out_dir, "model.safetensors"))
+    local_dir = os.path.dirname(target) if mfs.is_local(out_dir) else None
+    if local_dir:
+        os.makedirs(local_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".hf-export-", dir=local_dir) as tmp:
+        local = os.path.join(tmp, "model.safetensors")
+        safetensors_save_file(tensors, local, metadata={"format": "pt"})
+        del tensors
+        if local_dir:
+            os.replace(local, target)
+        else:
+            fs.put_file(local, target)
     mfs.atomic_write_text(mfs.join(out_dir, "config.json"),
                           json.dumps(hf_config(config, bos_id=bos_id, eos_id=eos_id), indent=2))
     if tokenizer_url and mfs.exists(tokenizer_url):

@@ -30,7 +30,7 @@ from marin_lab.training import checkpoint as ckpt  # noqa: E402
 from marin_lab.training.config import BACKENDS, TrainLmConfig  # noqa: E402
 from marin_lab.training.data import MixtureLoader  # noqa: E402
 from marin_lab.training.errors import TrainingError  # noqa: E402
-from marin_lab.training.hf_export import export_hf  # noqa: E402
+from marin_lab.training.hf_export import export_hf_from_checkpoint  # noqa: E402
 from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding  # noqa: E402
 from marin_lab.training.metrics import MetricsLogger, device_peak_flops, mfu  # noqa: E402
 from marin_lab.training.token_cache import TokenCache, TokenCacheError  # noqa: E402
@@ -151,20 +151,24 @@ def _jaxlib_version() -> str:
     return jaxlib.__version__
 
 
-def _start_point(config: TrainLmConfig, template: Any, shardings: Any) -> tuple[Any, dict[str, Any], str]:
-    """(state, data base, how) from this run's latest checkpoint, initialize_from, or None."""
+def _start_point(config: TrainLmConfig, template: Any) -> tuple[Any, dict[str, Any], str]:
+    """(state, data base, how) from this run's latest checkpoint, initialize_from, or None.
+
+    `template` carries the shardings of *this* run's mesh: a checkpoint written on other hardware
+    is resharded onto it as it is read.
+    """
     root = mfs.join(config.output_path, "checkpoints")
-    own = ckpt.latest_checkpoint(root)
+    own = ckpt.agreed_latest_checkpoint(root)
     if own:
         meta = ckpt.read_metadata(own)
         _check_model_metadata(config, meta, own)
-        state = ckpt.load_checkpoint(own, template, shardings)
+        state = ckpt.load_checkpoint(own, template)
         return state, meta.get("data_base", {"step": 0, "offsets": {}}), f"resumed from {own}"
     if config.initialize_from:
         path = ckpt.resolve_checkpoint(config.initialize_from)
         meta = ckpt.read_metadata(path)
         _check_model_metadata(config, meta, path)
-        state = ckpt.load_checkpoint(path, template, shardings)
+        state = ckpt.load_checkpoint(path, template)
         if config.reset_optimizer_state:
             state = {**state, "opt_state": template["opt_state"]}
         base = {"step": int(meta["step"]), "offsets": meta.get("data_consumed", {})}
@@ -234,9 +238,9 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
         _check_start_checkpoint(config)
         programs = _programs(config.model, config.optimizer, config.num_train_steps, settings,
                              config.mesh, tuple(d.id for d in jax.devices()))
-        shardings, init_fn, step_fn = programs
+        _shardings, init_fn, step_fn = programs
         fresh = init_fn(jax.random.key(config.seed))
-        restored, data_base, how = _start_point(config, fresh, shardings)
+        restored, data_base, how = _start_point(config, fresh)
     except ckpt.CheckpointError as err:
         raise TrainingError(str(err)) from err
     state = restored if restored is not None else fresh
@@ -298,7 +302,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
 
     try:
         for step in range(start_step, end_step):
-            batch = _global_batch(loader.batch(step), batch_sharding(mesh))
+            batch = _host_batch(loader, step, batch_sharding(mesh))
             started = time.perf_counter()
             state, out = step_fn(state, batch)
             if pending is not None:
@@ -328,22 +332,27 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
         task_results = _evaluate_tasks(config, state["params"], final_step)
         metrics.log(task_results)
         metrics.flush()
+    final_checkpoint = ckpt.latest_checkpoint(mfs.join(config.output_path, "checkpoints"))
     hf_path = None
-    if config.export_hf and final_step == config.num_train_steps:
+    if config.export_hf and final_step == config.num_train_steps and jax.process_index() == 0:
+        # From the final (sharded) checkpoint, one parameter at a time: nothing is gathered.
         first_cache = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
-        hf_path = export_hf(state["params"], config.model, mfs.join(config.output_path, "hf"),
-                            tokenizer_url=first_cache.tokenizer_url(),
-                            bos_id=first_cache.ledger.get("bos_id"), eos_id=first_cache.ledger.get("eos_id"))
+        hf_path = export_hf_from_checkpoint(final_checkpoint, config.model, mfs.join(config.output_path, "hf"),
+                                            tokenizer_url=first_cache.tokenizer_url(),
+                                            bos_id=first_cache.ledger.get("bos_id"),
+                                            eos_id=first_cache.ledger.get("eos_id"))
     summary = {
         "final_step": final_step, "num_train_steps": config.num_train_steps, "start": how,
         "final_loss": last.get("loss"), "steps_this_run": final_step - start_step,
         "tokens_per_s": tokens_done / train_time if train_time else None,
         "mfu": mfu(flops_per_token, tokens_done / train_time, env["device_count"], peak) if train_time else None,
-        "params": config.model.num_params(), "checkpoint": ckpt.latest_checkpoint(mfs.join(config.output_path, "checkpoints")),
+        "params": config.model.num_params(), "checkpoint": final_checkpoint,
         "hf_path": hf_path, "metrics_path": metrics.url, "environment": env, "eval": last_eval,
         "tasks": task_results,
-        "param_checksum": _param_checksum(state["params"]),
+        "param_checksum": _param_checksum(state["params"], final_checkpoint),
     }
+    if jax.process_index() != 0:  # one writer of the summary and of W&B
+        return summary
     mfs.write_json(mfs.join(config.output_path, "train_summary.json"), summary)
     metrics.close(summary)
     logger.info("train_lm %s: step %d, loss %s, %s tokens/s", config.output_path, final_step,
@@ -351,15 +360,38 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
     return summary
 
 
-def _global_batch(tokens: np.ndarray, sharding: Any) -> jax.Array:
-    """A global array from the host batch; each process places only the rows its devices hold."""
-    # (device_put would need every device addressable, which fails on multi-host slices.)
-    return jax.make_array_from_callback(tokens.shape, sharding, lambda index: tokens[index])
+def _host_batch(loader: MixtureLoader, step: int, sharding: Any) -> jax.Array:
+    """The global batch of `step` as one array; this process reads only the rows its devices hold.
+
+    (device_put of a host array would need every device addressable, which fails on multi-host
+    slices; and reading the whole global batch on every host would multiply data reads by hosts.)
+    """
+    shape = (loader.batch_size, loader.seq_len + 1)
+    index_map = sharding.addressable_devices_indices_map(shape)
+    rows = sorted({r for index in index_map.values() for r in range(*index[0].indices(shape[0]))})
+    local = loader.batch(step, rows=np.asarray(rows, dtype=np.int64))
+    position = {r: i for i, r in enumerate(rows)}
+
+    def piece(index: tuple[slice, ...]) -> np.ndarray:
+        wanted = [position[r] for r in range(*index[0].indices(shape[0]))]
+        return local[wanted][:, index[1]]
+
+    return jax.make_array_from_callback(shape, sharding, piece)
 
 
-def _param_checksum(params: Any) -> str:
-    """sha256 over every parameter's bytes: equal checksums mean bit-identical parameters."""
+def _param_checksum(params: Any, checkpoint: str | None) -> str:
+    """sha256 over every parameter's bytes: equal checksums mean bit-identical parameters.
+
+    Parameters split across hosts are read back from the final checkpoint one leaf at a time (no
+    host gathers the model); the bytes hashed are the same either way.
+    """
     h = hashlib.sha256()
-    for leaf in jax.tree_util.tree_leaves(jax.device_get(params)):
-        h.update(np.ascontiguousarray(leaf).tobytes())
+    if all(leaf.is_fully_addressable for leaf in jax.tree_util.tree_leaves(params)):
+        for leaf in jax.tree_util.tree_leaves(jax.device_get(params)):
+            h.update(np.ascontiguousarray(leaf).tobytes())
+    elif jax.process_index() == 0 and checkpoint:
+        for _keys, leaf in sorted(ckpt.iter_arrays(checkpoint, "params"), key=lambda kv: kv[0]):
+            h.update(np.ascontiguousarray(leaf).tobytes())
+    else:
+        return ""
     return h.hexdigest()

@@ -122,3 +122,18 @@ def test_step_policy(tmp_path):
     assert [s for s in range(1, 16) if ck.should_save(s)] == [5, 10, 15]
     with pytest.raises(CheckpointError, match="keep_last"):
         Checkpointer(str(tmp_path), CheckpointConfig(keep_last=0))
+
+
+@pytest.mark.gcs
+def test_gcs_round_trip_and_incomplete_save_ignored(gcs_bucket):
+    root = f"{gcs_bucket}/run/checkpoints"
+    ck = Checkpointer(root, CheckpointConfig(save_every_steps=1, save_interval_s=None, keep_last=1),
+                      clock=FakeClock())
+    ck.save(1, _state(1.0), {})
+    ck.save(2, _state(2.0), {})
+    assert [s for s, _ in list_checkpoints(root)] == [2]
+    assert _bytes(load_checkpoint(latest_checkpoint(root), _state())) == _bytes(_state(2.0))
+    from marin_lab.io import fs as mfs
+
+    mfs.remove(f"{root}/step-000002/COMPLETE")  # as if a host died before the marker
+    assert latest_checkpoint(root) is None

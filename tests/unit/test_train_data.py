@@ -96,3 +96,10 @@ def test_remote_cache_reads_the_same_windows(tmp_path):
     remote = TokenCache("memory://tr-cache/remote").split("train", 20)
     idx = np.arange(local.num_sequences)
     np.testing.assert_array_equal(local.sequences(idx), remote.sequences(idx))
+
+
+def test_a_host_reads_only_its_rows_and_they_match_the_global_batch(two_caches):
+    loader = MixtureLoader(DataConfig(caches=two_caches, seed=3), seq_len=8, batch_size=8)
+    whole = loader.batch(5)
+    rows = np.array([6, 7, 2, 3])  # e.g. the rows of host 1 of 2, devices in any order
+    assert np.array_equal(loader.batch(5, rows=rows), whole[rows])
