@@ -16,11 +16,13 @@ from marin_lab.browser.errors import BadRequestError, ForbiddenPathError, NotFou
 from marin_lab.browser.explain import explain_step
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.redact import redact
-from marin_lab.browser.storage import child, exists, list_dir, load_json, parallel_map
+from marin_lab.browser.storage import child, exists, list_dir, load_json, parallel_map, read_bounded
 
 logger = logging.getLogger(__name__)
 
 _EXPERIMENT_ID = re.compile(r"[A-Za-z0-9._@+-]+")
+_STORED_SCRIPT = re.compile(r"scripts/[A-Za-z0-9._@+-]+\.py")
+MAX_SCRIPT_BYTES = 512 * 1024
 STATUSES = ("SUCCESS", "RUNNING", "WAITING", "FAILED", "DEP_FAILED")
 
 
@@ -149,11 +151,28 @@ class Browser:
             hash=_text(exp.get("hash")),
             command_line=exp.get("command_line") if isinstance(exp.get("command_line"), list) else None,
             git=redact(exp.get("git")) if isinstance(exp.get("git"), dict) else None,
+            code=self._code(exp.get("code")),
             steps=rows,
             status_counts=dict(Counter(statuses)),
             graph=graph.layout(keys, deps),
         )
         return result
+
+    def _code(self, code: Any) -> dict | None:
+        """The experiment's code provenance, with the stored script's text (docs/reproducibility.md)."""
+        if not isinstance(code, dict):
+            return None
+        out = {k: code.get(k) for k in ("script", "commit", "dirty", "changed", "changed_count", "diff", "diff_bytes",
+                                       "diff_truncated", "script_sha256", "script_missing")}
+        stored = code.get("stored_script")
+        if isinstance(stored, str) and _STORED_SCRIPT.fullmatch(stored):
+            url = child(self.prefix, "experiments", *stored.split("/"))
+            out["stored_script"] = url
+            try:
+                out["script_text"] = read_bounded(self.roots, url, MAX_SCRIPT_BYTES).decode("utf-8", errors="replace")
+            except (OSError, ValueError, ForbiddenPathError, NotFoundError) as err:
+                out["script_error"] = f"{type(err).__name__}: {err}"
+        return redact(out)
 
     # ---- steps -------------------------------------------------------------------------------
     def step(self, path: str, exp_id: str | None = None) -> dict:

@@ -41,7 +41,9 @@ from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_
 from marin_lab.execution.hashing import hash8, lenient_value, unversioned_fingerprint
 from marin_lab.execution.lease import HOSTNAME, Lease, new_driver_id
 from marin_lab.execution.plan import MarinExecutorAttributes, Plan, PlannedStep, build_plan
-from marin_lab.execution.provenance import git_info, manifest, redact
+from marin_lab.execution.artifacts import declaration
+from marin_lab.execution.code_provenance import git_state, store_script
+from marin_lab.execution.provenance import manifest, package_versions, redact
 from marin_lab.execution.secrets import redact_logs, scrub_text
 from marin_lab.execution.resources import describe_resources, validate_resources
 from marin_lab.execution.status import (
@@ -140,6 +142,7 @@ class Executor(MarinExecutorAttributes):
         self.driver_id = new_driver_id()
         self._backend: Any = None
         self._lock = threading.Lock()
+        self._code: dict[str, Any] | None = None
 
     # ---------------------------------------------------------------------------------------
     # planning and deciding
@@ -262,6 +265,7 @@ class Executor(MarinExecutorAttributes):
         if dry_run:
             print(self.format_plan(decisions), flush=True)
             return RunReport(plan, decisions, {}, None)
+        self._code = None  # the tree may have changed since this executor's last run
         experiment_path = self._write_experiment(plan)
         for d in decisions:
             for note in d.notes:
@@ -299,6 +303,7 @@ class Executor(MarinExecutorAttributes):
         stem = os.path.splitext(os.path.basename(script))[0] or "interactive"
         ident = hash8(sorted(s.identity for s in plan.steps))
         path = join(self.executor_info_base_path, f"{stem}-{ident}.json")
+        code = self._code_provenance()
         configs = plan.marin_view.configs
         record = {
             "schema": 1,
@@ -308,7 +313,9 @@ class Executor(MarinExecutorAttributes):
             "description": self.description,
             "created": now_iso(),
             "command_line": list(sys.argv),
-            "git": git_info(script if script and os.path.exists(script) else None),
+            "git": {"commit": code["commit"], "dirty": code["dirty"]},
+            "code": code,
+            "packages": package_versions(),
             "prefix": self.prefix,
             "driver": self.driver_id,
             "steps": [
@@ -323,6 +330,14 @@ class Executor(MarinExecutorAttributes):
         write_json(path, redact(record))
         self.executor_info_path = path
         return path
+
+    def _code_provenance(self) -> dict[str, Any]:
+        """The experiment's code: git state and diff, and the script stored beside the records (once per run)."""
+        if self._code is None:
+            script = self.script if self.script and os.path.isfile(self.script) else None
+            self._code = {"script": _relative_script(self.script), **git_state(script),
+                          **store_script(self.executor_info_base_path, script)}
+        return self._code
 
     def _execute(self, plan: Plan, decisions: Sequence[Decision]) -> dict[str, StepOutcome]:
         by_id = {d.step.identity: d for d in decisions}
@@ -560,6 +575,7 @@ class Executor(MarinExecutorAttributes):
         raise StorageError(f"step '{ps.identity}': could not write status {status.value} to {ps.output_path}")
 
     def _record_base(self, ps: PlannedStep, config: Any) -> dict[str, Any]:
+        code = self._code_provenance()
         return {
             "schema": 1,
             "name": ps.name,
@@ -575,7 +591,11 @@ class Executor(MarinExecutorAttributes):
             "dependencies": [{"name": d.name, "identity": d.identity, "output_path": d.output_path}
                              for d in ps.dependencies],
             "resources": describe_resources(ps.step.resources),
-            "git": git_info(self.script if self.script and os.path.exists(self.script) else None),
+            "reproducibility": declaration(ps.step.fn, config),
+            "git": {"commit": code["commit"], "dirty": code["dirty"]},
+            # The script's text and the diff live once, in the experiment record and beside it.
+            "code": {"script": code["script"], "script_sha256": code["script_sha256"],
+                     "experiment": _under_prefix(self.executor_info_path, self.prefix)},
             "driver": self.driver_id,
             "backend": self.backend_name,
         }
@@ -594,6 +614,13 @@ def _script_path() -> str | None:
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     return os.path.abspath(path) if path else None
+
+
+def _under_prefix(url: str | None, prefix: str) -> str | None:
+    """`url` relative to `prefix` when inside it, so a copied prefix keeps its references."""
+    if url and url.startswith(prefix.rstrip("/") + "/"):
+        return url[len(prefix.rstrip("/")) + 1:]
+    return url
 
 
 def _relative_script(script: str | None) -> str | None:

@@ -93,23 +93,6 @@ def recorded_env() -> dict[str, str]:
     }
 
 
-@functools.lru_cache(maxsize=8)
-def git_info(path: str | None = None) -> dict[str, Any]:
-    """The commit of the repository holding `path` (default: the working directory), and dirtiness."""
-    cwd = os.path.dirname(os.path.abspath(path)) if path and os.path.isfile(path) else (path or os.getcwd())
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        dirty = bool(subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True,
-            timeout=20, check=True,
-        ).stdout.strip())
-        return {"commit": commit, "dirty": dirty}
-    except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-
-
 @functools.lru_cache(maxsize=1)
 def package_versions() -> dict[str, str]:
     out = {}

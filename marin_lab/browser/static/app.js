@@ -173,11 +173,23 @@ async function renderExperiment(id) {
         ["command line", exp.command_line ? exp.command_line.join(" ") : null],
         ["file", el("a", {href: links.file(exp.file), text: exp.file})]]),
     el("p", {}, Object.entries(exp.status_counts).map(([s, n]) => badge(s, n))),
+    codeSection(exp.code),
     el("h2", {text: `Graph (${exp.steps.length} steps)`}), legend, drawGraph(exp),
     // A long table costs more layout than the graph; fold it away on big experiments.
     el("h2", {text: "Steps"}), exp.steps.length > 200 ? el("details", {}, el("summary", {text: `show all ${exp.steps.length} steps`}), table) : table);
   // Timings for benchmarks/browser_latency.py: fetch+parse vs building the DOM.
   document.body.dataset.renderMs = (performance.now() - t1).toFixed(1);
+}
+
+function codeSection(code) {
+  if (!code) return el("p", {class: "muted", text: "no code provenance recorded (an older record)"});
+  const parts = [el("h2", {text: "Code"}),
+    kv([["script sha256", code.script_sha256], ["dirty", code.dirty === null || code.dirty === undefined ? null : String(code.dirty)],
+        ["uncommitted", code.changed && code.changed.length ? code.changed.join(", ") : null]])];
+  if (code.script_text !== undefined) parts.push(el("details", {id: "script", open: ""}, el("summary", {text: `script as run (${code.script || "?"})`}), pre(code.script_text, "script-text")));
+  else parts.push(el("p", {class: "muted", text: code.script_error || code.script_missing || "the script was not stored"}));
+  if (code.diff) parts.push(el("details", {}, el("summary", {text: `uncommitted changes (${code.diff_bytes} bytes${code.diff_truncated ? ", truncated" : ""})`}), pre(code.diff, "diff")));
+  return el("div", {id: "code"}, parts);
 }
 
 // ---- step page ------------------------------------------------------------------------------

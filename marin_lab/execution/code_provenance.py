@@ -1,0 +1,119 @@
+"""Which code produced an experiment: the commit, whether the tree was clean, and the script itself.
+
+A commit alone is not enough. The normal state of an experiment under review is a new file that
+is not committed yet, often next to edits of the helpers it uses; `git status --untracked-files=no`
+calls that tree clean, and the script's text is stored nowhere. So the experiment record gets:
+
+- `commit`, and `dirty`: true when a tracked file is modified anywhere in the repository, or an
+  untracked (and not ignored) file exists in the package, in `experiments/`, or is the script;
+- `changed`: those paths (`git status --porcelain` style, at most `MAX_CHANGED`);
+- `diff`: the uncommitted changes as one patch (tracked edits against HEAD, then every untracked
+  file of those folders as a new file), capped at `MAX_DIFF_BYTES` (`diff_bytes` is the full size);
+- the script's text, stored content-addressed under `{experiments}/scripts/` beside the record
+  (`store_script`), with its sha256: the record can be rerun as it was, whatever the tree holds now.
+
+Credential-looking strings are redacted from the diff and the stored script (provenance.redact);
+the record then says `redacted: true`, and the sha256 is that of the stored text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from typing import Any
+
+from marin_lab.execution.provenance import redact
+from marin_lab.io.fs import atomic_write_bytes, exists, join
+
+MAX_DIFF_BYTES = 256 * 1024
+MAX_CHANGED = 200
+SCRIPTS_FOLDER = "scripts"
+
+
+def _git(args: list[str], cwd: str, *, ok_codes: tuple[int, ...] = (0,)) -> str | None:
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode not in ok_codes:
+        return None
+    return done.stdout.decode("utf-8", errors="replace")
+
+
+def _package_dir() -> str:
+    import marin_lab
+
+    return os.path.dirname(os.path.abspath(marin_lab.__file__))
+
+
+def git_state(script: str | None) -> dict[str, Any]:
+    """commit, dirty, changed and diff of the repository holding `script` (default: the cwd).
+
+    Outside a repository (or without git) every field is None: unknown, not clean.
+    """
+    where = os.path.dirname(os.path.abspath(script)) if script and os.path.isfile(script) else os.getcwd()
+    root = (_git(["rev-parse", "--show-toplevel"], where) or "").strip()
+    commit = (_git(["rev-parse", "HEAD"], where) or "").strip()
+    if not root or not commit:
+        return {"commit": None, "dirty": None, "changed": None, "diff": None}
+    scopes = [p for p in (_package_dir(), os.path.join(root, "experiments"),
+                          os.path.abspath(script) if script and os.path.isfile(script) else None)
+              if p and _inside(p, root) and os.path.exists(p)]
+    tracked = [line for line in (_git(["status", "--porcelain", "--untracked-files=no"], root) or "").splitlines()
+               if line.strip()]
+    untracked = []
+    if scopes:
+        listed = _git(["ls-files", "--others", "--exclude-standard", "-z", "--",
+                       *[os.path.relpath(p, root) for p in scopes]], root) or ""
+        untracked = sorted(p for p in listed.split("\0") if p)
+    changed = tracked + [f"?? {p}" for p in untracked]
+    patch = _git(["diff", "HEAD", "--no-color", "--no-ext-diff"], root) or ""
+    for rel in untracked:
+        patch += _git(["diff", "--no-index", "--no-color", "--", "/dev/null", rel], root, ok_codes=(0, 1)) or ""
+    data = redact(patch)
+    raw = data.encode("utf-8")
+    return {
+        "commit": commit,
+        "dirty": bool(changed),
+        "changed": changed[:MAX_CHANGED],
+        "changed_count": len(changed),
+        "diff": raw[:MAX_DIFF_BYTES].decode("utf-8", errors="ignore"),
+        "diff_bytes": len(raw),
+        "diff_truncated": len(raw) > MAX_DIFF_BYTES,
+        "diff_redacted": data != patch,
+    }
+
+
+def _inside(path: str, root: str) -> bool:
+    try:
+        return os.path.commonpath([os.path.abspath(path), os.path.abspath(root)]) == os.path.abspath(root)
+    except ValueError:
+        return False
+
+
+def store_script(experiments_folder: str, script: str | None) -> dict[str, Any]:
+    """Store `script`'s text under `{experiments_folder}/scripts/` (content-addressed, written once).
+
+    Returns the record's `script_*` fields; `stored_script` is relative to `experiments_folder`, so
+    a copied bucket still finds it.
+    """
+    if not script or not os.path.isfile(script):
+        return {"stored_script": None, "script_sha256": None,
+                "script_missing": "the experiment did not run from a file (interactive or -c)"}
+    with open(script, "rb") as f:
+        original = f.read()
+    try:
+        text = original.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"stored_script": None, "script_sha256": hashlib.sha256(original).hexdigest(),
+                "script_missing": f"{script} is not UTF-8 text"}
+    stored = redact(text).encode("utf-8")
+    digest = hashlib.sha256(stored).hexdigest()
+    stem = os.path.splitext(os.path.basename(script))[0] or "script"
+    rel = f"{SCRIPTS_FOLDER}/{stem}-{digest[:16]}.py"
+    url = join(experiments_folder, rel)
+    if not exists(url):
+        atomic_write_bytes(url, stored)
+    return {"stored_script": rel, "script_sha256": digest, "script_bytes": len(stored),
+            "script_redacted": stored != original}
