@@ -2,14 +2,24 @@
 
 W&B runs offline unless a project is configured and `WANDB_API_KEY` is set; the key is read by
 wandb itself from the environment and never passes through (or is logged by) this module.
+
+The W&B run belongs to the step, not to the process: its id is derived from the step's output
+path (`wandb_run_id`: the identity `name-hash8` plus 8 hex of the whole path, so the same step
+under another prefix, e.g. a reproduction, is another run), and W&B is told to resume it, so a
+preempted and resumed training step continues one run. The run's folder is kept under the output
+path (`{output_path}/wandb/`) for any prefix: written there directly on a local prefix, written to
+a temporary folder and copied there when the run closes on an object store.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
+import re
+import shutil
 import tempfile
 from typing import Any
 
@@ -92,9 +102,21 @@ class MetricsLogger:
                 if line.strip() and json.loads(line)["step"] < resume_step:
                     self.lines.append(line)
         self._run = None
-        mode = wandb_config.resolved_mode()
-        if mode != "disabled" and jax.process_index() == 0:
-            self._run = _init_wandb(wandb_config, mode, run_name, output_path, config_for_wandb)
+        self.output_path = output_path
+        self.mode = wandb_config.resolved_mode()
+        self.run_id = wandb_run_id(output_path)
+        self._direct = mfs.is_local(output_path)
+        self._local_dir = mfs.fs_and_path(output_path)[1] if self._direct else None
+        if self.mode != "disabled" and jax.process_index() == 0:
+            if self._local_dir is None:
+                self._local_dir = tempfile.mkdtemp(prefix="wandb-")
+            self._run = _init_wandb(wandb_config, self.mode, run_name, self._local_dir, config_for_wandb, self.run_id)
+
+    def wandb_info(self) -> dict[str, Any]:
+        """For the step's result (and so its record and the browser): which W&B run, and where."""
+        if self.mode == "disabled":
+            return {"mode": "disabled", "run_id": None, "dir": None}
+        return {"mode": self.mode, "run_id": self.run_id, "dir": mfs.join(self.output_path, "wandb")}
 
     def log(self, record: dict[str, Any]) -> None:
         self.lines.append(json.dumps(record, sort_keys=True))
@@ -115,16 +137,39 @@ class MetricsLogger:
                         self._run.summary[k] = v
             self._run.finish()
             self._run = None
+            self._copy_run_folder()
+
+    def _copy_run_folder(self) -> None:
+        """On an object store, the run folder written locally goes under the output path."""
+        if self._local_dir is None or self._direct:
+            return
+        local = os.path.join(self._local_dir, "wandb")
+        if os.path.isdir(local):
+            fs, path = mfs.fs_and_path(mfs.join(self.output_path, "wandb"))
+            for root, _, files in os.walk(local):
+                for name in files:
+                    src = os.path.join(root, name)
+                    if os.path.islink(src):
+                        continue  # W&B's "latest-run" link: the folders themselves are copied
+                    rel = os.path.relpath(src, local).replace(os.sep, "/")
+                    fs.put_file(src, f"{path}/{rel}")
+        shutil.rmtree(self._local_dir, ignore_errors=True)
 
 
-def _init_wandb(cfg: WandbConfig, mode: str, run_name: str, output_path: str, config: dict[str, Any]):
+def wandb_run_id(output_path: str) -> str:
+    """The W&B run id of the training step writing to `output_path` (see the module docstring)."""
+    path = output_path.rstrip("/")
+    identity = re.sub(r"[^A-Za-z0-9_.-]", "-", path.rsplit("/", 1)[-1])[:48]
+    return f"{identity}-{hashlib.sha256(path.encode('utf-8')).hexdigest()[:8]}"
+
+
+def _init_wandb(cfg: WandbConfig, mode: str, run_name: str, directory: str, config: dict[str, Any], run_id: str):
     try:
         import wandb
     except ImportError as err:  # pragma: no cover - wandb is a core dependency
         raise RuntimeError("W&B logging needs `wandb`; install it or set wandb.enabled=false") from err
     os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
-    directory = output_path if mfs.is_local(output_path) else tempfile.mkdtemp(prefix="wandb-")
     os.makedirs(directory, exist_ok=True)
-    return wandb.init(project=cfg.project or "marin_lab", entity=cfg.entity, name=run_name,
-                      mode=mode, dir=directory, config=config, tags=list(cfg.tags),
+    return wandb.init(project=cfg.project or "marin_lab", entity=cfg.entity, name=run_name, id=run_id,
+                      resume="allow", mode=mode, dir=directory, config=config, tags=list(cfg.tags),
                       reinit="finish_previous")

@@ -350,6 +350,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
         "hf_path": hf_path, "metrics_path": metrics.url, "environment": env, "eval": last_eval,
         "tasks": task_results,
         "param_checksum": _param_checksum(state["params"], final_checkpoint),
+        "wandb": metrics.wandb_info(),
     }
     if jax.process_index() != 0:  # one writer of the summary and of W&B
         return summary

@@ -83,3 +83,29 @@ def test_plan_estimate_counts_tokens_flops_and_chip_hours():
     assert est["chips"] == 512
     expected_hours = est["flops"] / (512 * 197e12 * 0.4) / 3600
     assert est["wall_hours"] == pytest.approx(expected_hours, abs=0.05)
+
+
+def test_wandb_run_is_the_steps_resumed_and_kept_under_the_output_path(tmp_path, monkeypatch):
+    """Regression (issue 9): a resumed step continued a new W&B run; on gs:// its folder was lost."""
+    import fsspec
+
+    from marin_lab.training.metrics import wandb_run_id
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    out = str(tmp_path / "checkpoints" / "nano-1a2b3c4d")
+    assert wandb_run_id(out) == wandb_run_id(out + "/") != wandb_run_id(str(tmp_path / "other" / "nano-1a2b3c4d"))
+    assert wandb_run_id(out).startswith("nano-1a2b3c4d-")
+    for attempt in range(2):  # the second logger is the resumed step: the same run, resumed
+        log = MetricsLogger(out, WandbConfig(mode="offline"), "nano", {}, resume_step=attempt)
+        assert log.run_id == wandb_run_id(out)
+        log.log({"step": attempt, "loss": 1.0})
+        log.close()
+    runs = sorted(p.name for p in (tmp_path / "checkpoints" / "nano-1a2b3c4d" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(r.endswith(wandb_run_id(out)) for r in runs)
+    remote = "memory://bucket/prefix/checkpoints/nano-1a2b3c4d"  # an object store: written locally, copied
+    log = MetricsLogger(remote, WandbConfig(mode="offline"), "nano", {})
+    log.log({"step": 0, "loss": 1.0})
+    log.close()
+    assert log.wandb_info() == {"mode": "offline", "run_id": wandb_run_id(remote), "dir": remote + "/wandb"}
+    copied = fsspec.filesystem("memory").find("/bucket/prefix/checkpoints/nano-1a2b3c4d/wandb")
+    assert any(wandb_run_id(remote) in p and p.endswith(".wandb") for p in copied)

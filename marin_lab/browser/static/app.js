@@ -267,7 +267,8 @@ async function renderStep(params) {
       ["accelerators", env.accelerators ? JSON.stringify(env.accelerators) : null],
       ["backend", typeof r.backend === "string" ? r.backend : (r.backend ? JSON.stringify(r.backend) : null)],
       ["driver", typeof r.driver === "string" ? r.driver : (r.driver ? JSON.stringify(r.driver) : null)],
-      ["config fingerprint", r.config_fingerprint], ["resources", r.resources ? JSON.stringify(r.resources) : null]]));
+      ["config fingerprint", r.config_fingerprint], ["resources", r.resources ? JSON.stringify(r.resources) : null],
+      ["W&B run", r.result && r.result.wandb && r.result.wandb.run_id ? `${r.result.wandb.run_id} (${r.result.wandb.mode}; ${r.result.wandb.dir})` : null]]));
     if (r.hardware) parts.push(el("details", {}, el("summary", {text: "hardware"}), pre(r.hardware)));
     if (env.packages) parts.push(el("details", {}, el("summary", {text: `packages (${Object.keys(env.packages).length})`}), pre(env.packages)));
     if (env.env) parts.push(el("details", {}, el("summary", {text: "environment variables"}), pre(env.env, "env-vars")));
