@@ -24,6 +24,7 @@ Needs the `bench` extra (datatrove, spacy, orjson).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import logging
 import os
@@ -191,8 +192,10 @@ def run_datatrove(inp: str, work: str, shards: int, seed: int, words: str) -> se
     logs = os.path.join(out, "logs")
 
     def run(pipeline, tasks, name):
-        LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=1,
-                              logging_dir=os.path.join(logs, name), skip_completed=False).run()
+        # Each task adds its own log sink on sys.stderr (stats tables): keep them out of the table.
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
+            LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=1,
+                                  logging_dir=os.path.join(logs, name), skip_completed=False).run()
 
     signature = MinhashDedupSignature(output_folder=f"{out}/sigs", config=cfg)
     if words == "whitespace":

@@ -36,6 +36,7 @@ import platform  # noqa: E402
 import resource  # noqa: E402
 import shutil  # noqa: E402
 import statistics  # noqa: E402
+import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
@@ -130,6 +131,8 @@ def main() -> None:
                 if name == "step x2":
                     busiest.append(max(s1 - s0, c1 - c0))
                 loads.append(os.getloadavg()[0])
+                print(f"# repeat {rep + 1}: {name} {wall:.2f} s wall, {cpus[name][-1]:.2f} CPU s, "
+                      f"load {loads[-1]:.1f}", file=sys.stderr, flush=True)
 
         wall = {n: statistics.median(v) for n, v in walls.items()}
         cpu = {n: statistics.median(v) for n, v in cpus.items()}
