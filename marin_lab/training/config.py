@@ -6,6 +6,7 @@ import dataclasses
 import re
 from typing import Any
 
+from marin_lab.precision.policy import PrecisionConfig
 from marin_lab.training.checkpoint import CheckpointConfig
 from marin_lab.training.data import DataConfig
 from marin_lab.training.mesh import MeshConfig
@@ -45,6 +46,9 @@ class TrainLmConfig:
     """Matmul/activation dtype ('bfloat16' or 'float32'); parameters stay in param_dtype."""
     param_dtype: str = versioned_field("float32")
     """Storage dtype of parameters and optimizer state."""
+    precision: PrecisionConfig = versioned_field(default_factory=PrecisionConfig)
+    """Matmul format (compute dtype, fp32, bf16, fp8, fp8_delayed, mxfp8) and Adam's moment format
+    (docs/precision.md); the defaults change nothing."""
     gradient_checkpointing: bool = False
     """Recompute each block's activations on the backward pass (saves memory, costs ~1/3 FLOPs)."""
     attention_impl: str | None = None

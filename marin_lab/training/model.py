@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -316,11 +317,18 @@ def lm_loss(
     gradient_checkpointing: bool | str = False,
     attention_impl: str | None = None,
     z_loss_weight: float = 0.0,
+    logits_hook: Callable[[jax.Array], jax.Array] | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """(total loss, cross-entropy) averaged over positions where mask is 1."""
+    """(total loss, cross-entropy) averaged over positions where mask is 1.
+
+    logits_hook: applied to the fp32 logits before the loss (the precision policy puts a
+    gradient-rescale point there: the logits' gradient is still fp32 at that point).
+    """
     logits = forward(params, inputs, config, compute_dtype=compute_dtype,
                      gradient_checkpointing=gradient_checkpointing,
                      attention_impl=attention_impl)
+    if logits_hook is not None:
+        logits = logits_hook(logits.astype(jnp.float32))
     logp, lse = token_log_likelihoods(logits, targets)
     mask = mask.astype(jnp.float32)
     denom = jnp.maximum(mask.sum(), 1.0)

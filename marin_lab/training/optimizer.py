@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from marin_lab.precision.adam import scale_by_stored_adam
+
 SCHEDULES = ("wsd", "cosine", "linear", "constant")
 
 
@@ -77,18 +79,23 @@ class OptimizerConfig:
 
         return schedule
 
-    def build(self) -> optax.GradientTransformation:
+    def build(self, moments: str = "float32") -> optax.GradientTransformation:
         """Clipping, Adam moments and decoupled weight decay, without the learning rate.
 
         The train step multiplies the result by `-lr(step)` itself, with the global step from
         the train state, so the schedule never depends on optax's internal counter (which a
-        phase that resets the optimizer state would restart).
+        phase that resets the optimizer state would restart). `moments` is the storage format
+        of Adam's moments (the precision policy's `optimizer_state`): 'float32' is optax's own
+        Adam; 'bfloat16' and 'float16_scaled' store them narrow (marin_lab.precision.adam).
         """
         self.validate()
         parts = []
         if self.max_grad_norm is not None:
             parts.append(optax.clip_by_global_norm(self.max_grad_norm))
-        parts.append(optax.scale_by_adam(b1=self.beta1, b2=self.beta2, eps=self.epsilon))
+        if moments == "float32":
+            parts.append(optax.scale_by_adam(b1=self.beta1, b2=self.beta2, eps=self.epsilon))
+        else:
+            parts.append(scale_by_stored_adam(self.beta1, self.beta2, self.epsilon, moments))
         if self.weight_decay:
             parts.append(optax.add_decayed_weights(self.weight_decay, mask=decay_mask))
         return optax.chain(*parts)

@@ -44,6 +44,8 @@ def validate_config(config: TrainLmConfig) -> None:
     try:
         config.model.validate()
         config.optimizer.validate()
+        config.precision.validate(config.model.param_shapes())
+        config.precision.check_backend()
     except ValueError as err:
         raise TrainingError(str(err)) from err
     if config.backend not in BACKENDS:
@@ -186,10 +188,11 @@ def _programs(model: Any, optimizer_config: Any, num_train_steps: int, settings:
     """
     del device_ids  # part of the cache key only: a different device set is a different program
     mesh = mesh_config.build()
-    optimizer = optimizer_config.build()
+    optimizer = optimizer_config.build(moments=settings.precision.optimizer_state)
     param_dtype = jnp.dtype(settings.param_dtype)
-    shardings = state_shardings(model, optimizer, mesh, mesh_config.param_sharding, param_dtype)
-    init_fn = make_init_fn(model, optimizer, shardings, param_dtype)
+    shardings = state_shardings(model, optimizer, mesh, mesh_config.param_sharding, param_dtype,
+                                settings.precision)
+    init_fn = make_init_fn(model, optimizer, shardings, param_dtype, settings.precision)
     step_fn = make_train_step(model, optimizer, optimizer_config.lr_schedule(num_train_steps),
                               settings, mesh, shardings)
     return shardings, init_fn, step_fn
@@ -233,7 +236,8 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
         raise TrainingError(str(err)) from err
 
     settings = StepSettings(config.compute_dtype, config.param_dtype, config.gradient_checkpointing,
-                            config.attention_impl, config.z_loss_weight, config.microbatches)
+                            config.attention_impl, config.z_loss_weight, config.microbatches,
+                            config.precision)
     try:
         _check_start_checkpoint(config)
         programs = _programs(config.model, config.optimizer, config.num_train_steps, settings,
@@ -294,7 +298,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
         last = {"step": step, "loss": values["loss"], "cross_entropy": values["cross_entropy"],
                 "learning_rate": values["learning_rate"], "grad_norm": values["grad_norm"],
                 "tokens_per_s": tps, "mfu": mfu(flops_per_token, tps, env["device_count"], peak),
-                "time": time.time()}
+                "time": time.time(), **{k: v for k, v in values.items() if k.startswith("fp8/")}}
         if step % config.log_every == 0 or step == end_step - 1:
             metrics.log(last)
         progress.update(1)

@@ -11,10 +11,14 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from marin_lab.precision import apply as precision
+from marin_lab.precision.policy import PrecisionConfig
 from marin_lab.training.mesh import batch_sharding, param_spec
 from marin_lab.training.model import LlamaConfig, Params, flatten_params, init_params, lm_loss
 
-TrainState = dict[str, Any]  # {"params": Params, "opt_state": optax state, "step": int32 scalar}
+# {"params": Params, "opt_state": optax state, "step": int32 scalar}, and with fp8_delayed
+# "fp8": the amax histories (marin_lab.precision.apply), checkpointed with the rest.
+TrainState = dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +31,7 @@ class StepSettings:
     attention_impl: str | None = None
     z_loss_weight: float = 0.0
     microbatches: int = 1
+    precision: PrecisionConfig = PrecisionConfig()
 
 
 def param_shardings(config: LlamaConfig, mesh: Mesh, rule: str) -> Params:
@@ -43,16 +48,19 @@ def param_shardings(config: LlamaConfig, mesh: Mesh, rule: str) -> Params:
 
 
 def state_shardings(config: LlamaConfig, optimizer: optax.GradientTransformation, mesh: Mesh,
-                    rule: str, param_dtype: Any) -> TrainState:
+                    rule: str, param_dtype: Any, precision_config: PrecisionConfig | None = None) -> TrainState:
     """Shardings of the whole state: optimizer moments follow their parameter's sharding."""
     p_shard = param_shardings(config, mesh, rule)
-    abstract = jax.eval_shape(lambda: _fresh_state(config, optimizer, jax.random.key(0), param_dtype))
+    abstract = jax.eval_shape(lambda: _fresh_state(config, optimizer, jax.random.key(0), param_dtype,
+                                                   precision_config))
     flat_param_shard = flatten_params(p_shard)
     replicated = NamedSharding(mesh, P())
 
     def for_leaf(path: tuple, leaf: Any) -> NamedSharding:
         # An optimizer leaf whose path ends with a parameter's path and shape is a moment of it.
         names = [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path]
+        if names and names[-1] == "data":  # a scaled moment's data (marin_lab.precision.adam)
+            names = names[:-1]
         for i in range(len(names)):
             candidate = "/".join(names[i:])
             if candidate in flat_param_shard and getattr(leaf, "ndim", 0) > 0:
@@ -60,19 +68,28 @@ def state_shardings(config: LlamaConfig, optimizer: optax.GradientTransformation
         return replicated
 
     opt_shard = jax.tree_util.tree_map_with_path(for_leaf, abstract["opt_state"])
-    return {"params": p_shard, "opt_state": opt_shard, "step": replicated}
+    out = {"params": p_shard, "opt_state": opt_shard, "step": replicated}
+    if "fp8" in abstract:  # amax histories are tiny: every device holds them whole
+        out["fp8"] = jax.tree_util.tree_map(lambda _: replicated, abstract["fp8"])
+    return out
 
 
 def _fresh_state(config: LlamaConfig, optimizer: optax.GradientTransformation, key: jax.Array,
-                 param_dtype: Any) -> TrainState:
+                 param_dtype: Any, precision_config: PrecisionConfig | None = None) -> TrainState:
     params = init_params(config, key, dtype=param_dtype)
-    return {"params": params, "opt_state": optimizer.init(params), "step": jnp.zeros((), jnp.int32)}
+    state = {"params": params, "opt_state": optimizer.init(params), "step": jnp.zeros((), jnp.int32)}
+    fp8 = precision.init_state(precision_config or PrecisionConfig(), params)
+    if fp8 is not None:
+        state["fp8"] = fp8
+    return state
 
 
 def make_init_fn(config: LlamaConfig, optimizer: optax.GradientTransformation,
-                 shardings: TrainState, param_dtype: Any) -> Callable[[jax.Array], TrainState]:
+                 shardings: TrainState, param_dtype: Any,
+                 precision_config: PrecisionConfig | None = None) -> Callable[[jax.Array], TrainState]:
     """key -> a fresh state created directly in its sharded layout (no full copy on one device)."""
-    return jax.jit(lambda key: _fresh_state(config, optimizer, key, param_dtype), out_shardings=shardings)
+    return jax.jit(lambda key: _fresh_state(config, optimizer, key, param_dtype, precision_config),
+                   out_shardings=shardings)
 
 
 def make_train_step(
@@ -86,33 +103,50 @@ def make_train_step(
     """step(state, tokens [B, seq_len + 1] int32) -> (new state, metrics), compiled once."""
     compute_dtype = jnp.dtype(settings.compute_dtype)
     m = settings.microbatches
+    policy = settings.precision
 
-    def loss_fn(params: Params, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def loss_fn(params: Params, aux: Any, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        hook = None
+        if policy.changes_step:
+            params, hook = precision.wrap_params(policy, params, aux)
         return lm_loss(params, inputs, targets, jnp.ones(targets.shape, jnp.float32), model,
                        compute_dtype=compute_dtype,
                        gradient_checkpointing=settings.gradient_checkpointing,
                        attention_impl=settings.attention_impl,
-                       z_loss_weight=settings.z_loss_weight)
+                       z_loss_weight=settings.z_loss_weight, logits_hook=hook)
 
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    # The auxiliary input's "gradient" is the precision policy's per-step output (new amax
+    # histories, float8 statistics, the logits' gradient scale): see marin_lab.precision.apply.
+    value_and_grad = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)
+
+    def grad_fn(params: Params, aux: Any, tokens: jax.Array) -> tuple[tuple, Params, Any]:
+        (loss, ce), (grads, aux_grads) = value_and_grad(params, aux, tokens)
+        if policy.rescale_logits_grad:  # every gradient carries the rescale point's power of two
+            scale = aux_grads["rescale"]
+            grads = jax.tree_util.tree_map(lambda g: (g.astype(jnp.float32) / scale).astype(g.dtype), grads)
+        return (loss, ce), grads, aux_grads
 
     def step(state: TrainState, tokens: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
         params = state["params"]
+        aux = precision.step_inputs(policy, state.get("fp8"), params) if policy.changes_step else None
         if m == 1:
-            (loss, ce), grads = grad_fn(params, tokens)
+            (loss, ce), grads, aux_grads = grad_fn(params, aux, tokens)
         else:
             # Accumulate in fp32 over microbatches inside the one compiled step.
             micro = tokens.reshape(m, tokens.shape[0] // m, tokens.shape[1])
             zeros = jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+            aux_zeros = None if aux is None else {**jax.tree_util.tree_map(jnp.zeros_like, aux), "rescale": None}
 
             def body(carry, mb):
-                g_acc, l_acc, c_acc = carry
-                (l, c), g = grad_fn(params, mb)
+                g_acc, a_acc, l_acc, c_acc = carry
+                (l, c), g, a = grad_fn(params, aux, mb)
                 g_acc = jax.tree_util.tree_map(lambda a, b: a + b.astype(jnp.float32), g_acc, g)
-                return (g_acc, l_acc + l, c_acc + c), None
+                if a_acc is not None:
+                    a_acc = precision.merge_microbatches(a_acc, a)
+                return (g_acc, a_acc, l_acc + l, c_acc + c), None
 
-            (grads, loss, ce), _ = jax.lax.scan(body, (zeros, 0.0, 0.0), micro)
+            (grads, aux_grads, loss, ce), _ = jax.lax.scan(body, (zeros, aux_zeros, 0.0, 0.0), micro)
             grads = jax.tree_util.tree_map(lambda g: g / m, grads)
             loss, ce = loss / m, ce / m
         grad_norm = optax.global_norm(grads)
@@ -120,8 +154,13 @@ def make_train_step(
         lr = lr_schedule(state["step"])
         params = jax.tree_util.tree_map(lambda p, u: (p - lr * u).astype(p.dtype), params, updates)
         new_state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1}
-        return new_state, {"loss": loss, "cross_entropy": ce, "grad_norm": grad_norm,
-                           "learning_rate": lr}
+        metrics = {"loss": loss, "cross_entropy": ce, "grad_norm": grad_norm, "learning_rate": lr}
+        if aux is not None:
+            fp8_state, fp8_metrics = precision.step_outputs(policy, aux_grads)
+            if fp8_state is not None:
+                new_state["fp8"] = fp8_state
+            metrics.update(fp8_metrics)
+        return new_state, metrics
 
     return jax.jit(step, in_shardings=(shardings, batch_sharding(mesh)),
                    out_shardings=(shardings, NamedSharding(mesh, P())), donate_argnums=0)
