@@ -13,13 +13,25 @@ threads more, which is why ratios measured under load overstate ours.
     python benchmarks/train_throughput.py                           # CPU: nano and 100m
     python benchmarks/train_throughput.py --models llama_1b --device gpu --batch 8 --seq 2048
         # on a GPU: bf16 compute, cuDNN attention; prints MFU against the device's peak
+
+Precision policies instead of the PyTorch peer (issue 14): `--precisions bf16,fp8` times our own
+step under each policy (bf16 compute; 'fp8' adds float8 weight matmuls, marin_lab.precision),
+alternating the sides in the same way, and reads each side's compiled HLO for float8 GEMMs:
+on Hopper GPUs XLA turns the fp8 path's "upcast, times scale, dot" into cuBLASLt custom calls
+whose target names f8; on CPU they run emulated and the count is 0. MFU is against the device's
+dense *bf16* peak for every side (fp8's own peak is twice that on H100).
+
+    python benchmarks/train_throughput.py --models llama_1b --device gpu --batch 8 --seq 2048 \
+        --precisions bf16,fp8 --no-torch --remat --out results.json
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
+import re
 import statistics
 import time
 
@@ -30,6 +42,7 @@ jax.config.update("jax_enable_x64", False)
 
 import numpy as np  # noqa: E402
 
+from marin_lab.precision.policy import PrecisionConfig  # noqa: E402
 from marin_lab.training.mesh import MeshConfig  # noqa: E402
 from marin_lab.training.metrics import device_peak_flops  # noqa: E402
 from marin_lab.training.model import LlamaConfig  # noqa: E402
@@ -38,19 +51,46 @@ from marin_lab.training.train_step import StepSettings, make_init_fn, make_train
 from experiments.models import MODELS  # noqa: E402
 
 
+POLICIES = {"bf16": PrecisionConfig(), "fp8": PrecisionConfig(matmul="fp8"),
+            "fp8_delayed": PrecisionConfig(matmul="fp8_delayed")}
+"""`--precisions` sides: each runs with bf16 compute and fp32 parameters."""
+
+
+def hlo_float8_counts(hlo: str) -> dict[str, int]:
+    """Float8 work in compiled HLO text: GEMM custom calls naming f8, and dots with f8 operands."""
+    custom = [line for line in hlo.splitlines() if "custom-call(" in line or "custom_call_target" in line]
+    return {
+        "f8_gemm_custom_calls": sum(1 for line in custom if re.search(r'custom_call_target="[^"]*f8', line)),
+        "gemm_custom_calls": sum(1 for line in custom if re.search(r'custom_call_target="__cublas', line)),
+        "f8_dots": sum(1 for line in hlo.splitlines() if re.search(r"= f\w+\[[^\]]*\][^=]* dot\(f8", line)),
+        "f8_converts": len(re.findall(r"f8e4m3fn\[[^\]]*\][^=\n]* convert\(|f8e5m2\[[^\]]*\][^=\n]* convert\(", hlo)),
+    }
+
+
 def build_ours(model: LlamaConfig, batch: int, seq: int, warmup: int, compute_dtype: str,
-               attention_impl: str | None, remat: bool):
-    """A function running `n` timed train steps of ours (compiled and warmed up already)."""
+               attention_impl: str | None, remat: bool, precision: PrecisionConfig | None = None,
+               report: dict | None = None):
+    """A function running `n` timed train steps of ours (compiled and warmed up already).
+
+    With `report`, the compile time and the compiled HLO's float8 counts are written into it.
+    """
+    precision = precision or PrecisionConfig()
+    precision.validate(model.param_shapes())
     mesh_cfg = MeshConfig(data=1, fsdp=-1, model=1)
     mesh = mesh_cfg.build()
     opt_cfg = OptimizerConfig(learning_rate=1e-4, warmup=0)
-    opt = opt_cfg.build()
-    shard = state_shardings(model, opt, mesh, "fsdp", np.float32)
-    state = make_init_fn(model, opt, shard, np.float32)(jax.random.key(0))
+    opt = opt_cfg.build(moments=precision.optimizer_state)
+    shard = state_shardings(model, opt, mesh, "fsdp", np.float32, precision)
+    state = make_init_fn(model, opt, shard, np.float32, precision)(jax.random.key(0))
     settings = StepSettings(compute_dtype=compute_dtype, attention_impl=attention_impl,
-                            gradient_checkpointing=remat)
-    step = make_train_step(model, opt, opt_cfg.lr_schedule(10_000), settings, mesh, shard)
+                            gradient_checkpointing=remat, precision=precision)
+    jitted = make_train_step(model, opt, opt_cfg.lr_schedule(10_000), settings, mesh, shard)
     tokens = jax.numpy.asarray(np.random.default_rng(0).integers(0, model.vocab_size, (batch, seq + 1)), np.int32)
+    t0 = time.perf_counter()
+    step = jitted.lower(state, tokens).compile()  # the program we time is the one we inspect
+    if report is not None:
+        report["compile_s"] = round(time.perf_counter() - t0, 1)
+        report.update(hlo_float8_counts(step.as_text()))
     holder = {"state": state}
 
     def run(n: int) -> float:
@@ -114,7 +154,13 @@ def main() -> None:
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch peer")
     p.add_argument("--remat", action="store_true", help="gradient checkpointing (ours)")
+    p.add_argument("--precisions", default="",
+                   help=f"compare our step under these policies ({','.join(POLICIES)}), bf16 compute")
+    p.add_argument("--out", default="", help="also write the results as JSON here")
     args = p.parse_args()
+    if args.precisions:
+        precision_main(args)
+        return
 
     gpu = args.device == "gpu"
     compute_dtype = "bfloat16" if gpu else "float32"
@@ -156,6 +202,53 @@ def main() -> None:
               f"{(tokens / theirs) if theirs else float('nan'):>12.0f} "
               f"{(theirs / ours) if theirs else float('nan'):>6.2f} {ours_mfu:>9} {theirs_mfu:>9}  {pairs}")
     print(f"# 1-min load average {os.getloadavg()[0]:.1f} at the end")
+
+
+def precision_main(args: argparse.Namespace) -> None:
+    """Our step under several precision policies, sides alternating; float8 GEMMs in the HLO."""
+    names = args.precisions.split(",")
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise SystemExit(f"--precisions: {unknown} not among {sorted(POLICIES)}")
+    gpu = args.device == "gpu"
+    devices = jax.devices()
+    peak = device_peak_flops(devices[0].device_kind)
+    results: dict = {"devices": f"{len(devices)} x {devices[0].device_kind}", "jax": jax.__version__,
+                     "batch": args.batch, "seq": args.seq, "steps": args.steps, "repeats": args.repeats,
+                     "remat": args.remat, "load_start": os.getloadavg()[0], "models": {}}
+    print(f"# devices: {results['devices']}; jax {jax.__version__}; compute bfloat16; batch {args.batch} x "
+          f"seq {args.seq}; remat {args.remat}; median of {args.repeats} repeats x {args.steps} steps, "
+          f"sides alternating; 1-min load average {results['load_start']:.1f} at the start", flush=True)
+    for name in args.models.split(","):
+        model = dataclasses.replace(MODELS[name], max_seq_len=max(MODELS[name].max_seq_len, args.seq))
+        tokens = args.batch * args.seq
+        reports = {n: {} for n in names}
+        sides = {n: build_ours(model, args.batch, args.seq, args.warmup, "bfloat16",
+                               "cudnn" if gpu else None, args.remat, POLICIES[n], reports[n]) for n in names}
+        times: dict[str, list[float]] = {n: [] for n in names}
+        for rep in range(args.repeats):
+            for side in (names if rep % 2 == 0 else names[::-1]):
+                times[side].append(sides[side](args.steps))
+        flops = model.flops_per_token(args.seq) * tokens
+        base = statistics.median(times[names[0]])
+        print(f"{'model':<10} {'side':<12} {'tok/s':>9} {'MFU(bf16 pk)':>12} {'vs ' + names[0]:>8} "
+              f"{'f8 GEMM calls':>13} {'GEMM calls':>10} {'f8 dots':>7} {'compile s':>9}")
+        for n in names:
+            med = statistics.median(times[n])
+            r = reports[n]
+            r.update({"step_s": times[n], "median_step_s": med, "tokens_per_s": tokens / med,
+                      "mfu_bf16_peak": flops / med / (peak * len(devices)) if peak else None,
+                      "speedup_vs_first": base / med})
+            mfu_text = f"{r['mfu_bf16_peak']:.1%}" if peak else "-"
+            print(f"{name:<10} {n:<12} {tokens / med:>9.0f} {mfu_text:>12} {base / med:>8.2f} "
+                  f"{r['f8_gemm_custom_calls']:>13} {r['gemm_custom_calls']:>10} {r['f8_dots']:>7} "
+                  f"{r['compile_s']:>9}", flush=True)
+        results["models"][name] = {"params": model.num_params(), "flops_per_step": flops, "sides": reports}
+    results["load_end"] = os.getloadavg()[0]
+    print(f"# 1-min load average {results['load_end']:.1f} at the end")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":
