@@ -62,7 +62,8 @@ def hlo_float8_counts(hlo: str) -> dict[str, int]:
     return {
         "f8_gemm_custom_calls": sum(1 for line in custom if re.search(r'custom_call_target="[^"]*f8', line)),
         "gemm_custom_calls": sum(1 for line in custom if re.search(r'custom_call_target="__cublas', line)),
-        "f8_dots": sum(1 for line in hlo.splitlines() if re.search(r"= f\w+\[[^\]]*\][^=]* dot\(f8", line)),
+        "f8_dots": sum(1 for line in hlo.splitlines() if re.search(r"\bdot\(f8e", line)),
+        "triton_gemm_fusions": len(re.findall(r'"kind":"__triton_gemm"', hlo)),
         "f8_converts": len(re.findall(r"f8e4m3fn\[[^\]]*\][^=\n]* convert\(|f8e5m2\[[^\]]*\][^=\n]* convert\(", hlo)),
     }
 
@@ -90,7 +91,12 @@ def build_ours(model: LlamaConfig, batch: int, seq: int, warmup: int, compute_dt
     step = jitted.lower(state, tokens).compile()  # the program we time is the one we inspect
     if report is not None:
         report["compile_s"] = round(time.perf_counter() - t0, 1)
-        report.update(hlo_float8_counts(step.as_text()))
+        hlo = step.as_text()
+        report["hlo"] = hlo
+        report.update(hlo_float8_counts(hlo))
+        report["custom_call_targets"] = sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo)))
+        report["f8_gemm_example"] = next((line.strip()[:400] for line in hlo.splitlines()
+                                          if re.search(r'custom_call_target="[^"]*f8', line)), None)
     holder = {"state": state}
 
     def run(n: int) -> float:
@@ -157,6 +163,7 @@ def main() -> None:
     p.add_argument("--precisions", default="",
                    help=f"compare our step under these policies ({','.join(POLICIES)}), bf16 compute")
     p.add_argument("--out", default="", help="also write the results as JSON here")
+    p.add_argument("--hlo-dir", default="", help="also write each side's compiled HLO text here")
     args = p.parse_args()
     if args.precisions:
         precision_main(args)
@@ -225,6 +232,12 @@ def precision_main(args: argparse.Namespace) -> None:
         reports = {n: {} for n in names}
         sides = {n: build_ours(model, args.batch, args.seq, args.warmup, "bfloat16",
                                "cudnn" if gpu else None, args.remat, POLICIES[n], reports[n]) for n in names}
+        if args.hlo_dir:
+            for n in names:
+                with open(os.path.join(args.hlo_dir, f"{name}_{n}.hlo.txt"), "w") as f:
+                    f.write(reports[n].pop("hlo"))
+        for r in reports.values():
+            r.pop("hlo", None)
         times: dict[str, list[float]] = {n: [] for n in names}
         for rep in range(args.repeats):
             for side in (names if rep % 2 == 0 else names[::-1]):
@@ -232,7 +245,7 @@ def precision_main(args: argparse.Namespace) -> None:
         flops = model.flops_per_token(args.seq) * tokens
         base = statistics.median(times[names[0]])
         print(f"{'model':<10} {'side':<12} {'tok/s':>9} {'MFU(bf16 pk)':>12} {'vs ' + names[0]:>8} "
-              f"{'f8 GEMM calls':>13} {'GEMM calls':>10} {'f8 dots':>7} {'compile s':>9}")
+              f"{'f8 GEMM calls':>13} {'GEMM calls':>10} {'f8 dots':>7} {'triton':>6} {'compile s':>9}")
         for n in names:
             med = statistics.median(times[n])
             r = reports[n]
@@ -242,7 +255,7 @@ def precision_main(args: argparse.Namespace) -> None:
             mfu_text = f"{r['mfu_bf16_peak']:.1%}" if peak else "-"
             print(f"{name:<10} {n:<12} {tokens / med:>9.0f} {mfu_text:>12} {base / med:>8.2f} "
                   f"{r['f8_gemm_custom_calls']:>13} {r['gemm_custom_calls']:>10} {r['f8_dots']:>7} "
-                  f"{r['compile_s']:>9}", flush=True)
+                  f"{r['triton_gemm_fusions']:>6} {r['compile_s']:>9}", flush=True)
         results["models"][name] = {"params": model.num_params(), "flops_per_step": flops, "sides": reports}
     results["load_end"] = os.getloadavg()[0]
     print(f"# 1-min load average {results['load_end']:.1f} at the end")

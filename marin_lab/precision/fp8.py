@@ -86,13 +86,25 @@ def _dot_dtype(x_dtype: Any) -> Any:
     return jnp.bfloat16 if jnp.dtype(x_dtype) == jnp.bfloat16 else F32
 
 
+def _dequantize(q: ScaledArray, dt: Any) -> jax.Array:
+    # Exactly XLA's FP8 GEMM pattern: convert(f8) times a broadcast scalar scale.
+    return q.data.astype(dt) * q.scale.astype(dt)
+
+
+def _dot2d(a: jax.Array, b: jax.Array) -> jax.Array:
+    """a [..., K] @ b [K, N] in fp32, as one 2-D dot: cuBLASLt FP8 GEMMs (XLA's rewrite) take
+    operands with exactly one contracting and one non-contracting dimension, so the leading
+    dimensions are folded into rows (a reshape, which the rewrite moves before the dequantize)."""
+    out = jnp.matmul(a.reshape(-1, a.shape[-1]), b, preferred_element_type=F32)
+    return out.reshape(*a.shape[:-1], b.shape[-1])
+
+
 def _forward(x: jax.Array, w: jax.Array, meta: Fp8Meta | None) -> tuple[jax.Array, tuple]:
     hist = None if meta is None or meta.history is None else meta.history
     xq, amax_x, sat_x, ftz_x = _quantize_stats(x, E4M3, None if hist is None else hist[0])
     wq, amax_w, sat_w, ftz_w = _quantize_stats(w, E4M3, None if hist is None else hist[1])
     dt = _dot_dtype(x.dtype)
-    y = jnp.matmul(xq.data.astype(dt) * xq.scale.astype(dt), wq.data.astype(dt) * wq.scale.astype(dt),
-                   preferred_element_type=F32).astype(x.dtype)
+    y = _dot2d(_dequantize(xq, dt), _dequantize(wq, dt)).astype(x.dtype)
     fwd_stats = jnp.stack([amax_x, amax_w, sat_x, sat_w, ftz_x, ftz_w])
     # Zero-size markers carry the operands' dtypes into the backward pass (dtypes are not arrays).
     markers = (jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype))
@@ -104,13 +116,10 @@ def _backward(res: tuple, g: jax.Array) -> tuple[jax.Array, jax.Array, Fp8Meta |
     hist = None if meta is None or meta.history is None else meta.history
     gq, amax_g, sat_g, ftz_g = _quantize_stats(g, E5M2, None if hist is None else hist[2])
     dt = _dot_dtype(x_marker.dtype)
-    g_deq = gq.data.astype(dt) * gq.scale.astype(dt)
-    x_deq = xq.data.astype(dt) * xq.scale.astype(dt)
-    w_deq = wq.data.astype(dt) * wq.scale.astype(dt)
-    dx = jnp.matmul(g_deq, w_deq.T, preferred_element_type=F32).astype(x_marker.dtype)
+    g_deq, x_deq, w_deq = _dequantize(gq, dt), _dequantize(xq, dt), _dequantize(wq, dt)
+    dx = _dot2d(g_deq, w_deq.T).astype(x_marker.dtype)
     k_in, n_out = wq.shape
-    dw = jnp.matmul(x_deq.reshape(-1, k_in).T, g_deq.reshape(-1, n_out),
-                    preferred_element_type=F32).astype(w_marker.dtype)
+    dw = _dot2d(x_deq.reshape(-1, k_in).T, g_deq.reshape(-1, n_out)).astype(w_marker.dtype)
     if meta is None:
         return dx, dw, None
     amax_x, amax_w, sat_x, sat_w, ftz_x, ftz_w = (fwd_stats[i] for i in range(6))
