@@ -17,8 +17,9 @@ threads more, which is why ratios measured under load overstate ours.
 Precision policies instead of the PyTorch peer (issue 14): `--precisions bf16,fp8` times our own
 step under each policy (bf16 compute; 'fp8' adds float8 weight matmuls, marin_lab.precision),
 alternating the sides in the same way, and reads each side's compiled HLO for float8 GEMMs:
-on Hopper GPUs XLA turns the fp8 path's "upcast, times scale, dot" into cuBLASLt custom calls
-whose target names f8; on CPU they run emulated and the count is 0. MFU is against the device's
+on Hopper GPUs XLA can turn the fp8 path's "upcast, times scale, dot" into cuBLASLt custom calls
+whose target names f8 (the counts say whether it did; docs/benchmarks.md has what we saw); on
+CPU the float8 matmuls run emulated and the count is 0. MFU is against the device's
 dense *bf16* peak for every side (fp8's own peak is twice that on H100).
 
     python benchmarks/train_throughput.py --models llama_1b --device gpu --batch 8 --seq 2048 \
