@@ -321,7 +321,7 @@ def train_lm_levanter(config: LevanterTrainConfig) -> dict[str, Any]:
         raise LevanterBackendError(
             f"levanter.main.train_lm exited with code {returncode} (log: {p['work']}/train.log). "
             f"Output tail:\n{tail}")
-    metrics = write_metrics_jsonl(p["wandb"], os.path.join(p["out"], "metrics.jsonl"))
+    metrics = _complete_metrics(p["wandb"], os.path.join(p["out"], "metrics.jsonl"), config.num_train_steps)
     _remove_symlinks(p["work"])
     checkpoints = mark_complete_checkpoints(p["checkpoints"])
     if not checkpoints:
@@ -487,6 +487,25 @@ def write_metrics_jsonl(wandb_dir: str, path: str) -> list[dict[str, Any]]:
         for row in rows:
             f.write(json.dumps(row) + "\n")
     return rows
+
+
+def _complete_metrics(wandb_dir: str, path: str, num_steps: int, timeout_s: float = 120.0) -> list[dict[str, Any]]:
+    """metrics.jsonl once W&B's log holds the last step's loss.
+
+    W&B's service process may still be writing its log after the trainer exits (seconds on a
+    loaded machine), so the log is read until it is complete; never is an error, not an empty file.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        metrics = write_metrics_jsonl(wandb_dir, path)
+        last = max((m["step"] for m in metrics if "loss" in m), default=-1)
+        if last >= num_steps - 1:
+            return metrics
+        if time.monotonic() > deadline:
+            raise LevanterBackendError(
+                f"levanter finished, but its W&B log under {wandb_dir} holds training loss only up to step "
+                f"{last} of {num_steps} after {timeout_s:.0f}s; see train.log in the step's work folder")
+        time.sleep(0.5)
 
 
 def mark_complete_checkpoints(root: str) -> list[str]:

@@ -54,9 +54,11 @@ class FakeTpuCluster:
         # The Ray head doubles as slice-a's first host: one raylet fewer to start on 2 cores.
         self.cluster = Cluster(initialize_head=True, head_node_args={
             **_host_args("slice-a", 0), "num_cpus": 1, "include_dashboard": False,
-            # notice a removed node within ~1 s instead of the default ~30 s
+            # Notice a removed node within ~1 s instead of the default ~30 s. A live node stays
+            # safe on a loaded machine: each check waits up to 10 s for its answer (Ray's default,
+            # made explicit), and 3 must fail in a row.
             "_system_config": {"health_check_initial_delay_ms": 0, "health_check_period_ms": 300,
-                               "health_check_failure_threshold": 3}})
+                               "health_check_timeout_ms": 10_000, "health_check_failure_threshold": 3}})
         self.hosts = {}
         for slice_name, worker in (("slice-a", 1), ("slice-b", 0), ("slice-b", 1)):
             self.add_host(slice_name, worker)
@@ -65,8 +67,17 @@ class FakeTpuCluster:
     def add_host(self, slice_name: str, worker: int) -> None:
         self.hosts[(slice_name, worker)] = self.cluster.add_node(**_host_args(slice_name, worker))
 
-    def remove_host(self, slice_name: str, worker: int) -> None:
-        self.cluster.remove_node(self.hosts.pop((slice_name, worker)), allow_graceful=False)
+    def remove_host(self, slice_name: str, worker: int, *, wait_until_dead: bool = False) -> None:
+        node = self.hosts.pop((slice_name, worker))
+        self.cluster.remove_node(node, allow_graceful=False)
+        if not wait_until_dead:
+            return
+        # On a loaded machine Ray takes longer than usual to notice; a request made before it has
+        # may be placed on the dead node. Wait on the condition, not on a guess of how long it takes.
+        deadline = time.monotonic() + 60
+        while any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
+            assert time.monotonic() < deadline, f"Ray still lists {slice_name}/{worker} alive 60 s after its removal"
+            time.sleep(0.2)
 
     def shutdown(self) -> None:
         ray.shutdown()
@@ -197,7 +208,7 @@ def test_elastic_request_runs_on_the_slices_that_exist(tpu_cluster, tmp_path):
     elastic.run(report_host, ReportHostConfig(output_path=str(tmp_path / "both")), step_name="elastic/2")
     assert elastic.hardware()["slices"] == 2
 
-    tpu_cluster.remove_host("slice-a", 1)  # slice-a is no longer whole
+    tpu_cluster.remove_host("slice-a", 1, wait_until_dead=True)  # slice-a is no longer whole
     try:
         result = elastic.run(report_host, ReportHostConfig(output_path=str(tmp_path / "one")),
                              step_name="elastic/1")
