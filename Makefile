@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: quickstart test venv system-deps bench clean
+.PHONY: quickstart test lint venv system-deps bench clean
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,7 +24,11 @@ system-deps:
 quickstart: venv
 	$(PY) experiments/quickstart.py
 
-test: venv system-deps
+# Unsorted imports and unused code fail the build before any test runs (ruff, pinned in pyproject.toml).
+lint: venv
+	$(PY) -m ruff check .
+
+test: venv system-deps lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: venv

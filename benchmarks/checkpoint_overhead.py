@@ -15,10 +15,8 @@ import dataclasses
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
-
 
 import jax  # noqa: E402
 
@@ -27,11 +25,11 @@ jax.config.update("jax_enable_x64", False)
 import numpy as np  # noqa: E402
 import orbax.checkpoint as ocp  # noqa: E402
 
+from experiments.models import MODELS  # noqa: E402
 from marin_lab.training.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from marin_lab.training.mesh import MeshConfig  # noqa: E402
 from marin_lab.training.optimizer import OptimizerConfig  # noqa: E402
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings  # noqa: E402
-from experiments.models import MODELS  # noqa: E402
 
 
 def median_time(fn, repeats: int) -> float:

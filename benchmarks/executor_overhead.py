@@ -251,7 +251,6 @@ def mode_dispatch(args: argparse.Namespace) -> dict[str, Any]:
             assert len(report.executed) == args.steps
     else:
         import ray
-
         from marin.execution.executor import Executor
 
         _marin_ray_init()

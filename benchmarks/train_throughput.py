@@ -36,21 +36,19 @@ import re
 import statistics
 import time
 
-
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", False)
 
 import numpy as np  # noqa: E402
 
+from experiments.models import MODELS  # noqa: E402
 from marin_lab.precision.policy import PrecisionConfig  # noqa: E402
 from marin_lab.training.mesh import MeshConfig  # noqa: E402
 from marin_lab.training.metrics import device_peak_flops  # noqa: E402
 from marin_lab.training.model import LlamaConfig  # noqa: E402
 from marin_lab.training.optimizer import OptimizerConfig  # noqa: E402
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings  # noqa: E402
-from experiments.models import MODELS  # noqa: E402
-
 
 POLICIES = {"bf16": PrecisionConfig(), "fp8": PrecisionConfig(matmul="fp8"),
             "fp8_delayed": PrecisionConfig(matmul="fp8_delayed")}
@@ -114,7 +112,8 @@ def build_ours(model: LlamaConfig, batch: int, seq: int, warmup: int, compute_dt
 def build_torch(model: LlamaConfig, batch: int, seq: int, warmup: int, device: str):
     """A function running `n` timed train steps of the PyTorch peer (warmed up already)."""
     import torch
-    from transformers import LlamaConfig as HFConfig, LlamaForCausalLM
+    from transformers import LlamaConfig as HFConfig
+    from transformers import LlamaForCausalLM
 
     from marin_lab.training.hf_export import hf_config
 

@@ -28,8 +28,14 @@ from typing import Any
 
 from experiments.simple_train_config import SimpleTrainConfig
 from marin_lab.evaluation import EvalLmConfig, TaskError, evaluate_lm, load_task
-from marin_lab.execution import ExecutorStep, InputName, StepDefinitionError, output_path_of, this_output_path
-from marin_lab.execution import unwrap_versioned_value
+from marin_lab.execution import (
+    ExecutorStep,
+    InputName,
+    StepDefinitionError,
+    output_path_of,
+    this_output_path,
+    unwrap_versioned_value,
+)
 from marin_lab.execution.sources import versioned_source
 from marin_lab.processing.classify import (
     ClassifyFilterConfig,

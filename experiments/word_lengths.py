@@ -1,7 +1,11 @@
 """Do longer documents use longer words? Baseline: none, first look."""
-import dataclasses, json
+import dataclasses
+import json
+
 import fsspec
+
 from marin_lab.execution import ExecutorStep, executor_main, output_path_of, this_output_path, versioned
+
 
 @dataclasses.dataclass(frozen=True)
 class SplitConfig:

@@ -22,8 +22,8 @@ import io
 import os
 import pickle
 import platform
-import sys
 import signal
+import sys
 import traceback
 from typing import Any
 

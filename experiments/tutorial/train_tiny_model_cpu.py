@@ -16,11 +16,9 @@ For GPU training, see train_tiny_model_gpu.py
 """
 
 from experiments.defaults import default_tokenize, default_train
-from experiments.llama import llama_nano
-from experiments.llama import marin_tokenizer
-from experiments.simple_train_config import SimpleTrainConfig
+from experiments.llama import llama_nano, marin_tokenizer
+from experiments.simple_train_config import CpuOnlyConfig, SimpleTrainConfig
 from marin_lab.execution import executor_main
-from experiments.simple_train_config import CpuOnlyConfig
 
 # 1. Choose a dataset
 tinystories_hf_id = "roneneldan/TinyStories"

@@ -7,15 +7,14 @@ Writes `{output_path}/results.json`:
 
 from __future__ import annotations
 
-from marin_lab.errors import MarinLabError
-
 import dataclasses
 import logging
 from typing import Any
 
+from marin_lab.errors import MarinLabError
+from marin_lab.evaluation.multiple_choice import TaskError, evaluate_task, load_task
 from marin_lab.evaluation.perplexity import evaluate_cache, load_tokenizer
 from marin_lab.evaluation.scoring import as_params
-from marin_lab.evaluation.multiple_choice import TaskError, evaluate_task, load_task
 from marin_lab.io import fs as mfs
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.model import LlamaConfig, init_params

@@ -9,8 +9,6 @@ file in this format works too.
 
 from __future__ import annotations
 
-from marin_lab.errors import MarinLabError
-
 import json
 import logging
 from importlib import resources
@@ -19,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from marin_lab.errors import MarinLabError
 from marin_lab.evaluation.scoring import bucket_length, token_logprobs
 from marin_lab.io import fs as mfs
 from marin_lab.training.model import LlamaConfig, Params

@@ -36,7 +36,6 @@ from marin_lab.execution.step import (
     unwrap_versioned_value,
     versioned,
 )
-
 from marin_lab.versioning import versioned_field
 
 STATUS_WAITING, STATUS_RUNNING, STATUS_SUCCESS, STATUS_FAILED, STATUS_DEP_FAILED = (

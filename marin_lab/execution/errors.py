@@ -17,7 +17,6 @@ Every message names the step (and field or file) and says what to do.
 
 from __future__ import annotations
 
-
 from marin_lab.errors import MarinLabError  # noqa: E402  (the root lives outside the executor)
 
 __all__ = ["MarinLabError"]

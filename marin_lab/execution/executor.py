@@ -28,7 +28,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from marin_lab.execution.artifacts import declaration
 from marin_lab.execution.backends import Guard, make_backend
+from marin_lab.execution.code_provenance import git_state, store_script
 from marin_lab.execution.errors import (
     ExecutorConfigError,
     ExperimentFailedError,
@@ -41,16 +43,21 @@ from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_
 from marin_lab.execution.hashing import hash8, lenient_value, unversioned_fingerprint
 from marin_lab.execution.lease import HOSTNAME, Lease, new_driver_id
 from marin_lab.execution.plan import MarinExecutorAttributes, Plan, PlannedStep, build_plan
-from marin_lab.execution.artifacts import declaration
-from marin_lab.execution.code_provenance import git_state, store_script
 from marin_lab.execution.provenance import manifest, package_versions, redact
-from marin_lab.execution.secrets import redact_logs, scrub_text
 from marin_lab.execution.resources import describe_resources, validate_resources
+from marin_lab.execution.secrets import redact_logs, scrub_text
 from marin_lab.execution.status import (
-    CORRUPT, Status, info_path, now_iso, read_info, read_status, status_path, write_status,
+    CORRUPT,
+    Status,
+    info_path,
+    now_iso,
+    read_info,
+    read_status,
+    status_path,
+    write_status,
 )
-from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.execution.step import ExecutorStep
+from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.io.fs import atomic_write_bytes, join, normalize_prefix, remove, write_json
 
 logger = logging.getLogger(__name__)

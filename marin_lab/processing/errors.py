@@ -11,9 +11,8 @@
 
 from __future__ import annotations
 
-from marin_lab.io.documents import BadRecordError, NoShardsError
-
 from marin_lab.errors import MarinLabError as _Base
+from marin_lab.io.documents import BadRecordError, NoShardsError
 
 __all__ = [
     "BadRecordError",

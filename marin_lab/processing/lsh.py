@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
 from marin_lab.io import fs as mfs
 from marin_lab.processing.minhash import estimated_similarity, first_of_component
 

@@ -12,8 +12,6 @@ embeddings, a RoPE base other than 10000, z-loss); `from_native` refuses them by
 
 from __future__ import annotations
 
-from marin_lab.errors import MarinLabError
-
 import dataclasses
 import gzip
 import json
@@ -28,6 +26,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from marin_lab.errors import MarinLabError
 
 logger = logging.getLogger(__name__)
 

@@ -14,14 +14,15 @@ test model runs on any mesh; the batch is split over `data` x `fsdp`.
 
 from __future__ import annotations
 
-from marin_lab.errors import MarinLabError
-
 import dataclasses
 import math
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from marin_lab.errors import MarinLabError
 
 AXES = ("data", "fsdp", "model")
 RULES = ("replicated", "fsdp", "fsdp_tp")

@@ -8,8 +8,6 @@ read by byte range, so neither ever loads a whole shard to take one sequence.
 
 from __future__ import annotations
 
-from marin_lab.errors import MarinLabError
-
 import hashlib
 import io
 import json
@@ -20,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from marin_lab.errors import MarinLabError
 from marin_lab.io import fs as mfs
 
 logger = logging.getLogger(__name__)

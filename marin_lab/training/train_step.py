@@ -9,7 +9,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from marin_lab.precision import apply as precision
 from marin_lab.precision.policy import PrecisionConfig

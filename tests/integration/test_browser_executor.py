@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from marin_lab.browser.paths import Roots
 from marin_lab.browser.metrics import read_metrics
+from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
 from marin_lab.browser.records import Browser
 

@@ -9,7 +9,7 @@ import pytest
 
 from marin_lab.cluster import ProvisioningError
 from marin_lab.cluster.cli import main
-from marin_lab.cluster.config import QueuedSlice, load_cluster_config
+from marin_lab.cluster.config import QueuedSlice
 from marin_lab.cluster.fake_tpu_api import FakeTpuApi
 from marin_lab.cluster.provision import SlicePreempted, TpuProvisioner, make_tpu_client
 

@@ -29,8 +29,10 @@ from threading import Thread
 
 import pytest
 from draccus.utils import Dataclass
-from marin_lab.execution import THIS_OUTPUT_PATH
+
 from marin_lab.execution import (
+    STATUS_SUCCESS,
+    THIS_OUTPUT_PATH,
     Executor,
     ExecutorStep,
     InputName,
@@ -38,10 +40,8 @@ from marin_lab.execution import (
     this_output_path,
     versioned,
 )
+from marin_lab.execution.compat import StatusFile, collect_dependencies_and_version
 from marin_lab.execution.compat import get_info_path as _get_info_path
-from marin_lab.execution.compat import collect_dependencies_and_version
-from marin_lab.execution import STATUS_SUCCESS
-from marin_lab.execution.compat import StatusFile
 
 
 @dataclass(frozen=True)

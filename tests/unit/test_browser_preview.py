@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,12 +16,8 @@ from marin_lab.browser.metrics import read_metrics, read_results
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
 
-import sys
-from pathlib import Path
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from browser_fixtures import SECRET_VALUE, XSS_TEXT, build_prefix  # noqa: E402
-
 
 # Unit tests read files in many temporary folders: let the browser read the whole disk here; the
 # confinement itself is tested in test_browser_paths.py and test_browser_confinement.py.

@@ -7,8 +7,8 @@ import pytest
 
 from marin_lab.training.checkpoint import (
     CheckpointConfig,
-    CheckpointError,
     Checkpointer,
+    CheckpointError,
     iter_arrays,
     latest_checkpoint,
     list_checkpoints,

@@ -20,7 +20,6 @@ from marin_lab.processing.tokenize import (
     tokenize,
     train_tokenizer,
 )
-
 from tests.data_fixtures import make_document_shards
 
 

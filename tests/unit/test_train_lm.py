@@ -7,7 +7,7 @@ import jax
 import pytest
 
 from marin_lab.training import MeshConfig, TrainingError, train_lm
-from marin_lab.training.checkpoint import CheckpointConfig, list_checkpoints
+from marin_lab.training.checkpoint import list_checkpoints
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.testing import tiny_model, tiny_train_config, write_synthetic_cache
 

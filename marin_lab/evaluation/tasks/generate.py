@@ -1,6 +1,8 @@
 """Regenerates the shipped task files deterministically: `python -m marin_lab.evaluation.tasks.generate`."""
-import json, random
+import json
 import os
+import random
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
