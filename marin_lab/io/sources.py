@@ -6,7 +6,8 @@ step's identity covers exactly the files the step copies:
 - a glob: its matches, relative to the part before the first wildcard;
 - an http(s) URL: one file (HTTP has no folders);
 - a folder: every file under it, recursively (broken symlinks of local folders are skipped: unpacked
-  packages hold links to files of other packages);
+  packages hold links to files of other packages; `list_source_and_broken_links` names them, and
+  download records them);
 - anything else: one file.
 
 `content_digest` identifies local files by what they hold: sha256 over every file's relative path,
@@ -31,7 +32,7 @@ from marin_lab.io import fs as mfs
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SourceFile", "content_digest", "has_glob", "list_source", "sha256_file"]
+__all__ = ["SourceFile", "content_digest", "has_glob", "list_source", "list_source_and_broken_links", "sha256_file"]
 
 _CHUNK = 8 << 20
 _GLOB_CHARS = "*?["
@@ -58,13 +59,33 @@ def has_glob(url: str) -> bool:
 
 def list_source(source: str, include: Sequence[str] | None = None) -> list[SourceFile]:
     """Every file `source` names (see the module docstring), sorted by relative path."""
-    files = _list(source)
+    return list_source_and_broken_links(source, include)[0]
+
+
+def list_source_and_broken_links(
+    source: str, include: Sequence[str] | None = None
+) -> tuple[list[SourceFile], list[dict[str, str]]]:
+    """`list_source`, and the broken symlinks it skipped (`{"path": rel, "link": target}`), so a
+    caller can account for them instead of losing them silently."""
+    files, broken = _list(source)
     if include:
-        files = [f for f in files if any(fnmatch.fnmatch(f.rel, p) for p in include)]
-    return files
+        files = [f for f in files if _included(f.rel, include)]
+        broken = [b for b in broken if _included(b["path"], include)]
+    return files, broken
 
 
-def _list(source: str) -> list[SourceFile]:
+def _included(rel: str, include: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatch(rel, p) for p in include)
+
+
+def _link_target(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
+def _list(source: str) -> tuple[list[SourceFile], list[dict[str, str]]]:
     if has_glob(source):
         parts = source.split("/")
         first = next(i for i, p in enumerate(parts) if has_glob(p))
@@ -76,21 +97,23 @@ def _list(source: str) -> list[SourceFile]:
             rel = path[len(base_path):].lstrip("/") if path.startswith(base_path) else path.rsplit("/", 1)[-1]
             if mfs.fs_and_path(url)[0].isfile(path):
                 found.append(SourceFile(url, rel))
-        return sorted(found, key=lambda t: t.rel)
+        return sorted(found, key=lambda t: t.rel), []
     if source.startswith(("http://", "https://")):
-        return [SourceFile(source, source.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0])]
+        return [SourceFile(source, source.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0])], []
     fs, path = mfs.fs_and_path(source)
     if fs.isdir(path):
         found = [SourceFile(mfs.join(source, rel), rel) for rel, _ in mfs.list_files(source)]
+        broken: list[dict[str, str]] = []
         if mfs.is_local(source):
-            broken = [t for t in found if not os.path.exists(mfs.fs_and_path(t.url)[1])]
-            if broken:
-                logger.info("source %s: skipping %d broken symlinks, e.g. %s", source, len(broken), broken[0].url)
-                found = [t for t in found if t not in broken]
-        return found
+            dead = [t for t in found if not os.path.exists(mfs.fs_and_path(t.url)[1])]
+            if dead:
+                logger.info("source %s: skipping %d broken symlinks, e.g. %s", source, len(dead), dead[0].url)
+                broken = [{"path": t.rel, "link": _link_target(mfs.fs_and_path(t.url)[1])} for t in dead]
+                found = [t for t in found if t not in dead]
+        return found, broken
     if fs.isfile(path):
-        return [SourceFile(source, path.rstrip("/").rsplit("/", 1)[-1])]
-    return []
+        return [SourceFile(source, path.rstrip("/").rsplit("/", 1)[-1])], []
+    return [], []
 
 
 def cache_dir() -> str:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import fsspec
 
 from marin_lab.io import fs as mfs
-from marin_lab.io.sources import SourceFile, list_source, sha256_file
+from marin_lab.io.sources import SourceFile, list_source_and_broken_links, sha256_file
 from marin_lab.processing.errors import DownloadError
 from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
 from marin_lab.versioning import versioned_field
@@ -177,15 +177,16 @@ def download(config: DownloadConfig) -> dict:
     resolved = None
     if config.hf_dataset:
         folder, resolved = _hf_snapshot(config)
-        files = list_source(folder, config.include)
+        files, broken = list_source_and_broken_links(folder, config.include)
         source_label = f"hf://datasets/{config.hf_dataset}"
     else:
-        files = list_source(config.source, config.include)
+        files, broken = list_source_and_broken_links(config.source, config.include)
         source_label = config.source
     if not files:
         raise DownloadError(
             f"download: no files found at {source_label!r}"
             + (f" matching {list(config.include)}" if config.include else "")
+            + (f" ({len(broken)} broken symlink(s), e.g. {broken[0]['path']} -> {broken[0]['link']})" if broken else "")
             + "; check DownloadConfig.source / hf_dataset / include."
         )
     unknown = set(config.expected or {}) - {f.rel for f in files}
@@ -209,9 +210,15 @@ def download(config: DownloadConfig) -> dict:
         "files": records,
         "count": len(records),
         "total_bytes": sum(r["size"] for r in records),
+        # Not copied (there is nothing to copy), but never lost silently: each with its target.
+        "skipped_broken_symlinks": broken,
     }
     mfs.write_json(mfs.join(config.output_path, "provenance.json"), provenance)
     reused = sum(1 for r in results if r["reused"])
     logger.info("download: %d files, %d bytes from %s (%d already there)", len(records), provenance["total_bytes"], source_label, reused)
+    if broken:
+        logger.warning("download: %d broken symlink(s) under %s not copied (listed in provenance.json), e.g. %s -> %s",
+                       len(broken), source_label, broken[0]["path"], broken[0]["link"])
     return {"files": len(records), "total_bytes": provenance["total_bytes"], "reused": reused,
-            "source": source_label, "resolved_revision": resolved}
+            "source": source_label, "resolved_revision": resolved,
+            "skipped_broken_symlinks": len(broken), "broken_symlink_examples": [b["path"] for b in broken[:5]]}

@@ -212,3 +212,22 @@ def test_http_source(tmp_path, http_server):
     assert (tmp_path / "o" / "data" / "page.html").read_bytes() == b"<p>served over http</p>" * 100
     with pytest.raises(ShardTaskError, match="does not exist"):
         download(DownloadConfig(source=f"{url}/missing.html", output_path=str(tmp_path / "m"), num_workers=1))
+
+
+def test_broken_symlinks_are_named_in_the_result_and_provenance(tmp_path):
+    # Unpacked packages hold links to files of other packages; a dangling one cannot be copied,
+    # but it must not vanish without a trace.
+    make_source(tmp_path / "src", FILES)
+    (tmp_path / "src" / "sub" / "jquery.js").symlink_to("../../elsewhere/jquery.js")
+    result = download(DownloadConfig(source=str(tmp_path / "src"), output_path=str(tmp_path / "out"), num_workers=1))
+    assert result["files"] == 3
+    assert result["skipped_broken_symlinks"] == 1 and result["broken_symlink_examples"] == ["sub/jquery.js"]
+    prov = json.loads((tmp_path / "out" / "provenance.json").read_text())
+    assert prov["skipped_broken_symlinks"] == [{"path": "sub/jquery.js", "link": "../../elsewhere/jquery.js"}]
+
+
+def test_a_source_of_only_broken_symlinks_says_so(tmp_path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "gone.txt").symlink_to(tmp_path / "missing.txt")
+    with pytest.raises(DownloadError, match=r"1 broken symlink\(s\), e.g. gone.txt ->"):
+        download(DownloadConfig(source=str(tmp_path / "src"), output_path=str(tmp_path / "out"), num_workers=1))
