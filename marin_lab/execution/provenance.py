@@ -15,11 +15,12 @@ import re
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from fsspec.implementations.local import LocalFileSystem
 
-from marin_lab.execution.secrets import REDACTED, remember_secret, scrub_text
+from marin_lab.execution.secrets import REDACTED, remember_secret, text_scrubber
 from marin_lab.execution.status import RECORD_FILES
 from marin_lab.io.fs import fs_and_path, list_files
 
@@ -41,6 +42,7 @@ def is_secret_name(name: str) -> bool:
     return bool(SECRET_NAME.search(name))
 
 
+@functools.lru_cache(maxsize=4096)  # records repeat a few keys thousands of times (manifests)
 def is_secret_field(name: str) -> bool:
     """For config and result fields: judged by words, so tokenizer settings survive."""
     words = [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()) if w]
@@ -59,19 +61,29 @@ def redact(value: Any) -> Any:
     A secret-named field's value is also remembered (`secrets.remember_secret`), so that the same
     value is scrubbed wherever else it shows up: an error message, a log line, a URL in a version.
     """
+    _remember_named(value)
+    return _redact(value, text_scrubber())
+
+
+def _remember_named(value: Any) -> None:
     if isinstance(value, dict):
-        out = {}
         for k, v in value.items():
             if is_secret_field(str(k)):
                 _remember_all(v)
-                out[k] = REDACTED
             else:
-                out[k] = redact(v)
-        return out
+                _remember_named(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _remember_named(v)
+
+
+def _redact(value: Any, scrub: Callable[[str], str]) -> Any:
+    if isinstance(value, dict):
+        return {k: (REDACTED if is_secret_field(str(k)) else _redact(v, scrub)) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [redact(v) for v in value]
+        return [_redact(v, scrub) for v in value]
     if isinstance(value, str):
-        return scrub_text(value)
+        return scrub(value)
     return value
 
 
