@@ -33,7 +33,9 @@ def test_executor_info_base_path_flag(tmp_path, capsys):
     info = tmp_path / "infos"
     report = executor_main(five_step_dag(), args=["--prefix", str(tmp_path / "p"), "--backend", "local",
                                                   "--executor_info_base_path", str(info)])
-    assert report.experiment_path.startswith(str(info) + "/") and len(list(info.iterdir())) == 1
+    assert report.experiment_path.startswith(str(info) + "/")
+    assert [p.name for p in info.glob("*.json")] == [report.experiment_path.rsplit("/", 1)[1]]
+    assert (info / "scripts").is_dir()  # the experiment script's text is stored beside its record
 
 
 def test_executor_main_takes_a_config_as_marin_does(tmp_path, capsys, monkeypatch):
