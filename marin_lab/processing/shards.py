@@ -27,6 +27,7 @@ import atexit
 import concurrent.futures as cf
 import logging
 import multiprocessing
+import multiprocessing.util
 import os
 import queue
 import sys
@@ -265,7 +266,29 @@ def close_idle_pool() -> None:
         idle[1].shutdown(wait=True, cancel_futures=True)
 
 
+# Every exit must stop the idle workers, or they outlive their parent holding its stdout and
+# stderr (a `subprocess.run` of an experiment then never returns). An interpreter's normal exit runs
+# atexit handlers; a multiprocessing child (the local backend's step worker) ends with os._exit
+# after running only multiprocessing's finalizers, and a forked child starts with the finalizers it
+# inherited cleared, so the hook is registered again after each fork. Its priority puts it before
+# the finalizers of the pool's own queues (priority 10), which would stop its messages' feeder.
+class _ExitHook:
+    def register(self) -> None:
+        multiprocessing.util.Finalize(None, close_idle_pool, exitpriority=100)
+
+
+def _forget_inherited_pool() -> None:
+    # A forked child holds a copy of the parent's idle pool without its threads: unusable, and
+    # not the child's to stop.
+    global _IDLE_POOL, _IDLE_LOCK
+    _IDLE_POOL, _IDLE_LOCK = None, threading.Lock()
+
+
+_EXIT_HOOK = _ExitHook()
+_EXIT_HOOK.register()
 atexit.register(close_idle_pool)
+multiprocessing.util.register_after_fork(_EXIT_HOOK, _ExitHook.register)
+os.register_at_fork(after_in_child=_forget_inherited_pool)
 
 
 class _PoolRemote:

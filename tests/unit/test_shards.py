@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import sys
+import time
+
 import pytest
 
 from marin_lab.processing.errors import ProcessingError, ShardTaskError
@@ -122,3 +126,37 @@ def test_worker_processes_are_reused_only_under_the_same_environment(monkeypatch
     changed = map_shards(_pid, [0, 1], num_workers=2, desc="pid")[1]
     assert changed not in (first, os.getpid())
     close_idle_pool()
+
+
+def _map_pids_then_exit(out) -> None:
+    out.put(sorted(set(map_shards(_pid, [0, 1, 2, 3], num_workers=2, desc="pid"))))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("start", ["spawn", "forkserver", "fork"])
+def test_idle_workers_end_with_a_multiprocessing_child_that_used_them(start):
+    # Regression: the local backend's step worker is a multiprocessing child, which exits with
+    # os._exit and skips atexit; the kept-idle pool then outlived it, holding the experiment's
+    # stdout open, and `subprocess.run(experiment)` never returned. A forked child also starts
+    # with its inherited exit hooks cleared.
+    ctx = multiprocessing.get_context(start)
+    if start == "forkserver":  # as the local backend does: the step's modules loaded before the fork
+        ctx.set_forkserver_preload(["marin_lab.processing.shards", "tests.unit.test_shards"])
+    out = ctx.Queue()
+    child = ctx.Process(target=_map_pids_then_exit, args=(out,))
+    child.start()
+    pids = out.get(timeout=120)
+    child.join(timeout=120)
+    assert child.exitcode == 0 and len(pids) == 2
+    deadline = time.monotonic() + 60
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if _alive(p)], "map_shards' idle workers outlived the process that started them"
