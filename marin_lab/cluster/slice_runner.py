@@ -12,8 +12,9 @@ One attempt goes like this:
    request takes the largest allowed count that is placed after `elastic_wait_s`.
 2. Each head actor reports its slice name; the slice's other hosts get one actor each, pinned by
    the slice-name resource plus the host's whole TPU count, so no host runs two.
-3. Every host runs `fn(config)` with TPU_WORKER_ID and, for more than one slice, the
-   MEGASCALE_* variables (the coordinator is worker 0 of slice 0).
+3. Every host runs `fn(config)` with TPU_WORKER_ID, the MARIN_* variables with which `train_lm`
+   joins one JAX cluster (`training.distributed`; coordinator: worker 0 of slice 0, on a port
+   free there) and, for more than one slice, the MEGASCALE_* variables.
 4. Results are gathered as they arrive; the first error kills every host's actor at once, so no
    host keeps training alone, and is re-raised. All actors are killed at the end either way.
 """
@@ -35,6 +36,7 @@ import ray
 from marin_lab.cluster.classify import PreemptionProbe, safe_probe
 from marin_lab.cluster.errors import ClusterError, PreemptedError, SliceCapacityTimeout, StepCancelled
 from marin_lab.cluster.tpu_types import TpuType
+from marin_lab.host_env import process_env
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +57,11 @@ class _SliceHost:
             labels = dict(ctx.get_node_labels())
         except Exception:  # noqa: BLE001 - older Rays have no labels; resources are the fallback
             pass
+        with socket.socket() as probe:  # a port free on this host, for JAX's coordinator if it is host 0
+            probe.bind(("", 0))
+            port = probe.getsockname()[1]
         return {"node_id": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(),
-                "hostname": socket.gethostname(), "pid": os.getpid(), "labels": labels}
+                "hostname": socket.gethostname(), "pid": os.getpid(), "labels": labels, "free_port": port}
 
     def run(self, fn: Callable[[Any], Any], config: Any, env: Mapping[str, str],
             probe: PreemptionProbe | None) -> Any:
@@ -192,7 +197,9 @@ def run_on_slices(
             s["infos"].extend(ray.get(s["where"]))
             _assign_worker_ids(s)
 
-        coordinator_ip = slices[0]["infos"][_worker0_index(slices[0])]["ip"]
+        coordinator_info = slices[0]["infos"][_worker0_index(slices[0])]
+        coordinator_ip = coordinator_info["ip"]
+        jax_coordinator = f"{coordinator_ip}:{coordinator_info['free_port']}"
         base_env = {k: str(v) for k, v in (extra_env or {}).items()}
         fn_ref, config_ref = ray.put(fn), ray.put(config)
         run_refs, owners = [], []
@@ -203,6 +210,9 @@ def run_on_slices(
                        "MARIN_SLICE_NAME": s["name"], "MARIN_SLICE_ID": str(slice_id),
                        "MARIN_NUM_SLICES": str(n_slices), "MARIN_STEP_NAME": step_name,
                        "MARIN_RUN_ID": run_id, "MARIN_NUM_HOSTS": str(n_slices * tpu.hosts)}
+                if n_slices * tpu.hosts > 1:  # one JAX process per host, joined by train_lm
+                    env.update(process_env(jax_coordinator, n_slices * tpu.hosts,
+                                           slice_id * tpu.hosts + info["worker_id"]))
                 if n_slices > 1:
                     env.update({"MEGASCALE_COORDINATOR_ADDRESS": f"{coordinator_ip}:{megascale_port}",
                                 "MEGASCALE_NUM_SLICES": str(n_slices), "MEGASCALE_SLICE_ID": str(slice_id),

@@ -251,8 +251,12 @@ def load_checkpoint(path: str, target: Any) -> Any:
             raise CheckpointError(f"checkpoint {path}: restoring its arrays failed: {err}") from err
 
 
-def load_subtree(path: str, key: str, target: Any) -> Any:
-    """Only `state[key]` (e.g. "params") of the checkpoint at `path`, laid out as `target`."""
+def load_subtree(path: str, key: str, target: Any, *, this_process_only: bool = False) -> Any:
+    """Only `state[key]` (e.g. "params") of the checkpoint at `path`, laid out as `target`.
+
+    Collective (every process calls it) unless `this_process_only`: then this process reads alone,
+    e.g. process 0 exporting or hashing while the other hosts have finished.
+    """
     index = _read_index(path)
     _check_against(path, index, {key: target}, exact=False)
     ocp = _orbax()
@@ -260,7 +264,13 @@ def load_subtree(path: str, key: str, target: Any) -> Any:
     restore_args = jax.tree_util.tree_map(
         lambda a: ocp.ArrayRestoreArgs(sharding=a.sharding) if a.sharding is not None
         else ocp.RestoreArgs(restore_type=np.ndarray), abstract)
-    with ocp.Checkpointer(ocp.PyTreeCheckpointHandler()) as checkpointer:
+    options = {}
+    if this_process_only and jax.process_count() > 1:
+        me = jax.process_index()
+        mp = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me},
+                                                barrier_sync_key_prefix=f"solo{me}")
+        options = {"multiprocessing_options": mp}
+    with ocp.Checkpointer(ocp.PyTreeCheckpointHandler(**options), **options) as checkpointer:
         restored = checkpointer.restore(
             _orbax_path(mfs.join(path, STATE_DIR)),
             args=ocp.args.PyTreeRestore(item={key: abstract}, restore_args={key: restore_args},
@@ -283,7 +293,8 @@ def load_params(path: str, template_params: Any) -> Any:
 
 
 def iter_arrays(path: str, key: str = "params") -> Iterator[tuple[tuple[str, ...], np.ndarray]]:
-    """(dict keys below `key`, numpy array) of `state[key]`, one leaf at a time.
+    """(dict keys below `key`, numpy array) of `state[key]`, one leaf at a time, read by this
+    process alone (the others need not take part).
 
     Peak memory is the largest leaf, not the tree: for exporting a model no host could hold twice.
     """
@@ -297,7 +308,7 @@ def iter_arrays(path: str, key: str = "params") -> Iterator[tuple[tuple[str, ...
         leaf: Any = jax.ShapeDtypeStruct(tuple(entry["shape"]), np.dtype(entry["dtype"]))
         for k in reversed(keys[1:]):
             leaf = {k: leaf}
-        value = load_subtree(path, key, leaf)
+        value = load_subtree(path, key, leaf, this_process_only=True)
         for k in keys[1:]:
             value = value[k]
         yield tuple(keys[1:]), np.asarray(value)

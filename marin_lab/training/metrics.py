@@ -125,6 +125,8 @@ class MetricsLogger:
                           step=record["step"])
 
     def flush(self) -> None:
+        if jax.process_index() != 0:  # every host computes the same metrics; one writes them
+            return
         # Rewritten whole: object stores cannot append, and the file stays small (one line/step).
         mfs.atomic_write_text(self.url, "".join(line + "\n" for line in self.lines))
 

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm  # noqa: E402
 from marin_lab.io import fs as mfs  # noqa: E402
 from marin_lab.training import checkpoint as ckpt  # noqa: E402
 from marin_lab.training.config import BACKENDS, TrainLmConfig  # noqa: E402
+from marin_lab.training import distributed  # noqa: E402
 from marin_lab.training.data import MixtureLoader  # noqa: E402
 from marin_lab.training.errors import TrainingError  # noqa: E402
 from marin_lab.training.hf_export import export_hf_from_checkpoint  # noqa: E402
@@ -144,6 +145,7 @@ def _environment() -> dict[str, Any]:
     return {"jax": jax.__version__, "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__")
             else _jaxlib_version(), "backend": jax.default_backend(), "device_count": len(devices),
             "device_kind": devices[0].device_kind, "process_count": jax.process_count(),
+            "local_device_count": jax.local_device_count(),
             "python": platform.python_version()}
 
 
@@ -153,8 +155,9 @@ def _jaxlib_version() -> str:
     return jaxlib.__version__
 
 
-def _start_point(config: TrainLmConfig, template: Any) -> tuple[Any, dict[str, Any], str]:
-    """(state, data base, how) from this run's latest checkpoint, initialize_from, or None.
+def _start_point(config: TrainLmConfig, template: Any) -> tuple[Any, dict[str, Any], str, list[dict[str, Any]]]:
+    """(state, data base, how, hardware so far) from this run's latest checkpoint, initialize_from,
+    or None.
 
     `template` carries the shardings of *this* run's mesh: a checkpoint written on other hardware
     is resharded onto it as it is read.
@@ -165,7 +168,8 @@ def _start_point(config: TrainLmConfig, template: Any) -> tuple[Any, dict[str, A
         meta = ckpt.read_metadata(own)
         _check_model_metadata(config, meta, own)
         state = ckpt.load_checkpoint(own, template)
-        return state, meta.get("data_base", {"step": 0, "offsets": {}}), f"resumed from {own}"
+        return (state, meta.get("data_base", {"step": 0, "offsets": {}}), f"resumed from {own}",
+                meta.get("hardware", []))
     if config.initialize_from:
         path = ckpt.resolve_checkpoint(config.initialize_from)
         meta = ckpt.read_metadata(path)
@@ -174,8 +178,8 @@ def _start_point(config: TrainLmConfig, template: Any) -> tuple[Any, dict[str, A
         if config.reset_optimizer_state:
             state = {**state, "opt_state": template["opt_state"]}
         base = {"step": int(meta["step"]), "offsets": meta.get("data_consumed", {})}
-        return state, base, f"initialized from {path}"
-    return None, {"step": 0, "offsets": {}}, "fresh"
+        return state, base, f"initialized from {path}", meta.get("hardware", [])
+    return None, {"step": 0, "offsets": {}}, "fresh", []
 
 
 @functools.lru_cache(maxsize=8)
@@ -218,7 +222,12 @@ def _check_model_metadata(config: TrainLmConfig, meta: dict[str, Any], path: str
 
 
 def train_lm(config: TrainLmConfig) -> dict[str, Any]:
-    """Train (or resume training) a Llama-family LM; returns the run summary."""
+    """Train (or resume training) a Llama-family LM; returns the run summary.
+
+    On a multi-host step every host runs this (one process each, joined through `jax.distributed`
+    from the environment the slice runner sets); process 0 writes metrics, W&B, export and summary.
+    """
+    multi_process = distributed.initialize_from_env()
     validate_config(config)
     try:
         mesh = config.mesh.build()
@@ -244,11 +253,13 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
                              config.mesh, tuple(d.id for d in jax.devices()))
         _shardings, init_fn, step_fn = programs
         fresh = init_fn(jax.random.key(config.seed))
-        restored, data_base, how = _start_point(config, fresh)
+        restored, data_base, how, hardware = _start_point(config, fresh)
     except ckpt.CheckpointError as err:
         raise TrainingError(str(err)) from err
     state = restored if restored is not None else fresh
     start_step = int(jax.device_get(state["step"]))
+    # One entry per attempt (and phase): which hardware trained from which step.
+    hardware = [*hardware, {"from_step": start_step, **env}]
     loader = MixtureLoader(config.data, config.seq_len, config.batch_size,
                            base_step=int(data_base["step"]), base_offsets=data_base.get("offsets"))
     logger.info("train_lm %s: %s at step %d of %d; %d params; %d devices (%s)", config.output_path,
@@ -266,7 +277,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
 
     def checkpoint_metadata(step: int) -> dict[str, Any]:
         return {"model": dataclasses.asdict(config.model), "data_base": data_base,
-                "data_consumed": loader.consumed_before(step), "environment": env,
+                "data_consumed": loader.consumed_before(step), "environment": env, "hardware": hardware,
                 "seed": config.seed}
 
     pending: tuple[int, dict[str, jax.Array], float] | None = None
@@ -309,6 +320,8 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
             batch = _host_batch(loader, step, batch_sharding(mesh))
             started = time.perf_counter()
             state, out = step_fn(state, batch)
+            if multi_process:
+                distributed.maybe_fault(step + 1, config.output_path)
             if pending is not None:
                 finish_step(*pending)
             pending = (step, out, started)
@@ -351,7 +364,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
         "tokens_per_s": tokens_done / train_time if train_time else None,
         "mfu": mfu(flops_per_token, tokens_done / train_time, env["device_count"], peak) if train_time else None,
         "params": config.model.num_params(), "checkpoint": final_checkpoint,
-        "hf_path": hf_path, "metrics_path": metrics.url, "environment": env, "eval": last_eval,
+        "hf_path": hf_path, "metrics_path": metrics.url, "environment": env, "hardware": hardware, "eval": last_eval,
         "tasks": task_results,
         "param_checksum": _param_checksum(state["params"], final_checkpoint),
         "wandb": metrics.wandb_info(),

@@ -21,7 +21,6 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
 
 from marin_lab.cluster import (  # noqa: E402
     CpuResources,
@@ -34,61 +33,18 @@ from marin_lab.cluster import (  # noqa: E402
     TpuResources,
     run_with_budgets,
 )
+from marin_lab.cluster.local_cluster import LocalTpuCluster  # noqa: E402
 from marin_lab.cluster.simulate import ReportHostConfig, ToyTrainConfig, report_host, toy_train  # noqa: E402
 
 pytestmark = pytest.mark.ray
 TPU = "v4-16"  # 8 chips = 2 hosts of 4 chips
 
 
-def _host_args(slice_name: str, worker: int) -> dict:
-    resources = {"TPU": 4, slice_name: 1}
-    if worker == 0:
-        resources[f"TPU-{TPU}-head"] = 1
-    return {"num_cpus": 0, "resources": resources,
-            "labels": {"ray.io/tpu-slice-name": slice_name, "ray.io/tpu-worker-id": str(worker),
-                       "ray.io/tpu-pod-type": TPU}}
-
-
-class FakeTpuCluster:
-    def __init__(self) -> None:
-        # The Ray head doubles as slice-a's first host: one raylet fewer to start on 2 cores.
-        self.cluster = Cluster(initialize_head=True, head_node_args={
-            **_host_args("slice-a", 0), "num_cpus": 1, "include_dashboard": False,
-            # Notice a removed node within ~1 s instead of the default ~30 s. A live node stays
-            # safe on a loaded machine: each check waits up to 10 s for its answer (Ray's default,
-            # made explicit), and 3 must fail in a row.
-            "_system_config": {"health_check_initial_delay_ms": 0, "health_check_period_ms": 300,
-                               "health_check_timeout_ms": 10_000, "health_check_failure_threshold": 3}})
-        self.hosts = {}
-        for slice_name, worker in (("slice-a", 1), ("slice-b", 0), ("slice-b", 1)):
-            self.add_host(slice_name, worker)
-        ray.init(address=self.cluster.address, logging_level="warning")
-
-    def add_host(self, slice_name: str, worker: int) -> None:
-        self.hosts[(slice_name, worker)] = self.cluster.add_node(**_host_args(slice_name, worker))
-
-    def remove_host(self, slice_name: str, worker: int, *, wait_until_dead: bool = False) -> None:
-        node = self.hosts.pop((slice_name, worker))
-        self.cluster.remove_node(node, allow_graceful=False)
-        if not wait_until_dead:
-            return
-        # On a loaded machine Ray takes longer than usual to notice; a request made before it has
-        # may be placed on the dead node. Wait on the condition, not on a guess of how long it takes.
-        deadline = time.monotonic() + 60
-        while any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
-            assert time.monotonic() < deadline, f"Ray still lists {slice_name}/{worker} alive 60 s after its removal"
-            time.sleep(0.2)
-
-    def shutdown(self) -> None:
-        ray.shutdown()
-        self.cluster.shutdown()
-
-
 @pytest.fixture(scope="module")
 def tpu_cluster():
     if ray.is_initialized():
         ray.shutdown()
-    cluster = FakeTpuCluster()
+    cluster = LocalTpuCluster(TPU, slice_names=("slice-a", "slice-b")).start()
     try:
         yield cluster
     finally:

@@ -1,0 +1,16 @@
+"""The environment contract between the slice runner (writer) and the trainer (reader) for one
+JAX process per host. Dependency-free so the driver can import it without JAX."""
+
+from __future__ import annotations
+
+COORDINATOR = "MARIN_COORDINATOR_ADDRESS"
+"""`ip:port` of host 0 of slice 0, where JAX's coordination service runs."""
+NUM_PROCESSES = "MARIN_NUM_PROCESSES"
+"""Hosts in the whole step (all slices)."""
+PROCESS_ID = "MARIN_PROCESS_ID"
+"""This host's index: `slice_id * hosts_per_slice + worker_id`."""
+
+
+def process_env(coordinator: str, num_processes: int, process_id: int) -> dict[str, str]:
+    """The variables one host needs to join the step's JAX cluster."""
+    return {COORDINATOR: coordinator, NUM_PROCESSES: str(num_processes), PROCESS_ID: str(process_id)}

@@ -1,0 +1,96 @@
+"""One JAX process per host: `jax.distributed` started from the environment the slice runner sets.
+
+The slice runner gives every host of a step (see `cluster/slice_runner.py`, `marin_lab/host_env.py`):
+
+- `MARIN_COORDINATOR_ADDRESS`: `ip:port` of host 0 of slice 0, where JAX's coordination service runs;
+- `MARIN_NUM_PROCESSES`: hosts in the whole step (all slices);
+- `MARIN_PROCESS_ID`: this host's index, `slice_id * hosts_per_slice + worker_id`.
+
+Without them (a laptop, a single host) nothing is started. On real TPU VMs the same variables are
+set; JAX's own cluster detection would also work there, but explicit values work everywhere,
+including CPU processes standing in for hosts in tests (XLA_FLAGS=
+--xla_force_host_platform_device_count=N gives each N devices; collectives go through gloo).
+
+`MARIN_FAULT_KILL_AT_STEP` / `MARIN_FAULT_PROCESS` are a preemption drill: that process SIGKILLs
+itself when it reaches the step (once per output path), exactly like a host taken away
+mid-training (used by `experiments/tiny_multihost.py --preempt_at_step` and the tests).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Mapping
+
+import jax
+
+from marin_lab import host_env
+from marin_lab.io import fs as mfs
+from marin_lab.training.errors import TrainingError
+
+logger = logging.getLogger(__name__)
+
+ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID = host_env.COORDINATOR, host_env.NUM_PROCESSES, host_env.PROCESS_ID
+ENV_INIT_TIMEOUT = "MARIN_DISTRIBUTED_TIMEOUT_S"
+ENV_FAULT_STEP = "MARIN_FAULT_KILL_AT_STEP"
+ENV_FAULT_PROCESS = "MARIN_FAULT_PROCESS"
+
+
+def initialize_from_env(env: Mapping[str, str] | None = None) -> bool:
+    """Join the step's JAX cluster if the environment names one; True if this is a multi-process run.
+
+    Must run before any JAX computation in the process. Idempotent: a second call (a later phase in
+    the same host process) finds JAX already initialised and does nothing.
+    """
+    env = os.environ if env is None else env
+    if ENV_COORDINATOR not in env:
+        return False
+    try:
+        num, pid = int(env[ENV_NUM_PROCESSES]), int(env[ENV_PROCESS_ID])
+        timeout = int(env.get(ENV_INIT_TIMEOUT, "300"))
+    except (KeyError, ValueError) as err:
+        raise TrainingError(
+            f"{ENV_COORDINATOR} is set but {ENV_NUM_PROCESSES}/{ENV_PROCESS_ID} are missing or not "
+            f"integers ({err}); the slice runner sets all three, set them together or none"
+        ) from err
+    if not 0 <= pid < num:
+        raise TrainingError(f"{ENV_PROCESS_ID}={pid} is outside [0, {ENV_NUM_PROCESSES}={num})")
+    if _already_initialized():
+        return jax.process_count() > 1
+    # CPU processes stand in for hosts in tests: their cross-process collectives need gloo (the
+    # flag only concerns the CPU backend; asking for the backend here would start it too early).
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    logger.info("joining JAX cluster at %s as process %d of %d", env[ENV_COORDINATOR], pid, num)
+    try:
+        jax.distributed.initialize(coordinator_address=env[ENV_COORDINATOR], num_processes=num,
+                                   process_id=pid, initialization_timeout=timeout)
+    except Exception as err:  # noqa: BLE001 - JAX raises XlaRuntimeError/RuntimeError variants
+        raise TrainingError(
+            f"process {pid} of {num} could not join the JAX cluster at {env[ENV_COORDINATOR]} within "
+            f"{timeout}s ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); a host "
+            "never arrived or the coordinator (host 0 of slice 0) is unreachable: check that every "
+            "host started and can reach that address"
+        ) from err
+    return True
+
+
+def _already_initialized() -> bool:
+    from jax._src import distributed
+
+    return distributed.global_state.client is not None
+
+
+def maybe_fault(step: int, output_path: str) -> None:
+    """The preemption drill: SIGKILL this process once it computed `step` (before that step's
+    checkpoint is written) if the environment asks for it. Once per output path, like a real
+    preemption: a marker left beside the run lets the retry (same environment) go through."""
+    at = os.environ.get(ENV_FAULT_STEP)
+    if at is None or int(at) != step or int(os.environ.get(ENV_FAULT_PROCESS, "0")) != jax.process_index():
+        return
+    marker = mfs.join(output_path, f".preemption-drill-step-{step}")
+    if mfs.exists(marker):
+        return
+    mfs.atomic_write_text(marker, "")
+    logger.warning("preemption drill: process %d kills itself at step %d", jax.process_index(), step)
+    os.kill(os.getpid(), signal.SIGKILL)
