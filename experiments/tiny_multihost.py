@@ -26,14 +26,18 @@ import os
 import sys
 import tempfile
 
-from experiments.models import llama_nano
-from marin_lab.cluster import TpuResources
-from marin_lab.cluster.local_cluster import LocalTpuCluster
-from marin_lab.execution import ExecutorStep, executor_main
-from marin_lab.execution.main import ExecutorMainConfig
-from marin_lab.training import CheckpointConfig, DataConfig, OptimizerConfig, TrainLmConfig, train_lm
-from marin_lab.training.metrics import WandbConfig
-from marin_lab.training.testing import write_synthetic_cache
+# Before anything imports Ray: bind to loopback, no token auth on a throwaway local cluster.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+from experiments.models import llama_nano  # noqa: E402
+from marin_lab.cluster import TpuResources  # noqa: E402
+from marin_lab.cluster.local_cluster import LocalTpuCluster  # noqa: E402
+from marin_lab.execution import ExecutorStep, executor_main  # noqa: E402
+from marin_lab.execution.main import ExecutorMainConfig  # noqa: E402
+from marin_lab.training import CheckpointConfig, DataConfig, OptimizerConfig, TrainLmConfig, train_lm  # noqa: E402
+from marin_lab.training.metrics import WandbConfig  # noqa: E402
+from marin_lab.training.testing import write_synthetic_cache  # noqa: E402
 
 TPU = "v4-16"  # 2 hosts per slice
 DEVICES_PER_HOST = 2

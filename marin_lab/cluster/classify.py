@@ -6,6 +6,7 @@ raised by the step function, an out-of-memory kill, a runtime-env failure or a t
 failure (retrying on the same kind of hardware repeats it). An ambiguous failure -- say a
 collective that broke because a peer VM was reclaimed -- becomes a preemption when the instance
 metadata says the VM was preempted; that probe is injected, so tests never touch the network.
+The table of Ray errors is the executor's (`marin_lab.execution.preemption`): one table for both.
 """
 
 from __future__ import annotations
@@ -14,58 +15,14 @@ import logging
 import os
 import urllib.request
 from collections.abc import Callable
-from typing import Literal
 
 from marin_lab.cluster.errors import PreemptedError
+from marin_lab.execution.preemption import FAILURE, PREEMPTION, RAY_ERROR_KINDS, ErrorKind, ray_error_kind
 
 logger = logging.getLogger(__name__)
 
-ErrorKind = Literal["preemption", "failure"]
-PREEMPTION: ErrorKind = "preemption"
-FAILURE: ErrorKind = "failure"
-
-# Ray error class name -> kind. Names rather than classes so this module imports without Ray and
-# so that a class missing from an older Ray simply never matches.
-RAY_ERROR_KINDS: dict[str, ErrorKind] = {
-    # the process or machine running the work disappeared
-    "ActorDiedError": PREEMPTION,
-    "ActorUnavailableError": PREEMPTION,
-    "RayActorError": PREEMPTION,
-    "WorkerCrashedError": PREEMPTION,
-    "NodeDiedError": PREEMPTION,
-    "LocalRayletDiedError": PREEMPTION,
-    "ObjectLostError": PREEMPTION,
-    "OwnerDiedError": PREEMPTION,
-    "ObjectReconstructionFailedError": PREEMPTION,
-    "ObjectFetchTimedOutError": PREEMPTION,
-    "ActorPlacementGroupRemoved": PREEMPTION,
-    "TaskPlacementGroupRemoved": PREEMPTION,
-    "ActorUnschedulableError": PREEMPTION,
-    "TaskUnschedulableError": PREEMPTION,
-    "RpcError": PREEMPTION,
-    # the work itself is at fault, or retrying cannot help
-    "RayTaskError": FAILURE,
-    "OutOfMemoryError": FAILURE,
-    "ObjectStoreFullError": FAILURE,
-    "OutOfDiskError": FAILURE,
-    "RuntimeEnvSetupError": FAILURE,
-    "TaskCancelledError": FAILURE,
-    "GetTimeoutError": FAILURE,
-    "RaySystemError": FAILURE,
-    "CrossLanguageError": FAILURE,
-    "UnserializableException": FAILURE,
-}
-
 PreemptionProbe = Callable[[], bool]
 """Returns True when this machine's instance metadata says it was preempted."""
-
-
-def _ray_kind(exc: BaseException) -> ErrorKind | None:
-    for cls in type(exc).__mro__:
-        kind = RAY_ERROR_KINDS.get(cls.__name__)
-        if kind is not None and cls.__module__.startswith("ray"):
-            return kind
-    return None
 
 
 def classify_error(exc: BaseException, *, probe: PreemptionProbe | None = None) -> ErrorKind:
@@ -79,7 +36,7 @@ def classify_error(exc: BaseException, *, probe: PreemptionProbe | None = None) 
     if getattr(exc, "actor_init_failed", False):
         # The actor's constructor raised: that is our code or the environment, not lost hardware.
         return FAILURE
-    kind = _ray_kind(exc)
+    kind = ray_error_kind(exc)
     if kind == PREEMPTION:
         return PREEMPTION
     if probe is not None and safe_probe(probe):

@@ -1,7 +1,7 @@
 """What a step asks for: whole TPU slices, GPUs, or CPUs and memory.
 
-Each class implements the executor's StepRunner protocol (`describe`, `validate`, `run`,
-`hardware`) so `ExecutorStep(resources=TpuResources(tpu="v5e-256", slices=2))` works without the
+Each class implements the executor's StepRunner protocol (`describe`, `validate`, `run` returning
+a `RunOutcome` of result and hardware; no state is kept on the object between runs) so `ExecutorStep(resources=TpuResources(tpu="v5e-256", slices=2))` works without the
 executor importing this package. `validate` is cheap and Ray-free: the executor calls it for every
 step before anything runs, so an impossible request fails the whole plan up front.
 """
@@ -16,34 +16,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from marin_lab.cluster.classify import PREEMPTION, MetadataPreemptionProbe, PreemptionProbe, classify_error
-from marin_lab.cluster.errors import ClusterError, PreemptedError, TpuRequestError
+from marin_lab.cluster.errors import ClusterError, PreemptedError, StepCancelled, TpuRequestError
 from marin_lab.cluster.tpu_types import TpuType, check_slice_count, parse_tpu_type
+from marin_lab.execution.resources import RunOutcome
 
 logger = logging.getLogger(__name__)
 
 CLUSTER_CONFIG_ENV = "MARIN_CLUSTER_CONFIG"
 """Environment variable naming the cluster config (infra/clusters/*.yaml) used to check capacity."""
-
-# hardware() should answer for the run that just finished in *this* thread: one TpuResources object
-# may be shared by several steps running concurrently in the executor's step threads. A caller in
-# another thread gets the object's most recent run.
-_LOCAL = threading.local()
-_LAST: dict[int, dict] = {}
-# Cancel events of the runs in progress, per resources object (cancel() stops all of them).
-_ACTIVE: dict[int, set[threading.Event]] = {}
-_ACTIVE_LOCK = threading.Lock()
-
-
-def _remember_hardware(owner: object, hardware: dict) -> None:
-    if not hasattr(_LOCAL, "hardware"):
-        _LOCAL.hardware = {}
-    _LOCAL.hardware[id(owner)] = hardware
-    _LAST[id(owner)] = hardware
-
-
-def _recall_hardware(owner: object) -> dict | None:
-    return getattr(_LOCAL, "hardware", {}).get(id(owner)) or _LAST.get(id(owner))
-
 
 def _require_ray(step_name: str):
     import ray
@@ -151,17 +131,18 @@ class TpuResources:
         }
 
     # -- running -------------------------------------------------------------------------------
-    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str) -> Any:
-        """Run fn once per host on whole slices; raise PreemptedError when hardware was lost."""
+    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str,
+            cancel: threading.Event | None = None) -> RunOutcome:
+        """Run fn once per host on whole slices; raise PreemptedError when hardware was lost.
+
+        Setting `cancel` kills this run's host actors (only this run's: the object may be shared).
+        """
         self.validate()
         _require_ray(step_name)
         from marin_lab.cluster.slice_runner import run_on_slices
 
         capacity = self.cluster_capacity()
         counts = [c for c in self.slice_counts if capacity is None or c <= capacity]
-        cancel = threading.Event()
-        with _ACTIVE_LOCK:
-            _ACTIVE.setdefault(id(self), set()).add(cancel)
         try:
             outcome = run_on_slices(
                 fn, config, tpu=self.tpu_type, slice_counts=counts, step_name=step_name,
@@ -174,21 +155,7 @@ class TpuResources:
             if converted is err:
                 raise
             raise converted from err
-        finally:
-            with _ACTIVE_LOCK:
-                _ACTIVE.get(id(self), set()).discard(cancel)
-        _remember_hardware(self, outcome.hardware)
-        return outcome.result
-
-    def cancel(self) -> None:
-        """Stop every run of this object in progress: all hosts' actors are killed, run() raises."""
-        with _ACTIVE_LOCK:
-            events = list(_ACTIVE.get(id(self), ()))
-        for event in events:
-            event.set()
-
-    def hardware(self) -> dict | None:
-        return _recall_hardware(self)
+        return RunOutcome(outcome.result, outcome.hardware)
 
 
 def _call_with_location(fn: Callable[[Any], Any], config: Any) -> tuple[Any, dict]:
@@ -199,19 +166,22 @@ def _call_with_location(fn: Callable[[Any], Any], config: Any) -> tuple[Any, dic
     return fn(config), {"node_ip": ray.util.get_node_ip_address(), "hostname": socket.gethostname()}
 
 
-def _run_ray_task(owner: object, fn: Callable[[Any], Any], config: Any, options: dict, step_name: str,
-                  what: str) -> Any:
+def _run_ray_task(owner: Any, fn: Callable[[Any], Any], config: Any, options: dict, step_name: str,
+                  what: str, cancel: threading.Event | None) -> RunOutcome:
     ray = _require_ray(step_name)
     ref = ray.remote(_call_with_location).options(max_retries=0, **options).remote(fn, config)
     try:
+        while not ray.wait([ref], timeout=0.5)[0]:
+            if cancel is not None and cancel.is_set():
+                ray.cancel(ref, force=True)
+                raise StepCancelled(f"step {step_name!r} was cancelled")
         result, where = ray.get(ref)
     except Exception as err:
         converted = _as_preemption(err, step_name, what)
         if converted is err:
             raise
         raise converted from err
-    _remember_hardware(owner, {**owner.describe(), **where})
-    return result
+    return RunOutcome(result, {**owner.describe(), **where})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,12 +206,10 @@ class CpuResources:
     def describe(self) -> dict:
         return {"kind": "cpu", "cpus": self.cpus, "memory_gb": self.memory_gb}
 
-    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str) -> Any:
+    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str,
+            cancel: threading.Event | None = None) -> RunOutcome:
         self.validate()
-        return _run_ray_task(self, fn, config, self.ray_options(), step_name, "CPU worker")
-
-    def hardware(self) -> dict | None:
-        return _recall_hardware(self)
+        return _run_ray_task(self, fn, config, self.ray_options(), step_name, "CPU worker", cancel)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,12 +241,10 @@ class GpuResources:
         return {"kind": "gpu", "gpus": self.gpus, "cpus": self.cpus, "memory_gb": self.memory_gb,
                 "accelerator_type": self.accelerator_type}
 
-    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str) -> Any:
+    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str,
+            cancel: threading.Event | None = None) -> RunOutcome:
         self.validate()
-        return _run_ray_task(self, fn, config, self.ray_options(), step_name, "GPU worker")
-
-    def hardware(self) -> dict | None:
-        return _recall_hardware(self)
+        return _run_ray_task(self, fn, config, self.ray_options(), step_name, "GPU worker", cancel)
 
 
 _TPU_KEYS = {f.name for f in dataclasses.fields(TpuResources)}

@@ -26,8 +26,9 @@ from typing import Any
 
 from marin_lab.execution.errors import ExecutorConfigError, PreemptedError, StepFailedError
 from marin_lab.execution.hashing import lenient_value
+from marin_lab.execution.preemption import PREEMPTION, ray_error_kind
 from marin_lab.execution.provenance import redact, runtime_environment
-from marin_lab.execution.resources import is_runner
+from marin_lab.execution.resources import RunOutcome, is_runner
 from marin_lab.execution.secrets import redact_logs
 
 logger = logging.getLogger(__name__)
@@ -236,12 +237,6 @@ def _ray_entry(fn: Callable[[Any], Any], config: Any, guard: Guard) -> tuple[Any
         done.set()
 
 
-PREEMPTION_ERROR_NAMES = (
-    "WorkerCrashedError", "NodeDiedError", "ActorDiedError", "ActorUnavailableError", "OwnerDiedError",
-    "ObjectLostError", "LocalRayletDiedError", "RayActorError", "ObjectReconstructionFailedError",
-)
-
-
 def is_ray_preemption(err: BaseException) -> bool:
     """A lost worker, node or actor, as opposed to an exception raised by the step's own code.
 
@@ -255,7 +250,7 @@ def is_ray_preemption(err: BaseException) -> bool:
     if isinstance(err, rex.RayTaskError):
         cause = getattr(err, "cause", None)
         return isinstance(cause, PreemptedError)
-    return any(cls.__name__ in PREEMPTION_ERROR_NAMES for cls in type(err).__mro__)
+    return ray_error_kind(err) == PREEMPTION
 
 
 class _RayHandle(StepHandle):
@@ -299,24 +294,25 @@ class _RayHandle(StepHandle):
 
 
 class _RunnerHandle(StepHandle):
-    """A StepRunner's blocking `run` in a thread of the driver."""
+    """A StepRunner's blocking `run` in a thread of the driver; cancelling reaches only this run."""
 
     def __init__(self, runner: Any, fn: Callable[[Any], Any], config: Any, step_name: str):
         self.runner, self.step_name = runner, step_name
         self._outcome: tuple[str, Any] | None = None
         self._done = threading.Event()
+        self._cancel = threading.Event()
+        self._hardware: dict[str, Any] | None = None
 
         def go() -> None:
             try:
-                result = runner.run(fn, config, step_name=step_name)
-                # Asked here, in the same thread: a runner shared by two steps answers for this one.
-                self._hardware = runner.hardware() if hasattr(runner, "hardware") else None
-                self._outcome = ("ok", result)
+                outcome = runner.run(fn, config, step_name=step_name, cancel=self._cancel)
+                if isinstance(outcome, RunOutcome):
+                    self._hardware = outcome.hardware
+                    outcome = outcome.result
+                self._outcome = ("ok", outcome)
             except BaseException as err:  # noqa: BLE001
                 self._outcome = ("error", err)
             self._done.set()
-
-        self._hardware: dict[str, Any] | None = None
 
         self._thread = threading.Thread(target=go, name=f"runner:{step_name}", daemon=True)
         self._thread.start()
@@ -340,9 +336,7 @@ class _RunnerHandle(StepHandle):
                               traceback_text=_format_exception(value))
 
     def cancel(self) -> None:
-        cancel = getattr(self.runner, "cancel", None)
-        if callable(cancel):
-            cancel()
+        self._cancel.set()
 
 
 class RayBackend:

@@ -396,3 +396,13 @@ def run_in_environment(python: str, fn: Callable[[Any], Any], config: Any) -> An
     raise EnvironmentStepError(
         f"{name} raised {answer.get('type')}: {answer.get('message')} (in environment {python})\n"
         f"Remote traceback:\n{remote}", traceback_text=remote)
+
+
+def run_in_step_environment(env: StepEnvironment, fn: Callable[[Any], Any], config: Any) -> Any:
+    """Build (or find cached) `env` on the machine this runs on, then run `fn(config)` in it.
+
+    The executor sends this callable, not an interpreter path: on a multi-node Ray cluster the step
+    may run on a node where the driver's environment does not exist. Builds are cached per node and
+    locked, so attempts and concurrent steps share one build.
+    """
+    return run_in_environment(ensure_environment(env), fn, config)

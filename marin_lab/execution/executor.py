@@ -551,10 +551,12 @@ class Executor(MarinExecutorAttributes):
         env = ps.step.environment
         if env is None:
             return ps.step.fn, None
-        from marin_lab.execution.environments import ensure_environment, run_in_environment
+        from marin_lab.execution.environments import ensure_environment, run_in_step_environment
 
+        # Built here first (a bad requirement fails before anything is submitted), and again, from
+        # cache or afresh, on whichever node runs the step (the driver's copy may not be there).
         python = ensure_environment(env)
-        return functools.partial(run_in_environment, python, ps.step.fn), {
+        return functools.partial(run_in_step_environment, env, ps.step.fn), {
             "lock_hash": env.lock_hash(), "python": python, "requirements": list(env.requirements),
             "constraints": env.constraints,
         }

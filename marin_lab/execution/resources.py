@@ -8,12 +8,26 @@ only knows the protocol, never the class.
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from marin_lab.execution.errors import StepDefinitionError
 
 RAY_OPTION_KEYS = {"num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "runtime_env", "scheduling_strategy"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """What one `StepRunner.run` produced: fn's return value and the hardware it actually used.
+
+    Returned, not kept on the runner: one runner object may serve several steps at once (a
+    module-level `TpuResources` constant), so per-run state lives with the run.
+    """
+
+    result: Any
+    hardware: dict[str, Any] | None = None
 
 
 @runtime_checkable
@@ -24,11 +38,11 @@ class StepRunner(Protocol):
     def validate(self) -> None:
         """Raise a clear error, before anything runs, if the request can never be met."""
 
-    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str) -> Any:
-        """Run `fn(config)` (on the Ray cluster); raise PreemptedError for a lost node or slice."""
+    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str,
+            cancel: threading.Event | None = None) -> RunOutcome:
+        """Run `fn(config)` (on the Ray cluster); raise PreemptedError for a lost node or slice.
 
-    def hardware(self) -> dict[str, Any] | None:
-        """What the last run actually used (type, slices, hosts)."""
+        Setting `cancel` stops this run (and only this one)."""
 
 
 def is_runner(resources: Any) -> bool:
@@ -49,7 +63,7 @@ def validate_resources(step_name: str, resources: Any) -> None:
     if not is_runner(resources):
         raise StepDefinitionError(
             f"step '{step_name}': resources is a {type(resources).__name__}; give a dict of Ray options or "
-            "an object with describe/validate/run/hardware (a StepRunner)"
+            "an object with describe/validate/run (a StepRunner)"
         )
     try:
         resources.validate()

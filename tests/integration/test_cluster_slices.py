@@ -86,14 +86,15 @@ def _when_checkpoint(out, step: int, action) -> threading.Thread:
 
 def _run_with_retries(resources, config, step_name, budget=RetryBudget(preemption_retries=3)):
     attempts: list[dict] = []
-    result = run_with_budgets(lambda _: resources.run(toy_train, config, step_name=step_name), budget,
+    result = run_with_budgets(lambda _: resources.run(toy_train, config, step_name=step_name).result, budget,
                               what=step_name, on_attempt=attempts.append)
     return result, attempts
 
 
 def test_multislice_step_runs_once_per_host_with_multislice_env(tpu_cluster, tmp_path):
     resources = TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60)
-    result = resources.run(report_host, ReportHostConfig(output_path=str(tmp_path)), step_name="layout")
+    outcome = resources.run(report_host, ReportHostConfig(output_path=str(tmp_path)), step_name="layout")
+    result = outcome.result
 
     reports = [json.loads((tmp_path / "hosts" / name).read_text()) for name in os.listdir(tmp_path / "hosts")]
     assert len(reports) == 4 and len({r["pid"] for r in reports}) == 4  # exactly once per host
@@ -107,7 +108,7 @@ def test_multislice_step_runs_once_per_host_with_multislice_env(tpu_cluster, tmp
     # each slice id maps to one slice, and the worker-0 host of slice 0 answered
     assert len({(e["MEGASCALE_SLICE_ID"], e["MARIN_SLICE_NAME"]) for e in envs}) == 2
     assert result["env"]["MEGASCALE_SLICE_ID"] == "0" and result["env"]["TPU_WORKER_ID"] == "0"
-    hardware = resources.hardware()
+    hardware = outcome.hardware
     assert hardware["type"] == TPU and hardware["slices"] == 2 and hardware["hosts"] == 4
     assert sorted(hardware["slice_names"]) == ["slice-a", "slice-b"]
 
@@ -161,14 +162,15 @@ def test_removed_node_is_a_preemption_waits_for_capacity_and_resumes(tpu_cluster
 @pytest.mark.slow
 def test_elastic_request_runs_on_the_slices_that_exist(tpu_cluster, tmp_path):
     elastic = TpuResources(tpu=TPU, slices=[1, 2], elastic_wait_s=30, capacity_timeout_s=60)
-    elastic.run(report_host, ReportHostConfig(output_path=str(tmp_path / "both")), step_name="elastic/2")
-    assert elastic.hardware()["slices"] == 2
+    both = elastic.run(report_host, ReportHostConfig(output_path=str(tmp_path / "both")), step_name="elastic/2")
+    assert both.hardware["slices"] == 2
 
     tpu_cluster.remove_host("slice-a", 1, wait_until_dead=True)  # slice-a is no longer whole
     try:
-        result = elastic.run(report_host, ReportHostConfig(output_path=str(tmp_path / "one")),
-                             step_name="elastic/1")
-        assert elastic.hardware()["slices"] == 1 and elastic.hardware()["slice_names"] == ["slice-b"]
+        one = elastic.run(report_host, ReportHostConfig(output_path=str(tmp_path / "one")),
+                          step_name="elastic/1")
+        result = one.result
+        assert one.hardware["slices"] == 1 and one.hardware["slice_names"] == ["slice-b"]
         assert len(os.listdir(tmp_path / "one" / "hosts")) == 2
         assert result["env"]["MARIN_NUM_SLICES"] == "1" and "MEGASCALE_NUM_SLICES" not in result["env"]
 
@@ -206,25 +208,38 @@ def test_metadata_probe_turns_a_host_error_into_a_preemption(tpu_cluster, tmp_pa
 
 def test_cpu_resources_run_as_a_ray_task(tpu_cluster, tmp_path):
     resources = CpuResources(cpus=1)
-    result = resources.run(report_host, ReportHostConfig(output_path=str(tmp_path)), step_name="cpu")
-    assert result["pid"] != os.getpid()
-    assert resources.hardware()["kind"] == "cpu" and resources.hardware()["cpus"] == 1
+    outcome = resources.run(report_host, ReportHostConfig(output_path=str(tmp_path)), step_name="cpu")
+    assert outcome.result["pid"] != os.getpid()
+    assert outcome.hardware["kind"] == "cpu" and outcome.hardware["cpus"] == 1
 
 
-def test_cancel_stops_every_host(tpu_cluster, tmp_path):
-    resources = TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60)
-    config = ToyTrainConfig(output_path=str(tmp_path), num_steps=400, step_sleep_s=0.05)
-    outcome: dict = {}
-    runner = threading.Thread(target=lambda: outcome.update(
-        error=pytest.raises(StepCancelled, resources.run, toy_train, config, step_name="train/cancel")))
-    runner.start()
-    marker = tmp_path / "checkpoints" / "step-000005" / "COMPLETE"
+def test_a_cancel_stops_every_host_of_its_own_run_only(tpu_cluster, tmp_path):
+    """Regression: two steps sharing one TpuResources object (a module-level constant) used to be
+    cancelled together, the innocent one charged a failure. Each run now has its own cancel event."""
+    shared = TpuResources(tpu=TPU, slices=1, capacity_timeout_s=60)
+    doomed = ToyTrainConfig(output_path=str(tmp_path / "doomed"), num_steps=400, step_sleep_s=0.05)
+    other = ToyTrainConfig(output_path=str(tmp_path / "other"), num_steps=60, step_sleep_s=0.05)
+    cancel, outcome = threading.Event(), {}
+
+    def run_doomed() -> None:
+        outcome["error"] = pytest.raises(StepCancelled, shared.run, toy_train, doomed, step_name="train/cancel",
+                                         cancel=cancel)
+
+    def run_other() -> None:
+        outcome["other"] = shared.run(toy_train, other, step_name="train/other")
+
+    threads = [threading.Thread(target=run_doomed), threading.Thread(target=run_other)]
+    for t in threads:
+        t.start()
+    marker = tmp_path / "doomed" / "checkpoints" / "step-000005" / "COMPLETE"
     deadline = time.monotonic() + 60
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    resources.cancel()
-    runner.join(timeout=30)
+    cancel.set()
+    for t in threads:
+        t.join(timeout=120)
     assert "cancelled" in str(outcome["error"].value)
+    assert outcome["other"].hardware["slices"] == 1 and (tmp_path / "other" / "final_params.npy").exists()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(
             e["name"].startswith("marin:train/cancel:") for e in ray.util.list_named_actors(all_namespaces=True)):
