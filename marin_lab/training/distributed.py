@@ -21,6 +21,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
+import time
 from collections.abc import Mapping
 
 import jax
@@ -58,10 +60,16 @@ def initialize_from_env(env: Mapping[str, str] | None = None) -> bool:
         raise TrainingError(f"{ENV_PROCESS_ID}={pid} is outside [0, {ENV_NUM_PROCESSES}={num})")
     if _already_initialized():
         return jax.process_count() > 1
+    if pid != 0:
+        _await_coordinator(env[ENV_COORDINATOR], pid, num, timeout)
     # CPU processes stand in for hosts in tests: their cross-process collectives need gloo (the
     # flag only concerns the CPU backend; asking for the backend here would start it too early).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    logger.info("joining JAX cluster at %s as process %d of %d", env[ENV_COORDINATOR], pid, num)
+    # Said before, because JAX ends the process itself (DEADLINE_EXCEEDED in RegisterTask, not a
+    # Python exception) when the others do not all arrive in time.
+    logger.info("process %d of %d joining the JAX cluster at %s; waiting up to %ds for every host "
+                "(if this process is then terminated with DEADLINE_EXCEEDED, a host never arrived: "
+                "check that all %d hosts started)", pid, num, env[ENV_COORDINATOR], timeout, num)
     try:
         jax.distributed.initialize(coordinator_address=env[ENV_COORDINATOR], num_processes=num,
                                    process_id=pid, initialization_timeout=timeout)
@@ -73,6 +81,24 @@ def initialize_from_env(env: Mapping[str, str] | None = None) -> bool:
             "host started and can reach that address"
         ) from err
     return True
+
+
+def _await_coordinator(address: str, pid: int, num: int, timeout_s: int) -> None:
+    """Wait until host 0's coordination service accepts connections, or fail naming it."""
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+            return
+        except OSError as err:
+            if time.monotonic() > deadline:
+                raise TrainingError(
+                    f"process {pid} of {num}: the JAX coordinator at {address} (process 0, host 0 of "
+                    f"slice 0) did not come up within {timeout_s}s ({err}); that host never arrived "
+                    f"or is unreachable from here: check it started ({ENV_INIT_TIMEOUT} sets the wait)"
+                ) from err
+            time.sleep(0.5)
 
 
 def _already_initialized() -> bool:

@@ -82,7 +82,7 @@ def wait_hosts(procs: Sequence[subprocess.Popen], timeout_s: float = 900) -> Hos
         err.close()
         codes.append(p.returncode)
         with open(err.name) as f:
-            tails.append(f.read()[-3000:])
+            tails.append(f.read()[-20000:])
         if i == 0 and os.path.exists(out):
             with open(out) as f:
                 summary = json.load(f)
@@ -99,8 +99,11 @@ def run_hosts(config: Any, *, hosts: int, devices_per_host: int, workdir: str | 
 
 
 def _main(config_path: str, out_path: str) -> None:
+    import logging
+
     from marin_lab.training.train_lm import train_lm
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with open(config_path, "rb") as f:
         config = pickle.load(f)
     summary = train_lm(config)
