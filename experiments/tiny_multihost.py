@@ -33,7 +33,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 from experiments.models import llama_nano  # noqa: E402
 from marin_lab.cluster import TpuResources  # noqa: E402
 from marin_lab.cluster.local_cluster import LocalTpuCluster  # noqa: E402
-from marin_lab.execution import ExecutorStep, executor_main  # noqa: E402
+from marin_lab.execution import ExecutorStep, executor_main, this_output_path  # noqa: E402
 from marin_lab.execution.main import ExecutorMainConfig  # noqa: E402
 from marin_lab.training import CheckpointConfig, DataConfig, OptimizerConfig, TrainLmConfig, train_lm  # noqa: E402
 from marin_lab.training.metrics import WandbConfig  # noqa: E402
@@ -45,7 +45,7 @@ DEVICES_PER_HOST = 2
 
 def train_config(cache: str, num_train_steps: int, save_every: int) -> TrainLmConfig:
     return TrainLmConfig(
-        output_path="", data=DataConfig(caches={"synthetic": cache}),
+        output_path=this_output_path(), data=DataConfig(caches={"synthetic": cache}),
         model=dataclasses.replace(llama_nano, max_seq_len=128),
         num_train_steps=num_train_steps, batch_size=8, seq_len=64,
         optimizer=OptimizerConfig(learning_rate=3e-3, warmup=2),

@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 def validate_config(config: TrainLmConfig) -> None:
     """Everything that can be checked before compiling: raises TrainingError naming the field."""
+    if not config.output_path:
+        raise TrainingError("output_path is empty; give the step's output folder (this_output_path() in a recipe)")
     try:
         config.model.validate()
         config.optimizer.validate()

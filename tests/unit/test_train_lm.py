@@ -83,6 +83,7 @@ def test_grad_accumulation_matches_full_batch(cache, unbroken, tmp_path):
         ({"model": tiny_model(vocab_size=100)}, "model.vocab_size"),
         ({"model": tiny_model(num_kv_heads=3)}, "num_kv_heads"),
         ({"optimizer": OptimizerConfig(schedule="exp")}, "optimizer.schedule"),
+        ({"output_path": ""}, "output_path is empty"),
     ],
 )
 def test_bad_input_fails_before_training(cache, tmp_path, overrides, match):
