@@ -33,7 +33,6 @@ from marin_lab.training.mesh import MeshConfig  # noqa: E402
 from marin_lab.training.optimizer import OptimizerConfig  # noqa: E402
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings  # noqa: E402
 
-
 # ~290M parameters (33M of them the tied embedding): the "~300M" size.
 MODELS = {**MODELS, "llama_300m": dataclasses.replace(MODELS["llama_30m"], hidden_dim=1024, intermediate_dim=2816,
                                                       num_layers=20, num_heads=16, num_kv_heads=16)}

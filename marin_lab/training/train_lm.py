@@ -27,8 +27,8 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from marin_lab.io import fs as mfs  # noqa: E402
 from marin_lab.training import checkpoint as ckpt  # noqa: E402
-from marin_lab.training.config import BACKENDS, TrainLmConfig  # noqa: E402
 from marin_lab.training import distributed  # noqa: E402
+from marin_lab.training.config import BACKENDS, TrainLmConfig  # noqa: E402
 from marin_lab.training.data import MixtureLoader  # noqa: E402
 from marin_lab.training.errors import TrainingError  # noqa: E402
 from marin_lab.training.hf_export import export_hf_from_checkpoint  # noqa: E402
