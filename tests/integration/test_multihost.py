@@ -2,7 +2,7 @@
 resharded restore, a preempted host, a host that never arrives.
 
 One unbroken 2 hosts x 2 devices run is shared; every other run starts from its checkpoint at
-step 3 or reruns it. Processes are slow to start: keep these few and tiny.
+step K or reruns it. Processes are slow to start (and compile): keep these few and tiny.
 """
 
 import json
@@ -18,7 +18,7 @@ from marin_lab.training.local_hosts import run_hosts, start_hosts, wait_hosts
 from marin_lab.training.testing import tiny_train_config, write_synthetic_cache
 
 pytestmark = pytest.mark.slow
-STEPS, K = 6, 3
+STEPS, K = 4, 2
 
 
 def _config(out, cache):
@@ -36,8 +36,23 @@ def _ok(result):
     return result.summary
 
 
+@pytest.fixture(scope="module", autouse=True)
+def compilation_cache(tmp_path_factory, monkeypatch_module):
+    """Compile each (program, topology) once for the module: the reruns of 2x2 and 1x2 load it from
+    JAX's persistent compilation cache (process 0 writes it; compiling dominates these tiny runs)."""
+    monkeypatch_module.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path_factory.mktemp("jax-cache")))
+    monkeypatch_module.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    monkeypatch_module.setenv("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+
 @pytest.fixture(scope="module")
-def unbroken(tmp_path_factory):
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+@pytest.fixture(scope="module")
+def unbroken(tmp_path_factory, compilation_cache):
     root = tmp_path_factory.mktemp("multihost")
     cache = write_synthetic_cache(str(root / "cache"))
     out = str(root / "unbroken")
@@ -86,9 +101,9 @@ def test_hardware_move_reshards_and_continues_the_data(unbroken):
 def test_a_preempted_host_resumes_bit_identical(unbroken):
     root, cache, _, whole = unbroken
     cfg = _config(str(root / "preempted"), cache)
-    # Host 1 dies after computing step 5, before that step's checkpoint: the attempt fails.
+    # Host 1 dies after computing step K + 1, before the next checkpoint: the attempt fails.
     broken = run_hosts(cfg, hosts=2, devices_per_host=2, workdir=str(root / "w-pre"),
-                       extra_env={"MARIN_FAULT_KILL_AT_STEP": "5", "MARIN_FAULT_PROCESS": "1"})
+                       extra_env={"MARIN_FAULT_KILL_AT_STEP": str(K + 1), "MARIN_FAULT_PROCESS": "1"})
     assert broken.returncodes[1] == -9 and not broken.ok
     assert [s for s, _ in list_checkpoints(os.path.join(cfg.output_path, "checkpoints"))] == [K]
     resumed = _ok(run_hosts(cfg, hosts=2, devices_per_host=2, workdir=str(root / "w-post")))

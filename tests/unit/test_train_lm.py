@@ -88,7 +88,7 @@ def test_grad_accumulation_matches_full_batch(cache, unbroken, tmp_path):
 )
 def test_bad_input_fails_before_training(cache, tmp_path, overrides, match):
     with pytest.raises(TrainingError, match=match):
-        train_lm(tiny_train_config(str(tmp_path / "bad"), {"c": cache}, **overrides))
+        train_lm(dataclasses.replace(tiny_train_config(str(tmp_path / "bad"), {"c": cache}), **overrides))
     assert not (tmp_path / "bad" / "checkpoints").exists()
 
 
