@@ -60,23 +60,12 @@ def makedirs(url: str) -> None:
 
 def atomic_write_bytes(url: str, data: bytes) -> None:
     """Write `data` to `url` so that readers see the old file, or the new one whole."""
-    fs, path = fs_and_path(url)
-    if isinstance(fs, LocalFileSystem):
-        folder = os.path.dirname(path)
-        os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(folder, f".tmp.{os.path.basename(path)}.{uuid.uuid4().hex[:8]}")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    else:
-        fs.pipe_file(path, data)
+    atomic_write_chunks(url, [data])
 
 
 def atomic_write_chunks(url: str, chunks: Iterable[bytes | memoryview]) -> None:
     """`atomic_write_bytes` for data held in pieces: written one after the other, never joined
-    into one buffer first (a large array is not copied to be written)."""
+    into one buffer first on local disk (a large array is not copied to be written)."""
     fs, path = fs_and_path(url)
     if isinstance(fs, LocalFileSystem):
         folder = os.path.dirname(path)
@@ -90,7 +79,8 @@ def atomic_write_chunks(url: str, chunks: Iterable[bytes | memoryview]) -> None:
         os.replace(tmp, path)
     else:
         # One object put: object stores show it whole or not at all.
-        fs.pipe_file(path, b"".join(bytes(c) if isinstance(c, memoryview) else c for c in chunks))
+        parts = [bytes(c) if isinstance(c, memoryview) else c for c in chunks]
+        fs.pipe_file(path, parts[0] if len(parts) == 1 else b"".join(parts))
 
 
 def atomic_write_text(url: str, text: str) -> None:
