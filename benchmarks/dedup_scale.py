@@ -227,7 +227,7 @@ def main() -> None:
             import ray
 
             t = time.perf_counter()
-            ray.init(num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", num_cpus=args.workers, include_dashboard=False, log_to_driver=False)
             print(f"ray.init: {time.perf_counter() - t:.1f} s (not counted below)")
         load_start = os.getloadavg()
         r0 = resource.getrusage(resource.RUSAGE_SELF)
