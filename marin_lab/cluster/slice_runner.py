@@ -162,9 +162,17 @@ def run_on_slices(
     actors: list[Any] = []
     t0 = time.monotonic()
 
+    base_env = {k: str(v) for k, v in (extra_env or {}).items()}
+
     def actor_opts(name: str, resources: dict) -> dict:
-        return {"name": name, "namespace": NAMESPACE, "num_cpus": 0, "max_restarts": 0,
+        opts = {"name": name, "namespace": NAMESPACE, "num_cpus": 0, "max_restarts": 0,
                 "max_task_retries": 0, "resources": resources}
+        if base_env:
+            # Set when the host's process starts, before anything imports JAX (JAX_PLATFORMS is
+            # read at import, XLA_FLAGS when the backend starts); Ray merges these env_vars with
+            # the job's runtime environment.
+            opts["runtime_env"] = {"env_vars": base_env}
+        return opts
 
     remote_host = ray.remote(_SliceHost)
     try:
@@ -200,7 +208,6 @@ def run_on_slices(
         coordinator_info = slices[0]["infos"][_worker0_index(slices[0])]
         coordinator_ip = coordinator_info["ip"]
         jax_coordinator = f"{coordinator_ip}:{coordinator_info['free_port']}"
-        base_env = {k: str(v) for k, v in (extra_env or {}).items()}
         fn_ref, config_ref = ray.put(fn), ray.put(config)
         run_refs, owners = [], []
         for slice_id, s in enumerate(slices):

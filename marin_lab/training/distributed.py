@@ -14,6 +14,8 @@ including CPU processes standing in for hosts in tests (XLA_FLAGS=
 `MARIN_FAULT_KILL_AT_STEP` / `MARIN_FAULT_PROCESS` are a preemption drill: that process SIGKILLs
 itself when it reaches the step (once per output path), exactly like a host taken away
 mid-training (used by `experiments/tiny_multihost.py --preempt_at_step` and the tests).
+`MARIN_FAULT_HOLD_AT_STEP` instead stops that process there (once per output path) until it is
+killed from outside: the tests kill the driver while its hosts are known to be mid-run.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ ENV_COORDINATOR, ENV_NUM_PROCESSES, ENV_PROCESS_ID = host_env.COORDINATOR, host_
 ENV_INIT_TIMEOUT = "MARIN_DISTRIBUTED_TIMEOUT_S"
 ENV_FAULT_STEP = "MARIN_FAULT_KILL_AT_STEP"
 ENV_FAULT_PROCESS = "MARIN_FAULT_PROCESS"
+ENV_HOLD_STEP = "MARIN_FAULT_HOLD_AT_STEP"
 
 
 def initialize_from_env(env: Mapping[str, str] | None = None) -> bool:
@@ -108,15 +111,22 @@ def _already_initialized() -> bool:
 
 
 def maybe_fault(step: int, output_path: str) -> None:
-    """The preemption drill: SIGKILL this process once it computed `step` (before that step's
-    checkpoint is written) if the environment asks for it. Once per output path, like a real
-    preemption: a marker left beside the run lets the retry (same environment) go through."""
-    at = os.environ.get(ENV_FAULT_STEP)
-    if at is None or int(at) != step or int(os.environ.get(ENV_FAULT_PROCESS, "0")) != jax.process_index():
+    """The preemption drills: SIGKILL this process (or hold it until killed from outside) once it
+    computed `step`, before that step's checkpoint is written, if the environment asks for it.
+    Once per output path, like a real preemption: a marker left beside the run lets the retry (same
+    environment) go through."""
+    if int(os.environ.get(ENV_FAULT_PROCESS, "0")) != jax.process_index():
         return
-    marker = mfs.join(output_path, f".preemption-drill-step-{step}")
-    if mfs.exists(marker):
-        return
-    mfs.atomic_write_text(marker, "")
-    logger.warning("preemption drill: process %d kills itself at step %d", jax.process_index(), step)
-    os.kill(os.getpid(), signal.SIGKILL)
+    for variable, drill in ((ENV_FAULT_STEP, "kill"), (ENV_HOLD_STEP, "hold")):
+        at = os.environ.get(variable)
+        if at is None or int(at) != step:
+            continue
+        marker = mfs.join(output_path, f".preemption-drill-{drill}-step-{step}")
+        if mfs.exists(marker):
+            continue
+        mfs.atomic_write_text(marker, "")
+        logger.warning("preemption drill: process %d %ss itself at step %d", jax.process_index(), drill, step)
+        if drill == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        while True:  # held until something outside (the test, a dead driver's Ray) kills this process
+            time.sleep(1)

@@ -1,5 +1,6 @@
 """train_lm as several processes (simulated hosts, jax.distributed over gloo): a hardware move with
-resharded restore, a preempted host, a host that never arrives.
+resharded restore; the real trainer on a TPU slice of the local Ray cluster (slice runner, executor)
+surviving a killed driver and a preempted host; a host that never arrives.
 
 One unbroken 2 hosts x 2 devices run is shared; every other run starts from its checkpoint at
 step K or reruns it. Processes are slow to start (and compile): keep these few and tiny.
@@ -8,6 +9,7 @@ step K or reruns it. Processes are slow to start (and compile): keep these few a
 import json
 import os
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -98,31 +100,114 @@ def test_hardware_move_reshards_and_continues_the_data(unbroken):
     assert runs["to_1x2"][1]["param_checksum"] == runs["to_1x2_again"][1]["param_checksum"]
 
 
-def test_a_preempted_host_resumes_bit_identical(unbroken):
-    root, cache, _, whole = unbroken
-    cfg = _config(str(root / "preempted"), cache)
-    # Host 1 dies after computing step K + 1, before the next checkpoint: the attempt fails.
-    broken = run_hosts(cfg, hosts=2, devices_per_host=2, workdir=str(root / "w-pre"),
-                       extra_env={"MARIN_FAULT_KILL_AT_STEP": str(K + 1), "MARIN_FAULT_PROCESS": "1"})
-    assert broken.returncodes[1] == -9 and not broken.ok
-    assert [s for s, _ in list_checkpoints(os.path.join(cfg.output_path, "checkpoints"))] == [K]
-    resumed = _ok(run_hosts(cfg, hosts=2, devices_per_host=2, workdir=str(root / "w-post")))
-    assert resumed["start"].startswith("resumed from") and resumed["param_checksum"] == whole["param_checksum"]
-    assert _losses(cfg.output_path) == _losses(unbroken[2])
+# The experiment a driver runs: the unbroken run's config as one executor step on a 2-host TPU slice
+# of the local Ray cluster (each host a Ray node whose process has 2 CPU devices).
+_DRIVER = """
+import json
+import sys
+
+import ray
+
+from marin_lab.cluster import TpuResources
+from marin_lab.execution import Executor, ExecutorStep, this_output_path
+from marin_lab.training import CheckpointConfig, train_lm
+from marin_lab.training.testing import tiny_train_config
+
+
+def train_step(cache, env):
+    config = tiny_train_config(this_output_path(), {"c": cache}, num_train_steps=%d, export_hf=False,
+                               checkpoint=CheckpointConfig(save_every_steps=%d, save_interval_s=None, keep_last=3))
+    return ExecutorStep(name="train/multihost", fn=train_lm, config=config,
+                        resources=TpuResources(tpu="v4-16", env=env, capacity_timeout_s=600))
+
+
+if __name__ == "__main__":
+    ray.init(address=sys.argv[1], logging_level="warning")
+    Executor(prefix=sys.argv[2], backend="ray").run([train_step(sys.argv[3], json.loads(sys.argv[4]))])
+""" % (STEPS, K)
+
+
+@pytest.fixture()
+def tpu_slice():
+    import ray
+
+    from marin_lab.cluster.local_cluster import LocalTpuCluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = LocalTpuCluster("v4-16").start()  # one slice of 2 hosts
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+@pytest.mark.ray
+def test_killed_driver_and_preempted_host_resume_the_real_trainer_bit_identical(unbroken, tpu_slice, tmp_path):
+    """The slice runner launches train_lm once per host. The driver is killed mid-run and started
+    again; then a host's process dies mid-training: the executor retries it from the preemption
+    budget, the run resumes from the last checkpoint, and the parameters equal the unbroken run's."""
+    import signal
+    import subprocess
+    import sys
+
+    from marin_lab.execution import Executor
+
+    _, cache, out, whole = unbroken
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
+           "JAX_COMPILATION_CACHE_DIR": os.environ["JAX_COMPILATION_CACHE_DIR"],
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    script, prefix = tmp_path / "driver.py", tmp_path / "prefix"
+    script.write_text(_DRIVER)
+    # First driver: its host 0 holds after computing step K + 1 (checkpoint K written), so the
+    # driver is known to be mid-run when it is killed; its host actors die with it.
+    held = {**env, "MARIN_FAULT_HOLD_AT_STEP": str(K + 1)}
+    driver = subprocess.Popen([sys.executable, str(script), tpu_slice.cluster.address, str(prefix), cache,
+                               json.dumps(held)])
+    try:
+        deadline = time.monotonic() + 600
+        while not list(prefix.glob(f"train/multihost-*/.preemption-drill-hold-step-{K + 1}")):
+            assert driver.poll() is None, "the first driver ended before its hosts reached the hold"
+            assert time.monotonic() < deadline, "the first driver's hosts never reached the hold"
+            time.sleep(0.2)
+        driver.send_signal(signal.SIGKILL)
+    finally:
+        driver.kill()
+        driver.wait()
+
+    # The same experiment started again, in this process; now host 1 dies after step K + 1.
+    namespace: dict = {}
+    exec(compile(_DRIVER, "driver", "exec"), namespace)
+    killed = {**env, "MARIN_FAULT_KILL_AT_STEP": str(K + 1), "MARIN_FAULT_PROCESS": "1"}
+    report = Executor(prefix=str(prefix), backend="ray", max_preemption_retries=2).run(
+        [namespace["train_step"](cache, killed)])
+    assert report.executed
+    [info_path] = list(prefix.glob("train/multihost-*/.executor_info"))
+    info = json.loads(info_path.read_text())
+    assert info["status"] == "SUCCESS"
+    assert [a["kind"] for a in info["attempts"]][-2:] == ["preemption", None]
+    result = info["result"]
+    assert result["start"].endswith(f"step-{K:06d}") and result["final_step"] == STEPS
+    assert result["param_checksum"] == whole["param_checksum"]
+    assert _losses(str(info_path.parent)) == _losses(out)
+    # Each attempt's hardware: 2 processes x 2 devices from step 0 (first driver) and from step K.
+    assert [(h["from_step"], h["process_count"], h["local_device_count"]) for h in result["hardware"]] == [
+        (0, 2, 2), (K, 2, 2)]
+    assert info["hardware"]["type"] == "v4-16" and info["hardware"]["hosts"] == 2
 
 
 def test_a_host_that_never_arrives_is_named(unbroken, tmp_path):
     cfg = _config(str(tmp_path / "lonely"), unbroken[1])
     env = {"MARIN_DISTRIBUTED_TIMEOUT_S": "3"}
+    # Two separate clusters at once (each its own coordinator port): one lacks host 0, one host 1.
+    lacks_0 = start_hosts(cfg, hosts=2, devices_per_host=1, workdir=str(tmp_path / "w1"), only=[1], extra_env=env)
+    lacks_1 = start_hosts(cfg, hosts=2, devices_per_host=1, workdir=str(tmp_path / "w0"), only=[0], extra_env=env)
+    alone, waiting = wait_hosts(lacks_0, timeout_s=300), wait_hosts(lacks_1, timeout_s=300)
     # Host 0 (the coordinator) never came: host 1 says so, naming it.
-    alone = wait_hosts(start_hosts(cfg, hosts=2, devices_per_host=1, workdir=str(tmp_path / "w1"), only=[1],
-                                   extra_env=env), timeout_s=300)
     assert alone.returncodes[0] != 0
     assert "process 1 of 2: the JAX coordinator at 127.0.0.1:" in alone.stderr_tails[0]
     assert "(process 0, host 0 of slice 0) did not come up within 3s" in alone.stderr_tails[0]
     # Host 1 never came: JAX ends host 0 itself after the timeout; the log said what that means.
-    waiting = wait_hosts(start_hosts(cfg, hosts=2, devices_per_host=1, workdir=str(tmp_path / "w0"), only=[0],
-                                     extra_env=env), timeout_s=300)
     assert waiting.returncodes[0] != 0
     assert "if this process is then terminated with DEADLINE_EXCEEDED, a host never arrived" in waiting.stderr_tails[0]
     assert not os.path.exists(os.path.join(cfg.output_path, "checkpoints"))
