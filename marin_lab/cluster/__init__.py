@@ -19,13 +19,11 @@ from marin_lab.cluster.errors import (
     ClusterError,
     PreemptedError,
     ProvisioningError,
-    RetryBudgetExhausted,
     SliceCapacityTimeout,
     StepCancelled,
     TpuRequestError,
 )
 from marin_lab.cluster.resources import CpuResources, GpuResources, TpuResources, resources_from_dict
-from marin_lab.cluster.retry import RetryBudget, run_with_budgets
 from marin_lab.cluster.tpu_types import TpuType, known_types, parse_tpu_type
 
 __all__ = [
@@ -39,8 +37,6 @@ __all__ = [
     "MetadataPreemptionProbe",
     "PreemptedError",
     "ProvisioningError",
-    "RetryBudget",
-    "RetryBudgetExhausted",
     "SliceCapacityTimeout",
     "StepCancelled",
     "TpuRequestError",
@@ -50,5 +46,4 @@ __all__ = [
     "known_types",
     "parse_tpu_type",
     "resources_from_dict",
-    "run_with_budgets",
 ]

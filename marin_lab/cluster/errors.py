@@ -7,8 +7,7 @@
         ├── TpuRequestError            a bad TPU request (unknown type, impossible slice count, ...)
         ├── ClusterConfigError         a cluster config file that cannot be used (missing zone, ...)
         ├── ProvisioningError          the TPU API reported FAILED or refused a request
-        ├── StepCancelled              the driver cancelled a running step (every host was stopped)
-        └── RetryBudgetExhausted       a step used up its failure or preemption budget
+        └── StepCancelled              the driver cancelled a running step (every host was stopped)
 
 `PreemptedError` and `MarinLabError` come from `marin_lab.execution.errors` when the lead's module
 defines them, so the executor's `except PreemptedError` catches ours; until then local stand-ins
@@ -44,21 +43,12 @@ class StepCancelled(ClusterError):
     """The run was cancelled from the driver (e.g. the executor lost the step's lease)."""
 
 
-class RetryBudgetExhausted(ClusterError):
-    """A step failed more often than its budget allows; `attempts` holds every attempt's record."""
-
-    def __init__(self, message: str, attempts: list[dict]):
-        super().__init__(message)
-        self.attempts = attempts
-
-
 __all__ = [
     "ClusterConfigError",
     "ClusterError",
     "MarinLabError",
     "PreemptedError",
     "ProvisioningError",
-    "RetryBudgetExhausted",
     "SliceCapacityTimeout",
     "StepCancelled",
     "TpuRequestError",

@@ -26,12 +26,9 @@ from marin_lab.cluster import (  # noqa: E402
     CpuResources,
     FilePreemptionProbe,
     PreemptedError,
-    RetryBudget,
-    RetryBudgetExhausted,
     SliceCapacityTimeout,
     StepCancelled,
     TpuResources,
-    run_with_budgets,
 )
 from marin_lab.cluster.local_cluster import LocalTpuCluster  # noqa: E402
 from marin_lab.cluster.simulate import ReportHostConfig, ToyTrainConfig, report_host, toy_train  # noqa: E402
@@ -63,19 +60,24 @@ def _named_host_actor(step_name: str, suffix: str, timeout_s: float = 30.0):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for entry in ray.util.list_named_actors(all_namespaces=True):
-            if entry["name"].startswith(f"marin:{step_name}:") and entry["name"].endswith(suffix):
+            if entry["name"].startswith(f"marin:{step_name}") and entry["name"].endswith(suffix):
                 return ray.get_actor(entry["name"], namespace=entry["namespace"])
         time.sleep(0.1)
     raise AssertionError(f"no host actor {suffix} for {step_name}")
 
 
-def _when_checkpoint(out, step: int, action) -> threading.Thread:
+def _checkpoint_marker(prefix, name: str, step: int):
+    """The COMPLETE marker of checkpoint `step` of the executor step `name` under `prefix`, or None."""
+    found = list(prefix.glob(f"{name}-*/checkpoints/step-{step:06d}/COMPLETE"))
+    return found[0] if found else None
+
+
+def _when_checkpoint(prefix, name: str, step: int, action) -> threading.Thread:
     """Run `action` in the background once checkpoint `step` is complete (i.e. mid-training)."""
-    marker = os.path.join(out, "checkpoints", f"step-{step:06d}", "COMPLETE")
 
     def watch():
-        deadline = time.monotonic() + 60
-        while not os.path.exists(marker) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120
+        while _checkpoint_marker(prefix, name, step) is None and time.monotonic() < deadline:
             time.sleep(0.05)
         action()
 
@@ -84,11 +86,20 @@ def _when_checkpoint(out, step: int, action) -> threading.Thread:
     return thread
 
 
-def _run_with_retries(resources, config, step_name, budget=RetryBudget(preemption_retries=3)):
-    attempts: list[dict] = []
-    result = run_with_budgets(lambda _: resources.run(toy_train, config, step_name=step_name).result, budget,
-                              what=step_name, on_attempt=attempts.append)
-    return result, attempts
+def _run_step(prefix, name: str, resources, preemptions: int = 3, failures: int = 0, **config):
+    """Run toy_train as the executor step `name` on `resources` under the executor's retry budgets
+    (the one budget loop); returns its record and output folder."""
+    from marin_lab.execution import Executor, ExecutorStep, ExperimentFailedError, this_output_path
+
+    step = ExecutorStep(name=name, fn=toy_train, resources=resources,
+                        config=ToyTrainConfig(output_path=this_output_path(), **config))
+    try:
+        Executor(prefix=str(prefix), backend="ray", max_preemption_retries=preemptions,
+                 max_failure_retries=failures).run([step])
+    except ExperimentFailedError:
+        pass  # the record says how; the tests look at it
+    [info_path] = list(prefix.glob(f"{name}-*/.executor_info"))
+    return json.loads(info_path.read_text()), info_path.parent
 
 
 def test_multislice_step_runs_once_per_host_with_multislice_env(tpu_cluster, tmp_path):
@@ -114,49 +125,48 @@ def test_multislice_step_runs_once_per_host_with_multislice_env(tpu_cluster, tmp
 
 
 def test_killed_host_actor_is_a_preemption_and_resumes_bit_identical(tpu_cluster, tmp_path):
-    out = tmp_path / "run"
-    out.mkdir()
-    config = ToyTrainConfig(output_path=str(out), num_steps=40, step_sleep_s=0.03)
-    killer = _when_checkpoint(str(out), 10, lambda: ray.kill(_named_host_actor("train/kill", ":s1:h1")))
-    result, attempts = _run_with_retries(TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60), config, "train/kill")
+    prefix = tmp_path / "prefix"
+    killer = _when_checkpoint(prefix, "train/kill", 10, lambda: ray.kill(_named_host_actor("train/kill", ":s1:h1")))
+    info, out = _run_step(prefix, "train/kill", TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60),
+                          num_steps=40, step_sleep_s=0.03)
     killer.join()
 
-    assert [a["kind"] for a in attempts] == ["preemption", None]
-    assert 10 <= result["resumed_from"] < 40
+    assert info["status"] == "SUCCESS"
+    assert [a["kind"] for a in info["attempts"]] == ["preemption", None]
+    assert 10 <= info["result"]["resumed_from"] < 40
     assert np.load(out / "final_params.npy").tobytes() == _reference_digest(tmp_path, num_steps=40)
 
 
 @pytest.mark.slow
 def test_removed_node_is_a_preemption_waits_for_capacity_and_resumes(tpu_cluster, tmp_path):
-    out = tmp_path / "run"
-    out.mkdir()
-    config = ToyTrainConfig(output_path=str(out), num_steps=40, step_sleep_s=0.05)
+    prefix = tmp_path / "prefix"
     resources = TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60)
     outcome: dict = {}
 
     def train():
         try:
-            outcome["result"], outcome["attempts"] = _run_with_retries(resources, config, "train/node")
+            outcome["info"], outcome["out"] = _run_step(prefix, "train/node", resources, num_steps=40,
+                                                        step_sleep_s=0.05)
         except BaseException as err:  # noqa: BLE001 - re-raised in the test thread below
             outcome["error"] = err
 
     # Ray's test cluster adds nodes only from the main thread, so the drill runs here, training aside.
     trainer = threading.Thread(target=train, daemon=True)
     trainer.start()
-    marker = out / "checkpoints" / "step-000010" / "COMPLETE"
-    deadline = time.monotonic() + 60
-    while not marker.exists() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 120
+    while _checkpoint_marker(prefix, "train/node", 10) is None and time.monotonic() < deadline:
         time.sleep(0.05)
     tpu_cluster.remove_host("slice-b", 1)
     time.sleep(1.0)  # the next attempt must wait for slice-b to be whole again
     tpu_cluster.add_host("slice-b", 1)
-    trainer.join(timeout=120)
+    trainer.join(timeout=300)
     if "error" in outcome:
         raise outcome["error"]
 
-    assert [a["kind"] for a in outcome["attempts"]] == ["preemption", None]
-    assert 10 <= outcome["result"]["resumed_from"] < 40
-    assert np.load(out / "final_params.npy").tobytes() == _reference_digest(tmp_path, num_steps=40)
+    info = outcome["info"]
+    assert [a["kind"] for a in info["attempts"]] == ["preemption", None]
+    assert 10 <= info["result"]["resumed_from"] < 40
+    assert np.load(outcome["out"] / "final_params.npy").tobytes() == _reference_digest(tmp_path, num_steps=40)
 
 
 @pytest.mark.slow
@@ -183,13 +193,12 @@ def test_elastic_request_runs_on_the_slices_that_exist(tpu_cluster, tmp_path):
 
 
 def test_step_exception_uses_failure_budget_then_fails_with_traceback(tpu_cluster, tmp_path):
-    config = ToyTrainConfig(output_path=str(tmp_path), num_steps=10, raise_at_step=3)
-    budget = RetryBudget(preemption_retries=5, failure_retries=1)
-    with pytest.raises(RetryBudgetExhausted) as info:
-        _run_with_retries(TpuResources(tpu=TPU, slices=1, capacity_timeout_s=60), config, "train/bug", budget)
-    assert [a["kind"] for a in info.value.attempts] == ["failure", "failure"]
-    assert "simulated bug at step 3" in str(info.value)
-    assert "Traceback" in info.value.attempts[-1]["error"]
+    info, _ = _run_step(tmp_path / "prefix", "train/bug", TpuResources(tpu=TPU, slices=1, capacity_timeout_s=60),
+                        preemptions=5, failures=1, num_steps=10, raise_at_step=3)
+    assert info["status"] == "FAILED"
+    assert [a["kind"] for a in info["attempts"]] == ["failure", "failure"]
+    assert "simulated bug at step 3" in info["error"]
+    assert "Traceback" in info["attempts"][-1]["error"]
 
 
 def test_metadata_probe_turns_a_host_error_into_a_preemption(tpu_cluster, tmp_path):

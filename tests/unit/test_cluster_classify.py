@@ -11,11 +11,8 @@ from marin_lab.cluster import (
     FilePreemptionProbe,
     MetadataPreemptionProbe,
     PreemptedError,
-    RetryBudget,
-    RetryBudgetExhausted,
     SliceCapacityTimeout,
     classify_error,
-    run_with_budgets,
 )
 from marin_lab.cluster.classify import GCE_PREEMPTED_URL, RAY_ERROR_KINDS
 
@@ -99,57 +96,3 @@ def test_file_probe(tmp_path):
     assert probe() is False
     flag.write_text("TRUE\n")
     assert probe() is True
-
-
-def _script(*outcomes):
-    """An attempt function that raises or returns the given outcomes in order."""
-    seen = []
-
-    def attempt(n):
-        seen.append(n)
-        outcome = outcomes[n - 1]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
-
-    return attempt, seen
-
-
-def test_preemptions_within_budget_succeed():
-    attempt, seen = _script(rex.ActorDiedError(), rex.NodeDiedError("n"), rex.WorkerCrashedError(), "done")
-    records = []
-    result = run_with_budgets(attempt, RetryBudget(preemption_retries=3), on_attempt=records.append)
-    assert result == "done" and seen == [1, 2, 3, 4]
-    assert [r["kind"] for r in records] == ["preemption"] * 3 + [None]
-    assert [r["status"] for r in records] == ["PREEMPTED"] * 3 + ["SUCCESS"]
-
-
-def test_preemption_budget_runs_out():
-    attempt, _ = _script(*[rex.ActorDiedError()] * 3)
-    with pytest.raises(RetryBudgetExhausted, match="preemption budget \\(2 retries\\) is spent") as info:
-        run_with_budgets(attempt, RetryBudget(preemption_retries=2, failure_retries=5))
-    assert len(info.value.attempts) == 3
-
-
-def test_failures_use_their_own_budget_and_keep_the_traceback():
-    attempt, seen = _script(rex.ActorDiedError(), ValueError("bad shard 7"), ValueError("bad shard 7"), "never")
-    with pytest.raises(RetryBudgetExhausted) as info:
-        run_with_budgets(attempt, RetryBudget(preemption_retries=5, failure_retries=1), what="tokenize/docs")
-    assert seen == [1, 2, 3]
-    assert [a["kind"] for a in info.value.attempts] == ["preemption", "failure", "failure"]
-    message = str(info.value)
-    assert message.startswith("tokenize/docs: attempt 3 ended in failure")
-    assert "Traceback" in message and "ValueError: bad shard 7" in message
-    assert isinstance(info.value.__cause__, ValueError)
-
-
-def test_backoff_uses_the_injected_sleep():
-    slept = []
-    attempt, _ = _script(rex.ActorDiedError(), "ok")
-    run_with_budgets(attempt, RetryBudget(preemption_backoff_s=30), sleep=slept.append)
-    assert slept == [30]
-
-
-def test_budget_rejects_negative_counts():
-    with pytest.raises(ValueError, match="failure_retries must be a non-negative integer"):
-        RetryBudget(failure_retries=-1)
