@@ -159,8 +159,10 @@ class MixtureLoader:
                     out[n] += counts[n] * int(hi - lo)
         return out
 
-    def batch(self, step: int, rows: np.ndarray | None = None) -> np.ndarray:
-        """The [batch, seq_len + 1] tokens of `step`, or only the global `rows` of it, in that order.
+    def batch(self, step: int, rows: np.ndarray | None = None, *,
+              loss_mask: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        """The [batch, seq_len + 1] tokens of `step`, or only the global `rows` of it, in that order;
+        with loss_mask, also their 0/1 loss masks (see token_cache).
 
         Which window each row holds is cheap index arithmetic over the whole batch; only the rows
         asked for are read, so each host of a multi-host run reads just its own part.
@@ -182,9 +184,13 @@ class MixtureLoader:
         order = np.random.default_rng([self.config.seed, step]).permutation(self.batch_size)
         wanted = order if rows is None else order[np.asarray(rows, dtype=np.int64)]
         out = np.empty((len(wanted), self.seq_len + 1), dtype=np.int32)
+        masks = np.empty((len(wanted), self.seq_len + 1), dtype=np.uint8) if loss_mask else None
         picked = [sources[i] for i in wanted]
         for d_index, name in enumerate(self.names):
             mine = [j for j, (d, _) in enumerate(picked) if d == d_index]
             if mine:
-                out[mine] = self.splits[name].sequences(np.asarray([picked[j][1] for j in mine], dtype=np.int64))
-        return out
+                windows = np.asarray([picked[j][1] for j in mine], dtype=np.int64)
+                out[mine] = self.splits[name].sequences(windows)
+                if loss_mask:
+                    masks[mine] = self.splits[name].loss_masks(windows)
+        return (out, masks) if loss_mask else out

@@ -4,6 +4,10 @@ Format (fixed in the shared brief): `ledger.json`, `tokenizer.json`, and per spl
 `{split}/shard-NNNNN.tokens.npy` (1-D uint16/uint32) with `{split}/shard-NNNNN.offsets.npy`
 (int64 document boundaries). Local shards are memory-mapped; remote ones (gs://, memory://) are
 read by byte range, so neither ever loads a whole shard to take one sequence.
+
+Optionally a shard has `{split}/shard-NNNNN.loss_mask.npy` (1-D uint8, one per token: 1 where
+the token is a prediction target that counts in the loss, e.g. a response token of instruction
+data; its ledger entry then holds `loss_mask_sha256`). A shard without one counts every token.
 """
 
 from __future__ import annotations
@@ -75,22 +79,38 @@ class CacheSplit:
 
     def __init__(self, cache: "TokenCache", split: str, seq_len: int):
         self.cache, self.split, self.seq_len = cache, split, seq_len
-        self.shards = [NpyRange(mfs.join(cache.path, split, f"{s['name']}.tokens.npy"))
-                       for s in cache.ledger["splits"][split]["shards"]]
+        entries = cache.ledger["splits"][split]["shards"]
+        self.shards = [NpyRange(mfs.join(cache.path, split, f"{s['name']}.tokens.npy")) for s in entries]
+        self.masks = [NpyRange(mfs.join(cache.path, split, f"{s['name']}.loss_mask.npy"))
+                      if s.get("loss_mask_sha256") else None for s in entries]
         counts = [max((len(s) - 1) // seq_len, 0) for s in self.shards]
         self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.num_sequences = int(self._starts[-1])
         self.remote = not mfs.is_local(cache.path)
 
+    @property
+    def has_loss_mask(self) -> bool:
+        return any(m is not None for m in self.masks)
+
     def sequences(self, indices: np.ndarray) -> np.ndarray:
         """[len(indices), seq_len + 1] int32 windows by global window index."""
-        out = np.empty((len(indices), self.seq_len + 1), dtype=np.int32)
+        return self._windows(indices, self.shards, np.int32)
+
+    def loss_masks(self, indices: np.ndarray) -> np.ndarray:
+        """[len(indices), seq_len + 1] uint8 loss masks of the same windows (1 without a mask file)."""
+        return self._windows(indices, self.masks, np.uint8)
+
+    def _windows(self, indices: np.ndarray, arrays: list, dtype: type) -> np.ndarray:
+        out = np.empty((len(indices), self.seq_len + 1), dtype=dtype)
         shard_ids = np.searchsorted(self._starts, indices, side="right") - 1
 
         def fill(row: int) -> None:
             shard = shard_ids[row]
             start = int(indices[row] - self._starts[shard]) * self.seq_len
-            out[row] = self.shards[shard].read(start, start + self.seq_len + 1)
+            if arrays[shard] is None:
+                out[row] = 1
+            else:
+                out[row] = arrays[shard].read(start, start + self.seq_len + 1)
 
         if self.remote and len(indices) > 1:
             # Object-store range reads are latency-bound: issue them concurrently.
@@ -160,10 +180,12 @@ def write_token_cache(
     bos_id: int | None = None,
     tokenizer_json: str | None = None,
     docs_per_shard: int | None = None,
+    loss_masks: dict[str, Sequence[Sequence[int] | np.ndarray]] | None = None,
 ) -> dict[str, Any]:
     """Write documents (lists of token ids, EOS appended here) as a token cache; returns the ledger.
 
-    A helper for tests and benchmarks; the real producer is the tokenize step.
+    A helper for tests and benchmarks; the real producers are the tokenize steps. `loss_masks`
+    gives, per split, one 0/1 list per document (its appended EOS counts in the loss).
     """
     dtype = np.uint16 if vocab_size <= 2**16 else np.uint32
     ledger: dict[str, Any] = {
@@ -187,9 +209,25 @@ def write_token_cache(
             name = f"shard-{shard_idx:05d}"
             mfs.atomic_write_bytes(mfs.join(path, split, f"{name}.tokens.npy"), _npy_bytes(tokens))
             mfs.atomic_write_bytes(mfs.join(path, split, f"{name}.offsets.npy"), _npy_bytes(offsets))
-            shards.append({"name": name, "documents": len(chunk), "tokens": int(tokens.size),
-                           "tokens_sha256": _sha256(tokens), "offsets_sha256": _sha256(offsets)})
+            entry = {"name": name, "documents": len(chunk), "tokens": int(tokens.size),
+                     "tokens_sha256": _sha256(tokens), "offsets_sha256": _sha256(offsets)}
+            if loss_masks is not None:
+                masks = [np.append(np.asarray(m, dtype=np.uint8), 1) for m in loss_masks[split][lo:lo + per]]
+                entry.update(write_loss_mask(path, split, name, masks, lengths))
+            shards.append(entry)
             total_tokens += int(tokens.size)
         ledger["splits"][split] = {"documents": len(docs), "tokens": total_tokens, "shards": shards}
     mfs.atomic_write_text(mfs.join(path, "ledger.json"), json.dumps(ledger, indent=2))
     return ledger
+
+
+def write_loss_mask(path: str, split: str, shard: str, masks: Sequence[np.ndarray],
+                    lengths: Sequence[int]) -> dict[str, str]:
+    """Write one shard's loss mask (documents' masks concatenated); returns its ledger fields."""
+    for i, (mask, length) in enumerate(zip(masks, lengths)):
+        if len(mask) != length:
+            raise TokenCacheError(f"split {split!r} {shard}: document {i} has {length} tokens but a "
+                                  f"loss mask of {len(mask)}")
+    flat = (np.concatenate(masks) if len(masks) else np.zeros(0)).astype(np.uint8)
+    mfs.atomic_write_bytes(mfs.join(path, split, f"{shard}.loss_mask.npy"), _npy_bytes(flat))
+    return {"loss_mask_sha256": _sha256(flat)}

@@ -1,0 +1,139 @@
+"""The frozen base of a fine-tune: loaded from any checkpoint form, quantized once, reused.
+
+A base is one of:
+- a `train_lm` output (or one of its `step-NNNNNN` checkpoints): our parameters, fp32;
+- a Hugging Face Llama folder (config.json + safetensors), imported by `hf_import`;
+- a `quantize_base` output: the same model with its seven projections already in NF4, so that
+  many QLoRA fine-tunes of one base pay for quantization (and read 4-bit bytes) once.
+
+`quantize_base` is a step of its own for that reason: its output is an ordinary checkpoint
+(`checkpoints/step-000000`) whose metadata records the model shape, the quantization and the
+source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from marin_lab.io import fs as mfs
+from marin_lab.peft.lora import PROJECTIONS
+from marin_lab.quant import QuantizationError, quantize_nf4
+from marin_lab.quant.nf4 import check_block_size
+from marin_lab.training import checkpoint as ckpt
+from marin_lab.training.errors import TrainingError
+from marin_lab.training.hf_import import import_hf, is_hf_checkpoint
+from marin_lab.training.model import LlamaConfig, Params, init_params
+
+logger = logging.getLogger(__name__)
+
+QUANTIZED_NAMES = tuple(sorted(PROJECTIONS.values()))
+"""The layer weights that QLoRA quantizes: every linear layer of the decoder blocks (embedding
+and output head stay in floating point, as in QLoRA and fsdp_qlora)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantConfig:
+    """How the frozen base is quantized for QLoRA."""
+
+    block_size: int = 64
+    """Weights per NF4 block (QLoRA: 64)."""
+    double_quant: bool = True
+    """Quantize the absmax constants too (8-bit, groups of 256): ~0.127 instead of 0.5 bit/weight."""
+
+    def validate(self, model: LlamaConfig) -> None:
+        shapes = model.param_shapes()
+        try:
+            for name in QUANTIZED_NAMES:
+                check_block_size(shapes[f"layers/{name}"], self.block_size, f"layers/{name}")
+        except QuantizationError as err:
+            raise TrainingError(str(err)) from err
+
+
+def quantize_params(params: Params, quant: QuantConfig) -> Params:
+    """`params` with every decoder projection replaced by its NF4Tensor (one compiled call per matrix)."""
+    layers = dict(params["layers"])
+    for name in QUANTIZED_NAMES:
+        fn = jax.jit(lambda w, _n=name: quantize_nf4(w, quant.block_size, quant.double_quant, name=f"layers/{_n}"))
+        layers[name] = fn(layers[name])
+    return {**params, "layers": layers}
+
+
+def _check_model(expected: LlamaConfig | None, found: LlamaConfig, where: str) -> LlamaConfig:
+    if expected is not None and expected != found:
+        diff = [f"{k}: {v!r} (config) vs {getattr(found, k)!r} (base)"
+                for k, v in dataclasses.asdict(expected).items() if getattr(found, k) != v]
+        raise TrainingError(
+            f"base {where} has another model shape than `model`: {', '.join(diff)}; fix those "
+            "`model` fields or leave `model` unset to take the base's shape"
+        )
+    return found
+
+
+def load_base(path: str, model: LlamaConfig | None = None) -> tuple[LlamaConfig, Params, dict[str, Any] | None]:
+    """(model shape, params, quantization metadata or None) of the base at `path`."""
+    if is_hf_checkpoint(path):
+        found, params = import_hf(path, model)
+        return found, jax.tree_util.tree_map(jnp.asarray, params), None
+    try:
+        resolved = ckpt.resolve_checkpoint(path)
+    except ckpt.CheckpointError as err:
+        raise TrainingError(
+            f"base: {err}; a base is a train_lm or quantize_base output, a checkpoint folder, or a "
+            "Hugging Face folder with config.json and safetensors"
+        ) from err
+    meta = ckpt.read_metadata(resolved)
+    if "model" not in meta:
+        raise TrainingError(f"base {resolved}: metadata.json records no model shape ('model')")
+    found = _check_model(model, LlamaConfig(**meta["model"]), resolved)
+    quant = meta.get("quantization")
+    if quant is None:
+        template = jax.eval_shape(lambda: init_params(found, jax.random.key(0)))
+    else:
+        qc = QuantConfig(block_size=quant["block_size"], double_quant=quant["double_quant"])
+        template = jax.eval_shape(lambda: quantize_params(init_params(found, jax.random.key(0)), qc))
+    try:
+        params = ckpt.load_params(resolved, template)
+    except ckpt.CheckpointError as err:
+        raise TrainingError(f"base: {err}") from err
+    return found, params, quant
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizeBaseConfig:
+    """Quantize a base model's projections to NF4 once, for many QLoRA fine-tunes."""
+
+    base: str
+    """A train_lm output, a checkpoint folder or a Hugging Face Llama folder."""
+    output_path: str
+    """Where checkpoints/step-000000 (the quantized parameters) goes."""
+    quant: QuantConfig = QuantConfig()
+    """Block size and double quantization."""
+    model: LlamaConfig | None = None
+    """Expected model shape (checked against the base); None takes the base's."""
+
+
+def quantize_base(config: QuantizeBaseConfig) -> dict[str, Any]:
+    """Load `config.base`, quantize its projections, write them as a checkpoint; returns byte counts."""
+    model, params, already = load_base(config.base, config.model)
+    if already is not None:
+        raise TrainingError(f"quantize_base: base {config.base} is already quantized ({already}); use it directly")
+    config.quant.validate(model)
+    quantized = quantize_params(params, config.quant)
+    linear_weights = sum(int(params["layers"][n].size) for n in QUANTIZED_NAMES)
+    linear_bytes = sum(sum(int(x.size) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(quantized["layers"][n]))
+                       for n in QUANTIZED_NAMES)
+    meta = {"model": dataclasses.asdict(model), "base": config.base,
+            "quantization": {"format": "nf4", "block_size": config.quant.block_size,
+                             "double_quant": config.quant.double_quant, "weights": list(QUANTIZED_NAMES)}}
+    path = ckpt.step_dir(mfs.join(config.output_path, "checkpoints"), 0)
+    ckpt.save_checkpoint(path, {"params": quantized}, {**meta, "step": 0})
+    summary = {"checkpoint": path, "linear_weights": linear_weights, "linear_bytes": linear_bytes,
+               "bytes_per_linear_weight": linear_bytes / linear_weights}
+    logger.info("quantize_base %s: %d linear weights -> %.3f bytes/weight", config.base, linear_weights,
+                summary["bytes_per_linear_weight"])
+    return summary

@@ -1,0 +1,354 @@
+"""`finetune_lm`: fine-tune a base model fully, with LoRA, or with QLoRA. Reads top to bottom.
+
+check -> load the base -> build the frozen tree and the trainable tree (sharded) -> resume ->
+score the validation split before -> loop -> score after -> adapters, merged checkpoint, HF export.
+
+The data are token caches; an instruction cache (`tokenize_instructions`) carries a loss mask, so
+the loss counts response tokens only, before and after. Outputs under `output_path`:
+
+    checkpoints/step-NNNNNN/   trainable tree + optimizer state + step (adapters only for lora/qlora)
+    merged/checkpoints/...     params with the adapters folded in: an ordinary checkpoint that
+                               `evaluate_lm` reads
+    hf/                        the merged model in Hugging Face format (export_hf)
+    metrics.jsonl, eval.json, finetune_summary.json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import math
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from marin_lab.io import fs as mfs
+from marin_lab.peft.lora import LoraConfig, LoraError, merge_lora
+from marin_lab.training import checkpoint as ckpt
+from marin_lab.training.base_model import QuantConfig, load_base, quantize_params
+from marin_lab.training.checkpoint import CheckpointConfig
+from marin_lab.training.data import DataConfig, MixtureLoader
+from marin_lab.training.errors import TrainingError
+from marin_lab.training.finetune_state import (
+    MODES,
+    StepPlan,
+    compile_step,
+    frozen_base,
+    frozen_shardings,
+    init_trainable,
+    make_eval_fn,
+    optimizer_shardings,
+    trainable_shardings,
+)
+from marin_lab.training.hf_export import export_hf
+from marin_lab.training.mesh import MeshConfig, MeshError, batch_divisor, batch_sharding
+from marin_lab.training.metrics import MetricsLogger, WandbConfig
+from marin_lab.training.model import REMAT_POLICIES, LlamaConfig
+from marin_lab.training.optimizer import OptimizerConfig
+from marin_lab.training.token_cache import TokenCache, TokenCacheError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig:
+    """A fine-tuning run (the `finetune_lm` step's config)."""
+
+    output_path: str
+    """Where checkpoints, merged weights, hf/, metrics and eval.json go."""
+    data: DataConfig
+    """Token caches to fine-tune on (instruction caches carry a response-only loss mask)."""
+    base: str
+    """The frozen starting point: a train_lm or quantize_base output, a checkpoint, or a HF folder."""
+    mode: str = "qlora"
+    """'full' (all weights trained), 'lora' (bf16 base + adapters) or 'qlora' (NF4 base + adapters)."""
+    model: LlamaConfig | None = None
+    """Expected model shape, checked against the base; None takes the base's."""
+    lora: LoraConfig = LoraConfig()
+    """Adapter rank, alpha, dropout and targets (lora and qlora)."""
+    quant: QuantConfig = QuantConfig()
+    """NF4 block size and double quantization (qlora, when the base is not quantized already)."""
+    optimizer: OptimizerConfig = OptimizerConfig(learning_rate=2e-4, weight_decay=0.0, warmup=0.03, schedule="constant")
+    """AdamW and its schedule (fsdp_qlora: constant 2e-4 after warmup, no weight decay)."""
+    num_train_steps: int = 100
+    """Global step at which fine-tuning stops."""
+    batch_size: int = 8
+    """Sequences per step."""
+    seq_len: int = 512
+    """Tokens per sequence (conversations are packed end to end)."""
+    seed: int = 0
+    """Adapter initialisation and dropout seed."""
+    mesh: MeshConfig = MeshConfig()
+    """Device mesh and sharding rule (fsdp shards quantized weights by whole blocks)."""
+    compute_dtype: str = "bfloat16"
+    """Matmul dtype."""
+    trainable_dtype: str = "float32"
+    """Storage dtype of trained weights (and of the optimizer state)."""
+    frozen_dtype: str = "bfloat16"
+    """Storage dtype of the frozen base's floating weights (lora, and qlora's embeddings/norms)."""
+    gradient_checkpointing: bool | str = False
+    """Remat: False, True/'full', 'save_dots' or 'offload_dots' (see model.remat_policy)."""
+    offload_optimizer_state: bool = False
+    """Keep the optimizer state in host memory (pinned_host) between steps."""
+    offload_base: bool = False
+    """Keep the frozen projections in host memory, fetched to the device one layer at a time."""
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    """Checkpoint policies (checkpoints hold the trainable tree and its optimizer state)."""
+    eval_max_sequences: int | None = 256
+    """Validation windows scored before and after fine-tuning; None scores all."""
+    log_every: int = 1
+    """Write a metrics line every this many steps."""
+    wandb: WandbConfig = WandbConfig()
+    """W&B logging."""
+    save_merged: bool = True
+    """Write merged/ (adapters folded into the base) at the end."""
+    export_hf: bool = True
+    """Write the merged model to hf/ in Hugging Face format at the end."""
+    stop_after_steps: int | None = None
+    """Stop after this many steps of this run (preemption drills and tests)."""
+
+    @property
+    def trains_adapters(self) -> bool:
+        return self.mode in ("lora", "qlora")
+
+
+def validate_config(config: FinetuneConfig, model: LlamaConfig) -> None:
+    """Everything that can be checked before compiling; raises TrainingError naming the field."""
+    if config.mode not in MODES:
+        raise TrainingError(f"mode={config.mode!r} is not one of {MODES}")
+    try:
+        model.validate()
+        config.optimizer.validate()
+        if config.trains_adapters:
+            config.lora.validate(model)
+    except (ValueError, LoraError) as err:
+        raise TrainingError(str(err)) from err
+    if config.mode == "qlora":
+        config.quant.validate(model)
+    if config.gradient_checkpointing not in (True, False, *REMAT_POLICIES):
+        raise TrainingError(f"gradient_checkpointing={config.gradient_checkpointing!r}: expected a bool or one of {REMAT_POLICIES}")
+    if config.offload_base and not config.trains_adapters:
+        raise TrainingError("offload_base needs mode 'lora' or 'qlora' (in 'full' mode nothing is frozen)")
+    if not 2 <= config.seq_len <= model.max_seq_len:
+        raise TrainingError(f"seq_len={config.seq_len} must be in [2, model.max_seq_len={model.max_seq_len}]")
+    if config.num_train_steps < 1:
+        raise TrainingError(f"num_train_steps={config.num_train_steps} must be positive")
+    for name, path in config.data.caches.items():
+        try:
+            cache = TokenCache(path)
+        except TokenCacheError as err:
+            raise TrainingError(f"data.caches[{name!r}]: {err}") from err
+        if cache.vocab_size > model.vocab_size:
+            raise TrainingError(f"data.caches[{name!r}] has vocab_size {cache.vocab_size} but the base's "
+                                f"model.vocab_size is {model.vocab_size}; tokenize with the base's tokenizer")
+
+
+@functools.lru_cache(maxsize=8)
+def _programs(plan: StepPlan, optimizer_config: OptimizerConfig, num_train_steps: int, mesh_config: MeshConfig,
+              rule: str, frozen_struct: Any, trainable_struct: Any, device_ids: tuple[int, ...]) -> tuple:
+    """(state shardings, frozen shardings, opt init, step, eval) for one plan; cached per process."""
+    del device_ids  # part of the key only
+    mesh = mesh_config.build()
+    optimizer = optimizer_config.build()
+    frozen_abs, trainable_abs = frozen_struct.value, trainable_struct.value
+    frozen_sh = frozen_shardings(frozen_abs, mesh, rule) if frozen_abs is not None else None
+    train_sh = trainable_shardings(trainable_abs, plan.mode, mesh, rule)
+    opt_sh = optimizer_shardings(jax.eval_shape(optimizer.init, trainable_abs), train_sh, trainable_abs,
+                                 mesh, plan.offload_optimizer_state)
+    state_sh = {"trainable": train_sh, "opt_state": opt_sh, "step": NamedSharding(mesh, P())}
+    opt_init = jax.jit(optimizer.init, in_shardings=(train_sh,), out_shardings=opt_sh)
+    step = compile_step(plan, optimizer, optimizer_config.lr_schedule(num_train_steps), mesh, state_sh, frozen_sh)
+    return state_sh, frozen_sh, opt_init, step, make_eval_fn(plan)
+
+
+class _Struct:
+    """A hashable stand-in for an abstract pytree (its structure, shapes and dtypes)."""
+
+    def __init__(self, value: Any):
+        self.value = value
+        leaves, treedef = jax.tree_util.tree_flatten(value)
+        self._key = (treedef, tuple((tuple(x.shape), str(x.dtype)) for x in leaves))
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Struct) and self._key == other._key
+
+
+def _abstract(tree: Any) -> Any:
+    return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
+
+
+def _global(host: np.ndarray, sharding: Any) -> jax.Array:
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def evaluate_masked(eval_fn: Any, trainable: Any, frozen: Any, config: FinetuneConfig) -> dict[str, float]:
+    """Mean masked NLL over evenly spaced validation windows of each cache: {name: loss}."""
+    out = {}
+    for name in sorted(config.data.caches):
+        split = TokenCache(config.data.caches[name]).split(config.data.validation_split, config.seq_len)
+        n = split.num_sequences if config.eval_max_sequences is None else min(split.num_sequences, config.eval_max_sequences)
+        if n == 0:
+            continue
+        idx = np.unique(np.linspace(0, split.num_sequences - 1, n).astype(np.int64))
+        tokens, masks = split.sequences(idx), split.loss_masks(idx)
+        nll, count = 0.0, 0.0
+        for lo in range(0, len(idx), config.batch_size):
+            a, b = eval_fn(trainable, frozen, jnp.asarray(tokens[lo:lo + config.batch_size]),
+                           jnp.asarray(masks[lo:lo + config.batch_size]))
+            nll, count = nll + float(a), count + float(b)
+        if count:
+            out[name] = nll / count
+    return out
+
+
+def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
+    """Fine-tune `config.base` on `config.data`; returns the run summary."""
+    model, base_params, quantized = load_base(config.base, config.model)
+    validate_config(config, model)
+    if quantized is not None and config.mode != "qlora":
+        raise TrainingError(f"base {config.base} is NF4-quantized; it can only be fine-tuned with mode='qlora'")
+    try:
+        mesh = config.mesh.build()
+    except MeshError as err:
+        raise TrainingError(str(err)) from err
+    if config.batch_size % batch_divisor(mesh):
+        raise TrainingError(f"batch_size={config.batch_size} must be divisible by mesh data*fsdp={batch_divisor(mesh)}")
+    try:
+        loader = MixtureLoader(config.data, config.seq_len, config.batch_size)
+    except (TokenCacheError, ValueError) as err:
+        raise TrainingError(str(err)) from err
+
+    if config.mode == "qlora" and quantized is None:
+        base_params = quantize_params(base_params, config.quant)
+    frozen = frozen_base(base_params, config.mode, config.frozen_dtype, config.offload_base)
+    plan = StepPlan(config.mode, model, config.lora, config.compute_dtype, config.gradient_checkpointing,
+                    config.offload_optimizer_state, config.seed)
+    trainable_dtype = jnp.dtype(config.trainable_dtype)
+    trainable_abs = jax.eval_shape(lambda: init_trainable(plan, base_params, jax.random.key(0), trainable_dtype))
+    state_sh, frozen_sh, opt_init, step_fn, eval_fn = _programs(
+        plan, config.optimizer, config.num_train_steps, config.mesh, config.mesh.param_sharding,
+        _Struct(_abstract(frozen) if frozen is not None else None), _Struct(trainable_abs),
+        tuple(d.id for d in jax.devices()))
+    if frozen is not None:
+        frozen = jax.device_put(frozen, frozen_sh)
+    trainable = jax.device_put(init_trainable(plan, base_params if config.mode == "full" else None,
+                                              jax.random.key(config.seed), trainable_dtype),
+                               state_sh["trainable"])
+    del base_params
+    state = {"trainable": trainable, "opt_state": opt_init(trainable),
+             "step": jax.device_put(jnp.zeros((), jnp.int32), state_sh["step"])}
+
+    root = mfs.join(config.output_path, "checkpoints")
+    own = ckpt.latest_checkpoint(root)
+    how = "fresh"
+    if own:
+        try:
+            state = ckpt.load_checkpoint(own, state, state_sh)
+        except ckpt.CheckpointError as err:
+            raise TrainingError(f"resuming {own}: {err}") from err
+        how = f"resumed from {own}"
+    start_step = int(jax.device_get(state["step"]))
+    eval_before = _eval_before(config, eval_fn, state["trainable"], frozen, start_step)
+    logger.info("finetune_lm %s (%s): %s at step %d of %d; %s trainable parameters", config.output_path,
+                config.mode, how, start_step, config.num_train_steps,
+                f"{sum(x.size for x in jax.tree_util.tree_leaves(state['trainable'])):,}")
+
+    checkpointer = ckpt.Checkpointer(root, config.checkpoint)
+    metrics = MetricsLogger(config.output_path, config.wandb, run_name=config.output_path.rstrip("/").rsplit("/", 1)[-1],
+                            config_for_wandb=dataclasses.asdict(config), resume_step=start_step)
+    end_step = config.num_train_steps if config.stop_after_steps is None else min(
+        config.num_train_steps, start_step + config.stop_after_steps)
+    batch_sh = batch_sharding(mesh)
+    meta = {"model": dataclasses.asdict(model), "mode": config.mode, "base": config.base,
+            "lora": dataclasses.asdict(config.lora) if config.trains_adapters else None}
+    last: dict[str, Any] = {}
+    tokens_done, train_time = 0, 0.0
+    try:
+        for step in range(start_step, end_step):
+            tokens, masks = loader.batch(step, loss_mask=True)
+            started = time.perf_counter()
+            state, out = step_fn(state, frozen, _global(tokens, batch_sh), _global(masks.astype(np.int32), batch_sh))
+            values = {k: float(v) for k, v in jax.device_get(out).items()}
+            elapsed = time.perf_counter() - started
+            if not math.isfinite(values["loss"]):
+                raise TrainingError(f"loss is {values['loss']} at step {step}; lower optimizer.learning_rate")
+            if step > start_step:
+                tokens_done += tokens.size - len(tokens)
+                train_time += elapsed
+            last = {"step": step, **values, "tokens_per_s": (tokens.size - len(tokens)) / elapsed, "time": time.time()}
+            if step % config.log_every == 0 or step == end_step - 1:
+                metrics.log(last)
+            done = step + 1
+            if checkpointer.should_save(done, is_last=done == config.num_train_steps) or done == end_step:
+                checkpointer.save(done, state, {**meta, "step": done})
+                metrics.flush()
+    finally:
+        metrics.flush()
+
+    final_step = int(jax.device_get(state["step"]))
+    finished = final_step == config.num_train_steps
+    eval_after = evaluate_masked(eval_fn, state["trainable"], frozen, config) if finished else {}
+    merged_path = hf_path = None
+    if finished and (config.save_merged or config.export_hf):
+        merged = _merged_params(config, state["trainable"], frozen)
+        if config.save_merged:
+            merged_path = mfs.join(config.output_path, "merged")
+            ckpt.save_checkpoint(ckpt.step_dir(mfs.join(merged_path, "checkpoints"), final_step),
+                                 {"params": merged}, {**meta, "step": final_step})
+        if config.export_hf:
+            first = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
+            hf_path = export_hf(merged, model, mfs.join(config.output_path, "hf"), tokenizer_url=first.tokenizer_url(),
+                                bos_id=first.ledger.get("bos_id"), eos_id=first.ledger.get("eos_id"))
+    evals = {"before": eval_before, "after": eval_after}
+    if finished:
+        mfs.write_json(mfs.join(config.output_path, "eval.json"), evals)
+    summary = {
+        "mode": config.mode, "final_step": final_step, "num_train_steps": config.num_train_steps, "start": how,
+        "final_loss": last.get("loss"), "eval_loss_before": eval_before, "eval_loss_after": eval_after,
+        "tokens_per_s": tokens_done / train_time if train_time else None,
+        "trainable_params": int(sum(x.size for x in jax.tree_util.tree_leaves(state["trainable"]))),
+        "bytes": state_bytes(state, frozen),
+        "checkpoint": ckpt.latest_checkpoint(root), "merged_path": merged_path, "hf_path": hf_path,
+        "metrics_path": metrics.url,
+    }
+    mfs.write_json(mfs.join(config.output_path, "finetune_summary.json"), summary)
+    metrics.close(summary)
+    logger.info("finetune_lm %s: step %d, eval loss %s -> %s", config.output_path, final_step, eval_before, eval_after)
+    return summary
+
+
+def _eval_before(config: FinetuneConfig, eval_fn: Any, trainable: Any, frozen: Any, start_step: int) -> dict[str, float]:
+    """The un-fine-tuned model's validation loss (recorded by the first run, reused on resume)."""
+    url = mfs.join(config.output_path, "eval_before.json")
+    if start_step and mfs.exists(url):
+        return mfs.read_json(url)
+    if start_step:
+        return {}
+    scores = evaluate_masked(eval_fn, trainable, frozen, config)
+    mfs.write_json(url, scores)
+    return scores
+
+
+def _merged_params(config: FinetuneConfig, trainable: Any, frozen: Any) -> Any:
+    if config.mode == "full":
+        return jax.device_get(trainable)
+    unwrapped = jax.tree_util.tree_map(lambda w: w.inner if hasattr(w, "inner") else w, frozen,
+                                       is_leaf=lambda w: hasattr(w, "inner"))
+    return jax.device_get(jax.jit(lambda f, t: merge_lora(f, t, config.lora))(unwrapped, trainable))
+
+
+def state_bytes(state: dict[str, Any], frozen: Any) -> dict[str, int]:
+    """Bytes of each part, counted from the pytrees (global sizes, not per device)."""
+    def count(tree: Any) -> int:
+        return int(sum(x.size * jnp.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree)))
+
+    return {"frozen": count(frozen) if frozen is not None else 0, "trainable": count(state["trainable"]),
+            "optimizer": count(state["opt_state"])}
