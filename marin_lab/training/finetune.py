@@ -97,6 +97,8 @@ class FinetuneConfig:
     """Keep the optimizer state in host memory (pinned_host) between steps."""
     offload_base: bool = False
     """Keep the frozen projections in host memory, fetched to the device one layer at a time."""
+    attention_impl: str | None = None
+    """None (einsum, any backend), 'xla' or 'cudnn' (fused attention on NVIDIA GPUs)."""
     checkpoint: CheckpointConfig = CheckpointConfig()
     """Checkpoint policies (checkpoints hold the trainable tree and its optimizer state)."""
     eval_max_sequences: int | None = 256
@@ -111,10 +113,45 @@ class FinetuneConfig:
     """Write the merged model to hf/ in Hugging Face format at the end."""
     stop_after_steps: int | None = None
     """Stop after this many steps of this run (preemption drills and tests)."""
+    plan_devices: int = 1
+    """Devices the dry run's memory plan assumes (all on the fsdp axis)."""
+    plan_device_memory_gib: float | None = None
+    """Memory per device the plan is checked against (e.g. 24 for an RTX 3090/4090)."""
 
     @property
     def trains_adapters(self) -> bool:
         return self.mode in ("lora", "qlora")
+
+    def memory_plan(self) -> Any:
+        """The per-device MemoryPlan of this run (needs `model`: a dry run does not read the base)."""
+        from marin_lab.training.memory_plan import plan_memory
+
+        model = _plain(self.model)
+        if model is None:
+            raise ValueError("set `model` to the base's shape for a memory plan (the dry run does not read the base)")
+        return plan_memory(
+            model, mode=_plain(self.mode), num_devices=self.plan_devices, batch_size=_plain(self.batch_size),
+            seq_len=_plain(self.seq_len), lora=_plain(self.lora), quant=_plain(self.quant),
+            compute_dtype=_plain(self.compute_dtype), trainable_dtype=_plain(self.trainable_dtype),
+            frozen_dtype=_plain(self.frozen_dtype), gradient_checkpointing=self.gradient_checkpointing,
+            offload_optimizer_state=self.offload_optimizer_state, offload_base=self.offload_base,
+            param_sharding=self.mesh.param_sharding, attention_impl=self.attention_impl)
+
+    def plan_estimate(self) -> dict[str, Any]:
+        """The dry run's line: per-device memory by part (GiB) and whether it fits."""
+        plan = self.memory_plan()
+        out: dict[str, Any] = {"mode": _plain(self.mode), "devices": self.plan_devices,
+                               "device_gib": round(plan.device_total / 2**30, 2)}
+        out.update({k.split(" (")[0].replace(" ", "_") + "_gib": round(v / 2**30, 2) for k, v in plan.device.items()})
+        out.update({"host_" + k.replace(" ", "_") + "_gib": round(v / 2**30, 2) for k, v in plan.host.items()})
+        if self.plan_device_memory_gib:
+            out["fits"] = plan.device_total <= self.plan_device_memory_gib * 2**30
+        return out
+
+
+def _plain(value: Any) -> Any:
+    """The value inside a `versioned(...)` wrapper (dry runs see unresolved configs), or the value."""
+    return value.value if type(value).__name__ == "VersionedValue" else value
 
 
 def validate_config(config: FinetuneConfig, model: LlamaConfig) -> None:
@@ -230,7 +267,7 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
         base_params = quantize_params(base_params, config.quant)
     frozen = frozen_base(base_params, config.mode, config.frozen_dtype, config.offload_base)
     plan = StepPlan(config.mode, model, config.lora, config.compute_dtype, config.gradient_checkpointing,
-                    config.offload_optimizer_state, config.seed)
+                    config.offload_optimizer_state, config.seed, config.attention_impl)
     trainable_dtype = jnp.dtype(config.trainable_dtype)
     trainable_abs = jax.eval_shape(lambda: init_trainable(plan, base_params, jax.random.key(0), trainable_dtype))
     state_sh, frozen_sh, opt_init, step_fn, eval_fn = _programs(

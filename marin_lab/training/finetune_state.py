@@ -46,6 +46,7 @@ class StepPlan:
     gradient_checkpointing: bool | str
     offload_optimizer_state: bool
     seed: int
+    attention_impl: str | None = None
 
 
 def _is_weight(x: Any) -> bool:
@@ -147,7 +148,8 @@ def make_loss_fn(plan: StepPlan) -> Callable[..., tuple[jax.Array, jax.Array]]:
                 key: jax.Array | None) -> tuple[jax.Array, jax.Array]:
         params = model_params(plan, trainable, frozen, key)
         return lm_loss(params, tokens[:, :-1], tokens[:, 1:], mask[:, 1:], plan.model,
-                       compute_dtype=compute_dtype, gradient_checkpointing=plan.gradient_checkpointing)
+                       compute_dtype=compute_dtype, gradient_checkpointing=plan.gradient_checkpointing,
+                       attention_impl=plan.attention_impl)
 
     return loss_fn
 
@@ -188,7 +190,8 @@ def make_eval_fn(plan: StepPlan) -> Callable:
 
     def evaluate(trainable: Params, frozen: Params | None, tokens: jax.Array, mask: jax.Array):
         params = model_params(plan, trainable, frozen, None)
-        logits = forward(params, tokens[:, :-1], plan.model, compute_dtype=jnp.dtype(plan.compute_dtype))
+        logits = forward(params, tokens[:, :-1], plan.model, compute_dtype=jnp.dtype(plan.compute_dtype),
+                         attention_impl=plan.attention_impl)
         logp, _ = token_log_likelihoods(logits, tokens[:, 1:])
         m = mask[:, 1:].astype(jnp.float32)
         return -(logp * m).sum(), m.sum()

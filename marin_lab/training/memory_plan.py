@@ -1,0 +1,177 @@
+"""Per-device memory of a fine-tune, before anything is loaded: the dry run's memory plan.
+
+Parameter-like parts are counted exactly: the planner builds the same abstract trees the trainer
+builds (frozen base with NF4 leaves, adapters or full parameters, AdamW moments) with
+`jax.eval_shape`, places them with the trainer's own sharding rules on an abstract mesh of the
+planned size, and sums each leaf's per-device shard. Offloaded parts are reported as host bytes.
+
+Activations are an estimate from the model's shapes (what the backward pass keeps per token and
+layer; see `_layer_activation_bytes`), the remat policy, and the output logits. The compiled
+step's own `memory_analysis()` on CPU is the check in tests; fsdp_qlora's published GPU peaks are
+the check in `experiments/finetune_70b_qlora.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import AbstractMesh
+
+from marin_lab.peft.lora import LoraConfig
+from marin_lab.training.base_model import QUANTIZED_NAMES, QuantConfig, quantize_params
+from marin_lab.training.finetune_state import (
+    StepPlan,
+    frozen_base,
+    frozen_shardings,
+    init_trainable,
+    optimizer_shardings,
+    trainable_shardings,
+)
+from marin_lab.training.model import LlamaConfig, init_params
+from marin_lab.training.optimizer import OptimizerConfig
+
+GIB = 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPlan:
+    """Bytes per device, by part (device memory) and what lives in host memory instead."""
+
+    device: dict[str, int]
+    host: dict[str, int]
+    num_devices: int
+
+    @property
+    def device_total(self) -> int:
+        return sum(self.device.values())
+
+    def table(self, device_memory_gib: float | None = None) -> str:
+        lines = [f"memory plan per device ({self.num_devices} devices):"]
+        for part, n in self.device.items():
+            lines.append(f"  {part:32s} {n / GIB:9.2f} GiB")
+        lines.append(f"  {'total (device)':32s} {self.device_total / GIB:9.2f} GiB")
+        for part, n in self.host.items():
+            lines.append(f"  host: {part:26s} {n / GIB:9.2f} GiB")
+        if device_memory_gib:
+            verdict = "fits" if self.device_total <= device_memory_gib * GIB else "DOES NOT FIT"
+            lines.append(f"  {verdict} in {device_memory_gib:g} GiB per device")
+        return "\n".join(lines)
+
+
+def _bytes_per_device(tree: Any, shardings: Any) -> tuple[int, int]:
+    """(device bytes, host bytes) of one device's shards of `tree` placed by `shardings`."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    shards = jax.tree_util.tree_leaves(shardings, is_leaf=lambda s: hasattr(s, "shard_shape"))
+    device = host = 0
+    for leaf, sh in zip(leaves, shards):
+        n = 1
+        for dim in sh.shard_shape(tuple(leaf.shape)):
+            n *= dim
+        size = n * jnp.dtype(leaf.dtype).itemsize
+        if sh.memory_kind == "pinned_host":
+            host += size
+        else:
+            device += size
+    return device, host
+
+
+def _layer_activation_bytes(model: LlamaConfig, seq_len: int, c: int, lora: LoraConfig | None,
+                            flash_attention: bool) -> int:
+    """Bytes one decoder block keeps for its backward pass, per sequence (no remat).
+
+    Per token: the norms' inputs (fp32 statistics) and outputs, q/k/v and their rotated copies,
+    the attention output, both residual adds, the SwiGLU gate/up/activation/product and the down
+    projection; per head and token the fp32 scores and the probabilities. With LoRA dropout, each
+    adapter also keeps its dropped-out input and its mask, and every adapter its rank-r product.
+    """
+    d, f, hd = model.hidden_dim, model.intermediate_dim, model.resolved_head_dim
+    q, kv = model.num_heads * hd, model.num_kv_heads * hd
+    per_token = (2 * d * (4 + c)          # two RMSNorms: fp32 input copy + normed output
+                 + (q + 2 * kv) * c        # q, k, v
+                 + (q + kv) * c            # rotated q, k
+                 + q * c + 2 * d * c       # attention output, o-proj output, residual
+                 + 4 * f * c + d * c)      # gate, up, silu, product; down-proj output
+    if flash_attention:  # cuDNN's fused attention keeps one fp32 logsumexp per head and token
+        per_token += model.num_heads * 4
+    else:
+        per_token += model.num_heads * seq_len * (4 + c)  # scores (fp32) and probabilities
+    if lora is not None:
+        targets = lora.targets()
+        inputs = {"wq": d, "wk": d, "wv": d, "wo": q, "w_gate": d, "w_up": d, "w_down": f}
+        if lora.dropout > 0:
+            per_token += sum(inputs[t] for t in targets) * (c + 1)
+        per_token += len(targets) * lora.rank * c
+    return per_token * seq_len
+
+
+def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: int, seq_len: int,
+                lora: LoraConfig = LoraConfig(), quant: QuantConfig = QuantConfig(),
+                compute_dtype: str = "bfloat16", trainable_dtype: str = "float32", frozen_dtype: str = "bfloat16",
+                gradient_checkpointing: bool | str = False, offload_optimizer_state: bool = False,
+                offload_base: bool = False, param_sharding: str = "fsdp",
+                attention_impl: str | None = None) -> MemoryPlan:
+    """Per-device bytes of a fine-tune on `num_devices` devices (all on the fsdp axis)."""
+    mesh = AbstractMesh((1, num_devices, 1), ("data", "fsdp", "model"))
+    plan = StepPlan(mode, model, lora, compute_dtype, gradient_checkpointing, offload_optimizer_state, 0)
+    c = jnp.dtype(compute_dtype).itemsize
+    params = jax.eval_shape(lambda: init_params(model, jax.random.key(0), jnp.dtype(frozen_dtype)))
+    if mode == "qlora":
+        params = jax.eval_shape(lambda p: quantize_params(p, quant), params)
+    frozen = jax.eval_shape(lambda p: frozen_base(p, mode, frozen_dtype, offload_base), params) if mode != "full" else None
+    trainable = jax.eval_shape(lambda p: init_trainable(plan, p, jax.random.key(0), jnp.dtype(trainable_dtype)), params)
+    optimizer = OptimizerConfig(weight_decay=0.0).build()
+    opt = jax.eval_shape(optimizer.init, trainable)
+    train_sh = trainable_shardings(trainable, mode, mesh, param_sharding)
+    opt_sh = optimizer_shardings(opt, train_sh, trainable, mesh, offload_optimizer_state)
+
+    device: dict[str, int] = {}
+    host: dict[str, int] = {}
+    if frozen is not None:
+        device["frozen weights"], host["frozen weights"] = _bytes_per_device(frozen, frozen_shardings(frozen, mesh, param_sharding))
+    trainable_bytes = _bytes_per_device(trainable, train_sh)[0]
+    device["adapters" if mode != "full" else "weights (trained)"] = trainable_bytes
+    device["gradients"] = trainable_bytes
+    device["optimizer state"], host["optimizer state"] = _bytes_per_device(opt, opt_sh)
+
+    # Transient weight copies: FSDP gathers one layer of the base; NF4 dequantizes one matrix at a
+    # time; full fine-tuning casts the fp32 masters to the compute dtype before the forward pass.
+    shapes = model.param_shapes()
+    if mode == "full":
+        if jnp.dtype(trainable_dtype) != jnp.dtype(compute_dtype):
+            device["compute-dtype weight copy"] = model.num_params() * c // num_devices
+    else:
+        layer = sum(x.size * jnp.dtype(x.dtype).itemsize
+                    for n in QUANTIZED_NAMES for x in jax.tree_util.tree_leaves(params["layers"][n])) // model.num_layers
+        if num_devices > 1 or offload_base:
+            device["gathered layer (transient)"] = layer
+        if mode == "qlora":
+            device["dequantized matrix (transient)"] = max(
+                shapes[f"layers/{n}"][1] * shapes[f"layers/{n}"][2] for n in QUANTIZED_NAMES) * c
+
+    per_device_batch = max(batch_size // num_devices, 1)
+    layer_act = _layer_activation_bytes(model, seq_len, c, lora if mode != "full" else None,
+                                        attention_impl == "cudnn") * per_device_batch
+    block_input = seq_len * model.hidden_dim * c * per_device_batch
+    if gradient_checkpointing in (True, "full"):
+        saved = model.num_layers * block_input
+    elif gradient_checkpointing == "offload_dots":
+        saved = model.num_layers * block_input  # matmul outputs go to host memory
+        host["saved activations"] = model.num_layers * _dots_bytes(model, seq_len, c) * per_device_batch
+    elif gradient_checkpointing == "save_dots":
+        saved = model.num_layers * (block_input + _dots_bytes(model, seq_len, c) * per_device_batch)
+    else:
+        saved = model.num_layers * layer_act
+    # Plus one block's worth while its backward runs (recomputed under remat, kept otherwise).
+    device["activations"] = saved + layer_act
+    device["logits and loss"] = per_device_batch * seq_len * model.vocab_size * (c + 4 + 4)
+    host = {k: v for k, v in host.items() if v}
+    return MemoryPlan(device=device, host=host, num_devices=num_devices)
+
+
+def _dots_bytes(model: LlamaConfig, seq_len: int, c: int) -> int:
+    hd = model.resolved_head_dim
+    q, kv = model.num_heads * hd, model.num_kv_heads * hd
+    return seq_len * c * (q + 2 * kv + model.hidden_dim + 2 * model.intermediate_dim + model.hidden_dim)
