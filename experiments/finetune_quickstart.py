@@ -23,7 +23,8 @@ import os
 
 from experiments.defaults import default_download
 from experiments.finetune_defaults import default_finetune, default_quantize_base, default_tokenize_instructions
-from experiments.quickstart import corpus, model as pretrained, tokenized, tokenizer
+from experiments.quickstart import corpus, tokenized, tokenizer
+from experiments.quickstart import model as pretrained
 from marin_lab.evaluation import EvalLmConfig, evaluate_lm
 from marin_lab.execution import ExecutorStep, executor_main, output_path_of, this_output_path, versioned
 from marin_lab.io.fs import read_json

@@ -9,7 +9,8 @@ same way when their count divides, else replicated (they are tiny); offsets are 
 
 from __future__ import annotations
 
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from marin_lab.quant.errors import QuantizationError
 from marin_lab.quant.nf4 import NF4Tensor

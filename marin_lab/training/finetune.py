@@ -25,7 +25,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from marin_lab.io import fs as mfs
 from marin_lab.peft.lora import LoraConfig, LoraError, merge_lora
@@ -269,7 +270,7 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
     plan = StepPlan(config.mode, model, config.lora, config.compute_dtype, config.gradient_checkpointing,
                     config.offload_optimizer_state, config.seed, config.attention_impl)
     trainable_dtype = jnp.dtype(config.trainable_dtype)
-    trainable_abs = jax.eval_shape(lambda: init_trainable(plan, base_params, jax.random.key(0), trainable_dtype))
+    trainable_abs = jax.eval_shape(functools.partial(init_trainable, plan, base_params, jax.random.key(0), trainable_dtype))
     state_sh, frozen_sh, opt_init, step_fn, eval_fn = _programs(
         plan, config.optimizer, config.num_train_steps, config.mesh, config.mesh.param_sharding,
         _Struct(_abstract(frozen) if frozen is not None else None), _Struct(trainable_abs),
@@ -288,7 +289,7 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
     how = "fresh"
     if own:
         try:
-            state = ckpt.load_checkpoint(own, state, state_sh)
+            state = ckpt.load_checkpoint(own, state)
         except ckpt.CheckpointError as err:
             raise TrainingError(f"resuming {own}: {err}") from err
         how = f"resumed from {own}"

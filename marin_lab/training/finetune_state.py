@@ -20,7 +20,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from marin_lab.peft.lora import LoraConfig, apply_lora, init_lora
 from marin_lab.quant import QuantizationError

@@ -16,7 +16,8 @@ from marin_lab.training.testing import tiny_model
 @pytest.fixture(scope="module")
 def hf_model(tmp_path_factory):
     import torch  # the test extra installs it; a missing torch must fail, not skip
-    from transformers import LlamaConfig as HfLlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig as HfLlamaConfig
+    from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
     cfg = HfLlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2,

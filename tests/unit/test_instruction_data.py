@@ -13,7 +13,6 @@ from marin_lab.processing.instruction import ChatTemplate, TokenizeInstructionsC
 from marin_lab.processing.section_qa import ManualSource, SectionQaConfig, make_section_qa, sections_of_html
 from marin_lab.processing.tokenize import TrainTokenizerConfig, train_tokenizer
 from marin_lab.training.token_cache import TokenCache
-
 from tests.data_fixtures import make_document_shards
 
 PAGE = """<html><body><div role="main">
