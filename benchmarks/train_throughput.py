@@ -62,7 +62,8 @@ def hlo_float8_counts(hlo: str) -> dict[str, int]:
         "f8_gemm_custom_calls": sum(1 for line in custom if re.search(r'custom_call_target="[^"]*f8', line)),
         "gemm_custom_calls": sum(1 for line in custom if re.search(r'custom_call_target="__cublas', line)),
         "f8_dots": sum(1 for line in hlo.splitlines() if re.search(r"\bdot\(f8e", line)),
-        "triton_gemm_fusions": len(re.findall(r'"kind":"__triton_gemm"', hlo)),
+        # Triton GEMM fusions: "__triton_gemm" in older XLA, "__triton_nested_gemm_fusion" in newer.
+        "triton_gemm_fusions": len(re.findall(r'"kind":"__triton(?:_nested)?_gemm', hlo)),
         "f8_converts": len(re.findall(r"f8e4m3fn\[[^\]]*\][^=\n]* convert\(|f8e5m2\[[^\]]*\][^=\n]* convert\(", hlo)),
     }
 
@@ -222,9 +223,10 @@ def precision_main(args: argparse.Namespace) -> None:
     peak = device_peak_flops(devices[0].device_kind)
     results: dict = {"devices": f"{len(devices)} x {devices[0].device_kind}", "jax": jax.__version__,
                      "batch": args.batch, "seq": args.seq, "steps": args.steps, "repeats": args.repeats,
-                     "remat": args.remat, "load_start": os.getloadavg()[0], "models": {}}
+                     "remat": args.remat, "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+                     "load_start": os.getloadavg()[0], "models": {}}
     print(f"# devices: {results['devices']}; jax {jax.__version__}; compute bfloat16; batch {args.batch} x "
-          f"seq {args.seq}; remat {args.remat}; median of {args.repeats} repeats x {args.steps} steps, "
+          f"seq {args.seq}; remat {args.remat}; XLA_FLAGS={results['XLA_FLAGS']!r}; median of {args.repeats} repeats x {args.steps} steps, "
           f"sides alternating; 1-min load average {results['load_start']:.1f} at the start", flush=True)
     for name in args.models.split(","):
         model = dataclasses.replace(MODELS[name], max_seq_len=max(MODELS[name].max_seq_len, args.seq))

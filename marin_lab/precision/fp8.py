@@ -7,9 +7,11 @@ gradient to float8_e5m2 (wider range, less precision: gradients need range), and
 
     dx = g @ w.T   (in x's dtype)        dw = x.T @ g   (in w's dtype: fp32 for fp32 masters)
 
-from those float8 tensors. The operands are dequantized ("upcast, times scale") right before each
-dot: on Hopper GPUs XLA rewrites exactly this pattern into a cuBLASLt FP8 GEMM; on CPU it runs
-emulated, with identical numerics (every float8 value is exact in bf16 and fp32).
+from those float8 tensors. The operands are dequantized ("upcast to fp32, times scale") right
+before each 2-D dot: on Hopper GPUs XLA rewrites exactly this pattern into a cuBLASLt FP8 GEMM
+when its Triton GEMMs are off (XLA_FLAGS=--xla_gpu_enable_triton_gemm=false; docs/benchmarks.md
+shows the custom calls in the compiled HLO, forward and both gradient GEMMs); on CPU it runs
+emulated, with the same numerics (every float8 value times a power of two is exact in fp32).
 
 Delayed scaling and statistics. An `Fp8Meta` passed as a third argument carries, per matmul, an
 amax history [3, H] (rows: x, w, g) and a placeholder for statistics. With a history, each
@@ -81,14 +83,21 @@ def _quantize_stats(x: jax.Array, dtype: Any, history: jax.Array | None
 
 
 def _dot_dtype(x_dtype: Any) -> Any:
-    # bf16 holds every float8 value times a power-of-two scale exactly; fp16's narrow exponent
-    # range does not, so anything but bf16 dequantizes to fp32.
-    return jnp.bfloat16 if jnp.dtype(x_dtype) == jnp.bfloat16 else F32
+    # fp32 holds every float8 value times a power-of-two scale exactly. On an H100 (jax 0.11.2,
+    # Triton GEMMs off) XLA rewrote "f8 -> f32, times scale, dot" into cuBLASLt FP8 GEMMs in a
+    # whole 1B train step, forward and backward; bf16 dequantization was not tried in that step.
+    del x_dtype
+    return F32
 
 
 def _dequantize(q: ScaledArray, dt: Any) -> jax.Array:
-    # Exactly XLA's FP8 GEMM pattern: convert(f8) times a broadcast scalar scale.
-    return q.data.astype(dt) * q.scale.astype(dt)
+    """Exactly XLA's FP8 GEMM pattern: convert(f8) times a broadcast scalar scale.
+
+    The barrier keeps the float8 tensor a real one: without it XLA's excess-precision
+    simplification folds "f32 -> f8 -> f32" into nothing on GPU, which both skips the float8
+    rounding and leaves no float8 operand for the FP8 GEMM rewrite to find.
+    """
+    return jax.lax.optimization_barrier(q.data).astype(dt) * q.scale.astype(dt)
 
 
 def _dot2d(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -164,6 +173,23 @@ class Fp8Weight:
 
 
 jax.tree_util.register_dataclass(Fp8Weight, data_fields=["w", "meta"], meta_fields=[])
+
+
+TRITON_GEMM_OFF = "--xla_gpu_enable_triton_gemm=false"
+
+
+def gpu_flags_warning(backend: str, xla_flags: str) -> str | None:
+    """Why the float8 matmuls would not become FP8 GEMMs on this GPU process, or None.
+
+    Measured on an H100 (jax 0.11.2, docs/benchmarks.md): with XLA's Triton GEMMs enabled (the
+    default) the dequantized fp32 dots stay fp32 GEMMs and a 1B step runs at 0.58x of bf16; with
+    them disabled XLA emits `__cublas$lt$matmul$f8` for the forward and both gradient matmuls
+    (1.04x of bf16 under the same flag). XLA reads the flag once, when the backend starts.
+    """
+    if backend != "gpu" or TRITON_GEMM_OFF in xla_flags.split():
+        return None
+    return (f"float8 matmuls on GPU become cuBLASLt FP8 GEMMs only with XLA_FLAGS={TRITON_GEMM_OFF} "
+            "set before JAX starts; without it they run as fp32 GEMMs (0.58x of bf16 measured on H100)")
 
 
 def backend_error() -> str | None:

@@ -9,6 +9,8 @@ fp32 moments. The parameter and compute dtypes stay where they were (`TrainLmCon
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
 
 import jax
 
@@ -17,6 +19,8 @@ from marin_lab.precision.errors import PrecisionError
 
 MATMULS = ("compute", "fp32", "bf16", "fp8", "fp8_delayed", "mxfp8")
 FP8_MATMULS = ("fp8", "fp8_delayed")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,3 +105,8 @@ class PrecisionConfig:
                 raise PrecisionError(
                     f"precision.matmul={self.matmul!r} cannot run on this backend ({jax.default_backend()}: "
                     f"{reason}); use 'bf16' or 'compute'")
+            from marin_lab.precision.fp8 import gpu_flags_warning
+
+            warning = gpu_flags_warning(jax.default_backend(), os.environ.get("XLA_FLAGS", ""))
+            if warning:
+                logger.warning("precision.matmul=%r: %s", self.matmul, warning)

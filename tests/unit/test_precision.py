@@ -225,3 +225,18 @@ def test_mxfp8_where_the_backend_cannot_run_it_is_refused_naming_the_alternative
             PrecisionConfig(matmul="mxfp8").check_backend()
     else:
         PrecisionConfig(matmul="mxfp8").check_backend()
+
+
+@pytest.mark.parametrize("backend, flags, warned", [
+    ("gpu", "", True),
+    ("gpu", "--xla_gpu_autotune_level=0", True),
+    ("gpu", "--xla_gpu_enable_triton_gemm=false", False),
+    ("cpu", "", False),
+])
+def test_fp8_on_gpu_without_the_triton_flag_is_warned(backend, flags, warned):
+    from marin_lab.precision.fp8 import gpu_flags_warning
+
+    message = gpu_flags_warning(backend, flags)
+    assert (message is not None) == warned
+    if warned:
+        assert "XLA_FLAGS=--xla_gpu_enable_triton_gemm=false" in message
