@@ -1,5 +1,5 @@
 #!/bin/bash
-# issue 14, second device call: is fp8_matmul an FP8 GEMM now, and bf16 vs fp8 tok/s + MFU.
+# issue 14, the H100 run of docs/benchmarks.md (float8 section), from a copy of the tree in .gpu/i14 (device tool: carry .gpu/i14; bash .gpu/i14/run_gpu2.sh). Output goes to $OUT.
 cd "$(dirname "$0")"; exec > >(tee $OUT/log.txt) 2>&1
 export PYTHONPATH=. PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.94
 NT=--xla_gpu_enable_triton_gemm=false

@@ -18,6 +18,10 @@ from marin_lab.browser.redact import redact
 from marin_lab.browser.storage import child, load_json, open_file
 
 SERIES = ("loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu")
+FP8_PREFIX = "fp8/"
+"""Float8 statistics (issue 14: per-layer amax, saturated and flushed fractions) are plotted too."""
+MAX_FP8_SERIES = 256
+"""At most this many fp8/ series per step (a 64-layer model logs 5 per layer plus 2)."""
 MAX_POINTS = 1000
 SCAN_BYTES = 16 * 1024 * 1024
 WINDOWS = 256
@@ -97,9 +101,10 @@ def read_metrics(roots: Roots, step_dir: str) -> dict:
                         continue
                     rows += 1
                     for name in SERIES:
-                        value = row.get(name)
-                        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                            series[name].add([row["step"], value])
+                        _add(series[name], row, name)
+                    for name in row:
+                        if name.startswith(FP8_PREFIX) and (name in series or len(series) < len(SERIES) + MAX_FP8_SERIES):
+                            _add(series.setdefault(name, _Thinned()), row, name)
     out = {
         "state": "ok",
         "url": url,
@@ -110,6 +115,12 @@ def read_metrics(roots: Roots, step_dir: str) -> dict:
     if len(windows) > 1:
         out["sampled"] = {"bytes_read": sum(n for _, n in windows), "size": size, "windows": len(windows)}
     return out
+
+
+def _add(points: _Thinned, row: dict, name: str) -> None:
+    value = row.get(name)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        points.add([row["step"], value])
 
 
 def _chunks(f: io.BufferedIOBase, size: int, chunk: int = 1024 * 1024):

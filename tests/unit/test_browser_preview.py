@@ -173,6 +173,19 @@ def test_metrics_are_downsampled_but_keep_the_last_step(tmp_path):
     assert len(loss) <= 1001 and loss[-1][0] == 4999
 
 
+def test_float8_statistics_are_plotted_and_bounded(tmp_path, monkeypatch):
+    import marin_lab.browser.metrics as bm
+
+    rows = [{"step": s, "loss": 2.0, "fp8/saturated": 0.0, "fp8/layer00/amax_x": 3.0 + s,
+             "fp8/layer01/amax_x": 1.0, "fp8/layer02/amax_x": 1.0, "other": 1.0} for s in range(1, 4)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    series = read_metrics(ROOTS, str(tmp_path))["series"]
+    assert series["fp8/layer00/amax_x"] == [[1, 4.0], [2, 5.0], [3, 6.0]] and "fp8/saturated" in series
+    assert "other" not in series
+    monkeypatch.setattr(bm, "MAX_FP8_SERIES", 2)
+    assert len([k for k in read_metrics(ROOTS, str(tmp_path))["series"] if k.startswith("fp8/")]) == 2
+
+
 def test_paging_forward_in_a_compressed_file_resumes_the_open_stream(fx):
     url = str(fx.raw / "data" / "docs-00001.jsonl.zst")
     first = preview(ROOTS, url, None, 10)

@@ -314,6 +314,12 @@ async function renderMetrics(path) {
   if (m.state === "ok") {
     const plots = ["loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu"].filter(k => m.series[k] && m.series[k].length);
     out.push(el("div", {class: "plots", id: "plots"}, plots.map(k => linePlot(k, m.series[k]))));
+    // Float8 runs (issue 14): the saturated/flushed fractions, then per-layer amax and fractions.
+    const fp8 = Object.keys(m.series).filter(k => k.startsWith("fp8/") && m.series[k].length).sort();
+    const fp8Totals = fp8.filter(k => k.split("/").length === 2), fp8Layers = fp8.filter(k => k.split("/").length > 2);
+    if (fp8Totals.length) out.push(el("div", {class: "plots", id: "fp8-plots"}, fp8Totals.map(k => linePlot(k, m.series[k]))));
+    if (fp8Layers.length) out.push(el("details", {id: "fp8-layers"}, el("summary", {text: `float8 per layer (${fp8Layers.length} series)`}),
+      el("div", {class: "plots"}, fp8Layers.map(k => linePlot(k, m.series[k])))));
     out.push(el("p", {class: "muted", text: `${m.rows} logged steps${m.bad_lines ? `, ${m.bad_lines} unreadable lines skipped` : ""}${m.sampled ? ` (sampled: ${fmtBytes(m.sampled.bytes_read)} read of ${fmtBytes(m.sampled.size)}, in ${m.sampled.windows} evenly spaced windows)` : ""}`}));
   } else if (m.state !== "missing") out.push(el("div", {class: "warn", text: `metrics: ${m.error}`}));
   const res = data.results;
