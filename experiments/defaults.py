@@ -57,6 +57,18 @@ DocumentsInput = ExecutorStep | InputName | str
 TokenizedInput = ExecutorStep | Mapping[str, ExecutorStep]
 """One tokenize step, or dataset name -> tokenize step (a mixture)."""
 
+
+@dataclasses.dataclass(frozen=True)
+class LMMixture:
+    """The data of one training run, as Marin's `lm_data_config`/`lm_mixture_data_config` describe it."""
+
+    components: Mapping[str, ExecutorStep]
+    """Dataset name -> tokenize step, trained on."""
+    weights: Mapping[str, float]
+    """Dataset name -> mixture weight (normalised by the trainer)."""
+    validation: Mapping[str, ExecutorStep]
+    """Dataset name -> tokenize step, scored every `steps_per_eval` steps, never trained on."""
+
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -196,10 +208,48 @@ def default_language_filter(name: str, documents: DocumentsInput, lid_model: str
 # --- training and evaluation -----------------------------------------------------------------
 
 
-def _caches(tokenized: TokenizedInput) -> dict[str, Any]:
+def lm_mixture_data_config(components: Mapping[str, ExecutorStep], weights: Mapping[str, float], *,
+                           shuffle: bool = True, missing_weights_are_validation: bool = True,
+                           include_raw_paths: bool = True) -> LMMixture:
+    """Marin's mixture of tokenized datasets, for `default_train(name, tokenized=<this>, ...)`.
+
+    A component with no weight (or weight 0) is a validation set when `missing_weights_are_validation`.
+    Sequences are always shuffled (a Feistel permutation per dataset), so `shuffle` must stay True;
+    `include_raw_paths` only concerned Marin's logging.
+    """
+    del include_raw_paths
+    if shuffle is not True:
+        raise StepDefinitionError(f"lm_mixture_data_config: shuffle={shuffle!r} is not supported; marin_lab always "
+                                  "shuffles with a Feistel permutation per dataset (leave shuffle=True)")
+    unknown = sorted(set(weights) - set(components))
+    if unknown:
+        raise StepDefinitionError(f"lm_mixture_data_config: weights name datasets that are not components: {unknown}")
+    unweighted = sorted(k for k in components if not weights.get(k))
+    if unweighted and not missing_weights_are_validation:
+        raise StepDefinitionError(f"lm_mixture_data_config: components without a weight: {unweighted}; give each a "
+                                  "weight or pass missing_weights_are_validation=True")
+    train = {k: v for k, v in components.items() if weights.get(k)}
+    if not train:
+        raise StepDefinitionError("lm_mixture_data_config: no component has a positive weight")
+    return LMMixture(components=train, weights={k: float(weights[k]) for k in train},
+                     validation={k: components[k] for k in unweighted})
+
+
+def lm_data_config(training_set: ExecutorStep, validation_sets: Mapping[str, ExecutorStep] | None = None, *,
+                   shuffle: bool = True) -> LMMixture:
+    """Marin's one-dataset data config: `training_set` (named after its step) plus validation-only sets."""
+    name = training_set.name.rsplit("/", 1)[-1]
+    return lm_mixture_data_config({name: training_set, **(validation_sets or {})}, {name: 1.0}, shuffle=shuffle)
+
+
+def _steps(tokenized: TokenizedInput) -> dict[str, ExecutorStep]:
     if isinstance(tokenized, ExecutorStep):
-        return {tokenized.name.rsplit("/", 1)[-1]: output_path_of(tokenized)}
-    return {name: output_path_of(step) for name, step in tokenized.items()}
+        return {tokenized.name.rsplit("/", 1)[-1]: tokenized}
+    return dict(tokenized)
+
+
+def _caches(tokenized: TokenizedInput) -> dict[str, Any]:
+    return {name: output_path_of(step) for name, step in _steps(tokenized).items()}
 
 
 def tokenizer_vocab_size(tokenized: TokenizedInput) -> int | None:
@@ -254,7 +304,7 @@ def _model_for(name: str, model: LlamaConfig, tokenized: TokenizedInput) -> Llam
 
 def default_train(
     name: str,
-    tokenized: TokenizedInput,
+    tokenized: TokenizedInput | LMMixture,
     model_config: LlamaConfig,
     train_config: SimpleTrainConfig,
     tags: Sequence[str] = (),
@@ -267,7 +317,9 @@ def default_train(
     wandb: WandbConfig | None = None,
     description: str | None = None,
 ) -> ExecutorStep:
-    """A `train_lm` step on `tokenized` (one step, or name -> step with mixture `weights`) -> `checkpoints/{name}`.
+    """A `train_lm` step on `tokenized` -> `checkpoints/{name}`.
+
+    `tokenized` is one tokenize step, name -> step with mixture `weights`, or an `lm_mixture_data_config`.
 
     The model takes the tokenizer's vocabulary unless it names one (then it must cover it). Every
     `steps_per_eval` steps the validation splits of the training data and of `validation_sets` are
@@ -276,7 +328,12 @@ def default_train(
     corpora (docs/coming_from_marin.md).
     """
     del use_default_validation
-    model = _model_for(name, unwrap_versioned_value(model_config), tokenized)
+    if isinstance(tokenized, LMMixture):
+        if weights is not None:
+            raise StepDefinitionError(f"default_train('{name}'): the mixture already has weights; drop weights=")
+        tokenized, weights, validation_sets = (dict(tokenized.components), tokenized.weights,
+                                               {**tokenized.validation, **(validation_sets or {})})
+    model = _model_for(name, unwrap_versioned_value(model_config), _steps(tokenized) | dict(validation_sets or {}))
     for task in eval_harness_tasks:
         try:
             load_task(task)

@@ -11,8 +11,6 @@ from marin_lab.training import LlamaConfig
 
 llama3_tokenizer = "meta-llama/Meta-Llama-3.1-8B"
 llama3_tokenizer_vocab_size = 128_256
-marin_tokenizer = "stanford-crfm/marin-tokenizer"
-"""Marin's tokenizer: Llama 3's vocabulary with its own chat template."""
 
 
 def _llama(seq_len: int, hidden: int, ffn: int, heads: int, kv_heads: int, layers: int, *,

@@ -2,8 +2,8 @@
 
 `default_train(name, tokenized, model_config, train_config)` turns it into a `train_lm` step.
 Fields left None take marin_lab's defaults (`OptimizerConfig`: warmup-stable-decay, weight decay
-0.1, beta2 0.95). Resources use Marin's spellings (`CpuOnlyConfig`, `GpuConfig`, `TpuPodConfig`)
-or marin_lab's (`CpuResources`, `GpuResources`, `TpuResources`, a dict of Ray options).
+0.1, beta2 0.95). Resources use Marin's spellings (`marin_lab.resources`: `CpuOnlyConfig`, `GpuConfig`,
+`TpuPodConfig`; also importable from here) or marin_lab's (`CpuResources`, `GpuResources`, `TpuResources`, a dict of Ray options).
 """
 
 from __future__ import annotations
@@ -11,30 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from marin_lab.resources import CpuOnlyConfig, GpuConfig, TpuPodConfig, step_resources
 from marin_lab.training import CheckpointConfig, MeshConfig, OptimizerConfig
 
-
-@dataclasses.dataclass(frozen=True)
-class CpuOnlyConfig:
-    """CPUs only (Marin's `marin.resources.CpuOnlyConfig`)."""
-
-    num_cpus: int = 1
-
-
-@dataclasses.dataclass(frozen=True)
-class GpuConfig:
-    """GPUs on one node (Marin's `marin.resources.GpuConfig`)."""
-
-    gpu_count: int = 1
-    accelerator_type: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class TpuPodConfig:
-    """Whole TPU slices (Marin's `marin.resources.TpuPodConfig`)."""
-
-    tpu_type: str
-    slice_count: int = 1
+__all__ = ["CpuOnlyConfig", "GpuConfig", "SimpleTrainConfig", "TpuPodConfig"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,20 +91,7 @@ class SimpleTrainConfig:
 
     def step_resources(self) -> tuple[Any, str | None, int]:
         """(the step's resources, the TPU type and slice count for the dry run's estimate)."""
-        r = self.resources
-        if isinstance(r, CpuOnlyConfig):
-            return {"num_cpus": r.num_cpus}, None, 1
-        if isinstance(r, GpuConfig):
-            from marin_lab.cluster.resources import GpuResources
-
-            return GpuResources(gpus=r.gpu_count, accelerator_type=r.accelerator_type), None, 1
-        if isinstance(r, TpuPodConfig):
-            from marin_lab.cluster.resources import TpuResources
-
-            return TpuResources(tpu=r.tpu_type, slices=r.slice_count), r.tpu_type, r.slice_count
-        tpu = getattr(r, "tpu", None)
-        slices = getattr(r, "slices", 1)
-        return r, tpu, slices if isinstance(slices, int) else max(slices)
+        return step_resources(self.resources)
 
     def resolved_compute_dtype(self) -> str:
         if self.compute_dtype is not None:

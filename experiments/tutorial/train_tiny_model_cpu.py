@@ -1,9 +1,10 @@
 # Ported from Marin: https://github.com/marin-community/marin, experiments/tutorials/train_tiny_model_cpu.py
-# (the Ray-era version: CpuOnlyConfig, llama_nano, marin_tokenizer). Only the import lines were
-# changed (Marin's modules -> marin_lab's); the rest is Marin's text. Licensed under the Apache
-# License, Version 2.0, as Marin is: Copyright 2025 The Marin Authors. You may obtain a copy of the
-# License at https://www.apache.org/licenses/LICENSE-2.0; distributed on an "AS IS" BASIS, WITHOUT
-# WARRANTIES OR CONDITIONS OF ANY KIND. See docs/coming_from_marin.md.
+# (the Ray-era version: CpuOnlyConfig, llama_nano, marin_tokenizer). Only two import lines were
+# changed: `marin.execution.executor` -> `marin_lab.execution`, `marin.resources` ->
+# `marin_lab.resources`; the rest is Marin's text. Licensed under the Apache License, Version 2.0,
+# as Marin is: Copyright 2025 The Marin Authors. You may obtain a copy of the License at
+# https://www.apache.org/licenses/LICENSE-2.0; distributed on an "AS IS" BASIS, WITHOUT WARRANTIES
+# OR CONDITIONS OF ANY KIND. See docs/coming_from_marin.md.
 """
 This is a tutorial on how to train a tiny model on a small dataset using CPU.
 
@@ -16,9 +17,11 @@ For GPU training, see train_tiny_model_gpu.py
 """
 
 from experiments.defaults import default_tokenize, default_train
-from experiments.llama import llama_nano, marin_tokenizer
-from experiments.simple_train_config import CpuOnlyConfig, SimpleTrainConfig
+from experiments.llama import llama_nano
+from experiments.marin_models import marin_tokenizer
+from experiments.simple_train_config import SimpleTrainConfig
 from marin_lab.execution import executor_main
+from marin_lab.resources import CpuOnlyConfig
 
 # 1. Choose a dataset
 tinystories_hf_id = "roneneldan/TinyStories"

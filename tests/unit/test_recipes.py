@@ -14,6 +14,8 @@ from experiments.defaults import (
     default_tokenize,
     default_train,
     default_train_tokenizer,
+    lm_data_config,
+    lm_mixture_data_config,
 )
 from experiments.llama import llama_nano
 from experiments.simple_train_config import CpuOnlyConfig, SimpleTrainConfig, TpuPodConfig
@@ -145,3 +147,22 @@ def test_simple_train_config_maps_to_the_trainer():
         default_train("x", cache, llama_nano, _train_config(), eval_harness_tasks=["hellaswag"])
     evaluation = default_eval("cpu", cpu, cache, seq_len=128)
     assert evaluation.config.seq_len == 128 and evaluation.config.tasks == ("capitals", "arithmetic_2digit")
+
+
+def test_marin_data_configs_become_weights_and_validation_sets():
+    docs = default_extract("docs", default_download("docs", source="/data/html"))
+    tok = default_train_tokenizer("docs", docs, vocab_size=700)
+    web, code, held = (default_tokenize(n, docs, tok) for n in ("web", "code", "held"))
+    mixture = lm_mixture_data_config({"web": web, "code": code, "held": held}, {"web": 0.7, "code": 0.3})
+    step = default_train("mix", mixture, llama_nano, _train_config())
+    assert set(step.config.data.caches) == {"web", "code"} and step.config.data.weights == {"web": 0.7, "code": 0.3}
+    assert set(step.config.eval_caches) == {"held"} and step.config.model.vocab_size == 700
+    single = default_train("one", lm_data_config(web, validation_sets={"held": held}), llama_nano, _train_config())
+    assert set(single.config.data.caches) == {"web"} and set(single.config.eval_caches) == {"held"}
+    with pytest.raises(StepDefinitionError, match="components without a weight: \\['held'\\]"):
+        lm_mixture_data_config({"web": web, "held": held}, {"web": 1.0}, missing_weights_are_validation=False)
+    with pytest.raises(StepDefinitionError, match="shuffle=False is not supported"):
+        lm_data_config(web, shuffle=False)
+    other = default_tokenize("other", docs, default_train_tokenizer("small", docs, vocab_size=500))
+    with pytest.raises(StepDefinitionError, match="tokenizers of different sizes"):
+        default_train("bad", lm_data_config(web, validation_sets={"other": other}), llama_nano, _train_config())
