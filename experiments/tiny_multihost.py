@@ -81,7 +81,9 @@ def main(argv: list[str]) -> None:
         executor_main(ExecutorMainConfig(prefix=args.prefix, backend="ray", max_concurrent=1), steps=steps)
 
     for name in ("tiny-multihost", "tiny-multihost-unbroken")[: 1 + args.compare]:
-        (summary_path,) = glob.glob(os.path.join(args.prefix, "checkpoints", f"{name}-*", "train_summary.json"))
+        # name-hash8 (a bare `name-*` would also match tiny-multihost-unbroken-hash8)
+        (summary_path,) = glob.glob(os.path.join(args.prefix, "checkpoints", f"{name}-{'[0-9a-f]' * 8}",
+                                                 "train_summary.json"))
         with open(summary_path) as f:
             summary = json.load(f)
         hosts = [(h["from_step"], h["process_count"], h["local_device_count"]) for h in summary["hardware"]]
