@@ -49,12 +49,16 @@ def median_time(fn, repeats: int) -> float:
 
 
 def alternating(a, b, repeats: int, between=None) -> tuple[float, float]:
-    """Medians of a and b, run a, b, a, b, ... so that load changes hit both sides alike;
-    `between` (untimed) runs after each pair."""
+    """Medians of a and b, run a, b, b, a, a, b, ... (the order rotating pair by pair, so neither
+    side is always the one that follows the other's writes); `between` (untimed) after each pair."""
     ta, tb = [], []
-    for _ in range(repeats):
-        ta.append(timed(a))
-        tb.append(timed(b))
+    for r in range(repeats):
+        if r % 2 == 0:
+            ta.append(timed(a))
+            tb.append(timed(b))
+        else:
+            tb.append(timed(b))
+            ta.append(timed(a))
         if between is not None:
             between()
     return statistics.median(ta), statistics.median(tb)
