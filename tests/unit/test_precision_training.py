@@ -82,6 +82,28 @@ def test_fp8_delayed_history_is_checkpointed_and_resume_is_exact(cache, tmp_path
     assert 0 <= last["fp8/saturated"] < 1e-3 and 0 <= last["fp8/flushed"] < 0.2
 
 
+def test_fp8_nano_experiment_plans_paired_runs_of_every_format(tmp_path, monkeypatch):
+    """experiments/fp8_nano.py: 4 formats x 2 seeds, each its own step, on the quickstart's data."""
+    from marin_lab.execution.main import capture_steps
+
+    monkeypatch.setenv("MARIN_LAB_CACHE", str(tmp_path / "cache"))
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "experiments")
+    steps = capture_steps(os.path.join(root, "fp8_nano.py"))[0]
+    plan = build_plan(steps, str(tmp_path / "store"))
+    runs = {s.name: plan.resolve_config(s) for s in plan.steps if s.name.startswith("checkpoints/fp8-nano-")}
+    assert len(runs) == 8 and len({s.identity for s in plan.steps if s.name in runs}) == 8
+    seeds = {(c.precision, c.compute_dtype, c.seed, c.data.seed) for c in runs.values()}
+    assert len(seeds) == 8 and {c.seed for c in runs.values()} == {0, 1}
+    assert all(c.data.seed == c.seed for c in runs.values())  # a pair shares init and data order
+    policies = {name.split("-seed")[0]: (c.compute_dtype, c.precision) for name, c in runs.items()}
+    assert policies["checkpoints/fp8-nano-fp8-adam16"] == (
+        "bfloat16", PrecisionConfig(matmul="fp8", optimizer_state="float16_scaled"))
+    assert policies["checkpoints/fp8-nano-fp32"] == ("float32", PrecisionConfig())
+    quickstart = build_plan(capture_steps(os.path.join(root, "quickstart.py"))[0], str(tmp_path / "store"))
+    tokenized = {s.identity for s in quickstart.steps if s.name.startswith("tokenized/")}
+    assert tokenized and tokenized <= {s.identity for s in plan.steps}  # the quickstart's data, reused
+
+
 # Paired comparisons (same seed: same initialisation and batches), 200 steps on the tiny Llama.
 SEEDS = (0, 1)
 VARIANTS = (
