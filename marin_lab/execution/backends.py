@@ -339,6 +339,13 @@ class _RunnerHandle(StepHandle):
         self._cancel.set()
 
 
+# The local Ray a RayBackend starts is shared by every backend of this process (Marin's tests run
+# ten executors in threads at once): one lock makes "is Ray up? else start it" atomic, and the
+# cluster is stopped when the last backend using it shuts down, never under another one's steps.
+_RAY_LOCK = threading.Lock()
+_RAY_USERS = 0  # live backends using the Ray this module started
+
+
 class RayBackend:
     """Each step is a Ray task with its `resources`; starts a local Ray when no cluster is given."""
 
@@ -347,18 +354,25 @@ class RayBackend:
     def __init__(self, address: str | None = None):
         import ray
 
-        self._started_here = False
-        if not ray.is_initialized():
-            address = address or os.environ.get("RAY_ADDRESS")
-            pythonpath = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
-            runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}}
-            if address:
-                ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
-            else:
-                # address="local": a new cluster for this driver, never a stray one found on the machine.
-                ray.init(address="local", include_dashboard=False, runtime_env=runtime_env, _node_ip_address="127.0.0.1",
-                         log_to_driver=True, configure_logging=False)
-            self._started_here = True
+        global _RAY_USERS
+        self._counted = False
+        with _RAY_LOCK:
+            if not ray.is_initialized():
+                _RAY_USERS = 0  # a Ray started here was stopped by someone else: start afresh
+                address = address or os.environ.get("RAY_ADDRESS")
+                pythonpath = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
+                runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}}
+                if address:
+                    ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+                else:
+                    # address="local": a new cluster for this driver, never a stray one on the machine.
+                    ray.init(address="local", include_dashboard=False, runtime_env=runtime_env,
+                             _node_ip_address="127.0.0.1", log_to_driver=True, configure_logging=False)
+                _RAY_USERS = 1
+                self._counted = True
+            elif _RAY_USERS > 0:  # joins a Ray another backend of this process started
+                _RAY_USERS += 1
+                self._counted = True
 
     def submit(self, fn: Callable[[Any], Any], config: Any, *, step_name: str, resources: Any,
                guard: Guard) -> StepHandle:
@@ -375,8 +389,14 @@ class RayBackend:
     def shutdown(self) -> None:
         import ray
 
-        if self._started_here and ray.is_initialized():
-            ray.shutdown()
+        global _RAY_USERS
+        with _RAY_LOCK:
+            if not self._counted:
+                return  # Ray was up before (the caller's own cluster): not ours to stop
+            self._counted = False
+            _RAY_USERS -= 1
+            if _RAY_USERS == 0 and ray.is_initialized():
+                ray.shutdown()
 
 
 def make_backend(name: str, *, ray_address: str | None = None) -> LocalBackend | RayBackend:
