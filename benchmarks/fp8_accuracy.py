@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from marin_lab.precision import PrecisionConfig, fp8_matmul
-from marin_lab.precision.paired import Variant, paired_curves
+from marin_lab.precision.paired import Variant, cosine, paired_curves, relative_error
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.testing import synthetic_documents, tiny_model
 
@@ -25,23 +25,13 @@ def _normal(seed: int, shape: tuple[int, ...]) -> jax.Array:
     return jax.random.normal(jax.random.key(seed), shape, jnp.float32)
 
 
-def _rel(a: jax.Array, b: jax.Array) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
-
-def _cos(a: jax.Array, b: jax.Array) -> float:
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
 def main() -> None:
     print(f"# jax {jax.__version__} on {jax.devices()[0].device_kind}; 1-min load {os.getloadavg()[0]:.1f}")
     x, w = _normal(0, (256, 256)), _normal(1, (256, 256))
-    print(f"fp8_matmul vs fp32, N(0,1) 256x256: relative Frobenius error {_rel(fp8_matmul(x, w), x @ w):.4f}")
+    print(f"fp8_matmul vs fp32, N(0,1) 256x256: relative Frobenius error {relative_error(fp8_matmul(x, w), x @ w):.4f}")
     xo = x.at[3, 7].multiply(1000.0)
     yo = fp8_matmul(xo, w)
-    print(f"  with one x1000 outlier: finite {bool(jnp.all(jnp.isfinite(yo)))}, error {_rel(yo, xo @ w):.4f}")
+    print(f"  with one x1000 outlier: finite {bool(jnp.all(jnp.isfinite(yo)))}, error {relative_error(yo, xo @ w):.4f}")
     xg, wg, t = _normal(2, (4, 64, 128)).astype(jnp.bfloat16), _normal(3, (128, 96)), _normal(4, (4, 64, 96))
 
     def loss(fn, a, b):
@@ -49,8 +39,8 @@ def main() -> None:
 
     dx, dw = jax.grad(lambda a, b: loss(fp8_matmul, a, b), argnums=(0, 1))(xg, wg)
     rx, rw = jax.grad(lambda a, b: loss(lambda p, q: p.astype(jnp.float32) @ q, a, b), argnums=(0, 1))(xg, wg)
-    print(f"gradients (bf16 x, fp32 w) vs fp32 reference: cosine dx {_cos(dx, rx):.5f} ({dx.dtype}), "
-          f"dw {_cos(dw, rw):.5f} ({dw.dtype})")
+    print(f"gradients (bf16 x, fp32 w) vs fp32 reference: cosine dx {cosine(dx, rx):.5f} ({dx.dtype}), "
+          f"dw {cosine(dw, rw):.5f} ({dw.dtype})")
     variants = (Variant("fp32"), Variant("bf16", "bfloat16"),
                 Variant("fp8", "bfloat16", PrecisionConfig(matmul="fp8")),
                 Variant("fp32+adam_fp16", "float32", PrecisionConfig(optimizer_state="float16_scaled")))

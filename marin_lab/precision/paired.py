@@ -85,3 +85,15 @@ def relative_gap(curves: Curves, a: str, b: str, seeds: Sequence[int], *, tail: 
         final = max(final, abs(la[-tail:].mean() - lb[-tail:].mean()) / lb[-tail:].mean())
         curve = max(curve, abs(la.mean() - lb.mean()) / lb.mean())
     return final, curve
+
+
+def relative_error(a: jax.Array, b: jax.Array) -> float:
+    """||a - b|| / ||b|| (Frobenius), in float64."""
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a64 - b64) / np.linalg.norm(b64))
+
+
+def cosine(a: jax.Array, b: jax.Array) -> float:
+    """Cosine similarity of a and b flattened, in float64."""
+    a64, b64 = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a64 @ b64 / (np.linalg.norm(a64) * np.linalg.norm(b64)))

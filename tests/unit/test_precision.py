@@ -26,21 +26,12 @@ from marin_lab.precision import (
     scaled_sum,
 )
 from marin_lab.precision.fp8 import STAT_NAMES, empty_meta
+from marin_lab.precision.paired import cosine, relative_error
 from marin_lab.precision.scaled import mul_pow2
 
 
 def _normal(seed: int, shape: tuple[int, ...]) -> jax.Array:
     return jax.random.normal(jax.random.key(seed), shape, jnp.float32)
-
-
-def _rel_fro(a: jax.Array, b: jax.Array) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
-
-def _cosine(a: jax.Array, b: jax.Array) -> float:
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
 def _is_pow2(s: jax.Array) -> bool:
@@ -57,7 +48,7 @@ def _stats(x: jax.Array, w: jax.Array) -> dict[str, float]:
 
 def test_fp8_matmul_is_within_5_percent_of_fp32():
     x, w = _normal(0, (256, 256)), _normal(1, (256, 256))
-    assert _rel_fro(fp8_matmul(x, w), x @ w) <= 0.05
+    assert relative_error(fp8_matmul(x, w), x @ w) <= 0.05
 
 
 def test_fp8_matmul_with_an_outlier_stays_finite_without_saturation():
@@ -69,7 +60,7 @@ def test_fp8_matmul_with_an_outlier_stays_finite_without_saturation():
     assert stats["saturated_x"] == stats["saturated_w"] == stats["saturated_g"] == 0
     assert stats["amax_x"] == pytest.approx(float(jnp.max(jnp.abs(x))))
     # The outlier costs the small values resolution, not range: the product is still close.
-    assert _rel_fro(y, x @ w) <= 0.1
+    assert relative_error(y, x @ w) <= 0.1
 
 
 @pytest.mark.parametrize(("x_dtype", "w_dtype"), [(jnp.float32, jnp.float32), (jnp.bfloat16, jnp.float32),
@@ -85,7 +76,7 @@ def test_fp8_gradients_match_fp32_reference(x_dtype, w_dtype):
     ref_dx, ref_dw = jax.grad(lambda x, w: loss(lambda a, b: a.astype(jnp.float32) @ b.astype(jnp.float32),
                                                 x, w), argnums=(0, 1))(x, w)
     assert dx.dtype == x.dtype and dw.dtype == w.dtype
-    assert _cosine(dx, ref_dx) >= 0.99 and _cosine(dw, ref_dw) >= 0.99
+    assert cosine(dx, ref_dx) >= 0.99 and cosine(dw, ref_dw) >= 0.99
 
 
 def test_fp8_matmul_refuses_shapes_that_do_not_contract():
@@ -152,7 +143,7 @@ def test_quantize_scales_are_powers_of_two_and_never_overflow(dtype):
         assert _is_pow2(q.scale)
         assert bool(jnp.all(jnp.isfinite(q.data.astype(jnp.float32))))
         assert float(jnp.max(jnp.abs(q.data.astype(jnp.float32)))) <= float(jnp.finfo(dtype).max)
-        assert _rel_fro(dequantize(q), x) < 0.2
+        assert relative_error(dequantize(q), x) < 0.2
 
 
 # --- Adam with float16-scaled moments ---------------------------------------------------------
@@ -169,7 +160,7 @@ def test_float16_scaled_adam_tracks_optax_with_half_the_moment_bytes():
         ref_up, ref_state = ref_update(grads, ref_state)
         up, state = update(grads, state)
         for name in params:
-            assert _rel_fro(up[name], ref_up[name]) < 2e-3
+            assert relative_error(up[name], ref_up[name]) < 2e-3
     ref_bytes, got = moment_bytes(ref_state), moment_bytes(state)
     assert got["data"] * 2 == ref_bytes["data"]
     assert got["scales"] == 4 * 2 * len(params)  # one fp32 scale per tensor and moment
