@@ -138,6 +138,8 @@ def _local_worker(conn: Any, payload: bytes, guard: Guard, environ: dict[str, st
     os.environ.clear()
     os.environ.update(environ)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # JAX says "Unable to initialize backend 'tpu'" at INFO whenever it looks for devices on a CPU host.
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
     try:
         fn, config = pickle.loads(payload)
         _redact_step_logs(config)
@@ -366,8 +368,13 @@ class RayBackend:
                     ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
                 else:
                     # address="local": a new cluster for this driver, never a stray one on the machine.
-                    ray.init(address="local", include_dashboard=False, runtime_env=runtime_env,
-                             _node_ip_address="127.0.0.1", log_to_driver=True, configure_logging=False)
+                    # The dashboard (on 127.0.0.1) is where a person watches tasks, logs and resources.
+                    dashboard = os.environ.get("MARIN_RAY_DASHBOARD", "1") not in ("0", "false", "False")
+                    context = ray.init(address="local", include_dashboard=dashboard, runtime_env=runtime_env,
+                                       _node_ip_address="127.0.0.1", log_to_driver=True, configure_logging=False)
+                    url = getattr(context, "dashboard_url", None)
+                    if url:
+                        print(f"Ray dashboard: http://{url}", file=sys.stderr, flush=True)
                 _RAY_USERS = 1
                 self._counted = True
             elif _RAY_USERS > 0:  # joins a Ray another backend of this process started

@@ -42,6 +42,7 @@ from marin_lab.execution.errors import (
 from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_diffs
 from marin_lab.execution.hashing import hash8, lenient_value, unversioned_fingerprint
 from marin_lab.execution.lease import HOSTNAME, Lease, new_driver_id
+from marin_lab.execution.watch import StatusHeartbeat, failure_report, with_step_logs
 from marin_lab.execution.plan import MarinExecutorAttributes, Plan, PlannedStep, build_plan
 from marin_lab.execution.provenance import manifest, package_versions, redact
 from marin_lab.execution.resources import describe_resources, validate_resources
@@ -498,7 +499,7 @@ class Executor(MarinExecutorAttributes):
             logger.info("step '%s': running (attempt %d) -> %s", ps.identity, attempt_no, ps.output_path)
             t0 = time.monotonic()
             try:
-                result, env = self._call(ps, fn, config, lease)
+                result, env = self._call(ps, fn, config, lease, attempt_no)
             except LeaseLostError:
                 return StepOutcome(ps.identity, "LOST", message="lost the lease to another driver; stopped")
             except (PreemptedError, StepFailedError) as err:
@@ -523,7 +524,7 @@ class Executor(MarinExecutorAttributes):
                                       "timings": {"started": started, "ended": attempt["ended"],
                                                   "duration_s": round(time.monotonic() - t0, 3)}})
                 self._terminal_status(ps, Status.FAILED, attempt_no)
-                logger.error("step '%s': FAILED after %d attempt(s): %s", ps.identity, attempt_no, err)
+                logger.error("%s", failure_report(ps.identity, attempt_no, err, ps.output_path))
                 return StepOutcome(ps.identity, "FAILED", executed=True,
                                    message=scrub_text(str(err).splitlines()[0]))
             duration = time.monotonic() - t0
@@ -561,13 +562,16 @@ class Executor(MarinExecutorAttributes):
             "constraints": env.constraints,
         }
 
-    def _call(self, ps: PlannedStep, fn: Any, config: Any, lease: Lease) -> tuple[Any, dict[str, Any]]:
+    def _call(self, ps: PlannedStep, fn: Any, config: Any, lease: Lease, attempt: int = 1) -> tuple[Any, dict[str, Any]]:
         guard = Guard(driver_pid=os.getpid(), driver_host=HOSTNAME, lease_url=lease.url, holder=lease.holder)
+        fn, log = with_step_logs(fn, ps.identity, ps.output_path, attempt, ps.step.resources)
         handle = self._backend.submit(fn, config, step_name=ps.identity, resources=ps.step.resources, guard=guard)
+        heartbeat = StatusHeartbeat(ps.output_path, log, attempt=attempt, driver=self.driver_id)
         while not handle.wait(0.2):
             if lease.lost.is_set():
                 handle.cancel()
                 raise LeaseLostError(f"step '{ps.identity}': lease lost")
+            heartbeat.maybe_beat()
         if lease.lost.is_set():
             raise LeaseLostError(f"step '{ps.identity}': lease lost")
         return handle.result()

@@ -38,6 +38,8 @@ from marin_lab.training.token_cache import TokenCache, TokenCacheError  # noqa: 
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings  # noqa: E402
 
 logger = logging.getLogger(__name__)
+# A training progress line (and a metrics.jsonl flush) at most this often.
+PRINT_EVERY_S = 10.0
 
 
 def validate_config(config: TrainLmConfig) -> None:
@@ -293,6 +295,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
                        "evaluate the checkpoints with an evaluate_lm step")
     tokens_done, train_time = 0, 0.0
     progress = tqdm(total=end_step - start_step, desc="train", unit="step", disable=None)
+    printed = [float("-inf")]  # the first logged step is printed (it includes compilation)
 
     def finish_step(step: int, out: dict[str, jax.Array], started: float) -> None:
         """Fetch one step's metrics (after the next step was dispatched, to keep the device busy)."""
@@ -314,6 +317,14 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
                 "time": time.time(), **{k: v for k, v in values.items() if k.startswith("fp8/")}}
         if step % config.log_every == 0 or step == end_step - 1:
             metrics.log(last)
+            # Workers are not terminals: a line a person can read, and metrics.jsonl kept current,
+            # every log_every steps but at most every PRINT_EVERY_S (log_every=1 would flood).
+            now = time.monotonic()
+            if now - printed[0] >= PRINT_EVERY_S or step == end_step - 1:
+                printed[0] = now
+                logger.info("train_lm: step %d/%d, loss %.4f, %.0f tokens/s", step + 1, config.num_train_steps,
+                            values["loss"], tps)
+                metrics.flush()
         progress.update(1)
         progress.set_postfix(loss=f"{values['loss']:.4f}")
 

@@ -1,0 +1,265 @@
+"""A step's output, kept: stdout, stderr and log records saved under `{output}/logs/` and echoed.
+
+Workers are not terminals, and on Ray their output lands in files on whichever node ran them.
+So the worker that runs a step's function captures its own file descriptors 1 and 2 for the
+duration of the call (C libraries, subprocesses and Python alike), and a reader thread
+
+  - appends every line to `{output}/logs/attempt-{n}.log` (local paths: written as it comes;
+    object stores: the whole file re-uploaded every few seconds and once at the end, since they
+    cannot append),
+  - echoes it to the worker's own stdout/stderr prefixed by `[step]`; a local worker shares the
+    driver's terminal, and Ray forwards a worker's output to its driver,
+  - turns progress bars (lines redrawn with carriage returns, as tqdm draws them) into one line
+    every `progress_every_s` instead of hundreds of redraws, and remembers the latest for the
+    status heartbeat.
+
+Log records are part of stderr: the root logger gets a handler at INFO for the call, so a data
+step's summary line ("dedup_fuzzy: kept 584, removed 413") reaches the file and the terminal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from marin_lab.io.fs import atomic_write_bytes, fs_and_path, is_local, join
+
+logger = logging.getLogger(__name__)
+
+LOGS_DIR = "logs"
+TAIL_BYTES = 8192
+# Libraries that say something harmless on every CPU step (JAX probing for TPUs, absl), kept quiet.
+_NOISY_LOGGERS = ("jax._src.xla_bridge", "absl")
+
+
+def log_url(output_path: str, attempt: int) -> str:
+    """Where attempt `attempt` of the step at `output_path` keeps its output."""
+    return join(output_path, LOGS_DIR, f"attempt-{attempt}.log")
+
+
+@dataclasses.dataclass(frozen=True)
+class LogSpec:
+    """Where one attempt of one step keeps its output, and how it is shown."""
+
+    url: str
+    label: str
+    """Printed before each echoed line: the step's identity."""
+    echo: bool = True
+    upload_every_s: float = 5.0
+    """Object stores only: how often the growing file is uploaded."""
+    progress_every_s: float = 10.0
+    """A progress bar redrawn in place is logged and echoed at most this often."""
+
+
+def call_with_logs(spec: LogSpec, fn: Callable[[Any], Any], config: Any) -> Any:
+    """`fn(config)` with its output captured as the module docstring says; runs in the worker."""
+    with capture(spec):
+        try:
+            return fn(config)
+        except BaseException:
+            # The traceback belongs in the step's log, where the record points to.
+            traceback.print_exc()
+            raise
+
+
+class _Sink:
+    """The log file: lines appended locally, uploaded whole to object stores now and then."""
+
+    def __init__(self, spec: LogSpec):
+        self.spec = spec
+        self.lock = threading.Lock()
+        self.local = is_local(spec.url)
+        if self.local:
+            path = spec.url.removeprefix("file://")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self.file = open(path, "ab", buffering=0)  # noqa: SIM115 - closed in close()
+        else:
+            self.file = tempfile.NamedTemporaryFile(prefix="marin-lab-log-", suffix=".log")  # noqa: SIM115
+        self.dirty = False
+        self.last_upload = 0.0
+
+    def write(self, data: bytes) -> None:
+        with self.lock:
+            self.file.write(data)
+            self.dirty = True
+            if not self.local and time.monotonic() - self.last_upload >= self.spec.upload_every_s:
+                self._upload()
+
+    def _upload(self) -> None:
+        self.file.flush()
+        self.last_upload = time.monotonic()
+        self.dirty = False
+        try:
+            with open(self.file.name, "rb") as f:
+                atomic_write_bytes(self.spec.url, f.read())
+        except Exception as err:  # a log upload never fails the step; say it on the real stderr
+            sys.__stderr__.write(f"[{self.spec.label}] could not upload its log to {self.spec.url}: {err}\n")
+
+    def close(self) -> None:
+        with self.lock:
+            if not self.local and (self.dirty or self.last_upload == 0.0):
+                self._upload()
+            self.file.close()
+
+
+class _Reader(threading.Thread):
+    """Reads one captured descriptor: lines to the sink and echoed; progress redraws throttled."""
+
+    def __init__(self, fd: int, echo_fd: int, sink: _Sink, spec: LogSpec, state: dict[str, Any]):
+        super().__init__(name=f"step-log-{fd}", daemon=True)
+        self.fd, self.echo_fd, self.sink, self.spec, self.state = fd, echo_fd, sink, spec, state
+        self.prefix = f"[{spec.label}] ".encode()
+        self.pending_progress: bytes | None = None
+        self.last_progress = 0.0
+
+    def run(self) -> None:
+        buffer = b""
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            buffer += chunk
+            buffer = self._consume(buffer)
+        if buffer:
+            self._line(buffer)
+        if self.pending_progress:
+            self._line(self.pending_progress)
+        os.close(self.fd)
+
+    def _consume(self, buffer: bytes) -> bytes:
+        while True:
+            cut = min((i for i in (buffer.find(b"\n"), buffer.find(b"\r")) if i >= 0), default=-1)
+            if cut < 0:
+                return buffer
+            segment, ending, buffer = buffer[:cut], buffer[cut:cut + 1], buffer[cut + 1:]
+            if ending == b"\r":
+                if segment.strip():
+                    self._progress(segment)
+            else:
+                self.pending_progress = None  # a bar's final state ends with a newline
+                self._line(segment)
+
+    def _progress(self, segment: bytes) -> None:
+        self.state["last_line"] = segment
+        now = time.monotonic()
+        if now - self.last_progress >= self.spec.progress_every_s:
+            self.last_progress = now
+            self.pending_progress = None
+            self._line(segment)
+        else:
+            self.pending_progress = segment
+
+    def _line(self, line: bytes) -> None:
+        if line.strip():
+            self.state["last_line"] = line
+        self.sink.write(line + b"\n")
+        if self.spec.echo:
+            try:
+                os.write(self.echo_fd, self.prefix + line + b"\n")
+            except OSError:
+                pass
+
+
+class capture:  # noqa: N801 - used as a context manager, like contextlib's
+    """Capture fds 1 and 2 into the step's log for the `with` block (see the module docstring)."""
+
+    def __init__(self, spec: LogSpec):
+        self.spec = spec
+        self.state: dict[str, Any] = {}
+
+    def __enter__(self) -> capture:
+        for stream in (sys.stdout, sys.stderr):
+            _flush(stream)
+        self.sink = _Sink(self.spec)
+        self.saved = {fd: os.dup(fd) for fd in (1, 2)}
+        self.readers = []
+        for fd in (1, 2):
+            read_end, write_end = os.pipe()
+            os.dup2(write_end, fd)
+            os.close(write_end)
+            reader = _Reader(read_end, self.saved[fd], self.sink, self.spec, self.state)
+            reader.start()
+            self.readers.append(reader)
+        self._setup_logging()
+        return self
+
+    def _setup_logging(self) -> None:
+        root = logging.getLogger()
+        self.saved_level = root.level
+        if root.level > logging.INFO or root.level == logging.NOTSET:
+            root.setLevel(logging.INFO)
+        # A handler of our own unless one already writes to the (now captured) standard streams.
+        streams = {getattr(h, "stream", None) for h in root.handlers}
+        self.handler: logging.Handler | None = None
+        if not streams & {sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__}:
+            self.handler = logging.StreamHandler(sys.stderr)
+            self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            root.addHandler(self.handler)
+        self.saved_noisy = {name: logging.getLogger(name).level for name in _NOISY_LOGGERS}
+        for name in _NOISY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+    def __exit__(self, *exc: object) -> None:
+        root = logging.getLogger()
+        if self.handler is not None:
+            self.handler.flush()
+            root.removeHandler(self.handler)
+        root.setLevel(self.saved_level)
+        for name, level in self.saved_noisy.items():
+            logging.getLogger(name).setLevel(level)
+        for stream in (sys.stdout, sys.stderr):
+            _flush(stream)
+        for fd, saved in self.saved.items():
+            os.dup2(saved, fd)  # closes our pipe's write end: the reader sees the end of its input
+        for reader in self.readers:
+            # A subprocess the step left running may still hold the pipe open: do not wait forever.
+            reader.join(timeout=10)
+        for saved in self.saved.values():
+            os.close(saved)
+        self.sink.close()
+
+
+def _flush(stream: Any) -> None:
+    try:
+        stream.flush()
+    except Exception:  # a closed or replaced stream
+        pass
+
+
+def read_tail(url: str, max_bytes: int = TAIL_BYTES) -> str:
+    """The end of a log (at most `max_bytes`), or '' if there is none yet."""
+    try:
+        if is_local(url):
+            path = url.removeprefix("file://")
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - max_bytes))
+                data = f.read()
+        else:
+            fs, path = fs_and_path(url)
+            size = fs.size(path)
+            data = fs.cat_file(path, start=max(0, size - max_bytes))
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    return data.decode("utf-8", errors="replace")
+
+
+def last_line(text: str, max_chars: int = 200) -> str | None:
+    """The last non-blank line of `text` (its latest progress redraw if it ends in one), cut short."""
+    for line in reversed(text.replace("\r", "\n").splitlines()):
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= max_chars else line[: max_chars - 1] + "…"
+    return None

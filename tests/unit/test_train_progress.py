@@ -1,0 +1,38 @@
+"""Training says where it is while it runs: a progress line and a current metrics.jsonl."""
+
+import importlib
+import json
+import logging
+
+from marin_lab.training import train_lm
+from marin_lab.training import metrics as metrics_module
+from marin_lab.training.checkpoint import CheckpointConfig
+from marin_lab.training.testing import tiny_train_config, write_synthetic_cache
+
+# The package exports the function under the module's name: reach the module itself.
+train_lm_module = importlib.import_module("marin_lab.training.train_lm")
+
+
+def test_training_prints_progress_and_flushes_metrics_between_checkpoints(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(train_lm_module, "PRINT_EVERY_S", 0.0)
+    out = str(tmp_path / "run")
+    flushed: list[int] = []  # metrics.jsonl's line count at each flush
+    original = metrics_module.MetricsLogger.flush
+
+    def counting_flush(self):
+        original(self)
+        with open(self.url) as f:
+            flushed.append(sum(1 for _ in f))
+
+    monkeypatch.setattr(metrics_module.MetricsLogger, "flush", counting_flush)
+    caplog.set_level(logging.INFO, logger="marin_lab.training.train_lm")
+    cache = write_synthetic_cache(str(tmp_path / "cache"))
+    # No checkpoint until the end: before this change metrics.jsonl stayed empty until then.
+    train_lm(tiny_train_config(out, {"c": cache}, num_train_steps=4, export_hf=False, batch_size=2,
+                               checkpoint=CheckpointConfig(save_every_steps=100, save_interval_s=None)))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("train_lm: step ")]
+    assert [line.split(",")[0] for line in lines] == [f"train_lm: step {k}/4" for k in (1, 2, 3, 4)]
+    assert "loss" in lines[0] and "tokens/s" in lines[0]
+    assert flushed[:3] == [1, 2, 3]
+    with open(f"{out}/metrics.jsonl") as f:
+        assert [json.loads(line)["step"] for line in f] == [0, 1, 2, 3]
