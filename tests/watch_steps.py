@@ -20,13 +20,22 @@ class ChattyConfig:
     word: str
     release_path: str | None = None
     """When set: say "waiting" and wait (up to 120 s) until this file exists, then go on."""
+    finish_path: str | None = None
+    """When set too: after "released", wait until this file exists before finishing."""
     fail: bool = False
+
+
+def _wait_for(path: str) -> None:
+    deadline = time.time() + 120
+    while not os.path.exists(path) and time.time() < deadline:
+        time.sleep(0.05)
 
 
 def chatty(cfg: ChattyConfig) -> dict:
     print(f"stdout says {cfg.word}", flush=True)
     print(f"stderr says {cfg.word}", file=sys.stderr, flush=True)
     logger.info("a log record says %s", cfg.word)
+    print(f"the key is {os.environ.get('WATCH_TEST_API_KEY', 'unset')}; a token sk-{'x' * 24}", flush=True)
     subprocess.run(["echo", f"a subprocess says {cfg.word}"], check=True)
     # A progress bar as tqdm draws it: one line redrawn in place with carriage returns.
     for i in range(200):
@@ -35,10 +44,10 @@ def chatty(cfg: ChattyConfig) -> dict:
     sys.stderr.write("\n")
     if cfg.release_path:
         print("waiting for release", flush=True)
-        deadline = time.time() + 120
-        while not os.path.exists(cfg.release_path) and time.time() < deadline:
-            time.sleep(0.05)
+        _wait_for(cfg.release_path)
         print("released", flush=True)
+    if cfg.finish_path:
+        _wait_for(cfg.finish_path)
     if cfg.fail:
         raise RuntimeError(f"chatty failed on purpose ({cfg.word})")
     with fsspec.open(f"{cfg.output_path}/data.txt", "w") as f:

@@ -1,9 +1,14 @@
 """A layered layout of an experiment's DAG, drawn by the page as SVG.
 
 Layers are longest-path layers (a step sits one column right of its deepest dependency), so every
-edge points rightwards. Within a column, steps are ordered by the mean row of their dependencies
-(one barycentre sweep), which removes most crossings in the pipeline-shaped DAGs experiments
-have, in O(steps + edges).
+edge points rightwards. An edge that skips columns gets a waypoint in each column it crosses (a
+"virtual node" in Sugiyama's terms) that takes a row there like a step does, so no step is ever
+drawn on top of it. Within a column, steps and waypoints are ordered by the mean row of their
+dependencies (one barycentre sweep), which removes most crossings in the pipeline-shaped DAGs
+experiments have, in O(steps + edges + columns crossed).
+
+The page lays out experiments of up to a few hundred steps itself with dagre (vendored in
+static/); this layout is what it draws for bigger ones, where dagre would take seconds.
 """
 
 from __future__ import annotations
@@ -47,41 +52,56 @@ def longest_path_layers(nodes: Sequence[str], deps: Mapping[str, Sequence[str]])
 
 
 def layout(nodes: Sequence[str], deps: Mapping[str, Sequence[str]]) -> dict:
-    """Positions for every node and the edges between them, in SVG user units."""
+    """Positions for every node and the edges between them (with waypoints), in SVG user units."""
     layers = longest_path_layers(nodes, deps)
+    known = set(nodes)
     columns: dict[int, list[str]] = {}
     for node in nodes:
         columns.setdefault(layers[node], []).append(node)
-    row: dict[str, float] = {}
+    # Waypoints of long edges: ("~", dep, node, layer) sit in the columns between their ends.
+    preds: dict[object, list[object]] = {node: [d for d in deps.get(node, ()) if d in known] for node in nodes}
+    edges = []
+    for node in nodes:
+        for dep in preds[node]:
+            chain: list[object] = []
+            previous: object = dep
+            for layer in range(layers[dep] + 1, layers[node]):
+                waypoint = ("~", dep, node, layer)
+                preds[waypoint] = [previous]
+                columns.setdefault(layer, []).append(waypoint)  # type: ignore[arg-type]
+                chain.append(waypoint)
+                previous = waypoint
+            edges.append((dep, node, chain))
+    row: dict[object, float] = {}
     for column in sorted(columns):
         members = columns[column]
         if column > 0:
-            def barycentre(node: str) -> float:
-                rows = [row[d] for d in deps.get(node, ()) if d in row]
+            def barycentre(item: object) -> float:
+                rows = [row[d] for d in preds.get(item, ()) if d in row]
                 return sum(rows) / len(rows) if rows else float("inf")
 
             members.sort(key=barycentre)
-        for index, node in enumerate(members):
-            row[node] = index
-    positions = {
-        node: {
-            "x": layers[node] * (NODE_WIDTH + COLUMN_GAP),
-            "y": int(row[node]) * (NODE_HEIGHT + ROW_GAP),
-            "layer": layers[node],
-        }
-        for node in nodes
-    }
-    edges = [
-        {"from": dep, "to": node}
-        for node in nodes
-        for dep in deps.get(node, ())
-        if dep in positions
-    ]
-    width = (max(layers.values(), default=0) + 1) * (NODE_WIDTH + COLUMN_GAP) - COLUMN_GAP
+        for index, item in enumerate(members):
+            row[item] = index
+    step = NODE_WIDTH + COLUMN_GAP
+
+    def y_of(item: object) -> int:
+        return int(row[item]) * (NODE_HEIGHT + ROW_GAP)
+
+    positions = {node: {"x": layers[node] * step, "y": y_of(node), "layer": layers[node]} for node in nodes}
+    out_edges = []
+    for dep, node, chain in edges:
+        edge: dict = {"from": dep, "to": node}
+        if chain:
+            # Across each crossed column, a straight run through the waypoint's empty row.
+            edge["points"] = [[x, y_of(w) + NODE_HEIGHT // 2] for w in chain
+                              for x in (w[3] * step, w[3] * step + NODE_WIDTH)]  # type: ignore[index]
+        out_edges.append(edge)
+    width = (max(layers.values(), default=0) + 1) * step - COLUMN_GAP
     height = max((len(m) for m in columns.values()), default=0) * (NODE_HEIGHT + ROW_GAP) - ROW_GAP
     return {
         "positions": positions,
-        "edges": edges,
+        "edges": out_edges,
         "width": max(width, NODE_WIDTH),
         "height": max(height, NODE_HEIGHT),
         "node_width": NODE_WIDTH,

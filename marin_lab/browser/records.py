@@ -24,6 +24,8 @@ _EXPERIMENT_ID = re.compile(r"[A-Za-z0-9._@+-]+")
 _STORED_SCRIPT = re.compile(r"scripts/[A-Za-z0-9._@+-]+\.py")
 MAX_SCRIPT_BYTES = 512 * 1024
 STATUSES = ("SUCCESS", "RUNNING", "WAITING", "FAILED", "DEP_FAILED")
+# What a status file may say beyond the status itself (see execution/watch.py).
+_STATUS_FIELDS = ("time", "driver", "attempt", "duration_s", "heartbeat", "elapsed_s", "progress")
 
 
 class Browser:
@@ -57,12 +59,21 @@ class Browser:
 
     def status_of(self, step_dir: str | None) -> str:
         """The latest status of a step folder, or MISSING / CORRUPT."""
+        return self.status_detail(step_dir)["status"]
+
+    def status_detail(self, step_dir: str | None) -> dict[str, Any]:
+        """The latest status with what watching needs: driver, duration, heartbeat, progress line."""
         if step_dir is None:
-            return "MISSING"
+            return {"status": "MISSING"}
         loaded = load_json(self.roots, child(step_dir, ".executor_status"))
         if loaded.state == "ok" and isinstance(loaded.value.get("status"), str):
-            return loaded.value["status"]
-        if loaded.state == "corrupt":
+            value = redact(loaded.value)
+            detail = {k: value.get(k) for k in _STATUS_FIELDS if k in value}
+            return {**detail, "status": value["status"]}
+        return {"status": self._status_fallback(step_dir, loaded.state)}
+
+    def _status_fallback(self, step_dir: str, state: str) -> str:
+        if state == "corrupt":
             return "CORRUPT"
         info = load_json(self.roots, child(step_dir, ".executor_info"))
         if info.state == "ok" and isinstance(info.value.get("status"), str):
@@ -122,7 +133,9 @@ class Browser:
         exp = loaded.value
         steps = _steps_of(exp)
         dirs = [self.step_dir(s) for s in steps]
-        statuses = parallel_map(self.status_of, dirs, local=self.local)
+        details = parallel_map(self.status_detail, dirs, local=self.local)
+        statuses = [d["status"] for d in details]
+        run_driver = _text(exp.get("driver"))
         keys = [_step_key(s) for s in steps]
         deps = {k: [d for d in _deps_of(s)] for k, s in zip(keys, steps)}
         dependents: dict[str, list[str]] = {}
@@ -131,8 +144,13 @@ class Browser:
                 dependents.setdefault(dep, []).append(key)
         known = set(keys)
         rows = []
-        for key, step, step_dir, status in zip(keys, steps, dirs, statuses):
+        for key, step, step_dir, detail in zip(keys, steps, dirs, details):
+            status = detail["status"]
             rows.append({
+                **{k: detail[k] for k in ("duration_s", "progress", "heartbeat", "elapsed_s") if k in detail},
+                # The latest run of this experiment did the work, or found it done (reused).
+                "run": (("executed" if detail.get("driver") == run_driver else "reused")
+                        if status == "SUCCESS" and run_driver else None),
                 "key": key,
                 "name": _text(step.get("name")) or key,
                 "identity": _text(step.get("identity")),

@@ -25,6 +25,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from marin_lab.browser.errors import BadRequestError, BrowserError, NotFoundError, TimeoutAnswerError
+from marin_lab.browser.logs import read_log
 from marin_lab.browser.metrics import read_metrics, read_results
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
@@ -40,7 +41,7 @@ MAX_LIMIT = 500
 # a slow or hung storage read holds one of many threads, and its request is answered anyway.
 REQUEST_THREADS = 64
 REQUEST_TIMEOUT_S = 120.0
-STATIC_FILES = {"app.js": "text/javascript", "app.css": "text/css", "index.html": "text/html"}
+STATIC_FILES = {"app.js": "text/javascript", "dagre.min.js": "text/javascript", "dagre-LICENSE.txt": "text/plain", "app.css": "text/css", "index.html": "text/html"}
 # Data is rendered with textContent, and this policy is the second wall: no inline or foreign
 # script can run even if some string reached the DOM as markup.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -164,6 +165,23 @@ async def _metrics(request: web.Request) -> web.Response:
     return _json({"output_path": step_dir, "metrics": metrics, "results": results})
 
 
+def _int_query(request: web.Request, name: str) -> int | None:
+    raw = request.query.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise BadRequestError(f"{name} {raw!r} is not an integer") from None
+
+
+async def _log(request: web.Request) -> web.Response:
+    b = _browser(request)
+    step_dir = b.roots.resolve(request.query.get("path", ""))
+    return _json(await _in_thread(request, read_log, b.roots, step_dir, _int_query(request, "attempt"),
+                                  _int_query(request, "offset")))
+
+
 async def _api_not_found(request: web.Request) -> web.Response:
     raise NotFoundError(f"no API route {request.path}; see docs/browser.md for the routes")
 
@@ -211,6 +229,7 @@ def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool
     app.router.add_get("/api/step", _step)
     app.router.add_get("/api/file", _file)
     app.router.add_get("/api/metrics", _metrics)
+    app.router.add_get("/api/log", _log)
     app.router.add_get("/api/{tail:.*}", _api_not_found)
     return app
 

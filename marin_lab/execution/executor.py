@@ -43,6 +43,7 @@ from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_
 from marin_lab.execution.hashing import hash8, lenient_value, unversioned_fingerprint
 from marin_lab.execution.lease import HOSTNAME, Lease, new_driver_id
 from marin_lab.execution.watch import StatusHeartbeat, failure_report, with_step_logs
+from marin_lab.execution.plan_report import check_format, plan_report, render_plan
 from marin_lab.execution.plan import MarinExecutorAttributes, Plan, PlannedStep, build_plan
 from marin_lab.execution.provenance import manifest, package_versions, redact
 from marin_lab.execution.resources import describe_resources, validate_resources
@@ -261,7 +262,9 @@ class Executor(MarinExecutorAttributes):
         dry_run: bool = False,
         raise_on_failure: bool = True,
         force_run_failed: bool | None = None,
+        plan_format: str = "text",
     ) -> RunReport:
+        check_format(plan_format)
         if force_run_failed is not None:
             self.force_run_failed = force_run_failed
         redact_logs()  # whatever configured logging, no secret reaches a handler from here on
@@ -271,7 +274,11 @@ class Executor(MarinExecutorAttributes):
             self._check_prefix_writable()
         decisions = self.decide(plan, selected, explain=dry_run)
         if dry_run:
-            print(self.format_plan(decisions), flush=True)
+            if plan_format == "text":
+                print(self.format_plan(decisions), flush=True)
+            else:
+                report = plan_report(decisions, prefix=self.prefix, backend=self.backend_name, script=self.script)
+                print(render_plan(report, plan_format), flush=True)
             return RunReport(plan, decisions, {}, None)
         self._code = None  # the tree may have changed since this executor's last run
         experiment_path = self._write_experiment(plan)
@@ -523,7 +530,8 @@ class Executor(MarinExecutorAttributes):
                                       "attempts": attempts, "error": attempt["error"],
                                       "timings": {"started": started, "ended": attempt["ended"],
                                                   "duration_s": round(time.monotonic() - t0, 3)}})
-                self._terminal_status(ps, Status.FAILED, attempt_no)
+                self._terminal_status(ps, Status.FAILED, attempt_no,
+                                      duration_s=round(time.monotonic() - t0, 3))
                 logger.error("%s", failure_report(ps.identity, attempt_no, err, ps.output_path))
                 return StepOutcome(ps.identity, "FAILED", executed=True,
                                    message=scrub_text(str(err).splitlines()[0]))
@@ -541,7 +549,7 @@ class Executor(MarinExecutorAttributes):
                                   "timings": {"started": started, "ended": attempt["ended"],
                                               "duration_s": round(duration, 3)}})
             # SUCCESS last: only after the outputs, the manifest and the record are in place.
-            self._terminal_status(ps, Status.SUCCESS, attempt_no,
+            self._terminal_status(ps, Status.SUCCESS, attempt_no, duration_s=round(duration, 3),
                                   config_fingerprint=unversioned_fingerprint(ps.scan.unversioned))
             logger.info("step '%s': SUCCESS in %.1fs (%d files, %d bytes)", ps.identity, duration,
                         files["count"], files["total_bytes"])

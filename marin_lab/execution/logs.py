@@ -13,6 +13,9 @@ duration of the call (C libraries, subprocesses and Python alike), and a reader 
     every `progress_every_s` instead of hundreds of redraws, and remembers the latest for the
     status heartbeat.
 
+Secrets never reach the log or the terminal: the values of environment variables named like
+secrets, and strings shaped like credentials, are replaced before a line is written.
+
 Log records are part of stderr: the root logger gets a handler at INFO for the call, so a data
 step's summary line ("dedup_fuzzy: kept 584, removed 413") reaches the file and the terminal.
 """
@@ -30,6 +33,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from marin_lab.execution.provenance import REDACTED, is_secret_name, redact
 from marin_lab.io.fs import atomic_write_bytes, fs_and_path, is_local, join
 
 logger = logging.getLogger(__name__)
@@ -151,6 +155,7 @@ class _Reader(threading.Thread):
                 self._line(segment)
 
     def _progress(self, segment: bytes) -> None:
+        segment = self.state["scrub"](segment)
         self.state["last_line"] = segment
         now = time.monotonic()
         if now - self.last_progress >= self.spec.progress_every_s:
@@ -161,6 +166,7 @@ class _Reader(threading.Thread):
             self.pending_progress = segment
 
     def _line(self, line: bytes) -> None:
+        line = self.state["scrub"](line)
         if line.strip():
             self.state["last_line"] = line
         self.sink.write(line + b"\n")
@@ -176,7 +182,7 @@ class capture:  # noqa: N801 - used as a context manager, like contextlib's
 
     def __init__(self, spec: LogSpec):
         self.spec = spec
-        self.state: dict[str, Any] = {}
+        self.state: dict[str, Any] = {"scrub": scrubber()}
 
     def __enter__(self) -> capture:
         for stream in (sys.stdout, sys.stderr):
@@ -228,6 +234,23 @@ class capture:  # noqa: N801 - used as a context manager, like contextlib's
         for saved in self.saved.values():
             os.close(saved)
         self.sink.close()
+
+
+def scrubber() -> Callable[[bytes], bytes]:
+    """A function that removes secrets (see the module docstring) from one line of output."""
+    # Short values (a "1" in SOME_KEY_ENABLED) would blank out ordinary text: only real-looking ones.
+    values = sorted({v.encode() for k, v in os.environ.items() if is_secret_name(k) and len(v) >= 8},
+                    key=len, reverse=True)
+
+    def scrub(line: bytes) -> bytes:
+        for value in values:
+            if value in line:
+                line = line.replace(value, REDACTED.encode())
+        text = line.decode("utf-8", errors="surrogateescape")
+        cleaned = redact(text)
+        return line if cleaned == text else cleaned.encode("utf-8", errors="surrogateescape")
+
+    return scrub
 
 
 def _flush(stream: Any) -> None:

@@ -25,6 +25,8 @@ class ExecutorMainConfig:
     """Where the experiment record goes (default: {prefix}/experiments, where the browser looks)."""
     dry_run: bool = False
     """Print run / skip / wait for every step, with the reason, and run nothing."""
+    format: str = "text"
+    """How --dry_run prints the plan: 'text', 'markdown' (for a pull request) or 'json'."""
     run_only: list[str] | None = None
     """Regexes over step names (`re.search`): run only matching steps (and what they wait for).
     On the command line: `--run_only REGEX [REGEX ...]`, or a JSON list `--run_only '["a", "b"]'`."""
@@ -92,7 +94,7 @@ def executor_main(
             description=description,
             executor_info_base_path=config.executor_info_base_path,
         )
-        report = executor.run(steps, run_only=config.run_only, dry_run=config.dry_run)
+        report = executor.run(steps, run_only=config.run_only, dry_run=config.dry_run, plan_format=config.format)
     except MarinLabError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None

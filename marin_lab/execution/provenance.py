@@ -25,6 +25,9 @@ from marin_lab.execution.status import RECORD_FILES
 from marin_lab.io.fs import fs_and_path, list_files
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# The executor's capture of a step's output (execution/logs.py): a record of one run, with its
+# times and hosts, never a result, so manifests (verify, reproduce) leave it out.
+RUN_LOG = re.compile(r"logs/attempt-\d+\.log")
 # Environment variables worth recording: they change how code runs. Everything else is noise.
 _ENV_PREFIXES = ("MARIN", "RAY_", "JAX_", "XLA_", "TPU_", "CUDA_", "NVIDIA_", "HF_", "WANDB_", "PYTHONHASHSEED",
                  "OMP_", "MKL_", "TOKENIZERS_", "MEGASCALE_", "GCSFS_", "STORAGE_EMULATOR_HOST")
@@ -164,7 +167,7 @@ def manifest(output_path: str) -> dict[str, Any]:
     total = 0
     for rel, size in list_files(output_path):
         base = rel.rsplit("/", 1)[-1]
-        if base in RECORD_FILES or base.startswith(".tmp."):
+        if base in RECORD_FILES or base.startswith(".tmp.") or RUN_LOG.fullmatch(rel):
             continue
         full = fs_and_path(f"{output_path.rstrip('/')}/{rel}")[1]
         if isinstance(fs, LocalFileSystem) and os.path.islink(full):

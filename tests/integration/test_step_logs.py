@@ -40,15 +40,19 @@ def backend(request):
     return request.param
 
 
-def test_step_output_is_saved_under_logs_on_both_backends(tmp_path, backend, capfd):
+def test_step_output_is_saved_under_logs_on_both_backends(tmp_path, backend, capfd, monkeypatch):
+    monkeypatch.setenv("WATCH_TEST_API_KEY", "hunter2-very-secret")
     report = Executor(str(tmp_path / "store"), backend=backend).run([_step(f"hello-{backend}")])
     ps = report.plan.steps[0]
-    _assert_full_log(_read(log_url(ps.output_path, 1)), f"hello-{backend}")
+    text = _read(log_url(ps.output_path, 1))
+    _assert_full_log(text, f"hello-{backend}")
+    assert "sk-xxxx" not in text and "hunter2" not in text
     if backend == "local":  # the worker shares the driver's terminal (the test's Ray does not forward)
         out, err = capfd.readouterr()
         assert f"[{ps.identity}] stdout says hello-local" in out
         assert f"[{ps.identity}] stderr says hello-local" in err
         assert "Unable to initialize backend" not in out + err
+        assert "hunter2" not in out + err and "the key is <redacted>" in out
 
 
 def test_step_log_on_an_object_store(gcs_bucket):

@@ -57,6 +57,34 @@ function kv(pairs) {
   }
   return dl;
 }
+function fmtDuration(s) {
+  if (typeof s !== "number") return "";
+  if (s < 60) return `${s.toFixed(s < 10 ? 1 : 0)} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
+  return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
+}
+const ACTIVE = new Set(["RUNNING", "WAITING"]);
+// One poller for the page on screen: a page that shows running work asks again every POLL_MS.
+const POLL_MS = 2000;
+let poller = null;
+function poll(fn) {
+  const token = {};
+  poller = token;
+  const tick = async () => {
+    if (poller !== token) return;
+    let again = false;
+    try { again = await fn(); } catch (e) { again = true; }
+    if (again && poller === token) setTimeout(tick, POLL_MS);
+  };
+  setTimeout(tick, POLL_MS);
+}
+function stepRunText(s) {
+  const parts = [];
+  if (s.run) parts.push(s.run === "executed" ? "executed in this run" : "reused");
+  if (typeof s.duration_s === "number") parts.push(fmtDuration(s.duration_s));
+  else if (s.status === "RUNNING" && typeof s.elapsed_s === "number") parts.push(`running ${fmtDuration(s.elapsed_s)}`);
+  return parts.join(" · ");
+}
 function q(params) { return new URLSearchParams(params).toString(); }
 const links = {
   experiment: id => `#/experiment/${encodeURIComponent(id)}`,
@@ -113,38 +141,129 @@ async function renderExperiments() {
 }
 
 // ---- experiment page with the DAG -----------------------------------------------------------
+function nodeMeta(step) {
+  const d = typeof step.duration_s === "number" ? fmtDuration(step.duration_s) : "";
+  return step.run === "reused" ? `reused${d ? " · " + d : ""}` : d;
+}
+// Experiments up to this many steps are laid out here by dagre (vendored: static/dagre.min.js),
+// which routes every edge around the steps; bigger ones use the server's layered layout, whose
+// long edges pass through rows kept free for them (dagre would take seconds there).
+const DAGRE_MAX_STEPS = 300;
+
+function layoutGraph(exp) {
+  const g = exp.graph; const w = g.node_width; const h = g.node_height;
+  if (window.dagre && exp.steps.length <= DAGRE_MAX_STEPS) {
+    const d = new dagre.graphlib.Graph();
+    d.setGraph({rankdir: "LR", nodesep: 16, ranksep: 70, marginx: 0, marginy: 0});
+    d.setDefaultEdgeLabel(() => ({}));
+    for (const key of Object.keys(g.positions)) d.setNode(key, {width: w, height: h});
+    for (const e of g.edges) d.setEdge(e.from, e.to);
+    dagre.layout(d);
+    const positions = {};
+    for (const key of d.nodes()) { const n = d.node(key); positions[key] = {x: n.x - w / 2, y: n.y - h / 2}; }
+    const edges = g.edges.map(e => ({from: e.from, to: e.to, points: d.edge(e.from, e.to).points.map(p => [p.x, p.y]), straight: true}));
+    const size = d.graph();
+    return {positions, edges, width: Math.max(size.width || w, w), height: Math.max(size.height || h, h), engine: "dagre"};
+  }
+  const edges = g.edges.map(e => {
+    const a = g.positions[e.from], b = g.positions[e.to];
+    return {from: e.from, to: e.to, points: [[a.x + w, a.y + h / 2], ...(e.points || []), [b.x, b.y + h / 2]]};
+  });
+  return {positions: g.positions, edges, width: g.width, height: g.height, engine: "layered"};
+}
+
+function edgePath(points, straight) {
+  let d = `M ${points[0][0]} ${points[0][1]}`;
+  for (let i = 1; i < points.length; i++) {
+    const [x1, y1] = points[i - 1], [x2, y2] = points[i];
+    // Between columns a curve with level ends; across a column (a kept-free row) a straight run.
+    if (straight || y1 === y2) d += ` L ${x2} ${y2}`;
+    else { const mx = (x1 + x2) / 2; d += ` C ${mx} ${y1}, ${mx} ${y2}, ${x2} ${y2}`; }
+  }
+  return d;
+}
+
 function drawGraph(exp) {
-  const g = exp.graph; const pad = 12; const w = g.node_width; const h = g.node_height;
+  const L = layoutGraph(exp); const pad = 12; const w = exp.graph.node_width; const h = exp.graph.node_height;
   const byKey = Object.fromEntries(exp.steps.map(s => [s.key, s]));
-  const root = svg("svg", {class: "dag", id: "dag", width: g.width + 2 * pad, height: g.height + 2 * pad,
-    viewBox: `${-pad} ${-pad} ${g.width + 2 * pad} ${g.height + 2 * pad}`, role: "img", "aria-label": "step graph"});
+  const full = {x: -pad, y: -pad, w: L.width + 2 * pad, h: L.height + 2 * pad};
+  const root = svg("svg", {class: "dag", id: "dag", "data-engine": L.engine, width: "100%",
+    height: Math.min(full.h, 560), preserveAspectRatio: "xMinYMin meet", role: "img", "aria-label": "step graph"});
   root.appendChild(svg("defs", {}, svg("marker", {id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5,
     markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse"}, svg("path", {d: "M 0 0 L 10 5 L 0 10 z", fill: "#9aa3b2"}))));
   const edges = svg("g", {class: "edges"});
-  for (const e of g.edges) {
-    const a = g.positions[e.from], b = g.positions[e.to];
-    const x1 = a.x + w, y1 = a.y + h / 2, x2 = b.x, y2 = b.y + h / 2, mx = (x1 + x2) / 2;
-    edges.appendChild(svg("path", {class: "edge", d: `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2} ${y2}`,
+  for (const e of L.edges) {
+    edges.appendChild(svg("path", {class: "edge", d: edgePath(e.points, e.straight),
       "marker-end": "url(#arrow)", "data-from": e.from, "data-to": e.to}));
   }
   root.appendChild(edges);
   const nodes = svg("g", {class: "nodes"});
-  for (const [key, p] of Object.entries(g.positions)) {
+  for (const [key, p] of Object.entries(L.positions)) {
     const step = byKey[key];
     const status = STATUSES.includes(step.status) ? step.status : "WAITING";
     const label = step.name.length > 28 ? step.name.slice(0, 27) + "…" : step.name;
     const href = step.output_path ? links.step(step.output_path, exp.id) : null;
     const node = svg("g", {class: `node ${status}`, "data-key": key, "data-status": step.status,
+      "data-name": step.name.toLowerCase(), "data-x": p.x, "data-y": p.y, "data-w": w, "data-h": h,
       transform: `translate(${p.x},${p.y})`, tabindex: 0, role: "link",
-      onclick: () => { if (href) location.hash = href; },
+      onclick: () => { if (href && !dragged) location.hash = href; },
       onkeydown: ev => { if (href && ev.key === "Enter") location.hash = href; }},
       svg("title", {text: `${step.identity || step.name}\n${step.status}${step.fn ? "\n" + step.fn : ""}`}),
       svg("rect", {width: w, height: h, fill: `var(--${status})`}),
-      svg("text", {x: 10, y: h / 2 + 4, text: label}));
+      svg("text", {x: 10, y: h / 2 + 4, text: label}),
+      svg("text", {class: "meta", x: w - 6, y: h - 4, "text-anchor": "end", text: nodeMeta(step)}));
     nodes.appendChild(node);
   }
   root.appendChild(nodes);
-  return el("div", {class: "graph-wrap"}, root);
+
+  // Pan (drag), zoom (wheel, buttons), fit to width: all by moving the viewBox.
+  let view = {...full}; let dragged = false;
+  const apply = () => root.setAttribute("viewBox", `${view.x} ${view.y} ${view.w} ${view.h}`);
+  const viewportRatio = () => (root.clientHeight || 1) / (root.clientWidth || 1);
+  const fit = () => { view = {x: full.x, y: full.y, w: full.w, h: full.w * viewportRatio()}; if (view.h < full.h && full.h <= 560) view.h = full.h; apply(); };
+  const actual = () => { view = {x: full.x, y: full.y, w: root.clientWidth || full.w, h: root.clientHeight || full.h}; apply(); };
+  const zoom = (factor, cx, cy) => {
+    cx = cx ?? view.x + view.w / 2; cy = cy ?? view.y + view.h / 2;
+    view = {x: cx - (cx - view.x) * factor, y: cy - (cy - view.y) * factor, w: view.w * factor, h: view.h * factor}; apply();
+  };
+  root.addEventListener("wheel", ev => {
+    ev.preventDefault();
+    const r = root.getBoundingClientRect();
+    zoom(ev.deltaY > 0 ? 1.15 : 1 / 1.15, view.x + (ev.clientX - r.left) / r.width * view.w, view.y + (ev.clientY - r.top) / r.height * view.h);
+  }, {passive: false});
+  let start = null;
+  root.addEventListener("pointerdown", ev => { start = {x: ev.clientX, y: ev.clientY, view: {...view}}; dragged = false; });
+  root.addEventListener("pointermove", ev => {
+    if (!start) return;
+    const r = root.getBoundingClientRect(); const dx = ev.clientX - start.x, dy = ev.clientY - start.y;
+    if (Math.abs(dx) + Math.abs(dy) > 3) dragged = true;
+    view = {...start.view, x: start.view.x - dx / r.width * start.view.w, y: start.view.y - dy / r.height * start.view.h}; apply();
+  });
+  window.addEventListener("pointerup", () => { start = null; setTimeout(() => { dragged = false; }, 0); });
+  apply();
+  requestAnimationFrame(() => { if (full.w > (root.clientWidth || full.w)) fit(); else actual(); });
+
+  const search = el("input", {id: "graph-search", type: "search", placeholder: "filter steps by name", oninput: () => filter()});
+  const statusSel = el("select", {id: "graph-status", onchange: () => filter()},
+    el("option", {value: "", text: "any status"}), STATUSES.map(st => el("option", {value: st, text: st})));
+  const count = el("span", {id: "graph-count", class: "muted"});
+  const filter = () => {
+    const text = search.value.trim().toLowerCase(); const want = statusSel.value; let shown = 0;
+    const hidden = new Set();
+    for (const s of exp.steps) {
+      const ok = (!text || s.name.toLowerCase().includes(text) || (s.identity || "").toLowerCase().includes(text))
+        && (!want || s.status === want);
+      if (!ok) hidden.add(s.key); else shown++;
+    }
+    root.querySelectorAll(".node").forEach(n => n.classList.toggle("dim", hidden.has(n.dataset.key)));
+    root.querySelectorAll("path.edge").forEach(p => p.classList.toggle("dim", hidden.has(p.dataset.from) || hidden.has(p.dataset.to)));
+    document.querySelectorAll("#steps tbody tr").forEach(tr => { tr.hidden = hidden.has(tr.dataset.key); });
+    count.textContent = text || want ? `${shown} of ${exp.steps.length} steps match` : "";
+  };
+  const controls = el("div", {class: "graph-controls"}, search, statusSel,
+    el("button", {id: "graph-fit", onclick: fit, text: "Fit to width"}), el("button", {id: "graph-actual", onclick: actual, text: "1:1"}),
+    el("button", {onclick: () => zoom(1 / 1.3), text: "+"}), el("button", {onclick: () => zoom(1.3), text: "−"}), count);
+  return el("div", {}, controls, el("div", {class: "graph-wrap"}, root));
 }
 
 async function renderExperiment(id) {
@@ -161,10 +280,11 @@ async function renderExperiment(id) {
   }
   const legend = el("div", {class: "legend"}, STATUSES.map(s => badge(s)));
   const table = el("table", {id: "steps"},
-    el("thead", {}, el("tr", {}, ["Step", "Status", "Function", "Depends on"].map(h => el("th", {text: h})))),
-    el("tbody", {}, exp.steps.map(s => el("tr", {},
+    el("thead", {}, el("tr", {}, ["Step", "Status", "Run", "Function", "Depends on"].map(h => el("th", {text: h})))),
+    el("tbody", {}, exp.steps.map(s => el("tr", {"data-key": s.key},
       el("td", {}, s.output_path ? el("a", {href: links.step(s.output_path, exp.id), text: s.identity || s.name}) : (s.identity || s.name)),
-      el("td", {}, badge(s.status)),
+      el("td", {class: "status-cell"}, badge(s.status), s.progress && s.status === "RUNNING" ? el("div", {class: "muted mono progress", text: s.progress}) : null),
+      el("td", {class: "run-cell", text: stepRunText(s)}),
       el("td", {class: "mono", text: s.fn || ""}),
       el("td", {class: "num", text: s.dependencies.length})))));
   setPage(header,
@@ -172,13 +292,41 @@ async function renderExperiment(id) {
         ["git", exp.git ? `${exp.git.commit || "?"}${exp.git.dirty ? " (dirty)" : ""}` : null],
         ["command line", exp.command_line ? exp.command_line.join(" ") : null],
         ["file", el("a", {href: links.file(exp.file), text: exp.file})]]),
-    el("p", {}, Object.entries(exp.status_counts).map(([s, n]) => badge(s, n))),
+    el("p", {id: "status-counts"}, Object.entries(exp.status_counts).map(([s, n]) => badge(s, n))),
     codeSection(exp.code),
     el("h2", {text: `Graph (${exp.steps.length} steps)`}), legend, drawGraph(exp),
     // A long table costs more layout than the graph; fold it away on big experiments.
     el("h2", {text: "Steps"}), exp.steps.length > 200 ? el("details", {}, el("summary", {text: `show all ${exp.steps.length} steps`}), table) : table);
   // Timings for benchmarks/browser_latency.py: fetch+parse vs building the DOM.
   document.body.dataset.renderMs = (performance.now() - t1).toFixed(1);
+  if (exp.steps.some(st => ACTIVE.has(st.status))) poll(() => refreshExperiment(id));
+}
+
+// While anything runs: statuses, durations and progress updated in place (the graph keeps its view).
+async function refreshExperiment(id) {
+  const exp = await api(`/api/experiments/${encodeURIComponent(id)}`);
+  if (exp.state !== "ok") return false;
+  for (const s of exp.steps) {
+    const status = STATUSES.includes(s.status) ? s.status : "WAITING";
+    const node = document.querySelector(`#dag .node[data-key="${CSS.escape(s.key)}"]`);
+    if (node) {
+      node.setAttribute("class", `node ${status}`);
+      node.dataset.status = s.status;
+      node.querySelector("rect").setAttribute("fill", `var(--${status})`);
+      node.querySelector("title").textContent = `${s.identity || s.name}\n${s.status}${s.fn ? "\n" + s.fn : ""}`;
+      const meta = node.querySelector("text.meta");
+      if (meta) meta.textContent = nodeMeta(s);
+    }
+    const row = document.querySelector(`#steps tr[data-key="${CSS.escape(s.key)}"]`);
+    if (row) {
+      row.querySelector(".status-cell").replaceChildren(badge(s.status),
+        s.progress && s.status === "RUNNING" ? el("div", {class: "muted mono progress", text: s.progress}) : "");
+      row.querySelector(".run-cell").textContent = stepRunText(s);
+    }
+  }
+  const counts = document.getElementById("status-counts");
+  if (counts) counts.replaceChildren(...Object.entries(exp.status_counts).map(([st, n]) => badge(st, n)));
+  return exp.steps.some(st => ACTIVE.has(st.status));
 }
 
 function codeSection(code) {
@@ -239,6 +387,16 @@ async function renderStep(params) {
     ["function", r && r.fn], ["description", r && r.description],
     ["started", r && r.timings && r.timings.started], ["ended", r && r.timings && r.timings.ended],
     ["duration", r && r.timings && typeof r.timings.duration_s === "number" ? `${r.timings.duration_s.toFixed(2)} s` : null]]));
+  const live = step.status_file && step.status_file.value;
+  if (live && step.status === "RUNNING") {
+    parts.push(el("p", {id: "live-status", class: "muted"}, `attempt ${live.attempt ?? "?"}`,
+      live.elapsed_s !== undefined ? ` · running ${fmtDuration(live.elapsed_s)}` : "",
+      live.heartbeat ? ` · heartbeat ${live.heartbeat}` : "",
+      live.progress ? el("div", {class: "mono progress", text: live.progress}) : null));
+  }
+  if (r && r.result !== undefined && r.result !== null) parts.push(el("h2", {text: "Result"}), pre(r.result, "result"));
+  if (r && r.error) parts.push(el("h2", {text: "Error"}), pre(r.error, "error-text"));
+  parts.push(el("h2", {text: "Log"}), el("div", {id: "log-box"}, el("p", {class: "muted", text: "Loading the log…"})));
   parts.push(el("h2", {text: "Dependencies"}), stepLinks(step.dependencies, exp));
   parts.push(el("h2", {text: "Dependents"}), stepLinks(step.dependents, exp));
   if (step.has_metrics || step.has_results) parts.push(el("h2", {text: "Training and evaluation"}), el("div", {id: "metrics"}, el("p", {class: "muted", text: "Loading metrics…"})));
@@ -280,12 +438,63 @@ async function renderStep(params) {
         el("a", {href: links.file(`${step.output_path}/${f.path}`), class: "manifest-file", text: f.path}),
         fmtBytes(f.size), el("span", {class: "mono", text: (f.sha256 || "").slice(0, 16)})]), {id: "manifest"}));
     } else parts.push(el("p", {class: "muted", text: "no manifest (the step has not finished)"}));
-    if (r.result !== undefined && r.result !== null) parts.push(el("h2", {text: "Result"}), pre(r.result));
   }
   setPage(parts);
+  const tail = await startLog(step.output_path);
+  if (ACTIVE.has(step.status)) {
+    poll(async () => {
+      await tail();
+      const now = await api(`/api/step?${q(exp ? {path, exp} : {path})}`);
+      if (now.status !== step.status) {  // a new state: draw the page again where the reader is
+        const y = window.scrollY;
+        await renderStep(params);
+        window.scrollTo(0, y);
+        return false;  // renderStep started its own poller if still needed
+      }
+      const box = document.getElementById("live-status");
+      const v = now.status_file && now.status_file.value;
+      if (box && v) box.replaceChildren(`attempt ${v.attempt ?? "?"}`,
+        v.elapsed_s !== undefined ? ` · running ${fmtDuration(v.elapsed_s)}` : "", v.heartbeat ? ` · heartbeat ${v.heartbeat}` : "",
+        v.progress ? el("div", {class: "mono progress", text: v.progress}) : "");
+      return true;
+    });
+  }
   if (step.has_metrics || step.has_results) renderMetrics(step.output_path).catch(err => {
     document.getElementById("metrics").replaceChildren(el("div", {class: "error", text: String(err.message || err)}));
   });
+}
+
+// The log's tail, then only what was added (the API hands out whole lines from next_offset).
+async function startLog(path) {
+  const box = document.getElementById("log-box");
+  let offset = null, attempt = null;
+  const show = page => {
+    if (page.state !== "ok") { box.replaceChildren(el("p", {class: "muted", id: "log-none", text: page.message})); return; }
+    const text = el("pre", {id: "log", class: "log", text: page.text});
+    box.replaceChildren(el("p", {class: "muted"}, `attempt ${page.attempt} of ${page.attempts.length}`,
+      page.start > 0 ? ` · last ${fmtBytes(page.size - page.start)} of ${fmtBytes(page.size)} · ` : " · ",
+      el("a", {href: links.file(page.url), text: "open the whole log"})), text);
+    text.scrollTop = text.scrollHeight;
+    offset = page.next_offset; attempt = page.attempt;
+  };
+  try { show(await api(`/api/log?${q({path})}`)); } catch (err) {
+    box.replaceChildren(el("div", {class: "warn", text: String(err.message || err)}));
+  }
+  return async () => {
+    if (offset === null) { show(await api(`/api/log?${q({path})}`)); return; }
+    const more = await api(`/api/log?${q({path, attempt, offset})}`);
+    const logPre = document.getElementById("log");
+    if (more.state === "ok" && more.text && logPre) {
+      const atEnd = logPre.scrollTop + logPre.clientHeight >= logPre.scrollHeight - 4;
+      logPre.append(more.text);
+      if (atEnd) logPre.scrollTop = logPre.scrollHeight;
+    }
+    if (more.state === "ok") {
+      offset = more.next_offset;
+      const newest = more.attempts[more.attempts.length - 1];
+      if (newest !== attempt) { offset = null; }  // a retry started: follow its log from its start
+    }
+  };
 }
 
 function linePlot(title, points) {
@@ -413,6 +622,7 @@ async function route() {
   const params = new URLSearchParams(query || "");
   document.body.dataset.ready = "0";
   delete document.body.dataset.paintedMs;
+  poller = null;
   try {
     if (route === "/" || route === "") await renderExperiments();
     else if (route.startsWith("/experiment/")) await renderExperiment(decodeURIComponent(route.slice("/experiment/".length)));

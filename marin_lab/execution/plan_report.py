@@ -1,0 +1,107 @@
+"""The dry run as a reviewer reads it: what would run and why, as text, Markdown or JSON.
+
+`python experiments/x.py --dry_run true --format markdown` prints a plan that can be posted on a
+pull request: every step with its action (run, reused, wait, fail), the reason, the field-level
+difference against the latest recorded version of the same step, its resources and the estimate
+its config gives (tokens, FLOPs, accelerator-hours), and totals over the steps that would run.
+Planning reads only statuses and records under the prefix; it never runs anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from marin_lab.execution.errors import ExecutorConfigError
+from marin_lab.execution.resources import describe_resources
+
+FORMATS = ("text", "markdown", "json")
+ACTION_LABELS = {"run": "run", "skip": "reused", "wait": "wait", "fail": "fail", "unselected": "not selected"}
+_TOTALLED = ("tokens", "flops", "accelerator_hours")
+
+
+def check_format(name: str) -> str:
+    if name not in FORMATS:
+        raise ExecutorConfigError(f"--format {name!r} is not known; use one of: {', '.join(FORMATS)}")
+    return name
+
+
+def _estimate(step: Any) -> dict[str, Any] | None:
+    estimate = getattr(step.config, "plan_estimate", None)
+    if not callable(estimate):
+        return None
+    try:
+        return dict(estimate())
+    except Exception as err:  # an estimate is informative only
+        return {"unavailable": f"{type(err).__name__}: {err}"}
+
+
+def plan_report(decisions: Sequence[Any], *, prefix: str, backend: str, script: str | None) -> dict[str, Any]:
+    """The plan as data: the JSON format, and what the Markdown is drawn from."""
+    steps = []
+    counts: dict[str, int] = {}
+    totals: dict[str, float] = {}
+    for d in decisions:
+        ps = d.step
+        counts[d.action] = counts.get(d.action, 0) + 1
+        estimate = _estimate(ps.step)
+        if d.action == "run" and estimate:
+            for key in _TOTALLED:
+                if isinstance(estimate.get(key), (int, float)):
+                    totals[key] = totals.get(key, 0) + estimate[key]
+        steps.append({
+            "name": ps.name, "identity": ps.identity, "action": d.action, "reason": d.reason,
+            "changes": list(d.notes), "output_path": ps.output_path, "fn": ps.fn_path,
+            "dependencies": [dep.identity for dep in ps.dependencies],
+            "resources": describe_resources(ps.step.resources), "estimate": estimate,
+        })
+    return {
+        "script": os.path.relpath(script) if script and not os.path.relpath(script).startswith("..") else script,
+        "prefix": prefix, "backend": backend, "counts": counts, "totals": totals, "steps": steps,
+    }
+
+
+def render_plan(report: dict[str, Any], fmt: str) -> str:
+    if check_format(fmt) == "json":
+        return json.dumps(report, indent=2, default=str)
+    return to_markdown(report)
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, float) and (value >= 1e6 or 0 < value < 1e-3):
+        return f"{value:.3g}"
+    if isinstance(value, (int, float)):
+        return f"{value:,}"
+    return str(value)
+
+
+def _cell(value: Any) -> str:
+    text = ", ".join(f"{k}={_number(v)}" for k, v in value.items()) if isinstance(value, dict) else str(value or "")
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    counts = report["counts"]
+    summary = ", ".join(f"{n} {ACTION_LABELS.get(a, a)}" for a, n in sorted(counts.items()))
+    title = f"`{report['script']}`" if report["script"] else "experiment"
+    lines = [f"## Plan for {title}: {sum(counts.values())} steps ({summary})", "",
+             f"Prefix `{report['prefix']}`, backend `{report['backend']}`. Output paths are `{{prefix}}/{{step}}`.", "",
+             "| Action | Step | Why | Resources | Estimate |", "|---|---|---|---|---|"]
+    base = report["prefix"].rstrip("/") + "/"
+    for s in report["steps"]:
+        where = s["output_path"].removeprefix(base)
+        shown = f"`{s['identity']}`" + ("" if where == s["identity"] else f" (at `{where}`)")
+        lines.append(f"| {ACTION_LABELS.get(s['action'], s['action'])} | {shown} | {_cell(s['reason'])} "
+                     f"| {_cell(s['resources'])} | {_cell(s['estimate'])} |")
+    if report["totals"]:
+        lines += ["", "**Totals over the steps that would run:** "
+                  + ", ".join(f"{k.replace('_', '-')} {_number(v)}" for k, v in report["totals"].items())]
+    changed = [s for s in report["steps"] if s["changes"]]
+    if changed:
+        lines += ["", "### What changed against the latest recorded versions"]
+        for s in changed:
+            lines += ["", f"`{s['identity']}` ({ACTION_LABELS.get(s['action'], s['action'])}: {s['reason']})", ""]
+            lines += [f"- {_cell(note)}" for note in s["changes"]]
+    return "\n".join(lines) + "\n"
