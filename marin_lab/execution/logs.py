@@ -13,8 +13,8 @@ duration of the call (C libraries, subprocesses and Python alike), and a reader 
     every `progress_every_s` instead of hundreds of redraws, and remembers the latest for the
     status heartbeat.
 
-Secrets never reach the log or the terminal: the values of environment variables named like
-secrets, and strings shaped like credentials, are replaced before a line is written.
+Secrets never reach the log or the terminal: each line goes through `execution.secrets.scrub_text`
+(secret-named environment values, credential shapes, URL passwords) before it is written.
 
 Log records are part of stderr: the root logger gets a handler at INFO for the call, so a data
 step's summary line ("dedup_fuzzy: kept 584, removed 413") reaches the file and the terminal.
@@ -33,7 +33,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from marin_lab.execution.provenance import REDACTED, is_secret_name, redact
+from marin_lab.execution.secrets import scrub_text
 from marin_lab.io.fs import atomic_write_bytes, fs_and_path, is_local, join
 
 logger = logging.getLogger(__name__)
@@ -237,17 +237,10 @@ class capture:  # noqa: N801 - used as a context manager, like contextlib's
 
 
 def scrubber() -> Callable[[bytes], bytes]:
-    """A function that removes secrets (see the module docstring) from one line of output."""
-    # Short values (a "1" in SOME_KEY_ENABLED) would blank out ordinary text: only real-looking ones.
-    values = sorted({v.encode() for k, v in os.environ.items() if is_secret_name(k) and len(v) >= 8},
-                    key=len, reverse=True)
-
+    """A function that removes secrets (`execution.secrets.scrub_text`) from one line of output."""
     def scrub(line: bytes) -> bytes:
-        for value in values:
-            if value in line:
-                line = line.replace(value, REDACTED.encode())
         text = line.decode("utf-8", errors="surrogateescape")
-        cleaned = redact(text)
+        cleaned = scrub_text(text)
         return line if cleaned == text else cleaned.encode("utf-8", errors="surrogateescape")
 
     return scrub

@@ -11,6 +11,7 @@ from typing import Any
 
 from marin_lab.execution.logs import LogSpec, call_with_logs, last_line, log_url, read_tail
 from marin_lab.execution.resources import is_runner
+from marin_lab.execution.secrets import scrub_text
 from marin_lab.execution.status import Status, info_path, now_iso, write_status
 
 logger = logging.getLogger(__name__)
@@ -74,8 +75,9 @@ class StatusHeartbeat:
 
 def failure_report(identity: str, attempts: int, err: BaseException, output_path: str) -> str:
     """What a person needs when a step fails: the error, the end of its traceback, where to look."""
-    lines = [f"step '{identity}': FAILED after {attempts} attempt(s): {str(err).splitlines()[0] if str(err) else err!r}"]
-    text = getattr(err, "traceback_text", None)
+    first = str(err).splitlines()[0] if str(err) else repr(err)
+    lines = [f"step '{identity}': FAILED after {attempts} attempt(s): {scrub_text(first)}"]
+    text = scrub_text(getattr(err, "traceback_text", None) or "")
     if text:
         tb = text.rstrip().splitlines()
         if len(tb) > TRACEBACK_LINES:
