@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
 from collections.abc import Sequence
 
 from marin_lab.execution.errors import MarinLabError
+from marin_lab.flags import add_bool_flag
 from marin_lab.execution.secrets import redact_logs
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
     from marin_lab.execution.records import list_experiments, step_statuses
 
+    args.prefix = _prefix(args)
     experiments = list_experiments(args.prefix)
     if not experiments:
         print(f"no experiments recorded under {args.prefix}")
@@ -49,6 +52,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from marin_lab.execution.explain import RecordIndex, explain_step
     from marin_lab.execution.main import capture_steps
 
+    if not os.path.isfile(args.script):
+        raise MarinLabError(f"{args.script}: no such experiment file; give the path of a Python file "
+                            "that calls executor_main, e.g. experiments/quickstart.py")
     steps, _ = capture_steps(args.script, args.script_args)
     executor = Executor(prefix=args.prefix or default_prefix(), backend="local", script=args.script)
     plan = executor.plan(steps)
@@ -74,6 +80,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     from marin_lab.execution.status import read_info
 
     path = args.path.rstrip("/")
+    if "://" not in path and not os.path.isabs(path) and not os.path.exists(path):
+        # A step named as the browser and `status` show it: relative to the prefix.
+        from marin_lab.io.fs import join
+
+        path = join(_prefix(args), path)
     info = read_info(path)
     if info is not None and "damage" in info:
         print(f"{info['damage']}: the step record is damaged; rerun the step to rewrite it", file=sys.stderr)
@@ -111,8 +122,20 @@ def _manifest_problem(recorded: object) -> str | None:
 def _cmd_browse(args: argparse.Namespace) -> int:
     from marin_lab.browser.server import serve
 
-    serve(args.prefix, host=args.host, port=args.port, roots=args.root or None)
+    try:
+        serve(args.prefix, host=args.host, port=args.port, roots=args.root or None)
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            raise MarinLabError(f"port {args.port} on {args.host} is in use (another browser?); pass --port N, "
+                                "or --port 0 for any free port") from None
+        raise MarinLabError(f"cannot serve on {args.host}:{args.port}: {err.strerror or err}") from None
     return 0
+
+
+def _prefix(args: argparse.Namespace) -> str:
+    from marin_lab.execution.executor import default_prefix
+
+    return args.prefix or default_prefix()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,25 +143,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("status", help="experiments under a prefix and the status of their steps")
-    p.add_argument("prefix")
+    p.add_argument("prefix", nargs="?", help="default: $MARIN_PREFIX, else ./marin_store")
     p.set_defaults(func=_cmd_status)
 
     p = sub.add_parser("explain", help="why steps of an experiment file are new: field-level diffs")
     p.add_argument("script", help="an experiment file, e.g. experiments/quickstart.py")
     p.add_argument("--step", help="regex over step names")
     p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store")
-    p.add_argument("--all", action="store_true", help="also list steps whose version is already recorded")
+    add_bool_flag(p, "--all", "also list steps whose version is already recorded")
     p.add_argument("script_args", nargs="*", help="arguments passed to the script (after --)")
     p.set_defaults(func=_cmd_explain)
 
     p = sub.add_parser("verify", help="recompute a finished step's manifest and compare with its record")
-    p.add_argument("path", help="the step's output path")
+    p.add_argument("path", help="the step's output path, or its path under the prefix (e.g. tokenized/docs-1a2b3c4d)")
+    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("browse", help="serve the data browser for a prefix (read-only, 127.0.0.1 by default)")
     p.add_argument("--prefix", default=os.environ.get("MARIN_PREFIX", "./marin_store"))
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--port", type=int, default=8765, help="default 8765; 0 picks a free port (printed)")
     p.add_argument("--root", action="append", help="another readable root besides the prefix (repeatable)")
     p.set_defaults(func=_cmd_browse)
 

@@ -23,6 +23,8 @@ class ChattyConfig:
     finish_path: str | None = None
     """When set too: after "released", wait until this file exists before finishing."""
     fail: bool = False
+    use_jax: bool = False
+    """Import JAX and list devices (on a CPU host JAX logs that it found no TPU)."""
 
 
 def _wait_for(path: str) -> None:
@@ -43,11 +45,16 @@ def chatty(cfg: ChattyConfig) -> dict:
         sys.stderr.flush()
     sys.stderr.write("\n")
     if cfg.release_path:
-        print("waiting for release", flush=True)
+        # On stderr, like the bar before it: one pipe keeps their order in the log.
+        print("waiting for release", file=sys.stderr, flush=True)
         _wait_for(cfg.release_path)
         print("released", flush=True)
     if cfg.finish_path:
         _wait_for(cfg.finish_path)
+    if cfg.use_jax:
+        import jax
+
+        print(f"devices: {jax.devices()}", flush=True)
     if cfg.fail:
         raise RuntimeError(f"chatty failed on purpose ({cfg.word})")
     with fsspec.open(f"{cfg.output_path}/data.txt", "w") as f:

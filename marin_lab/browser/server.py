@@ -16,6 +16,7 @@ import ipaddress
 import json
 import logging
 import os
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -246,8 +247,20 @@ def serve(prefix: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, roots
     if not _is_loopback_bind(host):
         logger.warning("browser: binding %s exposes every file under %s to the network", host, prefix)
     app = make_app(prefix, roots, loopback_only=_is_loopback_bind(host))
-    print(f"marin-lab browser: http://{host}:{port}/  (prefix {app[BROWSER_KEY].prefix})", flush=True)
-    web.run_app(app, host=host, port=port, print=None, access_log=None)
+    # Bound here, before printing: the address printed is the one served (--port 0 picks one), and a
+    # port in use is an OSError for the caller instead of a traceback from inside the event loop.
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # restart at once; a live listener still refuses
+    try:
+        sock.bind(address)
+        sock.listen(128)  # connections made as soon as the address is printed wait in the backlog
+    except OSError:
+        sock.close()
+        raise
+    shown = f"[{host}]" if ":" in host else host
+    print(f"marin-lab browser: http://{shown}:{sock.getsockname()[1]}/  (prefix {app[BROWSER_KEY].prefix})", flush=True)
+    web.run_app(app, sock=sock, print=None, access_log=None)
 
 
 @dataclass

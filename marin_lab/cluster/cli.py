@@ -4,7 +4,7 @@
             wait for them to be ACTIVE
     status  the queued resources' states (PREEMPTED / FAILED are called out; exit code 3)
     down    delete the queued resources and `ray down` the cluster
-    render  only write the Ray cluster config (infra/<cluster_name>.yaml by default)
+    render  only write the Ray cluster config (./infra/<cluster_name>.yaml by default)
 
 `--dry_run` prints the exact Ray commands and TPU API requests and touches nothing; it needs no
 credentials (the TPU client is built with AnonymousCredentials and never called).
@@ -25,9 +25,16 @@ from typing import Any
 from marin_lab.cluster.config import ClusterConfig, dump_ray_config, load_cluster_config
 from marin_lab.cluster.errors import ClusterError, PreemptedError
 from marin_lab.cluster.provision import TpuProvisioner, make_tpu_client
+from marin_lab.flags import add_bool_flag
 
 logger = logging.getLogger(__name__)
-INFRA = Path(__file__).resolve().parents[2] / "infra"
+
+
+def default_ray_config(cluster_name: str) -> Path:
+    """Where a rendered Ray config goes: the working directory's infra/ (as in this repository), else
+    the working directory itself; never beside the installed package."""
+    infra = Path("infra")
+    return (infra if infra.is_dir() else Path(".")) / f"{cluster_name}.yaml"
 EXIT_DEGRADED = 3
 
 
@@ -52,19 +59,20 @@ def _parser() -> argparse.ArgumentParser:
                        ("down", "tear the cluster down"), ("render", "write the Ray cluster config")):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("--config", required=True, help="cluster config, e.g. infra/clusters/us-west4.yaml")
-        cmd.add_argument("--dry_run", action="store_true", help="print the Ray commands and TPU API requests only")
+        add_bool_flag(cmd, "--dry_run", "print the Ray commands and TPU API requests only")
         cmd.add_argument("--ray_config", default=None,
-                         help="where the rendered Ray config goes (default infra/<cluster_name>.yaml)")
+                         help="where the rendered Ray config goes (default: infra/<cluster_name>.yaml under "
+                              "the working directory if it has an infra/ folder, else <cluster_name>.yaml there)")
         cmd.add_argument("--api_endpoint", default=None, help=argparse.SUPPRESS)  # an emulator, for drills
         if name == "up":
-            cmd.add_argument("--no_ray", action="store_true", help="only provision the queued resources")
-            cmd.add_argument("--no_wait", action="store_true", help="do not wait for queued resources to be ACTIVE")
+            add_bool_flag(cmd, "--no_ray", "only provision the queued resources")
+            add_bool_flag(cmd, "--no_wait", "do not wait for queued resources to be ACTIVE")
             cmd.add_argument("--timeout_s", type=float, default=3600.0, help="how long to wait for ACTIVE")
             cmd.add_argument("--head_ip", default=None, help="Ray head address for directly provisioned slices")
         if name == "down":
-            cmd.add_argument("--keep_ray", action="store_true", help="only delete the queued resources")
+            add_bool_flag(cmd, "--keep_ray", "only delete the queued resources")
         if name == "status":
-            cmd.add_argument("--json", action="store_true", help="print JSON")
+            add_bool_flag(cmd, "--json", "print JSON")
     return parser
 
 
@@ -88,7 +96,7 @@ def main(
         if sleep is not None:
             kwargs["sleep"] = sleep
         provisioner = TpuProvisioner.for_cluster(config, **kwargs)
-        ray_config = Path(args.ray_config) if args.ray_config else INFRA / f"{config.cluster_name}.yaml"
+        ray_config = Path(args.ray_config) if args.ray_config else default_ray_config(config.cluster_name)
         return _COMMANDS[args.command](args, config, provisioner, ray_config, run, emit)
     except (ClusterError, PreemptedError) as err:
         emit(f"error: {err}")

@@ -15,6 +15,7 @@ from marin_lab.execution.executor import Executor, RunReport, default_prefix
 from marin_lab.execution.lease import DEFAULT_TIMEOUT_S
 from marin_lab.execution.plan import compile_run_only
 from marin_lab.execution.step import ExecutorStep, InputName
+from marin_lab.flags import bare_bool_flags
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +80,8 @@ def executor_main(
         raise _Captured()
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # JAX logs "Unable to initialize backend 'tpu'" at INFO whenever it looks for devices on a CPU host.
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
     try:
         if config is None:
             config = parse_flags(sys.argv[1:] if args is None else args)
@@ -107,11 +110,19 @@ def parse_flags(argv: Sequence[str]) -> ExecutorMainConfig:
     """The flags as an ExecutorMainConfig. `--run_only` is read here, never as YAML: a regex such as
     `ok/one-[0-9a-f]{8}` or `null` means what it says, and a bad one is one clear error line."""
     rest, run_only = take_run_only(argv)
-    config = draccus.parse(config_class=ExecutorMainConfig, args=rest)
+    booleans = [f.name for f in dataclasses.fields(ExecutorMainConfig) if f.type in (bool, "bool")]
+    try:
+        config = draccus.parse(config_class=ExecutorMainConfig, args=bare_bool_flags(rest, booleans))
+    except draccus.ParsingError as err:  # one line, not draccus's traceback
+        raise ExecutorConfigError(f"bad command-line flag {_one_line(err)} (see --help)") from None
     if run_only is not None:
         compile_run_only(run_only)  # fail now, before anything is planned
         config = dataclasses.replace(config, run_only=run_only)
     return config
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(line.strip() for line in str(err).splitlines() if line.strip()) or type(err).__name__
 
 
 def take_run_only(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:

@@ -95,3 +95,31 @@ def test_fit_zoom_and_filter_by_name_and_status(chromium, server):  # noqa: F811
     expect(page.locator("#graph-count")).to_have_text("1 of 7 steps match")
     assert page.locator("#steps tbody tr:not([hidden])").inner_text().startswith("train")
     page.close()
+
+
+def _training_step(prefix: Path, identity: str, started: str, lr: float) -> None:
+    out = prefix / identity
+    out.mkdir(parents=True)
+    (out / ".executor_info").write_text(json.dumps({
+        "schema": 1, "name": "train/run", "identity": identity, "output_path": str(out), "status": "SUCCESS",
+        "version": {"config": {"lr": lr}}, "timings": {"started": started}, "dependencies": []}))
+    (out / ".executor_status").write_text(json.dumps({"status": "SUCCESS"}))
+    (out / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "loss": 5.0 - s * lr, "time": 0}) + "\n" for s in range(6)))
+
+
+def test_metrics_of_two_versions_on_one_chart_with_hover_values(chromium, tmp_path):  # noqa: F811
+    prefix = tmp_path / "store"
+    _training_step(prefix, "train/run-aaaaaaaa", "2026-11-20T00:00:00Z", 0.1)
+    _training_step(prefix, "train/run-bbbbbbbb", "2026-11-21T00:00:00Z", 0.3)
+    with start_in_thread(str(prefix)) as running:
+        page = chromium.new_page(viewport={"width": 1200, "height": 900})
+        page.set_default_timeout(60_000)
+        page.goto(f"{running.url}/#/step?path={prefix}/train/run-bbbbbbbb")
+        chart = page.locator("#plots svg.chart[data-metric='loss']")
+        expect(chart).to_have_attribute("data-series", "2")
+        assert page.locator("#overlay-legend .series-key").all_inner_texts() == ["this run", "train/run-aaaaaaaa"]
+        box = chart.bounding_box()
+        page.mouse.move(box["x"] + box["width"] - 12, box["y"] + box["height"] / 2)
+        expect(chart.locator("text.readout")).to_have_text("step 5: this run 3.5, train/run-aaaaaaaa 4.5")
+        page.close()

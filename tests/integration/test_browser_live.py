@@ -82,4 +82,10 @@ def test_graph_and_step_page_follow_a_run_without_reload(chromium, running_step)
         page.wait_for_selector("#dag .node[data-key^='live/slow'][data-status='SUCCESS']")
         run = page.locator("#steps tr[data-key^='live/slow'] .run-cell").inner_text()
         assert "executed in this run" in run and " s" in run
+        # A deep link from the step (its whole log) keeps the way back: experiment / step / file.
+        step_page.click("text=open the whole log")
+        crumbs = step_page.locator("#crumbs")
+        expect(crumbs).to_contain_text("logs/attempt-1.log")
+        assert [a.get_attribute("href") for a in crumbs.locator("a").all()][1:] == [
+            f"#/experiment/{quote(exp_id)}", f"#/step?path={quote(output_path, safe='')}&exp={quote(exp_id)}"]
         context.close()

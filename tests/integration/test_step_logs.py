@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import subprocess
+import sys
 import threading
 import time
 
@@ -13,6 +16,7 @@ import pytest
 from marin_lab.execution import Executor, ExecutorStep, ExperimentFailedError, this_output_path, versioned
 from marin_lab.execution.logs import log_url
 from marin_lab.execution.status import read_status
+from tests.conftest import REPO_ROOT
 from tests.watch_steps import ChattyConfig, chatty
 
 
@@ -40,19 +44,43 @@ def backend(request):
     return request.param
 
 
-def test_step_output_is_saved_under_logs_on_both_backends(tmp_path, backend, capfd, monkeypatch):
+def test_step_output_is_saved_under_logs_on_both_backends(tmp_path, backend, monkeypatch):
     monkeypatch.setenv("WATCH_TEST_API_KEY", "hunter2-very-secret")
     report = Executor(str(tmp_path / "store"), backend=backend).run([_step(f"hello-{backend}")])
     ps = report.plan.steps[0]
     text = _read(log_url(ps.output_path, 1))
     _assert_full_log(text, f"hello-{backend}")
     assert "sk-xxxx" not in text and "hunter2" not in text
-    if backend == "local":  # the worker shares the driver's terminal (the test's Ray does not forward)
-        out, err = capfd.readouterr()
-        assert f"[{ps.identity}] stdout says hello-local" in out
-        assert f"[{ps.identity}] stderr says hello-local" in err
-        assert "Unable to initialize backend" not in out + err
-        assert "hunter2" not in out + err and "the key is <redacted>" in out
+
+
+DRIVER = """
+import sys
+from marin_lab.execution import ExecutorStep, executor_main, this_output_path, versioned
+from tests.conftest import REPO_ROOT
+from tests.watch_steps import ChattyConfig, chatty
+
+executor_main(steps=[ExecutorStep("talk/driver", chatty, ChattyConfig(this_output_path(), versioned("driver"),
+                                                                      use_jax=True))])
+"""
+
+
+def test_the_drivers_terminal_shows_each_line_prefixed_by_its_step(tmp_path):
+    """In a driver of its own: its terminal is what the worker inherits (a test's capture is not)."""
+    script = tmp_path / "talk.py"
+    script.write_text(DRIVER)
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT, "WATCH_TEST_API_KEY": "hunter2-very-secret"}
+    done = subprocess.run([sys.executable, str(script), "--backend", "local", "--prefix", str(tmp_path / "store")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    prefix = re.search(r"\[(talk/driver-[0-9a-f]{8})\] ", done.stdout).group(1)
+    assert f"[{prefix}] stdout says driver" in done.stdout
+    assert f"[{prefix}] stderr says driver" in done.stderr
+    assert f"[{prefix}] the key is <redacted>" in done.stdout and "hunter2" not in done.stdout + done.stderr
+    assert f"[{prefix}] devices: [CpuDevice" in done.stdout
+    # JAX looked for a TPU in the worker; that INFO line is neither on the terminal nor in the log.
+    assert "Unable to initialize backend" not in done.stdout + done.stderr
+    log = _read(str(tmp_path / "store" / prefix / "logs" / "attempt-1.log"))
+    assert "devices: [CpuDevice" in log and "Unable to initialize backend" not in log
 
 
 def test_step_log_on_an_object_store(gcs_bucket):

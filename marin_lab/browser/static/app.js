@@ -89,7 +89,9 @@ function q(params) { return new URLSearchParams(params).toString(); }
 const links = {
   experiment: id => `#/experiment/${encodeURIComponent(id)}`,
   step: (path, exp) => `#/step?${q(exp ? {path, exp} : {path})}`,
-  file: (path, cursor, page) => `#/files?${q(Object.assign({path}, cursor ? {cursor, page: page || 1} : {}))}`,
+  // ctx {exp, step}: where the reader came from, kept so a deep link keeps its breadcrumb.
+  file: (path, cursor, page, ctx) => `#/files?${q(Object.assign({path}, cursor ? {cursor, page: page || 1} : {},
+    ctx && ctx.exp ? {exp: ctx.exp} : {}, ctx && ctx.step ? {step: ctx.step} : {}))}`,
 };
 function crumbs(...items) {
   const nav = document.getElementById("crumbs");
@@ -383,7 +385,8 @@ async function renderStep(params) {
   if (step.info.state !== "ok") {
     parts.push(el("div", {class: "warn", id: "record-problem", text: `The step record ${step.info.url} is ${step.info.state}: ${step.info.error}`}));
   }
-  parts.push(kv([["name", step.name], ["output", el("a", {href: links.file(step.output_path), text: step.output_path})],
+  const ctx = {exp, step: step.output_path};
+  parts.push(kv([["name", step.name], ["output", el("a", {href: links.file(step.output_path, null, null, ctx), text: step.output_path})],
     ["function", r && r.fn], ["description", r && r.description],
     ["started", r && r.timings && r.timings.started], ["ended", r && r.timings && r.timings.ended],
     ["duration", r && r.timings && typeof r.timings.duration_s === "number" ? `${r.timings.duration_s.toFixed(2)} s` : null]]));
@@ -435,12 +438,12 @@ async function renderStep(params) {
     if (m && Array.isArray(m.files)) {
       parts.push(el("p", {class: "muted", text: `${m.count ?? m.files.length} files, ${fmtBytes(m.total_bytes)}`}));
       parts.push(table(["File", "Size", "sha256"], m.files.slice(0, 2000).map(f => [
-        el("a", {href: links.file(`${step.output_path}/${f.path}`), class: "manifest-file", text: f.path}),
+        el("a", {href: links.file(`${step.output_path}/${f.path}`, null, null, ctx), class: "manifest-file", text: f.path}),
         fmtBytes(f.size), el("span", {class: "mono", text: (f.sha256 || "").slice(0, 16)})]), {id: "manifest"}));
     } else parts.push(el("p", {class: "muted", text: "no manifest (the step has not finished)"}));
   }
   setPage(parts);
-  const tail = await startLog(step.output_path);
+  const tail = await startLog(step.output_path, ctx);
   if (ACTIVE.has(step.status)) {
     poll(async () => {
       await tail();
@@ -459,13 +462,16 @@ async function renderStep(params) {
       return true;
     });
   }
-  if (step.has_metrics || step.has_results) renderMetrics(step.output_path).catch(err => {
+  // The previous version of this step (explain's comparison), overlaid on the same charts.
+  const ex = step.explain;
+  const others = ex && ex.against_output_path ? [{label: ex.against, path: ex.against_output_path}] : [];
+  if (step.has_metrics || step.has_results) renderMetrics(step.output_path, others).catch(err => {
     document.getElementById("metrics").replaceChildren(el("div", {class: "error", text: String(err.message || err)}));
   });
 }
 
 // The log's tail, then only what was added (the API hands out whole lines from next_offset).
-async function startLog(path) {
+async function startLog(path, ctx) {
   const box = document.getElementById("log-box");
   let offset = null, attempt = null;
   const show = page => {
@@ -473,7 +479,7 @@ async function startLog(path) {
     const text = el("pre", {id: "log", class: "log", text: page.text});
     box.replaceChildren(el("p", {class: "muted"}, `attempt ${page.attempt} of ${page.attempts.length}`,
       page.start > 0 ? ` · last ${fmtBytes(page.size - page.start)} of ${fmtBytes(page.size)} · ` : " · ",
-      el("a", {href: links.file(page.url), text: "open the whole log"})), text);
+      el("a", {href: links.file(page.url, null, null, ctx), text: "open the whole log"})), text);
     text.scrollTop = text.scrollHeight;
     offset = page.next_offset; attempt = page.attempt;
   };
@@ -497,38 +503,67 @@ async function startLog(path) {
   };
 }
 
-function linePlot(title, points) {
+const SERIES_COLOURS = 5;  // .series-0 ... .series-4 in app.css (no inline styles under the CSP)
+
+// One chart, several runs overlaid; hovering shows each run's value at the nearest logged step.
+function linePlot(title, series) {
   const W = 380, H = 200, L = 56, R = 10, T = 10, B = 28;
-  const xs = points.map(p => p[0]), ys = points.map(p => p[1]);
+  const all = series.flatMap(s => s.points);
+  const xs = all.map(p => p[0]), ys = all.map(p => p[1]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
   const sx = x => L + (x1 === x0 ? 0.5 : (x - x0) / (x1 - x0)) * (W - L - R);
   const sy = y => T + (1 - (y1 === y0 ? 0.5 : (y - y0) / (y1 - y0))) * (H - T - B);
   const fmt = v => Math.abs(v) >= 1e4 || (Math.abs(v) < 1e-2 && v !== 0) ? v.toExponential(2) : +v.toFixed(4);
-  const chart = svg("svg", {class: "chart", width: W, height: H, "data-metric": title, "data-points": points.length},
+  const cursor = svg("line", {class: "cursor", x1: 0, y1: T, x2: 0, y2: H - B, visibility: "hidden"});
+  const readout = svg("text", {class: "readout", x: W - R, y: T + 8, "text-anchor": "end"});
+  const chart = svg("svg", {class: "chart", width: W, height: H, "data-metric": title,
+      "data-points": series[0].points.length, "data-series": series.length},
     svg("line", {class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B}),
     svg("line", {class: "axis", x1: L, y1: T, x2: L, y2: H - B}),
     svg("text", {x: L - 4, y: T + 8, "text-anchor": "end", text: fmt(y1)}),
     svg("text", {x: L - 4, y: H - B, "text-anchor": "end", text: fmt(y0)}),
     svg("text", {x: L, y: H - 8, text: `step ${x0}`}),
     svg("text", {x: W - R, y: H - 8, "text-anchor": "end", text: `${x1}`}),
-    svg("polyline", {points: points.map(p => `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" ")}));
+    series.map((s, i) => svg("polyline", {"data-label": s.label, class: `series-${i % SERIES_COLOURS}`,
+      points: s.points.map(p => `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" ")})),
+    cursor, readout);
+  chart.addEventListener("mousemove", ev => {
+    const r = chart.getBoundingClientRect();
+    const x = x0 + (ev.clientX - r.left - L) / (W - L - R) * (x1 - x0);
+    const values = series.map(s => {
+      let best = null;
+      for (const p of s.points) if (best === null || Math.abs(p[0] - x) < Math.abs(best[0] - x)) best = p;
+      return best;
+    });
+    const at = values[0] ? values[0][0] : Math.round(x);
+    cursor.setAttribute("x1", sx(at)); cursor.setAttribute("x2", sx(at)); cursor.setAttribute("visibility", "visible");
+    readout.textContent = `step ${at}: ` + values.map((v, i) => `${series.length > 1 ? series[i].label + " " : ""}${v ? fmt(v[1]) : "—"}`).join(", ");
+  });
+  chart.addEventListener("mouseleave", () => { cursor.setAttribute("visibility", "hidden"); readout.textContent = ""; });
   return el("div", {class: "plot"}, el("div", {class: "title", text: title}), chart);
 }
 
-async function renderMetrics(path) {
-  const data = await api(`/api/metrics?${q({path})}`);
+// `others`: earlier versions of the same step ({label, path}), drawn on the same charts.
+async function renderMetrics(path, others) {
+  const [data, ...rest] = await Promise.all([api(`/api/metrics?${q({path})}`),
+    ...(others || []).map(o => api(`/api/metrics?${q({path: o.path})}`).catch(() => null))]);
   const box = document.getElementById("metrics");
   const out = [];
   const m = data.metrics;
   if (m.state === "ok") {
+    const runs = [{label: "this run", series: m.series}, ...(others || []).map((o, i) => ({label: o.label,
+      series: rest[i] && rest[i].metrics.state === "ok" ? rest[i].metrics.series : null})).filter(r => r.series)];
     const plots = ["loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu"].filter(k => m.series[k] && m.series[k].length);
-    out.push(el("div", {class: "plots", id: "plots"}, plots.map(k => linePlot(k, m.series[k]))));
+    out.push(el("div", {class: "plots", id: "plots"}, plots.map(k => linePlot(k,
+      runs.filter(r => r.series[k] && r.series[k].length).map(r => ({label: r.label, points: r.series[k]}))))));
+    if (runs.length > 1) out.push(el("p", {class: "legend", id: "overlay-legend"}, runs.map((r, i) =>
+      el("span", {class: `series-key series-${i % SERIES_COLOURS}`, text: r.label}))));
     // Float8 runs (issue 14): the saturated/flushed fractions, then per-layer amax and fractions.
     const fp8 = Object.keys(m.series).filter(k => k.startsWith("fp8/") && m.series[k].length).sort();
     const fp8Totals = fp8.filter(k => k.split("/").length === 2), fp8Layers = fp8.filter(k => k.split("/").length > 2);
-    if (fp8Totals.length) out.push(el("div", {class: "plots", id: "fp8-plots"}, fp8Totals.map(k => linePlot(k, m.series[k]))));
+    if (fp8Totals.length) out.push(el("div", {class: "plots", id: "fp8-plots"}, fp8Totals.map(k => linePlot(k, [{label: "this run", points: m.series[k]}]))));
     if (fp8Layers.length) out.push(el("details", {id: "fp8-layers"}, el("summary", {text: `float8 per layer (${fp8Layers.length} series)`}),
-      el("div", {class: "plots"}, fp8Layers.map(k => linePlot(k, m.series[k])))));
+      el("div", {class: "plots"}, fp8Layers.map(k => linePlot(k, [{label: "this run", points: m.series[k]}])))));
     out.push(el("p", {class: "muted", text: `${m.rows} logged steps${m.bad_lines ? `, ${m.bad_lines} unreadable lines skipped` : ""}${m.sampled ? ` (sampled: ${fmtBytes(m.sampled.bytes_read)} read of ${fmtBytes(m.sampled.size)}, in ${m.sampled.windows} evenly spaced windows)` : ""}`}));
   } else if (m.state !== "missing") out.push(el("div", {class: "warn", text: `metrics: ${m.error}`}));
   const res = data.results;
@@ -550,11 +585,11 @@ async function renderMetrics(path) {
 }
 
 // ---- file viewer ----------------------------------------------------------------------------
-function renderItems(page) {
+function renderItems(page, ctx) {
   switch (page.kind) {
     case "directory":
       return table(["Name", "Type", "Size"], page.items.map(e => [
-        el("a", {href: links.file(e.path), class: "entry", text: e.name + (e.type === "directory" ? "/" : "")}),
+        el("a", {href: links.file(e.path, null, null, ctx), class: "entry", text: e.name + (e.type === "directory" ? "/" : "")}),
         e.type, e.type === "file" ? fmtBytes(e.size) : ""]), {id: "listing"});
     case "jsonl":
       return el("div", {id: "documents"}, page.items.map(item => {
@@ -599,20 +634,26 @@ function renderItems(page) {
 
 async function renderFile(params) {
   const path = params.get("path"); const cursor = params.get("cursor"); const pageNo = Number(params.get("page") || 1);
+  const ctx = {exp: params.get("exp"), step: params.get("step")};
   const data = await api(`/api/file?${q(cursor ? {path, cursor} : {path})}`);
-  crumbs(["experiments", "#/"], ["files", null]);
+  // experiments / its experiment / its step / the path below the step: each a link back.
+  const inStep = ctx.step && (data.path === ctx.step || data.path.startsWith(ctx.step + "/"));
+  const below = inStep ? data.path.slice(ctx.step.length).replace(/^\//, "") : null;
+  crumbs(["experiments", "#/"], ctx.exp ? [ctx.exp, links.experiment(ctx.exp)] : null,
+    inStep ? [ctx.step.split("/").slice(-2).join("/"), links.step(ctx.step, ctx.exp)] : null,
+    inStep ? (below ? [below, null] : ["files", null]) : ["files", null]);
   const pager = el("div", {class: "pager"},
     el("button", {id: "prev-page", disabled: pageNo <= 1 ? "" : null, onclick: () => history.back(), text: "← Previous"}),
     el("span", {id: "page-number", text: `page ${pageNo}`}),
     el("button", {id: "next-page", disabled: data.next_cursor ? null : "",
-      onclick: () => { location.hash = links.file(path, data.next_cursor, pageNo + 1); }, text: "Next page →"}));
+      onclick: () => { location.hash = links.file(path, data.next_cursor, pageNo + 1, ctx); }, text: "Next page →"}));
   setPage(el("h1", {class: "mono", text: data.path}),
-    el("p", {}, el("a", {href: links.file(data.parent), id: "parent-link", text: "↑ parent folder"}),
+    el("p", {}, el("a", {href: links.file(data.parent, null, null, ctx), id: "parent-link", text: "↑ parent folder"}),
       ` · ${data.kind}${data.compression ? ` (${data.compression})` : ""} · ${fmtBytes(data.size)}`),
     data.error ? el("div", {class: "warn", text: data.error}) : null,
     data.notice ? el("p", {class: "muted", id: "notice", text: data.notice}) : null,
     data.is_step ? el("p", {}, el("a", {href: links.step(data.path), id: "step-link", text: "Open this step's page"})) : null,
-    pager, el("div", {id: "viewer", "data-kind": data.kind}, renderItems(data)));
+    pager, el("div", {id: "viewer", "data-kind": data.kind}, renderItems(data, ctx)));
 }
 
 // ---- router ---------------------------------------------------------------------------------
