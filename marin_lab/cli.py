@@ -10,8 +10,8 @@ import sys
 from collections.abc import Sequence
 
 from marin_lab.execution.errors import MarinLabError
-from marin_lab.flags import add_bool_flag
 from marin_lab.execution.secrets import redact_logs
+from marin_lab.flags import add_bool_flag
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

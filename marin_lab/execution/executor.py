@@ -42,9 +42,8 @@ from marin_lab.execution.errors import (
 from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_diffs
 from marin_lab.execution.hashing import hash8, lenient_value, unversioned_fingerprint
 from marin_lab.execution.lease import HOSTNAME, Lease, new_driver_id
-from marin_lab.execution.watch import StatusHeartbeat, failure_report, with_step_logs
-from marin_lab.execution.plan_report import check_format, plan_report, render_plan
 from marin_lab.execution.plan import MarinExecutorAttributes, Plan, PlannedStep, build_plan
+from marin_lab.execution.plan_report import check_format, plan_report, render_plan
 from marin_lab.execution.provenance import manifest, package_versions, redact
 from marin_lab.execution.resources import describe_resources, validate_resources
 from marin_lab.execution.secrets import redact_logs, scrub_text
@@ -59,6 +58,7 @@ from marin_lab.execution.status import (
     write_status,
 )
 from marin_lab.execution.step import ExecutorStep
+from marin_lab.execution.watch import StatusHeartbeat, failure_report, with_step_logs
 from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.io.fs import atomic_write_bytes, join, normalize_prefix, remove, write_json
 

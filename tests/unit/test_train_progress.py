@@ -4,8 +4,8 @@ import importlib
 import json
 import logging
 
-from marin_lab.training import train_lm
 from marin_lab.training import metrics as metrics_module
+from marin_lab.training import train_lm
 from marin_lab.training.checkpoint import CheckpointConfig
 from marin_lab.training.testing import tiny_train_config, write_synthetic_cache
 
