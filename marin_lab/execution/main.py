@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import multiprocessing
 import sys
 from collections.abc import Sequence
 
@@ -78,6 +79,11 @@ def executor_main(
     if _CAPTURE is not None:
         _CAPTURE.append((list(steps), description))
         raise _Captured()
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # A local step worker (forkserver/spawn) imports the driver's script again (as __mp_main__)
+        # while it bootstraps, the flag multiprocessing itself checks then; a script without
+        # `if __name__ == "__main__":` must not start a second run in there.
+        return None
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # JAX logs "Unable to initialize backend 'tpu'" at INFO whenever it looks for devices on a CPU host.

@@ -116,7 +116,10 @@ class MetricsLogger:
         """For the step's result (and so its record and the browser): which W&B run, and where."""
         if self.mode == "disabled":
             return {"mode": "disabled", "run_id": None, "dir": None}
-        return {"mode": self.mode, "run_id": self.run_id, "dir": mfs.join(self.output_path, "wandb")}
+        info = {"mode": self.mode, "run_id": self.run_id, "dir": mfs.join(self.output_path, "wandb")}
+        if self.mode == "online" and self._run is not None and getattr(self._run, "url", None):
+            info["url"] = self._run.url  # the browser links the run's page
+        return info
 
     def log(self, record: dict[str, Any]) -> None:
         self.lines.append(json.dumps(record, sort_keys=True))

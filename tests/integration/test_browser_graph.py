@@ -102,13 +102,16 @@ def _training_step(prefix: Path, identity: str, started: str, lr: float) -> None
     out.mkdir(parents=True)
     (out / ".executor_info").write_text(json.dumps({
         "schema": 1, "name": "train/run", "identity": identity, "output_path": str(out), "status": "SUCCESS",
-        "version": {"config": {"lr": lr}}, "timings": {"started": started}, "dependencies": []}))
+        "version": {"config": {"lr": lr}}, "timings": {"started": started}, "dependencies": [],
+        "result": {"wandb": {"mode": "offline", "run_id": f"run-{lr}", "dir": f"{out}/wandb"}}}))
     (out / ".executor_status").write_text(json.dumps({"status": "SUCCESS"}))
+    (out / "wandb").mkdir()
+    (out / "wandb" / "debug.log").write_text("offline run\n")
     (out / "metrics.jsonl").write_text("".join(
         json.dumps({"step": s, "loss": 5.0 - s * lr, "time": 0}) + "\n" for s in range(6)))
 
 
-def test_metrics_of_two_versions_on_one_chart_with_hover_values(chromium, tmp_path):  # noqa: F811
+def test_metrics_of_two_versions_on_one_chart_with_hover_values_and_the_wandb_run_linked(chromium, tmp_path):  # noqa: F811
     prefix = tmp_path / "store"
     _training_step(prefix, "train/run-aaaaaaaa", "2026-11-20T00:00:00Z", 0.1)
     _training_step(prefix, "train/run-bbbbbbbb", "2026-11-21T00:00:00Z", 0.3)
@@ -122,4 +125,8 @@ def test_metrics_of_two_versions_on_one_chart_with_hover_values(chromium, tmp_pa
         box = chart.bounding_box()
         page.mouse.move(box["x"] + box["width"] - 12, box["y"] + box["height"] / 2)
         expect(chart.locator("text.readout")).to_have_text("step 5: this run 3.5, train/run-aaaaaaaa 4.5")
+        # The W&B run is linked: an offline run to its files, with the step's breadcrumb kept.
+        page.click("#wandb-link")
+        expect(page.locator("#crumbs")).to_contain_text("train/run-bbbbbbbb")
+        expect(page.locator("h1")).to_have_text(f"{prefix}/train/run-bbbbbbbb/wandb")
         page.close()

@@ -70,7 +70,7 @@ def test_the_drivers_terminal_shows_each_line_prefixed_by_its_step(tmp_path):
     script.write_text(DRIVER)
     env = {**os.environ, "PYTHONPATH": REPO_ROOT, "WATCH_TEST_API_KEY": "hunter2-very-secret"}
     done = subprocess.run([sys.executable, str(script), "--backend", "local", "--prefix", str(tmp_path / "store")],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     prefix = re.search(r"\[(talk/driver-[0-9a-f]{8})\] ", done.stdout).group(1)
     assert f"[{prefix}] stdout says driver" in done.stdout

@@ -429,7 +429,7 @@ async function renderStep(params) {
       ["backend", typeof r.backend === "string" ? r.backend : (r.backend ? JSON.stringify(r.backend) : null)],
       ["driver", typeof r.driver === "string" ? r.driver : (r.driver ? JSON.stringify(r.driver) : null)],
       ["config fingerprint", r.config_fingerprint], ["resources", r.resources ? JSON.stringify(r.resources) : null],
-      ["W&B run", r.result && r.result.wandb && r.result.wandb.run_id ? `${r.result.wandb.run_id} (${r.result.wandb.mode}; ${r.result.wandb.dir})` : null]]));
+      ["W&B run", wandbLink(r.result && r.result.wandb, ctx)]]));
     if (r.hardware) parts.push(el("details", {}, el("summary", {text: "hardware"}), pre(r.hardware)));
     if (env.packages) parts.push(el("details", {}, el("summary", {text: `packages (${Object.keys(env.packages).length})`}), pre(env.packages)));
     if (env.env) parts.push(el("details", {}, el("summary", {text: "environment variables"}), pre(env.env, "env-vars")));
@@ -468,6 +468,14 @@ async function renderStep(params) {
   if (step.has_metrics || step.has_results) renderMetrics(step.output_path, others).catch(err => {
     document.getElementById("metrics").replaceChildren(el("div", {class: "error", text: String(err.message || err)}));
   });
+}
+
+// The W&B run: its page when the run was online and recorded its URL, else its files in the step's output.
+function wandbLink(w, ctx) {
+  if (!w || !w.run_id) return null;
+  const label = `${w.run_id} (${w.mode})`;
+  if (typeof w.url === "string" && /^https:\/\//.test(w.url)) return el("a", {href: w.url, id: "wandb-link", rel: "noreferrer", text: label});
+  return w.dir ? el("a", {href: links.file(w.dir, null, null, ctx), id: "wandb-link", text: `${label}: ${w.dir}`}) : label;
 }
 
 // The log's tail, then only what was added (the API hands out whole lines from next_offset).
