@@ -1,4 +1,4 @@
-"""The `marin-lab` command: status, explain, verify, browse, cluster."""
+"""The `marin-lab` command: status, explain, verify, reproduce, browse, cluster."""
 
 from __future__ import annotations
 
@@ -119,6 +119,18 @@ def _manifest_problem(recorded: object) -> str | None:
     return None
 
 
+def _cmd_reproduce(args: argparse.Namespace) -> int:
+    from marin_lab.execution.reproduce import ReproduceError, reproduce
+
+    try:
+        report = reproduce(args.target, into=args.into, steps=args.steps, deep=args.deep, backend=args.backend)
+    except ReproduceError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(report.table())
+    return 0 if report.ok else 1
+
+
 def _cmd_browse(args: argparse.Namespace) -> int:
     from marin_lab.browser.server import serve
 
@@ -158,6 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="the step's output path, or its path under the prefix (e.g. tokenized/docs-1a2b3c4d)")
     p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store")
     p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("reproduce", help="run a recorded experiment again from its stored script into a scratch "
+                                         "prefix and compare every artifact with the record (exit 1 on a difference)")
+    p.add_argument("target", help="an experiment record ({prefix}/experiments/NAME-HASH.json) or a step's output path")
+    p.add_argument("--into", help="scratch prefix (default: a new temporary folder); never the original prefix")
+    p.add_argument("--steps", help="regex over step names (default: every step)")
+    p.add_argument("--deep", action="store_true",
+                   help="recompute every dependency too, instead of reading it from the original prefix")
+    p.add_argument("--backend", default="local", choices=("local", "ray"))
+    p.set_defaults(func=_cmd_reproduce)
 
     p = sub.add_parser("browse", help="serve the data browser for a prefix (read-only, 127.0.0.1 by default)")
     p.add_argument("--prefix", default=os.environ.get("MARIN_PREFIX", "./marin_store"))

@@ -224,3 +224,11 @@ def leak_secrets(cfg: SecretConfig) -> dict:
     with fsspec.open(f"{cfg.output_path}/data.txt", "w") as f:
         f.write("ok")
     return {"echo": f"{cfg.api_key} {env_secret}"}
+
+
+def write_noise(cfg: WriteConfig) -> dict:
+    """Like write_text, plus random bytes: a step that can never give the same output twice."""
+    write_text(cfg)
+    with fsspec.open(f"{cfg.output_path}/noise.bin", "wb") as f:
+        f.write(os.urandom(16))
+    return {}

@@ -32,6 +32,9 @@ from marin_lab.io.fs import exists, join, read_bytes
 
 ATTRIBUTE = "__marin_reproducibility__"
 ALWAYS_NON_ARTIFACTS = ("logs/*", "wandb/*")
+# A small file that differs is read as JSON (a record, a ledger, a progress marker) in case only
+# locations differ; larger ones (data) are compared by checksum only.
+MAX_JSON_BYTES = 4 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +83,7 @@ class Comparison:
     excluded: list[str] = dataclasses.field(default_factory=list)
     """Run-log files left out (`non_artifacts`), from either side."""
     normalized: list[str] = dataclasses.field(default_factory=list)
-    """Files compared as JSON without their volatile fields."""
+    """JSON files equal only without their volatile fields and with locations read as `{prefix}`."""
 
 
 def _matches(path: str, patterns: Any) -> bool:
@@ -88,8 +91,12 @@ def _matches(path: str, patterns: Any) -> bool:
 
 
 def compare_outputs(recorded: dict[str, Any], original_root: str, actual: dict[str, Any],
-                    actual_root: str, declared: dict[str, Any]) -> Comparison:
-    """Compare `actual` (a manifest of `actual_root`) with the `recorded` manifest of `original_root`."""
+                    actual_root: str, declared: dict[str, Any], prefixes: tuple[str, ...] = ()) -> Comparison:
+    """Compare `actual` (a manifest of `actual_root`) with the `recorded` manifest of `original_root`.
+
+    A JSON file that differs only in where things are (a path under one of `prefixes`, e.g. the
+    checkpoint an evaluation read) is equal: both sides are read with every prefix as `{prefix}`.
+    """
     non_artifacts = declared.get("non_artifacts") or list(ALWAYS_NON_ARTIFACTS)
     volatile = declared.get("volatile_fields") or {}
     rec = {f["path"]: f for f in recorded.get("files", [])}
@@ -110,11 +117,13 @@ def compare_outputs(recorded: dict[str, Any], original_root: str, actual: dict[s
                 out.differences.append(f"link differs: {path}")
         elif r.get("sha256") == a.get("sha256") and r.get("size") == a.get("size"):
             continue
-        elif keys := [k for pattern, ks in volatile.items() if fnmatch.fnmatchcase(path, pattern) for k in ks]:
-            out.normalized.append(path)
-            problem = _compare_json(join(original_root, path), r, join(actual_root, path), keys)
+        elif (keys := [k for pattern, ks in volatile.items() if fnmatch.fnmatchcase(path, pattern) for k in ks]) \
+                or (a.get("size") or 0) <= MAX_JSON_BYTES:
+            problem = _compare_json(join(original_root, path), r, join(actual_root, path), keys, prefixes)
             if problem:
                 out.differences.append(f"{problem}: {path}")
+            else:
+                out.normalized.append(path)
         elif r.get("size") != a.get("size"):
             out.differences.append(f"size differs: {path} ({r.get('size')} -> {a.get('size')} bytes)")
         else:
@@ -122,21 +131,25 @@ def compare_outputs(recorded: dict[str, Any], original_root: str, actual: dict[s
     return out
 
 
-def _compare_json(original: str, recorded: dict[str, Any], actual: str, keys: list[str]) -> str | None:
+def _compare_json(original: str, recorded: dict[str, Any], actual: str, keys: list[str],
+                  prefixes: tuple[str, ...]) -> str | None:
     if not exists(original):
         return "original file gone, cannot compare its fields"
     data = read_bytes(original)
     if hashlib.sha256(data).hexdigest() != recorded.get("sha256"):
         return "original file changed since it was recorded"
     try:
-        same = _normalized(data, keys) == _normalized(read_bytes(actual), keys)
-    except ValueError:
-        return "checksum differs (not JSON, so volatile fields cannot be left out)"
+        same = _normalized(data, keys, prefixes) == _normalized(read_bytes(actual), keys, prefixes)
+    except ValueError:  # not JSON (or not UTF-8): bytes it is
+        return "checksum differs"
     return None if same else "content differs (beyond its volatile fields)"
 
 
-def _normalized(data: bytes, keys: list[str]) -> list[Any]:
+def _normalized(data: bytes, keys: list[str], prefixes: tuple[str, ...]) -> list[Any]:
     text = data.decode("utf-8")
+    for prefix in sorted(prefixes, key=len, reverse=True):  # the longest first: one may hold another
+        if prefix:
+            text = text.replace(json.dumps(prefix.rstrip("/"))[1:-1], "{prefix}")
     try:
         docs = [json.loads(text)]
     except ValueError:  # JSON lines: one document per line

@@ -22,12 +22,14 @@ import datetime as dt
 import hashlib
 import logging
 import os
+import re
 import tempfile
 import time
 from dataclasses import dataclass, field
 
 import fsspec
 
+from marin_lab.execution.artifacts import reproducibility
 from marin_lab.io import fs as mfs
 from marin_lab.io.sources import SourceFile, list_source_and_broken_links, sha256_file
 from marin_lab.processing.errors import DownloadError
@@ -170,6 +172,19 @@ def _hf_snapshot(config: DownloadConfig) -> tuple[str, str]:
     return folder, os.path.basename(os.path.normpath(folder))
 
 
+def moving_source(config: DownloadConfig) -> str | None:
+    """Why a download may give other bytes when run again (a moving URL or revision), or None."""
+    if config.hf_dataset:
+        rev = config.revision or "main"
+        if not re.fullmatch(r"[0-9a-f]{40}", rev):
+            return f"Hugging Face dataset {config.hf_dataset} at revision {rev!r}, which moves; pin a commit sha"
+        return None
+    if config.source and config.source.startswith(("http://", "https://")) and not config.expected:
+        return f"{config.source} is fetched without a revision or expected checksums; its content may change"
+    return None
+
+
+@reproducibility(volatile_fields={"provenance.json": ("retrieved",)}, not_reproducible=moving_source)
 def download(config: DownloadConfig) -> dict:
     """Fetch the files `config` names into `{output_path}/data/` and write `provenance.json`."""
     if bool(config.source) == bool(config.hf_dataset):

@@ -25,6 +25,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
+from marin_lab.execution.artifacts import reproducibility
 from marin_lab.io import fs as mfs  # noqa: E402
 from marin_lab.training import checkpoint as ckpt  # noqa: E402
 from marin_lab.training import distributed  # noqa: E402
@@ -225,6 +226,15 @@ def _check_model_metadata(config: TrainLmConfig, meta: dict[str, Any], path: str
         )
 
 
+@reproducibility(
+    # orbax's storage of the arrays names its chunks at random and stamps times; the parameters
+    # themselves are compared bit for bit through train_summary.json's param_checksum.
+    non_artifacts=("wandb/*", "checkpoints/*/state/*"),
+    # Wall-clock facts and locations: the rest of each line and of the summary must match.
+    volatile_fields={"metrics.jsonl": ("time", "tokens_per_s", "mfu"),
+                     "train_summary.json": ("tokens_per_s", "mfu", "environment", "wandb", "eval.time"),
+                     "checkpoints/*/COMPLETE": ("time",)},
+)
 def train_lm(config: TrainLmConfig) -> dict[str, Any]:
     """Train (or resume training) a Llama-family LM; returns the run summary.
 

@@ -1,0 +1,253 @@
+"""`marin-lab reproduce`: run a recorded experiment again into a scratch prefix and compare.
+
+The steps are rebuilt from the script stored with the experiment record (not from today's working
+tree), planned under the scratch prefix, and must get the recorded identities. Then:
+
+- by default each selected step runs once more, reading its dependencies' recorded outputs from
+  the original prefix: does this step, given the same inputs, give the same bytes?
+- with `deep`, every step and everything it depends on runs again in the scratch prefix: does the
+  whole chain give the same bytes?
+
+Every artifact is compared with the record's manifest (artifacts.compare_outputs); run logs and
+timings that the step declared are left out and listed. Nothing is written under the original
+prefix: dependencies are read there only after their SUCCESS status is checked, and a scratch
+prefix inside it is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import hashlib
+import os
+import re
+import tempfile
+from typing import Any
+
+from marin_lab.execution.artifacts import ALWAYS_NON_ARTIFACTS, compare_outputs, declaration
+from marin_lab.execution.errors import MarinLabError
+from marin_lab.execution.status import info_path, read_status
+from marin_lab.io.fs import exists, join, normalize_prefix, read_bytes, read_json_or_none
+
+IDENTICAL, DIFFERS, NOT_REPRODUCIBLE, NOT_CHECKED = "identical", "DIFFERS", "not reproducible", "not checked"
+
+
+class ReproduceError(MarinLabError):
+    """A record that cannot be reproduced at all (missing script, older schema, bad target)."""
+
+
+@dataclasses.dataclass
+class StepResult:
+    name: str
+    identity: str
+    verdict: str
+    details: list[str] = dataclasses.field(default_factory=list)
+    excluded: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Run-log files left out of the comparison: the declared pattern -> how many files."""
+    compared: int = 0
+
+
+@dataclasses.dataclass
+class ReproduceReport:
+    experiment: str
+    original_prefix: str
+    scratch: str
+    deep: bool
+    steps: list[StepResult]
+
+    @property
+    def ok(self) -> bool:
+        return all(s.verdict in (IDENTICAL, NOT_REPRODUCIBLE) for s in self.steps)
+
+    def table(self) -> str:
+        """One line per step (identity, verdict, files compared, run logs left out), then its details."""
+        width = max([len(s.identity) for s in self.steps] + [4])
+        how = "deep: every dependency recomputed" if self.deep else "dependencies read from the original prefix"
+        lines = [f"reproduce {self.experiment} ({how})", f"  into {self.scratch}",
+                 f"  {'step':<{width}}  {'result':<16}  {'compared':>8}  not compared (run logs)"]
+        for s in self.steps:
+            logs = ", ".join(f"{pattern} ({n})" for pattern, n in s.excluded.items()) or "-"
+            lines.append(f"  {s.identity:<{width}}  {s.verdict:<16}  {s.compared:>8}  {logs}")
+            for d in s.details[:10]:
+                lines.append(f"  {'':<{width}}    {d}")
+            if len(s.details) > 10:
+                lines.append(f"  {'':<{width}}    ... and {len(s.details) - 10} more")
+        counts: dict[str, int] = {}
+        for s in self.steps:
+            counts[s.verdict] = counts.get(s.verdict, 0) + 1
+        lines.append(f"{len(self.steps)} steps: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
+        return "\n".join(lines)
+
+
+def locate(target: str) -> tuple[str, dict[str, Any], str]:
+    """(experiment record URL, the record, the original prefix) for an experiment record or a step's output."""
+    target = target.rstrip("/")
+    if target.endswith(".json"):
+        record = read_json_or_none(target)
+        if not isinstance(record, dict) or "steps" not in record:
+            raise ReproduceError(f"{target} is not an experiment record (no 'steps'); give an experiment "
+                                 "record ({prefix}/experiments/NAME-HASH.json) or a step's output path")
+        folder = target.rsplit("/", 1)[0]
+        prefix = folder.rsplit("/", 1)[0] if folder.endswith("/experiments") else record.get("prefix")
+        return target, record, normalize_prefix(prefix)
+    info = read_json_or_none(info_path(target))
+    if not isinstance(info, dict):
+        raise ReproduceError(f"{target} has no step record ({info_path(target)}); give an experiment record "
+                             "or the output path of a step the executor ran")
+    identity = info.get("identity", "")
+    if not target.endswith("/" + identity):
+        raise ReproduceError(f"{target}: its record names identity {identity!r}, which is not the path's end; "
+                             "give the experiment record instead")
+    prefix = target[: -len(identity) - 1]
+    experiment = (info.get("code") or {}).get("experiment")
+    if not experiment:
+        raise ReproduceError(f"{info_path(target)} was written by an older record schema: it names no experiment "
+                             "record (code.experiment); give the experiment record, or rerun the step with this "
+                             "version of marin_lab")
+    url = experiment if "://" in experiment or experiment.startswith("/") else join(prefix, experiment)
+    record = read_json_or_none(url)
+    if not isinstance(record, dict):
+        raise ReproduceError(f"the experiment record {url} named by {info_path(target)} is missing or unreadable")
+    return url, record, normalize_prefix(prefix)
+
+
+def recorded_script(url: str, record: dict[str, Any]) -> tuple[str, str]:
+    """(script name, its text) as stored beside the record; checked against its sha256."""
+    code = record.get("code")
+    if not isinstance(code, dict) or not code.get("stored_script"):
+        why = (code or {}).get("script_missing") if isinstance(code, dict) else None
+        raise ReproduceError(
+            f"{url} holds no stored script (" + (why or "written by an older record schema, before scripts were "
+                                                 "stored") + "); it cannot be rebuilt as it was recorded. Run the "
+            "experiment again with this version of marin_lab to record its script")
+    stored = join(url.rsplit("/", 1)[0], code["stored_script"])
+    if not exists(stored):
+        raise ReproduceError(f"{url}: its script {stored} is missing")
+    data = read_bytes(stored)
+    if hashlib.sha256(data).hexdigest() != code.get("script_sha256"):
+        raise ReproduceError(f"{stored} does not match the sha256 in {url}; the stored script was changed")
+    name = os.path.basename(code.get("script") or "experiment.py")
+    return name, data.decode("utf-8")
+
+
+def reproduce(target: str, *, into: str | None = None, steps: str | None = None, deep: bool = False,
+              backend: str = "local") -> ReproduceReport:
+    from marin_lab.execution.executor import Executor
+    from marin_lab.execution.main import capture_steps
+
+    url, record, original = locate(target)
+    name, text = recorded_script(url, record)
+    scratch = normalize_prefix(into or tempfile.mkdtemp(prefix="marin-lab-reproduce-"))
+    if scratch == original or scratch.startswith(original.rstrip("/") + "/"):
+        raise ReproduceError(f"--into {scratch} is (inside) the original prefix {original}; reproduce never "
+                             "writes there: give another scratch prefix")
+    workdir = tempfile.mkdtemp(prefix="marin-lab-script-")
+    script = os.path.join(workdir, name)
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(text)
+    try:
+        rebuilt, _ = capture_steps(script)
+    except MarinLabError:
+        raise
+    except BaseException as err:  # the recorded script no longer imports or runs here
+        raise ReproduceError(f"the recorded script {name} (from {url}) no longer runs here: "
+                             f"{type(err).__name__}: {err}") from err
+    executor = Executor(scratch, backend=backend, script=script,
+                        description=f"reproduction of {url}" + (" (deep)" if deep else ""))
+    plan = executor.plan(rebuilt)
+    recorded = {s["name"]: s for s in record.get("steps", [])}
+    pattern = re.compile(steps) if steps else None
+    chosen = [ps for ps in plan.steps if pattern is None or pattern.search(ps.name)]
+    if not chosen:
+        raise ReproduceError(f"--steps {steps!r} matches no step of {url}")
+    results: dict[str, StepResult] = {}
+    runnable = []
+    for ps in chosen:
+        rec = recorded.get(ps.name)
+        if rec is None:
+            results[ps.identity] = StepResult(ps.name, ps.identity, DIFFERS, ["not in the record: the recorded "
+                                                                                "script plans a step it did not record"])
+        elif rec["identity"] != ps.identity:
+            results[ps.identity] = StepResult(ps.name, ps.identity, DIFFERS, [
+                f"identity differs from the record ({rec['identity']}): the helpers or a source changed since; "
+                "`marin-lab explain` shows which field"])
+        else:
+            runnable.append(ps)
+    originals = {ps.identity: join(original, ps.identity) for ps in plan.steps}
+    if deep:
+        executor.run(rebuilt, run_only=[f"^{re.escape(ps.name)}$" for ps in runnable] or None,
+                     raise_on_failure=False) if runnable else None
+    if not deep and runnable:
+        executor._write_experiment(plan)  # the scratch prefix gets its own experiment record
+    for ps in runnable:
+        if not deep:
+            problem = _run_on_original_inputs(executor, plan, ps, originals)
+            if problem:
+                results[ps.identity] = StepResult(ps.name, ps.identity, NOT_CHECKED, [problem])
+                continue
+        results[ps.identity] = _judge(ps, originals[ps.identity], plan, (original, scratch))
+    return ReproduceReport(url, original, scratch, deep, [results[ps.identity] for ps in chosen])
+
+
+def _run_on_original_inputs(executor: Any, plan: Any, ps: Any, originals: dict[str, str]) -> str | None:
+    """Run `ps` into the scratch prefix with its dependencies read from the original prefix."""
+    from marin_lab.execution.executor import Decision
+
+    original_info = read_json_or_none(info_path(originals[ps.identity])) or {}
+    if (original_info.get("reproducibility") or {}).get("not_reproducible"):
+        return None  # judged from the record; nothing to run
+    for dep in plan.ancestors([ps]):
+        if dep is ps:
+            continue
+        st = read_status(originals[dep.identity])
+        if (st or {}).get("status") != "SUCCESS":
+            return (f"dependency {dep.identity} has no successful output in the original prefix; "
+                    "use --deep to recompute it")
+    saved = {s.identity: s.output_path for s in plan.steps}
+    try:
+        for dep in plan.ancestors([ps]):
+            if dep is not ps:
+                dep.output_path = originals[dep.identity]
+        decisions = []
+        for s in plan.steps:
+            if s is ps:
+                decisions.append(executor._decide_one(ps, read_status(ps.output_path), None))
+            elif s.identity in {d.identity for d in plan.ancestors([ps])}:
+                decisions.append(Decision(s, "skip", "read from the original prefix"))
+            else:
+                decisions.append(Decision(s, "unselected", "not reproduced now"))
+        outcome = executor._execute(plan, decisions).get(ps.identity)
+    finally:
+        for s in plan.steps:
+            s.output_path = saved[s.identity]
+    if outcome is not None and outcome.status != "SUCCESS":
+        return f"the step {outcome.status} when run again: {outcome.message}"
+    return None
+
+
+def _judge(ps: Any, original_path: str, plan: Any, prefixes: tuple[str, str]) -> StepResult:
+    from marin_lab.execution.provenance import manifest
+
+    info = read_json_or_none(info_path(original_path))
+    if not isinstance(info, dict) or not isinstance(info.get("manifest"), dict):
+        return StepResult(ps.name, ps.identity, NOT_CHECKED,
+                          [f"the original {original_path} has no successful record with a manifest"])
+    declared = info.get("reproducibility")
+    if not isinstance(declared, dict):  # recorded before declarations: today's declaration, said so
+        declared = declaration(ps.step.fn, plan.resolve_config(ps))
+    if declared.get("not_reproducible"):
+        return StepResult(ps.name, ps.identity, NOT_REPRODUCIBLE, [f"declared: {declared['not_reproducible']}"])
+    status = (read_status(ps.output_path) or {}).get("status")
+    if status != "SUCCESS":
+        return StepResult(ps.name, ps.identity, DIFFERS, [f"the rerun ended {status or 'without a status'}"])
+    cmp = compare_outputs(info["manifest"], original_path, manifest(ps.output_path), ps.output_path, declared,
+                          prefixes)
+    verdict = IDENTICAL if not cmp.differences else DIFFERS
+    details = list(cmp.differences)
+    if cmp.normalized and not cmp.differences:
+        details.append("compared without volatile fields: " + ", ".join(cmp.normalized[:5]))
+    excluded: dict[str, int] = {}
+    for path in cmp.excluded:
+        pattern = next(p for p in declared.get("non_artifacts") or ALWAYS_NON_ARTIFACTS if fnmatch.fnmatchcase(path, p))
+        excluded[pattern] = excluded.get(pattern, 0) + 1
+    return StepResult(ps.name, ps.identity, verdict, details, excluded, cmp.compared)
