@@ -113,10 +113,12 @@ def test_a_difference_is_named_and_exits_1(tmp_path, capsys):
     original = str(tmp_path / "original")
     experiment = _record(_script(tmp_path / "a", NOISY), original)
     b_output = json.load(open(experiment))["steps"][1]["output_path"]
+    before = _tree(original)
     # A step's output path leads to its experiment; dependencies are read from the original prefix.
     assert cli_main(["reproduce", b_output, "--into", str(tmp_path / "scratch")]) == 1
     out = capsys.readouterr().out
     assert "DIFFERS" in out and "checksum differs: noise.bin" in out and "differs: data.txt" not in out
+    assert _tree(original) == before  # reading dependencies there wrote nothing (no status, no lease)
 
 
 def test_a_declared_moving_source_is_reported_not_reproducible(tmp_path):
