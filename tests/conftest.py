@@ -28,6 +28,10 @@ os.environ["RAY_AUTH_MODE"] = "disabled"
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ.setdefault("WANDB_DIR", tempfile.mkdtemp(prefix="marin-lab-wandb-"))
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# A Ray the executor starts has its dashboard by default (a user's view of running steps); the tests'
+# Rays, in-process and in subprocess experiments, go without: it is a web server and its agents,
+# CPU and start-up time on a 2-core CI machine that no test looks at.
+os.environ.setdefault("MARIN_RAY_DASHBOARD", "0")
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
