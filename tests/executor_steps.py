@@ -232,3 +232,25 @@ def write_noise(cfg: WriteConfig) -> dict:
     with fsspec.open(f"{cfg.output_path}/noise.bin", "wb") as f:
         f.write(os.urandom(16))
     return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class RendezvousConfig:
+    output_path: str
+    meeting_dir: str
+    """Unversioned: a shared folder where each step leaves a marker when it starts."""
+    expected: int
+    timeout_s: float = 120.0
+
+
+def rendezvous(cfg: RendezvousConfig) -> dict:
+    """Start, then wait until `expected` steps have started: only steps running at the same time
+    can all get past this (run one after another, the first one times out)."""
+    os.makedirs(cfg.meeting_dir, exist_ok=True)
+    open(os.path.join(cfg.meeting_dir, f"{os.getpid()}-{cfg.output_path.rsplit('/', 1)[-1]}"), "w").close()
+    deadline = time.monotonic() + cfg.timeout_s
+    while len(os.listdir(cfg.meeting_dir)) < cfg.expected:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {len(os.listdir(cfg.meeting_dir))} of {cfg.expected} steps started together")
+        time.sleep(0.05)
+    return {"met": len(os.listdir(cfg.meeting_dir))}
