@@ -4,6 +4,10 @@ A plot needs at most `MAX_POINTS` points per series, so a request never parses m
 `SCAN_BYTES` of the file: a larger file is sampled in `WINDOWS` evenly spaced windows, the last
 one ending at the file's end (the latest steps always show). Points are thinned while they are
 read, so memory stays bounded by the plot, not by the file.
+
+Every answer also names the numeric keys the rows hold (at most `MAX_KEYS`), so a page can offer
+any of them; asking for one (`metric=`) reads that series alone, which is how the compare view
+overlays one metric of many runs without carrying every series of each.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import math
 
 from marin_lab.browser.errors import ForbiddenPathError, NotFoundError
 from marin_lab.browser.paths import Roots
-from marin_lab.browser.redact import redact
+from marin_lab.browser.redact import is_secret_key, redact
 from marin_lab.browser.storage import child, load_json, open_file
 
 SERIES = ("loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu")
@@ -22,6 +26,9 @@ FP8_PREFIX = "fp8/"
 """Float8 statistics (issue 14: per-layer amax, saturated and flushed fractions) are plotted too."""
 MAX_FP8_SERIES = 256
 """At most this many fp8/ series per step (a 64-layer model logs 5 per layer plus 2)."""
+MAX_KEYS = 512
+"""At most this many metric names are listed per step (names longer than MAX_KEY_CHARS are skipped)."""
+MAX_KEY_CHARS = 200
 MAX_POINTS = 1000
 SCAN_BYTES = 16 * 1024 * 1024
 WINDOWS = 256
@@ -74,10 +81,15 @@ def _lines(f: io.BufferedIOBase, start: int, length: int, size: int) -> list[byt
     return lines
 
 
-def read_metrics(roots: Roots, step_dir: str) -> dict:
-    """Series of (step, value) for each known metric; bad lines are counted, not fatal."""
+def read_metrics(roots: Roots, step_dir: str, metric: str | None = None) -> dict:
+    """Series of (step, value) for each known metric; bad lines are counted, not fatal.
+
+    With `metric`, only that series (any key of the rows, e.g. `eval/valid/loss`) is read.
+    """
     url = child(step_dir, "metrics.jsonl")
-    series = {name: _Thinned() for name in SERIES}
+    wanted = (metric,) if metric else SERIES
+    series = {name: _Thinned() for name in wanted}
+    keys: set[str] = set()
     bad_lines = 0
     rows = 0
     try:
@@ -100,10 +112,13 @@ def read_metrics(roots: Roots, step_dir: str) -> dict:
                         bad_lines += 1
                         continue
                     rows += 1
-                    for name in SERIES:
+                    for name in wanted:
                         _add(series[name], row, name)
                     for name in row:
-                        if name.startswith(FP8_PREFIX) and (name in series or len(series) < len(SERIES) + MAX_FP8_SERIES):
+                        if len(keys) < MAX_KEYS and name not in keys and _plottable(row, name):
+                            keys.add(name)
+                        if (not metric and name.startswith(FP8_PREFIX)
+                                and (name in series or len(series) < len(SERIES) + MAX_FP8_SERIES)):
                             _add(series.setdefault(name, _Thinned()), row, name)
     out = {
         "state": "ok",
@@ -111,6 +126,7 @@ def read_metrics(roots: Roots, step_dir: str) -> dict:
         "rows": rows,
         "bad_lines": bad_lines,
         "series": {name: s.result() for name, s in series.items() if s.seen},
+        "keys": sorted(keys),
     }
     if len(windows) > 1:
         out["sampled"] = {"bytes_read": sum(n for _, n in windows), "size": size, "windows": len(windows)}
@@ -121,6 +137,13 @@ def _add(points: _Thinned, row: dict, name: str) -> None:
     value = row.get(name)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         points.add([row["step"], value])
+
+
+def _plottable(row: dict, name: str) -> bool:
+    """A name worth offering: a number, not the step or time, not secret-looking, not huge."""
+    value = row[name]
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and name not in ("step", "time")
+            and isinstance(name, str) and len(name) <= MAX_KEY_CHARS and not is_secret_key(name))
 
 
 def _chunks(f: io.BufferedIOBase, size: int, chunk: int = 1024 * 1024):

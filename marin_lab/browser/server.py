@@ -25,6 +25,7 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
+from marin_lab.browser.compare import training_runs
 from marin_lab.browser.errors import BadRequestError, BrowserError, NotFoundError, TimeoutAnswerError
 from marin_lab.browser.logs import read_log
 from marin_lab.browser.metrics import read_metrics, read_results
@@ -42,7 +43,7 @@ MAX_LIMIT = 500
 # a slow or hung storage read holds one of many threads, and its request is answered anyway.
 REQUEST_THREADS = 64
 REQUEST_TIMEOUT_S = 120.0
-STATIC_FILES = {"app.js": "text/javascript", "dagre.min.js": "text/javascript", "dagre-LICENSE.txt": "text/plain", "app.css": "text/css", "index.html": "text/html"}
+STATIC_FILES = {"app.js": "text/javascript", "compare.js": "text/javascript", "dagre.min.js": "text/javascript", "dagre-LICENSE.txt": "text/plain", "app.css": "text/css", "index.html": "text/html"}
 # Data is rendered with textContent, and this policy is the second wall: no inline or foreign
 # script can run even if some string reached the DOM as markup.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -161,7 +162,8 @@ async def _file(request: web.Request) -> web.Response:
 async def _metrics(request: web.Request) -> web.Response:
     b = _browser(request)
     step_dir = b.roots.resolve(request.query.get("path", ""))
-    metrics, results = await asyncio.gather(_in_thread(request, read_metrics, b.roots, step_dir),
+    metric = request.query.get("metric") or None  # one series alone (the compare view)
+    metrics, results = await asyncio.gather(_in_thread(request, read_metrics, b.roots, step_dir, metric),
                                             _in_thread(request, read_results, b.roots, step_dir))
     return _json({"output_path": step_dir, "metrics": metrics, "results": results})
 
@@ -181,6 +183,10 @@ async def _log(request: web.Request) -> web.Response:
     step_dir = b.roots.resolve(request.query.get("path", ""))
     return _json(await _in_thread(request, read_log, b.roots, step_dir, _int_query(request, "attempt"),
                                   _int_query(request, "offset")))
+
+
+async def _compare(request: web.Request) -> web.Response:
+    return _json(await _in_thread(request, training_runs, _browser(request), request.match_info["exp_id"]))
 
 
 async def _api_not_found(request: web.Request) -> web.Response:
@@ -227,6 +233,7 @@ def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool
     app.router.add_get("/api/health", _health)
     app.router.add_get("/api/experiments", _experiments)
     app.router.add_get("/api/experiments/{exp_id}", _experiment)
+    app.router.add_get("/api/experiments/{exp_id}/runs", _compare)
     app.router.add_get("/api/step", _step)
     app.router.add_get("/api/file", _file)
     app.router.add_get("/api/metrics", _metrics)

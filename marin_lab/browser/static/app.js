@@ -295,6 +295,8 @@ async function renderExperiment(id) {
         ["command line", exp.command_line ? exp.command_line.join(" ") : null],
         ["file", el("a", {href: links.file(exp.file), text: exp.file})]]),
     el("p", {id: "status-counts"}, Object.entries(exp.status_counts).map(([s, n]) => badge(s, n))),
+    el("p", {}, el("a", {id: "compare-link", href: compareLink(id), text: "Compare runs"}),
+      el("span", {class: "muted", text: " · the metrics of this experiment's training steps, overlaid on one chart"})),
     codeSection(exp.code),
     el("h2", {text: `Graph (${exp.steps.length} steps)`}), legend, drawGraph(exp),
     // A long table costs more layout than the graph; fold it away on big experiments.
@@ -402,7 +404,9 @@ async function renderStep(params) {
   parts.push(el("h2", {text: "Log"}), el("div", {id: "log-box"}, el("p", {class: "muted", text: "Loading the log…"})));
   parts.push(el("h2", {text: "Dependencies"}), stepLinks(step.dependencies, exp));
   parts.push(el("h2", {text: "Dependents"}), stepLinks(step.dependents, exp));
-  if (step.has_metrics || step.has_results) parts.push(el("h2", {text: "Training and evaluation"}), el("div", {id: "metrics"}, el("p", {class: "muted", text: "Loading metrics…"})));
+  if (step.has_metrics || step.has_results) parts.push(el("h2", {text: "Training and evaluation"}),
+    exp && step.has_metrics ? el("p", {}, el("a", {id: "compare-link", href: compareLink(exp), text: "Compare with the other runs of this experiment"})) : null,
+    el("div", {id: "metrics"}, el("p", {class: "muted", text: "Loading metrics…"})));
   if (r) {
     const hist = Array.isArray(r.status_history) ? r.status_history : [];
     parts.push(el("h2", {text: "Status history"}), table(["Status", "Time", "Attempt", "Driver", "Message"],
@@ -511,44 +515,55 @@ async function startLog(path, ctx) {
   };
 }
 
-const SERIES_COLOURS = 5;  // .series-0 ... .series-4 in app.css (no inline styles under the CSP)
+const SERIES_COLOURS = 10;  // .series-0 ... .series-9 in app.css (no inline styles under the CSP); then dashed
 
 // One chart, several runs overlaid; hovering shows each run's value at the nearest logged step.
-function linePlot(title, series) {
-  const W = 380, H = 200, L = 56, R = 10, T = 10, B = 28;
+// opts: {width, height, onHover(at, values)}: with onHover the values go to the caller (the compare
+// view lists them in a table), and the chart itself shows only the step.
+function linePlot(title, series, opts) {
+  const o = opts || {};
+  const W = o.width || 380, H = o.height || 200, L = 56, R = 10, T = 10, B = 28;
   const all = series.flatMap(s => s.points);
   const xs = all.map(p => p[0]), ys = all.map(p => p[1]);
   const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
   const sx = x => L + (x1 === x0 ? 0.5 : (x - x0) / (x1 - x0)) * (W - L - R);
   const sy = y => T + (1 - (y1 === y0 ? 0.5 : (y - y0) / (y1 - y0))) * (H - T - B);
-  const fmt = v => Math.abs(v) >= 1e4 || (Math.abs(v) < 1e-2 && v !== 0) ? v.toExponential(2) : +v.toFixed(4);
   const cursor = svg("line", {class: "cursor", x1: 0, y1: T, x2: 0, y2: H - B, visibility: "hidden"});
   const readout = svg("text", {class: "readout", x: W - R, y: T + 8, "text-anchor": "end"});
   const chart = svg("svg", {class: "chart", width: W, height: H, "data-metric": title,
       "data-points": series[0].points.length, "data-series": series.length},
     svg("line", {class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B}),
     svg("line", {class: "axis", x1: L, y1: T, x2: L, y2: H - B}),
-    svg("text", {x: L - 4, y: T + 8, "text-anchor": "end", text: fmt(y1)}),
-    svg("text", {x: L - 4, y: H - B, "text-anchor": "end", text: fmt(y0)}),
+    svg("text", {x: L - 4, y: T + 8, "text-anchor": "end", text: fmtValue(y1)}),
+    svg("text", {x: L - 4, y: H - B, "text-anchor": "end", text: fmtValue(y0)}),
     svg("text", {x: L, y: H - 8, text: `step ${x0}`}),
     svg("text", {x: W - R, y: H - 8, "text-anchor": "end", text: `${x1}`}),
-    series.map((s, i) => svg("polyline", {"data-label": s.label, class: `series-${i % SERIES_COLOURS}`,
+    series.map((s, i) => svg("polyline", {"data-label": s.label, "data-run": s.key || null, "data-points": s.points.length,
+      class: `series-${i % SERIES_COLOURS}${i >= SERIES_COLOURS ? " dashed" : ""}`,
       points: s.points.map(p => `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" ")})),
     cursor, readout);
   chart.addEventListener("mousemove", ev => {
     const r = chart.getBoundingClientRect();
     const x = x0 + (ev.clientX - r.left - L) / (W - L - R) * (x1 - x0);
-    const values = series.map(s => {
-      let best = null;
-      for (const p of s.points) if (best === null || Math.abs(p[0] - x) < Math.abs(best[0] - x)) best = p;
-      return best;
-    });
-    const at = values[0] ? values[0][0] : Math.round(x);
+    const values = series.map(s => nearestPoint(s.points, x));
+    const first = values.find(v => v);
+    const at = first ? first[0] : Math.round(x);
     cursor.setAttribute("x1", sx(at)); cursor.setAttribute("x2", sx(at)); cursor.setAttribute("visibility", "visible");
-    readout.textContent = `step ${at}: ` + values.map((v, i) => `${series.length > 1 ? series[i].label + " " : ""}${v ? fmt(v[1]) : "—"}`).join(", ");
+    if (o.onHover) { readout.textContent = `step ${at}`; o.onHover(at, values); return; }
+    readout.textContent = `step ${at}: ` + values.map((v, i) => `${series.length > 1 ? series[i].label + " " : ""}${v ? fmtValue(v[1]) : "—"}`).join(", ");
   });
-  chart.addEventListener("mouseleave", () => { cursor.setAttribute("visibility", "hidden"); readout.textContent = ""; });
+  chart.addEventListener("mouseleave", () => {
+    cursor.setAttribute("visibility", "hidden"); readout.textContent = "";
+    if (o.onHover) o.onHover(null, []);
+  });
   return el("div", {class: "plot"}, el("div", {class: "title", text: title}), chart);
+}
+function fmtValue(v) { return Math.abs(v) >= 1e4 || (Math.abs(v) < 1e-2 && v !== 0) ? v.toExponential(2) : +v.toFixed(4); }
+// The logged point closest to step x (a scan, not a search: a resumed run may log a step twice).
+function nearestPoint(points, x) {
+  let best = null;
+  for (const p of points) if (best === null || Math.abs(p[0] - x) < Math.abs(best[0] - x)) best = p;
+  return best;
 }
 
 // `others`: earlier versions of the same step ({label, path}), drawn on the same charts.
@@ -671,9 +686,11 @@ async function route() {
   const params = new URLSearchParams(query || "");
   document.body.dataset.ready = "0";
   delete document.body.dataset.paintedMs;
+  delete document.body.dataset.compareReady;
   poller = null;
   try {
     if (route === "/" || route === "") await renderExperiments();
+    else if (route.startsWith("/compare/")) await renderCompare(decodeURIComponent(route.slice("/compare/".length)), params);
     else if (route.startsWith("/experiment/")) await renderExperiment(decodeURIComponent(route.slice("/experiment/".length)));
     else if (route === "/step") await renderStep(params);
     else if (route === "/files") await renderFile(params);

@@ -1,0 +1,125 @@
+// marin_lab browser: the compare view, one metric of several runs of an experiment on one chart.
+// #/compare/<experiment>?metric=loss&run=<identity>&run=<identity>: the address names the choice,
+// so it can be shared; without run= the first MAX_DEFAULT_RUNS runs are shown. Uses app.js's
+// helpers (el, svg, api, linePlot, ...): both are classic scripts sharing one global scope.
+"use strict";
+
+const MAX_DEFAULT_RUNS = 10;
+
+function compareLink(expId, runs, metric) {
+  const params = new URLSearchParams();
+  if (metric) params.set("metric", metric);
+  for (const r of runs || []) params.append("run", r);
+  const query = params.toString();
+  return `#/compare/${encodeURIComponent(expId)}${query ? "?" + query : ""}`;
+}
+
+function runLabel(run) {
+  return [run.name, run.short, run.label].filter(Boolean).join(" · ");
+}
+
+// "loss" first, then other losses (eval/.../loss), then the rest by name.
+function metricOrder(a, b) {
+  const rank = k => (k === "loss" ? 0 : /loss/.test(k) ? 1 : k.startsWith("fp8/") ? 3 : 2);
+  return rank(a) - rank(b) || a.localeCompare(b);
+}
+
+async function renderCompare(expId, params) {
+  crumbs(["experiments", "#/"], [expId, links.experiment(expId)], ["compare runs", null]);
+  const data = await api(`/api/experiments/${encodeURIComponent(expId)}/runs`);
+  const header = el("h1", {text: `Compare runs: ${data.name}`});
+  if (!data.runs.length) {
+    setPage(header, el("p", {class: "muted", id: "compare-none",
+      text: "No step of this experiment has logged metrics (metrics.jsonl) yet."}));
+    return;
+  }
+  const byKey = new Map(data.runs.map(r => [r.key, r]));
+  const byName = new Map(data.runs.map(r => [r.name, r]));
+  // A run is named by its identity (exact) or its name (the latest version of that step).
+  const asked = params.getAll("run").map(k => byKey.get(k) || byName.get(k)).filter(Boolean);
+  const unknown = params.getAll("run").filter(k => !byKey.has(k) && !byName.has(k));
+  const chosen = new Set((params.getAll("run").length ? asked : data.runs.slice(0, MAX_DEFAULT_RUNS)).map(r => r.key));
+  let metric = params.get("metric") || "loss";
+  const cache = new Map();  // `${path}\n${metric}` -> the /api/metrics answer (or its error)
+  const fetchSeries = run => {
+    const key = `${run.output_path}\n${metric}`;
+    if (!cache.has(key)) {
+      cache.set(key, api(`/api/metrics?${q({path: run.output_path, metric})}`).catch(err => ({error: String(err.message || err)})));
+    }
+    return cache.get(key);
+  };
+
+  const select = el("select", {id: "compare-metric", onchange: () => { metric = select.value; draw(); }});
+  const checkboxes = data.runs.map(r => el("input", {type: "checkbox", class: "run-choice", "data-run": r.key,
+    checked: chosen.has(r.key) ? "" : null, onchange: ev => { ev.target.checked ? chosen.add(r.key) : chosen.delete(r.key); draw(); }}));
+  const keyCells = data.runs.map(() => el("span", {class: "series-key"}));
+  const pointCells = data.runs.map(() => el("td", {class: "num points-cell"}));
+  const setAll = on => { data.runs.forEach((r, i) => { checkboxes[i].checked = on; on ? chosen.add(r.key) : chosen.delete(r.key); }); draw(); };
+  const runsTable = el("table", {id: "compare-runs"},
+    el("thead", {}, el("tr", {}, ["", "Run", "Config", "Identity", "Status", "Points"].map(h => el("th", {text: h})))),
+    el("tbody", {}, data.runs.map((r, i) => el("tr", {"data-run": r.key},
+      el("td", {}, checkboxes[i]),
+      el("td", {}, keyCells[i], el("a", {href: links.step(r.output_path, expId), text: r.name})),
+      el("td", {text: r.label || ""}), el("td", {class: "mono", title: r.identity || r.key, text: r.short}),
+      el("td", {}, badge(r.status)), pointCells[i]))));
+  const chartBox = el("div", {id: "compare-chart"});
+  const readout = el("div", {id: "compare-readout"});
+  const notes = el("div", {id: "compare-notes"});
+  setPage(header,
+    el("p", {class: "muted", text: `${data.runs.length} runs of this experiment logged metrics${data.more ? ` (${data.more} more not listed)` : ""}. ` +
+      "Choose runs and a metric: the address names the choice, so it can be shared."}),
+    unknown.length ? el("div", {class: "warn", id: "compare-unknown", text: `not in this experiment: ${unknown.join(", ")}`}) : null,
+    el("div", {class: "graph-controls"}, el("label", {}, "metric ", select),
+      el("button", {id: "compare-all", onclick: () => setAll(true), text: "all"}),
+      el("button", {id: "compare-none-btn", onclick: () => setAll(false), text: "none"})),
+    runsTable, chartBox, readout, notes);
+
+  let drawing = 0;
+  async function draw() {
+    const token = ++drawing;
+    const runs = data.runs.filter(r => chosen.has(r.key));
+    history.replaceState(null, "", compareLink(expId, runs.map(r => r.key), metric));
+    document.body.dataset.compareReady = "0";
+    const answers = await Promise.all(runs.map(fetchSeries));
+    if (token !== drawing) return;  // a newer choice is being drawn
+    const keys = new Set(["loss", metric]);
+    const problems = [];
+    const series = [];
+    runs.forEach((r, i) => {
+      const a = answers[i];
+      const m = a && a.metrics;
+      if (!m || m.state !== "ok") { problems.push(`${r.name}: ${(a && a.error) || (m && m.error) || "no metrics"}`); return; }
+      (m.keys || []).forEach(k => keys.add(k));
+      if (m.bad_lines) problems.push(`${r.name}: ${m.bad_lines} unreadable lines skipped`);
+      const points = m.series[metric] || [];
+      if (points.length) series.push({key: r.key, label: runLabel(r), points});
+      else problems.push(`${r.name}: no ${metric} logged`);
+    });
+    select.replaceChildren(...[...keys].sort(metricOrder).map(k => el("option", {value: k, text: k, selected: k === metric ? "" : null})));
+    const colour = new Map(series.map((s, i) => [s.key, i]));
+    data.runs.forEach((r, i) => {
+      const c = colour.get(r.key);
+      keyCells[i].className = c === undefined ? "series-key none" : `series-key series-${c % SERIES_COLOURS}${c >= SERIES_COLOURS ? " dashed" : ""}`;
+      const s = series.find(x => x.key === r.key);
+      pointCells[i].textContent = s ? String(s.points.length) : "";
+    });
+    // Under the cursor: each run's value at the nearest step it logged; elsewhere its last value.
+    const showValues = (at, values) => {
+      const hovering = at !== null;
+      if (!series.length) { readout.replaceChildren(); return; }
+      if (!hovering) values = series.map(s => s.points[s.points.length - 1]);
+      readout.replaceChildren(el("table", {id: hovering ? "hover-values" : "last-values"},
+        el("thead", {}, el("tr", {}, [hovering ? `step ${at}` : "last logged", "Value", "At step"].map(h => el("th", {text: h})))),
+        el("tbody", {}, series.map((s, i) => el("tr", {"data-run": s.key},
+          el("td", {}, el("span", {class: `series-key series-${i % SERIES_COLOURS}${i >= SERIES_COLOURS ? " dashed" : ""}`}), s.label),
+          el("td", {class: "num", text: values[i] ? String(fmtValue(values[i][1])) : "—"}),
+          el("td", {class: "num", text: values[i] ? String(values[i][0]) : ""}))))));
+    };
+    chartBox.replaceChildren(series.length ? linePlot(metric, series, {width: 900, height: 360, onHover: showValues})
+      : el("p", {class: "muted", text: runs.length ? `none of the chosen runs logged ${metric}` : "choose runs above"}));
+    showValues(null, []);
+    notes.replaceChildren(...problems.map(p => el("div", {class: "muted", text: p})));
+    document.body.dataset.compareReady = "1";
+  }
+  await draw();
+}
