@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from marin_lab.browser.server import start_in_thread
-from tests.integration.test_browser_e2e import chromium, shot  # noqa: F401 - the shared Chromium fixture
+
+# The shared Chromium and page fixtures (page uses this module's server).
+from tests.integration.test_browser_e2e import chromium, page, shot  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -66,32 +68,19 @@ def server(prefix):
         yield running
 
 
-@pytest.fixture
-def page(chromium, server):  # noqa: F811
-    context = chromium.new_context(viewport={"width": 1300, "height": 1000})
-    page = context.new_page()
-    page.set_default_timeout(20_000)
-    errors: list[str] = []
-    page.on("pageerror", lambda err: errors.append(str(err)))
-    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-    yield page
-    context.close()
-    assert not errors, errors
-
-
-def _curves(page) -> dict[str, int]:
-    lines = page.locator("#compare-chart polyline")
+def _curves(tab) -> dict[str, int]:
+    lines = tab.locator("#compare-chart polyline")
     return {lines.nth(i).get_attribute("data-run"): len(lines.nth(i).get_attribute("points").split())
             for i in range(lines.count())}
 
 
-def _hover_step(page, step: int, last_step: int) -> None:
-    box = page.locator("#compare-chart svg.chart").bounding_box()
+def _hover_step(tab, step: int, last_step: int) -> None:
+    box = tab.locator("#compare-chart svg.chart").bounding_box()
     left, right = 56, 10  # linePlot's margins
-    page.mouse.move(box["x"] + left + step / last_step * (box["width"] - left - right), box["y"] + box["height"] / 2)
+    tab.mouse.move(box["x"] + left + step / last_step * (box["width"] - left - right), box["y"] + box["height"] / 2)
 
 
-def test_three_runs_overlaid_with_hover_values_and_a_shareable_address(page, server):
+def test_three_runs_overlaid_with_hover_values_and_a_shareable_address(page, server):  # noqa: F811
     page.goto(server.url + f"/#/experiment/{EXP_ID}")
     page.click("#compare-link")
     page.wait_for_selector("body[data-compare-ready='1']")
@@ -138,3 +127,4 @@ def test_three_runs_overlaid_with_hover_values_and_a_shareable_address(page, ser
     page.wait_for_selector("body[data-compare-ready='1']")
     assert "train/nope-00000000" in page.locator("#compare-unknown").inner_text()
     assert _curves(page) == {identities[1]: 30}  # a run can be named by its step name, too
+    assert not page.errors, page.errors
