@@ -231,3 +231,4 @@ def test_fp8_on_gpu_without_the_triton_flag_is_warned(backend, flags, warned):
     assert (message is not None) == warned
     if warned:
         assert "XLA_FLAGS=--xla_gpu_enable_triton_gemm=false" in message
+        assert "--xla_disable_hlo_passes=dot-merger" in message
