@@ -1,5 +1,7 @@
 #!/bin/bash
 # Fourth H100 run (lead, session 19): all three policies with dot-merger off, at batch 4 and 8.
+# Run from a copy of the tree (marin_lab/, experiments/, benchmarks/ and this script at its root; site/ holds
+# draccus and its pure-Python dependencies for a device without them); output goes to $OUT.
 cd "$(dirname "$0")"; exec > >(tee $OUT/log.txt) 2>&1
 export PYTHONPATH=.:site PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.94
 export XLA_FLAGS="--xla_gpu_enable_triton_gemm=false --xla_disable_hlo_passes=dot-merger"
