@@ -65,7 +65,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     for ps in plan.steps:
         if pattern and not (pattern.search(ps.name) or pattern.search(ps.identity)):
             continue
-        if index.info(ps.output_path) is not None and not args.all:
+        if index.record(ps.output_path) is not None and not args.all:
             continue
         for line in explain_step(plan, ps, index, seen=seen):
             print(line)
@@ -77,7 +77,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from marin_lab.execution.provenance import compare_manifests, manifest
-    from marin_lab.execution.status import read_info
+    from marin_lab.execution.records import RecordError, read_step_record
 
     path = args.path.rstrip("/")
     if "://" not in path and not os.path.isabs(path) and not os.path.exists(path):
@@ -85,25 +85,26 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         from marin_lab.io.fs import join
 
         path = join(_prefix(args), path)
-    info = read_info(path)
-    if info is not None and "damage" in info:
-        print(f"{info['damage']}: the step record is damaged; rerun the step to rewrite it", file=sys.stderr)
+    try:
+        info = read_step_record(path)
+    except RecordError as err:
+        print(f"{err}: the step record is damaged; rerun the step to rewrite it", file=sys.stderr)
         return 2
-    if info is None or "manifest" not in info:
+    if info is None or info.manifest is None:
         print(f"{path}: no finished step record (.executor_info with a manifest) here", file=sys.stderr)
         return 2
-    problem = _manifest_problem(info["manifest"])
+    problem = _manifest_problem(info.manifest)
     if problem:
         print(f"{path}/.executor_info: the recorded manifest is damaged ({problem}); rerun the step to rewrite it",
               file=sys.stderr)
         return 2
-    problems = compare_manifests(info["manifest"], manifest(path))
+    problems = compare_manifests(info.manifest, manifest(path))
     if problems:
         print(f"{path}: {len(problems)} difference(s) from the recorded manifest:")
         for p in problems:
             print(f"  {p}")
         return 1
-    print(f"{path}: OK ({info['manifest'].get('count', 0)} files match the recorded sizes and sha256)")
+    print(f"{path}: OK ({info.manifest.get('count', 0)} files match the recorded sizes and sha256)")
     return 0
 
 

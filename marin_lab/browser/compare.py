@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from marin_lab.browser.records import Browser
-from marin_lab.browser.redact import redact
 from marin_lab.browser.storage import child, exists, load_json, parallel_map
+from marin_lab.execution.provenance import redact
 
 MAX_RUNS = 200
 """At most this many runs are listed (the first ones in the experiment's order); the rest are counted."""

@@ -18,8 +18,8 @@ import math
 
 from marin_lab.browser.errors import ForbiddenPathError, NotFoundError
 from marin_lab.browser.paths import Roots
-from marin_lab.browser.redact import is_secret_key, redact
 from marin_lab.browser.storage import child, load_json, open_file
+from marin_lab.execution.provenance import is_secret_field, redact
 
 SERIES = ("loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu")
 FP8_PREFIX = "fp8/"
@@ -143,7 +143,7 @@ def _plottable(row: dict, name: str) -> bool:
     """A name worth offering: a number, not the step or time, not secret-looking, not huge."""
     value = row[name]
     return (isinstance(value, (int, float)) and not isinstance(value, bool) and name not in ("step", "time")
-            and isinstance(name, str) and len(name) <= MAX_KEY_CHARS and not is_secret_key(name))
+            and isinstance(name, str) and len(name) <= MAX_KEY_CHARS and not is_secret_field(name))
 
 
 def _chunks(f: io.BufferedIOBase, size: int, chunk: int = 1024 * 1024):

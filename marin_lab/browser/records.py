@@ -13,10 +13,21 @@ from typing import Any
 
 from marin_lab.browser import graph
 from marin_lab.browser.errors import BadRequestError, ForbiddenPathError, NotFoundError
-from marin_lab.browser.explain import explain_step
 from marin_lab.browser.paths import Roots
-from marin_lab.browser.redact import redact
-from marin_lab.browser.storage import child, exists, list_dir, load_json, parallel_map, read_bounded
+from marin_lab.browser.storage import (
+    MAX_RECORD_BYTES,
+    Loaded,
+    child,
+    exists,
+    list_dir,
+    load_json,
+    parallel_map,
+    read_bounded,
+)
+from marin_lab.execution.errors import RecordError
+from marin_lab.execution.explain import RecordIndex, explain_record
+from marin_lab.execution.provenance import redact
+from marin_lab.execution.records import StepRecord
 
 logger = logging.getLogger(__name__)
 
@@ -202,7 +213,14 @@ class Browser:
         status = load_json(self.roots, child(step_dir, ".executor_status"))
         if info.state == "missing" and status.state == "missing" and not list_dir(self.roots, step_dir):
             raise NotFoundError(f"no step at {step_dir}: the folder is empty or missing")
-        record = redact(info.value) if info.state == "ok" else None
+        typed = None
+        if info.state == "ok":  # the executor's one reader: a field of the wrong type is damage too
+            try:
+                typed = StepRecord.from_json(info.value, info.url)
+            except RecordError as err:
+                info = Loaded(info.url, "corrupt", error=str(err))
+        # The page shows the record as written (unknown fields included), redacted like the writer does.
+        record = redact(info.value) if typed is not None else None
         out: dict[str, Any] = {
             "output_path": step_dir,
             "info": info.as_json(),
@@ -218,11 +236,24 @@ class Browser:
         out["identity"] = identity
         out["dependencies"] = self._dependencies(record)
         out["dependents"] = self._dependents(identity, exp_id) if identity else []
-        out["explain"] = explain_step(self.prefix, record, self.roots) if record else None
+        out["explain"] = explain_record(self._index(), typed) if typed is not None else None
         # Two existence checks, not a listing: a data step's folder can hold thousands of shards.
         out["has_metrics"], out["has_results"] = parallel_map(
             lambda url: exists(self.roots, url), [child(step_dir, "metrics.jsonl"), child(step_dir, "results.json")], local=self.local)
         return out
+
+    def _index(self) -> RecordIndex:
+        """Execution's record index, reading through the browser's confined storage."""
+        def names(folder: str) -> list[str]:
+            return [e["name"] for e in list_dir(self.roots, folder) if e["type"] == "directory"]
+
+        def read(url: str) -> bytes | None:
+            try:
+                return read_bounded(self.roots, url, MAX_RECORD_BYTES)
+            except (NotFoundError, FileNotFoundError, ForbiddenPathError):
+                return None
+
+        return RecordIndex(self.prefix, list_names=names, read=read)
 
     def _dependencies(self, record: dict | None) -> list[dict]:
         if not record or not isinstance(record.get("dependencies"), list):

@@ -7,6 +7,7 @@
     │   └── MissingDependencyError a step depends on a step that is not in the DAG
     ├── ExecutorConfigError        a bad flag: an invalid --run_only regex, an unknown backend
     ├── StorageError               the prefix cannot be read or written
+    ├── RecordError                a step record is damaged (names the file and the field)
     ├── LeaseLostError             another driver took over this step's lease; the step stopped
     ├── PreemptedError             the step's worker, node or slice went away (retried separately)
     ├── StepFailedError            a step's fn raised (carries the traceback)
@@ -64,3 +65,13 @@ class StepFailedError(MarinLabError):
 
 class ExperimentFailedError(MarinLabError, RuntimeError):
     """A run ended with one or more steps FAILED (or blocked by a failed dependency)."""
+
+
+class RecordError(MarinLabError):
+    """A step record that cannot be read: not UTF-8, not JSON, not an object, or a field of the
+    wrong type. The message names the file (and the field) and says what to do."""
+
+    def __init__(self, url: str, why: str, field: str | None = None):
+        self.url, self.why, self.field = url, why, field
+        where = f"field '{field}' " if field else ""
+        super().__init__(f"{url}: {where}{why}")

@@ -36,6 +36,7 @@ from marin_lab.execution.errors import (
     ExperimentFailedError,
     LeaseLostError,
     PreemptedError,
+    RecordError,
     StepFailedError,
     StorageError,
 )
@@ -45,6 +46,7 @@ from marin_lab.execution.lease import HOSTNAME, Lease, new_driver_id
 from marin_lab.execution.plan import MarinExecutorAttributes, Plan, PlannedStep, build_plan
 from marin_lab.execution.plan_report import check_format, plan_report, render_plan
 from marin_lab.execution.provenance import manifest, package_versions, redact
+from marin_lab.execution.records import StepRecord, read_step_record
 from marin_lab.execution.resources import describe_resources, validate_resources
 from marin_lab.execution.secrets import redact_logs, scrub_text
 from marin_lab.execution.status import (
@@ -52,7 +54,6 @@ from marin_lab.execution.status import (
     Status,
     info_path,
     now_iso,
-    read_info,
     read_status,
     status_path,
     write_status,
@@ -202,19 +203,22 @@ class Executor(MarinExecutorAttributes):
         reason = "no output yet" if status is None else f"previous status {status}"
         notes: tuple[str, ...] = ()
         if index is not None and status is None:
-            previous = index.previous_version(ps)
-            if previous is not None:
-                reason = f"new version (latest recorded: {previous.get('identity')})"
-                notes = tuple(diff_versions(previous["version"], ps.version))
+            previous = index.previous_version(ps.name, ps.identity)
+            if previous is not None and previous.version is not None:
+                reason = f"new version (latest recorded: {previous.identity})"
+                notes = tuple(diff_versions(previous.version, ps.version))
         return Decision(ps, "run", reason, notes)
 
     def _stale_reuse_notes(self, ps: PlannedStep, st: dict[str, Any]) -> list[str]:
         if st.get("config_fingerprint") == unversioned_fingerprint(ps.scan.unversioned):
             return []
         current = lenient_value(ps.scan.unversioned)
-        info = read_info(ps.output_path) or {}
-        recorded = info.get("unversioned")
-        if not isinstance(recorded, dict):
+        try:
+            info = read_step_record(ps.output_path)
+        except RecordError:  # read_status already made a damaged record CORRUPT: not reused
+            return []
+        recorded = info.unversioned if info is not None else None
+        if recorded is None:
             return []
         diffs = stale_reuse_diffs(recorded, redact(current))
         return [f"reused although unversioned field {d}" for d in diffs]
@@ -475,13 +479,15 @@ class Executor(MarinExecutorAttributes):
             lease.release()
 
     def _run_holding_lease(self, plan: Plan, ps: PlannedStep, lease: Lease) -> StepOutcome:
-        previous = read_info(ps.output_path) or {}
-        if "damage" in previous:  # history unreadable: start a fresh one rather than jam every rerun
-            logger.warning("step '%s': its record is damaged (%s); starting a new one", ps.identity,
-                           previous["damage"])
-        previous = previous if previous.get("identity") == ps.identity else {}
-        history: list[dict[str, Any]] = list(previous.get("status_history") or [])
-        attempts: list[dict[str, Any]] = list(previous.get("attempts") or [])
+        try:
+            previous = read_step_record(ps.output_path)
+        except RecordError as err:  # history unreadable: start a fresh one rather than jam every rerun
+            logger.warning("step '%s': its record is damaged (%s); starting a new one", ps.identity, err)
+            previous = None
+        if previous is None or previous.identity != ps.identity:
+            previous = StepRecord()
+        history: list[dict[str, Any]] = [e.to_json() for e in previous.status_history]
+        attempts: list[dict[str, Any]] = [a.to_json() for a in previous.attempts]
         config = plan.resolve_config(ps)
         started = now_iso()
         record = self._record_base(ps, config)

@@ -1,8 +1,9 @@
 """Why is this step new? A field-level diff against the latest recorded version of the same name.
 
 Marin users dig through logs to learn why a step reran (Marin #473, #2219). Here a step whose
-hash changed is compared with the most recent `.executor_info` of a step with the same name
-under the prefix:
+hash changed is compared with the previous recorded version of the same name under the prefix
+(`RecordIndex.previous_version`: the most recent one that started before it; for a step not yet
+run, the most recent one). The CLI, the dry run and the browser all use this module:
 
     tokenize/docs-9c01a7e2 is new; the latest recorded version is tokenize/docs-3fa1c2d9:
       tokenizer: 'gpt2' -> 'llama3'
@@ -14,69 +15,92 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from marin_lab.execution.plan import Plan, PlannedStep
 from marin_lab.execution.provenance import is_secret_field, redact
+from marin_lab.execution.records import RecordError, StepRecord, parse_step_record
 from marin_lab.execution.secrets import REDACTED
 from marin_lab.execution.status import INFO_FILE
-from marin_lab.io.fs import fs_and_path, join, read_json_or_none
+from marin_lab.io.fs import fs_and_path, join, read_bytes
 
 _MISSING = object()
+_IDENTITY = re.compile(r"(?P<name>.+)-(?P<hash>[0-9a-f]{8})")
 
 
-class RecordIndex:
-    """Recorded step infos under a prefix, found by name; each parent folder is listed once."""
+def _list_names(folder_url: str) -> list[str]:
+    fs, path = fs_and_path(folder_url)
+    try:
+        entries = fs.ls(path, detail=False)
+    except (FileNotFoundError, NotADirectoryError):
+        entries = []
+    return [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
 
-    def __init__(self, prefix: str):
-        self.prefix = prefix
-        self._listed: dict[str, list[str]] = {}
-        self._infos: dict[str, dict[str, Any] | None] = {}
 
-    def _children(self, folder_url: str) -> list[str]:
-        if folder_url not in self._listed:
-            fs, path = fs_and_path(folder_url)
-            try:
-                entries = fs.ls(path, detail=False)
-            except (FileNotFoundError, NotADirectoryError):
-                entries = []
-            self._listed[folder_url] = [e.rstrip("/").rsplit("/", 1)[-1] for e in entries]
-        return self._listed[folder_url]
-
-    def info(self, output_path: str) -> dict[str, Any] | None:
-        if output_path not in self._infos:
-            try:
-                info = read_json_or_none(join(output_path, INFO_FILE))
-            except (ValueError, UnicodeDecodeError):
-                info = None
-            self._infos[output_path] = info if isinstance(info, dict) else None
-        return self._infos[output_path]
-
-    def versions_of(self, name: str) -> list[dict[str, Any]]:
-        """Recorded infos of steps named `name`, newest first."""
-        parent, _, base = name.rpartition("/")
-        folder = join(self.prefix, parent) if parent else self.prefix
-        pattern = re.compile(re.escape(base) + r"-[0-9a-f]{8}$")
-        found = []
-        for child in self._children(folder):
-            if pattern.match(child):
-                info = self.info(join(folder, child))
-                if info is not None and isinstance(info.get("version"), dict):
-                    found.append(info)
-        found.sort(key=_recency, reverse=True)
-        return found
-
-    def previous_version(self, planned: PlannedStep) -> dict[str, Any] | None:
-        for info in self.versions_of(planned.name):
-            if info.get("identity") != planned.identity:
-                return info
+def _read(url: str) -> bytes | None:
+    try:
+        return read_bytes(url)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
 
 
-def _recency(info: dict[str, Any]) -> str:
-    timings = info.get("timings") or {}
-    history = info.get("status_history") or [{}]
-    return str(timings.get("ended") or timings.get("started") or history[-1].get("time") or "")
+class RecordIndex:
+    """Recorded step records under a prefix, found by name; each parent folder is listed once.
+
+    The one place that decides which recorded version a step is compared with (`previous_version`),
+    for `marin-lab explain`, the dry run and the browser alike. The browser passes its own
+    `list_names` and `read`, which stay inside its roots.
+    """
+
+    def __init__(self, prefix: str, *, list_names: Callable[[str], list[str]] = _list_names,
+                 read: Callable[[str], bytes | None] = _read):
+        self.prefix = prefix
+        self._list_names, self._read = list_names, read
+        self._listed: dict[str, list[str]] = {}
+        self._records: dict[str, StepRecord | None] = {}
+
+    def _children(self, folder_url: str) -> list[str]:
+        if folder_url not in self._listed:
+            self._listed[folder_url] = self._list_names(folder_url)
+        return self._listed[folder_url]
+
+    def record(self, output_path: str) -> StepRecord | None:
+        """The step record at `output_path`; None when there is none or it is damaged."""
+        if output_path not in self._records:
+            url = join(output_path, INFO_FILE)
+            try:
+                raw = self._read(url)
+                record = parse_step_record(raw, url) if raw is not None else None
+            except (RecordError, OSError, ValueError):
+                record = None
+            self._records[output_path] = record
+        return self._records[output_path]
+
+    def versions_of(self, name: str) -> list[StepRecord]:
+        """Recorded versions of steps named `name` (with a version), newest start first."""
+        parent, _, base = name.rpartition("/")
+        folder = join(self.prefix, parent) if parent else self.prefix
+        pattern = re.compile(re.escape(base) + r"-[0-9a-f]{8}")
+        found = []
+        for child in self._children(folder):
+            if pattern.fullmatch(child):
+                record = self.record(join(folder, child))
+                if record is not None and record.version is not None:
+                    found.append(record)
+        found.sort(key=lambda r: (r.recency, r.identity or ""), reverse=True)
+        return found
+
+    def previous_version(self, name: str, identity: str, started: str | None = None) -> StepRecord | None:
+        """The recorded version `identity` is compared with: the most recent other version of
+        `name` that started before `started` (this version's start), or, when none did or this
+        version has not started (a planned step), the most recent other one."""
+        others = [r for r in self.versions_of(name) if r.identity != identity]
+        if started:
+            older = [r for r in others if r.recency and r.recency < started]
+            if older:
+                return older[0]
+        return others[0] if others else None
 
 
 def _show(v: Any) -> str:
@@ -87,24 +111,48 @@ def _show(v: Any) -> str:
     return json.dumps(v, sort_keys=True)
 
 
+def version_changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """Field-level changes between two version dicts: `{"field", "key", "change", "old", "new"}`,
+    config and input fields first (`field` is `config.KEY` or `inputs.KEY`; a path is in one section
+    or the other within a version, so a field that became an input shows as one change), then one
+    `dependencies` change holding both identity lists. `change`: added | removed | changed."""
+    changes = []
+    old_cfg = {**_section(old, "config"), **_section(old, "inputs")}
+    new_cfg = {**_section(new, "config"), **_section(new, "inputs")}
+    for key in sorted(old_cfg.keys() | new_cfg.keys()):
+        a, b = old_cfg.get(key, _MISSING), new_cfg.get(key, _MISSING)
+        if a == b:
+            continue
+        section = "inputs" if key in _section(new if b is not _MISSING else old, "inputs") else "config"
+        changes.append({"field": f"{section}.{key}", "key": key,
+                        "change": "added" if a is _MISSING else "removed" if b is _MISSING else "changed",
+                        "old": None if a is _MISSING else a, "new": None if b is _MISSING else b})
+    old_deps, new_deps = old.get("dependencies") or [], new.get("dependencies") or []
+    if old_deps != new_deps:
+        changes.append({"field": "dependencies", "key": "dependencies", "change": "changed",
+                        "old": old_deps, "new": new_deps})
+    return changes
+
+
+def _section(version: dict[str, Any], name: str) -> dict[str, Any]:
+    value = version.get(name)
+    return value if isinstance(value, dict) else {}
+
+
 def diff_versions(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Field-level differences between two version dicts (config fields, then dependencies)."""
+    """`version_changes` as lines for the terminal (config fields, then dependencies by name)."""
     lines = []
     if ("inputs" in old) != ("inputs" in new):
         lines.append("(one of the two versions was recorded with the older identity scheme of dotted field "
                      "names; fields may show as removed and added)")
-    # A path is in one section or the other within a version; merged, a field that became an input
-    # (or stopped being one) shows as one change.
-    old_cfg = {**(old.get("config") or {}), **(old.get("inputs") or {})}
-    new_cfg = {**(new.get("config") or {}), **(new.get("inputs") or {})}
-    old_deps, new_deps = old.get("dependencies", []), new.get("dependencies", [])
-    for key in sorted(old_cfg.keys() | new_cfg.keys()):
-        a, b = old_cfg.get(key, _MISSING), new_cfg.get(key, _MISSING)
-        if a != b:
-            lines.append(f"{key}: {_show_field(key, a)} -> {_show_field(key, b)}")
-    if old_deps != new_deps:
-        old_by_name = {d.rsplit("-", 1)[0]: d for d in old_deps}
-        new_by_name = {d.rsplit("-", 1)[0]: d for d in new_deps}
+    for change in version_changes(old, new):
+        if change["field"] != "dependencies":
+            a = _MISSING if change["change"] == "added" else change["old"]
+            b = _MISSING if change["change"] == "removed" else change["new"]
+            lines.append(f"{change['key']}: {_show_field(change['key'], a)} -> {_show_field(change['key'], b)}")
+            continue
+        old_by_name = {d.rsplit("-", 1)[0]: d for d in change["old"] if isinstance(d, str)}
+        new_by_name = {d.rsplit("-", 1)[0]: d for d in change["new"] if isinstance(d, str)}
         for dname in sorted(old_by_name.keys() | new_by_name.keys()):
             a, b = old_by_name.get(dname), new_by_name.get(dname)
             if a == b:
@@ -126,18 +174,18 @@ def explain_step(plan: Plan, planned: PlannedStep, index: RecordIndex, *, depth:
         return []
     seen.add(planned.identity)
     pad = "  " * depth
-    if index.info(planned.output_path) is not None:
+    if index.record(planned.output_path) is not None:
         return [f"{pad}{planned.identity} is recorded at {planned.output_path} (unchanged)"]
-    previous = index.previous_version(planned)
-    if previous is None:
+    previous = index.previous_version(planned.name, planned.identity)
+    if previous is None or previous.version is None:
         return [f"{pad}{planned.identity} is new: no earlier version of '{planned.name}' is recorded under {plan.prefix}"]
-    lines = [f"{pad}{planned.identity} differs from the latest recorded version {previous.get('identity')}:"]
-    diffs = diff_versions(previous["version"], planned.version)
+    lines = [f"{pad}{planned.identity} differs from the latest recorded version {previous.identity}:"]
+    diffs = diff_versions(previous.version, planned.version)
     if not diffs:
         diffs = ["(same version; the output path differs, e.g. an override_output_path)"]
     for d in diffs:
         lines.append(f"{pad}  {d}")
-    old_deps = set(previous["version"].get("dependencies", []))
+    old_deps = set(previous.version.get("dependencies", []))
     for dep in planned.dependencies:
         if dep.identity not in old_deps:
             lines.extend(explain_step(plan, dep, index, depth=depth + 2, seen=seen))
@@ -160,3 +208,73 @@ def _show_field(key: str, v: Any) -> str:
     if v is _MISSING:
         return _show(v)
     return _show(REDACTED if is_secret_field(key.rsplit(".", 1)[-1]) else redact(v))
+
+
+# ------------------------------------------------------------------------------------------------
+# The same explanation as data, for the browser's step page
+
+MAX_DEPENDENCY_DEPTH = 2
+
+
+def explain_record(index: RecordIndex, record: StepRecord, depth: int = 0) -> dict[str, Any] | None:
+    """Why recorded version `record` differs from its previous version (`RecordIndex.previous_version`):
+    {against, against_output_path, against_started, candidates, newer, changes, message}; each
+    change of `dependencies` carries `because`, the same explanation one dependency further."""
+    name, identity = record.name, record.identity
+    if not name or not identity or ".." in name.split("/"):
+        return None
+    others = [r for r in index.versions_of(name) if r.identity != identity]
+    if not others:
+        return {"against": None, "candidates": 0, "changes": [],
+                "message": f"no other version of {name!r} under the prefix (or none with a readable record)"}
+    against = index.previous_version(name, identity, record.recency or None)
+    if against is None or against.version is None:  # not reached: `others` is not empty
+        return None
+    mine = record.recency
+    changes = version_changes(redact(against.version), redact(record.version or {}))
+    if depth < MAX_DEPENDENCY_DEPTH:
+        for change in changes:
+            if change["field"] == "dependencies":
+                change["because"] = _explain_dependency(index, change, depth)
+    return {
+        "against": against.identity,
+        "against_output_path": join(index.prefix, against.identity or ""),
+        "against_started": against.recency or None,
+        "candidates": len(others),
+        # No version started before this one: the diff is against a newer one, so say so.
+        "newer": not (mine and against.recency and against.recency < mine),
+        "changes": changes,
+        "message": None if changes else "the version fields are identical (same hash, other prefix?)",
+    }
+
+
+def _identity_pairs(old: Any, new: Any) -> list[tuple[str, str]]:
+    """(old, new) identity pairs of the dependencies that changed, matched by name."""
+    old_by_name = {m["name"]: d for d in old if isinstance(d, str) and (m := _IDENTITY.fullmatch(d))}
+    new_by_name = {m["name"]: d for d in new if isinstance(d, str) and (m := _IDENTITY.fullmatch(d))}
+    return [(old_by_name[n], new_by_name[n]) for n in sorted(old_by_name.keys() & new_by_name.keys())
+            if old_by_name[n] != new_by_name[n] and ".." not in f"{old_by_name[n]}/{new_by_name[n]}".split("/")]
+
+
+def _explain_dependency(index: RecordIndex, change: dict[str, Any], depth: int) -> dict[str, Any] | None:
+    """When a dependency's identity changed, why that dependency's own version changed."""
+    pairs = _identity_pairs(change.get("old") or [], change.get("new") or [])
+    if not pairs:
+        return None
+    changes: list[dict[str, Any]] = []
+    problems = []
+    for old, new in pairs:
+        old_rec, new_rec = index.record(join(index.prefix, old)), index.record(join(index.prefix, new))
+        if old_rec is None or new_rec is None or old_rec.version is None or new_rec.version is None:
+            problems.append(f"a record of {old} or {new} is missing or damaged")
+            continue
+        sub_changes = version_changes(redact(old_rec.version), redact(new_rec.version))
+        for sub in sub_changes:
+            if sub["field"] == "dependencies" and depth + 1 < MAX_DEPENDENCY_DEPTH:
+                sub["because"] = _explain_dependency(index, sub, depth + 1)
+            if len(pairs) > 1:
+                sub["field"] = f"{_IDENTITY.fullmatch(new)['name']}: {sub['field']}"
+        changes.extend(sub_changes)
+    return {"dependency": _IDENTITY.fullmatch(pairs[0][1])["name"], "old": pairs[0][0], "new": pairs[0][1],
+            "changes": changes, "message": "; ".join(problems) or None}
+

@@ -68,6 +68,22 @@ def redact(value: Any) -> Any:
     return _redact(value, text_scrubber())
 
 
+# In raw text (a file shown as text, a record too damaged to parse): "hf_token": "value" and
+# API_KEY=value lose their value when the name is a secret by the field rule above.
+_TEXT_JSON_MEMBER = re.compile(r'("([A-Za-z0-9_.\-]+)"\s*:\s*)"(?:[^"\\\n]|\\.)*"')
+_TEXT_ASSIGNMENT = re.compile(r"\b([A-Za-z][A-Za-z0-9_]*)(\s*=\s*)([^\s&;]+)")
+
+
+def redact_text(text: str) -> str:
+    """Raw text redacted by the same rules as a record (`redact`): the value of a JSON member or
+    an assignment whose name is a secret field, then every secret-looking value (`scrub_text`)."""
+    text = _TEXT_JSON_MEMBER.sub(
+        lambda m: f'{m.group(1)}"{REDACTED}"' if is_secret_field(m.group(2)) else m.group(0), text)
+    text = _TEXT_ASSIGNMENT.sub(
+        lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if is_secret_field(m.group(1)) else m.group(0), text)
+    return text_scrubber()(text)
+
+
 def _remember_named(value: Any) -> None:
     if isinstance(value, dict):
         for k, v in value.items():

@@ -25,7 +25,8 @@ import tempfile
 from typing import Any
 
 from marin_lab.execution.artifacts import ALWAYS_NON_ARTIFACTS, compare_outputs, declaration
-from marin_lab.execution.errors import MarinLabError
+from marin_lab.execution.errors import MarinLabError, RecordError
+from marin_lab.execution.records import read_step_record
 from marin_lab.execution.status import info_path, read_status
 from marin_lab.io.fs import exists, join, normalize_prefix, read_bytes, read_json_or_none
 
@@ -90,16 +91,19 @@ def locate(target: str) -> tuple[str, dict[str, Any], str]:
         folder = target.rsplit("/", 1)[0]
         prefix = folder.rsplit("/", 1)[0] if folder.endswith("/experiments") else record.get("prefix")
         return target, record, normalize_prefix(prefix)
-    info = read_json_or_none(info_path(target))
-    if not isinstance(info, dict):
+    try:
+        info = read_step_record(target)
+    except RecordError as err:
+        raise ReproduceError(f"{err}; give the experiment record instead") from None
+    if info is None:
         raise ReproduceError(f"{target} has no step record ({info_path(target)}); give an experiment record "
                              "or the output path of a step the executor ran")
-    identity = info.get("identity", "")
+    identity = info.identity or ""
     if not target.endswith("/" + identity):
         raise ReproduceError(f"{target}: its record names identity {identity!r}, which is not the path's end; "
                              "give the experiment record instead")
     prefix = target[: -len(identity) - 1]
-    experiment = (info.get("code") or {}).get("experiment")
+    experiment = (info.code or {}).get("experiment")
     if not experiment:
         raise ReproduceError(f"{info_path(target)} was written by an older record schema: it names no experiment "
                              "record (code.experiment); give the experiment record, or rerun the step with this "
@@ -189,12 +193,21 @@ def reproduce(target: str, *, into: str | None = None, steps: str | None = None,
     return ReproduceReport(url, original, scratch, deep, [results[ps.identity] for ps in chosen])
 
 
+def _record_or_none(output_path: str) -> Any:
+    """The step record at `output_path`; None when there is none or it is damaged (judged then as
+    having no record)."""
+    try:
+        return read_step_record(output_path)
+    except RecordError:
+        return None
+
+
 def _run_on_original_inputs(executor: Any, plan: Any, ps: Any, originals: dict[str, str]) -> str | None:
     """Run `ps` into the scratch prefix with its dependencies read from the original prefix."""
     from marin_lab.execution.executor import Decision
 
-    original_info = read_json_or_none(info_path(originals[ps.identity])) or {}
-    if (original_info.get("reproducibility") or {}).get("not_reproducible"):
+    original_info = _record_or_none(originals[ps.identity])
+    if ((original_info.reproducibility if original_info else None) or {}).get("not_reproducible"):
         return None  # judged from the record; nothing to run
     for dep in plan.ancestors([ps]):
         if dep is ps:
@@ -228,11 +241,11 @@ def _run_on_original_inputs(executor: Any, plan: Any, ps: Any, originals: dict[s
 def _judge(ps: Any, original_path: str, plan: Any, prefixes: tuple[str, str]) -> StepResult:
     from marin_lab.execution.provenance import manifest
 
-    info = read_json_or_none(info_path(original_path))
-    if not isinstance(info, dict) or not isinstance(info.get("manifest"), dict):
+    info = _record_or_none(original_path)
+    if info is None or info.manifest is None:
         return StepResult(ps.name, ps.identity, NOT_CHECKED,
                           [f"the original {original_path} has no successful record with a manifest"])
-    declared = info.get("reproducibility")
+    declared = info.reproducibility
     if not isinstance(declared, dict):  # recorded before declarations: today's declaration, said so
         declared = declaration(ps.step.fn, plan.resolve_config(ps))
     if declared.get("not_reproducible"):
@@ -240,7 +253,7 @@ def _judge(ps: Any, original_path: str, plan: Any, prefixes: tuple[str, str]) ->
     status = (read_status(ps.output_path) or {}).get("status")
     if status != "SUCCESS":
         return StepResult(ps.name, ps.identity, DIFFERS, [f"the rerun ended {status or 'without a status'}"])
-    cmp = compare_outputs(info["manifest"], original_path, manifest(ps.output_path), ps.output_path, declared,
+    cmp = compare_outputs(info.manifest, original_path, manifest(ps.output_path), ps.output_path, declared,
                           prefixes)
     verdict = IDENTICAL if not cmp.differences else DIFFERS
     details = list(cmp.differences)

@@ -45,7 +45,7 @@ def read_status(output_path: str) -> dict[str, Any] | None:
     Outputs that Marin wrote are read too: its JSON-lines event log (the latest event wins) and its
     later one-word status; such records carry `"format": "marin"`. Damaged records never raise:
     a status file that cannot be read, or a SUCCESS beside a step record (`.executor_info`) that
-    cannot be read, is `{"status": "CORRUPT", "damage": "<what and where>"}`, so the step runs
+    `records.read_step_record` rejects, is `{"status": "CORRUPT", "damage": "<what and where>"}`, so the step runs
     again instead of being reused on the word of a broken record or jamming every rerun.
     """
     url = status_path(output_path)
@@ -65,27 +65,14 @@ def read_status(output_path: str) -> dict[str, Any] | None:
     if not isinstance(parsed, dict) or not isinstance(parsed.get("status"), str):
         return _damaged(url, "not an object with a string `status`")
     if parsed["status"] == Status.SUCCESS.value:
-        info = read_info(output_path)
-        if info is not None and "damage" in info:
-            return info
+        # A SUCCESS is only as good as its record: a damaged one makes the step run again.
+        from marin_lab.execution.records import RecordError, read_step_record
+
+        try:
+            read_step_record(output_path)
+        except RecordError as err:
+            return {"status": CORRUPT, "damage": str(err)}
     return parsed
-
-
-def read_info(output_path: str) -> dict[str, Any] | None:
-    """The step record (`.executor_info`), or None when there is none; a damaged one (not UTF-8,
-    not JSON, not an object) is `{"status": "CORRUPT", "damage": "<what and where>"}`."""
-    url = info_path(output_path)
-    try:
-        record = json.loads(read_bytes(url).decode("utf-8"))
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except UnicodeDecodeError as err:
-        return _damaged(url, f"not UTF-8 at byte {err.start}")
-    except (json.JSONDecodeError, RecursionError) as err:
-        return _damaged(url, f"not valid JSON ({getattr(err, 'msg', 'nested too deep')})")
-    except OSError as err:
-        return _damaged(url, f"unreadable ({type(err).__name__}: {err})")
-    return record if isinstance(record, dict) else _damaged(url, "not a JSON object")
 
 
 def _damaged(url: str, why: str) -> dict[str, Any]:

@@ -10,11 +10,12 @@ import fsspec
 import pytest
 
 from marin_lab.browser.errors import BadRequestError, NotFoundError
-from marin_lab.browser.explain import diff_versions, flatten
 from marin_lab.browser.graph import layout, longest_path_layers
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
-from marin_lab.browser.redact import REDACTED, redact, redact_text
+from marin_lab.execution.explain import version_changes
+from marin_lab.execution.provenance import redact, redact_text
+from marin_lab.execution.secrets import REDACTED
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from browser_fixtures import EXPERIMENT_ID, SECRET_VALUE, build_prefix  # noqa: E402
@@ -58,11 +59,10 @@ def test_layout_of_a_deep_chain_does_not_recurse():
     assert layers["s4999"] == 4999
 
 
-def test_flatten_and_diff_versions_field_by_field():
+def test_version_changes_field_by_field():
     old = {"name": "t", "config": {"tokenizer": "gpt2", "seq": 128, "gone": 1}, "dependencies": ["a-00000000"]}
     new = {"name": "t", "config": {"tokenizer": "llama3", "seq": 128, "new": True}, "dependencies": ["a-00000001"]}
-    assert flatten(old)["config.tokenizer"] == "gpt2"
-    changes = {c["field"]: c for c in diff_versions(old, new)}
+    changes = {c["field"]: c for c in version_changes(old, new)}
     assert changes["config.tokenizer"]["change"] == "changed"
     assert (changes["config.tokenizer"]["old"], changes["config.tokenizer"]["new"]) == ("gpt2", "llama3")
     assert changes["config.gone"]["change"] == "removed"

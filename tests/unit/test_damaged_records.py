@@ -9,7 +9,9 @@ import pytest
 
 from marin_lab.cli import main as cli_main
 from marin_lab.execution import Executor, ExecutorStep, this_output_path, versioned
-from marin_lab.execution.status import CORRUPT, read_info, read_status
+from marin_lab.execution.errors import RecordError
+from marin_lab.execution.records import read_step_record
+from marin_lab.execution.status import CORRUPT, read_status
 from marin_lab.processing.shards import done_marker, mark_shard_done, read_shard_done
 from tests.executor_steps import WriteConfig, write_text
 
@@ -46,7 +48,9 @@ def test_success_beside_a_damaged_record_is_not_done(tmp_path, kind):
     (tmp_path / ".executor_info").write_bytes(GARBAGE[kind])
     st = read_status(str(tmp_path))
     assert st["status"] == CORRUPT and ".executor_info" in st["damage"]
-    assert read_info(str(tmp_path))["damage"] == st["damage"]
+    with pytest.raises(RecordError) as err:
+        read_step_record(str(tmp_path))
+    assert str(err.value) == st["damage"]
 
 
 def test_garbage_record_and_status_do_not_jam_the_step(done_step):
@@ -66,7 +70,7 @@ def test_success_with_damaged_record_and_changed_unversioned_field_runs_again(do
     (out / ".executor_info").write_text("{garbage")
     report = Executor(str(prefix), backend="local").run([_step(workers=2)])
     assert report.decisions[0].action == "run" and ".executor_info" in report.decisions[0].reason
-    assert report.executed and read_info(str(out))["status"] == "SUCCESS"
+    assert report.executed and read_step_record(str(out)).status == "SUCCESS"
 
 
 def _write_experiment(prefix: pathlib.Path, name: str, content: bytes) -> None:
