@@ -102,3 +102,10 @@ def dedup_fuzzy_in_ray_task(config):
     from marin_lab.processing.dedup import dedup_fuzzy
 
     return dedup_fuzzy(config)
+
+
+def map_pids_on_a_full_cluster(n: int) -> list[int]:
+    """Run inside a Ray task that holds every CPU of the cluster: map_shards must still finish."""
+    from marin_lab.processing.shards import map_shards
+
+    return map_shards(pid_of, list(range(n)), num_workers=3, desc="full")

@@ -215,6 +215,7 @@ class _Run:
             self.abort()
             raise
         finally:
+            remote.drain(self)
             dispatcher.join()
             remote.close()
         if self.error is not None:
@@ -325,6 +326,9 @@ class _PoolRemote:
             self.error = err
             run.abort()
 
+    def drain(self, run: _Run) -> None:
+        """Nothing to do: the pool's processes do not wait for this one's CPU."""
+
     def close(self) -> None:
         for fut in self._in_flight:
             fut.cancel()  # not started yet: never will be
@@ -367,6 +371,19 @@ class _RayRemote:
         except BaseException as err:  # pragma: no cover - Ray itself failed
             self.error = err
             run.abort()
+
+    def drain(self, run: _Run) -> None:
+        """Wait, in the step task's main thread, for what is still in flight (called once nothing
+        is left to hand out). Ray lends a task's CPU to other tasks only while its *main thread*
+        blocks in ray.get/ray.wait: on a full cluster (two data steps on 2 CPUs) the helpers
+        could otherwise never start, and the step waited for them forever. After a failure they
+        are cancelled instead (a task not started yet then never starts)."""
+        refs = list(self._in_flight)
+        if refs and run.error is not None:
+            for ref in refs:
+                self.ray.cancel(ref)
+        elif refs:
+            self.ray.wait(refs, num_returns=len(refs))
 
     def close(self) -> None:
         for ref in self._in_flight:

@@ -160,3 +160,19 @@ def test_idle_workers_end_with_a_multiprocessing_child_that_used_them(start):
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [p for p in pids if _alive(p)], "map_shards' idle workers outlived the process that started them"
+
+
+@pytest.mark.ray
+def test_map_shards_in_a_step_holding_every_cpu_does_not_hang(ray_cluster):
+    """Regression: two data steps on a 2-CPU machine hold both CPUs; their helper tasks could
+    never start (Ray lends a task's CPU only while its main thread blocks in ray.get/wait), so
+    the quickstart's two downloads waited for each other forever."""
+    import ray
+
+    from tests import data_fixtures as fx  # importable by Ray workers
+
+    every_cpu = int(ray.cluster_resources()["CPU"])
+    ref = ray.remote(fx.map_pids_on_a_full_cluster).options(num_cpus=every_cpu).remote(8)
+    ready, _ = ray.wait([ref], timeout=240)
+    assert ready, "map_shards inside a task holding every CPU did not finish"
+    assert len(ray.get(ref)) == 8
