@@ -110,13 +110,14 @@ def test_a_pinned_debian_version_must_be_the_one_fetched(offline, tmp_path):
 
 
 def make_fasttext_model(tmp_path) -> bytes:
-    from marin_lab.processing.classify import _import_fasttext
+    # In a fresh interpreter, as the classifier step trains: fastText 0.9.2 in a process that
+    # trained models before can give other weights, even NaN (classify._train_in_fresh_process).
+    from marin_lab.processing.classify import _train_in_fresh_process
 
     train = tmp_path / "train.txt"
     train.write_text("".join(f"__label__{lab} {word} {word} {word}2\n" for lab, word in [("en", "the"), ("de", "der")] * 50))
-    model = _import_fasttext().train_supervised(input=str(train), dim=10, epoch=10, lr=0.1, minCount=1, thread=1,
-                                                verbose=0)
-    model.save_model(str(tmp_path / "m.bin"))
+    params = {"input": str(train), "dim": 10, "epoch": 10, "lr": 0.1, "minCount": 1, "thread": 1, "verbose": 0, "seed": 0}
+    _train_in_fresh_process(params, str(tmp_path / "m.bin"))
     return (tmp_path / "m.bin").read_bytes()
 
 
