@@ -106,11 +106,13 @@ def test_three_runs_overlaid_with_hover_values_and_a_shareable_address(page, ser
         assert list(RUNS)[k] in cells[0]
     shot(page, "compare-three-runs")
 
-    # Drop the fp32 run, plot the eval loss: the address follows, and opening it restores the choice.
+    # Drop the fp32 run, plot the eval loss smoothed: the address follows, and opening it restores the choice.
     page.locator(f"#compare-runs input[data-run='{identities[0]}']").uncheck()
     page.select_option("#compare-metric", "eval/valid/loss")
+    page.select_option("#compare-smooth", "0.6")
     page.wait_for_function("() => document.querySelectorAll('#compare-chart polyline').length === 2 "
-                           "&& document.querySelector('#compare-chart svg').dataset.metric === 'eval/valid/loss'")
+                           "&& document.querySelector('#compare-chart svg').dataset.metric === 'eval/valid/loss' "
+                           "&& location.hash.includes('smooth=0.6')")
     shared = page.url
     assert "metric=eval%2Fvalid%2Floss" in shared and identities[0].replace("/", "%2F") not in shared
     page.goto(server.url + "/#/")
@@ -119,6 +121,13 @@ def test_three_runs_overlaid_with_hover_values_and_a_shareable_address(page, ser
     page.wait_for_selector("body[data-compare-ready='1']")
     assert _curves(page) == {identities[1]: 3, identities[2]: 3}
     assert page.locator("#compare-metric").input_value() == "eval/valid/loss"
+    assert page.locator("#compare-smooth").input_value() == "0.6"
+    raw = [loss_of(1, s) + 0.5 for s in (0, 10, 20)]  # run 1's eval loss; smoothed as TensorBoard does
+    avg = 0.0
+    for value in raw:
+        avg = 0.6 * avg + 0.4 * value
+    cells = page.locator("#last-values tbody tr").first.locator("td").all_inner_texts()
+    assert abs(float(cells[1]) - avg / (1 - 0.6 ** 3)) < 1e-4 and float(cells[2]) == raw[-1] and cells[3] == "20"
     assert [c.is_checked() for c in page.locator("#compare-runs input.run-choice").all()] == [False, True, True]
 
     # A run the experiment does not have is named, not silently dropped.

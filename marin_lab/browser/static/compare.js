@@ -6,9 +6,10 @@
 
 const MAX_DEFAULT_RUNS = 10;
 
-function compareLink(expId, runs, metric) {
+function compareLink(expId, runs, metric, smooth) {
   const params = new URLSearchParams();
   if (metric) params.set("metric", metric);
+  if (smooth) params.set("smooth", String(smooth));
   for (const r of runs || []) params.append("run", r);
   const query = params.toString();
   return `#/compare/${encodeURIComponent(expId)}${query ? "?" + query : ""}`;
@@ -16,6 +17,19 @@ function compareLink(expId, runs, metric) {
 
 function runLabel(run) {
   return [run.name, run.short, run.label].filter(Boolean).join(" · ");
+}
+
+const SMOOTHING = [0, 0.6, 0.8, 0.9, 0.95, 0.99];
+
+// An exponential moving average with its start-up bias removed (as TensorBoard's smoothing):
+// [step, smoothed, raw] for each point, so a hover can show both.
+function smoothed(points, weight) {
+  if (!weight) return points;
+  let avg = 0;
+  return points.map((p, i) => {
+    avg = weight * avg + (1 - weight) * p[1];
+    return [p[0], avg / (1 - Math.pow(weight, i + 1)), p[1]];
+  });
 }
 
 // "loss" first, then other losses (eval/.../loss), then the rest by name.
@@ -40,6 +54,8 @@ async function renderCompare(expId, params) {
   const unknown = params.getAll("run").filter(k => !byKey.has(k) && !byName.has(k));
   const chosen = new Set((params.getAll("run").length ? asked : data.runs.slice(0, MAX_DEFAULT_RUNS)).map(r => r.key));
   let metric = params.get("metric") || "loss";
+  const askedSmooth = Number(params.get("smooth") || 0);
+  let smooth = SMOOTHING.includes(askedSmooth) ? askedSmooth : 0;
   const cache = new Map();  // `${path}\n${metric}` -> the /api/metrics answer (or its error)
   const fetchSeries = run => {
     const key = `${run.output_path}\n${metric}`;
@@ -50,6 +66,8 @@ async function renderCompare(expId, params) {
   };
 
   const select = el("select", {id: "compare-metric", onchange: () => { metric = select.value; draw(); }});
+  const smoothSelect = el("select", {id: "compare-smooth", onchange: () => { smooth = Number(smoothSelect.value); draw(); }},
+    SMOOTHING.map(w => el("option", {value: w, text: w ? String(w) : "none", selected: w === smooth ? "" : null})));
   const checkboxes = data.runs.map(r => el("input", {type: "checkbox", class: "run-choice", "data-run": r.key,
     checked: chosen.has(r.key) ? "" : null, onchange: ev => { ev.target.checked ? chosen.add(r.key) : chosen.delete(r.key); draw(); }}));
   const keyCells = data.runs.map(() => el("span", {class: "series-key"}));
@@ -69,7 +87,7 @@ async function renderCompare(expId, params) {
     el("p", {class: "muted", text: `${data.runs.length} runs of this experiment logged metrics${data.more ? ` (${data.more} more not listed)` : ""}. ` +
       "Choose runs and a metric: the address names the choice, so it can be shared."}),
     unknown.length ? el("div", {class: "warn", id: "compare-unknown", text: `not in this experiment: ${unknown.join(", ")}`}) : null,
-    el("div", {class: "graph-controls"}, el("label", {}, "metric ", select),
+    el("div", {class: "graph-controls"}, el("label", {}, "metric ", select), el("label", {}, "smoothing ", smoothSelect),
       el("button", {id: "compare-all", onclick: () => setAll(true), text: "all"}),
       el("button", {id: "compare-none-btn", onclick: () => setAll(false), text: "none"})),
     runsTable, chartBox, readout, notes);
@@ -78,7 +96,7 @@ async function renderCompare(expId, params) {
   async function draw() {
     const token = ++drawing;
     const runs = data.runs.filter(r => chosen.has(r.key));
-    history.replaceState(null, "", compareLink(expId, runs.map(r => r.key), metric));
+    history.replaceState(null, "", compareLink(expId, runs.map(r => r.key), metric, smooth));
     document.body.dataset.compareReady = "0";
     const answers = await Promise.all(runs.map(fetchSeries));
     if (token !== drawing) return;  // a newer choice is being drawn
@@ -92,7 +110,7 @@ async function renderCompare(expId, params) {
       (m.keys || []).forEach(k => keys.add(k));
       if (m.bad_lines) problems.push(`${r.name}: ${m.bad_lines} unreadable lines skipped`);
       const points = m.series[metric] || [];
-      if (points.length) series.push({key: r.key, label: runLabel(r), points});
+      if (points.length) series.push({key: r.key, label: runLabel(r), points: smoothed(points, smooth)});
       else problems.push(`${r.name}: no ${metric} logged`);
     });
     select.replaceChildren(...[...keys].sort(metricOrder).map(k => el("option", {value: k, text: k, selected: k === metric ? "" : null})));
@@ -109,10 +127,12 @@ async function renderCompare(expId, params) {
       if (!series.length) { readout.replaceChildren(); return; }
       if (!hovering) values = series.map(s => s.points[s.points.length - 1]);
       readout.replaceChildren(el("table", {id: hovering ? "hover-values" : "last-values"},
-        el("thead", {}, el("tr", {}, [hovering ? `step ${at}` : "last logged", "Value", "At step"].map(h => el("th", {text: h})))),
+        el("thead", {}, el("tr", {}, [hovering ? `step ${at}` : "last logged", smooth ? "Smoothed" : "Value", smooth ? "Raw" : null, "At step"]
+          .filter(h => h !== null).map(h => el("th", {text: h})))),
         el("tbody", {}, series.map((s, i) => el("tr", {"data-run": s.key},
           el("td", {}, el("span", {class: `series-key series-${i % SERIES_COLOURS}${i >= SERIES_COLOURS ? " dashed" : ""}`}), s.label),
           el("td", {class: "num", text: values[i] ? String(fmtValue(values[i][1])) : "—"}),
+          smooth ? el("td", {class: "num raw", text: values[i] ? String(fmtValue(values[i][2])) : ""}) : null,
           el("td", {class: "num", text: values[i] ? String(values[i][0]) : ""}))))));
     };
     chartBox.replaceChildren(series.length ? linePlot(metric, series, {width: 900, height: 360, onHover: showValues})
