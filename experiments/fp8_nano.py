@@ -11,12 +11,14 @@ The data steps are the quickstart's (same identities: already-run steps are reus
 float8 matmuls run emulated (slower than bf16, same numerics); on a Hopper GPU set
 XLA_FLAGS=--xla_gpu_enable_triton_gemm=false so XLA emits FP8 GEMMs (docs/benchmarks.md).
 
-    python experiments/fp8_nano.py                  # 8 runs of 200 steps (~15-20 min on 2 cores)
+    python experiments/fp8_nano.py                  # 8 runs of 200 steps (57 min on 2 loaded cores)
     python experiments/fp8_nano.py --dry_run true   # what would run, and why
 
-Each run's loss, and the fp8 runs' per-layer amax and saturated/flushed fractions, are plotted in
-the data browser (`marin-lab browse --prefix ...`, one step page per run); the script prints the
-paired table at the end.
+The script prints, at the end, each policy's final and eval loss (means over seeds) with the gaps
+against fp32 and bf16, the paired gaps seed by seed, and the address of the data browser's compare view
+(`marin-lab browse`, then `#/compare/<experiment>`), where the eight loss curves (or any other
+metric: eval loss, grad norm, the fp8 runs' saturated/flushed fractions) are overlaid on one chart;
+each run's step page also plots its per-layer amax.
 """
 
 from __future__ import annotations
@@ -63,23 +65,45 @@ def _train(variant: str, seed: int):
 runs = {(variant, seed): _train(variant, seed) for variant in VARIANTS for seed in SEEDS}
 
 
-def _losses(output_path: str) -> np.ndarray:
-    rows = [json.loads(line) for line in read_text(f"{output_path}/metrics.jsonl").splitlines() if line.strip()]
-    return np.array([r["loss"] for r in rows if "loss" in r])
+LAST = 10
+"""The final training loss is the mean of the last LAST logged steps (one batch alone is noisy)."""
+
+
+def _rows(output_path: str) -> list[dict]:
+    return [json.loads(line) for line in read_text(f"{output_path}/metrics.jsonl").splitlines() if line.strip()]
+
+
+def _series(rows: list[dict], key: str) -> np.ndarray:
+    return np.array([r[key] for r in rows if isinstance(r.get(key), (int, float))], dtype=np.float64)
 
 
 def _print_table(report) -> None:
     paths = {s.name: s.output_path for s in report.plan.steps}
-    curves = {key: _losses(paths[step.name]) for key, step in runs.items()}
-    print(f"\n{'variant':<12} {'vs':<6} " + " ".join(f"{'seed ' + str(s) + ' final':>14} {'curve':>7}" for s in SEEDS))
+    rows = {key: _rows(paths[step.name]) for key, step in runs.items()}
+    curves = {key: _series(r, "loss") for key, r in rows.items()}
+    evals = {key: _series(r, next((k for k in r[-1] if k.startswith("eval/") and k.endswith("/loss")), "-"))
+             for key, r in rows.items()}
+    # Per policy, the mean over seeds; gaps against the fp32 and bf16 means.
+    final = {v: np.mean([curves[(v, s)][-LAST:].mean() for s in SEEDS]) for v in VARIANTS}
+    held_out = {v: np.mean([evals[(v, s)][-1] if len(evals[(v, s)]) else np.nan for s in SEEDS]) for v in VARIANTS}
+    bad = {v: sum(int((~np.isfinite(curves[(v, s)])).sum()) for s in SEEDS) for v in VARIANTS}
+    print(f"\n{'policy':<12} {'final loss':>10} {'vs fp32':>8} {'vs bf16':>8} {'eval loss':>10} {'vs fp32':>8} "
+          f"{'vs bf16':>8} {'non-finite':>10}   (means over seeds {SEEDS}; final = last {LAST} steps)")
+    for v in VARIANTS:
+        print(f"{v:<12} {final[v]:>10.4f} {final[v] / final['fp32'] - 1:>+8.2%} {final[v] / final['bf16'] - 1:>+8.2%} "
+              f"{held_out[v]:>10.4f} {held_out[v] / held_out['fp32'] - 1:>+8.2%} {held_out[v] / held_out['bf16'] - 1:>+8.2%} "
+              f"{bad[v]:>10}")
+    print(f"\n{'paired':<12} {'vs':<6} " + " ".join(f"{'seed ' + str(s) + ' final':>14} {'curve':>7}" for s in SEEDS))
     for variant, base in (("bf16", "fp32"), ("fp8", "bf16"), ("fp8-adam16", "fp8")):
         cells = []
         for seed in SEEDS:
             a, b = curves[(variant, seed)], curves[(base, seed)]
             n = min(len(a), len(b))
-            cells.append(f"{a[n - 1] / b[n - 1] - 1:>+14.2%} {a[:n].mean() / b[:n].mean() - 1:>+7.2%}")
+            cells.append(f"{a[n - LAST:n].mean() / b[n - LAST:n].mean() - 1:>+14.2%} {a[:n].mean() / b[:n].mean() - 1:>+7.2%}")
         print(f"{variant:<12} {base:<6} " + " ".join(cells))
-    print(f"\nBrowse the runs: marin-lab browse --prefix {report.plan.prefix}   (then open http://127.0.0.1:8765)")
+    experiment = os.path.basename(report.experiment_path).removesuffix(".json")
+    print(f"\nThe curves side by side: marin-lab browse --prefix {report.plan.prefix}\n"
+          f"  then open http://127.0.0.1:8765/#/compare/{experiment}")
 
 
 if __name__ == "__main__":
