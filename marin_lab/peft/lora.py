@@ -4,6 +4,7 @@ The adapters live in their own pytree, apart from the frozen base, so the traine
 and optimises only them, and an adapter checkpoint is just that pytree:
 
     adapters = {"layers": {"wq": {"a": [L, in, r], "b": [L, r, out]}, "wk": {...}, ...}}
+    (plus, with `modules_to_save`, whole trained parameters beside "layers": {"embed": [V, d]})
 
 `apply_lora(base, adapters, config)` wraps each targeted base weight (a plain array or an
 `NF4Tensor`) in a `LoraWeight`, whose `linear(x)` is `x @ W + (alpha / r) * dropout(x) @ A @ B`,
@@ -31,6 +32,10 @@ PROJECTIONS = {
     "gate_proj": "w_gate", "up_proj": "w_up", "down_proj": "w_down",
 }
 ALL_PROJECTIONS = tuple(PROJECTIONS)
+# Whole parameters a LoRA run may train besides the adapters (peft's `modules_to_save`), by
+# Hugging Face name or ours -> ours. With tied embeddings, "embed" is the LM head too.
+SAVABLE = {"embed_tokens": "embed", "embed": "embed", "lm_head": "lm_head", "norm": "final_norm",
+           "final_norm": "final_norm"}
 
 
 class LoraError(MarinLabError, ValueError):
@@ -50,6 +55,10 @@ class LoraConfig:
     target_modules: tuple[str, ...] = ALL_PROJECTIONS
     """Projections to adapt, by Hugging Face name (q_proj, ..., down_proj) or ours (wq, ..., w_down).
     QLoRA's finding: adapting all linear layers matters more than the rank."""
+    modules_to_save: tuple[str, ...] = ()
+    """Whole parameters trained in full alongside the adapters, as in peft: embed_tokens/embed,
+    lm_head, norm/final_norm. They join the trainable tree (and its optimizer state), so they count
+    in the trainable bytes; on a small-vocabulary-heavy model the embeddings are most of them."""
 
     @property
     def scale(self) -> float:
@@ -71,8 +80,22 @@ class LoraConfig:
             raise LoraError("lora.target_modules is empty; name at least one projection")
         return tuple(sorted(set(out)))
 
+    def saved(self, model: LlamaConfig) -> tuple[str, ...]:
+        """Our names of the `modules_to_save` parameters, checked against `model`."""
+        out = []
+        for name in self.modules_to_save:
+            ours = SAVABLE.get(name)
+            if ours is None:
+                raise LoraError(f"lora.modules_to_save: {name!r} is not one of {list(SAVABLE)}")
+            if ours == "lm_head" and model.tie_embeddings:
+                raise LoraError("lora.modules_to_save: 'lm_head' is tied to the embeddings in this model; "
+                                "save 'embed_tokens' (it is the LM head too)")
+            out.append(ours)
+        return tuple(sorted(set(out)))
+
     def validate(self, model: LlamaConfig) -> None:
         """Raise LoraError naming the field when the adapters cannot fit `model`."""
+        self.saved(model)
         if self.rank < 1:
             raise LoraError(f"lora.rank={self.rank} must be a positive integer")
         if not 0.0 <= self.dropout < 1.0:
@@ -117,10 +140,10 @@ jax.tree_util.register_dataclass(LoraWeight, data_fields=["base", "a", "b", "key
 
 
 def adapter_shapes(config: LoraConfig, model: LlamaConfig) -> dict[str, tuple[int, ...]]:
-    """Flat name -> shape of every adapter array ("layers/wq/a": (L, in, r), ...)."""
+    """Flat name -> shape of every adapter array ("layers/wq/a": (L, in, r), ...; saved modules too)."""
     config.validate(model)
     shapes = model.param_shapes()
-    out = {}
+    out = {name: shapes[name] for name in config.saved(model)}
     for name in config.targets():
         n_layers, d_in, d_out = shapes[f"layers/{name}"]
         out[f"layers/{name}/a"] = (n_layers, d_in, config.rank)
@@ -128,11 +151,20 @@ def adapter_shapes(config: LoraConfig, model: LlamaConfig) -> dict[str, tuple[in
     return out
 
 
-def init_lora(config: LoraConfig, model: LlamaConfig, key: jax.Array, dtype: Any = jnp.float32) -> Params:
-    """Fresh adapters: A ~ U(-1/sqrt(in), 1/sqrt(in)) (Kaiming-uniform, a=sqrt(5)), B = 0."""
-    shapes = adapter_shapes(config, model)
-    keys = jax.random.split(key, len(shapes))
+def init_lora(config: LoraConfig, model: LlamaConfig, key: jax.Array, dtype: Any = jnp.float32,
+              base: Params | None = None) -> Params:
+    """Fresh adapters: A ~ U(-1/sqrt(in), 1/sqrt(in)) (Kaiming-uniform, a=sqrt(5)), B = 0.
+
+    `modules_to_save` parameters start as copies of `base`'s (needed then), in `dtype`.
+    """
+    saved = config.saved(model)
+    if saved and base is None:
+        raise LoraError(f"lora.modules_to_save={config.modules_to_save} starts from the base's weights: pass base=")
     adapters: Params = {"layers": {}}
+    for name in saved:
+        adapters[name] = jnp.asarray(base[name]).astype(dtype)
+    shapes = {k: v for k, v in adapter_shapes(config, model).items() if k.startswith("layers/")}
+    keys = jax.random.split(key, len(shapes))
     for k, (name, shape) in zip(keys, sorted(shapes.items())):
         _, proj, part = name.split("/")
         node = adapters["layers"].setdefault(proj, {})
@@ -157,7 +189,8 @@ def apply_lora(base: Params, adapters: Params, config: LoraConfig, key: jax.Arra
         layer_keys = jax.random.split(keys[i], n_layers) if keys is not None else None
         layers[name] = LoraWeight(base=layers[name], a=ad["a"], b=ad["b"], key=layer_keys,
                                   scale=config.scale, dropout=config.dropout)
-    return {**base, "layers": layers}
+    saved = {name: value for name, value in adapters.items() if name != "layers"}
+    return {**base, **saved, "layers": layers}
 
 
 def _dense(w: Any) -> jax.Array:
@@ -175,11 +208,17 @@ def merge_lora(base: Params, adapters: Params, config: LoraConfig, dtype: Any = 
     for name, ad in adapters["layers"].items():
         delta = config.scale * jnp.einsum("lir,lro->lio", ad["a"].astype(jnp.float32), ad["b"].astype(jnp.float32))
         merged["layers"][name] = (_dense(base["layers"][name]) + delta).astype(dtype)
+    for name, value in adapters.items():
+        if name != "layers":  # modules_to_save: the trained copy replaces the base's
+            merged[name] = jnp.asarray(value).astype(dtype)
     return merged
 
 
 def unmerge_lora(merged: Params, adapters: Params, config: LoraConfig) -> Params:
-    """The base back from merged parameters (up to float rounding): W = merged - (alpha/r) A @ B."""
+    """The base back from merged parameters (up to float rounding): W = merged - (alpha/r) A @ B.
+
+    modules_to_save parameters are not recoverable this way (the merge replaced them): they stay as merged.
+    """
     out = jax.tree_util.tree_map(lambda p: p, merged)
     for name, ad in adapters["layers"].items():
         w = merged["layers"][name]

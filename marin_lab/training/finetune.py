@@ -277,8 +277,7 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
         tuple(d.id for d in jax.devices()))
     if frozen is not None:
         frozen = jax.device_put(frozen, frozen_sh)
-    trainable = jax.device_put(init_trainable(plan, base_params if config.mode == "full" else None,
-                                              jax.random.key(config.seed), trainable_dtype),
+    trainable = jax.device_put(init_trainable(plan, base_params, jax.random.key(config.seed), trainable_dtype),
                                state_sh["trainable"])
     del base_params
     state = {"trainable": trainable, "opt_state": opt_init(trainable),

@@ -95,12 +95,12 @@ def _divides(dim: int, mesh: Mesh, axis: str) -> str | None:
 
 
 def trainable_shardings(trainable: Any, mode: str, mesh: Mesh, rule: str) -> Params:
-    """full: the parameters' rule. Adapters: A [L, in, r] split along `in`, B [L, r, out] along `out`."""
+    """full and saved modules: the parameters' rule. Adapters: A [L, in, r] split along `in`, B [L, r, out] along `out`."""
     flat = flatten_params(trainable)
     out = {}
     for name, leaf in flat.items():
         shape = tuple(leaf.shape)
-        if mode == "full":
+        if mode == "full" or not name.startswith("layers/"):
             out[name] = _named(mesh, param_spec(name, shape, mesh, rule))
         elif rule == "replicated":
             out[name] = _named(mesh, P())
@@ -129,10 +129,10 @@ def optimizer_shardings(abstract_opt: Any, trainable_sh: Params, trainable: Any,
 
 
 def init_trainable(plan: StepPlan, base_params: Params | None, key: jax.Array, dtype: Any) -> Params:
-    """full: the base parameters themselves (in `dtype`); lora/qlora: fresh adapters."""
+    """full: the base parameters themselves (in `dtype`); lora/qlora: fresh adapters (and saved modules)."""
     if plan.mode == "full":
         return jax.tree_util.tree_map(lambda p: jnp.asarray(p).astype(dtype), base_params)
-    return init_lora(plan.lora, plan.model, key, dtype)
+    return init_lora(plan.lora, plan.model, key, dtype, base=base_params)
 
 
 def model_params(plan: StepPlan, trainable: Params, frozen: Params | None, key: jax.Array | None) -> Params:

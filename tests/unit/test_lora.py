@@ -84,7 +84,32 @@ def test_kaiming_uniform_a_and_dropout_only_when_keyed(bases):
     assert not bool(jnp.array_equal(plain, dropped))
 
 
+def test_modules_to_save_embeddings_train_like_full_finetuning_and_replace_the_base_on_merge(bases):
+    params, quantized, _ = bases
+    cfg = LoraConfig(rank=8, alpha=16.0, dropout=0.0, modules_to_save=("embed_tokens",))
+    adapters = init_lora(cfg, MODEL, jax.random.key(1), base=params)
+    assert sorted(adapters) == ["embed", "layers"] and bool(jnp.array_equal(adapters["embed"], params["embed"]))
+    # Same adapter initialisation as without saved modules (one key per adapter array).
+    plain = init_lora(CFG, MODEL, jax.random.key(1))
+    assert bool(jnp.array_equal(adapters["layers"]["wq"]["a"], plain["layers"]["wq"]["a"]))
+
+    def loss(p):
+        return lm_loss(p, TOKENS[:, :-1], TOKENS[:, 1:], jnp.ones((2, 16)), MODEL)[0]
+
+    # B = 0: the adapted model is the base, so the saved copy's gradient is full fine-tuning's.
+    got = jax.jit(jax.grad(lambda ad: loss(apply_lora(params, ad, cfg))))(adapters)["embed"]
+    want = jax.jit(jax.grad(loss))(params)["embed"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    assert float(jnp.abs(got).max()) > 0.0
+    trained = {**adapters, "embed": adapters["embed"] + 0.5}
+    merged = merge_lora(quantized, trained, cfg)
+    assert bool(jnp.array_equal(merged["embed"], trained["embed"]))
+    logits = jax.jit(lambda p: forward(p, TOKENS, MODEL))
+    np.testing.assert_allclose(logits(merged), logits(apply_lora(quantized, trained, cfg)), atol=2e-5)
+
+
 @pytest.mark.parametrize("cfg, message", [
+    (LoraConfig(modules_to_save=("wq",)), r"lora.modules_to_save: 'wq' is not one of"),
     (LoraConfig(target_modules=("q_proj", "qkv")), r"lora.target_modules: 'qkv' matches no projection"),
     (LoraConfig(rank=40), r"lora.rank=40 is larger than layers/wk's smaller dimension \(64x32\)"),
     (LoraConfig(rank=0), r"lora.rank=0 must be a positive"),
@@ -93,3 +118,10 @@ def test_kaiming_uniform_a_and_dropout_only_when_keyed(bases):
 def test_bad_lora_config_names_the_field(cfg, message):
     with pytest.raises(LoraError, match=message):
         init_lora(cfg, MODEL, jax.random.key(0))
+
+
+def test_saving_a_tied_lm_head_or_without_a_base_is_refused_naming_the_field():
+    with pytest.raises(LoraError, match=r"'lm_head' is tied to the embeddings.*'embed_tokens'"):
+        LoraConfig(modules_to_save=("lm_head",)).validate(tiny_model(tie_embeddings=True))
+    with pytest.raises(LoraError, match=r"modules_to_save=\('embed',\) starts from the base's weights"):
+        init_lora(LoraConfig(modules_to_save=("embed",)), MODEL, jax.random.key(0))
