@@ -22,7 +22,7 @@ import json
 import tempfile
 import time
 
-from marin_lab.peft import LoraConfig
+from marin_lab.peft import ALL_PROJECTIONS, LoraConfig
 from marin_lab.training import CheckpointConfig, DataConfig, OptimizerConfig
 from marin_lab.training.finetune import FinetuneConfig, finetune_lm
 
@@ -35,6 +35,8 @@ def _lora(rank: int, alpha: float | None = None, dropout: float = 0.0, **kw) -> 
     """LoraConfig's arguments (built when the run starts)."""
     return dict(rank=rank, alpha=2.0 * rank if alpha is None else alpha, dropout=dropout, **kw)
 
+
+_ALL_AND_EMBED = (*ALL_PROJECTIONS, "embed_tokens")
 
 # name -> (mode, lora, optimizer, steps). The experiment's settings before this sweep:
 # full lr 1e-3; adapters r=8 alpha=16 dropout 0.1 lr 1e-2; cosine, 5% warmup; 200 steps.
@@ -50,6 +52,11 @@ SETTINGS = {
     "lora-r32-emb-lr2e-3-200": ("lora", _lora(32, modules_to_save=("embed",)), _opt(2e-3), 200),
     "lora-r32-emb-d01-lr3e-3-200": ("lora", _lora(32, dropout=0.1, modules_to_save=("embed",)), _opt(3e-3), 200),
     "qlora-r32-emb-lr3e-3-200": ("qlora", _lora(32, modules_to_save=("embed",)), _opt(3e-3), 200),
+    # LoRA on the (tied) embedding too, as peft's target_modules=[..., "embed_tokens"]
+    "lora-r32-elora-lr3e-3-200": ("lora", _lora(32, target_modules=_ALL_AND_EMBED), _opt(3e-3), 200),
+    "lora-r32-elora-lr1e-3-200": ("lora", _lora(32, target_modules=_ALL_AND_EMBED), _opt(1e-3), 200),
+    "lora-r32-elora-lr1e-2-200": ("lora", _lora(32, target_modules=_ALL_AND_EMBED), _opt(1e-2), 200),
+    "qlora-r32-elora-lr3e-3-200": ("qlora", _lora(32, target_modules=_ALL_AND_EMBED), _opt(3e-3), 200),
     "full-400": ("full", None, _opt(1e-3), 400),
     "lora-r32-lr1e-2-400": ("lora", _lora(32), _opt(1e-2), 400),
     "lora-r32-emb-400": ("lora", _lora(32, modules_to_save=("embed",)), _opt(3e-3), 400),

@@ -34,6 +34,7 @@ PROJECTIONS = {
 ALL_PROJECTIONS = tuple(PROJECTIONS)
 # Whole parameters a LoRA run may train besides the adapters (peft's `modules_to_save`), by
 # Hugging Face name or ours -> ours. With tied embeddings, "embed" is the LM head too.
+EMBEDDING = ("embed_tokens", "embed")  # target_modules names of the (input, and if tied output) embedding
 SAVABLE = {"embed_tokens": "embed", "embed": "embed", "lm_head": "lm_head", "norm": "final_norm",
            "final_norm": "final_norm"}
 
@@ -54,7 +55,9 @@ class LoraConfig:
     """Dropout on the adapter's input during training (never on the base path)."""
     target_modules: tuple[str, ...] = ALL_PROJECTIONS
     """Projections to adapt, by Hugging Face name (q_proj, ..., down_proj) or ours (wq, ..., w_down).
-    QLoRA's finding: adapting all linear layers matters more than the rank."""
+    QLoRA's finding: adapting all linear layers matters more than the rank. "embed_tokens" (or
+    "embed") also adapts the embedding, as peft's LoRA Embedding: E + (alpha/r) A @ B with A [vocab, r]
+    zero and B [r, d] normal at init; with tied embeddings this adapts the LM head too."""
     modules_to_save: tuple[str, ...] = ()
     """Whole parameters trained in full alongside the adapters, as in peft: embed_tokens/embed,
     lm_head, norm/final_norm. They join the trainable tree (and its optimizer state), so they count
@@ -64,19 +67,25 @@ class LoraConfig:
     def scale(self) -> float:
         return self.alpha / self.rank
 
+    @property
+    def adapts_embed(self) -> bool:
+        return any(name in EMBEDDING for name in self.target_modules)
+
     def targets(self) -> tuple[str, ...]:
-        """Our parameter names of the targeted projections, in a fixed order."""
+        """Our parameter names of the targeted projections, in a fixed order (the embedding apart)."""
         ours = set(PROJECTIONS.values())
         out = []
         for name in self.target_modules:
+            if name in EMBEDDING:
+                continue
             mapped = PROJECTIONS.get(name, name)
             if mapped not in ours:
                 raise LoraError(
                     f"lora.target_modules: {name!r} matches no projection of the model; use some of "
-                    f"{list(PROJECTIONS)} (or our names {sorted(ours)})"
+                    f"{list(PROJECTIONS)} (or our names {sorted(ours)}) or embed_tokens"
                 )
             out.append(mapped)
-        if not out:
+        if not out and not self.adapts_embed:
             raise LoraError("lora.target_modules is empty; name at least one projection")
         return tuple(sorted(set(out)))
 
@@ -91,6 +100,9 @@ class LoraConfig:
                 raise LoraError("lora.modules_to_save: 'lm_head' is tied to the embeddings in this model; "
                                 "save 'embed_tokens' (it is the LM head too)")
             out.append(ours)
+        if "embed" in out and self.adapts_embed:
+            raise LoraError("lora: the embedding is both in target_modules (a LoRA adapter) and in "
+                            "modules_to_save (trained in full); choose one")
         return tuple(sorted(set(out)))
 
     def validate(self, model: LlamaConfig) -> None:
@@ -144,6 +156,9 @@ def adapter_shapes(config: LoraConfig, model: LlamaConfig) -> dict[str, tuple[in
     config.validate(model)
     shapes = model.param_shapes()
     out = {name: shapes[name] for name in config.saved(model)}
+    if config.adapts_embed:
+        vocab, d = shapes["embed"]
+        out["embed/a"], out["embed/b"] = (vocab, config.rank), (config.rank, d)
     for name in config.targets():
         n_layers, d_in, d_out = shapes[f"layers/{name}"]
         out[f"layers/{name}/a"] = (n_layers, d_in, config.rank)
@@ -163,6 +178,10 @@ def init_lora(config: LoraConfig, model: LlamaConfig, key: jax.Array, dtype: Any
     adapters: Params = {"layers": {}}
     for name in saved:
         adapters[name] = jnp.asarray(base[name]).astype(dtype)
+    if config.adapts_embed:  # peft's embedding init: A = 0, B ~ N(0, 1)
+        shapes = adapter_shapes(config, model)
+        adapters["embed"] = {"a": jnp.zeros(shapes["embed/a"], dtype),
+                             "b": jax.random.normal(jax.random.fold_in(key, 1 << 20), shapes["embed/b"]).astype(dtype)}
     shapes = {k: v for k, v in adapter_shapes(config, model).items() if k.startswith("layers/")}
     keys = jax.random.split(key, len(shapes))
     for k, (name, shape) in zip(keys, sorted(shapes.items())):
@@ -190,7 +209,13 @@ def apply_lora(base: Params, adapters: Params, config: LoraConfig, key: jax.Arra
         layers[name] = LoraWeight(base=layers[name], a=ad["a"], b=ad["b"], key=layer_keys,
                                   scale=config.scale, dropout=config.dropout)
     saved = {name: value for name, value in adapters.items() if name != "layers"}
+    if config.adapts_embed:  # the adapted table, formed once per call: the model gathers and (tied) projects it
+        saved["embed"] = _dense(base["embed"]) + _embed_delta(adapters["embed"], config)
     return {**base, **saved, "layers": layers}
+
+
+def _embed_delta(ad: Params, config: LoraConfig) -> jax.Array:
+    return config.scale * (ad["a"].astype(jnp.float32) @ ad["b"].astype(jnp.float32))
 
 
 def _dense(w: Any) -> jax.Array:
@@ -209,7 +234,9 @@ def merge_lora(base: Params, adapters: Params, config: LoraConfig, dtype: Any = 
         delta = config.scale * jnp.einsum("lir,lro->lio", ad["a"].astype(jnp.float32), ad["b"].astype(jnp.float32))
         merged["layers"][name] = (_dense(base["layers"][name]) + delta).astype(dtype)
     for name, value in adapters.items():
-        if name != "layers":  # modules_to_save: the trained copy replaces the base's
+        if name == "embed" and config.adapts_embed:
+            merged["embed"] = (_dense(base["embed"]) + _embed_delta(value, config)).astype(dtype)
+        elif name != "layers":  # modules_to_save: the trained copy replaces the base's
             merged[name] = jnp.asarray(value).astype(dtype)
     return merged
 
@@ -224,6 +251,9 @@ def unmerge_lora(merged: Params, adapters: Params, config: LoraConfig) -> Params
         w = merged["layers"][name]
         delta = config.scale * jnp.einsum("lir,lro->lio", ad["a"].astype(jnp.float32), ad["b"].astype(jnp.float32))
         out["layers"][name] = (w.astype(jnp.float32) - delta).astype(w.dtype)
+    if config.adapts_embed:
+        w = merged["embed"]
+        out["embed"] = (w.astype(jnp.float32) - _embed_delta(adapters["embed"], config)).astype(w.dtype)
     return out
 
 

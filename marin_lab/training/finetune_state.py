@@ -100,7 +100,10 @@ def trainable_shardings(trainable: Any, mode: str, mesh: Mesh, rule: str) -> Par
     out = {}
     for name, leaf in flat.items():
         shape = tuple(leaf.shape)
-        if mode == "full" or not name.startswith("layers/"):
+        if name in ("embed/a", "embed/b"):  # embedding adapter: A [vocab, r] split along vocab, B whole
+            out[name] = _named(mesh, P(_divides(shape[0], mesh, "fsdp") if name == "embed/a" and rule != "replicated"
+                                       else None, None))
+        elif mode == "full" or not name.startswith("layers/"):
             out[name] = _named(mesh, param_spec(name, shape, mesh, rule))
         elif rule == "replicated":
             out[name] = _named(mesh, P())

@@ -108,6 +108,30 @@ def test_modules_to_save_embeddings_train_like_full_finetuning_and_replace_the_b
     np.testing.assert_allclose(logits(merged), logits(apply_lora(quantized, trained, cfg)), atol=2e-5)
 
 
+def test_embedding_adapter_starts_at_the_base_learns_and_merges_like_peft(bases):
+    params, quantized, _ = bases
+    cfg = LoraConfig(rank=4, alpha=8.0, dropout=0.0, target_modules=("q_proj", "embed_tokens"))
+    adapters = init_lora(cfg, MODEL, jax.random.key(1))
+    assert sorted(adapters["layers"]) == ["wq"] and adapters["embed"]["a"].shape == (MODEL.vocab_size, 4)
+    assert float(jnp.abs(adapters["embed"]["a"]).max()) == 0.0 < float(jnp.abs(adapters["embed"]["b"]).max())
+    logits = jax.jit(lambda p: forward(p, TOKENS, MODEL))
+    assert bool(jnp.array_equal(logits(apply_lora(params, adapters, cfg)), logits(params)))
+
+    def loss(ad):
+        return lm_loss(apply_lora(params, ad, cfg), TOKENS[:, :-1], TOKENS[:, 1:], jnp.ones((2, 16)), MODEL)[0]
+
+    grad_a = jax.jit(jax.grad(loss))(adapters)["embed"]["a"]
+    seen = np.unique(np.asarray(TOKENS))  # only looked-up (and, untied, no other) rows get a gradient
+    assert float(jnp.abs(grad_a[seen]).max()) > 0.0
+    trained = jax.tree_util.tree_map(lambda x: x + 0.02, adapters)
+    merged = merge_lora(quantized, trained, cfg)
+    np.testing.assert_allclose(logits(merged), logits(apply_lora(quantized, trained, cfg)), atol=2e-5)
+    np.testing.assert_allclose(unmerge_lora(merge_lora(params, trained, cfg), trained, cfg)["embed"], params["embed"],
+                               atol=1e-6)
+    with pytest.raises(LoraError, match="both in target_modules .* and in modules_to_save"):
+        LoraConfig(target_modules=("embed_tokens",), modules_to_save=("embed",)).validate(MODEL)
+
+
 @pytest.mark.parametrize("cfg, message", [
     (LoraConfig(modules_to_save=("wq",)), r"lora.modules_to_save: 'wq' is not one of"),
     (LoraConfig(target_modules=("q_proj", "qkv")), r"lora.target_modules: 'qkv' matches no projection"),
