@@ -147,6 +147,8 @@ def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: 
                     for n in QUANTIZED_NAMES for x in jax.tree_util.tree_leaves(params["layers"][n])) // model.num_layers
         if num_devices > 1 or offload_base:
             device["gathered layer (transient)"] = layer
+        if lora.adapts_embed:  # apply_lora forms E + (alpha/r) A @ B in fp32 each step
+            device["adapted embedding (transient)"] = model.vocab_size * model.hidden_dim * 4
         if mode == "qlora":
             device["dequantized matrix (transient)"] = max(
                 shapes[f"layers/{n}"][1] * shapes[f"layers/{n}"][2] for n in QUANTIZED_NAMES) * c
