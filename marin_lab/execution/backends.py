@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import logging
 import multiprocessing
 import os
@@ -230,6 +231,16 @@ class LocalBackend:
 # ray: one Ray task per step (or a StepRunner that drives several)
 
 
+@functools.lru_cache(maxsize=1)
+def _remote_entry() -> Any:
+    """`_ray_entry` as a Ray remote function, made once: a new `ray.remote(...)` per step would be
+    pickled and exported to the cluster again for every step (Ray re-exports a cached one by
+    itself when it meets a new cluster or job)."""
+    import ray
+
+    return ray.remote(_ray_entry)
+
+
 def _ray_entry(fn: Callable[[Any], Any], config: Any, guard: Guard) -> tuple[Any, dict[str, Any]]:
     done = guard.start()
     _redact_step_logs(config)
@@ -383,14 +394,13 @@ class RayBackend:
 
     def submit(self, fn: Callable[[Any], Any], config: Any, *, step_name: str, resources: Any,
                guard: Guard) -> StepHandle:
-        import ray
 
         if is_runner(resources):
             return _RunnerHandle(resources, fn, config, step_name)
         options = dict(resources or {})
         options.setdefault("num_cpus", 1)
         options["name"] = step_name
-        remote = ray.remote(_ray_entry).options(max_retries=0, retry_exceptions=False, **options)
+        remote = _remote_entry().options(max_retries=0, retry_exceptions=False, **options)
         return _RayHandle(remote.remote(fn, config, guard), step_name)
 
     def shutdown(self) -> None:

@@ -28,9 +28,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from marin_lab.execution.artifacts import declaration
 from marin_lab.execution.backends import Guard, make_backend
 from marin_lab.execution.code_provenance import git_state, store_script
+from marin_lab.execution.decide import Decision, decide_one, read_statuses
 from marin_lab.execution.errors import (
     ExecutorConfigError,
     ExperimentFailedError,
@@ -40,28 +40,29 @@ from marin_lab.execution.errors import (
     StepFailedError,
     StorageError,
 )
-from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_diffs
-from marin_lab.execution.hashing import hash8, lenient_value, unversioned_fingerprint
+from marin_lab.execution.explain import RecordIndex
+from marin_lab.execution.hashing import hash8, unversioned_fingerprint
 from marin_lab.execution.lease import HOSTNAME, Lease, new_driver_id
 from marin_lab.execution.plan import MarinExecutorAttributes, Plan, PlannedStep, build_plan
-from marin_lab.execution.plan_report import check_format, plan_report, render_plan
-from marin_lab.execution.provenance import manifest, package_versions, redact
-from marin_lab.execution.records import StepRecord, read_step_record
-from marin_lab.execution.resources import describe_resources, validate_resources
-from marin_lab.execution.secrets import redact_logs, scrub_text
-from marin_lab.execution.status import (
-    CORRUPT,
-    Status,
-    info_path,
-    now_iso,
-    read_status,
-    status_path,
-    write_status,
+from marin_lab.execution.plan_report import check_format, format_text, plan_report, render_plan
+from marin_lab.execution.provenance import manifest
+from marin_lab.execution.record_builder import (
+    StepRecorder,
+    experiment_record,
+    relative_script,
+    step_record,
+    under_prefix,
 )
+from marin_lab.execution.records import read_step_record
+from marin_lab.execution.resources import validate_resources
+from marin_lab.execution.secrets import redact_logs, scrub_text
+from marin_lab.execution.status import Status, now_iso, read_status, status_path, write_status
 from marin_lab.execution.step import ExecutorStep
 from marin_lab.execution.watch import StatusHeartbeat, failure_report, with_step_logs
 from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.io.fs import atomic_write_bytes, join, normalize_prefix, remove, write_json
+
+__all__ = ["DEFAULT_PREFIX", "Decision", "Executor", "RunReport", "StepOutcome", "default_prefix"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,17 +71,6 @@ DEFAULT_PREFIX = "./marin_store"
 
 def default_prefix() -> str:
     return os.environ.get("MARIN_PREFIX") or DEFAULT_PREFIX
-
-
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    """What a run will do with one step, and why."""
-
-    step: PlannedStep
-    action: str
-    """run | skip | wait | fail | unselected"""
-    reason: str
-    notes: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass
@@ -169,91 +159,21 @@ class Executor(MarinExecutorAttributes):
         return plan.select(run_only)
 
     def decide(self, plan: Plan, selected: Sequence[PlannedStep], *, explain: bool = True) -> list[Decision]:
+        """Run, skip, wait, fail or unselected for every planned step (decide.py)."""
         chosen = {s.identity for s in selected}
-        statuses = self._read_statuses(plan.steps)
+        statuses = read_statuses(plan.steps, remote=self._remote)
         index = RecordIndex(self.prefix) if explain else None
-        decisions = []
-        for ps in plan.steps:
-            st = statuses.get(ps.identity)
-            if ps.identity not in chosen:
-                decisions.append(Decision(ps, "unselected", "not selected by --run_only"))
-                continue
-            decisions.append(self._decide_one(ps, st, index))
-        return decisions
+        return [self._decide_one(ps, statuses.get(ps.identity), index) if ps.identity in chosen
+                else Decision(ps, "unselected", "not selected by --run_only") for ps in plan.steps]
 
     def _decide_one(self, ps: PlannedStep, st: dict[str, Any] | None, index: RecordIndex | None) -> Decision:
-        status = (st or {}).get("status")
-        if status == Status.SUCCESS.value:
-            notes = tuple(self._stale_reuse_notes(ps, st or {}))
-            return Decision(ps, "skip", f"SUCCESS at {st.get('time')}", notes)
-        if status == Status.RUNNING.value:
-            lease = self._lease(ps)
-            holder = lease.current_holder()
-            if holder is not None and not holder.is_stale(time.time()):
-                return Decision(ps, "wait", f"RUNNING by driver {holder.holder} (heartbeat "
-                                            f"{holder.age(time.time()):.0f}s ago); will wait and reuse")
-            return Decision(ps, "run", "was RUNNING, but its driver is gone (lease stale or released)")
-        if status == Status.FAILED.value:
-            if self.force_run_failed:
-                return Decision(ps, "run", "previously FAILED; --force_run_failed is set")
-            return Decision(ps, "fail", "failed previously; pass --force_run_failed true to run it again")
-        if status == CORRUPT:
-            return Decision(ps, "run", f"its records are damaged ({(st or {}).get('damage', 'unreadable')}); "
-                                       "running again")
-        reason = "no output yet" if status is None else f"previous status {status}"
-        notes: tuple[str, ...] = ()
-        if index is not None and status is None:
-            previous = index.previous_version(ps.name, ps.identity)
-            if previous is not None and previous.version is not None:
-                reason = f"new version (latest recorded: {previous.identity})"
-                notes = tuple(diff_versions(previous.version, ps.version))
-        return Decision(ps, "run", reason, notes)
-
-    def _stale_reuse_notes(self, ps: PlannedStep, st: dict[str, Any]) -> list[str]:
-        if st.get("config_fingerprint") == unversioned_fingerprint(ps.scan.unversioned):
-            return []
-        current = lenient_value(ps.scan.unversioned)
-        try:
-            info = read_step_record(ps.output_path)
-        except RecordError:  # read_status already made a damaged record CORRUPT: not reused
-            return []
-        recorded = info.unversioned if info is not None else None
-        if recorded is None:
-            return []
-        diffs = stale_reuse_diffs(recorded, redact(current))
-        return [f"reused although unversioned field {d}" for d in diffs]
-
-    def _read_statuses(self, steps: Sequence[PlannedStep]) -> dict[str, dict[str, Any] | None]:
-        if not self._remote:
-            return {s.identity: read_status(s.output_path) for s in steps}
-        with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
-            results = pool.map(lambda s: read_status(s.output_path), steps)
-            return {s.identity: r for s, r in zip(steps, results)}
+        return decide_one(ps, st, lease=self._lease, force_run_failed=self.force_run_failed, index=index)
 
     # ---------------------------------------------------------------------------------------
     # the dry run
 
     def format_plan(self, decisions: Sequence[Decision]) -> str:
-        counts: dict[str, int] = {}
-        for d in decisions:
-            counts[d.action] = counts.get(d.action, 0) + 1
-        summary = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
-        lines = [f"Plan: {len(decisions)} steps under {self.prefix} (backend {self.backend_name}): {summary}"]
-        for d in decisions:
-            lines.append(f"  {d.action:<10} {d.step.identity}  ({d.reason})")
-            lines.append(f"  {'':<10}   -> {d.step.output_path}")
-            resources = describe_resources(d.step.step.resources)
-            if resources:
-                lines.append(f"  {'':<10}   resources: {_compact(resources)}")
-            estimate = getattr(d.step.step.config, "plan_estimate", None)
-            if callable(estimate):
-                try:
-                    lines.append(f"  {'':<10}   estimate: {_compact(estimate())}")
-                except Exception as err:  # an estimate is informative only
-                    lines.append(f"  {'':<10}   estimate: unavailable ({err})")
-            for note in d.notes:
-                lines.append(f"  {'':<10}   {note}")
-        return "\n".join(lines)
+        return format_text(decisions, prefix=self.prefix, backend=self.backend_name)
 
     # ---------------------------------------------------------------------------------------
     # running
@@ -322,31 +242,9 @@ class Executor(MarinExecutorAttributes):
         stem = os.path.splitext(os.path.basename(script))[0] or "interactive"
         ident = hash8(sorted(s.identity for s in plan.steps))
         path = join(self.executor_info_base_path, f"{stem}-{ident}.json")
-        code = self._code_provenance()
-        configs = plan.marin_view.configs
-        record = {
-            "schema": 1,
-            "script": _relative_script(script),
-            "name": stem,
-            "hash": ident,
-            "description": self.description,
-            "created": now_iso(),
-            "command_line": list(sys.argv),
-            "git": {"commit": code["commit"], "dirty": code["dirty"]},
-            "code": code,
-            "packages": package_versions(),
-            "prefix": self.prefix,
-            "driver": self.driver_id,
-            "steps": [
-                {"name": s.name, "identity": s.identity, "output_path": s.output_path,
-                 "info_path": info_path(s.output_path), "fn": s.fn_path,
-                 "dependencies": [d.identity for d in s.dependencies],
-                 "version": s.version, "config": redact(lenient_value(configs[obj]))}
-                for s, obj in zip(plan.steps, plan.marin_view.steps, strict=True)
-            ],
-        }
-        # Redacted whole: a secret in a versioned field, the command line or a URL is text too.
-        write_json(path, redact(record))
+        record = experiment_record(plan, script=script, stem=stem, ident=ident, code=self._code_provenance(),
+                                   description=self.description, prefix=self.prefix, driver=self.driver_id)
+        write_json(path, record)
         self.executor_info_path = path
         return path
 
@@ -354,7 +252,7 @@ class Executor(MarinExecutorAttributes):
         """The experiment's code: git state and diff, and the script stored beside the records (once per run)."""
         if self._code is None:
             script = self.script if self.script and os.path.isfile(self.script) else None
-            self._code = {"script": _relative_script(self.script), **git_state(script),
+            self._code = {"script": relative_script(self.script), **git_state(script),
                           **store_script(self.executor_info_base_path, script)}
         return self._code
 
@@ -457,23 +355,26 @@ class Executor(MarinExecutorAttributes):
         lease = self._lease(ps)
         waited_for = None
         while True:
-            st = read_status(ps.output_path) or {}
-            if st.get("status") == Status.SUCCESS.value:
-                return StepOutcome(ps.identity, "SUCCESS", message=f"finished by {waited_for}" if waited_for else None)
-            if st.get("status") == Status.FAILED.value and waited_for:  # the driver we waited for failed it
-                return StepOutcome(ps.identity, "FAILED", message=f"FAILED in driver {st.get('driver')}")
             holder = lease.try_acquire()
             if holder is None:
                 break
+            # Another live driver runs it: wait for its result (SUCCESS is reused, FAILED reported).
+            st = read_status(ps.output_path) or {}
+            if st.get("status") == Status.SUCCESS.value:
+                return StepOutcome(ps.identity, "SUCCESS", message=f"finished by {holder.holder}")
+            if st.get("status") == Status.FAILED.value and waited_for:  # the driver we waited for failed it
+                return StepOutcome(ps.identity, "FAILED", message=f"FAILED in driver {st.get('driver')}")
             if waited_for != holder.holder:
                 logger.info("step '%s': RUNNING in driver %s; waiting for it", ps.identity, holder.holder)
                 waited_for = holder.holder
             time.sleep(self.wait_poll_s)
         try:
-            # Someone may have finished it between our status read and taking the lease.
+            # Holding the lease: someone may have finished the step since it was decided.
             st = read_status(ps.output_path) or {}
             if st.get("status") == Status.SUCCESS.value:
-                return StepOutcome(ps.identity, "SUCCESS")
+                return StepOutcome(ps.identity, "SUCCESS", message=f"finished by {waited_for}" if waited_for else None)
+            if st.get("status") == Status.FAILED.value and waited_for:
+                return StepOutcome(ps.identity, "FAILED", message=f"FAILED in driver {st.get('driver')}")
             return self._run_holding_lease(plan, ps, lease)
         finally:
             lease.release()
@@ -484,78 +385,62 @@ class Executor(MarinExecutorAttributes):
         except RecordError as err:  # history unreadable: start a fresh one rather than jam every rerun
             logger.warning("step '%s': its record is damaged (%s); starting a new one", ps.identity, err)
             previous = None
-        if previous is None or previous.identity != ps.identity:
-            previous = StepRecord()
-        history: list[dict[str, Any]] = [e.to_json() for e in previous.status_history]
-        attempts: list[dict[str, Any]] = [a.to_json() for a in previous.attempts]
         config = plan.resolve_config(ps)
-        started = now_iso()
-        record = self._record_base(ps, config)
+        recorder = StepRecorder(step_record(
+            ps, config, code=self._code_provenance(), experiment=under_prefix(self.executor_info_path, self.prefix),
+            driver=self.driver_id, backend=self.backend_name, previous=previous), self.driver_id)
         # A locked environment is built (once, cached by its lock hash) before the first attempt.
-        fn, step_environment = self._step_function(ps)
-        if step_environment is not None:
-            record["step_environment"] = step_environment
+        fn, recorder.record.step_environment = self._step_function(ps)
         lease.start_heartbeats()
         preemptions = failures = 0
         while True:
-            attempt_no = len(attempts) + 1
-            attempt = {"attempt": attempt_no, "kind": None, "started": now_iso(), "ended": None,
-                       "status": Status.RUNNING.value, "error": None, "driver": self.driver_id}
-            attempts.append(attempt)
-            history.append({"status": Status.RUNNING.value, "time": attempt["started"], "attempt": attempt_no,
-                            "driver": self.driver_id, "message": None})
+            attempt = recorder.start_attempt()
             if lease.lost.is_set():
                 return StepOutcome(ps.identity, "LOST", message="lease lost before start")
-            write_status(ps.output_path, Status.RUNNING, attempt=attempt_no, driver=self.driver_id)
-            self._write_info(ps, {**record, "status": Status.RUNNING.value, "status_history": history,
-                                  "attempts": attempts, "timings": {"started": started, "ended": None}})
-            logger.info("step '%s': running (attempt %d) -> %s", ps.identity, attempt_no, ps.output_path)
+            # RUNNING and the first record are not flushed to disk (fsync): after a power loss a
+            # missing or torn one reads as not done or CORRUPT, and the step runs again.
+            write_status(ps.output_path, Status.RUNNING, attempt=attempt.attempt, driver=self.driver_id,
+                         durable=False)
+            recorder.write_running()
+            logger.info("step '%s': running (attempt %d) -> %s", ps.identity, attempt.attempt, ps.output_path)
             t0 = time.monotonic()
             try:
-                result, env = self._call(ps, fn, config, lease, attempt_no)
+                result, env = self._call(ps, fn, config, lease, attempt.attempt)
             except LeaseLostError:
                 return StepOutcome(ps.identity, "LOST", message="lost the lease to another driver; stopped")
             except (PreemptedError, StepFailedError) as err:
                 preempted = isinstance(err, PreemptedError)
                 preemptions += preempted
                 failures += not preempted
-                attempt.update(kind="preemption" if preempted else "failure", ended=now_iso(),
-                               status=Status.FAILED.value,
-                               error=getattr(err, "traceback_text", None) or f"{type(err).__name__}: {err}")
+                kind = "preemption" if preempted else "failure"
+                recorder.attempt_failed(attempt, kind,
+                                        getattr(err, "traceback_text", None) or f"{type(err).__name__}: {err}",
+                                        f"{kind}: {err}")
                 budget_left = (preemptions <= self.max_preemption_retries) if preempted \
                     else (failures <= self.max_failure_retries)
-                history.append({"status": Status.FAILED.value, "time": attempt["ended"], "attempt": attempt_no,
-                                "driver": self.driver_id, "message": f"{attempt['kind']}: {err}"})
                 if budget_left and not lease.lost.is_set():
-                    logger.warning("step '%s': attempt %d %s (%s); retrying", ps.identity, attempt_no,
+                    logger.warning("step '%s': attempt %d %s (%s); retrying", ps.identity, attempt.attempt,
                                    "preempted" if preempted else "failed", err)
                     continue
                 if not lease.still_held():
                     return StepOutcome(ps.identity, "LOST", message="lease lost; wrote nothing")
-                self._write_info(ps, {**record, "status": Status.FAILED.value, "status_history": history,
-                                      "attempts": attempts, "error": attempt["error"],
-                                      "timings": {"started": started, "ended": attempt["ended"],
-                                                  "duration_s": round(time.monotonic() - t0, 3)}})
-                self._terminal_status(ps, Status.FAILED, attempt_no,
-                                      duration_s=round(time.monotonic() - t0, 3))
-                logger.error("%s", failure_report(ps.identity, attempt_no, err, ps.output_path))
+                duration = time.monotonic() - t0
+                recorder.write_failed(attempt, duration)
+                self._terminal_status(ps, Status.FAILED, attempt.attempt, duration_s=round(duration, 3))
+                logger.error("%s", failure_report(ps.identity, attempt.attempt, err, ps.output_path))
                 return StepOutcome(ps.identity, "FAILED", executed=True,
                                    message=scrub_text(str(err).splitlines()[0]))
             duration = time.monotonic() - t0
-            attempt.update(ended=now_iso(), status=Status.SUCCESS.value)
-            history.append({"status": Status.SUCCESS.value, "time": attempt["ended"], "attempt": attempt_no,
-                            "driver": self.driver_id, "message": None})
+            recorder.attempt_succeeded(attempt)
             files = manifest(ps.output_path)
             if not lease.still_held():  # lost while finishing: another driver owns the path now
                 return StepOutcome(ps.identity, "LOST", message="lease lost while finishing; wrote nothing")
             hardware = env.pop("hardware", None)
-            self._write_info(ps, {**record, "status": Status.SUCCESS.value, "status_history": history,
-                                  "attempts": attempts, "result": redact(lenient_value(result)),
-                                  "environment": env, "hardware": hardware, "manifest": files,
-                                  "timings": {"started": started, "ended": attempt["ended"],
-                                              "duration_s": round(duration, 3)}})
+            # The full record is flushed to disk before SUCCESS is written: SUCCESS never outlives it.
+            recorder.write_success(attempt, result=result, environment=env, hardware=hardware, manifest=files,
+                                   duration_s=duration)
             # SUCCESS last: only after the outputs, the manifest and the record are in place.
-            self._terminal_status(ps, Status.SUCCESS, attempt_no, duration_s=round(duration, 3),
+            self._terminal_status(ps, Status.SUCCESS, attempt.attempt, duration_s=round(duration, 3),
                                   config_fingerprint=unversioned_fingerprint(ps.scan.unversioned))
             logger.info("step '%s': SUCCESS in %.1fs (%d files, %d bytes)", ps.identity, duration,
                         files["count"], files["total_bytes"])
@@ -601,60 +486,8 @@ class Executor(MarinExecutorAttributes):
                 logger.warning("step '%s': writing %s failed; retrying", ps.identity, status.value, exc_info=True)
         raise StorageError(f"step '{ps.identity}': could not write status {status.value} to {ps.output_path}")
 
-    def _record_base(self, ps: PlannedStep, config: Any) -> dict[str, Any]:
-        code = self._code_provenance()
-        return {
-            "schema": 1,
-            "name": ps.name,
-            "identity": ps.identity,
-            "hash": ps.hash,
-            "output_path": ps.output_path,
-            "fn": ps.fn_path,
-            "description": ps.step.description,
-            "version": ps.version,
-            "config": redact(lenient_value(config)),
-            "unversioned": redact(lenient_value(ps.scan.unversioned)),
-            "config_fingerprint": unversioned_fingerprint(ps.scan.unversioned),
-            "dependencies": [{"name": d.name, "identity": d.identity, "output_path": d.output_path}
-                             for d in ps.dependencies],
-            "resources": describe_resources(ps.step.resources),
-            "reproducibility": declaration(ps.step.fn, config),
-            "git": {"commit": code["commit"], "dirty": code["dirty"]},
-            # The script's text and the diff live once, in the experiment record and beside it.
-            "code": {"script": code["script"], "script_sha256": code["script_sha256"],
-                     "experiment": _under_prefix(self.executor_info_path, self.prefix)},
-            "driver": self.driver_id,
-            "backend": self.backend_name,
-        }
-
-    def _write_info(self, ps: PlannedStep, record: dict[str, Any]) -> None:
-        # Redacted whole, not field by field: the version (a token in a versioned field), attempt
-        # errors and status messages (a token echoed by an exception) are secrets' ways in too.
-        write_json(info_path(ps.output_path), redact(record))
-
-
-def _compact(d: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in d.items())
-
 
 def _script_path() -> str | None:
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     return os.path.abspath(path) if path else None
-
-
-def _under_prefix(url: str | None, prefix: str) -> str | None:
-    """`url` relative to `prefix` when inside it, so a copied prefix keeps its references."""
-    if url and url.startswith(prefix.rstrip("/") + "/"):
-        return url[len(prefix.rstrip("/")) + 1:]
-    return url
-
-
-def _relative_script(script: str | None) -> str | None:
-    if not script:
-        return None
-    try:
-        rel = os.path.relpath(script)
-    except ValueError:
-        return script
-    return script if rel.startswith("..") else rel

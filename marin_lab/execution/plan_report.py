@@ -1,5 +1,7 @@
 """The dry run as a reviewer reads it: what would run and why, as text, Markdown or JSON.
 
+The decisions come from decide.py; this module only formats them.
+
 `python experiments/x.py --dry_run true --format markdown` prints a plan that can be posted on a
 pull request: every step with its action (run, reused, wait, fail), the reason, the field-level
 difference against the latest recorded version of the same step, its resources and the estimate
@@ -36,6 +38,34 @@ def _estimate(step: Any) -> dict[str, Any] | None:
         return dict(estimate())
     except Exception as err:  # an estimate is informative only
         return {"unavailable": f"{type(err).__name__}: {err}"}
+
+
+def format_text(decisions: Sequence[Any], *, prefix: str, backend: str) -> str:
+    """The dry run's default output: one block per step (action, why, where, resources, estimate,
+    and the field-level changes)."""
+    counts: dict[str, int] = {}
+    for d in decisions:
+        counts[d.action] = counts.get(d.action, 0) + 1
+    summary = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
+    lines = [f"Plan: {len(decisions)} steps under {prefix} (backend {backend}): {summary}"]
+    pad = f"  {'':<10}   "
+    for d in decisions:
+        lines.append(f"  {d.action:<10} {d.step.identity}  ({d.reason})")
+        lines.append(f"{pad}-> {d.step.output_path}")
+        resources = describe_resources(d.step.step.resources)
+        if resources:
+            lines.append(f"{pad}resources: {_compact(resources)}")
+        estimate = _estimate(d.step.step)
+        if estimate is not None:
+            lines.append(f"{pad}estimate: " + (f"unavailable ({estimate['unavailable']})"
+                                                 if set(estimate) == {"unavailable"} else _compact(estimate)))
+        for note in d.notes:
+            lines.append(f"{pad}{note}")
+    return "\n".join(lines)
+
+
+def _compact(d: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in d.items())
 
 
 def plan_report(decisions: Sequence[Any], *, prefix: str, backend: str, script: str | None) -> dict[str, Any]:

@@ -97,7 +97,10 @@ def parse_marin_status(text: str) -> dict[str, Any]:
     return {"status": latest["status"], "time": latest.get("date"), "format": "marin"}
 
 
-def write_status(output_path: str, status: Status, **fields: Any) -> dict[str, Any]:
+def write_status(output_path: str, status: Status, *, durable: bool = False, **fields: Any) -> dict[str, Any]:
+    """Write the latest status. Not flushed to disk unless `durable`: a status lost or torn by a
+    power loss reads as an older status or CORRUPT, and the step runs again; what must survive
+    (the full record before SUCCESS) is flushed by its writer."""
     record = {"status": status.value, "time": now_iso(), **fields}
-    write_json(status_path(output_path), record, indent=None)
+    write_json(status_path(output_path), record, indent=None, durable=durable)
     return record

@@ -81,10 +81,11 @@ class LocalConditionalFile(ConditionalFile):
 
     def _write_unlocked(self, data: bytes) -> str:
         tmp = os.path.join(self.folder, f".tmp.{os.path.basename(self.path)}.{uuid.uuid4().hex[:8]}")
+        # No fsync: a conditional file holds a claim (a lease, WAITING), not a result. After a power
+        # loss a missing or torn one reads as free or stale (leases.py), and every holder died with
+        # the host anyway; within a running host, the rename alone is atomic for all readers.
         with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(tmp, self.path)
         return _sha(data)
 

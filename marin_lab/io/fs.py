@@ -58,12 +58,17 @@ def makedirs(url: str) -> None:
     fs.makedirs(path, exist_ok=True)
 
 
-def atomic_write_bytes(url: str, data: bytes) -> None:
-    """Write `data` to `url` so that readers see the old file, or the new one whole."""
-    atomic_write_chunks(url, [data])
+def atomic_write_bytes(url: str, data: bytes, *, durable: bool = True) -> None:
+    """Write `data` to `url` so that readers see the old file, or the new one whole.
+
+    `durable`: on local disk, flush the data to the device (fsync) before the rename, so that
+    after a power loss the file is the old one or the new one whole. A file whose loss or tear is
+    harmless (a transient status the reader treats as damaged and redoes) may skip it: without
+    fsync a crashed *process* still leaves the old or new file whole; only the OS's crash can tear."""
+    atomic_write_chunks(url, [data], durable=durable)
 
 
-def atomic_write_chunks(url: str, chunks: Iterable[bytes | memoryview]) -> None:
+def atomic_write_chunks(url: str, chunks: Iterable[bytes | memoryview], *, durable: bool = True) -> None:
     """`atomic_write_bytes` for data held in pieces: written one after the other, never joined
     into one buffer first on local disk (a large array is not copied to be written)."""
     fs, path = fs_and_path(url)
@@ -74,8 +79,9 @@ def atomic_write_chunks(url: str, chunks: Iterable[bytes | memoryview]) -> None:
         with open(tmp, "wb") as f:
             for chunk in chunks:
                 f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     else:
         # One object put: object stores show it whole or not at all.
@@ -83,12 +89,12 @@ def atomic_write_chunks(url: str, chunks: Iterable[bytes | memoryview]) -> None:
         fs.pipe_file(path, parts[0] if len(parts) == 1 else b"".join(parts))
 
 
-def atomic_write_text(url: str, text: str) -> None:
-    atomic_write_bytes(url, text.encode("utf-8"))
+def atomic_write_text(url: str, text: str, *, durable: bool = True) -> None:
+    atomic_write_bytes(url, text.encode("utf-8"), durable=durable)
 
 
-def write_json(url: str, obj: Any, *, indent: int | None = 2) -> None:
-    atomic_write_text(url, json.dumps(obj, indent=indent, sort_keys=False, default=str) + "\n")
+def write_json(url: str, obj: Any, *, indent: int | None = 2, durable: bool = True) -> None:
+    atomic_write_text(url, json.dumps(obj, indent=indent, sort_keys=False, default=str) + "\n", durable=durable)
 
 
 def read_bytes(url: str) -> bytes:

@@ -1,0 +1,89 @@
+"""Deciding what a run does with each step: run, skip (reuse), wait, fail, or leave unselected.
+
+Reads only statuses, leases and records under the prefix; never writes. The dry run prints these
+decisions (plan_report.py); a real run acts on them (executor.py).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from marin_lab.execution.errors import RecordError
+from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_diffs
+from marin_lab.execution.hashing import lenient_value, unversioned_fingerprint
+from marin_lab.execution.lease import Lease
+from marin_lab.execution.plan import PlannedStep
+from marin_lab.execution.provenance import redact
+from marin_lab.execution.records import read_step_record
+from marin_lab.execution.status import CORRUPT, Status, read_status
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What a run will do with one step, and why."""
+
+    step: PlannedStep
+    action: str
+    """run | skip | wait | fail | unselected"""
+    reason: str
+    notes: tuple[str, ...] = ()
+
+
+def read_statuses(steps: Sequence[PlannedStep], *, remote: bool) -> dict[str, dict[str, Any] | None]:
+    """Each step's latest status; concurrently on object stores, where each read is a round trip."""
+    if not remote:
+        return {s.identity: read_status(s.output_path) for s in steps}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
+        results = pool.map(lambda s: read_status(s.output_path), steps)
+        return {s.identity: r for s, r in zip(steps, results)}
+
+
+def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[PlannedStep], Lease],
+               force_run_failed: bool, index: RecordIndex | None) -> Decision:
+    """One step's decision from its status (`read_status`); `index` adds the field-level
+    difference against the previous recorded version for a step that is new."""
+    status = (st or {}).get("status")
+    if status == Status.SUCCESS.value:
+        notes = tuple(stale_reuse_notes(ps, st or {}))
+        return Decision(ps, "skip", f"SUCCESS at {(st or {}).get('time')}", notes)
+    if status == Status.RUNNING.value:
+        holder = lease(ps).current_holder()
+        if holder is not None and not holder.is_stale(time.time()):
+            return Decision(ps, "wait", f"RUNNING by driver {holder.holder} (heartbeat "
+                                        f"{holder.age(time.time()):.0f}s ago); will wait and reuse")
+        return Decision(ps, "run", "was RUNNING, but its driver is gone (lease stale or released)")
+    if status == Status.FAILED.value:
+        if force_run_failed:
+            return Decision(ps, "run", "previously FAILED; --force_run_failed is set")
+        return Decision(ps, "fail", "failed previously; pass --force_run_failed true to run it again")
+    if status == CORRUPT:
+        return Decision(ps, "run", f"its records are damaged ({(st or {}).get('damage', 'unreadable')}); "
+                                   "running again")
+    reason = "no output yet" if status is None else f"previous status {status}"
+    notes: tuple[str, ...] = ()
+    if index is not None and status is None:
+        previous = index.previous_version(ps.name, ps.identity)
+        if previous is not None and previous.version is not None:
+            reason = f"new version (latest recorded: {previous.identity})"
+            notes = tuple(diff_versions(previous.version, ps.version))
+    return Decision(ps, "run", reason, notes)
+
+
+def stale_reuse_notes(ps: PlannedStep, st: dict[str, Any]) -> list[str]:
+    """A reused SUCCESS whose unversioned fields differ from the record's, field by field."""
+    if st.get("config_fingerprint") == unversioned_fingerprint(ps.scan.unversioned):
+        return []
+    current = lenient_value(ps.scan.unversioned)
+    try:
+        info = read_step_record(ps.output_path)
+    except RecordError:  # read_status already made a damaged record CORRUPT: not reused
+        return []
+    recorded = info.unversioned if info is not None else None
+    if recorded is None:
+        return []
+    diffs = stale_reuse_diffs(recorded, redact(current))
+    return [f"reused although unversioned field {d}" for d in diffs]

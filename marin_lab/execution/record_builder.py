@@ -1,0 +1,150 @@
+"""Building the records a run writes: each step's `.executor_info` and the experiment record.
+
+`StepRecorder` holds one step's record while it runs (attempts, status history, timings) and
+writes it, redacted whole, at the three moments the contract names: RUNNING (the first record),
+FAILED, and SUCCESS (with result, environment, manifest), the SUCCESS status file coming after it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from marin_lab.execution.artifacts import declaration
+from marin_lab.execution.hashing import lenient_value, unversioned_fingerprint
+from marin_lab.execution.plan import Plan, PlannedStep
+from marin_lab.execution.provenance import package_versions, redact
+from marin_lab.execution.records import Attempt, StatusEvent, StepRecord, Timings
+from marin_lab.execution.resources import describe_resources
+from marin_lab.execution.status import Status, info_path, now_iso
+from marin_lab.io.fs import write_json
+
+
+def step_record(ps: PlannedStep, config: Any, *, code: dict[str, Any], experiment: str | None,
+                driver: str, backend: str, previous: StepRecord | None) -> StepRecord:
+    """A step's record before its first attempt; the history of `previous` (the same identity's
+    earlier runs) continues in it."""
+    same = previous is not None and previous.identity == ps.identity
+    return StepRecord(
+        name=ps.name,
+        identity=ps.identity,
+        hash=ps.hash,
+        output_path=ps.output_path,
+        fn=ps.fn_path,
+        description=ps.step.description,
+        version=ps.version,
+        config=redact(lenient_value(config)),
+        unversioned=redact(lenient_value(ps.scan.unversioned)),
+        config_fingerprint=unversioned_fingerprint(ps.scan.unversioned),
+        dependencies=[{"name": d.name, "identity": d.identity, "output_path": d.output_path}
+                      for d in ps.dependencies],
+        resources=describe_resources(ps.step.resources),
+        reproducibility=declaration(ps.step.fn, config),
+        git={"commit": code["commit"], "dirty": code["dirty"]},
+        # The script's text and the diff live once, in the experiment record and beside it.
+        code={"script": code["script"], "script_sha256": code["script_sha256"], "experiment": experiment},
+        driver=driver,
+        backend=backend,
+        status_history=list(previous.status_history) if same and previous else [],
+        attempts=list(previous.attempts) if same and previous else [],
+    )
+
+
+class StepRecorder:
+    """One step's record while this driver runs it."""
+
+    def __init__(self, record: StepRecord, driver: str):
+        self.record = record
+        self.driver = driver
+        self.started = now_iso()
+        self.url = info_path(record.output_path or "")
+
+    def start_attempt(self) -> Attempt:
+        attempt = Attempt(len(self.record.attempts) + 1, started=now_iso(), driver=self.driver)
+        self.record.attempts.append(attempt)
+        self.record.status_history.append(StatusEvent(Status.RUNNING.value, attempt.started, attempt.attempt,
+                                                      self.driver))
+        return attempt
+
+    def attempt_failed(self, attempt: Attempt, kind: str, error: str, message: str) -> None:
+        attempt.kind, attempt.ended, attempt.status, attempt.error = kind, now_iso(), Status.FAILED.value, error
+        self.record.status_history.append(StatusEvent(Status.FAILED.value, attempt.ended, attempt.attempt,
+                                                      self.driver, message))
+
+    def attempt_succeeded(self, attempt: Attempt) -> None:
+        attempt.ended, attempt.status = now_iso(), Status.SUCCESS.value
+        self.record.status_history.append(StatusEvent(Status.SUCCESS.value, attempt.ended, attempt.attempt,
+                                                      self.driver))
+
+    def write_running(self) -> None:
+        self.record.status = Status.RUNNING.value
+        self.record.timings = Timings(self.started, None)
+        # Not flushed to disk (no fsync): after a power loss a missing or torn first record only
+        # means the step runs again (a damaged record is never reused).
+        self._write(durable=False)
+
+    def write_failed(self, attempt: Attempt, duration_s: float) -> None:
+        self.record.status = Status.FAILED.value
+        self.record.error = attempt.error
+        self.record.timings = Timings(self.started, attempt.ended, round(duration_s, 3))
+        self._write(durable=True)
+
+    def write_success(self, attempt: Attempt, *, result: Any, environment: dict[str, Any],
+                      hardware: Any, manifest: dict[str, Any], duration_s: float) -> None:
+        r = self.record
+        r.status, r.error = Status.SUCCESS.value, None
+        r.result, r.environment, r.hardware, r.manifest = lenient_value(result), environment, hardware, manifest
+        r.timings = Timings(self.started, attempt.ended, round(duration_s, 3))
+        self._write(durable=True)
+
+    def _write(self, *, durable: bool) -> None:
+        # Redacted whole, not field by field: the version (a token in a versioned field), attempt
+        # errors and status messages (a token echoed by an exception) are secrets' ways in too.
+        write_json(self.url, redact(self.record.to_json()), durable=durable)
+
+
+def experiment_record(plan: Plan, *, script: str, stem: str, ident: str, code: dict[str, Any],
+                      description: str | None, prefix: str, driver: str) -> dict[str, Any]:
+    """The experiment record (`{prefix}/experiments/{script}-{hash8}.json`), redacted whole."""
+    configs = plan.marin_view.configs
+    record = {
+        "schema": 1,
+        "script": relative_script(script),
+        "name": stem,
+        "hash": ident,
+        "description": description,
+        "created": now_iso(),
+        "command_line": list(sys.argv),
+        "git": {"commit": code["commit"], "dirty": code["dirty"]},
+        "code": code,
+        "packages": package_versions(),
+        "prefix": prefix,
+        "driver": driver,
+        "steps": [
+            {"name": s.name, "identity": s.identity, "output_path": s.output_path,
+             "info_path": info_path(s.output_path), "fn": s.fn_path,
+             "dependencies": [d.identity for d in s.dependencies],
+             "version": s.version, "config": redact(lenient_value(configs[obj]))}
+            for s, obj in zip(plan.steps, plan.marin_view.steps, strict=True)
+        ],
+    }
+    # Redacted whole: a secret in a versioned field, the command line or a URL is text too.
+    return redact(record)
+
+
+def under_prefix(url: str | None, prefix: str) -> str | None:
+    """`url` relative to `prefix` when inside it, so a copied prefix keeps its references."""
+    if url and url.startswith(prefix.rstrip("/") + "/"):
+        return url[len(prefix.rstrip("/")) + 1:]
+    return url
+
+
+def relative_script(script: str | None) -> str | None:
+    if not script:
+        return None
+    try:
+        rel = os.path.relpath(script)
+    except ValueError:
+        return script
+    return script if rel.startswith("..") else rel
