@@ -1,16 +1,20 @@
 // marin_lab browser: the compare view, one metric of several runs of an experiment on one chart.
-// #/compare/<experiment>?metric=loss&run=<identity>&run=<identity>: the address names the choice,
-// so it can be shared; without run= the first MAX_DEFAULT_RUNS runs are shown. Uses app.js's
+// #/compare/<experiment>?metric=loss&smooth=0.9&vs=<identity>&run=<identity>&run=<identity>: the
+// address names the choice, so it can be shared; without run= the first MAX_DEFAULT_RUNS runs are
+// shown. vs= plots each run relative to one of them (in %, step by step): paired runs whose curves
+// lie on top of each other part there. Uses app.js's
 // helpers (el, svg, api, linePlot, ...): both are classic scripts sharing one global scope.
 "use strict";
 
 const MAX_DEFAULT_RUNS = 10;
 
-function compareLink(expId, runs, metric, smooth) {
+function compareLink(expId, choice) {
+  const c = choice || {};
   const params = new URLSearchParams();
-  if (metric) params.set("metric", metric);
-  if (smooth) params.set("smooth", String(smooth));
-  for (const r of runs || []) params.append("run", r);
+  if (c.metric) params.set("metric", c.metric);
+  if (c.smooth) params.set("smooth", String(c.smooth));
+  if (c.vs) params.set("vs", c.vs);
+  for (const r of c.runs || []) params.append("run", r);
   const query = params.toString();
   return `#/compare/${encodeURIComponent(expId)}${query ? "?" + query : ""}`;
 }
@@ -31,6 +35,15 @@ function smoothed(points, weight) {
     return [p[0], avg / (1 - Math.pow(weight, i + 1)), p[1]];
   });
 }
+
+// Each point as a percentage of `base`'s value at the same step ([step, %, ...the point's columns]);
+// steps the base did not log are left out.
+function relativeTo(points, base) {
+  const at = new Map(base.map(p => [p[0], p[1]]));
+  return points.filter(p => at.has(p[0]) && at.get(p[0]) !== 0).map(p => [p[0], 100 * (p[1] / at.get(p[0]) - 1), ...p.slice(1)]);
+}
+
+function fmtPercent(v) { return `${v > 0 ? "+" : ""}${v.toFixed(3)}%`; }
 
 // "loss" first, then other losses (eval/.../loss), then the rest by name.
 function metricOrder(a, b) {
@@ -56,6 +69,8 @@ async function renderCompare(expId, params) {
   let metric = params.get("metric") || "loss";
   const askedSmooth = Number(params.get("smooth") || 0);
   let smooth = SMOOTHING.includes(askedSmooth) ? askedSmooth : 0;
+  const askedVs = params.get("vs");
+  let vs = askedVs ? ((byKey.get(askedVs) || byName.get(askedVs) || {}).key || "") : "";
   const cache = new Map();  // `${path}\n${metric}` -> the /api/metrics answer (or its error)
   const fetchSeries = run => {
     const key = `${run.output_path}\n${metric}`;
@@ -68,6 +83,9 @@ async function renderCompare(expId, params) {
   const select = el("select", {id: "compare-metric", onchange: () => { metric = select.value; draw(); }});
   const smoothSelect = el("select", {id: "compare-smooth", onchange: () => { smooth = Number(smoothSelect.value); draw(); }},
     SMOOTHING.map(w => el("option", {value: w, text: w ? String(w) : "none", selected: w === smooth ? "" : null})));
+  const vsSelect = el("select", {id: "compare-vs", onchange: () => { vs = vsSelect.value; draw(); }},
+    el("option", {value: "", text: "none (values)"}),
+    data.runs.map(r => el("option", {value: r.key, text: `${r.name} · ${r.short}`, selected: r.key === vs ? "" : null})));
   const checkboxes = data.runs.map(r => el("input", {type: "checkbox", class: "run-choice", "data-run": r.key,
     checked: chosen.has(r.key) ? "" : null, onchange: ev => { ev.target.checked ? chosen.add(r.key) : chosen.delete(r.key); draw(); }}));
   const keyCells = data.runs.map(() => el("span", {class: "series-key"}));
@@ -88,6 +106,7 @@ async function renderCompare(expId, params) {
       "Choose runs and a metric: the address names the choice, so it can be shared."}),
     unknown.length ? el("div", {class: "warn", id: "compare-unknown", text: `not in this experiment: ${unknown.join(", ")}`}) : null,
     el("div", {class: "graph-controls"}, el("label", {}, "metric ", select), el("label", {}, "smoothing ", smoothSelect),
+      el("label", {}, "relative to ", vsSelect),
       el("button", {id: "compare-all", onclick: () => setAll(true), text: "all"}),
       el("button", {id: "compare-none-btn", onclick: () => setAll(false), text: "none"})),
     runsTable, chartBox, readout, notes);
@@ -96,7 +115,7 @@ async function renderCompare(expId, params) {
   async function draw() {
     const token = ++drawing;
     const runs = data.runs.filter(r => chosen.has(r.key));
-    history.replaceState(null, "", compareLink(expId, runs.map(r => r.key), metric, smooth));
+    history.replaceState(null, "", compareLink(expId, {runs: runs.map(r => r.key), metric, smooth, vs}));
     document.body.dataset.compareReady = "0";
     const answers = await Promise.all(runs.map(fetchSeries));
     if (token !== drawing) return;  // a newer choice is being drawn
@@ -113,6 +132,17 @@ async function renderCompare(expId, params) {
       if (points.length) series.push({key: r.key, label: runLabel(r), points: smoothed(points, smooth)});
       else problems.push(`${r.name}: no ${metric} logged`);
     });
+    // Columns of a point after its step: what is plotted first, then what it was made from.
+    let columns = smooth ? ["Smoothed", "Raw"] : ["Value"];
+    let title = metric;
+    const base = vs ? series.find(x => x.key === vs) : null;
+    if (vs && !base) problems.push(`relative to ${(byKey.get(vs) || {}).name || vs}: not among the chosen runs with ${metric}; plotting values`);
+    if (base) {
+      const basePoints = base.points;
+      for (const x of series) x.points = relativeTo(x.points, basePoints);
+      columns = [`% vs ${byKey.get(vs).name}`, ...columns];
+      title = `${metric}: % vs ${byKey.get(vs).name} · ${byKey.get(vs).short}`;
+    }
     select.replaceChildren(...[...keys].sort(metricOrder).map(k => el("option", {value: k, text: k, selected: k === metric ? "" : null})));
     const colour = new Map(series.map((s, i) => [s.key, i]));
     data.runs.forEach((r, i) => {
@@ -127,15 +157,13 @@ async function renderCompare(expId, params) {
       if (!series.length) { readout.replaceChildren(); return; }
       if (!hovering) values = series.map(s => s.points[s.points.length - 1]);
       readout.replaceChildren(el("table", {id: hovering ? "hover-values" : "last-values"},
-        el("thead", {}, el("tr", {}, [hovering ? `step ${at}` : "last logged", smooth ? "Smoothed" : "Value", smooth ? "Raw" : null, "At step"]
-          .filter(h => h !== null).map(h => el("th", {text: h})))),
+        el("thead", {}, el("tr", {}, [hovering ? `step ${at}` : "last logged", ...columns, "At step"].map(h => el("th", {text: h})))),
         el("tbody", {}, series.map((s, i) => el("tr", {"data-run": s.key},
           el("td", {}, el("span", {class: `series-key series-${i % SERIES_COLOURS}${i >= SERIES_COLOURS ? " dashed" : ""}`}), s.label),
-          el("td", {class: "num", text: values[i] ? String(fmtValue(values[i][1])) : "—"}),
-          smooth ? el("td", {class: "num raw", text: values[i] ? String(fmtValue(values[i][2])) : ""}) : null,
+          columns.map((c, j) => el("td", {class: "num", text: !values[i] ? "—" : base && j === 0 ? fmtPercent(values[i][1]) : String(fmtValue(values[i][j + 1]))})),
           el("td", {class: "num", text: values[i] ? String(values[i][0]) : ""}))))));
     };
-    chartBox.replaceChildren(series.length ? linePlot(metric, series, {width: 900, height: 360, onHover: showValues})
+    chartBox.replaceChildren(series.length ? linePlot(title, series, {width: 900, height: 360, onHover: showValues})
       : el("p", {class: "muted", text: runs.length ? `none of the chosen runs logged ${metric}` : "choose runs above"}));
     showValues(null, []);
     notes.replaceChildren(...problems.map(p => el("div", {class: "muted", text: p})));
