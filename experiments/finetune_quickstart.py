@@ -12,7 +12,7 @@ only; the score is the mean answer-token loss on sections never trained on.
     quickstart steps (download ... tokenizer, tokenize, train nano) -> section questions
       -> tokenize_instructions -> finetune full | lora | qlora (quantize_base first) -> evaluate_lm
 
-    python experiments/finetune_quickstart.py                 # a few minutes on 2 CPU cores
+    python experiments/finetune_quickstart.py                 # ~30 min on 2 busy CPU cores
     python experiments/finetune_quickstart.py --dry_run true
 """
 
