@@ -45,8 +45,18 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def ray_cluster():
-    """A local Ray shared by every test that uses the ray backend."""
+def _ray_session():
+    """Shuts down, at the end of the session, the local Ray that `ray_cluster` started."""
+    import ray
+
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture()
+def ray_cluster(_ray_session):
+    """A local Ray shared by every test that uses the ray backend. Checked for each test: a test
+    whose executor stopped the Ray it had started leaves none behind, so start it again then."""
     import ray
 
     if not ray.is_initialized():
@@ -54,8 +64,7 @@ def ray_cluster():
             address="local", num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1", configure_logging=False,
             runtime_env={"env_vars": {"PYTHONPATH": REPO_ROOT}}, log_to_driver=False,
         )
-    yield ray
-    ray.shutdown()
+    return ray
 
 
 @pytest.fixture(scope="session")

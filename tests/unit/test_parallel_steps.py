@@ -21,7 +21,7 @@ def _steps(meeting_dir: str, n: int) -> list[ExecutorStep]:
 def test_independent_steps_run_concurrently(tmp_path, backend, request):
     if backend == "ray":
         request.getfixturevalue("ray_cluster")
-    n = 3
+    n = 2  # CI has 2 cores: a Ray another test started may have only 2 CPUs
     report = Executor(str(tmp_path / "store"), backend=backend, max_concurrent=n).run(_steps(str(tmp_path / "met"), n))
     assert len(report.executed) == n and not report.failed
     assert len(list((tmp_path / "met").iterdir())) == n
