@@ -10,8 +10,8 @@ from playwright.sync_api import expect
 
 from marin_lab.browser.server import start_in_thread
 from marin_lab.execution import Executor, ExecutorStep, this_output_path, versioned
-from marin_lab.execution.status import read_status
 from tests.integration.test_browser_e2e import chromium  # noqa: F401 - the shared Chromium fixture
+from tests.waiting import wait_for_status
 from tests.watch_steps import ChattyConfig, chatty
 
 pytestmark = pytest.mark.browser
@@ -38,20 +38,9 @@ def running_step(tmp_path, monkeypatch):
     thread.join(timeout=120)
 
 
-def _wait_for_status(output_path: str, status: str, timeout_s: float = 120) -> None:
-    import time
-
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if (read_status(output_path) or {}).get("status") == status:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{output_path} never reached {status}")
-
-
 def test_graph_and_step_page_follow_a_run_without_reload(chromium, running_step):  # noqa: F811
     prefix, output_path, release, finish, executor = running_step
-    _wait_for_status(output_path, "RUNNING")
+    wait_for_status(output_path, "RUNNING")
     with start_in_thread(prefix) as server:
         context = chromium.new_context(viewport={"width": 1400, "height": 900})
         page = context.new_page()

@@ -36,6 +36,7 @@ from tests.executor_steps import (
     local_step_workers,
     write_text,
 )
+from tests.waiting import wait_for_status
 
 DRIVER = os.path.join(REPO_ROOT, "tests", "drive_dag.py")
 
@@ -208,15 +209,6 @@ def _driver_flags(driver_backend, request):
     return ["--backend", "ray", "--ray_address", ray.get_runtime_context().gcs_address]
 
 
-def _wait_for_status(path, status, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if (read_status(path) or {}).get("status") == status:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never reached {status}")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("driver_backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
 def test_kill_9_driver_mid_step_then_rerun(tmp_path, driver_backend, request):
@@ -226,7 +218,7 @@ def test_kill_9_driver_mid_step_then_rerun(tmp_path, driver_backend, request):
     assert Executor(prefix, backend="local").run(five_step_dag(log_path=log), dry_run=True).outcomes == {}
     flags = _driver_flags(driver_backend, request)
     proc = subprocess.Popen([sys.executable, DRIVER, prefix, log, "1.5", *flags], cwd=REPO_ROOT)
-    _wait_for_status(by["join/d"].output_path, "RUNNING")
+    wait_for_status(by["join/d"].output_path, "RUNNING")
     deadline = time.time() + 60
     while len(executions(log)) < 4 and time.time() < deadline:  # d's worker has started its step
         time.sleep(0.05)
@@ -307,7 +299,7 @@ def test_queued_steps_are_recorded_waiting(tmp_path):
     plan = ex.plan([after])
     t = threading.Thread(target=ex.run, args=([after],))
     t.start()
-    _wait_for_status(plan.steps[0].output_path, "RUNNING")
+    wait_for_status(plan.steps[0].output_path, "RUNNING")
     assert read_status(plan.steps[1].output_path)["status"] == "WAITING"
     t.join(timeout=60)
     assert read_status(plan.steps[1].output_path)["status"] == "SUCCESS"
