@@ -90,6 +90,9 @@ def main() -> None:
     work = tempfile.mkdtemp(prefix="bench-tokenize-")
     try:
         docs_path, tok_path = prepare(work)
+        # prepare()'s extract step leaves a warm 2-worker pool; stop it now, or its CPU (reaped
+        # later as a child's) would be charged to whichever step side closes the pool first.
+        close_idle_pool()
         batches = step_batches(docs_path, 512, 0.01)
         tok = Tokenizer.from_file(tok_path)
         docs = sum(map(len, batches))
@@ -156,6 +159,15 @@ def main() -> None:
         ]
         for label, ratio, goal in rows:
             print(f"{label:58s} {ratio:>6.2f}x  {goal}")
+        # The machine's speed drifts by +-15% over a run even when quiet; ratios taken within one
+        # repeat (sides measured a few seconds apart) are less exposed to that drift.
+        paired = [
+            ("1-worker step per core vs its inner loop", [i / s for i, s in zip(cpus["inner"], cpus["step x1"])]),
+            ("2 workers vs 1, wall", [a / b for a, b in zip(walls["step x1"], walls["step x2"])]),
+        ]
+        print("\nratios within each repeat (median; each repeat's value)")
+        for label, values in paired:
+            print(f"{label:58s} {statistics.median(values):>6.2f}x  " + " ".join(f"{v:.2f}" for v in values))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
