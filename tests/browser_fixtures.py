@@ -179,7 +179,9 @@ def build_prefix(base: Path) -> FixturePrefix:
             version={"name": "eval/tiny", "dependencies": ["train/tiny-cccc0003"]},
             deps=[("train/tiny", "train/tiny-cccc0003", p.train)],
             attempts=[{"attempt": 1, "kind": "preemption", "started": "2026-11-20T13:00:00Z",
-                       "ended": "2026-11-20T13:01:00Z", "status": "FAILED", "error": None},
+                       "ended": "2026-11-20T13:01:00Z", "status": "FAILED", "error": None,
+                       "hardware": {"kind": "tpu", "type": "v4-16", "slices": 1, "hosts": 2,
+                                    "slice_names": ["slice-0"]}},
                       {"attempt": 2, "kind": "failure", "started": "2026-11-20T13:02:00Z",
                        "ended": "2026-11-20T13:03:00Z", "status": "FAILED",
                        "error": "Traceback (most recent call last):\nValueError: eval set <b>empty</b>"}])

@@ -18,7 +18,7 @@ from typing import Any
 from marin_lab.cluster.classify import PREEMPTION, MetadataPreemptionProbe, PreemptionProbe, classify_error
 from marin_lab.cluster.errors import ClusterError, PreemptedError, StepCancelled, TpuRequestError
 from marin_lab.cluster.tpu_types import TpuType, check_slice_count, parse_tpu_type
-from marin_lab.execution.resources import RunOutcome
+from marin_lab.execution.resources import RunOutcome, attach_hardware, hardware_of
 
 logger = logging.getLogger(__name__)
 
@@ -154,6 +154,7 @@ class TpuResources:
             converted = _as_preemption(err, step_name, f"{self.tpu} slice hosts")
             if converted is err:
                 raise
+            attach_hardware(converted, hardware_of(err))
             raise converted from err
         return RunOutcome(outcome.result, outcome.hardware)
 

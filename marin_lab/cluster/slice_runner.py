@@ -16,7 +16,11 @@ One attempt goes like this:
    joins one JAX cluster (`training.distributed`; coordinator: worker 0 of slice 0, on a port
    free there) and, for more than one slice, the MEGASCALE_* variables.
 4. Results are gathered as they arrive; the first error kills every host's actor at once, so no
-   host keeps training alone, and is re-raised. All actors are killed at the end either way.
+   host keeps training alone, and is re-raised carrying the attempt's hardware (slices, and each
+   host's Ray node), so the record lists it for a preempted attempt too. A host's own error first
+   waits a little for news of a lost peer: the collectives of the hosts that remain break when one
+   is reclaimed, and then the attempt is a preemption, not a failure. All actors are killed at
+   the end either way.
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ from typing import Any
 
 import ray
 
-from marin_lab.cluster.classify import PreemptionProbe, safe_probe
+from marin_lab.cluster.classify import PREEMPTION, PreemptionProbe, classify_error, safe_probe
 from marin_lab.cluster.errors import ClusterError, PreemptedError, SliceCapacityTimeout, StepCancelled
 from marin_lab.cluster.tpu_types import TpuType
+from marin_lab.execution.resources import attach_hardware
 from marin_lab.host_env import process_env
 
 logger = logging.getLogger(__name__)
@@ -153,8 +158,12 @@ def run_on_slices(
     extra_env: Mapping[str, str] | None = None,
     poll_s: float = 0.5,
     cancel: threading.Event | None = None,
+    peer_loss_grace_s: float = 30.0,
 ) -> SliceRun:
-    """Reserve whole slices, run `fn(config)` once per host, and gather the results (see module doc)."""
+    """Reserve whole slices, run `fn(config)` once per host, and gather the results (see module doc).
+
+    A host's own error waits up to `peer_loss_grace_s` for news that another host of the attempt
+    was lost (see `_lost_peer`); about Ray's time to notice a dead node (~30 s by default)."""
     counts = sorted(set(slice_counts))
     want = counts[-1]
     run_id = uuid.uuid4().hex[:8]
@@ -175,6 +184,7 @@ def run_on_slices(
         return opts
 
     remote_host = ray.remote(_SliceHost)
+    hardware: dict | None = None  # known once every host is placed; an error after that carries it
     try:
         heads = [
             remote_host.options(**actor_opts(f"marin:{step_name}:{run_id}:s{i}:h0",
@@ -207,6 +217,7 @@ def run_on_slices(
 
         coordinator_info = slices[0]["infos"][_worker0_index(slices[0])]
         coordinator_ip = coordinator_info["ip"]
+        hardware = _hardware(tpu, slices, f"{coordinator_ip}:{megascale_port}" if n_slices > 1 else None)
         jax_coordinator = f"{coordinator_ip}:{coordinator_info['free_port']}"
         fn_ref, config_ref = ray.put(fn), ray.put(config)
         run_refs, owners = [], []
@@ -237,18 +248,69 @@ def run_on_slices(
             done, pending = ray.wait(pending, num_returns=1, timeout=poll_s)
             for ref in done:
                 # ray.get raises the host's error; the finally below stops every other host.
-                results[index_of[ref]] = ray.get(ref)
+                try:
+                    results[index_of[ref]] = ray.get(ref)
+                except Exception as err:
+                    if classify_error(err) == PREEMPTION:
+                        raise
+                    slice_id, worker = owners[index_of[ref]]
+                    failed = f"host {worker} of slice {slices[slice_id]['name']} ({type(err).__name__})"
+                    lost = _lost_peer(pending, hardware["nodes"], failed, step_name, peer_loss_grace_s, poll_s)
+                    if lost is not None:
+                        raise lost from err
+                    raise
 
         order = sorted(range(len(run_refs)), key=lambda i: owners[i])
-        hardware = {
-            "kind": "tpu", "type": tpu.name, "slices": n_slices, "hosts": len(run_refs),
-            "hosts_per_slice": tpu.hosts, "chips": n_slices * tpu.chips,
-            "slice_names": [s["name"] for s in slices], "coordinator": f"{coordinator_ip}:{megascale_port}"
-            if n_slices > 1 else None,
-        }
         return SliceRun(result=results[order[0]], host_results=[results[i] for i in order], hardware=hardware)
+    except BaseException as err:
+        attach_hardware(err, hardware)  # a preempted or failed attempt's record lists its hosts too
+        raise
     finally:
         _kill_all(actors)
+
+
+def _lost_peer(pending: list, nodes: list[dict], failed: str, step_name: str, grace_s: float,
+               poll_s: float) -> PreemptedError | None:
+    """After `failed` raised its own error: a PreemptedError if another host of the attempt turns
+    out lost within `grace_s` (Ray lists its node dead, or its actor died), else None.
+
+    When a VM is reclaimed, the other hosts' collectives break at once, usually before Ray has
+    noticed the lost node; their errors are its consequence, and charging them to the failure
+    budget would fail a step that only lost hardware.
+    """
+    deadline = time.monotonic() + grace_s
+    pending = list(pending)
+    while True:
+        alive = {n.get("NodeID") for n in ray.nodes() if n.get("Alive")}
+        gone = [n for n in nodes if n["node_id"] not in alive]
+        if gone:
+            return PreemptedError(
+                f"step {step_name!r}: host {gone[0]['worker_id']} of slice {gone[0]['slice']} lost its Ray node "
+                f"{gone[0]['node_id'][:12]} while {failed} raised; that error is taken for a consequence"
+            )
+        if not pending or time.monotonic() >= deadline:
+            return None
+        done, pending = ray.wait(pending, num_returns=1, timeout=poll_s)
+        for ref in done:
+            try:
+                ray.get(ref)
+            except Exception as err:  # noqa: BLE001 - only a lost host matters here
+                if classify_error(err) == PREEMPTION:
+                    return PreemptedError(f"step {step_name!r}: a host was lost ({type(err).__name__}) while "
+                                          f"{failed} raised; that error is taken for a consequence")
+
+
+def _hardware(tpu: TpuType, slices: list[dict], coordinator: str | None) -> dict:
+    """What an attempt runs on, for its record: the slices, and per host its slice, worker id and
+    Ray node (a host that moved to another VM after a preemption shows up as another node)."""
+    return {
+        "kind": "tpu", "type": tpu.name, "slices": len(slices), "hosts": len(slices) * tpu.hosts,
+        "hosts_per_slice": tpu.hosts, "chips": len(slices) * tpu.chips,
+        "slice_names": [s["name"] for s in slices], "coordinator": coordinator,
+        "nodes": [{"slice": s["name"], "worker_id": info["worker_id"], "node_id": info["node_id"],
+                   "ip": info["ip"], "hostname": info["hostname"]}
+                  for s in slices for info in sorted(s["infos"], key=lambda i: i["worker_id"])],
+    }
 
 
 def _slice_census(tpu: TpuType) -> tuple[dict[str, int], int]:

@@ -29,7 +29,7 @@ from marin_lab.execution.errors import ExecutorConfigError, PreemptedError, Step
 from marin_lab.execution.hashing import lenient_value
 from marin_lab.execution.preemption import PREEMPTION, ray_error_kind
 from marin_lab.execution.provenance import redact, runtime_environment
-from marin_lab.execution.resources import RunOutcome, is_runner
+from marin_lab.execution.resources import RunOutcome, attach_hardware, hardware_of, is_runner
 from marin_lab.execution.secrets import redact_logs
 
 logger = logging.getLogger(__name__)
@@ -341,12 +341,17 @@ class _RunnerHandle(StepHandle):
             if self._hardware:
                 env["hardware"] = self._hardware
             return value, env
+        # The hardware of a lost or failed attempt travels on the error (a StepRunner attaches it).
+        hardware = hardware_of(value)
         if isinstance(value, (PreemptedError, StepFailedError)):
+            attach_hardware(value, hardware)
             raise value
         if type(value).__name__ == "PreemptedError" or is_ray_preemption(value):
-            raise PreemptedError(f"step '{self.step_name}': {value}") from value
+            preempted = PreemptedError(f"step '{self.step_name}': {value}")
+            attach_hardware(preempted, hardware)
+            raise preempted from value
         raise StepFailedError(f"step '{self.step_name}' raised {type(value).__name__}: {value}",
-                              traceback_text=_format_exception(value))
+                              traceback_text=_format_exception(value), hardware=hardware)
 
     def cancel(self) -> None:
         self._cancel.set()

@@ -54,13 +54,21 @@ class LeaseLostError(MarinLabError):
 class PreemptedError(MarinLabError):
     """The step's worker, node or slice was lost. Retried within the preemption budget."""
 
+    hardware: dict | None = None
+    """What the lost attempt ran on, when it got as far as holding hardware (a StepRunner sets it)."""
+
 
 class StepFailedError(MarinLabError):
     """A step's function raised an exception."""
 
-    def __init__(self, message: str, traceback_text: str | None = None):
+    hardware: dict | None = None
+    """What the failed attempt ran on, when a StepRunner knows it."""
+
+    def __init__(self, message: str, traceback_text: str | None = None, hardware: dict | None = None):
         super().__init__(message)
         self.traceback_text = traceback_text
+        if hardware is not None:
+            self.hardware = hardware
 
 
 class ExperimentFailedError(MarinLabError, RuntimeError):

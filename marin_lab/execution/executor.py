@@ -415,7 +415,7 @@ class Executor(MarinExecutorAttributes):
                 kind = "preemption" if preempted else "failure"
                 recorder.attempt_failed(attempt, kind,
                                         getattr(err, "traceback_text", None) or f"{type(err).__name__}: {err}",
-                                        f"{kind}: {err}")
+                                        f"{kind}: {err}", hardware=err.hardware)
                 budget_left = (preemptions <= self.max_preemption_retries) if preempted \
                     else (failures <= self.max_failure_retries)
                 if budget_left and not lease.lost.is_set():
@@ -431,11 +431,11 @@ class Executor(MarinExecutorAttributes):
                 return StepOutcome(ps.identity, "FAILED", executed=True,
                                    message=scrub_text(str(err).splitlines()[0]))
             duration = time.monotonic() - t0
-            recorder.attempt_succeeded(attempt)
+            hardware = env.pop("hardware", None)
+            recorder.attempt_succeeded(attempt, hardware)
             files = manifest(ps.output_path)
             if not lease.still_held():  # lost while finishing: another driver owns the path now
                 return StepOutcome(ps.identity, "LOST", message="lease lost while finishing; wrote nothing")
-            hardware = env.pop("hardware", None)
             # The full record is flushed to disk before SUCCESS is written: SUCCESS never outlives it.
             recorder.write_success(attempt, result=result, environment=env, hardware=hardware, manifest=files,
                                    duration_s=duration)

@@ -67,13 +67,15 @@ class StepRecorder:
                                                       self.driver))
         return attempt
 
-    def attempt_failed(self, attempt: Attempt, kind: str, error: str, message: str) -> None:
+    def attempt_failed(self, attempt: Attempt, kind: str, error: str, message: str,
+                       hardware: dict[str, Any] | None = None) -> None:
         attempt.kind, attempt.ended, attempt.status, attempt.error = kind, now_iso(), Status.FAILED.value, error
+        attempt.hardware = hardware
         self.record.status_history.append(StatusEvent(Status.FAILED.value, attempt.ended, attempt.attempt,
                                                       self.driver, message))
 
-    def attempt_succeeded(self, attempt: Attempt) -> None:
-        attempt.ended, attempt.status = now_iso(), Status.SUCCESS.value
+    def attempt_succeeded(self, attempt: Attempt, hardware: dict[str, Any] | None = None) -> None:
+        attempt.ended, attempt.status, attempt.hardware = now_iso(), Status.SUCCESS.value, hardware
         self.record.status_history.append(StatusEvent(Status.SUCCESS.value, attempt.ended, attempt.attempt,
                                                       self.driver))
 

@@ -81,15 +81,21 @@ class Attempt:
     error: str | None = None
     """The traceback (redacted) of a failed try."""
     driver: str | None = None
+    hardware: dict[str, Any] | None = None
+    """What this try ran on (a StepRunner's slices and hosts), once it got as far as holding it;
+    written only when known, so records without it (older ones, local steps) keep their bytes."""
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"attempt": self.attempt, "kind": self.kind, "started": self.started, "ended": self.ended,
-                "status": self.status, "error": self.error, "driver": self.driver, **self.extra}
+        out = {"attempt": self.attempt, "kind": self.kind, "started": self.started, "ended": self.ended,
+               "status": self.status, "error": self.error, "driver": self.driver}
+        if self.hardware is not None:
+            out["hardware"] = self.hardware
+        return {**out, **self.extra}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str, url: str, strict: bool) -> Attempt:
-        return cls(**_fields(cls, data, where, url, strict, {"attempt": (int,)}))
+        return cls(**_fields(cls, data, where, url, strict, {"attempt": (int,), "hardware": (dict,)}))
 
 
 @dataclasses.dataclass
@@ -125,8 +131,9 @@ def _fields(cls: type, data: dict[str, Any], where: str, url: str, strict: bool,
         if value is None or (isinstance(value, ok) and not isinstance(value, bool)):
             out[name] = value
         elif strict:
-            raise RecordError(url, f"is {_kind(value)}, expected {'an integer' if ok == (int,) else 'a string'}; "
-                                   "rerun the step to rewrite its record", f"{where}.{name}")
+            expected = {(int,): "an integer", (dict,): "an object"}.get(ok, "a string")
+            raise RecordError(url, f"is {_kind(value)}, expected {expected}; rerun the step to rewrite its record",
+                              f"{where}.{name}")
         else:
             extra[name] = value
             out[name] = None

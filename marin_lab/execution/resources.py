@@ -30,6 +30,29 @@ class RunOutcome:
     hardware: dict[str, Any] | None = None
 
 
+def attach_hardware(err: BaseException, hardware: dict[str, Any] | None) -> None:
+    """Say on an error what its attempt ran on (kept if already said), so the record lists the
+    hardware of a preempted or failed attempt too: a failed run has no RunOutcome to carry it."""
+    if hardware is not None and getattr(err, "hardware", None) is None:
+        try:
+            err.hardware = hardware  # type: ignore[attr-defined]
+        except AttributeError:  # an exception type with __slots__: the record goes without
+            pass
+
+
+def hardware_of(err: BaseException) -> dict[str, Any] | None:
+    """The hardware an error (or an error it was raised from) carries; None when none does."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        hardware = getattr(current, "hardware", None)
+        if isinstance(hardware, dict):
+            return hardware
+        current = current.__cause__ or current.__context__
+    return None
+
+
 @runtime_checkable
 class StepRunner(Protocol):
     def describe(self) -> dict[str, Any]:
@@ -42,7 +65,8 @@ class StepRunner(Protocol):
             cancel: threading.Event | None = None) -> RunOutcome:
         """Run `fn(config)` (on the Ray cluster); raise PreemptedError for a lost node or slice.
 
-        Setting `cancel` stops this run (and only this one)."""
+        An error raised once hardware was held carries it (`attach_hardware`), so the record lists
+        what every attempt ran on. Setting `cancel` stops this run (and only this one)."""
 
 
 def is_runner(resources: Any) -> bool:

@@ -12,10 +12,11 @@ including CPU processes standing in for hosts in tests (XLA_FLAGS=
 --xla_force_host_platform_device_count=N gives each N devices; collectives go through gloo).
 
 `MARIN_FAULT_KILL_AT_STEP` / `MARIN_FAULT_PROCESS` are a preemption drill: that process SIGKILLs
-itself when it reaches the step (once per output path), exactly like a host taken away
-mid-training (used by `experiments/tiny_multihost.py --preempt_at_step` and the tests).
-`MARIN_FAULT_HOLD_AT_STEP` instead stops that process there (once per output path) until it is
-killed from outside: the tests kill the driver while its hosts are known to be mid-run.
+itself when it reaches the step (once per output path and process), exactly like a host taken
+away mid-training (used by `experiments/tiny_multihost.py --preempt_at_step` and the tests).
+`MARIN_FAULT_HOLD_AT_STEP` instead stops that process there (once per output path and process)
+until it is killed from outside: the tests kill the driver, or remove the host's Ray node, while
+the hosts are known to be mid-run. Both may be set: the kill comes first, the hold on the retry.
 """
 
 from __future__ import annotations
@@ -113,15 +114,16 @@ def _already_initialized() -> bool:
 def maybe_fault(step: int, output_path: str) -> None:
     """The preemption drills: SIGKILL this process (or hold it until killed from outside) once it
     computed `step`, before that step's checkpoint is written, if the environment asks for it.
-    Once per output path, like a real preemption: a marker left beside the run lets the retry (same
-    environment) go through."""
+    Once per output path and process, like a real preemption: a marker left beside the run
+    (`.preemption-drill-{kill|hold}-step-{step}-process-{index}`) lets the retry (same environment)
+    go through."""
     if int(os.environ.get(ENV_FAULT_PROCESS, "0")) != jax.process_index():
         return
     for variable, drill in ((ENV_FAULT_STEP, "kill"), (ENV_HOLD_STEP, "hold")):
         at = os.environ.get(variable)
         if at is None or int(at) != step:
             continue
-        marker = mfs.join(output_path, f".preemption-drill-{drill}-step-{step}")
+        marker = mfs.join(output_path, f".preemption-drill-{drill}-step-{step}-process-{jax.process_index()}")
         if mfs.exists(marker):
             continue
         mfs.atomic_write_text(marker, "")

@@ -165,6 +165,7 @@ def test_training_plots_eval_results_and_no_secrets(page, server, fx):
     assert "0.5" in page.locator("#results").inner_text()
     assert page.locator("#attempts tbody tr").count() == 2
     assert "<b>empty</b>" in page.locator("#attempts").inner_text()  # shown as text
+    assert "v4-16 × 1 slice, 2 hosts: slice-0" in page.locator("#attempts tbody tr").first.inner_text()
     page.goto(server.url + "/#/step?path=" + quote(str(fx.raw)))
     page.wait_for_selector("#manifest")
     assert SECRET_VALUE not in page.content()

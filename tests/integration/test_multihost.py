@@ -1,6 +1,7 @@
 """train_lm as several processes (simulated hosts, jax.distributed over gloo): a hardware move with
 resharded restore; the real trainer on a TPU slice of the local Ray cluster (slice runner, executor)
-surviving a killed driver and a preempted host; a host that never arrives.
+surviving a killed driver, a host's process killed and a host's Ray node removed; a host that never
+arrives.
 
 One unbroken 2 hosts x 2 devices run is shared; every other run starts from its checkpoint at
 step K or reruns it. Processes are slow to start (and compile): keep these few and tiny.
@@ -142,14 +143,27 @@ def tpu_slice():
         cluster.shutdown()
 
 
+def _record(prefix) -> dict:
+    """The step's record as it is now ({} before the first one, or while it is being replaced)."""
+    found = list(prefix.glob("train/multihost-*/.executor_info"))
+    try:
+        return json.loads(found[0].read_text()) if found else {}
+    except (OSError, ValueError):
+        return {}
+
+
 @pytest.mark.ray
-def test_killed_driver_and_preempted_host_resume_the_real_trainer_bit_identical(unbroken, tpu_slice, tmp_path):
+def test_killed_driver_preempted_host_and_removed_node_resume_the_real_trainer_bit_identical(
+        unbroken, tpu_slice, tmp_path):
     """The slice runner launches train_lm once per host. The driver is killed mid-run and started
-    again; then a host's process dies mid-training: the executor retries it from the preemption
-    budget, the run resumes from the last checkpoint, and the parameters equal the unbroken run's."""
+    again; then host 1's process dies mid-training, and on the retry host 1's Ray node is removed
+    mid-training (the next retry waits until the slice is whole again). The executor retries each
+    from the preemption budget, the run resumes from the last checkpoint, the parameters equal the
+    unbroken run's, and the record lists the hosts of every attempt."""
     import signal
     import subprocess
     import sys
+    import threading
 
     from marin_lab.execution import Executor
 
@@ -166,7 +180,7 @@ def test_killed_driver_and_preempted_host_resume_the_real_trainer_bit_identical(
                                json.dumps(held)])
     try:
         deadline = time.monotonic() + 600
-        while not list(prefix.glob(f"train/multihost-*/.preemption-drill-hold-step-{K + 1}")):
+        while not list(prefix.glob(f"train/multihost-*/.preemption-drill-hold-step-{K + 1}-process-0")):
             assert driver.poll() is None, "the first driver ended before its hosts reached the hold"
             assert time.monotonic() < deadline, "the first driver's hosts never reached the hold"
             time.sleep(0.2)
@@ -175,25 +189,62 @@ def test_killed_driver_and_preempted_host_resume_the_real_trainer_bit_identical(
         driver.kill()
         driver.wait()
 
-    # The same experiment started again, in this process; now host 1 dies after step K + 1.
+    # The same experiment started again, in a thread of this process: host 1 kills itself after
+    # step K + 1; on the retry it holds there instead, and its node is taken away from here (Ray's
+    # test cluster adds and removes nodes from the main thread only).
     namespace: dict = {}
     exec(compile(_DRIVER, "driver", "exec"), namespace)
-    killed = {**env, "MARIN_FAULT_KILL_AT_STEP": str(K + 1), "MARIN_FAULT_PROCESS": "1"}
-    report = Executor(prefix=str(prefix), backend="ray", max_preemption_retries=2).run(
-        [namespace["train_step"](cache, killed)])
-    assert report.executed
+    drills = {**env, "MARIN_FAULT_KILL_AT_STEP": str(K + 1), "MARIN_FAULT_HOLD_AT_STEP": str(K + 1),
+              "MARIN_FAULT_PROCESS": "1"}
+    outcome: dict = {}
+
+    def second_driver() -> None:
+        try:
+            outcome["report"] = Executor(prefix=str(prefix), backend="ray", max_preemption_retries=3).run(
+                [namespace["train_step"](cache, drills)])
+        except BaseException as err:  # noqa: BLE001 - re-raised in the test below
+            outcome["error"] = err
+
+    driver_thread = threading.Thread(target=second_driver, daemon=True)
+    driver_thread.start()
+    deadline = time.monotonic() + 600
+    while not list(prefix.glob(f"train/multihost-*/.preemption-drill-hold-step-{K + 1}-process-1")):
+        assert driver_thread.is_alive(), f"the second driver ended before host 1 held: {outcome}"
+        assert time.monotonic() < deadline, "host 1 never reached the hold on its retry"
+        time.sleep(0.2)
+    removed = tpu_slice.nodes[("slice-0", 1)].node_id
+    tpu_slice.remove_host("slice-0", 1)
+    # The attempt that lost the node ends as a preemption; the next one cannot place host 1 until
+    # the slice is whole again: it waits, RUNNING, and the node comes back only once it does.
+    while len(_record(prefix).get("attempts", [])) < 4:
+        assert driver_thread.is_alive(), f"the second driver ended before retrying the lost node: {outcome}"
+        assert time.monotonic() < deadline, "no retry after the node was removed"
+        time.sleep(0.2)
+    tpu_slice.add_host("slice-0", 1)
+    driver_thread.join(timeout=600)
+    if "error" in outcome:
+        raise outcome["error"]
+
+    assert outcome["report"].executed
     [info_path] = list(prefix.glob("train/multihost-*/.executor_info"))
     info = json.loads(info_path.read_text())
     assert info["status"] == "SUCCESS"
-    assert [a["kind"] for a in info["attempts"]][-2:] == ["preemption", None]
+    assert [a["kind"] for a in info["attempts"]][-3:] == ["preemption", "preemption", None]
     result = info["result"]
     assert result["start"].endswith(f"step-{K:06d}") and result["final_step"] == STEPS
     assert result["param_checksum"] == whole["param_checksum"]
     assert _losses(str(info_path.parent)) == _losses(out)
-    # Each attempt's hardware: 2 processes x 2 devices from step 0 (first driver) and from step K.
+    # train_lm's own account: 2 processes x 2 devices from step 0 (first driver) and from step K.
     assert [(h["from_step"], h["process_count"], h["local_device_count"]) for h in result["hardware"]] == [
         (0, 2, 2), (K, 2, 2)]
-    assert info["hardware"]["type"] == "v4-16" and info["hardware"]["hosts"] == 2
+    # The record's, per attempt: the slice and each host's Ray node. Host 1's process died on its
+    # node; then that node was removed, and host 1 came back as another node.
+    killed, lost, done = (a["hardware"] for a in info["attempts"][-3:])
+    nodes = [{n["worker_id"]: n["node_id"] for n in hw["nodes"]} for hw in (killed, lost, done)]
+    assert nodes[0] == nodes[1] and nodes[1][1] == removed
+    assert nodes[2][0] == nodes[1][0] and nodes[2][1] != removed
+    assert lost["type"] == "v4-16" and lost["slice_names"] == ["slice-0"] and lost["hosts"] == 2
+    assert done == info["hardware"]
 
 
 def test_a_host_that_never_arrives_is_named(unbroken, tmp_path):

@@ -56,9 +56,35 @@ def test_unknown_fields_are_kept_and_written_back(done, tmp_path):
     assert record.to_json() == data
 
 
+def test_each_attempt_keeps_the_hardware_it_ran_on_and_writes_back_the_same_bytes(done, tmp_path):
+    data = json.loads((done / ".executor_info").read_text())
+    assert "hardware" not in data["attempts"][0]  # a local step's attempts name none: bytes as before
+    ok = data["attempts"][0]
+
+    def slice_of(*nodes: str) -> dict:
+        return {"kind": "tpu", "type": "v4-16", "slices": 1, "hosts": 2, "slice_names": ["slice-0"],
+                "nodes": [{"slice": "slice-0", "worker_id": i, "node_id": n} for i, n in enumerate(nodes)]}
+
+    data["attempts"] = [
+        {**ok, "attempt": 1, "kind": "preemption", "status": "FAILED", "error": "ActorDiedError",
+         "hardware": slice_of("n0", "n1")},
+        {**ok, "attempt": 2, "kind": "failure", "status": "FAILED", "error": "ValueError"},  # lost before placing
+        {**ok, "attempt": 3, "hardware": slice_of("n0", "n2"), "gpu_seconds": 3.5},
+    ]
+    data["hardware"] = slice_of("n0", "n2")
+    raw = json.dumps(data, indent=2) + "\n"
+    (tmp_path / ".executor_info").write_text(raw)
+    record = read_step_record(str(tmp_path))
+    assert [a.hardware and [n["node_id"] for n in a.hardware["nodes"]] for a in record.attempts] == [
+        ["n0", "n1"], None, ["n0", "n2"]]
+    assert record.attempts[2].extra == {"gpu_seconds": 3.5} and record.hardware == record.attempts[2].hardware
+    assert json.dumps(record.to_json(), indent=2) + "\n" == raw
+
+
 @pytest.mark.parametrize("field, value, named", [
     ("attempts", "twice", "field 'attempts' is str"),
     ("attempts", [1], "field 'attempts[0]' is int"),
+    ("attempts", [{"attempt": 1, "hardware": "v4-16"}], "field 'attempts[0].hardware' is str"),
     ("timings", [], "field 'timings' is list"),
     ("version", "v1", "field 'version' is str"),
     ("identity", 7, "field 'identity' is int"),

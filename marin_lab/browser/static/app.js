@@ -355,6 +355,14 @@ function table(headers, rows, attrs) {
   return el("table", attrs || {}, el("thead", {}, el("tr", {}, headers.map(h => el("th", {text: h})))),
     el("tbody", {}, rows.map(r => el("tr", {}, r.map(c => c instanceof Node ? el("td", {}, c) : el("td", {text: c === null || c === undefined ? "" : c}))))));
 }
+// What one attempt ran on, in a line ("v4-16 × 1 slice, 2 hosts: slice-0"); the whole of it on hover.
+function hardwareCell(h) {
+  if (!h || typeof h !== "object") return "";
+  const names = Array.isArray(h.slice_names) ? `: ${h.slice_names.join(", ")}` : "";
+  const text = h.type ? `${h.type} × ${h.slices ?? "?"} slice${h.slices === 1 ? "" : "s"}, ${h.hosts ?? "?"} hosts${names}`
+    : short(h);
+  return el("span", {class: "hardware", title: JSON.stringify(h, null, 1), text});
+}
 function short(value) {
   if (value === null || value === undefined) return "—";
   const s = typeof value === "string" ? JSON.stringify(value) : JSON.stringify(value);
@@ -412,8 +420,9 @@ async function renderStep(params) {
     parts.push(el("h2", {text: "Status history"}), table(["Status", "Time", "Attempt", "Driver", "Message"],
       hist.map(h => [badge(h.status), h.time, h.attempt, h.driver, h.message]), {id: "status-history"}));
     const attempts = Array.isArray(r.attempts) ? r.attempts : [];
-    parts.push(el("h2", {text: "Attempts"}), table(["Attempt", "Kind", "Status", "Started", "Ended", "Error"],
-      attempts.map(a => [a.attempt, a.kind, a.status ? badge(a.status) : "", a.started, a.ended, a.error ? pre(a.error) : ""]), {id: "attempts"}));
+    parts.push(el("h2", {text: "Attempts"}), table(["Attempt", "Kind", "Status", "Started", "Ended", "Hardware", "Error"],
+      attempts.map(a => [a.attempt, a.kind, a.status ? badge(a.status) : "", a.started, a.ended, hardwareCell(a.hardware),
+                         a.error ? pre(a.error) : ""]), {id: "attempts"}));
     parts.push(el("h2", {text: "What changed (explain)"}));
     const ex = step.explain;
     if (!ex || !ex.against) parts.push(el("p", {class: "muted", id: "explain-none", text: (ex && ex.message) || "no earlier version found"}));
