@@ -264,6 +264,16 @@ def remat_policy(name: bool | str) -> Any:
     raise ValueError(f"gradient_checkpointing={name!r} is not True, False or one of {REMAT_POLICIES}")
 
 
+def _constrain_batch(a: jax.Array, sharding: Any) -> jax.Array:
+    """`a` constrained to `sharding` when its batch dimension divides over the sharding's batch axes
+    (a microbatch may not: then XLA chooses, as it does without a constraint)."""
+    if sharding is None:
+        return a
+    axes = sharding.spec[0]
+    ways = math.prod(sharding.mesh.shape[name] for name in (axes if isinstance(axes, tuple) else (axes,)))
+    return jax.lax.with_sharding_constraint(a, sharding) if a.shape[0] % ways == 0 else a
+
+
 def forward(
     params: Params,
     tokens: jax.Array,
@@ -272,27 +282,35 @@ def forward(
     compute_dtype: Any = jnp.float32,
     gradient_checkpointing: bool | str = False,
     attention_impl: str | None = None,
+    activation_sharding: Any = None,
 ) -> jax.Array:
     """Logits [B, T, vocab] (in compute_dtype) for int tokens [B, T].
 
     Params stay in their storage dtype (fp32) and are cast to `compute_dtype` here, which is
     what "mixed precision" means: the optimizer updates fp32 masters, matmuls run in bf16.
     attention_impl: None (einsum, any backend), "xla" or "cudnn" (jax.nn.dot_product_attention).
+    activation_sharding: where the residual stream [B, T, D] lives (split by batch, whole along T
+    and D). Pinning it makes XLA gather each FSDP-split weight for its matmul (and reduce-scatter
+    its gradient) instead of splitting the activations along D and all-reducing them, which on a
+    [B, T, vocab] logits tensor is the largest collective of the step.
     """
     cast = jax.tree_util.tree_map(lambda p: _cast_param(p, compute_dtype), params,
                                   is_leaf=_is_weight_wrapper)
     seq_len = tokens.shape[1]
     cos, sin = rope_tables(seq_len, config.resolved_head_dim, config.rope_theta)
-    x = jnp.take(cast["embed"], tokens, axis=0)
+    def pin(a: jax.Array) -> jax.Array:
+        return _constrain_batch(a, activation_sharding)
+
+    x = pin(jnp.take(cast["embed"], tokens, axis=0))
 
     def body(carry: jax.Array, layer: Params) -> tuple[jax.Array, None]:
-        return _block(config, attention_impl, carry, layer, cos, sin), None
+        return pin(_block(config, attention_impl, carry, layer, cos, sin)), None
 
     if gradient_checkpointing:
         # Keep only each block's input (and what the policy saves); recompute the rest backward.
         body = jax.checkpoint(body, prevent_cse=False, policy=remat_policy(gradient_checkpointing))
     x, _ = jax.lax.scan(body, x, cast["layers"])
-    x = rms_norm(x, cast["final_norm"], config.norm_eps)
+    x = pin(rms_norm(x, cast["final_norm"], config.norm_eps))
     if config.tie_embeddings:
         return x @ cast["embed"].T
     return linear(x, cast["lm_head"])
@@ -318,6 +336,7 @@ def lm_loss(
     attention_impl: str | None = None,
     z_loss_weight: float = 0.0,
     logits_hook: Callable[[jax.Array], jax.Array] | None = None,
+    activation_sharding: Any = None,
 ) -> tuple[jax.Array, jax.Array]:
     """(total loss, cross-entropy) averaged over positions where mask is 1.
 
@@ -326,7 +345,7 @@ def lm_loss(
     """
     logits = forward(params, inputs, config, compute_dtype=compute_dtype,
                      gradient_checkpointing=gradient_checkpointing,
-                     attention_impl=attention_impl)
+                     attention_impl=attention_impl, activation_sharding=activation_sharding)
     if logits_hook is not None:
         logits = logits_hook(logits.astype(jnp.float32))
     logp, lse = token_log_likelihoods(logits, targets)

@@ -105,6 +105,7 @@ def make_train_step(
     compute_dtype = jnp.dtype(settings.compute_dtype)
     m = settings.microbatches
     policy = settings.precision
+    activations = NamedSharding(mesh, P(("data", "fsdp"), None, None))
 
     def loss_fn(params: Params, aux: Any, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -115,7 +116,8 @@ def make_train_step(
                        compute_dtype=compute_dtype,
                        gradient_checkpointing=settings.gradient_checkpointing,
                        attention_impl=settings.attention_impl,
-                       z_loss_weight=settings.z_loss_weight, logits_hook=hook)
+                       z_loss_weight=settings.z_loss_weight, logits_hook=hook,
+                       activation_sharding=activations)
 
     # The auxiliary input's "gradient" is the precision policy's per-step output (new amax
     # histories, float8 statistics, the logits' gradient scale): see marin_lab.precision.apply.
