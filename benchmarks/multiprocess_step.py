@@ -6,7 +6,7 @@ each batch, as two hosts would. Runs alternate (2x2, 1x4, 2x2, 1x4, ...; not in 
 run's throughput is its summary's tokens/s (steps after the first, so compilation is excluded).
 Target: overhead <= 1.15x on CPU.
 
-Two meshes, both sides using the same one: `fsdp` (every parameter split over all 4 devices, so
+Meshes, both sides using the same one (`dp`, replicated parameters, also available): `fsdp` (every parameter split over all 4 devices, so
 each layer's all-gather and reduce-scatter crosses the process boundary) and `hsdp` (data=2 x
 fsdp=2: parameters split over the 2 devices of a process and replicated across processes, so only
 the gradient all-reduce crosses it -- the usual layout when hosts are joined by a slower network
@@ -42,13 +42,14 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--meshes", default="fsdp", help="comma-separated: fsdp, hsdp")
+    p.add_argument("--meshes", default="fsdp", help="comma-separated: fsdp, hsdp, dp (replicated parameters)")
     args = p.parse_args()
     root = tempfile.mkdtemp(prefix="mp-bench-")
     cache = write_synthetic_cache(os.path.join(root, "cache"), train_docs=2000)
     model = dataclasses.replace(MODELS[args.model], max_seq_len=max(args.seq, MODELS[args.model].max_seq_len))
 
-    meshes = {"fsdp": MeshConfig(), "hsdp": MeshConfig(data=2, fsdp=-1)}
+    meshes = {"fsdp": MeshConfig(), "hsdp": MeshConfig(data=2, fsdp=-1),
+              "dp": MeshConfig(data=-1, fsdp=1, param_sharding="replicated")}
     chosen = args.meshes.split(",")
     if unknown := set(chosen) - set(meshes):
         raise SystemExit(f"--meshes: unknown {sorted(unknown)}; choose from {sorted(meshes)}")
