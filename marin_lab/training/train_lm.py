@@ -323,6 +323,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
         tps = config.tokens_per_step / elapsed if elapsed > 0 else 0.0
         last = {"step": step, "loss": values["loss"], "cross_entropy": values["cross_entropy"],
                 "learning_rate": values["learning_rate"], "grad_norm": values["grad_norm"],
+                "batch_checksum": int(values["batch_checksum"]),
                 "tokens_per_s": tps, "mfu": mfu(flops_per_token, tps, env["device_count"], peak),
                 "time": time.time(), **{k: v for k, v in values.items() if k.startswith("fp8/")}}
         if step % config.log_every == 0 or step == end_step - 1:

@@ -93,6 +93,16 @@ def make_init_fn(config: LlamaConfig, optimizer: optax.GradientTransformation,
                    out_shardings=shardings)
 
 
+def batch_checksum(tokens: jax.Array) -> jax.Array:
+    """A uint32 digest of the global batch the step trained on (every token id and its position).
+
+    Integer sums wrap modulo 2**32 in any order, so the value is the same on any mesh and any
+    number of hosts: metrics.jsonl records which batches a run consumed, and a run resumed on
+    other hardware can be checked to continue with exactly the batches of an unbroken run."""
+    weights = (jnp.arange(tokens.size, dtype=jnp.uint32) * jnp.uint32(2654435761) + jnp.uint32(1)).reshape(tokens.shape)
+    return jnp.sum(tokens.astype(jnp.uint32) * weights, dtype=jnp.uint32)
+
+
 def make_train_step(
     model: LlamaConfig,
     optimizer: optax.GradientTransformation,
@@ -131,6 +141,7 @@ def make_train_step(
         return (loss, ce), grads, aux_grads
 
     def step(state: TrainState, tokens: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
+        checksum = batch_checksum(tokens)
         params = state["params"]
         aux = precision.step_inputs(policy, state.get("fp8"), params) if policy.changes_step else None
         if m == 1:
@@ -157,7 +168,8 @@ def make_train_step(
         lr = lr_schedule(state["step"])
         params = jax.tree_util.tree_map(lambda p, u: (p - lr * u).astype(p.dtype), params, updates)
         new_state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1}
-        metrics = {"loss": loss, "cross_entropy": ce, "grad_norm": grad_norm, "learning_rate": lr}
+        metrics = {"loss": loss, "cross_entropy": ce, "grad_norm": grad_norm, "learning_rate": lr,
+                   "batch_checksum": checksum}
         if aux is not None:
             fp8_state, fp8_metrics = precision.step_outputs(policy, aux_grads)
             if fp8_state is not None:

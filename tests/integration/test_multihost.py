@@ -34,6 +34,12 @@ def _losses(out):
         return {r["step"]: r["loss"] for r in map(json.loads, f) if "loss" in r}
 
 
+def _batch_checksums(out):
+    """The digest of the global batch each step trained on, as the trainer recorded it."""
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return {r["step"]: r["batch_checksum"] for r in map(json.loads, f) if "batch_checksum" in r}
+
+
 def _ok(result):
     assert result.ok, "\n---\n".join(result.stderr_tails)
     return result.summary
@@ -86,6 +92,9 @@ def test_hardware_move_reshards_and_continues_the_data(unbroken):
         moved, base = _losses(cfg.output_path), _losses(out)
         assert sorted(moved) == list(range(K, STEPS))
         assert [moved[s] for s in range(K, STEPS)] == pytest.approx([base[s] for s in range(K, STEPS)], abs=1e-3)
+        # The batches the moved run trained on are exactly those of the unbroken run (recorded by each).
+        consumed, unbroken_consumed = _batch_checksums(cfg.output_path), _batch_checksums(out)
+        assert [consumed[s] for s in range(K, STEPS)] == [unbroken_consumed[s] for s in range(K, STEPS)]
         end = read_metadata(list_checkpoints(os.path.join(cfg.output_path, "checkpoints"))[-1][1])
         assert end["data_consumed"] == read_metadata(list_checkpoints(os.path.join(out, "checkpoints"))[-1][1])["data_consumed"]
     assert runs["to_1x2"][1]["hardware"][1]["process_count"] == 1

@@ -4,10 +4,12 @@ import dataclasses
 import json
 
 import jax
+import numpy as np
 import pytest
 
 from marin_lab.training import MeshConfig, TrainingError, train_lm
 from marin_lab.training.checkpoint import list_checkpoints
+from marin_lab.training.data import MixtureLoader
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.testing import tiny_model, tiny_train_config, write_synthetic_cache
 
@@ -44,6 +46,18 @@ def test_entry_trains_logs_checkpoints_and_exports(unbroken):
         assert json.load(f)["model_type"] == "llama"
     with open(f"{out}/train_summary.json") as f:
         assert json.load(f)["param_checksum"] == summary["param_checksum"]
+
+
+def test_metrics_record_the_checksum_of_each_consumed_batch(cache, unbroken):
+    out, _ = unbroken
+    cfg = tiny_train_config(out, {"c": cache})
+    loader = MixtureLoader(cfg.data, cfg.seq_len, cfg.batch_size)
+    lines = _metric_lines(out)
+    for line in lines:  # recomputed here from the stateless loader, in numpy
+        tokens = loader.batch(line["step"]).astype(np.uint64).ravel()
+        weights = (np.arange(tokens.size, dtype=np.uint64) * 2654435761 + 1) % 2**32
+        assert line["batch_checksum"] == int((tokens * weights).sum() % 2**32)
+    assert len({line["batch_checksum"] for line in lines}) == len(lines)  # every step a new batch
 
 
 def test_two_runs_with_one_seed_are_bit_identical(cache, unbroken, tmp_path):
