@@ -1,0 +1,63 @@
+"""How long one cross-process collective takes on CPU: 2 JAX processes x 2 devices, gloo.
+
+Times a scalar all-reduce (sum of a sharded vector) and an all-gather (a sharded vector made
+replicated) of 4 KB, 0.4 MB and 5 MB, 20 calls each after one warm-up, as `train_lm`'s
+multi-process runs do them (`jax_cpu_collectives_implementation=gloo`). There is no peer: the
+figures explain `multiprocess_step.py`'s overhead (docs/benchmarks.md, "Multi-host training").
+
+    python benchmarks/gloo_probe.py
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+
+def _process(pid: int, port: int) -> None:
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(f"127.0.0.1:{port}", 2, pid)
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("data", "fsdp"))
+    split, whole = NamedSharding(mesh, P(("data", "fsdp"))), NamedSharding(mesh, P())
+    for mb in (0.004, 0.4, 5):
+        size = int(mb * 2**20 / 4) // 4 * 4
+        x = jax.make_array_from_callback((size,), split, lambda index, n=size: np.ones(n, np.float32)[index])
+        for name, fn in (("all-reduce (scalar)", jax.jit(jnp.sum, out_shardings=whole)),
+                         ("all-gather", jax.jit(lambda a: a * 2, out_shardings=whole))):
+            fn(x).block_until_ready()
+            t = time.perf_counter()
+            for _ in range(20):
+                fn(x).block_until_ready()
+            if pid == 0:
+                print(f"{name:20s} {mb:>6} MB: {(time.perf_counter() - t) / 20 * 1000:.2f} ms per call", flush=True)
+    jax.distributed.shutdown()
+
+
+def main() -> None:
+    if len(sys.argv) == 3:
+        _process(int(sys.argv[1]), int(sys.argv[2]))
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    print(f"gloo probe: 2 processes x 2 CPU devices; 1-min load {os.getloadavg()[0]:.1f}", flush=True)
+    procs = [subprocess.Popen([sys.executable, __file__, str(pid), str(port)],
+                              stdout=None if pid == 0 else subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for pid in range(2)]
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise SystemExit(f"a probe process failed: exit codes {codes}")
+
+
+if __name__ == "__main__":
+    main()
