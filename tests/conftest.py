@@ -32,6 +32,9 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Rays, in-process and in subprocess experiments, go without: it is a web server and its agents,
 # CPU and start-up time on a 2-core CI machine that no test looks at.
 os.environ.setdefault("MARIN_RAY_DASHBOARD", "0")
+# Every Ray the tests start runs its workers at the tests' own priority, as marin_lab's own Rays do
+# (Ray's default is nice 15: on a busy machine the steps inside them would starve).
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:

@@ -254,3 +254,12 @@ def rendezvous(cfg: RendezvousConfig) -> dict:
             raise TimeoutError(f"only {len(os.listdir(cfg.meeting_dir))} of {cfg.expected} steps started together")
         time.sleep(0.05)
     return {"met": len(os.listdir(cfg.meeting_dir))}
+
+
+def record_priority(cfg: WriteConfig) -> dict:
+    """Write the process's nice value and pid (what scheduling priority the backend gave the step)."""
+    os.makedirs(cfg.output_path, exist_ok=True)
+    probe = {"nice": os.getpriority(os.PRIO_PROCESS, 0), "pid": os.getpid()}
+    with open(os.path.join(cfg.output_path, "priority.json"), "w") as f:
+        json.dump(probe, f)
+    return probe

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marin_lab.cluster.tpu_types import parse_tpu_type
+from marin_lab.ray_niceness import run_workers_at_normal_priority
 
 SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
 WORKER_ID_LABEL = "ray.io/tpu-worker-id"
@@ -46,6 +47,7 @@ class LocalTpuCluster:
     def start(self) -> LocalTpuCluster:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        run_workers_at_normal_priority()  # the simulated hosts' trainers run in Ray workers
         import ray
         from ray.cluster_utils import Cluster
 

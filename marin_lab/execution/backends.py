@@ -31,6 +31,7 @@ from marin_lab.execution.preemption import PREEMPTION, ray_error_kind
 from marin_lab.execution.provenance import redact, runtime_environment
 from marin_lab.execution.resources import RunOutcome, attach_hardware, hardware_of, is_runner
 from marin_lab.execution.secrets import redact_logs
+from marin_lab.ray_niceness import run_workers_at_normal_priority
 
 logger = logging.getLogger(__name__)
 
@@ -383,6 +384,7 @@ class RayBackend:
                 if address:
                     ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
                 else:
+                    run_workers_at_normal_priority()  # steps are the user's work, not background jobs
                     # address="local": a new cluster for this driver, never a stray one on the machine.
                     # The dashboard (on 127.0.0.1) is where a person watches tasks, logs and resources.
                     dashboard = os.environ.get("MARIN_RAY_DASHBOARD", "1") not in ("0", "false", "False")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from marin_lab.errors import MarinLabError
+from marin_lab.ray_niceness import run_workers_at_normal_priority
 
 logger = logging.getLogger(__name__)
 
@@ -311,6 +312,7 @@ def train_lm_levanter(config: LevanterTrainConfig) -> dict[str, Any]:
         "WANDB_SILENT": "true", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
         "RAY_TMPDIR": ray_tmp, "RAY_USAGE_STATS_ENABLED": "0", "TOKENIZERS_PARALLELISM": "false",
     })
+    run_workers_at_normal_priority(env)  # Levanter builds its token cache in Ray workers
     cmd = [sys.executable, "-m", "levanter.main.train_lm", "--config_path", p["yaml"]]
     logger.info("levanter: %s (cwd %s)", " ".join(cmd), p["work"])
     try:

@@ -3,6 +3,7 @@ executors in threads at once): it is started once and stopped only by the last o
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -71,3 +72,17 @@ def test_a_ray_the_caller_started_is_left_running(fake_ray):
     fake_ray.up = True  # e.g. the user's own ray.init(address=...) before the executor runs
     backends.RayBackend().shutdown()
     assert fake_ray.up and fake_ray.shutdowns == 0
+
+
+def test_a_ray_the_backend_starts_runs_its_workers_at_the_drivers_priority(fake_ray, monkeypatch):
+    import ray
+
+    seen = []
+    monkeypatch.setattr(ray, "init", lambda **kwargs: (seen.append(os.environ.get("RAY_worker_niceness")),
+                                                       setattr(fake_ray, "up", True)))
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    backends.RayBackend().shutdown()
+    monkeypatch.setenv("RAY_worker_niceness", "15")  # a user who wants Ray in the background keeps it
+    backends.RayBackend().shutdown()
+    assert seen == ["0", "15"]
