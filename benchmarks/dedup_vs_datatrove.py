@@ -1,11 +1,14 @@
 """Fuzzy dedup: marin_lab's `dedup_fuzzy` vs datatrove 0.10.1's MinHash pipeline, side by side.
 
-Same parameters on every side (5-word shingles, 14 bands x 8 rows), one worker each, the whole
-pipeline timed (signatures, buckets/clustering, filtering, writing gzip JSON lines). Two datatrove
-configurations: its default (text simplification, then spaCy's English word tokenizer) and like for
-like (the same simplification, then a whitespace split, which is how marin_lab shingles: lower
-case, punctuation to spaces, digits to 0, split on whitespace). The three sides run alternately
-(the order rotates every repeat), each repeat with its own permutation seed on every side. The corpus is real
+Every side: 5-word shingles and 112 MinHash permutations, one worker, the whole pipeline timed
+(signatures, buckets/clustering, filtering, writing gzip JSON lines). marin_lab runs its default
+LSH (the 112 slots as 28 bands x 4 rows, a candidate pair linked when its estimated similarity is
+>= 0.7) and, as `marin_lab-fineweb`, FineWeb's 14 bands x 8 rows without a check, which is also
+what datatrove runs. Two datatrove configurations: its default (text simplification, then spaCy's
+English word tokenizer) and like for like (the same simplification, then a whitespace split, which
+is how marin_lab shingles: lower case, punctuation to spaces, digits to 0, split on whitespace).
+The sides run alternately (the order rotates every repeat), each repeat with its own permutation
+seed on every side. The corpus is real
 text nobody here wrote -- the Python standard library's source files (PSF licence) of this
 interpreter -- plus near duplicates made by mutating a sample of them (word substitutions,
 deletions and insertions at a known rate), written after all originals so both pipelines keep
@@ -14,8 +17,9 @@ duplicate (mutation <= `--max-dup-rate`); documents mutated much more (`--far-ra
 duplicates and removing them counts against precision.
 
 Quality: which planted pairs near the LSH threshold are found is the luck of each seed's draw, so
-the script also prints the recall an ideal MinHash would have in expectation, from the exact
-5-gram Jaccard similarity of every planted pair: 1 - (1 - J**8)**14, averaged.
+the script also prints the recall an ideal MinHash-LSH would have in expectation, from the exact
+5-gram Jaccard similarity of every planted pair (`minhash.link_probability`, averaged), for
+FineWeb's 14 x 8 and for marin_lab's default.
 
 Run: python benchmarks/dedup_vs_datatrove.py [--docs 3000 --dups 1000 --repeats 5]
 Needs the `bench` extra (datatrove, spacy, orjson).
@@ -40,7 +44,7 @@ import numpy as np
 
 from marin_lab.io.documents import read_documents, write_documents
 from marin_lab.processing.dedup import DedupConfig, dedup_fuzzy
-from marin_lab.processing.minhash import MinHasher, cluster_duplicates, words_of
+from marin_lab.processing.minhash import MinHasher, cluster_duplicates, link_probability, words_of
 
 logging.disable(logging.WARNING)
 
@@ -131,8 +135,11 @@ def score(removed: set[str], truth: set[str]) -> tuple[float, float, float]:
 
 
 SIDES = ("marin_lab", "datatrove-ws", "datatrove-spacy")
+OPTIONAL_SIDES = ("marin_lab-fineweb",)
+FINEWEB_LSH = {"num_bands": 14, "rows_per_band": 8, "threshold": None}
 LABELS = {
-    "marin_lab": "marin_lab",
+    "marin_lab": "marin_lab (28x4, checked >= 0.7)",
+    "marin_lab-fineweb": "marin_lab, FineWeb's 14x8 (no check)",
     "datatrove-ws": "datatrove, whitespace words (like for like)",
     "datatrove-spacy": "datatrove, spaCy words (its default)",
 }
@@ -145,10 +152,10 @@ def cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime
 
 
-def run_ours(inp: str, work: str, seed: int) -> set[str]:
+def run_ours(inp: str, work: str, seed: int, **lsh) -> set[str]:
     out = os.path.join(work, "ours")
     shutil.rmtree(out, ignore_errors=True)
-    dedup_fuzzy(DedupConfig(input_path=inp, output_path=out, num_workers=1, seed=seed))
+    dedup_fuzzy(DedupConfig(input_path=inp, output_path=out, num_workers=1, seed=seed, **lsh))
     removed = set()
     for path in sorted(glob.glob(os.path.join(out, "removed", "*.jsonl.zst"))):
         removed |= {d["id"] for d in _records(path)}
@@ -215,8 +222,8 @@ def run_datatrove(inp: str, work: str, shards: int, seed: int, words: str) -> se
     return removed
 
 
-def ideal_recall(inp: str) -> tuple[float, int]:
-    """Expected recall of an ideal 14 x 8 MinHash-LSH on the planted pairs, and their count."""
+def planted_similarities(inp: str) -> np.ndarray:
+    """The exact 5-gram Jaccard similarity of every planted near duplicate to its original."""
     docs = [d for p in sorted(glob.glob(os.path.join(inp, "*.jsonl.gz"))) for d in read_documents(p)]
     by_id = {d["id"]: d["text"] for d in docs}
 
@@ -229,8 +236,7 @@ def ideal_recall(inp: str) -> tuple[float, int]:
         if d["id"].startswith("dup"):
             a, b = shingles(d["text"]), shingles(by_id[d["id"].split("/", 1)[1]])
             sims.append(len(a & b) / len(a | b))
-    j = np.array(sims)
-    return float(np.mean(1 - (1 - j**8) ** 14)), len(sims)
+    return np.array(sims)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--sides", default=",".join(SIDES), help="comma-separated subset of " + ",".join(SIDES))
+    ap.add_argument("--sides", default=",".join(SIDES),
+                    help="comma-separated subset of " + ",".join(SIDES + OPTIONAL_SIDES))
     args = ap.parse_args(argv)
     sides = [s for s in args.sides.split(",") if s]
     from loguru import logger as datatrove_log  # datatrove logs every stage to stderr
@@ -255,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         n, truth = build(inp, args.docs, args.dups, args.max_dup_rate, args.far_rate, args.shards, args.seed)
         runners = {
             "marin_lab": lambda seed: run_ours(inp, work, seed),
+            "marin_lab-fineweb": lambda seed: run_ours(inp, work, seed, **FINEWEB_LSH),
             "datatrove-ws": lambda seed: run_datatrove(inp, work, args.shards, seed, "whitespace"),
             "datatrove-spacy": lambda seed: run_datatrove(inp, work, args.shards, seed, "spacy"),
         }
@@ -275,10 +283,13 @@ def main(argv: list[str] | None = None) -> int:
                 scores[name].append(score(rem, truth))
                 removed_counts[name].append(len(rem))
                 loads.append(os.getloadavg()[0])
-        ideal, pairs = ideal_recall(inp)
+        sims = planted_similarities(inp)
+        ours = DedupConfig(input_path=inp, output_path=work)
         print(f"fuzzy dedup, {n} documents ({len(truth)} near duplicates, mutation <= "
               f"{args.max_dup_rate:.0%}; {args.dups // 5} far copies at {args.far_rate:.0%}), "
-              f"{args.shards} shards, 1 worker, 14 bands x 8 rows, 5-word shingles; python {sys.version.split()[0]}")
+              f"{args.shards} shards, 1 worker, 5-word shingles, 112 permutations; marin_lab: "
+              f"{ours.num_bands} bands x {ours.rows_per_band} rows, threshold {ours.threshold}; "
+              f"datatrove and marin_lab-fineweb: 14 bands x 8 rows, no threshold; python {sys.version.split()[0]}")
         print(f"{args.repeats} repeats, sides alternating (rotating order), seed = repeat + 1; 1-min load "
               f"average {min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f}); "
               f"time: medians; quality: means over seeds")
@@ -292,17 +303,20 @@ def main(argv: list[str] | None = None) -> int:
             per_seed = " ".join(f"{x[2]:.4f}" for x in scores[name])
             print(f"{LABELS[name]:<46}{wall:>8.2f}{n / wall:>8.0f}{cpu:>8.2f}{n / cpu:>11.0f}"
                   f"{statistics.mean(removed_counts[name]):>8.0f}{p:>8.4f}{r:>8.4f}{f1:>8.4f}   {per_seed}")
-        print(f"ideal MinHash-LSH expected recall on the {pairs} planted pairs (exact 5-gram Jaccard): {ideal:.4f}")
-        if "marin_lab" in rows:
+        print(f"ideal MinHash-LSH expected recall on the {sims.size} planted pairs (exact 5-gram Jaccard, "
+              f"min {sims.min():.3f}, median {np.median(sims):.3f}): 14x8 {link_probability(sims, 14, 8).mean():.4f}, "
+              f"{ours.num_bands}x{ours.rows_per_band} checked >= {ours.threshold} "
+              f"{link_probability(sims, ours.num_bands, ours.rows_per_band, ours.threshold).mean():.4f}")
+        for mine in ("marin_lab", "marin_lab-fineweb"):
             for peer, goal in (("datatrove-ws", ">= 5x"), ("datatrove-spacy", "")):
-                if peer not in rows:
+                if mine not in rows or peer not in rows:
                     continue
-                ours_f1 = [x[2] for x in scores["marin_lab"]]
+                ours_f1 = [x[2] for x in scores[mine]]
                 their_f1 = [x[2] for x in scores[peer]]
                 ahead = sum(a >= b for a, b in zip(ours_f1, their_f1))
-                print(f"marin_lab / {LABELS[peer]}: docs/s {rows['marin_lab'][0] / rows[peer][0]:.2f}x wall, "
-                      f"{rows['marin_lab'][1] / rows[peer][1]:.2f}x per CPU-second{' (goal ' + goal + ')' if goal else ''}; "
-                      f"F1 {rows['marin_lab'][2]:.4f} vs {rows[peer][2]:.4f}, ours >= theirs on {ahead} of "
+                print(f"{LABELS[mine]} / {LABELS[peer]}: docs/s {rows[mine][0] / rows[peer][0]:.2f}x wall, "
+                      f"{rows[mine][1] / rows[peer][1]:.2f}x per CPU-second{' (goal ' + goal + ')' if goal else ''}; "
+                      f"F1 {rows[mine][2]:.4f} vs {rows[peer][2]:.4f}, ours >= theirs on {ahead} of "
                       f"{len(ours_f1)} seeds")
     finally:
         shutil.rmtree(work, ignore_errors=True)

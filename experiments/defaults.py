@@ -159,7 +159,7 @@ def default_exact_dedup(name: str, documents: DocumentsInput, **options: Any) ->
 
 
 def default_fuzzy_dedup(name: str, documents: DocumentsInput, **options: Any) -> ExecutorStep:
-    """MinHash-LSH near-duplicate removal across all shards (FineWeb's 5-grams, 14 x 8) -> `dedup/{name}`."""
+    """MinHash-LSH near-duplicate removal across all shards (5-word shingles, 112 permutations) -> `dedup/{name}`."""
     config = DedupConfig(input_path=documents_of(documents), output_path=this_output_path(), **options)
     return ExecutorStep(name=f"dedup/{name}", fn=dedup_fuzzy, config=config,
                         description=f"fuzzy dedup, MinHash {config.num_bands}x{config.rows_per_band} "

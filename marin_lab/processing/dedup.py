@@ -16,13 +16,16 @@ Both find duplicates across ALL shards, not within each, in phases:
    `marin_lab.processing.filtering` for the layout.
 
 Decisions depend only on the documents and their order, never on the worker or partition count:
-the same input gives the same bytes out. Fuzzy dedup uses FineWeb's defaults (5-word shingles,
-112 permutations as 14 bands x 8 rows: pairs above ~0.75 Jaccard similarity are found with high
-probability); `threshold` optionally rejects candidate pairs whose estimated similarity is lower,
-trading a little recall for precision.
+the same input gives the same bytes out. Fuzzy dedup shingles like FineWeb (5-word shingles,
+112 MinHash permutations) but bands them as 28 bands x 4 rows, which proposes nearly every pair
+above ~0.6 Jaccard similarity, and then links a candidate pair only when its similarity estimated
+from all 112 slots reaches `threshold` (0.7). Against FineWeb's 14 bands x 8 rows without a check
+(`num_bands=14, rows_per_band=8, threshold=None`), recall of pairs above the threshold no longer
+depends on band luck, and chance band matches of dissimilar pairs are rejected
+(`minhash.link_probability` gives both curves; docs/dedup_and_quality.md compares them).
 
 Memory of fuzzy dedup (measured in docs/dedup_and_quality.md): a phase-1 task holds one shard's
-documents and signatures (448 bytes per document); a partition task 16 bytes x 14 bands per
+documents and signatures (448 bytes per document); a partition task 16 bytes x 28 bands per
 document / `lsh_partitions`, plus sorting room; the step's process a few 8-byte integers per
 document of the whole corpus (cluster labels), the candidate pairs, and one shard's signatures or
 ids at a time.
@@ -84,13 +87,18 @@ class DedupConfig:
     """Where `data/` (kept documents), `removed/` (removal records) and `.work/` go."""
     ngram_size: int = versioned_field(5)
     """Fuzzy: words per shingle (FineWeb: 5)."""
-    num_bands: int = versioned_field(14)
-    """Fuzzy: LSH bands (FineWeb: 14)."""
-    rows_per_band: int = versioned_field(8)
-    """Fuzzy: MinHash rows per band (FineWeb: 8); bands x rows permutations in all."""
-    threshold: float | None = versioned_field(None)
-    """Fuzzy: if set, link a candidate pair only when its estimated Jaccard similarity is at least
-    this (FineWeb: unset, every candidate pair is a duplicate)."""
+    num_bands: int = versioned_field(28)
+    """Fuzzy: LSH bands. 28 bands of 4 rows propose almost every pair above ~0.6 Jaccard
+    similarity as a candidate, and `threshold` decides (FineWeb: 14 bands of 8 rows, no
+    threshold: whether a pair is found is then the luck of its band draws)."""
+    rows_per_band: int = versioned_field(4)
+    """Fuzzy: MinHash rows per band (FineWeb: 8); bands x rows permutations in all (112 either way,
+    so the signatures are the same)."""
+    threshold: float | None = versioned_field(0.7)
+    """Fuzzy: link a candidate pair only when its estimated Jaccard similarity (the share of equal
+    MinHash slots) is at least this; None links every candidate pair (FineWeb). 0.7 sits at the
+    middle of FineWeb's 14 x 8 curve (which finds a pair of similarity 0.69 half of the time), so
+    it keeps FineWeb's notion of a near duplicate but cuts sharply there."""
     seed: int = versioned_field(1)
     """Fuzzy: seed of the MinHash permutations."""
     paragraph_level: bool = versioned_field(False)

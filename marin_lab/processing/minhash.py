@@ -25,6 +25,7 @@ tests check them directly.
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from dataclasses import dataclass
 
@@ -40,9 +41,9 @@ __all__ = [
     "shingle_hashes",
     "band_keys",
     "estimated_similarity",
+    "link_probability",
     "cluster_duplicates",
 ]
-
 
 
 def _fold_table() -> dict[int, str]:
@@ -252,6 +253,40 @@ def band_keys(signatures: np.ndarray, num_bands: int, rows_per_band: int) -> np.
 def estimated_similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The fraction of equal MinHash slots, row by row: an estimate of Jaccard similarity."""
     return (a == b).mean(axis=-1)
+
+
+def link_probability(
+    jaccard: np.ndarray | float, num_bands: int, rows_per_band: int, threshold: float | None = None
+) -> np.ndarray:
+    """The probability that MinHash-LSH links a pair of documents of Jaccard similarity `jaccard`
+    (the pair alone, without help from a third document), under independent permutations.
+
+    Without a threshold: some band matches, `1 - (1 - J**rows)**bands`. With one: some band
+    matches AND the estimated similarity (matching slots / permutations) reaches `threshold`.
+    The two are not independent (a matching band is `rows` matching slots), so the count of
+    matching slots is followed band by band together with "a band matched so far"."""
+    j = np.atleast_1d(np.asarray(jaccard, dtype=np.float64))
+    if threshold is None:
+        return 1.0 - (1.0 - j**rows_per_band) ** num_bands
+    k, r = num_bands * rows_per_band, rows_per_band
+    # The same float comparison as the step's: mean of k booleans >= threshold.
+    passes = np.arange(k + 1) / k >= threshold
+    out = np.empty(j.size)
+    for lo in range(0, j.size, 4096):  # bounds the (pairs, 2, k + 1) state
+        jj = j[lo : lo + 4096, None]
+        rows = np.arange(r + 1)
+        binom = np.array([math.comb(r, m) for m in rows], dtype=np.float64)
+        pm = binom * jj**rows * (1.0 - jj) ** (r - rows)  # (pairs, r + 1): matching rows in a band
+        state = np.zeros((jj.shape[0], 2, k + 1))  # [pair, some band matched, matching slots]
+        state[:, 0, 0] = 1.0
+        for _ in range(num_bands):
+            new = np.zeros_like(state)
+            for m in range(r):
+                new[:, :, m:] += state[:, :, : k + 1 - m] * pm[:, m, None, None]
+            new[:, 1, r:] += state[:, :, : k + 1 - r].sum(axis=1) * pm[:, r, None]
+            state = new
+        out[lo : lo + 4096] = state[:, 1, :] @ passes
+    return out
 
 
 @dataclass(frozen=True)

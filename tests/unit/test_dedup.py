@@ -17,6 +17,7 @@ from marin_lab.processing.minhash import (
     MinHasher,
     cluster_duplicates,
     estimated_similarity,
+    link_probability,
     shingle_hashes,
     words_of,
 )
@@ -103,6 +104,40 @@ def test_estimated_similarity_tracks_jaccard(fraction):
     est = float(estimated_similarity(m.signature(base), m.signature(other)))
     # 112 permutations: the standard error of the estimate is at most ~0.05.
     assert abs(est - jaccard(base, other)) < 0.15
+
+
+def test_link_probability_without_a_check_is_the_banding_curve():
+    j = np.linspace(0, 1, 21)
+    curve = 1 - (1 - j**8) ** 14
+    assert np.allclose(link_probability(j, 14, 8), curve)
+    # A threshold of 0 rejects nothing: the band-by-band count must give the same curve.
+    assert np.allclose(link_probability(j, 14, 8, 0.0), curve)
+
+
+@pytest.mark.parametrize("bands, rows, threshold", [(14, 8, None), (28, 4, 0.7), (14, 8, 0.75)])
+@pytest.mark.parametrize("jaccard", [0.6, 0.7, 0.8])
+def test_link_probability_matches_clustering_of_simulated_pairs(bands, rows, threshold, jaccard):
+    """Pairs whose signatures agree slot by slot with probability `jaccard`, clustered by the real
+    code: the share linked is what `link_probability` predicts (within 4.5 standard errors)."""
+    rng = np.random.default_rng(int(jaccard * 100) + bands)
+    pairs, k = 3000, bands * rows
+    a = rng.integers(0, 2**32, size=(pairs, k), dtype=np.uint32)
+    b = np.where(rng.random((pairs, k)) < jaccard, a, rng.integers(0, 2**32, size=(pairs, k), dtype=np.uint32))
+    sigs = np.stack([a, b], axis=1).reshape(2 * pairs, k)  # pair i: documents 2i and 2i + 1
+    hasher = MinHasher(num_bands=bands, rows_per_band=rows)
+    clusters = cluster_duplicates(hasher.band_keys(sigs), np.ones(2 * pairs, dtype=bool), sigs, threshold)
+    linked = np.mean(clusters.representative[1::2] == np.arange(0, 2 * pairs, 2))
+    p = float(link_probability(jaccard, bands, rows, threshold)[0])
+    assert abs(linked - p) <= 4.5 * np.sqrt(p * (1 - p) / pairs) + 1e-3, (linked, p)
+
+
+def test_default_lsh_cuts_at_its_threshold_where_fineweb_leaves_it_to_luck():
+    config = DedupConfig(input_path="in", output_path="out")
+    ours = link_probability([0.5, 0.6, 0.8], config.num_bands, config.rows_per_band, config.threshold)
+    fineweb = link_probability([0.5, 0.6, 0.8], 14, 8)
+    assert config.num_bands * config.rows_per_band == 112  # same signatures as FineWeb's 14 x 8
+    assert ours[2] > 0.99 and fineweb[2] < 0.93  # found whatever the band draws
+    assert np.all(ours[:2] < fineweb[:2])  # dissimilar pairs that share a band by chance are rejected
 
 
 def test_cluster_links_transitively_and_keeps_the_first_document():
@@ -237,13 +272,17 @@ def chained_corpus(root, seed: int = 11) -> list[dict]:
     return [d for s in range(4) for d in docs[s::4]]  # corpus order: shard, then line
 
 
-@pytest.mark.parametrize("threshold", [None, 0.75])
-def test_partitioned_lsh_matches_single_process_clustering(tmp_path, threshold):
+DEFAULT_LSH = (DedupConfig.num_bands, DedupConfig.rows_per_band, DedupConfig.threshold)
+
+
+@pytest.mark.parametrize("bands, rows, threshold", [(14, 8, None), (14, 8, 0.75), DEFAULT_LSH],
+                         ids=["fineweb", "fineweb-checked", "default"])
+def test_partitioned_lsh_matches_single_process_clustering(tmp_path, bands, rows, threshold):
     """Bands bucketed by hash across partition tasks give exactly what one process holding every
     signature gives (`cluster_duplicates`): same removals, representatives and similarities."""
     (tmp_path / "in").mkdir()
     corpus = chained_corpus(tmp_path / "in")
-    hasher = MinHasher()
+    hasher = MinHasher(num_bands=bands, rows_per_band=rows)
     sigs, valid = hasher.signatures([d["text"] for d in corpus])
     ref = cluster_duplicates(hasher.band_keys(sigs), valid, sigs, threshold)
     expected = {
@@ -257,7 +296,8 @@ def test_partitioned_lsh_matches_single_process_clustering(tmp_path, threshold):
     for partitions in (1, 3, 8):
         out = tmp_path / f"p{partitions}"
         result = dedup_fuzzy(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(out),
-                                         threshold=threshold, lsh_partitions=partitions))
+                                         num_bands=bands, rows_per_band=rows, threshold=threshold,
+                                         lsh_partitions=partitions))
         got = {r["id"]: (r["duplicate_of"], r["similarity"]) for r in removed_records(out)}
         assert got == expected
         assert result["candidate_pairs"] == ref.candidate_pairs and result["linked_pairs"] == ref.linked_pairs
