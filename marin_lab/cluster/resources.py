@@ -132,10 +132,12 @@ class TpuResources:
 
     # -- running -------------------------------------------------------------------------------
     def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str,
-            cancel: threading.Event | None = None) -> RunOutcome:
+            cancel: threading.Event | None = None,
+            on_hardware: Callable[[dict], None] | None = None) -> RunOutcome:
         """Run fn once per host on whole slices; raise PreemptedError when hardware was lost.
 
         Setting `cancel` kills this run's host actors (only this run's: the object may be shared).
+        `on_hardware` hears the attempt's hosts as soon as they are placed.
         """
         self.validate()
         _require_ray(step_name)
@@ -148,7 +150,7 @@ class TpuResources:
                 fn, config, tpu=self.tpu_type, slice_counts=counts, step_name=step_name,
                 probe=self.preemption_probe, capacity_timeout_s=self.capacity_timeout_s,
                 elastic_wait_s=self.elastic_wait_s, megascale_port=self.megascale_port,
-                extra_env=dict(self.env or ()), cancel=cancel,
+                extra_env=dict(self.env or ()), cancel=cancel, on_hardware=on_hardware,
             )
         except Exception as err:
             converted = _as_preemption(err, step_name, f"{self.tpu} slice hosts")

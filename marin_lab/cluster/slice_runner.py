@@ -159,11 +159,14 @@ def run_on_slices(
     poll_s: float = 0.5,
     cancel: threading.Event | None = None,
     peer_loss_grace_s: float = 30.0,
+    on_hardware: Callable[[dict], None] | None = None,
 ) -> SliceRun:
     """Reserve whole slices, run `fn(config)` once per host, and gather the results (see module doc).
 
     A host's own error waits up to `peer_loss_grace_s` for news that another host of the attempt
-    was lost (see `_lost_peer`); about Ray's time to notice a dead node (~30 s by default)."""
+    was lost (see `_lost_peer`); about Ray's time to notice a dead node (~30 s by default).
+    `on_hardware(hardware)` is called once every host is placed, before training starts: the
+    executor records it then, so even an attempt whose driver dies mid-run lists its hosts."""
     counts = sorted(set(slice_counts))
     want = counts[-1]
     run_id = uuid.uuid4().hex[:8]
@@ -218,6 +221,8 @@ def run_on_slices(
         coordinator_info = slices[0]["infos"][_worker0_index(slices[0])]
         coordinator_ip = coordinator_info["ip"]
         hardware = _hardware(tpu, slices, f"{coordinator_ip}:{megascale_port}" if n_slices > 1 else None)
+        if on_hardware is not None:
+            on_hardware(hardware)
         jax_coordinator = f"{coordinator_ip}:{coordinator_info['free_port']}"
         fn_ref, config_ref = ray.put(fn), ray.put(config)
         run_refs, owners = [], []

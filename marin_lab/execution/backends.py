@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import inspect
 import logging
 import multiprocessing
 import os
@@ -38,6 +39,10 @@ logger = logging.getLogger(__name__)
 
 class StepHandle:
     """A running step function."""
+
+    placed_hardware: dict[str, Any] | None = None
+    """What the attempt runs on, once a StepRunner has placed it (None until then, and for plain
+    Ray tasks and local steps): the executor records it while the attempt still runs."""
 
     def wait(self, timeout: float) -> bool:
         """True once finished (successfully or not)."""
@@ -307,6 +312,15 @@ class _RayHandle(StepHandle):
             logger.warning("step '%s': could not cancel its Ray task", self.step_name, exc_info=True)
 
 
+def _accepts(fn: Callable[..., Any], keyword: str) -> bool:
+    """Whether `fn` takes `keyword` (a StepRunner written before `on_hardware` existed does not)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return keyword in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
 class _RunnerHandle(StepHandle):
     """A StepRunner's blocking `run` in a thread of the driver; cancelling reaches only this run."""
 
@@ -317,9 +331,14 @@ class _RunnerHandle(StepHandle):
         self._cancel = threading.Event()
         self._hardware: dict[str, Any] | None = None
 
+        def placed(hardware: dict[str, Any]) -> None:
+            self.placed_hardware = hardware
+
+        extra = {"on_hardware": placed} if _accepts(runner.run, "on_hardware") else {}
+
         def go() -> None:
             try:
-                outcome = runner.run(fn, config, step_name=step_name, cancel=self._cancel)
+                outcome = runner.run(fn, config, step_name=step_name, cancel=self._cancel, **extra)
                 if isinstance(outcome, RunOutcome):
                     self._hardware = outcome.hardware
                     outcome = outcome.result

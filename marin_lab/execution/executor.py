@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from marin_lab.execution.backends import Guard, make_backend
@@ -405,7 +405,8 @@ class Executor(MarinExecutorAttributes):
             logger.info("step '%s': running (attempt %d) -> %s", ps.identity, attempt.attempt, ps.output_path)
             t0 = time.monotonic()
             try:
-                result, env = self._call(ps, fn, config, lease, attempt.attempt)
+                result, env = self._call(ps, fn, config, lease, attempt.attempt,
+                                         on_hardware=lambda hw, a=attempt: recorder.attempt_placed(a, hw))
             except LeaseLostError:
                 return StepOutcome(ps.identity, "LOST", message="lost the lease to another driver; stopped")
             except (PreemptedError, StepFailedError) as err:
@@ -461,15 +462,20 @@ class Executor(MarinExecutorAttributes):
             "constraints": env.constraints,
         }
 
-    def _call(self, ps: PlannedStep, fn: Any, config: Any, lease: Lease, attempt: int = 1) -> tuple[Any, dict[str, Any]]:
+    def _call(self, ps: PlannedStep, fn: Any, config: Any, lease: Lease, attempt: int = 1,
+              on_hardware: Callable[[dict[str, Any]], None] | None = None) -> tuple[Any, dict[str, Any]]:
         guard = Guard(driver_pid=os.getpid(), driver_host=HOSTNAME, lease_url=lease.url, holder=lease.holder)
         fn, log = with_step_logs(fn, ps.identity, ps.output_path, attempt, ps.step.resources)
         handle = self._backend.submit(fn, config, step_name=ps.identity, resources=ps.step.resources, guard=guard)
         heartbeat = StatusHeartbeat(ps.output_path, log, attempt=attempt, driver=self.driver_id)
+        reported = False
         while not handle.wait(0.2):
             if lease.lost.is_set():
                 handle.cancel()
                 raise LeaseLostError(f"step '{ps.identity}': lease lost")
+            if not reported and handle.placed_hardware is not None and on_hardware is not None:
+                reported = True  # written here, in the driver's thread that owns the record
+                on_hardware(handle.placed_hardware)
             heartbeat.maybe_beat()
         if lease.lost.is_set():
             raise LeaseLostError(f"step '{ps.identity}': lease lost")

@@ -67,15 +67,21 @@ class StepRecorder:
                                                       self.driver))
         return attempt
 
+    def attempt_placed(self, attempt: Attempt, hardware: dict[str, Any]) -> None:
+        """The attempt's hardware is known while it runs: the RUNNING record lists it from now on."""
+        attempt.hardware = hardware
+        self.write_running()
+
     def attempt_failed(self, attempt: Attempt, kind: str, error: str, message: str,
                        hardware: dict[str, Any] | None = None) -> None:
         attempt.kind, attempt.ended, attempt.status, attempt.error = kind, now_iso(), Status.FAILED.value, error
-        attempt.hardware = hardware
+        attempt.hardware = hardware or attempt.hardware  # the error's, else what was placed
         self.record.status_history.append(StatusEvent(Status.FAILED.value, attempt.ended, attempt.attempt,
                                                       self.driver, message))
 
     def attempt_succeeded(self, attempt: Attempt, hardware: dict[str, Any] | None = None) -> None:
-        attempt.ended, attempt.status, attempt.hardware = now_iso(), Status.SUCCESS.value, hardware
+        attempt.ended, attempt.status = now_iso(), Status.SUCCESS.value
+        attempt.hardware = hardware or attempt.hardware
         self.record.status_history.append(StatusEvent(Status.SUCCESS.value, attempt.ended, attempt.attempt,
                                                       self.driver))
 

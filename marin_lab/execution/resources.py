@@ -66,7 +66,11 @@ class StepRunner(Protocol):
         """Run `fn(config)` (on the Ray cluster); raise PreemptedError for a lost node or slice.
 
         An error raised once hardware was held carries it (`attach_hardware`), so the record lists
-        what every attempt ran on. Setting `cancel` stops this run (and only this one)."""
+        what every attempt ran on. Setting `cancel` stops this run (and only this one).
+
+        A runner may also take `on_hardware: Callable[[dict], None]` and call it once its hardware
+        is placed; the executor then writes it into the attempt's entry at once, so an attempt
+        whose driver dies mid-run still lists what it ran on. Runners without it work unchanged."""
 
 
 def is_runner(resources: Any) -> bool:

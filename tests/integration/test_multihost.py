@@ -197,6 +197,10 @@ def test_killed_driver_preempted_host_and_removed_node_resume_the_real_trainer_b
     finally:
         driver.kill()
         driver.wait()
+    # The killed driver could not finish its record, but it had written its attempt's hosts into
+    # the RUNNING record as soon as they were placed.
+    [first] = _record(prefix)["attempts"]
+    assert first["status"] == "RUNNING" and [n["worker_id"] for n in first["hardware"]["nodes"]] == [0, 1]
 
     # The same experiment started again, in a thread of this process: host 1 kills itself after
     # step K + 1; on the retry it holds there instead, and its node is taken away from here (Ray's
@@ -254,6 +258,7 @@ def test_killed_driver_preempted_host_and_removed_node_resume_the_real_trainer_b
     assert nodes[2][0] == nodes[1][0] and nodes[2][1] != removed
     assert lost["type"] == "v4-16" and lost["slice_names"] == ["slice-0"] and lost["hosts"] == 2
     assert done == info["hardware"]
+    assert info["attempts"][0]["hardware"]["nodes"] and info["attempts"][0]["driver"] != info["driver"]
 
 
 def test_a_host_that_never_arrives_is_named(unbroken, tmp_path):

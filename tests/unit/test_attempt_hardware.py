@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import threading
+import time
 
 import pytest
 
@@ -71,3 +73,45 @@ def test_a_preempted_and_a_failed_attempt_list_their_hardware_like_the_successfu
     raw = (out / ".executor_info").read_text()
     assert json.loads(raw)["attempts"][0]["hardware"] == {"kind": "scripted", "nodes": ["node-0"]}
     assert json.dumps(record.to_json(), indent=2) + "\n" == raw
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacingRunner:
+    """Reports its hardware as placed, then runs only once the test saw it in the RUNNING record."""
+
+    seen: threading.Event = dataclasses.field(default_factory=threading.Event, compare=False)
+
+    def describe(self) -> dict:
+        return {"kind": "placing"}
+
+    def validate(self) -> None:
+        pass
+
+    def run(self, fn, config, *, step_name, cancel=None, on_hardware=None) -> RunOutcome:
+        hardware = {"kind": "placing", "nodes": ["node-a"]}
+        on_hardware(hardware)
+        assert self.seen.wait(60), "the RUNNING record never listed the placed hardware"
+        return RunOutcome(fn(config), hardware)
+
+
+def test_placed_hardware_is_in_the_running_record_while_the_attempt_runs(ray_up, tmp_path):
+    """So an attempt whose driver is killed mid-run still says what it ran on."""
+    runner = PlacingRunner()
+    step = ExecutorStep(name="hw/placed", fn=write_text, resources=runner,
+                        config=WriteConfig(output_path=this_output_path(), text=versioned("y")))
+    done: dict = {}
+    driver = threading.Thread(target=lambda: done.setdefault("report", Executor(str(tmp_path), backend="ray").run([step])))
+    driver.start()
+    running = None
+    deadline = time.monotonic() + 60
+    while running is None and time.monotonic() < deadline and driver.is_alive():
+        for info in tmp_path.glob("hw/placed-*/.executor_info"):
+            record = json.loads(info.read_text())
+            if record["status"] == "RUNNING" and record["attempts"][0].get("hardware"):
+                running = record
+        time.sleep(0.05)
+    runner.seen.set()
+    driver.join(60)
+    assert running is not None and running["attempts"][0]["hardware"] == {"kind": "placing", "nodes": ["node-a"]}
+    final = read_step_record(done["report"].plan.steps[0].output_path)
+    assert final.status == "SUCCESS" and final.attempts[0].hardware == {"kind": "placing", "nodes": ["node-a"]}
