@@ -21,6 +21,8 @@ import os
 import re
 import shutil
 import tempfile
+import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -61,6 +63,28 @@ def mfu(flops_per_token: float, tokens_per_s: float, num_devices: int, peak: flo
     if not peak or tokens_per_s <= 0:
         return None
     return flops_per_token * tokens_per_s / (peak * num_devices)
+
+
+class StepTimer:
+    """Seconds each step kept the device busy, when steps are dispatched one ahead of their metrics.
+
+    The train loop dispatches step k+1 before it fetches step k's metrics (so the device never
+    waits for the host). Step k's time then runs from when the device could start it (it was
+    dispatched and step k-1 had finished) to when its metrics arrived. Counting from dispatch
+    alone would also count the wait behind step k-1 and report about half the real tokens/s.
+    Summed over a run the times add up to the wall time from the first step's end to the last's,
+    less any time the device sat idle waiting for the host (a checkpoint save, an evaluation)."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self.clock = clock
+        self.previous_done = float("-inf")
+
+    def finished(self, dispatched: float) -> float:
+        """The step dispatched at `dispatched` (a `clock` time) just returned its metrics."""
+        done = self.clock()
+        elapsed = done - max(dispatched, self.previous_done)
+        self.previous_done = done
+        return elapsed
 
 
 @dataclasses.dataclass(frozen=True)

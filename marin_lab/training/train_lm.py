@@ -34,7 +34,7 @@ from marin_lab.training.data import MixtureLoader  # noqa: E402
 from marin_lab.training.errors import TrainingError  # noqa: E402
 from marin_lab.training.hf_export import export_hf_from_checkpoint  # noqa: E402
 from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding  # noqa: E402
-from marin_lab.training.metrics import MetricsLogger, device_peak_flops, mfu  # noqa: E402
+from marin_lab.training.metrics import MetricsLogger, StepTimer, device_peak_flops, mfu  # noqa: E402
 from marin_lab.training.token_cache import TokenCache, TokenCacheError  # noqa: E402
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings  # noqa: E402
 
@@ -306,6 +306,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
     tokens_done, train_time = 0, 0.0
     progress = tqdm(total=end_step - start_step, desc="train", unit="step", disable=None)
     printed = [float("-inf")]  # the first logged step is printed (it includes compilation)
+    timer = StepTimer()
 
     def finish_step(step: int, out: dict[str, jax.Array], started: float) -> None:
         """Fetch one step's metrics (after the next step was dispatched, to keep the device busy)."""
@@ -316,7 +317,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
                 f"loss is {values['loss']} at step {step}; stopping. Lower optimizer.learning_rate, "
                 "enable z_loss_weight or clipping, or inspect the data of that step"
             )
-        elapsed = time.perf_counter() - started
+        elapsed = timer.finished(started)
         if step > start_step:  # the first step of a run includes compilation
             tokens_done += config.tokens_per_step
             train_time += elapsed

@@ -36,3 +36,23 @@ def test_training_prints_progress_and_flushes_metrics_between_checkpoints(tmp_pa
     assert flushed[:3] == [1, 2, 3]
     with open(f"{out}/metrics.jsonl") as f:
         assert [json.loads(line)["step"] for line in f] == [0, 1, 2, 3]
+
+
+def test_step_time_excludes_the_wait_behind_the_step_dispatched_before_it():
+    """Steps are dispatched one ahead of their metrics: each takes 1 s on the device, so the
+    loop dispatches step k+1 right after step k's metrics arrive, and step k+1 waits behind step k.
+    Counting from dispatch gave ~2 s per step (half the real tokens/s)."""
+    now = [0.0]
+    timer = metrics_module.StepTimer(clock=lambda: now[0])
+    dispatched = [0.0, 0.01]  # step 0, then step 1 while step 0 runs
+    now[0] = 1.0
+    first = timer.finished(dispatched[0])  # step 0 done at 1.0
+    dispatched.append(1.01)  # step 2 dispatched; step 1 already runs on the device
+    now[0] = 2.0
+    second = timer.finished(dispatched[1])
+    now[0] = 3.0
+    third = timer.finished(dispatched[2])
+    assert (first, second, third) == (1.0, 1.0, 1.0)
+    # A pause on the host (a checkpoint save) with nothing dispatched is not the step's time.
+    now[0] = 10.0
+    assert timer.finished(9.5) == 0.5
