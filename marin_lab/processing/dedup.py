@@ -197,7 +197,8 @@ def _bucket_task(task: tuple[list[ShardBands], int, str]) -> int:
     shards, partition, out = task
     records, first_doc = read_partition(shards, partition)
     edges = bucket_edges(records, first_doc)
-    save_npy(out, edges)
+    # Read back and deleted within this run (a rerun recomputes them): no fsync needed.
+    save_npy(out, edges, durable=False)
     return int(len(edges))
 
 

@@ -85,10 +85,11 @@ def bucket_edges(records: np.ndarray, first_doc: np.ndarray) -> np.ndarray:
     return np.unique(pairs, axis=0) if pairs.size else np.empty((0, 2), dtype=np.int64)
 
 
-def save_npy(url: str, array: np.ndarray) -> None:
+def save_npy(url: str, array: np.ndarray, *, durable: bool = True) -> None:
+    """`durable=False` for files that live only within one run of the step (no fsync)."""
     buf = io.BytesIO()
     np.save(buf, array, allow_pickle=False)
-    mfs.atomic_write_bytes(url, buf.getvalue())
+    mfs.atomic_write_bytes(url, buf.getvalue(), durable=durable)
 
 
 def read_npy_rows(url: str, start: int, stop: int) -> np.ndarray:
