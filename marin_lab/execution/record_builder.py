@@ -7,6 +7,7 @@ FAILED, and SUCCESS (with result, environment, manifest), the SUCCESS status fil
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any
@@ -19,6 +20,8 @@ from marin_lab.execution.records import Attempt, StatusEvent, StepRecord, Timing
 from marin_lab.execution.resources import describe_resources
 from marin_lab.execution.status import Status, info_path, now_iso
 from marin_lab.io.fs import write_json
+
+logger = logging.getLogger(__name__)
 
 
 def step_record(ps: PlannedStep, config: Any, *, code: dict[str, Any], experiment: str | None,
@@ -70,7 +73,11 @@ class StepRecorder:
     def attempt_placed(self, attempt: Attempt, hardware: dict[str, Any]) -> None:
         """The attempt's hardware is known while it runs: the RUNNING record lists it from now on."""
         attempt.hardware = hardware
-        self.write_running()
+        try:
+            self.write_running()
+        except Exception:  # noqa: BLE001 - a record that could not be updated must not stop the step
+            logger.warning("step record %s: could not add the attempt's hardware yet; it is written when the "
+                           "attempt ends", self.url, exc_info=True)
 
     def attempt_failed(self, attempt: Attempt, kind: str, error: str, message: str,
                        hardware: dict[str, Any] | None = None) -> None:
