@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -67,16 +66,16 @@ def child(model_name: str, mesh_name: str, batch: int, seq: int, steps: int, out
 
 
 def launch(hosts: int, devices: int, args: argparse.Namespace) -> dict:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from marin_lab.host_env import process_env
+    from marin_lab.training.local_hosts import free_port
+
+    coordinator = f"127.0.0.1:{free_port()}"
     out = os.path.join(tempfile.mkdtemp(prefix="step-probe-"), "result.json")
     procs = []
     for pid in range(hosts):
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
         if hosts > 1:
-            env.update({"MARIN_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "MARIN_NUM_PROCESSES": str(hosts),
-                        "MARIN_PROCESS_ID": str(pid)})
+            env.update(process_env(coordinator, hosts, pid))
         procs.append(subprocess.Popen([sys.executable, __file__, "--child", args.model, args.mesh, str(args.batch),
                                        str(args.seq), str(args.steps), out], env=env,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))

@@ -34,7 +34,9 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("MARIN_RAY_DASHBOARD", "0")
 # Every Ray the tests start runs its workers at the tests' own priority, as marin_lab's own Rays do
 # (Ray's default is nice 15: on a busy machine the steps inside them would starve).
-os.environ.setdefault("RAY_worker_niceness", "0")
+from marin_lab.ray_niceness import run_workers_at_normal_priority  # noqa: E402 - after the env above
+
+run_workers_at_normal_priority()
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:

@@ -271,11 +271,11 @@ def link_probability(
     k, r = num_bands * rows_per_band, rows_per_band
     # The same float comparison as the step's: mean of k booleans >= threshold.
     passes = np.arange(k + 1) / k >= threshold
+    rows = np.arange(r + 1)
+    binom = np.array([math.comb(r, m) for m in rows], dtype=np.float64)
     out = np.empty(j.size)
     for lo in range(0, j.size, 4096):  # bounds the (pairs, 2, k + 1) state
         jj = j[lo : lo + 4096, None]
-        rows = np.arange(r + 1)
-        binom = np.array([math.comb(r, m) for m in rows], dtype=np.float64)
         pm = binom * jj**rows * (1.0 - jj) ** (r - rows)  # (pairs, r + 1): matching rows in a band
         state = np.zeros((jj.shape[0], 2, k + 1))  # [pair, some band matched, matching slots]
         state[:, 0, 0] = 1.0
