@@ -2,8 +2,11 @@
 
 Times a scalar all-reduce (sum of a sharded vector) and an all-gather (a sharded vector made
 replicated) of 4 KB, 0.4 MB and 5 MB, 20 calls each after one warm-up, as `train_lm`'s
-multi-process runs do them (`jax_cpu_collectives_implementation=gloo`). There is no peer: the
-figures explain `multiprocess_step.py`'s overhead (docs/benchmarks.md, "Multi-host training").
+multi-process runs do them (`jax_cpu_collectives_implementation=gloo`). Then the same 3.2 MB
+summed over the 4 devices as one buffer and as 30 buffers in one compiled call (XLA combines them
+into one all-reduce; gloo still runs one collective per buffer): why `train_step.py` reduces a
+data-parallel step's gradients as one flat buffer. There is no peer: the figures explain
+`multiprocess_step.py`'s overhead (docs/benchmarks.md, "Multi-host training").
 
     python benchmarks/gloo_probe.py
 """
@@ -16,9 +19,14 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def _process(pid: int, port: int) -> None:
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    from marin_lab.training.distributed import leave_threads_for_collectives
+
+    leave_threads_for_collectives()  # as train_lm does: 2 devices on a 2-thread pool can deadlock
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -40,6 +48,20 @@ def _process(pid: int, port: int) -> None:
                 fn(x).block_until_ready()
             if pid == 0:
                 print(f"{name:20s} {mb:>6} MB: {(time.perf_counter() - t) / 20 * 1000:.2f} ms per call", flush=True)
+    rows = NamedSharding(mesh, P(("data", "fsdp"), None))
+    total = 800_000  # ~ the nano model's parameter count
+    for parts in (1, 30):
+        n = total // parts
+        xs = [jax.make_array_from_callback((4, n), rows, lambda index, n=n: np.ones((4, n), np.float32)[index])
+              for _ in range(parts)]
+        fn = jax.jit(lambda *a: [jnp.sum(v, axis=0) for v in a], out_shardings=whole)
+        jax.block_until_ready(fn(*xs))
+        t = time.perf_counter()
+        for _ in range(20):
+            jax.block_until_ready(fn(*xs))
+        if pid == 0:
+            print(f"all-reduce of {total * 4 / 2**20:.1f} MB as {parts:2d} buffer(s) in one call: "
+                  f"{(time.perf_counter() - t) / 20 * 1000:.2f} ms per call", flush=True)
     jax.distributed.shutdown()
 
 

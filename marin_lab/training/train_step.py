@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -33,6 +34,14 @@ class StepSettings:
     z_loss_weight: float = 0.0
     microbatches: int = 1
     precision: PrecisionConfig = PrecisionConfig()
+
+
+# The mesh axes the batch is split over (marin_lab.training.mesh.batch_sharding).
+BATCH_AXES = ("data", "fsdp")
+
+
+def _replicated(shardings: Params) -> bool:
+    return all(s.is_fully_replicated for s in jax.tree_util.tree_leaves(shardings))
 
 
 def param_shardings(config: LlamaConfig, mesh: Mesh, rule: str) -> Params:
@@ -115,7 +124,15 @@ def make_train_step(
     compute_dtype = jnp.dtype(settings.compute_dtype)
     m = settings.microbatches
     policy = settings.precision
-    activations = NamedSharding(mesh, P(("data", "fsdp"), None, None))
+    activations = NamedSharding(mesh, P(BATCH_AXES, None, None))
+
+    # A data-parallel mesh (every parameter whole on every device) reduces the gradients itself:
+    # each device computes its batch shard's gradients, and one all-reduce of them all, flattened
+    # into a single buffer, averages them. The compiler's own partitioning instead all-reduces each
+    # parameter where its gradient appears, inside the backward loop over layers: about 40
+    # collectives a step for the nano model, each a synchronisation of every device, and on CPU hosts
+    # (gloo over TCP) each ~1 ms of latency whatever its size. docs/training.md has the measurements.
+    flat_reduce = _replicated(shardings["params"]) and not policy.changes_step and mesh.size > 1
 
     def loss_fn(params: Params, aux: Any, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -127,7 +144,7 @@ def make_train_step(
                        gradient_checkpointing=settings.gradient_checkpointing,
                        attention_impl=settings.attention_impl,
                        z_loss_weight=settings.z_loss_weight, logits_hook=hook,
-                       activation_sharding=activations)
+                       activation_sharding=None if flat_reduce else activations)
 
     # The auxiliary input's "gradient" is the precision policy's per-step output (new amax
     # histories, float8 statistics, the logits' gradient scale): see marin_lab.precision.apply.
@@ -140,29 +157,47 @@ def make_train_step(
             grads = jax.tree_util.tree_map(lambda g: (g.astype(jnp.float32) / scale).astype(g.dtype), grads)
         return (loss, ce), grads, aux_grads
 
+    def accumulated(params: Params, aux: Any, tokens: jax.Array) -> tuple[tuple, Params, Any]:
+        if m == 1:
+            return grad_fn(params, aux, tokens)
+        # Accumulate in fp32 over microbatches inside the one compiled step.
+        micro = tokens.reshape(m, tokens.shape[0] // m, tokens.shape[1])
+        zeros = jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+        aux_zeros = None if aux is None else {**jax.tree_util.tree_map(jnp.zeros_like, aux), "rescale": None}
+
+        def body(carry, mb):
+            g_acc, a_acc, l_acc, c_acc = carry
+            (l, c), g, a = grad_fn(params, aux, mb)
+            g_acc = jax.tree_util.tree_map(lambda a, b: a + b.astype(jnp.float32), g_acc, g)
+            if a_acc is not None:
+                a_acc = precision.merge_microbatches(a_acc, a)
+            return (g_acc, a_acc, l_acc + l, c_acc + c), None
+
+        (grads, aux_grads, loss, ce), _ = jax.lax.scan(body, (zeros, aux_zeros, 0.0, 0.0), micro)
+        grads = jax.tree_util.tree_map(lambda g: g / m, grads)
+        return (loss / m, ce / m), grads, aux_grads
+
+    def data_parallel(params: Params, tokens: jax.Array) -> tuple[tuple, Params]:
+        """Per device: its shard's mean loss and gradients, then one all-reduce of them all."""
+        (loss, ce), grads, _ = accumulated(params, None, tokens)
+        flat, unflatten = ravel_pytree(grads)
+        loss, ce, flat = jax.lax.pmean((loss, ce, flat), BATCH_AXES)
+        return (loss, ce), unflatten(flat)
+
+    # check_vma=False: the gradients inside are the device's own (unreduced) ones; with the check,
+    # JAX would insert a psum per parameter, which is what this path exists to avoid.
+    reduce_flat = jax.shard_map(data_parallel, mesh=mesh, in_specs=(P(), P(BATCH_AXES)), out_specs=((P(), P()), P()),
+                                check_vma=False)
+
     def step(state: TrainState, tokens: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
         checksum = batch_checksum(tokens)
         params = state["params"]
         aux = precision.step_inputs(policy, state.get("fp8"), params) if policy.changes_step else None
-        if m == 1:
-            (loss, ce), grads, aux_grads = grad_fn(params, aux, tokens)
+        if flat_reduce:
+            (loss, ce), grads = reduce_flat(params, tokens)
+            aux_grads = None
         else:
-            # Accumulate in fp32 over microbatches inside the one compiled step.
-            micro = tokens.reshape(m, tokens.shape[0] // m, tokens.shape[1])
-            zeros = jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-            aux_zeros = None if aux is None else {**jax.tree_util.tree_map(jnp.zeros_like, aux), "rescale": None}
-
-            def body(carry, mb):
-                g_acc, a_acc, l_acc, c_acc = carry
-                (l, c), g, a = grad_fn(params, aux, mb)
-                g_acc = jax.tree_util.tree_map(lambda a, b: a + b.astype(jnp.float32), g_acc, g)
-                if a_acc is not None:
-                    a_acc = precision.merge_microbatches(a_acc, a)
-                return (g_acc, a_acc, l_acc + l, c_acc + c), None
-
-            (grads, aux_grads, loss, ce), _ = jax.lax.scan(body, (zeros, aux_zeros, 0.0, 0.0), micro)
-            grads = jax.tree_util.tree_map(lambda g: g / m, grads)
-            loss, ce = loss / m, ce / m
+            (loss, ce), grads, aux_grads = accumulated(params, aux, tokens)
         grad_norm = optax.global_norm(grads)
         updates, opt_state = optimizer.update(grads, state["opt_state"], params)
         lr = lr_schedule(state["step"])

@@ -7,6 +7,7 @@ One unbroken 2 hosts x 2 devices run is shared; every other run starts from its 
 step K or reruns it. Processes are slow to start (and compile): keep these few and tiny.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import pytest
 from marin_lab.training.checkpoint import CheckpointConfig, list_checkpoints, read_metadata
 from marin_lab.training.data import MixtureLoader
 from marin_lab.training.local_hosts import run_hosts, start_hosts, wait_hosts
+from marin_lab.training.mesh import MeshConfig
 from marin_lab.training.testing import tiny_train_config, write_synthetic_cache
 
 pytestmark = pytest.mark.slow
@@ -276,3 +278,18 @@ def test_a_host_that_never_arrives_is_named(unbroken, tmp_path):
     assert waiting.returncodes[0] != 0
     assert "if this process is then terminated with DEADLINE_EXCEEDED, a host never arrived" in waiting.stderr_tails[0]
     assert not os.path.exists(os.path.join(cfg.output_path, "checkpoints"))
+
+
+def test_data_parallel_gradients_reduced_across_hosts_train_like_one_host(unbroken, tmp_path):
+    """Replicated parameters: each device's gradients all-reduced as one flat buffer (train_step.py),
+    here across 2 processes through gloo, give the losses of one process with the same 4 devices."""
+    dp = MeshConfig(data=-1, fsdp=1, param_sharding="replicated")
+    losses = {}
+    for name, hosts, devices in (("2x2", 2, 2), ("1x4", 1, 4)):
+        cfg = dataclasses.replace(_config(str(tmp_path / name), unbroken[1]), mesh=dp)
+        summary = _ok(run_hosts(cfg, hosts=hosts, devices_per_host=devices, workdir=str(tmp_path / f"w-{name}")))
+        assert summary["final_step"] == STEPS and summary["environment"]["process_count"] == hosts
+        losses[name] = _losses(cfg.output_path)
+    assert sorted(losses["2x2"]) == sorted(losses["1x4"]) == list(range(STEPS))
+    assert [losses["2x2"][s] for s in range(STEPS)] == pytest.approx([losses["1x4"][s] for s in range(STEPS)], rel=1e-5)
+    assert losses["2x2"][STEPS - 1] < losses["2x2"][0]
