@@ -6,13 +6,14 @@ each batch, as two hosts would. Runs alternate (2x2, 1x4, 2x2, 1x4, ...; not in 
 run's throughput is its summary's tokens/s (steps after the first, so compilation is excluded).
 Target: overhead <= 1.15x on CPU.
 
-Meshes, both sides using the same one (`dp`, replicated parameters, also available): `fsdp` (every parameter split over all 4 devices, so
-each layer's all-gather and reduce-scatter crosses the process boundary) and `hsdp` (data=2 x
-fsdp=2: parameters split over the 2 devices of a process and replicated across processes, so only
-the gradient all-reduce crosses it -- the usual layout when hosts are joined by a slower network
-than their own devices). `--meshes fsdp,hsdp` runs both, interleaved.
+Meshes, both sides using the same one: `dp` (parameters replicated on all 4 devices; the step
+all-reduces every gradient as one flat buffer), `fsdp` (every parameter split over all 4 devices,
+so each layer's all-gather and reduce-scatter crosses the process boundary) and `hsdp` (data=2 x
+fsdp=2: parameters split over the 2 devices of a process and replicated across processes -- the
+usual layout when hosts are joined by a slower network than their own devices).
+`--meshes dp,fsdp,hsdp` runs all three, interleaved.
 
-    python benchmarks/multiprocess_step.py --model llama_nano --steps 20 --repeats 3 --meshes fsdp,hsdp
+    python benchmarks/multiprocess_step.py --model llama_nano --steps 20 --repeats 3 --meshes dp,fsdp,hsdp
 """
 
 from __future__ import annotations
