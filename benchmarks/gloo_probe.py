@@ -2,7 +2,7 @@
 
 Times a scalar all-reduce (sum of a sharded vector) and an all-gather (a sharded vector made
 replicated) of 4 KB, 0.4 MB and 5 MB, 20 calls each after one warm-up, as `train_lm`'s
-multi-process runs do them (`jax_cpu_collectives_implementation=gloo`). Then the same 3.2 MB
+multi-process runs do them (joined by `training/distributed.py`, as `train_lm` is). Then the same 3.1 MB
 summed over the 4 devices as one buffer and as 30 buffers in one compiled call (XLA combines them
 into one all-reduce; gloo still runs one collective per buffer): why `train_step.py` reduces a
 data-parallel step's gradients as one flat buffer. There is no peer: the figures explain
@@ -14,7 +14,6 @@ data-parallel step's gradients as one flat buffer. There is no peer: the figures
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,19 +21,17 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _process(pid: int, port: int) -> None:
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
-    from marin_lab.training.distributed import leave_threads_for_collectives
+def _process() -> None:
+    from marin_lab.training import distributed
 
-    leave_threads_for_collectives()  # as train_lm does: 2 devices on a 2-thread pool can deadlock
+    distributed.initialize_from_env()  # gloo collectives and the thread pool, as train_lm gets them
     import jax
     import jax.numpy as jnp
     import numpy as np
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(f"127.0.0.1:{port}", 2, pid)
+    pid = jax.process_index()
     mesh = Mesh(np.array(jax.devices()).reshape(2, 2), ("data", "fsdp"))
     split, whole = NamedSharding(mesh, P(("data", "fsdp"))), NamedSharding(mesh, P())
     for mb in (0.004, 0.4, 5):
@@ -66,14 +63,16 @@ def _process(pid: int, port: int) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) == 3:
-        _process(int(sys.argv[1]), int(sys.argv[2]))
+    if sys.argv[1:] == ["--host"]:
+        _process()
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from marin_lab.host_env import process_env
+    from marin_lab.training.local_hosts import free_port
+
+    coordinator = f"127.0.0.1:{free_port()}"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     print(f"gloo probe: 2 processes x 2 CPU devices; 1-min load {os.getloadavg()[0]:.1f}", flush=True)
-    procs = [subprocess.Popen([sys.executable, __file__, str(pid), str(port)],
+    procs = [subprocess.Popen([sys.executable, __file__, "--host"], env={**env, **process_env(coordinator, 2, pid)},
                               stdout=None if pid == 0 else subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for pid in range(2)]
     codes = [p.wait() for p in procs]

@@ -35,6 +35,10 @@ from marin_lab.training.mesh import MeshConfig  # noqa: E402
 from marin_lab.training.metrics import WandbConfig  # noqa: E402
 from marin_lab.training.testing import write_synthetic_cache  # noqa: E402
 
+# The meshes both sides run (step_probe.py uses them too).
+MESHES = {"fsdp": MeshConfig(), "hsdp": MeshConfig(data=2, fsdp=-1),
+          "dp": MeshConfig(data=-1, fsdp=1, param_sharding="replicated")}
+
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -49,11 +53,9 @@ def main() -> None:
     cache = write_synthetic_cache(os.path.join(root, "cache"), train_docs=2000)
     model = dataclasses.replace(MODELS[args.model], max_seq_len=max(args.seq, MODELS[args.model].max_seq_len))
 
-    meshes = {"fsdp": MeshConfig(), "hsdp": MeshConfig(data=2, fsdp=-1),
-              "dp": MeshConfig(data=-1, fsdp=1, param_sharding="replicated")}
     chosen = args.meshes.split(",")
-    if unknown := set(chosen) - set(meshes):
-        raise SystemExit(f"--meshes: unknown {sorted(unknown)}; choose from {sorted(meshes)}")
+    if unknown := set(chosen) - set(MESHES):
+        raise SystemExit(f"--meshes: unknown {sorted(unknown)}; choose from {sorted(MESHES)}")
 
     def config(out: str, mesh: MeshConfig) -> TrainLmConfig:
         return TrainLmConfig(output_path=out, mesh=mesh, data=DataConfig(caches={"c": cache}), model=model,
@@ -71,7 +73,7 @@ def main() -> None:
         for name, (mesh, hosts, devices) in sides.items():
             tag = f"{mesh}-{hosts}x{devices}-{r}"
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            result = run_hosts(config(os.path.join(root, tag), meshes[mesh]), hosts=hosts,
+            result = run_hosts(config(os.path.join(root, tag), MESHES[mesh]), hosts=hosts,
                                devices_per_host=devices, workdir=os.path.join(root, f"w-{tag}"))
             if not result.ok:
                 raise SystemExit("\n".join(result.stderr_tails))

@@ -32,14 +32,13 @@ def child(model_name: str, mesh_name: str, batch: int, seq: int, steps: int, out
     from marin_lab.training import distributed
 
     distributed.initialize_from_env()
+    from multiprocess_step import MESHES as meshes  # this script's folder is on sys.path
+
     from experiments.models import MODELS
     from marin_lab.training.config import OptimizerConfig
-    from marin_lab.training.mesh import MeshConfig, batch_sharding
+    from marin_lab.training.mesh import batch_sharding
     from marin_lab.training.train_lm import _programs
     from marin_lab.training.train_step import StepSettings
-
-    meshes = {"fsdp": MeshConfig(), "hsdp": MeshConfig(data=2, fsdp=-1),
-              "dp": MeshConfig(data=-1, fsdp=1, param_sharding="replicated")}
     model = dataclasses.replace(MODELS[model_name], max_seq_len=max(seq, MODELS[model_name].max_seq_len))
     _, init_fn, step_fn = _programs(model, OptimizerConfig(), 1000, StepSettings(), meshes[mesh_name],
                                     tuple(d.id for d in jax.devices()))

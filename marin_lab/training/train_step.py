@@ -184,17 +184,18 @@ def make_train_step(
         loss, ce, flat = jax.lax.pmean((loss, ce, flat), BATCH_AXES)
         return (loss, ce), unflatten(flat)
 
-    # check_vma=False: the gradients inside are the device's own (unreduced) ones; with the check,
-    # JAX would insert a psum per parameter, which is what this path exists to avoid.
-    reduce_flat = jax.shard_map(data_parallel, mesh=mesh, in_specs=(P(), P(BATCH_AXES)), out_specs=((P(), P()), P()),
-                                check_vma=False)
+    if flat_reduce:
+        # check_vma=False: the gradients inside are the device's own (unreduced) ones; with the
+        # check, JAX would insert a psum per parameter, which is what this path exists to avoid.
+        data_parallel = jax.shard_map(data_parallel, mesh=mesh, in_specs=(P(), P(BATCH_AXES)),
+                                      out_specs=((P(), P()), P()), check_vma=False)
 
     def step(state: TrainState, tokens: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
         checksum = batch_checksum(tokens)
         params = state["params"]
         aux = precision.step_inputs(policy, state.get("fp8"), params) if policy.changes_step else None
         if flat_reduce:
-            (loss, ce), grads = reduce_flat(params, tokens)
+            (loss, ce), grads = data_parallel(params, tokens)
             aux_grads = None
         else:
             (loss, ce), grads, aux_grads = accumulated(params, aux, tokens)
