@@ -65,11 +65,15 @@ def child(model_name: str, mesh_name: str, batch: int, seq: int, steps: int, out
 
 
 def launch(hosts: int, devices: int, args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory(prefix="step-probe-") as work:
+        return _run(hosts, devices, args, os.path.join(work, "result.json"))
+
+
+def _run(hosts: int, devices: int, args: argparse.Namespace, out: str) -> dict:
     from marin_lab.host_env import process_env
     from marin_lab.training.local_hosts import free_port
 
     coordinator = f"127.0.0.1:{free_port()}"
-    out = os.path.join(tempfile.mkdtemp(prefix="step-probe-"), "result.json")
     procs = []
     for pid in range(hosts):
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
