@@ -1,0 +1,277 @@
+"""Load a fine-tune's frozen base straight into its final placement, one tensor at a time.
+
+The whole-model path (`hf_import.import_hf` -> arrays on one device -> quantize -> reshard) holds
+the model several times over in host memory (fp32 copies) and the whole base on one device; at
+70B neither fits anywhere. Here the target is known first — the frozen tree's abstract shapes and
+the shardings the compiled step takes (`finetune_state.frozen_shardings`) — and the base is
+poured into it:
+
+- every stacked leaf `layers/<name>` [L, ...] is allocated once in its final sharding (each
+  device holds only its shard), then filled layer by layer with a donated `dynamic_update_slice`
+  (XLA updates the buffer in place);
+- each weight is one ranged read of the safetensors file (`safetensors_reader`, any fsspec URL),
+  sent to one device in its stored dtype (bf16: half the bytes of fp32), quantized to NF4 there,
+  and scattered to its owners; host memory holds one tensor at a time, no device more than its
+  shards plus one layer;
+- leaves the base keeps in host memory (`offload_base`: `pinned_host` shardings) are filled into
+  per-device host buffers instead, handed to the runtime one shard at a time at the end, so a
+  projection never passes through device memory;
+- a base already quantized by `quantize_base` is restored by orbax directly into the same
+  shardings (`checkpoint.load_params` with sharded targets).
+
+Quantization runs matrix by matrix with the same compiled function as `quantize_params`, so the
+bytes equal the whole-model path's (tests compare them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, SingleDeviceSharding
+from jax.sharding import PartitionSpec as P
+
+from marin_lab.quant.nf4 import NF4Tensor
+from marin_lab.training import checkpoint as ckpt
+from marin_lab.training.base_model import QuantConfig, base_checkpoint, quantize_one, quantize_params
+from marin_lab.training.errors import TrainingError
+from marin_lab.training.hf_export import _LAYER_MAP
+from marin_lab.training.hf_import import is_hf_checkpoint, open_hf
+from marin_lab.training.model import LlamaConfig, Params, flatten_params, init_params, unflatten_params
+from marin_lab.training.offload import HOST, OnHost
+from marin_lab.training.safetensors_reader import SafetensorsIndex
+
+logger = logging.getLogger(__name__)
+
+# name -> (layer index or None) -> our layout [in, out] (a view; stored dtype)
+TensorGetter = Callable[[str, "int | None"], np.ndarray]
+
+
+def _spec(sharding: NamedSharding, ndim: int) -> tuple:
+    spec = tuple(sharding.spec)
+    return spec + (None,) * (ndim - len(spec))
+
+
+@functools.lru_cache(maxsize=None)
+def _updater(sharding: NamedSharding) -> Callable:
+    """stack, layer value, i -> stack with layer i replaced, in place (the stack is donated)."""
+    return jax.jit(lambda stack, value, i: jax.lax.dynamic_update_index_in_dim(stack, value.astype(stack.dtype), i, 0),
+                   out_shardings=sharding, donate_argnums=0)
+
+
+@functools.lru_cache(maxsize=None)
+def _zeros(shape: tuple[int, ...], dtype: Any, sharding: NamedSharding) -> Callable:
+    return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding)
+
+
+class _Stack:
+    """One stacked leaf [L, ...] being filled layer by layer where it will live."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any, sharding: NamedSharding):
+        self.shape, self.dtype, self.sharding = tuple(shape), jnp.dtype(dtype), sharding
+        spec = _spec(sharding, len(shape))
+        if spec[0] is not None:
+            raise ValueError(f"a layer stack sharded along its layer axis ({sharding.spec}) cannot be filled by layer")
+        self.on_host = sharding.memory_kind == HOST
+        if self.on_host:
+            # Host-resident leaves never pass through device memory: one numpy buffer per device.
+            indices = sharding.addressable_devices_indices_map(self.shape)
+            self.buffers = {d: (idx, np.empty(sharding.shard_shape(self.shape), self.dtype)) for d, idx in indices.items()}
+        else:
+            self.layer_sharding = NamedSharding(sharding.mesh, P(*spec[1:]), memory_kind=sharding.memory_kind)
+            self.array = _zeros(self.shape, self.dtype, sharding)()
+
+    def put(self, i: int, value: Any) -> None:
+        if self.on_host:
+            host = np.asarray(value)
+            for idx, buf in self.buffers.values():
+                buf[i] = host[idx[1:]]
+        else:
+            self.array = _updater(self.sharding)(self.array, jax.device_put(value, self.layer_sharding), i)
+
+    def finish(self) -> jax.Array:
+        if not self.on_host:
+            return self.array
+        shards = []
+        for device in list(self.buffers):
+            _, buf = self.buffers.pop(device)
+            shards.append(jax.device_put(buf, SingleDeviceSharding(device, memory_kind=HOST)))
+            del buf
+        return jax.make_array_from_single_device_arrays(self.shape, self.sharding, shards)
+
+
+def _place_whole(value: np.ndarray, dtype: Any, sharding: NamedSharding) -> jax.Array:
+    host = np.ascontiguousarray(value.astype(dtype, copy=False))
+    return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+
+def _unwrap(x: Any) -> tuple[Any, bool]:
+    return (x.inner, True) if isinstance(x, OnHost) else (x, False)
+
+
+def place_base(tensor: TensorGetter, model: LlamaConfig, frozen_abs: Params, frozen_sh: Params,
+               quant: QuantConfig | None, *, names: Iterator[str] | None = None) -> Params:
+    """The frozen tree `frozen_abs` (abstract) filled from `tensor(name, layer)`, placed per `frozen_sh`.
+
+    NF4 leaves of the target are quantized here, one matrix at a time on the first device of the
+    mesh; floating leaves are cast to the target dtype. Leaves are handled one after another (the
+    largest single tensors, embedding and head, first, while nothing else is resident).
+    """
+    flat_abs, flat_sh = flatten_params(frozen_abs), flatten_params(frozen_sh)
+    order = list(names) if names is not None else sorted(flat_abs, key=lambda n: (n.startswith("layers/"), n))
+    out: dict[str, Any] = {}
+    for name in order:
+        target, on_host = _unwrap(flat_abs[name])
+        sharding, _ = _unwrap(flat_sh[name])
+        if not name.startswith("layers/"):
+            out[name] = _place_whole(tensor(name, None), target.dtype, sharding)
+            continue
+        ours = name.split("/", 1)[1]
+        if isinstance(target, NF4Tensor):
+            if quant is None:
+                raise ValueError(f"{name}: an NF4 target needs a QuantConfig")
+            leaves = {f: _Stack(getattr(target, f).shape, getattr(target, f).dtype, getattr(sharding, f))
+                      for f in ("packed", "absmax", "absmax_scale", "absmax_offset") if getattr(target, f) is not None}
+            fn = quantize_one(quant.block_size, quant.double_quant, name)
+            first = sharding.packed.mesh.devices.flat[0]
+            for i in range(model.num_layers):
+                q = fn(jax.device_put(tensor(ours, i), first))  # stored dtype on the wire; fp32 on the device
+                for field, stack in leaves.items():
+                    stack.put(i, getattr(q, field))
+                del q
+            done = {f: s.finish() for f, s in leaves.items()}
+            value: Any = NF4Tensor(packed=done["packed"], absmax=done["absmax"], absmax_scale=done.get("absmax_scale"),
+                                   absmax_offset=done.get("absmax_offset"), shape=target.shape,
+                                   block_size=target.block_size)
+        else:
+            stack = _Stack(target.shape, target.dtype, sharding)
+            for i in range(model.num_layers):
+                stack.put(i, np.ascontiguousarray(tensor(ours, i).astype(target.dtype, copy=False)))
+            value = stack.finish()
+        out[name] = OnHost(value) if on_host else value
+    return unflatten_params(out)
+
+
+def hf_getter(index: SafetensorsIndex) -> TensorGetter:
+    """Our tensors from a Hugging Face checkpoint: one ranged read each, transposed as a view."""
+    top = {"embed": ("model.embed_tokens.weight", False), "final_norm": ("model.norm.weight", False),
+           "lm_head": ("lm_head.weight", True)}
+
+    def get(name: str, layer: int | None) -> np.ndarray:
+        if layer is None:
+            hf_name, transpose = top[name]
+        else:
+            hf_name, transpose = _LAYER_MAP[name]
+            hf_name = f"model.layers.{layer}.{hf_name}"
+        raw = index.read(hf_name)
+        return raw.T if transpose else raw
+
+    return get
+
+
+def checkpoint_getter(path: str) -> tuple[TensorGetter, list[str]]:
+    """Our tensors from a float `train_lm` checkpoint, one whole leaf in host memory at a time.
+
+    Returns the getter and the order it must be called in (the checkpoint's own leaf order, in
+    which `checkpoint.iter_arrays` reads them).
+    """
+    resolved = ckpt.resolve_checkpoint(path)
+    order = ["/".join(re.findall(r"\['([^']*)'\]", name)[1:]) for name in ckpt._read_index(resolved)
+             if name.startswith("['params']")]
+    arrays = ckpt.iter_arrays(resolved)
+    current: dict[str, np.ndarray] = {}
+
+    def get(name: str, layer: int | None) -> np.ndarray:
+        full = name if layer is None else f"layers/{name}"
+        while full not in current:
+            current.clear()
+            keys, value = next(arrays)
+            current["/".join(keys)] = value
+        return current[full] if layer is None else current[full][layer]
+
+    return get, order
+
+
+@dataclasses.dataclass
+class BaseSource:
+    """A base located and checked, its weights not yet read (`open_base`)."""
+
+    path: str
+    model: LlamaConfig
+    kind: str
+    """'hf' (safetensors), 'checkpoint' (float train_lm output) or 'quantized' (quantize_base output)."""
+    quantization: dict[str, Any] | None = None
+    hf_index: SafetensorsIndex | None = None
+    checkpoint: str | None = None
+
+
+def open_base(path: str, model: LlamaConfig | None = None) -> BaseSource:
+    """Locate and check the base at `path` (config, headers, metadata; no weight is read)."""
+    if is_hf_checkpoint(path):
+        found, index = open_hf(path, model)
+        return BaseSource(path, found, "hf", hf_index=index)
+    resolved, found, quant = base_checkpoint(path, model)
+    return BaseSource(path, found, "quantized" if quant else "checkpoint", quantization=quant, checkpoint=resolved)
+
+
+def _restore_quantized(source: BaseSource, frozen_abs: Params, frozen_sh: Params) -> Params:
+    """A quantize_base checkpoint restored into the frozen shardings (each process reads its shards)."""
+    q = source.quantization or {}
+    qc = QuantConfig(block_size=q["block_size"], double_quant=q["double_quant"])
+    stored = jax.eval_shape(lambda: quantize_params(init_params(source.model, jax.random.key(0)), qc))
+    flat_stored, flat_abs, flat_sh = flatten_params(stored), flatten_params(frozen_abs), flatten_params(frozen_sh)
+    target = {}
+    for name, leaf in flat_stored.items():
+        sharding, _ = _unwrap(flat_sh[name])
+        if isinstance(leaf, NF4Tensor):
+            target[name] = jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), leaf, sharding)
+        else:  # stored fp32, kept in the frozen dtype: restored split as the frozen leaf, then cast in place
+            target[name] = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+    try:
+        restored = flatten_params(ckpt.load_params(source.checkpoint, unflatten_params(target)))
+    except ckpt.CheckpointError as err:
+        raise TrainingError(f"base: {err}") from err
+    out = {}
+    for name, value in restored.items():
+        want, on_host = _unwrap(flat_abs[name])
+        if not isinstance(value, NF4Tensor) and value.dtype != want.dtype:
+            sharding, _ = _unwrap(flat_sh[name])
+            value = jax.jit(lambda x, _d=want.dtype: x.astype(_d), out_shardings=sharding, donate_argnums=0)(value)
+        out[name] = OnHost(value) if on_host else value
+    return unflatten_params(out)
+
+
+def load_frozen(source: BaseSource, frozen_abs: Params, frozen_sh: Params, quant: QuantConfig | None) -> Params:
+    """The frozen tree of a lora/qlora fine-tune, read from `source` straight into `frozen_sh`."""
+    if source.kind == "quantized":
+        return _restore_quantized(source, frozen_abs, frozen_sh)
+    return place_source(source, frozen_abs, frozen_sh, quant)
+
+
+def place_source(source: BaseSource, target: Params, shardings: Params, quant: QuantConfig | None) -> Params:
+    """`target` (abstract) filled from a float base (HF or train_lm checkpoint), placed per `shardings`."""
+    frozen_abs, frozen_sh = target, shardings
+    if source.kind == "hf":
+        assert source.hf_index is not None
+        return place_base(hf_getter(source.hf_index), source.model, frozen_abs, frozen_sh, quant)
+    getter, order = checkpoint_getter(source.checkpoint or source.path)
+    return place_base(getter, source.model, frozen_abs, frozen_sh, quant, names=iter(order))
+
+
+def load_saved(source: BaseSource, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The base's top-level parameters `names` (lora.modules_to_save), fp32 in host memory."""
+    if not names:
+        return {}
+    if source.kind == "hf":
+        assert source.hf_index is not None
+        get = hf_getter(source.hf_index)
+        return {n: np.asarray(get(n, None), np.float32) for n in names}
+    return {"/".join(keys): value.astype(np.float32) for keys, value in ckpt.iter_arrays(source.checkpoint or source.path)
+            if "/".join(keys) in names}
