@@ -50,8 +50,31 @@ from marin_lab.training.safetensors_reader import SafetensorsIndex
 
 logger = logging.getLogger(__name__)
 
-# name -> (layer index or None) -> our layout [in, out] (a view; stored dtype)
-TensorGetter = Callable[[str, "int | None"], np.ndarray]
+CHUNK_BYTES = 32 * 2**20
+"""Largest piece of a top-level tensor (embedding, head) in host memory at once."""
+
+
+class TensorGetter:
+    """Our tensors from a base, in our layout ([in, out]), in their stored dtype.
+
+    `__call__(name, layer)` gives a decoder weight of one layer (or a small top-level one);
+    `piece(name, axis, start, stop)` gives a slice of a top-level tensor along `axis`, the axis
+    along which the storage is contiguous (`contiguous_axis`), so a vocabulary-sized embedding
+    never sits in host memory whole.
+    """
+
+    def __call__(self, name: str, layer: int | None) -> np.ndarray:
+        raise NotImplementedError
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def contiguous_axis(self, name: str) -> int:
+        return 0
+
+    def piece(self, name: str, axis: int, start: int, stop: int) -> np.ndarray:
+        whole = self(name, None)
+        return whole[(slice(None),) * axis + (slice(start, stop),)]
 
 
 def _spec(sharding: NamedSharding, ndim: int) -> tuple:
@@ -60,24 +83,33 @@ def _spec(sharding: NamedSharding, ndim: int) -> tuple:
 
 
 @functools.lru_cache(maxsize=None)
-def _updater(sharding: NamedSharding) -> Callable:
-    """stack, layer value, i -> stack with layer i replaced, in place (the stack is donated)."""
-    return jax.jit(lambda stack, value, i: jax.lax.dynamic_update_index_in_dim(stack, value.astype(stack.dtype), i, 0),
-                   out_shardings=sharding, donate_argnums=0)
-
-
-@functools.lru_cache(maxsize=None)
 def _zeros(shape: tuple[int, ...], dtype: Any, sharding: NamedSharding) -> Callable:
     return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding)
 
 
-class _Stack:
-    """One stacked leaf [L, ...] being filled layer by layer where it will live."""
+@functools.lru_cache(maxsize=None)
+def _updater(sharding: NamedSharding, axis: int) -> Callable:
+    """stack, piece, start -> stack with the piece written at `start` along `axis`, in place (donated)."""
+    def update(stack: jax.Array, value: jax.Array, start: jax.Array) -> jax.Array:
+        if axis == 0 and value.ndim == stack.ndim - 1:  # one layer of a [L, ...] stack
+            value = value[None]
+        starts = [jnp.zeros((), jnp.int32)] * stack.ndim
+        starts[axis] = start.astype(jnp.int32)
+        return jax.lax.dynamic_update_slice(stack, value.astype(stack.dtype), starts)
 
-    def __init__(self, shape: tuple[int, ...], dtype: Any, sharding: NamedSharding):
+    return jax.jit(update, out_shardings=sharding, donate_argnums=0)
+
+
+class _Stack:
+    """One leaf filled piece by piece where it will live: a [L, ...] stack one layer at a time
+    (`axis` 0), or a top-level tensor a slice at a time along `axis`."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any, sharding: NamedSharding, axis: int | None = None):
         self.shape, self.dtype, self.sharding = tuple(shape), jnp.dtype(dtype), sharding
+        self.layered = axis is None
+        self.axis = 0 if axis is None else axis
         spec = _spec(sharding, len(shape))
-        if spec[0] is not None:
+        if self.layered and spec[0] is not None:
             raise ValueError(f"a layer stack sharded along its layer axis ({sharding.spec}) cannot be filled by layer")
         self.on_host = sharding.memory_kind == HOST
         if self.on_host:
@@ -85,16 +117,31 @@ class _Stack:
             indices = sharding.addressable_devices_indices_map(self.shape)
             self.buffers = {d: (idx, np.empty(sharding.shard_shape(self.shape), self.dtype)) for d, idx in indices.items()}
         else:
-            self.layer_sharding = NamedSharding(sharding.mesh, P(*spec[1:]), memory_kind=sharding.memory_kind)
+            # A layer arrives split as its stack is; a slice of a top-level tensor arrives whole on
+            # every device (it is small) and each keeps its part.
+            piece_spec = P(*spec[1:]) if self.layered else P()
+            self.piece_sharding = NamedSharding(sharding.mesh, piece_spec)
             self.array = _zeros(self.shape, self.dtype, sharding)()
 
-    def put(self, i: int, value: Any) -> None:
+    def put(self, start: int, value: Any) -> None:
         if self.on_host:
             host = np.asarray(value)
+            if self.layered:
+                host = host[None]
             for idx, buf in self.buffers.values():
-                buf[i] = host[idx[1:]]
+                lo = idx[self.axis].start or 0
+                hi = idx[self.axis].stop if idx[self.axis].stop is not None else self.shape[self.axis]
+                a, b = max(start, lo), min(start + host.shape[self.axis], hi)
+                if a >= b:
+                    continue
+                src = list(idx)
+                src[self.axis] = slice(a - start, b - start)
+                dst = [slice(None)] * len(self.shape)
+                dst[self.axis] = slice(a - lo, b - lo)
+                buf[tuple(dst)] = host[tuple(src)]
         else:
-            self.array = _updater(self.sharding)(self.array, jax.device_put(value, self.layer_sharding), i)
+            piece = jax.device_put(value, self.piece_sharding)
+            self.array = _updater(self.sharding, self.axis)(self.array, piece, np.int32(start))
 
     def finish(self) -> jax.Array:
         if not self.on_host:
@@ -107,9 +154,17 @@ class _Stack:
         return jax.make_array_from_single_device_arrays(self.shape, self.sharding, shards)
 
 
-def _place_whole(value: np.ndarray, dtype: Any, sharding: NamedSharding) -> jax.Array:
-    host = np.ascontiguousarray(value.astype(dtype, copy=False))
-    return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+def _place_whole(get: TensorGetter, name: str, dtype: Any, sharding: NamedSharding) -> jax.Array:
+    """A top-level tensor placed piece by piece (pieces of <= CHUNK_BYTES along its contiguous axis)."""
+    shape = get.shape(name)
+    axis = get.contiguous_axis(name)
+    row = max(1, int(np.prod(shape)) // shape[axis]) * max(jnp.dtype(dtype).itemsize, 4)
+    step = max(1, CHUNK_BYTES // row)
+    stack = _Stack(shape, dtype, sharding, axis=axis)
+    for start in range(0, shape[axis], step):
+        stop = min(start + step, shape[axis])
+        stack.put(start, np.ascontiguousarray(get.piece(name, axis, start, stop).astype(dtype, copy=False)))
+    return stack.finish()
 
 
 def _unwrap(x: Any) -> tuple[Any, bool]:
@@ -131,7 +186,7 @@ def place_base(tensor: TensorGetter, model: LlamaConfig, frozen_abs: Params, fro
         target, on_host = _unwrap(flat_abs[name])
         sharding, _ = _unwrap(flat_sh[name])
         if not name.startswith("layers/"):
-            out[name] = _place_whole(tensor(name, None), target.dtype, sharding)
+            out[name] = _place_whole(tensor, name, target.dtype, sharding)
             continue
         ours = name.split("/", 1)[1]
         if isinstance(target, NF4Tensor):
@@ -159,44 +214,69 @@ def place_base(tensor: TensorGetter, model: LlamaConfig, frozen_abs: Params, fro
     return unflatten_params(out)
 
 
-def hf_getter(index: SafetensorsIndex) -> TensorGetter:
+class HfGetter(TensorGetter):
     """Our tensors from a Hugging Face checkpoint: one ranged read each, transposed as a view."""
-    top = {"embed": ("model.embed_tokens.weight", False), "final_norm": ("model.norm.weight", False),
+
+    TOP = {"embed": ("model.embed_tokens.weight", False), "final_norm": ("model.norm.weight", False),
            "lm_head": ("lm_head.weight", True)}
 
-    def get(name: str, layer: int | None) -> np.ndarray:
+    def __init__(self, index: SafetensorsIndex):
+        self.index = index
+
+    def _hf(self, name: str, layer: int | None) -> tuple[str, bool]:
         if layer is None:
-            hf_name, transpose = top[name]
-        else:
-            hf_name, transpose = _LAYER_MAP[name]
-            hf_name = f"model.layers.{layer}.{hf_name}"
-        raw = index.read(hf_name)
+            return self.TOP[name]
+        hf_name, transpose = _LAYER_MAP[name]
+        return f"model.layers.{layer}.{hf_name}", transpose
+
+    def __call__(self, name: str, layer: int | None) -> np.ndarray:
+        hf_name, transpose = self._hf(name, layer)
+        raw = self.index.read(hf_name)
         return raw.T if transpose else raw
 
-    return get
+    def shape(self, name: str) -> tuple[int, ...]:
+        hf_name, transpose = self._hf(name, None)
+        shape = self.index.entries[hf_name].shape
+        return tuple(reversed(shape)) if transpose else shape
+
+    def contiguous_axis(self, name: str) -> int:
+        hf_name, transpose = self._hf(name, None)
+        return len(self.index.entries[hf_name].shape) - 1 if transpose else 0
+
+    def piece(self, name: str, axis: int, start: int, stop: int) -> np.ndarray:
+        hf_name, transpose = self._hf(name, None)
+        rows = self.index.read(hf_name, rows=(start, stop))  # the stored tensor's leading axis
+        return rows.T if transpose else rows
 
 
-def checkpoint_getter(path: str) -> tuple[TensorGetter, list[str]]:
+class CheckpointGetter(TensorGetter):
     """Our tensors from a float `train_lm` checkpoint, one whole leaf in host memory at a time.
 
-    Returns the getter and the order it must be called in (the checkpoint's own leaf order, in
-    which `checkpoint.iter_arrays` reads them).
+    `order` is the order to ask for them in: the checkpoint's own leaf order, in which
+    `checkpoint.iter_arrays` reads them.
     """
-    resolved = ckpt.resolve_checkpoint(path)
-    order = ["/".join(re.findall(r"\['([^']*)'\]", name)[1:]) for name in ckpt._read_index(resolved)
-             if name.startswith("['params']")]
-    arrays = ckpt.iter_arrays(resolved)
-    current: dict[str, np.ndarray] = {}
 
-    def get(name: str, layer: int | None) -> np.ndarray:
-        full = name if layer is None else f"layers/{name}"
-        while full not in current:
-            current.clear()
-            keys, value = next(arrays)
-            current["/".join(keys)] = value
-        return current[full] if layer is None else current[full][layer]
+    def __init__(self, path: str):
+        resolved = ckpt.resolve_checkpoint(path)
+        index = ckpt._read_index(resolved)
+        self.shapes = {"/".join(re.findall(r"\['([^']*)'\]", n)[1:]): tuple(e["shape"])
+                       for n, e in index.items() if n.startswith("['params']")}
+        self.order = list(self.shapes)
+        self._arrays = ckpt.iter_arrays(resolved)
+        self._current: dict[str, np.ndarray] = {}
 
-    return get, order
+    def _leaf(self, full: str) -> np.ndarray:
+        while full not in self._current:
+            self._current.clear()
+            keys, value = next(self._arrays)
+            self._current["/".join(keys)] = value
+        return self._current[full]
+
+    def __call__(self, name: str, layer: int | None) -> np.ndarray:
+        return self._leaf(name) if layer is None else self._leaf(f"layers/{name}")[layer]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.shapes[name]
 
 
 @dataclasses.dataclass
@@ -260,9 +340,9 @@ def place_source(source: BaseSource, target: Params, shardings: Params, quant: Q
     frozen_abs, frozen_sh = target, shardings
     if source.kind == "hf":
         assert source.hf_index is not None
-        return place_base(hf_getter(source.hf_index), source.model, frozen_abs, frozen_sh, quant)
-    getter, order = checkpoint_getter(source.checkpoint or source.path)
-    return place_base(getter, source.model, frozen_abs, frozen_sh, quant, names=iter(order))
+        return place_base(HfGetter(source.hf_index), source.model, frozen_abs, frozen_sh, quant)
+    getter = CheckpointGetter(source.checkpoint or source.path)
+    return place_base(getter, source.model, frozen_abs, frozen_sh, quant, names=iter(getter.order))
 
 
 def load_saved(source: BaseSource, names: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -271,7 +351,7 @@ def load_saved(source: BaseSource, names: tuple[str, ...]) -> dict[str, np.ndarr
         return {}
     if source.kind == "hf":
         assert source.hf_index is not None
-        get = hf_getter(source.hf_index)
+        get = HfGetter(source.hf_index)
         return {n: np.asarray(get(n, None), np.float32) for n in names}
     return {"/".join(keys): value.astype(np.float32) for keys, value in ckpt.iter_arrays(source.checkpoint or source.path)
             if "/".join(keys) in names}

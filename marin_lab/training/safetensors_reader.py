@@ -156,13 +156,19 @@ class SafetensorsIndex:
                     f"({'/'.join(FLOAT_DTYPES)}); a quantized or integer export cannot be read as a base — "
                     "use the float checkpoint")
 
-    def read(self, name: str) -> np.ndarray:
-        """One tensor (its stored dtype, little-endian), read as one byte range."""
+    def read(self, name: str, rows: tuple[int, int] | None = None) -> np.ndarray:
+        """One tensor (its stored dtype, little-endian), or its leading-axis `rows` [start, stop),
+        read as one byte range."""
         entry = self.entries[name]
-        fs, path = mfs.fs_and_path(entry.url)
-        raw = fs.cat_file(path, entry.start, entry.end)
-        if len(raw) != entry.nbytes:  # the file shrank after its header was checked
-            raise HfImportError(f"{entry.url}: tensor {name}: read {len(raw)} of {entry.nbytes} bytes; the file "
-                                "is truncated: fetch it again")
         dtype = np.dtype(DTYPES[entry.dtype]).newbyteorder("<")
-        return np.frombuffer(raw, dtype=dtype).reshape(entry.shape)
+        shape, start, end = entry.shape, entry.start, entry.end
+        if rows is not None:
+            row_bytes = math.prod(shape[1:]) * dtype.itemsize
+            shape = (rows[1] - rows[0], *shape[1:])
+            start, end = entry.start + rows[0] * row_bytes, entry.start + rows[1] * row_bytes
+        fs, path = mfs.fs_and_path(entry.url)
+        raw = fs.cat_file(path, start, end)
+        if len(raw) != end - start:  # the file shrank after its header was checked
+            raise HfImportError(f"{entry.url}: tensor {name}: read {len(raw)} of {end - start} bytes; the file "
+                                "is truncated: fetch it again")
+        return np.frombuffer(raw, dtype=dtype).reshape(shape)
