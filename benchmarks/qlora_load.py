@@ -9,7 +9,7 @@ loaded as a fine-tune's frozen QLoRA base on one CPU device, in a fresh process 
   the device, placed into the shardings layer by layer).
 
 Each child process reports its runtime baseline (resident memory after importing JAX and the
-trainer and running one compiled op), its peak resident memory (`ru_maxrss`), the load's wall time
+trainer and compiling one small quantization), its peak resident memory (`ru_maxrss`), the load's wall time
 and a digest of the loaded bytes (the two loaders must agree). On a CPU the "device" is host
 memory, so the peak counts the placed base too.
 
@@ -46,13 +46,15 @@ def child(loader: str, path: str) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from marin_lab.training.base_model import QuantConfig, load_base, quantize_params
+    from marin_lab.training.base_model import QuantConfig, load_base, quantize_one, quantize_params
     from marin_lab.training.base_stream import load_frozen, open_base
     from marin_lab.training.finetune_state import frozen_base, frozen_shardings
     from marin_lab.training.mesh import MeshConfig
     from marin_lab.training.model import init_params
 
-    jax.jit(lambda x: x + 1)(jnp.zeros(4)).block_until_ready()
+    # The runtime's baseline: JAX and the trainer imported, and XLA's compiler initialised by one
+    # small quantization (its first compile grows the heap by ~45 MiB, whatever the model size).
+    quantize_one(64, True)(jnp.zeros((256, 256), jnp.bfloat16)).packed.block_until_ready()
     baseline = _rss()
     mesh = MeshConfig(data=1, fsdp=-1).build()
     quant = QuantConfig()

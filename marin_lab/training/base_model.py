@@ -57,15 +57,16 @@ class QuantConfig:
 
 
 @functools.lru_cache(maxsize=None)
-def quantize_one(block_size: int, double_quant: bool, name: str = "weight") -> Callable[[jax.Array], NF4Tensor]:
+def quantize_one(block_size: int, double_quant: bool) -> Callable[[jax.Array], NF4Tensor]:
     """The compiled quantization of one `[in, out]` matrix (any float dtype in, fp32 inside).
 
     Every path that quantizes a base (whole model here, tensor by tensor in `base_stream`) uses
     this one function per matrix, so they produce the same bytes: compiled over a stacked
     `[layers, in, out]` array instead, XLA reduces the double-quantization mean in another order
-    and the last bits of the absmax constants differ.
+    and the last bits of the absmax constants differ. One function for every weight name: same
+    shapes share one compiled program. Callers check block sizes first (`QuantConfig.validate`).
     """
-    return jax.jit(lambda w: quantize_nf4(w.astype(jnp.float32), block_size, double_quant, name=name))
+    return jax.jit(lambda w: quantize_nf4(w.astype(jnp.float32), block_size, double_quant))
 
 
 def _stack(parts: list[NF4Tensor]) -> NF4Tensor:
@@ -76,8 +77,9 @@ def quantize_params(params: Params, quant: QuantConfig) -> Params:
     """`params` with every decoder projection replaced by its NF4Tensor (quantized matrix by matrix)."""
     layers = dict(params["layers"])
     for name in QUANTIZED_NAMES:
-        fn = quantize_one(quant.block_size, quant.double_quant, f"layers/{name}")
         stack = layers[name]
+        check_block_size(stack.shape, quant.block_size, f"layers/{name}")
+        fn = quantize_one(quant.block_size, quant.double_quant)
         layers[name] = _stack([fn(stack[i]) for i in range(stack.shape[0])])
     return {**params, "layers": layers}
 

@@ -79,18 +79,18 @@ class MemoryPlan:
     def table(self, device_memory_gib: float | None = None) -> str:
         lines = [f"memory plan per device ({self.num_devices} devices), steady state (train step):"]
         for part, n in self.device.items():
-            lines.append(f"  {part:32s} {n / GIB:9.2f} GiB")
-        lines.append(f"  {'total (device)':32s} {self.device_total / GIB:9.2f} GiB")
+            lines.append(f"  {part:40s} {n / GIB:9.2f} GiB")
+        lines.append(f"  {'total (device)':40s} {self.device_total / GIB:9.2f} GiB")
         for part, n in self.host.items():
-            lines.append(f"  host: {part:26s} {n / GIB:9.2f} GiB")
+            lines.append(f"  host: {part:34s} {n / GIB:9.2f} GiB")
         if self.load_device or self.load_host:
             lines.append("while the base loads (streamed tensor by tensor):")
             for part, n in self.load_device.items():
-                lines.append(f"  {part:32s} {n / GIB:9.2f} GiB")
-            lines.append(f"  {'total (device, load)':32s} {self.load_device_total / GIB:9.2f} GiB")
+                lines.append(f"  {part:40s} {n / GIB:9.2f} GiB")
+            lines.append(f"  {'total (device, load)':40s} {self.load_device_total / GIB:9.2f} GiB")
             for part, n in self.load_host.items():
-                lines.append(f"  host: {part:26s} {n / GIB:9.2f} GiB")
-            lines.append(f"  {'total (host, load, process)':32s} {self.load_host_total / GIB:9.2f} GiB"
+                lines.append(f"  host: {part:34s} {n / GIB:9.2f} GiB")
+            lines.append(f"  {'total (host, load, process)':40s} {self.load_host_total / GIB:9.2f} GiB"
                          f"   (steady state: {self.host_total / GIB:.2f} GiB)")
         if device_memory_gib:
             for what, n in (("steady state", self.device_total), ("load", self.load_device_total)):
