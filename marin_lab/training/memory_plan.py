@@ -14,6 +14,7 @@ the check in `experiments/finetune_70b_qlora.py`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -99,6 +100,15 @@ class MemoryPlan:
         return "\n".join(lines)
 
 
+@functools.lru_cache(maxsize=16)
+def _abstract_params(model: LlamaConfig, frozen_dtype: str, quant: QuantConfig | None) -> Any:
+    """The base's abstract parameters (NF4 leaves when `quant`); cached, as advice re-plans often."""
+    params = jax.eval_shape(lambda: init_params(model, jax.random.key(0), jnp.dtype(frozen_dtype)))
+    if quant is not None:
+        params = jax.eval_shape(lambda p: quantize_params(p, quant), params)
+    return params
+
+
 def _bytes_per_device(tree: Any, shardings: Any) -> tuple[int, int]:
     """(device bytes, host bytes) of one device's shards of `tree` placed by `shardings`."""
     leaves = jax.tree_util.tree_leaves(tree)
@@ -158,9 +168,7 @@ def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: 
     mesh = AbstractMesh((1, num_devices, 1), ("data", "fsdp", "model"))
     plan = StepPlan(mode, model, lora, compute_dtype, gradient_checkpointing, offload_optimizer_state, 0)
     c = jnp.dtype(compute_dtype).itemsize
-    params = jax.eval_shape(lambda: init_params(model, jax.random.key(0), jnp.dtype(frozen_dtype)))
-    if mode == "qlora":
-        params = jax.eval_shape(lambda p: quantize_params(p, quant), params)
+    params = _abstract_params(model, frozen_dtype, quant if mode == "qlora" else None)
     frozen = jax.eval_shape(lambda p: frozen_base(p, mode, frozen_dtype, offload_base), params) if mode != "full" else None
     trainable = jax.eval_shape(lambda p: init_trainable(plan, p, jax.random.key(0), jnp.dtype(trainable_dtype)), params)
     optimizer = OptimizerConfig(weight_decay=0.0).build()
