@@ -159,7 +159,9 @@ class _Stack:
                 dst[self.axis] = slice(a - lo, b - lo)
                 buf[tuple(dst)] = host[tuple(src)]
         else:
-            piece = jax.device_put(value, self.piece_sharding)
+            # Through host memory (a layer of NF4 or a small slice): a global sharding spanning
+            # several processes takes host values, which every process has alike.
+            piece = jax.device_put(np.asarray(value), self.piece_sharding)
             self.array = _updater(self.sharding, self.axis)(self.array, piece, np.int32(start))
 
     def finish(self) -> jax.Array:
@@ -215,7 +217,7 @@ def place_base(tensor: TensorGetter, model: LlamaConfig, frozen_abs: Params, fro
             leaves = {f: _Stack(getattr(target, f).shape, getattr(target, f).dtype, getattr(sharding, f))
                       for f in ("packed", "absmax", "absmax_scale", "absmax_offset") if getattr(target, f) is not None}
             fn = quantize_one(quant.block_size, quant.double_quant)
-            first = sharding.packed.mesh.devices.flat[0]
+            first = next(d for d in sharding.packed.mesh.devices.flat if d.process_index == jax.process_index())
             for i in range(model.num_layers):
                 q = fn(jax.device_put(tensor(ours, i), first))  # stored dtype on the wire; fp32 on the device
                 for field, stack in leaves.items():
