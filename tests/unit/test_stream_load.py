@@ -137,6 +137,6 @@ def test_streaming_peak_host_memory_is_a_fraction_of_the_checkpoint(tmp_path):
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     over = r["peak"] - r["baseline"]
     assert r["placed"] < 0.4 * size, (r, size)
-    # The bar is 0.5x the checkpoint over the runtime's baseline; 32 MiB of margin covers
-    # compiled programs and allocator slack at this small size.
-    assert over <= 0.5 * size + 32 * 2**20, (over / size, r)
+    # The bar is 0.5x the checkpoint over the runtime's baseline; 48 MiB of margin covers the
+    # compiled programs (~30 MiB here, whatever the model size) and allocator slack.
+    assert over <= 0.5 * size + 48 * 2**20, (over / size, r)
