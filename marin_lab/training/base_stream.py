@@ -10,9 +10,11 @@ poured into it:
   device holds only its shard), then filled layer by layer with a donated `dynamic_update_slice`
   (XLA updates the buffer in place);
 - each weight is one ranged read of the safetensors file (`safetensors_reader`, any fsspec URL),
-  sent to one device in its stored dtype (bf16: half the bytes of fp32), quantized to NF4 there,
-  and scattered to its owners; host memory holds one tensor at a time, no device more than its
-  shards plus one layer;
+  sent to this process's first device in its stored dtype (bf16: half the bytes of fp32),
+  quantized to NF4 there, and the packed layer (a quarter of the bf16 bytes) scattered from host
+  values to the devices that own its blocks; host memory holds one tensor at a time, no device
+  more than its shards plus one matrix being quantized;
+- the embedding and head arrive in pieces of at most CHUNK_BYTES along their contiguous axis;
 - leaves the base keeps in host memory (`offload_base`: `pinned_host` shardings) are filled into
   per-device host buffers instead, handed to the runtime one shard at a time at the end, so a
   projection never passes through device memory;
