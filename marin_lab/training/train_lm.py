@@ -249,7 +249,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
         raise TrainingError(str(err)) from err
     if config.batch_size % (batch_divisor(mesh) * config.microbatches):
         raise TrainingError(
-            f"batch_size={config.batch_size} must be divisible by mesh data*fsdp="
+            f"batch_size={config.batch_size} must be divisible by mesh replica*data*fsdp="
             f"{batch_divisor(mesh)} times microbatches={config.microbatches}"
         )
     env = _environment()
