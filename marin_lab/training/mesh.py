@@ -100,10 +100,15 @@ class MeshConfig:
     """Slices the run spans (the `replica` axis): each holds a whole copy of the state, sharded
     inside the slice, and only the gradients' all-reduce crosses between slices."""
 
+    def on_slices(self, slices: int) -> MeshConfig:
+        """This mesh on `slices` slices: the same in-slice axes, a `replica` axis over the slices."""
+        return dataclasses.replace(self, slices=slices)
+
     def axis_sizes(self, num_devices: int) -> dict[str, int]:
         """The size of every axis in AXES for `num_devices` devices in all (all slices)."""
         if isinstance(self.slices, bool) or not isinstance(self.slices, int) or self.slices < 1:
-            raise MeshError(f"mesh.slices={self.slices!r} must be a positive number of slices")
+            raise MeshError(f"mesh.slices={self.slices!r} must be a positive number of slices (one count: "
+                            "a mesh cannot follow an elastic slices=[...] request)")
         if num_devices % self.slices:
             raise MeshError(f"mesh.slices={self.slices} does not divide the {num_devices} devices; "
                             "every slice must have as many devices (set mesh.slices to the number of slices)")

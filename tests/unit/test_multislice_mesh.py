@@ -12,6 +12,8 @@ import sys
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from marin_lab.training.distributed import check_slices
+from marin_lab.training.errors import TrainingError
 from marin_lab.training.mesh import AXES, BATCH_AXES, REPLICA, MeshConfig, MeshError, param_spec, simulated_slices
 from marin_lab.training.model import LlamaConfig
 
@@ -52,6 +54,16 @@ def test_simulated_slices_are_contiguous_whole_processes():
     # A host never straddles two slices.
     with pytest.raises(MeshError, match=r"the 3 processes cannot be cut into 2 equal groups of whole processes"):
         simulated_slices(_hosts(3, 2), 2)
+
+
+def test_the_mesh_slice_count_is_checked_against_the_slices_the_step_runs_on(caplog):
+    check_slices(2, {})  # outside the slice runner: nothing to compare
+    check_slices(2, {"MARIN_NUM_SLICES": "2"})
+    with pytest.raises(TrainingError, match=r"mesh.slices=2, but this step runs on 1 slice\(s\) \(MARIN_NUM_SLICES\)"):
+        check_slices(2, {"MARIN_NUM_SLICES": "1"})
+    with caplog.at_level("WARNING"):
+        check_slices(1, {"MARIN_NUM_SLICES": "2"})
+    assert "runs on 2 slices but mesh.slices=1" in caplog.text
 
 
 def test_sharding_rules_never_use_the_replica_axis():
