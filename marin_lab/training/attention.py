@@ -1,6 +1,6 @@
 """Causal grouped-query attention, one implementation per `attention_impl` name.
 
-    None      einsum: fp32 scores [B, KV, G, T, T] in memory; any backend; the reference the others
+    None      einsum (also spelled "einsum"): fp32 scores [B, KV, G, T, T] in memory; any backend; the reference the others
               are tested against.
     "xla"     jax.nn.dot_product_attention's XLA path (the same T x T scores).
     "cudnn"   jax.nn.dot_product_attention's cuDNN flash kernel (NVIDIA GPUs).
@@ -37,8 +37,8 @@ from jax.sharding import PartitionSpec as P
 
 from marin_lab.errors import MarinLabError
 
-IMPLS = (None, "xla", "cudnn", "splash")
-"""Values `attention_impl` accepts (None is the einsum path)."""
+IMPLS = (None, "einsum", "xla", "cudnn", "splash")
+"""Values `attention_impl` accepts (None and "einsum" are the same path)."""
 
 SPLASH_BLOCKS = (512, 256, 128)
 """Splash tile sizes tried, largest first; the kernel's kv tiles must be multiples of 128 lanes."""
@@ -86,7 +86,7 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str | None,
         return splash_attention(q, k, v, sharding)
     if impl in ("cudnn", "xla"):
         return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=impl)
-    if impl is not None:
+    if impl not in (None, "einsum"):
         raise AttentionConfigError(f"attention_impl={impl!r} is not one of {IMPLS}")
     return einsum_attention(q, k, v)
 

@@ -15,6 +15,7 @@ per-position values are identical; the loss differs only in the order of the fin
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
@@ -53,7 +54,7 @@ def chunked_log_likelihoods(
     xs = hidden.reshape(b, n, chunk_size, d).swapaxes(0, 1)
     ts = targets.reshape(b, n, chunk_size).swapaxes(0, 1)
 
-    @jax.checkpoint
+    @functools.partial(jax.checkpoint, prevent_cse=False)  # inside a scan CSE cannot undo the remat
     def one_chunk(x: jax.Array, tgt: jax.Array) -> tuple[jax.Array, jax.Array]:
         return log_likelihoods(head(constrain(x)), tgt)
 

@@ -7,12 +7,18 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
+from jax.experimental import topologies
 
+from experiments.simple_train_config import CpuOnlyConfig, SimpleTrainConfig, TpuPodConfig
+from marin_lab.cluster.resources import TpuResources
 from marin_lab.training import TrainingError, train_lm
 from marin_lab.training.attention import einsum_attention, splash_attention
+from marin_lab.training.mesh import MeshConfig, batch_sharding
 from marin_lab.training.model import init_params
 from marin_lab.training.testing import tiny_model, tiny_train_config, write_synthetic_cache
+from marin_lab.training.train_step import StepSettings, make_train_step, state_shardings
 
 # The smallest sequence the kernel takes: its kv tiles are multiples of 128 lanes.
 T = 128
@@ -42,11 +48,6 @@ def test_compiled_tpu_train_step_calls_the_splash_kernel(monkeypatch):
     pytest.importorskip("libtpu", reason="the TPU compiler comes with the libtpu extra (make test installs it)")
     # Compiling attaches no TPU: let other processes compile at the same time (libtpu's lockfile).
     monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    import optax
-    from jax.experimental import topologies
-
-    from marin_lab.training.mesh import MeshConfig, batch_sharding
-    from marin_lab.training.train_step import StepSettings, make_train_step, state_shardings
 
     devices = topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices
     mesh = MeshConfig(data=2, fsdp=-1).build(devices)
@@ -88,3 +89,15 @@ def test_bad_attention_settings_fail_before_training(cache, tmp_path, overrides,
     with pytest.raises(TrainingError, match=match):
         train_lm(dataclasses.replace(tiny_train_config(str(tmp_path / "bad"), {"c": cache}), **overrides))
     assert not (tmp_path / "bad" / "checkpoints").exists()
+
+
+def test_tpu_recipes_default_to_splash_and_others_to_einsum():
+    def impl(resources, **extra):
+        return SimpleTrainConfig(resources=resources, train_batch_size=8, num_train_steps=1, learning_rate=1e-3,
+                                 **extra).resolved_attention_impl()
+
+    assert impl(TpuResources(tpu="v5e-256", slices=2)) == "splash"
+    assert impl(TpuPodConfig(tpu_type="v4-2048")) == "splash"
+    assert impl(CpuOnlyConfig(num_cpus=2)) is None
+    assert impl({"num_cpus": 2}) is None
+    assert impl(TpuResources(tpu="v5e-256"), attention_impl="einsum") == "einsum"
