@@ -137,7 +137,7 @@ def test_a_declared_moving_source_is_reported_not_reproducible(tmp_path):
 def test_bad_targets_say_what_is_missing(tmp_path, monkeypatch):
     original = str(tmp_path / "original")
     experiment = _record(_script(tmp_path / "a", NOISY), original)
-    with pytest.raises(ReproduceError, match="inside\\) the original prefix"):
+    with pytest.raises(ReproduceError, match="reaches the original prefix"):
         reproduce(experiment, into=os.path.join(original, "scratch"))
     old = read_json(experiment)
     del old["code"]
