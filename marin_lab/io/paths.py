@@ -16,6 +16,9 @@ brought to a canonical form, and only then compared segment by segment:
 
 The canonical form of a URL is still a usable URL for the same location (`memory://a/b`,
 `gs://bucket/p`), so a caller may keep it after checking it.
+
+`contain_links(tree)` applies the rule to a folder read as a root of its own (an unpacked
+package): afterwards no symlink in it leads out.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from marin_lab.errors import MarinLabError
 
-__all__ = ["PathOutsideError", "canonical", "canonical_within", "confine", "is_within", "overlaps"]
+__all__ = ["PathOutsideError", "canonical", "canonical_within", "confine", "contain_links", "is_within", "overlaps"]
 
 _LOCAL_PROTOCOLS = ("file", "local")
 _AS_WRITTEN = ("http", "https")
@@ -105,3 +108,67 @@ def confine(child: str, parent: str, *, what: str = "path") -> str:
         where = "" if real == child else f" (resolves to {real})"
         raise PathOutsideError(f"{what} {child}{where} lies outside {parent}; it must stay inside it")
     return real
+
+
+_MAX_LINK_HOPS = 40  # as the kernel's own limit on nested symlinks
+
+
+def _resolve_in_tree(tree: str, rel: str) -> str | None:
+    """Where `rel` leads inside `tree` when `tree` is read as a root of its own (an absolute link
+    target starts at `tree`); None when it climbs out or loops."""
+    parts = [p for p in rel.split("/") if p]
+    resolved: list[str] = []
+    hops = 0
+    while parts:
+        part = parts.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not resolved:
+                return None
+            resolved.pop()
+            continue
+        here = os.path.join(tree, *resolved, part)
+        if not os.path.islink(here):
+            resolved.append(part)
+            continue
+        hops += 1
+        if hops > _MAX_LINK_HOPS:
+            return None
+        target = os.readlink(here)
+        if target.startswith("/"):
+            resolved = []
+        parts = [p for p in target.split("/") if p] + parts
+    return os.path.join(tree, *resolved)
+
+
+def contain_links(tree: str) -> list[dict[str, str]]:
+    """Keep every symlink under `tree` inside it, reading `tree` as a root of its own (an unpacked
+    package): an absolute link is rewritten relative to the tree's root, and a link that leads out
+    of the tree is removed. Returns the removed ones as `{"path", "link"}`, sorted by path.
+
+    Unpacked as is, `usr/share/doc/x/jquery.js -> /usr/share/javascript/jquery.js` would read this
+    machine's own file (and copy it into a step's output as package content); rewritten, it names
+    the package's own file, or nothing (a broken link, skipped and listed by whoever reads it).
+    The tree must not change while this runs (it is meant for a folder just unpacked)."""
+    links = []
+    for folder, dirs, files in os.walk(tree):  # followlinks=False: a linked folder is listed, not entered
+        links += [os.path.join(folder, name) for name in dirs + files if os.path.islink(os.path.join(folder, name))]
+    removed = []
+    # Every link is judged on the tree as unpacked, before any is changed: the outcome does not
+    # depend on the order (a link through one that leaves leaves too).
+    judged = [(path, os.readlink(path), _resolve_in_tree(tree, os.path.relpath(path, tree))) for path in sorted(links)]
+    for path, target, inside in judged:
+        rel = os.path.relpath(path, tree)
+        if inside is not None and target.startswith("/"):
+            os.unlink(path)
+            os.symlink(os.path.relpath(inside, os.path.dirname(path)), path)
+        elif inside is None:
+            os.unlink(path)
+            removed.append({"path": rel, "link": target})
+    # What the system does with what is left must agree: the one containment rule has the last word.
+    for path in sorted(links):
+        if os.path.islink(path) and not is_within(path, tree):
+            removed.append({"path": os.path.relpath(path, tree), "link": os.readlink(path)})
+            os.unlink(path)
+    return sorted(removed, key=lambda link: link["path"])

@@ -26,7 +26,7 @@ into place under a file lock, so concurrent steps on one machine fetch once and 
 tree. An unpinned Debian package is the newest `.deb` already in the cache (delete
 `packages/debian/debs/` to fetch the current one); nothing is downloaded when the cache has it.
 
-Symlinks in an unpacked tree never lead out of it (`contain_links`): an absolute one is read as
+Symlinks in an unpacked tree never lead out of it (`marin_lab.io.paths.contain_links`): an absolute one is read as
 the installed package reads it, from the package's root, and one that leaves the tree is removed
 and listed (`ResolvedSource.links_outside`, and a download's provenance and result). Followed as
 unpacked, `/usr/share/javascript/jquery.js` would be this machine's own file, copied into a step's
@@ -51,7 +51,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from marin_lab.io.paths import PathOutsideError, confine, is_within
+from marin_lab.io.paths import PathOutsideError, confine, contain_links
 from marin_lab.processing.errors import DownloadError
 
 logger = logging.getLogger(__name__)
@@ -61,7 +61,6 @@ __all__ = [
     "PackageSource",
     "ResolvedSource",
     "apt_download",
-    "contain_links",
     "default_cache_dir",
     "fetch_package_source",
     "is_package_source",
@@ -245,70 +244,6 @@ def _unpacked(trees: str, key: str, members: dict[str, str], unpack) -> tuple[st
         logger.warning("%s: %d symlink(s) leading out of the package removed, e.g. %s -> %s", key, len(outside),
                        outside[0]["path"], outside[0]["link"])
     return tree, outside
-
-
-# --- an unpacked tree never leads out of itself ---------------------------------------------------
-
-_MAX_LINK_HOPS = 40  # as the kernel's own limit on nested symlinks
-
-
-def _resolve_in_package(tree: str, rel: str) -> str | None:
-    """Where `rel` leads inside `tree` when links are read as the installed package reads them (an
-    absolute target starts at the package's root); None when it climbs out or loops."""
-    parts = [p for p in rel.split("/") if p]
-    resolved: list[str] = []
-    hops = 0
-    while parts:
-        part = parts.pop(0)
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if not resolved:
-                return None
-            resolved.pop()
-            continue
-        here = os.path.join(tree, *resolved, part)
-        if not os.path.islink(here):
-            resolved.append(part)
-            continue
-        hops += 1
-        if hops > _MAX_LINK_HOPS:
-            return None
-        target = os.readlink(here)
-        if target.startswith("/"):
-            resolved = []
-        parts = [p for p in target.split("/") if p] + parts
-    return os.path.join(tree, *resolved)
-
-
-def contain_links(tree: str) -> list[dict[str, str]]:
-    """Keep every symlink under `tree` inside it: an absolute link (a path on the system the package
-    is installed on) is rewritten relative to the package's root, and a link that leads out of
-    the tree is removed. Returns the removed ones as `{"path", "link"}`, sorted by path.
-
-    Unpacked as is, `usr/share/doc/x/jquery.js -> /usr/share/javascript/jquery.js` would read this
-    machine's own file (and copy it into a step's output as package content); rewritten, it names
-    the package's own file, or nothing (a broken link, skipped and listed by whoever reads it)."""
-    links = []
-    for folder, dirs, files in os.walk(tree):  # followlinks=False: a linked folder is listed, not entered
-        links += [os.path.join(folder, name) for name in dirs + files if os.path.islink(os.path.join(folder, name))]
-    removed = []
-    for path in sorted(links):
-        rel = os.path.relpath(path, tree)
-        target = os.readlink(path)
-        inside = _resolve_in_package(tree, rel)
-        if inside is not None and target.startswith("/"):
-            os.unlink(path)
-            os.symlink(os.path.relpath(inside, os.path.dirname(path)), path)
-        elif inside is None:
-            os.unlink(path)
-            removed.append({"path": rel, "link": target})
-    # What the system does with what is left must agree: the one containment rule has the last word.
-    for path in sorted(links):
-        if os.path.islink(path) and not is_within(path, tree):
-            removed.append({"path": os.path.relpath(path, tree), "link": os.readlink(path)})
-            os.unlink(path)
-    return sorted(removed, key=lambda link: link["path"])
 
 
 # --- Debian ---------------------------------------------------------------------------------------

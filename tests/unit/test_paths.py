@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from marin_lab.io.paths import PathOutsideError, canonical, confine, is_within, overlaps
+from marin_lab.io.paths import PathOutsideError, canonical, confine, contain_links, is_within, overlaps
 
 
 @pytest.fixture()
@@ -67,3 +67,32 @@ def test_confine_returns_the_resolved_path_or_names_what_left(tree):
     assert confine(f"{tree}/link/step", f"{tree}/prefix") == f"{tree}/prefix/step"
     with pytest.raises(PathOutsideError, match=r"stored script .*/escape/x \(resolves to .*/outside/x\) lies outside"):
         confine(f"{tree}/prefix/step/escape/x", f"{tree}/prefix", what="stored script")
+
+
+def test_contain_links_keeps_a_tree_read_as_its_own_root_inside_itself(tmp_path):
+    tree, host = tmp_path / "tree", tmp_path / "host"
+    (tree / "usr/share/doc").mkdir(parents=True)
+    (tree / "usr/share/doc/own.txt").write_text("own")
+    host.mkdir()
+    (host / "secret.txt").write_text("HOST")
+    links = {
+        "usr/share/doc/abs-own": "/usr/share/doc/own.txt",         # absolute, the tree's own file: rewritten
+        "usr/share/doc/abs-dir": "/usr/share",                     # absolute folder inside: rewritten
+        "usr/share/doc/abs-host": str(host / "secret.txt"),         # absolute, a file the tree lacks: dangling inside
+        "usr/share/doc/climb": "../../../../host/secret.txt",       # relative, out of the tree: removed
+        "usr/share/doc/via": "abs-dir/doc/own.txt",                # through a rewritten link: kept
+        "usr/share/doc/via-climb": "climb",                        # through a removed one: removed
+        "usr/share/doc/abs-climb": "/../../host",                  # '..' above the tree's root: removed
+        "usr/share/doc/loop-a": "loop-b", "usr/share/doc/loop-b": "loop-a",  # never ends: removed
+    }
+    for rel, target in links.items():
+        os.symlink(target, tree / rel)
+    removed = contain_links(str(tree))
+    assert [r["path"] for r in removed] == [f"usr/share/doc/{n}" for n in
+                                            ("abs-climb", "climb", "loop-a", "loop-b", "via-climb")]
+    doc = tree / "usr/share/doc"
+    assert (doc / "abs-own").read_text() == (doc / "via").read_text() == "own"
+    assert not os.readlink(doc / "abs-own").startswith("/") and (doc / "abs-dir" / "doc" / "own.txt").exists()
+    assert not (doc / "abs-host").exists() and is_within(str(doc / "abs-host"), str(tree))
+    leaving = [p for p in doc.iterdir() if p.is_symlink() and not is_within(str(p), str(tree))]
+    assert leaving == []
