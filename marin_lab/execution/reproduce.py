@@ -133,7 +133,11 @@ def _reproduce(rec: RecordedExperiment, script: str, scratch: str, pattern: re.P
                              f"{type(err).__name__}: {err}") from err
     executor = Executor(scratch, backend=backend, script=script,
                         description=f"reproduction of {rec.url}" + (" (deep)" if deep else ""))
-    plan = executor.plan(rebuilt)
+    try:
+        plan = executor.plan(rebuilt)
+    except MarinLabError as err:  # e.g. two steps now share an output path
+        raise ReproduceError(f"the recorded script {rec.script_name} (from {rec.url}) cannot be planned here: "
+                             f"{err}") from err
     for ps in plan.steps:  # a pinned output path (override_output_path) could lead anywhere
         if not is_within(ps.output_path, scratch):
             raise ReproduceError(f"step '{ps.identity}' of {rec.url} writes to {ps.output_path} (a pinned "
