@@ -11,6 +11,7 @@ too.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -101,12 +102,17 @@ class Roots:
     def _resolve_remote(self, protocol: str, rest: str, original: str) -> str:
         url = f"{protocol}://" + "/".join(_clean_segments(rest, original))
         real = canonical(url)
-        if any(canonical_within(real, canonical(root)) for root in self.urls if _split_protocol(root)[0]):
+        if any(canonical_within(real, root) for root in self._remote_roots):
             return url
         raise ForbiddenPathError(
             f"path {original!r} is outside the browser's roots {list(self.urls)}; "
             "start the browser with --root for that location if you mean to browse it"
         )
+
+    @functools.cached_property
+    def _remote_roots(self) -> tuple[str, ...]:
+        """The bucket roots in canonical form, computed once."""
+        return tuple(canonical(root) for root in self.urls if _split_protocol(root)[0])
 
     def _realpath(self, path: str) -> str:
         """os.path.realpath, with the folders' real paths remembered for a few seconds.
