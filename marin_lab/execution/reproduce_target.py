@@ -29,6 +29,7 @@ from marin_lab.execution.records import read_experiment_record, read_step_record
 from marin_lab.execution.status import info_path
 from marin_lab.io.fs import exists, join, normalize_prefix, read_bytes
 from marin_lab.io.paths import PathOutsideError, canonical, confine, overlaps
+from marin_lab.store.layout import EXPERIMENTS_DIR
 
 __all__ = ["RecordedExperiment", "ReproduceError", "check_scratch", "compile_steps", "locate", "read_script"]
 
@@ -73,7 +74,7 @@ def locate(target: str) -> RecordedExperiment:
             raise ReproduceError(f"{target}: no such experiment record; give {{prefix}}/experiments/NAME-HASH.json "
                                  "or a step's output path")
         head, _, name = _folder(target).rpartition("/")
-        if name == "experiments":  # named as the executor writes it: the prefix is the folder above
+        if name == EXPERIMENTS_DIR:  # named as the executor writes it: the prefix is the folder above
             prefix = named = head or ("/" if target.startswith("/") else ".")
         elif isinstance(record.get("prefix"), str) and record["prefix"]:
             prefix = named = record["prefix"]
