@@ -10,8 +10,8 @@ import sys
 from collections.abc import Sequence
 
 from marin_lab.cluster.launch_cli import add_parser as add_launch_parser
+from marin_lab.execution.cleanup import add_parser as add_gc_parser
 from marin_lab.execution.errors import MarinLabError
-from marin_lab.execution.gc import add_parser as add_gc_parser
 from marin_lab.execution.secrets import redact_logs
 from marin_lab.flags import add_bool_flag
 

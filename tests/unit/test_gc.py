@@ -10,7 +10,7 @@ import time
 import pytest
 
 from marin_lab.cli import main as cli_main
-from marin_lab.execution.gc import GcError, find_garbage, parse_age
+from marin_lab.execution.cleanup import GcError, find_garbage, parse_age
 from marin_lab.execution.status import LEASE_FILE, Status, write_status
 
 DAY = 86400.0
