@@ -3,8 +3,8 @@
     launch.json        what was launched and every driver attempt, rewritten atomically by the
                        supervisor at each change (the one writer); read by `launch --status`,
                        `--follow` and the browser
-    attempt-1.log      the driver's output of attempt 1 (stdout and stderr), rewritten while it runs
-    attempt-2.log      ...
+    logs/attempt-1.log the driver's output of attempt 1 (stdout and stderr), rewritten while it runs
+    logs/attempt-2.log ... (a step's log layout, so the browser's log view reads them)
 
 The record lives under the prefix, not in the Ray cluster, so it outlives the cluster and the
 terminal that launched the run, and the browser reads it with the prefix's other records.
@@ -40,7 +40,7 @@ def state_url(prefix: str, run_id: str) -> str:
 
 
 def attempt_log_url(prefix: str, run_id: str, attempt: int) -> str:
-    return join(run_folder(prefix, run_id), f"attempt-{attempt}.log")
+    return join(run_folder(prefix, run_id), "logs", f"attempt-{attempt}.log")
 
 
 def read_state(prefix: str, run_id: str) -> dict[str, Any] | None:

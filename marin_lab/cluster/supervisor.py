@@ -4,7 +4,7 @@ Why an actor on the head: the head is where a Ray cluster keeps its non-preempti
 autoscaler), so a supervisor there lives as long as the cluster does, and being detached it
 outlives the terminal that launched it. Each driver attempt runs in a `DriverHost` actor placed
 wherever the driver's resources say (a preemptible worker included) that starts the experiment
-as a child process and copies its output to `{prefix}/launches/{run}/attempt-N.log`. This is how
+as a child process and copies its output to `{prefix}/launches/{run}/logs/attempt-N.log`. This is how
 Ray Jobs runs an entrypoint (an actor with a subprocess), without needing the dashboard's job
 agent: the working tree travels the same way, as the runtime environment's `working_dir` that
 the launcher uploaded and that actors created here inherit.
@@ -131,7 +131,7 @@ class LaunchSupervisor:
 
     def _one_attempt(self, number: int) -> dict[str, Any]:
         attempt: dict[str, Any] = {"attempt": number, "started": now_iso(), "outcome": "running",
-                                   "log": f"attempt-{number}.log"}
+                                   "log": f"logs/attempt-{number}.log"}
         self.state["attempts"].append(attempt)
         self.state["status"] = "RUNNING"
         self._write()
