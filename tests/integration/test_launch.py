@@ -152,3 +152,29 @@ def test_launch_refuses_before_touching_anything(tmp_path, capsys, args, message
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and message in err, err
     assert not os.path.exists(prefix)
+
+
+def test_stop_ends_the_run_without_a_restart_and_follow_and_status_read_the_record(cluster, tmp_path, capsys):
+    c, _ = cluster
+    prefix = str(tmp_path / "stopped")
+    events, gate = str(tmp_path / "stopped.events"), str(tmp_path / "never.gate")
+    run_id = launch(SCRIPT, [events, gate], address=c.address, prefix=prefix, max_restarts=2,
+                    driver_resources=DRIVER, working_dir=REPO)["run_id"]
+    _wait("the gated step starts", lambda: "start gated" in _events(events))
+    pid = _wait("attempt 1 records its pid", lambda: read_state(prefix, run_id)["attempts"][0].get("pid"))
+    assert cli_main(["launch", "--stop", run_id, "--address", c.address, "--prefix", prefix]) == 0
+    assert f"{run_id}: STOPPED" in capsys.readouterr().out
+    state = read_state(prefix, run_id)
+    assert state["status"] == "STOPPED" and len(state["attempts"]) == 1
+    assert state["attempts"][0]["outcome"] == "stopped"
+    _wait("the stopped driver is gone", lambda: _gone(pid), 30)
+    from io import StringIO
+
+    from marin_lab.cluster.launch import follow
+
+    out = StringIO()
+    assert follow(prefix, run_id, out=out)["status"] == "STOPPED"
+    text = out.getvalue()
+    assert f"--- {run_id}: attempt 1 started" in text and "launch/first" in text and "--- attempt 1: stopped" in text
+    assert cli_main(["launch", "--status", run_id, "--prefix", prefix]) == 0
+    assert "attempt 1: stopped" in capsys.readouterr().out
