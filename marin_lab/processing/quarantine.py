@@ -143,6 +143,8 @@ class _RayAttempt:
             first = (str(getattr(err, "cause", None) or err).strip().splitlines() or [name])[-1][:300]
             if name == "OutOfMemoryError":
                 return "out_of_memory", f"Ray's memory monitor killed the worker: {first}"
+            if name == "WorkerCrashedError":  # the process died on a live node (a signal, a crash)
+                return "worker_died", f"{name}: {first}"
             if ray_error_kind(err) == PREEMPTION:
                 return "preempted", f"{name}: {first}"
             cause = getattr(err, "cause", None)

@@ -101,3 +101,4 @@ def test_extract_keeps_good_shards_and_records_a_bad_one_within_its_allowance(tm
     assert result["documents"] == 4 and result["files_left_out"] == 1 and result["shards_reused"] == 4
     assert result["bad_shards"][0]["shard"].startswith("shard-00004.jsonl.zst (1 files from 'zz-vanished.html')")
     assert sum(1 for s in list_shards(str(tmp_path / "out" / "data")) for _ in read_documents(s)) == 4
+
