@@ -34,6 +34,7 @@ from marin_lab.cluster.launch_state import (
     write_state,
 )
 from marin_lab.cluster.supervisor import LaunchSupervisor
+from marin_lab.execution.secrets import scrub_text
 from marin_lab.io.fs import is_local, read_bytes, remove
 
 NAMESPACE = "marin_lab"
@@ -142,8 +143,11 @@ def launch(script: str, script_args: list[str], *, address: str, prefix: str, ma
 
     stem = os.path.splitext(os.path.basename(script))[0]
     run_id = f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
-    state = {"run_id": run_id, "script": os.path.relpath(path, tree), "script_args": script_args,
-             "argv": _driver_argv(python or sys.executable, os.path.relpath(path, tree), script_args, prefix),
+    argv = _driver_argv(python or sys.executable, os.path.relpath(path, tree), script_args, prefix)
+    # The record shows the arguments scrubbed; the driver gets them as given (held by the supervisor only).
+    state = {"run_id": run_id, "script": os.path.relpath(path, tree),
+             "script_args": [scrub_text(a) for a in script_args],
+             "argv": [scrub_text(a) for a in argv],
              "prefix": prefix, "max_restarts": max_restarts, "driver_resources": resources,
              "status": "STARTING", "created": now_iso(), "attempts": []}
     write_state(prefix, state)
@@ -151,7 +155,7 @@ def launch(script: str, script_args: list[str], *, address: str, prefix: str, ma
         runtime_env = _upload_tree(tree)
         supervisor = LaunchSupervisor.options(
             name=supervisor_name(run_id), namespace=NAMESPACE, lifetime="detached",
-            resources={HEAD_RESOURCE: 0.001}, runtime_env=runtime_env).remote(prefix, state, resources)
+            resources={HEAD_RESOURCE: 0.001}, runtime_env=runtime_env).remote(prefix, state, resources, argv)
         supervisor.run.remote()
     except Exception as err:  # e.g. the tree is too large to upload: leave no half-started run
         remove(run_folder(prefix, run_id), recursive=True)

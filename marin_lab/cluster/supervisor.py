@@ -28,6 +28,7 @@ import ray
 
 from marin_lab.cluster.launch_state import attempt_log_url, now_iso, write_state
 from marin_lab.execution.backends import _die_with_parent
+from marin_lab.execution.secrets import scrub_text
 from marin_lab.io.fs import atomic_write_bytes
 
 LOG_FLUSH_S = 1.0
@@ -66,7 +67,9 @@ class DriverHost:
         with self._lock:
             data = bytes(self._out)
         if len(data) != written:
-            atomic_write_bytes(self._log_url, data, durable=False)
+            # Secrets never reach storage: the copy is scrubbed as the executor's own logs are.
+            text = scrub_text(data.decode("utf-8", errors="replace"))
+            atomic_write_bytes(self._log_url, text.encode("utf-8"), durable=False)
         return len(data)
 
     def wait(self) -> int:
@@ -107,8 +110,8 @@ def _signal_name(code: int) -> str:
 class LaunchSupervisor:
     """Starts driver attempts until one ends by itself, the budget is spent, or `stop` is called."""
 
-    def __init__(self, prefix: str, state: dict[str, Any], host_resources: dict[str, float]):
-        self.prefix, self.state, self.host_resources = prefix, state, host_resources
+    def __init__(self, prefix: str, state: dict[str, Any], host_resources: dict[str, float], argv: list[str]):
+        self.prefix, self.state, self.host_resources, self.argv = prefix, state, host_resources, argv
         self._stop = threading.Event()
         self._host: Any = None
 
@@ -143,7 +146,7 @@ class LaunchSupervisor:
         host = DriverHost.options(num_cpus=cpus, resources=custom or None).remote()
         self._host = host
         try:
-            placed = self._wait_for(host.start.remote(self.state["argv"], env,
+            placed = self._wait_for(host.start.remote(self.argv, env,
                                                       attempt_log_url(self.prefix, self.state["run_id"], number)))
             if placed is not None:
                 attempt.update(placed)
