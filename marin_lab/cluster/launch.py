@@ -33,7 +33,7 @@ from marin_lab.cluster.launch_state import (
     run_folder,
     write_state,
 )
-from marin_lab.cluster.supervisor import LaunchSupervisor
+from marin_lab.cluster.supervisor import ACTOR_OPTIONS, LaunchSupervisor
 from marin_lab.execution.secrets import scrub_text
 from marin_lab.io.fs import is_local, read_bytes, remove
 
@@ -153,7 +153,7 @@ def launch(script: str, script_args: list[str], *, address: str, prefix: str, ma
     write_state(prefix, state)
     try:
         runtime_env = _upload_tree(tree)
-        supervisor = LaunchSupervisor.options(
+        supervisor = ray.remote(**ACTOR_OPTIONS)(LaunchSupervisor).options(
             name=supervisor_name(run_id), namespace=NAMESPACE, lifetime="detached",
             resources={HEAD_RESOURCE: 0.001}, runtime_env=runtime_env).remote(prefix, state, resources, argv)
         supervisor.run.remote()

@@ -1,6 +1,7 @@
 """The `marin-lab launch` subcommand: its flags, and the three actions (launch, --status, --stop).
 
-Kept apart from cluster/launch.py so that building the `marin-lab` parser does not import Ray.
+Ray itself is imported only when a launch connects (cluster/launch.py, cluster/supervisor.py), so
+building the `marin-lab` parser stays cheap.
 """
 
 from __future__ import annotations
@@ -8,6 +9,10 @@ from __future__ import annotations
 import argparse
 import os
 from typing import Any
+
+from marin_lab.cluster.launch import LaunchError, follow, launch, status, stop
+from marin_lab.cluster.launch_state import summary_lines
+from marin_lab.io.fs import is_local
 
 
 def add_parser(sub: Any) -> None:
@@ -31,10 +36,6 @@ def add_parser(sub: Any) -> None:
 
 
 def _cmd_launch(args: argparse.Namespace) -> int:
-    from marin_lab.cluster.launch import LaunchError, follow, launch, status, stop
-    from marin_lab.cluster.launch_state import summary_lines
-    from marin_lab.io.fs import is_local
-
     prefix = args.prefix
     if args.status or args.stop:
         if not prefix:

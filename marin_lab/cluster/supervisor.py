@@ -24,8 +24,6 @@ import subprocess
 import threading
 from typing import Any
 
-import ray
-
 from marin_lab.cluster.launch_state import attempt_log_url, now_iso, write_state
 from marin_lab.execution.backends import _die_with_parent
 from marin_lab.execution.secrets import scrub_text
@@ -34,9 +32,12 @@ from marin_lab.io.fs import atomic_write_bytes
 LOG_FLUSH_S = 1.0
 """How often a running driver's log is copied to the prefix (what `--follow` and the browser see)."""
 POLL_S = 0.5
+ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_restarts": 0, "max_concurrency": 4}
+"""Both actors: no CPU held, never restarted by Ray (the supervisor decides), threaded (stop, status)."""
+# Ray is imported where it is used: `marin-lab` builds its parser from this package, and every
+# command would otherwise pay Ray's import (~2.5 s on a loaded machine).
 
 
-@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=4)
 class DriverHost:
     """Runs one driver attempt as a child process and mirrors its output into the prefix."""
 
@@ -46,6 +47,8 @@ class DriverHost:
         self._lock = threading.Lock()
 
     def start(self, argv: list[str], env: dict[str, str], log_url: str) -> dict[str, Any]:
+        import ray
+
         self._log_url = log_url
         # The driver dies with this actor's worker (PDEATHSIG): a host lost means a driver gone,
         # never a second driver running beside the restarted one.
@@ -106,7 +109,6 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-@ray.remote(num_cpus=0, max_restarts=0, max_concurrency=4)
 class LaunchSupervisor:
     """Starts driver attempts until one ends by itself, the budget is spent, or `stop` is called."""
 
@@ -126,6 +128,8 @@ class LaunchSupervisor:
 
     def _wait_for(self, ref: Any) -> Any:
         """ray.get that gives up (returns None) when `stop` is called first."""
+        import ray
+
         while not self._stop.is_set():
             ready, _ = ray.wait([ref], timeout=POLL_S)
             if ready:
@@ -133,6 +137,8 @@ class LaunchSupervisor:
         return None
 
     def _one_attempt(self, number: int) -> dict[str, Any]:
+        import ray
+
         attempt: dict[str, Any] = {"attempt": number, "started": now_iso(), "outcome": "running",
                                    "log": f"logs/attempt-{number}.log"}
         self.state["attempts"].append(attempt)
@@ -143,7 +149,7 @@ class LaunchSupervisor:
                "MARIN_LAUNCH_ATTEMPT": str(number)}
         cpus = self.host_resources.get("CPU", 0)
         custom = {k: v for k, v in self.host_resources.items() if k != "CPU"}
-        host = DriverHost.options(num_cpus=cpus, resources=custom or None).remote()
+        host = ray.remote(**ACTOR_OPTIONS)(DriverHost).options(num_cpus=cpus, resources=custom or None).remote()
         self._host = host
         try:
             placed = self._wait_for(host.start.remote(self.argv, env,
@@ -179,6 +185,8 @@ class LaunchSupervisor:
         return attempt
 
     def run(self) -> str:
+        import ray
+
         number = len(self.state["attempts"])
         while True:
             number += 1
