@@ -19,6 +19,9 @@ Memory: a line is held as bytes, as text and as parsed JSON at once, so reading 
 about four times its size; `text_chunks` cuts a long text into pieces so that what follows
 (tokenizing, training a tokenizer) works on bounded pieces, not on the whole document.
 
+Decompression is `marin_lab.io.compression`'s: streamed in bounded pieces, so a small shard that
+expands enormously costs the memory of the lines read, not of its expansion.
+
 Writing is deterministic (same documents -> same bytes: sorted keys, gzip without a timestamp,
 single-threaded zstd at level 3) and atomic (see `marin_lab.io.fs.atomic_write_bytes`).
 """
@@ -26,20 +29,16 @@ single-threaded zstd at level 3) and atomic (see `marin_lab.io.fs.atomic_write_b
 from __future__ import annotations
 
 import fnmatch
-import gzip
 import io
 import json
 import logging
 import re
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO
-
-import zstandard
 
 from marin_lab.errors import MarinLabError
 from marin_lab.io import fs as mfs
+from marin_lab.io.compression import DECODE_ERRORS, compress, compression_of, open_decompressed
 
 logger = logging.getLogger(__name__)
 
@@ -127,68 +126,6 @@ class ReadStats:
         }
 
 
-def _compression(path: str) -> str | None:
-    if path.endswith(".gz"):
-        return "gzip"
-    if path.endswith(".zst") or path.endswith(".zstd"):
-        return "zstd"
-    return None
-
-
-def _open_decompressed(raw: IO[bytes], compression: str | None) -> IO[bytes]:
-    if compression == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")
-    if compression == "zstd":
-        return _CheckedZstdReader(raw)
-    return raw
-
-
-class _CheckedZstdReader(io.RawIOBase):
-    """Decompresses a stream of zstd frames; raises EOFError if the input ends inside a frame.
-
-    zstandard's own stream reader returns b"" at the end of the compressed input even when the
-    last frame is incomplete, so a truncated upload would read as a shorter, valid shard.
-    """
-
-    _CHUNK = 1 << 20
-
-    def __init__(self, raw: IO[bytes]):
-        self._raw = raw
-        self._dctx = zstandard.ZstdDecompressor()
-        self._dobj = self._dctx.decompressobj()
-        self._in_frame = False
-        self._pending = memoryview(b"")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        while not len(self._pending):
-            chunk = self._raw.read(self._CHUNK)
-            if not chunk:
-                if self._in_frame:
-                    raise EOFError("zstd stream ended before the end of its last frame")
-                return 0
-            self._feed(chunk)
-        n = min(len(buffer), len(self._pending))
-        buffer[:n] = self._pending[:n]
-        self._pending = self._pending[n:]  # a view: no copy of the rest
-        return n
-
-    def _feed(self, chunk: bytes) -> None:
-        out = []
-        while chunk:
-            self._in_frame = True
-            out.append(self._dobj.decompress(chunk))
-            if self._dobj.eof:
-                self._in_frame = False
-                chunk = self._dobj.unused_data
-                self._dobj = self._dctx.decompressobj()
-            else:
-                chunk = b""
-        self._pending = memoryview(b"".join(out))
-
-
 _TOO_DEEP = object()
 
 
@@ -265,16 +202,12 @@ def read_documents(
     if path.endswith(".txt"):
         yield from _read_text_file(path, fs, fpath, bad, stats)
         return
-    with fs.open(fpath, "rb") as raw:
-        stream = _open_decompressed(raw, _compression(path))
-        reader = io.BufferedReader(stream, buffer_size=1 << 20) if not isinstance(
-            stream, io.BufferedIOBase
-        ) else stream
+    with open_decompressed(fs.open(fpath, "rb"), compression_of(path)) as reader:
         lineno = 0
         while True:
             try:
                 line = reader.readline()
-            except (EOFError, gzip.BadGzipFile, zlib.error, zstandard.ZstdError, OSError) as err:
+            except (*DECODE_ERRORS, OSError) as err:
                 bad(lineno + 1, "truncated_stream", f"compressed stream is corrupt or ends early ({err})")
                 return
             if not line:
@@ -385,15 +318,8 @@ def encode_documents(docs: Iterable[dict]) -> tuple[bytes, int]:
 
 
 def compress_for(path: str, data: bytes) -> bytes:
-    """`data` compressed as `path`'s extension says, deterministically."""
-    compression = _compression(path)
-    if compression == "gzip":
-        # Level 5, not zlib's default 6: on JSON-lines text it writes ~1% more bytes and compresses
-        # ~1.5x faster (measured, docs/benchmarks.md); compressing at 6 was ~30% of a dedup step.
-        return gzip.compress(data, compresslevel=5, mtime=0)
-    if compression == "zstd":
-        return zstandard.ZstdCompressor(level=3, threads=0).compress(data)
-    return data
+    """`data` compressed as `path`'s extension says, deterministically (`io.compression`)."""
+    return compress(data, compression_of(path))
 
 
 def write_documents(path: str, docs: Iterable[dict]) -> int:
