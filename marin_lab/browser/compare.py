@@ -12,7 +12,7 @@ from typing import Any
 
 from marin_lab.browser.records import Browser
 from marin_lab.browser.storage import child, exists, load_json, parallel_map
-from marin_lab.execution.provenance import redact
+from marin_lab.execution.secrets import redact
 
 MAX_RUNS = 200
 """At most this many runs are listed (the first ones in the experiment's order); the rest are counted."""

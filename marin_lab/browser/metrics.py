@@ -19,7 +19,7 @@ import math
 from marin_lab.browser.errors import ForbiddenPathError, NotFoundError
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.storage import child, load_json, open_file
-from marin_lab.execution.provenance import is_secret_field, redact
+from marin_lab.execution.secrets import is_secret_field, redact
 
 SERIES = ("loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu")
 FP8_PREFIX = "fp8/"
