@@ -50,9 +50,11 @@ _NOT_SECRET_BEFORE_TOKEN = {"eos", "bos", "pad", "unk", "sep", "cls", "mask", "s
 _TOKEN_SHAPES = re.compile(r"(sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
                            r"|AKIA[0-9A-Z]{16}|ya29\.[A-Za-z0-9_\-]{20,})")
 # scheme://user:password@host -> the password goes; the user name stays (it says whose it was).
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)([^/\s@]+)(@)")
+# Repeats before a fixed part are bounded (a scheme of 32 characters, a user or parameter name of
+# 64): unbounded, a long run of letters made each search quadratic (20,000 characters took 14 s).
+_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]{0,31}://[^/\s:@]{0,64}:)([^/\s@]+)(@)")
 _QUERY_SECRET = re.compile(
-    r"([?&;](?:[A-Za-z0-9_\-]*(?:token|key|secret|password|passwd|credential|signature)[A-Za-z0-9_\-]*"
+    r"([?&;](?:[A-Za-z0-9_\-]{0,64}(?:token|key|secret|password|passwd|credential|signature)[A-Za-z0-9_\-]{0,64}"
     r"|sig|auth)=)([^&#\s\"']+)", re.IGNORECASE)
 _BEARER = re.compile(r"(\bBearer\s+|\bAuthorization:\s*(?:Basic\s+)?)([A-Za-z0-9._~+/\-]{12,}=*)", re.IGNORECASE)
 # Each shape and how it is replaced: whole, or only the group after the kept prefix.
@@ -63,7 +65,7 @@ _SHAPES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...] = (
     (_BEARER, lambda m: f"{m.group(1)}{REDACTED}"),
 )
 # Anything a shape could act on; text without it (nearly all of a record) skips the shapes at once.
-_MAYBE = re.compile(r"sk-|hf_|gh[pousr]_|AKIA|ya29\.|://|[?&;][^=\s]*=|Bearer|Authorization", re.IGNORECASE)
+_MAYBE = re.compile(r"sk-|hf_|gh[pousr]_|AKIA|ya29\.|://|[?&;][A-Za-z0-9_\-]{0,140}=|Bearer|Authorization", re.IGNORECASE)
 
 _remembered: set[str] = set()
 _lock = threading.Lock()
@@ -126,9 +128,14 @@ class Scrubber:
         self._known_re = re.compile("|".join(map(re.escape, self.known))) if self.known else None
         self.longest = len(self.known[0]) if self.known else 0
 
+    def _holds_known(self, text: str) -> bool:
+        # A substring test per value (C's memmem) is far faster than the regex on text that holds
+        # none of them, which is nearly all text.
+        return self._known_re is not None and any(v in text for v in self.known)
+
     def __call__(self, text: str) -> str:
-        if self._known_re is not None:
-            text = self._known_re.sub(REDACTED, text)
+        if self._holds_known(text):
+            text = self._known_re.sub(REDACTED, text)  # type: ignore[union-attr]
         if not _MAYBE.search(text):
             return text
         for pattern, replace in _SHAPES:
@@ -136,7 +143,9 @@ class Scrubber:
         return text
 
     def _spans(self, text: str) -> list[tuple[int, int]]:
-        patterns = ([self._known_re] if self._known_re is not None else []) + [p for p, _ in _SHAPES]
+        patterns = [self._known_re] if self._holds_known(text) else []
+        if _MAYBE.search(text):
+            patterns += [p for p, _ in _SHAPES]
         return [m.span() for p in patterns for m in p.finditer(text)]
 
     def split(self, text: str) -> tuple[str, str]:
@@ -202,7 +211,7 @@ def redact(value: Any) -> Any:
 # In raw text (a file shown as text, a record too damaged to parse, a log): "hf_token": "value" and
 # API_KEY=value lose their value when the name is a secret by the field rule above.
 _TEXT_JSON_MEMBER = re.compile(r'("([A-Za-z0-9_.\-]+)"\s*:\s*)"(?:[^"\\\n]|\\.)*"')
-_TEXT_ASSIGNMENT = re.compile(r"\b([A-Za-z][A-Za-z0-9_]*)(\s*=\s*)([^\s&;]+)")
+_TEXT_ASSIGNMENT = re.compile(r"\b([A-Za-z][A-Za-z0-9_]*)([ \t]*=[ \t]*)([^\s&;]+)")  # one line only
 
 
 def redact_text(text: str) -> str:
