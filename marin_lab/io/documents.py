@@ -104,9 +104,10 @@ class ReadStats:
     examples: list[str] = field(default_factory=list)
     """The first few skip messages (file:line: reason), for the step record."""
 
-    def add_skip(self, err: BadRecordError) -> None:
-        self.skipped += 1
-        self.skip_reasons[err.reason] = self.skip_reasons.get(err.reason, 0) + 1
+    def add_skip(self, err: BadRecordError, count: int = 1) -> None:
+        """`count` records lost to one error (a damaged Parquet row group loses all its rows)."""
+        self.skipped += count
+        self.skip_reasons[err.reason] = self.skip_reasons.get(err.reason, 0) + count
         if len(self.examples) < MAX_EXAMPLES:
             self.examples.append(f"{err.path}:{err.line}: {err.reason}")
 
@@ -189,11 +190,11 @@ def read_documents(
     stats = stats if stats is not None else ReadStats()
     fs, fpath = mfs.fs_and_path(path)
 
-    def bad(line: int, reason: str, detail: str) -> None:
+    def bad(line: int, reason: str, detail: str, count: int = 1) -> None:
         err = BadRecordError(path, line, reason, detail)
         if on_bad_record == "raise":
             raise err
-        stats.add_skip(err)
+        stats.add_skip(err, count)
         logger.debug("skipping %s", err)
 
     if path.endswith(".parquet"):
@@ -236,7 +237,14 @@ def read_documents(
 
 
 def _read_parquet(path: str, fs, fpath: str, bad, stats: ReadStats) -> Iterator[dict]:
-    """One document per row: `text` (a string), `id` if the table has one (else file name:row)."""
+    """One document per row: `text` (a string), `id` if the table has one (else file name:row).
+
+    Read one row group at a time: a damaged page (pages stored uncompressed carry no checksum
+    that pyarrow verifies, so damage shows up as an unreadable value or bytes that are not UTF-8)
+    costs the rows of its group, which are named and, with on_bad_record='skip', counted; the
+    groups after it are still read.
+    """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     name = path.rsplit("/", 1)[-1]
@@ -251,19 +259,50 @@ def _read_parquet(path: str, fs, fpath: str, bad, stats: ReadStats) -> Iterator[
             raise BadRecordError(path, 1, "missing_text", f"no 'text' column (columns: {', '.join(columns)}); "
                                  "tokenize reads documents from a column named 'text'")
         wanted = ["text"] + (["id"] if "id" in columns else [])
-        row = 0
+        first = 0  # rows before this row group
+        for group in range(table.num_row_groups):
+            rows = table.metadata.row_group(group).num_rows
+            row = first
+            try:
+                for batch in table.iter_batches(columns=wanted, batch_size=4096, row_groups=[group]):
+                    for record in _batch_rows(batch, row, bad):
+                        row += 1
+                        if record is None:
+                            continue
+                        text, doc_id = record["text"], record.get("id")
+                        if not isinstance(text, str):
+                            bad(row, "missing_text", f"'text' is {type(text).__name__} in row {row}, expected str")
+                            continue
+                        stats.read += 1
+                        yield {"id": f"{name}:{row}" if doc_id is None else str(doc_id), "text": text}
+            except BadRecordError:
+                raise
+            except (OSError, pa.ArrowException, ValueError) as err:
+                lost = first + rows - row
+                bad(row + 1, "bad_parquet", f"row group {group} (rows {first + 1}-{first + rows}) is damaged from "
+                    f"row {row + 1} on, {lost} rows not read ({type(err).__name__}: {_first_line(err)})", lost)
+            first += rows
+
+
+def _batch_rows(batch, first_row: int, bad) -> Iterator[dict | None]:
+    """The rows of a record batch as dicts; a row whose strings are not UTF-8 is reported (and None)."""
+    try:
+        yield from batch.to_pylist()
+        return
+    except UnicodeDecodeError:
+        pass  # find the rows: only a damaged batch pays for row-by-row conversion
+    for i in range(batch.num_rows):
         try:
-            for batch in table.iter_batches(columns=wanted, batch_size=4096):
-                for record in batch.to_pylist():
-                    row += 1
-                    text, doc_id = record["text"], record.get("id")
-                    if not isinstance(text, str):
-                        bad(row, "missing_text", f"'text' is {type(text).__name__} in row {row}, expected str")
-                        continue
-                    stats.read += 1
-                    yield {"id": f"{name}:{row}" if doc_id is None else str(doc_id), "text": text}
-        except OSError as err:
-            bad(row + 1, "bad_parquet", f"the file ends early or is damaged ({err})")
+            yield batch.slice(i, 1).to_pylist()[0]
+        except UnicodeDecodeError as err:
+            bad(first_row + i + 1, "bad_parquet", f"row {first_row + i + 1} holds a string that is not UTF-8 "
+                f"(byte {err.start} of a value): the page is damaged")
+            yield None
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0][:300] if lines else ""
 
 
 def _read_text_file(path: str, fs, fpath: str, bad, stats: ReadStats) -> Iterator[dict]:
