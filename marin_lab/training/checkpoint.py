@@ -66,16 +66,17 @@ class CheckpointError(MarinLabError, ValueError):
 class DamagedCheckpointError(CheckpointError):
     """A checkpoint marked complete whose files are missing, cut short or unreadable."""
 
-    def __init__(self, path: str, problem: str):
+    def __init__(self, path: str, problem: str, previous: str | None = None):
         self.path, self.problem = path, problem
-        previous = _previous_complete(path)
-        offer = (f"the previous complete checkpoint is {previous}: move {path} aside (or delete it) and "
-                 "start again to resume from there" if previous else
+        # "" (as pickled) means "looked: there is none"; None means "not looked yet".
+        self.previous = _previous_complete(path) if previous is None else (previous or None)
+        offer = (f"the previous complete checkpoint is {self.previous}: move {path} aside (or delete it) "
+                 "and start again to resume from there" if self.previous else
                  f"there is no earlier complete checkpoint: delete {path} to start the run afresh")
         super().__init__(f"checkpoint {path} is damaged: {problem}; {offer}")
 
-    def __reduce__(self):  # errors cross process boundaries (Ray) with their arguments
-        return (type(self), (self.path, self.problem))
+    def __reduce__(self):  # crosses process boundaries (Ray) as it was, without listing storage again
+        return (type(self), (self.path, self.problem, self.previous or ""))
 
 
 @dataclasses.dataclass(frozen=True)
