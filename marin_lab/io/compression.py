@@ -44,7 +44,9 @@ def open_decompressed(raw: IO[bytes], compression: str | None) -> IO[bytes]:
     if compression == "gzip":
         return _Closing(gzip.GzipFile(fileobj=raw, mode="rb"), raw)
     if compression == "zstd":
-        return _Closing(stdlib_zstd.ZstdFile(raw, mode="rb"), raw)
+        # ZstdFile buffers 8 KiB at a time, which made reading lines ~3x slower than before; the
+        # same decompressor behind a 1 MiB buffer reads as fast, with the same bound.
+        return io.BufferedReader(_ZstdReader(raw), READ_CHUNK)
     if compression is not None:
         raise ValueError(f"unknown compression {compression!r}; expected gzip, zstd or None")
     return raw if isinstance(raw, io.BufferedIOBase) else io.BufferedReader(raw, READ_CHUNK)
@@ -82,6 +84,49 @@ class _Closing(io.BufferedIOBase):
             finally:
                 self._raw.close()
                 super().close()
+
+
+class _ZstdReader(io.RawIOBase):
+    """zstd frames (one or many, as concatenated files hold) decoded at most `len(buffer)` bytes
+    per read; EOFError when the input ends inside a frame."""
+
+    def __init__(self, raw: IO[bytes]):
+        self._raw = raw
+        self._decompressor = stdlib_zstd.ZstdDecompressor()
+        self._input_left = b""  # input past the end of the last frame
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        with memoryview(buffer) as view, view.cast("B") as out:
+            data = self._read(len(out))
+            out[: len(data)] = data
+        return len(data)
+
+    def _read(self, size: int) -> bytes:
+        while True:
+            d = self._decompressor
+            if d.eof:
+                block = d.unused_data or self._input_left or self._raw.read(READ_CHUNK)
+                self._input_left = b""
+                if not block:
+                    return b""
+                self._decompressor = d = stdlib_zstd.ZstdDecompressor()
+            elif d.needs_input:
+                block = self._raw.read(READ_CHUNK)
+                if not block:
+                    raise EOFError("zstd stream ended before the end of its last frame")
+            else:
+                block = b""
+            data = d.decompress(block, size)
+            if data:
+                return data
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
 
 
 def compress(data: bytes, compression: str | None) -> bytes:
