@@ -5,7 +5,7 @@ N MiB written to its captured stdout, as one line and as 100-byte lines, with no
 `--old REF` also times the capture of that git revision (e.g. one before capture was made linear)
 on the sizes given by `--old-sizes`, to show how its time grows with the line length.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/log_capture.py --sizes 32 128 --old main --old-sizes 4 8 16
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/log_capture.py --sizes 128 --old main --old-sizes 8 16 32
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from types import ModuleType
 from marin_lab.execution import logs as new_logs
 
 MiB = 1 << 20
+SHAPES = ("one line", "short lines")
 
 
 def _old_module(ref: str) -> ModuleType:
@@ -62,26 +63,25 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[32, 128], help="MiB written, current capture")
     parser.add_argument("--old", default=None, help="a git revision whose capture is timed too")
     parser.add_argument("--old-sizes", type=int, nargs="+", default=[4, 8, 16])
+    parser.add_argument("--old-shapes", nargs="+", default=["one line"], choices=SHAPES)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    runs = [("current", new_logs, size) for size in args.sizes]
+    runs = [("current", new_logs, size, SHAPES) for size in args.sizes]
     if args.old:
         old = _old_module(args.old)
-        runs += [(args.old, old, size) for size in args.old_sizes]
-    rows = []
-    for name, module, size in runs:
-        times = {}
-        for shape in ("one line", "short lines"):
-            data = _payload(size * MiB, shape)
-            times[shape] = statistics.median(_time_capture(module, data) for _ in range(args.repeats))
-        rows.append((name, size, times["one line"], times["short lines"]))
-    with open("/proc/loadavg") as f:
-        load = f.read().split()[:3]
+        runs += [(args.old, old, size, tuple(args.old_shapes)) for size in args.old_sizes]
+    # Rows are printed as they finish (to stderr: stdout is what is being captured), with the load
+    # at that moment: the old capture's long lines can take many minutes.
     out = sys.stderr
-    print(f"load average {' '.join(load)}; median of {args.repeats}", file=out)
-    print(f"{'capture':>10} {'MiB':>5} {'one line s':>11} {'short lines s':>14} {'ratio':>6}", file=out)
-    for name, size, one, short in rows:
-        print(f"{name:>10} {size:>5} {one:>11.2f} {short:>14.2f} {one / short:>6.2f}", file=out)
+    print(f"median of {args.repeats}; seconds", file=out)
+    print(f"{'capture':>10} {'MiB':>5} {'shape':>12} {'seconds':>8}  load (1, 5, 15 min)", file=out, flush=True)
+    for name, module, size, shapes in runs:
+        for shape in shapes:
+            data = _payload(size * MiB, shape)
+            seconds = statistics.median(_time_capture(module, data) for _ in range(args.repeats))
+            with open("/proc/loadavg") as f:
+                load = " ".join(f.read().split()[:3])
+            print(f"{name:>10} {size:>5} {shape:>12} {seconds:>8.2f}  {load}", file=out, flush=True)
 
 
 if __name__ == "__main__":
