@@ -322,6 +322,22 @@ def parse_step_record(raw: bytes, url: str) -> StepRecord:
 # Experiment records ({prefix}/experiments/*.json), as `marin-lab status` lists them
 
 
+def read_experiment_record(url: str) -> dict[str, Any] | None:
+    """The experiment record at `url`; None when there is no such file. Raises RecordError when it
+    is unreadable, not JSON, not an object, or its `steps` is not a list."""
+    try:
+        record = read_json(url)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (ValueError, UnicodeDecodeError, RecursionError, OSError) as err:
+        raise RecordError(url, f"unreadable ({type(err).__name__}: {err})") from None
+    if not isinstance(record, dict):
+        raise RecordError(url, "not a JSON object")
+    if not isinstance(record.get("steps"), list):
+        raise RecordError(url, "is not a list", field="steps")
+    return record
+
+
 def list_experiments(prefix: str) -> list[dict[str, Any]]:
     """Experiment records under `prefix`, newest first; each gets `_path` (its URL)."""
     folder = experiments_dir(prefix)
@@ -335,13 +351,9 @@ def list_experiments(prefix: str) -> list[dict[str, Any]]:
     for name in names:
         url = join(folder, name.rsplit("/", 1)[-1]) if protocol else name
         try:
-            record = read_json(url)
-        except (ValueError, UnicodeDecodeError, RecursionError, OSError) as err:
-            record = {"corrupt": f"unreadable ({type(err).__name__}: {err})"}
-        if not isinstance(record, dict):
-            record = {"corrupt": "not a JSON object"}
-        elif "corrupt" not in record and not isinstance(record.get("steps"), list):
-            record["corrupt"] = "`steps` is not a list"
+            record = read_experiment_record(url) or {"corrupt": "unreadable (FileNotFoundError: removed while listing)"}
+        except RecordError as err:
+            record = {"corrupt": err.why if err.field is None else f"`{err.field}` {err.why}"}
         record["_path"] = url
         out.append(record)
     out.sort(key=lambda r: str(r.get("created", "")), reverse=True)

@@ -10,6 +10,7 @@ from urllib.parse import quote, urlparse
 
 import pytest
 
+from marin_lab.browser import server as server_module
 from marin_lab.browser.server import main, start_in_thread
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -153,10 +154,13 @@ def test_metrics_route(server, fx):
     assert status == 200 and body["metrics"]["rows"] == 100 and body["results"]["state"] == "missing"
 
 
-def test_main_requires_a_prefix(monkeypatch):
+def test_main_without_a_prefix_serves_the_default_store(monkeypatch):
+    """`marin-lab browse` shares the executor's default prefix (./marin_store when MARIN_PREFIX is unset)."""
     monkeypatch.delenv("MARIN_PREFIX", raising=False)
-    with pytest.raises(SystemExit):
-        main([])
+    served = []
+    monkeypatch.setattr(server_module, "serve", lambda prefix, **kw: served.append(prefix))
+    main([])
+    assert served == ["./marin_store"]
 
 
 def test_a_number_too_large_for_a_float_is_a_bad_metrics_line_not_a_500(server, fx):
