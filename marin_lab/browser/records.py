@@ -26,8 +26,8 @@ from marin_lab.browser.storage import (
 )
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.explain import RecordIndex, explain_record
-from marin_lab.execution.provenance import redact
 from marin_lab.execution.records import StepRecord
+from marin_lab.execution.secrets import redact
 from marin_lab.store.layout import CORRUPT, EXPERIMENTS_DIR, INFO_FILE, MISSING, STATUS_FILE
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ import os
 import subprocess
 from typing import Any
 
-from marin_lab.execution.provenance import redact
+from marin_lab.execution.secrets import redact
 from marin_lab.io.fs import atomic_write_bytes, exists, join
 from marin_lab.io.paths import canonical, is_within
 

@@ -19,9 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from marin_lab.execution.plan import Plan, PlannedStep
-from marin_lab.execution.provenance import is_secret_field, redact
 from marin_lab.execution.records import RecordError, StepRecord, parse_step_record
-from marin_lab.execution.secrets import REDACTED
+from marin_lab.execution.secrets import REDACTED, is_secret_field, redact
 from marin_lab.execution.status import INFO_FILE
 from marin_lab.io.fs import fs_and_path, join, read_bytes
 

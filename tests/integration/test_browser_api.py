@@ -161,3 +161,21 @@ def test_main_without_a_prefix_serves_the_default_store(monkeypatch):
     monkeypatch.setattr(server_module, "serve", lambda prefix, **kw: served.append(prefix))
     main([])
     assert served == ["./marin_store"]
+
+
+def test_a_number_too_large_for_a_float_is_a_bad_metrics_line_not_a_500(server, fx):
+    step = fx.prefix / "train" / "huge-numbers-0000"
+    step.mkdir(parents=True)
+    huge = "9" * 400  # valid JSON; float() of it overflows, which once answered 500
+    (step / "metrics.jsonl").write_text(
+        '{"step": 1, "loss": 2.5}\n'
+        f'{{"step": 2, "loss": {huge}}}\n'
+        f'{{"step": {huge}, "loss": 1.0}}\n'
+        f'{{"step": 3, "loss": 2.0, "tokens_per_s": {huge}}}\n'
+        '{"step": 4, "loss": 1.5}\n')
+    status, body = get_json(server, f"/api/metrics?path={quote(str(step))}")
+    assert status == 200, body
+    assert body["metrics"]["rows"] == 2 and body["metrics"]["bad_lines"] == 3
+    assert body["metrics"]["series"]["loss"] == [[1, 2.5], [4, 1.5]]
+    status, body = get_json(server, f"/api/metrics?path={quote(str(step))}&metric=tokens_per_s")
+    assert status == 200 and body["metrics"]["bad_lines"] == 3
