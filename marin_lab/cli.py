@@ -18,7 +18,7 @@ from marin_lab.store.layout import default_prefix
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from marin_lab.execution.records import list_experiments, step_statuses
+    from marin_lab.execution.experiments import list_experiments, step_statuses
 
     args.prefix = _prefix(args)
     experiments = list_experiments(args.prefix)

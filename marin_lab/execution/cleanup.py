@@ -26,8 +26,8 @@ import time
 from typing import Any
 
 from marin_lab.execution.errors import MarinLabError
+from marin_lab.execution.experiments import list_experiments
 from marin_lab.execution.lease import LeaseHolder
-from marin_lab.execution.records import list_experiments
 from marin_lab.execution.status import INFO_FILE, LEASE_FILE, STATUS_FILE, read_status
 from marin_lab.io.fs import fs_and_path, join, read_bytes, remove
 

@@ -25,7 +25,8 @@ import re
 from typing import Any
 
 from marin_lab.execution.errors import MarinLabError, RecordError
-from marin_lab.execution.records import read_experiment_record, read_step_record
+from marin_lab.execution.experiments import read_experiment_record
+from marin_lab.execution.records import read_step_record
 from marin_lab.execution.status import info_path
 from marin_lab.io.fs import exists, join, normalize_prefix, read_bytes
 from marin_lab.io.paths import PathOutsideError, canonical, confine, overlaps
