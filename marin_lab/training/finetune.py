@@ -298,7 +298,7 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
     except MeshError as err:
         raise TrainingError(str(err)) from err
     if config.batch_size % batch_divisor(mesh):
-        raise TrainingError(f"batch_size={config.batch_size} must be divisible by mesh data*fsdp={batch_divisor(mesh)}")
+        raise TrainingError(f"batch_size={config.batch_size} must be divisible by mesh replica*data*fsdp={batch_divisor(mesh)}")
     if config.plan_device_memory_gib:  # refuse now what would run out of memory later
         check_fits(dataclasses.replace(config, model=model, plan_devices=mesh.shape["fsdp"]))
     try:

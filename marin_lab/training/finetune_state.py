@@ -29,10 +29,9 @@ from marin_lab.quant.nf4 import NF4Tensor
 from marin_lab.quant.sharding import nf4_shardings
 from marin_lab.training.base_model import QUANTIZED_NAMES
 from marin_lab.training.errors import TrainingError
-from marin_lab.training.mesh import batch_sharding, param_spec
+from marin_lab.training.mesh import batch_axes, batch_sharding, param_spec
 from marin_lab.training.model import LlamaConfig, Params, flatten_params, lm_loss, unflatten_params
 from marin_lab.training.offload import HOST, Gathered, OnHost
-from marin_lab.training.train_step import BATCH_AXES
 
 MODES = ("full", "lora", "qlora")
 
@@ -161,7 +160,7 @@ def gathered_base(frozen: Params | None, mesh: Mesh | None) -> Params | None:
 
 def activation_sharding(mesh: Mesh | None) -> NamedSharding | None:
     """The residual stream [batch, seq, d] split by batch only (as train_lm's step pins it)."""
-    return None if mesh is None else NamedSharding(mesh, P(BATCH_AXES, None, None))
+    return None if mesh is None else NamedSharding(mesh, P(batch_axes(mesh), None, None))
 
 
 def make_loss_fn(plan: StepPlan, mesh: Mesh | None = None) -> Callable[..., tuple[jax.Array, jax.Array]]:
