@@ -96,7 +96,7 @@ def test_modules_to_save_are_read_in_fp32(bases):
 
 
 CHILD = r"""
-import json, os, resource, sys
+import json, sys, threading, time
 import jax, jax.numpy as jnp
 from marin_lab.training.base_model import QuantConfig, quantize_one, quantize_params
 from marin_lab.training.base_stream import load_frozen, open_base
@@ -104,20 +104,31 @@ from marin_lab.training.finetune_state import frozen_base, frozen_shardings
 from marin_lab.training.mesh import MeshConfig
 from marin_lab.training.model import init_params
 
-def rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def anon():
+    # Anonymous resident memory: what the load allocates. Total RSS also counts pages of XLA's
+    # shared libraries as later compiles touch them (shared, reclaimable, and seen here to vary by
+    # hundreds of MB with the machine's memory pressure).
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("RssAnon:"))
 
 # The runtime's baseline includes XLA's compiler, initialised by one small quantization.
 quantize_one(64, True)(jnp.zeros((256, 256), jnp.bfloat16)).packed.block_until_ready()
-baseline = rss()
+baseline = anon()
+peak = [baseline]
+done = threading.Event()
+def sample():
+    while not done.is_set():
+        peak[0] = max(peak[0], anon())
+        time.sleep(0.002)
+threading.Thread(target=sample, daemon=True).start()
 source = open_base(sys.argv[1])
 quant = QuantConfig()
 params = jax.eval_shape(lambda p: quantize_params(p, quant), jax.eval_shape(lambda: init_params(source.model, jax.random.key(0))))
 frozen_abs = jax.eval_shape(lambda p: frozen_base(p, "qlora", "bfloat16", False), params)
 frozen = load_frozen(source, frozen_abs, frozen_shardings(frozen_abs, MeshConfig(data=1, fsdp=-1).build(), "fsdp"), quant)
 jax.block_until_ready(jax.tree_util.tree_leaves(frozen))
-print(json.dumps({"baseline": baseline, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+done.set()
+print(json.dumps({"baseline": baseline, "peak": max(peak[0], anon()),
                   "placed": sum(x.nbytes for x in jax.tree_util.tree_leaves(frozen))}))
 """
 
@@ -137,6 +148,7 @@ def test_streaming_peak_host_memory_is_a_fraction_of_the_checkpoint(tmp_path):
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     over = r["peak"] - r["baseline"]
     assert r["placed"] < 0.4 * size, (r, size)
-    # The bar is 0.5x the checkpoint over the runtime's baseline; 48 MiB of margin covers the
-    # compiled programs (~30 MiB here, whatever the model size) and allocator slack.
+    # The bar is 0.5x the checkpoint over the runtime's baseline (anonymous memory, sampled every
+    # 2 ms); 48 MiB of margin covers compiled programs (~40 MiB measured here, whatever the model
+    # size) and allocator slack; the whole-model loader needs ~3x the checkpoint.
     assert over <= 0.5 * size + 48 * 2**20, (over / size, r)
