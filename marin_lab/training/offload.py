@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 
+from marin_lab.quant.matmul import frozen_matmul
 from marin_lab.training.model import linear
 
 HOST = "pinned_host"
@@ -54,8 +55,6 @@ class Gathered:
     gather: Any = None
 
     def linear(self, x: jax.Array) -> jax.Array:
-        from marin_lab.quant.matmul import frozen_matmul
-
         fetch = isinstance(self.inner, OnHost)
         return frozen_matmul(x, self.inner.inner if fetch else self.inner, self.gather, fetch)
 

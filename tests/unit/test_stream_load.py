@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from marin_lab.training import checkpoint as ckpt
-from marin_lab.training.base_model import QuantConfig, QuantizeBaseConfig, load_base, quantize_base, quantize_params
+from marin_lab.training.base_model import QuantConfig, QuantizeBaseConfig, load_base, quantize_params
+from marin_lab.training.base_quantize import quantize_base
 from marin_lab.training.base_stream import CHUNK_BYTES, load_frozen, load_saved, open_base
 from marin_lab.training.finetune_state import frozen_base, frozen_shardings
 from marin_lab.training.hf_synthetic import write_synthetic_llama
