@@ -140,6 +140,6 @@ def test_two_simulated_slices_in_one_process_train_like_one_slice():
     # State sharded over fsdp inside each slice, never over replica.
     assert any("fsdp" in s for s in two["specs"]) and not any("replica" in s for s in two["specs"])
     # Same global batch: the same losses up to float32 reduction order (gradients summed over
-    # replica then fsdp instead of over 4 fsdp devices at once).
+    # replica then fsdp instead of over 4 fsdp devices at once; seen: equal to the bit).
     assert two["losses"] == pytest.approx(one["losses"], rel=1e-6)
     assert two["losses"][-1] < two["losses"][0]
