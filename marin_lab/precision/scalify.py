@@ -36,10 +36,7 @@ from jax._src import source_info_util
 
 from marin_lab.precision.errors import PrecisionError
 from marin_lab.precision.scaled import F32, ScaledArray, pow2_round_down
-from marin_lab.precision.scalify_rules import RULES, is_scaled, single_scale, stacked_scale, unscale
-
-HIGHER_ORDER = ("jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
-                "custom_vjp_call_jaxpr", "checkpoint", "remat", "scan", "while")
+from marin_lab.precision.scalify_rules import RULES, is_scaled, single_scale, unscale
 
 
 @dataclasses.dataclass
@@ -116,7 +113,7 @@ def _eval_eqn(eqn: Any, invals: list[Any], ctx: _Ctx) -> list[Any]:
     if not any(is_scaled(x) for x in invals):
         out = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(eqn.params))
         return list(out) if eqn.primitive.multiple_results else [out]
-    if name in HIGHER_ORDER:
+    if name in _HIGHER:
         return _HIGHER[name](eqn, invals, ctx)
     if name not in RULES:
         raise _no_rule(eqn, ctx)
@@ -252,8 +249,9 @@ _HIGHER: dict[str, Callable[[Any, Sequence[Any], _Ctx], list[Any]]] = {
 
 
 def _abstract(x: Any) -> jax.ShapeDtypeStruct:
-    data = x.data if is_scaled(x) else x
-    return jax.ShapeDtypeStruct(jnp.shape(data), jnp.asarray(data).dtype if not hasattr(data, "dtype") else data.dtype)
+    """What the traced function sees of an argument: a scaled one stands for its data."""
+    data = jnp.asarray(x.data if is_scaled(x) else x)
+    return jax.ShapeDtypeStruct(data.shape, data.dtype)
 
 
 def scalify(fn: Callable[..., Any]) -> Callable[..., tuple[Any, Stats]]:
@@ -300,6 +298,3 @@ def tensor_scale(x: jax.Array) -> ScaledArray:
     s, _ = _l2_pow2(x)
     return ScaledArray((x.astype(F32) / s).astype(x.dtype), s)
 
-
-__all__ = ["Stats", "ScanStats", "eval_jaxpr", "per_layer_scale", "scalify", "stacked_scale", "tensor_scale",
-           "to_values"]
