@@ -59,23 +59,25 @@ class Stats:
 class _Ctx:
     stats: Stats | None  # None inside remat, whose tracers must not leak out
     scope: tuple[str, ...] = ()
+    where: str = ""  # the innermost model line seen (ops inside library calls have none)
 
-    def inner(self, what: str, record: bool = True) -> _Ctx:
-        return _Ctx(self.stats if record else None, (*self.scope, what))
+    def inner(self, what: str, eqn: Any, record: bool = True) -> _Ctx:
+        return _Ctx(self.stats if record else None, (*self.scope, what), _where(eqn) or self.where)
 
 
 def _where(eqn: Any) -> str:
     try:
         return source_info_util.summarize(eqn.source_info)
     except Exception:  # noqa: BLE001 - a location is a courtesy in an error message
-        return "an unknown location"
+        return ""
 
 
 def _no_rule(eqn: Any, ctx: _Ctx) -> PrecisionError:
     scope = " > ".join(ctx.scope)
     inside = f", inside {scope}" if scope else ""
+    where = _where(eqn) or ctx.where or "an unknown location"
     return PrecisionError(
-        f"precision 'scalify' has no scale-propagation rule for op '{eqn.primitive.name}' (at {_where(eqn)}"
+        f"precision 'scalify' has no scale-propagation rule for op '{eqn.primitive.name}' (at {where}"
         f"{inside}); add one to marin_lab/precision/scalify_rules.py or keep that op's inputs unscaled")
 
 
@@ -120,19 +122,19 @@ def _eval_eqn(eqn: Any, invals: list[Any], ctx: _Ctx) -> list[Any]:
     try:
         return RULES[name](eqn, invals)
     except TypeError as err:
-        raise PrecisionError(f"precision 'scalify': op '{name}' at {_where(eqn)}: {err}") from err
+        raise PrecisionError(f"precision 'scalify': op '{name}' at {_where(eqn) or ctx.where}: {err}") from err
 
 
 def _call(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
     key = next(k for k in ("jaxpr", "call_jaxpr", "fun_jaxpr") if k in eqn.params)
     jaxpr, consts = _closed(eqn.params[key])
     label = eqn.params.get("name", eqn.primitive.name)
-    return eval_jaxpr(jaxpr, consts, invals, ctx.inner(str(label)))
+    return eval_jaxpr(jaxpr, consts, invals, ctx.inner(str(label), eqn))
 
 
 def _checkpoint(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
     jaxpr, consts = _closed(eqn.params["jaxpr"])
-    inner = ctx.inner("checkpoint", record=False)
+    inner = ctx.inner("checkpoint", eqn, record=False)
 
     def body(*args: Any) -> list[Any]:
         return eval_jaxpr(jaxpr, consts, args, inner)
@@ -205,7 +207,7 @@ def _scan(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
     body, body_consts = _closed(p["jaxpr"])
     init = [_to_carry(c) for c in init]
     xs = [_to_xs(x, length) for x in xs]
-    inner = ctx.inner(f"scan over {length} ({'backward' if p['reverse'] else 'forward'})")
+    inner = ctx.inner(f"scan over {length} ({'backward' if p['reverse'] else 'forward'})", eqn)
 
     def step(carry: list[Any], x: list[Any]) -> tuple[list[Any], tuple]:
         outs = eval_jaxpr(body, body_consts, [*consts, *carry, *x], inner)
@@ -226,7 +228,7 @@ def _while(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
     cond_consts, body_consts, init = invals[:cn], invals[cn:cn + bn], invals[cn + bn:]
     cond, cond_c = _closed(p["cond_jaxpr"])
     body, body_c = _closed(p["body_jaxpr"])
-    inner = ctx.inner("while loop", record=False)
+    inner = ctx.inner("while loop", eqn, record=False)
 
     def cond_fn(carry: list[Any]) -> jax.Array:
         (out,) = eval_jaxpr(cond, cond_c, [*cond_consts, *carry], inner)
@@ -244,7 +246,7 @@ def _while(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
 _HIGHER: dict[str, Callable[[Any, Sequence[Any], _Ctx], list[Any]]] = {
     "jit": _call, "pjit": _call, "closed_call": _call, "core_call": _call,
     "custom_jvp_call": _call, "custom_vjp_call": _call, "custom_vjp_call_jaxpr": _call,
-    "checkpoint": _checkpoint, "remat": _checkpoint, "scan": _scan, "while": _while,
+    "checkpoint": _checkpoint, "remat": _checkpoint, "remat2": _checkpoint, "scan": _scan, "while": _while,
 }
 
 

@@ -121,10 +121,12 @@ def test_op_without_a_rule_names_the_op_and_the_layer():
 
 def test_float16_overflow_is_one_line_naming_the_layer():
     """A layer whose float16 data overflows is named, instead of a NaN loss further on."""
-    gains = jnp.ones((4, 8)).at[2].set(1e6)  # a plain (unscaled) factor: nothing can absorb it
+    # A plain (unscaled) factor applied twice within layer 2: 6e4 fits float16, 3.6e9 does not,
+    # and no rescale point sits between the two products.
+    gains = jnp.ones((4, 8), jnp.float16).at[2].set(6e4)
 
     def model(x, g):
-        return jax.lax.scan(lambda h, gi: (h * gi, None), x, g)[0]
+        return jax.lax.scan(lambda h, gi: ((h * gi) * gi, None), x, g)[0]
 
     _, stats = scalify(model)(ScaledArray(jnp.ones((2, 8), jnp.float16), jnp.ones((), jnp.float32)), gains)
     values = {k: float(v) for k, v in metrics(_layer_stats(stats, 4)).items()}
@@ -147,3 +149,19 @@ def test_float16_overflow_is_one_line_naming_the_layer():
 def test_bad_scalify_policy_is_one_clear_line(policy, match):
     with pytest.raises(PrecisionError, match=match):
         policy.validate()
+
+
+def test_while_loop_and_remat_are_interpreted():
+    x = jax.random.normal(jax.random.key(2), (8, 16)) * 1e-3
+
+    def doubled_until(v):
+        return jax.lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2.0), (0, v))[1]
+
+    out, _ = scalify(doubled_until)(tensor_scale(x))
+    np.testing.assert_allclose(to_values(out, jnp.float32), x * 8, rtol=1e-6)
+
+    def loss(v):
+        return jax.checkpoint(lambda y: jnp.tanh(y) * y)(v).sum()
+
+    grad, _ = scalify(jax.grad(loss))(tensor_scale(x))
+    np.testing.assert_allclose(to_values(grad, jnp.float32), jax.grad(loss)(x), rtol=1e-5, atol=1e-9)
