@@ -3,40 +3,32 @@
 from __future__ import annotations
 
 import datetime
-import enum
 import json
 from typing import Any
 
-from marin_lab.io.fs import join, read_bytes, write_json
+from marin_lab.execution.errors import RecordError
+from marin_lab.execution.records import read_step_record
+from marin_lab.io.fs import read_bytes, write_json
 
-STATUS_FILE = ".executor_status"
-INFO_FILE = ".executor_info"
-LEASE_FILE = ".executor_lease"
-RECORD_FILES = (STATUS_FILE, INFO_FILE, LEASE_FILE)
-
-
-class Status(str, enum.Enum):
-    WAITING = "WAITING"
-    RUNNING = "RUNNING"
-    SUCCESS = "SUCCESS"
-    FAILED = "FAILED"
-    DEP_FAILED = "DEP_FAILED"
+# The layout and the vocabulary belong to the store; they are re-exported here for the executor.
+from marin_lab.store.layout import (  # noqa: F401
+    CORRUPT,
+    INFO_FILE,
+    LEASE_FILE,
+    RECORD_FILES,
+    STATUS_FILE,
+    Status,
+    info_url,
+    status_url,
+)
 
 
 def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def status_path(output_path: str) -> str:
-    return join(output_path, STATUS_FILE)
-
-
-def info_path(output_path: str) -> str:
-    return join(output_path, INFO_FILE)
-
-
-CORRUPT = "CORRUPT"
-"""The status of a step whose records are damaged: shown as such, and treated as not done."""
+status_path = status_url
+info_path = info_url
 
 
 def read_status(output_path: str) -> dict[str, Any] | None:
@@ -66,8 +58,6 @@ def read_status(output_path: str) -> dict[str, Any] | None:
         return _damaged(url, "not an object with a string `status`")
     if parsed["status"] == Status.SUCCESS.value:
         # A SUCCESS is only as good as its record: a damaged one makes the step run again.
-        from marin_lab.execution.records import RecordError, read_step_record
-
         try:
             read_step_record(output_path)
         except RecordError as err:

@@ -128,7 +128,10 @@ def zero_stats(num_layers: int) -> dict[str, jax.Array]:
 def _layer_stats(stats: Stats, num_layers: int) -> dict[str, jax.Array]:
     out = zero_stats(num_layers)
     for reverse, key in ((False, "act"), (True, "grad")):
-        scan = next((s for s in stats.scans if s.reverse == reverse and s.log2_scale.shape == (num_layers,)), None)
+        # The layer scan is the first forward scan of that length and the last backward one (a
+        # chunked loss's scans, if any, run after the layers forward and before them backward).
+        scans = [s for s in stats.scans if s.reverse == reverse and s.log2_scale.shape == (num_layers,)]
+        scan = (scans[-1] if reverse else scans[0]) if scans else None
         if scan is not None:
             out[f"{key}_scale_log2"] = scan.log2_scale
             out[f"nonfinite_{key}"] = 1.0 - scan.finite.astype(F32)

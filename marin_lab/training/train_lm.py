@@ -30,6 +30,7 @@ from marin_lab.io import fs as mfs  # noqa: E402
 from marin_lab.precision.scalify_train import overflow_message as scalify_overflow  # noqa: E402
 from marin_lab.training import checkpoint as ckpt  # noqa: E402
 from marin_lab.training import distributed  # noqa: E402
+from marin_lab.training.attention import AttentionConfigError, check_attention  # noqa: E402
 from marin_lab.training.config import BACKENDS, TrainLmConfig  # noqa: E402
 from marin_lab.training.data import MixtureLoader  # noqa: E402
 from marin_lab.training.errors import TrainingError  # noqa: E402
@@ -63,6 +64,13 @@ def validate_config(config: TrainLmConfig) -> None:
             "'float16_scaled' still halves Adam's state)")
     if config.backend not in BACKENDS:
         raise TrainingError(f"backend={config.backend!r} is not one of {BACKENDS}")
+    try:
+        check_attention(config.attention_impl, seq_len=config.seq_len, num_heads=config.model.num_heads,
+                        num_kv_heads=config.model.num_kv_heads, platform=jax.default_backend())
+    except AttentionConfigError as err:
+        raise TrainingError(str(err)) from err
+    if config.loss_chunk_size is not None and config.loss_chunk_size < 1:
+        raise TrainingError(f"loss_chunk_size={config.loss_chunk_size} must be positive (or None: no chunks)")
     if config.seq_len > config.model.max_seq_len:
         raise TrainingError(
             f"seq_len={config.seq_len} is larger than model.max_seq_len={config.model.max_seq_len}; "
@@ -152,9 +160,9 @@ def _evaluate_tasks(config: TrainLmConfig, params: Any, step: int) -> dict[str, 
     return line
 
 
-def _environment() -> dict[str, Any]:
+def _environment(mesh: Any) -> dict[str, Any]:
     devices = jax.devices()
-    return {"jax": jax.__version__, "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__")
+    return {"mesh": dict(mesh.shape), "jax": jax.__version__, "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__")
             else _jaxlib_version(), "backend": jax.default_backend(), "device_count": len(devices),
             "device_kind": devices[0].device_kind, "process_count": jax.process_count(),
             "local_device_count": jax.local_device_count(),
@@ -251,15 +259,16 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
     multi_process = distributed.initialize_from_env()
     validate_config(config)
     try:
+        distributed.check_slices(config.mesh.slices)
         mesh = config.mesh.build()
     except MeshError as err:
         raise TrainingError(str(err)) from err
     if config.batch_size % (batch_divisor(mesh) * config.microbatches):
         raise TrainingError(
-            f"batch_size={config.batch_size} must be divisible by mesh data*fsdp="
+            f"batch_size={config.batch_size} must be divisible by mesh replica*data*fsdp="
             f"{batch_divisor(mesh)} times microbatches={config.microbatches}"
         )
-    env = _environment()
+    env = _environment(mesh)
     try:  # too-short caches and unknown mixture names fail here, before anything compiles
         MixtureLoader(config.data, config.seq_len, config.batch_size)
     except (TokenCacheError, ValueError) as err:
@@ -267,7 +276,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
 
     settings = StepSettings(config.compute_dtype, config.param_dtype, config.gradient_checkpointing,
                             config.attention_impl, config.z_loss_weight, config.microbatches,
-                            config.precision)
+                            config.precision, config.loss_chunk_size)
     try:
         _check_start_checkpoint(config)
         programs = _programs(config.model, config.optimizer, config.num_train_steps, settings,
