@@ -30,14 +30,17 @@ def _scaled(params):
             for k, v in params.items()}
 
 
-@pytest.mark.parametrize(("compute", "bound"), [(jnp.float32, 1e-5), (jnp.float16, 5e-3)])
-def test_interpreted_loss_and_gradients_match_jax_grad(compute, bound):
-    """Every op of the decoder's forward and backward pass has a rule that keeps its value."""
+@pytest.mark.parametrize(("compute", "bound", "chunk"), [(jnp.float32, 1e-5, None), (jnp.float16, 5e-3, None),
+                                                        (jnp.float32, 1e-5, 4)])
+def test_interpreted_loss_and_gradients_match_jax_grad(compute, bound, chunk):
+    """Every op of the decoder's forward and backward pass (and of the chunked loss) has a rule
+    that keeps its value."""
     params = init_params(SMALL, jax.random.key(0))
     tokens = jax.random.randint(jax.random.key(1), (2, 9), 0, SMALL.vocab_size)
 
     def loss(p, dtype):
-        return lm_loss(p, tokens[:, :-1], tokens[:, 1:], jnp.ones((2, 8)), SMALL, compute_dtype=dtype)[0]
+        return lm_loss(p, tokens[:, :-1], tokens[:, 1:], jnp.ones((2, 8)), SMALL, compute_dtype=dtype,
+                       loss_chunk_size=chunk)[0]
 
     want_loss, want = jax.value_and_grad(lambda p: loss(p, jnp.float32))(params)
 
@@ -53,7 +56,8 @@ def test_interpreted_loss_and_gradients_match_jax_grad(compute, bound):
         for k in path:
             mine = mine[k.key]
         assert relative_error(mine, g) <= bound, jax.tree_util.keystr(path)
-    assert len(finite) == 2 and all(bool(jnp.all(f)) for f in finite)  # forward and backward layer scans
+    # the forward and backward layer scans (and the chunked loss's own two)
+    assert len(finite) == (2 if chunk is None else 4) and all(bool(jnp.all(f)) for f in finite)
 
 
 def test_float8_linear_under_scalify_is_a_cast_of_scaled_data():
