@@ -62,6 +62,7 @@ class Collective:
 @dataclasses.dataclass
 class _Op:
     computation: str
+    name: str
     kind: str
     scope: str
     bytes: float
@@ -101,8 +102,36 @@ def _send_payload(shape_text: str) -> float:
     return array_bytes(first.group(0)) if first else 0.0
 
 
+@dataclasses.dataclass(frozen=True)
+class CollectiveOp:
+    """One collective instruction of the program."""
+
+    name: str
+    kind: str
+    scope: str
+    runs_per_step: int
+    """1 outside loops; the product of the enclosing loops' trip counts inside them."""
+    bytes: int
+    """Bytes per chip each time it runs."""
+
+
 def parse_collectives(hlo_text: str) -> list[Collective]:
     """Per-step collectives of one optimized HLO module, grouped by (kind, scope)."""
+    return aggregate(collective_ops(hlo_text))
+
+
+def aggregate(ops: list[CollectiveOp]) -> list[Collective]:
+    """Instructions grouped by (kind, scope): ICI first, each summed over a step."""
+    grouped: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for op in ops:
+        grouped[(op.kind, op.scope)][0] += op.runs_per_step
+        grouped[(op.kind, op.scope)][1] += op.runs_per_step * op.bytes
+    return [Collective(kind, scope, count, size)
+            for (kind, scope), (count, size) in sorted(grouped.items(), key=lambda kv: (kv[0][1] != "ici", kv[0][0]))]
+
+
+def collective_ops(hlo_text: str) -> list[CollectiveOp]:
+    """Every collective instruction reachable from the entry computation, with how often it runs."""
     ops: list[_Op] = []
     calls: dict[str, list[tuple[str, str | None]]] = defaultdict(list)  # computation -> [(callee, while id)]
     conditions: dict[str, str] = {}  # while instruction -> its condition computation
@@ -157,7 +186,7 @@ def parse_collectives(hlo_text: str) -> list[Collective]:
             continue
         megascale = _MEGASCALE.search(rest)
         if op == "send" and megascale:
-            ops.append(_Op(current, megascale.group(1).lower().replace("_", "-"), "dcn", _send_payload(shape)))
+            ops.append(_Op(current, name, megascale.group(1).lower().replace("_", "-"), "dcn", _send_payload(shape)))
         elif kind in _ICI_KINDS:
             size = array_bytes(shape)
             if op.endswith("-start") and shape.lstrip().startswith("("):
@@ -165,7 +194,7 @@ def parse_collectives(hlo_text: str) -> list[Collective]:
                 size = array_bytes(shape) / 2 if kind != "all-gather" else _async_result(shape)
             if kind == "reduce-scatter":
                 size *= _group_size(rest)
-            ops.append(_Op(current, kind, "ici", size))
+            ops.append(_Op(current, name, kind, "ici", size))
 
     def trip_count(while_name: str) -> int:
         if while_name in known_trips:
@@ -194,14 +223,8 @@ def parse_collectives(hlo_text: str) -> list[Collective]:
             visit(callee, w * (trip_count(via_while) if is_body else 1), depth + 1)
 
     visit(entry, 1.0, 0)
-    grouped: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    for op in ops:
-        w = weight.get(op.computation, 0.0)
-        if w:
-            grouped[(op.kind, op.scope)][0] += w
-            grouped[(op.kind, op.scope)][1] += w * op.bytes
-    return [Collective(kind, scope, int(round(c)), int(round(b)))
-            for (kind, scope), (c, b) in sorted(grouped.items(), key=lambda kv: (kv[0][1] != "ici", kv[0][0]))]
+    return [CollectiveOp(op.name, op.kind, op.scope, int(round(weight[op.computation])), int(round(op.bytes)))
+            for op in ops if weight.get(op.computation)]
 
 
 def _async_result(shape: str) -> float:
@@ -221,7 +244,7 @@ def summarize(collectives: list[Collective]) -> dict[str, int]:
     return out
 
 
-__all__ = ["Collective", "array_bytes", "parse_collectives", "summarize"]
+__all__ = ["Collective", "CollectiveOp", "aggregate", "array_bytes", "collective_ops", "parse_collectives", "summarize"]
 
 if __name__ == "__main__":  # python -m marin_lab.training.hlo_collectives program.hlo.txt
     import sys

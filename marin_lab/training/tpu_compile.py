@@ -37,7 +37,7 @@ from marin_lab.training.errors import TrainingError
 from marin_lab.training.finetune import FinetuneConfig, step_plan
 from marin_lab.training.finetune_state import build_step as build_finetune_step
 from marin_lab.training.finetune_state import frozen_base, init_trainable
-from marin_lab.training.hlo_collectives import Collective, parse_collectives, summarize
+from marin_lab.training.hlo_collectives import Collective, CollectiveOp, aggregate, collective_ops, summarize
 from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding
 from marin_lab.training.model import LlamaConfig, init_params
 from marin_lab.training.tpu_topology import GiB, Topology
@@ -87,6 +87,8 @@ class StepReport:
     attention: str
     error: str | None = None
     """The compiler's message when it does not fit."""
+    dcn_ops: list[CollectiveOp] = dataclasses.field(default_factory=list, repr=False)
+    """Every cross-slice transfer instruction, with how often it runs (not in the JSON)."""
 
     @property
     def headroom_bytes(self) -> int | None:
@@ -94,6 +96,7 @@ class StepReport:
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
+        del out["dcn_ops"]
         out["collectives"] = [c.as_dict() for c in self.collectives]
         out["headroom_bytes"] = self.headroom_bytes
         out["network_bytes"] = summarize(self.collectives)
@@ -229,6 +232,7 @@ def compile_training_step(step: str, function: str, config: Any, topology: Topol
     hbm: dict[str, int] = {}
     error = None
     collectives: list[Collective] = []
+    dcn_ops: list[CollectiveOp] = []
     optimal = None
     try:
         compiled = step_fn.lower(*args).compile()
@@ -248,7 +252,9 @@ def compile_training_step(step: str, function: str, config: Any, topology: Topol
                for k in ("argument", "output", "alias", "temp", "generated_code")}
         total = hbm["argument"] + hbm["output"] - hbm["alias"] + hbm["temp"]
         fits, capacity = True, chip.hbm_bytes
-        collectives = parse_collectives(compiled.as_text())
+        ops = collective_ops(compiled.as_text())
+        collectives = aggregate(ops)
+        dcn_ops = [op for op in ops if op.scope == "dcn"]
         cost = compiled.cost_analysis()
         cost = cost[0] if isinstance(cost, list) else cost
         seconds = float((cost or {}).get("optimal_seconds", -1.0))
@@ -263,7 +269,8 @@ def compile_training_step(step: str, function: str, config: Any, topology: Topol
         est_tokens_per_s=tokens / step_s if step_s else None,
         est_mfu=model_flops / (step_s * topology.chips * chip.peak_flops) if step_s else None,
         bound=bound, compiler_optimal_s=optimal, compile_s=round(compile_s, 2), collectives=collectives,
-        remat=str(remat), attention=str(getattr(config, "attention_impl", None) or "einsum"), error=error)
+        remat=str(remat), attention=str(getattr(config, "attention_impl", None) or "einsum"), error=error,
+        dcn_ops=dcn_ops)
 
 
 def _roofline(hardware_flops: float, collectives: list[Collective], topology: Topology) -> tuple[float, str]:

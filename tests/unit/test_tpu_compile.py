@@ -15,6 +15,7 @@ import pytest
 from experiments.models import llama_nano
 from marin_lab.cli import main
 from marin_lab.training import DataConfig, MeshConfig, TrainingError, TrainLmConfig, tpu_topology
+from marin_lab.training.compile_report import render
 from marin_lab.training.hlo_collectives import parse_collectives
 from marin_lab.training.tpu_compile import compile_training_step
 from marin_lab.training.tpu_topology import parse_topology
@@ -89,7 +90,11 @@ def test_fsdp_over_two_slices_gathers_parameters_across_the_dcn():
     assert (report.slices, report.chips, report.fits) == (2, 8, True)
     dcn = {c.kind: c for c in report.collectives if c.scope == "dcn"}
     assert "all-gather" in dcn and dcn["all-gather"].count >= 2 * 7
+    # ... inside the layer loop: such a transfer runs once per layer (2 here), every step.
+    assert any(op.kind == "all-gather" and op.runs_per_step == TINY.num_layers for op in report.dcn_ops)
     assert report.as_dict()["network_bytes"]["dcn"] > 0
+    table = render([report], "markdown")
+    assert "| two-slices | v5e:2x2 x2 | 8 |" in table and "DCN all-gather x" in table
 
 
 def test_a_step_that_does_not_fit_exits_1_with_one_line(tmp_path, monkeypatch, capsys):
