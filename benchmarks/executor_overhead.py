@@ -1,6 +1,6 @@
 """Executor overhead: our executor (`marin_lab.execution`) vs Marin's Ray-era executor, side by side.
 
-Question (issue 2): is planning linear, is a rerun of finished work nearly free, and what does
+Question: is planning linear, is a rerun of finished work nearly free, and what does
 Ray cost per step? Figures, each printed as ours / Marin's / ratio / target:
 
 1. plan + hash a 10,000-step DAG (10 layers, fan-in 1-2)            target < 0.2 s

@@ -1,4 +1,4 @@
-"""Float8 accuracy figures of issue 14's targets, printed (the tests assert the bounds).
+"""Float8 accuracy figures against their targets, printed (the tests assert the bounds).
 
 fp8_matmul vs fp32 on N(0,1) 256x256 (relative Frobenius error, with and without a x1000
 outlier), gradient cosines against jax.grad of the fp32 product, and the paired loss gaps of

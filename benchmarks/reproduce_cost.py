@@ -1,4 +1,4 @@
-"""What `marin-lab reproduce --deep` costs against a plain run of the same experiment (issue 9).
+"""What `marin-lab reproduce --deep` costs against a plain run of the same experiment.
 
 Question: reproducing re-executes every step; how much does the comparison (manifests of the
 scratch outputs, JSON reads without volatile fields) add on top of the run itself?

@@ -14,7 +14,7 @@ threads more, which is why ratios measured under load overstate ours.
     python benchmarks/train_throughput.py --models llama_1b --device gpu --batch 8 --seq 2048
         # on a GPU: bf16 compute, cuDNN attention; prints MFU against the device's peak
 
-Precision policies instead of the PyTorch peer (issue 14): `--precisions bf16,fp8` times our own
+Precision policies instead of the PyTorch peer: `--precisions bf16,fp8` times our own
 step under each policy (bf16 compute; 'fp8' adds float8 weight matmuls, marin_lab.precision),
 alternating the sides in the same way, and reads each side's compiled HLO for float8 GEMMs:
 on Hopper GPUs XLA can turn the fp8 path's "upcast, times scale, dot" into cuBLASLt custom calls

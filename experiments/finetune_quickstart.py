@@ -61,7 +61,7 @@ full = default_finetune("manual-sections-full", pretrained, instructions, mode="
                         optimizer=OptimizerConfig(learning_rate=1e-3, warmup=0.05, schedule="cosine", weight_decay=0.0), **common)
 # Adapters start at B = 0 and move slowly: a higher learning rate than full fine-tuning (as in
 # QLoRA): 2e-3, not the 1e-2 that suits projection adapters alone, since the trained embedding
-# overfits at higher rates (3e-3: cut 49% vs 51% at 2e-3; the sweep's table is in docs/benchmarks.md).
+# overfits at higher rates (3e-3: cut 49% vs 51% at 2e-3; the sweep is in benchmarks/results/finetune_sweep.jsonl).
 adapter_opt = OptimizerConfig(learning_rate=2e-3, warmup=0.05, schedule="cosine", weight_decay=0.0)
 lora_ft = default_finetune("manual-sections-lora", pretrained, instructions, mode="lora", lora=lora,
                            optimizer=adapter_opt, **common)

@@ -1,4 +1,4 @@
-"""A small executor prefix, written in the record formats of the shared brief, for the browser's tests.
+"""A small executor prefix, written in the executor's record formats, for the browser's tests.
 
 It holds every case the browser must show: finished, running, failed, corrupt and missing steps;
 an older version of a step (for explain); documents as .jsonl, .jsonl.gz and .jsonl.zst (one of

@@ -1,6 +1,6 @@
 """Read (and, for tests, write) the token cache that the tokenize step produces.
 
-Format (fixed in the shared brief): `ledger.json`, `tokenizer.json`, and per split
+Format (docs/token_cache.md): `ledger.json`, `tokenizer.json`, and per split
 `{split}/shard-NNNNN.tokens.npy` (1-D uint16/uint32) with `{split}/shard-NNNNN.offsets.npy`
 (int64 document boundaries). Local shards are memory-mapped; remote ones (gs://, memory://) are
 read by byte range, so neither ever loads a whole shard to take one sequence.
