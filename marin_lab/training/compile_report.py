@@ -58,7 +58,7 @@ def as_text(reports: Sequence[StepReport]) -> str:
             lines.append(f"  compiler's optimal_seconds: {r.compiler_optimal_s:.4g} s (counts each loop body once)")
         for c in _collectives(r):
             lines.append(f"  {c}")
-        lines.append(f"  compiled in {r.compile_s:.1f} s")
+        lines.append(f"  compiled in {r.compile_s:.1f} s ({r.compile_cpu_s:.1f} CPU s)")
     return "\n".join(lines)
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from marin_lab.peft.lora import LoraError
 from marin_lab.training.base_model import quantize_params
 from marin_lab.training.config import TrainLmConfig
 from marin_lab.training.errors import TrainingError
@@ -82,6 +83,8 @@ class StepReport:
     """What the roofline is limited by: 'compute', 'ici' or 'dcn'."""
     compiler_optimal_s: float | None
     compile_s: float
+    compile_cpu_s: float
+    """CPU seconds of the compile (all threads): comparable across machine loads, unlike compile_s."""
     collectives: list[Collective]
     remat: str
     attention: str
@@ -173,6 +176,13 @@ def _finetuning(step: str, config: FinetuneConfig, topology: Topology) -> tuple[
     if model is None:
         raise TrainingError(f"step {step!r}: field model is None; set it to the base's shape to compile the step "
                             "(compiling never reads the base)")
+    try:
+        model.validate()
+        config.optimizer.validate()
+        if config.trains_adapters:
+            config.lora.validate(model)
+    except (ValueError, LoraError) as err:
+        raise TrainingError(f"step {step!r}: {err}") from err
     _check_attention(step, config.attention_impl)
     mesh = _mesh(step, config.mesh, topology)
     if config.batch_size % batch_divisor(mesh):
@@ -228,7 +238,7 @@ def compile_training_step(step: str, function: str, config: Any, topology: Topol
     model_flops = model.flops_per_token(seq_len) * tokens
     hardware_flops = model_flops + remat_extra_flops(model, remat, tokens, seq_len)
     chip = topology.chip
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     hbm: dict[str, int] = {}
     error = None
     collectives: list[Collective] = []
@@ -241,12 +251,12 @@ def compile_training_step(step: str, function: str, config: Any, topology: Topol
         if not _OOM.search(message):
             raise TrainingError(f"step {step!r}: the TPU compiler failed for {topology.name}: "
                                 f"{message.strip().splitlines()[0]}") from err
-        compile_s = time.perf_counter() - started
+        compile_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
         used, limit = _oom_bytes(message)
         fits, total, capacity = False, used, limit or chip.hbm_bytes
         error = message.strip().splitlines()[0][:500]
     else:
-        compile_s = time.perf_counter() - started
+        compile_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
         memory = compiled.memory_analysis()
         hbm = {k: int(getattr(memory, f"{k}_size_in_bytes", 0) or 0)
                for k in ("argument", "output", "alias", "temp", "generated_code")}
@@ -268,7 +278,8 @@ def compile_training_step(step: str, function: str, config: Any, topology: Topol
         chip_peak_flops=chip.peak_flops, est_step_s=step_s,
         est_tokens_per_s=tokens / step_s if step_s else None,
         est_mfu=model_flops / (step_s * topology.chips * chip.peak_flops) if step_s else None,
-        bound=bound, compiler_optimal_s=optimal, compile_s=round(compile_s, 2), collectives=collectives,
+        bound=bound, compiler_optimal_s=optimal, compile_s=round(compile_s, 2),
+        compile_cpu_s=round(cpu_s, 2), collectives=collectives,
         remat=str(remat), attention=str(getattr(config, "attention_impl", None) or "einsum"), error=error,
         dcn_ops=dcn_ops)
 

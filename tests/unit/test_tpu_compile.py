@@ -97,21 +97,39 @@ def test_fsdp_over_two_slices_gathers_parameters_across_the_dcn():
     assert "| two-slices | v5e:2x2 x2 | 8 |" in table and "DCN all-gather x" in table
 
 
-def test_a_step_that_does_not_fit_exits_1_with_one_line(tmp_path, monkeypatch, capsys):
+FINETUNE = textwrap.dedent('''
+    import dataclasses
+    from experiments.models import llama_nano
+    from marin_lab.cluster.resources import TpuResources
+    from marin_lab.execution import ExecutorStep, executor_main, this_output_path
+    from marin_lab.peft.lora import LoraConfig
+    from marin_lab.training import DataConfig
+    from marin_lab.training.finetune import FinetuneConfig, finetune_lm
+
+    model = dataclasses.replace(llama_nano, num_layers=2, vocab_size=512, max_seq_len=4096)
     # 32 sequences of 4096 per chip without remat: fp32 attention scores alone are ~8 GiB a layer.
+    config = FinetuneConfig(output_path=this_output_path(), data=DataConfig(caches={}), base="never-read",
+                            mode="lora", lora=LoraConfig(rank=8), model=model, batch_size=128, seq_len=4096, gradient_checkpointing=False)
+    step = ExecutorStep(name="checkpoints/too-big-lora", fn=finetune_lm, config=config,
+                        resources=TpuResources(tpu="v5e-4"))
+    if __name__ == "__main__":
+        executor_main(steps=[step])
+''')
+
+
+def test_a_step_that_does_not_fit_exits_1_with_one_line(tmp_path, monkeypatch, capsys):
     path = tmp_path / "big.py"
-    path.write_text(EXPERIMENT.replace('batch_size=8, seq_len=128, gradient_checkpointing=True',
-                                       'batch_size=128, seq_len=4096, gradient_checkpointing=False')
-                    .replace("vocab_size=512)", "vocab_size=512, max_seq_len=4096)"))
+    path.write_text(FINETUNE)
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "store"))
-    assert main(["compile", str(path), "--step", "tiny", "--format", "json"]) == 1
+    assert main(["compile", str(path), "--format", "json"]) == 1
     captured = capsys.readouterr()
     (step,) = json.loads(captured.out)["steps"]
-    assert step["fits"] is False and step["collectives"] == [] and step["est_mfu"] is None
+    assert step["function"] == "finetune_lm" and step["fits"] is False
+    assert step["collectives"] == [] and step["est_mfu"] is None
     assert step["hbm_bytes_per_chip"] > step["hbm_capacity_bytes"]
     lines = [line for line in captured.err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1
-    assert "checkpoints/tiny" in lines[0] and "does not fit v5e-4" in lines[0] and "15.75 GiB" in lines[0]
+    assert "checkpoints/too-big-lora" in lines[0] and "does not fit v5e-4" in lines[0] and "15.75 GiB" in lines[0]
     assert "gradient_checkpointing" in lines[0]
 
 
