@@ -85,7 +85,7 @@ JELLYFISH_END = OCELOT_END + 80_000  # +80k x 3072 x 4096 ~= +1.01T tokens
 def phase(batch: int, end_step: int, optimizer: OptimizerConfig, resources: TpuResources, **extra) -> SimpleTrainConfig:
     return SimpleTrainConfig(resources=resources, train_batch_size=batch, num_train_steps=end_step,
                              learning_rate=optimizer.learning_rate, optimizer_config=optimizer, train_seq_len=SEQ_LEN,
-                             mesh=FSDP, checkpoint=CHECKPOINTS, gradient_checkpointing=True, **extra)
+                             mesh=FSDP.on_slices(resources.slices), checkpoint=CHECKPOINTS, gradient_checkpointing=True, **extra)
 
 
 kestrel = default_train(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.secrets import redact_logs
 from marin_lab.flags import add_bool_flag
+from marin_lab.store.layout import default_prefix
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -48,7 +49,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_explain(args: argparse.Namespace) -> int:
     import re
 
-    from marin_lab.execution.executor import Executor, default_prefix
+    from marin_lab.execution.executor import Executor
     from marin_lab.execution.explain import RecordIndex, explain_step
     from marin_lab.execution.main import capture_steps
 
@@ -56,7 +57,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         raise MarinLabError(f"{args.script}: no such experiment file; give the path of a Python file "
                             "that calls executor_main, e.g. experiments/quickstart.py")
     steps, _ = capture_steps(args.script, args.script_args)
-    executor = Executor(prefix=args.prefix or default_prefix(), backend="local", script=args.script)
+    executor = Executor(prefix=_prefix(args), backend="local", script=args.script)
     plan = executor.plan(steps)
     index = RecordIndex(executor.prefix)
     pattern = re.compile(args.step) if args.step else None
@@ -136,7 +137,7 @@ def _cmd_browse(args: argparse.Namespace) -> int:
     from marin_lab.browser.server import serve
 
     try:
-        serve(args.prefix, host=args.host, port=args.port, roots=args.root or None)
+        serve(_prefix(args), host=args.host, port=args.port, roots=args.root or None)
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
             raise MarinLabError(f"port {args.port} on {args.host} is in use (another browser?); pass --port N, "
@@ -185,9 +186,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _prefix(args: argparse.Namespace) -> str:
-    from marin_lab.execution.executor import default_prefix
-
-    return args.prefix or default_prefix()
+    return default_prefix(args.prefix)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -222,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_reproduce)
 
     p = sub.add_parser("browse", help="serve the data browser for a prefix (read-only, 127.0.0.1 by default)")
-    p.add_argument("--prefix", default=os.environ.get("MARIN_PREFIX", "./marin_store"))
+    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765, help="default 8765; 0 picks a free port (printed)")
     p.add_argument("--root", action="append", help="another readable root besides the prefix (repeatable)")

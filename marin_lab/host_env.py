@@ -9,6 +9,8 @@ NUM_PROCESSES = "MARIN_NUM_PROCESSES"
 """Hosts in the whole step (all slices)."""
 PROCESS_ID = "MARIN_PROCESS_ID"
 """This host's index: `slice_id * hosts_per_slice + worker_id`."""
+NUM_SLICES = "MARIN_NUM_SLICES"
+"""Slices the step runs on (its mesh's `replica` axis should have as many entries)."""
 
 
 def process_env(coordinator: str, num_processes: int, process_id: int) -> dict[str, str]:

@@ -13,6 +13,7 @@ from typing import Any
 from marin_lab.browser.records import Browser
 from marin_lab.browser.storage import child, exists, load_json, parallel_map
 from marin_lab.execution.provenance import redact
+from marin_lab.store.layout import INFO_FILE
 
 MAX_RUNS = 200
 """At most this many runs are listed (the first ones in the experiment's order); the rest are counted."""
@@ -31,7 +32,7 @@ def training_runs(browser: Browser, exp_id: str) -> dict[str, Any]:
                                steps, local=browser.local)
     found = [s for s, has in zip(steps, has_metrics) if has]
     shown = found[:MAX_RUNS]
-    records = parallel_map(lambda s: load_json(browser.roots, child(s["output_path"], ".executor_info")),
+    records = parallel_map(lambda s: load_json(browser.roots, child(s["output_path"], INFO_FILE)),
                            shown, local=browser.local)
     runs = []
     for step, record in zip(shown, records):

@@ -15,12 +15,13 @@ from marin_lab.browser.preview_arrays import npy_page, parquet_page, token_page
 from marin_lab.browser.preview_jsonl import DECODE_ERRORS, compression_of, jsonl_page, open_stream, skip_to
 from marin_lab.browser.storage import child, file_info, list_dir, load_json, parent
 from marin_lab.execution.provenance import redact, redact_text
+from marin_lab.store.layout import INFO_FILE, RECORD_FILES
 
 TEXT_PAGE_BYTES = 64 * 1024
 MAX_JSON_BYTES = 8 * 1024 * 1024
 DIR_PAGE = 500
 _JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".jsonl.zst", ".jsonl.zstd", ".ndjson.gz", ".ndjson.zst")
-_JSON_NAMES = {".executor_info", ".executor_status", ".executor_lease"}
+_JSON_NAMES = set(RECORD_FILES)
 
 
 def kind_of(name: str) -> str:
@@ -69,7 +70,7 @@ def _directory_page(roots: Roots, url: str, cursor: str | None) -> dict:
         entry["path"] = child(url, entry["name"])
     end = start + len(page)
     # A step's output folder links back to its step page.
-    is_step = any(e["name"] == ".executor_info" for e in entries)
+    is_step = any(e["name"] == INFO_FILE for e in entries)
     return {"kind": "directory", "cursor": str(start), "items": page, "total": len(entries), "is_step": is_step,
             "next_cursor": str(end) if end < len(entries) else None}
 

@@ -23,6 +23,7 @@ import numpy as np
 from marin_lab.browser.errors import BadRequestError, NotFoundError
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.storage import load_json, open_file, parent, read_bounded
+from marin_lab.store.token_cache import FORMAT, LEDGER_FILE, TOKENIZER_FILE, read_npy_header
 
 MAX_TOKENS_DECODED = 4096
 MAX_PIECES = 200
@@ -135,16 +136,12 @@ def _parquet_rows(parquet, url: str, group: int, row: int, limit: int) -> dict:
 # ---- npy -----------------------------------------------------------------------------------------
 def npy_header(f) -> tuple[tuple[int, ...], np.dtype, int]:
     """(shape, dtype, offset of the data) of an open .npy file, reading only its header."""
-    version = np.lib.format.read_magic(f)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-    else:
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    shape, dtype, fortran, offset = read_npy_header(f)
     if fortran and len(shape) > 1:
         raise ValueError("Fortran-ordered arrays are not paged; open them with numpy")
     if dtype.hasobject:
         raise ValueError("object arrays are not read (they would need pickle)")
-    return tuple(shape), dtype, f.tell()
+    return shape, dtype, offset
 
 
 def read_npy_slice(f, start: int, stop: int) -> np.ndarray:
@@ -188,8 +185,8 @@ def token_cache_of(roots: Roots, url: str) -> tuple[str, dict] | None:
     if not url.endswith(".tokens.npy"):
         return None
     cache = parent(parent(url))
-    ledger = load_json(roots, f"{cache}/ledger.json")
-    if ledger.state != "ok" or ledger.value.get("format") != "marin_lab.token_cache":
+    ledger = load_json(roots, f"{cache}/{LEDGER_FILE}")
+    if ledger.state != "ok" or ledger.value.get("format") != FORMAT:
         return None
     return cache, ledger.value
 
@@ -226,7 +223,7 @@ def token_page(roots: Roots, url: str, cursor: str | None, limit: int) -> dict:
     if first < 0:
         raise BadRequestError(f"cursor {cursor!r} is negative")
     tok_info = ledger.get("tokenizer") if isinstance(ledger.get("tokenizer"), dict) else {}
-    tok_name = tok_info.get("file") if isinstance(tok_info.get("file"), str) else "tokenizer.json"
+    tok_name = tok_info.get("file") if isinstance(tok_info.get("file"), str) else TOKENIZER_FILE
     tokenizer_url = f"{cache}/{posixpath.basename(tok_name)}"
     tokenizer, tokenizer_error = None, None
     try:

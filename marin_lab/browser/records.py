@@ -28,6 +28,7 @@ from marin_lab.execution.errors import RecordError
 from marin_lab.execution.explain import RecordIndex, explain_record
 from marin_lab.execution.provenance import redact
 from marin_lab.execution.records import StepRecord
+from marin_lab.store.layout import CORRUPT, EXPERIMENTS_DIR, INFO_FILE, MISSING, STATUS_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +76,8 @@ class Browser:
     def status_detail(self, step_dir: str | None) -> dict[str, Any]:
         """The latest status with what watching needs: driver, duration, heartbeat, progress line."""
         if step_dir is None:
-            return {"status": "MISSING"}
-        loaded = load_json(self.roots, child(step_dir, ".executor_status"))
+            return {"status": MISSING}
+        loaded = load_json(self.roots, child(step_dir, STATUS_FILE))
         if loaded.state == "ok" and isinstance(loaded.value.get("status"), str):
             value = redact(loaded.value)
             detail = {k: value.get(k) for k in _STATUS_FIELDS if k in value}
@@ -85,21 +86,21 @@ class Browser:
 
     def _status_fallback(self, step_dir: str, state: str) -> str:
         if state == "corrupt":
-            return "CORRUPT"
-        info = load_json(self.roots, child(step_dir, ".executor_info"))
+            return CORRUPT
+        info = load_json(self.roots, child(step_dir, INFO_FILE))
         if info.state == "ok" and isinstance(info.value.get("status"), str):
             return info.value["status"]
-        return "CORRUPT" if info.state == "corrupt" else "MISSING"
+        return CORRUPT if info.state == "corrupt" else MISSING
 
     # ---- experiments -------------------------------------------------------------------------
     def experiment_files(self) -> list[dict]:
-        folder = child(self.prefix, "experiments")
+        folder = child(self.prefix, EXPERIMENTS_DIR)
         return [e for e in list_dir(self.roots, folder) if e["type"] == "file" and e["name"].endswith(".json")]
 
     def experiments(self) -> list[dict]:
         """Every experiment under the prefix, newest first, with counts of its steps' statuses."""
         files = self.experiment_files()
-        loaded = parallel_map(lambda e: load_json(self.roots, child(self.prefix, "experiments", e["name"])), files, local=self.local)
+        loaded = parallel_map(lambda e: load_json(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])), files, local=self.local)
         all_dirs: dict[str, str | None] = {}
         for item in loaded:
             if item.state == "ok":
@@ -134,7 +135,7 @@ class Browser:
         """One experiment with every step's status and a layout of its DAG."""
         if not _EXPERIMENT_ID.fullmatch(exp_id or ""):
             raise BadRequestError(f"experiment id {exp_id!r} is not a file name under experiments/")
-        loaded = load_json(self.roots, child(self.prefix, "experiments", f"{exp_id}.json"))
+        loaded = load_json(self.roots, child(self.prefix, EXPERIMENTS_DIR, f"{exp_id}.json"))
         if loaded.state == "missing":
             raise NotFoundError(f"no experiment {exp_id!r} under {self.prefix}/experiments/")
         result: dict[str, Any] = {"id": exp_id, "file": loaded.url, **loaded.as_json()}
@@ -195,7 +196,7 @@ class Browser:
                                        "diff_truncated", "script_sha256", "script_missing")}
         stored = code.get("stored_script")
         if isinstance(stored, str) and _STORED_SCRIPT.fullmatch(stored):
-            url = child(self.prefix, "experiments", *stored.split("/"))
+            url = child(self.prefix, EXPERIMENTS_DIR, *stored.split("/"))
             out["stored_script"] = url
             try:
                 out["script_text"] = read_bounded(self.roots, url, MAX_SCRIPT_BYTES).decode("utf-8", errors="replace")
@@ -207,10 +208,10 @@ class Browser:
     def step(self, path: str, exp_id: str | None = None) -> dict:
         """A step folder's record, status, explain diff, and links to its neighbours."""
         step_dir = self.roots.resolve(path)
-        if step_dir.rstrip("/").endswith("/.executor_info"):
-            step_dir = step_dir.rstrip("/")[: -len("/.executor_info")]
-        info = load_json(self.roots, child(step_dir, ".executor_info"))
-        status = load_json(self.roots, child(step_dir, ".executor_status"))
+        if step_dir.rstrip("/").endswith("/" + INFO_FILE):
+            step_dir = step_dir.rstrip("/")[: -len("/" + INFO_FILE)]
+        info = load_json(self.roots, child(step_dir, INFO_FILE))
+        status = load_json(self.roots, child(step_dir, STATUS_FILE))
         if info.state == "missing" and status.state == "missing" and not list_dir(self.roots, step_dir):
             raise NotFoundError(f"no step at {step_dir}: the folder is empty or missing")
         typed = None
@@ -274,7 +275,7 @@ class Browser:
             names = [f"{exp_id}.json"]
         else:
             names = [e["name"] for e in self.experiment_files()]
-        loaded = parallel_map(lambda n: load_json(self.roots, child(self.prefix, "experiments", n)), names, local=self.local)
+        loaded = parallel_map(lambda n: load_json(self.roots, child(self.prefix, EXPERIMENTS_DIR, n)), names, local=self.local)
         found: dict[str, dict] = {}
         for item in loaded:
             if item.state != "ok":

@@ -15,7 +15,6 @@ import functools
 import ipaddress
 import json
 import logging
-import os
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +32,7 @@ from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
 from marin_lab.browser.records import Browser
 from marin_lab.execution.secrets import redact_logs
+from marin_lab.store.layout import default_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -326,16 +326,14 @@ def start_in_thread(prefix: str, roots: list[str] | None = None, host: str = DEF
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="marin-lab browse", description="Browse experiments, steps and data.")
-    parser.add_argument("--prefix", default=os.environ.get("MARIN_PREFIX"),
-                        help="the executor prefix to browse (local folder or gs://bucket/path); "
-                             "default $MARIN_PREFIX")
+    parser.add_argument("--prefix", help="the executor prefix to browse (local folder or gs://bucket/path); "
+                                         "default $MARIN_PREFIX, else ./marin_store")
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default 8765)")
     parser.add_argument("--root", action="append", default=None,
                         help="a folder the browser may read (repeatable); default: the prefix only")
     args = parser.parse_args(argv)
-    if not args.prefix:
-        parser.error("no prefix: pass --prefix P or set MARIN_PREFIX")
+    args.prefix = default_prefix(args.prefix)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     redact_logs()
     roots = args.root if args.root else None

@@ -41,7 +41,7 @@ from marin_lab.cluster.classify import PREEMPTION, PreemptionProbe, classify_err
 from marin_lab.cluster.errors import ClusterError, PreemptedError, SliceCapacityTimeout, StepCancelled
 from marin_lab.cluster.tpu_types import TpuType
 from marin_lab.execution.resources import attach_hardware
-from marin_lab.host_env import process_env
+from marin_lab.host_env import NUM_SLICES, process_env
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ def run_on_slices(
             for actor, info in zip(s["actors"], s["infos"]):
                 env = {**base_env, "TPU_WORKER_ID": str(info["worker_id"]), "TPU_WORKER_HOSTNAMES": hostnames,
                        "MARIN_SLICE_NAME": s["name"], "MARIN_SLICE_ID": str(slice_id),
-                       "MARIN_NUM_SLICES": str(n_slices), "MARIN_STEP_NAME": step_name,
+                       NUM_SLICES: str(n_slices), "MARIN_STEP_NAME": step_name,
                        "MARIN_RUN_ID": run_id, "MARIN_NUM_HOSTS": str(n_slices * tpu.hosts)}
                 if n_slices * tpu.hosts > 1:  # one JAX process per host, joined by train_lm
                     env.update(process_env(jax_coordinator, n_slices * tpu.hosts,

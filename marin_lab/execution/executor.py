@@ -61,16 +61,12 @@ from marin_lab.execution.step import ExecutorStep
 from marin_lab.execution.watch import StatusHeartbeat, failure_report, with_step_logs
 from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.io.fs import atomic_write_bytes, join, normalize_prefix, remove, write_json
+from marin_lab.store.layout import DEFAULT_PREFIX, default_prefix, experiments_dir
 
 __all__ = ["DEFAULT_PREFIX", "Decision", "Executor", "RunReport", "StepOutcome", "default_prefix"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PREFIX = "./marin_store"
-
-
-def default_prefix() -> str:
-    return os.environ.get("MARIN_PREFIX") or DEFAULT_PREFIX
 
 
 @dataclasses.dataclass
@@ -120,7 +116,7 @@ class Executor(MarinExecutorAttributes):
     ):
         self.prefix = normalize_prefix(prefix or default_prefix())
         # Where experiment records go (Marin's name); default {prefix}/experiments, where the browser looks.
-        self.executor_info_base_path = executor_info_base_path or join(self.prefix, "experiments")
+        self.executor_info_base_path = executor_info_base_path or experiments_dir(self.prefix)
         self.executor_info_path: str | None = None
         self.backend_name = backend
         if backend not in ("local", "ray"):

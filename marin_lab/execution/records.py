@@ -25,6 +25,7 @@ from typing import Any
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.status import INFO_FILE, read_status
 from marin_lab.io.fs import fs_and_path, join, read_bytes, read_json
+from marin_lab.store.layout import CORRUPT, MISSING, experiments_dir
 
 SCHEMA = 1
 
@@ -323,7 +324,7 @@ def parse_step_record(raw: bytes, url: str) -> StepRecord:
 
 def list_experiments(prefix: str) -> list[dict[str, Any]]:
     """Experiment records under `prefix`, newest first; each gets `_path` (its URL)."""
-    folder = join(prefix.rstrip("/"), "experiments")
+    folder = experiments_dir(prefix)
     fs, path = fs_and_path(folder)
     try:
         names = sorted(p for p in fs.ls(path, detail=False) if p.endswith(".json"))
@@ -355,10 +356,20 @@ def step_statuses(experiment: dict[str, Any]) -> list[tuple[dict[str, Any], str]
     for i, step in enumerate(steps if isinstance(steps, list) else []):
         if not isinstance(step, dict) or not isinstance(step.get("output_path"), str):
             entry = {"identity": f"steps[{i}]", "damage": f"steps[{i}] has no output_path"}
-            result.append((entry, "CORRUPT"))
+            result.append((entry, CORRUPT))
             continue
-        st = read_status(step["output_path"]) or {}
+        st = read_status(step["output_path"]) or _status_from_record(step["output_path"])
         if "damage" in st:
             step = {**step, "damage": st["damage"]}
-        result.append((step, str(st.get("status", "NOT_STARTED"))))
+        result.append((step, str(st.get("status", MISSING))))
     return result
+
+
+def _status_from_record(output_path: str) -> dict[str, Any]:
+    """With no status file, the step record's own status (as the browser shows it), CORRUPT when
+    the record is damaged, or nothing (MISSING)."""
+    try:
+        record = read_step_record(output_path)
+    except RecordError as err:
+        return {"status": CORRUPT, "damage": str(err)}
+    return {"status": record.status} if record is not None and record.status else {}

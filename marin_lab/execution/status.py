@@ -3,40 +3,30 @@
 from __future__ import annotations
 
 import datetime
-import enum
 import json
 from typing import Any
 
-from marin_lab.io.fs import join, read_bytes, write_json
+from marin_lab.io.fs import read_bytes, write_json
 
-STATUS_FILE = ".executor_status"
-INFO_FILE = ".executor_info"
-LEASE_FILE = ".executor_lease"
-RECORD_FILES = (STATUS_FILE, INFO_FILE, LEASE_FILE)
-
-
-class Status(str, enum.Enum):
-    WAITING = "WAITING"
-    RUNNING = "RUNNING"
-    SUCCESS = "SUCCESS"
-    FAILED = "FAILED"
-    DEP_FAILED = "DEP_FAILED"
+# The layout and the vocabulary belong to the store; they are re-exported here for the executor.
+from marin_lab.store.layout import (  # noqa: F401
+    CORRUPT,
+    INFO_FILE,
+    LEASE_FILE,
+    RECORD_FILES,
+    STATUS_FILE,
+    Status,
+    info_url,
+    status_url,
+)
 
 
 def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
-def status_path(output_path: str) -> str:
-    return join(output_path, STATUS_FILE)
-
-
-def info_path(output_path: str) -> str:
-    return join(output_path, INFO_FILE)
-
-
-CORRUPT = "CORRUPT"
-"""The status of a step whose records are damaged: shown as such, and treated as not done."""
+status_path = status_url
+info_path = info_url
 
 
 def read_status(output_path: str) -> dict[str, Any] | None:

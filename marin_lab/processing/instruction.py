@@ -37,6 +37,15 @@ from marin_lab.io.documents import BadRecordError, ReadStats, list_shards
 from marin_lab.processing.errors import TokenizeError
 from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
 from marin_lab.processing.tokenize import find_eos_id, resolve_tokenizer_bytes, split_of
+from marin_lab.store.token_cache import (
+    TOKENIZER_FILE,
+    add_split,
+    new_ledger,
+    shard_name,
+    token_dtype,
+    write_ledger,
+    write_shard,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +53,6 @@ __all__ = ["ChatTemplate", "TokenizeInstructionsConfig", "render_segments", "tok
 
 SPLITS = ("train", "validation")
 ROLES = ("system", "user", "assistant")
-TOKENIZER_FILE = "tokenizer.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,17 +180,9 @@ def _tokenizer(output_path: str) -> Any:
     return _TOKENIZERS[key]
 
 
-def _npy(array: np.ndarray) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
-    return buf.getvalue()
-
-
 def _tokenize_shard(task: _ShardTask) -> dict:
     cfg = task.config
-    name = f"shard-{task.index:05d}"
+    name = shard_name(task.index)
     marker = mfs.join(cfg.output_path, "progress", name)
     previous = read_shard_done(marker)
     if previous is not None:
@@ -206,21 +206,8 @@ def _tokenize_shard(task: _ShardTask) -> dict:
         lengths.append(len(ids))
     splits = {}
     for split, (tokens, masks, lengths) in per_split.items():
-        if not lengths:
-            continue
-        flat = np.concatenate(tokens).astype(np.dtype(task.dtype).newbyteorder("<"))
-        flat_mask = np.concatenate(masks)
-        offsets = np.zeros(len(lengths) + 1, dtype="<i8")
-        np.cumsum(lengths, out=offsets[1:])
-        for suffix, arr in (("tokens", flat), ("offsets", offsets), ("loss_mask", flat_mask)):
-            mfs.atomic_write_bytes(mfs.join(cfg.output_path, split, f"{name}.{suffix}.npy"), _npy(arr))
-        splits[split] = {
-            "name": name, "documents": len(lengths), "tokens": int(offsets[-1]),
-            "loss_tokens": int(flat_mask.sum()),
-            "tokens_sha256": hashlib.sha256(flat.tobytes()).hexdigest(),
-            "offsets_sha256": hashlib.sha256(offsets.tobytes()).hexdigest(),
-            "loss_mask_sha256": hashlib.sha256(flat_mask.tobytes()).hexdigest(),
-        }
+        if lengths:
+            splits[split] = write_shard(cfg.output_path, split, name, task.dtype, tokens, lengths, loss_mask=masks)
     info = {"index": task.index, "input": task.input_file, "stats": stats.to_dict(), "splits": splits}
     mark_shard_done(marker, info)
     return {**info, "reused": False}
@@ -252,7 +239,7 @@ def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
     if config.bos_token and bos_id is None:
         raise TokenizeError(f"TokenizeInstructionsConfig.bos_token={config.bos_token!r} is not in the tokenizer")
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-    dtype = "uint16" if vocab_size <= 2**16 else "uint32"
+    dtype = token_dtype(vocab_size)
     mfs.atomic_write_bytes(mfs.join(config.output_path, TOKENIZER_FILE), tok_bytes)
     if config.num_workers <= 1:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
@@ -266,23 +253,18 @@ def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
             f"tokenize_instructions: no valid record in {len(shards)} file(s) under {config.input_path!r} "
             f"({stats.skipped} bad records skipped); records need 'id' and 'prompt'/'response' or 'messages'"
         )
-    ledger: dict[str, Any] = {
-        "format": "marin_lab.token_cache", "version": 1, "dtype": dtype, "vocab_size": vocab_size,
-        "eos_id": eos_id, "bos_id": bos_id,
-        "tokenizer": {"file": TOKENIZER_FILE, "sha256": hashlib.sha256(tok_bytes).hexdigest(),
-                      "source": config.tokenizer, "revision": config.tokenizer_revision},
-        "split": {"validation_fraction": config.validation_fraction, "salt": config.split_salt,
-                  "rule": "blake2b-64(salt NUL id) < fraction * 2**64"},
-        "loss_mask": "response tokens only (instruction data)",
-        "template": dataclasses.asdict(config.template),
-        "splits": {},
-    }
+    ledger = new_ledger(
+        dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, bos_id=bos_id,
+        tokenizer={"file": TOKENIZER_FILE, "sha256": hashlib.sha256(tok_bytes).hexdigest(),
+                   "source": config.tokenizer, "revision": config.tokenizer_revision},
+        split={"validation_fraction": config.validation_fraction, "salt": config.split_salt,
+               "rule": "blake2b-64(salt NUL id) < fraction * 2**64"},
+        loss_mask="response tokens only (instruction data)",
+        template=dataclasses.asdict(config.template),
+    )
     for split in SPLITS:
-        entries = [r["splits"][split] for r in results if split in r["splits"]]
-        ledger["splits"][split] = {"documents": sum(e["documents"] for e in entries),
-                                   "tokens": sum(e["tokens"] for e in entries),
-                                   "loss_tokens": sum(e["loss_tokens"] for e in entries), "shards": entries}
-    mfs.write_json(mfs.join(config.output_path, "ledger.json"), ledger)
+        add_split(ledger, split, [r["splits"][split] for r in results if split in r["splits"]], masked=True)
+    write_ledger(config.output_path, ledger)
     summary = {
         "records": stats.read, "skipped": stats.skipped, "skip_reasons": stats.to_dict()["skip_reasons"],
         "skip_examples": stats.examples,

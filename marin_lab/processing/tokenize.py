@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -37,6 +36,15 @@ from marin_lab.processing.shards import (
     prefetch,
     read_shard_done,
 )
+from marin_lab.store.token_cache import (
+    TOKENIZER_FILE,
+    add_split,
+    new_ledger,
+    shard_name,
+    token_dtype,
+    write_ledger,
+    write_shard,
+)
 from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
@@ -53,11 +61,8 @@ __all__ = [
     "train_tokenizer",
 ]
 
-LEDGER_FORMAT = "marin_lab.token_cache"
-LEDGER_VERSION = 1
 SPLITS = ("train", "validation")
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
-TOKENIZER_FILE = "tokenizer.json"
 # Memory per document is bounded by encoding long texts in pieces (see `text_chunks`): a piece
 # costs about 100 bytes per character while it is encoded, so CHUNKS_PER_CALL pieces of
 # TEXT_CHUNK_CHARS hold about 100 MB whatever the document's size.
@@ -241,27 +246,6 @@ def _encode_short(
     return flat, lengths
 
 
-def _npy_header(dtype: np.dtype, length: int) -> bytes:
-    """The .npy header of a 1-D array of `length` items, byte for byte what `np.save` writes."""
-    buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(
-        buf, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (length,)}
-    )
-    return buf.getvalue()
-
-
-def _write_npy(url: str, dtype: np.dtype, parts: list[np.ndarray]) -> str:
-    """Write the concatenation of `parts` as one .npy file without concatenating them in memory;
-    returns the sha256 of the array data (the ledger's checksum)."""
-    digest = hashlib.sha256()
-    views = [memoryview(np.ascontiguousarray(p, dtype=dtype)).cast("B") for p in parts]
-    for v in views:
-        digest.update(v)
-    header = _npy_header(dtype, sum(len(p) for p in parts))
-    mfs.atomic_write_chunks(url, [header, *views])
-    return digest.hexdigest()
-
-
 @dataclass(frozen=True)
 class _ShardTask:
     index: int
@@ -279,15 +263,11 @@ class _ShardTask:
 
     @property
     def label(self) -> str:
-        return f"{_shard_name(self.index)} from {self.input_file}"
-
-
-def _shard_name(index: int) -> str:
-    return f"shard-{index:05d}"
+        return f"{shard_name(self.index)} from {self.input_file}"
 
 
 def _progress_key(output_path: str, index: int) -> str:
-    return mfs.join(output_path, "progress", _shard_name(index))
+    return mfs.join(output_path, "progress", shard_name(index))
 
 
 @contextlib.contextmanager
@@ -346,22 +326,12 @@ def _tokenize_new_shard(task: _ShardTask, key: str) -> dict:
         tokens[split].append(flat)
         lengths[split].append(lens)
     splits = {}
-    name = _shard_name(task.index)
+    name = shard_name(task.index)
     for split in SPLITS:
         if not lengths[split]:
             continue  # no document of this shard fell in this split: no files, no ledger entry
-        lens = np.concatenate(lengths[split])
-        offsets = np.zeros(len(lens) + 1, dtype="<i8")
-        np.cumsum(lens, out=offsets[1:])
-        folder = mfs.join(task.output_path, split)
-        splits[split] = {
-            "name": name,
-            "documents": int(len(lens)),
-            "tokens": int(offsets[-1]),
-            # Checksums of the array data (little-endian, no .npy header), as the trainer computes.
-            "tokens_sha256": _write_npy(mfs.join(folder, f"{name}.tokens.npy"), dtype, tokens[split]),
-            "offsets_sha256": _write_npy(mfs.join(folder, f"{name}.offsets.npy"), offsets.dtype, [offsets]),
-        }
+        splits[split] = write_shard(task.output_path, split, name, dtype, tokens[split],
+                                    np.concatenate(lengths[split]))
         tokens[split] = []  # let the arrays go before the next split is written
     info = {"index": task.index, "input": task.input_file, "stats": stats.to_dict(), "splits": splits}
     mark_shard_done(key, info)
@@ -434,7 +404,7 @@ def tokenize(config: TokenizeConfig) -> dict:
         if bos_id is None:
             raise TokenizeError(f"TokenizeConfig.bos_token={config.bos_token!r} is not in the tokenizer")
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-    dtype = "uint16" if vocab_size <= 2**16 else "uint32"
+    dtype = token_dtype(vocab_size)
     # Written before the shards: every worker loads the exact bytes the ledger points to.
     mfs.atomic_write_bytes(mfs.join(config.output_path, TOKENIZER_FILE), tok_bytes)
     tok_sha = hashlib.sha256(tok_bytes).hexdigest()
@@ -462,28 +432,16 @@ def tokenize(config: TokenizeConfig) -> dict:
             f"tokenize: no documents in {len(shards)} input shard(s) under {config.input_path!r} "
             f"({stats.skipped} bad records skipped); an empty token cache cannot be trained on."
         )
-    ledger = {
-        "format": LEDGER_FORMAT,
-        "version": LEDGER_VERSION,
-        "dtype": dtype,
-        "vocab_size": vocab_size,
-        "eos_id": eos_id,
-        "bos_id": bos_id,
-        "tokenizer": {"file": TOKENIZER_FILE, "sha256": tok_sha,
-                      "source": config.tokenizer, "revision": config.tokenizer_revision},
-        "split": {"validation_fraction": config.validation_fraction, "salt": config.split_salt,
-                  "rule": "blake2b-64(salt NUL id) < fraction * 2**64"},
-        "splits": {},
-    }
+    ledger = new_ledger(
+        dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, bos_id=bos_id,
+        tokenizer={"file": TOKENIZER_FILE, "sha256": tok_sha, "source": config.tokenizer,
+                   "revision": config.tokenizer_revision},
+        split={"validation_fraction": config.validation_fraction, "salt": config.split_salt,
+               "rule": "blake2b-64(salt NUL id) < fraction * 2**64"},
+    )
     for split in SPLITS:
-        entries = [r["splits"][split] for r in results if split in r["splits"]]
-        ledger["splits"][split] = {
-            "documents": sum(e["documents"] for e in entries),
-            "tokens": sum(e["tokens"] for e in entries),
-            "shards": entries,
-        }
-    # The ledger comes last: a cache with a ledger is complete.
-    mfs.write_json(mfs.join(config.output_path, "ledger.json"), ledger)
+        add_split(ledger, split, [r["splits"][split] for r in results if split in r["splits"]])
+    write_ledger(config.output_path, ledger)
     empty_shards = [r["input"] for r in results if r["stats"]["read"] == 0]
     if empty_shards:
         logger.warning("tokenize: %d input shard(s) hold no documents, e.g. %s", len(empty_shards), empty_shards[0])

@@ -89,6 +89,27 @@ def initialize_from_env(env: Mapping[str, str] | None = None) -> bool:
     return True
 
 
+def check_slices(mesh_slices: int, env: Mapping[str, str] | None = None) -> None:
+    """Compare the mesh's slice count with the slices the slice runner gave the step.
+
+    More slices than the mesh names: it still runs, one flat mesh over all of them, but the in-slice
+    axes then cross the data-centre network (a warning). A mesh of several slices on another count
+    is an error: simulated CPU slices would silently cut hosts into slices that do not exist."""
+    env = os.environ if env is None else env
+    if host_env.NUM_SLICES not in env:
+        return
+    given = int(env[host_env.NUM_SLICES])
+    if given == mesh_slices:
+        return
+    if mesh_slices == 1:
+        logger.warning("this step runs on %d slices but mesh.slices=1: parameters are sharded across the "
+                       "slices and cross the data-centre network every layer; set mesh.slices=%d", given, given)
+        return
+    raise TrainingError(f"mesh.slices={mesh_slices}, but this step runs on {given} slice(s) "
+                        f"({host_env.NUM_SLICES}); set mesh.slices={given} or ask TpuResources for "
+                        f"slices={mesh_slices}")
+
+
 CPU_POOL_VAR = "NPROC"
 """XLA sizes its CPU client's thread pool from this variable when set, else from the core count."""
 

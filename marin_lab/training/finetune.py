@@ -254,7 +254,7 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
     except MeshError as err:
         raise TrainingError(str(err)) from err
     if config.batch_size % batch_divisor(mesh):
-        raise TrainingError(f"batch_size={config.batch_size} must be divisible by mesh data*fsdp={batch_divisor(mesh)}")
+        raise TrainingError(f"batch_size={config.batch_size} must be divisible by mesh replica*data*fsdp={batch_divisor(mesh)}")
     try:
         loader = MixtureLoader(config.data, config.seq_len, config.batch_size)
     except (TokenCacheError, ValueError) as err:

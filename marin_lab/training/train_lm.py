@@ -145,9 +145,9 @@ def _evaluate_tasks(config: TrainLmConfig, params: Any, step: int) -> dict[str, 
     return line
 
 
-def _environment() -> dict[str, Any]:
+def _environment(mesh: Any) -> dict[str, Any]:
     devices = jax.devices()
-    return {"jax": jax.__version__, "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__")
+    return {"mesh": dict(mesh.shape), "jax": jax.__version__, "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__")
             else _jaxlib_version(), "backend": jax.default_backend(), "device_count": len(devices),
             "device_kind": devices[0].device_kind, "process_count": jax.process_count(),
             "local_device_count": jax.local_device_count(),
@@ -191,7 +191,7 @@ def check_batch(config: TrainLmConfig, mesh: Any) -> None:
     """The global batch splits evenly over the mesh's batch axes and the microbatches."""
     if config.batch_size % (batch_divisor(mesh) * config.microbatches):
         raise TrainingError(
-            f"batch_size={config.batch_size} must be divisible by mesh data*fsdp="
+            f"batch_size={config.batch_size} must be divisible by mesh replica*data*fsdp="
             f"{batch_divisor(mesh)} times microbatches={config.microbatches}"
         )
 
@@ -256,11 +256,12 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
     multi_process = distributed.initialize_from_env()
     validate_config(config)
     try:
+        distributed.check_slices(config.mesh.slices)
         mesh = config.mesh.build()
     except MeshError as err:
         raise TrainingError(str(err)) from err
     check_batch(config, mesh)
-    env = _environment()
+    env = _environment(mesh)
     try:  # too-short caches and unknown mixture names fail here, before anything compiles
         MixtureLoader(config.data, config.seq_len, config.batch_size)
     except (TokenCacheError, ValueError) as err:

@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 from marin_lab.precision import apply as precision
 from marin_lab.precision.policy import PrecisionConfig
-from marin_lab.training.mesh import batch_sharding, param_spec
+from marin_lab.training.mesh import batch_axes, batch_sharding, param_spec
 from marin_lab.training.model import LlamaConfig, Params, flatten_params, init_params, lm_loss
 
 # {"params": Params, "opt_state": optax state, "step": int32 scalar}, and with fp8_delayed
@@ -34,10 +34,6 @@ class StepSettings:
     z_loss_weight: float = 0.0
     microbatches: int = 1
     precision: PrecisionConfig = PrecisionConfig()
-
-
-# The mesh axes the batch is split over (marin_lab.training.mesh.batch_sharding).
-BATCH_AXES = ("data", "fsdp")
 
 
 def _replicated(shardings: Params) -> bool:
@@ -133,7 +129,10 @@ def make_train_step(
     compute_dtype = jnp.dtype(settings.compute_dtype)
     m = settings.microbatches
     policy = settings.precision
-    activations = NamedSharding(mesh, P(BATCH_AXES, None, None))
+    # The batch is split over replica x data x fsdp (mesh.BATCH_AXES); parameters only inside a
+    # slice, so with several slices the gradients' reduction is the one collective over `replica`.
+    batch_split = batch_axes(mesh)
+    activations = NamedSharding(mesh, P(batch_split, None, None))
 
     # A data-parallel mesh (every parameter whole on every device) reduces the gradients itself:
     # each device computes its batch shard's gradients, and one all-reduce of them all, flattened
@@ -190,13 +189,13 @@ def make_train_step(
         """Per device: its shard's mean loss and gradients, then one all-reduce of them all."""
         (loss, ce), grads, _ = accumulated(params, None, tokens)
         flat, unflatten = ravel_pytree(grads)
-        loss, ce, flat = jax.lax.pmean((loss, ce, flat), BATCH_AXES)
+        loss, ce, flat = jax.lax.pmean((loss, ce, flat), batch_split)
         return (loss, ce), unflatten(flat)
 
     if flat_reduce:
         # check_vma=False: the gradients inside are the device's own (unreduced) ones; with the
         # check, JAX would insert a psum per parameter, which is what this path exists to avoid.
-        data_parallel = jax.shard_map(data_parallel, mesh=mesh, in_specs=(P(), P(BATCH_AXES)),
+        data_parallel = jax.shard_map(data_parallel, mesh=mesh, in_specs=(P(), P(batch_split)),
                                       out_specs=((P(), P()), P()), check_vma=False)
 
     def step(state: TrainState, tokens: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:

@@ -122,15 +122,16 @@ import ray
 
 from marin_lab.cluster import TpuResources
 from marin_lab.execution import Executor, ExecutorStep, this_output_path
-from marin_lab.training import CheckpointConfig, train_lm
+from marin_lab.training import CheckpointConfig, MeshConfig, train_lm
 from marin_lab.training.testing import tiny_train_config
 
 
-def train_step(cache, env):
+def train_step(cache, env, slices=1):
     config = tiny_train_config(this_output_path(), {"c": cache}, num_train_steps=%d, export_hf=False,
-                               checkpoint=CheckpointConfig(save_every_steps=%d, save_interval_s=None, keep_last=3))
+                               checkpoint=CheckpointConfig(save_every_steps=%d, save_interval_s=None, keep_last=3),
+                               mesh=MeshConfig(slices=slices))
     return ExecutorStep(name="train/multihost", fn=train_lm, config=config,
-                        resources=TpuResources(tpu="v4-16", env=env, capacity_timeout_s=600))
+                        resources=TpuResources(tpu="v4-16", slices=slices, env=env, capacity_timeout_s=600))
 
 
 if __name__ == "__main__":
@@ -140,18 +141,33 @@ if __name__ == "__main__":
 
 
 @pytest.fixture()
-def tpu_slice():
+def tpu_slice(request):
+    """A v4-16 slice of 2 hosts on the local Ray cluster (or `request.param` such slices)."""
     import ray
 
     from marin_lab.cluster.local_cluster import LocalTpuCluster
 
     if ray.is_initialized():
         ray.shutdown()
-    cluster = LocalTpuCluster("v4-16").start()  # one slice of 2 hosts
+    cluster = LocalTpuCluster("v4-16", slices=getattr(request, "param", 1)).start()
     try:
         yield cluster
     finally:
         cluster.shutdown()
+
+
+def _host_env() -> dict:
+    """What each Ray host's process gets: 2 CPU devices and the module's compilation cache."""
+    return {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
+            "JAX_COMPILATION_CACHE_DIR": os.environ["JAX_COMPILATION_CACHE_DIR"],
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
+def _driver_namespace() -> dict:
+    """The driver's step definitions, to run its experiment from this process."""
+    namespace: dict = {}
+    exec(compile(_DRIVER, "driver", "exec"), namespace)
+    return namespace
 
 
 def _record(prefix) -> dict:
@@ -179,9 +195,7 @@ def test_killed_driver_preempted_host_and_removed_node_resume_the_real_trainer_b
     from marin_lab.execution import Executor
 
     _, cache, out, whole = unbroken
-    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
-           "JAX_COMPILATION_CACHE_DIR": os.environ["JAX_COMPILATION_CACHE_DIR"],
-           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    env = _host_env()
     script, prefix = tmp_path / "driver.py", tmp_path / "prefix"
     script.write_text(_DRIVER)
     # First driver: its host 0 holds after computing step K + 1 (checkpoint K written), so the
@@ -207,8 +221,7 @@ def test_killed_driver_preempted_host_and_removed_node_resume_the_real_trainer_b
     # The same experiment started again, in a thread of this process: host 1 kills itself after
     # step K + 1; on the retry it holds there instead, and its node is taken away from here (Ray's
     # test cluster adds and removes nodes from the main thread only).
-    namespace: dict = {}
-    exec(compile(_DRIVER, "driver", "exec"), namespace)
+    namespace = _driver_namespace()
     drills = {**env, "MARIN_FAULT_KILL_AT_STEP": str(K + 1), "MARIN_FAULT_HOLD_AT_STEP": str(K + 1),
               "MARIN_FAULT_PROCESS": "1"}
     outcome: dict = {}
@@ -293,3 +306,47 @@ def test_data_parallel_gradients_reduced_across_hosts_train_like_one_host(unbrok
     assert sorted(losses["2x2"]) == sorted(losses["1x4"]) == list(range(STEPS))
     assert [losses["2x2"][s] for s in range(STEPS)] == pytest.approx([losses["1x4"][s] for s in range(STEPS)], rel=1e-5)
     assert losses["2x2"][STEPS - 1] < losses["2x2"][0]
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("tpu_slice", [2], indirect=True)
+def test_two_slices_train_like_one_slice_and_resume_on_one(unbroken, tpu_slice, tmp_path):
+    """The real trainer as one executor step on 2 slices x 2 hosts of the local Ray cluster (one
+    JAX process per host, 2 CPU devices each, gloo): `mesh.slices=2` puts the processes of each slice
+    (0-1 and 2-3) on their own `replica` row, each slice holding the whole state sharded over its
+    4 devices. With the global batch of the one-slice unbroken run, the losses are that run's; its
+    checkpoint at step K then resumes on one slice of 2 hosts and continues like the unbroken run."""
+    from marin_lab.execution import Executor
+
+    root, cache, out, _ = unbroken
+    prefix = tmp_path / "prefix"
+    report = Executor(prefix=str(prefix), backend="ray").run(
+        [_driver_namespace()["train_step"](cache, _host_env(), slices=2)])
+    assert report.executed
+    [info_path] = list(prefix.glob("train/multihost-*/.executor_info"))
+    info = json.loads(info_path.read_text())
+    assert info["status"] == "SUCCESS", info.get("error")
+    result, multi = info["result"], str(info_path.parent)
+    assert sorted(info["hardware"]["slice_names"]) == ["slice-0", "slice-1"] and info["hardware"]["hosts"] == 4
+    [hw] = result["hardware"]
+    assert (hw["process_count"], hw["local_device_count"]) == (4, 2)
+    assert hw["mesh"] == {"replica": 2, "data": 1, "fsdp": 4, "model": 1}
+    assert read_metadata(list_checkpoints(os.path.join(out, "checkpoints"))[-1][1])["hardware"][0]["mesh"] == {
+        "replica": 1, "data": 1, "fsdp": 4, "model": 1}
+    # The same batches as the one-slice run (each slice read its half); the same losses to float32
+    # reduction order: each slice reduces its gradients over its 4 devices, then the 2 slices
+    # average theirs, where one slice summed over 4 devices holding twice the rows each.
+    assert _batch_checksums(multi) == _batch_checksums(out)
+    assert sorted(_losses(multi)) == list(range(STEPS))
+    assert [_losses(multi)[s] for s in range(STEPS)] == pytest.approx([_losses(out)[s] for s in range(STEPS)], rel=1e-5)
+
+    # The 2-slice checkpoint at step K restored onto one slice (2 hosts x 2 devices, replica=1).
+    one = tmp_path / "one-slice"
+    shutil.copytree(os.path.join(multi, "checkpoints", f"step-{K:06d}"), one / "checkpoints" / f"step-{K:06d}")
+    cfg = _config(str(one), cache)
+    summary = _ok(run_hosts(cfg, hosts=2, devices_per_host=2, workdir=str(root / "w-one-slice")))
+    assert summary["start"].startswith("resumed from") and summary["final_step"] == STEPS
+    assert [h["mesh"]["replica"] for h in summary["hardware"]] == [2, 1]
+    assert [_batch_checksums(str(one))[s] for s in range(K, STEPS)] == [_batch_checksums(out)[s] for s in range(K, STEPS)]
+    assert [_losses(str(one))[s] for s in range(K, STEPS)] == pytest.approx(
+        [_losses(out)[s] for s in range(K, STEPS)], rel=1e-5)

@@ -1,0 +1,220 @@
+"""The import graph that runs is the one you read: arrows point down, no cycles, no hidden imports.
+
+Read from the source with `ast` (nothing is imported): every `import marin_lab...` at module level
+is an arrow between packages, and must go from a higher layer to a lower one (or stay inside a
+package); module-level imports form no cycle; a marin_lab import inside a function (which hides a
+real dependency from a reader, and usually a cycle) fails unless it is listed below with its reason.
+The lists are a ratchet: they only shrink. Optional third-party dependencies may be imported
+inside functions; that is not checked here.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+from collections import defaultdict
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "marin_lab"
+
+# Lower numbers sit lower. A package may import its own modules and any package of a lower layer.
+LAYERS: dict[str, int] = {
+    "errors": 0, "versioning": 0, "flags": 0, "host_env": 0, "ray_niceness": 0,
+    "io": 1,
+    "store": 2,
+    "execution": 3,
+    "quant": 4, "processing": 4,
+    "peft": 5, "precision": 5,
+    "training": 6,
+    "evaluation": 7, "cluster": 7,
+    "resources": 8,  # Marin's spelling of cluster resources
+    "browser": 9,
+    "cli": 10,
+}
+
+# Upward arrows that exist today, each to be removed by moving the model below peft/ and precision/
+# and passing evaluation into the training loop as hooks.
+KNOWN_UPWARD: set[tuple[str, str]] = {
+    ("peft", "training"),       # peft/lora.py uses the model's parameter layout from training/model.py
+    ("precision", "training"),  # precision/paired.py drives train_lm; precision/policy.py names model pieces
+}
+
+# Function-local marin_lab imports that exist today: (file, imported module). Each is a cycle or a
+# heavy import deferred; the fix is to break the cycle, after which the entry goes.
+KNOWN_LOCAL: set[tuple[str, str]] = {
+    ("browser/__init__.py", "marin_lab.browser.server"),
+    ("cli.py", "marin_lab.browser.server"),
+    ("cli.py", "marin_lab.cluster.cli"),
+    ("cli.py", "marin_lab.execution.executor"),
+    ("cli.py", "marin_lab.execution.explain"),
+    ("cli.py", "marin_lab.execution.main"),
+    ("cli.py", "marin_lab.execution.provenance"),
+    ("cli.py", "marin_lab.execution.records"),
+    ("cli.py", "marin_lab.execution.reproduce"),
+    ("cli.py", "marin_lab.io.fs"),
+    ("cluster/resources.py", "marin_lab.cluster.config"),
+    ("cluster/resources.py", "marin_lab.cluster.slice_runner"),
+    ("evaluation/perplexity.py", "marin_lab.io.fs"),
+    ("execution/backends.py", "marin_lab.execution.lease"),
+    ("execution/backends.py", "marin_lab.io.conditional"),
+    ("execution/code_provenance.py", "marin_lab"),
+    ("execution/executor.py", "marin_lab.execution.environments"),
+    ("execution/extras.py", "marin_lab.execution.environments"),
+    ("execution/plan.py", "marin_lab.execution.extras"),
+    ("execution/reproduce.py", "marin_lab.execution.executor"),
+    ("execution/reproduce.py", "marin_lab.execution.main"),
+    ("execution/reproduce.py", "marin_lab.execution.provenance"),
+    ("execution/status.py", "marin_lab.execution.records"),
+    ("precision/policy.py", "marin_lab.precision.fp8"),
+    ("precision/policy.py", "marin_lab.precision.mx"),
+    ("quant/nf4.py", "marin_lab.quant.matmul"),
+    ("resources.py", "marin_lab.cluster.resources"),
+    ("training/finetune.py", "marin_lab.training.memory_plan"),
+    ("training/finetune_state.py", "marin_lab.training.model"),
+    ("training/hf_export.py", "marin_lab.training.checkpoint"),
+    ("training/levanter_backend.py", "marin_lab.execution.environments"),
+    ("training/local_hosts.py", "marin_lab.training.train_lm"),
+    ("training/train_lm.py", "marin_lab.evaluation.multiple_choice"),
+    ("training/train_lm.py", "marin_lab.evaluation.perplexity"),
+}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "marin_lab"
+
+
+def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports():
+    """(module, imported marin_lab module, inside a function?, file, line) for every import."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        tree = ast.parse(path.read_text(), str(path))
+        is_package = path.name == "__init__.py"
+
+        def visit(node: ast.AST, in_function: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.Import):
+                    targets = [alias.name for alias in child.names]
+                elif isinstance(child, ast.ImportFrom):
+                    base = _resolve(child, module, is_package)
+                    # `from marin_lab.x import y` may name a submodule y: count the deeper one.
+                    targets = [f"{base}.{a.name}" if (PACKAGE.parent / f"{base}.{a.name}".replace(".", "/")).exists()
+                               or (PACKAGE.parent / (f"{base}.{a.name}".replace(".", "/") + ".py")).exists()
+                               else base for a in child.names]
+                else:
+                    targets = []
+                for target in targets:
+                    if target == "marin_lab" or target.startswith("marin_lab."):
+                        found.append((module, target, in_function, path.relative_to(PACKAGE).as_posix(),
+                                      child.lineno))
+                visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+        visit(tree, False)
+    return found
+
+
+IMPORTS = _imports()
+
+
+def test_every_package_has_a_layer():
+    packages = {_package(m) for m, *_ in IMPORTS} | {_package(t) for _, t, *_ in IMPORTS}
+    packages.discard("marin_lab")
+    missing = sorted(p for p in packages if p not in LAYERS)
+    assert not missing, f"packages without a layer in tests/unit/test_layering.py: {missing}; give each one"
+
+
+def test_arrows_point_down():
+    upward = set()
+    where: dict[tuple[str, str], str] = {}
+    for module, target, in_function, file, line in IMPORTS:
+        a, b = _package(module), _package(target)
+        if in_function or a == b or "marin_lab" in (a, b):
+            continue
+        if LAYERS[b] > LAYERS[a]:
+            upward.add((a, b))
+            where.setdefault((a, b), f"{file}:{line}")
+    new = sorted(upward - KNOWN_UPWARD)
+    assert not new, "upward imports (a lower package importing a higher one): " + ", ".join(
+        f"{a} -> {b} ({where[(a, b)]})" for a, b in new)
+    gone = sorted(KNOWN_UPWARD - upward)
+    assert not gone, f"KNOWN_UPWARD lists arrows that no longer exist, remove them: {gone}"
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    cycles = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        work = [(root, iter(sorted(graph[root])))]
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        cycles.append(sorted(component))
+    return cycles
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set(), "c": {"b"}}) == []
+
+
+def test_module_level_imports_form_no_cycle():
+    modules = {m for m, *_ in IMPORTS}
+    graph: dict[str, set[str]] = defaultdict(set)
+    for module, target, in_function, *_ in IMPORTS:
+        # A package's __init__ importing its own submodules is how a package exports its names.
+        if not in_function and target in modules and target != module and not target.startswith(module + "."):
+            graph[module].add(target)
+    cycles = _cycles(graph)
+    assert not cycles, f"module-level import cycles: {cycles}"
+
+
+def test_no_hidden_imports_of_marin_lab_inside_functions():
+    local = {(file, target): line for module, target, in_function, file, line in IMPORTS if in_function}
+    new = sorted(set(local) - KNOWN_LOCAL)
+    assert not new, ("marin_lab imported inside a function (import it at the top of the module, or break the "
+                     "cycle that made it local): " + ", ".join(f"{f}:{local[(f, t)]} {t}" for f, t in new))
+    gone = sorted(KNOWN_LOCAL - set(local))
+    assert not gone, f"KNOWN_LOCAL lists imports that are gone, remove them: {gone}"
