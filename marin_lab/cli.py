@@ -146,45 +146,6 @@ def _cmd_browse(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_compile(args: argparse.Namespace) -> int:
-    import re
-
-    from marin_lab.execution.executor import Executor, default_prefix
-    from marin_lab.execution.main import capture_steps
-    from marin_lab.training.compile_report import render
-    from marin_lab.training.config import TrainLmConfig
-    from marin_lab.training.finetune import FinetuneConfig
-    from marin_lab.training.tpu_compile import compile_training_step
-    from marin_lab.training.tpu_topology import parse_topology, require_libtpu, topology_for_resources
-
-    if not os.path.isfile(args.script):
-        raise MarinLabError(f"{args.script}: no such experiment file; give the path of a Python file that calls "
-                            "executor_main, e.g. experiments/tootsie_8b.py")
-    require_libtpu()
-    forced = parse_topology(args.topology, args.slices) if args.topology else None
-    steps, _ = capture_steps(args.script, args.script_args)
-    plan = Executor(prefix=args.prefix or default_prefix(), backend="local", script=args.script).plan(steps)
-    pattern = re.compile(args.step) if args.step else None
-    selected = [ps for ps in plan.steps if isinstance(ps.step.config, (TrainLmConfig, FinetuneConfig))
-                and (pattern is None or pattern.search(ps.name) or pattern.search(ps.identity))]
-    if not selected:
-        raise MarinLabError(f"{args.script}: no training step (train_lm or finetune_lm)"
-                            + (f" matches --step {args.step!r}" if pattern else ""))
-    reports = []
-    for ps in selected:
-        topology = forced or topology_for_resources(ps.step.resources)
-        if topology is None:
-            raise MarinLabError(f"step {ps.name!r}: field resources declares no TPU ({ps.step.resources!r}); pass "
-                                "--topology (e.g. v5e-256x2) to compile it for one")
-        function = "train_lm" if isinstance(ps.step.config, TrainLmConfig) else "finetune_lm"
-        reports.append(compile_training_step(ps.name, function, ps.step.config, topology))
-    print(render(reports, args.format))
-    failed = [r for r in reports if not r.fits]
-    for r in failed:
-        print(f"error: {r.not_fit_line()}", file=sys.stderr)
-    return 1 if failed else 0
-
-
 def _prefix(args: argparse.Namespace) -> str:
     return default_prefix(args.prefix)
 
@@ -227,18 +188,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", action="append", help="another readable root besides the prefix (repeatable)")
     p.set_defaults(func=_cmd_browse)
 
-    p = sub.add_parser("compile", help="compile each training step for its TPU topology on this machine (libtpu): "
-                                       "memory per chip vs HBM, FLOPs, collectives (ICI/DCN); exit 1 if one does not fit")
-    p.add_argument("script", help="an experiment file, e.g. experiments/tootsie_8b.py")
-    p.add_argument("--step", help="regex over step names")
-    p.add_argument("--topology", help="instead of the step's TpuResources: v5e-256x2, v4-2048, v5e-4, v5e:2x2, ...")
-    p.add_argument("--slices", type=int, help="slices of a --topology given as a compiler name (v5e:2x2)")
-    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
-    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store (only names the steps)")
-    p.add_argument("script_args", nargs="*", help="arguments passed to the script (after --)")
-    p.set_defaults(func=_cmd_compile)
-
-    # Listed for --help only: main() hands `cluster ...` to marin_lab.cluster.cli before parsing.
+    # Listed for --help only: main() hands `compile ...` and `cluster ...` to marin_lab.cluster.cli.
+    sub.add_parser("compile", help="compile each training step for its TPU topology on this machine (libtpu): "
+                                   "memory per chip vs HBM, FLOPs, collectives (ICI/DCN); exit 1 if one does not fit",
+                   add_help=False)
     sub.add_parser("cluster", help="TPU cluster commands (render, up, status, down)", add_help=False)
     return parser
 
@@ -247,10 +200,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     redact_logs()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "cluster":  # its own parser, options and --help included
+    if argv and argv[0] in ("cluster", "compile"):  # TPU commands: their own parsers, options and --help
+        from marin_lab.cluster.cli import compile_main
         from marin_lab.cluster.cli import main as cluster_main
 
-        return int(cluster_main(argv[1:]) or 0)
+        return int((cluster_main if argv[0] == "cluster" else compile_main)(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

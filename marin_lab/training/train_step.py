@@ -229,7 +229,7 @@ def build_step(model: LlamaConfig, optimizer: optax.GradientTransformation,
                lr_schedule: Callable[[jax.Array], jax.Array], settings: StepSettings, mesh: Mesh,
                rule: str) -> tuple[TrainState, Callable]:
     """(state shardings, the jitted train step) on `mesh`: train_lm runs it on its devices,
-    `marin-lab compile` lowers it for a TPU topology (marin_lab.training.tpu_compile)."""
+    `marin-lab compile` lowers it for a TPU topology (marin_lab.cluster.tpu_compile)."""
     param_dtype = jnp.dtype(settings.param_dtype)
     shardings = state_shardings(model, optimizer, mesh, rule, param_dtype, settings.precision)
     return shardings, make_train_step(model, optimizer, lr_schedule, settings, mesh, shardings)

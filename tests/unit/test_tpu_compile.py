@@ -14,11 +14,12 @@ import pytest
 
 from experiments.models import llama_nano
 from marin_lab.cli import main
-from marin_lab.training import DataConfig, MeshConfig, TrainingError, TrainLmConfig, tpu_topology
-from marin_lab.training.compile_report import render
-from marin_lab.training.hlo_collectives import parse_collectives
-from marin_lab.training.tpu_compile import compile_training_step
-from marin_lab.training.tpu_topology import parse_topology
+from marin_lab.cluster import tpu_topology
+from marin_lab.cluster.compile_report import render
+from marin_lab.cluster.hlo_collectives import parse_collectives
+from marin_lab.cluster.tpu_compile import compile_training_step
+from marin_lab.cluster.tpu_topology import parse_topology
+from marin_lab.training import DataConfig, MeshConfig, TrainingError, TrainLmConfig
 
 TINY = dataclasses.replace(llama_nano, num_layers=2, vocab_size=512, max_seq_len=4096)
 
@@ -115,6 +116,21 @@ FINETUNE = textwrap.dedent('''
     if __name__ == "__main__":
         executor_main(steps=[step])
 ''')
+
+
+def test_a_replica_axis_over_slices_sends_only_gradients_across_the_dcn():
+    """mesh.slices=2: parameters and optimizer state are sharded inside each slice, so no parameter
+    all-gather or reduce-scatter crosses slices; the gradients do, once per step (outside the loops)."""
+    two_slices = parse_topology("v5e:2x2", slices=2)
+    report = compile_training_step("replica", "train_lm", _config(mesh=MeshConfig(fsdp=-1, slices=2)), two_slices)
+    assert report.mesh == {"replica": 2, "data": 1, "fsdp": 4, "model": 1} and report.fits
+    assert {op.kind for op in report.dcn_ops} == {"all-reduce"}
+    assert all(op.runs_per_step == 1 for op in report.dcn_ops)
+    # Inside a slice the parameters are still gathered per layer, as on one slice.
+    ici = {c.kind: c for c in report.collectives if c.scope == "ici"}
+    assert ici["all-gather"].count >= 2 * 7
+    with pytest.raises(TrainingError, match=r"field mesh.slices=2 but topology v5e-4 has 1 slice"):
+        compile_training_step("x", "train_lm", _config(mesh=MeshConfig(fsdp=-1, slices=2)), parse_topology("v5e-4"))
 
 
 def test_a_step_that_does_not_fit_exits_1_with_one_line(tmp_path, monkeypatch, capsys):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from marin_lab.training.tpu_compile import StepReport
-from marin_lab.training.tpu_topology import GiB
+from marin_lab.cluster.tpu_compile import StepReport
+from marin_lab.cluster.tpu_topology import GiB
 
 FORMATS = ("text", "markdown", "json")
 

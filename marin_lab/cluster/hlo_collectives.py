@@ -246,7 +246,7 @@ def summarize(collectives: list[Collective]) -> dict[str, int]:
 
 __all__ = ["Collective", "CollectiveOp", "aggregate", "array_bytes", "collective_ops", "parse_collectives", "summarize"]
 
-if __name__ == "__main__":  # python -m marin_lab.training.hlo_collectives program.hlo.txt
+if __name__ == "__main__":  # python -m marin_lab.cluster.hlo_collectives program.hlo.txt
     import sys
 
     with open(sys.argv[1]) as f:

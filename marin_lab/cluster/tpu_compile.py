@@ -31,6 +31,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from marin_lab.cluster.hlo_collectives import Collective, CollectiveOp, aggregate, collective_ops, summarize
+from marin_lab.cluster.tpu_topology import GiB, Topology
 from marin_lab.peft.lora import LoraError
 from marin_lab.training.base_model import quantize_params
 from marin_lab.training.config import TrainLmConfig
@@ -38,10 +40,8 @@ from marin_lab.training.errors import TrainingError
 from marin_lab.training.finetune import FinetuneConfig, step_plan
 from marin_lab.training.finetune_state import build_step as build_finetune_step
 from marin_lab.training.finetune_state import frozen_base, init_trainable
-from marin_lab.training.hlo_collectives import Collective, CollectiveOp, aggregate, collective_ops, summarize
 from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding
 from marin_lab.training.model import LlamaConfig, init_params
-from marin_lab.training.tpu_topology import GiB, Topology
 from marin_lab.training.train_lm import check_batch, step_settings
 from marin_lab.training.train_step import abstract_state, build_step
 
@@ -136,6 +136,9 @@ def remat_extra_flops(model: LlamaConfig, remat: bool | str, tokens: int, seq_le
 
 
 def _mesh(step: str, mesh_config: Any, topology: Topology) -> Any:
+    if mesh_config.slices not in (1, topology.slices):
+        raise TrainingError(f"step {step!r}: field mesh.slices={mesh_config.slices} but topology {topology.name} has "
+                            f"{topology.slices} slice(s); set mesh.slices to the slice count (MeshConfig.on_slices)")
     try:
         return mesh_config.build(topology.devices())
     except MeshError as err:
