@@ -66,7 +66,7 @@ def test_compile_json_reports_the_declared_topology(experiment, capsys):
     (step,) = report["steps"]
     assert step["step"] == "checkpoints/tiny" and step["function"] == "train_lm"
     assert (step["topology"], step["slices"], step["chips"]) == ("v5e-4", 1, 4)
-    assert step["mesh"] == {"data": 1, "fsdp": 4, "model": 1}
+    assert step["mesh"] == {"replica": 1, "data": 1, "fsdp": 4, "model": 1}
     assert step["fits"] is True
     assert step["hbm_capacity_bytes"] == int(15.75 * 2**30)
     hbm = step["hbm"]
