@@ -362,6 +362,7 @@ def default_train(
         initialize_from=output_path_of(start, "checkpoints") if isinstance(start, ExecutorStep) else start,
         microbatches=train_config.microbatches, mesh=train_config.mesh,
         gradient_checkpointing=train_config.gradient_checkpointing, checkpoint=train_config.checkpoints(),
+        attention_impl=train_config.resolved_attention_impl(),
         steps_per_eval=train_config.steps_per_eval or 1000, max_eval_batches=train_config.max_eval_batches,
         eval_caches=_caches(validation_sets) if validation_sets else {}, eval_tasks=tuple(eval_harness_tasks),
         wandb=dataclasses.replace(wandb or WandbConfig(), tags=tuple(tags) + (name,)),

@@ -66,6 +66,9 @@ class SimpleTrainConfig:
     """Gradient accumulation."""
     gradient_checkpointing: bool = False
     """Recompute activations on the backward pass (less memory, ~1/3 more FLOPs)."""
+    attention_impl: str | None = None
+    """None: 'splash' (the Pallas TPU kernel) when the resources are TPUs, einsum elsewhere; or one of
+    'einsum', 'xla', 'cudnn', 'splash' (docs/training.md, "Attention")."""
     checkpoint: CheckpointConfig | None = None
     """Replaces the checkpoint policy derived from steps_per_export."""
 
@@ -92,6 +95,12 @@ class SimpleTrainConfig:
     def step_resources(self) -> tuple[Any, str | None, int]:
         """(the step's resources, the TPU type and slice count for the dry run's estimate)."""
         return step_resources(self.resources)
+
+    def resolved_attention_impl(self) -> str | None:
+        if self.attention_impl is not None:
+            return self.attention_impl
+        # The TPU type is what the step declares it runs on (TpuPodConfig or TpuResources).
+        return "splash" if self.step_resources()[1] is not None else None
 
     def resolved_compute_dtype(self) -> str:
         if self.compute_dtype is not None:

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from marin_lab.cluster.hlo_collectives import Collective, CollectiveOp, aggregate, collective_ops, summarize
 from marin_lab.cluster.tpu_topology import GiB, Topology
 from marin_lab.peft.lora import LoraError
+from marin_lab.training.attention import AttentionConfigError, check_attention
 from marin_lab.training.base_model import quantize_params
 from marin_lab.training.config import TrainLmConfig
 from marin_lab.training.errors import TrainingError
@@ -45,8 +46,6 @@ from marin_lab.training.model import LlamaConfig, init_params
 from marin_lab.training.train_lm import check_batch, step_settings
 from marin_lab.training.train_step import abstract_state, build_step
 
-TPU_ATTENTION = (None, "xla", "splash")
-"""attention_impl values a TPU step can use ('cudnn' is NVIDIA's)."""
 _OOM = re.compile(r"RESOURCE_EXHAUSTED|Ran out of memory|exceeds available HBM", re.IGNORECASE)
 _SIZE = r"([0-9.]+)\s*([KMGT])i?B?"
 _USED = [re.compile(r"Used " + _SIZE + r" of " + _SIZE, re.IGNORECASE),
@@ -146,10 +145,12 @@ def _mesh(step: str, mesh_config: Any, topology: Topology) -> Any:
             from err
 
 
-def _check_attention(step: str, impl: str | None) -> None:
-    if impl not in TPU_ATTENTION:
-        raise TrainingError(f"step {step!r}: field attention_impl={impl!r} is not available on TPU; use one of "
-                            f"{', '.join(repr(x) for x in TPU_ATTENTION)}")
+def _check_attention(step: str, impl: str | None, model: LlamaConfig, seq_len: int) -> None:
+    try:
+        check_attention(impl, seq_len=seq_len, num_heads=model.num_heads, num_kv_heads=model.num_kv_heads,
+                        platform="tpu")
+    except AttentionConfigError as err:
+        raise TrainingError(f"step {step!r}: field {err}") from err
 
 
 def _pretraining(step: str, config: TrainLmConfig, topology: Topology) -> tuple[Any, tuple, Any, dict]:
@@ -159,7 +160,7 @@ def _pretraining(step: str, config: TrainLmConfig, topology: Topology) -> tuple[
         config.precision.validate(config.model.param_shapes())
     except ValueError as err:
         raise TrainingError(f"step {step!r}: {err}") from err
-    _check_attention(step, config.attention_impl)
+    _check_attention(step, config.attention_impl, config.model, config.seq_len)
     mesh = _mesh(step, config.mesh, topology)
     try:
         check_batch(config, mesh)
@@ -186,7 +187,7 @@ def _finetuning(step: str, config: FinetuneConfig, topology: Topology) -> tuple[
             config.lora.validate(model)
     except (ValueError, LoraError) as err:
         raise TrainingError(f"step {step!r}: {err}") from err
-    _check_attention(step, config.attention_impl)
+    _check_attention(step, config.attention_impl, model, config.seq_len)
     mesh = _mesh(step, config.mesh, topology)
     if config.batch_size % batch_divisor(mesh):
         raise TrainingError(f"step {step!r}: field batch_size={config.batch_size} is not divisible by mesh "
@@ -298,4 +299,4 @@ def _roofline(hardware_flops: float, collectives: list[Collective], topology: To
     return times[bound], bound
 
 
-__all__ = ["TPU_ATTENTION", "StepReport", "compile_training_step", "plain_config", "remat_extra_flops"]
+__all__ = ["StepReport", "compile_training_step", "plain_config", "remat_extra_flops"]

@@ -1,64 +1,48 @@
-"""The executor: plan an experiment, decide what to run, run it, record everything.
+"""The executor: plan an experiment, decide what to run, schedule it, record the run.
 
-A run is a loop in the driver. Steps whose dependencies have succeeded are started, up to
-`max_concurrent` at once, each in a driver thread that
-
-  1. takes the step's lease (or waits while another live driver holds it, then reuses its result),
-  2. writes RUNNING and a first record,
-  3. runs `fn(resolved_config)` on the backend (a worker process or a Ray task), retrying a
-     preemption within one budget and a failure within another,
-  4. writes the output manifest and the full record, then SUCCESS last, then releases the lease.
-
-A driver that loses a lease cancels the step and writes nothing more. All state lives in
-storage, so a driver killed at any moment is restarted by running it again.
+A run is a loop in the driver. The plan (plan.py) gives every step its identity and output path;
+deciding (decide.py) reads the stored statuses and says run, skip, wait or fail for each. Steps
+whose dependencies have succeeded are then started, up to `max_concurrent` at once, each in a
+driver thread where a `StepRunner` (step_runner.py) takes its lease, runs its attempts and writes
+its records; a failure marks everything downstream DEP_FAILED. All state lives in storage, so a
+driver killed at any moment is restarted by running it again.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import functools
 import json
 import logging
 import os
 import sys
-import threading
-import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from marin_lab.execution.backends import Guard, make_backend
+from marin_lab.execution.backends import make_backend
 from marin_lab.execution.code_provenance import git_state, store_script
 from marin_lab.execution.decide import Decision, decide_one, read_statuses
 from marin_lab.execution.errors import (
     ExecutorConfigError,
     ExperimentFailedError,
-    LeaseLostError,
-    PreemptedError,
-    RecordError,
-    StepFailedError,
     StorageError,
 )
 from marin_lab.execution.explain import RecordIndex
-from marin_lab.execution.hashing import hash8, unversioned_fingerprint
-from marin_lab.execution.lease import HOSTNAME, Lease, new_driver_id
+from marin_lab.execution.hashing import hash8
+from marin_lab.execution.lease import Lease, new_driver_id
 from marin_lab.execution.plan import MarinExecutorAttributes, Plan, PlannedStep, build_plan
 from marin_lab.execution.plan_report import check_format, format_text, plan_report, render_plan
-from marin_lab.execution.provenance import manifest
 from marin_lab.execution.record_builder import (
-    StepRecorder,
     experiment_record,
     relative_script,
-    step_record,
     under_prefix,
 )
-from marin_lab.execution.records import read_step_record
 from marin_lab.execution.resources import validate_resources
-from marin_lab.execution.secrets import redact_logs, scrub_text
+from marin_lab.execution.secrets import redact_logs
 from marin_lab.execution.status import Status, now_iso, read_status, status_path, write_status
 from marin_lab.execution.step import ExecutorStep
-from marin_lab.execution.watch import StatusHeartbeat, failure_report, with_step_logs
+from marin_lab.execution.step_runner import RunnerSettings, StepOutcome, StepRunner, step_lease
 from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.io.fs import atomic_write_bytes, join, normalize_prefix, remove, write_json
 from marin_lab.store.layout import DEFAULT_PREFIX, default_prefix, experiments_dir
@@ -67,15 +51,6 @@ __all__ = ["DEFAULT_PREFIX", "Decision", "Executor", "RunReport", "StepOutcome",
 
 logger = logging.getLogger(__name__)
 
-
-
-@dataclasses.dataclass
-class StepOutcome:
-    identity: str
-    status: str
-    """SUCCESS | FAILED | DEP_FAILED | LOST | SKIPPED"""
-    executed: bool = False
-    message: str | None = None
 
 
 @dataclasses.dataclass
@@ -125,19 +100,15 @@ class Executor(MarinExecutorAttributes):
             raise ExecutorConfigError(f"--max_concurrent must be at least 1, got {max_concurrent}")
         self.max_concurrent = max_concurrent or max(os.cpu_count() or 1, 4)
         self.force_run_failed = force_run_failed
-        self.lease_timeout_s = lease_timeout_s
-        self.heartbeat_s = heartbeat_s
-        self.max_preemption_retries = max_preemption_retries
-        self.max_failure_retries = max_failure_retries
-        self.wait_poll_s = wait_poll_s
+        self.runner_settings = RunnerSettings(
+            lease_timeout_s=lease_timeout_s, heartbeat_s=heartbeat_s, wait_poll_s=wait_poll_s,
+            max_preemption_retries=max_preemption_retries, max_failure_retries=max_failure_retries)
         self.ray_address = ray_address
         self.description = description
         self.script = script if script is not None else _script_path()
         # Object stores pay a round trip per read: status reads and WAITING writes go concurrently there.
         self._remote = "://" in self.prefix and not self.prefix.startswith("file://")
         self.driver_id = new_driver_id()
-        self._backend: Any = None
-        self._lock = threading.Lock()
         self._code: dict[str, Any] | None = None
 
     # ---------------------------------------------------------------------------------------
@@ -269,7 +240,10 @@ class Executor(MarinExecutorAttributes):
             return outcomes
         self._mark_waiting([plan.by_identity[i] for i in pending if by_id[i].reason == "no output yet"])
 
-        self._backend = make_backend(self.backend_name, ray_address=self.ray_address)
+        backend = make_backend(self.backend_name, ray_address=self.ray_address)
+        runner = StepRunner(settings=self.runner_settings, driver_id=self.driver_id, backend=backend,
+                            backend_name=self.backend_name, code=self._code_provenance,
+                            experiment=under_prefix(self.executor_info_path, self.prefix))
         try:
             with concurrent.futures.ThreadPoolExecutor(max_workers=self.max_concurrent,
                                                        thread_name_prefix="step") as pool:
@@ -281,7 +255,7 @@ class Executor(MarinExecutorAttributes):
                         if all(outcomes.get(d.identity, StepOutcome("", "")).status == "SUCCESS"
                                for d in ps.dependencies):
                             pending.discard(ps.identity)
-                            running[pool.submit(self._run_step, plan, ps)] = ps.identity
+                            running[pool.submit(runner.run, plan, ps)] = ps.identity
                     if not running:
                         break
                     done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
@@ -294,8 +268,7 @@ class Executor(MarinExecutorAttributes):
                             outcomes[ident] = StepOutcome(ident, "FAILED", message=f"driver error: {err}")
                     self._mark_dep_failed(plan, outcomes, pending)
         finally:
-            self._backend.shutdown()
-            self._backend = None
+            backend.shutdown()
         return outcomes
 
     def _mark_waiting(self, steps: Sequence[PlannedStep]) -> None:
@@ -344,149 +317,7 @@ class Executor(MarinExecutorAttributes):
             logger.warning("step '%s': could not write DEP_FAILED", ps.identity, exc_info=True)
 
     def _lease(self, ps: PlannedStep) -> Lease:
-        return Lease(ps.output_path, self.driver_id, timeout_s=self.lease_timeout_s,
-                     heartbeat_s=self.heartbeat_s, step_name=ps.identity)
-
-    def _run_step(self, plan: Plan, ps: PlannedStep) -> StepOutcome:
-        lease = self._lease(ps)
-        waited_for = None
-        while True:
-            holder = lease.try_acquire()
-            if holder is None:
-                break
-            # Another live driver runs it: wait for its result (SUCCESS is reused, FAILED reported).
-            st = read_status(ps.output_path) or {}
-            if st.get("status") == Status.SUCCESS.value:
-                return StepOutcome(ps.identity, "SUCCESS", message=f"finished by {holder.holder}")
-            if st.get("status") == Status.FAILED.value and waited_for:  # the driver we waited for failed it
-                return StepOutcome(ps.identity, "FAILED", message=f"FAILED in driver {st.get('driver')}")
-            if waited_for != holder.holder:
-                logger.info("step '%s': RUNNING in driver %s; waiting for it", ps.identity, holder.holder)
-                waited_for = holder.holder
-            time.sleep(self.wait_poll_s)
-        try:
-            # Holding the lease: someone may have finished the step since it was decided.
-            st = read_status(ps.output_path) or {}
-            if st.get("status") == Status.SUCCESS.value:
-                return StepOutcome(ps.identity, "SUCCESS", message=f"finished by {waited_for}" if waited_for else None)
-            if st.get("status") == Status.FAILED.value and waited_for:
-                return StepOutcome(ps.identity, "FAILED", message=f"FAILED in driver {st.get('driver')}")
-            return self._run_holding_lease(plan, ps, lease)
-        finally:
-            lease.release()
-
-    def _run_holding_lease(self, plan: Plan, ps: PlannedStep, lease: Lease) -> StepOutcome:
-        try:
-            previous = read_step_record(ps.output_path)
-        except RecordError as err:  # history unreadable: start a fresh one rather than jam every rerun
-            logger.warning("step '%s': its record is damaged (%s); starting a new one", ps.identity, err)
-            previous = None
-        config = plan.resolve_config(ps)
-        recorder = StepRecorder(step_record(
-            ps, config, code=self._code_provenance(), experiment=under_prefix(self.executor_info_path, self.prefix),
-            driver=self.driver_id, backend=self.backend_name, previous=previous), self.driver_id)
-        # A locked environment is built (once, cached by its lock hash) before the first attempt.
-        fn, recorder.record.step_environment = self._step_function(ps)
-        lease.start_heartbeats()
-        preemptions = failures = 0
-        while True:
-            attempt = recorder.start_attempt()
-            if lease.lost.is_set():
-                return StepOutcome(ps.identity, "LOST", message="lease lost before start")
-            # RUNNING and the first record are not flushed to disk (fsync): after a power loss a
-            # missing or torn one reads as not done or CORRUPT, and the step runs again.
-            write_status(ps.output_path, Status.RUNNING, attempt=attempt.attempt, driver=self.driver_id,
-                         durable=False)
-            recorder.write_running()
-            logger.info("step '%s': running (attempt %d) -> %s", ps.identity, attempt.attempt, ps.output_path)
-            t0 = time.monotonic()
-            try:
-                result, env = self._call(ps, fn, config, lease, attempt.attempt,
-                                         on_hardware=lambda hw, a=attempt: recorder.attempt_placed(a, hw))
-            except LeaseLostError:
-                return StepOutcome(ps.identity, "LOST", message="lost the lease to another driver; stopped")
-            except (PreemptedError, StepFailedError) as err:
-                preempted = isinstance(err, PreemptedError)
-                preemptions += preempted
-                failures += not preempted
-                kind = "preemption" if preempted else "failure"
-                recorder.attempt_failed(attempt, kind,
-                                        getattr(err, "traceback_text", None) or f"{type(err).__name__}: {err}",
-                                        f"{kind}: {err}", hardware=err.hardware)
-                budget_left = (preemptions <= self.max_preemption_retries) if preempted \
-                    else (failures <= self.max_failure_retries)
-                if budget_left and not lease.lost.is_set():
-                    logger.warning("step '%s': attempt %d %s (%s); retrying", ps.identity, attempt.attempt,
-                                   "preempted" if preempted else "failed", err)
-                    continue
-                if not lease.still_held():
-                    return StepOutcome(ps.identity, "LOST", message="lease lost; wrote nothing")
-                duration = time.monotonic() - t0
-                recorder.write_failed(attempt, duration)
-                self._terminal_status(ps, Status.FAILED, attempt.attempt, duration_s=round(duration, 3))
-                logger.error("%s", failure_report(ps.identity, attempt.attempt, err, ps.output_path))
-                return StepOutcome(ps.identity, "FAILED", executed=True,
-                                   message=scrub_text(str(err).splitlines()[0]))
-            duration = time.monotonic() - t0
-            hardware = env.pop("hardware", None)
-            recorder.attempt_succeeded(attempt, hardware)
-            files = manifest(ps.output_path)
-            if not lease.still_held():  # lost while finishing: another driver owns the path now
-                return StepOutcome(ps.identity, "LOST", message="lease lost while finishing; wrote nothing")
-            # The full record is flushed to disk before SUCCESS is written: SUCCESS never outlives it.
-            recorder.write_success(attempt, result=result, environment=env, hardware=hardware, manifest=files,
-                                   duration_s=duration)
-            # SUCCESS last: only after the outputs, the manifest and the record are in place.
-            self._terminal_status(ps, Status.SUCCESS, attempt.attempt, duration_s=round(duration, 3),
-                                  config_fingerprint=unversioned_fingerprint(ps.scan.unversioned))
-            logger.info("step '%s': SUCCESS in %.1fs (%d files, %d bytes)", ps.identity, duration,
-                        files["count"], files["total_bytes"])
-            return StepOutcome(ps.identity, "SUCCESS", executed=True)
-
-    def _step_function(self, ps: PlannedStep) -> tuple[Any, dict[str, Any] | None]:
-        """The callable to run, and the locked environment's description when the step has one."""
-        env = ps.step.environment
-        if env is None:
-            return ps.step.fn, None
-        from marin_lab.execution.environments import ensure_environment, run_in_step_environment
-
-        # Built here first (a bad requirement fails before anything is submitted), and again, from
-        # cache or afresh, on whichever node runs the step (the driver's copy may not be there).
-        python = ensure_environment(env)
-        return functools.partial(run_in_step_environment, env, ps.step.fn), {
-            "lock_hash": env.lock_hash(), "python": python, "requirements": list(env.requirements),
-            "constraints": env.constraints,
-        }
-
-    def _call(self, ps: PlannedStep, fn: Any, config: Any, lease: Lease, attempt: int = 1,
-              on_hardware: Callable[[dict[str, Any]], None] | None = None) -> tuple[Any, dict[str, Any]]:
-        guard = Guard(driver_pid=os.getpid(), driver_host=HOSTNAME, lease_url=lease.url, holder=lease.holder)
-        fn, log = with_step_logs(fn, ps.identity, ps.output_path, attempt, ps.step.resources)
-        handle = self._backend.submit(fn, config, step_name=ps.identity, resources=ps.step.resources, guard=guard)
-        heartbeat = StatusHeartbeat(ps.output_path, log, attempt=attempt, driver=self.driver_id)
-        reported = False
-        while not handle.wait(0.2):
-            if lease.lost.is_set():
-                handle.cancel()
-                raise LeaseLostError(f"step '{ps.identity}': lease lost")
-            if not reported and handle.placed_hardware is not None and on_hardware is not None:
-                reported = True  # written here, in the driver's thread that owns the record
-                on_hardware(handle.placed_hardware)
-            heartbeat.maybe_beat()
-        if lease.lost.is_set():
-            raise LeaseLostError(f"step '{ps.identity}': lease lost")
-        return handle.result()
-
-    def _terminal_status(self, ps: PlannedStep, status: Status, attempt: int, **extra: Any) -> None:
-        # Retried on its own: a flaky write here must not turn into a lost lease or vice versa.
-        for delay in (0.0, 0.5, 2.0, 5.0):
-            time.sleep(delay)
-            try:
-                write_status(ps.output_path, status, attempt=attempt, driver=self.driver_id, **extra)
-                return
-            except Exception:
-                logger.warning("step '%s': writing %s failed; retrying", ps.identity, status.value, exc_info=True)
-        raise StorageError(f"step '{ps.identity}': could not write status {status.value} to {ps.output_path}")
+        return step_lease(ps, self.driver_id, self.runner_settings)
 
 
 def _script_path() -> str | None:

@@ -11,7 +11,7 @@ from marin_lab.training.checkpoint import CheckpointConfig
 from marin_lab.training.data import DataConfig
 from marin_lab.training.mesh import MeshConfig
 from marin_lab.training.metrics import TPU_PEAK_BY_TYPE, WandbConfig
-from marin_lab.training.model import LlamaConfig
+from marin_lab.training.model import LOSS_CHUNK_SIZE, LlamaConfig
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.versioning import versioned_field
 
@@ -52,7 +52,11 @@ class TrainLmConfig:
     gradient_checkpointing: bool = False
     """Recompute each block's activations on the backward pass (saves memory, costs ~1/3 FLOPs)."""
     attention_impl: str | None = None
-    """None (einsum), 'xla' or 'cudnn' (jax.nn.dot_product_attention; cudnn on NVIDIA GPUs)."""
+    """None (einsum, any backend), 'xla' or 'cudnn' (jax.nn.dot_product_attention; cudnn on NVIDIA
+    GPUs), 'splash' (the Pallas TPU kernel; interpreted on CPU): docs/training.md, "Attention"."""
+    loss_chunk_size: int | None = LOSS_CHUNK_SIZE
+    """Sequence positions per cross-entropy chunk: the fp32 logits exist [batch, this, vocab] at a
+    time, forward and backward; None: the whole sequence at once (the same loss up to fp32 sums)."""
     z_loss_weight: float = versioned_field(0.0)
     """Weight of the z-loss (logsumexp^2); 1e-4 is common, 0 disables."""
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)

@@ -155,7 +155,7 @@ def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: 
 
     per_device_batch = max(batch_size // num_devices, 1)
     layer_act = _layer_activation_bytes(model, seq_len, c, lora if mode != "full" else None,
-                                        attention_impl == "cudnn") * per_device_batch
+                                        attention_impl in ("cudnn", "splash")) * per_device_batch
     block_input = seq_len * model.hidden_dim * c * per_device_batch
     if gradient_checkpointing in (True, "full"):
         saved = model.num_layers * block_input

@@ -25,6 +25,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from marin_lab.training.attention import attention, check_attention
+from marin_lab.training.loss import chunked_log_likelihoods, log_likelihoods
+
 Params = dict[str, Any]
 
 
@@ -189,21 +192,6 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return out.astype(x.dtype)
 
 
-def _attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str | None) -> jax.Array:
-    """Causal GQA. q: [B, T, H, hd]; k, v: [B, T, KV, hd] -> [B, T, H, hd]."""
-    if impl in ("cudnn", "xla"):
-        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=impl)
-    b, t, h, hd = q.shape
-    kv = k.shape[2]
-    qg = q.reshape(b, t, kv, h // kv, hd)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k).astype(jnp.float32) / math.sqrt(hd)
-    causal = jnp.tril(jnp.ones((t, t), dtype=bool))
-    scores = jnp.where(causal, scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
-    return out.reshape(b, t, h, hd)
-
-
 def linear(x: jax.Array, w: Any) -> jax.Array:
     """The one place a weight multiplies activations: x [..., in] times w [in, out].
 
@@ -228,7 +216,7 @@ def _is_weight_wrapper(p: Any) -> bool:
 
 
 def _block(config: LlamaConfig, attention_impl: str | None, x: jax.Array, layer: Params,
-           cos: jax.Array, sin: jax.Array) -> jax.Array:
+           cos: jax.Array, sin: jax.Array, sharding: Any = None) -> jax.Array:
     b, t, _ = x.shape
     hd = config.resolved_head_dim
     h = rms_norm(x, layer["attn_norm"], config.norm_eps)
@@ -236,7 +224,7 @@ def _block(config: LlamaConfig, attention_impl: str | None, x: jax.Array, layer:
     k = linear(h, layer["wk"]).reshape(b, t, config.num_kv_heads, hd)
     v = linear(h, layer["wv"]).reshape(b, t, config.num_kv_heads, hd)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    attn = _attention(q, k, v, attention_impl).reshape(b, t, config.num_heads * hd)
+    attn = attention(q, k, v, attention_impl, sharding).reshape(b, t, config.num_heads * hd)
     x = x + linear(attn, layer["wo"])
     h = rms_norm(x, layer["mlp_norm"], config.norm_eps)
     gated = jax.nn.silu(linear(h, layer["w_gate"])) * linear(h, layer["w_up"])
@@ -274,6 +262,48 @@ def _constrain_batch(a: jax.Array, sharding: Any) -> jax.Array:
     return jax.lax.with_sharding_constraint(a, sharding) if a.shape[0] % ways == 0 else a
 
 
+def hidden_states(
+    params: Params,
+    tokens: jax.Array,
+    config: LlamaConfig,
+    *,
+    compute_dtype: Any = jnp.float32,
+    gradient_checkpointing: bool | str = False,
+    attention_impl: str | None = None,
+    activation_sharding: Any = None,
+) -> tuple[Params, jax.Array]:
+    """(the params cast to compute_dtype, the final-normed hidden states [B, T, D]).
+
+    Arguments as for `forward`, which applies the output projection to these.
+    """
+    check_attention(attention_impl, seq_len=tokens.shape[1], num_heads=config.num_heads,
+                    num_kv_heads=config.num_kv_heads)
+    cast = jax.tree_util.tree_map(lambda p: _cast_param(p, compute_dtype), params,
+                                  is_leaf=_is_weight_wrapper)
+    seq_len = tokens.shape[1]
+    cos, sin = rope_tables(seq_len, config.resolved_head_dim, config.rope_theta)
+    def pin(a: jax.Array) -> jax.Array:
+        return _constrain_batch(a, activation_sharding)
+
+    x = pin(jnp.take(cast["embed"], tokens, axis=0))
+
+    def body(carry: jax.Array, layer: Params) -> tuple[jax.Array, None]:
+        return pin(_block(config, attention_impl, carry, layer, cos, sin, activation_sharding)), None
+
+    if gradient_checkpointing:
+        # Keep only each block's input (and what the policy saves); recompute the rest backward.
+        body = jax.checkpoint(body, prevent_cse=False, policy=remat_policy(gradient_checkpointing))
+    x, _ = jax.lax.scan(body, x, cast["layers"])
+    return cast, pin(rms_norm(x, cast["final_norm"], config.norm_eps))
+
+
+def output_logits(cast: Params, x: jax.Array, config: LlamaConfig) -> jax.Array:
+    """Logits [..., vocab] of hidden states x [..., D] (cast: params from `hidden_states`)."""
+    if config.tie_embeddings:
+        return x @ cast["embed"].T
+    return linear(x, cast["lm_head"])
+
+
 def forward(
     params: Params,
     tokens: jax.Array,
@@ -288,40 +318,26 @@ def forward(
 
     Params stay in their storage dtype (fp32) and are cast to `compute_dtype` here, which is
     what "mixed precision" means: the optimizer updates fp32 masters, matmuls run in bf16.
-    attention_impl: None (einsum, any backend), "xla" or "cudnn" (jax.nn.dot_product_attention).
+    attention_impl: None (einsum, any backend), "xla" or "cudnn" (jax.nn.dot_product_attention),
+    "splash" (the Pallas TPU kernel; interpreted elsewhere): marin_lab.training.attention.
     activation_sharding: where the residual stream [B, T, D] lives (split by batch, whole along T
     and D). Pinning it makes XLA gather each FSDP-split weight for its matmul (and reduce-scatter
     its gradient) instead of splitting the activations along D and all-reducing them, which on a
     [B, T, vocab] logits tensor is the largest collective of the step.
     """
-    cast = jax.tree_util.tree_map(lambda p: _cast_param(p, compute_dtype), params,
-                                  is_leaf=_is_weight_wrapper)
-    seq_len = tokens.shape[1]
-    cos, sin = rope_tables(seq_len, config.resolved_head_dim, config.rope_theta)
-    def pin(a: jax.Array) -> jax.Array:
-        return _constrain_batch(a, activation_sharding)
-
-    x = pin(jnp.take(cast["embed"], tokens, axis=0))
-
-    def body(carry: jax.Array, layer: Params) -> tuple[jax.Array, None]:
-        return pin(_block(config, attention_impl, carry, layer, cos, sin)), None
-
-    if gradient_checkpointing:
-        # Keep only each block's input (and what the policy saves); recompute the rest backward.
-        body = jax.checkpoint(body, prevent_cse=False, policy=remat_policy(gradient_checkpointing))
-    x, _ = jax.lax.scan(body, x, cast["layers"])
-    x = pin(rms_norm(x, cast["final_norm"], config.norm_eps))
-    if config.tie_embeddings:
-        return x @ cast["embed"].T
-    return linear(x, cast["lm_head"])
+    cast, x = hidden_states(params, tokens, config, compute_dtype=compute_dtype,
+                            gradient_checkpointing=gradient_checkpointing,
+                            attention_impl=attention_impl, activation_sharding=activation_sharding)
+    return output_logits(cast, x, config)
 
 
 def token_log_likelihoods(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Per-position log p(target) and logsumexp, both fp32 [B, T]."""
-    logits32 = logits.astype(jnp.float32)
-    lse = jax.nn.logsumexp(logits32, axis=-1)
-    target_logit = jnp.take_along_axis(logits32, targets[..., None], axis=-1)[..., 0]
-    return target_logit - lse, lse
+    return log_likelihoods(logits, targets)
+
+
+LOSS_CHUNK_SIZE = 512
+"""Default sequence positions per cross-entropy chunk (marin_lab.training.loss)."""
 
 
 def lm_loss(
@@ -337,18 +353,32 @@ def lm_loss(
     z_loss_weight: float = 0.0,
     logits_hook: Callable[[jax.Array], jax.Array] | None = None,
     activation_sharding: Any = None,
+    loss_chunk_size: int | None = LOSS_CHUNK_SIZE,
 ) -> tuple[jax.Array, jax.Array]:
     """(total loss, cross-entropy) averaged over positions where mask is 1.
 
     logits_hook: applied to the fp32 logits before the loss (the precision policy puts a
     gradient-rescale point there: the logits' gradient is still fp32 at that point).
+    loss_chunk_size: sequences longer than this many positions get their logits computed this many
+    positions at a time, forward and backward (marin_lab.training.loss); None: all at once. A logits
+    hook (it needs the whole gradient) or a wrapped output projection (float8 keeps one amax per
+    tensor) takes the whole-logits path.
     """
-    logits = forward(params, inputs, config, compute_dtype=compute_dtype,
-                     gradient_checkpointing=gradient_checkpointing,
-                     attention_impl=attention_impl, activation_sharding=activation_sharding)
-    if logits_hook is not None:
-        logits = logits_hook(logits.astype(jnp.float32))
-    logp, lse = token_log_likelihoods(logits, targets)
+    cast, x = hidden_states(params, inputs, config, compute_dtype=compute_dtype,
+                            gradient_checkpointing=gradient_checkpointing,
+                            attention_impl=attention_impl, activation_sharding=activation_sharding)
+    head = cast["embed"] if config.tie_embeddings else cast["lm_head"]
+    chunked = (loss_chunk_size is not None and inputs.shape[1] > loss_chunk_size
+               and logits_hook is None and not _is_weight_wrapper(head))
+    if chunked:
+        logp, lse = chunked_log_likelihoods(
+            x, lambda h: output_logits(cast, h, config), targets, loss_chunk_size,
+            constrain=lambda a: _constrain_batch(a, activation_sharding))
+    else:
+        logits = output_logits(cast, x, config)
+        if logits_hook is not None:
+            logits = logits_hook(logits.astype(jnp.float32))
+        logp, lse = log_likelihoods(logits, targets)
     mask = mask.astype(jnp.float32)
     denom = jnp.maximum(mask.sum(), 1.0)
     ce = -(logp * mask).sum() / denom

@@ -29,6 +29,7 @@ from marin_lab.execution.artifacts import reproducibility
 from marin_lab.io import fs as mfs  # noqa: E402
 from marin_lab.training import checkpoint as ckpt  # noqa: E402
 from marin_lab.training import distributed  # noqa: E402
+from marin_lab.training.attention import AttentionConfigError, check_attention  # noqa: E402
 from marin_lab.training.config import BACKENDS, TrainLmConfig  # noqa: E402
 from marin_lab.training.data import MixtureLoader  # noqa: E402
 from marin_lab.training.errors import TrainingError  # noqa: E402
@@ -56,6 +57,13 @@ def validate_config(config: TrainLmConfig) -> None:
         raise TrainingError(str(err)) from err
     if config.backend not in BACKENDS:
         raise TrainingError(f"backend={config.backend!r} is not one of {BACKENDS}")
+    try:
+        check_attention(config.attention_impl, seq_len=config.seq_len, num_heads=config.model.num_heads,
+                        num_kv_heads=config.model.num_kv_heads, platform=jax.default_backend())
+    except AttentionConfigError as err:
+        raise TrainingError(str(err)) from err
+    if config.loss_chunk_size is not None and config.loss_chunk_size < 1:
+        raise TrainingError(f"loss_chunk_size={config.loss_chunk_size} must be positive (or None: no chunks)")
     if config.seq_len > config.model.max_seq_len:
         raise TrainingError(
             f"seq_len={config.seq_len} is larger than model.max_seq_len={config.model.max_seq_len}; "
@@ -199,7 +207,8 @@ def check_batch(config: TrainLmConfig, mesh: Any) -> None:
 def step_settings(config: TrainLmConfig) -> StepSettings:
     """What the compiled step needs from the run's config (shared with `marin-lab compile`)."""
     return StepSettings(config.compute_dtype, config.param_dtype, config.gradient_checkpointing,
-                        config.attention_impl, config.z_loss_weight, config.microbatches, config.precision)
+                        config.attention_impl, config.z_loss_weight, config.microbatches, config.precision,
+                        config.loss_chunk_size)
 
 
 @functools.lru_cache(maxsize=8)

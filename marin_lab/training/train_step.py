@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 from marin_lab.precision import apply as precision
 from marin_lab.precision.policy import PrecisionConfig
 from marin_lab.training.mesh import batch_axes, batch_sharding, param_spec
-from marin_lab.training.model import LlamaConfig, Params, flatten_params, init_params, lm_loss
+from marin_lab.training.model import LOSS_CHUNK_SIZE, LlamaConfig, Params, flatten_params, init_params, lm_loss
 
 # {"params": Params, "opt_state": optax state, "step": int32 scalar}, and with fp8_delayed
 # "fp8": the amax histories (marin_lab.precision.apply), checkpointed with the rest.
@@ -34,6 +34,7 @@ class StepSettings:
     z_loss_weight: float = 0.0
     microbatches: int = 1
     precision: PrecisionConfig = PrecisionConfig()
+    loss_chunk_size: int | None = LOSS_CHUNK_SIZE
 
 
 def _replicated(shardings: Params) -> bool:
@@ -152,7 +153,8 @@ def make_train_step(
                        gradient_checkpointing=settings.gradient_checkpointing,
                        attention_impl=settings.attention_impl,
                        z_loss_weight=settings.z_loss_weight, logits_hook=hook,
-                       activation_sharding=None if flat_reduce else activations)
+                       activation_sharding=None if flat_reduce else activations,
+                       loss_chunk_size=settings.loss_chunk_size)
 
     # The auxiliary input's "gradient" is the precision policy's per-step output (new amax
     # histories, float8 statistics, the logits' gradient scale): see marin_lab.precision.apply.

@@ -1,0 +1,221 @@
+"""Running one planned step: its lease, its attempts within their retry budgets, its records.
+
+The executor (executor.py) plans, decides and schedules; for each step whose dependencies have
+succeeded it calls `StepRunner.run`, in a driver thread, which
+
+  1. takes the step's lease (or waits while another live driver holds it, then reuses its result),
+  2. writes RUNNING and a first record,
+  3. runs `fn(resolved_config)` on the backend (a worker process or a Ray task), retrying a
+     preemption within one budget and a failure within another,
+  4. writes the output manifest and the full record, then SUCCESS last, then releases the lease.
+
+A runner that loses the lease cancels the step and writes nothing more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from marin_lab.execution.backends import Guard
+from marin_lab.execution.environments import ensure_environment, run_in_step_environment
+from marin_lab.execution.errors import LeaseLostError, PreemptedError, RecordError, StepFailedError, StorageError
+from marin_lab.execution.hashing import unversioned_fingerprint
+from marin_lab.execution.lease import HOSTNAME, Lease
+from marin_lab.execution.plan import Plan, PlannedStep
+from marin_lab.execution.provenance import manifest
+from marin_lab.execution.record_builder import StepRecorder, step_record
+from marin_lab.execution.records import read_step_record
+from marin_lab.execution.secrets import scrub_text
+from marin_lab.execution.status import Status, read_status, write_status
+from marin_lab.execution.watch import StatusHeartbeat, failure_report, with_step_logs
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class StepOutcome:
+    identity: str
+    status: str
+    """SUCCESS | FAILED | DEP_FAILED | LOST | SKIPPED"""
+    executed: bool = False
+    message: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerSettings:
+    """How a step's lease is kept and how often its attempts may be retried."""
+
+    lease_timeout_s: float = 60.0
+    heartbeat_s: float | None = None
+    wait_poll_s: float = 1.0
+    max_preemption_retries: int = 10
+    max_failure_retries: int = 0
+
+
+def step_lease(ps: PlannedStep, driver_id: str, settings: RunnerSettings) -> Lease:
+    """The lease on a step's output path, as this driver holds (or checks) it."""
+    return Lease(ps.output_path, driver_id, timeout_s=settings.lease_timeout_s,
+                 heartbeat_s=settings.heartbeat_s, step_name=ps.identity)
+
+
+class StepRunner:
+    """Runs steps of one executor run on its backend; `code` gives the run's code provenance and
+    `experiment` the experiment record's path under the prefix, both written into step records."""
+
+    def __init__(self, *, settings: RunnerSettings, driver_id: str, backend: Any, backend_name: str,
+                 code: Callable[[], dict[str, Any]], experiment: str | None):
+        self.settings = settings
+        self.driver_id = driver_id
+        self.backend = backend
+        self.backend_name = backend_name
+        self.code = code
+        self.experiment = experiment
+
+    def lease(self, ps: PlannedStep) -> Lease:
+        return step_lease(ps, self.driver_id, self.settings)
+
+    def run(self, plan: Plan, ps: PlannedStep) -> StepOutcome:
+        """Run one step whose dependencies have succeeded; never raises for the step's own failure."""
+        lease = self.lease(ps)
+        waited_for = None
+        while True:
+            holder = lease.try_acquire()
+            if holder is None:
+                break
+            # Another live driver runs it: wait for its result (SUCCESS is reused, FAILED reported).
+            st = read_status(ps.output_path) or {}
+            if st.get("status") == Status.SUCCESS.value:
+                return StepOutcome(ps.identity, "SUCCESS", message=f"finished by {holder.holder}")
+            if st.get("status") == Status.FAILED.value and waited_for:  # the driver we waited for failed it
+                return StepOutcome(ps.identity, "FAILED", message=f"FAILED in driver {st.get('driver')}")
+            if waited_for != holder.holder:
+                logger.info("step '%s': RUNNING in driver %s; waiting for it", ps.identity, holder.holder)
+                waited_for = holder.holder
+            time.sleep(self.settings.wait_poll_s)
+        try:
+            # Holding the lease: someone may have finished the step since it was decided.
+            st = read_status(ps.output_path) or {}
+            if st.get("status") == Status.SUCCESS.value:
+                return StepOutcome(ps.identity, "SUCCESS", message=f"finished by {waited_for}" if waited_for else None)
+            if st.get("status") == Status.FAILED.value and waited_for:
+                return StepOutcome(ps.identity, "FAILED", message=f"FAILED in driver {st.get('driver')}")
+            return self._run_holding_lease(plan, ps, lease)
+        finally:
+            lease.release()
+
+    def _run_holding_lease(self, plan: Plan, ps: PlannedStep, lease: Lease) -> StepOutcome:
+        try:
+            previous = read_step_record(ps.output_path)
+        except RecordError as err:  # history unreadable: start a fresh one rather than jam every rerun
+            logger.warning("step '%s': its record is damaged (%s); starting a new one", ps.identity, err)
+            previous = None
+        config = plan.resolve_config(ps)
+        recorder = StepRecorder(step_record(
+            ps, config, code=self.code(), experiment=self.experiment,
+            driver=self.driver_id, backend=self.backend_name, previous=previous), self.driver_id)
+        # A locked environment is built (once, cached by its lock hash) before the first attempt.
+        fn, recorder.record.step_environment = self._step_function(ps)
+        lease.start_heartbeats()
+        preemptions = failures = 0
+        while True:
+            attempt = recorder.start_attempt()
+            if lease.lost.is_set():
+                return StepOutcome(ps.identity, "LOST", message="lease lost before start")
+            # RUNNING and the first record are not flushed to disk (fsync): after a power loss a
+            # missing or torn one reads as not done or CORRUPT, and the step runs again.
+            write_status(ps.output_path, Status.RUNNING, attempt=attempt.attempt, driver=self.driver_id,
+                         durable=False)
+            recorder.write_running()
+            logger.info("step '%s': running (attempt %d) -> %s", ps.identity, attempt.attempt, ps.output_path)
+            t0 = time.monotonic()
+            try:
+                result, env = self._call(ps, fn, config, lease, attempt.attempt,
+                                         on_hardware=lambda hw, a=attempt: recorder.attempt_placed(a, hw))
+            except LeaseLostError:
+                return StepOutcome(ps.identity, "LOST", message="lost the lease to another driver; stopped")
+            except (PreemptedError, StepFailedError) as err:
+                preempted = isinstance(err, PreemptedError)
+                preemptions += preempted
+                failures += not preempted
+                kind = "preemption" if preempted else "failure"
+                recorder.attempt_failed(attempt, kind,
+                                        getattr(err, "traceback_text", None) or f"{type(err).__name__}: {err}",
+                                        f"{kind}: {err}", hardware=err.hardware)
+                budget_left = (preemptions <= self.settings.max_preemption_retries) if preempted \
+                    else (failures <= self.settings.max_failure_retries)
+                if budget_left and not lease.lost.is_set():
+                    logger.warning("step '%s': attempt %d %s (%s); retrying", ps.identity, attempt.attempt,
+                                   "preempted" if preempted else "failed", err)
+                    continue
+                if not lease.still_held():
+                    return StepOutcome(ps.identity, "LOST", message="lease lost; wrote nothing")
+                duration = time.monotonic() - t0
+                recorder.write_failed(attempt, duration)
+                self._terminal_status(ps, Status.FAILED, attempt.attempt, duration_s=round(duration, 3))
+                logger.error("%s", failure_report(ps.identity, attempt.attempt, err, ps.output_path))
+                return StepOutcome(ps.identity, "FAILED", executed=True,
+                                   message=scrub_text(str(err).splitlines()[0]))
+            duration = time.monotonic() - t0
+            hardware = env.pop("hardware", None)
+            recorder.attempt_succeeded(attempt, hardware)
+            files = manifest(ps.output_path)
+            if not lease.still_held():  # lost while finishing: another driver owns the path now
+                return StepOutcome(ps.identity, "LOST", message="lease lost while finishing; wrote nothing")
+            # The full record is flushed to disk before SUCCESS is written: SUCCESS never outlives it.
+            recorder.write_success(attempt, result=result, environment=env, hardware=hardware, manifest=files,
+                                   duration_s=duration)
+            # SUCCESS last: only after the outputs, the manifest and the record are in place.
+            self._terminal_status(ps, Status.SUCCESS, attempt.attempt, duration_s=round(duration, 3),
+                                  config_fingerprint=unversioned_fingerprint(ps.scan.unversioned))
+            logger.info("step '%s': SUCCESS in %.1fs (%d files, %d bytes)", ps.identity, duration,
+                        files["count"], files["total_bytes"])
+            return StepOutcome(ps.identity, "SUCCESS", executed=True)
+
+    def _step_function(self, ps: PlannedStep) -> tuple[Any, dict[str, Any] | None]:
+        """The callable to run, and the locked environment's description when the step has one."""
+        env = ps.step.environment
+        if env is None:
+            return ps.step.fn, None
+        # Built here first (a bad requirement fails before anything is submitted), and again, from
+        # cache or afresh, on whichever node runs the step (the driver's copy may not be there).
+        python = ensure_environment(env)
+        return functools.partial(run_in_step_environment, env, ps.step.fn), {
+            "lock_hash": env.lock_hash(), "python": python, "requirements": list(env.requirements),
+            "constraints": env.constraints,
+        }
+
+    def _call(self, ps: PlannedStep, fn: Any, config: Any, lease: Lease, attempt: int = 1,
+              on_hardware: Callable[[dict[str, Any]], None] | None = None) -> tuple[Any, dict[str, Any]]:
+        guard = Guard(driver_pid=os.getpid(), driver_host=HOSTNAME, lease_url=lease.url, holder=lease.holder)
+        fn, log = with_step_logs(fn, ps.identity, ps.output_path, attempt, ps.step.resources)
+        handle = self.backend.submit(fn, config, step_name=ps.identity, resources=ps.step.resources, guard=guard)
+        heartbeat = StatusHeartbeat(ps.output_path, log, attempt=attempt, driver=self.driver_id)
+        reported = False
+        while not handle.wait(0.2):
+            if lease.lost.is_set():
+                handle.cancel()
+                raise LeaseLostError(f"step '{ps.identity}': lease lost")
+            if not reported and handle.placed_hardware is not None and on_hardware is not None:
+                reported = True  # written here, in the driver's thread that owns the record
+                on_hardware(handle.placed_hardware)
+            heartbeat.maybe_beat()
+        if lease.lost.is_set():
+            raise LeaseLostError(f"step '{ps.identity}': lease lost")
+        return handle.result()
+
+    def _terminal_status(self, ps: PlannedStep, status: Status, attempt: int, **extra: Any) -> None:
+        # Retried on its own: a flaky write here must not turn into a lost lease or vice versa.
+        for delay in (0.0, 0.5, 2.0, 5.0):
+            time.sleep(delay)
+            try:
+                write_status(ps.output_path, status, attempt=attempt, driver=self.driver_id, **extra)
+                return
+            except Exception:
+                logger.warning("step '%s': writing %s failed; retrying", ps.identity, status.value, exc_info=True)
+        raise StorageError(f"step '{ps.identity}': could not write status {status.value} to {ps.output_path}")
