@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[test]'
+	$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[test,tpu]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -32,7 +32,7 @@ test: venv system-deps lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: venv
-	$(PY) -m pip install -q -c requirements/constraints.txt -e '.[test,bench]'
+	$(PY) -m pip install -q -c requirements/constraints.txt -e '.[test,tpu,bench]'
 	$(PY) benchmarks/executor_overhead.py
 
 clean:

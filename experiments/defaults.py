@@ -48,7 +48,13 @@ from marin_lab.processing.dedup import DedupConfig, dedup_exact, dedup_fuzzy
 from marin_lab.processing.download import DownloadConfig, download
 from marin_lab.processing.extract import ExtractConfig, extract
 from marin_lab.processing.quality import HeuristicFilterConfig, filter_heuristics
-from marin_lab.processing.tokenize import TokenizeConfig, TrainTokenizerConfig, tokenize, train_tokenizer
+from marin_lab.processing.tokenize import (
+    TokenizeConfig,
+    TrainTokenizerConfig,
+    load_tokenizer_offline,
+    tokenize,
+    train_tokenizer,
+)
 from marin_lab.training import DataConfig, LlamaConfig, MixturePhase, TrainLmConfig, WandbConfig, train_lm
 
 logger = logging.getLogger(__name__)
@@ -255,8 +261,10 @@ def _caches(tokenized: TokenizedInput) -> dict[str, Any]:
 
 
 def tokenizer_vocab_size(tokenized: TokenizedInput) -> int | None:
-    """The vocabulary the data was (or will be) tokenized with, known before anything runs; None
-    when a tokenizer cannot be read now (a hub tokenizer that is not cached, offline)."""
+    """The vocabulary the data was (or will be) tokenized with, as far as it is known without the
+    network (a trained tokenizer step's size, a local tokenizer file, a hub tokenizer already in the
+    cache); None otherwise: a plan never downloads, and train_lm checks the token caches' vocabulary
+    against the model when it runs."""
     steps = [tokenized] if isinstance(tokenized, ExecutorStep) else list(tokenized.values())
     sizes: dict[int, str] = {}
     for step in steps:
@@ -264,7 +272,7 @@ def tokenizer_vocab_size(tokenized: TokenizedInput) -> int | None:
         if isinstance(spec, InputName) and spec.step is not None:  # a train_tokenizer step
             size, what = unwrap_versioned_value(getattr(spec.step.config, "vocab_size", None)), spec.step.name
         elif isinstance(spec, str):
-            size, what = _loaded_vocab_size(spec, unwrap_versioned_value(step.config.tokenizer_revision)), spec
+            size, what = _known_vocab_size(spec, unwrap_versioned_value(step.config.tokenizer_revision)), spec
         else:
             return None
         if size is None:
@@ -277,15 +285,14 @@ def tokenizer_vocab_size(tokenized: TokenizedInput) -> int | None:
     return next(iter(sizes), None)
 
 
-def _loaded_vocab_size(spec: str, revision: str | None) -> int | None:
-    from marin_lab.processing.tokenize import load_tokenizer
-
+def _known_vocab_size(spec: str, revision: str | None) -> int | None:
     try:
-        return load_tokenizer(spec, revision).get_vocab_size(with_added_tokens=True)
-    except Exception as err:  # offline and not cached, gated, ...: the trainer checks again later
+        tokenizer = load_tokenizer_offline(spec, revision)
+    except Exception as err:  # a damaged local file: the trainer checks again when it runs
         logger.warning("tokenizer %r cannot be read now (%s); its vocabulary is checked when training starts",
                        spec, err)
         return None
+    return None if tokenizer is None else tokenizer.get_vocab_size(with_added_tokens=True)
 
 
 def _model_for(name: str, model: LlamaConfig, tokenized: TokenizedInput) -> LlamaConfig:
@@ -294,8 +301,9 @@ def _model_for(name: str, model: LlamaConfig, tokenized: TokenizedInput) -> Llam
     if model.vocab_size is None:
         if vocab is None:
             raise StepDefinitionError(
-                f"default_train('{name}'): the model has no vocab_size and the tokenizer's cannot be read now; "
-                "make the tokenizer available (or cached) or set model_config's vocab_size")
+                f"default_train('{name}'): the model has no vocab_size and the tokenizer's is not known without "
+                "downloading it (plans never download); set model_config's vocab_size, or use a local or cached "
+                "tokenizer")
         return dataclasses.replace(model, vocab_size=vocab)
     if vocab is not None and vocab > model.vocab_size:
         raise StepDefinitionError(

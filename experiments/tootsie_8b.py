@@ -16,7 +16,24 @@ state included, so the schedule continues without a re-warmup):
             FineMath (high-quality math) is folded into the mixture; z-loss on, which Marin's
             retrospective says it should have used from the start.
 
+Every phase: AdamW without weight decay on the input embedding and the norm gains, as Marin's
+8B did (a token's embedding row gets a gradient only when the token occurs; decaying it every step
+shrinks rare tokens for nothing).
+
+Marin's retrospective (docs/reports/marin-8b-retro.md in marin-community/marin) describes more than
+this recipe holds:
+- Kestrel's WSD-S schedule (a short decay every 10k, later 20k, steps): not done; the optimizer has
+  no cyclic schedule, so kestrel holds the rate constant (the decays served monitoring only).
+- Ocelot's EMA of weights (beta 0.995) for evaluation: not done; the trainer keeps no weight EMA.
+- Phoenix (reheat, then Nemotron-CC + StarCoder to ~11.1T tokens) and Starling (second cooldown
+  with new high-quality sets to ~12.75T), and the "dessert"/deeper-cooldown side runs: not done;
+  Nemotron-CC is published through Common Crawl, not as a Hugging Face dataset the download step
+  fetches, and Starling's mixture depends on datasets built in Marin's own pipeline.
+- Llama-2 RoPE settings in early kestrel (a mistake the retrospective owns): not reproduced; the
+  recipe uses Llama-3 RoPE (theta 500k) throughout.
+
     python experiments/tootsie_8b.py --dry_run true   # the plan: paths, tokens, FLOPs, TPU-hours
+    marin-lab compile experiments/tootsie_8b.py       # each phase compiled for its TPUs: memory, collectives
 
 A real run needs a TPU cluster (`--backend ray`) and Hugging Face access for the downloads.
 """
@@ -58,6 +75,9 @@ CHECKPOINTS = CheckpointConfig(save_every_steps=20_000, keep_every_steps=20_000,
                                keep_last=2)
 FSDP = MeshConfig(data=1, fsdp=-1, model=1, param_sharding="fsdp")
 
+# wd 0.05 (DCLM's Table 12); embeddings and norms are not decayed (module docstring).
+DECAY = dict(weight_decay=0.05, decay_embeddings=False)
+
 KESTREL_END = 640_000  # 640k x 1024 x 4096 ~= 2.68T tokens
 OCELOT_END = KESTREL_END + 87_500  # +87.5k x 3072 x 4096 ~= +1.10T tokens
 JELLYFISH_END = OCELOT_END + 80_000  # +80k x 3072 x 4096 ~= +1.01T tokens
@@ -71,7 +91,7 @@ def phase(batch: int, end_step: int, optimizer: OptimizerConfig, resources: TpuR
 kestrel = default_train(
     "tootsie-8b/kestrel", pretraining, llama_8b,
     phase(1024, KESTREL_END, OptimizerConfig(learning_rate=1e-3, schedule="constant", warmup=1000,
-                                             weight_decay=0.05, beta2=0.95, max_grad_norm=1.0),
+                                             beta2=0.95, max_grad_norm=1.0, **DECAY),
           TpuResources(tpu="v5e-256", slices=2)),
     weights=DCLM_MIX,
     description="phase 1: DCLM mix, hot constant lr 1e-3, 4Mi-token batches on 2x v5e-256",
@@ -80,7 +100,7 @@ kestrel = default_train(
 ocelot = default_train(
     "tootsie-8b/ocelot", pretraining, llama_8b,
     phase(3072, OCELOT_END, OptimizerConfig(learning_rate=1.7e-3, schedule="constant", warmup=0,
-                                            weight_decay=0.05, schedule_offset=KESTREL_END),
+                                            schedule_offset=KESTREL_END, **DECAY),
           TpuResources(tpu="v4-2048"), initialize_from_checkpoint_path=kestrel),
     weights=DCLM_MIX,
     description="phase 2: batch x3 on v4-2048, lr x sqrt(3)",
@@ -89,7 +109,7 @@ ocelot = default_train(
 jellyfish = default_train(
     "tootsie-8b/jellyfish", tokenized, llama_8b,
     phase(3072, JELLYFISH_END, OptimizerConfig(learning_rate=1.7e-3, schedule="linear", warmup=0, decay=1.0,
-                                               min_lr_ratio=0.1, weight_decay=0.05, schedule_offset=OCELOT_END),
+                                               min_lr_ratio=0.1, schedule_offset=OCELOT_END, **DECAY),
           TpuResources(tpu="v4-2048"), initialize_from_checkpoint_path=ocelot, z_loss_weight=1e-4),
     weights=COOLDOWN_MIX,
     description="phase 3: cooldown 1.7e-3 -> 1.7e-4 with FineMath folded in, z-loss on",

@@ -1,4 +1,4 @@
-"""The `marin-lab` command: status, explain, verify, reproduce, browse, cluster."""
+"""The `marin-lab` command: status, explain, verify, reproduce, browse, compile, cluster."""
 
 from __future__ import annotations
 
@@ -193,7 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_launch_parser(sub)
     add_gc_parser(sub)
 
-    # Listed for --help only: main() hands `cluster ...` to marin_lab.cluster.cli before parsing.
+    # Listed for --help only: main() hands `compile ...` and `cluster ...` to marin_lab.cluster.cli.
+    sub.add_parser("compile", help="compile each training step for its TPU topology on this machine (libtpu): "
+                                   "memory per chip vs HBM, FLOPs, collectives (ICI/DCN); exit 1 if one does not fit",
+                   add_help=False)
     sub.add_parser("cluster", help="TPU cluster commands (render, up, status, down)", add_help=False)
     return parser
 
@@ -202,10 +205,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     redact_logs()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "cluster":  # its own parser, options and --help included
+    if argv and argv[0] in ("cluster", "compile"):  # TPU commands: their own parsers, options and --help
+        from marin_lab.cluster.cli import compile_main
         from marin_lab.cluster.cli import main as cluster_main
 
-        return int(cluster_main(argv[1:]) or 0)
+        return int((cluster_main if argv[0] == "cluster" else compile_main)(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

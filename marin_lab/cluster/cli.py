@@ -8,6 +8,10 @@
 
 `--dry_run` prints the exact Ray commands and TPU API requests and touches nothing; it needs no
 credentials (the TPU client is built with AnonymousCredentials and never called).
+
+`marin-lab compile` (a training step compiled for its TPU topology) is `compile_main`, from
+compile_command.py: the top-level command hands both TPU commands here, so neither the TPU client
+nor the compiler is imported by the other commands.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from marin_lab.cluster.compile_command import main as compile_main
 from marin_lab.cluster.config import ClusterConfig, dump_ray_config, load_cluster_config
 from marin_lab.cluster.errors import ClusterError, PreemptedError
 from marin_lab.cluster.provision import TpuProvisioner, make_tpu_client
@@ -176,3 +181,6 @@ _COMMANDS = {"up": _up, "status": _status, "down": _down, "render": _render}
 if __name__ == "__main__":  # pragma: no cover
     logging.basicConfig(level=logging.INFO)
     sys.exit(main())
+
+
+__all__ = ["EXIT_DEGRADED", "compile_main", "default_ray_config", "main"]

@@ -157,6 +157,20 @@ def _hub_tokenizer_bytes(repo_id: str, revision: str | None) -> tuple[bytes, str
         return f.read(), f"hf://{repo_id}@{revision or 'main'}/{TOKENIZER_FILE}"
 
 
+def load_tokenizer_offline(spec: str, revision: str | None = None):
+    """The tokenizer `spec` names if it can be read without the network (a path, a folder, or a hub
+    id already in the Hugging Face cache), else None. Planning uses this: a plan never downloads."""
+    if "://" in spec or os.path.exists(os.path.expanduser(spec)) or _looks_like_path(spec):
+        return load_tokenizer(spec, revision)
+    from huggingface_hub import try_to_load_from_cache
+    from tokenizers import Tokenizer
+
+    cached = try_to_load_from_cache(spec, TOKENIZER_FILE, revision=revision)
+    if not isinstance(cached, str):  # None (never fetched) or a "known missing" marker
+        return None
+    return Tokenizer.from_file(cached)
+
+
 def load_tokenizer(spec: str, revision: str | None = None):
     """A `tokenizers.Tokenizer` from a path, folder or hub id (see `resolve_tokenizer_bytes`)."""
     from tokenizers import Tokenizer

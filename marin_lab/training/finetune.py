@@ -25,8 +25,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
 from marin_lab.io import fs as mfs
 from marin_lab.peft.lora import LoraConfig, LoraError, merge_lora
@@ -39,13 +37,10 @@ from marin_lab.training.errors import TrainingError
 from marin_lab.training.finetune_state import (
     MODES,
     StepPlan,
-    compile_step,
+    build_step,
     frozen_base,
-    frozen_shardings,
     init_trainable,
     make_eval_fn,
-    optimizer_shardings,
-    trainable_shardings,
 )
 from marin_lab.training.hf_export import export_hf
 from marin_lab.training.mesh import MeshConfig, MeshError, batch_divisor, batch_sharding
@@ -227,6 +222,12 @@ def validate_config(config: FinetuneConfig, model: LlamaConfig) -> None:
                                 f"model.vocab_size is {model.vocab_size}; tokenize with the base's tokenizer")
 
 
+def step_plan(config: FinetuneConfig, model: LlamaConfig) -> StepPlan:
+    """What the compiled step depends on (shared with `marin-lab compile`)."""
+    return StepPlan(config.mode, model, config.lora, config.compute_dtype, config.gradient_checkpointing,
+                    config.offload_optimizer_state, config.seed, config.attention_impl)
+
+
 @functools.lru_cache(maxsize=8)
 def _programs(plan: StepPlan, optimizer_config: OptimizerConfig, num_train_steps: int, mesh_config: MeshConfig,
               rule: str, frozen_struct: Any, trainable_struct: Any, device_ids: tuple[int, ...]) -> tuple:
@@ -234,14 +235,9 @@ def _programs(plan: StepPlan, optimizer_config: OptimizerConfig, num_train_steps
     del device_ids  # part of the key only
     mesh = mesh_config.build()
     optimizer = optimizer_config.build()
-    frozen_abs, trainable_abs = frozen_struct.value, trainable_struct.value
-    frozen_sh = frozen_shardings(frozen_abs, mesh, rule) if frozen_abs is not None else None
-    train_sh = trainable_shardings(trainable_abs, plan.mode, mesh, rule)
-    opt_sh = optimizer_shardings(jax.eval_shape(optimizer.init, trainable_abs), train_sh, trainable_abs,
-                                 mesh, plan.offload_optimizer_state)
-    state_sh = {"trainable": train_sh, "opt_state": opt_sh, "step": NamedSharding(mesh, P())}
-    opt_init = jax.jit(optimizer.init, in_shardings=(train_sh,), out_shardings=opt_sh)
-    step = compile_step(plan, optimizer, optimizer_config.lr_schedule(num_train_steps), mesh, state_sh, frozen_sh)
+    state_sh, frozen_sh, step = build_step(plan, optimizer, optimizer_config.lr_schedule(num_train_steps), mesh, rule,
+                                           frozen_struct.value, trainable_struct.value)
+    opt_init = jax.jit(optimizer.init, in_shardings=(state_sh["trainable"],), out_shardings=state_sh["opt_state"])
     return state_sh, frozen_sh, opt_init, step, make_eval_fn(plan, mesh)
 
 
@@ -306,8 +302,7 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
     except (TokenCacheError, ValueError) as err:
         raise TrainingError(str(err)) from err
 
-    plan = StepPlan(config.mode, model, config.lora, config.compute_dtype, config.gradient_checkpointing,
-                    config.offload_optimizer_state, config.seed, config.attention_impl)
+    plan = step_plan(config, model)
     trainable_dtype = jnp.dtype(config.trainable_dtype)
     quant = QuantConfig(block_size=quantized["block_size"], double_quant=quantized["double_quant"]) if quantized else config.quant
     params_abs = jax.eval_shape(lambda: init_params(model, jax.random.key(0)))

@@ -208,6 +208,18 @@ def compile_step(plan: StepPlan, optimizer: optax.GradientTransformation, lr_sch
                    out_shardings=(state_sh, _named(mesh, P())), donate_argnums=0)
 
 
+def build_step(plan: StepPlan, optimizer: optax.GradientTransformation, lr_schedule: Callable, mesh: Mesh,
+               rule: str, frozen_abs: Any, trainable_abs: Any) -> tuple[dict[str, Any], Any, Callable]:
+    """(state shardings, frozen shardings, the jitted step) for abstract frozen/trainable trees: finetune_lm
+    runs it on its devices, `marin-lab compile` lowers it for a TPU topology."""
+    frozen_sh = frozen_shardings(frozen_abs, mesh, rule) if frozen_abs is not None else None
+    train_sh = trainable_shardings(trainable_abs, plan.mode, mesh, rule)
+    opt_sh = optimizer_shardings(jax.eval_shape(optimizer.init, trainable_abs), train_sh, trainable_abs,
+                                 mesh, plan.offload_optimizer_state)
+    state_sh = {"trainable": train_sh, "opt_state": opt_sh, "step": _named(mesh, P())}
+    return state_sh, frozen_sh, compile_step(plan, optimizer, lr_schedule, mesh, state_sh, frozen_sh)
+
+
 def make_eval_fn(plan: StepPlan, mesh: Mesh | None = None) -> Callable:
     """(trainable, frozen, tokens, mask) -> (sum of masked NLL, masked token count), no dropout."""
     from marin_lab.training.model import forward, token_log_likelihoods

@@ -7,6 +7,7 @@ plain serialisable value and the optax transformation stays testable on its own.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import jax
@@ -33,7 +34,11 @@ class OptimizerConfig:
     min_lr_ratio: float = 0.1
     """Learning rate at the end of the decay, as a fraction of the peak."""
     weight_decay: float = 0.1
-    """Decoupled weight decay; not applied to norms (1-D parameters)."""
+    """Decoupled weight decay; never applied to norm gains."""
+    decay_embeddings: bool = True
+    """Also decay the input embedding (`embed`, and the tied output projection). False follows
+    Levanter/Marin's mask: a token row is updated only when the token occurs, so decay would shrink
+    rare tokens' rows every step for nothing."""
     beta1: float = 0.9
     """Adam beta1."""
     beta2: float = 0.95
@@ -97,16 +102,18 @@ class OptimizerConfig:
         else:
             parts.append(scale_by_stored_adam(self.beta1, self.beta2, self.epsilon, moments))
         if self.weight_decay:
-            parts.append(optax.add_decayed_weights(self.weight_decay, mask=decay_mask))
+            mask = decay_mask if self.decay_embeddings else functools.partial(decay_mask, decay_embeddings=False)
+            parts.append(optax.add_decayed_weights(self.weight_decay, mask=mask))
         return optax.chain(*parts)
 
 
-def decay_mask(params: object) -> object:
-    """True for matrices that get weight decay; norm gains (named '*norm') never do."""
+def decay_mask(params: object, decay_embeddings: bool = True) -> object:
+    """True for the parameters that get weight decay: never norm gains (named '*norm'); the
+    embedding (named 'embed') only with `decay_embeddings`."""
     def keep(path: tuple, _leaf: object) -> bool:
         last = path[-1]
-        name = getattr(last, "key", getattr(last, "name", str(last)))
-        return not str(name).endswith("norm")
+        name = str(getattr(last, "key", getattr(last, "name", str(last))))
+        return not name.endswith("norm") and (decay_embeddings or name != "embed")
 
     return jax.tree_util.tree_map_with_path(keep, params)
 

@@ -38,7 +38,7 @@ from marin_lab.training.hf_export import export_hf_from_checkpoint  # noqa: E402
 from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding  # noqa: E402
 from marin_lab.training.metrics import MetricsLogger, StepTimer, device_peak_flops, mfu  # noqa: E402
 from marin_lab.training.token_cache import TokenCache, TokenCacheError  # noqa: E402
-from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings  # noqa: E402
+from marin_lab.training.train_step import StepSettings, build_step, make_init_fn  # noqa: E402
 
 logger = logging.getLogger(__name__)
 # A training progress line (and a metrics.jsonl flush) at most this often.
@@ -202,6 +202,22 @@ def _start_point(config: TrainLmConfig, template: Any) -> tuple[Any, dict[str, A
     return None, {"step": 0, "offsets": {}}, "fresh", []
 
 
+def check_batch(config: TrainLmConfig, mesh: Any) -> None:
+    """The global batch splits evenly over the mesh's batch axes and the microbatches."""
+    if config.batch_size % (batch_divisor(mesh) * config.microbatches):
+        raise TrainingError(
+            f"batch_size={config.batch_size} must be divisible by mesh replica*data*fsdp="
+            f"{batch_divisor(mesh)} times microbatches={config.microbatches}"
+        )
+
+
+def step_settings(config: TrainLmConfig) -> StepSettings:
+    """What the compiled step needs from the run's config (shared with `marin-lab compile`)."""
+    return StepSettings(config.compute_dtype, config.param_dtype, config.gradient_checkpointing,
+                        config.attention_impl, config.z_loss_weight, config.microbatches, config.precision,
+                        config.loss_chunk_size)
+
+
 @functools.lru_cache(maxsize=8)
 def _programs(model: Any, optimizer_config: Any, num_train_steps: int, settings: StepSettings,
               mesh_config: Any, device_ids: tuple[int, ...]) -> tuple[Any, Any, Any]:
@@ -213,12 +229,9 @@ def _programs(model: Any, optimizer_config: Any, num_train_steps: int, settings:
     del device_ids  # part of the cache key only: a different device set is a different program
     mesh = mesh_config.build()
     optimizer = optimizer_config.build(moments=settings.precision.optimizer_state)
-    param_dtype = jnp.dtype(settings.param_dtype)
-    shardings = state_shardings(model, optimizer, mesh, mesh_config.param_sharding, param_dtype,
-                                settings.precision)
-    init_fn = make_init_fn(model, optimizer, shardings, param_dtype, settings.precision)
-    step_fn = make_train_step(model, optimizer, optimizer_config.lr_schedule(num_train_steps),
-                              settings, mesh, shardings)
+    shardings, step_fn = build_step(model, optimizer, optimizer_config.lr_schedule(num_train_steps), settings,
+                                    mesh, mesh_config.param_sharding)
+    init_fn = make_init_fn(model, optimizer, shardings, jnp.dtype(settings.param_dtype), settings.precision)
     return shardings, init_fn, step_fn
 
 
@@ -263,20 +276,14 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
         mesh = config.mesh.build()
     except MeshError as err:
         raise TrainingError(str(err)) from err
-    if config.batch_size % (batch_divisor(mesh) * config.microbatches):
-        raise TrainingError(
-            f"batch_size={config.batch_size} must be divisible by mesh replica*data*fsdp="
-            f"{batch_divisor(mesh)} times microbatches={config.microbatches}"
-        )
+    check_batch(config, mesh)
     env = _environment(mesh)
     try:  # too-short caches and unknown mixture names fail here, before anything compiles
         MixtureLoader(config.data, config.seq_len, config.batch_size)
     except (TokenCacheError, ValueError) as err:
         raise TrainingError(str(err)) from err
 
-    settings = StepSettings(config.compute_dtype, config.param_dtype, config.gradient_checkpointing,
-                            config.attention_impl, config.z_loss_weight, config.microbatches,
-                            config.precision, config.loss_chunk_size)
+    settings = step_settings(config)
     try:
         _check_start_checkpoint(config)
         programs = _programs(config.model, config.optimizer, config.num_train_steps, settings,

@@ -98,6 +98,15 @@ def _fresh_state(config: LlamaConfig, optimizer: optax.GradientTransformation, k
     return state
 
 
+def abstract_state(config: LlamaConfig, optimizer: optax.GradientTransformation, shardings: TrainState,
+                   param_dtype: Any, precision_config: PrecisionConfig | None = None) -> TrainState:
+    """The state as ShapeDtypeStructs carrying their shardings: what the step compiles against,
+    with nothing allocated (an 8B state is never materialised to compile its step)."""
+    shapes = jax.eval_shape(lambda: _fresh_state(config, optimizer, jax.random.key(0), param_dtype,
+                                                 precision_config))
+    return jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), shapes, shardings)
+
+
 def make_init_fn(config: LlamaConfig, optimizer: optax.GradientTransformation,
                  shardings: TrainState, param_dtype: Any,
                  precision_config: PrecisionConfig | None = None) -> Callable[[jax.Array], TrainState]:
@@ -226,3 +235,13 @@ def make_train_step(
 
     return jax.jit(step, in_shardings=(shardings, batch_sharding(mesh)),
                    out_shardings=(shardings, NamedSharding(mesh, P())), donate_argnums=0)
+
+
+def build_step(model: LlamaConfig, optimizer: optax.GradientTransformation,
+               lr_schedule: Callable[[jax.Array], jax.Array], settings: StepSettings, mesh: Mesh,
+               rule: str) -> tuple[TrainState, Callable]:
+    """(state shardings, the jitted train step) on `mesh`: train_lm runs it on its devices,
+    `marin-lab compile` lowers it for a TPU topology (marin_lab.cluster.tpu_compile)."""
+    param_dtype = jnp.dtype(settings.param_dtype)
+    shardings = state_shardings(model, optimizer, mesh, rule, param_dtype, settings.precision)
+    return shardings, make_train_step(model, optimizer, lr_schedule, settings, mesh, shardings)

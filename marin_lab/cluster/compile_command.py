@@ -1,0 +1,83 @@
+"""`marin-lab compile EXPERIMENT`: every training step of an experiment compiled for its TPU topology.
+
+The experiment file is imported and planned as `--dry_run` would (nothing runs, nothing is
+downloaded); each `train_lm` / `finetune_lm` step (or those `--step REGEX` selects) is compiled for
+the `TpuResources` it declares, or for `--topology`, by `tpu_compile.compile_training_step`. The
+report goes to stdout (text, markdown or JSON); a step that does not fit adds one `error:` line on
+stderr and makes the exit code 1, as does bad input (one line naming the step and field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Sequence
+
+from marin_lab.cluster.compile_report import FORMATS, render
+from marin_lab.cluster.tpu_compile import StepReport, compile_training_step
+from marin_lab.cluster.tpu_topology import parse_topology, require_libtpu, topology_for_resources
+from marin_lab.errors import MarinLabError
+from marin_lab.execution.executor import Executor, default_prefix
+from marin_lab.execution.main import capture_steps
+from marin_lab.training.config import TrainLmConfig
+from marin_lab.training.finetune import FinetuneConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="marin-lab compile", description=__doc__.split("\n\n")[0])
+    p.add_argument("script", help="an experiment file, e.g. experiments/tootsie_8b.py")
+    p.add_argument("--step", help="regex over step names")
+    p.add_argument("--topology", help="instead of each step's TpuResources: v5e-256x2, v4-2048, v5e-4, v5e:2x2, ...")
+    p.add_argument("--slices", type=int, help="slices of a --topology given as a compiler name (v5e:2x2)")
+    p.add_argument("--format", choices=FORMATS, default="text")
+    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store (only names the steps)")
+    p.add_argument("script_args", nargs="*", help="arguments passed to the script (after --)")
+    return p
+
+
+def compile_experiment(script: str, *, step: str | None = None, topology: str | None = None,
+                       slices: int | None = None, prefix: str | None = None,
+                       script_args: Sequence[str] = ()) -> list[StepReport]:
+    """Reports for the selected training steps of `script`; MarinLabError (one line) on bad input."""
+    if not os.path.isfile(script):
+        raise MarinLabError(f"{script}: no such experiment file; give the path of a Python file that calls "
+                            "executor_main, e.g. experiments/tootsie_8b.py")
+    require_libtpu()
+    forced = parse_topology(topology, slices) if topology else None
+    steps, _ = capture_steps(script, script_args)
+    plan = Executor(prefix=prefix or default_prefix(), backend="local", script=script).plan(steps)
+    pattern = re.compile(step) if step else None
+    selected = [ps for ps in plan.steps if isinstance(ps.step.config, (TrainLmConfig, FinetuneConfig))
+                and (pattern is None or pattern.search(ps.name) or pattern.search(ps.identity))]
+    if not selected:
+        raise MarinLabError(f"{script}: no training step (train_lm or finetune_lm)"
+                            + (f" matches --step {step!r}" if pattern else ""))
+    reports = []
+    for ps in selected:
+        target = forced or topology_for_resources(ps.step.resources)
+        if target is None:
+            raise MarinLabError(f"step {ps.name!r}: field resources declares no TPU ({ps.step.resources!r}); pass "
+                                "--topology (e.g. v5e-256x2) to compile it for one")
+        function = "train_lm" if isinstance(ps.step.config, TrainLmConfig) else "finetune_lm"
+        reports.append(compile_training_step(ps.name, function, ps.step.config, target))
+    return reports
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        reports = compile_experiment(args.script, step=args.step, topology=args.topology, slices=args.slices,
+                                     prefix=args.prefix, script_args=args.script_args)
+    except MarinLabError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(render(reports, args.format))
+    failed = [r for r in reports if not r.fits]
+    for r in failed:
+        print(f"error: {r.not_fit_line()}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+__all__ = ["build_parser", "compile_experiment", "main"]

@@ -1,0 +1,96 @@
+"""How `marin-lab compile` prints its reports: text for a terminal, Markdown for a pull request,
+JSON (`{"steps": [...]}`) for tests and the browser."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from marin_lab.cluster.tpu_compile import StepReport
+from marin_lab.cluster.tpu_topology import GiB
+
+FORMATS = ("text", "markdown", "json")
+
+
+def _gib(n: float | None) -> str:
+    return "?" if n is None else f"{n / GiB:.2f}"
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GiB", GiB), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def _tflops(peak: float) -> str:
+    return f"{peak / 1e12:.0f} TFLOP/s"
+
+
+def _estimate(r: StepReport) -> str:
+    if r.est_step_s is None:
+        return "-"
+    return (f"{r.est_step_s:.2f} s/step ({r.bound}-bound), {r.est_tokens_per_s:,.0f} tokens/s, "
+            f"MFU {100 * r.est_mfu:.1f}%")
+
+
+def _collectives(r: StepReport) -> list[str]:
+    return [f"{c.scope.upper()} {c.kind} x{c.count:,} = {_bytes(c.bytes)}" for c in r.collectives]
+
+
+def as_text(reports: Sequence[StepReport]) -> str:
+    lines: list[str] = []
+    for r in reports:
+        verdict = "fits" if r.fits else "DOES NOT FIT"
+        lines.append(f"{r.step} ({r.function}) on {r.topology}: {r.chips} chips in {r.slices} slice(s), "
+                     f"mesh {r.mesh}, remat {r.remat}, attention {r.attention}")
+        lines.append(f"  HBM per chip: {_gib(r.hbm_bytes_per_chip)} of {_gib(r.hbm_capacity_bytes)} GiB, {verdict}"
+                     + (f" (headroom {_gib(r.headroom_bytes)} GiB)" if r.fits else ""))
+        if r.hbm:
+            lines.append(f"    arguments {_gib(r.hbm['argument'])}, temporaries {_gib(r.hbm['temp'])}, outputs "
+                         f"{_gib(r.hbm['output'])}, aliased (donated) {_gib(r.hbm['alias'])} GiB")
+        if r.error:
+            lines.append(f"    compiler: {r.error}")
+        lines.append(f"  FLOPs per step: {r.flops_per_step:.4g} model, {r.hardware_flops_per_step:.4g} with remat "
+                     f"recompute; {r.tokens_per_step:,} tokens")
+        lines.append(f"  estimate (roofline, chip peak {_tflops(r.chip_peak_flops)}): {_estimate(r)}")
+        if r.compiler_optimal_s is not None:
+            lines.append(f"  compiler's optimal_seconds: {r.compiler_optimal_s:.4g} s (counts each loop body once)")
+        for c in _collectives(r):
+            lines.append(f"  {c}")
+        lines.append(f"  compiled in {r.compile_s:.1f} s ({r.compile_cpu_s:.1f} CPU s)")
+    return "\n".join(lines)
+
+
+def as_markdown(reports: Sequence[StepReport]) -> str:
+    lines = ["| step | topology | chips | HBM GiB/chip (limit) | fits | headroom GiB | model FLOPs/step | "
+             "est. tokens/s | est. MFU | ICI / step | DCN / step | compile s |",
+             "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in reports:
+        net = {"ici": 0, "dcn": 0}
+        for c in r.collectives:
+            net[c.scope] += c.bytes
+        lines.append(
+            f"| {r.step} | {r.topology} | {r.chips} | {_gib(r.hbm_bytes_per_chip)} ({_gib(r.hbm_capacity_bytes)}) | "
+            f"{'yes' if r.fits else '**no**'} | {_gib(r.headroom_bytes) if r.fits else '-'} | "
+            f"{r.flops_per_step:.3g} | {f'{r.est_tokens_per_s:,.0f}' if r.est_tokens_per_s else '-'} | "
+            f"{f'{100 * r.est_mfu:.1f}%' if r.est_mfu else '-'} | {_bytes(net['ici'])} | {_bytes(net['dcn'])} | "
+            f"{r.compile_s:.1f} |")
+    lines.append("")
+    lines.append("Estimates are a roofline (hardware FLOPs incl. remat at the chip's bf16 peak, collective bytes at "
+                 "the interconnect bandwidth, whichever is slowest): an upper bound on throughput.")
+    for r in reports:
+        if r.collectives:
+            lines.append(f"- `{r.step}` collectives: " + "; ".join(_collectives(r)))
+    return "\n".join(lines)
+
+
+def as_json(reports: Sequence[StepReport]) -> str:
+    return json.dumps({"steps": [r.as_dict() for r in reports]}, indent=1)
+
+
+def render(reports: Sequence[StepReport], fmt: str) -> str:
+    return {"text": as_text, "markdown": as_markdown, "json": as_json}[fmt](reports)
+
+
+__all__ = ["FORMATS", "as_json", "as_markdown", "as_text", "render"]

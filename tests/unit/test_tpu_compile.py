@@ -1,0 +1,229 @@
+"""`marin-lab compile`: the trainer's own train step compiled for TPU topologies by libtpu, on CPU.
+
+Small targets only (v5e:2x2, two slices of it, a 2-layer nano model): each compile takes seconds.
+The full 8B recipe is a command and a benchmark (docs/benchmarks.md), not a test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import textwrap
+
+import pytest
+
+from experiments.models import llama_nano
+from marin_lab.cli import main
+from marin_lab.cluster import tpu_topology
+from marin_lab.cluster.compile_report import render
+from marin_lab.cluster.hlo_collectives import parse_collectives
+from marin_lab.cluster.tpu_compile import compile_training_step
+from marin_lab.cluster.tpu_topology import parse_topology
+from marin_lab.training import DataConfig, MeshConfig, TrainingError, TrainLmConfig
+
+TINY = dataclasses.replace(llama_nano, num_layers=2, vocab_size=512, max_seq_len=4096)
+
+
+def _config(**overrides) -> TrainLmConfig:
+    fields = dict(output_path="unused", data=DataConfig(caches={}), model=TINY, batch_size=8, seq_len=128,
+                  gradient_checkpointing=True, mesh=MeshConfig(fsdp=-1))
+    return TrainLmConfig(**{**fields, **overrides})
+
+
+EXPERIMENT = textwrap.dedent('''
+    import dataclasses
+    from experiments.models import llama_nano
+    from marin_lab.cluster.resources import TpuResources
+    from marin_lab.execution import ExecutorStep, executor_main, this_output_path
+    from marin_lab.training import DataConfig, MeshConfig, TrainLmConfig, train_lm
+
+    model = dataclasses.replace(llama_nano, num_layers=2, vocab_size=512)
+    def train(name, resources, **kw):
+        fields = dict(batch_size=8, seq_len=128, gradient_checkpointing=True, mesh=MeshConfig(fsdp=-1))
+        config = TrainLmConfig(output_path=this_output_path(), data=DataConfig(caches={}), model=model,
+                               **{**fields, **kw})
+        return ExecutorStep(name=name, fn=train_lm, config=config, resources=resources)
+
+    steps = [train("checkpoints/tiny", TpuResources(tpu="v5e-4")),
+             train("checkpoints/on-cpu", {"num_cpus": 1}),
+             train("checkpoints/odd-batch", TpuResources(tpu="v5e-4"), batch_size=6)]
+    if __name__ == "__main__":
+        executor_main(steps=steps)
+''')
+
+
+@pytest.fixture
+def experiment(tmp_path, monkeypatch):
+    path = tmp_path / "tiny_tpu.py"
+    path.write_text(EXPERIMENT)
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "store"))
+    return str(path)
+
+
+def test_compile_json_reports_the_declared_topology(experiment, capsys):
+    assert main(["compile", experiment, "--step", "tiny", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (step,) = report["steps"]
+    assert step["step"] == "checkpoints/tiny" and step["function"] == "train_lm"
+    assert (step["topology"], step["slices"], step["chips"]) == ("v5e-4", 1, 4)
+    assert step["mesh"] == {"replica": 1, "data": 1, "fsdp": 4, "model": 1}
+    assert step["fits"] is True
+    assert step["hbm_capacity_bytes"] == int(15.75 * 2**30)
+    hbm = step["hbm"]
+    assert step["hbm_bytes_per_chip"] == hbm["argument"] + hbm["output"] - hbm["alias"] + hbm["temp"] > 0
+    # FLOPs from the model (6N + attention per token), not the compiler's loop-bodies-once count.
+    assert step["flops_per_step"] == pytest.approx(TINY.flops_per_token(128) * 8 * 128)
+    assert step["hardware_flops_per_step"] > step["flops_per_step"]  # full remat recomputes the forward
+    assert step["compile_s"] > 0 and 0 < step["est_mfu"] <= 1
+    kinds = {(c["kind"], c["scope"]) for c in step["collectives"]}
+    assert ("all-gather", "ici") in kinds and all(c["scope"] == "ici" for c in step["collectives"])
+    for c in step["collectives"]:
+        assert set(c) == {"kind", "scope", "count", "bytes"} and c["count"] > 0 and c["bytes"] > 0
+    # Parameters are gathered per layer inside the scan: counted once per layer (2), not once.
+    gathers = next(c for c in step["collectives"] if c["kind"] == "all-gather")
+    assert gathers["count"] >= 2 * 7
+
+
+def test_fsdp_over_two_slices_gathers_parameters_across_the_dcn():
+    """Today's mesh has no axis over slices: fsdp=-1 spans both, so parameter all-gathers cross the
+    data-centre network inside every layer (the contrast for a replica axis over slices)."""
+    report = compile_training_step("two-slices", "train_lm", _config(), parse_topology("v5e:2x2", slices=2))
+    assert (report.slices, report.chips, report.fits) == (2, 8, True)
+    dcn = {c.kind: c for c in report.collectives if c.scope == "dcn"}
+    assert "all-gather" in dcn and dcn["all-gather"].count >= 2 * 7
+    # ... inside the layer loop: such a transfer runs once per layer (2 here), every step.
+    assert any(op.kind == "all-gather" and op.runs_per_step == TINY.num_layers for op in report.dcn_ops)
+    assert report.as_dict()["network_bytes"]["dcn"] > 0
+    table = render([report], "markdown")
+    assert "| two-slices | v5e:2x2 x2 | 8 |" in table and "DCN all-gather x" in table
+
+
+FINETUNE = textwrap.dedent('''
+    import dataclasses
+    from experiments.models import llama_nano
+    from marin_lab.cluster.resources import TpuResources
+    from marin_lab.execution import ExecutorStep, executor_main, this_output_path
+    from marin_lab.peft.lora import LoraConfig
+    from marin_lab.training import DataConfig
+    from marin_lab.training.finetune import FinetuneConfig, finetune_lm
+
+    model = dataclasses.replace(llama_nano, num_layers=2, vocab_size=512, max_seq_len=4096)
+    # 32 sequences of 4096 per chip without remat: fp32 attention scores alone are ~8 GiB a layer.
+    config = FinetuneConfig(output_path=this_output_path(), data=DataConfig(caches={}), base="never-read",
+                            mode="lora", lora=LoraConfig(rank=8), model=model, batch_size=128, seq_len=4096, gradient_checkpointing=False)
+    step = ExecutorStep(name="checkpoints/too-big-lora", fn=finetune_lm, config=config,
+                        resources=TpuResources(tpu="v5e-4"))
+    if __name__ == "__main__":
+        executor_main(steps=[step])
+''')
+
+
+def test_a_replica_axis_over_slices_sends_only_gradients_across_the_dcn():
+    """mesh.slices=2: parameters and optimizer state are sharded inside each slice, so no parameter
+    all-gather or reduce-scatter crosses slices; the gradients do, once per step (outside the loops)."""
+    two_slices = parse_topology("v5e:2x2", slices=2)
+    report = compile_training_step("replica", "train_lm", _config(mesh=MeshConfig(fsdp=-1, slices=2)), two_slices)
+    assert report.mesh == {"replica": 2, "data": 1, "fsdp": 4, "model": 1} and report.fits
+    assert {op.kind for op in report.dcn_ops} == {"all-reduce"}
+    assert all(op.runs_per_step == 1 for op in report.dcn_ops)
+    # Inside a slice the parameters are still gathered per layer, as on one slice.
+    ici = {c.kind: c for c in report.collectives if c.scope == "ici"}
+    assert ici["all-gather"].count >= 2 * 7
+    with pytest.raises(TrainingError, match=r"field mesh.slices=2 but topology v5e-4 has 1 slice"):
+        compile_training_step("x", "train_lm", _config(mesh=MeshConfig(fsdp=-1, slices=2)), parse_topology("v5e-4"))
+
+
+def test_a_step_that_does_not_fit_exits_1_with_one_line(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "big.py"
+    path.write_text(FINETUNE)
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "store"))
+    assert main(["compile", str(path), "--format", "json"]) == 1
+    captured = capsys.readouterr()
+    (step,) = json.loads(captured.out)["steps"]
+    assert step["function"] == "finetune_lm" and step["fits"] is False
+    assert step["collectives"] == [] and step["est_mfu"] is None
+    assert step["hbm_bytes_per_chip"] > step["hbm_capacity_bytes"]
+    lines = [line for line in captured.err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1
+    assert "checkpoints/too-big-lora" in lines[0] and "does not fit v5e-4" in lines[0] and "15.75 GiB" in lines[0]
+    assert "gradient_checkpointing" in lines[0]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--step", "on-cpu"], "field resources declares no TPU"),
+    (["--step", "odd-batch"], "step 'checkpoints/odd-batch': field batch_size"),
+    (["--step", "tiny", "--topology", "v5e-3"], "unknown topology 'v5e-3'; known: v4-8"),
+    (["--step", "tiny", "--topology", "v9-8"], "unknown topology 'v9-8'"),
+])
+def test_bad_input_is_one_line_naming_the_step_and_field(experiment, capsys, args, expected):
+    assert main(["compile", experiment, *args]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err
+
+
+def test_mesh_and_attention_that_the_topology_cannot_take():
+    v5e4 = parse_topology("v5e-4")
+    with pytest.raises(TrainingError, match=r"step 'x': field mesh: the fixed axes multiply to 3, which does not divide the 4 devices"):
+        compile_training_step("x", "train_lm", _config(mesh=MeshConfig(data=3, fsdp=-1)), v5e4)
+    with pytest.raises(TrainingError, match=r"step 'x': field attention_impl='cudnn' is not available on tpu"):
+        compile_training_step("x", "train_lm", _config(attention_impl="cudnn"), v5e4)
+
+
+def test_without_libtpu_the_command_says_how_to_install_it(experiment, capsys, monkeypatch):
+    real = tpu_topology.importlib.util.find_spec
+    monkeypatch.setattr(tpu_topology.importlib.util, "find_spec", lambda name: None if name == "libtpu" else real(name))
+    assert main(["compile", experiment]) == 1
+    assert "pip install -e '.[tpu]'" in capsys.readouterr().err
+
+
+def test_topology_names():
+    assert parse_topology("v5e-256x2").compiler_name == "v5e:16x16"
+    assert (parse_topology("v5e-256x2").slices, parse_topology("v5e-256x2").chips) == (2, 512)
+    assert parse_topology("v4-2048").compiler_name == "v4:8x8x16" and parse_topology("v4-2048").chips == 1024
+    assert parse_topology("v5e-4").compiler_name == "v5e:2x2"
+    assert parse_topology("v5e:2x2", slices=2).chips == 8
+    with pytest.raises(TrainingError, match="2-D grid"):
+        parse_topology("v5e:2x2x2")
+    # v4 is described with the megacore chip config: one device per chip, not per core.
+    assert len(parse_topology("v4-16").devices()) == 8
+
+
+HLO = textwrap.dedent('''
+    HloModule m
+
+    %body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
+      %p = (s32[], f32[8]) parameter(0)
+      %ag = bf16[4,256]{1,0} all-gather(%x), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}
+      %rs = f32[64]{0} reduce-scatter(%y), channel_id=2, replica_groups={{0,1,2,3}}, dimensions={0}, to_apply=%add
+      %send.1 = (bf16[2,16]{1,0}, u32[], token[]) send(%z, %tok), channel_id=3, is_host_transfer=true, frontend_attributes={_xla_megascale_transfer_type="ALL_GATHER"}
+      %send-done.1 = token[] send-done(%send.1), channel_id=3
+      ROOT %t = (s32[], f32[8]) tuple(%i, %v)
+    }
+
+    %cond (p: (s32[], f32[8])) -> pred[] {
+      %p = (s32[], f32[8]) parameter(0)
+      %limit = s32[] constant(32)
+      %i = s32[] get-tuple-element(%p), index=0
+      ROOT %lt = pred[] compare(%i, %limit), direction=LT
+    }
+
+    ENTRY %main (a: f32[8]) -> f32[8] {
+      %zero = s32[] constant(0)
+      %init = (s32[], f32[8]) tuple(%zero, %a)
+      %w = (s32[], f32[8]) while(%init), condition=%cond, body=%body
+      %ar = f32[1024]{0} all-reduce(%g), channel_id=4, replica_groups={{0,1}}, to_apply=%add
+      %send.2 = (f32[1024]{0}, u32[], token[]) send(%g, %tok), is_host_transfer=true, frontend_attributes={_xla_megascale_transfer_type="ALL_REDUCE"}
+      ROOT %r = f32[8] get-tuple-element(%w), index=1
+    }
+''')
+
+
+def test_collectives_in_a_loop_count_once_per_iteration():
+    got = {(c.kind, c.scope): (c.count, c.bytes) for c in parse_collectives(HLO)}
+    assert got == {
+        ("all-gather", "ici"): (32, 32 * 4 * 256 * 2),
+        ("reduce-scatter", "ici"): (32, 32 * 64 * 4 * 4),  # the full input: result x group of 4
+        ("all-reduce", "ici"): (1, 1024 * 4),
+        ("all-gather", "dcn"): (32, 32 * 2 * 16 * 2),
+        ("all-reduce", "dcn"): (1, 1024 * 4),
+    }
