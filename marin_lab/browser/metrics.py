@@ -23,7 +23,7 @@ from marin_lab.execution.secrets import is_secret_field, redact
 
 SERIES = ("loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu")
 FP8_PREFIX = "fp8/"
-"""Float8 statistics (issue 14: per-layer amax, saturated and flushed fractions) are plotted too."""
+"""Float8 statistics (per-layer amax, saturated and flushed fractions) are plotted too."""
 MAX_FP8_SERIES = 256
 """At most this many fp8/ series per step (a 64-layer model logs 5 per layer plus 2)."""
 MAX_KEYS = 512

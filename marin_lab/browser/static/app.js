@@ -615,7 +615,7 @@ async function renderMetrics(path, others) {
       runs.filter(r => r.series[k] && r.series[k].length).map(r => ({label: r.label, points: r.series[k]}))))));
     if (runs.length > 1) out.push(el("p", {class: "legend", id: "overlay-legend"}, runs.map((r, i) =>
       el("span", {class: `series-key series-${i % SERIES_COLOURS}`, text: r.label}))));
-    // Float8 runs (issue 14): the saturated/flushed fractions, then per-layer amax and fractions.
+    // Float8 runs: the saturated/flushed fractions, then per-layer amax and fractions.
     const fp8 = Object.keys(m.series).filter(k => k.startsWith("fp8/") && m.series[k].length).sort();
     const fp8Totals = fp8.filter(k => k.split("/").length === 2), fp8Layers = fp8.filter(k => k.split("/").length > 2);
     if (fp8Totals.length) out.push(el("div", {class: "plots", id: "fp8-plots"}, fp8Totals.map(k => linePlot(k, [{label: "this run", points: m.series[k]}]))));
