@@ -18,6 +18,7 @@ import dataclasses
 from typing import Any
 
 VERSIONED_METADATA_KEY = "marin_lab.versioned"
+IDENTITY_DEFAULT_KEY = "marin_lab.identity_default"
 
 
 def versioned_field(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
@@ -30,3 +31,17 @@ def versioned_field(default: Any = dataclasses.MISSING, *, default_factory: Any 
 def versioned_field_names(cls: type) -> frozenset[str]:
     """The names of `cls`'s fields declared with `versioned_field`."""
     return frozenset(f.name for f in dataclasses.fields(cls) if f.metadata.get(VERSIONED_METADATA_KEY))
+
+
+def added_field(default: Any, **kwargs: Any) -> Any:
+    """A field added to a config class after steps were recorded with it: inside a versioned value
+    it enters the identity only when it differs from `default`, so every step recorded before the
+    field existed (which behaved as `default`) keeps its identity and output path."""
+    metadata = {**kwargs.pop("metadata", {}), IDENTITY_DEFAULT_KEY: default}
+    return dataclasses.field(default=default, metadata=metadata, **kwargs)
+
+
+def identity_defaults(cls: type) -> dict[str, Any]:
+    """{field name: default} for `cls`'s fields declared with `added_field`."""
+    return {f.name: f.metadata[IDENTITY_DEFAULT_KEY] for f in dataclasses.fields(cls)
+            if IDENTITY_DEFAULT_KEY in f.metadata}

@@ -42,10 +42,11 @@ from typing import Any
 from marin_lab.execution.errors import EncodingError
 from marin_lab.execution.sources import PortableSource, portable_value
 from marin_lab.execution.step import ExecutorStep, InputName, OutputName, VersionedValue
-from marin_lab.versioning import versioned_field_names
+from marin_lab.versioning import identity_defaults, versioned_field_names
 
 _FIELDS_CACHE: dict[type, tuple[str, ...] | None] = {}
 _VERSIONED_CACHE: dict[type, frozenset[str]] = {}
+_ADDED_CACHE: dict[type, dict[str, Any]] = {}
 _SCALARS = (str, int, bool, type(None))
 
 
@@ -56,7 +57,16 @@ def _field_names(cls: type) -> tuple[str, ...] | None:
     except KeyError:
         names = tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
         _FIELDS_CACHE[cls] = names
+        _ADDED_CACHE[cls] = identity_defaults(cls) if names is not None else {}
         return names
+
+
+def _identity_fields(value: Any, names: tuple[str, ...]) -> list[str]:
+    """The fields of a dataclass value that enter its encoding: all but `added_field`s at their default."""
+    added = _ADDED_CACHE[type(value)]
+    if not added:
+        return list(names)
+    return [n for n in names if n not in added or getattr(value, n) != added[n]]
 
 
 def canonical_value(value: Any, *, where: str) -> Any:
@@ -88,7 +98,7 @@ def canonical_value(value: Any, *, where: str) -> Any:
             out[k] = canonical_value(v, where=f"{where}[{k!r}]")
         return out
     if (names := _field_names(type(value))) is not None:
-        return {n: canonical_value(getattr(value, n), where=f"{where}.{n}") for n in names}
+        return {n: canonical_value(getattr(value, n), where=f"{where}.{n}") for n in _identity_fields(value, names)}
     if isinstance(value, (InputName, OutputName, ExecutorStep, VersionedValue)):
         raise EncodingError(
             f"{where} holds a {type(value).__name__} inside a versioned value; put placeholders "

@@ -17,6 +17,7 @@ import jax
 from marin_lab.precision.adam import MOMENT_FORMATS
 from marin_lab.precision.errors import PrecisionError
 from marin_lab.precision.scalify_train import MASTER_FORMATS
+from marin_lab.versioning import added_field
 
 MATMULS = ("compute", "fp32", "bf16", "fp8", "fp8_delayed", "mxfp8", "scalify")
 FP8_MATMULS = ("fp8", "fp8_delayed")
@@ -40,7 +41,7 @@ class PrecisionConfig:
     fp8_lm_head: bool = False
     """Also run the output projection in float8 (off: it stays in compute_dtype, as the logits
     are the most sensitive matmul; needs untied embeddings)."""
-    master_weights: str = "float32"
+    master_weights: str = added_field("float32")
     """'float32', or with matmul 'scalify' 'float16_scaled': parameters stored as float16 data with
     a power-of-two fp32 scale (per layer for the stacked weights), half the bytes of float32."""
     optimizer_state: str = "float32"

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from marin_lab.precision.adam import scale_by_stored_adam
+from marin_lab.versioning import added_field
 
 SCHEDULES = ("wsd", "cosine", "linear", "constant")
 
@@ -35,7 +36,7 @@ class OptimizerConfig:
     """Learning rate at the end of the decay, as a fraction of the peak."""
     weight_decay: float = 0.1
     """Decoupled weight decay; never applied to norm gains."""
-    decay_embeddings: bool = True
+    decay_embeddings: bool = added_field(True)
     """Also decay the input embedding (`embed`, and the tied output projection). False follows
     Levanter/Marin's mask: a token row is updated only when the token occurs, so decay would shrink
     rare tokens' rows every step for nothing."""
