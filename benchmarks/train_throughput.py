@@ -51,8 +51,12 @@ from marin_lab.training.optimizer import OptimizerConfig  # noqa: E402
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings  # noqa: E402
 
 POLICIES = {"bf16": PrecisionConfig(), "fp8": PrecisionConfig(matmul="fp8"),
-            "fp8_delayed": PrecisionConfig(matmul="fp8_delayed")}
-"""`--precisions` sides: each runs with bf16 compute and fp32 parameters."""
+            "fp8_delayed": PrecisionConfig(matmul="fp8_delayed"), "scalify": PrecisionConfig(matmul="scalify"),
+            "scalify_fp16": PrecisionConfig(matmul="scalify", master_weights="float16_scaled",
+                                            optimizer_state="float16_scaled")}
+"""`--precisions` sides: each runs with fp32 parameters (scalify_fp16: float16 masters) and bf16
+compute, except the scalify policies: float16 data with propagated scales (COMPUTE)."""
+COMPUTE = {"scalify": "float16", "scalify_fp16": "float16"}
 
 
 def hlo_float8_counts(hlo: str) -> dict[str, int]:
@@ -225,14 +229,14 @@ def precision_main(args: argparse.Namespace) -> None:
                      "batch": args.batch, "seq": args.seq, "steps": args.steps, "repeats": args.repeats,
                      "remat": args.remat, "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
                      "load_start": os.getloadavg()[0], "models": {}}
-    print(f"# devices: {results['devices']}; jax {jax.__version__}; compute bfloat16; batch {args.batch} x "
+    print(f"# devices: {results['devices']}; jax {jax.__version__}; compute bfloat16 (scalify: float16 data, scaled); batch {args.batch} x "
           f"seq {args.seq}; remat {args.remat}; XLA_FLAGS={results['XLA_FLAGS']!r}; median of {args.repeats} repeats x {args.steps} steps, "
           f"sides alternating; 1-min load average {results['load_start']:.1f} at the start", flush=True)
     for name in args.models.split(","):
         model = dataclasses.replace(MODELS[name], max_seq_len=max(MODELS[name].max_seq_len, args.seq))
         tokens = args.batch * args.seq
         reports = {n: {} for n in names}
-        sides = {n: build_ours(model, args.batch, args.seq, args.warmup, "bfloat16",
+        sides = {n: build_ours(model, args.batch, args.seq, args.warmup, COMPUTE.get(n, "bfloat16"),
                                "cudnn" if gpu else None, args.remat, POLICIES[n], reports[n]) for n in names}
         if args.hlo_dir:
             for n in names:
@@ -247,7 +251,8 @@ def precision_main(args: argparse.Namespace) -> None:
         flops = model.flops_per_token(args.seq) * tokens
         base = statistics.median(times[names[0]])
         print(f"{'model':<10} {'side':<12} {'tok/s':>9} {'MFU(bf16 pk)':>12} {'vs ' + names[0]:>8} "
-              f"{'f8 GEMM calls':>13} {'GEMM calls':>10} {'f8 dots':>7} {'triton':>6} {'compile s':>9}")
+              f"{'f8 GEMM calls':>13} {'GEMM calls':>10} {'f8 dots':>7} {'triton':>6} {'f8 converts':>11} "
+              f"{'compile s':>9}")
         for n in names:
             med = statistics.median(times[n])
             r = reports[n]
@@ -257,7 +262,7 @@ def precision_main(args: argparse.Namespace) -> None:
             mfu_text = f"{r['mfu_bf16_peak']:.1%}" if peak else "-"
             print(f"{name:<10} {n:<12} {tokens / med:>9.0f} {mfu_text:>12} {base / med:>8.2f} "
                   f"{r['f8_gemm_custom_calls']:>13} {r['gemm_custom_calls']:>10} {r['f8_dots']:>7} "
-                  f"{r['triton_gemm_fusions']:>6} {r['compile_s']:>9}", flush=True)
+                  f"{r['triton_gemm_fusions']:>6} {r['f8_converts']:>11} {r['compile_s']:>9}", flush=True)
         results["models"][name] = {"params": model.num_params(), "flops_per_step": flops, "sides": reports}
     results["load_end"] = os.getloadavg()[0]
     print(f"# 1-min load average {results['load_end']:.1f} at the end")

@@ -1,7 +1,9 @@
 """Llama-2-70B QLoRA on two 24 GB GPUs: FSDP + NF4 + LoRA + gradient checkpointing + host offload.
 
 Question: does a 70B fine-tune fit two gaming GPUs, as Answer.AI's fsdp_qlora showed? The dry run
-answers with the memory plan (marin_lab.training.memory_plan) per device, and checks the planner
+answers with the memory plan (marin_lab.training.memory_plan) per device — the train step's peak
+and the streamed load's peak (device and host) — says which setting to change where one does not
+fit (the run itself refuses such a plan before reading a weight), and checks the planner
 against fsdp_qlora's published peaks on two RTX 3090s (benchmarks_03_2024.md in their repository):
 
     Llama-2-7B  QLoRA, batch 1 per GPU, context 2048, gradient checkpointing:       5.21 GiB per GPU
@@ -27,6 +29,7 @@ from experiments.finetune_quickstart import questions
 from marin_lab.execution import executor_main
 from marin_lab.peft import LoraConfig
 from marin_lab.training import CheckpointConfig, LlamaConfig, MeshConfig
+from marin_lab.training.finetune import FinetuneConfig
 from marin_lab.training.memory_plan import GIB, plan_memory
 
 llama2_70b = LlamaConfig(vocab_size=32000, hidden_dim=8192, intermediate_dim=28672, num_layers=80, num_heads=64,
@@ -57,9 +60,17 @@ REFERENCES = {
 }
 
 
+def print_plan(config: FinetuneConfig) -> None:
+    print(config.memory_plan().table(GPU_GIB))
+    for line in config.fit_advice():
+        print(f"  to fit, change: {line}")
+
+
 def print_plans() -> None:
     print(f"Llama-2-70B QLoRA on {GPUS} x {GPU_GIB:g} GiB:")
-    print(finetune.config.memory_plan().table(GPU_GIB))
+    print_plan(finetune.config)
+    print("\nThe same run without host offload (a run planned like this is refused before loading):")
+    print_plan(dataclasses.replace(finetune.config, offload_base=False, offload_optimizer_state=False))
     print("\nThe planner against fsdp_qlora's measured peaks:")
     for name, (published, settings) in REFERENCES.items():
         model = settings.pop("model")

@@ -13,7 +13,8 @@ from marin_lab.execution import ExecutorStep, output_path_of, this_output_path, 
 from marin_lab.peft import LoraConfig
 from marin_lab.processing.instruction import ChatTemplate, TokenizeInstructionsConfig, tokenize_instructions
 from marin_lab.training import CheckpointConfig, DataConfig, LlamaConfig, MeshConfig, OptimizerConfig, WandbConfig
-from marin_lab.training.base_model import QuantConfig, QuantizeBaseConfig, quantize_base
+from marin_lab.training.base_model import QuantConfig, QuantizeBaseConfig
+from marin_lab.training.base_quantize import quantize_base
 from marin_lab.training.finetune import FinetuneConfig, finetune_lm
 
 

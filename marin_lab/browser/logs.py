@@ -4,6 +4,9 @@ A page asks once without an offset (the last `MAX_BYTES`), then again and again 
 `next_offset` it was given, receiving only new bytes: a live tail that costs one small read each
 time, whatever the log's size. Only whole lines are handed out while more is to come, so a line
 (or a UTF-8 character) is never cut between two answers.
+
+The text is redacted as the file view redacts the same file (`execution.secrets.redact_text`):
+logs written before their capture scrubbed every secret, or by other tools, are masked when served.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 from marin_lab.browser.errors import BadRequestError, NotFoundError
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.storage import child, file_info, list_dir, open_file
+from marin_lab.execution.secrets import redact_text
 
 MAX_BYTES = 64 * 1024
 _ATTEMPT_LOG = re.compile(r"attempt-(\d+)\.log")
@@ -47,4 +51,4 @@ def read_log(roots: Roots, step_dir: str, attempt: int | None = None, offset: in
         cut = data.index(b"\n") + 1
         data, start = data[cut:], start + cut
     return {"state": "ok", "attempts": attempts, "attempt": chosen, "url": url, "size": size, "start": start,
-            "next_offset": end, "text": data.decode("utf-8", errors="replace")}
+            "next_offset": end, "text": redact_text(data.decode("utf-8", errors="replace"))}

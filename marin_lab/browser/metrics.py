@@ -19,11 +19,11 @@ import math
 from marin_lab.browser.errors import ForbiddenPathError, NotFoundError
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.storage import child, load_json, open_file
-from marin_lab.execution.provenance import is_secret_field, redact
+from marin_lab.execution.secrets import is_secret_field, redact
 
 SERIES = ("loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu")
 FP8_PREFIX = "fp8/"
-"""Float8 statistics (issue 14: per-layer amax, saturated and flushed fractions) are plotted too."""
+"""Float8 statistics (per-layer amax, saturated and flushed fractions) are plotted too."""
 MAX_FP8_SERIES = 256
 """At most this many fp8/ series per step (a 64-layer model logs 5 per layer plus 2)."""
 MAX_KEYS = 512
@@ -82,7 +82,7 @@ def _lines(f: io.BufferedIOBase, start: int, length: int, size: int) -> list[byt
 
 
 def read_metrics(roots: Roots, step_dir: str, metric: str | None = None) -> dict:
-    """Series of (step, value) for each known metric; bad lines are counted, not fatal.
+    """Series of (step, value) for each known metric; bad lines (see `_row`) are counted, not fatal.
 
     With `metric`, only that series (any key of the rows, e.g. `eval/valid/loss`) is read.
     """
@@ -162,14 +162,27 @@ def _chunks(f: io.BufferedIOBase, size: int, chunk: int = 1024 * 1024):
 
 
 def _row(line: bytes) -> dict | None:
+    """The row of one line, or None for a bad line: not JSON, not an object, no finite `step`,
+    or a number no float can hold (an integer of 309 digits or more: plotting it would overflow)."""
     try:
         row = json.loads(line)
     except (ValueError, RecursionError):
         return None
-    step = row.get("step") if isinstance(row, dict) else None
+    if not isinstance(row, dict) or not all(_fits_a_float(v) for v in row.values()):
+        return None
+    step = row.get("step")
     if not isinstance(step, (int, float)) or isinstance(step, bool) or not math.isfinite(step):
         return None
     return row
+
+
+def _fits_a_float(value: object) -> bool:
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            float(value)
+        except OverflowError:
+            return False
+    return True
 
 
 def read_results(roots: Roots, step_dir: str) -> dict:

@@ -3,13 +3,15 @@
 A request names a file by URL (`gs://bucket/x`, `memory://x`) or local path (absolute, or relative
 to the first root). It is refused (403) when it has a `..` segment, names another protocol or
 bucket, or, on a local disk, resolves through a symlink to somewhere outside every root. The check
-is done on the resolved real path, so a symlink inside a root that points out of it is caught;
+is `marin_lab.io.paths`' containment rule (the one every confined path uses), made on the resolved
+real path, so a symlink inside a root that points out of it is caught;
 `storage.open_file` checks again on the descriptor it opened, so a swap after the check is caught
 too.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 
 from marin_lab.browser.errors import BadRequestError, ForbiddenPathError
 from marin_lab.io.fs import normalize_prefix
+from marin_lab.io.paths import canonical, canonical_within
 
 _REAL_DIR_TTL_S = 5.0
 # gcsfs accepts both spellings of the protocol; compare them as one.
@@ -97,17 +100,19 @@ class Roots:
         return True
 
     def _resolve_remote(self, protocol: str, rest: str, original: str) -> str:
-        candidate = "/".join(_clean_segments(rest, original))
-        for root in self.urls:
-            root_protocol, root_rest = _split_protocol(root)
-            if root_protocol != protocol:
-                continue
-            if candidate == root_rest or candidate.startswith(root_rest + "/") or not root_rest:
-                return f"{protocol}://{candidate}"
+        url = f"{protocol}://" + "/".join(_clean_segments(rest, original))
+        real = canonical(url)
+        if any(canonical_within(real, root) for root in self._remote_roots):
+            return url
         raise ForbiddenPathError(
             f"path {original!r} is outside the browser's roots {list(self.urls)}; "
             "start the browser with --root for that location if you mean to browse it"
         )
+
+    @functools.cached_property
+    def _remote_roots(self) -> tuple[str, ...]:
+        """The bucket roots in canonical form, computed once."""
+        return tuple(canonical(root) for root in self.urls if _split_protocol(root)[0])
 
     def _realpath(self, path: str) -> str:
         """os.path.realpath, with the folders' real paths remembered for a few seconds.
@@ -143,9 +148,8 @@ class Roots:
 
     def check_real(self, real: str, original: str) -> None:
         """Refuse a local real path (symlinks resolved) that lies outside every local root."""
-        for real_root in self._real_roots():
-            if real == real_root or real.startswith(real_root.rstrip("/") + "/"):
-                return
+        if any(canonical_within(real, real_root) for real_root in self._real_roots()):
+            return
         raise ForbiddenPathError(
             f"path {original!r} resolves to {real!r}, outside the browser's roots "
             f"{list(self.urls)} (a symlink that leaves the roots is not followed)"

@@ -14,20 +14,16 @@ single line is kept up to `MAX_LINE_BYTES`; reaching a cursor in a compressed fi
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import threading
 import time
-import zlib
 from collections import OrderedDict
 from typing import IO
-
-import zstandard
 
 from marin_lab.browser.errors import BadRequestError
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.storage import open_file
+from marin_lab.io.compression import DECODE_ERRORS, compression_of, open_decompressed
 
 CHUNK = 256 * 1024
 # A single enormous line is shown cut, so one bad document cannot exhaust the server's memory.
@@ -43,27 +39,18 @@ MAX_SKIP_BYTES = 1024 * 1024 * 1024
 # decompressor) and short-lived.
 KEEP_STREAMS = 8
 KEEP_STREAM_S = 300.0
-DECODE_ERRORS = (zstandard.ZstdError, gzip.BadGzipFile, EOFError, zlib.error)
-
-
-def compression_of(name: str) -> str | None:
-    if name.endswith(".gz"):
-        return "gzip"
-    if name.endswith(".zst") or name.endswith(".zstd"):
-        return "zstd"
-    return None
+__all__ = ["DECODE_ERRORS", "compression_of", "jsonl_page", "open_stream", "skip_to"]
 
 
 def open_stream(roots: Roots, url: str) -> IO[bytes]:
-    """A binary stream of the decompressed bytes of `url` (confined to `roots`)."""
+    """A binary stream of the decompressed bytes of `url` (confined to `roots`), decoded in
+    bounded pieces by `marin_lab.io.compression`, the same reader the data steps use."""
     raw = open_file(roots, url)
-    compression = compression_of(url)
-    if compression == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")
-    if compression == "zstd":
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
-        return io.BufferedReader(reader, buffer_size=CHUNK)
-    return raw
+    try:
+        return open_decompressed(raw, compression_of(url))
+    except BaseException:
+        raw.close()
+        raise
 
 
 def parse_cursor(cursor: str | None) -> tuple[int, int]:

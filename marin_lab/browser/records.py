@@ -26,8 +26,8 @@ from marin_lab.browser.storage import (
 )
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.explain import RecordIndex, explain_record
-from marin_lab.execution.provenance import redact
 from marin_lab.execution.records import StepRecord
+from marin_lab.execution.secrets import redact
 from marin_lab.store.layout import CORRUPT, EXPERIMENTS_DIR, INFO_FILE, MISSING, STATUS_FILE
 
 logger = logging.getLogger(__name__)
@@ -185,8 +185,26 @@ class Browser:
             steps=rows,
             status_counts=dict(Counter(statuses)),
             graph=graph.layout(keys, deps),
+            launch=self._launch(exp.get("launch")),
         )
         return result
+
+    def _launch(self, launch: Any) -> dict | None:
+        """The launched run that wrote this record (`marin-lab launch`): its driver attempts, each
+        with where its log is (`/api/log?path=<log_path>&attempt=N` serves it)."""
+        if not isinstance(launch, dict) or not _EXPERIMENT_ID.fullmatch(str(launch.get("run_id") or "")):
+            return None
+        folder = child(self.prefix, "launches", str(launch["run_id"]))
+        loaded = load_json(self.roots, child(folder, "launch.json"))
+        out: dict[str, Any] = {"run_id": launch["run_id"], "log_path": folder, **loaded.as_json()}
+        state = loaded.value if loaded.state == "ok" and isinstance(loaded.value, dict) else {}
+        attempts = [a for a in state.get("attempts", []) if isinstance(a, dict)]
+        out.update(status=_text(state.get("status")), message=_text(state.get("message")),
+                   max_restarts=state.get("max_restarts"), restarts=max(len(attempts) - 1, 0),
+                   attempts=[{**{k: a.get(k) for k in ("attempt", "outcome", "reason", "node", "host", "started",
+                                                       "ended", "exit_code")},
+                              "log": child(folder, "logs", f"attempt-{a.get('attempt')}.log")} for a in attempts])
+        return out
 
     def _code(self, code: Any) -> dict | None:
         """The experiment's code provenance, with the stored script's text (docs/reproducibility.md)."""

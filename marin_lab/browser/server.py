@@ -31,7 +31,7 @@ from marin_lab.browser.metrics import read_metrics, read_results
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
 from marin_lab.browser.records import Browser
-from marin_lab.execution.secrets import redact_logs
+from marin_lab.execution.secrets import redact_logs, scrub_json
 from marin_lab.store.layout import default_prefix
 
 logger = logging.getLogger(__name__)
@@ -56,6 +56,9 @@ POOL_KEY: web.AppKey[ThreadPoolExecutor] = web.AppKey("pool", ThreadPoolExecutor
 
 
 def _json(value: Any, status: int = 200) -> web.Response:
+    # The last wall: whatever a reader returned (a record, a page of a file, a log, an error
+    # message), every string leaves with the secret values and credential shapes scrubbed.
+    value = scrub_json(value)
     text = json.dumps(value, ensure_ascii=False, default=str, allow_nan=False)
     try:
         body = text.encode("utf-8")

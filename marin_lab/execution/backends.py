@@ -29,9 +29,9 @@ from typing import Any
 from marin_lab.execution.errors import ExecutorConfigError, PreemptedError, StepFailedError
 from marin_lab.execution.hashing import lenient_value
 from marin_lab.execution.preemption import PREEMPTION, ray_error_kind
-from marin_lab.execution.provenance import redact, runtime_environment
+from marin_lab.execution.provenance import runtime_environment
 from marin_lab.execution.resources import RunOutcome, attach_hardware, hardware_of, is_runner
-from marin_lab.execution.secrets import redact_logs
+from marin_lab.execution.secrets import redact, redact_logs
 from marin_lab.ray_niceness import run_workers_at_normal_priority
 
 logger = logging.getLogger(__name__)

@@ -23,8 +23,9 @@ import os
 import subprocess
 from typing import Any
 
-from marin_lab.execution.provenance import redact
+from marin_lab.execution.secrets import redact
 from marin_lab.io.fs import atomic_write_bytes, exists, join
+from marin_lab.io.paths import canonical, is_within
 
 MAX_DIFF_BYTES = 256 * 1024
 MAX_CHANGED = 200
@@ -57,9 +58,11 @@ def git_state(script: str | None) -> dict[str, Any]:
     commit = (_git(["rev-parse", "HEAD"], where) or "").strip()
     if not root or not commit:
         return {"commit": None, "dirty": None, "changed": None, "diff": None}
-    scopes = [p for p in (_package_dir(), os.path.join(root, "experiments"),
-                          os.path.abspath(script) if script and os.path.isfile(script) else None)
-              if p and _inside(p, root) and os.path.exists(p)]
+    # Resolved, so that a script reached through a symlink into the repository is still in scope.
+    scopes = [canonical(p) for p in (_package_dir(), os.path.join(root, "experiments"),
+                                     script if script and os.path.isfile(script) else None)
+              if p and os.path.exists(p) and is_within(p, root)]
+    root = canonical(root)
     tracked = [line for line in (_git(["status", "--porcelain", "--untracked-files=no"], root) or "").splitlines()
                if line.strip()]
     untracked = []
@@ -83,13 +86,6 @@ def git_state(script: str | None) -> dict[str, Any]:
         "diff_truncated": len(raw) > MAX_DIFF_BYTES,
         "diff_redacted": data != patch,
     }
-
-
-def _inside(path: str, root: str) -> bool:
-    try:
-        return os.path.commonpath([os.path.abspath(path), os.path.abspath(root)]) == os.path.abspath(root)
-    except ValueError:
-        return False
 
 
 def store_script(experiments_folder: str, script: str | None) -> dict[str, Any]:

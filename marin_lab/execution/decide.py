@@ -17,8 +17,8 @@ from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_
 from marin_lab.execution.hashing import lenient_value, unversioned_fingerprint
 from marin_lab.execution.lease import Lease
 from marin_lab.execution.plan import PlannedStep
-from marin_lab.execution.provenance import redact
 from marin_lab.execution.records import read_step_record
+from marin_lab.execution.secrets import redact
 from marin_lab.execution.status import CORRUPT, Status, read_status
 
 

@@ -42,6 +42,7 @@ from typing import Any
 
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.io import fs as mfs
+from marin_lab.io.paths import is_within
 
 logger = logging.getLogger(__name__)
 
@@ -337,7 +338,7 @@ def _import_root(module_name: str) -> str | None:
     depth = module_name.count(".") + (2 if path.name == "__init__.py" else 1)
     root = path.parents[depth - 1]
     # Never leak this interpreter's installed packages into an environment with older ones.
-    if "site-packages" in root.parts or "dist-packages" in root.parts or str(root).startswith(sys.base_prefix):
+    if "site-packages" in root.parts or "dist-packages" in root.parts or is_within(str(root), sys.base_prefix):
         return None
     return str(root)
 

@@ -38,6 +38,7 @@ from marin_lab.execution.record_builder import (
     relative_script,
     under_prefix,
 )
+from marin_lab.execution.regions import CrossRegionRead, Regions, check_egress
 from marin_lab.execution.resources import validate_resources
 from marin_lab.execution.secrets import redact_logs
 from marin_lab.execution.status import Status, now_iso, read_status, status_path, write_status
@@ -88,6 +89,9 @@ class Executor(MarinExecutorAttributes):
         description: str | None = None,
         script: str | None = None,
         executor_info_base_path: str | None = None,
+        allow_cross_region: Sequence[str] = (),
+        transfer_budget_bytes: int | None = None,
+        regions: Regions | None = None,
     ):
         self.prefix = normalize_prefix(prefix or default_prefix())
         # Where experiment records go (Marin's name); default {prefix}/experiments, where the browser looks.
@@ -110,6 +114,11 @@ class Executor(MarinExecutorAttributes):
         self._remote = "://" in self.prefix and not self.prefix.startswith("file://")
         self.driver_id = new_driver_id()
         self._code: dict[str, Any] | None = None
+        # Egress guard (regions.py): checked on every plan, before anything runs.
+        self.allow_cross_region = list(allow_cross_region)
+        self.transfer_budget_bytes = transfer_budget_bytes
+        self.regions = regions or Regions()
+        self.cross_region_reads: list[CrossRegionRead] = []
 
     # ---------------------------------------------------------------------------------------
     # planning and deciding
@@ -118,6 +127,8 @@ class Executor(MarinExecutorAttributes):
         plan = build_plan(steps, self.prefix)
         for ps in plan.steps:
             validate_resources(ps.name, ps.step.resources)
+        self.cross_region_reads = check_egress(plan, self.regions, allow=self.allow_cross_region,
+                                               budget_bytes=self.transfer_budget_bytes)
         self.last_plan = plan
         return plan
 
@@ -211,6 +222,11 @@ class Executor(MarinExecutorAttributes):
         path = join(self.executor_info_base_path, f"{stem}-{ident}.json")
         record = experiment_record(plan, script=script, stem=stem, ident=ident, code=self._code_provenance(),
                                    description=self.description, prefix=self.prefix, driver=self.driver_id)
+        if self.cross_region_reads:
+            record["cross_region_reads"] = [dataclasses.asdict(r) for r in self.cross_region_reads]
+        if os.environ.get("MARIN_LAUNCH_ID"):  # started by `marin-lab launch`: the browser links its attempts
+            record["launch"] = {"run_id": os.environ["MARIN_LAUNCH_ID"],
+                                "attempt": int(os.environ.get("MARIN_LAUNCH_ATTEMPT", "0") or 0)}
         write_json(path, record)
         self.executor_info_path = path
         return path

@@ -19,9 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from marin_lab.execution.plan import Plan, PlannedStep
-from marin_lab.execution.provenance import is_secret_field, redact
 from marin_lab.execution.records import RecordError, StepRecord, parse_step_record
-from marin_lab.execution.secrets import REDACTED
+from marin_lab.execution.secrets import REDACTED, is_secret_field, redact
 from marin_lab.execution.status import INFO_FILE
 from marin_lab.io.fs import fs_and_path, join, read_bytes
 
@@ -119,19 +118,41 @@ def version_changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, 
     changes = []
     old_cfg = {**_section(old, "config"), **_section(old, "inputs")}
     new_cfg = {**_section(new, "config"), **_section(new, "inputs")}
-    for key in sorted(old_cfg.keys() | new_cfg.keys()):
-        a, b = old_cfg.get(key, _MISSING), new_cfg.get(key, _MISSING)
-        if a == b:
-            continue
-        section = "inputs" if key in _section(new if b is not _MISSING else old, "inputs") else "config"
-        changes.append({"field": f"{section}.{key}", "key": key,
-                        "change": "added" if a is _MISSING else "removed" if b is _MISSING else "changed",
-                        "old": None if a is _MISSING else a, "new": None if b is _MISSING else b})
+    for top in sorted(old_cfg.keys() | new_cfg.keys()):
+        section = "inputs" if top in _section(new if top in new_cfg else old, "inputs") else "config"
+        for key, a, b in _leaf_changes(top, old_cfg.get(top, _MISSING), new_cfg.get(top, _MISSING)):
+            changes.append({"field": f"{section}.{key}", "key": key,
+                            "change": "added" if a is _MISSING else "removed" if b is _MISSING else "changed",
+                            "old": None if a is _MISSING else a, "new": None if b is _MISSING else b})
     old_deps, new_deps = old.get("dependencies") or [], new.get("dependencies") or []
     if old_deps != new_deps:
         changes.append({"field": "dependencies", "key": "dependencies", "change": "changed",
                         "old": old_deps, "new": new_deps})
     return changes
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _leaf_changes(key: str, a: Any, b: Any) -> list[tuple[str, Any, Any]]:
+    """(path, old, new) for each differing leaf under `key`: a versioned dataclass or dict is one
+    version key whose value is a nested object, and a person wants `optimizer.learning_rate: 0.003
+    -> 0.002`, not the whole optimizer twice. Lists of the same length recurse by position; a list
+    that grew or shrank is shown whole (positions would all shift)."""
+    if a == b:
+        return []
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(a.keys() | b.keys(), key=str):
+            sub = f"{key}.{k}" if isinstance(k, str) and _NAME.fullmatch(k) else f"{key}[{json.dumps(k)}]"
+            out.extend(_leaf_changes(sub, a.get(k, _MISSING), b.get(k, _MISSING)))
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        out = []
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            out.extend(_leaf_changes(f"{key}[{i}]", x, y))
+        return out
+    return [(key, a, b)]
 
 
 def _section(version: dict[str, Any], name: str) -> dict[str, Any]:
@@ -207,7 +228,9 @@ def _show_field(key: str, v: Any) -> str:
     shown as '<redacted>', so that explain and the dry run print what the records hold."""
     if v is _MISSING:
         return _show(v)
-    return _show(REDACTED if is_secret_field(key.rsplit(".", 1)[-1]) else redact(v))
+    # Any component of the path counts: `credentials.hf_token` and `hf_token.value` are both secret.
+    names = [n.strip('[]"') for n in re.findall(r'[A-Za-z_][A-Za-z0-9_]*|\["(?:[^"\\]|\\.)*"\]', key)]
+    return _show(REDACTED if any(is_secret_field(n) for n in names) else redact(v))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -13,8 +13,12 @@ duration of the call (C libraries, subprocesses and Python alike), and a reader 
     every `progress_every_s` instead of hundreds of redraws, and remembers the latest for the
     status heartbeat.
 
-Secrets never reach the log or the terminal: each line goes through `execution.secrets.scrub_text`
-(secret-named environment values, credential shapes, URL passwords) before it is written.
+Secrets never reach the log or the terminal: each line goes through `execution.secrets` (the values
+of secret-named environment variables and of secret-named config fields, credential shapes, URL
+passwords) before it is written or echoed.
+
+Capture costs time linear in the bytes printed, whatever their shape: one 128 MiB line is written
+in 1 MiB pieces as it arrives (`MAX_PIECE`), never gathered whole; see `_Reader`.
 
 Log records are part of stderr: the root logger gets a handler at INFO for the call, so a data
 step's summary line ("dedup_fuzzy: kept 584, removed 413") reaches the file and the terminal.
@@ -25,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -33,13 +38,17 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from marin_lab.execution.secrets import scrub_text
+from marin_lab.execution.secrets import Scrubber, text_scrubber
 from marin_lab.io.fs import atomic_write_bytes, fs_and_path, is_local, join
 
 logger = logging.getLogger(__name__)
 
 LOGS_DIR = "logs"
 TAIL_BYTES = 8192
+READ_BYTES = 65536
+MAX_PIECE = 1 << 20
+"""A line longer than this is scrubbed, written and echoed in pieces as it arrives."""
+_LINE_END = re.compile(rb"\r|\n")
 # Libraries that say something harmless on every CPU step (JAX probing for TPUs, absl), kept quiet.
 _NOISY_LOGGERS = ("jax._src.xla_bridge", "absl")
 
@@ -115,66 +124,146 @@ class _Sink:
 
 
 class _Reader(threading.Thread):
-    """Reads one captured descriptor: lines to the sink and echoed; progress redraws throttled."""
+    """Reads one captured descriptor: lines to the sink and echoed; progress redraws throttled.
 
-    def __init__(self, fd: int, echo_fd: int, sink: _Sink, spec: LogSpec, state: dict[str, Any]):
+    Work is linear in the bytes read: each chunk is scanned once for line ends, and a line longer
+    than `MAX_PIECE` is scrubbed and written in pieces as it arrives (`Scrubber.split` keeps the
+    few characters a secret could straddle), so no line is ever held, searched or copied whole.
+    """
+
+    def __init__(self, fd: int, echo_fd: int, sink: Any, spec: LogSpec, state: dict[str, Any]):
         super().__init__(name=f"step-log-{fd}", daemon=True)
         self.fd, self.echo_fd, self.sink, self.spec, self.state = fd, echo_fd, sink, spec, state
         self.prefix = f"[{spec.label}] ".encode()
         self.pending_progress: bytes | None = None
         self.last_progress = 0.0
+        self.partial = bytearray()  # the current line's bytes since its last written piece
+        self.carry = ""  # a long line's text held back by Scrubber.split
+        self.in_pieces = False  # some of the current line is already written
+        self.scrub: Scrubber = text_scrubber()
+        self.counts = {"scrubbed_chars": 0, "largest_scrub": 0, "pieces": 0}
 
     def run(self) -> None:
-        buffer = b""
         while True:
             try:
-                chunk = os.read(self.fd, 65536)
+                chunk = os.read(self.fd, READ_BYTES)
             except OSError:
                 chunk = b""
             if not chunk:
                 break
-            buffer += chunk
-            buffer = self._consume(buffer)
-        if buffer:
-            self._line(buffer)
-        if self.pending_progress:
-            self._line(self.pending_progress)
+            self.feed(chunk)
+        self.finish()
         os.close(self.fd)
 
-    def _consume(self, buffer: bytes) -> bytes:
-        while True:
-            cut = min((i for i in (buffer.find(b"\n"), buffer.find(b"\r")) if i >= 0), default=-1)
-            if cut < 0:
-                return buffer
-            segment, ending, buffer = buffer[:cut], buffer[cut:cut + 1], buffer[cut + 1:]
-            if ending == b"\r":
-                if segment.strip():
-                    self._progress(segment)
-            else:
-                self.pending_progress = None  # a bar's final state ends with a newline
-                self._line(segment)
+    def feed(self, chunk: bytes) -> None:
+        """One chunk of output: every line it ends is handled, the rest kept (or written in pieces)."""
+        # Asked once per chunk, not per line: a secret set in the environment is known from the
+        # next chunk on, and a chunk of short lines pays for one look at the environment.
+        self.scrub = text_scrubber()
+        start = 0
+        for m in _LINE_END.finditer(chunk):
+            segment = chunk[start:m.start()]
+            if self.partial:
+                self.partial += segment
+                segment = bytes(self.partial)
+                self.partial.clear()
+            start = m.end()
+            self._end_of_line(segment, chunk[m.start():m.end()])
+        if start < len(chunk):
+            self.partial += chunk[start:]
+            if len(self.partial) >= MAX_PIECE:
+                self._write_piece()
+
+    def finish(self) -> None:
+        """The end of the output: what is left is a last line without its newline."""
+        if self.partial or self.in_pieces or self.carry:
+            segment = bytes(self.partial)
+            self.partial.clear()
+            self._end_of_line(segment, b"\n")
+        if self.pending_progress:
+            self._line(self.pending_progress)
+
+    def _end_of_line(self, segment: bytes, ending: bytes) -> None:
+        if self.in_pieces or self.carry:  # the end of a long line (a newline or a carriage return)
+            self._emit(self.carry + segment.decode("utf-8", "surrogateescape"), last=True)
+            return
+        if ending == b"\r":
+            if segment.strip():
+                self._progress(segment)
+        else:
+            self.pending_progress = None  # a bar's final state ends with a newline
+            self._line(segment)
+
+    def _write_piece(self) -> None:
+        """Write the start of a long line that is still going on (never splitting a character)."""
+        cut = _utf8_boundary(self.partial)
+        text = self.carry + self.partial[:cut].decode("utf-8", "surrogateescape")
+        del self.partial[:cut]
+        self._emit(text, last=False)
+
+    def _emit(self, text: str, *, last: bool) -> None:
+        if last:
+            clean, self.carry = self._scrubbed(text), ""
+        else:
+            self._count(text)
+            clean, self.carry = self.scrub.split(text)
+        data = clean.encode("utf-8", "surrogateescape")
+        if not data and not last:
+            return
+        first = not self.in_pieces
+        self.in_pieces = not last
+        self.counts["pieces"] += 1
+        self.state["last_line"] = data[:TAIL_BYTES] if first else self.state.get("last_line", b"")
+        self._out(data + (b"\n" if last else b""), first)
 
     def _progress(self, segment: bytes) -> None:
-        segment = self.state["scrub"](segment)
+        segment = self._scrubbed_bytes(segment)
         self.state["last_line"] = segment
         now = time.monotonic()
         if now - self.last_progress >= self.spec.progress_every_s:
             self.last_progress = now
             self.pending_progress = None
-            self._line(segment)
+            self._out(segment + b"\n", True)
         else:
             self.pending_progress = segment
 
     def _line(self, line: bytes) -> None:
-        line = self.state["scrub"](line)
+        line = self._scrubbed_bytes(line)
         if line.strip():
             self.state["last_line"] = line
-        self.sink.write(line + b"\n")
+        self._out(line + b"\n", True)
+
+    def _out(self, data: bytes, first: bool) -> None:
+        self.sink.write(data)
         if self.spec.echo:
             try:
-                os.write(self.echo_fd, self.prefix + line + b"\n")
+                os.write(self.echo_fd, self.prefix + data if first else data)
             except OSError:
                 pass
+
+    def _count(self, text: str) -> None:
+        self.counts["scrubbed_chars"] += len(text)
+        self.counts["largest_scrub"] = max(self.counts["largest_scrub"], len(text))
+
+    def _scrubbed(self, text: str) -> str:
+        self._count(text)
+        return self.scrub(text)
+
+    def _scrubbed_bytes(self, line: bytes) -> bytes:
+        text = line.decode("utf-8", errors="surrogateescape")
+        cleaned = self._scrubbed(text)
+        return line if cleaned == text else cleaned.encode("utf-8", errors="surrogateescape")
+
+
+def _utf8_boundary(data: bytearray) -> int:
+    """The largest cut <= len(data) that does not split a UTF-8 character (at most 3 bytes back)."""
+    cut = len(data)
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[len(data) - back]
+        if byte & 0xC0 != 0x80:  # the lead byte (or an ASCII byte) of the last character
+            needed = 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4 if byte >> 3 == 0b11110 else 1
+            return cut - back if needed > back else cut
+    return cut
 
 
 class capture:  # noqa: N801 - used as a context manager, like contextlib's
@@ -182,7 +271,7 @@ class capture:  # noqa: N801 - used as a context manager, like contextlib's
 
     def __init__(self, spec: LogSpec):
         self.spec = spec
-        self.state: dict[str, Any] = {"scrub": scrubber()}
+        self.state: dict[str, Any] = {}
 
     def __enter__(self) -> capture:
         for stream in (sys.stdout, sys.stderr):
@@ -234,16 +323,6 @@ class capture:  # noqa: N801 - used as a context manager, like contextlib's
         for saved in self.saved.values():
             os.close(saved)
         self.sink.close()
-
-
-def scrubber() -> Callable[[bytes], bytes]:
-    """A function that removes secrets (`execution.secrets.scrub_text`) from one line of output."""
-    def scrub(line: bytes) -> bytes:
-        text = line.decode("utf-8", errors="surrogateescape")
-        cleaned = scrub_text(text)
-        return line if cleaned == text else cleaned.encode("utf-8", errors="surrogateescape")
-
-    return scrub
 
 
 def _flush(stream: Any) -> None:

@@ -46,6 +46,10 @@ class ExecutorMainConfig:
     """Retries after a lost worker, node or slice."""
     max_failure_retries: int = 0
     """Retries after an exception raised by a step's function."""
+    allow_cross_region: list[str] | None = None
+    """Regexes over step names allowed to read inputs from another region than the prefix's (egress is billed)."""
+    transfer_budget_bytes: int | None = None
+    """Cross-region inputs allowed for the whole experiment while their total size stays within this many bytes."""
 
 
 logger = logging.getLogger(__name__)
@@ -102,6 +106,8 @@ def executor_main(
             ray_address=config.ray_address,
             description=description,
             executor_info_base_path=config.executor_info_base_path,
+            allow_cross_region=config.allow_cross_region or (),
+            transfer_budget_bytes=config.transfer_budget_bytes,
         )
         report = executor.run(steps, run_only=config.run_only, dry_run=config.dry_run, plan_format=config.format)
     except MarinLabError as err:

@@ -6,13 +6,16 @@ The decisions come from decide.py; this module only formats them.
 pull request: every step with its action (run, reused, wait, fail), the reason, the field-level
 difference against the latest recorded version of the same step, its resources and the estimate
 its config gives (tokens, FLOPs, accelerator-hours), and totals over the steps that would run.
-Planning reads only statuses and records under the prefix; it never runs anything.
+Planning reads only statuses and records under the prefix; it never runs anything. The Markdown
+escapes every value it shows (HTML, table and code-span syntax), so a plan is safe to post; the JSON
+holds the values exactly.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -107,31 +110,73 @@ def _number(value: Any) -> str:
     return str(value)
 
 
+# --- Markdown that is safe to post ----------------------------------------------------------------
+# A plan is posted on pull requests, and its cells hold values from the experiment (config values in
+# the field-level changes, names, pinned paths, estimates). Every one goes through `_text` or `_code`,
+# so none can open an HTML tag or comment (which would hide text), end a table row or cell, start a
+# link definition, or leave its code span.
+
+_LINE_BREAKS = re.compile(r"\r\n|\r|\n")
+_TEXT_SPECIAL = re.compile(r"[\\`\[\]|]")  # emphasis (* _) is left: it shows, never hides
+_BLOCK_START = re.compile(r"^(?:[#>+=-]|\d+(?=[.)]))")
+
+
+def _text(value: Any) -> str:
+    """`value` as Markdown text shown exactly as written, on one line, inside or outside a table."""
+    text = _LINE_BREAKS.sub(" ", str(value))
+    text = text.replace("&", "&amp;").replace("<", "&lt;")  # no tag, comment or entity of the value's own
+    return _TEXT_SPECIAL.sub(lambda m: "\\" + m.group(0), text)
+
+
+def _list_item(value: Any) -> str:
+    """`_text`, and a leading character that would start a heading, quote or list escaped too."""
+    text = _text(value)
+    return _BLOCK_START.sub(lambda m: m.group(0) + "\\" if m.group(0)[0].isdigit() else "\\" + m.group(0), text)
+
+
+def _code(value: Any, *, in_table: bool = True) -> str:
+    """`value` as an inline code span: fenced by more backticks than it holds, one line, and its `|`
+    escaped inside a table (GitHub splits cells before it reads code spans)."""
+    text = _LINE_BREAKS.sub(" ", str(value))
+    if in_table:
+        text = text.replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    if text.startswith("`") or text.endswith("`") or (text.startswith(" ") and text.endswith(" ") and text.strip()):
+        text = f" {text} "
+    return f"{fence}{text}{fence}"
+
+
 def _cell(value: Any) -> str:
-    text = ", ".join(f"{k}={_number(v)}" for k, v in value.items()) if isinstance(value, dict) else str(value or "")
-    return text.replace("|", "\\|").replace("\n", " ")
+    if isinstance(value, dict):
+        return ", ".join(f"{_text(k)}={_text(_number(v))}" for k, v in value.items())
+    return _text(value or "")
+
+
+def _action(action: Any) -> str:
+    return _text(ACTION_LABELS.get(action, action))
 
 
 def to_markdown(report: dict[str, Any]) -> str:
     counts = report["counts"]
-    summary = ", ".join(f"{n} {ACTION_LABELS.get(a, a)}" for a, n in sorted(counts.items()))
-    title = f"`{report['script']}`" if report["script"] else "experiment"
+    summary = ", ".join(f"{n} {_action(a)}" for a, n in sorted(counts.items()))
+    title = _code(report["script"], in_table=False) if report["script"] else "experiment"
     lines = [f"## Plan for {title}: {sum(counts.values())} steps ({summary})", "",
-             f"Prefix `{report['prefix']}`, backend `{report['backend']}`. Output paths are `{{prefix}}/{{step}}`.", "",
+             f"Prefix {_code(report['prefix'], in_table=False)}, backend {_code(report['backend'], in_table=False)}. "
+             "Output paths are `{prefix}/{step}`.", "",
              "| Action | Step | Why | Resources | Estimate |", "|---|---|---|---|---|"]
     base = report["prefix"].rstrip("/") + "/"
     for s in report["steps"]:
         where = s["output_path"].removeprefix(base)
-        shown = f"`{s['identity']}`" + ("" if where == s["identity"] else f" (at `{where}`)")
-        lines.append(f"| {ACTION_LABELS.get(s['action'], s['action'])} | {shown} | {_cell(s['reason'])} "
+        shown = _code(s["identity"]) + ("" if where == s["identity"] else f" (at {_code(where)})")
+        lines.append(f"| {_action(s['action'])} | {shown} | {_cell(s['reason'])} "
                      f"| {_cell(s['resources'])} | {_cell(s['estimate'])} |")
     if report["totals"]:
         lines += ["", "**Totals over the steps that would run:** "
-                  + ", ".join(f"{k.replace('_', '-')} {_number(v)}" for k, v in report["totals"].items())]
+                  + ", ".join(f"{_text(k.replace('_', '-'))} {_text(_number(v))}" for k, v in report["totals"].items())]
     changed = [s for s in report["steps"] if s["changes"]]
     if changed:
         lines += ["", "### What changed against the latest recorded versions"]
         for s in changed:
-            lines += ["", f"`{s['identity']}` ({ACTION_LABELS.get(s['action'], s['action'])}: {s['reason']})", ""]
-            lines += [f"- {_cell(note)}" for note in s["changes"]]
+            lines += ["", f"{_code(s['identity'], in_table=False)} ({_action(s['action'])}: {_text(s['reason'])})", ""]
+            lines += [f"- {_list_item(note)}" for note in s["changes"]]
     return "\n".join(lines) + "\n"

@@ -15,9 +15,10 @@ from typing import Any
 from marin_lab.execution.artifacts import declaration
 from marin_lab.execution.hashing import lenient_value, unversioned_fingerprint
 from marin_lab.execution.plan import Plan, PlannedStep
-from marin_lab.execution.provenance import package_versions, redact
+from marin_lab.execution.provenance import package_versions
 from marin_lab.execution.records import Attempt, StatusEvent, StepRecord, Timings
 from marin_lab.execution.resources import describe_resources
+from marin_lab.execution.secrets import redact
 from marin_lab.execution.status import Status, info_path, now_iso
 from marin_lab.io.fs import write_json
 

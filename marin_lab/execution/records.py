@@ -23,9 +23,8 @@ import json
 from typing import Any
 
 from marin_lab.execution.errors import RecordError
-from marin_lab.execution.status import INFO_FILE, read_status
-from marin_lab.io.fs import fs_and_path, join, read_bytes, read_json
-from marin_lab.store.layout import CORRUPT, MISSING, experiments_dir
+from marin_lab.io.fs import join, read_bytes
+from marin_lab.store.layout import INFO_FILE
 
 SCHEMA = 1
 
@@ -316,60 +315,3 @@ def parse_step_record(raw: bytes, url: str) -> StepRecord:
     except (json.JSONDecodeError, RecursionError) as err:
         raise RecordError(url, f"not valid JSON ({getattr(err, 'msg', 'nested too deep')})") from None
     return StepRecord.from_json(data, url)
-
-
-# ------------------------------------------------------------------------------------------------
-# Experiment records ({prefix}/experiments/*.json), as `marin-lab status` lists them
-
-
-def list_experiments(prefix: str) -> list[dict[str, Any]]:
-    """Experiment records under `prefix`, newest first; each gets `_path` (its URL)."""
-    folder = experiments_dir(prefix)
-    fs, path = fs_and_path(folder)
-    try:
-        names = sorted(p for p in fs.ls(path, detail=False) if p.endswith(".json"))
-    except FileNotFoundError:
-        return []
-    protocol = folder.split("://", 1)[0] + "://" if "://" in folder else ""
-    out = []
-    for name in names:
-        url = join(folder, name.rsplit("/", 1)[-1]) if protocol else name
-        try:
-            record = read_json(url)
-        except (ValueError, UnicodeDecodeError, RecursionError, OSError) as err:
-            record = {"corrupt": f"unreadable ({type(err).__name__}: {err})"}
-        if not isinstance(record, dict):
-            record = {"corrupt": "not a JSON object"}
-        elif "corrupt" not in record and not isinstance(record.get("steps"), list):
-            record["corrupt"] = "`steps` is not a list"
-        record["_path"] = url
-        out.append(record)
-    out.sort(key=lambda r: str(r.get("created", "")), reverse=True)
-    return out
-
-
-def step_statuses(experiment: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
-    """(step entry, its status) per step; an entry that names no step is CORRUPT, with `damage`
-    saying which entry, and a damaged status file is CORRUPT with `damage` saying why."""
-    result = []
-    steps = experiment.get("steps")
-    for i, step in enumerate(steps if isinstance(steps, list) else []):
-        if not isinstance(step, dict) or not isinstance(step.get("output_path"), str):
-            entry = {"identity": f"steps[{i}]", "damage": f"steps[{i}] has no output_path"}
-            result.append((entry, CORRUPT))
-            continue
-        st = read_status(step["output_path"]) or _status_from_record(step["output_path"])
-        if "damage" in st:
-            step = {**step, "damage": st["damage"]}
-        result.append((step, str(st.get("status", MISSING))))
-    return result
-
-
-def _status_from_record(output_path: str) -> dict[str, Any]:
-    """With no status file, the step record's own status (as the browser shows it), CORRUPT when
-    the record is damaged, or nothing (MISSING)."""
-    try:
-        record = read_step_record(output_path)
-    except RecordError as err:
-        return {"status": CORRUPT, "damage": str(err)}
-    return {"status": record.status} if record is not None and record.status else {}

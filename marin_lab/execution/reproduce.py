@@ -10,31 +10,42 @@ tree), planned under the scratch prefix, and must get the recorded identities. T
 
 Every artifact is compared with the record's manifest (artifacts.compare_outputs); run logs and
 timings that the step declared are left out and listed. Nothing is written under the original
-prefix: dependencies are read there only after their SUCCESS status is checked, and a scratch
-prefix inside it is refused.
+prefix: dependencies are read there only after their SUCCESS status is checked, a scratch prefix
+that reaches it (resolved with `marin_lab.io.paths`) is refused, and so is a step whose pinned
+output path leads out of the scratch prefix. The record is checked whole (reproduce_target.py)
+before the recorded script runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
-import hashlib
 import os
 import re
+import shutil
 import tempfile
 from typing import Any
 
 from marin_lab.execution.artifacts import ALWAYS_NON_ARTIFACTS, compare_outputs, declaration
 from marin_lab.execution.errors import MarinLabError, RecordError
 from marin_lab.execution.records import read_step_record
-from marin_lab.execution.status import info_path, read_status
-from marin_lab.io.fs import exists, join, normalize_prefix, read_bytes, read_json_or_none
+from marin_lab.execution.reproduce_target import (
+    RecordedExperiment,
+    ReproduceError,
+    check_scratch,
+    compile_steps,
+    locate,
+    read_script,
+)
+from marin_lab.execution.status import read_status
+from marin_lab.io.fs import join
+from marin_lab.io.paths import canonical, is_within
 
 IDENTICAL, DIFFERS, NOT_REPRODUCIBLE, NOT_CHECKED = "identical", "DIFFERS", "not reproducible", "not checked"
 
-
-class ReproduceError(MarinLabError):
-    """A record that cannot be reproduced at all (missing script, older schema, bad target)."""
+__all__ = ["DIFFERS", "IDENTICAL", "NOT_CHECKED", "NOT_REPRODUCIBLE", "ReproduceError", "ReproduceReport",
+           "StepResult", "reproduce"]
 
 
 @dataclasses.dataclass
@@ -80,117 +91,88 @@ class ReproduceReport:
         return "\n".join(lines)
 
 
-def locate(target: str) -> tuple[str, dict[str, Any], str]:
-    """(experiment record URL, the record, the original prefix) for an experiment record or a step's output."""
-    target = target.rstrip("/")
-    if target.endswith(".json"):
-        record = read_json_or_none(target)
-        if not isinstance(record, dict) or "steps" not in record:
-            raise ReproduceError(f"{target} is not an experiment record (no 'steps'); give an experiment "
-                                 "record ({prefix}/experiments/NAME-HASH.json) or a step's output path")
-        folder = target.rsplit("/", 1)[0]
-        prefix = folder.rsplit("/", 1)[0] if folder.endswith("/experiments") else record.get("prefix")
-        return target, record, normalize_prefix(prefix)
-    try:
-        info = read_step_record(target)
-    except RecordError as err:
-        raise ReproduceError(f"{err}; give the experiment record instead") from None
-    if info is None:
-        raise ReproduceError(f"{target} has no step record ({info_path(target)}); give an experiment record "
-                             "or the output path of a step the executor ran")
-    identity = info.identity or ""
-    if not target.endswith("/" + identity):
-        raise ReproduceError(f"{target}: its record names identity {identity!r}, which is not the path's end; "
-                             "give the experiment record instead")
-    prefix = target[: -len(identity) - 1]
-    experiment = (info.code or {}).get("experiment")
-    if not experiment:
-        raise ReproduceError(f"{info_path(target)} was written by an older record schema: it names no experiment "
-                             "record (code.experiment); give the experiment record, or rerun the step with this "
-                             "version of marin_lab")
-    url = experiment if "://" in experiment or experiment.startswith("/") else join(prefix, experiment)
-    record = read_json_or_none(url)
-    if not isinstance(record, dict):
-        raise ReproduceError(f"the experiment record {url} named by {info_path(target)} is missing or unreadable")
-    return url, record, normalize_prefix(prefix)
-
-
-def recorded_script(url: str, record: dict[str, Any]) -> tuple[str, str]:
-    """(script name, its text) as stored beside the record; checked against its sha256."""
-    code = record.get("code")
-    if not isinstance(code, dict) or not code.get("stored_script"):
-        why = (code or {}).get("script_missing") if isinstance(code, dict) else None
-        raise ReproduceError(
-            f"{url} holds no stored script (" + (why or "written by an older record schema, before scripts were "
-                                                 "stored") + "); it cannot be rebuilt as it was recorded. Run the "
-            "experiment again with this version of marin_lab to record its script")
-    stored = join(url.rsplit("/", 1)[0], code["stored_script"])
-    if not exists(stored):
-        raise ReproduceError(f"{url}: its script {stored} is missing")
-    data = read_bytes(stored)
-    if hashlib.sha256(data).hexdigest() != code.get("script_sha256"):
-        raise ReproduceError(f"{stored} does not match the sha256 in {url}; the stored script was changed")
-    name = os.path.basename(code.get("script") or "experiment.py")
-    return name, data.decode("utf-8")
-
-
 def reproduce(target: str, *, into: str | None = None, steps: str | None = None, deep: bool = False,
               backend: str = "local") -> ReproduceReport:
+    """Rebuild the experiment `target` names from its stored script and compare every selected step.
+
+    Everything is checked before anything is executed (reproduce_target.py); the temporary copy of
+    the script is removed whatever happens."""
+    rec = locate(target)
+    pattern = compile_steps(steps, rec)
+    text = read_script(rec)
+    scratch = check_scratch(into, rec) if into else None
+    workdir = tempfile.mkdtemp(prefix="marin-lab-script-")
+    made_scratch = None
+    try:
+        if scratch is None:
+            made_scratch = scratch = canonical(tempfile.mkdtemp(prefix="marin-lab-reproduce-"))
+        script = os.path.join(workdir, rec.script_name)
+        with open(script, "w", encoding="utf-8") as f:
+            f.write(text)
+        report = _reproduce(rec, script, scratch, pattern, deep, backend)
+        made_scratch = None  # it holds the reproduction now: kept for the reader
+        return report
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        if made_scratch is not None:
+            with contextlib.suppress(OSError):
+                os.rmdir(made_scratch)  # only while still empty: never a partial reproduction
+
+
+def _reproduce(rec: RecordedExperiment, script: str, scratch: str, pattern: re.Pattern[str] | None, deep: bool,
+               backend: str) -> ReproduceReport:
     from marin_lab.execution.executor import Executor
     from marin_lab.execution.main import capture_steps
 
-    url, record, original = locate(target)
-    name, text = recorded_script(url, record)
-    scratch = normalize_prefix(into or tempfile.mkdtemp(prefix="marin-lab-reproduce-"))
-    if scratch == original or scratch.startswith(original.rstrip("/") + "/"):
-        raise ReproduceError(f"--into {scratch} is (inside) the original prefix {original}; reproduce never "
-                             "writes there: give another scratch prefix")
-    workdir = tempfile.mkdtemp(prefix="marin-lab-script-")
-    script = os.path.join(workdir, name)
-    with open(script, "w", encoding="utf-8") as f:
-        f.write(text)
     try:
         rebuilt, _ = capture_steps(script)
-    except MarinLabError:
-        raise
+    except MarinLabError as err:
+        raise ReproduceError(f"the recorded script {rec.script_name} (from {rec.url}): {err}") from err
     except BaseException as err:  # the recorded script no longer imports or runs here
-        raise ReproduceError(f"the recorded script {name} (from {url}) no longer runs here: "
+        raise ReproduceError(f"the recorded script {rec.script_name} (from {rec.url}) no longer runs here: "
                              f"{type(err).__name__}: {err}") from err
     executor = Executor(scratch, backend=backend, script=script,
-                        description=f"reproduction of {url}" + (" (deep)" if deep else ""))
-    plan = executor.plan(rebuilt)
-    recorded = {s["name"]: s for s in record.get("steps", [])}
-    pattern = re.compile(steps) if steps else None
+                        description=f"reproduction of {rec.url}" + (" (deep)" if deep else ""))
+    try:
+        plan = executor.plan(rebuilt)
+    except MarinLabError as err:  # e.g. two steps now share an output path
+        raise ReproduceError(f"the recorded script {rec.script_name} (from {rec.url}) cannot be planned here: "
+                             f"{err}") from err
+    for ps in plan.steps:  # a pinned output path (override_output_path) could lead anywhere
+        if not is_within(ps.output_path, scratch):
+            raise ReproduceError(f"step '{ps.identity}' of {rec.url} writes to {ps.output_path} (a pinned "
+                                 f"override_output_path), outside the scratch prefix {scratch}; reproduce writes "
+                                 "nowhere else, so it cannot rerun this experiment")
     chosen = [ps for ps in plan.steps if pattern is None or pattern.search(ps.name)]
     if not chosen:
-        raise ReproduceError(f"--steps {steps!r} matches no step of {url}")
+        raise ReproduceError(f"--steps {pattern.pattern if pattern else None!r} matches no step of {rec.url}")
     results: dict[str, StepResult] = {}
     runnable = []
     for ps in chosen:
-        rec = recorded.get(ps.name)
-        if rec is None:
+        recorded = rec.steps.get(ps.name)
+        if recorded is None:
             results[ps.identity] = StepResult(ps.name, ps.identity, DIFFERS, ["not in the record: the recorded "
                                                                                 "script plans a step it did not record"])
-        elif rec["identity"] != ps.identity:
+        elif recorded != ps.identity:
             results[ps.identity] = StepResult(ps.name, ps.identity, DIFFERS, [
-                f"identity differs from the record ({rec['identity']}): the helpers or a source changed since; "
+                f"identity differs from the record ({recorded}): the helpers or a source changed since; "
                 "`marin-lab explain` shows which field"])
         else:
             runnable.append(ps)
-    originals = {ps.identity: join(original, ps.identity) for ps in plan.steps}
-    if deep:
-        executor.run(rebuilt, run_only=[f"^{re.escape(ps.name)}$" for ps in runnable] or None,
-                     raise_on_failure=False) if runnable else None
+    originals = {ps.identity: join(rec.original, ps.identity) for ps in plan.steps}
+    if deep and runnable:
+        executor.run(rebuilt, run_only=[f"^{re.escape(ps.name)}$" for ps in runnable], raise_on_failure=False)
     if not deep and runnable:
         executor._write_experiment(plan)  # the scratch prefix gets its own experiment record
+    prefixes = (rec.original, *rec.aliases, scratch)
     for ps in runnable:
         if not deep:
             problem = _run_on_original_inputs(executor, plan, ps, originals)
             if problem:
                 results[ps.identity] = StepResult(ps.name, ps.identity, NOT_CHECKED, [problem])
                 continue
-        results[ps.identity] = _judge(ps, originals[ps.identity], plan, (original, scratch))
-    return ReproduceReport(url, original, scratch, deep, [results[ps.identity] for ps in chosen])
+        results[ps.identity] = _judge(ps, originals[ps.identity], plan, prefixes)
+    return ReproduceReport(rec.url, rec.original, scratch, deep, [results[ps.identity] for ps in chosen])
 
 
 def _record_or_none(output_path: str) -> Any:

@@ -1,93 +1,278 @@
 """Secrets out of every text we write: records, logs, error messages, the browser's pages.
 
-A secret is recognised three ways, and `scrub_text` applies all three to any string:
-- by its shape: API tokens with a known prefix (`hf_`, `sk-`, `ghp_`, `AKIA`, `ya29.`), the
-  password of a URL (`https://user:PASSWORD@host`), a URL query parameter named like a secret
-  (`?token=...`, `&api_key=...`, `&sig=...`), an `Authorization: Bearer ...` value;
-- by the value of an environment variable named like a secret (`*KEY*`, `*TOKEN*`, `*SECRET*`,
-  `*PASSWORD*`, `*CREDENTIAL*`), wherever that value shows up later (an exception that echoes a
-  request, a log line);
-- by a value once seen under a secret-named field (`remember_secret`, called by the record
-  redaction), for the same reason.
+This module is the one owner of what a secret is and how it is removed; records (`redact`), step
+logs (`execution.logs`), the terminal echo, log records (`SecretFilter`) and every answer of the
+browser go through it.
 
-Field-name rules (which keys are secrets) live in `marin_lab.execution.provenance`; this module
-only scrubs text, so a record, a log line and a browser page share one definition of a secret value.
+Names. An environment variable is secret-named when its name contains KEY, TOKEN, SECRET,
+PASSWORD, PASSWD or CREDENTIAL (`is_secret_name`); a config or result field is judged word by word
+(`is_secret_field`), so `api_key`, `hf_token`, `db_password` are secrets and a tokenizer's
+`eos_token`, a count of `max_tokens` or the `tokenizer` itself are not.
+
+Values. `scrub_text` replaces with '<redacted>':
+- the value of every secret-named environment variable, and every value once seen under a
+  secret-named field (`remember_secret`, called by `redact`), wherever it shows up later (an
+  exception that echoes a request, a log line). The only condition is length: at least
+  `MIN_SECRET_CHARS` characters besides surrounding blanks, whatever the characters are (a value
+  starting with `/`, holding spaces, base64 with `+/=`), since shorter values would scrub ordinary
+  words (a variable KEY=1 must not erase every "1");
+- strings shaped like credentials: API tokens with a known prefix (`hf_`, `sk-`, `ghp_`, `AKIA`,
+  `ya29.`), the password of a URL (`https://user:PASSWORD@host`), a URL query parameter named like
+  a secret (`?token=...`, `&api_key=...`, `&sig=...`), an `Authorization: Bearer ...` value.
+
+Text that arrives in pieces (a log line of any length, read as it is written) is scrubbed by
+`Scrubber.split`, which cuts it only where no secret can straddle the cut.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 REDACTED = "<redacted>"
-# Shorter values would scrub ordinary words (a variable KEY=1 must not erase every "1").
 MIN_SECRET_CHARS = 8
+"""Shortest value scrubbed as a known secret (see the module docstring)."""
+SPLIT_KEEP = 4096
+"""`Scrubber.split` keeps at least this many characters uncut: a credential shape longer than this
+that arrives across two pieces is only scrubbed as far as the first piece holds it."""
 
-_ENV_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+_SECRET_WORDS = {"key", "apikey", "secret", "password", "passwd", "credential", "credentials", "token"}
+_NOT_SECRET_BEFORE_TOKEN = {"eos", "bos", "pad", "unk", "sep", "cls", "mask", "special", "start", "end", "max",
+                            "min", "num", "n", "total", "first", "last", "image", "audio"}
+
 _TOKEN_SHAPES = re.compile(r"(sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
                            r"|AKIA[0-9A-Z]{16}|ya29\.[A-Za-z0-9_\-]{20,})")
 # scheme://user:password@host -> the password goes; the user name stays (it says whose it was).
-_URL_PASSWORD = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)([^/\s@]+)(@)")
+# Repeats before a fixed part are bounded (a user or parameter name of 64 characters) and the URL
+# pattern starts at its "://" (the scheme before it stays as it is anyway): unbounded, a long run
+# of letters made each search quadratic (20,000 characters took 14 s).
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]{0,64}:)([^/\s@]+)(@)")
 _QUERY_SECRET = re.compile(
-    r"([?&;](?:[A-Za-z0-9_\-]*(?:token|key|secret|password|passwd|credential|signature)[A-Za-z0-9_\-]*"
+    r"([?&;](?:[A-Za-z0-9_\-]{0,64}(?:token|key|secret|password|passwd|credential|signature)[A-Za-z0-9_\-]{0,64}"
     r"|sig|auth)=)([^&#\s\"']+)", re.IGNORECASE)
 _BEARER = re.compile(r"(\bBearer\s+|\bAuthorization:\s*(?:Basic\s+)?)([A-Za-z0-9._~+/\-]{12,}=*)", re.IGNORECASE)
+_TOKEN_MARKS = ("sk-", "hf_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "AKIA", "ya29.")
+
+
+def _has_token_mark(text: str) -> bool:
+    return any(mark in text for mark in _TOKEN_MARKS)
+
+
+def _has_query(text: str) -> bool:
+    return "=" in text and ("?" in text or "&" in text or ";" in text)
+
+
+def _has_bearer(text: str) -> bool:
+    if not any(c in text for c in "bBaA"):
+        return False
+    lowered = text.lower()
+    return "bearer" in lowered or "authorization" in lowered
+
+
+# Each shape, how it is replaced (whole, or only the group after the kept prefix), and what must be
+# in the text for it to match: plain substring tests, which on a megabyte of text cost
+# milliseconds where running a pattern costs a good part of a second, so text without the mark
+# (nearly all text) never runs the pattern.
+_SHAPES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str], Callable[[str], bool]], ...] = (
+    (_TOKEN_SHAPES, lambda m: REDACTED, _has_token_mark),
+    (_URL_PASSWORD, lambda m: f"{m.group(1)}{REDACTED}{m.group(3)}", lambda text: "://" in text),
+    (_QUERY_SECRET, lambda m: f"{m.group(1)}{REDACTED}", _has_query),
+    (_BEARER, lambda m: f"{m.group(1)}{REDACTED}", _has_bearer),
+)
 
 _remembered: set[str] = set()
 _lock = threading.Lock()
 
 
+def is_secret_name(name: str) -> bool:
+    """For environment variables: any name containing KEY, TOKEN, SECRET, PASSWORD (DESIGN.md)."""
+    return bool(SECRET_NAME.search(name))
+
+
+@functools.lru_cache(maxsize=4096)  # records repeat a few keys thousands of times (manifests)
+def is_secret_field(name: str) -> bool:
+    """For config and result fields: judged by words, so tokenizer settings survive."""
+    words = [w for w in re.split(r"[^a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()) if w]
+    if not words:
+        return False
+    if any(w in _SECRET_WORDS - {"token"} for w in words):
+        return True
+    if words[-1] == "token":
+        return len(words) == 1 or words[-2] not in _NOT_SECRET_BEFORE_TOKEN
+    return False
+
+
+def _forms(value: str) -> list[str]:
+    """The texts under which a secret value is scrubbed: itself, and without surrounding blanks
+    (a token read from a file often keeps its newline in the variable but not when printed)."""
+    stripped = value.strip()
+    if len(stripped) < MIN_SECRET_CHARS:
+        return []
+    return [value, stripped] if stripped != value else [value]
+
+
 def remember_secret(value: object) -> None:
     """Scrub `value` from every text from now on (it was found under a secret-named field)."""
-    if isinstance(value, str) and _looks_like_a_secret(value):
+    if isinstance(value, str) and _forms(value):
         with _lock:
             _remembered.add(value)
 
 
-def _looks_like_a_secret(value: str) -> bool:
-    # Secret-named variables also hold paths, booleans and numbers (KEYTAB=/etc/krb5.keytab,
-    # TOKENIZERS_PARALLELISM=false); scrubbing those would blank ordinary text, so they are left.
-    return (len(value) >= MIN_SECRET_CHARS and not value.startswith(("/", ".", "~"))
-            and not value.isdigit() and not any(c.isspace() for c in value))
-
-
-def _known_values() -> list[str]:
-    env = [v for k, v in os.environ.items() if _ENV_SECRET_NAME.search(k) and _looks_like_a_secret(v)]
+def _known_values() -> frozenset[str]:
+    for _ in range(3):  # another thread may set a variable while this one reads them
+        try:
+            env = [v for k, v in list(os.environ.items()) if SECRET_NAME.search(k)]
+            break
+        except RuntimeError:
+            continue
+    else:
+        env = []
     with _lock:
         values = set(env) | _remembered
-    # Longest first, so a secret that contains another is removed whole.
-    return sorted(values, key=len, reverse=True)
+    return frozenset(form for v in values for form in _forms(v))
 
 
-# Anything any rule below could act on; text without it (nearly all of a record) is left at once.
-_MAYBE = re.compile(r"sk-|hf_|gh[pousr]_|AKIA|ya29\.|://|[?&;][^=\s]*=|Bearer|Authorization", re.IGNORECASE)
+class Scrubber:
+    """Removes the secrets of the module docstring from text; built for one set of known values."""
+
+    def __init__(self, known: Iterable[str] = ()):
+        # Longest first, so a secret that contains another is removed whole.
+        self.known = sorted(set(known), key=lambda v: (-len(v), v))
+        self._known_re = re.compile("|".join(map(re.escape, self.known))) if self.known else None
+        self.longest = len(self.known[0]) if self.known else 0
+
+    def _holds_known(self, text: str) -> bool:
+        # A substring test per value (C's memmem) is far faster than the regex on text that holds
+        # none of them, which is nearly all text.
+        return self._known_re is not None and any(v in text for v in self.known)
+
+    def __call__(self, text: str) -> str:
+        if self._holds_known(text):
+            text = self._known_re.sub(REDACTED, text)  # type: ignore[union-attr]
+        for pattern, replace, present in _SHAPES:
+            if present(text):
+                text = pattern.sub(replace, text)
+        return text
+
+    def _spans(self, text: str) -> list[tuple[int, int]]:
+        patterns = [self._known_re] if self._holds_known(text) else []
+        patterns += [pattern for pattern, _, present in _SHAPES if present(text)]
+        return [m.span() for p in patterns for m in p.finditer(text)]
+
+    def split(self, text: str) -> tuple[str, str]:
+        """(the scrubbed start of `text`, the raw rest), cut where no secret can straddle the cut.
+
+        For text that goes on in the next piece: the rest (at least the last `SPLIT_KEEP`
+        characters, or the longest known secret) is to be put before that piece. Only a match
+        that covers everything before the cut (a credential shape longer than a piece) is cut.
+        """
+        cut = len(text) - max(SPLIT_KEEP, self.longest)
+        if cut <= 0:
+            return "", text
+        spans = self._spans(text)
+        moved = True
+        while moved:
+            moved = False
+            for start, end in spans:
+                if start < cut < end:
+                    cut, moved = start, True
+        if cut <= 0:
+            return self(text), ""
+        return self(text[:cut]), text[cut:]
 
 
-def text_scrubber() -> Callable[[str], str]:
-    """`scrub_text` for many strings at once: the known secret values are gathered once."""
-    known = _known_values()
-    known_re = re.compile("|".join(map(re.escape, known))) if known else None
+@functools.lru_cache(maxsize=8)
+def _scrubber_for(known: frozenset[str]) -> Scrubber:
+    return Scrubber(known)
 
-    def scrub(text: str) -> str:
-        if known_re is not None:
-            text = known_re.sub(REDACTED, text)
-        if not _MAYBE.search(text):
-            return text
-        text = _TOKEN_SHAPES.sub(REDACTED, text)
-        text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}{REDACTED}{m.group(3)}", text)
-        text = _QUERY_SECRET.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
-        return _BEARER.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
 
-    return scrub
+def text_scrubber() -> Scrubber:
+    """The scrubber for the secrets known now (environment and remembered values); cheap to call
+    again, so a caller holding text that arrives over time asks again for each piece."""
+    return _scrubber_for(_known_values())
 
 
 def scrub_text(text: str) -> str:
     """`text` with every recognisable secret replaced by '<redacted>'."""
     return text_scrubber()(text)
+
+
+def scrub_json(value: Any, scrub: Callable[[str], str] | None = None) -> Any:
+    """JSON data with every string (keys too) scrubbed by value; field names are not judged."""
+    scrub = scrub or text_scrubber()
+    if isinstance(value, dict):
+        return {scrub(k) if isinstance(k, str) else k: scrub_json(v, scrub) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub_json(v, scrub) for v in value]
+    if isinstance(value, str):
+        return scrub(value)
+    return value
+
+
+def redact(value: Any) -> Any:
+    """`value` (JSON data) with secret-named fields and secret-looking text replaced.
+
+    A secret-named field's value is also remembered (`remember_secret`), so that the same value is
+    scrubbed wherever else it shows up: an error message, a log line, a URL in a version.
+    """
+    _remember_named(value)
+    return _redact(value, text_scrubber())
+
+
+# In raw text (a file shown as text, a record too damaged to parse, a log): "hf_token": "value" and
+# API_KEY=value lose their value when the name is a secret by the field rule above.
+_TEXT_JSON_MEMBER = re.compile(r'("([A-Za-z0-9_.\-]+)"\s*:\s*)"(?:[^"\\\n]|\\.)*"')
+_TEXT_ASSIGNMENT = re.compile(r"\b([A-Za-z][A-Za-z0-9_]*)([ \t]*=[ \t]*)([^\s&;]+)")  # one line only
+
+
+def redact_text(text: str) -> str:
+    """Raw text redacted by the same rules as a record (`redact`): the value of a JSON member or
+    an assignment whose name is a secret field, then every secret-looking value (`scrub_text`)."""
+    text = _TEXT_JSON_MEMBER.sub(
+        lambda m: f'{m.group(1)}"{REDACTED}"' if is_secret_field(m.group(2)) else m.group(0), text)
+    text = _TEXT_ASSIGNMENT.sub(
+        lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if is_secret_field(m.group(1)) else m.group(0), text)
+    return text_scrubber()(text)
+
+
+def _remember_named(value: Any) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if is_secret_field(str(k)):
+                _remember_all(v)
+            else:
+                _remember_named(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _remember_named(v)
+
+
+def _remember_all(value: Any) -> None:
+    if isinstance(value, dict):
+        for v in value.values():
+            _remember_all(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _remember_all(v)
+    else:
+        remember_secret(value)
+
+
+def _redact(value: Any, scrub: Callable[[str], str]) -> Any:
+    if isinstance(value, dict):
+        return {k: (REDACTED if is_secret_field(str(k)) else _redact(v, scrub)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact(v, scrub) for v in value]
+    if isinstance(value, str):
+        return scrub(value)
+    return value
 
 
 class SecretFilter(logging.Filter):

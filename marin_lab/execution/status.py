@@ -6,6 +6,8 @@ import datetime
 import json
 from typing import Any
 
+from marin_lab.execution.errors import RecordError
+from marin_lab.execution.records import read_step_record
 from marin_lab.io.fs import read_bytes, write_json
 
 # The layout and the vocabulary belong to the store; they are re-exported here for the executor.
@@ -56,8 +58,6 @@ def read_status(output_path: str) -> dict[str, Any] | None:
         return _damaged(url, "not an object with a string `status`")
     if parsed["status"] == Status.SUCCESS.value:
         # A SUCCESS is only as good as its record: a damaged one makes the step run again.
-        from marin_lab.execution.records import RecordError, read_step_record
-
         try:
             read_step_record(output_path)
         except RecordError as err:

@@ -177,6 +177,11 @@ def _gcs_client() -> Any:
         return _GCS_CLIENT
 
 
+def gcs_bucket_location(bucket: str) -> str:
+    """A bucket's location (`us-west4`, `us`, ...), lower-cased: where reading it costs no egress."""
+    return str(_gcs_client().get_bucket(bucket).location or "unknown").lower()
+
+
 def reset_gcs_client() -> None:
     """Forget the cached client (tests that start a new emulator call this)."""
     global _GCS_CLIENT

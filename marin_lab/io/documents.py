@@ -19,6 +19,9 @@ Memory: a line is held as bytes, as text and as parsed JSON at once, so reading 
 about four times its size; `text_chunks` cuts a long text into pieces so that what follows
 (tokenizing, training a tokenizer) works on bounded pieces, not on the whole document.
 
+Decompression is `marin_lab.io.compression`'s: streamed in bounded pieces, so a small shard that
+expands enormously costs the memory of the lines read, not of its expansion.
+
 Writing is deterministic (same documents -> same bytes: sorted keys, gzip without a timestamp,
 single-threaded zstd at level 3) and atomic (see `marin_lab.io.fs.atomic_write_bytes`).
 """
@@ -26,20 +29,16 @@ single-threaded zstd at level 3) and atomic (see `marin_lab.io.fs.atomic_write_b
 from __future__ import annotations
 
 import fnmatch
-import gzip
 import io
 import json
 import logging
 import re
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO
-
-import zstandard
 
 from marin_lab.errors import MarinLabError
 from marin_lab.io import fs as mfs
+from marin_lab.io.compression import DECODE_ERRORS, compress, compression_of, open_decompressed
 
 logger = logging.getLogger(__name__)
 
@@ -105,9 +104,10 @@ class ReadStats:
     examples: list[str] = field(default_factory=list)
     """The first few skip messages (file:line: reason), for the step record."""
 
-    def add_skip(self, err: BadRecordError) -> None:
-        self.skipped += 1
-        self.skip_reasons[err.reason] = self.skip_reasons.get(err.reason, 0) + 1
+    def add_skip(self, err: BadRecordError, count: int = 1) -> None:
+        """`count` records lost to one error (a damaged Parquet row group loses all its rows)."""
+        self.skipped += count
+        self.skip_reasons[err.reason] = self.skip_reasons.get(err.reason, 0) + count
         if len(self.examples) < MAX_EXAMPLES:
             self.examples.append(f"{err.path}:{err.line}: {err.reason}")
 
@@ -125,68 +125,6 @@ class ReadStats:
             "skip_reasons": dict(sorted(self.skip_reasons.items())),
             "examples": list(self.examples),
         }
-
-
-def _compression(path: str) -> str | None:
-    if path.endswith(".gz"):
-        return "gzip"
-    if path.endswith(".zst") or path.endswith(".zstd"):
-        return "zstd"
-    return None
-
-
-def _open_decompressed(raw: IO[bytes], compression: str | None) -> IO[bytes]:
-    if compression == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")
-    if compression == "zstd":
-        return _CheckedZstdReader(raw)
-    return raw
-
-
-class _CheckedZstdReader(io.RawIOBase):
-    """Decompresses a stream of zstd frames; raises EOFError if the input ends inside a frame.
-
-    zstandard's own stream reader returns b"" at the end of the compressed input even when the
-    last frame is incomplete, so a truncated upload would read as a shorter, valid shard.
-    """
-
-    _CHUNK = 1 << 20
-
-    def __init__(self, raw: IO[bytes]):
-        self._raw = raw
-        self._dctx = zstandard.ZstdDecompressor()
-        self._dobj = self._dctx.decompressobj()
-        self._in_frame = False
-        self._pending = memoryview(b"")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        while not len(self._pending):
-            chunk = self._raw.read(self._CHUNK)
-            if not chunk:
-                if self._in_frame:
-                    raise EOFError("zstd stream ended before the end of its last frame")
-                return 0
-            self._feed(chunk)
-        n = min(len(buffer), len(self._pending))
-        buffer[:n] = self._pending[:n]
-        self._pending = self._pending[n:]  # a view: no copy of the rest
-        return n
-
-    def _feed(self, chunk: bytes) -> None:
-        out = []
-        while chunk:
-            self._in_frame = True
-            out.append(self._dobj.decompress(chunk))
-            if self._dobj.eof:
-                self._in_frame = False
-                chunk = self._dobj.unused_data
-                self._dobj = self._dctx.decompressobj()
-            else:
-                chunk = b""
-        self._pending = memoryview(b"".join(out))
 
 
 _TOO_DEEP = object()
@@ -252,11 +190,11 @@ def read_documents(
     stats = stats if stats is not None else ReadStats()
     fs, fpath = mfs.fs_and_path(path)
 
-    def bad(line: int, reason: str, detail: str) -> None:
+    def bad(line: int, reason: str, detail: str, count: int = 1) -> None:
         err = BadRecordError(path, line, reason, detail)
         if on_bad_record == "raise":
             raise err
-        stats.add_skip(err)
+        stats.add_skip(err, count)
         logger.debug("skipping %s", err)
 
     if path.endswith(".parquet"):
@@ -265,16 +203,12 @@ def read_documents(
     if path.endswith(".txt"):
         yield from _read_text_file(path, fs, fpath, bad, stats)
         return
-    with fs.open(fpath, "rb") as raw:
-        stream = _open_decompressed(raw, _compression(path))
-        reader = io.BufferedReader(stream, buffer_size=1 << 20) if not isinstance(
-            stream, io.BufferedIOBase
-        ) else stream
+    with open_decompressed(fs.open(fpath, "rb"), compression_of(path)) as reader:
         lineno = 0
         while True:
             try:
                 line = reader.readline()
-            except (EOFError, gzip.BadGzipFile, zlib.error, zstandard.ZstdError, OSError) as err:
+            except (*DECODE_ERRORS, OSError) as err:
                 bad(lineno + 1, "truncated_stream", f"compressed stream is corrupt or ends early ({err})")
                 return
             if not line:
@@ -303,7 +237,14 @@ def read_documents(
 
 
 def _read_parquet(path: str, fs, fpath: str, bad, stats: ReadStats) -> Iterator[dict]:
-    """One document per row: `text` (a string), `id` if the table has one (else file name:row)."""
+    """One document per row: `text` (a string), `id` if the table has one (else file name:row).
+
+    Read one row group at a time: a damaged page (pages stored uncompressed carry no checksum
+    that pyarrow verifies, so damage shows up as an unreadable value or bytes that are not UTF-8)
+    costs the rows of its group, which are named and, with on_bad_record='skip', counted; the
+    groups after it are still read.
+    """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     name = path.rsplit("/", 1)[-1]
@@ -318,19 +259,50 @@ def _read_parquet(path: str, fs, fpath: str, bad, stats: ReadStats) -> Iterator[
             raise BadRecordError(path, 1, "missing_text", f"no 'text' column (columns: {', '.join(columns)}); "
                                  "tokenize reads documents from a column named 'text'")
         wanted = ["text"] + (["id"] if "id" in columns else [])
-        row = 0
+        first = 0  # rows before this row group
+        for group in range(table.num_row_groups):
+            rows = table.metadata.row_group(group).num_rows
+            row = first
+            try:
+                for batch in table.iter_batches(columns=wanted, batch_size=4096, row_groups=[group]):
+                    for record in _batch_rows(batch, row, bad):
+                        row += 1
+                        if record is None:
+                            continue
+                        text, doc_id = record["text"], record.get("id")
+                        if not isinstance(text, str):
+                            bad(row, "missing_text", f"'text' is {type(text).__name__} in row {row}, expected str")
+                            continue
+                        stats.read += 1
+                        yield {"id": f"{name}:{row}" if doc_id is None else str(doc_id), "text": text}
+            except BadRecordError:
+                raise
+            except (OSError, pa.ArrowException, ValueError) as err:
+                lost = first + rows - row
+                bad(row + 1, "bad_parquet", f"row group {group} (rows {first + 1}-{first + rows}) is damaged from "
+                    f"row {row + 1} on, {lost} rows not read ({type(err).__name__}: {_first_line(err)})", lost)
+            first += rows
+
+
+def _batch_rows(batch, first_row: int, bad) -> Iterator[dict | None]:
+    """The rows of a record batch as dicts; a row whose strings are not UTF-8 is reported (and None)."""
+    try:
+        yield from batch.to_pylist()
+        return
+    except UnicodeDecodeError:
+        pass  # find the rows: only a damaged batch pays for row-by-row conversion
+    for i in range(batch.num_rows):
         try:
-            for batch in table.iter_batches(columns=wanted, batch_size=4096):
-                for record in batch.to_pylist():
-                    row += 1
-                    text, doc_id = record["text"], record.get("id")
-                    if not isinstance(text, str):
-                        bad(row, "missing_text", f"'text' is {type(text).__name__} in row {row}, expected str")
-                        continue
-                    stats.read += 1
-                    yield {"id": f"{name}:{row}" if doc_id is None else str(doc_id), "text": text}
-        except OSError as err:
-            bad(row + 1, "bad_parquet", f"the file ends early or is damaged ({err})")
+            yield batch.slice(i, 1).to_pylist()[0]
+        except UnicodeDecodeError as err:
+            bad(first_row + i + 1, "bad_parquet", f"row {first_row + i + 1} holds a string that is not UTF-8 "
+                f"(byte {err.start} of a value): the page is damaged")
+            yield None
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0][:300] if lines else ""
 
 
 def _read_text_file(path: str, fs, fpath: str, bad, stats: ReadStats) -> Iterator[dict]:
@@ -385,15 +357,8 @@ def encode_documents(docs: Iterable[dict]) -> tuple[bytes, int]:
 
 
 def compress_for(path: str, data: bytes) -> bytes:
-    """`data` compressed as `path`'s extension says, deterministically."""
-    compression = _compression(path)
-    if compression == "gzip":
-        # Level 5, not zlib's default 6: on JSON-lines text it writes ~1% more bytes and compresses
-        # ~1.5x faster (measured, docs/benchmarks.md); compressing at 6 was ~30% of a dedup step.
-        return gzip.compress(data, compresslevel=5, mtime=0)
-    if compression == "zstd":
-        return zstandard.ZstdCompressor(level=3, threads=0).compress(data)
-    return data
+    """`data` compressed as `path`'s extension says, deterministically (`io.compression`)."""
+    return compress(data, compression_of(path))
 
 
 def write_documents(path: str, docs: Iterable[dict]) -> int:

@@ -6,8 +6,8 @@ step's identity covers exactly the files the step copies:
 - a glob: its matches, relative to the part before the first wildcard;
 - an http(s) URL: one file (HTTP has no folders);
 - a folder: every file under it, recursively (broken symlinks of local folders are skipped: unpacked
-  packages hold links to files of other packages; `list_source_and_broken_links` names them, and
-  download records them);
+  packages hold links to files of other packages; symlinks to folders are not entered;
+  `list_source_and_skipped_links` names both, and download records them);
 - anything else: one file.
 
 `content_digest` identifies local files by what they hold: sha256 over every file's relative path,
@@ -32,7 +32,8 @@ from marin_lab.io import fs as mfs
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SourceFile", "content_digest", "has_glob", "list_source", "list_source_and_broken_links", "sha256_file"]
+__all__ = ["SourceFile", "content_digest", "has_glob", "list_source", "list_source_and_broken_links",
+           "list_source_and_skipped_links", "sha256_file"]
 
 _CHUNK = 8 << 20
 _GLOB_CHARS = "*?["
@@ -67,11 +68,22 @@ def list_source_and_broken_links(
 ) -> tuple[list[SourceFile], list[dict[str, str]]]:
     """`list_source`, and the broken symlinks it skipped (`{"path": rel, "link": target}`), so a
     caller can account for them instead of losing them silently."""
-    files, broken = _list(source)
+    return list_source_and_skipped_links(source, include)[:2]
+
+
+def list_source_and_skipped_links(
+    source: str, include: Sequence[str] | None = None
+) -> tuple[list[SourceFile], list[dict[str, str]], list[dict[str, str]]]:
+    """`list_source_and_broken_links`, and the symlinks to folders it did not enter (same form).
+
+    A linked folder is not entered, as `os.walk` does not: its files are copies of files elsewhere
+    (often in the same tree, listed there) and a link to a folder above itself would never end."""
+    files, broken, folders = _list(source)
     if include:
         files = [f for f in files if _included(f.rel, include)]
         broken = [b for b in broken if _included(b["path"], include)]
-    return files, broken
+        folders = [b for b in folders if _included(b["path"], include)]
+    return files, broken, folders
 
 
 def _included(rel: str, include: Sequence[str]) -> bool:
@@ -85,7 +97,7 @@ def _link_target(path: str) -> str:
         return "?"
 
 
-def _list(source: str) -> tuple[list[SourceFile], list[dict[str, str]]]:
+def _list(source: str) -> tuple[list[SourceFile], list[dict[str, str]], list[dict[str, str]]]:
     if has_glob(source):
         parts = source.split("/")
         first = next(i for i, p in enumerate(parts) if has_glob(p))
@@ -97,23 +109,29 @@ def _list(source: str) -> tuple[list[SourceFile], list[dict[str, str]]]:
             rel = path[len(base_path):].lstrip("/") if path.startswith(base_path) else path.rsplit("/", 1)[-1]
             if mfs.fs_and_path(url)[0].isfile(path):
                 found.append(SourceFile(url, rel))
-        return sorted(found, key=lambda t: t.rel), []
+        return sorted(found, key=lambda t: t.rel), [], []
     if source.startswith(("http://", "https://")):
-        return [SourceFile(source, source.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0])], []
+        return [SourceFile(source, source.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0])], [], []
     fs, path = mfs.fs_and_path(source)
     if fs.isdir(path):
         found = [SourceFile(mfs.join(source, rel), rel) for rel, _ in mfs.list_files(source)]
         broken: list[dict[str, str]] = []
+        folders: list[dict[str, str]] = []
         if mfs.is_local(source):
             dead = [t for t in found if not os.path.exists(mfs.fs_and_path(t.url)[1])]
             if dead:
                 logger.info("source %s: skipping %d broken symlinks, e.g. %s", source, len(dead), dead[0].url)
                 broken = [{"path": t.rel, "link": _link_target(mfs.fs_and_path(t.url)[1])} for t in dead]
-                found = [t for t in found if t not in dead]
-        return found, broken
+            # fsspec lists a symlink to a folder as one entry (it does not enter it): not a file.
+            linked = [t for t in found if os.path.isdir(mfs.fs_and_path(t.url)[1])]
+            if linked:
+                logger.info("source %s: not entering %d linked folders, e.g. %s", source, len(linked), linked[0].url)
+                folders = [{"path": t.rel, "link": _link_target(mfs.fs_and_path(t.url)[1])} for t in linked]
+            found = [t for t in found if t not in dead and t not in linked]
+        return found, broken, folders
     if fs.isfile(path):
-        return [SourceFile(source, path.rstrip("/").rsplit("/", 1)[-1])], []
-    return [], []
+        return [SourceFile(source, path.rstrip("/").rsplit("/", 1)[-1])], [], []
+    return [], [], []
 
 
 def cache_dir() -> str:

@@ -1,6 +1,10 @@
-"""Number formats for training: scaled tensors, float8 matmuls, narrow optimizer state, the policy.
+"""Number formats for training: scaled tensors, float8 matmuls, Scalify, narrow optimizer state, the policy.
 
     scaled.py    ScaledArray (data x power-of-two scale) and Scalify's scale-propagating ops
+    scalify.py   the interpreter that runs a function (the loss and its gradient) on scaled tensors
+    scalify_rules.py  its propagation rule per JAX primitive
+    scalify_train.py  the 'scalify' policy in the train step: float8 casts, fp16 masters, statistics
+    audit.py     which float8 casts of a program depend on an amax reduction
     fp8.py       fp8_matmul: e4m3 forward, e5m2 gradients, current or delayed per-tensor scales
     mx.py        MXFP8 through jax.nn.scaled_dot_general, where the backend lowers it
     rescale.py   the dynamic-rescale point on a gradient (the logits')

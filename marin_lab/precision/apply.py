@@ -5,7 +5,8 @@ The trainer differentiates its loss with respect to the parameters *and* an auxi
 
     {"fp8":     amax histories, stacked like the weights ({"layers": {"wq": [L, 3, H]}, ...}) or None,
      "stats":   zero placeholders, [L, NUM_STATS] per float8 projection,
-     "rescale": a zero scalar when the logits' gradient is rescaled, else None}
+     "rescale": a zero scalar when the logits' gradient is rescaled, else None,
+     "scalify": per-layer statistics placeholders with the scalify policy (scalify_train.zero_stats)}
 
 `wrap_params` turns the targeted weights into wrappers the model's `linear()` runs (float8,
 MXFP8, or a cast) and returns the logits hook; `step_outputs` turns the auxiliary tree's
@@ -26,6 +27,8 @@ from marin_lab.precision.mx import MxWeight
 from marin_lab.precision.policy import PrecisionConfig
 from marin_lab.precision.rescale import rescale_grad
 from marin_lab.precision.scaled import F32
+from marin_lab.precision.scalify_train import ScalifyWeight, merge_stats, zero_stats
+from marin_lab.precision.scalify_train import metrics as scalify_metrics
 
 Tree = dict[str, Any]
 
@@ -71,7 +74,10 @@ def step_inputs(config: PrecisionConfig, fp8_state: Tree | None, params: Tree) -
         if config.fp8_lm_head:
             stats["lm_head"] = jnp.zeros((NUM_STATS,), F32)
     rescale = jnp.zeros((), F32) if config.rescale_logits_grad else None
-    return {"fp8": fp8_state, "stats": stats, "rescale": rescale}
+    out = {"fp8": fp8_state, "stats": stats, "rescale": rescale}
+    if config.scalify:
+        out["scalify"] = zero_stats(params["layers"]["wq"].shape[0])
+    return out
 
 
 def wrap_params(config: PrecisionConfig, params: Tree, aux: Tree
@@ -87,6 +93,10 @@ def wrap_params(config: PrecisionConfig, params: Tree, aux: Tree
         if config.fp8_lm_head:
             meta = Fp8Meta(None if hist is None else hist["lm_head"], aux["stats"]["lm_head"])
             out["lm_head"] = Fp8Weight(params["lm_head"], meta)
+    elif config.scalify:
+        layers = {n: ScalifyWeight(v) if n in _projections(params) else v for n, v in layers.items()}
+        if config.fp8_lm_head:
+            out["lm_head"] = ScalifyWeight(params["lm_head"])
     elif config.matmul == "mxfp8":
         layers = {n: MxWeight(v) if n in _projections(params) else v for n, v in layers.items()}
     elif config.matmul in ("fp32", "bf16"):
@@ -113,9 +123,12 @@ def merge_microbatches(acc: Tree, new: Tree) -> Tree:
         amax = jnp.maximum(a[..., AMAX_SLICE], b[..., AMAX_SLICE])
         return jnp.concatenate([amax, a[..., AMAX_SLICE.stop:] + b[..., AMAX_SLICE.stop:]], axis=-1)
 
-    return {"fp8": None if acc["fp8"] is None else jax.tree_util.tree_map(jnp.maximum, acc["fp8"], new["fp8"]),
-            "stats": None if acc["stats"] is None else jax.tree_util.tree_map(stats, acc["stats"], new["stats"]),
-            "rescale": None}
+    out = {"fp8": None if acc["fp8"] is None else jax.tree_util.tree_map(jnp.maximum, acc["fp8"], new["fp8"]),
+           "stats": None if acc["stats"] is None else jax.tree_util.tree_map(stats, acc["stats"], new["stats"]),
+           "rescale": None}
+    if "scalify" in acc:
+        out["scalify"] = merge_stats(acc["scalify"], new["scalify"])
+    return out
 
 
 def step_outputs(config: PrecisionConfig, aux_grads: Tree) -> tuple[Tree | None, dict[str, jax.Array]]:
@@ -124,6 +137,8 @@ def step_outputs(config: PrecisionConfig, aux_grads: Tree) -> tuple[Tree | None,
     stats = aux_grads.get("stats")
     if stats:
         metrics = fp8_metrics(stats)
+    if aux_grads.get("scalify") is not None:
+        metrics = scalify_metrics(aux_grads["scalify"])
     return (aux_grads["fp8"] if config.stateful else None), metrics
 
 

@@ -33,10 +33,12 @@ class Variant:
 
 @dataclasses.dataclass
 class Curves:
-    """Loss per step for each (variant name, seed), and each variant's optimizer-moment bytes."""
+    """Loss per step for each (variant name, seed), each variant's optimizer-moment bytes, and the
+    last step's precision metrics (fp8/..., scalify/...) for each (variant name, seed)."""
 
     losses: dict[tuple[str, int], np.ndarray]
     moment_bytes: dict[str, dict[str, int]]
+    last_metrics: dict[tuple[str, int], dict[str, float]] = dataclasses.field(default_factory=dict)
 
 
 def batches(tokens: np.ndarray, seed: int, steps: int, batch_size: int, seq_len: int) -> np.ndarray:
@@ -54,6 +56,7 @@ def paired_curves(model: LlamaConfig, optimizer: OptimizerConfig, variants: Sequ
     schedule = optimizer.lr_schedule(steps)
     losses: dict[tuple[str, int], np.ndarray] = {}
     sizes: dict[str, dict[str, int]] = {}
+    last: dict[tuple[str, int], dict[str, float]] = {}
     for v in variants:
         v.precision.validate(model.param_shapes())
         v.precision.check_backend()
@@ -70,7 +73,9 @@ def paired_curves(model: LlamaConfig, optimizer: OptimizerConfig, variants: Sequ
                 state, metrics = step(state, batch)
                 curve.append(metrics["loss"])
             losses[(v.name, seed)] = np.asarray(jax.device_get(curve), np.float64)
-    return Curves(losses, sizes)
+            last[(v.name, seed)] = {k: float(x) for k, x in jax.device_get(metrics).items()
+                                    if k.startswith(("fp8/", "scalify/"))}
+    return Curves(losses, sizes, last)
 
 
 def relative_gap(curves: Curves, a: str, b: str, seeds: Sequence[int], *, tail: int = 10

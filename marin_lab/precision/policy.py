@@ -16,8 +16,9 @@ import jax
 
 from marin_lab.precision.adam import MOMENT_FORMATS
 from marin_lab.precision.errors import PrecisionError
+from marin_lab.precision.scalify_train import MASTER_FORMATS
 
-MATMULS = ("compute", "fp32", "bf16", "fp8", "fp8_delayed", "mxfp8")
+MATMULS = ("compute", "fp32", "bf16", "fp8", "fp8_delayed", "mxfp8", "scalify")
 FP8_MATMULS = ("fp8", "fp8_delayed")
 
 logger = logging.getLogger(__name__)
@@ -31,12 +32,17 @@ class PrecisionConfig:
     """Weight matmuls (q, k, v, o, gate, up, down): 'compute' (in compute_dtype), 'fp32', 'bf16',
     'fp8' (float8 e4m3 operands, e5m2 gradients, per-tensor scales from the current amax),
     'fp8_delayed' (scales from an amax history kept in the train state and checkpointed) or
-    'mxfp8' (block-scaled, jax.nn.scaled_dot_general; only where the backend lowers it)."""
+    'mxfp8' (block-scaled, jax.nn.scaled_dot_general; only where the backend lowers it), or
+    'scalify' (every activation, weight and gradient a scaled tensor whose power-of-two scale is
+    propagated op by op, rescaled per layer; float8 matmuls as casts of scaled data, no amax)."""
     amax_history_len: int = 16
     """fp8_delayed: steps of amax history a scale is taken from (the largest of them)."""
     fp8_lm_head: bool = False
     """Also run the output projection in float8 (off: it stays in compute_dtype, as the logits
     are the most sensitive matmul; needs untied embeddings)."""
+    master_weights: str = "float32"
+    """'float32', or with matmul 'scalify' 'float16_scaled': parameters stored as float16 data with
+    a power-of-two fp32 scale (per layer for the stacked weights), half the bytes of float32."""
     optimizer_state: str = "float32"
     """Adam's moments: 'float32', 'bfloat16', or 'float16_scaled' (float16 data with a
     power-of-two fp32 scale per tensor: half the bytes of float32)."""
@@ -47,6 +53,10 @@ class PrecisionConfig:
     @property
     def fp8(self) -> bool:
         return self.matmul in FP8_MATMULS
+
+    @property
+    def scalify(self) -> bool:
+        return self.matmul == "scalify"
 
     @property
     def stateful(self) -> bool:
@@ -69,9 +79,19 @@ class PrecisionConfig:
             raise PrecisionError(
                 f"precision.amax_history_len={self.amax_history_len} must be at least 1: delayed "
                 "scaling takes each scale from the amaxes of that many earlier steps (16 is common)")
-        if self.fp8_lm_head and not self.fp8:
+        if self.fp8_lm_head and not (self.fp8 or self.scalify):
+            raise PrecisionError(f"precision.fp8_lm_head=True needs precision.matmul 'fp8', 'fp8_delayed' or "
+                                 f"'scalify', not {self.matmul!r}")
+        if self.scalify and self.rescale_logits_grad:
+            raise PrecisionError("precision.rescale_logits_grad=True does not combine with matmul='scalify', which "
+                                 "rescales every layer's gradient itself; leave rescale_logits_grad False")
+        if self.master_weights not in MASTER_FORMATS:
             raise PrecisionError(
-                f"precision.fp8_lm_head=True needs precision.matmul 'fp8' or 'fp8_delayed', not {self.matmul!r}")
+                f"precision.master_weights={self.master_weights!r} is not one of {MASTER_FORMATS}")
+        if self.master_weights != "float32" and not self.scalify:
+            raise PrecisionError(
+                f"precision.master_weights={self.master_weights!r} needs precision.matmul='scalify' (the weights "
+                f"enter the step as scaled tensors only there), not {self.matmul!r}")
         if param_shapes is None:
             return
         if self.fp8_lm_head and "lm_head" not in param_shapes:
@@ -97,7 +117,7 @@ class PrecisionConfig:
                     f"precision.matmul='mxfp8' cannot run on this backend ({jax.default_backend()}: "
                     f"{reason}); jax.nn.scaled_dot_general lowers block-scaled float8 only on NVIDIA GPUs "
                     "with cuDNN's MX matmuls. Use 'fp8' or 'fp8_delayed' (per-tensor scales, any backend)")
-        elif self.fp8:
+        elif self.fp8 or self.scalify:
             from marin_lab.precision.fp8 import backend_error as fp8_backend_error
 
             reason = fp8_backend_error()

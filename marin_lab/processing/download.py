@@ -24,6 +24,7 @@ size and sha256.
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
 import hashlib
 import logging
 import os
@@ -36,7 +37,7 @@ import fsspec
 
 from marin_lab.execution.artifacts import reproducibility
 from marin_lab.io import fs as mfs
-from marin_lab.io.sources import SourceFile, list_source_and_broken_links, sha256_file
+from marin_lab.io.sources import SourceFile, list_source_and_skipped_links, sha256_file
 from marin_lab.processing.errors import DownloadError
 from marin_lab.processing.packages import fetch_package_source, is_package_source
 from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
@@ -202,19 +203,22 @@ def download(config: DownloadConfig) -> dict:
     if bool(config.source) == bool(config.hf_dataset):
         raise DownloadError("DownloadConfig: set exactly one of `source` and `hf_dataset`")
     resolved, versions, kind, labels = None, None, "huggingface" if config.hf_dataset else "fsspec", {}
+    outside: list[dict[str, str]] = []
     if is_package_source(config.source):
         fetched = fetch_package_source(config.source, config.package_cache_dir)
-        files, broken = list_source_and_broken_links(fetched.local_path, config.include)
+        files, broken, folders = list_source_and_skipped_links(fetched.local_path, config.include)
+        outside = [link for link in fetched.links_outside
+                   if not config.include or any(fnmatch.fnmatch(link["path"], p) for p in config.include)]
         source_label, versions, kind = config.source, fetched.versions, config.source.split("://")[0]
         # Each file's recorded source names it inside the package, not in this machine's cache.
         labels = {f.url: config.source if f.url == fetched.local_path else f"{config.source.rstrip('/')}/{f.rel}"
                   for f in files}
     elif config.hf_dataset:
         folder, resolved = _hf_snapshot(config)
-        files, broken = list_source_and_broken_links(folder, config.include)
+        files, broken, folders = list_source_and_skipped_links(folder, config.include)
         source_label = f"hf://datasets/{config.hf_dataset}"
     else:
-        files, broken = list_source_and_broken_links(config.source, config.include)
+        files, broken, folders = list_source_and_skipped_links(config.source, config.include)
         source_label = config.source
     if not files:
         raise DownloadError(
@@ -248,13 +252,24 @@ def download(config: DownloadConfig) -> dict:
         "total_bytes": sum(r["size"] for r in records),
         # Not copied (there is nothing to copy), but never lost silently: each with its target.
         "skipped_broken_symlinks": broken,
+        # Not copied: they led out of the package (to this machine's own files); each with its target.
+        "skipped_symlinks_outside_package": outside,
+        # Not entered: their files are listed where they really lie (or lie outside the source).
+        "skipped_linked_folders": folders,
     }
     mfs.write_json(mfs.join(config.output_path, "provenance.json"), provenance)
     reused = sum(1 for r in results if r["reused"])
     logger.info("download: %d files, %d bytes from %s (%d already there)", len(records), provenance["total_bytes"], source_label, reused)
+    if outside:
+        logger.warning("download: %d symlink(s) under %s lead out of the package and were not copied (listed in "
+                       "provenance.json), e.g. %s -> %s", len(outside), source_label, outside[0]["path"],
+                       outside[0]["link"])
     if broken:
         logger.warning("download: %d broken symlink(s) under %s not copied (listed in provenance.json), e.g. %s -> %s",
                        len(broken), source_label, broken[0]["path"], broken[0]["link"])
     return {"files": len(records), "total_bytes": provenance["total_bytes"], "reused": reused,
             "source": source_label, "resolved_revision": resolved, "packages": versions,
-            "skipped_broken_symlinks": len(broken), "broken_symlink_examples": [b["path"] for b in broken[:5]]}
+            "skipped_broken_symlinks": len(broken), "broken_symlink_examples": [b["path"] for b in broken[:5]],
+            "skipped_symlinks_outside_package": len(outside),
+            "outside_symlink_examples": [link["path"] for link in outside[:5]],
+            "skipped_linked_folders": len(folders)}

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from marin_lab.io import fs as mfs
 from marin_lab.io.documents import write_documents
 from marin_lab.processing.errors import ExtractError
+from marin_lab.processing.quarantine import ShardPolicy, map_shards_quarantined
 from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
 from marin_lab.versioning import versioned_field
 
@@ -55,6 +56,9 @@ class ExtractConfig:
     on_bad_record: str = versioned_field("raise")
     """'raise': a page the extractor fails on stops the step; 'skip': it is counted and skipped."""
     num_workers: int = 1
+    shard_policy: ShardPolicy | None = None
+    """Quarantine failing shards (retries, time limit, allowance, memory per shard; docs/data.md
+    "Bad shards"); None: the first failing shard fails the step."""
     """Processes (or Ray tasks) extracting shards in parallel; never changes the output."""
 
 
@@ -196,9 +200,14 @@ def extract(config: ExtractConfig) -> dict:
     files = _html_files(config)
     groups = _group(files, config.num_shards)
     tasks = [_ShardTask(i, g, config) for i, g in enumerate(groups)]
-    results = map_shards(
-        _extract_shard, tasks, num_workers=config.num_workers, desc="extract"
-    )
+    bad: list[dict] = []
+    if config.shard_policy is None:
+        results = map_shards(_extract_shard, tasks, num_workers=config.num_workers, desc="extract")
+    else:
+        outcome = map_shards_quarantined(_extract_shard, tasks, num_workers=config.num_workers, desc="extract",
+                                         policy=config.shard_policy)
+        results, bad = [r for r in outcome.results if r is not None], outcome.bad
+    left_out = sum(len(tasks[b["task"]].files) for b in bad)
     summary = {
         "input_files": len(files),
         "documents": sum(r["documents"] for r in results),
@@ -210,7 +219,11 @@ def extract(config: ExtractConfig) -> dict:
         "shards_reused": sum(1 for r in results if r["reused"]),
         "method": config.method,
     }
-    accounted = summary["documents"] + summary["empty"] + summary["skipped"]
+    if config.shard_policy is not None:
+        # Within the allowance: the record says what the output lacks, and why.
+        summary["bad_shards"] = bad
+        summary["files_left_out"] = left_out
+    accounted = summary["documents"] + summary["empty"] + summary["skipped"] + left_out
     if accounted != len(files):
         # Only possible when completion markers come from a different input under the same path.
         raise ExtractError(

@@ -25,6 +25,12 @@ unpacked trees in `packages/*/trees/`. A tree is unpacked into a temporary folde
 into place under a file lock, so concurrent steps on one machine fetch once and never read half a
 tree. An unpinned Debian package is the newest `.deb` already in the cache (delete
 `packages/debian/debs/` to fetch the current one); nothing is downloaded when the cache has it.
+
+Symlinks in an unpacked tree never lead out of it (`marin_lab.io.paths.contain_links`): an absolute one is read as
+the installed package reads it, from the package's root, and one that leaves the tree is removed
+and listed (`ResolvedSource.links_outside`, and a download's provenance and result). Followed as
+unpacked, `/usr/share/javascript/jquery.js` would be this machine's own file, copied into a step's
+output as package content.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import fcntl
 import glob
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -44,7 +51,10 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from marin_lab.io.paths import PathOutsideError, confine, contain_links
 from marin_lab.processing.errors import DownloadError
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "PackageError",
@@ -87,6 +97,9 @@ class ResolvedSource:
     """Where PATH lies in the cache (a file or a folder) on this machine."""
     versions: dict[str, str]
     """Package -> the version used."""
+    links_outside: tuple[dict[str, str], ...] = ()
+    """Symlinks under PATH that led out of the package, removed when it was unpacked:
+    `{"path": relative to PATH, "link": the target as packaged}`."""
 
 
 def default_cache_dir() -> str:
@@ -128,13 +141,20 @@ def fetch_package_source(source: str | PackageSource, cache_dir: str | None = No
     src = parse_package_source(source) if isinstance(source, str) else source
     root = os.path.abspath(os.path.expanduser(cache_dir or default_cache_dir()))
     fetch = _debian_tree if src.registry == "debian" else _pypi_tree
-    tree, versions = fetch(root, src)
+    tree, versions, outside = fetch(root, src)
     local = os.path.join(tree, src.path) if src.path else tree
     if not os.path.lexists(local):
         got = ", ".join(f"{k} {v}" for k, v in versions.items())
         raise PackageError(f"package source {src.text!r}: {got} has no '{src.path}'; check the path inside "
                            f"the package (list its files under {tree})")
-    return ResolvedSource(local, versions)
+    try:
+        confine(local, tree, what=f"package source {src.text!r}: its path")
+    except PathOutsideError as err:  # the cache was changed by hand since the links were checked
+        raise PackageError(f"{err}; delete {tree} so that the package is unpacked again") from None
+    base = src.path + "/" if src.path else ""
+    under = tuple({**link, "path": link["path"][len(base):] or os.path.basename(link["path"])} for link in outside
+                  if not src.path or link["path"] == src.path or link["path"].startswith(base))
+    return ResolvedSource(local, versions, under)
 
 
 # --- fetching: one line on failure, naming the package and what to do ------------------------------
@@ -185,25 +205,45 @@ def _locked(root: str) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _unpacked(trees: str, key: str, members: dict[str, str], unpack) -> str:
-    """The tree `key` under `trees`, unpacked by `unpack(tmp_folder)` if it is not there yet."""
+def _read_marker(marker: str) -> dict | None:
+    """The tree's marker when its links were checked (older markers lack `links_outside`)."""
+    try:
+        with open(marker) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) and isinstance(info.get("links_outside"), list) else None
+
+
+def _unpacked(trees: str, key: str, members: dict[str, str], unpack) -> tuple[str, list[dict[str, str]]]:
+    """The tree `key` under `trees`, unpacked by `unpack(tmp_folder)` if it is not there yet, with
+    every symlink kept inside it; and the symlinks removed because they led out."""
     tree, marker = os.path.join(trees, key), os.path.join(trees, key + ".json")
-    if os.path.exists(marker):
-        return tree
+    info = _read_marker(marker)
+    if info is not None:
+        return tree, info["links_outside"]
     with _locked(trees):
-        if os.path.exists(marker):
-            return tree
-        tmp = tempfile.mkdtemp(prefix=f".{key}.", dir=trees)
-        try:
-            unpack(tmp)
-            shutil.rmtree(tree, ignore_errors=True)
-            os.rename(tmp, tree)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        info = _read_marker(marker)
+        if info is not None:
+            return tree, info["links_outside"]
+        if os.path.exists(marker) and os.path.isdir(tree):  # unpacked before links were checked
+            outside = contain_links(tree)
+        else:
+            tmp = tempfile.mkdtemp(prefix=f".{key}.", dir=trees)
+            try:
+                unpack(tmp)
+                outside = contain_links(tmp)
+                shutil.rmtree(tree, ignore_errors=True)
+                os.rename(tmp, tree)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
         with open(marker + ".tmp", "w") as f:
-            json.dump({"members": members}, f, indent=2, sort_keys=True)
+            json.dump({"members": members, "links_outside": outside}, f, indent=2, sort_keys=True)
         os.replace(marker + ".tmp", marker)
-    return tree
+    if outside:
+        logger.warning("%s: %d symlink(s) leading out of the package removed, e.g. %s -> %s", key, len(outside),
+                       outside[0]["path"], outside[0]["link"])
+    return tree, outside
 
 
 # --- Debian ---------------------------------------------------------------------------------------
@@ -220,7 +260,7 @@ def _cached_deb(pools: list[str], name: str, pin: str | None) -> str | None:
     return max(found, key=os.path.getmtime) if found else None
 
 
-def _debian_tree(root: str, src: PackageSource) -> tuple[str, dict[str, str]]:
+def _debian_tree(root: str, src: PackageSource) -> tuple[str, dict[str, str], list[dict[str, str]]]:
     base = os.path.join(root, "packages", "debian")
     pool = os.path.join(base, "debs")
     pools = [pool, os.path.join(root, "debs")]  # debs/: the .deb files fetch_corpus keeps
@@ -252,7 +292,8 @@ def _debian_tree(root: str, src: PackageSource) -> tuple[str, dict[str, str]]:
                 raise PackageError(f"dpkg-deb -x {deb} failed ({_last_line(result.stderr)}); delete that file "
                                    f"so that {name} is fetched again")
 
-    return _unpacked(os.path.join(base, "trees"), key, members, unpack), versions
+    tree, outside = _unpacked(os.path.join(base, "trees"), key, members, unpack)
+    return tree, versions, outside
 
 
 # --- PyPI -----------------------------------------------------------------------------------------
@@ -271,7 +312,7 @@ def _cached_wheel(pools: list[str], name: str, version: str) -> str | None:
     return None
 
 
-def _pypi_tree(root: str, src: PackageSource) -> tuple[str, dict[str, str]]:
+def _pypi_tree(root: str, src: PackageSource) -> tuple[str, dict[str, str], list[dict[str, str]]]:
     (name, version), = src.packages
     base = os.path.join(root, "packages", "pypi")
     pool = os.path.join(base, "wheels")
@@ -298,4 +339,5 @@ def _pypi_tree(root: str, src: PackageSource) -> tuple[str, dict[str, str]]:
             raise PackageError(f"{wheel} is not a wheel ({err}); delete it so that {name} is fetched again") from err
 
     key = f"{_wheel_name(name)}-{version}"
-    return _unpacked(os.path.join(base, "trees"), key, {name: os.path.basename(wheel)}, unpack), {name: version}
+    tree, outside = _unpacked(os.path.join(base, "trees"), key, {name: os.path.basename(wheel)}, unpack)
+    return tree, {name: version}, outside

@@ -14,16 +14,17 @@ source.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from marin_lab.io import fs as mfs
 from marin_lab.peft.lora import PROJECTIONS
 from marin_lab.quant import QuantizationError, quantize_nf4
-from marin_lab.quant.nf4 import check_block_size
+from marin_lab.quant.nf4 import NF4Tensor, check_block_size
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.hf_import import import_hf, is_hf_checkpoint
@@ -54,12 +55,31 @@ class QuantConfig:
             raise TrainingError(str(err)) from err
 
 
+@functools.lru_cache(maxsize=None)
+def quantize_one(block_size: int, double_quant: bool) -> Callable[[jax.Array], NF4Tensor]:
+    """The compiled quantization of one `[in, out]` matrix (any float dtype in, fp32 inside).
+
+    Every path that quantizes a base (whole model here, tensor by tensor in `base_stream`) uses
+    this one function per matrix, so they produce the same bytes: compiled over a stacked
+    `[layers, in, out]` array instead, XLA reduces the double-quantization mean in another order
+    and the last bits of the absmax constants differ. One function for every weight name: same
+    shapes share one compiled program. Callers check block sizes first (`QuantConfig.validate`).
+    """
+    return jax.jit(lambda w: quantize_nf4(w.astype(jnp.float32), block_size, double_quant))
+
+
+def _stack(parts: list[NF4Tensor]) -> NF4Tensor:
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *parts)
+
+
 def quantize_params(params: Params, quant: QuantConfig) -> Params:
-    """`params` with every decoder projection replaced by its NF4Tensor (one compiled call per matrix)."""
+    """`params` with every decoder projection replaced by its NF4Tensor (quantized matrix by matrix)."""
     layers = dict(params["layers"])
     for name in QUANTIZED_NAMES:
-        fn = jax.jit(lambda w, _n=name: quantize_nf4(w, quant.block_size, quant.double_quant, name=f"layers/{_n}"))
-        layers[name] = fn(layers[name])
+        stack = layers[name]
+        check_block_size(stack.shape, quant.block_size, f"layers/{name}")
+        fn = quantize_one(quant.block_size, quant.double_quant)
+        layers[name] = _stack([fn(stack[i]) for i in range(stack.shape[0])])
     return {**params, "layers": layers}
 
 
@@ -74,11 +94,8 @@ def _check_model(expected: LlamaConfig | None, found: LlamaConfig, where: str) -
     return found
 
 
-def load_base(path: str, model: LlamaConfig | None = None) -> tuple[LlamaConfig, Params, dict[str, Any] | None]:
-    """(model shape, params, quantization metadata or None) of the base at `path`."""
-    if is_hf_checkpoint(path):
-        found, params = import_hf(path, model)
-        return found, jax.tree_util.tree_map(jnp.asarray, params), None
+def base_checkpoint(path: str, model: LlamaConfig | None = None) -> tuple[str, LlamaConfig, dict[str, Any] | None]:
+    """(resolved checkpoint, model shape, quantization metadata or None) of a checkpoint base; reads metadata only."""
     try:
         resolved = ckpt.resolve_checkpoint(path)
     except ckpt.CheckpointError as err:
@@ -90,7 +107,16 @@ def load_base(path: str, model: LlamaConfig | None = None) -> tuple[LlamaConfig,
     if "model" not in meta:
         raise TrainingError(f"base {resolved}: metadata.json records no model shape ('model')")
     found = _check_model(model, LlamaConfig(**meta["model"]), resolved)
-    quant = meta.get("quantization")
+    return resolved, found, meta.get("quantization")
+
+
+def load_base(path: str, model: LlamaConfig | None = None) -> tuple[LlamaConfig, Params, dict[str, Any] | None]:
+    """(model shape, params, quantization metadata or None) of the base at `path`, whole on the
+    default device. A fine-tune streams its base into place instead (`base_stream`)."""
+    if is_hf_checkpoint(path):
+        found, params = import_hf(path, model)
+        return found, jax.tree_util.tree_map(jnp.asarray, params), None
+    resolved, found, quant = base_checkpoint(path, model)
     if quant is None:
         template = jax.eval_shape(lambda: init_params(found, jax.random.key(0)))
     else:
@@ -115,25 +141,3 @@ class QuantizeBaseConfig:
     """Block size and double quantization."""
     model: LlamaConfig | None = None
     """Expected model shape (checked against the base); None takes the base's."""
-
-
-def quantize_base(config: QuantizeBaseConfig) -> dict[str, Any]:
-    """Load `config.base`, quantize its projections, write them as a checkpoint; returns byte counts."""
-    model, params, already = load_base(config.base, config.model)
-    if already is not None:
-        raise TrainingError(f"quantize_base: base {config.base} is already quantized ({already}); use it directly")
-    config.quant.validate(model)
-    quantized = quantize_params(params, config.quant)
-    linear_weights = sum(int(params["layers"][n].size) for n in QUANTIZED_NAMES)
-    linear_bytes = sum(sum(int(x.size) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(quantized["layers"][n]))
-                       for n in QUANTIZED_NAMES)
-    meta = {"model": dataclasses.asdict(model), "base": config.base,
-            "quantization": {"format": "nf4", "block_size": config.quant.block_size,
-                             "double_quant": config.quant.double_quant, "weights": list(QUANTIZED_NAMES)}}
-    path = ckpt.step_dir(mfs.join(config.output_path, "checkpoints"), 0)
-    ckpt.save_checkpoint(path, {"params": quantized}, {**meta, "step": 0})
-    summary = {"checkpoint": path, "linear_weights": linear_weights, "linear_bytes": linear_bytes,
-               "bytes_per_linear_weight": linear_bytes / linear_weights}
-    logger.info("quantize_base %s: %d linear weights -> %.3f bytes/weight", config.base, linear_weights,
-                summary["bytes_per_linear_weight"])
-    return summary

@@ -7,12 +7,22 @@ Layout of one checkpoint:
   process, only the pieces its devices need under the *new* shardings, so a checkpoint written on
   2 hosts x 2 devices restores onto 1 x 2 or 4 x 1 (resharding).
 - `index.json`: each leaf's path name, shape and dtype, checked against the model before a restore
-  so that a checkpoint of another shape is refused with the leaf's name, not an orbax traceback.
+  so that a checkpoint of another shape is refused with the leaf's name, not an orbax traceback;
+  and every file under `state/` with its size, checked before a restore so that a checkpoint whose
+  array files were lost or cut after it was completed (a partial copy, a storage clean-up) is
+  reported as damaged, naming the file, with the previous complete checkpoint offered.
 - `metadata.json`: step, model shape, data position, environment, anything the trainer adds.
 - `COMPLETE`: written last, by process 0, after every process finished its shards. A reader
   ignores a folder without it, so a crash mid-save (on any host) leaves the previous checkpoint in
   charge; pruning removes COMPLETE first for the same reason. On `gs://` this marker is what makes
   a save atomic: orbax writes straight into the final folder there (objects cannot be renamed).
+
+A damaged complete checkpoint is not skipped on resume: the run stops with one line naming the
+damaged file and the checkpoint it could resume from instead (`DamagedCheckpointError`). Falling
+back on its own would hide that storage lost data a completed save had written, would let the
+next save at that step delete the evidence, and on several hosts would need every host to agree
+on the fallback; moving the damaged folder aside is one command, and resuming from an earlier
+checkpoint reaches the same parameters (the data order is a function of the step).
 
 Policies: save every `save_every_steps` steps, and also when `save_interval_s` seconds passed since
 the last save (the clock is injected so tests never sleep; with several processes, process 0's
@@ -51,6 +61,22 @@ COMPLETE = "COMPLETE"
 
 class CheckpointError(MarinLabError, ValueError):
     """A checkpoint is missing, incomplete, or does not fit the model being trained."""
+
+
+class DamagedCheckpointError(CheckpointError):
+    """A checkpoint marked complete whose files are missing, cut short or unreadable."""
+
+    def __init__(self, path: str, problem: str, previous: str | None = None):
+        self.path, self.problem = path, problem
+        # "" (as pickled) means "looked: there is none"; None means "not looked yet".
+        self.previous = _previous_complete(path) if previous is None else (previous or None)
+        offer = (f"the previous complete checkpoint is {self.previous}: move {path} aside (or delete it) "
+                 "and start again to resume from there" if self.previous else
+                 f"there is no earlier complete checkpoint: delete {path} to start the run afresh")
+        super().__init__(f"checkpoint {path} is damaged: {problem}; {offer}")
+
+    def __reduce__(self):  # crosses process boundaries (Ray) as it was, without listing storage again
+        return (type(self), (self.path, self.problem, self.previous or ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,25 +211,82 @@ def save_checkpoint(path: str, state: Any, metadata: dict[str, Any]) -> None:
         leaves = jax.tree_util.tree_flatten_with_path(state)[0]
         index = [{"name": _leaf_name(k), "shape": list(np.shape(v)), "dtype": np.dtype(v.dtype).name}
                  for k, v in leaves]
-        mfs.write_json(mfs.join(path, "index.json"), {"leaves": index, "format": "orbax"})
+        files = dict(mfs.list_files(mfs.join(path, STATE_DIR)))
+        mfs.write_json(mfs.join(path, "index.json"), {"leaves": index, "format": "orbax", "files": files})
         mfs.write_json(mfs.join(path, "metadata.json"), metadata)
         mfs.atomic_write_text(mfs.join(path, COMPLETE), json.dumps({"time": time.time()}))
 
 
 def read_metadata(path: str) -> dict[str, Any]:
-    return mfs.read_json(mfs.join(path, "metadata.json"))
+    meta = _read_json_file(path, "metadata.json")
+    if not isinstance(meta, dict):
+        raise DamagedCheckpointError(path, f"metadata.json holds {type(meta).__name__}, not an object")
+    return meta
 
 
-def _read_index(path: str) -> dict[str, dict[str, Any]]:
+def _read_json_file(path: str, name: str) -> Any:
+    url = mfs.join(path, name)
+    try:
+        return mfs.read_json(url)
+    except FileNotFoundError:
+        raise DamagedCheckpointError(path, f"{name} is missing") from None
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        raise DamagedCheckpointError(path, f"{name} is not readable JSON ({err})") from None
+
+
+def _previous_complete(path: str) -> str | None:
+    """The newest complete checkpoint older than `path` in the same root, if any."""
+    match = _STEP_DIR.search(path.rstrip("/"))
+    if not match:
+        return None
+    root = path.rstrip("/").rsplit("/", 1)[0]
+    try:
+        older = [p for s, p in list_checkpoints(root) if s < int(match.group(1))]
+    except OSError:
+        return None
+    return older[-1] if older else None
+
+
+def _read_index(path: str, *, check_files: bool = True) -> dict[str, dict[str, Any]]:
     if not mfs.exists(mfs.join(path, COMPLETE)):
         raise CheckpointError(f"checkpoint {path} has no {COMPLETE} marker; it was not fully written")
-    index = mfs.read_json_or_none(mfs.join(path, "index.json"))
-    if not index or index.get("format") != "orbax" or not mfs.exists(mfs.join(path, STATE_DIR)):
+    if not mfs.exists(mfs.join(path, "index.json")) or not mfs.exists(mfs.join(path, STATE_DIR)):
         raise CheckpointError(
             f"checkpoint {path} is not a sharded (orbax) checkpoint: it was written by an older "
             "marin_lab (one .npy per leaf); resume it with that version, or start the run afresh"
         )
-    return {entry["name"]: entry for entry in index["leaves"]}
+    index = _read_json_file(path, "index.json")
+    leaves = index.get("leaves") if isinstance(index, dict) else None
+    if (not isinstance(leaves, list) or index.get("format") != "orbax"
+            or not all(isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("shape"), list)
+                       and isinstance(e.get("dtype"), str) for e in leaves)):
+        raise DamagedCheckpointError(
+            path, "index.json is not an index of arrays (expected {\"format\": \"orbax\", \"leaves\": "
+            "[{\"name\", \"shape\", \"dtype\"}, ...]})")
+    if check_files:
+        _check_files(path, index.get("files"))
+    return {entry["name"]: entry for entry in leaves}
+
+
+def _check_files(path: str, recorded: Any) -> None:
+    """Every file the save wrote under state/ is there with its size (checkpoints saved before the
+    index listed its files are checked by the restore alone)."""
+    if not isinstance(recorded, dict):
+        return
+    found = dict(mfs.list_files(mfs.join(path, STATE_DIR)))
+    for rel, size in sorted(recorded.items()):
+        url = mfs.join(path, STATE_DIR, rel)
+        if rel not in found:
+            raise DamagedCheckpointError(path, f"its array file {url} is missing")
+        if found[rel] != size:
+            raise DamagedCheckpointError(path, f"its array file {url} holds {found[rel]} bytes, "
+                                               f"{size} were written (cut short or overwritten)")
+
+
+def _first_line(err: BaseException) -> str:
+    """An error's first line: orbax appends pages of internal spec to what went wrong."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:300] if text else ''}"
 
 
 def _check_against(path: str, index: dict[str, dict[str, Any]], target: Any, *, exact: bool) -> None:
@@ -247,17 +330,18 @@ def load_checkpoint(path: str, target: Any) -> Any:
         try:
             return checkpointer.restore(_orbax_path(mfs.join(path, STATE_DIR)),
                                         args=ocp.args.StandardRestore(_abstract(target)))
-        except (ValueError, FileNotFoundError, OSError) as err:
-            raise CheckpointError(f"checkpoint {path}: restoring its arrays failed: {err}") from err
+        except Exception as err:  # orbax and tensorstore raise many types for unreadable data
+            raise DamagedCheckpointError(path, f"its arrays could not be read ({_first_line(err)})") from err
 
 
-def load_subtree(path: str, key: str, target: Any, *, this_process_only: bool = False) -> Any:
+def load_subtree(path: str, key: str, target: Any, *, this_process_only: bool = False,
+                 check_files: bool = True) -> Any:
     """Only `state[key]` (e.g. "params") of the checkpoint at `path`, laid out as `target`.
 
     Collective (every process calls it) unless `this_process_only`: then this process reads alone,
     e.g. process 0 exporting or hashing while the other hosts have finished.
     """
-    index = _read_index(path)
+    index = _read_index(path, check_files=check_files)
     _check_against(path, index, {key: target}, exact=False)
     ocp = _orbax()
     abstract = _abstract(target)
@@ -271,10 +355,13 @@ def load_subtree(path: str, key: str, target: Any, *, this_process_only: bool = 
                                                 barrier_sync_key_prefix=f"solo{me}")
         options = {"multiprocessing_options": mp}
     with ocp.Checkpointer(ocp.PyTreeCheckpointHandler(**options), **options) as checkpointer:
-        restored = checkpointer.restore(
-            _orbax_path(mfs.join(path, STATE_DIR)),
-            args=ocp.args.PyTreeRestore(item={key: abstract}, restore_args={key: restore_args},
-                                        partial_restore=True))
+        try:
+            restored = checkpointer.restore(
+                _orbax_path(mfs.join(path, STATE_DIR)),
+                args=ocp.args.PyTreeRestore(item={key: abstract}, restore_args={key: restore_args},
+                                            partial_restore=True))
+        except Exception as err:  # orbax and tensorstore raise many types for unreadable data
+            raise DamagedCheckpointError(path, f"its arrays could not be read ({_first_line(err)})") from err
     return restored[key]
 
 
@@ -308,7 +395,7 @@ def iter_arrays(path: str, key: str = "params") -> Iterator[tuple[tuple[str, ...
         leaf: Any = jax.ShapeDtypeStruct(tuple(entry["shape"]), np.dtype(entry["dtype"]))
         for k in reversed(keys[1:]):
             leaf = {k: leaf}
-        value = load_subtree(path, key, leaf, this_process_only=True)
+        value = load_subtree(path, key, leaf, this_process_only=True, check_files=False)  # checked above
         for k in keys[1:]:
             value = value[k]
         yield tuple(keys[1:]), np.asarray(value)

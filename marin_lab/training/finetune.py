@@ -30,6 +30,7 @@ from marin_lab.io import fs as mfs
 from marin_lab.peft.lora import LoraConfig, LoraError, merge_lora
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.base_model import QuantConfig, load_base, quantize_params
+from marin_lab.training.base_stream import BaseSource, load_frozen, load_saved, open_base
 from marin_lab.training.checkpoint import CheckpointConfig
 from marin_lab.training.data import DataConfig, MixtureLoader
 from marin_lab.training.errors import TrainingError
@@ -44,7 +45,7 @@ from marin_lab.training.finetune_state import (
 from marin_lab.training.hf_export import export_hf
 from marin_lab.training.mesh import MeshConfig, MeshError, batch_divisor, batch_sharding
 from marin_lab.training.metrics import MetricsLogger, WandbConfig
-from marin_lab.training.model import REMAT_POLICIES, LlamaConfig
+from marin_lab.training.model import REMAT_POLICIES, LlamaConfig, init_params
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.token_cache import TokenCache, TokenCacheError
 
@@ -118,36 +119,76 @@ class FinetuneConfig:
     def trains_adapters(self) -> bool:
         return self.mode in ("lora", "qlora")
 
-    def memory_plan(self) -> Any:
-        """The per-device MemoryPlan of this run (needs `model`: a dry run does not read the base)."""
-        from marin_lab.training.memory_plan import plan_memory
-
-        model = _plain(self.model)
-        if model is None:
-            raise ValueError("set `model` to the base's shape for a memory plan (the dry run does not read the base)")
-        return plan_memory(
-            model, mode=_plain(self.mode), num_devices=self.plan_devices, batch_size=_plain(self.batch_size),
+    def plan_settings(self) -> dict[str, Any]:
+        """plan_memory's arguments for this run (all but the model)."""
+        return dict(
+            mode=_plain(self.mode), num_devices=self.plan_devices, batch_size=_plain(self.batch_size),
             seq_len=_plain(self.seq_len), lora=_plain(self.lora), quant=_plain(self.quant),
             compute_dtype=_plain(self.compute_dtype), trainable_dtype=_plain(self.trainable_dtype),
             frozen_dtype=_plain(self.frozen_dtype), gradient_checkpointing=self.gradient_checkpointing,
             offload_optimizer_state=self.offload_optimizer_state, offload_base=self.offload_base,
             param_sharding=self.mesh.param_sharding, attention_impl=self.attention_impl)
 
+    def _plan_model(self) -> LlamaConfig:
+        model = _plain(self.model)
+        if model is None:
+            raise ValueError("set `model` to the base's shape for a memory plan (the dry run does not read the base)")
+        return model
+
+    def memory_plan(self) -> Any:
+        """The per-device MemoryPlan of this run (needs `model`: a dry run does not read the base)."""
+        from marin_lab.training.memory_plan import plan_memory
+
+        return plan_memory(self._plan_model(), **self.plan_settings())
+
+    def fit_advice(self) -> list[str]:
+        """What to change when the plan does not fit `plan_device_memory_gib` (empty when it fits)."""
+        from marin_lab.training.memory_plan import fit_advice
+
+        if not self.plan_device_memory_gib or self.memory_plan().fits(self.plan_device_memory_gib):
+            return []
+        return fit_advice(self.plan_settings(), self._plan_model(), self.plan_device_memory_gib)
+
     def plan_estimate(self) -> dict[str, Any]:
-        """The dry run's line: per-device memory by part (GiB) and whether it fits."""
+        """The dry run's line: per-device memory by part (GiB), steady state and load, and whether it fits."""
         plan = self.memory_plan()
         out: dict[str, Any] = {"mode": _plain(self.mode), "devices": self.plan_devices,
-                               "device_gib": round(plan.device_total / 2**30, 2)}
+                               "device_gib": round(plan.device_total / 2**30, 2),
+                               "load_device_gib": round(plan.load_device_total / 2**30, 2),
+                               "load_host_gib": round(plan.load_host_total / 2**30, 2)}
         out.update({k.split(" (")[0].replace(" ", "_") + "_gib": round(v / 2**30, 2) for k, v in plan.device.items()})
         out.update({"host_" + k.replace(" ", "_") + "_gib": round(v / 2**30, 2) for k, v in plan.host.items()})
         if self.plan_device_memory_gib:
-            out["fits"] = plan.device_total <= self.plan_device_memory_gib * 2**30
+            out["fits"] = plan.fits(self.plan_device_memory_gib)
+            if not out["fits"]:
+                out["change"] = self.fit_advice()
         return out
+
+
+def check_fits(config: FinetuneConfig) -> None:
+    """Refuse a run whose memory plan (steady state or load) exceeds `plan_device_memory_gib`."""
+    plan = config.memory_plan()
+    limit = config.plan_device_memory_gib
+    if limit and not plan.fits(limit):
+        which = "the train step" if plan.device_total >= plan.load_device_total else "loading the base"
+        advice = config.fit_advice()
+        raise TrainingError(
+            f"memory plan: {which} needs {plan.device_peak / 2**30:.2f} GiB per device, more than "
+            f"plan_device_memory_gib={limit:g}; change " + ("; or ".join(advice) if advice else
+                                                           "the model, the mesh or the device"))
 
 
 def _plain(value: Any) -> Any:
     """The value inside a `versioned(...)` wrapper (dry runs see unresolved configs), or the value."""
     return value.value if type(value).__name__ == "VersionedValue" else value
+
+
+def _open_base(config: FinetuneConfig) -> BaseSource:
+    """The base located and checked (config, headers, metadata), no weight read yet."""
+    try:
+        return open_base(config.base, config.model)
+    except ckpt.CheckpointError as err:
+        raise TrainingError(f"base: {err}") from err
 
 
 def validate_config(config: FinetuneConfig, model: LlamaConfig) -> None:
@@ -197,13 +238,14 @@ def _programs(plan: StepPlan, optimizer_config: OptimizerConfig, num_train_steps
     state_sh, frozen_sh, step = build_step(plan, optimizer, optimizer_config.lr_schedule(num_train_steps), mesh, rule,
                                            frozen_struct.value, trainable_struct.value)
     opt_init = jax.jit(optimizer.init, in_shardings=(state_sh["trainable"],), out_shardings=state_sh["opt_state"])
-    return state_sh, frozen_sh, opt_init, step, make_eval_fn(plan)
+    return state_sh, frozen_sh, opt_init, step, make_eval_fn(plan, mesh)
 
 
 class _Struct:
     """A hashable stand-in for an abstract pytree (its structure, shapes and dtypes)."""
 
     def __init__(self, value: Any):
+        value = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), value)
         self.value = value
         leaves, treedef = jax.tree_util.tree_flatten(value)
         self._key = (treedef, tuple((tuple(x.shape), str(x.dtype)) for x in leaves))
@@ -213,10 +255,6 @@ class _Struct:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Struct) and self._key == other._key
-
-
-def _abstract(tree: Any) -> Any:
-    return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
 
 
 def _global(host: np.ndarray, sharding: Any) -> jax.Array:
@@ -245,8 +283,10 @@ def evaluate_masked(eval_fn: Any, trainable: Any, frozen: Any, config: FinetuneC
 
 def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
     """Fine-tune `config.base` on `config.data`; returns the run summary."""
-    model, base_params, quantized = load_base(config.base, config.model)
+    source = _open_base(config)
+    model = source.model
     validate_config(config, model)
+    quantized = source.quantization
     if quantized is not None and config.mode != "qlora":
         raise TrainingError(f"base {config.base} is NF4-quantized; it can only be fine-tuned with mode='qlora'")
     try:
@@ -255,23 +295,33 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
         raise TrainingError(str(err)) from err
     if config.batch_size % batch_divisor(mesh):
         raise TrainingError(f"batch_size={config.batch_size} must be divisible by mesh replica*data*fsdp={batch_divisor(mesh)}")
+    if config.plan_device_memory_gib:  # refuse now what would run out of memory later
+        check_fits(dataclasses.replace(config, model=model, plan_devices=mesh.shape["fsdp"]))
     try:
         loader = MixtureLoader(config.data, config.seq_len, config.batch_size)
     except (TokenCacheError, ValueError) as err:
         raise TrainingError(str(err)) from err
 
-    if config.mode == "qlora" and quantized is None:
-        base_params = quantize_params(base_params, config.quant)
-    frozen = frozen_base(base_params, config.mode, config.frozen_dtype, config.offload_base)
     plan = step_plan(config, model)
     trainable_dtype = jnp.dtype(config.trainable_dtype)
-    trainable_abs = jax.eval_shape(functools.partial(init_trainable, plan, base_params, jax.random.key(0), trainable_dtype))
+    quant = QuantConfig(block_size=quantized["block_size"], double_quant=quantized["double_quant"]) if quantized else config.quant
+    params_abs = jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
+    if config.mode == "qlora":
+        params_abs = jax.eval_shape(lambda p: quantize_params(p, quant), params_abs)
+    frozen_abs = None if config.mode == "full" else jax.eval_shape(
+        lambda p: frozen_base(p, config.mode, config.frozen_dtype, config.offload_base), params_abs)
+    trainable_abs = jax.eval_shape(lambda p: init_trainable(plan, p, jax.random.key(0), trainable_dtype), params_abs)
     state_sh, frozen_sh, opt_init, step_fn, eval_fn = _programs(
         plan, config.optimizer, config.num_train_steps, config.mesh, config.mesh.param_sharding,
-        _Struct(_abstract(frozen) if frozen is not None else None), _Struct(trainable_abs),
-        tuple(d.id for d in jax.devices()))
-    if frozen is not None:
-        frozen = jax.device_put(frozen, frozen_sh)
+        _Struct(frozen_abs), _Struct(trainable_abs), tuple(d.id for d in jax.devices()))
+    if config.mode == "full":  # every weight is trained: the whole base becomes the trainable tree
+        _, base_params, _ = load_base(config.base, config.model)
+        frozen = None
+    else:  # the frozen base streams into its shardings; only modules_to_save are read whole
+        started = time.perf_counter()
+        frozen = load_frozen(source, frozen_abs, frozen_sh, quant)
+        base_params = load_saved(source, config.lora.saved(model))
+        logger.info("finetune_lm: base %s (%s) placed in %.1f s", config.base, source.kind, time.perf_counter() - started)
     trainable = jax.device_put(init_trainable(plan, base_params, jax.random.key(config.seed), trainable_dtype),
                                state_sh["trainable"])
     del base_params

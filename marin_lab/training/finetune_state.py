@@ -29,9 +29,9 @@ from marin_lab.quant.nf4 import NF4Tensor
 from marin_lab.quant.sharding import nf4_shardings
 from marin_lab.training.base_model import QUANTIZED_NAMES
 from marin_lab.training.errors import TrainingError
-from marin_lab.training.mesh import batch_sharding, param_spec
+from marin_lab.training.mesh import batch_axes, batch_sharding, param_spec
 from marin_lab.training.model import LlamaConfig, Params, flatten_params, lm_loss, unflatten_params
-from marin_lab.training.offload import HOST, OnHost
+from marin_lab.training.offload import HOST, Gathered, OnHost
 
 MODES = ("full", "lora", "qlora")
 
@@ -145,23 +145,43 @@ def model_params(plan: StepPlan, trainable: Params, frozen: Params | None, key: 
     return apply_lora(frozen, trainable, plan.lora, key)
 
 
-def make_loss_fn(plan: StepPlan) -> Callable[..., tuple[jax.Array, jax.Array]]:
+def gathered_base(frozen: Params | None, mesh: Mesh | None) -> Params | None:
+    """The frozen projections wrapped so that FSDP gathers their stored (packed) form where used.
+
+    On a mesh with fsdp > 1 each projection is gathered whole onto every device inside the
+    layer scan (uint8 for NF4), then dequantized; an offloaded one is fetched from host first.
+    """
+    if frozen is None:
+        return None
+    gather = NamedSharding(mesh, P()) if mesh is not None and mesh.shape["fsdp"] > 1 else None
+    layers = {k: Gathered(v, gather) if k in QUANTIZED_NAMES else v for k, v in frozen["layers"].items()}
+    return {**frozen, "layers": layers}
+
+
+def activation_sharding(mesh: Mesh | None) -> NamedSharding | None:
+    """The residual stream [batch, seq, d] split by batch only (as train_lm's step pins it)."""
+    return None if mesh is None else NamedSharding(mesh, P(batch_axes(mesh), None, None))
+
+
+def make_loss_fn(plan: StepPlan, mesh: Mesh | None = None) -> Callable[..., tuple[jax.Array, jax.Array]]:
+    """loss(trainable, frozen, tokens, mask, key). With `mesh`, activations stay split by batch and
+    the frozen weights are gathered to them (FSDP), never the activations to the weights."""
     compute_dtype = jnp.dtype(plan.compute_dtype)
 
     def loss_fn(trainable: Params, frozen: Params | None, tokens: jax.Array, mask: jax.Array,
                 key: jax.Array | None) -> tuple[jax.Array, jax.Array]:
-        params = model_params(plan, trainable, frozen, key)
+        params = model_params(plan, trainable, gathered_base(frozen, mesh), key)
         return lm_loss(params, tokens[:, :-1], tokens[:, 1:], mask[:, 1:], plan.model,
                        compute_dtype=compute_dtype, gradient_checkpointing=plan.gradient_checkpointing,
-                       attention_impl=plan.attention_impl)
+                       attention_impl=plan.attention_impl, activation_sharding=activation_sharding(mesh))
 
     return loss_fn
 
 
 def make_train_step(plan: StepPlan, optimizer: optax.GradientTransformation,
-                    lr_schedule: Callable[[jax.Array], jax.Array]) -> Callable:
+                    lr_schedule: Callable[[jax.Array], jax.Array], mesh: Mesh | None = None) -> Callable:
     """step(state, frozen, tokens, mask) -> (state, metrics); state = {trainable, opt_state, step}."""
-    grad_fn = jax.value_and_grad(make_loss_fn(plan), has_aux=True)
+    grad_fn = jax.value_and_grad(make_loss_fn(plan, mesh), has_aux=True)
 
     def step(state: dict[str, Any], frozen: Params | None, tokens: jax.Array, mask: jax.Array):
         key = jax.random.fold_in(jax.random.key(plan.seed), state["step"])
@@ -183,7 +203,7 @@ def make_train_step(plan: StepPlan, optimizer: optax.GradientTransformation,
 def compile_step(plan: StepPlan, optimizer: optax.GradientTransformation, lr_schedule: Callable,
                  mesh: Mesh, state_sh: Any, frozen_sh: Any) -> Callable:
     batch = batch_sharding(mesh)
-    return jax.jit(make_train_step(plan, optimizer, lr_schedule),
+    return jax.jit(make_train_step(plan, optimizer, lr_schedule, mesh),
                    in_shardings=(state_sh, frozen_sh, batch, batch),
                    out_shardings=(state_sh, _named(mesh, P())), donate_argnums=0)
 
@@ -200,12 +220,12 @@ def build_step(plan: StepPlan, optimizer: optax.GradientTransformation, lr_sched
     return state_sh, frozen_sh, compile_step(plan, optimizer, lr_schedule, mesh, state_sh, frozen_sh)
 
 
-def make_eval_fn(plan: StepPlan) -> Callable:
+def make_eval_fn(plan: StepPlan, mesh: Mesh | None = None) -> Callable:
     """(trainable, frozen, tokens, mask) -> (sum of masked NLL, masked token count), no dropout."""
     from marin_lab.training.model import forward, token_log_likelihoods
 
     def evaluate(trainable: Params, frozen: Params | None, tokens: jax.Array, mask: jax.Array):
-        params = model_params(plan, trainable, frozen, None)
+        params = model_params(plan, trainable, gathered_base(frozen, mesh), None)
         logits = forward(params, tokens[:, :-1], plan.model, compute_dtype=jnp.dtype(plan.compute_dtype),
                          attention_impl=plan.attention_impl)
         logp, _ = token_log_likelihoods(logits, tokens[:, 1:])

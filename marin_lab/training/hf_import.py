@@ -3,36 +3,34 @@
 The inverse of `hf_export`: torch `Linear` weights are [out, in] and ours [in, out], hence the
 transposes; RoPE uses the same "rotate half" layout, so q/k need no permutation. Single-file
 (`model.safetensors`) and sharded (`model.safetensors.index.json`) checkpoints are read from any
-fsspec URL.
+fsspec URL, one tensor per byte range (`safetensors_reader`).
 
-Safetensors files are parsed here (an 8-byte header length, a JSON header, raw little-endian
-bytes) rather than with `safetensors.numpy`, which has no bfloat16 (the dtype most published
-checkpoints use) and reads only local files.
+`open_hf` checks everything that can be checked without reading a weight: config.json's required
+fields, every file's header against its size, each expected tensor's presence, shape and float
+dtype. `import_hf` then reads the whole model into host memory (fp32 numpy) — simple, and what
+tests and exports use; a fine-tune's base streams instead, tensor by tensor (`base_stream`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import struct
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
 from marin_lab.io import fs as mfs
-from marin_lab.training.errors import TrainingError
 from marin_lab.training.hf_export import _LAYER_MAP
 from marin_lab.training.model import LlamaConfig, Params, unflatten_params
+from marin_lab.training.safetensors_reader import HfImportError, SafetensorsIndex
 
 logger = logging.getLogger(__name__)
 
-_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": jnp.bfloat16, "F64": np.float64,
-           "I64": np.int64, "I32": np.int32, "U8": np.uint8, "I8": np.int8, "BOOL": np.bool_}
+__all__ = ["HfImportError", "expected_hf_shapes", "import_hf", "is_hf_checkpoint", "llama_config_from_hf", "open_hf",
+           "our_tensor"]
 
-
-class HfImportError(TrainingError, ValueError):
-    """A Hugging Face checkpoint that cannot become our parameters; the message names the tensor or field."""
+REQUIRED_FIELDS = {"vocab_size": int, "hidden_size": int, "intermediate_size": int, "num_hidden_layers": int,
+                   "num_attention_heads": int}
+"""config.json fields without which a Llama's shape is unknown (the rest have Llama defaults)."""
 
 
 def is_hf_checkpoint(path: str) -> bool:
@@ -42,6 +40,14 @@ def is_hf_checkpoint(path: str) -> bool:
 
 def llama_config_from_hf(hf: dict[str, Any], *, max_seq_len: int | None = None) -> LlamaConfig:
     """Our LlamaConfig from a Llama `config.json` (refusing what our model does not implement)."""
+    if not isinstance(hf, dict):
+        raise HfImportError("config.json is not a JSON object")
+    for field, kind in REQUIRED_FIELDS.items():
+        if field not in hf:
+            raise HfImportError(f"config.json lacks the required field {field!r}; a Llama config names "
+                                f"{', '.join(REQUIRED_FIELDS)}")
+        if not isinstance(hf[field], kind) or isinstance(hf[field], bool) or hf[field] < 1:
+            raise HfImportError(f"config.json: {field}={hf[field]!r} must be a positive integer")
     if hf.get("model_type") not in ("llama", None):
         raise HfImportError(f"config.json: model_type {hf.get('model_type')!r} is not 'llama'; only Llama-family checkpoints import")
     for flag in ("attention_bias", "mlp_bias"):
@@ -66,40 +72,6 @@ def llama_config_from_hf(hf: dict[str, Any], *, max_seq_len: int | None = None) 
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         initializer_std=float(hf.get("initializer_range", 0.02)),
     )
-
-
-def _read_header(url: str) -> tuple[dict[str, Any], int]:
-    fs, path = mfs.fs_and_path(url)
-    with fs.open(path, "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(size))
-    return header, 8 + size
-
-
-def read_safetensors(url: str, names: set[str] | None = None) -> dict[str, np.ndarray]:
-    """Tensors of one safetensors file (only `names` if given), by byte range."""
-    header, data_start = _read_header(url)
-    fs, path = mfs.fs_and_path(url)
-    out = {}
-    with fs.open(path, "rb") as f:
-        for name, info in header.items():
-            if name == "__metadata__" or (names is not None and name not in names):
-                continue
-            if info["dtype"] not in _DTYPES:
-                raise HfImportError(f"{url}: tensor {name} has dtype {info['dtype']}, which we do not read")
-            start, end = info["data_offsets"]
-            f.seek(data_start + start)
-            raw = f.read(end - start)
-            dtype = np.dtype(_DTYPES[info["dtype"]]).newbyteorder("<")
-            out[name] = np.frombuffer(raw, dtype=dtype).reshape(info["shape"])
-    return out
-
-
-def _tensor_files(path: str) -> list[str]:
-    index = mfs.join(path, "model.safetensors.index.json")
-    if mfs.exists(index):
-        return sorted({mfs.join(path, f) for f in mfs.read_json(index)["weight_map"].values()})
-    return [mfs.join(path, "model.safetensors")]
 
 
 def expected_hf_shapes(config: LlamaConfig) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -127,45 +99,74 @@ def expected_hf_shapes(config: LlamaConfig) -> dict[str, tuple[tuple[int, ...], 
     return out
 
 
-def import_hf(path: str, model: LlamaConfig | None = None, dtype: Any = np.float32) -> tuple[LlamaConfig, Params]:
-    """(model config, params as numpy arrays) of the Llama checkpoint in folder `path`.
+def read_hf_config(path: str, *, max_seq_len: int | None = None) -> LlamaConfig:
+    url = mfs.join(path, "config.json")
+    try:
+        hf = mfs.read_json(url)
+    except ValueError as err:
+        raise HfImportError(f"{url} is not valid JSON: {err}") from err
+    try:
+        return llama_config_from_hf(hf, max_seq_len=max_seq_len)
+    except HfImportError as err:
+        raise HfImportError(f"{path}/{err}") from err
+
+
+def open_hf(path: str, model: LlamaConfig | None = None) -> tuple[LlamaConfig, SafetensorsIndex]:
+    """(model config, located tensors) of the checkpoint in folder `path`; reads headers only.
 
     With `model` given, the checkpoint must have exactly that shape; every mismatch is reported
-    by tensor and config field before any weight is converted.
+    by tensor and config field. Missing tensors, wrong shapes, integer dtypes, truncated files and
+    LFS pointers are all refused here, before a weight is read.
     """
     if not is_hf_checkpoint(path):
         raise HfImportError(f"{path} is not a Hugging Face checkpoint: expected config.json and "
                             "model.safetensors (or model.safetensors.index.json) in it")
-    hf_cfg = mfs.read_json(mfs.join(path, "config.json"))
-    config = model or llama_config_from_hf(hf_cfg)
+    config = read_hf_config(path) if model is None else model
     if model is not None:
+        read_hf_config(path)  # still refuse a config.json we could not have read
         model.validate()
+    index = SafetensorsIndex.open(path)
     expected = expected_hf_shapes(config)
-    shapes: dict[str, tuple[int, ...]] = {}
-    for url in _tensor_files(path):
-        header, _ = _read_header(url)
-        shapes.update({k: tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"})
     problems = []
     for name, (shape, fields) in expected.items():
-        if name not in shapes:
+        entry = index.entries.get(name)
+        if entry is None:
             problems.append(f"{name} is missing (model.{fields.split(',')[0]}, num_layers={config.num_layers})")
-        elif shapes[name] != shape:
-            problems.append(f"{name} has shape {shapes[name]} but the config's {fields} give {shape}")
+        elif entry.shape != shape:
+            problems.append(f"{name} has shape {entry.shape} but the config's {fields} give {shape} "
+                            f"(in {entry.url.rsplit('/', 1)[-1]})")
     if problems:
         raise HfImportError(
             f"Hugging Face checkpoint {path} does not match the model config: " + "; ".join(problems[:5])
             + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
             + ". Fix the `model` fields named (or leave `model` unset to take config.json's shape)"
         )
-    tensors: dict[str, np.ndarray] = {}
-    for url in _tensor_files(path):
-        tensors.update(read_safetensors(url, set(expected)))
-    flat = {"embed": tensors["model.embed_tokens.weight"].astype(dtype),
-            "final_norm": tensors["model.norm.weight"].astype(dtype)}
+    index.check_float(set(expected))
+    return config, index
+
+
+def our_tensor(index: SafetensorsIndex, name: str, config: LlamaConfig, dtype: Any = np.float32,
+               layer: int | None = None) -> np.ndarray:
+    """One of our parameters (`embed`, `final_norm`, `lm_head`, or layer `layer` of `layers/<name>`)
+    read from the checkpoint, transposed to our [in, out] layout, in `dtype` (a copy only if needed)."""
+    if layer is None:
+        hf_name, transpose = {"embed": ("model.embed_tokens.weight", False), "final_norm": ("model.norm.weight", False),
+                              "lm_head": ("lm_head.weight", True)}[name]
+    else:
+        hf_name, transpose = _LAYER_MAP[name]
+        hf_name = f"model.layers.{layer}.{hf_name}"
+    raw = index.read(hf_name)
+    value = raw.astype(dtype, copy=False)
+    return np.ascontiguousarray(value.T) if transpose else value
+
+
+def import_hf(path: str, model: LlamaConfig | None = None, dtype: Any = np.float32) -> tuple[LlamaConfig, Params]:
+    """(model config, params as numpy arrays) of the Llama checkpoint in folder `path`, whole in host memory."""
+    config, index = open_hf(path, model)
+    flat = {name: our_tensor(index, name, config, dtype) for name in ("embed", "final_norm")}
     if not config.tie_embeddings:
-        flat["lm_head"] = np.ascontiguousarray(tensors["lm_head.weight"].astype(dtype).T)
-    for ours, (hf_name, transpose) in _LAYER_MAP.items():
-        stack = [tensors[f"model.layers.{i}.{hf_name}"].astype(dtype) for i in range(config.num_layers)]
-        flat[f"layers/{ours}"] = np.stack([w.T if transpose else w for w in stack])
-    logger.info("imported %s: %d tensors, %.1fM parameters", path, len(expected), config.num_params() / 1e6)
+        flat["lm_head"] = our_tensor(index, "lm_head", config, dtype)
+    for ours in _LAYER_MAP:
+        flat[f"layers/{ours}"] = np.stack([our_tensor(index, ours, config, dtype, i) for i in range(config.num_layers)])
+    logger.info("imported %s: %d tensors, %.1fM parameters", path, len(index.entries), config.num_params() / 1e6)
     return config, unflatten_params(flat)

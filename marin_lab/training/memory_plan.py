@@ -14,6 +14,7 @@ the check in `experiments/finetune_70b_qlora.py`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -38,27 +39,74 @@ GIB = 2**30
 
 @dataclasses.dataclass(frozen=True)
 class MemoryPlan:
-    """Bytes per device, by part (device memory) and what lives in host memory instead."""
+    """Bytes per device, by part: steady state (the train step) and while the base loads.
+
+    `device`/`host`: the step's peak in device memory and what lives in host memory instead.
+    `load_device`/`load_host`: the load's peak (`base_stream`): the frozen base in place plus the
+    one tensor in flight. Host figures are for one process driving all planned devices (the
+    two-GPU machine), beyond the runtime's own baseline.
+    """
 
     device: dict[str, int]
     host: dict[str, int]
     num_devices: int
+    load_device: dict[str, int] = dataclasses.field(default_factory=dict)
+    load_host: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def device_total(self) -> int:
         return sum(self.device.values())
 
+    @property
+    def load_device_total(self) -> int:
+        return sum(self.load_device.values())
+
+    @property
+    def load_host_total(self) -> int:
+        return sum(self.load_host.values())
+
+    @property
+    def host_total(self) -> int:
+        """Steady-state host bytes of the process (every planned device's offloaded parts)."""
+        return sum(self.host.values()) * self.num_devices
+
+    @property
+    def device_peak(self) -> int:
+        return max(self.device_total, self.load_device_total)
+
+    def fits(self, device_memory_gib: float) -> bool:
+        return self.device_peak <= device_memory_gib * GIB
+
     def table(self, device_memory_gib: float | None = None) -> str:
-        lines = [f"memory plan per device ({self.num_devices} devices):"]
+        lines = [f"memory plan per device ({self.num_devices} devices), steady state (train step):"]
         for part, n in self.device.items():
-            lines.append(f"  {part:32s} {n / GIB:9.2f} GiB")
-        lines.append(f"  {'total (device)':32s} {self.device_total / GIB:9.2f} GiB")
+            lines.append(f"  {part:40s} {n / GIB:9.2f} GiB")
+        lines.append(f"  {'total (device)':40s} {self.device_total / GIB:9.2f} GiB")
         for part, n in self.host.items():
-            lines.append(f"  host: {part:26s} {n / GIB:9.2f} GiB")
+            lines.append(f"  host: {part:34s} {n / GIB:9.2f} GiB")
+        if self.load_device or self.load_host:
+            lines.append("while the base loads (streamed tensor by tensor):")
+            for part, n in self.load_device.items():
+                lines.append(f"  {part:40s} {n / GIB:9.2f} GiB")
+            lines.append(f"  {'total (device, load)':40s} {self.load_device_total / GIB:9.2f} GiB")
+            for part, n in self.load_host.items():
+                lines.append(f"  host: {part:34s} {n / GIB:9.2f} GiB")
+            lines.append(f"  {'total (host, load, process)':40s} {self.load_host_total / GIB:9.2f} GiB"
+                         f"   (steady state: {self.host_total / GIB:.2f} GiB)")
         if device_memory_gib:
-            verdict = "fits" if self.device_total <= device_memory_gib * GIB else "DOES NOT FIT"
-            lines.append(f"  {verdict} in {device_memory_gib:g} GiB per device")
+            for what, n in (("steady state", self.device_total), ("load", self.load_device_total)):
+                verdict = "fits" if n <= device_memory_gib * GIB else "DOES NOT FIT"
+                lines.append(f"  {what}: {verdict} in {device_memory_gib:g} GiB per device")
         return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=16)
+def _abstract_params(model: LlamaConfig, frozen_dtype: str, quant: QuantConfig | None) -> Any:
+    """The base's abstract parameters (NF4 leaves when `quant`); cached, as advice re-plans often."""
+    params = jax.eval_shape(lambda: init_params(model, jax.random.key(0), jnp.dtype(frozen_dtype)))
+    if quant is not None:
+        params = jax.eval_shape(lambda p: quantize_params(p, quant), params)
+    return params
 
 
 def _bytes_per_device(tree: Any, shardings: Any) -> tuple[int, int]:
@@ -112,14 +160,15 @@ def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: 
                 compute_dtype: str = "bfloat16", trainable_dtype: str = "float32", frozen_dtype: str = "bfloat16",
                 gradient_checkpointing: bool | str = False, offload_optimizer_state: bool = False,
                 offload_base: bool = False, param_sharding: str = "fsdp",
-                attention_impl: str | None = None) -> MemoryPlan:
-    """Per-device bytes of a fine-tune on `num_devices` devices (all on the fsdp axis)."""
+                attention_impl: str | None = None, source_itemsize: int = 2) -> MemoryPlan:
+    """Per-device bytes of a fine-tune on `num_devices` devices (all on the fsdp axis).
+
+    `source_itemsize`: bytes per weight of the checkpoint the base is loaded from (2: bf16).
+    """
     mesh = AbstractMesh((1, num_devices, 1), ("data", "fsdp", "model"))
     plan = StepPlan(mode, model, lora, compute_dtype, gradient_checkpointing, offload_optimizer_state, 0)
     c = jnp.dtype(compute_dtype).itemsize
-    params = jax.eval_shape(lambda: init_params(model, jax.random.key(0), jnp.dtype(frozen_dtype)))
-    if mode == "qlora":
-        params = jax.eval_shape(lambda p: quantize_params(p, quant), params)
+    params = _abstract_params(model, frozen_dtype, quant if mode == "qlora" else None)
     frozen = jax.eval_shape(lambda p: frozen_base(p, mode, frozen_dtype, offload_base), params) if mode != "full" else None
     trainable = jax.eval_shape(lambda p: init_trainable(plan, p, jax.random.key(0), jnp.dtype(trainable_dtype)), params)
     optimizer = OptimizerConfig(weight_decay=0.0).build()
@@ -170,10 +219,78 @@ def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: 
     device["activations"] = saved + layer_act
     device["logits and loss"] = per_device_batch * seq_len * model.vocab_size * (c + 4 + 4)
     host = {k: v for k, v in host.items() if v}
-    return MemoryPlan(device=device, host=host, num_devices=num_devices)
+    load_device, load_host = _load_peaks(model, mode, device, host, num_devices, quant, offload_base,
+                                         source_itemsize, frozen_dtype)
+    return MemoryPlan(device=device, host=host, num_devices=num_devices, load_device=load_device, load_host=load_host)
+
+
+def _load_peaks(model: LlamaConfig, mode: str, device: dict[str, int], host: dict[str, int], num_devices: int,
+                quant: QuantConfig, offload_base: bool, source_itemsize: int,
+                frozen_dtype: str) -> tuple[dict[str, int], dict[str, int]]:
+    """(device, host) bytes at the load's peak: the frozen base in place plus one tensor in flight.
+
+    Device: every device holds its shard of the frozen base; the first device also quantizes one
+    matrix at a time (the stored tensor, its fp32 copy and two fp32 intermediates of blockwise
+    scaling, then the packed result) and every device receives one layer slice. Host: the
+    offloaded base (all devices' shards) plus the largest tensor read (stored bytes) and one
+    converted or transposed copy of it. `full` mode reads the whole base at once (not streamed).
+    """
+    shapes = model.param_shapes()
+    frozen_device = device.get("frozen weights", 0)
+    if mode == "full":
+        whole = model.num_params() * 4
+        return ({"weights (fp32, whole base)": device.get("weights (trained)", 0)},
+                {"base in host memory (fp32)": whole, "read copy": model.num_params() * source_itemsize})
+    matrices = [shapes[f"layers/{n}"][1] * shapes[f"layers/{n}"][2] for n in QUANTIZED_NAMES]
+    largest_matrix = max(matrices)
+    top = [shapes["embed"][0] * shapes["embed"][1]]
+    largest = max(largest_matrix, *top)
+    load_device = {"frozen weights (shards)": frozen_device}
+    if mode == "qlora":
+        load_device["quantizing one matrix (first device)"] = largest_matrix * (source_itemsize + 3 * 4) + largest_matrix // 2
+    else:
+        load_device["one layer slice in flight"] = largest_matrix * jnp.dtype(frozen_dtype).itemsize // num_devices
+    load_host = {}
+    if host.get("frozen weights"):
+        load_host["offloaded base (all devices)"] = host["frozen weights"] * num_devices
+    load_host["one tensor read + converted copy"] = largest * (source_itemsize + max(source_itemsize, 4 if mode == "qlora" else 2))
+    return load_device, load_host
 
 
 def _dots_bytes(model: LlamaConfig, seq_len: int, c: int) -> int:
     hd = model.resolved_head_dim
     q, kv = model.num_heads * hd, model.num_kv_heads * hd
     return seq_len * c * (q + 2 * kv + model.hidden_dim + 2 * model.intermediate_dim + model.hidden_dim)
+
+
+ADVICE = (
+    ("offload_base", True, "offload_base=True (frozen projections in host memory)"),
+    ("offload_optimizer_state", True, "offload_optimizer_state=True"),
+    ("gradient_checkpointing", True, "gradient_checkpointing=True (recompute activations)"),
+    ("batch_size", 0.5, "halve batch_size"),
+    ("seq_len", 0.5, "halve seq_len"),
+)
+"""Settings that lower device memory, tried in this order when a plan does not fit."""
+
+
+def fit_advice(settings: dict[str, Any], model: LlamaConfig, device_memory_gib: float) -> list[str]:
+    """One line per setting whose change alone (from `settings`, plan_memory's arguments) lowers the
+    peak, with the planned peak after it; those that then fit first."""
+    base = plan_memory(model, **settings).device_peak
+    lines = []
+    for field, value, label in ADVICE:
+        current = settings.get(field)
+        if isinstance(value, bool):
+            if current not in (False, None):
+                continue
+            changed = {**settings, field: value}
+        else:
+            new = int(current * value) if current else 0
+            if new < (settings["num_devices"] if field == "batch_size" else 2):
+                continue
+            changed = {**settings, field: new}
+        peak = plan_memory(model, **changed).device_peak
+        if peak < base:
+            lines.append((peak > device_memory_gib * GIB, peak, f"{label}: peak {peak / GIB:.2f} GiB"
+                          + (" (fits)" if peak <= device_memory_gib * GIB else "")))
+    return [line for _, _, line in sorted(lines)]

@@ -23,8 +23,9 @@ A dimension that the axis size does not divide is left unsplit rather than faili
 test model runs on any mesh; the batch is split over `replica` x `data` x `fsdp`.
 
 Which devices form a slice. TPU devices carry `slice_index`: the mesh is jax's hybrid ICI/DCN
-mesh (`mesh_utils.create_hybrid_device_mesh`), each slice's devices laid out on its torus. Devices
-without it (CPU, standing in for TPU hosts in tests) are simulated slices: the devices, ordered by
+mesh (`mesh_utils.create_hybrid_device_mesh`), each slice's devices laid out on its torus. Other
+devices (CPU, standing in for TPU hosts in tests; their `slice_index`, where present, is 0
+everywhere) are simulated slices: the devices, ordered by
 (process, id), are cut into `slices` equal contiguous groups. With several processes `slices` must
 divide the process count, so each slice is whole hosts, processes `s*h .. s*h+h-1` for hosts per
 slice `h`: the slice runner's numbering (process id = slice id * hosts per slice + worker id). One
@@ -152,6 +153,8 @@ class MeshConfig:
 
 
 def _warn_if_spanning_slices(devices: list[Any]) -> None:
+    if devices[0].platform != "tpu":
+        return
     found = {getattr(d, "slice_index", 0) for d in devices}
     if len(found) > 1:
         logger.warning("mesh.slices=1 but the devices belong to %d slices: the in-slice axes span the "
@@ -160,8 +163,11 @@ def _warn_if_spanning_slices(devices: list[Any]) -> None:
 
 
 def _multislice_grid(devices: list[Any], slices: int, in_slice: list[int]) -> np.ndarray:
-    """[slices, data, fsdp, model] devices: real slices by `slice_index`, else simulated ones."""
-    if hasattr(devices[0], "slice_index"):
+    """[slices, data, fsdp, model] devices: TPU slices by `slice_index`, else simulated ones.
+
+    Only TPU devices are trusted with `slice_index`: CPU devices of a multi-process run carry one
+    too, 0 on every process, which says nothing about the slices the hosts stand in for."""
+    if devices[0].platform == "tpu" and hasattr(devices[0], "slice_index"):
         found = sorted({d.slice_index for d in devices})
         if len(found) != slices:
             raise MeshError(f"mesh.slices={slices}, but the {len(devices)} devices belong to {len(found)} "

@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 
+from marin_lab.quant.matmul import frozen_matmul
 from marin_lab.training.model import linear
 
 HOST = "pinned_host"
@@ -39,3 +40,29 @@ class OnHost:
 
 
 jax.tree_util.register_dataclass(OnHost, data_fields=["inner"], meta_fields=[])
+
+
+@dataclasses.dataclass(frozen=True)
+class Gathered:
+    """A frozen weight (array, NF4Tensor or OnHost of either) that FSDP gathers where it is used.
+
+    Inside the compiled step only: `linear(x)` fetches it from host memory if it lives there,
+    gathers its stored form onto every device (`gather`, a replicated sharding; None on one
+    device), then dequantizes — so NF4 moves as packed bytes — and multiplies (quant.matmul).
+    """
+
+    inner: Any
+    gather: Any = None
+
+    def linear(self, x: jax.Array) -> jax.Array:
+        fetch = isinstance(self.inner, OnHost)
+        return frozen_matmul(x, self.inner.inner if fetch else self.inner, self.gather, fetch)
+
+    def dequantize(self, dtype: Any = None) -> jax.Array:
+        inner = self.inner.inner if isinstance(self.inner, OnHost) else self.inner
+        if hasattr(inner, "dequantize"):
+            return inner.dequantize(dtype) if dtype is not None else inner.dequantize()
+        return inner if dtype is None else inner.astype(dtype)
+
+
+jax.tree_util.register_dataclass(Gathered, data_fields=["inner"], meta_fields=["gather"])

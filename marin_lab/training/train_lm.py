@@ -27,6 +27,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from marin_lab.execution.artifacts import reproducibility
 from marin_lab.io import fs as mfs  # noqa: E402
+from marin_lab.precision.scalify_train import overflow_message as scalify_overflow  # noqa: E402
 from marin_lab.training import checkpoint as ckpt  # noqa: E402
 from marin_lab.training import distributed  # noqa: E402
 from marin_lab.training.attention import AttentionConfigError, check_attention  # noqa: E402
@@ -55,6 +56,12 @@ def validate_config(config: TrainLmConfig) -> None:
         config.precision.check_backend()
     except ValueError as err:
         raise TrainingError(str(err)) from err
+    if config.precision.master_weights != "float32":
+        raise TrainingError(
+            f"precision.master_weights={config.precision.master_weights!r}: float16 master weights run in the "
+            "train step (marin_lab.precision.paired, benchmarks) but train_lm's checkpoints and Hugging Face "
+            "export read float32 parameters only; use master_weights='float32' (optimizer_state="
+            "'float16_scaled' still halves Adam's state)")
     if config.backend not in BACKENDS:
         raise TrainingError(f"backend={config.backend!r} is not one of {BACKENDS}")
     try:
@@ -328,6 +335,9 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
         """Fetch one step's metrics (after the next step was dispatched, to keep the device busy)."""
         nonlocal tokens_done, train_time, last
         values = {k: float(v) for k, v in jax.device_get(out).items()}
+        overflow = scalify_overflow(values, step)  # names the layer, before the loss says only NaN
+        if overflow:
+            raise TrainingError(overflow)
         if not math.isfinite(values["loss"]):
             raise TrainingError(
                 f"loss is {values['loss']} at step {step}; stopping. Lower optimizer.learning_rate, "
@@ -342,7 +352,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
                 "learning_rate": values["learning_rate"], "grad_norm": values["grad_norm"],
                 "batch_checksum": int(values["batch_checksum"]),
                 "tokens_per_s": tps, "mfu": mfu(flops_per_token, tps, env["device_count"], peak),
-                "time": time.time(), **{k: v for k, v in values.items() if k.startswith("fp8/")}}
+                "time": time.time(), **{k: v for k, v in values.items() if k.startswith(("fp8/", "scalify/"))}}
         if step % config.log_every == 0 or step == end_step - 1:
             metrics.log(last)
             # Workers are not terminals: a line a person can read, and metrics.jsonl kept current,

@@ -14,7 +14,9 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from marin_lab.precision import apply as precision
+from marin_lab.precision import scalify_train
 from marin_lab.precision.policy import PrecisionConfig
+from marin_lab.precision.scaled import ScaledArray
 from marin_lab.training.mesh import batch_axes, batch_sharding, param_spec
 from marin_lab.training.model import LOSS_CHUNK_SIZE, LlamaConfig, Params, flatten_params, init_params, lm_loss
 
@@ -62,6 +64,9 @@ def state_shardings(config: LlamaConfig, optimizer: optax.GradientTransformation
                                                    precision_config))
     flat_param_shard = flatten_params(p_shard)
     replicated = NamedSharding(mesh, P())
+    if precision_config is not None and precision_config.master_weights != "float32":
+        # A float16 master: its data is laid out as the parameter, its (per-layer) scale is tiny.
+        p_shard = jax.tree_util.tree_map(lambda s: ScaledArray(s, replicated), p_shard)
 
     def for_leaf(path: tuple, leaf: Any) -> NamedSharding:
         # An optimizer leaf whose path ends with a parameter's path and shape is a moment of it.
@@ -85,6 +90,8 @@ def _fresh_state(config: LlamaConfig, optimizer: optax.GradientTransformation, k
                  param_dtype: Any, precision_config: PrecisionConfig | None = None) -> TrainState:
     params = init_params(config, key, dtype=param_dtype)
     state = {"params": params, "opt_state": optimizer.init(params), "step": jnp.zeros((), jnp.int32)}
+    if precision_config is not None and precision_config.master_weights != "float32":
+        state["params"] = scalify_train.master_params(params)
     fp8 = precision.init_state(precision_config or PrecisionConfig(), params)
     if fp8 is not None:
         state["fp8"] = fp8
@@ -158,7 +165,9 @@ def make_train_step(
 
     # The auxiliary input's "gradient" is the precision policy's per-step output (new amax
     # histories, float8 statistics, the logits' gradient scale): see marin_lab.precision.apply.
-    value_and_grad = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)
+    # Under the scalify policy the same loss is differentiated by scale-propagating interpretation.
+    value_and_grad = (scalify_train.value_and_grad(loss_fn, model.num_layers) if policy.scalify
+                      else jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True))
 
     def grad_fn(params: Params, aux: Any, tokens: jax.Array) -> tuple[tuple, Params, Any]:
         (loss, ce), (grads, aux_grads) = value_and_grad(params, aux, tokens)
@@ -172,7 +181,8 @@ def make_train_step(
             return grad_fn(params, aux, tokens)
         # Accumulate in fp32 over microbatches inside the one compiled step.
         micro = tokens.reshape(m, tokens.shape[0] // m, tokens.shape[1])
-        zeros = jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+        zeros = jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape, jnp.float32), params,
+                                       is_leaf=lambda p: isinstance(p, ScaledArray))
         aux_zeros = None if aux is None else {**jax.tree_util.tree_map(jnp.zeros_like, aux), "rescale": None}
 
         def body(carry, mb):
@@ -210,9 +220,9 @@ def make_train_step(
         else:
             (loss, ce), grads, aux_grads = accumulated(params, aux, tokens)
         grad_norm = optax.global_norm(grads)
-        updates, opt_state = optimizer.update(grads, state["opt_state"], params)
+        updates, opt_state = optimizer.update(grads, state["opt_state"], scalify_train.param_values(params))
         lr = lr_schedule(state["step"])
-        params = jax.tree_util.tree_map(lambda p, u: (p - lr * u).astype(p.dtype), params, updates)
+        params = scalify_train.apply_updates(params, updates, lr)
         new_state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1}
         metrics = {"loss": loss, "cross_entropy": ce, "grad_norm": grad_norm, "learning_rate": lr,
                    "batch_checksum": checksum}

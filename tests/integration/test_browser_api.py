@@ -10,6 +10,7 @@ from urllib.parse import quote, urlparse
 
 import pytest
 
+from marin_lab.browser import server as server_module
 from marin_lab.browser.server import main, start_in_thread
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -153,7 +154,28 @@ def test_metrics_route(server, fx):
     assert status == 200 and body["metrics"]["rows"] == 100 and body["results"]["state"] == "missing"
 
 
-def test_main_requires_a_prefix(monkeypatch):
+def test_main_without_a_prefix_serves_the_default_store(monkeypatch):
+    """`marin-lab browse` shares the executor's default prefix (./marin_store when MARIN_PREFIX is unset)."""
     monkeypatch.delenv("MARIN_PREFIX", raising=False)
-    with pytest.raises(SystemExit):
-        main([])
+    served = []
+    monkeypatch.setattr(server_module, "serve", lambda prefix, **kw: served.append(prefix))
+    main([])
+    assert served == ["./marin_store"]
+
+
+def test_a_number_too_large_for_a_float_is_a_bad_metrics_line_not_a_500(server, fx):
+    step = fx.prefix / "train" / "huge-numbers-0000"
+    step.mkdir(parents=True)
+    huge = "9" * 400  # valid JSON; float() of it overflows, which once answered 500
+    (step / "metrics.jsonl").write_text(
+        '{"step": 1, "loss": 2.5}\n'
+        f'{{"step": 2, "loss": {huge}}}\n'
+        f'{{"step": {huge}, "loss": 1.0}}\n'
+        f'{{"step": 3, "loss": 2.0, "tokens_per_s": {huge}}}\n'
+        '{"step": 4, "loss": 1.5}\n')
+    status, body = get_json(server, f"/api/metrics?path={quote(str(step))}")
+    assert status == 200, body
+    assert body["metrics"]["rows"] == 2 and body["metrics"]["bad_lines"] == 3
+    assert body["metrics"]["series"]["loss"] == [[1, 2.5], [4, 1.5]]
+    status, body = get_json(server, f"/api/metrics?path={quote(str(step))}&metric=tokens_per_s")
+    assert status == 200 and body["metrics"]["bad_lines"] == 3

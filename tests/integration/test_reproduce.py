@@ -121,6 +121,28 @@ def test_a_difference_is_named_and_exits_1(tmp_path, capsys):
     assert _tree(original) == before  # reading dependencies there wrote nothing (no status, no lease)
 
 
+EMBEDDING = textwrap.dedent("""
+    from marin_lab.execution import ExecutorStep, executor_main, output_path_of, this_output_path, versioned
+    from tests.executor_steps import WriteConfig, write_locations
+
+    a = ExecutorStep("raw/a", write_locations, WriteConfig(this_output_path(), versioned("a")))
+    b = ExecutorStep("proc/b", write_locations, WriteConfig(this_output_path(), versioned("b"), (output_path_of(a),)))
+    executor_main(steps=[b])
+""")
+
+
+def test_deep_reproduction_of_a_record_named_through_a_symlinked_prefix_is_identical(tmp_path):
+    # Regression: the artifacts embed the prefix the original ran under; named through a symlink,
+    # the comparison used to read only the symlink's spelling as {prefix} and found them DIFFERS.
+    original = tmp_path / "original"
+    experiment = _record(_script(tmp_path / "a", EMBEDDING), str(original))
+    os.symlink(original, tmp_path / "link")
+    via_link = experiment.replace(str(original), str(tmp_path / "link"), 1)
+    report = reproduce(via_link, into=str(tmp_path / "scratch"), deep=True)
+    assert [s.verdict for s in report.steps] == [IDENTICAL, IDENTICAL], report.table()
+    assert report.original_prefix == str(original)
+
+
 def test_a_declared_moving_source_is_reported_not_reproducible(tmp_path):
     original = str(tmp_path / "original")
     experiment = _record(_script(tmp_path / "a", NOISY), original)
@@ -137,7 +159,7 @@ def test_a_declared_moving_source_is_reported_not_reproducible(tmp_path):
 def test_bad_targets_say_what_is_missing(tmp_path, monkeypatch):
     original = str(tmp_path / "original")
     experiment = _record(_script(tmp_path / "a", NOISY), original)
-    with pytest.raises(ReproduceError, match="inside\\) the original prefix"):
+    with pytest.raises(ReproduceError, match="reaches the original prefix"):
         reproduce(experiment, into=os.path.join(original, "scratch"))
     old = read_json(experiment)
     del old["code"]

@@ -1,4 +1,7 @@
-"""Checkpoints: exact round trip, COMPLETE marker, keep policies, time-based saves, shape checks."""
+"""Checkpoints: exact round trip, COMPLETE marker, keep policies, time-based saves, shape checks,
+damaged complete checkpoints (lost or cut array files, unparsable index) named in one line."""
+
+import json
 
 import jax
 import jax.numpy as jnp
@@ -9,11 +12,13 @@ from marin_lab.training.checkpoint import (
     CheckpointConfig,
     Checkpointer,
     CheckpointError,
+    DamagedCheckpointError,
     iter_arrays,
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
     load_params,
+    read_metadata,
     resolve_checkpoint,
     save_checkpoint,
 )
@@ -137,3 +142,63 @@ def test_gcs_round_trip_and_incomplete_save_ignored(gcs_bucket):
 
     mfs.remove(f"{root}/step-000002/COMPLETE")  # as if a host died before the marker
     assert latest_checkpoint(root) is None
+
+
+def _two_checkpoints(tmp_path):
+    root = tmp_path / "checkpoints"
+    save_checkpoint(str(root / "step-000002"), _state(1.0), {"step": 2})
+    save_checkpoint(str(root / "step-000004"), _state(2.0), {"step": 4})
+    return root
+
+
+def _largest_array_file(path):
+    return max((p for p in (path / "state").rglob("*") if p.is_file() and "/d/" in str(p)),
+               key=lambda p: p.stat().st_size)
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_a_complete_checkpoint_with_a_lost_array_file_is_damaged_and_the_previous_one_offered(tmp_path, damage):
+    root = _two_checkpoints(tmp_path)
+    victim = _largest_array_file(root / "step-000004")
+    if damage == "missing":
+        victim.unlink()
+    else:
+        victim.write_bytes(victim.read_bytes()[:-5])
+    with pytest.raises(DamagedCheckpointError) as caught:
+        load_checkpoint(latest_checkpoint(str(root)), _state())
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1 and victim.name in message
+    assert ("is missing" if damage == "missing" else "cut short") in message
+    assert f"previous complete checkpoint is {root}/step-000002" in message
+    # The offer holds: with the damaged folder moved aside, the previous one restores exactly.
+    (root / "step-000004").rename(tmp_path / "damaged-step-000004")
+    assert _bytes(load_checkpoint(latest_checkpoint(str(root)), _state())) == _bytes(_state(1.0))
+
+
+def test_an_array_file_damaged_in_place_is_one_line_naming_the_checkpoint(tmp_path):
+    root = _two_checkpoints(tmp_path)
+    path = root / "step-000004"
+    index = json.loads((path / "index.json").read_text())
+    del index["files"]  # as written before the index listed its files: only the restore can tell
+    (path / "index.json").write_text(json.dumps(index))
+    for victim in (path / "state").rglob("*"):
+        if victim.is_file() and "/d/" in str(victim):
+            victim.write_bytes(b"\0" * victim.stat().st_size)
+    with pytest.raises(DamagedCheckpointError) as caught:
+        load_checkpoint(str(path), _state())
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1 and f"checkpoint {path} is damaged" in message
+    assert "step-000002" in message
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"format": "orbax", "leaves": 3}', "[]", '{"format": "orbax"}'])
+def test_an_unparsable_index_is_one_clear_line(tmp_path, text):
+    root = _two_checkpoints(tmp_path)
+    (root / "step-000004" / "index.json").write_text(text)
+    with pytest.raises(DamagedCheckpointError) as caught:
+        load_checkpoint(str(root / "step-000004"), _state())
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1 and "index.json" in message and "step-000002" in message
+    (root / "step-000004" / "metadata.json").write_text("{cut")
+    with pytest.raises(DamagedCheckpointError, match="metadata.json is not readable JSON"):
+        read_metadata(str(root / "step-000004"))

@@ -50,6 +50,14 @@ def test_uncommitted_experiment_file_makes_the_tree_dirty_and_its_text_is_in_the
     assert "+print('a brand new experiment')" in state["diff"]
 
 
+def test_an_untracked_script_named_through_a_symlink_to_the_repository_is_still_dirty(repo, tmp_path):
+    (repo / "runs").mkdir()
+    (repo / "runs" / "mine.py").write_text("print('not committed')\n")
+    os.symlink(repo, tmp_path / "via-link")
+    state = git_state(str(tmp_path / "via-link" / "runs" / "mine.py"))
+    assert state["dirty"] is True and state["changed"] == ["?? runs/mine.py"]
+
+
 def test_tracked_edit_is_dirty_with_a_capped_diff(repo):
     (repo / "experiments" / "helpers.py").write_text("WIDTH = 2\n" + "# padding\n" * (MAX_DIFF_BYTES // 8))
     state = git_state(str(repo / "experiments" / "helpers.py"))

@@ -9,6 +9,7 @@ import fsspec
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
+from marin_lab.io.sources import content_digest
 from marin_lab.processing.download import DownloadConfig, download
 from marin_lab.processing.errors import DownloadError, ShardTaskError
 
@@ -231,3 +232,18 @@ def test_a_source_of_only_broken_symlinks_says_so(tmp_path):
     (tmp_path / "src" / "gone.txt").symlink_to(tmp_path / "missing.txt")
     with pytest.raises(DownloadError, match=r"1 broken symlink\(s\), e.g. gone.txt ->"):
         download(DownloadConfig(source=str(tmp_path / "src"), output_path=str(tmp_path / "out"), num_workers=1))
+
+
+def test_a_linked_folder_is_listed_not_entered_and_never_fails_the_copy(tmp_path):
+    # Debian's documentation packages hold links such as `docs -> ../../debian-reference`: fsspec
+    # lists a linked folder as one entry, which was copied as a file and failed the step after
+    # every retry (and failed identifying the source by content too).
+    make_source(tmp_path / "src", FILES)
+    (tmp_path / "src" / "docs").symlink_to("sub")
+    (tmp_path / "src" / "sub" / "up").symlink_to("..")  # a folder above itself: entering it would never end
+    result = download(DownloadConfig(source=str(tmp_path / "src"), output_path=str(tmp_path / "out"), num_workers=1,
+                                     max_retries=0))
+    assert result["files"] == 3 and result["skipped_linked_folders"] == 2
+    prov = json.loads((tmp_path / "out" / "provenance.json").read_text())
+    assert prov["skipped_linked_folders"] == [{"path": "docs", "link": "sub"}, {"path": "sub/up", "link": ".."}]
+    assert content_digest(str(tmp_path / "src"))["files"] == 3

@@ -11,7 +11,8 @@ import pytest
 from marin_lab.io import fs as mfs
 from marin_lab.peft import LoraConfig
 from marin_lab.training import checkpoint as ckpt
-from marin_lab.training.base_model import QuantConfig, QuantizeBaseConfig, quantize_base, quantize_params
+from marin_lab.training.base_model import QuantConfig, QuantizeBaseConfig, quantize_params
+from marin_lab.training.base_quantize import quantize_base
 from marin_lab.training.checkpoint import CheckpointConfig
 from marin_lab.training.data import DataConfig
 from marin_lab.training.errors import TrainingError

@@ -15,6 +15,7 @@ import zipfile
 
 import pytest
 
+from marin_lab.io.paths import is_within
 from marin_lab.processing.download import DownloadConfig, download
 from marin_lab.processing.packages import PackageError, fetch_package_source, parse_package_source
 from tests.conftest import REPO_ROOT
@@ -43,12 +44,15 @@ def offline(tmp_path, monkeypatch):
     return cache, calls
 
 
-def build_deb(tmp_path, name: str, version: str, files: dict[str, bytes]) -> str:
-    """A real .deb holding `files` (paths relative to /), built with dpkg-deb."""
+def build_deb(tmp_path, name: str, version: str, files: dict[str, bytes], links: dict[str, str] | None = None) -> str:
+    """A real .deb holding `files` and symlinks `links` (paths relative to /), built with dpkg-deb."""
     root = tmp_path / f"build-{name}"
     for rel, data in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_bytes(data)
+    for rel, target in (links or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, root / rel)
     (root / "DEBIAN").mkdir(parents=True)
     (root / "DEBIAN" / "control").write_text(
         f"Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: test <t@example.org>\n"
@@ -99,6 +103,53 @@ def test_debian_source_is_fetched_by_the_step_and_records_the_version(offline, t
     assert not calls.exists()  # served from the pool: apt-get never ran
     again = fetch_package_source(source)  # cached: the same tree, nothing unpacked twice
     assert again.local_path.startswith(str(cache)) and again.versions == result["packages"]
+
+
+def _links_leaving(tree) -> list[str]:
+    return [os.path.join(d, n) for d, ds, fs in os.walk(tree) for n in ds + fs
+            if os.path.islink(os.path.join(d, n)) and not is_within(os.path.join(d, n), str(tree))]
+
+
+def test_symlinks_in_a_package_never_reach_this_machines_files(offline, tmp_path):
+    cache, _ = offline
+    host = tmp_path / "host"
+    (host / "folder").mkdir(parents=True)
+    (host / "secret.txt").write_text("HOST FILE")
+    (host / "folder" / "inner.txt").write_text("HOST FOLDER")
+    climb = "../" * 30 + str(host).lstrip("/")  # relative, past the package's root to this machine's /
+    put_in_pool(cache, "debian", build_deb(tmp_path, "demo-doc", "1.0", {"usr/share/demo/index.html": b"<p>demo</p>"}, {
+        "usr/share/demo/absolute.txt": str(host / "secret.txt"),          # a path on "the installed system"
+        "usr/share/demo/climbing.txt": climb + "/secret.txt",             # out of the package
+        "usr/share/demo/climbing-folder": climb + "/folder",
+        "usr/share/demo/own.html": "/usr/share/demo/index.html",          # absolute, to its own file: kept
+        "usr/share/demo/relative.html": "index.html",                     # relative, inside: kept
+    }))
+    out = tmp_path / "out"
+    result = download(DownloadConfig(output_path=str(out), source="debian://demo-doc/usr/share/demo", num_workers=1))
+    copied = {p.name: p.read_text() for p in (out / "data").rglob("*") if p.is_file()}
+    assert copied == {"index.html": "<p>demo</p>", "own.html": "<p>demo</p>", "relative.html": "<p>demo</p>"}
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["skipped_symlinks_outside_package"] == [
+        {"path": "climbing-folder", "link": climb + "/folder"}, {"path": "climbing.txt", "link": climb + "/secret.txt"}]
+    # Read from the package's root, the absolute link names a file the package lacks: broken, listed.
+    assert [b["path"] for b in provenance["skipped_broken_symlinks"]] == ["absolute.txt"]
+    assert result["skipped_symlinks_outside_package"] == 2 and result["files"] == 3
+    assert _links_leaving(cache / "packages") == []
+
+
+def test_a_tree_unpacked_before_links_were_checked_is_checked_when_next_used(offline, tmp_path):
+    cache, _ = offline
+    put_in_pool(cache, "debian", build_deb(tmp_path, "demo-doc", "1.0", {"usr/share/demo/a.txt": b"a"}))
+    tree = fetch_package_source("debian://demo-doc/usr/share/demo").local_path
+    (tmp_path / "host.txt").write_text("HOST FILE")
+    os.symlink(tmp_path / "host.txt", os.path.join(tree, "planted.txt"))
+    markers = list((cache / "packages" / "debian" / "trees").glob("*.json"))
+    for marker in markers:  # as the previous version wrote them
+        marker.write_text(json.dumps({"members": json.loads(marker.read_text())["members"]}))
+    again = fetch_package_source("debian://demo-doc/usr/share/demo")
+    planted = os.path.join(tree, "planted.txt")  # read from the package's root: a file it lacks
+    assert not os.readlink(planted).startswith("/") and not os.path.exists(planted)
+    assert _links_leaving(cache / "packages") == [] and again.local_path == tree
 
 
 def test_a_pinned_debian_version_must_be_the_one_fetched(offline, tmp_path):

@@ -36,7 +36,8 @@ def test_policy_change_gives_a_new_step_identity():
 
     policies = [PrecisionConfig(), PrecisionConfig(matmul="fp8"), PrecisionConfig(matmul="fp8_delayed"),
                 PrecisionConfig(matmul="fp8_delayed", amax_history_len=8),
-                PrecisionConfig(optimizer_state="float16_scaled"), PrecisionConfig(rescale_logits_grad=True)]
+                PrecisionConfig(optimizer_state="float16_scaled"), PrecisionConfig(rescale_logits_grad=True),
+                PrecisionConfig(matmul="scalify")]
     hashes = [build_plan([step(p)], "/prefix").steps[0].hash for p in policies]
     assert len(set(hashes)) == len(policies)
     assert build_plan([step(PrecisionConfig(matmul="fp8"))], "/prefix").steps[0].hash == hashes[1]
@@ -49,6 +50,7 @@ def test_policy_change_gives_a_new_step_identity():
         (PrecisionConfig(matmul="fp8_delayed", amax_history_len=0), r"precision.amax_history_len=0"),
         (PrecisionConfig(matmul="mxfp8"), r"precision.matmul='mxfp8'"),
         (PrecisionConfig(matmul="fp8", fp8_lm_head=True), r"ties it to the embedding"),
+        (PrecisionConfig(matmul="scalify", master_weights="float16_scaled"), r"train_lm's checkpoints"),
     ],
 )
 def test_bad_policy_fails_before_training(cache, tmp_path, policy, match):
@@ -82,8 +84,22 @@ def test_fp8_delayed_history_is_checkpointed_and_resume_is_exact(cache, tmp_path
     assert 0 <= last["fp8/saturated"] < 1e-3 and 0 <= last["fp8/flushed"] < 0.2
 
 
+@pytest.mark.slow
+def test_scalify_run_logs_per_layer_scales(cache, tmp_path):
+    out = str(tmp_path / "run")
+    cfg = tiny_train_config(out, {"c": cache}, precision=PrecisionConfig(matmul="scalify"),
+                            compute_dtype="float16", num_train_steps=3, export_hf=False)
+    summary = train_lm(cfg)
+    assert np.isfinite(summary["final_loss"])
+    last = _metric_lines(out)[-1]
+    assert last["scalify/nonfinite"] == 0
+    for layer in ("layer00", "layer01"):
+        assert np.isfinite(last[f"scalify/{layer}/act_scale_log2"])
+        assert np.isfinite(last[f"scalify/{layer}/grad_scale_log2"])
+
+
 def test_fp8_nano_experiment_plans_paired_runs_of_every_format(tmp_path, monkeypatch):
-    """experiments/fp8_nano.py: 4 formats x 2 seeds, each its own step, on the quickstart's data."""
+    """experiments/fp8_nano.py: 5 formats x 2 seeds, each its own step, on the quickstart's data."""
     from marin_lab.execution.main import capture_steps
 
     monkeypatch.setenv("MARIN_LAB_CACHE", str(tmp_path / "cache"))
@@ -91,14 +107,15 @@ def test_fp8_nano_experiment_plans_paired_runs_of_every_format(tmp_path, monkeyp
     steps = capture_steps(os.path.join(root, "fp8_nano.py"))[0]
     plan = build_plan(steps, str(tmp_path / "store"))
     runs = {s.name: plan.resolve_config(s) for s in plan.steps if s.name.startswith("checkpoints/fp8-nano-")}
-    assert len(runs) == 8 and len({s.identity for s in plan.steps if s.name in runs}) == 8
+    assert len(runs) == 10 and len({s.identity for s in plan.steps if s.name in runs}) == 10
     seeds = {(c.precision, c.compute_dtype, c.seed, c.data.seed) for c in runs.values()}
-    assert len(seeds) == 8 and {c.seed for c in runs.values()} == {0, 1}
+    assert len(seeds) == 10 and {c.seed for c in runs.values()} == {0, 1}
     assert all(c.data.seed == c.seed for c in runs.values())  # a pair shares init and data order
     policies = {name.split("-seed")[0]: (c.compute_dtype, c.precision) for name, c in runs.items()}
     assert policies["checkpoints/fp8-nano-fp8-adam16"] == (
         "bfloat16", PrecisionConfig(matmul="fp8", optimizer_state="float16_scaled"))
     assert policies["checkpoints/fp8-nano-fp32"] == ("float32", PrecisionConfig())
+    assert policies["checkpoints/fp8-nano-scalify"] == ("float16", PrecisionConfig(matmul="scalify"))
     quickstart = build_plan(capture_steps(os.path.join(root, "quickstart.py"))[0], str(tmp_path / "store"))
     tokenized = {s.identity for s in quickstart.steps if s.name.startswith("tokenized/")}
     assert tokenized and tokenized <= {s.identity for s in plan.steps}  # the quickstart's data, reused

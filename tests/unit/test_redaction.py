@@ -2,7 +2,8 @@
 
 import pytest
 
-from marin_lab.execution.provenance import REDACTED, is_secret_field, is_secret_name, recorded_env, redact
+from marin_lab.execution.provenance import recorded_env
+from marin_lab.execution.secrets import REDACTED, is_secret_field, is_secret_name, redact
 
 
 @pytest.mark.parametrize("name", ["api_key", "HF_TOKEN", "token", "db_password", "awsSecretAccessKey",

@@ -14,7 +14,7 @@ from marin_lab.browser import server
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
 from marin_lab.execution.executor import Executor
-from marin_lab.execution.records import list_experiments, step_statuses
+from marin_lab.execution.experiments import list_experiments, step_statuses
 from marin_lab.store import DEFAULT_PREFIX, default_prefix
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

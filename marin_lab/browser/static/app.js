@@ -185,6 +185,9 @@ function edgePath(points, straight) {
   return d;
 }
 
+const READABLE_SCALE = 0.85;   // node labels are 12px text: below ~10px they cannot be read
+const GRAPH_MAX_HEIGHT = 720;
+
 function drawGraph(exp) {
   const L = layoutGraph(exp); const pad = 12; const w = exp.graph.node_width; const h = exp.graph.node_height;
   const byKey = Object.fromEntries(exp.steps.map(s => [s.key, s]));
@@ -243,7 +246,14 @@ function drawGraph(exp) {
   });
   window.addEventListener("pointerup", () => { start = null; setTimeout(() => { dragged = false; }, 0); });
   apply();
-  requestAnimationFrame(() => { if (full.w > (root.clientWidth || full.w)) fit(); else actual(); });
+  // Open at a scale where step names can be read: never below READABLE_SCALE (a wide DAG then
+  // opens at its left end and pans; "Fit to width" still shows it whole), and tall enough for it.
+  const readable = () => {
+    const cw = root.clientWidth || full.w; const scale = Math.max(READABLE_SCALE, Math.min(1, cw / full.w));
+    root.setAttribute("height", Math.round(Math.min(Math.max(full.h * scale, 160), GRAPH_MAX_HEIGHT)));
+    view = {x: full.x, y: full.y, w: cw / scale, h: (root.clientHeight || full.h * scale) / scale}; apply();
+  };
+  requestAnimationFrame(readable);
 
   const search = el("input", {id: "graph-search", type: "search", placeholder: "filter steps by name", oninput: () => filter()});
   const statusSel = el("select", {id: "graph-status", onchange: () => filter()},
@@ -290,17 +300,19 @@ async function renderExperiment(id) {
       el("td", {class: "mono", text: s.fn || ""}),
       el("td", {class: "num", text: s.dependencies.length})))));
   setPage(header,
+    el("p", {id: "status-counts"}, Object.entries(exp.status_counts).map(([s, n]) => badge(s, n))),
+    // What the person watching needs first: the graph, at a size where its names can be read.
+    el("h2", {text: `Graph (${exp.steps.length} steps)`}), legend, drawGraph(exp),
+    launchSection(exp.launch),
     kv([["script", exp.script], ["created", exp.created], ["hash", exp.hash], ["description", exp.description],
         ["git", exp.git ? `${exp.git.commit || "?"}${exp.git.dirty ? " (dirty)" : ""}` : null],
         ["command line", exp.command_line ? exp.command_line.join(" ") : null],
         ["file", el("a", {href: links.file(exp.file), text: exp.file})]]),
-    el("p", {id: "status-counts"}, Object.entries(exp.status_counts).map(([s, n]) => badge(s, n))),
     el("p", {}, el("a", {id: "compare-link", href: compareLink(id), text: "Compare runs"}),
       el("span", {class: "muted", text: " · the metrics of this experiment's training steps, overlaid on one chart"})),
-    codeSection(exp.code),
-    el("h2", {text: `Graph (${exp.steps.length} steps)`}), legend, drawGraph(exp),
     // A long table costs more layout than the graph; fold it away on big experiments.
-    el("h2", {text: "Steps"}), exp.steps.length > 200 ? el("details", {}, el("summary", {text: `show all ${exp.steps.length} steps`}), table) : table);
+    el("h2", {text: "Steps"}), exp.steps.length > 200 ? el("details", {}, el("summary", {text: `show all ${exp.steps.length} steps`}), table) : table,
+    codeSection(exp.code));
   // Timings for benchmarks/browser_latency.py: fetch+parse vs building the DOM.
   document.body.dataset.renderMs = (performance.now() - t1).toFixed(1);
   if (exp.steps.some(st => ACTIVE.has(st.status))) poll(() => refreshExperiment(id));
@@ -333,12 +345,25 @@ async function refreshExperiment(id) {
   return exp.steps.some(st => ACTIVE.has(st.status));
 }
 
+// A run started by `marin-lab launch`: its driver attempts, why each ended, and each one's log.
+function launchSection(launch) {
+  if (!launch) return null;
+  const head = el("h2", {text: `Driver attempts (launched run ${launch.run_id})`});
+  if (launch.state !== "ok") return el("div", {id: "launch"}, head, el("p", {class: "warn", text: `${launch.url}: ${launch.state}${launch.error ? ": " + launch.error : ""}`}));
+  const rows = launch.attempts.map(a => [String(a.attempt), a.outcome, a.node, a.started, a.ended, a.reason,
+    el("a", {href: links.file(a.log), text: "log"})]);
+  return el("div", {id: "launch"}, head,
+    el("p", {}, badge(launch.status || "RUNNING"), ` ${launch.restarts} restart(s) of ${launch.max_restarts ?? "?"} allowed`,
+      launch.message ? el("span", {class: "muted", text: ` · ${launch.message}`}) : null),
+    table(["Attempt", "Outcome", "Node", "Started", "Ended", "Why", "Log"], rows, {id: "attempts"}));
+}
+
 function codeSection(code) {
   if (!code) return el("p", {class: "muted", text: "no code provenance recorded (an older record)"});
   const parts = [el("h2", {text: "Code"}),
     kv([["script sha256", code.script_sha256], ["dirty", code.dirty === null || code.dirty === undefined ? null : String(code.dirty)],
         ["uncommitted", code.changed && code.changed.length ? code.changed.join(", ") : null]])];
-  if (code.script_text !== undefined) parts.push(el("details", {id: "script", open: ""}, el("summary", {text: `script as run (${code.script || "?"})`}), pre(code.script_text, "script-text")));
+  if (code.script_text !== undefined) parts.push(el("details", {id: "script"}, el("summary", {text: `script as run (${code.script || "?"})`}), pre(code.script_text, "script-text")));
   else parts.push(el("p", {class: "muted", text: code.script_error || code.script_missing || "the script was not stored"}));
   if (code.diff) parts.push(el("details", {}, el("summary", {text: `uncommitted changes (${code.diff_bytes} bytes${code.diff_truncated ? ", truncated" : ""})`}), pre(code.diff, "diff")));
   return el("div", {id: "code"}, parts);
@@ -590,7 +615,7 @@ async function renderMetrics(path, others) {
       runs.filter(r => r.series[k] && r.series[k].length).map(r => ({label: r.label, points: r.series[k]}))))));
     if (runs.length > 1) out.push(el("p", {class: "legend", id: "overlay-legend"}, runs.map((r, i) =>
       el("span", {class: `series-key series-${i % SERIES_COLOURS}`, text: r.label}))));
-    // Float8 runs (issue 14): the saturated/flushed fractions, then per-layer amax and fractions.
+    // Float8 runs: the saturated/flushed fractions, then per-layer amax and fractions.
     const fp8 = Object.keys(m.series).filter(k => k.startsWith("fp8/") && m.series[k].length).sort();
     const fp8Totals = fp8.filter(k => k.split("/").length === 2), fp8Layers = fp8.filter(k => k.split("/").length > 2);
     if (fp8Totals.length) out.push(el("div", {class: "plots", id: "fp8-plots"}, fp8Totals.map(k => linePlot(k, [{label: "this run", points: m.series[k]}]))));

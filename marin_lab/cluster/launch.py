@@ -1,0 +1,213 @@
+"""`marin-lab launch`: run an experiment's driver on a Ray cluster, restarted when it dies.
+
+    marin-lab launch experiments/x.py --address 10.0.0.2:6379 --prefix gs://b/p [--max_restarts 3] [--follow]
+    marin-lab launch --status RUN --prefix gs://b/p
+    marin-lab launch --stop RUN --address 10.0.0.2:6379 --prefix gs://b/p
+
+Everything is checked before anything starts (the file, the prefix, the budget, the address, the
+cluster's resources): bad input is one line and leaves nothing behind. Then the working tree is
+uploaded as the supervisor's runtime environment (`working_dir`, minus `.git`, `.venv` and what
+`.gitignore` names), the run's record is written under the prefix, and the supervisor
+(cluster/supervisor.py) is started on the head node. From there on nothing depends on this
+terminal: `--follow` only reads the record and the attempts' logs from the prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from typing import Any
+
+from marin_lab.cluster.errors import ClusterError
+from marin_lab.cluster.launch_state import (
+    TERMINAL,
+    attempt_log_url,
+    now_iso,
+    read_state,
+    run_folder,
+    write_state,
+)
+from marin_lab.cluster.supervisor import ACTOR_OPTIONS, LaunchSupervisor
+from marin_lab.execution.secrets import scrub_text
+from marin_lab.io.fs import is_local, read_bytes, remove
+
+NAMESPACE = "marin_lab"
+HEAD_RESOURCE = "node:__internal_head__"
+EXCLUDES = [".git", ".venv", "__pycache__", "*.pyc", "marin_store"]
+CONNECT_TIMEOUT_S = 5.0
+
+
+class LaunchError(ClusterError, ValueError):
+    """A launch refused before anything started (bad file, prefix, budget, address or resources)."""
+
+
+def supervisor_name(run_id: str) -> str:
+    return f"launch/{run_id}"
+
+
+def _check_address(address: str) -> None:
+    """Fail in seconds, not after Ray's minute of reconnect attempts, when nothing listens there."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        raise LaunchError(f"--address {address!r} is not HOST:PORT (the Ray head's GCS address, e.g. 10.0.0.2:6379)")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as err:
+        raise LaunchError(f"--address {address}: no Ray cluster answers there ({err.strerror or err}); "
+                          "start one with `ray start --head` or check the head's address and port") from None
+
+
+def _connect(address: str) -> Any:
+    import ray
+
+    _check_address(address)
+    if not ray.is_initialized():
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, configure_logging=False,
+                 logging_level="error")
+    return ray
+
+
+def _parse_resources(text: str | None) -> dict[str, float]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise LaunchError(f"--driver_resources {text!r} is not JSON ({err.msg}); e.g. '{{\"CPU\": 1}}'") from None
+    if not isinstance(value, dict) or not all(isinstance(v, int | float) and v >= 0 for v in value.values()):
+        raise LaunchError(f"--driver_resources {text!r}: give an object of resource name -> amount, e.g. '{{\"CPU\": 1}}'")
+    return {str(k): float(v) for k, v in value.items()}
+
+
+def _check_resources(ray: Any, need: dict[str, float]) -> None:
+    total = ray.cluster_resources()
+    if total.get(HEAD_RESOURCE, 0) <= 0:
+        raise LaunchError("the cluster reports no head node (resource node:__internal_head__); the supervisor "
+                          "must live there: use a cluster started with `ray start --head`")
+    missing = {k: v for k, v in need.items() if total.get(k, 0) < v}
+    if missing:
+        have = ", ".join(f"{k}={v:g}" for k, v in sorted(total.items()) if not k.startswith("node:")) or "nothing"
+        raise LaunchError(f"--driver_resources {json.dumps(missing)}: no node of this cluster has that (it has {have}); "
+                          "add such a node or ask for less")
+
+
+def _driver_argv(python: str, script: str, script_args: list[str], prefix: str) -> list[str]:
+    argv = [python, script, *script_args]
+    flags = {a.split("=", 1)[0] for a in script_args}
+    if "--prefix" not in flags:
+        argv += ["--prefix", prefix]
+    if "--backend" not in flags:
+        argv += ["--backend", "ray"]  # the steps run on the cluster the driver was placed in
+    return argv
+
+
+def _upload_tree(tree: str) -> dict[str, Any]:
+    """The working tree as a `gcs://` package in the cluster: what `ray.init(runtime_env=...)` and Ray
+    Jobs do with a local `working_dir`, done here because an actor's options accept only the URI."""
+    from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+
+    # The zip is built in a scratch folder: by default Ray builds it in the current directory,
+    # inside the very tree it is zipping.
+    with tempfile.TemporaryDirectory(prefix="marin-launch-") as scratch:
+        return upload_working_dir_if_needed({"working_dir": tree, "excludes": EXCLUDES}, include_gitignore=True,
+                                            scratch_dir=scratch, logger=logging.getLogger(__name__))
+
+
+def launch(script: str, script_args: list[str], *, address: str, prefix: str, max_restarts: int = 3,
+           driver_resources: str | None = None, working_dir: str | None = None,
+           python: str | None = None) -> dict[str, Any]:
+    """Validate, then start the supervisor; returns the run's initial record."""
+    if max_restarts < 1:
+        raise LaunchError(f"--max_restarts {max_restarts}: a launched run must be allowed at least one restart; "
+                          f"to run once with nobody restarting it, run `python {script}` directly")
+    if not prefix:
+        raise LaunchError("no prefix: pass --prefix (or set MARIN_PREFIX) to storage every node reaches, e.g. gs://bucket/path")
+    if is_local(prefix):
+        prefix = os.path.abspath(prefix)  # a local prefix serves a cluster on one machine only
+    tree = os.path.abspath(working_dir or os.getcwd())
+    path = os.path.abspath(script)
+    if not os.path.isfile(path):
+        raise LaunchError(f"{script}: no such experiment file")
+    if os.path.commonpath([tree, path]) != tree:
+        raise LaunchError(f"{script} is outside the working tree {tree} that is shipped to the cluster; "
+                          "run from the repository root or pass --working_dir")
+    resources = _parse_resources(driver_resources)
+    ray = _connect(address)
+    _check_resources(ray, resources)
+
+    stem = os.path.splitext(os.path.basename(script))[0]
+    run_id = f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
+    argv = _driver_argv(python or sys.executable, os.path.relpath(path, tree), script_args, prefix)
+    # The record shows the arguments scrubbed; the driver gets them as given (held by the supervisor only).
+    state = {"run_id": run_id, "script": os.path.relpath(path, tree),
+             "script_args": [scrub_text(a) for a in script_args],
+             "argv": [scrub_text(a) for a in argv],
+             "prefix": prefix, "max_restarts": max_restarts, "driver_resources": resources,
+             "status": "STARTING", "created": now_iso(), "attempts": []}
+    write_state(prefix, state)
+    try:
+        runtime_env = _upload_tree(tree)
+        supervisor = ray.remote(**ACTOR_OPTIONS)(LaunchSupervisor).options(
+            name=supervisor_name(run_id), namespace=NAMESPACE, lifetime="detached",
+            resources={HEAD_RESOURCE: 0.001}, runtime_env=runtime_env).remote(prefix, state, resources, argv)
+        supervisor.run.remote()
+    except Exception as err:  # e.g. the tree is too large to upload: leave no half-started run
+        remove(run_folder(prefix, run_id), recursive=True)
+        raise LaunchError(f"could not start the supervisor of {script} on {address}: {err}") from err
+    return state
+
+
+def status(prefix: str, run_id: str) -> dict[str, Any]:
+    state = read_state(prefix, run_id)
+    if state is None:
+        raise LaunchError(f"no launched run {run_id!r} under {prefix} (launches/{run_id}/launch.json)")
+    return state
+
+
+def stop(address: str, prefix: str, run_id: str, *, timeout_s: float = 60.0) -> dict[str, Any]:
+    state = status(prefix, run_id)
+    if state.get("status") in TERMINAL:
+        return state
+    ray = _connect(address)
+    try:
+        supervisor = ray.get_actor(supervisor_name(run_id), namespace=NAMESPACE)
+    except ValueError:
+        raise LaunchError(f"run {run_id} is {state.get('status')} in its record but its supervisor is not on the "
+                          f"cluster at {address} (a different cluster, or the cluster restarted)") from None
+    ray.get(supervisor.stop.remote())
+    deadline = time.monotonic() + timeout_s
+    while (state := status(prefix, run_id)).get("status") not in TERMINAL and time.monotonic() < deadline:
+        time.sleep(0.3)
+    return state
+
+
+def follow(prefix: str, run_id: str, *, out: Any = sys.stdout, poll_s: float = 0.5) -> dict[str, Any]:
+    """Print every attempt's log as it grows, with a line at each restart, until the run ends."""
+    shown: dict[int, int] = {}
+    while True:
+        state = status(prefix, run_id)
+        for a in state.get("attempts", []):
+            n = a["attempt"]
+            if n not in shown:
+                out.write(f"--- {run_id}: attempt {n} started {a.get('started', '')}\n")
+                shown[n] = 0
+            try:
+                data = read_bytes(attempt_log_url(prefix, run_id, n))
+            except FileNotFoundError:
+                data = b""
+            if len(data) > shown[n]:
+                out.write(data[shown[n]:].decode("utf-8", "replace"))
+                shown[n] = len(data)
+            if a.get("ended") and shown.get(-n) is None:
+                shown[-n] = 1
+                out.write(f"--- attempt {n}: {a.get('outcome')}{': ' + a['reason'] if a.get('reason') else ''}\n")
+        out.flush()
+        if state.get("status") in TERMINAL:
+            return state
+        time.sleep(poll_s)

@@ -1,0 +1,198 @@
+"""`marin-lab gc PREFIX [--older_than 14d] [--yes]`: what storage under a prefix nobody needs.
+
+Lists, with sizes, folders older than the limit (their newest file) that are one of:
+
+- unreferenced: a step output (a folder with a status or step record) that no experiment record
+  under `{prefix}/experiments/` lists;
+- failed: a step whose status is FAILED or DEP_FAILED;
+- abandoned: a step left RUNNING or WAITING whose lease is stale (its driver is gone), or a
+  step folder with a lease but no status;
+- scratch: the children of `{prefix}/tmp/` (where experiments put temporary outputs: gc expires
+  them by default) and of `{prefix}/reproduce/`.
+
+Never listed, whatever their age: a step with a live lease (it is running), and a SUCCESS that an
+experiment record references. When an experiment record is damaged, what it references is unknown,
+so nothing is called unreferenced (said so). Deletes only with `--yes`, and checks each folder's
+lease again just before deleting it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import re
+import time
+from typing import Any
+
+from marin_lab.execution.errors import MarinLabError
+from marin_lab.execution.experiments import list_experiments
+from marin_lab.execution.lease import LeaseHolder
+from marin_lab.execution.status import INFO_FILE, LEASE_FILE, STATUS_FILE, read_status
+from marin_lab.io.fs import fs_and_path, join, read_bytes, remove
+
+SCRATCH_AREAS = ("tmp", "reproduce")
+SKIP = {"experiments", "launches", *SCRATCH_AREAS}
+_DURATION = re.compile(r"(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class GcError(MarinLabError):
+    """gc cannot do what was asked (a prefix it cannot list, a bad --older_than)."""
+
+
+@dataclasses.dataclass
+class Candidate:
+    path: str
+    kind: str  # unreferenced | failed | abandoned | scratch
+    size: int
+    newest: float
+    detail: str = ""
+
+
+def parse_age(text: str) -> float:
+    m = _DURATION.fullmatch(text.strip())
+    if not m:
+        raise GcError(f"--older_than {text!r}: give a number and a unit s, m, h or d (e.g. 14d, 12h)")
+    return float(m["n"]) * _UNIT_S[m["unit"]]
+
+
+def _mtime(info: dict[str, Any]) -> float:
+    value = info.get("mtime", info.get("updated", info.get("LastModified", 0)))
+    if isinstance(value, datetime.datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return float(value or 0)
+
+
+def _usage(url: str) -> tuple[int, float]:
+    """Total bytes and newest modification time of the files under `url`."""
+    fs, path = fs_and_path(url)
+    files = fs.find(path, detail=True)
+    return sum(int(i.get("size") or 0) for i in files.values()), max((_mtime(i) for i in files.values()), default=0.0)
+
+
+def _live_lease(url: str, now: float) -> bool:
+    try:
+        holder = LeaseHolder.parse(read_bytes(join(url, LEASE_FILE)))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return holder is not None and not holder.is_stale(now)
+
+
+def _step_folders(prefix: str) -> list[str]:
+    """Folders under `prefix` holding a status, step record or lease (not descending into them)."""
+    fs, root = fs_and_path(prefix)
+    try:
+        fs.ls(root, detail=False)
+    except (FileNotFoundError, NotADirectoryError, PermissionError, OSError) as err:
+        raise GcError(f"cannot list {prefix} ({type(err).__name__}: {err}); give a prefix that exists and that "
+                      "these credentials may list") from None
+    found = []
+    for dirpath, dirs, files in fs.walk(root, topdown=True):
+        rel = dirpath[len(root):].strip("/")
+        if not rel:
+            dirs[:] = [d for d in dirs if d not in SKIP]
+            continue
+        if {STATUS_FILE, INFO_FILE, LEASE_FILE} & set(files):
+            found.append(join(prefix, rel))
+            dirs[:] = []
+    return found
+
+
+def find_garbage(prefix: str, older_than_s: float, *, now: float | None = None) -> tuple[list[Candidate], list[str]]:
+    """(candidates, notes); lists, never deletes."""
+    now = time.time() if now is None else now
+    prefix = prefix.rstrip("/")
+    steps = _step_folders(prefix)
+    notes = []
+    experiments = list_experiments(prefix)
+    damaged = [e["_path"] for e in experiments if e.get("corrupt")]
+    referenced = {str(s.get("output_path", "")).rstrip("/").rsplit("/", 1)[-1]
+                  for e in experiments if not e.get("corrupt") for s in e.get("steps", []) if isinstance(s, dict)}
+    if damaged:
+        notes.append(f"{len(damaged)} experiment record(s) are damaged ({damaged[0]}...): what they reference is "
+                     "unknown, so no step is listed as unreferenced")
+    out = []
+    for url in steps:
+        if _live_lease(url, now):
+            continue
+        status = (read_status(url) or {}).get("status")
+        name = url.rsplit("/", 1)[-1]
+        if status in ("FAILED", "DEP_FAILED"):
+            kind, detail = "failed", status
+        elif status in ("RUNNING", "WAITING") or status is None:
+            kind, detail = "abandoned", f"{status or 'no status'}, no live lease"
+        elif name not in referenced and not damaged:
+            kind, detail = "unreferenced", status or ""
+        else:
+            continue  # a referenced SUCCESS (or a step we cannot judge): kept
+        size, newest = _usage(url)
+        if now - newest >= older_than_s:
+            out.append(Candidate(url, kind, size, newest, detail))
+    for area in SCRATCH_AREAS:
+        fs, path = fs_and_path(join(prefix, area))
+        try:
+            children = fs.ls(path, detail=False)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for child in children:
+            url = join(prefix, area, child.rstrip("/").rsplit("/", 1)[-1])
+            if _live_lease(url, now):
+                continue
+            size, newest = _usage(url)
+            if now - newest >= older_than_s:
+                out.append(Candidate(url, "scratch", size, newest))
+    return out, notes
+
+
+def delete(candidates: list[Candidate], *, now: float | None = None) -> list[str]:
+    """Delete the candidates; a folder that took a live lease since it was listed is kept (said so)."""
+    kept = []
+    for c in candidates:
+        if _live_lease(c.path, time.time() if now is None else now):
+            kept.append(f"{c.path}: a live lease appeared since it was listed; kept")
+            continue
+        remove(c.path, recursive=True)
+    return kept
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _cmd_gc(args: argparse.Namespace) -> int:
+    older = parse_age(args.older_than)
+    candidates, notes = find_garbage(args.prefix, older)
+    for note in notes:
+        print(f"note: {note}")
+    now = time.time()
+    for c in candidates:
+        age_d = (now - c.newest) / 86400
+        print(f"{c.kind:<12} {_human(c.size):>9}  {age_d:5.1f} d  {c.path}" + (f"  ({c.detail})" if c.detail else ""))
+    total = sum(c.size for c in candidates)
+    if not candidates:
+        print(f"nothing to collect under {args.prefix} older than {args.older_than}")
+        return 0
+    if not args.yes:
+        print(f"{len(candidates)} folder(s), {_human(total)}: nothing deleted; pass --yes to delete them")
+        return 0
+    kept = delete(candidates)
+    for line in kept:
+        print(line)
+    print(f"deleted {len(candidates) - len(kept)} folder(s), {_human(total)}")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("gc", help="list (and with --yes delete) unreferenced, failed, abandoned and scratch "
+                                  "outputs under a prefix")
+    p.add_argument("prefix")
+    p.add_argument("--older_than", default="14d", help="only what was last written longer ago (default 14d)")
+    p.add_argument("--yes", action="store_true", help="delete what is listed (default: list only)")
+    p.set_defaults(func=_cmd_gc)

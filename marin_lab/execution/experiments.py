@@ -1,0 +1,77 @@
+"""Experiment records (`{prefix}/experiments/*.json`): reading one, listing a prefix's, and the
+status of each of their steps as `marin-lab status` and `marin-lab gc` list them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marin_lab.execution.errors import RecordError
+from marin_lab.execution.records import read_step_record
+from marin_lab.execution.status import read_status
+from marin_lab.io.fs import fs_and_path, join, read_json
+from marin_lab.store.layout import CORRUPT, MISSING, experiments_dir
+
+
+def read_experiment_record(url: str) -> dict[str, Any] | None:
+    """The experiment record at `url`; None when there is no such file. Raises RecordError when it
+    is unreadable, not JSON, not an object, or its `steps` is not a list."""
+    try:
+        record = read_json(url)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (ValueError, UnicodeDecodeError, RecursionError, OSError) as err:
+        raise RecordError(url, f"unreadable ({type(err).__name__}: {err})") from None
+    if not isinstance(record, dict):
+        raise RecordError(url, "not a JSON object")
+    if not isinstance(record.get("steps"), list):
+        raise RecordError(url, "is not a list", field="steps")
+    return record
+
+
+def list_experiments(prefix: str) -> list[dict[str, Any]]:
+    """Experiment records under `prefix`, newest first; each gets `_path` (its URL)."""
+    folder = experiments_dir(prefix)
+    fs, path = fs_and_path(folder)
+    try:
+        names = sorted(p for p in fs.ls(path, detail=False) if p.endswith(".json"))
+    except FileNotFoundError:
+        return []
+    protocol = folder.split("://", 1)[0] + "://" if "://" in folder else ""
+    out = []
+    for name in names:
+        url = join(folder, name.rsplit("/", 1)[-1]) if protocol else name
+        try:
+            record = read_experiment_record(url) or {"corrupt": "unreadable (FileNotFoundError: removed while listing)"}
+        except RecordError as err:
+            record = {"corrupt": err.why if err.field is None else f"`{err.field}` {err.why}"}
+        record["_path"] = url
+        out.append(record)
+    out.sort(key=lambda r: str(r.get("created", "")), reverse=True)
+    return out
+
+
+def step_statuses(experiment: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+    """(step entry, its status) per step; an entry that names no step is CORRUPT, with `damage`
+    saying which entry, and a damaged status file is CORRUPT with `damage` saying why."""
+    result = []
+    steps = experiment.get("steps")
+    for i, step in enumerate(steps if isinstance(steps, list) else []):
+        if not isinstance(step, dict) or not isinstance(step.get("output_path"), str):
+            entry = {"identity": f"steps[{i}]", "damage": f"steps[{i}] has no output_path"}
+            result.append((entry, CORRUPT))
+            continue
+        st = read_status(step["output_path"]) or _status_from_record(step["output_path"])
+        if "damage" in st:
+            step = {**step, "damage": st["damage"]}
+        result.append((step, str(st.get("status", MISSING))))
+    return result
+
+
+def _status_from_record(output_path: str) -> dict[str, Any]:
+    """With no status file, the step record's own status (as the browser shows it), CORRUPT when
+    the record is damaged, or nothing (MISSING)."""
+    try:
+        record = read_step_record(output_path)
+    except RecordError as err:
+        return {"status": CORRUPT, "damage": str(err)}
+    return {"status": record.status} if record is not None and record.status else {}

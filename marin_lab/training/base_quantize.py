@@ -1,0 +1,53 @@
+"""The `quantize_base` step: a float base (HF safetensors or a train_lm output) quantized to NF4
+once and written as an ordinary checkpoint, which QLoRA runs restore directly into their shardings."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import jax
+
+from marin_lab.io import fs as mfs
+from marin_lab.training import checkpoint as ckpt
+from marin_lab.training.base_model import QUANTIZED_NAMES, QuantizeBaseConfig, quantize_params
+from marin_lab.training.base_stream import open_base, place_source
+from marin_lab.training.errors import TrainingError
+from marin_lab.training.finetune_state import frozen_shardings
+from marin_lab.training.mesh import MeshConfig
+from marin_lab.training.model import init_params
+
+logger = logging.getLogger(__name__)
+
+
+def quantize_base(config: QuantizeBaseConfig) -> dict[str, Any]:
+    """Quantize `config.base`'s projections and write them as a checkpoint; returns byte counts.
+
+    The base streams tensor by tensor (`base_stream`) into an FSDP split over this process's
+    devices, so no device or host ever holds the whole float model: a 70B base (~35 GB in NF4)
+    quantizes on two 24 GB cards.
+    """
+    source = open_base(config.base, config.model)
+    if source.quantization is not None:
+        raise TrainingError(f"quantize_base: base {config.base} is already quantized ({source.quantization}); "
+                            "use it directly")
+    model = source.model
+    config.quant.validate(model)
+    target = jax.eval_shape(lambda: quantize_params(init_params(model, jax.random.key(0)), config.quant))
+    mesh = MeshConfig(data=1, fsdp=-1).build()
+    quantized = place_source(source, target, frozen_shardings(target, mesh, "fsdp"), config.quant)
+    linear_weights = sum(model.param_shapes()[f"layers/{n}"][0] * model.param_shapes()[f"layers/{n}"][1]
+                         * model.param_shapes()[f"layers/{n}"][2] for n in QUANTIZED_NAMES)
+    linear_bytes = sum(sum(int(x.size) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(quantized["layers"][n]))
+                       for n in QUANTIZED_NAMES)
+    meta = {"model": dataclasses.asdict(model), "base": config.base,
+            "quantization": {"format": "nf4", "block_size": config.quant.block_size,
+                             "double_quant": config.quant.double_quant, "weights": list(QUANTIZED_NAMES)}}
+    path = ckpt.step_dir(mfs.join(config.output_path, "checkpoints"), 0)
+    ckpt.save_checkpoint(path, {"params": quantized}, {**meta, "step": 0})
+    summary = {"checkpoint": path, "linear_weights": linear_weights, "linear_bytes": linear_bytes,
+               "bytes_per_linear_weight": linear_bytes / linear_weights}
+    logger.info("quantize_base %s: %d linear weights -> %.3f bytes/weight", config.base, linear_weights,
+                summary["bytes_per_linear_weight"])
+    return summary
