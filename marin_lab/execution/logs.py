@@ -260,7 +260,7 @@ def _utf8_boundary(data: bytearray) -> int:
     cut = len(data)
     for back in range(1, min(4, len(data)) + 1):
         byte = data[len(data) - back]
-        if byte & 0xC0 != 0x80:  # the lead byte (or an ASCII byte) of the last character
+        if byte & 0xC0 != 0x80:  # the first byte (or an ASCII byte) of the last character
             needed = 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4 if byte >> 3 == 0b11110 else 1
             return cut - back if needed > back else cut
     return cut
