@@ -57,6 +57,12 @@ logger = logging.getLogger(__name__)
 _STEP_DIR = re.compile(r"step-(\d+)$")
 STATE_DIR = "state"
 COMPLETE = "COMPLETE"
+# For `marin-lab reproduce`, relative to a step's output path: orbax names its chunk files at
+# random and stamps times, so the array store (and the file list index.json keeps of it, to catch
+# a file cut short) is a run log; the arrays themselves are compared through their checksums in the
+# step's summary. The leaves (names, shapes, dtypes) in index.json must match.
+RUN_LOG_FILES = (f"checkpoints/*/{STATE_DIR}/*",)
+VOLATILE_FIELDS = {f"checkpoints/*/{COMPLETE}": ("time",), "checkpoints/*/index.json": ("files",)}
 
 
 class CheckpointError(MarinLabError, ValueError):

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from marin_lab.execution.artifacts import reproducibility
 from marin_lab.io import fs as mfs
 from marin_lab.peft.lora import LoraConfig, LoraError, merge_lora
 from marin_lab.training import checkpoint as ckpt
@@ -281,6 +282,11 @@ def evaluate_masked(eval_fn: Any, trainable: Any, frozen: Any, config: FinetuneC
     return out
 
 
+@reproducibility(
+    non_artifacts=("wandb/*", *ckpt.RUN_LOG_FILES),
+    volatile_fields={"metrics.jsonl": ("time", "tokens_per_s"), "finetune_summary.json": ("tokens_per_s",),
+                     **ckpt.VOLATILE_FIELDS},
+)
 def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
     """Fine-tune `config.base` on `config.data`; returns the run summary."""
     source = _open_base(config)

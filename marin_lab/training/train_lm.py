@@ -255,13 +255,13 @@ def _check_model_metadata(config: TrainLmConfig, meta: dict[str, Any], path: str
 
 
 @reproducibility(
-    # orbax's storage of the arrays names its chunks at random and stamps times; the parameters
-    # themselves are compared bit for bit through train_summary.json's param_checksum.
-    non_artifacts=("wandb/*", "checkpoints/*/state/*"),
+    # The parameters are compared bit for bit through train_summary.json's param_checksum; see
+    # checkpoint.RUN_LOG_FILES for why orbax's array store is not.
+    non_artifacts=("wandb/*", *ckpt.RUN_LOG_FILES),
     # Wall-clock facts and locations: the rest of each line and of the summary must match.
     volatile_fields={"metrics.jsonl": ("time", "tokens_per_s", "mfu"),
                      "train_summary.json": ("tokens_per_s", "mfu", "environment", "wandb", "eval.time"),
-                     "checkpoints/*/COMPLETE": ("time",)},
+                     **ckpt.VOLATILE_FIELDS},
 )
 def train_lm(config: TrainLmConfig) -> dict[str, Any]:
     """Train (or resume training) a Llama-family LM; returns the run summary.

@@ -202,3 +202,29 @@ def test_an_unparsable_index_is_one_clear_line(tmp_path, text):
     (root / "step-000004" / "metadata.json").write_text("{cut")
     with pytest.raises(DamagedCheckpointError, match="metadata.json is not readable JSON"):
         read_metadata(str(root / "step-000004"))
+
+
+@pytest.mark.parametrize("step_fn", ["train_lm", "finetune_lm"])
+def test_the_same_state_saved_twice_reproduces_and_a_changed_leaf_does_not(tmp_path, step_fn):
+    """orbax names its chunk files at random, so index.json's file list differs between two saves
+    of the same arrays; `reproduce` must read that as a run log, and still catch a changed leaf."""
+    from marin_lab.execution.artifacts import compare_outputs, declaration
+    from marin_lab.execution.provenance import manifest
+    from marin_lab.training.finetune import finetune_lm
+    from marin_lab.training.train_lm import train_lm
+
+    declared = declaration({"train_lm": train_lm, "finetune_lm": finetune_lm}[step_fn], None)
+    roots = [str(tmp_path / name) for name in ("a", "b", "c")]
+    save_checkpoint(f"{roots[0]}/checkpoints/step-000003", _state(), {"step": 3})
+    save_checkpoint(f"{roots[1]}/checkpoints/step-000003", _state(), {"step": 3})
+    changed = _state()
+    changed["params"]["w"] = changed["params"]["w"].reshape(3, 2)
+    save_checkpoint(f"{roots[2]}/checkpoints/step-000003", changed, {"step": 3})
+    first = json.loads((tmp_path / "a/checkpoints/step-000003/index.json").read_text())
+    second = json.loads((tmp_path / "b/checkpoints/step-000003/index.json").read_text())
+    assert first["files"] != second["files"]  # what made the two runs look different
+
+    same = compare_outputs(manifest(roots[0]), roots[0], manifest(roots[1]), roots[1], declared)
+    assert same.differences == [] and same.excluded
+    other = compare_outputs(manifest(roots[0]), roots[0], manifest(roots[2]), roots[2], declared)
+    assert other.differences == ["content differs (beyond its volatile fields): checkpoints/step-000003/index.json"]
