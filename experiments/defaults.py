@@ -29,6 +29,7 @@ from typing import Any
 
 from experiments.simple_train_config import SimpleTrainConfig
 from marin_lab.evaluation import EvalLmConfig, TaskError, evaluate_lm, load_task
+from marin_lab.evaluation.during_training import train_lm_with_eval
 from marin_lab.execution import (
     ExecutorStep,
     InputName,
@@ -55,7 +56,7 @@ from marin_lab.processing.tokenize import (
     tokenize,
     train_tokenizer,
 )
-from marin_lab.training import DataConfig, LlamaConfig, MixturePhase, TrainLmConfig, WandbConfig, train_lm
+from marin_lab.training import DataConfig, LlamaConfig, MixturePhase, TrainLmConfig, WandbConfig
 
 logger = logging.getLogger(__name__)
 
@@ -327,7 +328,8 @@ def default_train(
     wandb: WandbConfig | None = None,
     description: str | None = None,
 ) -> ExecutorStep:
-    """A `train_lm` step on `tokenized` -> `checkpoints/{name}`.
+    """A `train_lm` step (with evaluation during training: `train_lm_with_eval`) on `tokenized` ->
+    `checkpoints/{name}`.
 
     `tokenized` is one tokenize step, name -> step with mixture `weights`, or an `lm_mixture_data_config`.
 
@@ -369,7 +371,7 @@ def default_train(
         tpu_type=tpu_type, tpu_slices=tpu_slices,
     )
     return ExecutorStep(
-        name=f"checkpoints/{name}", fn=train_lm, config=config, resources=resources,
+        name=f"checkpoints/{name}", fn=train_lm_with_eval, config=config, resources=resources,
         description=description or f"train a {model.num_params() / 1e6:,.1f}M-parameter model, "
                                    f"{config.num_train_steps} steps x {config.batch_size} x {seq_len} tokens",
     )

@@ -1,7 +1,8 @@
 """`finetune_lm`: fine-tune a base model fully, with LoRA, or with QLoRA. Reads top to bottom.
 
 check -> load the base -> build the frozen tree and the trainable tree (sharded) -> resume ->
-score the validation split before -> loop -> score after -> adapters, merged checkpoint, HF export.
+score the validation split before -> the `Trainer`'s loop (training/trainer.py: steps, metrics,
+checkpoints) -> score after -> adapters, merged checkpoint, HF export.
 
 The data are token caches; an instruction cache (`tokenize_instructions`) carries a loss mask, so
 the loss counts response tokens only, before and after. Outputs under `output_path`:
@@ -18,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import math
 import time
 from typing import Any
 
@@ -44,11 +44,13 @@ from marin_lab.training.finetune_state import (
     make_eval_fn,
 )
 from marin_lab.training.hf_export import export_hf
+from marin_lab.training.memory_plan import fit_advice, plan_memory
 from marin_lab.training.mesh import MeshConfig, MeshError, batch_divisor, batch_sharding
-from marin_lab.training.metrics import MetricsLogger, WandbConfig
+from marin_lab.training.metrics import WandbConfig
 from marin_lab.training.model import REMAT_POLICIES, LlamaConfig, init_params
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.token_cache import TokenCache, TokenCacheError
+from marin_lab.training.trainer import LoopConfig, Trainer, TrainResult
 
 logger = logging.getLogger(__name__)
 
@@ -138,14 +140,10 @@ class FinetuneConfig:
 
     def memory_plan(self) -> Any:
         """The per-device MemoryPlan of this run (needs `model`: a dry run does not read the base)."""
-        from marin_lab.training.memory_plan import plan_memory
-
         return plan_memory(self._plan_model(), **self.plan_settings())
 
     def fit_advice(self) -> list[str]:
         """What to change when the plan does not fit `plan_device_memory_gib` (empty when it fits)."""
-        from marin_lab.training.memory_plan import fit_advice
-
         if not self.plan_device_memory_gib or self.memory_plan().fits(self.plan_device_memory_gib):
             return []
         return fit_advice(self.plan_settings(), self._plan_model(), self.plan_device_memory_gib)
@@ -349,68 +347,53 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
                 config.mode, how, start_step, config.num_train_steps,
                 f"{sum(x.size for x in jax.tree_util.tree_leaves(state['trainable'])):,}")
 
-    checkpointer = ckpt.Checkpointer(root, config.checkpoint)
-    metrics = MetricsLogger(config.output_path, config.wandb, run_name=config.output_path.rstrip("/").rsplit("/", 1)[-1],
-                            config_for_wandb=dataclasses.asdict(config), resume_step=start_step)
-    end_step = config.num_train_steps if config.stop_after_steps is None else min(
-        config.num_train_steps, start_step + config.stop_after_steps)
     batch_sh = batch_sharding(mesh)
     meta = {"model": dataclasses.asdict(model), "mode": config.mode, "base": config.base,
             "lora": dataclasses.asdict(config.lora) if config.trains_adapters else None}
-    last: dict[str, Any] = {}
-    tokens_done, train_time = 0, 0.0
-    try:
-        for step in range(start_step, end_step):
-            tokens, masks = loader.batch(step, loss_mask=True)
-            started = time.perf_counter()
-            state, out = step_fn(state, frozen, _global(tokens, batch_sh), _global(masks.astype(np.int32), batch_sh))
-            values = {k: float(v) for k, v in jax.device_get(out).items()}
-            elapsed = time.perf_counter() - started
-            if not math.isfinite(values["loss"]):
-                raise TrainingError(f"loss is {values['loss']} at step {step}; lower optimizer.learning_rate")
-            if step > start_step:
-                tokens_done += tokens.size - len(tokens)
-                train_time += elapsed
-            last = {"step": step, **values, "tokens_per_s": (tokens.size - len(tokens)) / elapsed, "time": time.time()}
-            if step % config.log_every == 0 or step == end_step - 1:
-                metrics.log(last)
-            done = step + 1
-            if checkpointer.should_save(done, is_last=done == config.num_train_steps) or done == end_step:
-                checkpointer.save(done, state, {**meta, "step": done})
-                metrics.flush()
-    finally:
-        metrics.flush()
 
-    final_step = int(jax.device_get(state["step"]))
-    finished = final_step == config.num_train_steps
-    eval_after = evaluate_masked(eval_fn, state["trainable"], frozen, config) if finished else {}
-    merged_path = hf_path = None
-    if finished and (config.save_merged or config.export_hf):
-        merged = _merged_params(config, state["trainable"], frozen)
-        if config.save_merged:
-            merged_path = mfs.join(config.output_path, "merged")
-            ckpt.save_checkpoint(ckpt.step_dir(mfs.join(merged_path, "checkpoints"), final_step),
-                                 {"params": merged}, {**meta, "step": final_step})
-        if config.export_hf:
-            first = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
-            hf_path = export_hf(merged, model, mfs.join(config.output_path, "hf"), tokenizer_url=first.tokenizer_url(),
-                                bos_id=first.ledger.get("bos_id"), eos_id=first.ledger.get("eos_id"))
-    evals = {"before": eval_before, "after": eval_after}
-    if finished:
-        mfs.write_json(mfs.join(config.output_path, "eval.json"), evals)
-    summary = {
-        "mode": config.mode, "final_step": final_step, "num_train_steps": config.num_train_steps, "start": how,
-        "final_loss": last.get("loss"), "eval_loss_before": eval_before, "eval_loss_after": eval_after,
-        "tokens_per_s": tokens_done / train_time if train_time else None,
-        "trainable_params": int(sum(x.size for x in jax.tree_util.tree_leaves(state["trainable"]))),
-        "bytes": state_bytes(state, frozen),
-        "checkpoint": ckpt.latest_checkpoint(root), "merged_path": merged_path, "hf_path": hf_path,
-        "metrics_path": metrics.url,
-    }
-    mfs.write_json(mfs.join(config.output_path, "finetune_summary.json"), summary)
-    metrics.close(summary)
-    logger.info("finetune_lm %s: step %d, eval loss %s -> %s", config.output_path, final_step, eval_before, eval_after)
-    return summary
+    def batch(step: int) -> tuple[jax.Array, jax.Array]:
+        tokens, masks = loader.batch(step, loss_mask=True)
+        return _global(tokens, batch_sh), _global(masks.astype(np.int32), batch_sh)
+
+    def summary(result: TrainResult) -> dict[str, Any]:
+        final_step = result.final_step
+        finished = final_step == config.num_train_steps
+        eval_after = evaluate_masked(eval_fn, result.state["trainable"], frozen, config) if finished else {}
+        merged_path = hf_path = None
+        if finished and (config.save_merged or config.export_hf):
+            merged = _merged_params(config, result.state["trainable"], frozen)
+            if config.save_merged:
+                merged_path = mfs.join(config.output_path, "merged")
+                ckpt.save_checkpoint(ckpt.step_dir(mfs.join(merged_path, "checkpoints"), final_step),
+                                     {"params": merged}, {**meta, "step": final_step})
+            if config.export_hf:
+                first = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
+                hf_path = export_hf(merged, model, mfs.join(config.output_path, "hf"),
+                                    tokenizer_url=first.tokenizer_url(), bos_id=first.ledger.get("bos_id"),
+                                    eos_id=first.ledger.get("eos_id"))
+        if finished:
+            mfs.write_json(mfs.join(config.output_path, "eval.json"), {"before": eval_before, "after": eval_after})
+        return {
+            "mode": config.mode, "final_step": final_step, "num_train_steps": config.num_train_steps, "start": how,
+            "final_loss": result.last.get("loss"), "eval_loss_before": eval_before, "eval_loss_after": eval_after,
+            "tokens_per_s": result.tokens_per_s,
+            "trainable_params": int(sum(x.size for x in jax.tree_util.tree_leaves(result.state["trainable"]))),
+            "bytes": state_bytes(result.state, frozen),
+            "checkpoint": result.checkpoint, "merged_path": merged_path, "hf_path": hf_path,
+            "metrics_path": result.metrics.url,
+        }
+
+    loop = LoopConfig(name="finetune_lm", output_path=config.output_path, num_train_steps=config.num_train_steps,
+                      tokens_per_step=config.batch_size * config.seq_len, checkpoint=config.checkpoint,
+                      wandb=config.wandb, log_every=config.log_every, stop_after_steps=config.stop_after_steps)
+    trainer = Trainer(loop, lambda state, tokens, masks: step_fn(state, frozen, tokens, masks), batch,
+                      checkpoint_metadata=lambda step: {**meta, "step": step}, summary=summary,
+                      summary_file="finetune_summary.json", wandb_run_config=dataclasses.asdict(config),
+                      logger=logger)
+    result = trainer.train(state)
+    logger.info("finetune_lm %s: step %d, eval loss %s -> %s", config.output_path, result["final_step"],
+                eval_before, result["eval_loss_after"])
+    return result
 
 
 def _eval_before(config: FinetuneConfig, eval_fn: Any, trainable: Any, frozen: Any, start_step: int) -> dict[str, float]:

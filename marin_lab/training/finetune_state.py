@@ -30,7 +30,15 @@ from marin_lab.quant.sharding import nf4_shardings
 from marin_lab.training.base_model import QUANTIZED_NAMES
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.mesh import batch_axes, batch_sharding, param_spec
-from marin_lab.training.model import LlamaConfig, Params, flatten_params, lm_loss, unflatten_params
+from marin_lab.training.model import (
+    LlamaConfig,
+    Params,
+    flatten_params,
+    forward,
+    lm_loss,
+    token_log_likelihoods,
+    unflatten_params,
+)
 from marin_lab.training.offload import HOST, Gathered, OnHost
 
 MODES = ("full", "lora", "qlora")
@@ -222,8 +230,6 @@ def build_step(plan: StepPlan, optimizer: optax.GradientTransformation, lr_sched
 
 def make_eval_fn(plan: StepPlan, mesh: Mesh | None = None) -> Callable:
     """(trainable, frozen, tokens, mask) -> (sum of masked NLL, masked token count), no dropout."""
-    from marin_lab.training.model import forward, token_log_likelihoods
-
     def evaluate(trainable: Params, frozen: Params | None, tokens: jax.Array, mask: jax.Array):
         params = model_params(plan, trainable, gathered_base(frozen, mesh), None)
         logits = forward(params, tokens[:, :-1], plan.model, compute_dtype=jnp.dtype(plan.compute_dtype),

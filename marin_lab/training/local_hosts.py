@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import pickle
 import socket
@@ -23,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from marin_lab.host_env import process_env
+from marin_lab.training.train_lm import train_lm
 
 
 @dataclasses.dataclass
@@ -99,10 +101,6 @@ def run_hosts(config: Any, *, hosts: int, devices_per_host: int, workdir: str | 
 
 
 def _main(config_path: str, out_path: str) -> None:
-    import logging
-
-    from marin_lab.training.train_lm import train_lm
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with open(config_path, "rb") as f:
         config = pickle.load(f)

@@ -1,8 +1,17 @@
-"""`train_lm`: the training step function. Reads top to bottom: check, build, resume, loop, export.
+"""`train_lm`: the training step function. Reads top to bottom: check, build, resume, train, export.
+
+It builds what is particular to pretraining (the sharded state, the compiled step, the data
+mixture, the metrics line, the summary) and hands it to the `Trainer` (training/trainer.py), which
+runs the loop, the hooks and the checkpoints.
 
 Resume: if `{output_path}/checkpoints` holds a complete checkpoint, training continues from the
 newest one; the data order is a function of the step number, so the continued run is bit-identical
 to one that never stopped (same hardware, software and device count).
+
+Evaluation during training is scored by marin_lab.evaluation, which sits above training: it comes
+in as hooks built from the config (`evaluation=`), which `train_lm_with_eval` in
+marin_lab.evaluation.during_training passes (that is the step function recipes use). A config that
+asks for evaluation without them is refused before anything compiles.
 """
 
 from __future__ import annotations
@@ -11,9 +20,9 @@ import dataclasses
 import functools
 import hashlib
 import logging
-import math
 import platform
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -23,9 +32,8 @@ jax.config.update("jax_enable_x64", False)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from tqdm.auto import tqdm  # noqa: E402
 
-from marin_lab.execution.artifacts import reproducibility
+from marin_lab.execution.artifacts import reproducibility  # noqa: E402
 from marin_lab.io import fs as mfs  # noqa: E402
 from marin_lab.precision.scalify_train import overflow_message as scalify_overflow  # noqa: E402
 from marin_lab.training import checkpoint as ckpt  # noqa: E402
@@ -36,13 +44,12 @@ from marin_lab.training.data import MixtureLoader  # noqa: E402
 from marin_lab.training.errors import TrainingError  # noqa: E402
 from marin_lab.training.hf_export import export_hf_from_checkpoint  # noqa: E402
 from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding  # noqa: E402
-from marin_lab.training.metrics import MetricsLogger, StepTimer, device_peak_flops, mfu  # noqa: E402
+from marin_lab.training.metrics import device_peak_flops, mfu  # noqa: E402
 from marin_lab.training.token_cache import TokenCache, TokenCacheError  # noqa: E402
 from marin_lab.training.train_step import StepSettings, build_step, make_init_fn  # noqa: E402
+from marin_lab.training.trainer import PRINT_EVERY_S, Hook, LoopConfig, Trainer, TrainResult  # noqa: E402
 
 logger = logging.getLogger(__name__)
-# A training progress line (and a metrics.jsonl flush) at most this often.
-PRINT_EVERY_S = 10.0
 
 
 def validate_config(config: TrainLmConfig) -> None:
@@ -96,15 +103,7 @@ def validate_config(config: TrainLmConfig) -> None:
                 f"data.caches[{name!r}] has vocab_size {cache.vocab_size} but model.vocab_size is "
                 f"{config.model.vocab_size}; use a model whose vocabulary covers the tokenizer"
             )
-    if config.eval_tasks:
-        from marin_lab.evaluation.multiple_choice import TaskError, load_task
-
-        for task in config.eval_tasks:
-            try:
-                load_task(task)
-            except TaskError as err:
-                raise TrainingError(f"eval_tasks: {err}") from err
-    for name, path in _validation_sets(config).items():
+    for name, path in validation_sets(config).items():
         try:
             windows = TokenCache(path).split(config.data.validation_split, config.seq_len).num_sequences
         except TokenCacheError as err:
@@ -116,7 +115,7 @@ def validate_config(config: TrainLmConfig) -> None:
             )
 
 
-def _validation_sets(config: TrainLmConfig) -> dict[str, str]:
+def validation_sets(config: TrainLmConfig) -> dict[str, str]:
     """What evaluation during training scores: the training caches that have a validation split,
     and every eval cache."""
     if not config.steps_per_eval:
@@ -126,38 +125,22 @@ def _validation_sets(config: TrainLmConfig) -> dict[str, str]:
     return {**sets, **config.eval_caches}
 
 
-def _evaluate(config: TrainLmConfig, params: Any, step: int) -> dict[str, Any]:
-    """eval/<name>/loss and eval/<name>/bpb at `step` (single-process runs)."""
-    from marin_lab.evaluation.perplexity import evaluate_cache  # evaluation builds on training
-
-    line: dict[str, Any] = {"step": step, "time": time.time()}
-    limit = None if config.max_eval_batches is None else config.max_eval_batches * config.batch_size
-    for name, path in sorted(_validation_sets(config).items()):
-        r = evaluate_cache(params, config.model, path, split=config.data.validation_split, seq_len=config.seq_len,
-                           batch_size=config.batch_size, max_sequences=limit, compute_dtype=config.compute_dtype,
-                           name=name)
-        line[f"eval/{name}/loss"], line[f"eval/{name}/bpb"] = r["loss"], r["bits_per_byte"]
-    logger.info("train_lm %s: eval at step %d: %s", config.output_path, step,
-                ", ".join(f"{k} {v:.4f}" for k, v in line.items() if k.endswith("/loss")))
-    return line
-
-
-def _evaluate_tasks(config: TrainLmConfig, params: Any, step: int) -> dict[str, Any]:
-    """Each of `config.eval_tasks` scored with the first cache's tokenizer."""
-    from marin_lab.evaluation.multiple_choice import evaluate_task, load_task
-    from marin_lab.evaluation.perplexity import load_tokenizer
-
-    first = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
-    tokenizer = load_tokenizer(first.tokenizer_url())
-    if tokenizer is None:
-        raise TrainingError(f"eval_tasks need a tokenizer, but cache {first.path} holds no tokenizer.json")
-    line: dict[str, Any] = {"step": step, "time": time.time()}
-    for task in config.eval_tasks:
-        name, examples = load_task(task)
-        result = evaluate_task(params, config.model, tokenizer, examples, max_len=config.seq_len,
-                               batch_size=config.batch_size, compute_dtype=config.compute_dtype)
-        line[f"eval_task/{name}/accuracy"] = result["accuracy"]
-    return line
+def _evaluation_hooks(config: TrainLmConfig, evaluation: Callable[[TrainLmConfig], Sequence[Hook]] | None) -> list[Hook]:
+    """The hooks that evaluate during training: built by `evaluation` from the config, or none."""
+    if evaluation is not None:
+        return list(evaluation(config))
+    asked = [f"steps_per_eval={config.steps_per_eval}"] if config.steps_per_eval and validation_sets(config) else []
+    asked += [f"eval_tasks={config.eval_tasks!r}"] if config.eval_tasks else []
+    if asked and jax.process_count() == 1:
+        raise TrainingError(
+            f"{' and '.join(asked)}: evaluation during training is scored by marin_lab.evaluation, which this "
+            "call was not given; run the step function marin_lab.evaluation.during_training.train_lm_with_eval "
+            "(experiments' default_train does), or pass evaluation=training_hooks from that module"
+        )
+    if asked:
+        logger.warning("train_lm %s: no evaluation during training (multi-process run; evaluate the checkpoints "
+                       "with an evaluate_lm step)", config.output_path)
+    return []
 
 
 def _environment(mesh: Any) -> dict[str, Any]:
@@ -254,23 +237,30 @@ def _check_model_metadata(config: TrainLmConfig, meta: dict[str, Any], path: str
         )
 
 
-@reproducibility(
-    # The parameters are compared bit for bit through train_summary.json's param_checksum; see
-    # checkpoint.RUN_LOG_FILES for why orbax's array store is not.
-    non_artifacts=("wandb/*", *ckpt.RUN_LOG_FILES),
-    # Wall-clock facts and locations: the rest of each line and of the summary must match.
-    volatile_fields={"metrics.jsonl": ("time", "tokens_per_s", "mfu"),
-                     "train_summary.json": ("tokens_per_s", "mfu", "environment", "wandb", "eval.time"),
-                     **ckpt.VOLATILE_FIELDS},
-)
-def train_lm(config: TrainLmConfig) -> dict[str, Any]:
+# What of a train_lm step's output is a run log (for `marin-lab reproduce`); train_lm_with_eval
+# (marin_lab.evaluation.during_training) writes the same files and declares the same.
+# The parameters are compared bit for bit through train_summary.json's param_checksum; see
+# checkpoint.RUN_LOG_FILES for why orbax's array store is not.
+NON_ARTIFACTS = ("wandb/*", *ckpt.RUN_LOG_FILES)
+# Wall-clock facts and locations: the rest of each line and of the summary must match.
+VOLATILE_FIELDS = {"metrics.jsonl": ("time", "tokens_per_s", "mfu"),
+                   "train_summary.json": ("tokens_per_s", "mfu", "environment", "wandb", "eval.time"),
+                   **ckpt.VOLATILE_FIELDS}
+
+
+@reproducibility(non_artifacts=NON_ARTIFACTS, volatile_fields=VOLATILE_FIELDS)
+def train_lm(config: TrainLmConfig,
+             evaluation: Callable[[TrainLmConfig], Sequence[Hook]] | None = None) -> dict[str, Any]:
     """Train (or resume training) a Llama-family LM; returns the run summary.
 
-    On a multi-host step every host runs this (one process each, joined through `jax.distributed`
-    from the environment the slice runner sets); process 0 writes metrics, W&B, export and summary.
+    `evaluation` builds the hooks that evaluate during training from the config
+    (marin_lab.evaluation.during_training.training_hooks). On a multi-host step every host runs this
+    (one process each, joined through `jax.distributed` from the environment the slice runner sets);
+    process 0 writes metrics, W&B, export and summary.
     """
     multi_process = distributed.initialize_from_env()
     validate_config(config)
+    hooks = _evaluation_hooks(config, evaluation)
     try:
         distributed.check_slices(config.mesh.slices)
         mesh = config.mesh.build()
@@ -302,131 +292,63 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
     logger.info("train_lm %s: %s at step %d of %d; %d params; %d devices (%s)", config.output_path,
                 how, start_step, config.num_train_steps, config.model.num_params(),
                 env["device_count"], env["device_kind"])
-
-    checkpointer = ckpt.Checkpointer(mfs.join(config.output_path, "checkpoints"), config.checkpoint)
-    metrics = MetricsLogger(config.output_path, config.wandb, run_name=config.output_path.rstrip("/").rsplit("/", 1)[-1],
-                            config_for_wandb=dataclasses.asdict(config), resume_step=start_step)
     flops_per_token = config.model.flops_per_token(config.seq_len)
     peak = device_peak_flops(env["device_kind"], config.peak_flops_per_device)
-    end_step = config.num_train_steps
-    if config.stop_after_steps is not None:
-        end_step = min(end_step, start_step + config.stop_after_steps)
+    sharding = batch_sharding(mesh)
+
+    def metrics_line(step: int, values: dict[str, float], tps: float) -> dict[str, Any]:
+        return {"step": step, "loss": values["loss"], "cross_entropy": values["cross_entropy"],
+                "learning_rate": values["learning_rate"], "grad_norm": values["grad_norm"],
+                "batch_checksum": int(values["batch_checksum"]),
+                "tokens_per_s": tps, "mfu": mfu(flops_per_token, tps, env["device_count"], peak),
+                "time": time.time(), **{k: v for k, v in values.items() if k.startswith(("fp8/", "scalify/"))}}
 
     def checkpoint_metadata(step: int) -> dict[str, Any]:
         return {"model": dataclasses.asdict(config.model), "data_base": data_base,
                 "data_consumed": loader.consumed_before(step), "environment": env, "hardware": hardware,
                 "seed": config.seed}
 
-    pending: tuple[int, dict[str, jax.Array], float] | None = None
-    last: dict[str, Any] = {}
-    last_eval: dict[str, Any] | None = None
-    # Scoring runs in this process on the whole model: multi-host runs evaluate their checkpoints instead.
-    evaluate = bool(_validation_sets(config)) and jax.process_count() == 1
-    if config.steps_per_eval and not evaluate:
-        logger.warning("train_lm %s: no evaluation during training (%s)", config.output_path,
-                       "no validation set" if not _validation_sets(config) else "multi-process run; "
-                       "evaluate the checkpoints with an evaluate_lm step")
-    tokens_done, train_time = 0, 0.0
-    progress = tqdm(total=end_step - start_step, desc="train", unit="step", disable=None)
-    printed = [float("-inf")]  # the first logged step is printed (it includes compilation)
-    timer = StepTimer()
+    def summary(result: TrainResult) -> dict[str, Any]:
+        final_step, final_checkpoint = result.final_step, result.checkpoint
+        hf_path = None
+        if config.export_hf and final_step == config.num_train_steps and jax.process_index() == 0:
+            # From the final (sharded) checkpoint, one parameter at a time: nothing is gathered.
+            first_cache = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
+            hf_path = export_hf_from_checkpoint(final_checkpoint, config.model, mfs.join(config.output_path, "hf"),
+                                                tokenizer_url=first_cache.tokenizer_url(),
+                                                bos_id=first_cache.ledger.get("bos_id"),
+                                                eos_id=first_cache.ledger.get("eos_id"))
+        tps = result.tokens_per_s
+        return {
+            "final_step": final_step, "num_train_steps": config.num_train_steps, "start": how,
+            "final_loss": result.last.get("loss"), "steps_this_run": final_step - result.start_step,
+            "tokens_per_s": tps,
+            "mfu": mfu(flops_per_token, tps, env["device_count"], peak) if tps is not None else None,
+            "params": config.model.num_params(), "checkpoint": final_checkpoint,
+            "hf_path": hf_path, "metrics_path": result.metrics.url, "environment": env, "hardware": hardware,
+            "eval": result.hook_lines.get("eval"), "tasks": result.hook_lines.get("tasks"),
+            "param_checksum": _param_checksum(result.state["params"], final_checkpoint),
+            "wandb": result.metrics.wandb_info(),
+        }
 
-    def finish_step(step: int, out: dict[str, jax.Array], started: float) -> None:
-        """Fetch one step's metrics (after the next step was dispatched, to keep the device busy)."""
-        nonlocal tokens_done, train_time, last
-        values = {k: float(v) for k, v in jax.device_get(out).items()}
-        overflow = scalify_overflow(values, step)  # names the layer, before the loss says only NaN
-        if overflow:
-            raise TrainingError(overflow)
-        if not math.isfinite(values["loss"]):
-            raise TrainingError(
-                f"loss is {values['loss']} at step {step}; stopping. Lower optimizer.learning_rate, "
-                "enable z_loss_weight or clipping, or inspect the data of that step"
-            )
-        elapsed = timer.finished(started)
-        if step > start_step:  # the first step of a run includes compilation
-            tokens_done += config.tokens_per_step
-            train_time += elapsed
-        tps = config.tokens_per_step / elapsed if elapsed > 0 else 0.0
-        last = {"step": step, "loss": values["loss"], "cross_entropy": values["cross_entropy"],
-                "learning_rate": values["learning_rate"], "grad_norm": values["grad_norm"],
-                "batch_checksum": int(values["batch_checksum"]),
-                "tokens_per_s": tps, "mfu": mfu(flops_per_token, tps, env["device_count"], peak),
-                "time": time.time(), **{k: v for k, v in values.items() if k.startswith(("fp8/", "scalify/"))}}
-        if step % config.log_every == 0 or step == end_step - 1:
-            metrics.log(last)
-            # Workers are not terminals: a line a person can read, and metrics.jsonl kept current,
-            # every log_every steps but at most every PRINT_EVERY_S (log_every=1 would flood).
-            now = time.monotonic()
-            if now - printed[0] >= PRINT_EVERY_S or step == end_step - 1:
-                printed[0] = now
-                logger.info("train_lm: step %d/%d, loss %.4f, %.0f tokens/s", step + 1, config.num_train_steps,
-                            values["loss"], tps)
-                metrics.flush()
-        progress.update(1)
-        progress.set_postfix(loss=f"{values['loss']:.4f}")
-
-    try:
-        for step in range(start_step, end_step):
-            batch = _host_batch(loader, step, batch_sharding(mesh))
-            started = time.perf_counter()
-            state, out = step_fn(state, batch)
-            if multi_process:
-                distributed.maybe_fault(step + 1, config.output_path)
-            if pending is not None:
-                finish_step(*pending)
-            pending = (step, out, started)
-            done = step + 1
-            if config.steps_per_eval and (done % config.steps_per_eval == 0 or done == end_step) and evaluate:
-                finish_step(*pending)
-                pending = None
-                last_eval = _evaluate(config, state["params"], done)
-                metrics.log(last_eval)
-            if checkpointer.should_save(done, is_last=done == config.num_train_steps) or done == end_step:
-                if pending is not None:  # never checkpoint a state whose loss was not checked
-                    finish_step(*pending)
-                pending = None
-                checkpointer.save(done, state, checkpoint_metadata(done))
-                metrics.flush()
-        if pending is not None:
-            finish_step(*pending)
-    finally:
-        progress.close()
-        metrics.flush()
-
-    final_step = int(jax.device_get(state["step"]))
-    task_results = None
-    if config.eval_tasks and final_step == config.num_train_steps and jax.process_count() == 1:
-        task_results = _evaluate_tasks(config, state["params"], final_step)
-        metrics.log(task_results)
-        metrics.flush()
-    final_checkpoint = ckpt.latest_checkpoint(mfs.join(config.output_path, "checkpoints"))
-    hf_path = None
-    if config.export_hf and final_step == config.num_train_steps and jax.process_index() == 0:
-        # From the final (sharded) checkpoint, one parameter at a time: nothing is gathered.
-        first_cache = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
-        hf_path = export_hf_from_checkpoint(final_checkpoint, config.model, mfs.join(config.output_path, "hf"),
-                                            tokenizer_url=first_cache.tokenizer_url(),
-                                            bos_id=first_cache.ledger.get("bos_id"),
-                                            eos_id=first_cache.ledger.get("eos_id"))
-    summary = {
-        "final_step": final_step, "num_train_steps": config.num_train_steps, "start": how,
-        "final_loss": last.get("loss"), "steps_this_run": final_step - start_step,
-        "tokens_per_s": tokens_done / train_time if train_time else None,
-        "mfu": mfu(flops_per_token, tokens_done / train_time, env["device_count"], peak) if train_time else None,
-        "params": config.model.num_params(), "checkpoint": final_checkpoint,
-        "hf_path": hf_path, "metrics_path": metrics.url, "environment": env, "hardware": hardware, "eval": last_eval,
-        "tasks": task_results,
-        "param_checksum": _param_checksum(state["params"], final_checkpoint),
-        "wandb": metrics.wandb_info(),
-    }
-    if jax.process_index() != 0:  # one writer of the summary and of W&B
-        return summary
-    mfs.write_json(mfs.join(config.output_path, "train_summary.json"), summary)
-    metrics.close(summary)
-    logger.info("train_lm %s: step %d, loss %s, %s tokens/s", config.output_path, final_step,
-                summary["final_loss"], summary["tokens_per_s"])
-    return summary
+    loop = LoopConfig(name="train_lm", output_path=config.output_path, num_train_steps=config.num_train_steps,
+                      tokens_per_step=config.tokens_per_step, checkpoint=config.checkpoint, wandb=config.wandb,
+                      log_every=config.log_every, stop_after_steps=config.stop_after_steps)
+    trainer = Trainer(
+        loop, step_fn, lambda step: (_host_batch(loader, step, sharding),),
+        checkpoint_metadata=checkpoint_metadata, summary=summary, summary_file="train_summary.json",
+        wandb_run_config=dataclasses.asdict(config), metrics_line=metrics_line,
+        check_step=scalify_overflow,  # names the layer, before the loss says only NaN
+        nonfinite_advice="Lower optimizer.learning_rate, enable z_loss_weight or clipping, or inspect the data "
+                         "of that step",
+        on_dispatch=(lambda done: distributed.maybe_fault(done, config.output_path)) if multi_process else None,
+        logger=logger, print_every_s=PRINT_EVERY_S)
+    trainer.add_hooks(hooks)
+    result = trainer.train(state)
+    if jax.process_index() == 0:
+        logger.info("train_lm %s: step %d, loss %s, %s tokens/s", config.output_path, result["final_step"],
+                    result["final_loss"], result["tokens_per_s"])
+    return result
 
 
 def _host_batch(loader: MixtureLoader, step: int, sharding: Any) -> jax.Array:

@@ -67,13 +67,8 @@ KNOWN_LOCAL: set[tuple[str, str]] = {
     ("precision/policy.py", "marin_lab.precision.mx"),
     ("quant/nf4.py", "marin_lab.quant.matmul"),
     ("resources.py", "marin_lab.cluster.resources"),
-    ("training/finetune.py", "marin_lab.training.memory_plan"),
-    ("training/finetune_state.py", "marin_lab.training.model"),
     ("training/hf_export.py", "marin_lab.training.checkpoint"),
     ("training/levanter_backend.py", "marin_lab.execution.environments"),
-    ("training/local_hosts.py", "marin_lab.training.train_lm"),
-    ("training/train_lm.py", "marin_lab.evaluation.multiple_choice"),
-    ("training/train_lm.py", "marin_lab.evaluation.perplexity"),
 }
 
 

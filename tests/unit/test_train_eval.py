@@ -1,9 +1,12 @@
-"""Evaluation during training: validation loss and bits per byte every N steps (Marin's steps_per_eval)."""
+"""Evaluation during training: validation loss and bits per byte every N steps (Marin's steps_per_eval).
+
+The scoring comes from marin_lab.evaluation as hooks (`train_lm_with_eval` passes them to train_lm)."""
 
 import json
 
 import pytest
 
+from marin_lab.evaluation.during_training import train_lm_with_eval
 from marin_lab.training import TrainingError, train_lm
 from marin_lab.training.testing import tiny_train_config, write_synthetic_cache
 
@@ -12,7 +15,7 @@ def test_eval_every_n_steps_on_validation_sets(tmp_path):
     train_cache = write_synthetic_cache(str(tmp_path / "train"))
     held_out = write_synthetic_cache(str(tmp_path / "held"), train_docs=4, validation_docs=20, seed=7)
     out = str(tmp_path / "run")
-    summary = train_lm(tiny_train_config(out, {"c": train_cache}, steps_per_eval=4, max_eval_batches=1,
+    summary = train_lm_with_eval(tiny_train_config(out, {"c": train_cache}, steps_per_eval=4, max_eval_batches=1,
                                          eval_caches={"held": held_out}, export_hf=False))
     lines = [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
     evals = [r for r in lines if "eval/c/loss" in r]
@@ -26,7 +29,7 @@ def test_a_validation_set_too_short_is_refused_before_training(tmp_path):
     train_cache = write_synthetic_cache(str(tmp_path / "train"))
     tiny = write_synthetic_cache(str(tmp_path / "tiny"), train_docs=4, validation_docs=0)
     with pytest.raises(TrainingError, match="validation set 'tiny'"):
-        train_lm(tiny_train_config(str(tmp_path / "run"), {"c": train_cache}, steps_per_eval=4,
+        train_lm_with_eval(tiny_train_config(str(tmp_path / "run"), {"c": train_cache}, steps_per_eval=4,
                                    eval_caches={"tiny": tiny}))
 
 
@@ -41,10 +44,22 @@ def test_tasks_scored_at_the_end_of_training(tmp_path):
                             trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     cache = write_synthetic_cache(str(tmp_path / "c"), tokenizer_json=tok.to_str())
     out = str(tmp_path / "run")
-    summary = train_lm(tiny_train_config(out, {"c": cache}, model=tiny_model(vocab_size=512), export_hf=False,
+    summary = train_lm_with_eval(tiny_train_config(out, {"c": cache}, model=tiny_model(vocab_size=512), export_hf=False,
                                          eval_tasks=("capitals",)))
     assert 0.0 <= summary["tasks"]["eval_task/capitals/accuracy"] <= 1.0
     lines = [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
     assert lines[-1]["eval_task/capitals/accuracy"] == summary["tasks"]["eval_task/capitals/accuracy"]
     with pytest.raises(TrainingError, match="eval_tasks: "):
-        train_lm(tiny_train_config(str(tmp_path / "bad"), {"c": cache}, eval_tasks=("hellaswag",)))
+        train_lm_with_eval(tiny_train_config(str(tmp_path / "bad"), {"c": cache}, eval_tasks=("hellaswag",)))
+
+
+def test_train_lm_without_the_evaluation_hooks_refuses_a_config_that_asks_for_evaluation(tmp_path):
+    """training/ cannot import the scorers (they sit above it): asking for evaluation from the bare
+    train_lm is one clear error before anything compiles, never a run without its eval lines."""
+    train_cache = write_synthetic_cache(str(tmp_path / "train"))
+    out = tmp_path / "run"
+    with pytest.raises(TrainingError, match=r"steps_per_eval=4: .*train_lm_with_eval"):
+        train_lm(tiny_train_config(str(out), {"c": train_cache}, steps_per_eval=4))
+    with pytest.raises(TrainingError, match=r"eval_tasks=\('capitals',\): "):
+        train_lm(tiny_train_config(str(out), {"c": train_cache}, eval_tasks=("capitals",)))
+    assert not (out / "checkpoints").exists() and not (out / "metrics.jsonl").exists()

@@ -1,0 +1,95 @@
+"""Evaluation during `train_lm`: the hooks its Trainer runs, and the step function that passes them.
+
+training/ sits below evaluation/ (docs/architecture.md), so the training loop never imports the
+scorers: `train_lm(config, evaluation=training_hooks)` runs the hooks this module builds from the
+config, once `jax.distributed` is up and the config is checked:
+
+- every `steps_per_eval` steps and after the run's last step, loss and bits per byte on every
+  validation set (`eval/<name>/loss`, `eval/<name>/bpb`), scored by `perplexity.evaluate_cache`,
+  the code `evaluate_lm` runs on a checkpoint, so the numbers agree;
+- once, when training reaches `num_train_steps`, each of `eval_tasks`
+  (`eval_task/<name>/accuracy`) with the first cache's tokenizer.
+
+Both score in this process on the whole model, so a multi-process run scores nothing here (its
+checkpoints are for an `evaluate_lm` step). `train_lm_with_eval` is the step function recipes
+use (experiments' `default_train`): `train_lm` with these hooks, and the same run logs.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from typing import Any
+
+import jax
+
+from marin_lab.evaluation.multiple_choice import TaskError, evaluate_task, load_task
+from marin_lab.evaluation.perplexity import evaluate_cache, load_tokenizer
+from marin_lab.execution.artifacts import reproducibility
+from marin_lab.training.config import TrainLmConfig
+from marin_lab.training.errors import TrainingError
+from marin_lab.training.token_cache import TokenCache
+from marin_lab.training.train_lm import NON_ARTIFACTS, VOLATILE_FIELDS, train_lm, validation_sets
+from marin_lab.training.trainer import Hook, StepInfo
+
+logger = logging.getLogger(__name__)
+
+
+def training_hooks(config: TrainLmConfig) -> list[Hook]:
+    """The evaluation hooks of a train_lm run; raises TrainingError for a task that cannot load."""
+    for task in config.eval_tasks:
+        try:
+            load_task(task)
+        except TaskError as err:
+            raise TrainingError(f"eval_tasks: {err}") from err
+    single_process = jax.process_count() == 1
+    sets = validation_sets(config)
+    hooks = []
+    if config.steps_per_eval:
+        if sets and single_process:
+            hooks.append(Hook("eval", functools.partial(_validation, config, sets), every=config.steps_per_eval))
+        else:
+            logger.warning("train_lm %s: no evaluation during training (%s)", config.output_path,
+                           "no validation set" if not sets else "multi-process run; "
+                           "evaluate the checkpoints with an evaluate_lm step")
+    if config.eval_tasks and single_process:
+        hooks.append(Hook("tasks", functools.partial(_tasks, config)))
+    return hooks
+
+
+def _validation(config: TrainLmConfig, sets: dict[str, str], info: StepInfo) -> dict[str, Any]:
+    """eval/<name>/loss and eval/<name>/bpb at `info.step`."""
+    line: dict[str, Any] = {"step": info.step, "time": time.time()}
+    limit = None if config.max_eval_batches is None else config.max_eval_batches * config.batch_size
+    for name, path in sorted(sets.items()):
+        r = evaluate_cache(info.state["params"], config.model, path, split=config.data.validation_split,
+                           seq_len=config.seq_len, batch_size=config.batch_size, max_sequences=limit,
+                           compute_dtype=config.compute_dtype, name=name)
+        line[f"eval/{name}/loss"], line[f"eval/{name}/bpb"] = r["loss"], r["bits_per_byte"]
+    logger.info("train_lm %s: eval at step %d: %s", config.output_path, info.step,
+                ", ".join(f"{k} {v:.4f}" for k, v in line.items() if k.endswith("/loss")))
+    return line
+
+
+def _tasks(config: TrainLmConfig, info: StepInfo) -> dict[str, Any] | None:
+    """Each of `config.eval_tasks` scored with the first cache's tokenizer, once training is complete."""
+    if info.step != config.num_train_steps:
+        return None
+    first = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
+    tokenizer = load_tokenizer(first.tokenizer_url())
+    if tokenizer is None:
+        raise TrainingError(f"eval_tasks need a tokenizer, but cache {first.path} holds no tokenizer.json")
+    line: dict[str, Any] = {"step": info.step, "time": time.time()}
+    for task in config.eval_tasks:
+        name, examples = load_task(task)
+        result = evaluate_task(info.state["params"], config.model, tokenizer, examples, max_len=config.seq_len,
+                               batch_size=config.batch_size, compute_dtype=config.compute_dtype)
+        line[f"eval_task/{name}/accuracy"] = result["accuracy"]
+    return line
+
+
+@reproducibility(non_artifacts=NON_ARTIFACTS, volatile_fields=VOLATILE_FIELDS)  # train_lm's outputs, train_lm's run logs
+def train_lm_with_eval(config: TrainLmConfig) -> dict[str, Any]:
+    """The `train_lm` step with evaluation during training (`training_hooks`); returns the run summary."""
+    return train_lm(config, evaluation=training_hooks)

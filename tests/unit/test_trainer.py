@@ -1,0 +1,109 @@
+"""The Trainer: one loop for train_lm and finetune_lm, driven here by a one-parameter toy step."""
+
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from marin_lab.training import checkpoint as ckpt
+from marin_lab.training.checkpoint import CheckpointConfig
+from marin_lab.training.errors import TrainingError
+from marin_lab.training.metrics import WandbConfig
+from marin_lab.training.trainer import Hook, LoopConfig, Trainer
+
+
+@jax.jit
+def _step(state, target):
+    """Gradient descent on (w - target)^2; returns the new state and the step's metrics."""
+    loss, grad = jax.value_and_grad(lambda w: jnp.sum((w - target) ** 2))(state["w"])
+    return {"w": state["w"] - 0.1 * grad, "step": state["step"] + 1}, {"loss": loss, "w": state["w"][0]}
+
+
+def _fresh():
+    return {"w": jnp.zeros((1,), jnp.float32), "step": jnp.zeros((), jnp.int32)}
+
+
+def _trainer(out, *, targets=None, save_every=2, stop_after=None, steps=6, summaries=None):
+    targets = targets or {}
+    loop = LoopConfig(name="toy", output_path=str(out), num_train_steps=steps, tokens_per_step=4,
+                      checkpoint=CheckpointConfig(save_every_steps=save_every, save_interval_s=None, keep_last=10),
+                      wandb=WandbConfig(enabled=False), stop_after_steps=stop_after)
+
+    def summary(result):
+        s = {"final_step": result.final_step, "start": result.start_step, "final_loss": result.last.get("loss"),
+             "hooks": result.hook_lines, "checkpoint": result.checkpoint}
+        if summaries is not None:
+            summaries.append(result)
+        return s
+
+    return Trainer(loop, _step, lambda step: (jnp.float32(targets.get(step, 3.0)),),
+                   checkpoint_metadata=lambda step: {"note": "toy"}, summary=summary, summary_file="toy_summary.json",
+                   wandb_run_config={}, nonfinite_advice="Try a smaller step.")
+
+
+def _lines(out):
+    return [json.loads(line) for line in open(out / "metrics.jsonl")]
+
+
+def test_hooks_run_on_their_interval_and_at_the_end_and_their_lines_are_logged(tmp_path):
+    out = tmp_path / "run"
+    seen = []
+    trainer = _trainer(out, steps=5)
+    trainer.add_hook(Hook("every2", lambda info: seen.append(("every2", info.step, int(info.state["step"])))
+                          or {"step": info.step, "every2": float(info.state["w"][0])}, every=2))
+    trainer.add_hook(Hook("once", lambda info: seen.append(("once", info.step, int(info.state["step"])))
+                          or {"step": info.step, "once": 1.0}))
+    summary = trainer.train(_fresh())
+    # Every 2 steps, after the run's last step (5), then the final hook once; each sees its step's state.
+    assert seen == [("every2", 2, 2), ("every2", 4, 4), ("every2", 5, 5), ("once", 5, 5)]
+    lines = _lines(out)
+    assert [line["step"] for line in lines if "loss" in line] == [0, 1, 2, 3, 4]
+    assert [line["step"] for line in lines if "every2" in line] == [2, 4, 5]
+    assert lines[-1] == {"step": 5, "once": 1.0}
+    assert summary["hooks"]["every2"]["step"] == 5 and summary["hooks"]["once"] == {"step": 5, "once": 1.0}
+    assert json.loads((out / "toy_summary.json").read_text()) == summary
+    # The step's own metrics become the line: every returned value, tokens/s and the time.
+    assert set(lines[0]) == {"step", "loss", "w", "tokens_per_s", "time"}
+    assert lines[0]["loss"] == pytest.approx(9.0)
+
+
+def test_checkpoints_follow_the_policy_and_a_stopped_run_resumes_bit_identically(tmp_path):
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    unbroken = _trainer(whole, steps=6, save_every=4).train(_fresh())
+    assert [s for s, _ in ckpt.list_checkpoints(str(whole / "checkpoints"))] == [4, 6]
+
+    first = _trainer(parts, steps=6, save_every=4, stop_after=3).train(_fresh())
+    assert first["final_step"] == 3  # the run's last step is always saved, whatever the policy
+    assert [s for s, _ in ckpt.list_checkpoints(str(parts / "checkpoints"))] == [3]
+    restored = ckpt.load_checkpoint(first["checkpoint"], _fresh())
+    assert ckpt.read_metadata(first["checkpoint"]) == {"note": "toy", "step": 3}
+    results = []
+    second = _trainer(parts, steps=6, save_every=4, summaries=results).train(restored)
+    assert second["start"] == 3 and second["final_step"] == 6
+    assert [s for s, _ in ckpt.list_checkpoints(str(parts / "checkpoints"))] == [3, 4, 6]
+    # Each step logged once, and the metrics match the unbroken run's but for wall-clock fields.
+    strip = lambda lines: [{k: v for k, v in line.items() if k not in ("time", "tokens_per_s")} for line in lines]  # noqa: E731
+    assert strip(_lines(parts)) == strip(_lines(whole))
+    assert second["final_loss"] == unbroken["final_loss"]
+    assert np.array_equal(np.asarray(results[0].state["w"]),
+                          np.asarray(ckpt.load_checkpoint(unbroken["checkpoint"], _fresh())["w"]))
+
+
+def test_a_non_finite_loss_stops_the_run_naming_the_step_before_any_later_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(TrainingError, match=r"^loss is nan at step 2; stopping\. Try a smaller step\.$"):
+        _trainer(out, targets={2: math.nan}, save_every=1).train(_fresh())
+    # Steps 1 and 2 were saved; the state after the NaN step never was.
+    assert [s for s, _ in ckpt.list_checkpoints(str(out / "checkpoints"))] == [1, 2]
+    assert [line["step"] for line in _lines(out)] == [0, 1]
+    assert not (out / "toy_summary.json").exists()
+
+
+def test_check_step_stops_the_run_with_its_own_line(tmp_path):
+    trainer = _trainer(tmp_path / "run")
+    trainer.check_step = lambda values, step: f"w left its range at step {step}" if values["w"] > 1.0 else None
+    with pytest.raises(TrainingError, match=r"^w left its range at step \d$"):
+        trainer.train(_fresh())
