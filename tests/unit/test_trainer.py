@@ -107,3 +107,8 @@ def test_check_step_stops_the_run_with_its_own_line(tmp_path):
     trainer.check_step = lambda values, step: f"w left its range at step {step}" if values["w"] > 1.0 else None
     with pytest.raises(TrainingError, match=r"^w left its range at step \d$"):
         trainer.train(_fresh())
+
+
+def test_a_hook_with_no_positive_interval_is_refused_when_added(tmp_path):
+    with pytest.raises(TrainingError, match=r"hook 'eval': every=0 must be positive"):
+        _trainer(tmp_path / "run").add_hook(Hook("eval", lambda info: None, every=0))
