@@ -129,12 +129,16 @@ class FakeTpuApi:
             name=f"{request.parent}/operations/create-{request.queued_resource_id}", done=True,
             response=_pack("google.cloud.tpu.v2.QueuedResource", tpu_v2.QueuedResource.serialize(qr)))
 
+    def _queued_or_abort(self, name: str, context):
+        qr = self.queued.get(name)
+        if qr is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"queued resource {name} not found")
+        return qr
+
     def _get(self, request, context):
         self._record("GetQueuedResource", request, context)
         with self._lock:
-            qr = self.queued.get(request.name)
-            if qr is None:
-                context.abort(grpc.StatusCode.NOT_FOUND, f"queued resource {request.name} not found")
+            qr = self._queued_or_abort(request.name, context)
             pending = self._pending.get(request.name)
             if pending:
                 qr.state = tpu_v2.QueuedResourceState(state=tpu_v2.QueuedResourceState.State[pending.pop(0)])
@@ -154,9 +158,7 @@ class FakeTpuApi:
     def _delete(self, request, context):
         self._record("DeleteQueuedResource", request, context)
         with self._lock:
-            qr = self.queued.get(request.name)
-            if qr is None:
-                context.abort(grpc.StatusCode.NOT_FOUND, f"queued resource {request.name} not found")
+            qr = self._queued_or_abort(request.name, context)
             if qr.state.state == tpu_v2.QueuedResourceState.State.ACTIVE and not request.force:
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, "queued resource is ACTIVE; delete with force")
             for node_name in self._node_names(qr):
