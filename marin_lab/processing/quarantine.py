@@ -391,7 +391,7 @@ class Quarantine:
         if self.strict:
             allowed, note = 0, "; a rerun of bad shards must finish every shard"
         elif not allowance:
-            allowed, note = 0, f"; {desc} needs every shard"
+            allowed, note = 0, "; this phase needs every shard"
         policy = dataclasses.replace(self.policy, max_bad_shards=max(0, allowed))
         try:
             outcome = map_shards_quarantined(fn, tasks, num_workers=num_workers, desc=desc, policy=policy,
