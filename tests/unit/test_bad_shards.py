@@ -16,8 +16,9 @@ import zstandard
 
 from marin_lab.io.documents import write_documents
 from marin_lab.processing import quarantine
-from marin_lab.processing.dedup import DedupConfig, DedupError, dedup_exact
+from marin_lab.processing.dedup import DedupConfig, DedupError, dedup_exact, dedup_fuzzy
 from marin_lab.processing.errors import ProcessingError
+from marin_lab.processing.instruction import TokenizeInstructionsConfig, tokenize_instructions
 from marin_lab.processing.quality import HeuristicFilterConfig, filter_heuristics
 from marin_lab.processing.quarantine import (
     REPORT_FILE,
@@ -251,3 +252,35 @@ def test_dedup_needs_every_shard_and_a_rerun_gives_the_bytes_of_a_clean_run(tmp_
     assert [(r["id"], r["duplicate_of"]) for r in removed] == [(docs[24]["id"], docs[12]["id"])]
     for name in ("part-00000.jsonl.gz", "part-00001.jsonl.gz", "part-00002.jsonl.gz"):
         assert (out / "data" / name).read_bytes() == (tmp_path / "clean" / "data" / name).read_bytes()
+
+
+def test_tokenize_instructions_leaves_a_bad_shard_out_and_its_ledger_says_so(tmp_path, tokenizer_dir):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text(
+        "".join(json.dumps({"id": f"r{i}", "prompt": "the river", "response": "the stone"}) + "\n" for i in range(6)))
+    (tmp_path / "in" / "b.jsonl.gz").write_bytes(b"not gzip")
+    out = tmp_path / "cache"
+    config = TokenizeInstructionsConfig(input_path=str(tmp_path / "in"), output_path=str(out),
+                                        tokenizer=tokenizer_dir, shard_policy=ShardPolicy(retries=0))
+    with pytest.raises(BadShardsError, match=r"(?s)tokenize instructions: 1 of 2 shards are bad .*b\.jsonl\.gz"):
+        tokenize_instructions(config)
+    result = tokenize_instructions(dataclasses.replace(config, shard_policy=ShardPolicy(retries=0, max_bad_shards=1)))
+    assert result["records"] == 6 and result["shards_reused"] == 1
+    ledger = json.loads((out / "ledger.json").read_text())
+    assert [e["shard"] for e in ledger["left_out"]] == [str(tmp_path / "in" / "b.jsonl.gz")]
+
+
+def test_fuzzy_dedup_names_a_bad_shard_in_its_signature_phase_and_reruns_only_it(tmp_path):
+    docs = _corrupt_corpus(tmp_path / "docs", bad=(0,))
+    out = tmp_path / "out"
+    config = DedupConfig(input_path=str(tmp_path / "docs"), output_path=str(out), num_workers=2, lsh_partitions=2,
+                         shard_policy=ShardPolicy(retries=0))
+    with pytest.raises(BadShardsError, match=r"(?s)dedup_fuzzy: signatures: 1 of 3 shards are bad \(allowed: 0; "
+                                             r"this phase needs every shard\).*part-00000\.jsonl\.gz"):
+        dedup_fuzzy(config)
+    assert read_report(str(out))["phase"] == "dedup_fuzzy: signatures"
+    kept = sorted(p.name for p in (out / ".work" / "minhash").glob("*.done"))
+    assert kept == ["part-00001.jsonl.gz.done", "part-00002.jsonl.gz.done"]
+    write_documents(str(tmp_path / "docs" / "part-00000.jsonl.gz"), docs[:12])
+    result = dedup_fuzzy(config)
+    assert result["documents_read"] == len(docs) and read_report(str(out)) is None
