@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from marin_lab.io import fs as mfs
 from marin_lab.io.documents import write_documents
 from marin_lab.processing.errors import ExtractError
-from marin_lab.processing.quarantine import ShardPolicy, map_shards_quarantined
-from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
+from marin_lab.processing.quarantine import Quarantine, ShardPolicy
+from marin_lab.processing.shards import mark_shard_done, read_shard_done
 from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
@@ -56,10 +56,10 @@ class ExtractConfig:
     on_bad_record: str = versioned_field("raise")
     """'raise': a page the extractor fails on stops the step; 'skip': it is counted and skipped."""
     num_workers: int = 1
+    """Processes (or Ray tasks) extracting shards in parallel; never changes the output."""
     shard_policy: ShardPolicy | None = None
     """Quarantine failing shards (retries, time limit, allowance, memory per shard; docs/data.md
     "Bad shards"); None: the first failing shard fails the step."""
-    """Processes (or Ray tasks) extracting shards in parallel; never changes the output."""
 
 
 def html_to_text(html: bytes, *, method: str = "resiliparse", main_content: bool = True) -> tuple[str, str | None]:
@@ -200,13 +200,10 @@ def extract(config: ExtractConfig) -> dict:
     files = _html_files(config)
     groups = _group(files, config.num_shards)
     tasks = [_ShardTask(i, g, config) for i, g in enumerate(groups)]
-    bad: list[dict] = []
-    if config.shard_policy is None:
-        results = map_shards(_extract_shard, tasks, num_workers=config.num_workers, desc="extract")
-    else:
-        outcome = map_shards_quarantined(_extract_shard, tasks, num_workers=config.num_workers, desc="extract",
-                                         policy=config.shard_policy)
-        results, bad = [r for r in outcome.results if r is not None], outcome.bad
+    shards = Quarantine("extract", config.output_path, config.shard_policy)
+    results = [r for r in shards.map(_extract_shard, tasks, num_workers=config.num_workers, desc="extract")
+               if r is not None]
+    bad = shards.finish()
     left_out = sum(len(tasks[b["task"]].files) for b in bad)
     summary = {
         "input_files": len(files),

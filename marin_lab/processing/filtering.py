@@ -149,8 +149,12 @@ def filter_shard(
     return info
 
 
-def summarize(step: str, shard_infos: list[dict], **extra) -> dict:
-    """The step's return value: totals over shards, checked to account for every document."""
+def summarize(step: str, shard_infos: list[dict | None], *, left_out: list[dict] | None = None, **extra) -> dict:
+    """The step's return value: totals over shards, checked to account for every document.
+
+    `left_out`: the bad shards a step with a shard policy left out within its allowance (their
+    infos are None); listed as `bad_shards` so the record says what the output lacks."""
+    shard_infos = [info for info in shard_infos if info is not None]
     totals = {"read": 0, "kept": 0, "skipped": 0}
     removed: dict[str, int] = {}
     skip_reasons: dict[str, int] = {}
@@ -181,6 +185,7 @@ def summarize(step: str, shard_infos: list[dict], **extra) -> dict:
         "skipped_bad": totals["skipped"],
         "skip_reasons": dict(sorted(skip_reasons.items())),
         "skip_examples": examples,
+        **({"bad_shards": left_out} if left_out is not None else {}),
         **extra,
     }
     logger.info(
