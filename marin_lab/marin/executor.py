@@ -1,29 +1,84 @@
-"""Marin's lower-level executor spellings, for code (and tests) written against its internals.
+"""Marin's executor (`marin.execution.executor` and `executor_step_status`), over marin_lab's.
 
-Experiment files never need these: they use the names exported by `marin_lab.execution`. Tools
-and tests that reached into Marin's executor find here `StatusFile` (its status, and its lock
-methods over our lease file), `Lease`/`HEARTBEAT_TIMEOUT`, `collect_dependencies_and_version(obj)`
-and `get_status_path`/`get_info_path`, with Marin's meaning. See docs/coming_from_marin.md.
+`Executor` is marin_lab's executor plus what Marin's shows after `run` or `plan`: `steps`,
+`output_paths[step]`, `configs[step]`, `versions[step]`, `version_strs[step]` and
+`dependencies[step]`, keyed by the user's own step objects (`MarinView`). The rest is for tools
+written against Marin's internals: `StatusFile` (its status, and its lock methods over our lease
+file), `Lease`/`HEARTBEAT_TIMEOUT`, `collect_dependencies_and_version(obj)` and
+`get_status_path`/`get_info_path`, with Marin's meaning. Experiment files need none of this:
+`marin_lab.execution` exports `ExecutorStep`, `executor_main` and the rest. See
+docs/coming_from_marin.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Any
 
+from marin_lab.execution import executor as core
 from marin_lab.execution import lease as leases
-from marin_lab.execution.errors import LeaseLostError
-from marin_lab.execution.hashing import scan_config
+from marin_lab.execution.errors import ExecutorConfigError, LeaseLostError
+from marin_lab.execution.hashing import canonical_json, scan_config
+from marin_lab.execution.plan import Plan
 from marin_lab.execution.status import info_path as get_info_path
 from marin_lab.execution.status import read_status
 from marin_lab.execution.status import status_path as get_status_path
 from marin_lab.execution.step import ExecutorStep
 
 __all__ = [
-    "HEARTBEAT_TIMEOUT", "Dependencies", "Lease", "StatusFile", "collect_dependencies_and_version", "get_info_path",
-    "get_status_path",
+    "HEARTBEAT_TIMEOUT", "Dependencies", "Executor", "Lease", "MarinView", "StatusFile",
+    "collect_dependencies_and_version", "get_info_path", "get_status_path",
 ]
+
+
+class MarinView:
+    """A plan seen the way Marin's `Executor` shows it: dicts keyed by the user's step objects."""
+
+    def __init__(self, plan: Plan):
+        self._plan = plan
+        first: dict[int, ExecutorStep] = {}
+        for obj in plan.objects:
+            first.setdefault(id(plan.object_map[id(obj)]), obj)
+        self.steps: list[ExecutorStep] = [first[id(ps)] for ps in plan.steps]
+        """One object per distinct step, dependencies first."""
+        planned = {obj: plan.object_map[id(obj)] for obj in plan.objects}
+        self.output_paths: dict[ExecutorStep, str] = {o: ps.output_path for o, ps in planned.items()}
+        self.versions: dict[ExecutorStep, dict[str, Any]] = {o: ps.version for o, ps in planned.items()}
+        self.version_strs: dict[ExecutorStep, str] = {o: canonical_json(ps.version) for o, ps in planned.items()}
+        self.dependencies: dict[ExecutorStep, list[ExecutorStep]] = {
+            o: [first[id(d)] for d in ps.dependencies] for o, ps in planned.items()}
+        self._planned = planned
+
+    @functools.cached_property
+    def configs(self) -> dict[ExecutorStep, Any]:
+        """Each step's resolved config (what its function receives)."""
+        resolved = {id(ps): self._plan.resolve_config(ps) for ps in self._plan.steps}
+        return {o: resolved[id(ps)] for o, ps in self._planned.items()}
+
+
+class Executor(core.Executor):
+    """marin_lab's `Executor` with Marin's attributes for the last plan it made (see the module docstring)."""
+
+    _view: tuple[Plan, MarinView] | None = None
+
+    def marin_view(self) -> MarinView:
+        """The last plan as Marin shows it (made once per plan)."""
+        plan = self.last_plan
+        if plan is None:
+            # Not an AttributeError: from inside a property, that would be taken for a missing attribute.
+            raise ExecutorConfigError("this executor has not planned anything yet; call run(steps) or plan(steps) first")
+        if self._view is None or self._view[0] is not plan:
+            self._view = (plan, MarinView(plan))
+        return self._view[1]
+
+    steps = property(lambda self: self.marin_view().steps)
+    output_paths = property(lambda self: self.marin_view().output_paths)
+    configs = property(lambda self: self.marin_view().configs)
+    versions = property(lambda self: self.marin_view().versions)
+    version_strs = property(lambda self: self.marin_view().version_strs)
+    dependencies = property(lambda self: self.marin_view().dependencies)
 
 HEARTBEAT_TIMEOUT = leases.DEFAULT_TIMEOUT_S
 """Seconds after its last heartbeat that a lease is stale (Marin's name)."""
