@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from marin_lab.execution.errors import CycleError, ExecutorConfigError, MissingDependencyError, StepDefinitionError
+from marin_lab.execution.extras import environment_for_groups
 from marin_lab.execution.hashing import ConfigScan, hash8, scan_config, version_of
 from marin_lab.execution.resources import RAY_OPTION_KEYS
 from marin_lab.execution.sources import portable_value
@@ -212,8 +213,6 @@ def _normalized(step: ExecutorStep) -> ExecutorStep:
                        if k in RAY_OPTION_KEYS and v is not None}
             changes["resources"] = options or None
     if step.pip_dependency_groups is not None:
-        from marin_lab.execution.extras import environment_for_groups
-
         changes["environment"] = environment_for_groups(step.pip_dependency_groups, step_label=_label(step))
     environment = changes.get("environment", step.environment)
     fn = changes.get("fn", step.fn)

@@ -59,8 +59,6 @@ KNOWN_LOCAL: set[tuple[str, str]] = {
     ("execution/backends.py", "marin_lab.execution.lease"),
     ("execution/backends.py", "marin_lab.io.conditional"),
     ("execution/code_provenance.py", "marin_lab"),
-    ("execution/extras.py", "marin_lab.execution.environments"),
-    ("execution/plan.py", "marin_lab.execution.extras"),
     ("execution/reproduce.py", "marin_lab.execution.executor"),
     ("execution/reproduce.py", "marin_lab.execution.main"),
     ("execution/reproduce.py", "marin_lab.execution.provenance"),
