@@ -5,9 +5,9 @@
 `dependencies[step]`, keyed by the user's own step objects (`MarinView`). The rest is for tools
 written against Marin's internals: `StatusFile` (its status, and its lock methods over our lease
 file), `Lease`/`HEARTBEAT_TIMEOUT`, `collect_dependencies_and_version(obj)` and
-`get_status_path`/`get_info_path`, with Marin's meaning. Experiment files need none of this:
-`marin_lab.execution` exports `ExecutorStep`, `executor_main` and the rest. See
-docs/coming_from_marin.md.
+`get_status_path`/`get_info_path`, with Marin's meaning. The other names of Marin's module
+(`ExecutorStep`, `executor_main`, `versioned`, ...) are marin_lab.execution's, re-exported so that
+one Marin import line ports as one line. See docs/coming_from_marin.md.
 """
 
 from __future__ import annotations
@@ -17,6 +17,25 @@ import functools
 import time
 from typing import Any
 
+from marin_lab.execution import (
+    STATUS_DEP_FAILED,
+    STATUS_FAILED,
+    STATUS_RUNNING,
+    STATUS_SUCCESS,
+    STATUS_WAITING,
+    THIS_OUTPUT_PATH,
+    ExecutorMainConfig,
+    InputName,
+    OutputName,
+    VersionedValue,
+    ensure_versioned,
+    executor_main,
+    get_executor_step,
+    output_path_of,
+    this_output_path,
+    unwrap_versioned_value,
+    versioned,
+)
 from marin_lab.execution import executor as core
 from marin_lab.execution import lease as leases
 from marin_lab.execution.errors import ExecutorConfigError, LeaseLostError
@@ -28,8 +47,11 @@ from marin_lab.execution.status import status_path as get_status_path
 from marin_lab.execution.step import ExecutorStep
 
 __all__ = [
-    "HEARTBEAT_TIMEOUT", "Dependencies", "Executor", "Lease", "MarinView", "StatusFile",
-    "collect_dependencies_and_version", "get_info_path", "get_status_path",
+    "HEARTBEAT_TIMEOUT", "STATUS_DEP_FAILED", "STATUS_FAILED", "STATUS_RUNNING", "STATUS_SUCCESS", "STATUS_WAITING",
+    "THIS_OUTPUT_PATH", "Dependencies", "Executor", "ExecutorMainConfig", "ExecutorStep", "InputName", "Lease",
+    "MarinView", "OutputName", "StatusFile", "VersionedValue", "collect_dependencies_and_version",
+    "ensure_versioned", "executor_main", "get_executor_step", "get_info_path", "get_status_path", "output_path_of",
+    "this_output_path", "unwrap_versioned_value", "versioned",
 ]
 
 

@@ -268,3 +268,13 @@ def test_nonblocking_input_runs_beside_a_training_step_still_running(tmp_path):
     report = Executor(str(tmp_path / "store"), backend="local", max_concurrent=2).run([train, evaluate])
     assert len(report.executed) == 2 and report.failed == []
     assert open(marker).read() == "seen step-1"
+
+
+def test_marin_executor_module_holds_every_name_a_marin_import_line_needs():
+    import marin_lab.execution
+
+    for name in marin_executor.__all__:
+        assert hasattr(marin_executor, name), name
+    assert marin_executor.ExecutorStep is marin_lab.execution.ExecutorStep
+    assert marin_executor.executor_main is marin_lab.execution.executor_main
+    assert issubclass(marin_executor.Executor, marin_lab.execution.Executor)
