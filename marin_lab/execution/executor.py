@@ -56,7 +56,6 @@ logger = logging.getLogger(__name__)
 _MARIN_VIEW = frozenset({"steps", "output_paths", "configs", "versions", "version_strs", "dependencies"})
 
 
-
 @dataclasses.dataclass
 class RunReport:
     plan: Plan
