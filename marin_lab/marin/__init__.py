@@ -12,6 +12,7 @@ above them (tests/unit/test_layering.py) and adapts their objects to Marin's nam
 - `marin_lab.marin.models`: Marin's Llama presets and tokenizer names (`experiments.llama` and
   `experiments.marin_models` re-export them).
 
-Submodules are imported by name; this file imports none, so `marin_lab.resources` stays light.
+Submodules are imported by name; this file imports none of them, so `marin_lab.resources` does not
+load JAX through `models.py`.
 See docs/coming_from_marin.md.
 """
