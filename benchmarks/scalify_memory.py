@@ -9,7 +9,7 @@ XLA's `memory_analysis()` gives argument / temporary / output bytes per device, 
 activations and gradients; at 1B that compile needs a GPU-sized host.
 
     python benchmarks/scalify_memory.py                    # llama_1b, abstract state only
-    python benchmarks/scalify_memory.py --models llama_nano --compile
+    python benchmarks/scalify_memory.py --models lab_nano --compile
 """
 
 from __future__ import annotations

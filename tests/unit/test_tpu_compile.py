@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from experiments.models import llama_nano
+from experiments.models import lab_nano
 from marin_lab.cli import main
 from marin_lab.cluster import tpu_topology
 from marin_lab.cluster.compile_report import render
@@ -21,7 +21,7 @@ from marin_lab.cluster.tpu_compile import compile_training_step
 from marin_lab.cluster.tpu_topology import parse_topology
 from marin_lab.training import DataConfig, MeshConfig, TrainingError, TrainLmConfig
 
-TINY = dataclasses.replace(llama_nano, num_layers=2, vocab_size=512, max_seq_len=4096)
+TINY = dataclasses.replace(lab_nano, num_layers=2, vocab_size=512, max_seq_len=4096)
 
 
 def _config(**overrides) -> TrainLmConfig:
@@ -32,12 +32,12 @@ def _config(**overrides) -> TrainLmConfig:
 
 EXPERIMENT = textwrap.dedent('''
     import dataclasses
-    from experiments.models import llama_nano
+    from experiments.models import lab_nano
     from marin_lab.cluster.resources import TpuResources
     from marin_lab.execution import ExecutorStep, executor_main, this_output_path
     from marin_lab.training import DataConfig, MeshConfig, TrainLmConfig, train_lm
 
-    model = dataclasses.replace(llama_nano, num_layers=2, vocab_size=512)
+    model = dataclasses.replace(lab_nano, num_layers=2, vocab_size=512)
     def train(name, resources, **kw):
         fields = dict(batch_size=8, seq_len=128, gradient_checkpointing=True, mesh=MeshConfig(fsdp=-1))
         config = TrainLmConfig(output_path=this_output_path(), data=DataConfig(caches={}), model=model,
@@ -100,14 +100,14 @@ def test_fsdp_over_two_slices_gathers_parameters_across_the_dcn():
 
 FINETUNE = textwrap.dedent('''
     import dataclasses
-    from experiments.models import llama_nano
+    from experiments.models import lab_nano
     from marin_lab.cluster.resources import TpuResources
     from marin_lab.execution import ExecutorStep, executor_main, this_output_path
     from marin_lab.peft.lora import LoraConfig
     from marin_lab.training import DataConfig
     from marin_lab.training.finetune import FinetuneConfig, finetune_lm
 
-    model = dataclasses.replace(llama_nano, num_layers=2, vocab_size=512, max_seq_len=4096)
+    model = dataclasses.replace(lab_nano, num_layers=2, vocab_size=512, max_seq_len=4096)
     # 32 sequences of 4096 per chip without remat: fp32 attention scores alone are ~8 GiB a layer.
     config = FinetuneConfig(output_path=this_output_path(), data=DataConfig(caches={}), base="never-read",
                             mode="lora", lora=LoraConfig(rank=8), model=model, batch_size=128, seq_len=4096, gradient_checkpointing=False)
