@@ -148,7 +148,7 @@ class Browser:
             for dep in deps[key]:
                 dependents.setdefault(dep, []).append(key)
         known = set(keys)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for key, step, step_dir, detail in zip(keys, steps, dirs, details):
             status = detail["status"]
             rows.append({

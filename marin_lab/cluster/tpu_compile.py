@@ -127,7 +127,7 @@ def remat_extra_flops(model: LlamaConfig, remat: bool | str, tokens: int, seq_le
     if remat is True or remat == "full":
         block_params = model.num_params(include_embedding=False) - model.hidden_dim  # no final norm
         if not model.tie_embeddings:
-            block_params -= model.hidden_dim * model.vocab_size  # the head is not inside a block
+            block_params -= model.hidden_dim * model.resolved_vocab_size  # the head is not inside a block
         return 2.0 * block_params * tokens + attention_fwd
     if remat:  # save_dots / offload_dots keep weight matmuls; attention's batched dots are recomputed
         return attention_fwd
@@ -230,6 +230,7 @@ def _oom_bytes(message: str) -> tuple[int | None, int | None]:
 def compile_training_step(step: str, function: str, config: Any, topology: Topology) -> StepReport:
     """Compile one train_lm / finetune_lm step's train step for `topology` and report on it."""
     config = plain_config(config)
+    remat: bool | str
     if isinstance(config, TrainLmConfig):
         step_fn, args, model, mesh_shape = _pretraining(step, config, topology)
         remat, seq_len = config.gradient_checkpointing, config.seq_len
@@ -295,7 +296,7 @@ def _roofline(hardware_flops: float, collectives: list[Collective], topology: To
              "ici": net["ici"] / chip.ici_bytes_per_s}
     if chip.dcn_bytes_per_s and net["dcn"]:
         times["dcn"] = net["dcn"] / chip.dcn_bytes_per_s
-    bound = max(times, key=times.get)
+    bound = max(times, key=lambda k: times[k])
     return times[bound], bound
 
 

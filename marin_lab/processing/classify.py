@@ -132,7 +132,7 @@ class TrainClassifierConfig:
     """Folders or shards of documents of the positive class (what to keep)."""
     negative_paths: tuple[str, ...] = versioned_field()
     """Folders or shards of documents of the negative class."""
-    output_path: str
+    output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """Where `model.bin` goes."""
     positive_label: str = versioned_field("hq")
     """fastText label of the positive class (written as `__label__hq`)."""
@@ -165,7 +165,7 @@ class TrainClassifierConfig:
 
 
 def _read_class(paths: tuple[str, ...], on_bad_record: str, stats: ReadStats) -> list[str]:
-    texts = []
+    texts: list[str] = []
     for path in paths:
         for shard in list_shards(path):
             texts.extend(d["text"] for d in read_documents(shard, on_bad_record=on_bad_record, stats=stats))
@@ -330,7 +330,7 @@ class ClassifyFilterConfig:
 
     input_path: str = versioned_field()
     """Folder (or single shard) of input documents."""
-    output_path: str
+    output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """Where `data/` (kept documents) and `removed/` (removal records with scores) go."""
     model_path: str = versioned_field()
     """The fastText model (.bin/.ftz): a trained classifier's model.bin, or lid.176.ftz (e.g. as the

@@ -151,10 +151,10 @@ def read_instructions(path: str, *, on_bad_record: str, stats: ReadStats) -> Ite
             except json.JSONDecodeError as err:
                 found = ("bad_json", f"malformed JSON ({err.msg} at column {err.colno})")
             if isinstance(found, tuple):
-                err = BadRecordError(path, lineno, *found)
+                bad = BadRecordError(path, lineno, *found)
                 if on_bad_record == "raise":
-                    raise err
-                stats.add_skip(err)
+                    raise bad
+                stats.add_skip(bad)
                 continue
             stats.read += 1
             yield obj["id"], found

@@ -17,7 +17,7 @@ from marin_lab.cli import main
 from marin_lab.cluster import tpu_topology
 from marin_lab.cluster.compile_report import render
 from marin_lab.cluster.hlo_collectives import parse_collectives
-from marin_lab.cluster.tpu_compile import compile_training_step
+from marin_lab.cluster.tpu_compile import StepReport, compile_training_step
 from marin_lab.cluster.tpu_topology import parse_topology
 from marin_lab.training import DataConfig, MeshConfig, TrainingError, TrainLmConfig
 
@@ -227,3 +227,14 @@ def test_collectives_in_a_loop_count_once_per_iteration():
         ("all-gather", "dcn"): (32, 32 * 2 * 16 * 2),
         ("all-reduce", "dcn"): (1, 1024 * 4),
     }
+
+
+def test_a_zero_step_time_is_reported_without_an_estimate():
+    # est_step_s 0.0 (no FLOPs, no traffic) leaves tokens/s and MFU None: the report shows "-".
+    report = StepReport(step="s", function="train_lm", topology="v5e-8", slices=1, chips=8, mesh={"fsdp": 8},
+                        fits=True, hbm_bytes_per_chip=1 << 30, hbm_capacity_bytes=16 << 30, hbm={},
+                        flops_per_step=0.0, hardware_flops_per_step=0.0, tokens_per_step=0,
+                        chip_peak_flops=1.97e14, est_step_s=0.0, est_tokens_per_s=None, est_mfu=None,
+                        bound="compute", compiler_optimal_s=None, compile_s=1.0, compile_cpu_s=1.0,
+                        collectives=[], remat="none", attention="xla")
+    assert "estimate (roofline, chip peak 197 TFLOP/s): -" in render([report], "text")
