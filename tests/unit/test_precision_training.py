@@ -10,10 +10,10 @@ import os
 import numpy as np
 import pytest
 
+from experiments.paired import Variant, paired_curves, relative_gap
 from marin_lab.execution import ExecutorStep, this_output_path
 from marin_lab.execution.plan import build_plan
 from marin_lab.precision import PrecisionConfig
-from marin_lab.precision.paired import Variant, paired_curves, relative_gap
 from marin_lab.training import TrainingError, train_lm
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.testing import synthetic_documents, tiny_model, tiny_train_config, write_synthetic_cache
@@ -37,7 +37,7 @@ def test_policy_change_gives_a_new_step_identity():
     policies = [PrecisionConfig(), PrecisionConfig(matmul="fp8"), PrecisionConfig(matmul="fp8_delayed"),
                 PrecisionConfig(matmul="fp8_delayed", amax_history_len=8),
                 PrecisionConfig(optimizer_state="float16_scaled"), PrecisionConfig(rescale_logits_grad=True),
-                PrecisionConfig(matmul="scalify")]
+                PrecisionConfig(matmul="scalify"), PrecisionConfig(export_dtype="bfloat16")]
     hashes = [build_plan([step(p)], "/prefix").steps[0].hash for p in policies]
     assert len(set(hashes)) == len(policies)
     assert build_plan([step(PrecisionConfig(matmul="fp8"))], "/prefix").steps[0].hash == hashes[1]
@@ -50,7 +50,7 @@ def test_policy_change_gives_a_new_step_identity():
         (PrecisionConfig(matmul="fp8_delayed", amax_history_len=0), r"precision.amax_history_len=0"),
         (PrecisionConfig(matmul="mxfp8"), r"precision.matmul='mxfp8'"),
         (PrecisionConfig(matmul="fp8", fp8_lm_head=True), r"ties it to the embedding"),
-        (PrecisionConfig(matmul="scalify", master_weights="float16_scaled"), r"train_lm's checkpoints"),
+        (PrecisionConfig(export_dtype="float16"), r"precision.export_dtype='float16' is not one of"),
     ],
 )
 def test_bad_policy_fails_before_training(cache, tmp_path, policy, match):

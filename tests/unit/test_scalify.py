@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from experiments.paired import Variant, paired_curves, relative_error
 from marin_lab.precision import PrecisionConfig, PrecisionError, ScaledArray
 from marin_lab.precision.audit import amax_fed_float8_casts
-from marin_lab.precision.paired import Variant, paired_curves, relative_error
 from marin_lab.precision.scalify import per_layer_scale, scalify, tensor_scale, to_values
 from marin_lab.precision.scalify_train import _layer_stats, f8_linear, metrics, overflow_message
 from marin_lab.training.mesh import MeshConfig
