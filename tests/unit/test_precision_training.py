@@ -179,5 +179,6 @@ def test_scalify_is_within_2_percent_of_fp32_on_every_seed_with_per_layer_scales
         last = curves.last_metrics[("scalify", seed)]
         assert last["scalify/nonfinite"] == 0
         for layer in ("layer00", "layer01"):
-            assert last[f"scalify/{layer}/act_scale_log2"] == int(last[f"scalify/{layer}/act_scale_log2"])
+            act = last[f"scalify/{layer}/act_scale_log2"]
+            assert abs(act - round(act)) < 1e-4  # a power of two
             assert -40 < last[f"scalify/{layer}/grad_scale_log2"] < 10
