@@ -27,6 +27,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 from marin_lab.execution.artifacts import reproducibility
 from marin_lab.io import fs as mfs  # noqa: E402
+from marin_lab.precision import masters  # noqa: E402
 from marin_lab.precision.scalify_train import overflow_message as scalify_overflow  # noqa: E402
 from marin_lab.training import checkpoint as ckpt  # noqa: E402
 from marin_lab.training import distributed  # noqa: E402
@@ -56,12 +57,6 @@ def validate_config(config: TrainLmConfig) -> None:
         config.precision.check_backend()
     except ValueError as err:
         raise TrainingError(str(err)) from err
-    if config.precision.master_weights != "float32":
-        raise TrainingError(
-            f"precision.master_weights={config.precision.master_weights!r}: float16 master weights run in the "
-            "train step (marin_lab.precision.paired, benchmarks) but train_lm's checkpoints and Hugging Face "
-            "export read float32 parameters only; use master_weights='float32' (optimizer_state="
-            "'float16_scaled' still halves Adam's state)")
     if config.backend not in BACKENDS:
         raise TrainingError(f"backend={config.backend!r} is not one of {BACKENDS}")
     try:
@@ -380,7 +375,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
             if config.steps_per_eval and (done % config.steps_per_eval == 0 or done == end_step) and evaluate:
                 finish_step(*pending)
                 pending = None
-                last_eval = _evaluate(config, state["params"], done)
+                last_eval = _evaluate(config, masters.plain_params(state["params"]), done)
                 metrics.log(last_eval)
             if checkpointer.should_save(done, is_last=done == config.num_train_steps) or done == end_step:
                 if pending is not None:  # never checkpoint a state whose loss was not checked
@@ -397,7 +392,7 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
     final_step = int(jax.device_get(state["step"]))
     task_results = None
     if config.eval_tasks and final_step == config.num_train_steps and jax.process_count() == 1:
-        task_results = _evaluate_tasks(config, state["params"], final_step)
+        task_results = _evaluate_tasks(config, masters.plain_params(state["params"]), final_step)
         metrics.log(task_results)
         metrics.flush()
     final_checkpoint = ckpt.latest_checkpoint(mfs.join(config.output_path, "checkpoints"))
@@ -405,10 +400,14 @@ def train_lm(config: TrainLmConfig) -> dict[str, Any]:
     if config.export_hf and final_step == config.num_train_steps and jax.process_index() == 0:
         # From the final (sharded) checkpoint, one parameter at a time: nothing is gathered.
         first_cache = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
+        read = functools.partial(ckpt.load_subtree, final_checkpoint, "params", this_process_only=True)
         hf_path = export_hf_from_checkpoint(final_checkpoint, config.model, mfs.join(config.output_path, "hf"),
                                             tokenizer_url=first_cache.tokenizer_url(),
                                             bos_id=first_cache.ledger.get("bos_id"),
-                                            eos_id=first_cache.ledger.get("eos_id"))
+                                            eos_id=first_cache.ledger.get("eos_id"),
+                                            leaves=masters.export_leaves(read, state["params"],
+                                                                         config.precision.export_dtype),
+                                            dtype=config.precision.export_dtype)
     summary = {
         "final_step": final_step, "num_train_steps": config.num_train_steps, "start": how,
         "final_loss": last.get("loss"), "steps_this_run": final_step - start_step,

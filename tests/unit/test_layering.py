@@ -36,7 +36,6 @@ LAYERS: dict[str, int] = {
 # and passing evaluation into the training loop as hooks.
 KNOWN_UPWARD: set[tuple[str, str]] = {
     ("peft", "training"),       # peft/lora.py uses the model's parameter layout from training/model.py
-    ("precision", "training"),  # precision/paired.py drives train_lm; precision/policy.py names model pieces
 }
 
 # Function-local marin_lab imports that exist today: (file, imported module). Each is a cycle or a
