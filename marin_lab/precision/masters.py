@@ -69,7 +69,8 @@ def _abstract(leaf: Any) -> Any:
         return jax.ShapeDtypeStruct(np.shape(x), x.dtype)
 
     if is_scaled(leaf):
-        return ScaledArray(one(leaf.data), one(leaf.scale))
+        # A pytree of shapes in ScaledArray's form (what a checkpoint restore is asked for).
+        return ScaledArray(one(leaf.data), one(leaf.scale))  # type: ignore[arg-type]
     return one(leaf)
 
 
