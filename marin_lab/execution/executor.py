@@ -191,8 +191,8 @@ class Executor:
             if plan_format == "text":
                 print(self.format_plan(decisions), flush=True)
             else:
-                report = plan_report(decisions, prefix=self.prefix, backend=self.backend_name, script=self.script)
-                print(render_plan(report, plan_format), flush=True)
+                plan_doc = plan_report(decisions, prefix=self.prefix, backend=self.backend_name, script=self.script)
+                print(render_plan(plan_doc, plan_format), flush=True)
             return RunReport(plan, decisions, {}, None)
         self._code = None  # the tree may have changed since this executor's last run
         experiment_path = self._write_experiment(plan)

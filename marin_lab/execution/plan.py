@@ -454,4 +454,5 @@ def _resolve(obj: Any, planned: PlannedStep, plan: Plan) -> Any:
 def _find_dep(inp: InputName, plan: Plan) -> PlannedStep:
     if inp.step is not None:
         return plan.object_map[id(inp.step)]
+    assert inp.step_name is not None  # an InputName names its step by object or by name
     return plan.named_map[inp.step_name]

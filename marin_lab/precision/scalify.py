@@ -233,13 +233,13 @@ def _while(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
     body, body_c = _closed(p["body_jaxpr"])
     inner = ctx.inner("while loop", eqn, record=False)
 
-    def cond_fn(carry: list[Any]) -> jax.Array:
+    def cond_fn(carry: Any) -> jax.Array:
         (out,) = eval_jaxpr(cond, cond_c, [*cond_consts, *carry], inner)
         if is_scaled(out):
             raise PrecisionError(f"precision 'scalify': the condition of the while loop at {_where(eqn)} is scaled")
         return out
 
-    def body_fn(carry: list[Any]) -> list[Any]:
+    def body_fn(carry: Any) -> list[Any]:
         outs = eval_jaxpr(body, body_c, [*body_consts, *carry], inner)
         return _rescale([_match(o, c) for o, c in zip(outs, carry)])[0]
 

@@ -89,7 +89,7 @@ class DedupConfig:
 
     input_path: str = versioned_field()
     """Folder (or single shard) of input documents (.jsonl, .jsonl.gz, .jsonl.zst)."""
-    output_path: str
+    output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """Where `data/` (kept documents), `removed/` (removal records) and `.work/` go."""
     ngram_size: int = versioned_field(5)
     """Fuzzy: words per shingle (FineWeb: 5)."""
@@ -149,7 +149,7 @@ def _work_file(config: DedupConfig, plan: ShardPlan, kind: str) -> str:
 
 def _save_npz(path: str, **arrays: np.ndarray) -> None:
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle
     mfs.atomic_write_bytes(path, buf.getvalue())
 
 
@@ -169,7 +169,8 @@ def _ids_array(docs: list[dict]) -> np.ndarray:
 
 def _all_done(plans: list[ShardPlan]) -> list[dict] | None:
     infos = [read_shard_done(p.output_file) for p in plans]
-    return infos if all(i is not None for i in infos) else None
+    done = [i for i in infos if i is not None]
+    return done if len(done) == len(infos) else None
 
 
 # ---------------------------------------------------------------- fuzzy
@@ -462,8 +463,8 @@ def dedup_exact(config: DedupConfig) -> dict:
         }
 
     doc_dup = first != np.arange(first.size)
-    for g in np.flatnonzero(doc_dup):
-        remove(int(g), "exact_duplicate", int(first[g]))
+    for dup_doc in np.flatnonzero(doc_dup):
+        remove(int(dup_doc), "exact_duplicate", int(first[dup_doc]))
 
     paragraphs_removed = 0
     if config.paragraph_level:

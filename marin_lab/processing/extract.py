@@ -37,7 +37,7 @@ METHODS = ("resiliparse", "trafilatura")
 class ExtractConfig:
     input_path: str = versioned_field()
     """Folder of HTML files (searched recursively), e.g. the `data/` of a download step."""
-    output_path: str
+    output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """The step's output; the document shards go to `{output_path}/data/shard-00000.jsonl.zst`..."""
     method: str = versioned_field("resiliparse")
     """HTML-to-text extractor: 'resiliparse' (fast) or 'trafilatura'."""
@@ -69,7 +69,7 @@ def html_to_text(html: bytes, *, method: str = "resiliparse", main_content: bool
         from resiliparse.parse.encoding import bytes_to_str, detect_encoding
         from resiliparse.parse.html import HTMLTree
 
-        tree = HTMLTree.parse(bytes_to_str(html, detect_encoding(html)))
+        tree = HTMLTree.parse(bytes_to_str(html, detect_encoding(html) or "utf-8"))
         title = tree.title.strip() if tree.title else None
         text = extract_plain_text(
             tree, main_content=main_content, alt_texts=False, links=False, comments=False
@@ -85,7 +85,7 @@ def html_to_text(html: bytes, *, method: str = "resiliparse", main_content: bool
         from resiliparse.parse.encoding import bytes_to_str, detect_encoding
 
         doc = trafilatura.bare_extraction(
-            bytes_to_str(html, detect_encoding(html)),
+            bytes_to_str(html, detect_encoding(html) or "utf-8"),
             with_metadata=True,
             include_comments=False,
             favor_recall=not main_content,
@@ -130,7 +130,9 @@ def _extract_shard(task: _ShardTask) -> dict:
     if previous is not None:
         return {**previous, "reused": True}
     source = cfg.source or cfg.input_path.rstrip("/").rsplit("/", 1)[-1]
-    docs, empty, skipped, examples = [], 0, 0, []
+    docs: list[dict] = []
+    examples: list[str] = []
+    empty, skipped = 0, 0
     for rel in task.files:
         url = mfs.join(cfg.input_path, rel)
         html = mfs.read_bytes(url)

@@ -229,7 +229,7 @@ class HeuristicFilterConfig:
 
     input_path: str = versioned_field()
     """Folder (or single shard) of input documents."""
-    output_path: str
+    output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """Where `data/` (kept documents) and `removed/` (records naming the rule) go."""
     rules: QualityRules = versioned_field(default_factory=QualityRules)
     """The thresholds."""

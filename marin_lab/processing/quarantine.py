@@ -261,7 +261,7 @@ def map_shards_quarantined(fn: Callable[[Any], Any], tasks: Sequence[Any], *, nu
     if ray is not None:
         _check_memory_fits(ray, policy.memory_bytes, desc)
         remote = ray.remote(_call).options(num_cpus=1, max_retries=0, memory=policy.memory_bytes)
-        start = lambda i: _RayAttempt(ray, remote, fn, tasks[i])  # noqa: E731
+        start: Callable[[int], _RayAttempt | _LocalAttempt] = lambda i: _RayAttempt(ray, remote, fn, tasks[i])  # noqa: E731
     else:
         ctx = multiprocessing.get_context("spawn")
         start = lambda i: _LocalAttempt(ctx, fn, tasks[i])  # noqa: E731

@@ -76,7 +76,7 @@ CHUNKS_PER_CALL = 4
 class TokenizeConfig:
     input_path: str | list[str] = versioned_field()
     """Folder(s) of documents (.jsonl, .jsonl.gz, .jsonl.zst, .parquet, .txt), read in sorted order."""
-    output_path: str
+    output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """Where the token cache goes (ledger.json, tokenizer.json, train/, validation/)."""
     tokenizer: str = versioned_field()
     """A tokenizer.json path or URL, a folder holding tokenizer.json, or a hub model id."""
@@ -489,7 +489,7 @@ def ledger_left_out(bad: list[dict]) -> list[dict]:
 class TrainTokenizerConfig:
     input_path: str | list[str] = versioned_field()
     """Folder(s) of document shards to learn the vocabulary from."""
-    output_path: str
+    output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """Where tokenizer.json goes."""
     vocab_size: int = versioned_field(8192)
     """Size of the vocabulary, special tokens included."""

@@ -456,8 +456,9 @@ _METRIC_KEYS = {"train/loss": "loss", "learning_rate": "learning_rate", "optim/l
 
 def _wandb_history(wandb_dir: str) -> list[dict[str, Any]]:
     """History rows of the newest W&B run under wandb_dir, read from its .wandb log."""
+    # This runs inside Levanter's environment, whose wandb has these; the checker reads ours.
     from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
+    from wandb.sdk.internal import datastore  # type: ignore[attr-defined]
 
     runs = sorted(Path(wandb_dir).glob("wandb/*run-*/run-*.wandb"), key=lambda f: f.stat().st_mtime)
     if not runs:
@@ -469,7 +470,7 @@ def _wandb_history(wandb_dir: str) -> list[dict[str, Any]]:
         data = store.scan_data()
         if data is None:
             break
-        record = wandb_internal_pb2.Record()
+        record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
         record.ParseFromString(data)
         if record.WhichOneof("record_type") == "history":
             row = {}
