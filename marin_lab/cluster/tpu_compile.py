@@ -33,12 +33,11 @@ import jax.numpy as jnp
 
 from marin_lab.cluster.hlo_collectives import Collective, CollectiveOp, aggregate, collective_ops, summarize
 from marin_lab.cluster.tpu_topology import GiB, Topology
-from marin_lab.peft.lora import LoraError
 from marin_lab.training.attention import AttentionConfigError, check_attention
 from marin_lab.training.base_model import quantize_params
 from marin_lab.training.config import TrainLmConfig
 from marin_lab.training.errors import TrainingError
-from marin_lab.training.finetune import FinetuneConfig, step_plan
+from marin_lab.training.finetune import FinetuneConfig, check_settings, step_plan
 from marin_lab.training.finetune_state import build_step as build_finetune_step
 from marin_lab.training.finetune_state import frozen_base, init_trainable
 from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding
@@ -181,11 +180,8 @@ def _finetuning(step: str, config: FinetuneConfig, topology: Topology) -> tuple[
         raise TrainingError(f"step {step!r}: field model is None; set it to the base's shape to compile the step "
                             "(compiling never reads the base)")
     try:
-        model.validate()
-        config.optimizer.validate()
-        if config.trains_adapters:
-            config.lora.validate(model)
-    except (ValueError, LoraError) as err:
+        check_settings(config, model)
+    except TrainingError as err:
         raise TrainingError(f"step {step!r}: {err}") from err
     _check_attention(step, config.attention_impl, model, config.seq_len)
     mesh = _mesh(step, config.mesh, topology)
