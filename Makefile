@@ -24,9 +24,11 @@ system-deps:
 quickstart: venv
 	$(PY) experiments/quickstart.py
 
-# Unsorted imports and unused code fail the build before any test runs (ruff, pinned in pyproject.toml).
+# Unsorted imports, unused code and type errors fail the build before any test runs (ruff, then
+# mypy over marin_lab; both pinned in pyproject.toml, configured there).
 lint: venv
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 test: venv system-deps lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)

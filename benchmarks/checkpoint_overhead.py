@@ -7,7 +7,7 @@ folder. The two sides alternate, save by save and restore by restore (not in blo
 `--repeats`. The fraction columns say how much one save costs in units of train steps, i.e. the
 throughput lost by saving every k steps is save_fraction / k.
 
-    python benchmarks/checkpoint_overhead.py --models llama_30m,llama_300m
+    python benchmarks/checkpoint_overhead.py --models lab_30m,llama_300m
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from marin_lab.training.optimizer import OptimizerConfig  # noqa: E402
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings  # noqa: E402
 
 # ~290M parameters (33M of them the tied embedding): the issue's "~300M" size.
-MODELS = {**MODELS, "llama_300m": dataclasses.replace(MODELS["llama_30m"], hidden_dim=1024, intermediate_dim=2816,
+MODELS = {**MODELS, "llama_300m": dataclasses.replace(MODELS["lab_30m"], hidden_dim=1024, intermediate_dim=2816,
                                                       num_layers=20, num_heads=16, num_kv_heads=16)}
 
 
@@ -66,7 +66,7 @@ def alternating(a, b, repeats: int, between=None) -> tuple[float, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="llama_nano,llama_30m")
+    p.add_argument("--models", default="lab_nano,lab_30m")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)

@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments.paired import Variant, cosine, paired_curves, relative_error
 from marin_lab.precision import PrecisionConfig, fp8_matmul
-from marin_lab.precision.paired import Variant, cosine, paired_curves, relative_error
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.testing import synthetic_documents, tiny_model
 

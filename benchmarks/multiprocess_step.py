@@ -13,7 +13,7 @@ fsdp=2: parameters split over the 2 devices of a process and replicated across p
 usual layout when hosts are joined by a slower network than their own devices).
 `--meshes dp,fsdp,hsdp` runs all three, interleaved.
 
-    python benchmarks/multiprocess_step.py --model llama_nano --steps 20 --repeats 3 --meshes dp,fsdp,hsdp
+    python benchmarks/multiprocess_step.py --model lab_nano --steps 20 --repeats 3 --meshes dp,fsdp,hsdp
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ MESHES = {"fsdp": MeshConfig(), "hsdp": MeshConfig(data=2, fsdp=-1),
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="llama_nano")
+    p.add_argument("--model", default="lab_nano")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=128)

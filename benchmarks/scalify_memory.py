@@ -9,7 +9,7 @@ XLA's `memory_analysis()` gives argument / temporary / output bytes per device, 
 activations and gradients; at 1B that compile needs a GPU-sized host.
 
     python benchmarks/scalify_memory.py                    # llama_1b, abstract state only
-    python benchmarks/scalify_memory.py --models llama_nano --compile
+    python benchmarks/scalify_memory.py --models lab_nano --compile
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def main() -> None:
     for name in args.models.split(","):
         model = MODELS[name]
         print(f"\n{name}: {model.num_params():,} parameters")
-        print(f"{'format':<42} {'params GB':>10} {'Adam GB':>9} {'state GB':>9} {'vs first':>8}"
-              + ("  compiled arg/temp/out GB" if args.compile else ""))
+        print(f"{'format':<42} {'params B':>15} {'Adam B':>15} {'state B':>15} {'state GB':>9} {'vs first':>8}"
+              f" {'saved B':>15}" + ("  compiled arg/temp/out GB" if args.compile else ""))
         first = None
         for label, (compute, policy) in FORMATS.items():
             tx = opt.build(moments=policy.optimizer_state)
@@ -62,7 +62,8 @@ def main() -> None:
             state = jax.eval_shape(init, jax.random.key(0))
             params, adam, total = _bytes(state["params"]), _bytes(state["opt_state"]), _bytes(state)
             first = first or total
-            line = f"{label:<42} {params / 1e9:>10.3f} {adam / 1e9:>9.3f} {total / 1e9:>9.3f} {total / first:>8.2f}"
+            line = (f"{label:<42} {params:>15,} {adam:>15,} {total:>15,} {total / 1e9:>9.3f} {total / first:>8.2f}"
+                    f" {first - total:>15,}")
             if args.compile:
                 step = make_train_step(model, tx, opt.lr_schedule(10), StepSettings(compute, "float32", precision=policy),
                                        mesh, shard)

@@ -5,7 +5,7 @@ on one fixed batch: each step blocked on (sync) and dispatched back to back (pip
 has a time limit, so it doubles as the stress loop that found a gloo deadlock (docs/training.md):
 a run that does not finish in time is reported as hung.
 
-    python benchmarks/step_probe.py --model llama_nano --mesh dp --steps 100 --repeats 3
+    python benchmarks/step_probe.py --model lab_nano --mesh dp --steps 100 --repeats 3
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def main() -> None:
         child(a[0], a[1], int(a[2]), int(a[3]), int(a[4]), a[5])
         return
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="llama_nano")
+    p.add_argument("--model", default="lab_nano")
     p.add_argument("--mesh", default="dp", choices=("dp", "fsdp", "hsdp"))
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--seq", type=int, default=128)

@@ -156,7 +156,7 @@ def build_torch(model: LlamaConfig, batch: int, seq: int, warmup: int, device: s
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="llama_nano,llama_100m")
+    p.add_argument("--models", default="lab_nano,llama_100m")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--steps", type=int, default=3)

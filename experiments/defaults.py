@@ -358,7 +358,7 @@ def default_train(
         output_path=this_output_path(),
         data=DataConfig(caches=_caches(tokenized), weights=dict(weights) if weights is not None else None,
                         phases=tuple(phases), seed=train_config.data_seed or 0),
-        model=model, optimizer=train_config.optimizer(), num_train_steps=train_config.num_train_steps,
+        model=model, optimizer=train_config.optimizer, num_train_steps=train_config.num_train_steps,
         batch_size=train_config.train_batch_size, seq_len=seq_len, seed=train_config.seed,
         compute_dtype=train_config.resolved_compute_dtype(), z_loss_weight=train_config.z_loss_weight or 0.0,
         initialize_from=output_path_of(start, "checkpoints") if isinstance(start, ExecutorStep) else start,

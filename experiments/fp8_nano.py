@@ -32,7 +32,7 @@ import os
 import numpy as np
 
 from experiments.defaults import default_train
-from experiments.models import llama_nano
+from experiments.models import lab_nano
 from experiments.quickstart import tokenized
 from experiments.simple_train_config import SimpleTrainConfig
 from marin_lab.execution import executor_main
@@ -54,7 +54,7 @@ VARIANTS = {
 def _train(variant: str, seed: int):
     compute_dtype, precision = VARIANTS[variant]
     step = default_train(
-        f"fp8-nano-{variant}-seed{seed}", tokenized, llama_nano,
+        f"fp8-nano-{variant}-seed{seed}", tokenized, lab_nano,
         SimpleTrainConfig(
             resources={"num_cpus": min(2, os.cpu_count() or 1)}, train_batch_size=16, num_train_steps=200,
             train_seq_len=256, learning_rate=3e-3, warmup=0.1, lr_schedule="cosine", seed=seed,

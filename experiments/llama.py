@@ -1,34 +1,26 @@
-"""Marin's Llama presets (its experiments/llama.py): the same names and shapes.
+"""Marin's Llama presets at Marin's path (its experiments/llama.py): the same names and shapes.
 
-As in Marin, a preset has no vocabulary of its own: `default_train` sizes the embedding from the
-tokenizer of the data it trains on. marin_lab's own presets (with their vocabularies, for the
-quickstart and the benchmarks) are in experiments/models.py.
+Defined once in `marin_lab.marin.models`; a preset has no vocabulary of its own (`default_train`
+takes the tokenizer's). marin_lab's own presets, with their vocabularies, are in experiments/models.py.
 """
 
-from __future__ import annotations
+from marin_lab.marin.models import (
+    llama3_tokenizer,
+    llama3_tokenizer_vocab_size,
+    llama_1_4b,
+    llama_1_9b,
+    llama_3_2_1b,
+    llama_8b,
+    llama_30m,
+    llama_50m,
+    llama_75m,
+    llama_150m,
+    llama_300m,
+    llama_600m,
+    llama_nano,
+)
 
-from marin_lab.training import LlamaConfig
-
-llama3_tokenizer = "meta-llama/Meta-Llama-3.1-8B"
-llama3_tokenizer_vocab_size = 128_256
-
-
-def _llama(seq_len: int, hidden: int, ffn: int, heads: int, kv_heads: int, layers: int, *,
-           llama3_rope: bool = False, tied: bool = False) -> LlamaConfig:
-    # Marin's "Llama3RotaryEmbeddingsConfig" presets use RoPE base 500k; the others Llama 2's 10k.
-    return LlamaConfig(vocab_size=None, max_seq_len=seq_len, hidden_dim=hidden, intermediate_dim=ffn,
-                       num_heads=heads, num_kv_heads=kv_heads, num_layers=layers,
-                       rope_theta=500_000.0 if llama3_rope else 10_000.0, tie_embeddings=tied)
-
-
-llama_nano = _llama(512, 32, 128, 2, 2, 2)
-llama_30m = _llama(1024, 128, 448, 2, 2, 4)
-llama_50m = _llama(1024, 192, 448, 2, 2, 4)
-llama_75m = _llama(1024, 256, 896, 4, 4, 8)
-llama_150m = _llama(1024, 512, 1792, 8, 8, 6)
-llama_300m = _llama(1024, 768, 2688, 12, 12, 12)
-llama_600m = _llama(1024, 1024, 3584, 16, 8, 24)
-llama_1_4b = _llama(4096, 2048, 7168, 16, 8, 16)
-llama_1_9b = _llama(4096, 2048, 7168, 16, 8, 24)
-llama_3_2_1b = _llama(4096, 2048, 8192, 32, 8, 16, llama3_rope=True, tied=True)
-llama_8b = _llama(4096, 4096, 14336, 32, 8, 32, llama3_rope=True)
+__all__ = [
+    "llama3_tokenizer", "llama3_tokenizer_vocab_size", "llama_1_4b", "llama_1_9b", "llama_3_2_1b", "llama_8b",
+    "llama_30m", "llama_50m", "llama_75m", "llama_150m", "llama_300m", "llama_600m", "llama_nano",
+]

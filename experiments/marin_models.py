@@ -1,4 +1,5 @@
-"""Marin's model names that are not Llama presets (its experiments/marin_models.py)."""
+"""Marin's model names that are not Llama presets, at Marin's path (its experiments/marin_models.py)."""
 
-marin_tokenizer = "stanford-crfm/marin-tokenizer"
-"""Marin's tokenizer: Llama 3's vocabulary with its own chat template."""
+from marin_lab.marin.models import marin_tokenizer
+
+__all__ = ["marin_tokenizer"]

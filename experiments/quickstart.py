@@ -37,7 +37,7 @@ from experiments.defaults import (
     default_train,
     default_train_tokenizer,
 )
-from experiments.models import llama_nano
+from experiments.models import lab_nano
 from experiments.simple_train_config import SimpleTrainConfig
 from marin_lab.execution import executor_main
 from marin_lab.io.fs import read_text
@@ -54,13 +54,13 @@ filtered = [
     default_language_filter(name, default_quality_filter(name, default_fuzzy_dedup(name, docs)), LID_MODEL)
     for name, docs in (("python-docs", python_docs), ("debian-reference", debian_reference))
 ]
-tokenizer = default_train_tokenizer("quickstart", filtered, vocab_size=llama_nano.vocab_size)
+tokenizer = default_train_tokenizer("quickstart", filtered, vocab_size=lab_nano.vocab_size)
 tokenized = default_tokenize("quickstart", filtered, tokenizer=tokenizer, validation_fraction=0.05)
 
 # ~1M parameters, 300 steps of 16 x 256 tokens (1.2M tokens): about two minutes on 2 CPU cores.
 # The learning rate is high because the model is tiny and the run short (nanoGPT-style).
 model = default_train(
-    "quickstart-nano", tokenized, llama_nano,
+    "quickstart-nano", tokenized, lab_nano,
     SimpleTrainConfig(
         resources={"num_cpus": min(2, os.cpu_count() or 1)}, train_batch_size=16, num_train_steps=300,
         train_seq_len=256, learning_rate=3e-3, warmup=0.1, lr_schedule="cosine",

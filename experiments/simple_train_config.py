@@ -1,9 +1,13 @@
 """`SimpleTrainConfig`: the training knobs of one run in one value, as in Marin.
 
-`default_train(name, tokenized, model_config, train_config)` turns it into a `train_lm` step.
-Fields left None take marin_lab's defaults (`OptimizerConfig`: warmup-stable-decay, weight decay
-0.1, beta2 0.95). Resources use Marin's spellings (`marin_lab.resources`: `CpuOnlyConfig`, `GpuConfig`,
-`TpuPodConfig`; also importable from here) or marin_lab's (`CpuResources`, `GpuResources`, `TpuResources`, a dict of Ray options).
+`default_train(name, tokenized, model_config, train_config)` turns it into a `train_lm` step. The
+optimizer and its schedule are one `OptimizerConfig` (`optimizer`), the value the trainer takes.
+Marin's flat spelling still works: `SimpleTrainConfig(..., learning_rate=3e-3, weight_decay=0.05,
+lr_schedule="cosine")` folds those keywords into that `OptimizerConfig`, and a keyword left out (or
+None) keeps marin_lab's default (warmup-stable-decay, weight decay 0.1, beta2 0.95); reading
+`config.learning_rate` (or any other flat name) reads the optimizer. Resources use Marin's
+spellings (`marin_lab.resources`: `CpuOnlyConfig`, `GpuConfig`, `TpuPodConfig`; also importable
+from here) or marin_lab's (`CpuResources`, `GpuResources`, `TpuResources`, a dict of Ray options).
 """
 
 from __future__ import annotations
@@ -16,8 +20,19 @@ from marin_lab.training import CheckpointConfig, MeshConfig, OptimizerConfig
 
 __all__ = ["CpuOnlyConfig", "GpuConfig", "SimpleTrainConfig", "TpuPodConfig"]
 
+FLAT_OPTIMIZER_FIELDS: dict[str, str] = {
+    "learning_rate": "learning_rate", "weight_decay": "weight_decay", "beta1": "beta1", "beta2": "beta2",
+    "epsilon": "epsilon", "max_grad_norm": "max_grad_norm", "warmup": "warmup", "decay": "decay",
+    "lr_schedule": "schedule", "min_lr_ratio": "min_lr_ratio",
+}
+"""Marin's flat keyword -> the `OptimizerConfig` field it sets."""
 
-@dataclasses.dataclass(frozen=True)
+
+def _flat_property(flat: str, field: str) -> property:
+    return property(lambda self: getattr(self.optimizer, field), doc=f"`optimizer.{field}` (Marin's `{flat}`).")
+
+
+@dataclasses.dataclass(frozen=True, init=False)
 class SimpleTrainConfig:
     """What a training run needs beyond its data and model shape."""
 
@@ -27,23 +42,9 @@ class SimpleTrainConfig:
     """Sequences per step, across all devices."""
     num_train_steps: int
     """Global step at which training stops."""
-    learning_rate: float
-    """Peak learning rate."""
-    weight_decay: float | None = None
-    beta1: float | None = None
-    beta2: float | None = None
-    epsilon: float | None = None
-    max_grad_norm: float | None = None
-    warmup: float | None = None
-    """A fraction of the run if < 1, else steps."""
-    decay: float | None = None
-    """WSD's final decay: a fraction of the run if < 1, else steps."""
-    lr_schedule: str | None = None
-    """'wsd', 'cosine', 'linear' or 'constant'."""
-    min_lr_ratio: float | None = None
+    optimizer: OptimizerConfig
+    """AdamW and the learning-rate schedule (Marin's flat `learning_rate=`, `weight_decay=`, ... fill it)."""
     z_loss_weight: float | None = None
-    optimizer_config: OptimizerConfig | None = None
-    """A whole optimizer (used as it is, learning_rate included); the single fields above then stay None."""
     data_seed: int | None = None
     """Data-order seed (None: 0)."""
     seed: int = 0
@@ -72,18 +73,56 @@ class SimpleTrainConfig:
     checkpoint: CheckpointConfig | None = None
     """Replaces the checkpoint policy derived from steps_per_export."""
 
-    def optimizer(self) -> OptimizerConfig:
-        """The optimizer these fields describe."""
-        fields = {"learning_rate": self.learning_rate, "weight_decay": self.weight_decay, "beta1": self.beta1,
-                  "beta2": self.beta2, "epsilon": self.epsilon, "max_grad_norm": self.max_grad_norm,
-                  "warmup": self.warmup, "decay": self.decay, "schedule": self.lr_schedule,
-                  "min_lr_ratio": self.min_lr_ratio}
-        if self.optimizer_config is not None:
-            extra = sorted(k for k, v in fields.items() if v is not None and k != "learning_rate")
+    def __init__(self, resources: Any, train_batch_size: int, num_train_steps: int,
+                 learning_rate: float | None = None, *, optimizer: OptimizerConfig | None = None,
+                 optimizer_config: OptimizerConfig | None = None, **fields: Any):
+        """Marin's spelling: `learning_rate` and the other flat optimizer keywords (see the module
+        docstring), or `optimizer_config=` (Marin's name for a whole optimizer, used as it is); or
+        marin_lab's `optimizer=`, which the flat keywords then adjust field by field."""
+        flat = {FLAT_OPTIMIZER_FIELDS[k]: fields.pop(k) for k in list(fields) if k in FLAT_OPTIMIZER_FIELDS}
+        flat = {k: v for k, v in flat.items() if v is not None}
+        if learning_rate is not None:
+            flat["learning_rate"] = learning_rate
+        if optimizer is not None and optimizer_config is not None:
+            raise TypeError("SimpleTrainConfig: give optimizer or optimizer_config (the same thing), not both")
+        if optimizer_config is not None:
+            # Marin's whole optimizer: its learning_rate is the one given with it; other flat fields conflict.
+            extra = sorted(k for k, v in flat.items() if k != "learning_rate")
             if extra:
                 raise ValueError(f"SimpleTrainConfig: give either optimizer_config or {', '.join(extra)}, not both")
-            return self.optimizer_config
-        return OptimizerConfig(**{k: v for k, v in fields.items() if v is not None})
+            optimizer = optimizer_config
+        elif optimizer is not None:
+            optimizer = dataclasses.replace(optimizer, **flat) if flat else optimizer
+        elif "learning_rate" in flat:
+            optimizer = OptimizerConfig(**flat)
+        else:
+            raise TypeError("SimpleTrainConfig: give learning_rate (and any other optimizer field), or "
+                            "optimizer=OptimizerConfig(...)")
+        values = {"resources": resources, "train_batch_size": train_batch_size, "num_train_steps": num_train_steps,
+                  "optimizer": optimizer}
+        for f in dataclasses.fields(self):
+            if f.name in values:
+                continue
+            if f.name in fields:
+                values[f.name] = fields.pop(f.name)
+            else:
+                values[f.name] = f.default_factory() if f.default is dataclasses.MISSING else f.default
+        if fields:
+            raise TypeError(f"SimpleTrainConfig got unexpected keyword arguments {sorted(fields)}: marin_lab's trainer "
+                            "has no such setting (docs/coming_from_marin.md lists the fields)")
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    learning_rate = _flat_property("learning_rate", "learning_rate")
+    weight_decay = _flat_property("weight_decay", "weight_decay")
+    beta1 = _flat_property("beta1", "beta1")
+    beta2 = _flat_property("beta2", "beta2")
+    epsilon = _flat_property("epsilon", "epsilon")
+    max_grad_norm = _flat_property("max_grad_norm", "max_grad_norm")
+    warmup = _flat_property("warmup", "warmup")
+    decay = _flat_property("decay", "decay")
+    lr_schedule = _flat_property("lr_schedule", "schedule")
+    min_lr_ratio = _flat_property("min_lr_ratio", "min_lr_ratio")
 
     def checkpoints(self) -> CheckpointConfig:
         """The checkpoint policy: `checkpoint`, else Marin's (rotated every 10 min, kept every steps_per_export)."""

@@ -30,7 +30,7 @@ import tempfile
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from experiments.models import llama_nano  # noqa: E402
+from experiments.models import lab_nano  # noqa: E402
 from marin_lab.cluster import TpuResources  # noqa: E402
 from marin_lab.cluster.local_cluster import LocalTpuCluster  # noqa: E402
 from marin_lab.execution import ExecutorStep, executor_main, this_output_path  # noqa: E402
@@ -46,7 +46,7 @@ DEVICES_PER_HOST = 2
 def train_config(cache: str, num_train_steps: int, save_every: int) -> TrainLmConfig:
     return TrainLmConfig(
         output_path=this_output_path(), data=DataConfig(caches={"synthetic": cache}),
-        model=dataclasses.replace(llama_nano, max_seq_len=128),
+        model=dataclasses.replace(lab_nano, max_seq_len=128),
         num_train_steps=num_train_steps, batch_size=8, seq_len=64,
         optimizer=OptimizerConfig(learning_rate=3e-3, warmup=2),
         checkpoint=CheckpointConfig(save_every_steps=save_every, save_interval_s=None, keep_last=2),

@@ -41,7 +41,8 @@ A real run needs a TPU cluster (`--backend ray`) and Hugging Face access for the
 from __future__ import annotations
 
 from experiments.defaults import default_download, default_eval, default_tokenize, default_train
-from experiments.models import llama_8b
+from experiments.llama import llama3_tokenizer_vocab_size, llama_8b
+from experiments.models import with_vocab
 from experiments.simple_train_config import SimpleTrainConfig
 from marin_lab.cluster.resources import TpuResources
 from marin_lab.execution import executor_main
@@ -49,6 +50,8 @@ from marin_lab.training import CheckpointConfig, MeshConfig, OptimizerConfig
 
 SEQ_LEN = 4096  # as in Tootsie; Llama-3.1's 128k context is not needed for pretraining
 TOKENIZER = "meta-llama/Llama-3.1-8B"  # the Llama 3 tokenizer (128,256 ids)
+# Marin's preset has no vocabulary; giving it the tokenizer's here keeps the plan offline.
+MODEL = with_vocab(llama_8b, llama3_tokenizer_vocab_size)
 
 # Pinned dataset revisions: the short commit ids Marin's public experiment files pin for the same
 # datasets (FineMath: the full sha used by public finemath-3plus download scripts).
@@ -84,12 +87,12 @@ JELLYFISH_END = OCELOT_END + 80_000  # +80k x 3072 x 4096 ~= +1.01T tokens
 
 def phase(batch: int, end_step: int, optimizer: OptimizerConfig, resources: TpuResources, **extra) -> SimpleTrainConfig:
     return SimpleTrainConfig(resources=resources, train_batch_size=batch, num_train_steps=end_step,
-                             learning_rate=optimizer.learning_rate, optimizer_config=optimizer, train_seq_len=SEQ_LEN,
+                             optimizer=optimizer, train_seq_len=SEQ_LEN,
                              mesh=FSDP.on_slices(resources.slices), checkpoint=CHECKPOINTS, gradient_checkpointing=True, **extra)
 
 
 kestrel = default_train(
-    "tootsie-8b/kestrel", pretraining, llama_8b,
+    "tootsie-8b/kestrel", pretraining, MODEL,
     phase(1024, KESTREL_END, OptimizerConfig(learning_rate=1e-3, schedule="constant", warmup=1000,
                                              beta2=0.95, max_grad_norm=1.0, **DECAY),
           TpuResources(tpu="v5e-256", slices=2)),
@@ -98,7 +101,7 @@ kestrel = default_train(
 )
 
 ocelot = default_train(
-    "tootsie-8b/ocelot", pretraining, llama_8b,
+    "tootsie-8b/ocelot", pretraining, MODEL,
     phase(3072, OCELOT_END, OptimizerConfig(learning_rate=1.7e-3, schedule="constant", warmup=0,
                                             schedule_offset=KESTREL_END, **DECAY),
           TpuResources(tpu="v4-2048"), initialize_from_checkpoint_path=kestrel),
@@ -107,7 +110,7 @@ ocelot = default_train(
 )
 
 jellyfish = default_train(
-    "tootsie-8b/jellyfish", tokenized, llama_8b,
+    "tootsie-8b/jellyfish", tokenized, MODEL,
     phase(3072, JELLYFISH_END, OptimizerConfig(learning_rate=1.7e-3, schedule="linear", warmup=0, decay=1.0,
                                                min_lr_ratio=0.1, schedule_offset=OCELOT_END, **DECAY),
           TpuResources(tpu="v4-2048"), initialize_from_checkpoint_path=ocelot, z_loss_weight=1e-4),

@@ -14,6 +14,7 @@ from marin_lab.execution.cleanup import add_parser as add_gc_parser
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.secrets import redact_logs
 from marin_lab.flags import add_bool_flag
+from marin_lab.processing.rerun_shards import add_parser as add_rerun_shards_parser
 from marin_lab.store.layout import default_prefix
 
 
@@ -192,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_launch_parser(sub)
     add_gc_parser(sub)
+    add_rerun_shards_parser(sub)
 
     # Listed for --help only: main() hands `compile ...` and `cluster ...` to marin_lab.cluster.cli.
     sub.add_parser("compile", help="compile each training step for its TPU topology on this machine (libtpu): "

@@ -20,6 +20,10 @@ NODE_HEIGHT = 36
 COLUMN_GAP = 70
 ROW_GAP = 16
 
+_Waypoint = tuple[str, str, str, int]
+"""("~", dependency, node, layer): where an edge crosses a column between its ends."""
+_Item = str | _Waypoint
+
 
 def longest_path_layers(nodes: Sequence[str], deps: Mapping[str, Sequence[str]]) -> dict[str, int]:
     """Layer of each node: 0 without dependencies, else 1 + the deepest dependency's layer.
@@ -55,28 +59,29 @@ def layout(nodes: Sequence[str], deps: Mapping[str, Sequence[str]]) -> dict:
     """Positions for every node and the edges between them (with waypoints), in SVG user units."""
     layers = longest_path_layers(nodes, deps)
     known = set(nodes)
-    columns: dict[int, list[str]] = {}
+    columns: dict[int, list[_Item]] = {}
     for node in nodes:
         columns.setdefault(layers[node], []).append(node)
     # Waypoints of long edges: ("~", dep, node, layer) sit in the columns between their ends.
-    preds: dict[object, list[object]] = {node: [d for d in deps.get(node, ()) if d in known] for node in nodes}
-    edges = []
+    direct = {node: [d for d in deps.get(node, ()) if d in known] for node in nodes}
+    preds: dict[_Item, list[_Item]] = {node: list(ds) for node, ds in direct.items()}
+    edges: list[tuple[str, str, list[_Waypoint]]] = []
     for node in nodes:
-        for dep in preds[node]:
-            chain: list[object] = []
-            previous: object = dep
+        for dep in direct[node]:
+            chain: list[_Waypoint] = []
+            previous: _Item = dep
             for layer in range(layers[dep] + 1, layers[node]):
                 waypoint = ("~", dep, node, layer)
                 preds[waypoint] = [previous]
-                columns.setdefault(layer, []).append(waypoint)  # type: ignore[arg-type]
+                columns.setdefault(layer, []).append(waypoint)
                 chain.append(waypoint)
                 previous = waypoint
             edges.append((dep, node, chain))
-    row: dict[object, float] = {}
+    row: dict[_Item, float] = {}
     for column in sorted(columns):
         members = columns[column]
         if column > 0:
-            def barycentre(item: object) -> float:
+            def barycentre(item: _Item) -> float:
                 rows = [row[d] for d in preds.get(item, ()) if d in row]
                 return sum(rows) / len(rows) if rows else float("inf")
 
@@ -85,7 +90,7 @@ def layout(nodes: Sequence[str], deps: Mapping[str, Sequence[str]]) -> dict:
             row[item] = index
     step = NODE_WIDTH + COLUMN_GAP
 
-    def y_of(item: object) -> int:
+    def y_of(item: _Item) -> int:
         return int(row[item]) * (NODE_HEIGHT + ROW_GAP)
 
     positions = {node: {"x": layers[node] * step, "y": y_of(node), "layer": layers[node]} for node in nodes}
@@ -95,7 +100,7 @@ def layout(nodes: Sequence[str], deps: Mapping[str, Sequence[str]]) -> dict:
         if chain:
             # Across each crossed column, a straight run through the waypoint's empty row.
             edge["points"] = [[x, y_of(w) + NODE_HEIGHT // 2] for w in chain
-                              for x in (w[3] * step, w[3] * step + NODE_WIDTH)]  # type: ignore[index]
+                              for x in (w[3] * step, w[3] * step + NODE_WIDTH)]
         out_edges.append(edge)
     width = (max(layers.values(), default=0) + 1) * step - COLUMN_GAP
     height = max((len(m) for m in columns.values()), default=0) * (NODE_HEIGHT + ROW_GAP) - ROW_GAP

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from typing import IO
 
 from marin_lab.browser.errors import ForbiddenPathError, NotFoundError
 from marin_lab.browser.paths import Roots
@@ -69,7 +70,7 @@ def _windows(size: int) -> list[tuple[int, int]]:
     return [(i * (size - length) // (WINDOWS - 1), length) for i in range(WINDOWS)]
 
 
-def _lines(f: io.BufferedIOBase, start: int, length: int, size: int) -> list[bytes]:
+def _lines(f: IO[bytes], start: int, length: int, size: int) -> list[bytes]:
     """The complete lines inside [start, start + length) of the file."""
     f.seek(start)
     data = f.read(length)
@@ -146,7 +147,7 @@ def _plottable(row: dict, name: str) -> bool:
             and isinstance(name, str) and len(name) <= MAX_KEY_CHARS and not is_secret_field(name))
 
 
-def _chunks(f: io.BufferedIOBase, size: int, chunk: int = 1024 * 1024):
+def _chunks(f: IO[bytes], size: int, chunk: int = 1024 * 1024):
     """The whole (small) file as lists of complete lines, one chunk at a time."""
     f.seek(0)
     carry = b""

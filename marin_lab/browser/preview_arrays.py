@@ -222,8 +222,8 @@ def token_page(roots: Roots, url: str, cursor: str | None, limit: int) -> dict:
     first = parts[0]
     if first < 0:
         raise BadRequestError(f"cursor {cursor!r} is negative")
-    tok_info = ledger.get("tokenizer") if isinstance(ledger.get("tokenizer"), dict) else {}
-    tok_name = tok_info.get("file") if isinstance(tok_info.get("file"), str) else TOKENIZER_FILE
+    tok_info = info if isinstance(info := ledger.get("tokenizer"), dict) else {}
+    tok_name = name if isinstance(name := tok_info.get("file"), str) else TOKENIZER_FILE
     tokenizer_url = f"{cache}/{posixpath.basename(tok_name)}"
     tokenizer, tokenizer_error = None, None
     try:

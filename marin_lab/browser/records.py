@@ -115,15 +115,8 @@ class Browser:
             if item.state == "ok":
                 exp = item.value
                 steps = _steps_of(exp)
-                summary.update(
-                    name=_text(exp.get("name")) or exp_id,
-                    script=_text(exp.get("script")),
-                    description=_text(exp.get("description")),
-                    created=_text(exp.get("created")),
-                    hash=_text(exp.get("hash")),
-                    steps=len(steps),
-                    status_counts=dict(Counter(statuses[_step_key(s)] for s in steps)),
-                )
+                summary.update(_header(exp, exp_id), steps=len(steps),
+                               status_counts=dict(Counter(statuses[_step_key(s)] for s in steps)))
             else:
                 summary.update(name=exp_id, created=None, steps=0, status_counts={})
             out.append(summary)
@@ -155,7 +148,7 @@ class Browser:
             for dep in deps[key]:
                 dependents.setdefault(dep, []).append(key)
         known = set(keys)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for key, step, step_dir, detail in zip(keys, steps, dirs, details):
             status = detail["status"]
             rows.append({
@@ -174,11 +167,7 @@ class Browser:
                 "dependents": dependents.get(key, []),
             })
         result.update(
-            name=_text(exp.get("name")) or exp_id,
-            script=_text(exp.get("script")),
-            description=_text(exp.get("description")),
-            created=_text(exp.get("created")),
-            hash=_text(exp.get("hash")),
+            _header(exp, exp_id),
             command_line=exp.get("command_line") if isinstance(exp.get("command_line"), list) else None,
             git=redact(exp.get("git")) if isinstance(exp.get("git"), dict) else None,
             code=self._code(exp.get("code")),
@@ -308,6 +297,13 @@ class Browser:
             {"name": _text(s.get("name")), "identity": _text(s.get("identity")), "output_path": p, "status": st}
             for s, p, st in zip(steps, dirs, statuses)
         ]
+
+
+def _header(exp: dict, exp_id: str) -> dict[str, str | None]:
+    """What the experiment list and the experiment page both show first."""
+    return {"name": _text(exp.get("name")) or exp_id, "script": _text(exp.get("script")),
+            "description": _text(exp.get("description")), "created": _text(exp.get("created")),
+            "hash": _text(exp.get("hash"))}
 
 
 def _text(value: Any) -> str | None:

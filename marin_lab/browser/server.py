@@ -230,18 +230,12 @@ def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool
 
     app.on_cleanup.append(_stop_pool)
     # GET only: the browser never writes, so there is no route that could.
-    app.router.add_get("/", _index)
-    app.router.add_get("/static/{name}", _static)
-    app.router.add_get("/favicon.ico", _favicon)
-    app.router.add_get("/api/health", _health)
-    app.router.add_get("/api/experiments", _experiments)
-    app.router.add_get("/api/experiments/{exp_id}", _experiment)
-    app.router.add_get("/api/experiments/{exp_id}/runs", _compare)
-    app.router.add_get("/api/step", _step)
-    app.router.add_get("/api/file", _file)
-    app.router.add_get("/api/metrics", _metrics)
-    app.router.add_get("/api/log", _log)
-    app.router.add_get("/api/{tail:.*}", _api_not_found)
+    routes = {"/": _index, "/static/{name}": _static, "/favicon.ico": _favicon, "/api/health": _health,
+              "/api/experiments": _experiments, "/api/experiments/{exp_id}": _experiment,
+              "/api/experiments/{exp_id}/runs": _compare, "/api/step": _step, "/api/file": _file,
+              "/api/metrics": _metrics, "/api/log": _log, "/api/{tail:.*}": _api_not_found}
+    for path, handler in routes.items():  # in this order: the catch-all API route comes last
+        app.router.add_get(path, handler)
     return app
 
 

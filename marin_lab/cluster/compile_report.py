@@ -28,7 +28,8 @@ def _tflops(peak: float) -> str:
 
 
 def _estimate(r: StepReport) -> str:
-    if r.est_step_s is None:
+    # A zero step time (no FLOPs, no traffic) leaves tokens/s and MFU unset.
+    if r.est_step_s is None or r.est_tokens_per_s is None or r.est_mfu is None:
         return "-"
     return (f"{r.est_step_s:.2f} s/step ({r.bound}-bound), {r.est_tokens_per_s:,.0f} tokens/s, "
             f"MFU {100 * r.est_mfu:.1f}%")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from concurrent import futures
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from google.cloud import tpu_v2
@@ -24,6 +24,12 @@ DEFAULT_PROGRESSION = ("ACCEPTED", "PROVISIONING", "ACTIVE")
 
 def _pack(type_name: str, payload: bytes) -> any_pb2.Any:
     return any_pb2.Any(type_url=f"type.googleapis.com/{type_name}", value=payload)
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    """End the call with `code` and `message` (ServicerContext.abort raises; grpc declares no types)."""
+    context.abort(code, message)
+    raise AssertionError("grpc.ServicerContext.abort returned instead of raising")
 
 
 class FakeTpuApi:
@@ -119,7 +125,7 @@ class FakeTpuApi:
         name = f"{request.parent}/queuedResources/{request.queued_resource_id}"
         with self._lock:
             if name in self.queued:
-                context.abort(grpc.StatusCode.ALREADY_EXISTS, f"queued resource {name} already exists")
+                _abort(context, grpc.StatusCode.ALREADY_EXISTS, f"queued resource {name} already exists")
             qr = tpu_v2.QueuedResource(request.queued_resource)
             qr.name = name
             qr.state = tpu_v2.QueuedResourceState(state=tpu_v2.QueuedResourceState.State.CREATING)
@@ -129,19 +135,26 @@ class FakeTpuApi:
             name=f"{request.parent}/operations/create-{request.queued_resource_id}", done=True,
             response=_pack("google.cloud.tpu.v2.QueuedResource", tpu_v2.QueuedResource.serialize(qr)))
 
+    def _queued_or_abort(self, name: str, context: grpc.ServicerContext) -> tpu_v2.QueuedResource:
+        qr = self.queued.get(name)
+        if qr is None:
+            _abort(context, grpc.StatusCode.NOT_FOUND, f"queued resource {name} not found")
+        return qr
+
     def _get(self, request, context):
         self._record("GetQueuedResource", request, context)
         with self._lock:
-            qr = self.queued.get(request.name)
-            if qr is None:
-                context.abort(grpc.StatusCode.NOT_FOUND, f"queued resource {request.name} not found")
+            qr = self._queued_or_abort(request.name, context)
             pending = self._pending.get(request.name)
             if pending:
-                qr.state = tpu_v2.QueuedResourceState(state=tpu_v2.QueuedResourceState.State[pending.pop(0)])
+                # State is a proto-plus enum (an IntEnum): indexing it by a name looks up that member.
+                qr.state = tpu_v2.QueuedResourceState(
+                    state=tpu_v2.QueuedResourceState.State[pending.pop(0)])  # type: ignore[misc]
                 if qr.state.state == tpu_v2.QueuedResourceState.State.ACTIVE:
                     for node_name in self._node_names(qr):
                         node = tpu_v2.Node(qr.tpu.node_spec[0].node)
-                        node.name, node.state = node_name, tpu_v2.Node.State.READY
+                        # A proto-plus enum member is an IntEnum at runtime; mypy reads the class body's int.
+                        node.name, node.state = node_name, tpu_v2.Node.State.READY  # type: ignore[assignment]
                         self.nodes[node_name] = node
             return qr
 
@@ -154,11 +167,9 @@ class FakeTpuApi:
     def _delete(self, request, context):
         self._record("DeleteQueuedResource", request, context)
         with self._lock:
-            qr = self.queued.get(request.name)
-            if qr is None:
-                context.abort(grpc.StatusCode.NOT_FOUND, f"queued resource {request.name} not found")
+            qr = self._queued_or_abort(request.name, context)
             if qr.state.state == tpu_v2.QueuedResourceState.State.ACTIVE and not request.force:
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION, "queued resource is ACTIVE; delete with force")
+                _abort(context, grpc.StatusCode.FAILED_PRECONDITION, "queued resource is ACTIVE; delete with force")
             for node_name in self._node_names(qr):
                 self.nodes.pop(node_name, None)
             del self.queued[request.name]
@@ -170,7 +181,7 @@ class FakeTpuApi:
         with self._lock:
             node = self.nodes.get(request.name)
         if node is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"node {request.name} not found")
+            _abort(context, grpc.StatusCode.NOT_FOUND, f"node {request.name} not found")
         return node
 
     def _handlers(self) -> grpc.GenericRpcHandler:

@@ -219,8 +219,9 @@ def collective_ops(hlo_text: str) -> list[CollectiveOp]:
             return
         weight[comp] += w
         for callee, via_while in calls.get(comp, ()):
-            is_body = via_while is not None and conditions.get(via_while) != callee
-            visit(callee, w * (trip_count(via_while) if is_body else 1), depth + 1)
+            # A while loop's body runs trip_count times; its condition computation is not weighted.
+            in_body = via_while is not None and conditions.get(via_while) != callee
+            visit(callee, w * (trip_count(via_while) if via_while is not None and in_body else 1), depth + 1)
 
     visit(entry, 1.0, 0)
     return [CollectiveOp(op.name, op.kind, op.scope, int(round(weight[op.computation])), int(round(op.bytes)))

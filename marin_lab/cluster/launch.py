@@ -69,7 +69,7 @@ def _connect(address: str) -> Any:
     _check_address(address)
     if not ray.is_initialized():
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, configure_logging=False,
-                 logging_level="error")
+                 logging_level=logging.ERROR)
     return ray
 
 

@@ -13,6 +13,7 @@ CPU devices and `train_lm` runs as one JAX cluster across them.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -66,7 +67,7 @@ class LocalTpuCluster:
             for worker in range(self.tpu.hosts):
                 if (name, worker) not in self.nodes:
                     self.add_host(name, worker)
-        ray.init(address=self.cluster.address, logging_level="warning")
+        ray.init(address=self.cluster.address, logging_level=logging.WARNING)
         return self
 
     def add_host(self, slice_name: str, worker: int) -> None:

@@ -83,9 +83,9 @@ class TpuResources:
 
     @property
     def slice_counts(self) -> tuple[int, ...]:
-        if isinstance(self.slices, tuple):
-            return tuple(sorted(set(self.slices)))
-        return (self.slices,)
+        if isinstance(self.slices, int):
+            return (self.slices,)
+        return tuple(sorted(set(self.slices)))
 
     def cluster_capacity(self) -> int | None:
         """The most slices of this type the cluster can hold, if known."""

@@ -163,11 +163,11 @@ ENV_KEYS = ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDR
 
 def report_host(config: ReportHostConfig) -> dict:
     """Write this host's multislice environment to `hosts/` and return it."""
-    seen = {"pid": os.getpid(), "hostname": socket.gethostname(),
-            "env": {k: os.environ[k] for k in ENV_KEYS if k in os.environ}}
+    env = {k: os.environ[k] for k in ENV_KEYS if k in os.environ}
+    seen = {"pid": os.getpid(), "hostname": socket.gethostname(), "env": env}
     out = os.path.join(config.output_path, "hosts")
     os.makedirs(out, exist_ok=True)
-    name = f"{seen['env'].get('MARIN_SLICE_NAME')}-w{seen['env'].get('TPU_WORKER_ID')}-{os.getpid()}.json"
+    name = f"{env.get('MARIN_SLICE_NAME')}-w{env.get('TPU_WORKER_ID')}-{os.getpid()}.json"
     with open(os.path.join(out, name), "w") as f:
         json.dump(seen, f)
     return seen

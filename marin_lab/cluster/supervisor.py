@@ -18,6 +18,7 @@ restarted: rerunning would fail the same way; its exit code and log are recorded
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -61,7 +62,8 @@ class DriverHost:
                 "host": os.uname().nodename}
 
     def _read(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
+        # stdout=PIPE with the default buffering is a BufferedReader (typeshed says IO[bytes]).
+        assert self._proc is not None and isinstance(self._proc.stdout, io.BufferedReader)
         while chunk := self._proc.stdout.read1(65536):
             with self._lock:
                 self._out += chunk
@@ -149,7 +151,9 @@ class LaunchSupervisor:
                "MARIN_LAUNCH_ATTEMPT": str(number)}
         cpus = self.host_resources.get("CPU", 0)
         custom = {k: v for k, v in self.host_resources.items() if k != "CPU"}
-        host = ray.remote(**ACTOR_OPTIONS)(DriverHost).options(num_cpus=cpus, resources=custom or None).remote()
+        # An ActorHandle. Ray types it `ActorHandle | type[DriverHost]`, whose method calls type-check only
+        # on @ray.method methods, and this module does not import Ray at class definition.
+        host: Any = ray.remote(**ACTOR_OPTIONS)(DriverHost).options(num_cpus=cpus, resources=custom or None).remote()
         self._host = host
         try:
             placed = self._wait_for(host.start.remote(self.argv, env,

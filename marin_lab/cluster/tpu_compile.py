@@ -33,12 +33,11 @@ import jax.numpy as jnp
 
 from marin_lab.cluster.hlo_collectives import Collective, CollectiveOp, aggregate, collective_ops, summarize
 from marin_lab.cluster.tpu_topology import GiB, Topology
-from marin_lab.peft.lora import LoraError
 from marin_lab.training.attention import AttentionConfigError, check_attention
 from marin_lab.training.base_model import quantize_params
 from marin_lab.training.config import TrainLmConfig
 from marin_lab.training.errors import TrainingError
-from marin_lab.training.finetune import FinetuneConfig, step_plan
+from marin_lab.training.finetune import FinetuneConfig, check_settings, step_plan
 from marin_lab.training.finetune_state import build_step as build_finetune_step
 from marin_lab.training.finetune_state import frozen_base, init_trainable
 from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding
@@ -127,7 +126,7 @@ def remat_extra_flops(model: LlamaConfig, remat: bool | str, tokens: int, seq_le
     if remat is True or remat == "full":
         block_params = model.num_params(include_embedding=False) - model.hidden_dim  # no final norm
         if not model.tie_embeddings:
-            block_params -= model.hidden_dim * model.vocab_size  # the head is not inside a block
+            block_params -= model.hidden_dim * model.resolved_vocab_size  # the head is not inside a block
         return 2.0 * block_params * tokens + attention_fwd
     if remat:  # save_dots / offload_dots keep weight matmuls; attention's batched dots are recomputed
         return attention_fwd
@@ -181,11 +180,8 @@ def _finetuning(step: str, config: FinetuneConfig, topology: Topology) -> tuple[
         raise TrainingError(f"step {step!r}: field model is None; set it to the base's shape to compile the step "
                             "(compiling never reads the base)")
     try:
-        model.validate()
-        config.optimizer.validate()
-        if config.trains_adapters:
-            config.lora.validate(model)
-    except (ValueError, LoraError) as err:
+        check_settings(config, model)
+    except TrainingError as err:
         raise TrainingError(f"step {step!r}: {err}") from err
     _check_attention(step, config.attention_impl, model, config.seq_len)
     mesh = _mesh(step, config.mesh, topology)
@@ -230,6 +226,7 @@ def _oom_bytes(message: str) -> tuple[int | None, int | None]:
 def compile_training_step(step: str, function: str, config: Any, topology: Topology) -> StepReport:
     """Compile one train_lm / finetune_lm step's train step for `topology` and report on it."""
     config = plain_config(config)
+    remat: bool | str
     if isinstance(config, TrainLmConfig):
         step_fn, args, model, mesh_shape = _pretraining(step, config, topology)
         remat, seq_len = config.gradient_checkpointing, config.seq_len
@@ -295,7 +292,7 @@ def _roofline(hardware_flops: float, collectives: list[Collective], topology: To
              "ici": net["ici"] / chip.ici_bytes_per_s}
     if chip.dcn_bytes_per_s and net["dcn"]:
         times["dcn"] = net["dcn"] / chip.dcn_bytes_per_s
-    bound = max(times, key=times.get)
+    bound = max(times, key=lambda k: times[k])
     return times[bound], bound
 
 

@@ -27,6 +27,7 @@ import jax
 from marin_lab.evaluation.multiple_choice import TaskError, evaluate_task, load_task
 from marin_lab.evaluation.perplexity import evaluate_cache, load_tokenizer
 from marin_lab.execution.artifacts import reproducibility
+from marin_lab.precision import masters
 from marin_lab.training.config import TrainLmConfig
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.token_cache import TokenCache
@@ -62,8 +63,9 @@ def _validation(config: TrainLmConfig, sets: dict[str, str], info: StepInfo) -> 
     """eval/<name>/loss and eval/<name>/bpb at `info.step`."""
     line: dict[str, Any] = {"step": info.step, "time": time.time()}
     limit = None if config.max_eval_batches is None else config.max_eval_batches * config.batch_size
+    params = masters.plain_params(info.state["params"])  # float16 masters are scored decoded
     for name, path in sorted(sets.items()):
-        r = evaluate_cache(info.state["params"], config.model, path, split=config.data.validation_split,
+        r = evaluate_cache(params, config.model, path, split=config.data.validation_split,
                            seq_len=config.seq_len, batch_size=config.batch_size, max_sequences=limit,
                            compute_dtype=config.compute_dtype, name=name)
         line[f"eval/{name}/loss"], line[f"eval/{name}/bpb"] = r["loss"], r["bits_per_byte"]
@@ -81,9 +83,10 @@ def _tasks(config: TrainLmConfig, info: StepInfo) -> dict[str, Any] | None:
     if tokenizer is None:
         raise TrainingError(f"eval_tasks need a tokenizer, but cache {first.path} holds no tokenizer.json")
     line: dict[str, Any] = {"step": info.step, "time": time.time()}
+    params = masters.plain_params(info.state["params"])
     for task in config.eval_tasks:
         name, examples = load_task(task)
-        result = evaluate_task(info.state["params"], config.model, tokenizer, examples, max_len=config.seq_len,
+        result = evaluate_task(params, config.model, tokenizer, examples, max_len=config.seq_len,
                                batch_size=config.batch_size, compute_dtype=config.compute_dtype)
         line[f"eval_task/{name}/accuracy"] = result["accuracy"]
     return line

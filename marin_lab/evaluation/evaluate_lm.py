@@ -34,7 +34,7 @@ class EvalLmConfig:
 
     checkpoint_path: str = versioned_field()
     """A train step's output path (its latest checkpoint is used) or a step-NNNNNN folder."""
-    output_path: str
+    output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """Where results.json goes."""
     caches: dict[str, str] = versioned_field(default_factory=dict)
     """Validation set name -> token cache path; each cache's validation split is scored."""

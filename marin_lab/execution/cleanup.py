@@ -30,8 +30,9 @@ from marin_lab.execution.experiments import list_experiments
 from marin_lab.execution.lease import LeaseHolder
 from marin_lab.execution.status import INFO_FILE, LEASE_FILE, STATUS_FILE, read_status
 from marin_lab.io.fs import fs_and_path, join, read_bytes, remove
+from marin_lab.store.layout import TMP_DIR
 
-SCRATCH_AREAS = ("tmp", "reproduce")
+SCRATCH_AREAS = (TMP_DIR, "reproduce")
 SKIP = {"experiments", "launches", *SCRATCH_AREAS}
 _DURATION = re.compile(r"(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -73,12 +74,32 @@ def _usage(url: str) -> tuple[int, float]:
     return sum(int(i.get("size") or 0) for i in files.values()), max((_mtime(i) for i in files.values()), default=0.0)
 
 
-def _live_lease(url: str, now: float) -> bool:
+def _live_holder(lease_url: str, now: float) -> bool:
     try:
-        holder = LeaseHolder.parse(read_bytes(join(url, LEASE_FILE)))
+        holder = LeaseHolder.parse(read_bytes(lease_url))
     except (FileNotFoundError, NotADirectoryError):
         return False
     return holder is not None and not holder.is_stale(now)
+
+
+def _live_lease(url: str, now: float) -> bool:
+    return _live_holder(join(url, LEASE_FILE), now)
+
+
+def _live_lease_below(url: str, now: float) -> bool:
+    """A live lease in `url` or any folder below it: a step pinned into the scratch area
+    (`override_output_path=tmp_path(...)`) still writes there."""
+    fs, path = fs_and_path(url)
+    root = path.rstrip("/")
+    try:
+        found = fs.find(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    for p in found:
+        rel = p[len(root):].strip("/")
+        if rel.rsplit("/", 1)[-1] == LEASE_FILE and _live_holder(join(url, rel), now):
+            return True
+    return False
 
 
 def _step_folders(prefix: str) -> list[str]:
@@ -139,7 +160,7 @@ def find_garbage(prefix: str, older_than_s: float, *, now: float | None = None) 
             continue
         for child in children:
             url = join(prefix, area, child.rstrip("/").rsplit("/", 1)[-1])
-            if _live_lease(url, now):
+            if _live_lease_below(url, now):
                 continue
             size, newest = _usage(url)
             if now - newest >= older_than_s:
@@ -151,7 +172,8 @@ def delete(candidates: list[Candidate], *, now: float | None = None) -> list[str
     """Delete the candidates; a folder that took a live lease since it was listed is kept (said so)."""
     kept = []
     for c in candidates:
-        if _live_lease(c.path, time.time() if now is None else now):
+        at = time.time() if now is None else now
+        if _live_lease(c.path, at) or (c.kind == "scratch" and _live_lease_below(c.path, at)):
             kept.append(f"{c.path}: a live lease appeared since it was listed; kept")
             continue
         remove(c.path, recursive=True)

@@ -48,8 +48,7 @@ def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[P
     difference against the previous recorded version for a step that is new."""
     status = (st or {}).get("status")
     if status == Status.SUCCESS.value:
-        notes = tuple(stale_reuse_notes(ps, st or {}))
-        return Decision(ps, "skip", f"SUCCESS at {(st or {}).get('time')}", notes)
+        return Decision(ps, "skip", f"SUCCESS at {(st or {}).get('time')}", tuple(stale_reuse_notes(ps, st or {})))
     if status == Status.RUNNING.value:
         holder = lease(ps).current_holder()
         if holder is not None and not holder.is_stale(time.time()):

@@ -31,7 +31,7 @@ from marin_lab.execution.errors import (
 from marin_lab.execution.explain import RecordIndex
 from marin_lab.execution.hashing import hash8
 from marin_lab.execution.lease import Lease, new_driver_id
-from marin_lab.execution.plan import MarinExecutorAttributes, Plan, PlannedStep, build_plan
+from marin_lab.execution.plan import Plan, PlannedStep, build_plan
 from marin_lab.execution.plan_report import check_format, format_text, plan_report, render_plan
 from marin_lab.execution.record_builder import (
     experiment_record,
@@ -52,6 +52,8 @@ __all__ = ["DEFAULT_PREFIX", "Decision", "Executor", "RunReport", "StepOutcome",
 
 logger = logging.getLogger(__name__)
 
+# What Marin's Executor shows after a run; marin_lab.marin.executor.Executor has them.
+_MARIN_VIEW = frozenset({"steps", "output_paths", "configs", "versions", "version_strs", "dependencies"})
 
 
 @dataclasses.dataclass
@@ -70,7 +72,7 @@ class RunReport:
         return [i for i, o in self.outcomes.items() if o.status in ("FAILED", "DEP_FAILED", "LOST")]
 
 
-class Executor(MarinExecutorAttributes):
+class Executor:
     """Runs experiments (DAGs of ExecutorSteps) under a prefix. See the module docstring."""
 
     def __init__(
@@ -119,6 +121,16 @@ class Executor(MarinExecutorAttributes):
         self.transfer_budget_bytes = transfer_budget_bytes
         self.regions = regions or Regions()
         self.cross_region_reads: list[CrossRegionRead] = []
+        self.last_plan: Plan | None = None
+        """The plan of the last `plan()` or `run()` call."""
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for a missing attribute: Marin code reading its executor's view of the plan.
+        if name in _MARIN_VIEW and not hasattr(type(self), name):
+            raise AttributeError(
+                f"Executor.{name} is Marin's view of the last plan; use marin_lab.marin.executor.Executor, "
+                "which has it (docs/coming_from_marin.md), or read executor.last_plan")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ---------------------------------------------------------------------------------------
     # planning and deciding
@@ -179,8 +191,8 @@ class Executor(MarinExecutorAttributes):
             if plan_format == "text":
                 print(self.format_plan(decisions), flush=True)
             else:
-                report = plan_report(decisions, prefix=self.prefix, backend=self.backend_name, script=self.script)
-                print(render_plan(report, plan_format), flush=True)
+                plan_doc = plan_report(decisions, prefix=self.prefix, backend=self.backend_name, script=self.script)
+                print(render_plan(plan_doc, plan_format), flush=True)
             return RunReport(plan, decisions, {}, None)
         self._code = None  # the tree may have changed since this executor's last run
         experiment_path = self._write_experiment(plan)

@@ -271,11 +271,11 @@ def explain_record(index: RecordIndex, record: StepRecord, depth: int = 0) -> di
     }
 
 
-def _identity_pairs(old: Any, new: Any) -> list[tuple[str, str]]:
-    """(old, new) identity pairs of the dependencies that changed, matched by name."""
+def _identity_pairs(old: Any, new: Any) -> list[tuple[str, str, str]]:
+    """(name, old, new) identities of the dependencies that changed, matched by name."""
     old_by_name = {m["name"]: d for d in old if isinstance(d, str) and (m := _IDENTITY.fullmatch(d))}
     new_by_name = {m["name"]: d for d in new if isinstance(d, str) and (m := _IDENTITY.fullmatch(d))}
-    return [(old_by_name[n], new_by_name[n]) for n in sorted(old_by_name.keys() & new_by_name.keys())
+    return [(n, old_by_name[n], new_by_name[n]) for n in sorted(old_by_name.keys() & new_by_name.keys())
             if old_by_name[n] != new_by_name[n] and ".." not in f"{old_by_name[n]}/{new_by_name[n]}".split("/")]
 
 
@@ -286,7 +286,7 @@ def _explain_dependency(index: RecordIndex, change: dict[str, Any], depth: int) 
         return None
     changes: list[dict[str, Any]] = []
     problems = []
-    for old, new in pairs:
+    for name, old, new in pairs:
         old_rec, new_rec = index.record(join(index.prefix, old)), index.record(join(index.prefix, new))
         if old_rec is None or new_rec is None or old_rec.version is None or new_rec.version is None:
             problems.append(f"a record of {old} or {new} is missing or damaged")
@@ -296,8 +296,8 @@ def _explain_dependency(index: RecordIndex, change: dict[str, Any], depth: int) 
             if sub["field"] == "dependencies" and depth + 1 < MAX_DEPENDENCY_DEPTH:
                 sub["because"] = _explain_dependency(index, sub, depth + 1)
             if len(pairs) > 1:
-                sub["field"] = f"{_IDENTITY.fullmatch(new)['name']}: {sub['field']}"
+                sub["field"] = f"{name}: {sub['field']}"
         changes.extend(sub_changes)
-    return {"dependency": _IDENTITY.fullmatch(pairs[0][1])["name"], "old": pairs[0][0], "new": pairs[0][1],
+    return {"dependency": pairs[0][0], "old": pairs[0][1], "new": pairs[0][2],
             "changes": changes, "message": "; ".join(problems) or None}
 

@@ -16,6 +16,7 @@ import tomllib
 from collections.abc import Sequence
 from typing import Any
 
+from marin_lab.execution.environments import StepEnvironment
 from marin_lab.execution.errors import StepDefinitionError
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -41,10 +42,8 @@ def requirements_for_groups(groups: Sequence[str], *, root: str = PROJECT_ROOT) 
     return requirements
 
 
-def environment_for_groups(groups: Sequence[str], *, step_label: str, root: str = PROJECT_ROOT) -> Any:
+def environment_for_groups(groups: Sequence[str], *, step_label: str, root: str = PROJECT_ROOT) -> StepEnvironment:
     """A `StepEnvironment` for Marin's `pip_dependency_groups` (see the module docstring)."""
-    from marin_lab.execution.environments import StepEnvironment
-
     if isinstance(groups, str) or not all(isinstance(g, str) and g.strip() for g in groups):
         raise StepDefinitionError(
             f"{step_label}: pip_dependency_groups={groups!r} must be a list of extras or pip specs, e.g. ['tokenize']"

@@ -36,7 +36,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 from marin_lab.execution.secrets import Scrubber, text_scrubber
 from marin_lab.io.fs import atomic_write_bytes, fs_and_path, is_local, join
@@ -90,6 +90,7 @@ class _Sink:
         self.spec = spec
         self.lock = threading.Lock()
         self.local = is_local(spec.url)
+        self.file: IO[bytes]
         if self.local:
             path = spec.url.removeprefix("file://")
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -114,7 +115,8 @@ class _Sink:
             with open(self.file.name, "rb") as f:
                 atomic_write_bytes(self.spec.url, f.read())
         except Exception as err:  # a log upload never fails the step; say it on the real stderr
-            sys.__stderr__.write(f"[{self.spec.label}] could not upload its log to {self.spec.url}: {err}\n")
+            if sys.__stderr__ is not None:  # None in a process started without a stderr
+                sys.__stderr__.write(f"[{self.spec.label}] could not upload its log to {self.spec.url}: {err}\n")
 
     def close(self) -> None:
         with self.lock:

@@ -109,7 +109,9 @@ def executor_main(
             allow_cross_region=config.allow_cross_region or (),
             transfer_budget_bytes=config.transfer_budget_bytes,
         )
-        report = executor.run(steps, run_only=config.run_only, dry_run=config.dry_run, plan_format=config.format)
+        # Executor.run takes InputName roots too (the plan unwraps them); its annotation says ExecutorStep only.
+        report = executor.run(steps, run_only=config.run_only, dry_run=config.dry_run,  # type: ignore[arg-type]
+                              plan_format=config.format)
     except MarinLabError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None

@@ -22,7 +22,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from marin_lab.execution.errors import CycleError, ExecutorConfigError, MissingDependencyError, StepDefinitionError
-from marin_lab.execution.hashing import ConfigScan, canonical_json, hash8, scan_config, version_of
+from marin_lab.execution.extras import environment_for_groups
+from marin_lab.execution.hashing import ConfigScan, hash8, scan_config, version_of
 from marin_lab.execution.resources import RAY_OPTION_KEYS
 from marin_lab.execution.sources import portable_value
 from marin_lab.execution.step import ExecutorStep, InputName, OutputName, VersionedValue, validate_name
@@ -99,10 +100,6 @@ class Plan:
         """The step's config with every placeholder replaced by a concrete value."""
         return _resolve(planned.step.config, planned, self)
 
-    @functools.cached_property
-    def marin_view(self) -> "MarinView":
-        return MarinView(self)
-
     def select(self, run_only: Sequence[str] | None) -> list[PlannedStep]:
         """The steps a run considers, dependencies first.
 
@@ -122,50 +119,6 @@ class Plan:
         if unused:
             logger.warning("--run_only: %s matched no step name", ", ".join(repr(u) for u in unused))
         return self.ancestors(chosen)
-
-
-class MarinView:
-    """A plan seen the way Marin's `Executor` shows it: dicts keyed by the user's step objects."""
-
-    def __init__(self, plan: Plan):
-        self._plan = plan
-        first: dict[int, ExecutorStep] = {}
-        for obj in plan.objects:
-            first.setdefault(id(plan.object_map[id(obj)]), obj)
-        self.steps: list[ExecutorStep] = [first[id(ps)] for ps in plan.steps]
-        """One object per distinct step, dependencies first."""
-        planned = {obj: plan.object_map[id(obj)] for obj in plan.objects}
-        self.output_paths: dict[ExecutorStep, str] = {o: ps.output_path for o, ps in planned.items()}
-        self.versions: dict[ExecutorStep, dict[str, Any]] = {o: ps.version for o, ps in planned.items()}
-        self.version_strs: dict[ExecutorStep, str] = {o: canonical_json(ps.version) for o, ps in planned.items()}
-        self.dependencies: dict[ExecutorStep, list[ExecutorStep]] = {
-            o: [first[id(d)] for d in ps.dependencies] for o, ps in planned.items()}
-        self._planned = planned
-
-    @functools.cached_property
-    def configs(self) -> dict[ExecutorStep, Any]:
-        """Each step's resolved config (what its function receives)."""
-        resolved = {id(ps): self._plan.resolve_config(ps) for ps in self._plan.steps}
-        return {o: resolved[id(ps)] for o, ps in self._planned.items()}
-
-
-class MarinExecutorAttributes:
-    """`steps`, `output_paths`, `configs`, `versions`, `version_strs` and `dependencies` as Marin's
-    `Executor` has them, for the last plan this executor made."""
-
-    last_plan: Plan | None = None
-
-    def _marin_view(self) -> MarinView:
-        if self.last_plan is None:
-            raise AttributeError("this executor has not planned anything yet; call run(steps) or plan(steps) first")
-        return self.last_plan.marin_view
-
-    steps = property(lambda self: self._marin_view().steps)
-    output_paths = property(lambda self: self._marin_view().output_paths)
-    configs = property(lambda self: self._marin_view().configs)
-    versions = property(lambda self: self._marin_view().versions)
-    version_strs = property(lambda self: self._marin_view().version_strs)
-    dependencies = property(lambda self: self._marin_view().dependencies)
 
 
 def compile_run_only(run_only: Sequence[str]) -> list[re.Pattern[str]]:
@@ -260,8 +213,6 @@ def _normalized(step: ExecutorStep) -> ExecutorStep:
                        if k in RAY_OPTION_KEYS and v is not None}
             changes["resources"] = options or None
     if step.pip_dependency_groups is not None:
-        from marin_lab.execution.extras import environment_for_groups
-
         changes["environment"] = environment_for_groups(step.pip_dependency_groups, step_label=_label(step))
     environment = changes.get("environment", step.environment)
     fn = changes.get("fn", step.fn)
@@ -503,4 +454,5 @@ def _resolve(obj: Any, planned: PlannedStep, plan: Plan) -> Any:
 def _find_dep(inp: InputName, plan: Plan) -> PlannedStep:
     if inp.step is not None:
         return plan.object_map[id(inp.step)]
+    assert inp.step_name is not None  # an InputName names its step by object or by name
     return plan.named_map[inp.step_name]

@@ -44,7 +44,7 @@ def recorded_env() -> dict[str, str]:
 def package_versions() -> dict[str, str]:
     out = {}
     for dist in importlib.metadata.distributions():
-        name = dist.metadata.get("Name")
+        name = dist.name  # the metadata's Name field: None in a distribution whose metadata lacks it
         if name:
             out[name] = dist.version
     return dict(sorted(out.items(), key=lambda kv: kv[0].lower()))
@@ -95,7 +95,7 @@ def runtime_environment() -> dict[str, Any]:
 def manifest(output_path: str) -> dict[str, Any]:
     """Every output file (not the executor's own records) with its size and sha256."""
     fs, _ = fs_and_path(output_path)
-    files = []
+    files: list[dict[str, Any]] = []
     total = 0
     for rel, size in list_files(output_path):
         base = rel.rsplit("/", 1)[-1]

@@ -123,7 +123,6 @@ class StepRecorder:
 def experiment_record(plan: Plan, *, script: str, stem: str, ident: str, code: dict[str, Any],
                       description: str | None, prefix: str, driver: str) -> dict[str, Any]:
     """The experiment record (`{prefix}/experiments/{script}-{hash8}.json`), redacted whole."""
-    configs = plan.marin_view.configs
     record = {
         "schema": 1,
         "script": relative_script(script),
@@ -141,8 +140,8 @@ def experiment_record(plan: Plan, *, script: str, stem: str, ident: str, code: d
             {"name": s.name, "identity": s.identity, "output_path": s.output_path,
              "info_path": info_path(s.output_path), "fn": s.fn_path,
              "dependencies": [d.identity for d in s.dependencies],
-             "version": s.version, "config": redact(lenient_value(configs[obj]))}
-            for s, obj in zip(plan.steps, plan.marin_view.steps, strict=True)
+             "version": s.version, "config": redact(lenient_value(plan.resolve_config(s)))}
+            for s in plan.steps
         ],
     }
     # Redacted whole: a secret in a versioned field, the command line or a URL is text too.

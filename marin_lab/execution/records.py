@@ -87,7 +87,7 @@ class Attempt:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        out = {"attempt": self.attempt, "kind": self.kind, "started": self.started, "ended": self.ended,
+        out: dict[str, Any] = {"attempt": self.attempt, "kind": self.kind, "started": self.started, "ended": self.ended,
                "status": self.status, "error": self.error, "driver": self.driver}
         if self.hardware is not None:
             out["hardware"] = self.hardware
@@ -118,6 +118,9 @@ class StatusEvent:
         return cls(**_fields(cls, data, where, url, strict, {"attempt": (int,)}))
 
 
+_EXPECTED: dict[tuple[type, ...], str] = {(int,): "an integer", (dict,): "an object"}
+
+
 def _fields(cls: type, data: dict[str, Any], where: str, url: str, strict: bool,
             types: dict[str, tuple[type, ...]]) -> dict[str, Any]:
     """Keyword arguments for a small record type: its fields (strings unless `types` says), the
@@ -131,7 +134,7 @@ def _fields(cls: type, data: dict[str, Any], where: str, url: str, strict: bool,
         if value is None or (isinstance(value, ok) and not isinstance(value, bool)):
             out[name] = value
         elif strict:
-            expected = {(int,): "an integer", (dict,): "an object"}.get(ok, "a string")
+            expected = _EXPECTED.get(ok, "a string")
             raise RecordError(url, f"is {_kind(value)}, expected {expected}; rerun the step to rewrite its record",
                               f"{where}.{name}")
         else:

@@ -220,7 +220,7 @@ def _run_on_original_inputs(executor: Any, plan: Any, ps: Any, originals: dict[s
     return None
 
 
-def _judge(ps: Any, original_path: str, plan: Any, prefixes: tuple[str, str]) -> StepResult:
+def _judge(ps: Any, original_path: str, plan: Any, prefixes: tuple[str, ...]) -> StepResult:
     from marin_lab.execution.provenance import manifest
 
     info = _record_or_none(original_path)

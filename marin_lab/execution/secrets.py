@@ -148,21 +148,26 @@ class Scrubber:
         self._known_re = re.compile("|".join(map(re.escape, self.known))) if self.known else None
         self.longest = len(self.known[0]) if self.known else 0
 
-    def _holds_known(self, text: str) -> bool:
+    def _known_in(self, text: str) -> re.Pattern[str] | None:
+        """The pattern of the known values when `text` holds one of them, else None."""
         # A substring test per value (C's memmem) is far faster than the regex on text that holds
         # none of them, which is nearly all text.
-        return self._known_re is not None and any(v in text for v in self.known)
+        if self._known_re is not None and any(v in text for v in self.known):
+            return self._known_re
+        return None
 
     def __call__(self, text: str) -> str:
-        if self._holds_known(text):
-            text = self._known_re.sub(REDACTED, text)  # type: ignore[union-attr]
+        known_re = self._known_in(text)
+        if known_re is not None:
+            text = known_re.sub(REDACTED, text)
         for pattern, replace, present in _SHAPES:
             if present(text):
                 text = pattern.sub(replace, text)
         return text
 
     def _spans(self, text: str) -> list[tuple[int, int]]:
-        patterns = [self._known_re] if self._holds_known(text) else []
+        known_re = self._known_in(text)
+        patterns = [known_re] if known_re is not None else []
         patterns += [pattern for pattern, _, present in _SHAPES if present(text)]
         return [m.span() for p in patterns for m in p.finditer(text)]
 

@@ -53,13 +53,14 @@ def versioned_source(location: str, *, package: str | None = None) -> str:
                 f"versioned_source({location!r}): package {package!r} is not 'name@version' "
                 "(e.g. 'python3.11-doc@3.11.2-6')"
             )
+        # Typed as the str it stands for, as versioned() is, so that a config's `str` field takes it.
         return PortableSource(location, {"package": package})  # type: ignore[return-value]
     if _is_path_spelling(location) and not os.path.exists(_local_path(location)):
         raise StepDefinitionError(
             f"versioned_source: {location!r} does not exist; a local source is identified by its content, "
             "so it must exist when the experiment is planned"
         )
-    return versioned(location)  # type: ignore[return-value]
+    return versioned(location)
 
 
 def portable_value(value: Any) -> Any:

@@ -124,7 +124,7 @@ class VersionedValue(Generic[T]):
 def versioned(value: T) -> T:
     """Mark `value` as part of the step's identity. The type checker sees `T`."""
     if isinstance(value, VersionedValue):
-        return value  # type: ignore[return-value]
+        return value
     return VersionedValue(value)  # type: ignore[return-value]
 
 

@@ -136,7 +136,7 @@ class StepRunner:
             t0 = time.monotonic()
             try:
                 result, env = self._call(ps, fn, config, lease, attempt.attempt,
-                                         on_hardware=lambda hw, a=attempt: recorder.attempt_placed(a, hw))
+                                         on_hardware=functools.partial(recorder.attempt_placed, attempt))
             except LeaseLostError:
                 return StepOutcome(ps.identity, "LOST", message="lost the lease to another driver; stopped")
             except (PreemptedError, StepFailedError) as err:

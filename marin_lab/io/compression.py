@@ -42,14 +42,16 @@ def compression_of(name: str) -> str | None:
 def open_decompressed(raw: IO[bytes], compression: str | None) -> IO[bytes]:
     """A buffered stream of the decompressed bytes of `raw` (closing it closes `raw` too)."""
     if compression == "gzip":
-        return _Closing(gzip.GzipFile(fileobj=raw, mode="rb"), raw)
+        # A BufferedIOBase is a binary file object at runtime; typeshed does not derive it from IO[bytes].
+        return _Closing(gzip.GzipFile(fileobj=raw, mode="rb"), raw)  # type: ignore[return-value]
     if compression == "zstd":
         # ZstdFile buffers 8 KiB at a time, which made reading lines ~3x slower than before; the
         # same decompressor behind a 1 MiB buffer reads as fast, with the same bound.
         return io.BufferedReader(_ZstdReader(raw), READ_CHUNK)
     if compression is not None:
         raise ValueError(f"unknown compression {compression!r}; expected gzip, zstd or None")
-    return raw if isinstance(raw, io.BufferedIOBase) else io.BufferedReader(raw, READ_CHUNK)
+    # The raw files passed here (fsspec's, open()'s) have readinto, which IO[bytes] does not declare.
+    return raw if isinstance(raw, io.BufferedIOBase) else io.BufferedReader(raw, READ_CHUNK)  # type: ignore[type-var]
 
 
 class _Closing(io.BufferedIOBase):
@@ -68,7 +70,7 @@ class _Closing(io.BufferedIOBase):
     def read1(self, size: int = -1) -> bytes:
         return self._stream.read1(size)
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer) -> int:
         return self._stream.readinto(buffer)
 
     def readline(self, size: int | None = -1) -> bytes:
@@ -98,7 +100,7 @@ class _ZstdReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer) -> int:
         with memoryview(buffer) as view, view.cast("B") as out:
             data = self._read(len(out))
             out[: len(data)] = data

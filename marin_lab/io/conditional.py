@@ -166,7 +166,8 @@ def _gcs_client() -> Any:
     global _GCS_CLIENT
     with _GCS_CLIENT_LOCK:
         if _GCS_CLIENT is None:
-            from google.cloud import storage
+            # Not `from google.cloud import storage`: mypy finds no `storage` in that namespace that way.
+            import google.cloud.storage as storage
 
             if os.environ.get("STORAGE_EMULATOR_HOST"):
                 from google.auth.credentials import AnonymousCredentials

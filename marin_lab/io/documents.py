@@ -135,6 +135,7 @@ def _depth_exceeds(obj: object, limit: int) -> bool:
     stack = [(obj, 1)]
     while stack:
         value, depth = stack.pop()
+        children: Iterable[object]
         if isinstance(value, dict):
             children = value.values()
         elif isinstance(value, list):

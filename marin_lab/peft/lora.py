@@ -173,11 +173,12 @@ def init_lora(config: LoraConfig, model: LlamaConfig, key: jax.Array, dtype: Any
     `modules_to_save` parameters start as copies of `base`'s (needed then), in `dtype`.
     """
     saved = config.saved(model)
-    if saved and base is None:
-        raise LoraError(f"lora.modules_to_save={config.modules_to_save} starts from the base's weights: pass base=")
     adapters: Params = {"layers": {}}
-    for name in saved:
-        adapters[name] = jnp.asarray(base[name]).astype(dtype)
+    if saved:
+        if base is None:
+            raise LoraError(f"lora.modules_to_save={config.modules_to_save} starts from the base's weights: pass base=")
+        for name in saved:
+            adapters[name] = jnp.asarray(base[name]).astype(dtype)
     if config.adapts_embed:  # peft's embedding init: A = 0, B ~ N(0, 1)
         shapes = adapter_shapes(config, model)
         adapters["embed"] = {"a": jnp.zeros(shapes["embed/a"], dtype),

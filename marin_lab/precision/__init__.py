@@ -9,6 +9,7 @@
     mx.py        MXFP8 through jax.nn.scaled_dot_general, where the backend lowers it
     rescale.py   the dynamic-rescale point on a gradient (the logits')
     adam.py      Adam with float16 moments scaled per tensor
+    masters.py   float16 master weights for evaluation, checkpoints and Hugging Face export
     policy.py    PrecisionConfig, the policy on the trainer's config
     apply.py     what the policy does to one train step (wrapping, state, statistics)
 """

@@ -29,7 +29,7 @@ MOMENT_FORMATS = ("float32", "bfloat16", "float16_scaled")
 class StoredAdamState(NamedTuple):
     """Adam's state with moments in a storage format (`nu` holds sqrt of the second moment)."""
 
-    count: jax.Array
+    count: jax.Array  # type: ignore[assignment]  # optax's field name; it shadows tuple.count
     mu: Any
     nu: Any
 
@@ -72,10 +72,11 @@ def scale_by_stored_adam(b1: float, b2: float, eps: float, moments: str) -> opta
             return step, _encode(m, moments), _encode(jnp.sqrt(v), moments)
 
         flat_g, treedef = jax.tree_util.tree_flatten(updates)
-        flat_m = treedef.flatten_up_to(state.mu)
-        flat_r = treedef.flatten_up_to(state.nu)
+        flat_m = treedef.flatten_up_to(state.mu)  # type: ignore[attr-defined]  # missing from jaxlib's stub
+        flat_r = treedef.flatten_up_to(state.nu)  # type: ignore[attr-defined]  # missing from jaxlib's stub
         out = [one(g, m, r) for g, m, r in zip(flat_g, flat_m, flat_r)]
-        steps, mus, nus = (treedef.unflatten([o[i] for o in out]) for i in range(3))
+        steps, mus, nus = (treedef.unflatten([o[i] for o in out])  # type: ignore[attr-defined]  # as above
+                           for i in range(3))
         return steps, StoredAdamState(count, mus, nus)
 
     return optax.GradientTransformation(init, update)

@@ -67,7 +67,7 @@ def init_state(config: PrecisionConfig, params: Tree) -> Tree | None:
 
 def step_inputs(config: PrecisionConfig, fp8_state: Tree | None, params: Tree) -> Tree:
     """The auxiliary tree the loss is differentiated against (see the module docstring)."""
-    stats = None
+    stats: dict[str, Any] | None = None
     if config.fp8:
         stats = {"layers": {n: jnp.zeros((params["layers"][n].shape[0], NUM_STATS), F32)
                             for n in _projections(params)}}

@@ -16,6 +16,7 @@ import jax
 
 from marin_lab.precision.adam import MOMENT_FORMATS
 from marin_lab.precision.errors import PrecisionError
+from marin_lab.precision.masters import EXPORT_DTYPES
 from marin_lab.precision.scalify_train import MASTER_FORMATS
 from marin_lab.versioning import added_field
 
@@ -44,6 +45,9 @@ class PrecisionConfig:
     master_weights: str = added_field("float32")
     """'float32', or with matmul 'scalify' 'float16_scaled': parameters stored as float16 data with
     a power-of-two fp32 scale (per layer for the stacked weights), half the bytes of float32."""
+    export_dtype: str = added_field("float32")
+    """The Hugging Face export's weights: 'float32' or 'bfloat16' (float16 masters are decoded,
+    data x scale in fp32, then cast)."""
     optimizer_state: str = "float32"
     """Adam's moments: 'float32', 'bfloat16', or 'float16_scaled' (float16 data with a
     power-of-two fp32 scale per tensor: half the bytes of float32)."""
@@ -93,6 +97,9 @@ class PrecisionConfig:
             raise PrecisionError(
                 f"precision.master_weights={self.master_weights!r} needs precision.matmul='scalify' (the weights "
                 f"enter the step as scaled tensors only there), not {self.matmul!r}")
+        if self.export_dtype not in EXPORT_DTYPES:
+            raise PrecisionError(
+                f"precision.export_dtype={self.export_dtype!r} is not one of {tuple(EXPORT_DTYPES)}")
         if param_shapes is None:
             return
         if self.fp8_lm_head and "lm_head" not in param_shapes:

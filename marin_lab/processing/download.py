@@ -161,24 +161,24 @@ def _fetch_batch(batch: _BatchTask) -> list[dict]:
     return [_fetch_with_retries(t, batch) for t in batch.files]
 
 
-def _hf_snapshot(config: DownloadConfig) -> tuple[str, str]:
-    """A local folder with the dataset repository's files, and the commit it resolved to."""
+def _hf_snapshot(config: DownloadConfig, repo: str) -> tuple[str, str]:
+    """A local folder with the files of the dataset repository `repo`, and the commit it resolved to."""
     if not config.revision:
         raise DownloadError(
-            f"download: hf_dataset={config.hf_dataset!r} needs DownloadConfig.revision (a commit "
+            f"download: hf_dataset={repo!r} needs DownloadConfig.revision (a commit "
             f"sha): an unpinned dataset can change under a finished step."
         )
     from huggingface_hub import snapshot_download
 
     try:
         folder = snapshot_download(
-            repo_id=config.hf_dataset, repo_type="dataset", revision=config.revision,
+            repo_id=repo, repo_type="dataset", revision=config.revision,
             cache_dir=config.hf_cache_dir,
             allow_patterns=list(config.include) if config.include else None,
         )
     except Exception as err:
         raise DownloadError(
-            f"download: Hugging Face dataset {config.hf_dataset!r} at revision {config.revision!r} "
+            f"download: Hugging Face dataset {repo!r} at revision {config.revision!r} "
             f"could not be fetched ({type(err).__name__}: {err}). Offline (HF_HUB_OFFLINE=1) it "
             f"must already be in the hub cache."
         ) from err
@@ -197,11 +197,14 @@ def moving_source(config: DownloadConfig) -> str | None:
     return None
 
 
+_ONE_SOURCE = "DownloadConfig: set exactly one of `source` and `hf_dataset`"
+
+
 @reproducibility(volatile_fields={"provenance.json": ("retrieved",)}, not_reproducible=moving_source)
 def download(config: DownloadConfig) -> dict:
     """Fetch the files `config` names into `{output_path}/data/` and write `provenance.json`."""
-    if bool(config.source) == bool(config.hf_dataset):
-        raise DownloadError("DownloadConfig: set exactly one of `source` and `hf_dataset`")
+    if config.source and config.hf_dataset:
+        raise DownloadError(_ONE_SOURCE)
     resolved, versions, kind, labels = None, None, "huggingface" if config.hf_dataset else "fsspec", {}
     outside: list[dict[str, str]] = []
     if is_package_source(config.source):
@@ -214,12 +217,14 @@ def download(config: DownloadConfig) -> dict:
         labels = {f.url: config.source if f.url == fetched.local_path else f"{config.source.rstrip('/')}/{f.rel}"
                   for f in files}
     elif config.hf_dataset:
-        folder, resolved = _hf_snapshot(config)
+        folder, resolved = _hf_snapshot(config, config.hf_dataset)
         files, broken, folders = list_source_and_skipped_links(folder, config.include)
         source_label = f"hf://datasets/{config.hf_dataset}"
-    else:
+    elif config.source:
         files, broken, folders = list_source_and_skipped_links(config.source, config.include)
         source_label = config.source
+    else:
+        raise DownloadError(_ONE_SOURCE)
     if not files:
         raise DownloadError(
             f"download: no files found at {source_label!r}"

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from marin_lab.io import fs as mfs
 from marin_lab.io.documents import write_documents
 from marin_lab.processing.errors import ExtractError
-from marin_lab.processing.quarantine import ShardPolicy, map_shards_quarantined
-from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
+from marin_lab.processing.quarantine import Quarantine, ShardPolicy
+from marin_lab.processing.shards import mark_shard_done, read_shard_done
 from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ METHODS = ("resiliparse", "trafilatura")
 class ExtractConfig:
     input_path: str = versioned_field()
     """Folder of HTML files (searched recursively), e.g. the `data/` of a download step."""
-    output_path: str
+    output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """The step's output; the document shards go to `{output_path}/data/shard-00000.jsonl.zst`..."""
     method: str = versioned_field("resiliparse")
     """HTML-to-text extractor: 'resiliparse' (fast) or 'trafilatura'."""
@@ -56,10 +56,10 @@ class ExtractConfig:
     on_bad_record: str = versioned_field("raise")
     """'raise': a page the extractor fails on stops the step; 'skip': it is counted and skipped."""
     num_workers: int = 1
+    """Processes (or Ray tasks) extracting shards in parallel; never changes the output."""
     shard_policy: ShardPolicy | None = None
     """Quarantine failing shards (retries, time limit, allowance, memory per shard; docs/data.md
     "Bad shards"); None: the first failing shard fails the step."""
-    """Processes (or Ray tasks) extracting shards in parallel; never changes the output."""
 
 
 def html_to_text(html: bytes, *, method: str = "resiliparse", main_content: bool = True) -> tuple[str, str | None]:
@@ -69,7 +69,7 @@ def html_to_text(html: bytes, *, method: str = "resiliparse", main_content: bool
         from resiliparse.parse.encoding import bytes_to_str, detect_encoding
         from resiliparse.parse.html import HTMLTree
 
-        tree = HTMLTree.parse(bytes_to_str(html, detect_encoding(html)))
+        tree = HTMLTree.parse(bytes_to_str(html, detect_encoding(html) or "utf-8"))
         title = tree.title.strip() if tree.title else None
         text = extract_plain_text(
             tree, main_content=main_content, alt_texts=False, links=False, comments=False
@@ -85,7 +85,7 @@ def html_to_text(html: bytes, *, method: str = "resiliparse", main_content: bool
         from resiliparse.parse.encoding import bytes_to_str, detect_encoding
 
         doc = trafilatura.bare_extraction(
-            bytes_to_str(html, detect_encoding(html)),
+            bytes_to_str(html, detect_encoding(html) or "utf-8"),
             with_metadata=True,
             include_comments=False,
             favor_recall=not main_content,
@@ -130,7 +130,9 @@ def _extract_shard(task: _ShardTask) -> dict:
     if previous is not None:
         return {**previous, "reused": True}
     source = cfg.source or cfg.input_path.rstrip("/").rsplit("/", 1)[-1]
-    docs, empty, skipped, examples = [], 0, 0, []
+    docs: list[dict] = []
+    examples: list[str] = []
+    empty, skipped = 0, 0
     for rel in task.files:
         url = mfs.join(cfg.input_path, rel)
         html = mfs.read_bytes(url)
@@ -200,13 +202,10 @@ def extract(config: ExtractConfig) -> dict:
     files = _html_files(config)
     groups = _group(files, config.num_shards)
     tasks = [_ShardTask(i, g, config) for i, g in enumerate(groups)]
-    bad: list[dict] = []
-    if config.shard_policy is None:
-        results = map_shards(_extract_shard, tasks, num_workers=config.num_workers, desc="extract")
-    else:
-        outcome = map_shards_quarantined(_extract_shard, tasks, num_workers=config.num_workers, desc="extract",
-                                         policy=config.shard_policy)
-        results, bad = [r for r in outcome.results if r is not None], outcome.bad
+    shards = Quarantine("extract", config.output_path, config.shard_policy)
+    results = [r for r in shards.map(_extract_shard, tasks, num_workers=config.num_workers, desc="extract")
+               if r is not None]
+    bad = shards.finish()
     left_out = sum(len(tasks[b["task"]].files) for b in bad)
     summary = {
         "input_files": len(files),

@@ -16,7 +16,7 @@ checks that these add up, so a step never succeeds with documents silently lost.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from marin_lab.io import fs as mfs
@@ -149,13 +149,17 @@ def filter_shard(
     return info
 
 
-def summarize(step: str, shard_infos: list[dict], **extra) -> dict:
-    """The step's return value: totals over shards, checked to account for every document."""
+def summarize(step: str, shard_infos: Sequence[dict | None], *, left_out: list[dict] | None = None, **extra) -> dict:
+    """The step's return value: totals over shards, checked to account for every document.
+
+    `left_out`: the bad shards a step with a shard policy left out within its allowance (their
+    infos are None); listed as `bad_shards` so the record says what the output lacks."""
+    infos: list[dict] = [info for info in shard_infos if info is not None]
     totals = {"read": 0, "kept": 0, "skipped": 0}
     removed: dict[str, int] = {}
     skip_reasons: dict[str, int] = {}
     examples: list[str] = []
-    for info in shard_infos:
+    for info in infos:
         accounted = info["kept"] + sum(info["removed"].values())
         if accounted != info["read"]:
             raise ProcessingError(
@@ -172,7 +176,7 @@ def summarize(step: str, shard_infos: list[dict], **extra) -> dict:
         examples.extend(info.get("skip_examples", [])[: max(0, 5 - len(examples))])
     result = {
         "step": step,
-        "shards": len(shard_infos),
+        "shards": len(infos),
         "input_records": totals["read"] + totals["skipped"],
         "documents_read": totals["read"],
         "kept": totals["kept"],
@@ -181,6 +185,7 @@ def summarize(step: str, shard_infos: list[dict], **extra) -> dict:
         "skipped_bad": totals["skipped"],
         "skip_reasons": dict(sorted(skip_reasons.items())),
         "skip_examples": examples,
+        **({"bad_shards": left_out} if left_out is not None else {}),
         **extra,
     }
     logger.info(

@@ -35,8 +35,9 @@ import numpy as np
 from marin_lab.io import fs as mfs
 from marin_lab.io.documents import BadRecordError, ReadStats, list_shards
 from marin_lab.processing.errors import TokenizeError
-from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
-from marin_lab.processing.tokenize import find_eos_id, resolve_tokenizer_bytes, split_of
+from marin_lab.processing.quarantine import Quarantine, ShardPolicy
+from marin_lab.processing.shards import mark_shard_done, read_shard_done
+from marin_lab.processing.tokenize import find_eos_id, ledger_left_out, resolve_tokenizer_bytes, split_of
 from marin_lab.store.token_cache import (
     TOKENIZER_FILE,
     add_split,
@@ -95,6 +96,9 @@ class TokenizeInstructionsConfig:
     """'raise' stops at the first bad record (file:line in the message); 'skip' counts and skips it."""
     num_workers: int = 1
     """Shards tokenized in parallel; never changes the output."""
+    shard_policy: ShardPolicy | None = None
+    """Quarantine failing shards (retries, time limit, allowance, memory per shard; docs/data.md
+    "Bad shards"); None: the first failing shard fails the step."""
 
 
 def _messages(obj: Any) -> list[dict[str, str]] | tuple[str, str]:
@@ -147,10 +151,10 @@ def read_instructions(path: str, *, on_bad_record: str, stats: ReadStats) -> Ite
             except json.JSONDecodeError as err:
                 found = ("bad_json", f"malformed JSON ({err.msg} at column {err.colno})")
             if isinstance(found, tuple):
-                err = BadRecordError(path, lineno, *found)
+                bad = BadRecordError(path, lineno, *found)
                 if on_bad_record == "raise":
-                    raise err
-                stats.add_skip(err)
+                    raise bad
+                stats.add_skip(bad)
                 continue
             stats.read += 1
             yield obj["id"], found
@@ -244,7 +248,10 @@ def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
     if config.num_workers <= 1:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
     tasks = [_ShardTask(i, path, config, eos_id, bos_id, dtype) for i, path in enumerate(shards)]
-    results = map_shards(_tokenize_shard, tasks, num_workers=config.num_workers, desc="tokenize instructions")
+    quarantine = Quarantine("tokenize_instructions", config.output_path, config.shard_policy)
+    results = [r for r in quarantine.map(_tokenize_shard, tasks, num_workers=config.num_workers,
+                                         desc="tokenize instructions", labels=shards) if r is not None]
+    left_out = quarantine.finish()
     stats = ReadStats()
     for r in results:
         stats.merge(ReadStats(**r["stats"]))
@@ -261,6 +268,7 @@ def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
                "rule": "blake2b-64(salt NUL id) < fraction * 2**64"},
         loss_mask="response tokens only (instruction data)",
         template=dataclasses.asdict(config.template),
+        **({"left_out": ledger_left_out(left_out)} if left_out else {}),
     )
     for split in SPLITS:
         add_split(ledger, split, [r["splits"][split] for r in results if split in r["splits"]], masked=True)
@@ -273,6 +281,8 @@ def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
         "records_by_split": {s: ledger["splits"][s]["documents"] for s in SPLITS},
         "shards_reused": sum(1 for r in results if r["reused"]),
     }
+    if config.shard_policy is not None:
+        summary["bad_shards"] = left_out
     logger.info("tokenize_instructions: %d records (%d skipped) -> %s tokens, %s in the loss",
                 stats.read, stats.skipped, summary["tokens"], summary["loss_tokens"])
     return summary

@@ -311,6 +311,9 @@ class MinHasher:
         # Odd multipliers make each permutation a bijection of the 64-bit hashes.
         a = rng.integers(0, 2**63, size=k, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
         b = rng.integers(0, 2**63, size=k, dtype=np.uint64)
+        # Set past the frozen dataclass's __setattr__; declared here so that they are not fields.
+        self._a: np.ndarray
+        self._b: np.ndarray
         object.__setattr__(self, "_a", a)
         object.__setattr__(self, "_b", b)
 
@@ -425,7 +428,7 @@ def cluster_duplicates(
         pairs = np.unique(np.stack([src, dst], axis=1), axis=0)
         src, dst = pairs[:, 0], pairs[:, 1]
     candidates = int(src.size)
-    if threshold is not None and src.size:
+    if threshold is not None and signatures is not None and src.size:  # signatures: checked above
         keep = estimated_similarity(signatures[src], signatures[dst]) >= threshold
         src, dst = src[keep], dst[keep]
     rep = first_of_component(n, src, dst)

@@ -50,6 +50,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from marin_lab.io.paths import PathOutsideError, confine, contain_links
 from marin_lab.processing.errors import DownloadError
@@ -107,7 +108,7 @@ def default_cache_dir() -> str:
     return os.environ.get("MARIN_LAB_CORPUS") or os.path.expanduser("~/.cache/marin_lab/corpus")
 
 
-def is_package_source(text: object) -> bool:
+def is_package_source(text: object) -> TypeGuard[str]:
     return isinstance(text, str) and text.startswith(_SCHEMES)
 
 
@@ -281,12 +282,13 @@ def _debian_tree(root: str, src: PackageSource) -> tuple[str, dict[str, str], li
                 lacking = [name for name in missing if debs[name] is None]
                 if lacking:
                     raise PackageError(f"apt-get download did not produce {lacking} for {src.text!r}")
-    versions = {name: _deb_version(deb)[1] for name, deb in debs.items()}
-    members = {name: os.path.basename(deb) for name, deb in debs.items()}
+    found = {name: deb for name, deb in debs.items() if deb is not None}  # every one, by now
+    versions = {name: _deb_version(deb)[1] for name, deb in found.items()}
+    members = {name: os.path.basename(deb) for name, deb in found.items()}
     key = hashlib.sha256(json.dumps(sorted(members.values())).encode()).hexdigest()[:16]
 
     def unpack(folder: str) -> None:
-        for name, deb in debs.items():
+        for name, deb in found.items():
             result = _run(["dpkg-deb", "-x", deb, folder])
             if result.returncode != 0:
                 raise PackageError(f"dpkg-deb -x {deb} failed ({_last_line(result.stderr)}); delete that file "
@@ -314,6 +316,8 @@ def _cached_wheel(pools: list[str], name: str, version: str) -> str | None:
 
 def _pypi_tree(root: str, src: PackageSource) -> tuple[str, dict[str, str], list[dict[str, str]]]:
     (name, version), = src.packages
+    if version is None:
+        raise PackageError(f"package source {src.text!r}: a PyPI source must pin its release ('name==version')")
     base = os.path.join(root, "packages", "pypi")
     pool = os.path.join(base, "wheels")
     pools = [pool, os.path.join(root, "pypi")]  # pypi/: the wheels fetch_corpus keeps

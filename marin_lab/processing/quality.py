@@ -25,7 +25,7 @@ from marin_lab.processing.filtering import (
     plan_shards,
     summarize,
 )
-from marin_lab.processing.shards import map_shards
+from marin_lab.processing.quarantine import Quarantine, ShardPolicy
 from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
@@ -229,7 +229,7 @@ class HeuristicFilterConfig:
 
     input_path: str = versioned_field()
     """Folder (or single shard) of input documents."""
-    output_path: str
+    output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """Where `data/` (kept documents) and `removed/` (records naming the rule) go."""
     rules: QualityRules = versioned_field(default_factory=QualityRules)
     """The thresholds."""
@@ -237,6 +237,9 @@ class HeuristicFilterConfig:
     """Shards processed in parallel (Ray tasks under Ray, else processes)."""
     on_bad_record: str = versioned_field("raise")
     """'raise' stops at the first bad line; 'skip' counts and skips it."""
+    shard_policy: ShardPolicy | None = None
+    """Quarantine failing shards (retries, time limit, allowance, memory per shard; docs/data.md
+    "Bad shards"); None: the first failing shard fails the step."""
 
 
 def _decider(rules: QualityRules) -> Callable[[list[dict]], list[Decision]]:
@@ -259,10 +262,13 @@ def filter_heuristics(config: HeuristicFilterConfig) -> dict:
     step = "filter_heuristics"
     check_on_bad_record(config.on_bad_record, step)
     plans = plan_shards(config.input_path, config.output_path)
-    infos = map_shards(
+    shards = Quarantine(step, config.output_path, config.shard_policy)
+    infos = shards.map(
         _heuristic_task,
         [(p, config.rules, config.on_bad_record) for p in plans],
         num_workers=config.num_workers,
         desc=step,
+        labels=[p.input_file for p in plans],
     )
-    return summarize(step, infos)
+    left_out = shards.finish()
+    return summarize(step, infos, left_out=left_out if config.shard_policy is not None else None)

@@ -76,16 +76,18 @@ def sections_of_html(html: str, *, min_chars: int = 80) -> list[tuple[str, str]]
     from resiliparse.parse.html import HTMLTree
 
     tree = HTMLTree.parse(html)
-    root = (tree.document.query_selector("[role=main]") or tree.document.query_selector("div.body")
-            or tree.body)
+    document = tree.document
+    if document is None:
+        return []
+    root = document.query_selector("[role=main]") or document.query_selector("div.body") or tree.body
     if root is None:
         return []
     out, heading = [], None
     for el in root.query_selector_all("h1, h2, h3, h4, p"):
         if el.tag != "p":
-            heading = _NUMBERING.sub("", _clean(el.text)) or None
+            heading = _NUMBERING.sub("", _clean(el.text or "")) or None
             continue
-        text = _clean(el.text)
+        text = _clean(el.text or "")
         if heading and len(text) >= min_chars:
             out.append((heading, text))
             heading = None  # only the first prose paragraph of a section

@@ -137,7 +137,7 @@ def map_shards(
         ray = _ray_if_in_task()
         if ray is not None:
             logger.debug("%s: %d tasks, here and on %d Ray task slot(s)", desc, len(tasks), workers - 1)
-            remote = _RayRemote(ray, workers - 1)
+            remote: _RayRemote | _PoolRemote = _RayRemote(ray, workers - 1)
         else:
             logger.debug("%s: %d tasks, here and in %d local process(es)", desc, len(tasks), workers - 1)
             remote = _PoolRemote(workers - 1)

@@ -29,9 +29,9 @@ import numpy as np
 from marin_lab.io import fs as mfs
 from marin_lab.io.documents import SOURCE_PATTERNS, ReadStats, list_shards, read_documents, text_chunks
 from marin_lab.processing.errors import TokenizeError
+from marin_lab.processing.quarantine import Quarantine, ShardPolicy
 from marin_lab.processing.shards import (
     input_sizes,
-    map_shards,
     mark_shard_done,
     prefetch,
     read_shard_done,
@@ -54,6 +54,7 @@ __all__ = [
     "TrainTokenizerConfig",
     "encode_texts",
     "find_eos_id",
+    "ledger_left_out",
     "load_tokenizer",
     "resolve_tokenizer_bytes",
     "split_of",
@@ -75,7 +76,7 @@ CHUNKS_PER_CALL = 4
 class TokenizeConfig:
     input_path: str | list[str] = versioned_field()
     """Folder(s) of documents (.jsonl, .jsonl.gz, .jsonl.zst, .parquet, .txt), read in sorted order."""
-    output_path: str
+    output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """Where the token cache goes (ledger.json, tokenizer.json, train/, validation/)."""
     tokenizer: str = versioned_field()
     """A tokenizer.json path or URL, a folder holding tokenizer.json, or a hub model id."""
@@ -96,6 +97,9 @@ class TokenizeConfig:
     """Documents per encode_batch call."""
     num_workers: int = 1
     """Processes (or Ray tasks) tokenizing shards in parallel; never changes the output."""
+    shard_policy: ShardPolicy | None = None
+    """Quarantine failing shards (retries, time limit, allowance, memory per shard; docs/data.md
+    "Bad shards"); None: the first failing shard fails the step."""
 
 
 def _id_below(doc_id: str, fraction: float, salt: str) -> bool:
@@ -421,8 +425,10 @@ def tokenize(config: TokenizeConfig) -> dict:
         )
         for i, path in enumerate(shards)
     ]
-    results = map_shards(_tokenize_shard, tasks, num_workers=config.num_workers, desc="tokenize",
-                         costs=input_sizes(shards))
+    quarantine = Quarantine("tokenize", config.output_path, config.shard_policy)
+    results = [r for r in quarantine.map(_tokenize_shard, tasks, num_workers=config.num_workers, desc="tokenize",
+                                         costs=input_sizes(shards)) if r is not None]
+    left_out = quarantine.finish()
 
     stats = ReadStats()
     for r in results:
@@ -438,6 +444,8 @@ def tokenize(config: TokenizeConfig) -> dict:
                    "revision": config.tokenizer_revision},
         split={"validation_fraction": config.validation_fraction, "salt": config.split_salt,
                "rule": "blake2b-64(salt NUL id) < fraction * 2**64"},
+        # Only when the step's allowance let shards go: a reader of the cache sees what it lacks.
+        **({"left_out": ledger_left_out(left_out)} if left_out else {}),
     )
     for split in SPLITS:
         add_split(ledger, split, [r["splits"][split] for r in results if split in r["splits"]])
@@ -459,12 +467,19 @@ def tokenize(config: TokenizeConfig) -> dict:
         "vocab_size": vocab_size,
         "dtype": dtype,
     }
+    if config.shard_policy is not None:
+        summary["bad_shards"] = left_out
     logger.info(
         "tokenize: %d documents (%d skipped) -> %d train / %d validation tokens in %d shards (%d reused)",
         stats.read, stats.skipped, summary["tokens"]["train"], summary["tokens"]["validation"],
         len(shards), summary["shards_reused"],
     )
     return summary
+
+
+def ledger_left_out(bad: list[dict]) -> list[dict]:
+    """The ledger's note of input shards a tokenize step left out (within its allowance)."""
+    return [{"shard": b["shard"], "error": b["attempts"][-1]["error"]} for b in bad]
 
 
 # --- train_tokenizer -------------------------------------------------------------------------
@@ -474,7 +489,7 @@ def tokenize(config: TokenizeConfig) -> dict:
 class TrainTokenizerConfig:
     input_path: str | list[str] = versioned_field()
     """Folder(s) of document shards to learn the vocabulary from."""
-    output_path: str
+    output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """Where tokenizer.json goes."""
     vocab_size: int = versioned_field(8192)
     """Size of the vocabulary, special tokens included."""

@@ -123,18 +123,21 @@ class NF4Tensor:
 
     def block_absmax(self) -> jax.Array:
         """The first-level absmax constants, float32 [*lead, blocks] (second level undone)."""
-        if not self.double_quant:
+        scale, offset = self.absmax_scale, self.absmax_offset
+        if scale is None:
             return self.absmax.astype(jnp.float32)
+        if offset is None:
+            raise QuantizationError("an NF4Tensor with absmax_scale needs absmax_offset too (quantize_nf4 sets both)")
         n = self.num_blocks
-        groups = self.absmax_scale.shape[-1]
+        groups = scale.shape[-1]
         codes = jnp.asarray(DYNAMIC_CODE)[self.absmax.astype(jnp.int32)]
         pad = groups * DOUBLE_QUANT_GROUP - n
         codes = jnp.pad(codes, [(0, 0)] * (codes.ndim - 1) + [(0, pad)])
         grouped = codes.reshape(*codes.shape[:-1], groups, DOUBLE_QUANT_GROUP)
-        values = (grouped * self.absmax_scale[..., None]).reshape(*codes.shape[:-1], -1)[..., :n]
+        values = (grouped * scale[..., None]).reshape(*codes.shape[:-1], -1)[..., :n]
         # Compiled, XLA may contract this multiply-add into one FMA: a jitted dequantization and
         # an eager one can differ in the last bit (compiled programs agree with each other).
-        return values + self.absmax_offset[..., None]
+        return values + offset[..., None]
 
     def dequantize(self, dtype: Any = jnp.float32) -> jax.Array:
         """The weight `[*lead, in, out]` in `dtype` (computed in float32)."""

@@ -9,6 +9,8 @@ same way when their count divides, else replicated (they are tiny); offsets are 
 
 from __future__ import annotations
 
+from typing import Any
+
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -32,11 +34,12 @@ def nf4_shardings(q: NF4Tensor, mesh: Mesh, *, axis: str | None = "fsdp", name: 
             "quant.block_size that makes the block count divisible"
         )
     split = axis if size > 1 else None
-    groups = q.absmax_scale.shape[-1] if q.double_quant else 0
-    return NF4Tensor(
-        packed=sharding(*lead, split, None),
-        absmax=sharding(*lead, split),
-        absmax_scale=sharding(*lead, split if groups and groups % size == 0 else None) if q.double_quant else None,
-        absmax_offset=sharding(*lead) if q.double_quant else None,
-        shape=q.shape, block_size=q.block_size,
-    )
+    groups = q.absmax_scale.shape[-1] if q.absmax_scale is not None else 0
+    # The same pytree as `q` with a NamedSharding where `q` holds an array (NF4Tensor declares arrays).
+    leaves: dict[str, Any] = {
+        "packed": sharding(*lead, split, None),
+        "absmax": sharding(*lead, split),
+        "absmax_scale": sharding(*lead, split if groups and groups % size == 0 else None) if q.double_quant else None,
+        "absmax_offset": sharding(*lead) if q.double_quant else None,
+    }
+    return NF4Tensor(**leaves, shape=q.shape, block_size=q.block_size)

@@ -64,3 +64,23 @@ def experiments_dir(prefix: str) -> str:
 def experiment_record_url(prefix: str, file_name: str) -> str:
     """`{prefix}/experiments/{file_name}`; `file_name` is `{script}-{hash8}.json`."""
     return join(experiments_dir(prefix), file_name)
+
+
+TMP_DIR = "tmp"
+"""The scratch area under a prefix: temporary outputs that `marin-lab gc` expires by default."""
+
+
+def tmp_path(name: str) -> str:
+    """`tmp/{name}`: a scratch location relative to the prefix, e.g. a step's `override_output_path`
+    (the planner puts it under the run's prefix). `marin-lab gc` deletes it once it is older than
+    its limit (default 14 days), unless a live lease below it says a step still writes there."""
+    parts = name.strip("/").split("/") if isinstance(name, str) else []
+    if not parts or not all(parts) or any(p in (".", "..") for p in parts) or "://" in name or name.startswith("/"):
+        raise ValueError(f"tmp_path({name!r}): give a relative name such as 'lr-probe/run-1' (no '..', no "
+                         "leading '/', no URL); it is placed under {prefix}/tmp/")
+    return f"{TMP_DIR}/{'/'.join(parts)}"
+
+
+def tmp_url(prefix: str, name: str) -> str:
+    """`{prefix}/tmp/{name}` (see `tmp_path`)."""
+    return join(prefix.rstrip("/"), tmp_path(name))

@@ -61,7 +61,7 @@ def write_array(url: str, dtype: Any, parts: Sequence[np.ndarray]) -> str:
     memory (atomically); returns the sha256 of the array data (the ledger's checksum)."""
     dtype = np.dtype(dtype).newbyteorder("<")
     digest = hashlib.sha256()
-    views = [memoryview(np.ascontiguousarray(p, dtype=dtype)).cast("B") for p in parts]
+    views = [np.ascontiguousarray(p, dtype=dtype).data.cast("B") for p in parts]
     for v in views:
         digest.update(v)
     mfs.atomic_write_chunks(url, [npy_header(dtype, sum(len(p) for p in parts)), *views])

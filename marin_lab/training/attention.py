@@ -85,7 +85,8 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str | None,
     if impl == "splash":
         return splash_attention(q, k, v, sharding)
     if impl in ("cudnn", "xla"):
-        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=impl)
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True,
+                                            implementation="cudnn" if impl == "cudnn" else "xla")
     if impl not in (None, "einsum"):
         raise AttentionConfigError(f"attention_impl={impl!r} is not one of {IMPLS}")
     return einsum_attention(q, k, v)

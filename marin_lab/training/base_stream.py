@@ -135,8 +135,11 @@ class _Stack:
         self.on_host = sharding.memory_kind == HOST
         if self.on_host:
             # Host-resident leaves never pass through device memory: one numpy buffer per device.
-            indices = sharding.addressable_devices_indices_map(self.shape)
-            self.buffers = {d: (idx, np.empty(sharding.shard_shape(self.shape), self.dtype)) for d, idx in indices.items()}
+            self.buffers: dict[Any, tuple[tuple[slice, ...], np.ndarray]] = {}
+            for d, idx in sharding.addressable_devices_indices_map(self.shape).items():
+                if idx is None:  # JAX's annotation allows it; a NamedSharding gives every device its slices
+                    raise ValueError(f"sharding {sharding} gives device {d} no slices of {self.shape}")
+                self.buffers[d] = (idx, np.empty(sharding.shard_shape(self.shape), self.dtype))
         else:
             # A layer arrives split as its stack is; a slice of a top-level tensor arrives whole on
             # every device (it is small) and each keeps its part.
@@ -339,7 +342,7 @@ def _restore_quantized(source: BaseSource, frozen_abs: Params, frozen_sh: Params
         else:  # stored fp32, kept in the frozen dtype: restored split as the frozen leaf, then cast in place
             target[name] = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
     try:
-        restored = flatten_params(ckpt.load_params(source.checkpoint, unflatten_params(target)))
+        restored = flatten_params(ckpt.load_params(source.checkpoint or source.path, unflatten_params(target)))
     except ckpt.CheckpointError as err:
         raise TrainingError(f"base: {err}") from err
     out = {}

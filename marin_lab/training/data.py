@@ -191,6 +191,6 @@ class MixtureLoader:
             if mine:
                 windows = np.asarray([picked[j][1] for j in mine], dtype=np.int64)
                 out[mine] = self.splits[name].sequences(windows)
-                if loss_mask:
+                if masks is not None:
                     masks[mine] = self.splits[name].loss_masks(windows)
-        return (out, masks) if loss_mask else out
+        return out if masks is None else (out, masks)

@@ -27,7 +27,7 @@ import re
 import signal
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 
 import jax
 
@@ -114,7 +114,7 @@ CPU_POOL_VAR = "NPROC"
 """XLA sizes its CPU client's thread pool from this variable when set, else from the core count."""
 
 
-def leave_threads_for_collectives(env: dict[str, str] | None = None) -> str | None:
+def leave_threads_for_collectives(env: MutableMapping[str, str] | None = None) -> str | None:
     """Before the CPU backend starts: a thread pool at least twice this process's CPU devices.
 
     XLA's CPU client runs every local device's part of a collective on one thread pool sized to
@@ -123,12 +123,12 @@ def leave_threads_for_collectives(env: dict[str, str] | None = None) -> str | No
     its peer device no thread to reach it: 3 of 3 runs of 200 data-parallel nano steps as
     2 processes x 2 devices hung; 0 of 3 with a 4-thread pool. A value the user set wins; returns
     the value in force (None when the device count is not forced, i.e. one CPU device)."""
-    env = os.environ if env is None else env
-    match = re.search(r"--xla_force_host_platform_device_count=(\d+)", env.get("XLA_FLAGS", ""))
-    if CPU_POOL_VAR in env or not match:
-        return env.get(CPU_POOL_VAR)
-    env[CPU_POOL_VAR] = str(max(os.cpu_count() or 1, 2 * int(match.group(1))))
-    return env[CPU_POOL_VAR]
+    target = os.environ if env is None else env
+    match = re.search(r"--xla_force_host_platform_device_count=(\d+)", target.get("XLA_FLAGS", ""))
+    if CPU_POOL_VAR in target or not match:
+        return target.get(CPU_POOL_VAR)
+    target[CPU_POOL_VAR] = str(max(os.cpu_count() or 1, 2 * int(match.group(1))))
+    return target[CPU_POOL_VAR]
 
 
 def _await_coordinator(address: str, pid: int, num: int, timeout_s: int) -> None:

@@ -192,6 +192,19 @@ def _open_base(config: FinetuneConfig) -> BaseSource:
 
 def validate_config(config: FinetuneConfig, model: LlamaConfig) -> None:
     """Everything that can be checked before compiling; raises TrainingError naming the field."""
+    check_settings(config, model)
+    for name, path in config.data.caches.items():
+        try:
+            cache = TokenCache(path)
+        except TokenCacheError as err:
+            raise TrainingError(f"data.caches[{name!r}]: {err}") from err
+        if cache.vocab_size > model.vocab_size:
+            raise TrainingError(f"data.caches[{name!r}] has vocab_size {cache.vocab_size} but the base's "
+                                f"model.vocab_size is {model.vocab_size}; tokenize with the base's tokenizer")
+
+
+def check_settings(config: FinetuneConfig, model: LlamaConfig) -> None:
+    """The checks that read no data (also what `marin-lab compile` checks before any data exists)."""
     if config.mode not in MODES:
         raise TrainingError(f"mode={config.mode!r} is not one of {MODES}")
     try:
@@ -211,14 +224,6 @@ def validate_config(config: FinetuneConfig, model: LlamaConfig) -> None:
         raise TrainingError(f"seq_len={config.seq_len} must be in [2, model.max_seq_len={model.max_seq_len}]")
     if config.num_train_steps < 1:
         raise TrainingError(f"num_train_steps={config.num_train_steps} must be positive")
-    for name, path in config.data.caches.items():
-        try:
-            cache = TokenCache(path)
-        except TokenCacheError as err:
-            raise TrainingError(f"data.caches[{name!r}]: {err}") from err
-        if cache.vocab_size > model.vocab_size:
-            raise TrainingError(f"data.caches[{name!r}] has vocab_size {cache.vocab_size} but the base's "
-                                f"model.vocab_size is {model.vocab_size}; tokenize with the base's tokenizer")
 
 
 def step_plan(config: FinetuneConfig, model: LlamaConfig) -> StepPlan:

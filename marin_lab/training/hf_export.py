@@ -99,19 +99,25 @@ def export_hf(params: Params, config: LlamaConfig, out_dir: str, *, tokenizer_ur
                      bos_id=bos_id, eos_id=eos_id)
 
 
-def export_hf_from_checkpoint(checkpoint: str, config: LlamaConfig, out_dir: str, **kwargs: Any) -> str:
+def export_hf_from_checkpoint(checkpoint: str, config: LlamaConfig, out_dir: str, *,
+                              leaves: Iterable[tuple[tuple[str, ...], np.ndarray]] | None = None,
+                              dtype: str = "float32", **kwargs: Any) -> str:
     """Export a (sharded) training checkpoint, reading one parameter at a time on this process.
 
     Nothing is gathered across hosts; this host holds the float32 tensors once, and safetensors
-    writes them to a file rather than building the whole file in memory as well.
+    writes them to a file rather than building the whole file in memory as well. `leaves` replaces
+    the checkpoint's own parameter arrays (float16 masters decoded by
+    `marin_lab.precision.masters.export_leaves`); `dtype` ('float32', 'bfloat16') is the tensors'.
     """
     from marin_lab.training.checkpoint import iter_arrays
 
-    return _write_hf(hf_tensors(iter_arrays(checkpoint, "params"), config), config, out_dir, **kwargs)
+    leaves = iter_arrays(checkpoint, "params") if leaves is None else leaves
+    return _write_hf(hf_tensors(leaves, config, np.dtype(dtype)), config, out_dir, torch_dtype=dtype, **kwargs)
 
 
 def _write_hf(tensors: dict[str, np.ndarray], config: LlamaConfig, out_dir: str, *,
-              tokenizer_url: str | None = None, bos_id: int | None = None, eos_id: int | None = None) -> str:
+              tokenizer_url: str | None = None, bos_id: int | None = None, eos_id: int | None = None,
+              torch_dtype: str = "float32") -> str:
     # safetensors writes the file tensor by tensor (no second in-memory copy); the finished file is
     # then renamed into place (local) or uploaded as one object (gs://): readers see it whole or not.
     fs, target = mfs.fs_and_path(mfs.join(out_dir, "model.safetensors"))
@@ -127,7 +133,8 @@ def _write_hf(tensors: dict[str, np.ndarray], config: LlamaConfig, out_dir: str,
         else:
             fs.put_file(local, target)
     mfs.atomic_write_text(mfs.join(out_dir, "config.json"),
-                          json.dumps(hf_config(config, bos_id=bos_id, eos_id=eos_id), indent=2))
+                          json.dumps(hf_config(config, bos_id=bos_id, eos_id=eos_id, torch_dtype=torch_dtype),
+                                     indent=2))
     if tokenizer_url and mfs.exists(tokenizer_url):
         mfs.atomic_write_bytes(mfs.join(out_dir, "tokenizer.json"), mfs.read_bytes(tokenizer_url))
     logger.info("exported Hugging Face model to %s", out_dir)

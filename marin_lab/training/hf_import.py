@@ -55,19 +55,20 @@ def llama_config_from_hf(hf: dict[str, Any], *, max_seq_len: int | None = None) 
             raise HfImportError(f"config.json: {flag}=true; our Llama has no biases")
     if hf.get("hidden_act", "silu") != "silu":
         raise HfImportError(f"config.json: hidden_act={hf.get('hidden_act')!r}; our MLP is SwiGLU (silu)")
-    rope = hf.get("rope_scaling") or {}
-    params = hf.get("rope_parameters") or {}
+    rope: dict[str, Any] = hf.get("rope_scaling") or {}
+    params: dict[str, Any] = hf.get("rope_parameters") or {}
     rope_type = rope.get("rope_type", rope.get("type")) or params.get("rope_type", "default")
     if rope_type not in ("default", None):
         raise HfImportError(f"config.json: rope type {rope_type!r} (RoPE scaling) is not implemented; only plain RoPE imports")
     heads = hf["num_attention_heads"]
+    theta = params["rope_theta"] if "rope_theta" in params else hf.get("rope_theta", 10000.0)
     return LlamaConfig(
         vocab_size=hf["vocab_size"], hidden_dim=hf["hidden_size"], intermediate_dim=hf["intermediate_size"],
         num_layers=hf["num_hidden_layers"], num_heads=heads,
         num_kv_heads=hf.get("num_key_value_heads") or heads,
         head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
         max_seq_len=max_seq_len or hf.get("max_position_embeddings", 2048),
-        rope_theta=float(params.get("rope_theta", hf.get("rope_theta", 10000.0))),
+        rope_theta=float(theta),
         norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         initializer_std=float(hf.get("initializer_range", 0.02)),
@@ -78,10 +79,11 @@ def expected_hf_shapes(config: LlamaConfig) -> dict[str, tuple[tuple[int, ...], 
     """HF tensor name -> (shape, the config fields that decide it)."""
     d, f, hd = config.hidden_dim, config.intermediate_dim, config.resolved_head_dim
     q, kv = config.num_heads * hd, config.num_kv_heads * hd
-    out = {"model.embed_tokens.weight": ((config.vocab_size, d), "vocab_size, hidden_dim"),
+    vocab = config.resolved_vocab_size
+    out = {"model.embed_tokens.weight": ((vocab, d), "vocab_size, hidden_dim"),
            "model.norm.weight": ((d,), "hidden_dim")}
     if not config.tie_embeddings:
-        out["lm_head.weight"] = ((config.vocab_size, d), "vocab_size, hidden_dim")
+        out["lm_head.weight"] = ((vocab, d), "vocab_size, hidden_dim")
     per_layer = {
         "input_layernorm.weight": ((d,), "hidden_dim"),
         "post_attention_layernorm.weight": ((d,), "hidden_dim"),

@@ -41,6 +41,15 @@ HF_REFERENCE_DIRS = ("meta-llama/Llama-2-7b-hf", "hf-internal-testing/llama-toke
 _TOKENIZER_TEXT_BYTES = 20_000_000
 
 
+# The Levanter runs' defaults, in OptimizerConfig's names (marin_lab/training/optimizer.py).
+DEFAULT_OPTIMIZER: dict[str, Any] = {
+    "learning_rate": 3e-3, "schedule": "cosine", "warmup": 0.1, "decay": 0.0, "min_lr_ratio": 0.1,
+    "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95, "epsilon": 1e-8, "max_grad_norm": 1.0, "schedule_offset": 0,
+}
+# OptimizerConfig's schedules as Levanter 1.1's: WSD is its constant schedule plus a linear cooldown.
+LEVANTER_SCHEDULES = {"wsd": "constant", "cosine": "cosine", "linear": "linear", "constant": "constant"}
+
+
 class LevanterBackendError(MarinLabError, ValueError):
     """A Levanter training run cannot start or failed; the message names the field or file."""
 
@@ -75,26 +84,10 @@ class LevanterTrainConfig:
     """RMSNorm epsilon."""
     gradient_checkpointing: bool = False
     """Recompute activations on the backward pass."""
-    learning_rate: float = 3e-3
-    """Peak learning rate."""
-    lr_schedule: str = "cosine"
-    """Levanter's main schedule: 'constant', 'cosine', 'linear' or 'inv_sqrt'."""
-    warmup: float = 0.1
-    """Warmup: a fraction of the run if < 1, else steps."""
-    cooldown: float = 0.0
-    """Final linear decay to min_lr_ratio: a fraction if < 1, else steps (WSD = constant + cooldown)."""
-    min_lr_ratio: float = 0.1
-    """Lowest learning rate as a fraction of the peak."""
-    weight_decay: float = 0.1
-    """AdamW weight decay (Levanter 1.1 applies it to every parameter, norms included)."""
-    beta1: float = 0.9
-    """Adam beta1."""
-    beta2: float = 0.95
-    """Adam beta2."""
-    epsilon: float = 1e-8
-    """Adam epsilon."""
-    max_grad_norm: float | None = 1.0
-    """Global gradient-norm clip; None disables it."""
+    optimizer: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(DEFAULT_OPTIMIZER))
+    """AdamW and the schedule as `OptimizerConfig`'s fields by name (`dataclasses.asdict` of one, as
+    `from_native` passes it; a name left out takes `DEFAULT_OPTIMIZER`'s value). A dict, so this
+    module needs no JAX. Levanter 1.1 applies weight decay to every parameter, norms included."""
     num_train_steps: int = 100
     """Steps to train."""
     train_batch_size: int = 8
@@ -154,16 +147,14 @@ def from_native(train_cfg: Any, train_urls: tuple[str, ...] | list[str],
         refuse("model.rope_theta", model.rope_theta, "Levanter 1.1 fixes the RoPE base at 10000")
     if getattr(train_cfg, "z_loss_weight", 0.0):
         refuse("z_loss_weight", train_cfg.z_loss_weight, "Levanter 1.1 has no z-loss")
-    if getattr(opt, "schedule_offset", 0):
-        refuse("optimizer.schedule_offset", opt.schedule_offset, "Levanter 1.1 schedules start at step 0")
     if getattr(train_cfg, "microbatches", 1) != 1:
         refuse("microbatches", train_cfg.microbatches,
                "set Levanter's per-device parallelism instead; use microbatches=1 here")
     if getattr(train_cfg, "initialize_from", None):
         refuse("initialize_from", train_cfg.initialize_from, "continue Levanter runs with Levanter checkpoints")
-    schedule = {"wsd": "constant", "cosine": "cosine", "linear": "linear", "constant": "constant"}.get(opt.schedule)
-    if schedule is None:
-        refuse("optimizer.schedule", opt.schedule, "use wsd, cosine, linear or constant")
+    problem = optimizer_problem(dataclasses.asdict(opt))
+    if problem:
+        raise LevanterBackendError(f"backend='levanter': {problem}")
     compute = getattr(train_cfg, "compute_dtype", "float32")
     ckpt = getattr(train_cfg, "checkpoint", None)
     every = getattr(ckpt, "keep_every_steps", None) or getattr(ckpt, "save_every_steps", None) or train_cfg.num_train_steps
@@ -177,10 +168,7 @@ def from_native(train_cfg: Any, train_urls: tuple[str, ...] | list[str],
         num_layers=model.num_layers, num_heads=model.num_heads,
         initializer_range=model.initializer_std, layer_norm_epsilon=model.norm_eps,
         gradient_checkpointing=bool(getattr(train_cfg, "gradient_checkpointing", False)),
-        learning_rate=opt.learning_rate, lr_schedule=schedule, warmup=opt.warmup,
-        cooldown=opt.decay if opt.schedule == "wsd" else 0.0, min_lr_ratio=opt.min_lr_ratio,
-        weight_decay=opt.weight_decay, beta1=opt.beta1, beta2=opt.beta2, epsilon=opt.epsilon,
-        max_grad_norm=opt.max_grad_norm, num_train_steps=train_cfg.num_train_steps,
+        optimizer=dataclasses.asdict(opt), num_train_steps=train_cfg.num_train_steps,
         train_batch_size=train_cfg.batch_size, seed=train_cfg.seed,
         mixed_precision="f32" if compute == "float32" else f"p=f32,c={compute}",
         checkpoint_every_steps=int(every),
@@ -188,6 +176,30 @@ def from_native(train_cfg: Any, train_urls: tuple[str, ...] | list[str],
         export_hf=bool(getattr(train_cfg, "export_hf", False)),
         wandb_project=getattr(wandb, "project", None),
     )
+
+
+def optimizer_problem(optimizer: dict[str, Any]) -> str | None:
+    """Why Levanter 1.1 cannot run this optimizer (OptimizerConfig's fields by name), or None."""
+    unknown = sorted(set(optimizer) - set(DEFAULT_OPTIMIZER) - {"decay_embeddings"})
+    if unknown:
+        return f"optimizer has fields OptimizerConfig does not: {unknown}"
+    if optimizer.get("schedule", DEFAULT_OPTIMIZER["schedule"]) not in LEVANTER_SCHEDULES:
+        return (f"optimizer.schedule={optimizer['schedule']!r} is not supported: use "
+                f"{', '.join(LEVANTER_SCHEDULES)}")
+    if optimizer.get("schedule_offset"):
+        return (f"optimizer.schedule_offset={optimizer['schedule_offset']!r} is not supported: Levanter 1.1 "
+                "schedules start at step 0")
+    return None
+
+
+def levanter_optimizer(optimizer: dict[str, Any]) -> dict[str, Any]:
+    """Levanter 1.1's optimizer section for OptimizerConfig's fields (by name)."""
+    opt = {**DEFAULT_OPTIMIZER, **optimizer}
+    return {"learning_rate": opt["learning_rate"], "weight_decay": opt["weight_decay"],
+            "beta1": opt["beta1"], "beta2": opt["beta2"], "epsilon": opt["epsilon"],
+            "max_grad_norm": opt["max_grad_norm"], "min_lr_ratio": opt["min_lr_ratio"], "warmup": opt["warmup"],
+            "cooldown": opt["decay"] if opt["schedule"] == "wsd" else 0.0,
+            "lr_schedule": LEVANTER_SCHEDULES[opt["schedule"]]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,10 +246,7 @@ def levanter_config_dict(config: LevanterTrainConfig) -> dict[str, Any]:
                   "layer_norm_epsilon": config.layer_norm_epsilon,
                   "gradient_checkpointing": config.gradient_checkpointing},
         "trainer": trainer,
-        "optimizer": {"learning_rate": config.learning_rate, "weight_decay": config.weight_decay,
-                      "beta1": config.beta1, "beta2": config.beta2, "epsilon": config.epsilon,
-                      "max_grad_norm": config.max_grad_norm, "min_lr_ratio": config.min_lr_ratio,
-                      "warmup": config.warmup, "cooldown": config.cooldown, "lr_schedule": config.lr_schedule},
+        "optimizer": levanter_optimizer(config.optimizer),
     }
     if config.export_hf:
         doc["hf_save_path"] = p["hf"]
@@ -290,6 +299,9 @@ def validate(config: LevanterTrainConfig) -> None:
                  "train_batch_size", "checkpoint_every_steps"):
         if getattr(config, name) <= 0:
             raise LevanterBackendError(f"{name}={getattr(config, name)} must be positive")
+    problem = optimizer_problem(config.optimizer)
+    if problem:
+        raise LevanterBackendError(problem)
     if config.hidden_dim % config.num_heads or (config.hidden_dim // config.num_heads) % 2:
         raise LevanterBackendError(
             f"hidden_dim={config.hidden_dim} must split into num_heads={config.num_heads} heads of even width")
@@ -444,8 +456,9 @@ _METRIC_KEYS = {"train/loss": "loss", "learning_rate": "learning_rate", "optim/l
 
 def _wandb_history(wandb_dir: str) -> list[dict[str, Any]]:
     """History rows of the newest W&B run under wandb_dir, read from its .wandb log."""
+    # This runs inside Levanter's environment, whose wandb has these; the checker reads ours.
     from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
+    from wandb.sdk.internal import datastore  # type: ignore[attr-defined]
 
     runs = sorted(Path(wandb_dir).glob("wandb/*run-*/run-*.wandb"), key=lambda f: f.stat().st_mtime)
     if not runs:
@@ -457,7 +470,7 @@ def _wandb_history(wandb_dir: str) -> list[dict[str, Any]]:
         data = store.scan_data()
         if data is None:
             break
-        record = wandb_internal_pb2.Record()
+        record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
         record.ParseFromString(data)
         if record.WhichOneof("record_type") == "history":
             row = {}

@@ -173,13 +173,16 @@ def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: 
     trainable = jax.eval_shape(lambda p: init_trainable(plan, p, jax.random.key(0), jnp.dtype(trainable_dtype)), params)
     optimizer = OptimizerConfig(weight_decay=0.0).build()
     opt = jax.eval_shape(optimizer.init, trainable)
-    train_sh = trainable_shardings(trainable, mode, mesh, param_sharding)
-    opt_sh = optimizer_shardings(opt, train_sh, trainable, mesh, offload_optimizer_state)
+    # The *_shardings functions build NamedShardings, which take an AbstractMesh as well as a Mesh;
+    # finetune_state annotates their `mesh` as Mesh.
+    train_sh = trainable_shardings(trainable, mode, mesh, param_sharding)  # type: ignore[arg-type]
+    opt_sh = optimizer_shardings(opt, train_sh, trainable, mesh, offload_optimizer_state)  # type: ignore[arg-type]
 
     device: dict[str, int] = {}
     host: dict[str, int] = {}
     if frozen is not None:
-        device["frozen weights"], host["frozen weights"] = _bytes_per_device(frozen, frozen_shardings(frozen, mesh, param_sharding))
+        device["frozen weights"], host["frozen weights"] = _bytes_per_device(
+            frozen, frozen_shardings(frozen, mesh, param_sharding))  # type: ignore[arg-type]  # as above
     trainable_bytes = _bytes_per_device(trainable, train_sh)[0]
     device["adapters" if mode != "full" else "weights (trained)"] = trainable_bytes
     device["gradients"] = trainable_bytes
@@ -197,7 +200,7 @@ def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: 
         if num_devices > 1 or offload_base:
             device["gathered layer (transient)"] = layer
         if lora.adapts_embed:  # apply_lora forms E + (alpha/r) A @ B in fp32 each step
-            device["adapted embedding (transient)"] = model.vocab_size * model.hidden_dim * 4
+            device["adapted embedding (transient)"] = model.resolved_vocab_size * model.hidden_dim * 4
         if mode == "qlora":
             device["dequantized matrix (transient)"] = max(
                 shapes[f"layers/{n}"][1] * shapes[f"layers/{n}"][2] for n in QUANTIZED_NAMES) * c
@@ -217,7 +220,7 @@ def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: 
         saved = model.num_layers * layer_act
     # Plus one block's worth while its backward runs (recomputed under remat, kept otherwise).
     device["activations"] = saved + layer_act
-    device["logits and loss"] = per_device_batch * seq_len * model.vocab_size * (c + 4 + 4)
+    device["logits and loss"] = per_device_batch * seq_len * model.resolved_vocab_size * (c + 4 + 4)
     host = {k: v for k, v in host.items() if v}
     load_device, load_host = _load_peaks(model, mode, device, host, num_devices, quant, offload_base,
                                          source_itemsize, frozen_dtype)

@@ -29,6 +29,8 @@ from marin_lab.training.attention import attention, check_attention
 from marin_lab.training.loss import chunked_log_likelihoods, log_likelihoods
 
 Params = dict[str, Any]
+_VOCAB_UNSET = ("model.vocab_size is None: set it to the tokenizer's vocabulary size "
+                "(default_train does that from the tokenized data; or dataclasses.replace)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +64,13 @@ class LlamaConfig:
     """Standard deviation of the normal initialiser (output projections are scaled by depth)."""
 
     @property
+    def resolved_vocab_size(self) -> int:
+        """vocab_size, or ValueError while it is not chosen yet."""
+        if self.vocab_size is None:
+            raise ValueError(_VOCAB_UNSET)
+        return self.vocab_size
+
+    @property
     def resolved_head_dim(self) -> int:
         return self.head_dim if self.head_dim is not None else self.hidden_dim // self.num_heads
 
@@ -80,19 +89,18 @@ class LlamaConfig:
         if self.resolved_head_dim % 2:
             raise ValueError(f"model head_dim={self.resolved_head_dim} must be even for RoPE")
         if self.vocab_size is None:
-            raise ValueError("model.vocab_size is None: set it to the tokenizer's vocabulary size "
-                             "(default_train does that from the tokenized data; or dataclasses.replace)")
+            raise ValueError(_VOCAB_UNSET)
         for name in ("vocab_size", "hidden_dim", "intermediate_dim", "num_layers", "max_seq_len"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"model.{name}={getattr(self, name)} must be positive")
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat name -> shape of every parameter (names as in the module docstring)."""
-        d, f, n_l = self.hidden_dim, self.intermediate_dim, self.num_layers
+        d, f, n_l, vocab = self.hidden_dim, self.intermediate_dim, self.num_layers, self.resolved_vocab_size
         hd = self.resolved_head_dim
         q, kv = self.num_heads * hd, self.num_kv_heads * hd
         shapes = {
-            "embed": (self.vocab_size, d),
+            "embed": (vocab, d),
             "layers/attn_norm": (n_l, d),
             "layers/wq": (n_l, d, q),
             "layers/wk": (n_l, d, kv),
@@ -105,13 +113,13 @@ class LlamaConfig:
             "final_norm": (d,),
         }
         if not self.tie_embeddings:
-            shapes["lm_head"] = (d, self.vocab_size)
+            shapes["lm_head"] = (d, vocab)
         return shapes
 
     def num_params(self, include_embedding: bool = True) -> int:
         total = sum(math.prod(s) for s in self.param_shapes().values())
         if not include_embedding:
-            total -= self.vocab_size * self.hidden_dim
+            total -= self.resolved_vocab_size * self.hidden_dim
         return total
 
     def flops_per_token(self, seq_len: int) -> float:
@@ -120,7 +128,7 @@ class LlamaConfig:
         # whether or not it is tied.
         matmul_params = self.num_params(include_embedding=False)
         if self.tie_embeddings:
-            matmul_params += self.vocab_size * self.hidden_dim
+            matmul_params += self.resolved_vocab_size * self.hidden_dim
         attention = 12 * self.num_layers * self.num_heads * self.resolved_head_dim * seq_len
         return 6.0 * matmul_params + attention
 
@@ -368,9 +376,8 @@ def lm_loss(
                             gradient_checkpointing=gradient_checkpointing,
                             attention_impl=attention_impl, activation_sharding=activation_sharding)
     head = cast["embed"] if config.tie_embeddings else cast["lm_head"]
-    chunked = (loss_chunk_size is not None and inputs.shape[1] > loss_chunk_size
-               and logits_hook is None and not _is_weight_wrapper(head))
-    if chunked:
+    if (loss_chunk_size is not None and inputs.shape[1] > loss_chunk_size
+            and logits_hook is None and not _is_weight_wrapper(head)):
         logp, lse = chunked_log_likelihoods(
             x, lambda h: output_logits(cast, h, config), targets, loss_chunk_size,
             constrain=lambda a: _constrain_batch(a, activation_sharding))

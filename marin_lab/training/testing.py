@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from marin_lab.training.token_cache import write_token_cache
 TINY_VOCAB = 256
 
 
-def tiny_model(**overrides: object) -> LlamaConfig:
+def tiny_model(**overrides: Any) -> LlamaConfig:
     """~130k parameters: compiles in seconds on a CPU."""
     base = LlamaConfig(vocab_size=TINY_VOCAB, hidden_dim=64, intermediate_dim=192, num_layers=2,
                        num_heads=4, num_kv_heads=2, max_seq_len=128)
@@ -46,7 +47,7 @@ def write_synthetic_cache(path: str, *, train_docs: int = 200, validation_docs: 
     return path
 
 
-def tiny_train_config(output_path: str, caches: dict[str, str], **overrides: object) -> TrainLmConfig:
+def tiny_train_config(output_path: str, caches: dict[str, str], **overrides: Any) -> TrainLmConfig:
     base = TrainLmConfig(
         output_path=output_path, data=DataConfig(caches=caches), model=tiny_model(),
         num_train_steps=8, batch_size=8, seq_len=32,

@@ -68,7 +68,7 @@ class CacheSplit:
         return self._windows(indices, self.masks, np.uint8)
 
     def _windows(self, indices: np.ndarray, arrays: list, dtype: type) -> np.ndarray:
-        out = np.empty((len(indices), self.seq_len + 1), dtype=dtype)
+        out: np.ndarray = np.empty((len(indices), self.seq_len + 1), dtype=dtype)
         shard_ids = np.searchsorted(self._starts, indices, side="right") - 1
 
         def fill(row: int) -> None:

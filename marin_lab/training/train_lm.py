@@ -35,6 +35,7 @@ import numpy as np  # noqa: E402
 
 from marin_lab.execution.artifacts import reproducibility  # noqa: E402
 from marin_lab.io import fs as mfs  # noqa: E402
+from marin_lab.precision import masters  # noqa: E402
 from marin_lab.precision.scalify_train import overflow_message as scalify_overflow  # noqa: E402
 from marin_lab.training import checkpoint as ckpt  # noqa: E402
 from marin_lab.training import distributed  # noqa: E402
@@ -63,12 +64,6 @@ def validate_config(config: TrainLmConfig) -> None:
         config.precision.check_backend()
     except ValueError as err:
         raise TrainingError(str(err)) from err
-    if config.precision.master_weights != "float32":
-        raise TrainingError(
-            f"precision.master_weights={config.precision.master_weights!r}: float16 master weights run in the "
-            "train step (marin_lab.precision.paired, benchmarks) but train_lm's checkpoints and Hugging Face "
-            "export read float32 parameters only; use master_weights='float32' (optimizer_state="
-            "'float16_scaled' still halves Adam's state)")
     if config.backend not in BACKENDS:
         raise TrainingError(f"backend={config.backend!r} is not one of {BACKENDS}")
     try:
@@ -314,10 +309,14 @@ def train_lm(config: TrainLmConfig,
         if config.export_hf and final_step == config.num_train_steps and jax.process_index() == 0:
             # From the final (sharded) checkpoint, one parameter at a time: nothing is gathered.
             first_cache = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
+            read = functools.partial(ckpt.load_subtree, final_checkpoint, "params", this_process_only=True)
             hf_path = export_hf_from_checkpoint(final_checkpoint, config.model, mfs.join(config.output_path, "hf"),
                                                 tokenizer_url=first_cache.tokenizer_url(),
                                                 bos_id=first_cache.ledger.get("bos_id"),
-                                                eos_id=first_cache.ledger.get("eos_id"))
+                                                eos_id=first_cache.ledger.get("eos_id"),
+                                                leaves=masters.export_leaves(read, result.state["params"],
+                                                                             config.precision.export_dtype),
+                                                dtype=config.precision.export_dtype)
         tps = result.tokens_per_s
         return {
             "final_step": final_step, "num_train_steps": config.num_train_steps, "start": how,

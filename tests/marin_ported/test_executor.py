@@ -33,15 +33,14 @@ from draccus.utils import Dataclass
 from marin_lab.execution import (
     STATUS_SUCCESS,
     THIS_OUTPUT_PATH,
-    Executor,
     ExecutorStep,
     InputName,
     output_path_of,
     this_output_path,
     versioned,
 )
-from marin_lab.execution.compat import StatusFile, collect_dependencies_and_version
-from marin_lab.execution.compat import get_info_path as _get_info_path
+from marin_lab.marin.executor import Executor, StatusFile, collect_dependencies_and_version
+from marin_lab.marin.executor import get_info_path as _get_info_path
 
 
 @dataclass(frozen=True)
@@ -630,7 +629,7 @@ def test_parent_will_run_if_some_child_is_not_skippable():
 
 def test_status_file_takeover_stale_lock_then_refresh(tmp_path):
     """Test taking over a stale lock from a dead worker and then refreshing it."""
-    from marin_lab.execution.compat import HEARTBEAT_TIMEOUT, Lease
+    from marin_lab.marin.executor import HEARTBEAT_TIMEOUT, Lease
 
     # Simulate worker A creating a stale lock (as if it died)
     dead_worker = StatusFile(tmp_path, worker_id="dead-worker")

@@ -6,6 +6,7 @@ no model is downloaded; `lid.176.ftz` is used the same way (label `__label__en`)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -23,6 +24,7 @@ from marin_lab.processing.classify import (
     load_fasttext,
     train_quality_classifier,
 )
+from marin_lab.processing.quarantine import BadShardsError, ShardPolicy
 
 EN = ("the house is near the river and the children walk to school with their friends every "
       "morning while the sun rises over the quiet hills").split()
@@ -150,3 +152,18 @@ def test_training_rejects_same_labels_and_empty_classes(tmp_path):
         train_quality_classifier(TrainClassifierConfig(
             positive_paths=cfg.positive_paths, negative_paths=(str(tmp_path / "empty"),),
             output_path=cfg.output_path))
+
+
+def test_classify_filter_names_a_bad_shard_and_keeps_the_others(lid, tmp_path):
+    """A shard that cannot be read (not gzip) under a shard policy: the others are filtered and kept."""
+    root, _ = lid
+    write_documents(str(tmp_path / "in" / "a.jsonl.zst"), sentences(EN, 4, 12, "en-a"))
+    (tmp_path / "in" / "b.jsonl.gz").write_bytes(b"not gzip")
+    config = ClassifyFilterConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "out"),
+                                  model_path=str(root / "model" / "model.bin"), label="__label__en",
+                                  shard_policy=ShardPolicy(retries=0))
+    with pytest.raises(BadShardsError, match=r"(?s)classify_filter: 1 of 2 shards are bad .*b\.jsonl\.gz"):
+        classify_filter(config)
+    assert (tmp_path / "out" / "data" / "a.jsonl.zst.done").exists()
+    result = classify_filter(dataclasses.replace(config, shard_policy=ShardPolicy(retries=0, max_bad_shards=1)))
+    assert result["kept"] == 4 and result["bad_shards"][0]["shard"].endswith("b.jsonl.gz")

@@ -87,12 +87,17 @@ def test_script_is_stored_once_by_content(repo, tmp_path):
     assert (tmp_path / "exp" / first["stored_script"]).read_text() == "x = 1\n"  # never overwritten
 
 
-def test_experiment_record_holds_the_script_the_diff_and_package_versions(repo, tmp_path):
-    script = repo / "experiments" / "fresh.py"
-    script.write_text("# an experiment nobody committed yet\n")
+def _run_new_script(repo, tmp_path, name, text):
+    """Run one step from an experiment script written now (not committed) into a fresh store."""
+    script = repo / "experiments" / name
+    script.write_text(text)
     prefix = str(tmp_path / "store")
-    step = ExecutorStep("raw/a", write_text, WriteConfig(this_output_path(), versioned("a")))
-    report = Executor(prefix, backend="local", script=str(script)).run([step])
+    step = ExecutorStep(f"raw/{name[:-3]}", write_text, WriteConfig(this_output_path(), versioned(name)))
+    return script, prefix, Executor(prefix, backend="local", script=str(script)).run([step])
+
+
+def test_experiment_record_holds_the_script_the_diff_and_package_versions(repo, tmp_path):
+    script, prefix, report = _run_new_script(repo, tmp_path, "fresh.py", "# an experiment nobody committed yet\n")
     record = read_json(report.experiment_path)
     code = record["code"]
     assert code["dirty"] is True and "?? experiments/fresh.py" in code["changed"]
@@ -110,11 +115,7 @@ def test_browser_shows_the_experiment_script_and_its_diff(repo, tmp_path):
     from marin_lab.browser.paths import Roots
     from marin_lab.browser.records import Browser
 
-    script = repo / "experiments" / "shown.py"
-    script.write_text("# shown in the browser\nSTEPS = 1\n")
-    prefix = str(tmp_path / "store")
-    step = ExecutorStep("raw/b", write_text, WriteConfig(this_output_path(), versioned("b")))
-    report = Executor(prefix, backend="local", script=str(script)).run([step])
+    script, prefix, report = _run_new_script(repo, tmp_path, "shown.py", "# shown in the browser\nSTEPS = 1\n")
     exp_id = os.path.basename(report.experiment_path)[: -len(".json")]
     code = Browser(prefix, Roots.of([prefix])).experiment(exp_id)["code"]
     assert code["script_text"] == script.read_text()

@@ -140,6 +140,8 @@ def test_missing_source_and_bad_config(tmp_path):
         download(DownloadConfig(source=str(tmp_path / "nothing"), output_path=str(tmp_path / "o")))
     with pytest.raises(DownloadError, match="exactly one of"):
         download(DownloadConfig(output_path=str(tmp_path / "o")))
+    with pytest.raises(DownloadError, match="exactly one of"):
+        download(DownloadConfig(source=str(tmp_path), hf_dataset="org/name", output_path=str(tmp_path / "o")))
     with pytest.raises(DownloadError, match="needs DownloadConfig.revision"):
         download(DownloadConfig(hf_dataset="org/name", output_path=str(tmp_path / "o")))
 

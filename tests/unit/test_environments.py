@@ -165,8 +165,11 @@ def test_from_native_carries_model_optimizer_and_schedule() -> None:
     lev = lb.from_native(_native(), train_urls=["/d/train.jsonl"], validation_urls=["/d/val.jsonl"])
     assert (lev.hidden_dim, lev.intermediate_dim, lev.num_layers, lev.num_heads) == (64, 128, 2, 4)
     assert (lev.seq_len, lev.train_batch_size, lev.num_train_steps, lev.tokenizer_vocab_size) == (64, 8, 50, 512)
+    assert lev.optimizer == dataclasses.asdict(_native().optimizer)  # OptimizerConfig's fields, read by name
     # Warmup-stable-decay is Levanter's constant schedule followed by a linear cooldown.
-    assert (lev.lr_schedule, lev.cooldown, lev.warmup, lev.learning_rate) == ("constant", 0.2, 0.1, 1e-3)
+    levanter_opt = lb.levanter_config_dict(lev)["optimizer"]
+    assert (levanter_opt["lr_schedule"], levanter_opt["cooldown"], levanter_opt["warmup"],
+            levanter_opt["learning_rate"]) == ("constant", 0.2, 0.1, 1e-3)
     assert lev.mixed_precision == "f32" and lev.output_path == "/tmp/run"
     doc = lb.levanter_config_dict(lev)
     assert doc["model"]["type"] == "llama" and doc["model"]["hidden_dim"] == 64
@@ -185,6 +188,23 @@ def test_from_native_refuses_what_levanter_11_cannot_express(field: str, value: 
         lb.from_native(native, ["/d/t.jsonl"])
     with pytest.raises(lb.LevanterBackendError, match="z_loss_weight="):
         lb.from_native(_native(z_loss_weight=1e-4), ["/d/t.jsonl"])
+
+
+def test_levanter_optimizer_reads_optimizer_config_names() -> None:
+    from marin_lab.training import OptimizerConfig
+
+    # A config built directly keeps the Levanter runs' defaults: cosine from 3e-3, 10% warmup, no cooldown.
+    default = lb.levanter_config_dict(lb.LevanterTrainConfig(output_path="/tmp/o", train_urls=("/d/a.jsonl",)))
+    assert default["optimizer"] == {"learning_rate": 3e-3, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
+                                    "epsilon": 1e-8, "max_grad_norm": 1.0, "min_lr_ratio": 0.1, "warmup": 0.1,
+                                    "cooldown": 0.0, "lr_schedule": "cosine"}
+    assert set(lb.DEFAULT_OPTIMIZER) <= {f.name for f in dataclasses.fields(OptimizerConfig)}
+    cosine = lb.levanter_optimizer(dataclasses.asdict(OptimizerConfig(schedule="cosine", decay=0.3, beta1=0.8)))
+    assert (cosine["lr_schedule"], cosine["cooldown"], cosine["beta1"]) == ("cosine", 0.0, 0.8)
+    assert "optimizer.schedule='inv_sqrt'" in lb.optimizer_problem({"schedule": "inv_sqrt"})
+    assert "['lr_schedule']" in lb.optimizer_problem({"lr_schedule": "cosine"})
+    with pytest.raises(lb.LevanterBackendError, match="optimizer.schedule_offset=5"):
+        lb.from_native(_native(optimizer=OptimizerConfig(schedule_offset=5)), ["/d/t.jsonl"])
 
 
 def test_validate_names_missing_or_unreadable_documents(tmp_path: Path) -> None:

@@ -10,8 +10,12 @@ import time
 import pytest
 
 from marin_lab.cli import main as cli_main
+from marin_lab.execution import Executor, ExecutorStep, this_output_path
 from marin_lab.execution.cleanup import GcError, find_garbage, parse_age
 from marin_lab.execution.status import LEASE_FILE, Status, write_status
+from marin_lab.store.layout import tmp_path as tmp_path_of
+from marin_lab.store.layout import tmp_url
+from tests.executor_steps import WriteConfig, write_text
 
 DAY = 86400.0
 
@@ -84,3 +88,30 @@ def test_a_prefix_gc_cannot_list_is_one_line_and_nothing_is_deleted(tmp_path, ca
     with pytest.raises(GcError, match="--older_than '2 weeks'"):
         parse_age("2 weeks")
     assert parse_age("14d") == 14 * DAY and parse_age("12h") == 12 * 3600
+
+
+def test_tmp_path_names_a_scratch_folder_under_the_prefix_and_refuses_escapes():
+    assert tmp_path_of("lr-probe/run-1") == "tmp/lr-probe/run-1"
+    assert tmp_url("gs://b/p/", "x") == "gs://b/p/tmp/x"
+    for bad in ("", "../x", "a/../../b", "/abs", "gs://b/x", "a//b"):
+        with pytest.raises(ValueError, match=r"tmp_path\(.*\): give a relative name"):
+            tmp_path_of(bad)
+
+
+def test_a_step_pinned_with_tmp_path_lands_in_the_scratch_area_that_gc_expires(tmp_path, capsys):
+    """The planner puts `override_output_path=tmp_path(...)` under the run's prefix; gc lists it as
+    scratch once old, deletes it with --yes, and keeps one that a running step still holds."""
+    prefix = tmp_path / "store"
+    step = ExecutorStep(name="probe/lr", fn=write_text, config=WriteConfig(output_path=this_output_path(), text="x"),
+                        override_output_path=tmp_path_of("lr-probe/run-1"))
+    (planned,) = Executor(str(prefix), backend="local").plan([step]).steps
+    assert planned.output_path == str(prefix / "tmp" / "lr-probe" / "run-1")
+    _step(prefix, "tmp/lr-probe/run-1", Status.SUCCESS)
+    _step(prefix, "tmp/sweep/trial-3", Status.RUNNING, lease_age_s=1)  # a running step, deep in tmp/
+    _step(prefix, "tmp/fresh-scratch", age_days=0)
+    found, _ = find_garbage(str(prefix), 14 * DAY)
+    assert {os.path.relpath(c.path, prefix): c.kind for c in found} == {"tmp/lr-probe": "scratch"}
+    assert cli_main(["gc", str(prefix), "--yes"]) == 0
+    assert "deleted 1 folder(s)" in capsys.readouterr().out
+    assert not (prefix / "tmp" / "lr-probe").exists()
+    assert (prefix / "tmp" / "sweep" / "trial-3").exists() and (prefix / "tmp" / "fresh-scratch").exists()

@@ -26,7 +26,8 @@ LAYERS: dict[str, int] = {
     "peft": 5, "precision": 5,
     "training": 6,
     "evaluation": 7, "cluster": 7,
-    "resources": 8,  # Marin's spelling of cluster resources
+    "marin": 8,  # Marin's spellings over the core (never imported by it)
+    "resources": 8,  # Marin's `marin.resources` path: re-exports marin/resources.py
     "browser": 9,
     "cli": 10,
 }
@@ -35,7 +36,6 @@ LAYERS: dict[str, int] = {
 # and passing evaluation into the training loop as hooks.
 KNOWN_UPWARD: set[tuple[str, str]] = {
     ("peft", "training"),       # peft/lora.py uses the model's parameter layout from training/model.py
-    ("precision", "training"),  # precision/paired.py drives train_lm; precision/policy.py names model pieces
 }
 
 # Function-local marin_lab imports that exist today: (file, imported module). Each is a cycle or a
@@ -58,15 +58,12 @@ KNOWN_LOCAL: set[tuple[str, str]] = {
     ("execution/backends.py", "marin_lab.execution.lease"),
     ("execution/backends.py", "marin_lab.io.conditional"),
     ("execution/code_provenance.py", "marin_lab"),
-    ("execution/extras.py", "marin_lab.execution.environments"),
-    ("execution/plan.py", "marin_lab.execution.extras"),
     ("execution/reproduce.py", "marin_lab.execution.executor"),
     ("execution/reproduce.py", "marin_lab.execution.main"),
     ("execution/reproduce.py", "marin_lab.execution.provenance"),
     ("precision/policy.py", "marin_lab.precision.fp8"),
     ("precision/policy.py", "marin_lab.precision.mx"),
     ("quant/nf4.py", "marin_lab.quant.matmul"),
-    ("resources.py", "marin_lab.cluster.resources"),
     ("training/hf_export.py", "marin_lab.training.checkpoint"),
     ("training/levanter_backend.py", "marin_lab.execution.environments"),
 }

@@ -45,11 +45,17 @@ def test_conditional_file_semantics(output_path):
     assert f.read() is None
 
 
-def test_one_holder_at_a_time(output_path):
+def _two_drivers(output_path):
+    """Drivers a and b on one lease (a 60 s timeout, a shared clock); a holds it."""
     clock = Clock()
     a = Lease(output_path, "driver-a", timeout_s=60, clock=clock)
     b = Lease(output_path, "driver-b", timeout_s=60, clock=clock)
     assert a.try_acquire() is None
+    return clock, a, b
+
+
+def test_one_holder_at_a_time(output_path):
+    clock, a, b = _two_drivers(output_path)
     held = b.try_acquire()
     assert held is not None and held.holder == "driver-a"
     a.release()
@@ -57,10 +63,7 @@ def test_one_holder_at_a_time(output_path):
 
 
 def test_stale_lease_is_taken_over_and_old_holder_notices(output_path):
-    clock = Clock()
-    a = Lease(output_path, "driver-a", timeout_s=60, clock=clock)
-    b = Lease(output_path, "driver-b", timeout_s=60, clock=clock)
-    assert a.try_acquire() is None
+    clock, a, b = _two_drivers(output_path)
     clock.t += 30
     assert b.try_acquire() is not None  # not stale yet
     clock.t += 31

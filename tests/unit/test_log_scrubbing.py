@@ -4,8 +4,10 @@ capture does work linear in the bytes printed, however long a line is."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import sys
 
 import pytest
 
@@ -13,7 +15,8 @@ from marin_lab.browser.logs import read_log
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
 from marin_lab.browser.server import _json
-from marin_lab.execution.logs import MAX_PIECE, READ_BYTES, LogSpec, _Reader, capture
+from marin_lab.execution import logs
+from marin_lab.execution.logs import MAX_PIECE, READ_BYTES, LogSpec, _Reader, _Sink, capture
 from marin_lab.execution.secrets import REDACTED, SPLIT_KEEP, scrub_text
 
 # What secret-named variables really hold: a base64 value may start with "/" and hold "+" and
@@ -147,3 +150,21 @@ def test_every_browser_answer_is_scrubbed_on_the_way_out(odd_secrets):
               "error": f"failed at {odd_secrets[0]}", f"key {odd_secrets[1]}": 1}
     body = _json(answer).body.decode()
     assert _leaks(body) == [] and json.loads(body)["error"] == "failed at <redacted>"
+
+
+def test_a_failed_log_upload_is_said_on_stderr_and_never_fails_the_step(monkeypatch):
+    def refuse(url, data):
+        raise OSError("bucket gone")
+
+    monkeypatch.setattr(logs, "atomic_write_bytes", refuse)
+    stderr = io.StringIO()
+    monkeypatch.setattr(sys, "__stderr__", stderr)
+    sink = _Sink(LogSpec(url="memory://logs/a.log", label="step-a"))
+    sink.write(b"first line\n")  # the first write uploads at once
+    assert "[step-a] could not upload its log to memory://logs/a.log: bucket gone" in stderr.getvalue()
+    sink.close()
+    # A process started without a stderr has sys.__stderr__ None: the failure is then not said at all.
+    monkeypatch.setattr(sys, "__stderr__", None)
+    sink = _Sink(LogSpec(url="memory://logs/b.log", label="step-b"))
+    sink.write(b"first line\n")
+    sink.close()

@@ -13,6 +13,7 @@ import pytest
 from marin_lab.execution import (
     THIS_OUTPUT_PATH,
     Executor,
+    ExecutorConfigError,
     ExecutorStep,
     InputName,
     StepDefinitionError,
@@ -24,6 +25,7 @@ from marin_lab.execution import (
 )
 from marin_lab.execution.plan import build_plan
 from marin_lab.execution.status import read_status
+from marin_lab.marin import executor as marin_executor
 from tests.executor_steps import WriteConfig, fail, write_text
 
 
@@ -184,9 +186,45 @@ def test_closure_and_local_config_run_on_the_local_backend(tmp_path):
             f.write(cfg.word)
 
     step = ExecutorStep("closure", fn, Local(this_output_path(), versioned("hi")))
-    executor = Executor(str(tmp_path), backend="local")
+    executor = marin_executor.Executor(str(tmp_path), backend="local")
     executor.run([step])
     assert open(os.path.join(executor.output_paths[step], "w.txt")).read() == "hi"
+
+
+def test_marin_executor_shows_the_last_plan_keyed_by_step_objects(tmp_path):
+    a = _step("a", "a")
+    b = _step("b", "b", inputs=[output_path_of(a)])
+    twin = _step("a", "a")  # the same version as `a`: one planned step, two objects
+    executor = marin_executor.Executor(str(tmp_path), backend="local")
+    with pytest.raises(ExecutorConfigError, match="has not planned anything yet"):
+        executor.output_paths  # noqa: B018
+    plan = executor.plan([b, twin])
+    by = _by_name(plan)
+    assert executor.steps == [a, b]
+    assert executor.output_paths[twin] == executor.output_paths[a] == by["a"].output_path
+    assert executor.dependencies[b] == [a] and executor.dependencies[a] == []
+    assert executor.versions[b] == by["b"].version and json.loads(executor.version_strs[b]) == by["b"].version
+    assert executor.configs[b].inputs == (by["a"].output_path,)
+    again = executor.plan([a])
+    assert executor.steps == [a] and executor.last_plan is again
+
+
+def test_core_executor_points_marin_attributes_to_the_marin_executor(tmp_path):
+    executor = Executor(str(tmp_path), backend="local")
+    executor.plan([_step("a", "a")])
+    with pytest.raises(AttributeError, match=r"Executor.output_paths is Marin's view .*marin_lab.marin.executor"):
+        executor.output_paths  # noqa: B018
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_thing'"):
+        executor.no_such_thing  # noqa: B018
+    assert executor.last_plan is not None and not hasattr(executor, "steps")
+
+
+def test_marin_resources_path_is_the_compat_module():
+    import marin_lab.resources
+    from marin_lab.marin import resources
+
+    assert marin_lab.resources.CpuOnlyConfig is resources.CpuOnlyConfig
+    assert marin_lab.resources.step_resources(resources.CpuOnlyConfig(num_cpus=3)) == ({"num_cpus": 3}, None, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,3 +268,13 @@ def test_nonblocking_input_runs_beside_a_training_step_still_running(tmp_path):
     report = Executor(str(tmp_path / "store"), backend="local", max_concurrent=2).run([train, evaluate])
     assert len(report.executed) == 2 and report.failed == []
     assert open(marker).read() == "seen step-1"
+
+
+def test_marin_executor_module_holds_every_name_a_marin_import_line_needs():
+    import marin_lab.execution
+
+    for name in marin_executor.__all__:
+        assert hasattr(marin_executor, name), name
+    assert marin_executor.ExecutorStep is marin_lab.execution.ExecutorStep
+    assert marin_executor.executor_main is marin_lab.execution.executor_main
+    assert issubclass(marin_executor.Executor, marin_lab.execution.Executor)

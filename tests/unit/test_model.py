@@ -95,3 +95,10 @@ def test_hf_export_matches_transformers_logits(tmp_path, tie):
         theirs = model(torch.tensor(tokens)).logits.numpy()
     ours = np.asarray(forward(params, jnp.asarray(tokens), cfg))
     np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_counting_parameters_before_the_vocabulary_is_chosen_says_to_choose_it():
+    unset = LlamaConfig(vocab_size=None)
+    for count in (unset.param_shapes, unset.num_params, lambda: unset.flops_per_token(128)):
+        with pytest.raises(ValueError, match="model.vocab_size is None: set it"):
+            count()

@@ -1,5 +1,7 @@
 """NF4 quantization: the table, bitsandbytes as the oracle, round-trip error, bytes, the matmul."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -112,3 +114,9 @@ def test_matmul_gradient_and_residuals():
     _, vjp = jax.vjp(lambda x: nf4_matmul(x, jax.tree_util.tree_map(lambda v: v[0], q)), x[0])
     float_residuals = [r.shape for r in jax.tree_util.tree_leaves(vjp) if jnp.issubdtype(r.dtype, jnp.floating) and r.size > 1]
     assert (64, 96) not in float_residuals and (5, 64) not in float_residuals, float_residuals
+
+
+def test_a_second_level_scale_without_its_offset_is_refused():
+    q = quantize_nf4(jnp.asarray(_normal((64, 64), seed=3)), double_quant=True)
+    with pytest.raises(QuantizationError, match="absmax_scale needs absmax_offset"):
+        dataclasses.replace(q, absmax_offset=None).block_absmax()

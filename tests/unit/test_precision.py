@@ -9,6 +9,7 @@ import numpy as np
 import optax
 import pytest
 
+from experiments.paired import cosine, relative_error
 from marin_lab.precision import (
     PrecisionConfig,
     PrecisionError,
@@ -26,7 +27,6 @@ from marin_lab.precision import (
     scaled_sum,
 )
 from marin_lab.precision.fp8 import STAT_NAMES, empty_meta
-from marin_lab.precision.paired import cosine, relative_error
 from marin_lab.precision.scaled import mul_pow2
 
 

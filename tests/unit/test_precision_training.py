@@ -10,10 +10,10 @@ import os
 import numpy as np
 import pytest
 
+from experiments.paired import Variant, paired_curves, relative_gap
 from marin_lab.execution import ExecutorStep, this_output_path
 from marin_lab.execution.plan import build_plan
 from marin_lab.precision import PrecisionConfig
-from marin_lab.precision.paired import Variant, paired_curves, relative_gap
 from marin_lab.training import TrainingError, train_lm
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.testing import synthetic_documents, tiny_model, tiny_train_config, write_synthetic_cache
@@ -37,7 +37,7 @@ def test_policy_change_gives_a_new_step_identity():
     policies = [PrecisionConfig(), PrecisionConfig(matmul="fp8"), PrecisionConfig(matmul="fp8_delayed"),
                 PrecisionConfig(matmul="fp8_delayed", amax_history_len=8),
                 PrecisionConfig(optimizer_state="float16_scaled"), PrecisionConfig(rescale_logits_grad=True),
-                PrecisionConfig(matmul="scalify")]
+                PrecisionConfig(matmul="scalify"), PrecisionConfig(export_dtype="bfloat16")]
     hashes = [build_plan([step(p)], "/prefix").steps[0].hash for p in policies]
     assert len(set(hashes)) == len(policies)
     assert build_plan([step(PrecisionConfig(matmul="fp8"))], "/prefix").steps[0].hash == hashes[1]
@@ -50,7 +50,7 @@ def test_policy_change_gives_a_new_step_identity():
         (PrecisionConfig(matmul="fp8_delayed", amax_history_len=0), r"precision.amax_history_len=0"),
         (PrecisionConfig(matmul="mxfp8"), r"precision.matmul='mxfp8'"),
         (PrecisionConfig(matmul="fp8", fp8_lm_head=True), r"ties it to the embedding"),
-        (PrecisionConfig(matmul="scalify", master_weights="float16_scaled"), r"train_lm's checkpoints"),
+        (PrecisionConfig(export_dtype="float16"), r"precision.export_dtype='float16' is not one of"),
     ],
 )
 def test_bad_policy_fails_before_training(cache, tmp_path, policy, match):
@@ -128,6 +128,7 @@ VARIANTS = (
     Variant("bf16", "bfloat16"),
     Variant("fp8", "bfloat16", PrecisionConfig(matmul="fp8")),
     Variant("fp32+adam_fp16", "float32", PrecisionConfig(optimizer_state="float16_scaled")),
+    Variant("scalify", "float16", PrecisionConfig(matmul="scalify")),
 )
 
 
@@ -140,6 +141,7 @@ def curves():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the fixture trains 10 runs of 200 steps; scalify's compile is slow on a busy host
 def test_every_format_trains_without_nan_or_inf(curves):
     for (name, seed), losses in curves.losses.items():
         assert np.all(np.isfinite(losses)), (name, seed)
@@ -165,3 +167,18 @@ def test_fp16_scaled_adam_is_within_1_percent_of_fp32_adam_with_half_the_bytes(c
     narrow, wide = curves.moment_bytes["fp32+adam_fp16"], curves.moment_bytes["fp32"]
     assert narrow["data"] * 2 == wide["data"] and wide["scales"] == 0
     assert 0 < narrow["scales"] <= 4 * 2 * 32  # one fp32 scale per tensor and moment
+
+
+@pytest.mark.slow
+def test_scalify_is_within_2_percent_of_fp32_on_every_seed_with_per_layer_scales(curves):
+    """float16 data, float8 casts with no amax: the final loss within 2% of fp32 on each seed
+    (measured +0.15% and +0.18%; +1.07% and +2.10% before the scan's entry rescale)."""
+    final, _ = relative_gap(curves, "scalify", "fp32", SEEDS)
+    assert final <= 0.02
+    for seed in SEEDS:
+        last = curves.last_metrics[("scalify", seed)]
+        assert last["scalify/nonfinite"] == 0
+        for layer in ("layer00", "layer01"):
+            act = last[f"scalify/{layer}/act_scale_log2"]
+            assert abs(act - round(act)) < 1e-4  # a power of two
+            assert -40 < last[f"scalify/{layer}/grad_scale_log2"] < 10

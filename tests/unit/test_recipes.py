@@ -142,7 +142,7 @@ def test_simple_train_config_maps_to_the_trainer():
                                                                       resources=TpuPodConfig("v4-8", 2)))
     assert tpu.resources.tpu == "v4-8" and tpu.config.tpu_slices == 2 and tpu.config.compute_dtype == "bfloat16"
     with pytest.raises(ValueError, match="either optimizer_config or beta2"):
-        _train_config(optimizer_config=OptimizerConfig(), beta2=0.9).optimizer()
+        _train_config(optimizer_config=OptimizerConfig(), beta2=0.9)
     with pytest.raises(StepDefinitionError, match="eval_harness_tasks"):
         default_train("x", cache, llama_nano, _train_config(), eval_harness_tasks=["hellaswag"])
     evaluation = default_eval("cpu", cpu, cache, seq_len=128)
@@ -166,3 +166,38 @@ def test_marin_data_configs_become_weights_and_validation_sets():
     other = default_tokenize("other", docs, default_train_tokenizer("small", docs, vocab_size=500))
     with pytest.raises(StepDefinitionError, match="tokenizers of different sizes"):
         default_train("bad", lm_data_config(web, validation_sets={"other": other}), llama_nano, _train_config())
+
+
+def test_simple_train_config_holds_one_optimizer_config_and_takes_marins_flat_spelling():
+    flat = _train_config(weight_decay=0.05, lr_schedule="cosine", warmup=0.1, beta2=None)
+    assert flat.optimizer == OptimizerConfig(learning_rate=1e-3, weight_decay=0.05, schedule="cosine", warmup=0.1)
+    assert (flat.learning_rate, flat.lr_schedule, flat.beta2) == (1e-3, "cosine", 0.95)  # reads the optimizer
+    native = SimpleTrainConfig(resources=CpuOnlyConfig(num_cpus=1), train_batch_size=4, num_train_steps=10,
+                               optimizer=OptimizerConfig(learning_rate=1e-3, weight_decay=0.05, schedule="cosine",
+                                                         warmup=0.1))
+    assert native == flat
+    # Marin's optimizer_config is used as it is; the learning rate given beside it is Marin's required field.
+    whole = OptimizerConfig(learning_rate=2e-3, schedule="constant")
+    assert _train_config(optimizer_config=whole).optimizer is whole
+    # Flat keywords adjust a given optimizer (as dataclasses.replace passes them).
+    assert dataclasses.replace(flat, learning_rate=3e-3).optimizer == dataclasses.replace(flat.optimizer,
+                                                                                          learning_rate=3e-3)
+    assert dataclasses.replace(flat, num_train_steps=20).optimizer is flat.optimizer
+    with pytest.raises(TypeError, match="give learning_rate"):
+        SimpleTrainConfig(resources=CpuOnlyConfig(), train_batch_size=4, num_train_steps=10)
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['ema_beta'\]"):
+        _train_config(ema_beta=0.995)
+    with pytest.raises(TypeError, match="optimizer or optimizer_config"):
+        _train_config(optimizer=whole, optimizer_config=whole)
+
+
+def test_flat_and_native_optimizer_spellings_plan_the_same_identity():
+    docs = default_extract("docs", default_download("docs", source="/data/html"))
+    cache = default_tokenize("own", docs, default_train_tokenizer("docs", docs, vocab_size=700))
+    flat = default_train("same", cache, llama_nano, _train_config(weight_decay=0.05, min_lr_ratio=0.0))
+    native = default_train("same", cache, llama_nano, SimpleTrainConfig(
+        CpuOnlyConfig(num_cpus=1), 4, 10, optimizer=OptimizerConfig(learning_rate=1e-3, weight_decay=0.05,
+                                                                     min_lr_ratio=0.0)))
+    other = default_train("same", cache, llama_nano, _train_config(weight_decay=0.06, min_lr_ratio=0.0))
+    paths = [build_plan([s], "/p").roots[0].output_path for s in (flat, native, other)]
+    assert paths[0] == paths[1] != paths[2]

@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from experiments.paired import Variant, paired_curves, relative_error
 from marin_lab.precision import PrecisionConfig, PrecisionError, ScaledArray
 from marin_lab.precision.audit import amax_fed_float8_casts
-from marin_lab.precision.paired import Variant, paired_curves, relative_error
 from marin_lab.precision.scalify import per_layer_scale, scalify, tensor_scale, to_values
 from marin_lab.precision.scalify_train import _layer_stats, f8_linear, metrics, overflow_message
 from marin_lab.training.mesh import MeshConfig
@@ -58,6 +58,26 @@ def test_interpreted_loss_and_gradients_match_jax_grad(compute, bound, chunk):
         assert relative_error(mine, g) <= bound, jax.tree_util.keystr(path)
     # the forward and backward layer scans (and the chunked loss's own two)
     assert len(finite) == (2 if chunk is None else 4) and all(bool(jnp.all(f)) for f in finite)
+
+
+def test_a_scan_renormalises_its_carry_before_the_first_iteration():
+    """The gradient entering the top layer's backward comes from the loss with data far from 1;
+    the scan's entry rescale brings it to unit RMS before that layer's float8 casts. Here a carry
+    of data 2^-12 (scale 1) goes through an e4m3 cast in the first iteration: without the entry
+    rescale every value would flush to zero (e4m3's smallest subnormal is 2^-9)."""
+    x = jax.random.normal(jax.random.key(0), (8, 16), jnp.float32).astype(jnp.float16) * jnp.float16(2.0 ** -12)
+
+    def body(h, _):
+        return h.astype(jnp.float8_e4m3fn).astype(h.dtype), None
+
+    def model(h):
+        return jax.lax.scan(body, h, None, length=3)[0]
+
+    out, stats = scalify(model)(ScaledArray(x, jnp.ones((), jnp.float32)))
+    assert relative_error(to_values(out, jnp.float32), x.astype(jnp.float32)) <= 0.1
+    (scan,) = stats.scans
+    log2 = {round(float(v), 4) for v in scan.log2_scale}  # the power of two moved into the scale, once
+    assert len(log2) == 1 and log2 <= {-13.0, -12.0}
 
 
 def test_float8_linear_under_scalify_is_a_cast_of_scaled_data():

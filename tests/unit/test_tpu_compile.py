@@ -12,16 +12,16 @@ import textwrap
 
 import pytest
 
-from experiments.models import llama_nano
+from experiments.models import lab_nano
 from marin_lab.cli import main
 from marin_lab.cluster import tpu_topology
 from marin_lab.cluster.compile_report import render
 from marin_lab.cluster.hlo_collectives import parse_collectives
-from marin_lab.cluster.tpu_compile import compile_training_step
+from marin_lab.cluster.tpu_compile import StepReport, compile_training_step
 from marin_lab.cluster.tpu_topology import parse_topology
 from marin_lab.training import DataConfig, MeshConfig, TrainingError, TrainLmConfig
 
-TINY = dataclasses.replace(llama_nano, num_layers=2, vocab_size=512, max_seq_len=4096)
+TINY = dataclasses.replace(lab_nano, num_layers=2, vocab_size=512, max_seq_len=4096)
 
 
 def _config(**overrides) -> TrainLmConfig:
@@ -32,12 +32,12 @@ def _config(**overrides) -> TrainLmConfig:
 
 EXPERIMENT = textwrap.dedent('''
     import dataclasses
-    from experiments.models import llama_nano
+    from experiments.models import lab_nano
     from marin_lab.cluster.resources import TpuResources
     from marin_lab.execution import ExecutorStep, executor_main, this_output_path
     from marin_lab.training import DataConfig, MeshConfig, TrainLmConfig, train_lm
 
-    model = dataclasses.replace(llama_nano, num_layers=2, vocab_size=512)
+    model = dataclasses.replace(lab_nano, num_layers=2, vocab_size=512)
     def train(name, resources, **kw):
         fields = dict(batch_size=8, seq_len=128, gradient_checkpointing=True, mesh=MeshConfig(fsdp=-1))
         config = TrainLmConfig(output_path=this_output_path(), data=DataConfig(caches={}), model=model,
@@ -100,14 +100,14 @@ def test_fsdp_over_two_slices_gathers_parameters_across_the_dcn():
 
 FINETUNE = textwrap.dedent('''
     import dataclasses
-    from experiments.models import llama_nano
+    from experiments.models import lab_nano
     from marin_lab.cluster.resources import TpuResources
     from marin_lab.execution import ExecutorStep, executor_main, this_output_path
     from marin_lab.peft.lora import LoraConfig
     from marin_lab.training import DataConfig
     from marin_lab.training.finetune import FinetuneConfig, finetune_lm
 
-    model = dataclasses.replace(llama_nano, num_layers=2, vocab_size=512, max_seq_len=4096)
+    model = dataclasses.replace(lab_nano, num_layers=2, vocab_size=512, max_seq_len=4096)
     # 32 sequences of 4096 per chip without remat: fp32 attention scores alone are ~8 GiB a layer.
     config = FinetuneConfig(output_path=this_output_path(), data=DataConfig(caches={}), base="never-read",
                             mode="lora", lora=LoraConfig(rank=8), model=model, batch_size=128, seq_len=4096, gradient_checkpointing=False)
@@ -227,3 +227,14 @@ def test_collectives_in_a_loop_count_once_per_iteration():
         ("all-gather", "dcn"): (32, 32 * 2 * 16 * 2),
         ("all-reduce", "dcn"): (1, 1024 * 4),
     }
+
+
+def test_a_zero_step_time_is_reported_without_an_estimate():
+    # est_step_s 0.0 (no FLOPs, no traffic) leaves tokens/s and MFU None: the report shows "-".
+    report = StepReport(step="s", function="train_lm", topology="v5e-8", slices=1, chips=8, mesh={"fsdp": 8},
+                        fits=True, hbm_bytes_per_chip=1 << 30, hbm_capacity_bytes=16 << 30, hbm={},
+                        flops_per_step=0.0, hardware_flops_per_step=0.0, tokens_per_step=0,
+                        chip_peak_flops=1.97e14, est_step_s=0.0, est_tokens_per_s=None, est_mfu=None,
+                        bound="compute", compiler_optimal_s=None, compile_s=1.0, compile_cpu_s=1.0,
+                        collectives=[], remat="none", attention="xla")
+    assert "estimate (roofline, chip peak 197 TFLOP/s): -" in render([report], "text")

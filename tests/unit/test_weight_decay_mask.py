@@ -4,14 +4,14 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from experiments.models import llama_nano
+from experiments.models import lab_nano
 from marin_lab.training import OptimizerConfig
 from marin_lab.training.model import flatten_params, init_params
 
 
 @pytest.mark.parametrize("decay_embeddings", [True, False])
 def test_zero_gradients_leave_only_decayed_parameters_changed(decay_embeddings):
-    params = init_params(llama_nano, jax.random.key(0))
+    params = init_params(lab_nano, jax.random.key(0))
     optimizer = OptimizerConfig(weight_decay=0.1, max_grad_norm=None, decay_embeddings=decay_embeddings).build()
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
     updates, _ = jax.jit(optimizer.update)(zeros, optimizer.init(params), params)

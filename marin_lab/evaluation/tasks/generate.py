@@ -12,7 +12,7 @@ def main() -> None:
     for i in range(100):
         a, b = r.randint(10, 49), r.randint(10, 49)
         s = a + b
-        wrong = set()
+        wrong: set[int] = set()
         while len(wrong) < 3:
             w = s + r.choice([-10, -2, -1, 1, 2, 10, 11, -11])
             if w != s and w > 0: wrong.add(w)
