@@ -27,8 +27,8 @@ import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 from jax.experimental import topologies  # noqa: E402
 
+from marin_lab.models.llama import LlamaConfig, init_params  # noqa: E402
 from marin_lab.training.mesh import MeshConfig, batch_sharding  # noqa: E402
-from marin_lab.training.model import LlamaConfig, init_params  # noqa: E402
 from marin_lab.training.train_step import StepSettings, make_train_step, state_shardings  # noqa: E402
 
 GIB = 1024**3

@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import topologies
 
+from marin_lab.models.llama import LlamaConfig
 from marin_lab.training.config import OptimizerConfig
 from marin_lab.training.mesh import MeshConfig, batch_sharding
-from marin_lab.training.model import LlamaConfig
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings
 
 MESHES = {"slices=1 (fsdp over both slices)": MeshConfig(),

@@ -46,11 +46,11 @@ def child(loader: str, path: str) -> dict:
     import jax
     import jax.numpy as jnp
 
+    from marin_lab.models.llama import init_params
     from marin_lab.training.base_model import QuantConfig, load_base, quantize_one, quantize_params
     from marin_lab.training.base_stream import load_frozen, open_base
     from marin_lab.training.finetune_state import frozen_base, frozen_shardings
     from marin_lab.training.mesh import MeshConfig
-    from marin_lab.training.model import init_params
 
     # The runtime's baseline: JAX and the trainer imported, and XLA's compiler initialised by one
     # small quantization (its first compile grows the heap by ~45 MiB, whatever the model size).
@@ -103,8 +103,8 @@ def main() -> None:
         print(json.dumps(child(args.child, args.path)))
         return
 
+    from marin_lab.models.llama import LlamaConfig
     from marin_lab.training.hf_synthetic import write_synthetic_llama
-    from marin_lab.training.model import LlamaConfig
 
     gib = 2**30
     workdir = args.workdir or tempfile.mkdtemp(prefix="qlora_load_")

@@ -54,6 +54,7 @@ def _setup(shape: str, mode: str, seq_len: int, attention: str | None):
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
+    from marin_lab.models.llama import LlamaConfig, init_params
     from marin_lab.peft.lora import LoraConfig
     from marin_lab.training.base_model import QuantConfig, quantize_params
     from marin_lab.training.finetune_state import (
@@ -66,7 +67,6 @@ def _setup(shape: str, mode: str, seq_len: int, attention: str | None):
         trainable_shardings,
     )
     from marin_lab.training.mesh import MeshConfig
-    from marin_lab.training.model import LlamaConfig, init_params
     from marin_lab.training.optimizer import OptimizerConfig
 
     model = LlamaConfig(**SHAPES[shape])

@@ -43,10 +43,10 @@ jax.config.update("jax_enable_x64", False)
 import numpy as np  # noqa: E402
 
 from experiments.models import MODELS  # noqa: E402
+from marin_lab.models.llama import LlamaConfig  # noqa: E402
 from marin_lab.precision.policy import PrecisionConfig  # noqa: E402
 from marin_lab.training.mesh import MeshConfig  # noqa: E402
 from marin_lab.training.metrics import device_peak_flops  # noqa: E402
-from marin_lab.training.model import LlamaConfig  # noqa: E402
 from marin_lab.training.optimizer import OptimizerConfig  # noqa: E402
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings  # noqa: E402
 

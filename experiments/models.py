@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from marin_lab.training.model import LlamaConfig
+from marin_lab.models.llama import LlamaConfig
 
 # ~0.8M parameters at an 8k vocabulary (tied): compiles in seconds and trains at ~10k tokens/s on
 # 2 CPU cores, enough to watch the loss fall in the quickstart.

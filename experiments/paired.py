@@ -14,10 +14,10 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from marin_lab.models.llama import LlamaConfig
 from marin_lab.precision.adam import moment_bytes
 from marin_lab.precision.policy import PrecisionConfig
 from marin_lab.training.mesh import MeshConfig
-from marin_lab.training.model import LlamaConfig
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings
 

@@ -33,7 +33,8 @@ import jax.numpy as jnp
 
 from marin_lab.cluster.hlo_collectives import Collective, CollectiveOp, aggregate, collective_ops, summarize
 from marin_lab.cluster.tpu_topology import GiB, Topology
-from marin_lab.training.attention import AttentionConfigError, check_attention
+from marin_lab.models.attention import AttentionConfigError, check_attention
+from marin_lab.models.llama import LlamaConfig, init_params
 from marin_lab.training.base_model import quantize_params
 from marin_lab.training.config import TrainLmConfig
 from marin_lab.training.errors import TrainingError
@@ -41,7 +42,6 @@ from marin_lab.training.finetune import FinetuneConfig, check_settings, step_pla
 from marin_lab.training.finetune_state import build_step as build_finetune_step
 from marin_lab.training.finetune_state import frozen_base, init_trainable
 from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding
-from marin_lab.training.model import LlamaConfig, init_params
 from marin_lab.training.train_lm import check_batch, step_settings
 from marin_lab.training.train_step import abstract_state, build_step
 

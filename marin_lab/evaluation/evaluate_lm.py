@@ -16,8 +16,8 @@ from marin_lab.evaluation.multiple_choice import TaskError, evaluate_task, load_
 from marin_lab.evaluation.perplexity import evaluate_cache, load_tokenizer
 from marin_lab.evaluation.scoring import as_params
 from marin_lab.io import fs as mfs
+from marin_lab.models.llama import LlamaConfig, init_params
 from marin_lab.training import checkpoint as ckpt
-from marin_lab.training.model import LlamaConfig, init_params
 from marin_lab.training.token_cache import TokenCache
 from marin_lab.versioning import versioned_field
 

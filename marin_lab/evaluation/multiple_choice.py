@@ -20,7 +20,7 @@ import numpy as np
 from marin_lab.errors import MarinLabError
 from marin_lab.evaluation.scoring import bucket_length, token_logprobs
 from marin_lab.io import fs as mfs
-from marin_lab.training.model import LlamaConfig, Params
+from marin_lab.models.llama import LlamaConfig, Params
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from marin_lab.evaluation.scoring import token_logprobs
-from marin_lab.training.model import LlamaConfig, Params
+from marin_lab.models.llama import LlamaConfig, Params
 from marin_lab.training.token_cache import TokenCache, TokenCacheError
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ jax.config.update("jax_enable_x64", False)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from marin_lab.training.model import LlamaConfig, Params, forward, token_log_likelihoods  # noqa: E402
+from marin_lab.models.llama import LlamaConfig, Params, forward, token_log_likelihoods  # noqa: E402
 
 
 @functools.lru_cache(maxsize=8)

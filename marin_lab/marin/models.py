@@ -8,7 +8,7 @@ files import them from the paths they always used.
 
 from __future__ import annotations
 
-from marin_lab.training.model import LlamaConfig
+from marin_lab.models.llama import LlamaConfig
 
 __all__ = [
     "llama3_tokenizer", "llama3_tokenizer_vocab_size", "llama_1_4b", "llama_1_9b", "llama_3_2_1b", "llama_8b",

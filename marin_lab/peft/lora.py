@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from marin_lab.errors import MarinLabError
-from marin_lab.training.model import LlamaConfig, Params, linear
+from marin_lab.models.llama import LlamaConfig, Params, linear
 
 # Hugging Face module names (what users and PEFT configs write) -> our parameter names.
 PROJECTIONS = {

@@ -22,13 +22,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from marin_lab.models.llama import LlamaConfig, Params, init_params
 from marin_lab.peft.lora import PROJECTIONS
 from marin_lab.quant import QuantizationError, quantize_nf4
 from marin_lab.quant.nf4 import NF4Tensor, check_block_size
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.hf_import import import_hf, is_hf_checkpoint
-from marin_lab.training.model import LlamaConfig, Params, init_params
 
 logger = logging.getLogger(__name__)
 

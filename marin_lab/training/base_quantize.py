@@ -10,13 +10,13 @@ from typing import Any
 import jax
 
 from marin_lab.io import fs as mfs
+from marin_lab.models.llama import init_params
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.base_model import QUANTIZED_NAMES, QuantizeBaseConfig, quantize_params
 from marin_lab.training.base_stream import open_base, place_source
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.finetune_state import frozen_shardings
 from marin_lab.training.mesh import MeshConfig
-from marin_lab.training.model import init_params
 
 logger = logging.getLogger(__name__)
 

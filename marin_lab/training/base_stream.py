@@ -41,13 +41,13 @@ import numpy as np
 from jax.sharding import NamedSharding, SingleDeviceSharding
 from jax.sharding import PartitionSpec as P
 
+from marin_lab.models.llama import LlamaConfig, Params, flatten_params, init_params, unflatten_params
 from marin_lab.quant.nf4 import NF4Tensor
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.base_model import QuantConfig, base_checkpoint, quantize_one, quantize_params
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.hf_export import _LAYER_MAP
 from marin_lab.training.hf_import import is_hf_checkpoint, open_hf
-from marin_lab.training.model import LlamaConfig, Params, flatten_params, init_params, unflatten_params
 from marin_lab.training.offload import HOST, OnHost
 from marin_lab.training.safetensors_reader import SafetensorsIndex
 

@@ -6,12 +6,12 @@ import dataclasses
 import re
 from typing import Any
 
+from marin_lab.models.llama import LOSS_CHUNK_SIZE, LlamaConfig
 from marin_lab.precision.policy import PrecisionConfig
 from marin_lab.training.checkpoint import CheckpointConfig
 from marin_lab.training.data import DataConfig
 from marin_lab.training.mesh import MeshConfig
 from marin_lab.training.metrics import TPU_PEAK_BY_TYPE, WandbConfig
-from marin_lab.training.model import LOSS_CHUNK_SIZE, LlamaConfig
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.versioning import versioned_field
 

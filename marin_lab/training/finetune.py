@@ -28,6 +28,7 @@ import numpy as np
 
 from marin_lab.execution.artifacts import reproducibility
 from marin_lab.io import fs as mfs
+from marin_lab.models.llama import REMAT_POLICIES, LlamaConfig, init_params
 from marin_lab.peft.lora import LoraConfig, LoraError, merge_lora
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.base_model import QuantConfig, load_base, quantize_params
@@ -47,7 +48,6 @@ from marin_lab.training.hf_export import export_hf
 from marin_lab.training.memory_plan import fit_advice, plan_memory
 from marin_lab.training.mesh import MeshConfig, MeshError, batch_divisor, batch_sharding
 from marin_lab.training.metrics import WandbConfig
-from marin_lab.training.model import REMAT_POLICIES, LlamaConfig, init_params
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.token_cache import TokenCache, TokenCacheError
 from marin_lab.training.trainer import LoopConfig, Trainer, TrainResult

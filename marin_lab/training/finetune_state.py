@@ -23,14 +23,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from marin_lab.peft.lora import LoraConfig, apply_lora, init_lora
-from marin_lab.quant import QuantizationError
-from marin_lab.quant.nf4 import NF4Tensor
-from marin_lab.quant.sharding import nf4_shardings
-from marin_lab.training.base_model import QUANTIZED_NAMES
-from marin_lab.training.errors import TrainingError
-from marin_lab.training.mesh import batch_axes, batch_sharding, param_spec
-from marin_lab.training.model import (
+from marin_lab.models.llama import (
     LlamaConfig,
     Params,
     flatten_params,
@@ -39,6 +32,13 @@ from marin_lab.training.model import (
     token_log_likelihoods,
     unflatten_params,
 )
+from marin_lab.peft.lora import LoraConfig, apply_lora, init_lora
+from marin_lab.quant import QuantizationError
+from marin_lab.quant.nf4 import NF4Tensor
+from marin_lab.quant.sharding import nf4_shardings
+from marin_lab.training.base_model import QUANTIZED_NAMES
+from marin_lab.training.errors import TrainingError
+from marin_lab.training.mesh import batch_axes, batch_sharding, param_spec
 from marin_lab.training.offload import HOST, Gathered, OnHost
 
 MODES = ("full", "lora", "qlora")

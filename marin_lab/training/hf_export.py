@@ -18,7 +18,7 @@ import numpy as np
 from safetensors.numpy import save_file as safetensors_save_file
 
 from marin_lab.io import fs as mfs
-from marin_lab.training.model import LlamaConfig, Params
+from marin_lab.models.llama import LlamaConfig, Params
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from marin_lab.io import fs as mfs
+from marin_lab.models.llama import LlamaConfig, Params, unflatten_params
 from marin_lab.training.hf_export import _LAYER_MAP
-from marin_lab.training.model import LlamaConfig, Params, unflatten_params
 from marin_lab.training.safetensors_reader import HfImportError, SafetensorsIndex
 
 logger = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from marin_lab.io import fs as mfs
+from marin_lab.models.llama import LlamaConfig
 from marin_lab.training.hf_import import expected_hf_shapes
-from marin_lab.training.model import LlamaConfig
 
 _CODES = {"BF16": jnp.bfloat16, "F16": np.float16, "F32": np.float32, "I8": np.int8, "I32": np.int32}
 

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import AbstractMesh
 
+from marin_lab.models.llama import LlamaConfig, init_params
 from marin_lab.peft.lora import LoraConfig
 from marin_lab.training.base_model import QUANTIZED_NAMES, QuantConfig, quantize_params
 from marin_lab.training.finetune_state import (
@@ -31,7 +32,6 @@ from marin_lab.training.finetune_state import (
     optimizer_shardings,
     trainable_shardings,
 )
-from marin_lab.training.model import LlamaConfig, init_params
 from marin_lab.training.optimizer import OptimizerConfig
 
 GIB = 2**30

@@ -14,8 +14,8 @@ from typing import Any
 
 import jax
 
+from marin_lab.models.llama import linear
 from marin_lab.quant.matmul import frozen_matmul
-from marin_lab.training.model import linear
 
 HOST = "pinned_host"
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from marin_lab.models.llama import LlamaConfig
 from marin_lab.training.checkpoint import CheckpointConfig
 from marin_lab.training.config import TrainLmConfig
 from marin_lab.training.data import DataConfig
 from marin_lab.training.metrics import WandbConfig
-from marin_lab.training.model import LlamaConfig
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.token_cache import write_token_cache
 

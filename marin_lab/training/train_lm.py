@@ -35,11 +35,11 @@ import numpy as np  # noqa: E402
 
 from marin_lab.execution.artifacts import reproducibility  # noqa: E402
 from marin_lab.io import fs as mfs  # noqa: E402
+from marin_lab.models.attention import AttentionConfigError, check_attention  # noqa: E402
 from marin_lab.precision import masters  # noqa: E402
 from marin_lab.precision.scalify_train import overflow_message as scalify_overflow  # noqa: E402
 from marin_lab.training import checkpoint as ckpt  # noqa: E402
 from marin_lab.training import distributed  # noqa: E402
-from marin_lab.training.attention import AttentionConfigError, check_attention  # noqa: E402
 from marin_lab.training.config import BACKENDS, TrainLmConfig  # noqa: E402
 from marin_lab.training.data import MixtureLoader  # noqa: E402
 from marin_lab.training.errors import TrainingError  # noqa: E402

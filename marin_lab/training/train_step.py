@@ -13,12 +13,12 @@ from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from marin_lab.models.llama import LOSS_CHUNK_SIZE, LlamaConfig, Params, flatten_params, init_params, lm_loss
 from marin_lab.precision import apply as precision
 from marin_lab.precision import scalify_train
 from marin_lab.precision.policy import PrecisionConfig
 from marin_lab.precision.scaled import ScaledArray
 from marin_lab.training.mesh import batch_axes, batch_sharding, param_spec
-from marin_lab.training.model import LOSS_CHUNK_SIZE, LlamaConfig, Params, flatten_params, init_params, lm_loss
 
 # {"params": Params, "opt_state": optax state, "step": int32 scalar}, and with fp8_delayed
 # "fp8": the amax histories (marin_lab.precision.apply), checkpointed with the rest.

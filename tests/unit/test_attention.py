@@ -13,10 +13,10 @@ from jax.experimental import topologies
 
 from experiments.simple_train_config import CpuOnlyConfig, SimpleTrainConfig, TpuPodConfig
 from marin_lab.cluster.resources import TpuResources
+from marin_lab.models.attention import einsum_attention, splash_attention
+from marin_lab.models.llama import init_params
 from marin_lab.training import TrainingError, train_lm
-from marin_lab.training.attention import einsum_attention, splash_attention
 from marin_lab.training.mesh import MeshConfig, batch_sharding
-from marin_lab.training.model import init_params
 from marin_lab.training.testing import tiny_model, tiny_train_config, write_synthetic_cache
 from marin_lab.training.train_step import StepSettings, make_train_step, state_shardings
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from marin_lab.training.model import init_params, lm_loss
+from marin_lab.models.llama import init_params, lm_loss
 from marin_lab.training.testing import tiny_model
 
 

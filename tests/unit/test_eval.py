@@ -11,8 +11,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from marin_lab.evaluation import EvalLmConfig, EvaluationError, evaluate_lm, load_task, shipped_tasks
 from marin_lab.evaluation.multiple_choice import encode_pair, evaluate_task
 from marin_lab.evaluation.scoring import token_logprobs
+from marin_lab.models.llama import forward, init_params
 from marin_lab.training import train_lm, write_token_cache
-from marin_lab.training.model import forward, init_params
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.testing import tiny_model, tiny_train_config
 

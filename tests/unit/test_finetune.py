@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from marin_lab.io import fs as mfs
+from marin_lab.models.llama import init_params
 from marin_lab.peft import LoraConfig
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.base_model import QuantConfig, QuantizeBaseConfig, quantize_params
@@ -19,7 +20,6 @@ from marin_lab.training.errors import TrainingError
 from marin_lab.training.finetune import FinetuneConfig, finetune_lm
 from marin_lab.training.finetune_state import StepPlan, frozen_base, init_trainable, make_loss_fn
 from marin_lab.training.metrics import WandbConfig
-from marin_lab.training.model import init_params
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.testing import TINY_VOCAB, tiny_model
 from marin_lab.training.token_cache import write_token_cache
@@ -172,7 +172,7 @@ def test_bad_input_is_refused_before_training(setup, tmp_path, overrides, match)
 
 def test_qlora_and_lora_bytes_against_full_fp32_adamw():
     # Llama-2-7B's shape, abstractly (eval_shape: no array is made); bytes counted from the pytrees.
-    from marin_lab.training.model import LlamaConfig, flatten_params
+    from marin_lab.models.llama import LlamaConfig, flatten_params
 
     model = LlamaConfig(vocab_size=32000, hidden_dim=4096, intermediate_dim=11008, num_layers=32, num_heads=32,
                         num_kv_heads=32, max_seq_len=4096)
@@ -202,8 +202,8 @@ def test_qlora_and_lora_bytes_against_full_fp32_adamw():
 def test_memory_plan_near_fsdp_qlora_published_peaks_on_two_gpus(shape, batch, offload, published):
     # fsdp_qlora's Llama-2-7B / 70B QLoRA peaks per GPU (2 GPUs, ctx 2048, r=64, remat; 70B with CPU
     # offload) are PyTorch reserved memory, allocator slack included: ours may be a little below.
+    from marin_lab.models.llama import LlamaConfig
     from marin_lab.training.memory_plan import GIB, plan_memory
-    from marin_lab.training.model import LlamaConfig
 
     model = LlamaConfig(vocab_size=32000, max_seq_len=4096, **shape)
     plan = plan_memory(model, mode="qlora", num_devices=2, batch_size=2 * batch, seq_len=2048,

@@ -12,7 +12,7 @@ import json, re
 import jax, numpy as np
 from marin_lab.training.config import OptimizerConfig
 from marin_lab.training.mesh import MeshConfig, batch_sharding
-from marin_lab.training.model import LlamaConfig
+from marin_lab.models.llama import LlamaConfig
 from marin_lab.training.train_lm import _programs
 from marin_lab.training.train_step import StepSettings
 

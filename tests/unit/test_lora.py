@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from marin_lab.models.llama import forward, init_params, lm_loss
 from marin_lab.peft import LoraConfig, LoraError, apply_lora, init_lora, merge_lora, unmerge_lora
 from marin_lab.quant import quantize_nf4
-from marin_lab.training.model import forward, init_params, lm_loss
 from marin_lab.training.testing import tiny_model
 
 MODEL = tiny_model()

@@ -6,6 +6,7 @@ import dataclasses
 import jax
 import pytest
 
+from marin_lab.models.llama import LlamaConfig
 from marin_lab.peft import LoraConfig
 from marin_lab.training.data import DataConfig
 from marin_lab.training.errors import TrainingError
@@ -13,7 +14,6 @@ from marin_lab.training.finetune import FinetuneConfig, finetune_lm
 from marin_lab.training.hf_synthetic import write_synthetic_llama
 from marin_lab.training.memory_plan import GIB, plan_memory
 from marin_lab.training.mesh import MeshConfig
-from marin_lab.training.model import LlamaConfig
 from marin_lab.training.testing import tiny_model
 
 LLAMA_70B = LlamaConfig(vocab_size=32000, hidden_dim=8192, intermediate_dim=28672, num_layers=80, num_heads=64,

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from marin_lab.models.llama import LlamaConfig, forward, init_params, lm_loss
 from marin_lab.training.hf_export import export_hf
-from marin_lab.training.model import LlamaConfig, forward, init_params, lm_loss
 from marin_lab.training.testing import tiny_model
 
 

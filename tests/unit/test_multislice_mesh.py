@@ -12,6 +12,7 @@ import sys
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from marin_lab.models.llama import LlamaConfig
 from marin_lab.training.distributed import check_slices
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.mesh import (
@@ -24,7 +25,6 @@ from marin_lab.training.mesh import (
     param_spec,
     simulated_slices,
 )
-from marin_lab.training.model import LlamaConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +98,7 @@ import jax, numpy as np
 from jax.sharding import PartitionSpec as P
 from marin_lab.training.config import OptimizerConfig
 from marin_lab.training.mesh import MeshConfig, batch_sharding
-from marin_lab.training.model import LlamaConfig
+from marin_lab.models.llama import LlamaConfig
 from marin_lab.training.train_lm import _programs
 from marin_lab.training.train_step import StepSettings
 

@@ -10,7 +10,7 @@ import experiments.llama
 import experiments.marin_models
 import experiments.models
 from marin_lab.marin import models as marin_models
-from marin_lab.training.model import LlamaConfig
+from marin_lab.models.llama import LlamaConfig
 
 
 def _presets(module) -> dict[str, LlamaConfig]:

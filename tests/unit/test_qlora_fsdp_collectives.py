@@ -19,7 +19,7 @@ from marin_lab.training.base_model import QuantConfig, quantize_params
 from marin_lab.training.finetune import _programs, _Struct
 from marin_lab.training.finetune_state import StepPlan, frozen_base, init_trainable, make_loss_fn
 from marin_lab.training.mesh import MeshConfig, batch_sharding
-from marin_lab.training.model import LlamaConfig, init_params
+from marin_lab.models.llama import LlamaConfig, init_params
 from marin_lab.training.optimizer import OptimizerConfig
 
 B, T = 8, 32

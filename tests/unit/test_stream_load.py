@@ -13,6 +13,7 @@ import jax
 import numpy as np
 import pytest
 
+from marin_lab.models.llama import flatten_params, init_params
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.base_model import QuantConfig, QuantizeBaseConfig, load_base, quantize_params
 from marin_lab.training.base_quantize import quantize_base
@@ -20,7 +21,6 @@ from marin_lab.training.base_stream import CHUNK_BYTES, load_frozen, load_saved,
 from marin_lab.training.finetune_state import frozen_base, frozen_shardings
 from marin_lab.training.hf_synthetic import write_synthetic_llama
 from marin_lab.training.mesh import MeshConfig
-from marin_lab.training.model import flatten_params, init_params
 from marin_lab.training.testing import tiny_model
 
 MODEL = tiny_model()
@@ -103,7 +103,7 @@ from marin_lab.training.base_model import QuantConfig, quantize_one, quantize_pa
 from marin_lab.training.base_stream import load_frozen, open_base
 from marin_lab.training.finetune_state import frozen_base, frozen_shardings
 from marin_lab.training.mesh import MeshConfig
-from marin_lab.training.model import init_params
+from marin_lab.models.llama import init_params
 
 def anon():
     # Anonymous resident memory: what the load allocates. Total RSS also counts pages of XLA's
@@ -137,7 +137,7 @@ print(json.dumps({"baseline": baseline, "peak": max(peak[0], anon()),
 def test_streaming_peak_host_memory_is_a_fraction_of_the_checkpoint(tmp_path):
     """~100 MB of bf16 safetensors: the fp32 whole-model path needs several times that; streaming
     needs the placed NF4 base (about a third of the checkpoint) plus one tensor in flight."""
-    from marin_lab.training.model import LlamaConfig
+    from marin_lab.models.llama import LlamaConfig
 
     model = LlamaConfig(vocab_size=4096, hidden_dim=512, intermediate_dim=1408, num_layers=10, num_heads=8,
                         num_kv_heads=8, max_seq_len=256)

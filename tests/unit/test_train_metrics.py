@@ -5,10 +5,10 @@ import re
 import numpy as np
 import pytest
 
+from marin_lab.models.llama import LlamaConfig
 from marin_lab.training import DataConfig, TrainLmConfig
 from marin_lab.training.config import tpu_chips_and_peak
 from marin_lab.training.metrics import MetricsLogger, WandbConfig, device_peak_flops, mfu
-from marin_lab.training.model import LlamaConfig
 from marin_lab.training.optimizer import OptimizerConfig
 
 

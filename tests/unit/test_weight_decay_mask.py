@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import pytest
 
 from experiments.models import lab_nano
+from marin_lab.models.llama import flatten_params, init_params
 from marin_lab.training import OptimizerConfig
-from marin_lab.training.model import flatten_params, init_params
 
 
 @pytest.mark.parametrize("decay_embeddings", [True, False])
