@@ -156,6 +156,14 @@ def _step_dirs(root: str) -> list[tuple[int, str, bool]]:
     return sorted(found)
 
 
+def _step_number(path: str) -> int:
+    """The N of a `.../step-N` checkpoint folder (which `list_checkpoints` only ever returns)."""
+    match = _STEP_DIR.search(path.rstrip("/"))
+    if match is None:
+        raise CheckpointError(f"{path}: not a step-N checkpoint folder")
+    return int(match.group(1))
+
+
 def latest_checkpoint(root: str) -> str | None:
     found = list_checkpoints(root)
     return found[-1][1] if found else None
@@ -173,7 +181,7 @@ def agreed_latest_checkpoint(root: str) -> str | None:
     from jax.experimental import multihost_utils
 
     step = int(multihost_utils.broadcast_one_to_all(
-        np.int32(-1 if found is None else int(_STEP_DIR.search(found).group(1)))))
+        np.int32(-1 if found is None else _step_number(found))))
     return None if step < 0 else step_dir(root, step)
 
 

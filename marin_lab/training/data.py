@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import math
 from collections.abc import Mapping
+from typing import Literal, overload
 
 import numpy as np
 
@@ -158,6 +159,13 @@ class MixtureLoader:
                 for n in self.names:
                     out[n] += counts[n] * int(hi - lo)
         return out
+
+    @overload
+    def batch(self, step: int, rows: np.ndarray | None = None, *, loss_mask: Literal[False] = False) -> np.ndarray: ...
+
+    @overload
+    def batch(self, step: int, rows: np.ndarray | None = None, *,
+              loss_mask: Literal[True]) -> tuple[np.ndarray, np.ndarray]: ...
 
     def batch(self, step: int, rows: np.ndarray | None = None, *,
               loss_mask: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:

@@ -198,7 +198,7 @@ def validate_config(config: FinetuneConfig, model: LlamaConfig) -> None:
             cache = TokenCache(path)
         except TokenCacheError as err:
             raise TrainingError(f"data.caches[{name!r}]: {err}") from err
-        if cache.vocab_size > model.vocab_size:
+        if cache.vocab_size > model.resolved_vocab_size:
             raise TrainingError(f"data.caches[{name!r}] has vocab_size {cache.vocab_size} but the base's "
                                 f"model.vocab_size is {model.vocab_size}; tokenize with the base's tokenizer")
 
@@ -210,6 +210,7 @@ def check_settings(config: FinetuneConfig, model: LlamaConfig) -> None:
     try:
         model.validate()
         config.optimizer.validate()
+        config.wandb.resolved_mode()
         if config.trains_adapters:
             config.lora.validate(model)
     except (ValueError, LoraError) as err:
@@ -328,6 +329,7 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
         frozen = None
     else:  # the frozen base streams into its shardings; only modules_to_save are read whole
         started = time.perf_counter()
+        assert frozen_abs is not None  # set for every mode but full, above
         frozen = load_frozen(source, frozen_abs, frozen_sh, quant)
         base_params = load_saved(source, config.lora.saved(model))
         logger.info("finetune_lm: base %s (%s) placed in %.1f s", config.base, source.kind, time.perf_counter() - started)

@@ -86,6 +86,7 @@ def frozen_shardings(frozen: Params, mesh: Mesh, rule: str) -> Params:
         on_host = isinstance(leaf, OnHost)
         inner = leaf.inner if on_host else leaf
         kind = HOST if on_host else None
+        sh: Any  # an NF4Tensor of shardings, or one NamedSharding
         if isinstance(inner, NF4Tensor):
             try:
                 sh = nf4_shardings(inner, mesh, axis=None if rule == "replicated" else "fsdp", name=name,
@@ -150,6 +151,7 @@ def model_params(plan: StepPlan, trainable: Params, frozen: Params | None, key: 
     """The parameters the model runs with: the trainable tree, or the base wrapped with adapters."""
     if plan.mode == "full":
         return trainable
+    assert frozen is not None, "lora and qlora runs always hold a frozen base"
     return apply_lora(frozen, trainable, plan.lora, key)
 
 

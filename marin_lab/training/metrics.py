@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import jax
 
@@ -87,6 +87,12 @@ class StepTimer:
         return elapsed
 
 
+WandbMode = Literal["online", "offline", "disabled"]
+# W&B's own older spellings, as WANDB_MODE may hold them.
+_MODE_ALIASES: dict[str, WandbMode] = {"online": "online", "run": "online", "offline": "offline",
+                                       "dryrun": "offline", "disabled": "disabled"}
+
+
 @dataclasses.dataclass(frozen=True)
 class WandbConfig:
     """Weights & Biases logging."""
@@ -102,14 +108,21 @@ class WandbConfig:
     tags: tuple[str, ...] = ()
     """Tags for the run."""
 
-    def resolved_mode(self) -> str:
+    def resolved_mode(self) -> WandbMode:
+        """The mode the run logs in; ValueError naming the field or variable for one W&B does not know."""
         if self.mode:
-            return self.mode
+            return _known_mode(self.mode, "wandb.mode")
         if not self.enabled:
             return "disabled"
         if os.environ.get("WANDB_MODE"):
-            return os.environ["WANDB_MODE"]
+            return _known_mode(os.environ["WANDB_MODE"], "the environment variable WANDB_MODE")
         return "online" if self.project and os.environ.get("WANDB_API_KEY") else "offline"
+
+
+def _known_mode(value: str, where: str) -> WandbMode:
+    if value not in _MODE_ALIASES:
+        raise ValueError(f"{where} is {value!r}; use one of 'online', 'offline' or 'disabled'")
+    return _MODE_ALIASES[value]
 
 
 class MetricsLogger:
@@ -192,7 +205,7 @@ def wandb_run_id(output_path: str) -> str:
     return f"{identity}-{hashlib.sha256(path.encode('utf-8')).hexdigest()[:8]}"
 
 
-def _init_wandb(cfg: WandbConfig, mode: str, run_name: str, directory: str, config: dict[str, Any], run_id: str):
+def _init_wandb(cfg: WandbConfig, mode: WandbMode, run_name: str, directory: str, config: dict[str, Any], run_id: str):
     try:
         import wandb
     except ImportError as err:  # pragma: no cover - wandb is a core dependency

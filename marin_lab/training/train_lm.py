@@ -62,6 +62,7 @@ def validate_config(config: TrainLmConfig) -> None:
         config.optimizer.validate()
         config.precision.validate(config.model.param_shapes())
         config.precision.check_backend()
+        config.wandb.resolved_mode()
     except ValueError as err:
         raise TrainingError(str(err)) from err
     if config.backend not in BACKENDS:
@@ -93,7 +94,7 @@ def validate_config(config: TrainLmConfig) -> None:
             cache = TokenCache(path)
         except TokenCacheError as err:
             raise TrainingError(f"data.caches[{name!r}]: {err}") from err
-        if cache.vocab_size > config.model.vocab_size:
+        if cache.vocab_size > config.model.resolved_vocab_size:
             raise TrainingError(
                 f"data.caches[{name!r}] has vocab_size {cache.vocab_size} but model.vocab_size is "
                 f"{config.model.vocab_size}; use a model whose vocabulary covers the tokenizer"
@@ -307,6 +308,9 @@ def train_lm(config: TrainLmConfig,
         final_step, final_checkpoint = result.final_step, result.checkpoint
         hf_path = None
         if config.export_hf and final_step == config.num_train_steps and jax.process_index() == 0:
+            if final_checkpoint is None:  # the Trainer saves the last step; say so if that ever fails
+                raise TrainingError(f"{config.output_path}: export_hf found no complete checkpoint of step "
+                                    f"{final_step} to export from; rerun the step to write it")
             # From the final (sharded) checkpoint, one parameter at a time: nothing is gathered.
             first_cache = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
             read = functools.partial(ckpt.load_subtree, final_checkpoint, "params", this_process_only=True)
@@ -362,7 +366,8 @@ def _host_batch(loader: MixtureLoader, step: int, sharding: Any) -> jax.Array:
     local = loader.batch(step, rows=np.asarray(rows, dtype=np.int64))
     position = {r: i for i, r in enumerate(rows)}
 
-    def piece(index: tuple[slice, ...]) -> np.ndarray:
+    def piece(index: tuple[slice, ...] | None) -> np.ndarray:
+        assert index is not None  # jax passes every shard's index for a sharding of this shape
         wanted = [position[r] for r in range(*index[0].indices(shape[0]))]
         return local[wanted][:, index[1]]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -66,7 +66,8 @@ def state_shardings(config: LlamaConfig, optimizer: optax.GradientTransformation
     replicated = NamedSharding(mesh, P())
     if precision_config is not None and precision_config.master_weights != "float32":
         # A float16 master: its data is laid out as the parameter, its (per-layer) scale is tiny.
-        p_shard = jax.tree_util.tree_map(lambda s: ScaledArray(s, replicated), p_shard)
+        # (A tree of shardings in ScaledArray's shape, not of arrays: the cast says so to the checker.)
+        p_shard = jax.tree_util.tree_map(lambda s: ScaledArray(s, cast(jax.Array, replicated)), p_shard)
 
     def for_leaf(path: tuple, leaf: Any) -> NamedSharding:
         # An optimizer leaf whose path ends with a parameter's path and shape is a moment of it.
@@ -227,6 +228,7 @@ def make_train_step(
         metrics = {"loss": loss, "cross_entropy": ce, "grad_norm": grad_norm, "learning_rate": lr,
                    "batch_checksum": checksum}
         if aux is not None:
+            assert aux_grads is not None  # a policy with step inputs never takes the flat-reduce path
             fp8_state, fp8_metrics = precision.step_outputs(policy, aux_grads)
             if fp8_state is not None:
                 new_state["fp8"] = fp8_state

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from marin_lab.training import MeshConfig, TrainingError, train_lm
+from marin_lab.training import MeshConfig, TrainingError, WandbConfig, train_lm
 from marin_lab.training.checkpoint import list_checkpoints
 from marin_lab.training.data import MixtureLoader
 from marin_lab.training.optimizer import OptimizerConfig
@@ -98,6 +98,7 @@ def test_grad_accumulation_matches_full_batch(cache, unbroken, tmp_path):
         ({"model": tiny_model(num_kv_heads=3)}, "num_kv_heads"),
         ({"optimizer": OptimizerConfig(schedule="exp")}, "optimizer.schedule"),
         ({"output_path": ""}, "output_path is empty"),
+        ({"wandb": WandbConfig(mode="onlin")}, "wandb.mode is 'onlin'"),
     ],
 )
 def test_bad_input_fails_before_training(cache, tmp_path, overrides, match):

@@ -34,6 +34,16 @@ def test_wandb_is_offline_unless_project_and_key(monkeypatch):
     assert WandbConfig(project="p", enabled=False).resolved_mode() == "disabled"
 
 
+def test_wandb_mode_is_one_wandb_knows_or_a_line_naming_where_it_came_from(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "dryrun")  # W&B's older spelling of offline
+    assert WandbConfig().resolved_mode() == "offline"
+    monkeypatch.setenv("WANDB_MODE", "ofline")
+    with pytest.raises(ValueError, match="environment variable WANDB_MODE is 'ofline'; use one of"):
+        WandbConfig().resolved_mode()
+    with pytest.raises(ValueError, match="wandb.mode is 'on'"):
+        WandbConfig(mode="on").resolved_mode()
+
+
 def test_metrics_file_drops_lines_past_the_resume_step(tmp_path):
     log = MetricsLogger(str(tmp_path), WandbConfig(enabled=False), "r", {})
     for step in range(5):
