@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -307,6 +307,23 @@ def validate(config: LevanterTrainConfig) -> None:
             f"hidden_dim={config.hidden_dim} must split into num_heads={config.num_heads} heads of even width")
 
 
+def levanter_process_env(base: Mapping[str, str], *, wandb_dir: str, wandb_mode: str, ray_tmp: str) -> dict[str, str]:
+    """The environment of the `levanter.main.train_lm` process: offline hubs, its own W&B folder.
+
+    `WANDB_SERVICE` is left out: a process that already ran W&B (a driver that trained in-process
+    before) holds there the address of its own W&B service, in its wandb version's token format,
+    which Levanter's older wandb cannot parse ("token must have 5 parts") and whose service is not
+    Levanter's to share.
+    """
+    env = {k: v for k, v in base.items() if k != "WANDB_SERVICE"}
+    env.update({
+        "WANDB_DIR": wandb_dir, "WANDB_MODE": wandb_mode, "WANDB_ERROR_REPORTING": "false",
+        "WANDB_SILENT": "true", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+        "RAY_TMPDIR": ray_tmp, "RAY_USAGE_STATS_ENABLED": "0", "TOKENIZERS_PARALLELISM": "false",
+    })
+    return env
+
+
 def train_lm_levanter(config: LevanterTrainConfig) -> dict[str, Any]:
     """Train with `levanter.main.train_lm` (in the Levanter environment); native-style outputs."""
     validate(config)
@@ -318,12 +335,7 @@ def train_lm_levanter(config: LevanterTrainConfig) -> dict[str, Any]:
     write_hf_reference_dirs(p["work"], p["tokenizer"], config)
     Path(p["yaml"]).write_text(render_levanter_yaml(config))
     ray_tmp = tempfile.mkdtemp(prefix="mlray-")  # short: Ray's unix socket paths must fit 107 bytes
-    env = dict(os.environ)
-    env.update({
-        "WANDB_DIR": p["wandb"], "WANDB_MODE": _wandb_mode(config), "WANDB_ERROR_REPORTING": "false",
-        "WANDB_SILENT": "true", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-        "RAY_TMPDIR": ray_tmp, "RAY_USAGE_STATS_ENABLED": "0", "TOKENIZERS_PARALLELISM": "false",
-    })
+    env = levanter_process_env(os.environ, wandb_dir=p["wandb"], wandb_mode=_wandb_mode(config), ray_tmp=ray_tmp)
     run_workers_at_normal_priority(env)  # Levanter builds its token cache in Ray workers
     cmd = [sys.executable, "-m", "levanter.main.train_lm", "--config_path", p["yaml"]]
     logger.info("levanter: %s (cwd %s)", " ".join(cmd), p["work"])

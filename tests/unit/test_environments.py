@@ -216,3 +216,14 @@ def test_validate_names_missing_or_unreadable_documents(tmp_path: Path) -> None:
         lb.validate(lb.LevanterTrainConfig(output_path=str(tmp_path), train_urls=(str(zst),)))
     with pytest.raises(lb.LevanterBackendError, match="output_path='gs://b/x'"):
         lb.validate(lb.LevanterTrainConfig(output_path="gs://b/x", train_urls=(str(zst),)))
+
+
+def test_levanter_process_does_not_inherit_this_process_wandb_service() -> None:
+    # A driver that ran W&B in-process before holds its service's address in its wandb's format;
+    # Levanter's older wandb fails on it ("token must have 5 parts") and the service is not its own.
+    base = {"WANDB_SERVICE": "3-27770-unix-/tmp/wandb-27770-4074-3987305200/socket", "PATH": "/bin",
+            "WANDB_API_KEY": "k"}
+    env = lb.levanter_process_env(base, wandb_dir="/w", wandb_mode="offline", ray_tmp="/r")
+    assert "WANDB_SERVICE" not in env and "WANDB_SERVICE" in base
+    assert (env["PATH"], env["WANDB_DIR"], env["WANDB_MODE"], env["RAY_TMPDIR"]) == ("/bin", "/w", "offline", "/r")
+    assert env["HF_HUB_OFFLINE"] == "1" and env["WANDB_API_KEY"] == "k"
