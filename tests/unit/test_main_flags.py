@@ -1,5 +1,7 @@
 """executor_main's flags, parsed with draccus, and its errors (exit 1 with a message, nothing run)."""
 
+import sys
+
 import pytest
 
 from marin_lab.execution import ExecutorConfigError, ExecutorMainConfig
@@ -29,7 +31,11 @@ def test_bad_run_only_regex_is_one_clear_line(bad):
     assert "\n" not in str(err.value)
 
 
-def test_executor_info_base_path_flag(tmp_path, capsys):
+def test_executor_info_base_path_flag(tmp_path, capsys, monkeypatch):
+    # The experiment script is `__main__`'s file: pytest's own, or none in a pytest-xdist worker.
+    script = tmp_path / "experiment.py"
+    script.write_text("# an experiment script\n")
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", str(script), raising=False)
     info = tmp_path / "infos"
     report = executor_main(five_step_dag(), args=["--prefix", str(tmp_path / "p"), "--backend", "local",
                                                   "--executor_info_base_path", str(info)])
