@@ -36,7 +36,7 @@ from experiments.models import lab_nano
 from experiments.quickstart import tokenized
 from experiments.simple_train_config import SimpleTrainConfig
 from marin_lab.execution import executor_main
-from marin_lab.io.fs import read_text
+from marin_lab.io import fs
 from marin_lab.precision import PrecisionConfig
 
 SEEDS = (0, 1)
@@ -74,7 +74,7 @@ LAST = 10
 
 
 def _rows(output_path: str) -> list[dict]:
-    return [json.loads(line) for line in read_text(f"{output_path}/metrics.jsonl").splitlines() if line.strip()]
+    return [json.loads(line) for line in fs.read_text(f"{output_path}/metrics.jsonl").splitlines() if line.strip()]
 
 
 def _series(rows: list[dict], key: str) -> np.ndarray:
@@ -82,24 +82,31 @@ def _series(rows: list[dict], key: str) -> np.ndarray:
 
 
 def _print_table(report) -> None:
+    """The table over the policies whose runs have all finished (`--run_only` may have chosen some)."""
     paths = {s.name: s.output_path for s in report.plan.steps}
-    rows = {key: _rows(paths[step.name]) for key, step in runs.items()}
+    done = {key for key, step in runs.items()
+            if step.name in paths and fs.exists(f"{paths[step.name]}/train_summary.json")}
+    shown = [v for v in VARIANTS if all((v, s) in done for s in SEEDS)]
+    rows = {key: _rows(paths[runs[key].name]) for key in done}
     curves = {key: _series(r, "loss") for key, r in rows.items()}
     evals = {key: _series(r, next((k for k in r[-1] if k.startswith("eval/") and k.endswith("/loss")), "-"))
              for key, r in rows.items()}
-    # Per policy, the mean over seeds; gaps against the fp32 and bf16 means.
-    final = {v: np.mean([curves[(v, s)][-LAST:].mean() for s in SEEDS]) for v in VARIANTS}
-    held_out = {v: np.mean([evals[(v, s)][-1] if len(evals[(v, s)]) else np.nan for s in SEEDS]) for v in VARIANTS}
-    bad = {v: sum(int((~np.isfinite(curves[(v, s)])).sum()) for s in SEEDS) for v in VARIANTS}
+    # Per policy, the mean over seeds; gaps against the fp32 and bf16 means (nan where one did not run).
+    final = {v: np.mean([curves[(v, s)][-LAST:].mean() for s in SEEDS]) for v in shown}
+    held_out = {v: np.mean([evals[(v, s)][-1] if len(evals[(v, s)]) else np.nan for s in SEEDS]) for v in shown}
+    bad = {v: sum(int((~np.isfinite(curves[(v, s)])).sum()) for s in SEEDS) for v in shown}
     print(f"\n{'policy':<12} {'final loss':>10} {'vs fp32':>8} {'vs bf16':>8} {'eval loss':>10} {'vs fp32':>8} "
           f"{'vs bf16':>8} {'non-finite':>10}   (means over seeds {SEEDS}; final = last {LAST} steps)")
-    for v in VARIANTS:
-        print(f"{v:<12} {final[v]:>10.4f} {final[v] / final['fp32'] - 1:>+8.2%} {final[v] / final['bf16'] - 1:>+8.2%} "
-              f"{held_out[v]:>10.4f} {held_out[v] / held_out['fp32'] - 1:>+8.2%} {held_out[v] / held_out['bf16'] - 1:>+8.2%} "
-              f"{bad[v]:>10}")
+    for v in shown:
+        print(f"{v:<12} {final[v]:>10.4f} {final[v] / final.get('fp32', np.nan) - 1:>+8.2%} "
+              f"{final[v] / final.get('bf16', np.nan) - 1:>+8.2%} {held_out[v]:>10.4f} "
+              f"{held_out[v] / held_out.get('fp32', np.nan) - 1:>+8.2%} "
+              f"{held_out[v] / held_out.get('bf16', np.nan) - 1:>+8.2%} {bad[v]:>10}")
     print(f"\n{'paired':<12} {'vs':<6} " + " ".join(f"{'seed ' + str(s) + ' final':>14} {'curve':>7}" for s in SEEDS))
     for variant, base in (("bf16", "fp32"), ("fp8", "bf16"), ("fp8-adam16", "fp8"), ("scalify", "fp32"),
                           ("scalify", "fp8")):
+        if variant not in shown or base not in shown:
+            continue
         cells = []
         for seed in SEEDS:
             a, b = curves[(variant, seed)], curves[(base, seed)]
