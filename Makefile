@@ -6,6 +6,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist); each test file runs whole in one of them, so a file's shared
+# fixtures are built once. 0 runs everything in this process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: quickstart test lint venv system-deps bench clean
 
@@ -31,7 +34,7 @@ lint: venv
 	$(PY) -m mypy
 
 test: venv system-deps lint
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: venv
 	$(PY) -m pip install -q -c requirements/constraints.txt -e '.[test,tpu,bench]'
