@@ -6,21 +6,28 @@ import argparse
 import errno
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 
 from marin_lab.cluster.launch_cli import add_parser as add_launch_parser
 from marin_lab.execution.cleanup import add_parser as add_gc_parser
 from marin_lab.execution.errors import MarinLabError
+from marin_lab.execution.executor import Executor
+from marin_lab.execution.experiments import list_experiments, step_statuses
+from marin_lab.execution.explain import RecordIndex, explain_step
+from marin_lab.execution.main import capture_steps
+from marin_lab.execution.provenance import compare_manifests, manifest
+from marin_lab.execution.records import RecordError, read_step_record
+from marin_lab.execution.reproduce import ReproduceError, reproduce
 from marin_lab.execution.secrets import redact_logs
 from marin_lab.flags import add_bool_flag
+from marin_lab.io.fs import join
 from marin_lab.processing.rerun_shards import add_parser as add_rerun_shards_parser
 from marin_lab.store.layout import default_prefix
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from marin_lab.execution.experiments import list_experiments, step_statuses
-
     args.prefix = _prefix(args)
     experiments = list_experiments(args.prefix)
     if not experiments:
@@ -50,12 +57,6 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    import re
-
-    from marin_lab.execution.executor import Executor
-    from marin_lab.execution.explain import RecordIndex, explain_step
-    from marin_lab.execution.main import capture_steps
-
     if not os.path.isfile(args.script):
         raise MarinLabError(f"{args.script}: no such experiment file; give the path of a Python file "
                             "that calls executor_main, e.g. experiments/quickstart.py")
@@ -80,14 +81,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from marin_lab.execution.provenance import compare_manifests, manifest
-    from marin_lab.execution.records import RecordError, read_step_record
-
     path = args.path.rstrip("/")
     if "://" not in path and not os.path.isabs(path) and not os.path.exists(path):
         # A step named as the browser and `status` show it: relative to the prefix.
-        from marin_lab.io.fs import join
-
         path = join(_prefix(args), path)
     try:
         info = read_step_record(path)
@@ -125,8 +121,6 @@ def _manifest_problem(recorded: object) -> str | None:
 
 
 def _cmd_reproduce(args: argparse.Namespace) -> int:
-    from marin_lab.execution.reproduce import ReproduceError, reproduce
-
     try:
         report = reproduce(args.target, into=args.into, steps=args.steps, deep=args.deep, backend=args.backend)
     except ReproduceError as err:

@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from marin_lab.cluster.classify import PREEMPTION, MetadataPreemptionProbe, PreemptionProbe, classify_error
+from marin_lab.cluster.config import load_cluster_config
 from marin_lab.cluster.errors import ClusterError, PreemptedError, StepCancelled, TpuRequestError
+from marin_lab.cluster.slice_runner import run_on_slices
 from marin_lab.cluster.tpu_types import TpuType, check_slice_count, parse_tpu_type
 from marin_lab.execution.resources import RunOutcome, attach_hardware, hardware_of
 
@@ -94,7 +96,6 @@ class TpuResources:
         path = self.cluster_config or os.environ.get(CLUSTER_CONFIG_ENV)
         if not path:
             return None
-        from marin_lab.cluster.config import load_cluster_config
 
         return load_cluster_config(path).max_slices(self.tpu_type.name)
 
@@ -141,7 +142,6 @@ class TpuResources:
         """
         self.validate()
         _require_ray(step_name)
-        from marin_lab.cluster.slice_runner import run_on_slices
 
         capacity = self.cluster_capacity()
         counts = [c for c in self.slice_counts if capacity is None or c <= capacity]

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from marin_lab.evaluation.scoring import token_logprobs
+from marin_lab.io import fs as mfs
 from marin_lab.models.llama import LlamaConfig, Params
 from marin_lab.training.token_cache import TokenCache, TokenCacheError
 
@@ -25,8 +26,6 @@ def load_tokenizer(url: str | None) -> Any | None:
     if not url:
         return None
     from tokenizers import Tokenizer
-
-    from marin_lab.io import fs as mfs
 
     if not mfs.exists(url):
         return None

@@ -28,10 +28,12 @@ from typing import Any
 
 from marin_lab.execution.errors import ExecutorConfigError, PreemptedError, StepFailedError
 from marin_lab.execution.hashing import lenient_value
+from marin_lab.execution.lease import LeaseHolder
 from marin_lab.execution.preemption import PREEMPTION, ray_error_kind
 from marin_lab.execution.provenance import runtime_environment
 from marin_lab.execution.resources import RunOutcome, attach_hardware, hardware_of, is_runner
 from marin_lab.execution.secrets import redact, redact_logs
+from marin_lab.io.conditional import conditional_file
 from marin_lab.ray_niceness import run_workers_at_normal_priority
 
 logger = logging.getLogger(__name__)
@@ -97,8 +99,6 @@ class Guard:
         return done
 
     def _watch(self, done: threading.Event) -> None:
-        from marin_lab.execution.lease import LeaseHolder  # imported here: workers import lazily
-
         same_host = self.driver_host == socket.gethostname()
         checks = 0
         while not done.wait(0.5):
@@ -112,8 +112,6 @@ class Guard:
                     pass
             if self.lease_url and checks % 4 == 0:
                 try:
-                    from marin_lab.io.conditional import conditional_file
-
                     got = conditional_file(self.lease_url).read()
                 except Exception:
                     continue  # storage hiccup: the lease is judged on the next check

@@ -29,6 +29,9 @@ from typing import Any
 
 from marin_lab.execution.artifacts import ALWAYS_NON_ARTIFACTS, compare_outputs, declaration
 from marin_lab.execution.errors import MarinLabError, RecordError
+from marin_lab.execution.executor import Decision, Executor
+from marin_lab.execution.main import capture_steps
+from marin_lab.execution.provenance import manifest
 from marin_lab.execution.records import read_step_record
 from marin_lab.execution.reproduce_target import (
     RecordedExperiment,
@@ -121,9 +124,6 @@ def reproduce(target: str, *, into: str | None = None, steps: str | None = None,
 
 def _reproduce(rec: RecordedExperiment, script: str, scratch: str, pattern: re.Pattern[str] | None, deep: bool,
                backend: str) -> ReproduceReport:
-    from marin_lab.execution.executor import Executor
-    from marin_lab.execution.main import capture_steps
-
     try:
         rebuilt, _ = capture_steps(script)
     except MarinLabError as err:
@@ -186,7 +186,6 @@ def _record_or_none(output_path: str) -> Any:
 
 def _run_on_original_inputs(executor: Any, plan: Any, ps: Any, originals: dict[str, str]) -> str | None:
     """Run `ps` into the scratch prefix with its dependencies read from the original prefix."""
-    from marin_lab.execution.executor import Decision
 
     original_info = _record_or_none(originals[ps.identity])
     if ((original_info.reproducibility if original_info else None) or {}).get("not_reproducible"):
@@ -221,8 +220,6 @@ def _run_on_original_inputs(executor: Any, plan: Any, ps: Any, originals: dict[s
 
 
 def _judge(ps: Any, original_path: str, plan: Any, prefixes: tuple[str, ...]) -> StepResult:
-    from marin_lab.execution.provenance import manifest
-
     info = _record_or_none(original_path)
     if info is None or info.manifest is None:
         return StepResult(ps.name, ps.identity, NOT_CHECKED,

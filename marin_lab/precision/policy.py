@@ -16,7 +16,10 @@ import jax
 
 from marin_lab.precision.adam import MOMENT_FORMATS
 from marin_lab.precision.errors import PrecisionError
+from marin_lab.precision.fp8 import backend_error as fp8_backend_error
+from marin_lab.precision.fp8 import gpu_flags_warning
 from marin_lab.precision.masters import EXPORT_DTYPES
+from marin_lab.precision.mx import BLOCK, backend_error
 from marin_lab.precision.scalify_train import MASTER_FORMATS
 from marin_lab.versioning import added_field
 
@@ -106,8 +109,6 @@ class PrecisionConfig:
             raise PrecisionError("precision.fp8_lm_head=True needs an output projection of its own; this "
                                  "model ties it to the embedding (model.tie_embeddings=True)")
         if self.matmul == "mxfp8":
-            from marin_lab.precision.mx import BLOCK
-
             for name, shape in sorted(param_shapes.items()):
                 if name.startswith("layers/") and len(shape) == 3 and shape[1] % BLOCK:
                     raise PrecisionError(
@@ -117,8 +118,6 @@ class PrecisionConfig:
     def check_backend(self) -> None:
         """Raise PrecisionError when this process's JAX backend cannot run the matmul format."""
         if self.matmul == "mxfp8":
-            from marin_lab.precision.mx import backend_error
-
             reason = backend_error()
             if reason:
                 raise PrecisionError(
@@ -126,14 +125,11 @@ class PrecisionConfig:
                     f"{reason}); jax.nn.scaled_dot_general lowers block-scaled float8 only on NVIDIA GPUs "
                     "with cuDNN's MX matmuls. Use 'fp8' or 'fp8_delayed' (per-tensor scales, any backend)")
         elif self.fp8 or self.scalify:
-            from marin_lab.precision.fp8 import backend_error as fp8_backend_error
-
             reason = fp8_backend_error()
             if reason:
                 raise PrecisionError(
                     f"precision.matmul={self.matmul!r} cannot run on this backend ({jax.default_backend()}: "
                     f"{reason}); use 'bf16' or 'compute'")
-            from marin_lab.precision.fp8 import gpu_flags_warning
 
             warning = gpu_flags_warning(jax.default_backend(), os.environ.get("XLA_FLAGS", ""))
             if warning:

@@ -19,6 +19,7 @@ from safetensors.numpy import save_file as safetensors_save_file
 
 from marin_lab.io import fs as mfs
 from marin_lab.models.llama import LlamaConfig, Params
+from marin_lab.training.checkpoint import iter_arrays
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +110,6 @@ def export_hf_from_checkpoint(checkpoint: str, config: LlamaConfig, out_dir: str
     the checkpoint's own parameter arrays (float16 masters decoded by
     `marin_lab.precision.masters.export_leaves`); `dtype` ('float32', 'bfloat16') is the tensors'.
     """
-    from marin_lab.training.checkpoint import iter_arrays
 
     leaves = iter_arrays(checkpoint, "params") if leaves is None else leaves
     return _write_hf(hf_tensors(leaves, config, np.dtype(dtype)), config, out_dir, torch_dtype=dtype, **kwargs)
