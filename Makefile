@@ -7,8 +7,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist); each test file runs whole in one of them, so a file's shared
-# fixtures are built once. 0 runs everything in this process.
-PYTEST_WORKERS ?= 2
+# fixtures are built once. 0 (the default) runs everything in this process: on 2 cores, 2 workers
+# finished the suite only 13% sooner (docs/benchmarks.md, "Test suite"), as the tests are CPU-bound.
+PYTEST_WORKERS ?= 0
 
 .PHONY: quickstart test lint venv system-deps bench clean
 
