@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from marin_lab.precision.scaled import F32, ScaledArray, pow2_round_down
+from marin_lab.precision.scaled import F32, ScaledArray, dynamic_rescale_l2, pow2_round_down
 
 Rule = Callable[[Any, Sequence[Any]], list[Any]]
 FLOAT8 = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
@@ -118,6 +118,14 @@ def convert(eqn: Any, invals: Sequence[Any]) -> list[Any]:
     new = jnp.dtype(eqn.params["new_dtype"])
     if not jnp.issubdtype(new, jnp.floating):
         return [unscale(x).astype(new)]
+    if new == jnp.float16 and jnp.finfo(x.data.dtype).bits > 16:
+        # A rescale point: narrowing wider data to float16 is where range is lost. Between two
+        # rescale points float32 arithmetic (a norm's statistics and their gradient) can leave rows
+        # far from the scale the rules predicted (the gradient of an RMSNorm's input is 1/rms per
+        # row); layer 0's gradient overflowed float16 that way on the quickstart model. The data's
+        # measured RMS moves into the scale first (a power of two: exact). It is a sum of squares,
+        # not an amax, and it is taken on the way to float16, not to float8.
+        x = dynamic_rescale_l2(x)
     data = x.data
     if new in FLOAT8:
         # The float8 matmul operand: a cast of the data, saturated (float8_e4m3fn has no inf; an

@@ -80,6 +80,23 @@ def test_a_scan_renormalises_its_carry_before_the_first_iteration():
     assert len(log2) == 1 and log2 <= {-13.0, -12.0}
 
 
+def test_narrowing_float32_data_to_float16_moves_its_rms_into_the_scale():
+    """Float32 arithmetic between rescale points can leave rows far from the predicted scale (the
+    gradient of an RMSNorm's input is 1/rms per row: a small embedding row gets a large one). The
+    cast to float16 is a rescale point: here one row is 2^17 (float16 holds up to 65504) and the
+    others 1, which only fits after the data's RMS has moved into the scale."""
+    gains = jnp.ones((8, 16), jnp.float32).at[0].set(2.0 ** 17)
+
+    def model(h, g):
+        return (h.astype(jnp.float32) * g).astype(jnp.float16)
+
+    out, _ = scalify(model)(ScaledArray(jnp.ones((8, 16), jnp.float16), jnp.ones((), jnp.float32)), gains)
+    assert out.data.dtype == jnp.float16
+    values = to_values(out, jnp.float32)
+    assert bool(jnp.all(jnp.isfinite(values)))
+    assert relative_error(values, gains) <= 1e-3
+
+
 def test_float8_linear_under_scalify_is_a_cast_of_scaled_data():
     """Tiny values (1e-6) pass through float8 with their scale: the cast never sees them unscaled."""
     x = jax.random.normal(jax.random.key(0), (16, 64)) * 1e-6
