@@ -12,12 +12,11 @@ import logging
 from typing import Any
 
 from marin_lab.errors import MarinLabError
+from marin_lab.evaluation.loading import ModelLoadError, find_tokenizer, load_model
 from marin_lab.evaluation.multiple_choice import TaskError, evaluate_task, load_task
 from marin_lab.evaluation.perplexity import evaluate_cache, load_tokenizer
-from marin_lab.evaluation.scoring import as_params
 from marin_lab.io import fs as mfs
-from marin_lab.models.llama import LlamaConfig, init_params
-from marin_lab.training import checkpoint as ckpt
+from marin_lab.models.llama import LlamaConfig
 from marin_lab.training.token_cache import TokenCache
 from marin_lab.versioning import versioned_field
 
@@ -49,25 +48,17 @@ class EvalLmConfig:
     tasks: tuple[str, ...] = versioned_field(())
     """Multiple-choice tasks: shipped names (see evaluation.tasks.shipped_tasks()) or .jsonl paths."""
     tokenizer_path: str | None = versioned_field(None)
-    """tokenizer.json for the tasks; None takes the first cache's, then the checkpoint's hf/ one."""
+    """tokenizer.json for the tasks; None takes the first cache's, then the checkpoint's
+    (evaluation.loading.find_tokenizer)."""
     compute_dtype: str = versioned_field("float32")
     """Dtype of the forward pass."""
 
 
 def _load_model(path: str) -> tuple[LlamaConfig, Any, str, int]:
     try:
-        resolved = ckpt.resolve_checkpoint(path)
-    except ckpt.CheckpointError as err:
+        return load_model(path)
+    except ModelLoadError as err:
         raise EvaluationError(f"checkpoint_path: {err}") from err
-    meta = ckpt.read_metadata(resolved)
-    if "model" not in meta:
-        raise EvaluationError(f"checkpoint {resolved} records no model config (metadata.json 'model')")
-    model = LlamaConfig(**meta["model"])
-    import jax
-
-    template = jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
-    params = ckpt.load_params(resolved, template)
-    return model, as_params(params), resolved, int(meta["step"])
 
 
 def _tokenizer_url(config: EvalLmConfig) -> str | None:
@@ -77,10 +68,7 @@ def _tokenizer_url(config: EvalLmConfig) -> str | None:
         url = TokenCache(config.caches[name]).tokenizer_url()
         if url and mfs.exists(url):
             return url
-    for candidate in (mfs.join(config.checkpoint_path, "hf", "tokenizer.json"),):
-        if mfs.exists(candidate):
-            return candidate
-    return None
+    return find_tokenizer(config.checkpoint_path)
 
 
 def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
