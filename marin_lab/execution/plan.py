@@ -13,12 +13,13 @@ step; the user's own objects stay in `Plan.objects`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import gc
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from marin_lab.execution.errors import CycleError, ExecutorConfigError, MissingDependencyError, StepDefinitionError
@@ -226,17 +227,23 @@ def _normalized(step: ExecutorStep) -> ExecutorStep:
     return dataclasses.replace(step, **changes) if changes else step
 
 
-def build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
-    """Discover every step reachable from `roots`, validate the DAG and compute identities."""
-    # Planning allocates many small objects but frees none of them: the cyclic collector would
-    # rescan the whole (large) heap again and again for nothing. Pause it for the duration.
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Planning allocates many small objects but frees none of them: the cyclic collector would
+    rescan the whole (large) heap again and again for nothing. Pause it for the duration."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _build_plan(roots, prefix)
+        yield
     finally:
         if was_enabled:
             gc.enable()
+
+
+def build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
+    """Discover every step reachable from `roots`, validate the DAG and compute identities."""
+    with gc_paused():
+        return _build_plan(roots, prefix)
 
 
 def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
