@@ -161,7 +161,9 @@ class Executor:
         # A dry run without credentials or network reads nothing under a bucket prefix (bounded: one ask).
         unreadable = self.regions.cannot_read(self.prefix) if self._remote and explain else None
         if unreadable is not None:
-            return [Decision(ps, "run", f"status not read: cannot reach {self.prefix} ({unreadable})")
+            why = unreadable.split(":", 1)[0]
+            return [Decision(ps, "run", f"status not read: cannot reach {self.prefix} without credentials or network "
+                                        f"({why})")
                     if ps.identity in chosen else Decision(ps, "unselected", "not selected by --run_only")
                     for ps in plan.steps]
         statuses = read_statuses(plan.steps, remote=self._remote)

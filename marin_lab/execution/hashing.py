@@ -50,6 +50,7 @@ _FIELDS_CACHE: dict[type, tuple[str, ...] | None] = {}
 _VERSIONED_CACHE: dict[type, frozenset[str]] = {}
 _ADDED_CACHE: dict[type, dict[str, Any]] = {}
 _SCALARS = (str, int, bool, type(None))
+_NUMBERS = (int, bool, float, type(None))
 _URL = re.compile(r"[a-z][a-z0-9+.-]*://")
 
 
@@ -212,13 +213,20 @@ def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str, versioned: boo
         if cls is str and "://" in obj and _URL.match(obj):
             scan.urls.append(obj)
         if versioned:
-            _add_versioned(scan, path, canonical_value(obj, where=f"{step_label}: field '{path}'"))
+            _add_versioned(scan, path, obj if cls is not float else
+                           canonical_value(obj, where=f"{step_label}: field '{path}'"))
         else:
             scan.unversioned[path] = obj
         return
     if cls is VersionedValue:
-        _collect_urls(obj.value, scan.urls)
-        _add_versioned(scan, path, canonical_value(obj.value, where=f"{step_label}: field '{path}'"))
+        value = obj.value
+        if type(value) in _SCALARS:  # the common case: no encoding to do (and no label to format)
+            if type(value) is str and "://" in value and _URL.match(value):
+                scan.urls.append(value)
+            _add_versioned(scan, path, value)
+        else:
+            _collect_urls(value, scan.urls)
+            _add_versioned(scan, path, canonical_value(value, where=f"{step_label}: field '{path}'"))
     elif cls is PortableSource:
         # Identified by what it is (a package, a digest); the location itself is an unversioned fact.
         _collect_urls(obj.value, scan.urls)
@@ -237,8 +245,8 @@ def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str, versioned: boo
         return
     elif (names := _field_names(cls)) is not None:
         marked = _versioned_names(cls)
-        for n in names:
-            _walk(getattr(obj, n), child_path(path, n, field=True), scan, step_label, versioned or n in marked)
+        for n in names:  # child_path(path, n, field=True), inlined: this loop runs for every field of every step
+            _walk(getattr(obj, n), f"{path}.{n}" if path else n, scan, step_label, versioned or n in marked)
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
             _walk(v, f"{path}[{i}]", scan, step_label, versioned)
@@ -272,6 +280,9 @@ def _collect_urls(value: Any, out: list[str]) -> None:
 def _add_versioned(scan: ConfigScan, path: str, value: Any) -> None:
     """Record a versioned value; local paths in it enter as what they hold (`portable_value`), and
     the value as written (the location) is kept as an unversioned fact."""
+    if type(value) in _NUMBERS:  # never a path
+        scan.versioned[path] = value
+        return
     portable = portable_value(value)
     scan.versioned[path] = portable
     if portable is not value:

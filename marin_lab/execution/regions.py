@@ -220,8 +220,8 @@ def check_egress(plan: Plan, regions: Regions, *, allow: Sequence[str] = (),
         out_region = regions.of(ps.output_path, strict=strict)
         for url in dict.fromkeys(cloud):
             in_region = regions.of(url, strict=strict)
-            if in_region == out_region and in_region != UNCHECKED:
-                continue
+            if in_region == out_region and (in_region != UNCHECKED or bucket_of(url) == bucket_of(ps.output_path)):
+                continue  # one region (or one bucket, whatever its region)
             if UNCHECKED in (in_region, out_region):
                 buckets = tuple(bucket_of(u) for u in (url, ps.output_path)
                                 if u.startswith(CLOUD) and bucket_of(u) in regions.unchecked)
