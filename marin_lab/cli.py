@@ -64,7 +64,14 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     steps, _ = capture_steps(args.script, args.script_args)
     executor = Executor(prefix=_prefix(args), backend="local", script=args.script)
     plan = executor.plan(steps)
-    index = RecordIndex(executor.prefix)
+    for read in executor.unchecked_reads[:1]:
+        print(f"egress: bucket regions not checked ({read.reason}); the run checks them before it starts")
+    unreadable = executor.regions.cannot_read(executor.prefix)
+    if unreadable is not None:  # no credentials or network: explain against no records, without waiting
+        print(f"records under {executor.prefix} not read ({unreadable}): every step is shown as new")
+        index = RecordIndex(executor.prefix, list_names=lambda url: [], read=lambda url: None)
+    else:
+        index = RecordIndex(executor.prefix)
     pattern = re.compile(args.step) if args.step else None
     shown = 0
     seen: set[str] = set()

@@ -31,14 +31,14 @@ from marin_lab.execution.errors import (
 from marin_lab.execution.explain import RecordIndex
 from marin_lab.execution.hashing import hash8
 from marin_lab.execution.lease import Lease, new_driver_id
-from marin_lab.execution.plan import Plan, PlannedStep, build_plan
+from marin_lab.execution.plan import Plan, PlannedStep, build_plan, gc_paused
 from marin_lab.execution.plan_report import check_format, format_text, plan_report, render_plan
 from marin_lab.execution.record_builder import (
     experiment_record,
     relative_script,
     under_prefix,
 )
-from marin_lab.execution.regions import CrossRegionRead, Regions, check_egress
+from marin_lab.execution.regions import CrossRegionRead, Regions, UncheckedRead, check_egress
 from marin_lab.execution.resources import validate_resources
 from marin_lab.execution.secrets import redact_logs
 from marin_lab.execution.status import Status, now_iso, read_status, status_path, write_status
@@ -121,6 +121,8 @@ class Executor:
         self.transfer_budget_bytes = transfer_budget_bytes
         self.regions = regions or Regions()
         self.cross_region_reads: list[CrossRegionRead] = []
+        self.unchecked_reads: list[UncheckedRead] = []
+        """Bucket reads the last plan could not place (no credentials or network); a run checks them."""
         self.last_plan: Plan | None = None
         """The plan of the last `plan()` or `run()` call."""
 
@@ -135,12 +137,17 @@ class Executor:
     # ---------------------------------------------------------------------------------------
     # planning and deciding
 
-    def plan(self, steps: Sequence[ExecutorStep]) -> Plan:
-        plan = build_plan(steps, self.prefix)
-        for ps in plan.steps:
-            validate_resources(ps.name, ps.step.resources)
-        self.cross_region_reads = check_egress(plan, self.regions, allow=self.allow_cross_region,
-                                               budget_bytes=self.transfer_budget_bytes)
+    def plan(self, steps: Sequence[ExecutorStep], *, strict_regions: bool = False) -> Plan:
+        """Plan `steps`. A plan needs no credentials: bucket regions it cannot ask for are left
+        unchecked (`unchecked_reads`); `strict_regions` (a real run) checks every one or refuses."""
+        with gc_paused():
+            plan = build_plan(steps, self.prefix)
+            for ps in plan.steps:
+                if ps.step.resources is not None:
+                    validate_resources(ps.name, ps.step.resources)
+            egress = check_egress(plan, self.regions, allow=self.allow_cross_region,
+                                  budget_bytes=self.transfer_budget_bytes, strict=strict_regions)
+        self.cross_region_reads, self.unchecked_reads = egress.allowed, egress.unchecked
         self.last_plan = plan
         return plan
 
@@ -151,6 +158,14 @@ class Executor:
     def decide(self, plan: Plan, selected: Sequence[PlannedStep], *, explain: bool = True) -> list[Decision]:
         """Run, skip, wait, fail or unselected for every planned step (decide.py)."""
         chosen = {s.identity for s in selected}
+        # A dry run without credentials or network reads nothing under a bucket prefix (bounded: one ask).
+        unreadable = self.regions.cannot_read(self.prefix) if self._remote and explain else None
+        if unreadable is not None:
+            why = unreadable.split(":", 1)[0]
+            return [Decision(ps, "run", f"status not read: cannot reach {self.prefix} without credentials or network "
+                                        f"({why})")
+                    if ps.identity in chosen else Decision(ps, "unselected", "not selected by --run_only")
+                    for ps in plan.steps]
         statuses = read_statuses(plan.steps, remote=self._remote)
         index = RecordIndex(self.prefix) if explain else None
         return [self._decide_one(ps, statuses.get(ps.identity), index) if ps.identity in chosen
@@ -163,7 +178,7 @@ class Executor:
     # the dry run
 
     def format_plan(self, decisions: Sequence[Decision]) -> str:
-        return format_text(decisions, prefix=self.prefix, backend=self.backend_name)
+        return format_text(decisions, prefix=self.prefix, backend=self.backend_name, unchecked=self.unchecked_reads)
 
     # ---------------------------------------------------------------------------------------
     # running
@@ -182,7 +197,7 @@ class Executor:
         if force_run_failed is not None:
             self.force_run_failed = force_run_failed
         redact_logs()  # whatever configured logging, no secret reaches a handler from here on
-        plan = self.plan(steps)
+        plan = self.plan(steps, strict_regions=not dry_run)
         selected = self.select(plan, run_only)
         if not dry_run:
             self._check_prefix_writable()
@@ -191,7 +206,8 @@ class Executor:
             if plan_format == "text":
                 print(self.format_plan(decisions), flush=True)
             else:
-                plan_doc = plan_report(decisions, prefix=self.prefix, backend=self.backend_name, script=self.script)
+                plan_doc = plan_report(decisions, prefix=self.prefix, backend=self.backend_name, script=self.script,
+                                       unchecked=self.unchecked_reads)
                 print(render_plan(plan_doc, plan_format), flush=True)
             return RunReport(plan, decisions, {}, None)
         self._code = None  # the tree may have changed since this executor's last run

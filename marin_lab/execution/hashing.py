@@ -35,8 +35,10 @@ import dataclasses
 import enum
 import hashlib
 import json
+import json.encoder
 import math
 import pathlib
+import re
 from typing import Any
 
 from marin_lab.execution.errors import EncodingError
@@ -48,6 +50,8 @@ _FIELDS_CACHE: dict[type, tuple[str, ...] | None] = {}
 _VERSIONED_CACHE: dict[type, frozenset[str]] = {}
 _ADDED_CACHE: dict[type, dict[str, Any]] = {}
 _SCALARS = (str, int, bool, type(None))
+_NUMBERS = (int, bool, float, type(None))
+_URL = re.compile(r"[a-z][a-z0-9+.-]*://")
 
 
 def _field_names(cls: type) -> tuple[str, ...] | None:
@@ -111,7 +115,22 @@ def canonical_value(value: Any, *, where: str) -> Any:
     )
 
 
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# `json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)`, with
+# its C encoder made once instead of per call (dumps builds an encoder object and a C encoder each
+# time: half the cost of hashing a step's version). Same bytes: the same C encoder, same settings. No
+# circular-reference markers: a version is plain data built by `canonical_value`, never circular.
+_C_ENCODER = (json.encoder.c_make_encoder(None, _not_json, json.encoder.encode_basestring, None, ":", ",",
+                                          True, False, False)
+              if json.encoder.c_make_encoder is not None else None)
+
+
 def canonical_json(obj: Any) -> str:
+    if _C_ENCODER is not None and isinstance(obj, dict):
+        return "".join(_C_ENCODER(obj, 0))
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -150,6 +169,10 @@ class ConfigScan:
     inputs: list[tuple[str, InputName]] = dataclasses.field(default_factory=list)
     outputs: list[tuple[str, OutputName]] = dataclasses.field(default_factory=list)
     unversioned: dict[str, Any] = dataclasses.field(default_factory=dict)
+    urls: list[str] = dataclasses.field(default_factory=list)
+    """Every URL-looking string (`scheme://...`) the config names, versioned or not, and the fixed URL
+    inputs (`InputName.hardcoded("gs://...")`), in walk order: what the egress guard (regions.py)
+    checks, found by this walk so that no second walk is needed."""
 
 
 def child_path(parent: str, key: Any, *, field: bool = False) -> str:
@@ -187,29 +210,43 @@ def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str, versioned: boo
     `versioned(...)` ones, and step references in it stay dependencies."""
     cls = type(obj)
     if cls in _SCALARS or cls is float:
+        if cls is str and "://" in obj and _URL.match(obj):
+            scan.urls.append(obj)
         if versioned:
-            _add_versioned(scan, path, canonical_value(obj, where=f"{step_label}: field '{path}'"))
+            _add_versioned(scan, path, obj if cls is not float else
+                           canonical_value(obj, where=f"{step_label}: field '{path}'"))
         else:
             scan.unversioned[path] = obj
         return
     if cls is VersionedValue:
-        _add_versioned(scan, path, canonical_value(obj.value, where=f"{step_label}: field '{path}'"))
+        value = obj.value
+        if type(value) in _SCALARS:  # the common case: no encoding to do (and no label to format)
+            if type(value) is str and "://" in value and _URL.match(value):
+                scan.urls.append(value)
+            _add_versioned(scan, path, value)
+        else:
+            _collect_urls(value, scan.urls)
+            _add_versioned(scan, path, canonical_value(value, where=f"{step_label}: field '{path}'"))
     elif cls is PortableSource:
         # Identified by what it is (a package, a digest); the location itself is an unversioned fact.
+        _collect_urls(obj.value, scan.urls)
         scan.versioned[path] = obj.identity
         scan.unversioned[path] = obj.value
     elif cls is InputName:
+        if obj.step is None and obj.step_name is None and obj.name and _URL.match(obj.name):
+            scan.urls.append(obj.name)  # a fixed URL input
         scan.inputs.append((path, obj))
     elif cls is ExecutorStep:
         scan.inputs.append((path, InputName(step=obj)))
     elif cls is OutputName:
         scan.outputs.append((path, obj))
     elif versioned and _whole_value_versioned(obj, path, scan, step_label):
+        _collect_urls(obj, scan.urls)
         return
     elif (names := _field_names(cls)) is not None:
         marked = _versioned_names(cls)
-        for n in names:
-            _walk(getattr(obj, n), child_path(path, n, field=True), scan, step_label, versioned or n in marked)
+        for n in names:  # child_path(path, n, field=True), inlined: this loop runs for every field of every step
+            _walk(getattr(obj, n), f"{path}.{n}" if path else n, scan, step_label, versioned or n in marked)
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
             _walk(v, f"{path}[{i}]", scan, step_label, versioned)
@@ -217,14 +254,35 @@ def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str, versioned: boo
         for k, v in obj.items():
             _walk(v, child_path(path, k), scan, step_label, versioned)
     elif versioned:
+        _collect_urls(obj, scan.urls)
         _add_versioned(scan, path, canonical_value(obj, where=f"{step_label}: field '{path}'"))
     else:
+        _collect_urls(obj, scan.urls)
         scan.unversioned[path] = obj
+
+
+def _collect_urls(value: Any, out: list[str]) -> None:
+    """The URL-looking strings inside a value the walk does not enter (a versioned value, a leaf)."""
+    if isinstance(value, str):
+        if "://" in value and _URL.match(value):
+            out.append(value)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _collect_urls(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _collect_urls(v, out)
+    elif (names := _field_names(type(value))) is not None:
+        for n in names:
+            _collect_urls(getattr(value, n), out)
 
 
 def _add_versioned(scan: ConfigScan, path: str, value: Any) -> None:
     """Record a versioned value; local paths in it enter as what they hold (`portable_value`), and
     the value as written (the location) is kept as an unversioned fact."""
+    if type(value) in _NUMBERS:  # never a path
+        scan.versioned[path] = value
+        return
     portable = portable_value(value)
     scan.versioned[path] = portable
     if portable is not value:

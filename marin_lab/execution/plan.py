@@ -13,12 +13,13 @@ step; the user's own objects stay in `Plan.objects`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import gc
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from marin_lab.execution.errors import CycleError, ExecutorConfigError, MissingDependencyError, StepDefinitionError
@@ -74,14 +75,20 @@ class Plan:
     named_map: dict[str, PlannedStep] = dataclasses.field(default_factory=dict, repr=False)
     """step name -> PlannedStep, for references by name (checked unique at plan time)."""
 
+    by_identity: dict[str, PlannedStep] = dataclasses.field(default_factory=dict, repr=False)
+    """identity -> PlannedStep (built from `steps` when not given)."""
+
     def __post_init__(self) -> None:
-        self.by_identity = {s.identity: s for s in self.steps}
-        self._dependents: dict[str, list[PlannedStep]] = {s.identity: [] for s in self.steps}
-        for s in self.steps:
-            for d in s.dependencies:
-                self._dependents[d.identity].append(s)
+        if not self.by_identity:
+            self.by_identity = {s.identity: s for s in self.steps}
+        self._dependents: dict[str, list[PlannedStep]] | None = None
 
     def dependents(self, step: PlannedStep) -> list[PlannedStep]:
+        if self._dependents is None:  # built on first use: most runs never ask
+            self._dependents = {s.identity: [] for s in self.steps}
+            for s in self.steps:
+                for d in s.dependencies:
+                    self._dependents[d.identity].append(s)
         return self._dependents[step.identity]
 
     def ancestors(self, selected: Iterable[PlannedStep]) -> list[PlannedStep]:
@@ -183,16 +190,17 @@ def _label(step: ExecutorStep) -> str:
     return f"step '{step.name}'"
 
 
-def _check_step(step: Any, referrer: str | None) -> None:
+def _check_step(step: Any, referrer: ExecutorStep | None) -> None:
     if not isinstance(step, ExecutorStep):
-        where = f" (referenced by {referrer})" if referrer else ""
+        where = f" (referenced by {_label(referrer)})" if referrer is not None else ""
         raise StepDefinitionError(f"expected an ExecutorStep{where}, got {type(step).__name__}: {step!r}")
     problem = validate_name(step.name)
     if problem:
         raise StepDefinitionError(f"step {step.name!r}: {problem}")
     if not callable(step.fn):
         raise StepDefinitionError(f"{_label(step)}: fn is {type(step.fn).__name__}, not a function")
-    if step.config is not None and (not dataclasses.is_dataclass(step.config) or isinstance(step.config, type)):
+    if step.config is not None and (not hasattr(type(step.config), "__dataclass_fields__")
+                                    or isinstance(step.config, type)):
         raise StepDefinitionError(
             f"{_label(step)}: config is a {type(step.config).__name__}; it must be a dataclass instance or None"
         )
@@ -204,6 +212,8 @@ def _check_step(step: Any, referrer: str | None) -> None:
 
 def _normalized(step: ExecutorStep) -> ExecutorStep:
     """The step as the executor runs it: Marin's spellings turned into ours."""
+    if step.pip_dependency_groups is None and step.environment is None and _ray_function(step.fn) is None:
+        return step  # nothing to turn into ours (most steps)
     changes: dict[str, Any] = {}
     inner = _ray_function(step.fn)
     if inner is not None:
@@ -226,17 +236,23 @@ def _normalized(step: ExecutorStep) -> ExecutorStep:
     return dataclasses.replace(step, **changes) if changes else step
 
 
-def build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
-    """Discover every step reachable from `roots`, validate the DAG and compute identities."""
-    # Planning allocates many small objects but frees none of them: the cyclic collector would
-    # rescan the whole (large) heap again and again for nothing. Pause it for the duration.
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Planning allocates many small objects but frees none of them: the cyclic collector would
+    rescan the whole (large) heap again and again for nothing. Pause it for the duration."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _build_plan(roots, prefix)
+        yield
     finally:
         if was_enabled:
             gc.enable()
+
+
+def build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
+    """Discover every step reachable from `roots`, validate the DAG and compute identities."""
+    with gc_paused():
+        return _build_plan(roots, prefix)
 
 
 def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
@@ -276,7 +292,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 child = children[child_index]
                 c = color.get(id(child), WHITE)
                 if c == WHITE:
-                    _check_step(child, _label(step))
+                    _check_step(child, step)
                 if c == GREY:
                     cycle = path[path.index(child) :] + [child]
                     raise CycleError(
@@ -375,13 +391,13 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 f"steps '{other}' and '{ps.identity}' both write to {ps.output_path}; give one of them "
                 "another override_output_path (or none)"
             )
-    root_planned = list({id(planned[id(r)]): planned[id(r)] for r in roots}.values())
+    root_planned = list({id(p): p for p in map(planned.__getitem__, map(id, roots))}.values())
     named_map = {}
     for refs in named_refs.values():
         for target in refs.values():
             named_map[target.name] = planned[id(target)]
     return Plan(prefix=prefix, steps=steps, roots=root_planned, object_map=planned, named_map=named_map,
-                objects=order)
+                objects=order, by_identity=by_identity)
 
 
 def _toposort_with_names(

@@ -43,7 +43,25 @@ def _estimate(step: Any) -> dict[str, Any] | None:
         return {"unavailable": f"{type(err).__name__}: {err}"}
 
 
-def format_text(decisions: Sequence[Any], *, prefix: str, backend: str) -> str:
+def unchecked_regions(unchecked: Sequence[Any]) -> list[dict[str, Any]]:
+    """The buckets whose region a plan could not ask for (regions.UncheckedRead), each with why
+    and the reads it leaves unchecked: the run checks them before it starts."""
+    out: dict[str, dict[str, Any]] = {}
+    for read in unchecked:
+        for bucket in read.buckets:
+            entry = out.setdefault(bucket, {"bucket": f"gs://{bucket}", "region": "unchecked", "reason": read.reason,
+                                            "reads": []})
+            entry["reads"].append({"step": read.step, "input": read.input})
+    return list(out.values())
+
+
+def _unchecked_line(entry: dict[str, Any]) -> str:
+    n = len(entry["reads"])
+    return (f"region of {entry['bucket']} unchecked ({entry['reason']}): {n} read{'s' if n != 1 else ''} "
+            "not checked for egress; the run checks them before it starts")
+
+
+def format_text(decisions: Sequence[Any], *, prefix: str, backend: str, unchecked: Sequence[Any] = ()) -> str:
     """The dry run's default output: one block per step (action, why, where, resources, estimate,
     and the field-level changes)."""
     counts: dict[str, int] = {}
@@ -51,6 +69,7 @@ def format_text(decisions: Sequence[Any], *, prefix: str, backend: str) -> str:
         counts[d.action] = counts.get(d.action, 0) + 1
     summary = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
     lines = [f"Plan: {len(decisions)} steps under {prefix} (backend {backend}): {summary}"]
+    lines += [f"  egress: {_unchecked_line(entry)}" for entry in unchecked_regions(unchecked)]
     pad = f"  {'':<10}   "
     for d in decisions:
         lines.append(f"  {d.action:<10} {d.step.identity}  ({d.reason})")
@@ -71,7 +90,8 @@ def _compact(d: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in d.items())
 
 
-def plan_report(decisions: Sequence[Any], *, prefix: str, backend: str, script: str | None) -> dict[str, Any]:
+def plan_report(decisions: Sequence[Any], *, prefix: str, backend: str, script: str | None,
+                unchecked: Sequence[Any] = ()) -> dict[str, Any]:
     """The plan as data: the JSON format, and what the Markdown is drawn from."""
     steps = []
     counts: dict[str, int] = {}
@@ -93,6 +113,7 @@ def plan_report(decisions: Sequence[Any], *, prefix: str, backend: str, script: 
     return {
         "script": os.path.relpath(script) if script and not os.path.relpath(script).startswith("..") else script,
         "prefix": prefix, "backend": backend, "counts": counts, "totals": totals, "steps": steps,
+        "unchecked_regions": unchecked_regions(unchecked),
     }
 
 
@@ -164,6 +185,8 @@ def to_markdown(report: dict[str, Any]) -> str:
              f"Prefix {_code(report['prefix'], in_table=False)}, backend {_code(report['backend'], in_table=False)}. "
              "Output paths are `{prefix}/{step}`.", "",
              "| Action | Step | Why | Resources | Estimate |", "|---|---|---|---|---|"]
+    for entry in report.get("unchecked_regions") or ():
+        lines[4:4] = [f"**Egress:** {_text(_unchecked_line(entry))}.", ""]
     base = report["prefix"].rstrip("/") + "/"
     for s in report["steps"]:
         where = s["output_path"].removeprefix(base)

@@ -167,7 +167,7 @@ def validate_name(name: Any) -> str | None:
     """None if `name` is a valid step name, else why not."""
     if not isinstance(name, str) or not name:
         return "the name must be a non-empty string"
-    if not _NAME_RE.match(name) or ".." in name.split("/"):
+    if not _NAME_RE.match(name) or (".." in name and ".." in name.split("/")):
         return (
             "the name may hold letters, digits, '_', '.', '-' and '/' separators, and must not start "
             "with '/' or contain '..'"

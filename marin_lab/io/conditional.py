@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -178,9 +179,36 @@ def _gcs_client() -> Any:
         return _GCS_CLIENT
 
 
-def gcs_bucket_location(bucket: str) -> str:
-    """A bucket's location (`us-west4`, `us`, ...), lower-cased: where reading it costs no egress."""
-    return str(_gcs_client().get_bucket(bucket).location or "unknown").lower()
+def gcs_bucket_location(bucket: str, *, patient: bool = True) -> str:
+    """A bucket's location (`us-west4`, `us`, ...), lower-cased: where reading it costs no egress.
+
+    `patient=False` (a plan) asks once with a 10 s timeout and no retries, so that a closed port or
+    an unreachable host answers at once instead of after the client's two minutes of retries."""
+    if patient:
+        found = _gcs_client().get_bucket(bucket, timeout=30)
+    else:
+        found = _gcs_client().get_bucket(bucket, timeout=10, retry=None)
+    return str(found.location or "unknown").lower()
+
+
+# Errors that mean "could not ask" (no credentials, no network, no answer), not "asked, and the
+# answer is no" (no such bucket, permission denied): matched by class name, so that no cloud library
+# is imported to classify them.
+_UNREACHABLE_NAMES = frozenset({
+    "DefaultCredentialsError", "RefreshError", "TransportError",  # google.auth
+    "Unauthorized",  # google.api_core: HTTP 401, the request carried no (valid) credentials
+    "ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout",  # requests
+    "RetryError", "DeadlineExceeded", "ServiceUnavailable",  # google.api_core
+    "ClientConnectorError", "ClientConnectorDNSError", "ServerTimeoutError",  # aiohttp (gcsfs)
+})
+
+
+def cannot_ask(err: BaseException) -> bool:
+    """Whether `err` says the cloud could not be asked at all (credentials or network), as opposed to
+    an answer (a missing bucket, a refused permission)."""
+    if isinstance(err, (ConnectionError, TimeoutError, socket.gaierror)):
+        return True
+    return any(c.__name__ in _UNREACHABLE_NAMES for c in type(err).__mro__)
 
 
 def reset_gcs_client() -> None:
