@@ -34,7 +34,7 @@ from marin_lab.cluster.launch_state import (
     write_state,
 )
 from marin_lab.cluster.supervisor import ACTOR_OPTIONS, LaunchSupervisor
-from marin_lab.execution.secrets import scrub_text
+from marin_lab.execution.secrets import scrub_text, scrubber_with, secrets_in_args
 from marin_lab.io.fs import is_local, read_bytes, remove
 
 NAMESPACE = "marin_lab"
@@ -144,10 +144,14 @@ def launch(script: str, script_args: list[str], *, address: str, prefix: str, ma
     stem = os.path.splitext(os.path.basename(script))[0]
     run_id = f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
     argv = _driver_argv(python or sys.executable, os.path.relpath(path, tree), script_args, prefix)
-    # The record shows the arguments scrubbed; the driver gets them as given (held by the supervisor only).
+    # The record shows the arguments scrubbed; the driver gets them as given (held by the supervisor
+    # only, in memory), and the supervisor the secrets they carry, to scrub them wherever it writes:
+    # the cluster's nodes do not have this terminal's environment.
+    secrets = secrets_in_args(argv)
+    scrub = scrubber_with(secrets)
     state = {"run_id": run_id, "script": os.path.relpath(path, tree),
-             "script_args": [scrub_text(a) for a in script_args],
-             "argv": [scrub_text(a) for a in argv],
+             "script_args": [scrub(a) for a in script_args],
+             "argv": [scrub(a) for a in argv],
              "prefix": prefix, "max_restarts": max_restarts, "driver_resources": resources,
              "status": "STARTING", "created": now_iso(), "attempts": []}
     write_state(prefix, state)
@@ -155,7 +159,7 @@ def launch(script: str, script_args: list[str], *, address: str, prefix: str, ma
         runtime_env = _upload_tree(tree)
         supervisor = ray.remote(**ACTOR_OPTIONS)(LaunchSupervisor).options(
             name=supervisor_name(run_id), namespace=NAMESPACE, lifetime="detached",
-            resources={HEAD_RESOURCE: 0.001}, runtime_env=runtime_env).remote(prefix, state, resources, argv)
+            resources={HEAD_RESOURCE: 0.001}, runtime_env=runtime_env).remote(prefix, state, resources, argv, secrets)
         supervisor.run.remote()
     except Exception as err:  # e.g. the tree is too large to upload: leave no half-started run
         remove(run_folder(prefix, run_id), recursive=True)
@@ -201,8 +205,8 @@ def follow(prefix: str, run_id: str, *, out: Any = sys.stdout, poll_s: float = 0
                 data = read_bytes(attempt_log_url(prefix, run_id, n))
             except FileNotFoundError:
                 data = b""
-            if len(data) > shown[n]:
-                out.write(data[shown[n]:].decode("utf-8", "replace"))
+            if len(data) > shown[n]:  # scrubbed by the supervisor; by this terminal's secrets too
+                out.write(scrub_text(data[shown[n]:].decode("utf-8", "replace")))
                 shown[n] = len(data)
             if a.get("ended") and shown.get(-n) is None:
                 shown[-n] = 1
