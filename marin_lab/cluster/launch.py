@@ -27,6 +27,7 @@ from typing import Any
 from marin_lab.cluster.errors import ClusterError
 from marin_lab.cluster.launch_state import (
     TERMINAL,
+    LaunchRecordError,
     attempt_log_url,
     now_iso,
     read_state,
@@ -51,16 +52,36 @@ def supervisor_name(run_id: str) -> str:
     return f"launch/{run_id}"
 
 
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+"""A client's HTTP/2 connection preface and an empty SETTINGS frame: a gRPC server (Ray's GCS)
+answers with a SETTINGS frame of its own."""
+
+
 def _check_address(address: str) -> None:
-    """Fail in seconds, not after Ray's minute of reconnect attempts, when nothing listens there."""
+    """Fail in seconds, not after Ray's minute of reconnect attempts, when nothing listens there,
+    and not never when something else does (`ray.init` retries a port that is not Ray without end)."""
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit():
         raise LaunchError(f"--address {address!r} is not HOST:PORT (the Ray head's GCS address, e.g. 10.0.0.2:6379)")
     try:
-        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        conn = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
     except OSError as err:
         raise LaunchError(f"--address {address}: no Ray cluster answers there ({err.strerror or err}); "
                           "start one with `ray start --head` or check the head's address and port") from None
+    head = b""
+    try:
+        conn.settimeout(CONNECT_TIMEOUT_S)
+        conn.sendall(_HTTP2_PREFACE)
+        while len(head) < 9 and (chunk := conn.recv(9 - len(head))):
+            head += chunk
+    except OSError:
+        pass
+    finally:
+        conn.close()
+    if len(head) < 9 or head[3] != 0x04:  # the frame header of a SETTINGS frame
+        raise LaunchError(f"--address {address}: something listens there but it is not a Ray head (no gRPC answer "
+                          f"within {CONNECT_TIMEOUT_S:g} s); give the head's GCS address (port 6379 unless "
+                          "`ray start --head --port` said otherwise)")
 
 
 def _connect(address: str) -> Any:
@@ -168,7 +189,10 @@ def launch(script: str, script_args: list[str], *, address: str, prefix: str, ma
 
 
 def status(prefix: str, run_id: str) -> dict[str, Any]:
-    state = read_state(prefix, run_id)
+    try:
+        state = read_state(prefix, run_id)
+    except LaunchRecordError as err:
+        raise LaunchError(str(err)) from None
     if state is None:
         raise LaunchError(f"no launched run {run_id!r} under {prefix} (launches/{run_id}/launch.json)")
     return state
