@@ -15,6 +15,15 @@ memory, so the peak counts the placed base too.
 
     python benchmarks/qlora_load.py                          # sizes 0.3b and 0.85b, 3 repeats
     python benchmarks/qlora_load.py --sizes 0.3b --repeats 1 --workdir /tmp/qlora_load
+
+`--step` measures the quantize step as users run it instead: an experiment with one
+`default_quantize_base` step, run by `executor_main --backend local` in a fresh process tree (the
+driver and its step worker), the tree's summed resident memory (RSS of every process in it)
+sampled every 50 ms. The baseline is the same step on a tiny 1-layer checkpoint (`RUNTIME`: the
+runtime, the executor and the step's fixed costs, nothing of the model's size); the figure is the
+peak over it, as a fraction of the bf16 checkpoint's bytes:
+
+    python benchmarks/qlora_load.py --step --sizes 0.85b --repeats 3 --workdir /tmp/qlora_load
 """
 
 from __future__ import annotations
@@ -34,6 +43,9 @@ SIZES = {  # name -> LlamaConfig fields
     "0.3b": dict(vocab_size=32000, hidden_dim=1024, intermediate_dim=2816, num_layers=8, num_heads=8, num_kv_heads=8),
     "0.85b": dict(vocab_size=32000, hidden_dim=2048, intermediate_dim=5632, num_layers=14, num_heads=16, num_kv_heads=16),
 }
+
+RUNTIME = dict(vocab_size=256, hidden_dim=64, intermediate_dim=128, num_layers=1, num_heads=2, num_kv_heads=2)
+"""The `--step` baseline's checkpoint: the step's runtime with nothing of the model's size."""
 
 
 def _rss() -> int:
@@ -91,16 +103,106 @@ def _run_child(loader: str, path: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+_STEP_SCRIPT = """
+import sys
+from experiments.finetune_defaults import default_quantize_base
+from marin_lab.execution import executor_main
+
+if __name__ == "__main__":
+    executor_main(steps=[default_quantize_base("bench", sys.argv.pop(1))])
+"""
+
+
+def _tree_rss(root: int) -> int:
+    """Summed RSS of process `root` and all its descendants (0 when it is gone)."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(root)]
+        procs += procs[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return total
+
+
+def run_step(checkpoint: str, workdir: str, interval_s: float = 0.05) -> dict:
+    """The quantize step through the executor (local backend) in a fresh process tree; its peak summed RSS."""
+    script = os.path.join(workdir, "quantize_step.py")
+    with open(script, "w") as f:
+        f.write(_STEP_SCRIPT)
+    prefix = tempfile.mkdtemp(prefix="store_", dir=workdir)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, script, checkpoint, "--prefix", prefix, "--backend", "local"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=repo)
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss(proc.pid))
+        time.sleep(interval_s)
+    out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
+    if proc.returncode:
+        raise RuntimeError(f"quantize step on {checkpoint} failed ({proc.returncode}): {out[-3000:]}")
+    import shutil
+
+    shutil.rmtree(prefix, ignore_errors=True)
+    return {"peak_bytes": peak, "seconds": time.perf_counter() - started}
+
+
+def main_step(args: argparse.Namespace) -> None:
+    from marin_lab.models.llama import LlamaConfig
+    from marin_lab.training.hf_synthetic import write_synthetic_llama
+
+    gib = 2**30
+    workdir = args.workdir or tempfile.mkdtemp(prefix="qlora_step_")
+    rows = []
+    for size in args.sizes.split(","):
+        paths = {}
+        for kind, shape in (("model", SIZES[size]), ("baseline", RUNTIME)):
+            paths[kind] = os.path.join(workdir, size if kind == "model" else "runtime-1layer")
+            if not os.path.exists(os.path.join(paths[kind], "config.json")):
+                write_synthetic_llama(paths[kind], LlamaConfig(max_seq_len=2048, **shape), shards=2)
+        ckpt_bytes = sum(os.path.getsize(os.path.join(paths["model"], f)) for f in os.listdir(paths["model"])
+                         if f.endswith(".safetensors"))
+        runs: dict[str, list[dict]] = {"baseline": [], "model": []}
+        for _ in range(args.repeats):
+            for kind in runs:
+                runs[kind].append(run_step(paths[kind], workdir))
+                print(f"  {size} {kind}: {runs[kind][-1]}  load {open('/proc/loadavg').read().split()[0]}", file=sys.stderr)
+        base = statistics.median(r["peak_bytes"] for r in runs["baseline"])
+        peak = statistics.median(r["peak_bytes"] for r in runs["model"])
+        rows.append((size, ckpt_bytes, base, peak, statistics.median(r["seconds"] for r in runs["model"]),
+                     [r["peak_bytes"] for r in runs["model"]]))
+    print(f"\nload average at the end: {open('/proc/loadavg').read().strip()}; repeats: {args.repeats}")
+    print("| model | checkpoint (bf16) | baseline peak (tiny, 1 layer) | step peak | over baseline | x checkpoint | step s |")
+    print("|---|---|---|---|---|---|---|")
+    for size, ckpt_bytes, base, peak, seconds, peaks in rows:
+        print(f"| {size} | {ckpt_bytes / gib:.2f} GiB | {base / gib:.2f} GiB | {peak / gib:.2f} GiB "
+              f"({', '.join(f'{p / gib:.2f}' for p in peaks)}) | {(peak - base) / gib:.2f} GiB | "
+              f"{(peak - base) / ckpt_bytes:.2f} | {seconds:.0f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="0.3b,0.85b")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", default=None, help="where the synthetic checkpoints go (default: a temp dir)")
+    parser.add_argument("--step", action="store_true",
+                        help="measure the quantize step through executor_main --backend local (process tree RSS)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--path", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.path)))
+        return
+    if args.step:
+        main_step(args)
         return
 
     from marin_lab.models.llama import LlamaConfig

@@ -27,6 +27,7 @@ from typing import Any
 from marin_lab.cluster.errors import ClusterError
 from marin_lab.cluster.launch_state import (
     TERMINAL,
+    LaunchRecordError,
     attempt_log_url,
     now_iso,
     read_state,
@@ -34,7 +35,7 @@ from marin_lab.cluster.launch_state import (
     write_state,
 )
 from marin_lab.cluster.supervisor import ACTOR_OPTIONS, LaunchSupervisor
-from marin_lab.execution.secrets import scrub_text
+from marin_lab.execution.secrets import scrub_text, scrubber_with, secrets_in_args
 from marin_lab.io.fs import is_local, read_bytes, remove
 
 NAMESPACE = "marin_lab"
@@ -51,16 +52,36 @@ def supervisor_name(run_id: str) -> str:
     return f"launch/{run_id}"
 
 
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+"""A client's HTTP/2 connection preface and an empty SETTINGS frame: a gRPC server (Ray's GCS)
+answers with a SETTINGS frame of its own."""
+
+
 def _check_address(address: str) -> None:
-    """Fail in seconds, not after Ray's minute of reconnect attempts, when nothing listens there."""
+    """Fail in seconds, not after Ray's minute of reconnect attempts, when nothing listens there,
+    and not never when something else does (`ray.init` retries a port that is not Ray without end)."""
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit():
         raise LaunchError(f"--address {address!r} is not HOST:PORT (the Ray head's GCS address, e.g. 10.0.0.2:6379)")
     try:
-        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        conn = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
     except OSError as err:
         raise LaunchError(f"--address {address}: no Ray cluster answers there ({err.strerror or err}); "
                           "start one with `ray start --head` or check the head's address and port") from None
+    head = b""
+    try:
+        conn.settimeout(CONNECT_TIMEOUT_S)
+        conn.sendall(_HTTP2_PREFACE)
+        while len(head) < 9 and (chunk := conn.recv(9 - len(head))):
+            head += chunk
+    except OSError:
+        pass
+    finally:
+        conn.close()
+    if len(head) < 9 or head[3] != 0x04:  # the frame header of a SETTINGS frame
+        raise LaunchError(f"--address {address}: something listens there but it is not a Ray head (no gRPC answer "
+                          f"within {CONNECT_TIMEOUT_S:g} s); give the head's GCS address (port 6379 unless "
+                          "`ray start --head --port` said otherwise)")
 
 
 def _connect(address: str) -> Any:
@@ -144,10 +165,14 @@ def launch(script: str, script_args: list[str], *, address: str, prefix: str, ma
     stem = os.path.splitext(os.path.basename(script))[0]
     run_id = f"{stem}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
     argv = _driver_argv(python or sys.executable, os.path.relpath(path, tree), script_args, prefix)
-    # The record shows the arguments scrubbed; the driver gets them as given (held by the supervisor only).
+    # The record shows the arguments scrubbed; the driver gets them as given (held by the supervisor
+    # only, in memory), and the supervisor the secrets they carry, to scrub them wherever it writes:
+    # the cluster's nodes do not have this terminal's environment.
+    secrets = secrets_in_args(argv)
+    scrub = scrubber_with(secrets)
     state = {"run_id": run_id, "script": os.path.relpath(path, tree),
-             "script_args": [scrub_text(a) for a in script_args],
-             "argv": [scrub_text(a) for a in argv],
+             "script_args": [scrub(a) for a in script_args],
+             "argv": [scrub(a) for a in argv],
              "prefix": prefix, "max_restarts": max_restarts, "driver_resources": resources,
              "status": "STARTING", "created": now_iso(), "attempts": []}
     write_state(prefix, state)
@@ -155,7 +180,7 @@ def launch(script: str, script_args: list[str], *, address: str, prefix: str, ma
         runtime_env = _upload_tree(tree)
         supervisor = ray.remote(**ACTOR_OPTIONS)(LaunchSupervisor).options(
             name=supervisor_name(run_id), namespace=NAMESPACE, lifetime="detached",
-            resources={HEAD_RESOURCE: 0.001}, runtime_env=runtime_env).remote(prefix, state, resources, argv)
+            resources={HEAD_RESOURCE: 0.001}, runtime_env=runtime_env).remote(prefix, state, resources, argv, secrets)
         supervisor.run.remote()
     except Exception as err:  # e.g. the tree is too large to upload: leave no half-started run
         remove(run_folder(prefix, run_id), recursive=True)
@@ -164,7 +189,10 @@ def launch(script: str, script_args: list[str], *, address: str, prefix: str, ma
 
 
 def status(prefix: str, run_id: str) -> dict[str, Any]:
-    state = read_state(prefix, run_id)
+    try:
+        state = read_state(prefix, run_id)
+    except LaunchRecordError as err:
+        raise LaunchError(str(err)) from None
     if state is None:
         raise LaunchError(f"no launched run {run_id!r} under {prefix} (launches/{run_id}/launch.json)")
     return state
@@ -201,8 +229,8 @@ def follow(prefix: str, run_id: str, *, out: Any = sys.stdout, poll_s: float = 0
                 data = read_bytes(attempt_log_url(prefix, run_id, n))
             except FileNotFoundError:
                 data = b""
-            if len(data) > shown[n]:
-                out.write(data[shown[n]:].decode("utf-8", "replace"))
+            if len(data) > shown[n]:  # scrubbed by the supervisor; by this terminal's secrets too
+                out.write(scrub_text(data[shown[n]:].decode("utf-8", "replace")))
                 shown[n] = len(data)
             if a.get("ended") and shown.get(-n) is None:
                 shown[-n] = 1

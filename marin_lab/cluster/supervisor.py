@@ -27,7 +27,7 @@ from typing import Any
 
 from marin_lab.cluster.launch_state import attempt_log_url, now_iso, write_state
 from marin_lab.execution.backends import _die_with_parent
-from marin_lab.execution.secrets import scrub_text
+from marin_lab.execution.secrets import scrubber_with
 from marin_lab.io.fs import atomic_write_bytes
 
 LOG_FLUSH_S = 1.0
@@ -47,19 +47,27 @@ class DriverHost:
         self._out = bytearray()
         self._lock = threading.Lock()
 
-    def start(self, argv: list[str], env: dict[str, str], log_url: str) -> dict[str, Any]:
+    def start(self, argv: list[str], env: dict[str, str], log_url: str, secrets: Any = ()) -> dict[str, Any]:
         import ray
 
-        self._log_url = log_url
-        # The driver dies with this actor's worker (PDEATHSIG): a host lost means a driver gone,
-        # never a second driver running beside the restarted one.
-        self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      env={**os.environ, **env}, preexec_fn=_die_with_parent)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        self.spawn(argv, env, log_url, secrets)
         ctx = ray.get_runtime_context()
         return {"pid": self._proc.pid, "node_id": ctx.get_node_id(), "node": ray.util.get_node_ip_address(),
                 "host": os.uname().nodename}
+
+    def spawn(self, argv: list[str], env: dict[str, str], log_url: str, secrets: Any = ()) -> None:
+        """Start the driver. `secrets`: the launcher's secrets its arguments carry (this node's
+        environment does not have them); scrubbed from the log, and given to the driver as
+        secret-named variables so that its own records and logs scrub them too."""
+        self._log_url = log_url
+        self._secrets = list(secrets)
+        carried = {f"MARIN_LAUNCH_SECRET_{i}": v for i, v in enumerate(self._secrets)}
+        # The driver dies with this actor's worker (PDEATHSIG): a host lost means a driver gone,
+        # never a second driver running beside the restarted one.
+        self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      env={**os.environ, **env, **carried}, preexec_fn=_die_with_parent)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         # stdout=PIPE with the default buffering is a BufferedReader (typeshed says IO[bytes]).
@@ -72,8 +80,9 @@ class DriverHost:
         with self._lock:
             data = bytes(self._out)
         if len(data) != written:
-            # Secrets never reach storage: the copy is scrubbed as the executor's own logs are.
-            text = scrub_text(data.decode("utf-8", errors="replace"))
+            # Secrets never reach storage: the copy is scrubbed as the executor's own logs are, with
+            # the launcher's secrets besides this node's.
+            text = scrubber_with(self._secrets)(data.decode("utf-8", errors="replace"))
             atomic_write_bytes(self._log_url, text.encode("utf-8"), durable=False)
         return len(data)
 
@@ -114,8 +123,11 @@ def _signal_name(code: int) -> str:
 class LaunchSupervisor:
     """Starts driver attempts until one ends by itself, the budget is spent, or `stop` is called."""
 
-    def __init__(self, prefix: str, state: dict[str, Any], host_resources: dict[str, float], argv: list[str]):
+    def __init__(self, prefix: str, state: dict[str, Any], host_resources: dict[str, float], argv: list[str],
+                 secrets: list[str] | None = None):
+        # `argv` and `secrets` are held in memory only (never in `state`, which is written).
         self.prefix, self.state, self.host_resources, self.argv = prefix, state, host_resources, argv
+        self.secrets = list(secrets or [])
         self._stop = threading.Event()
         self._host: Any = None
 
@@ -157,7 +169,8 @@ class LaunchSupervisor:
         self._host = host
         try:
             placed = self._wait_for(host.start.remote(self.argv, env,
-                                                      attempt_log_url(self.prefix, self.state["run_id"], number)))
+                                                      attempt_log_url(self.prefix, self.state["run_id"], number),
+                                                      self.secrets))
             if placed is not None:
                 attempt.update(placed)
                 self._write()

@@ -11,8 +11,9 @@ Lists, with sizes, folders older than the limit (their newest file) that are one
   them by default) and of `{prefix}/reproduce/`.
 
 Never listed, whatever their age: a step with a live lease (it is running), and a SUCCESS that an
-experiment record references. When an experiment record is damaged, what it references is unknown,
-so nothing is called unreferenced (said so). Deletes only with `--yes`, and checks each folder's
+experiment record references. When an experiment record is damaged (unreadable, or one of its step
+entries names no output path), what it references is unknown, so nothing is called unreferenced
+(said so). Deletes only with `--yes`, and checks each folder's
 lease again just before deleting it.
 """
 
@@ -106,6 +107,8 @@ def _step_folders(prefix: str) -> list[str]:
     """Folders under `prefix` holding a status, step record or lease (not descending into them)."""
     fs, root = fs_and_path(prefix)
     try:
+        if fs.isfile(root):
+            raise GcError(f"{prefix} is a file, not a folder; give the prefix folder the executor writes under")
         fs.ls(root, detail=False)
     except (FileNotFoundError, NotADirectoryError, PermissionError, OSError) as err:
         raise GcError(f"cannot list {prefix} ({type(err).__name__}: {err}); give a prefix that exists and that "
@@ -122,6 +125,24 @@ def _step_folders(prefix: str) -> list[str]:
     return found
 
 
+def _record_damage(record: dict[str, Any]) -> str | None:
+    """Why `record` cannot say which steps it references (None when it can)."""
+    if record.get("corrupt"):
+        return "unreadable"
+    steps = record.get("steps", [])
+    if not isinstance(steps, list):
+        return "`steps` is not a list"
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict) or not isinstance(step.get("output_path"), str) or not step["output_path"].strip():
+            return f"steps[{i}] has no output_path"
+    return None
+
+
+def _referenced(experiments: list[dict[str, Any]]) -> set[str]:
+    return {s["output_path"].rstrip("/").rsplit("/", 1)[-1]
+            for e in experiments for s in e.get("steps", []) if isinstance(s, dict) and isinstance(s.get("output_path"), str)}
+
+
 def find_garbage(prefix: str, older_than_s: float, *, now: float | None = None) -> tuple[list[Candidate], list[str]]:
     """(candidates, notes); lists, never deletes."""
     now = time.time() if now is None else now
@@ -129,12 +150,11 @@ def find_garbage(prefix: str, older_than_s: float, *, now: float | None = None) 
     steps = _step_folders(prefix)
     notes = []
     experiments = list_experiments(prefix)
-    damaged = [e["_path"] for e in experiments if e.get("corrupt")]
-    referenced = {str(s.get("output_path", "")).rstrip("/").rsplit("/", 1)[-1]
-                  for e in experiments if not e.get("corrupt") for s in e.get("steps", []) if isinstance(s, dict)}
+    damaged = [(e["_path"], why) for e in experiments if (why := _record_damage(e))]
+    referenced = _referenced(experiments)  # even a damaged record's readable entries
     if damaged:
-        notes.append(f"{len(damaged)} experiment record(s) are damaged ({damaged[0]}...): what they reference is "
-                     "unknown, so no step is listed as unreferenced")
+        notes.append(f"{len(damaged)} experiment record(s) are damaged ({damaged[0][0]}: {damaged[0][1]}): what they "
+                     "reference is unknown, so no step is listed as unreferenced")
     out = []
     for url in steps:
         if _live_lease(url, now):

@@ -204,6 +204,30 @@ def text_scrubber() -> Scrubber:
     return _scrubber_for(_known_values())
 
 
+def scrubber_with(values: Iterable[str]) -> Scrubber:
+    """The scrubber for the secrets known here plus `values` (secrets known elsewhere: a launcher's)."""
+    return _scrubber_for(_known_values() | frozenset(f for v in values for f in _forms(v)))
+
+
+def secrets_in_args(args: Iterable[str]) -> list[str]:
+    """The secrets command-line arguments carry, for a process that lacks this one's environment:
+    every value known here (secret-named variables, remembered values) that an argument holds, and
+    the value given to a secret-named flag (`--hf_token VALUE`, `--api_key=VALUE`)."""
+    args = [a for a in args if isinstance(a, str)]
+    known = _known_values()
+    found = {v for v in known if any(v in a for a in args)}
+    for i, arg in enumerate(args):
+        if not arg.startswith("-"):
+            continue
+        name, eq, value = arg.lstrip("-").partition("=")
+        if not is_secret_field(name):
+            continue
+        if not eq and i + 1 < len(args) and not args[i + 1].startswith("-"):
+            value = args[i + 1]
+        found.update(_forms(value))
+    return sorted(found)
+
+
 def scrub_text(text: str) -> str:
     """`text` with every recognisable secret replaced by '<redacted>'."""
     return text_scrubber()(text)

@@ -49,7 +49,7 @@ from marin_lab.training.errors import TrainingError
 from marin_lab.training.hf_export import _LAYER_MAP
 from marin_lab.training.hf_import import is_hf_checkpoint, open_hf
 from marin_lab.training.offload import HOST, OnHost
-from marin_lab.training.safetensors_reader import SafetensorsIndex
+from marin_lab.training.safetensors_reader import DTYPES, SafetensorsIndex
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,10 @@ class TensorGetter:
 
     def contiguous_axis(self, name: str) -> int:
         return 0
+
+    def stored_dtype(self, name: str) -> np.dtype | None:
+        """The dtype `name` ("embed", "layers/attn_norm") is stored in; None when unknown."""
+        return None
 
     def piece(self, name: str, axis: int, start: int, stop: int) -> np.ndarray:
         whole = self(name, None)
@@ -270,6 +274,12 @@ class HfGetter(TensorGetter):
         hf_name, transpose = self._hf(name, None)
         return len(self.index.entries[hf_name].shape) - 1 if transpose else 0
 
+    def stored_dtype(self, name: str) -> np.dtype | None:
+        layered = name.startswith("layers/")
+        hf_name, _ = self._hf(name.split("/", 1)[1] if layered else name, 0 if layered else None)
+        entry = self.index.entries.get(hf_name)
+        return np.dtype(DTYPES[entry.dtype]) if entry is not None else None
+
     def piece(self, name: str, axis: int, start: int, stop: int) -> np.ndarray:
         hf_name, transpose = self._hf(name, None)
         rows = self.index.read(hf_name, rows=(start, stop))  # the stored tensor's leading axis
@@ -288,6 +298,8 @@ class CheckpointGetter(TensorGetter):
         index = ckpt._read_index(resolved)
         self.shapes = {"/".join(re.findall(r"\['([^']*)'\]", n)[1:]): tuple(e["shape"])
                        for n, e in index.items() if n.startswith("['params']")}
+        self.dtypes = {"/".join(re.findall(r"\['([^']*)'\]", n)[1:]): e.get("dtype")
+                       for n, e in index.items() if n.startswith("['params']")}
         self.order = list(self.shapes)
         self._arrays = ckpt.iter_arrays(resolved)
         self._current: dict[str, np.ndarray] = {}
@@ -304,6 +316,12 @@ class CheckpointGetter(TensorGetter):
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.shapes[name]
+
+    def stored_dtype(self, name: str) -> np.dtype | None:
+        try:
+            return np.dtype(jnp.dtype(self.dtypes[name]))
+        except (KeyError, TypeError):
+            return None
 
 
 @dataclasses.dataclass
@@ -328,19 +346,48 @@ def open_base(path: str, model: LlamaConfig | None = None) -> BaseSource:
     return BaseSource(path, found, "quantized" if quant else "checkpoint", quantization=quant, checkpoint=resolved)
 
 
+def _getter(source: BaseSource) -> TensorGetter:
+    if source.kind == "hf":
+        assert source.hf_index is not None
+        return HfGetter(source.hf_index)
+    return CheckpointGetter(source.checkpoint or source.path)
+
+
+def keep_stored_dtypes(source: BaseSource, target: Params) -> Params:
+    """`target` (abstract) with each floating leaf that is not NF4 in the dtype the base stores it in
+    (bf16 for most published checkpoints), when that dtype is at most 32 bits: copied without a
+    widening that would add nothing but bytes (an fp32 embedding of a bf16 base holds the same values)."""
+    if source.kind not in ("hf", "checkpoint"):
+        return target
+    get = _getter(source)
+    out = {}
+    for name, leaf in flatten_params(target).items():
+        stored = None if isinstance(leaf, NF4Tensor) else get.stored_dtype(name)
+        if (stored is not None and jnp.issubdtype(stored, jnp.floating) and stored.itemsize <= 4
+                and jnp.issubdtype(leaf.dtype, jnp.floating)):
+            leaf = jax.ShapeDtypeStruct(leaf.shape, stored, sharding=getattr(leaf, "sharding", None))
+        out[name] = leaf
+    return unflatten_params(out)
+
+
 def _restore_quantized(source: BaseSource, frozen_abs: Params, frozen_sh: Params) -> Params:
     """A quantize_base checkpoint restored into the frozen shardings (each process reads its shards)."""
     q = source.quantization or {}
     qc = QuantConfig(block_size=q["block_size"], double_quant=q["double_quant"])
     stored = jax.eval_shape(lambda: quantize_params(init_params(source.model, jax.random.key(0)), qc))
     flat_stored, flat_abs, flat_sh = flatten_params(stored), flatten_params(frozen_abs), flatten_params(frozen_sh)
+    try:  # the dtype each leaf was written in (fp32, or the float base's own: bf16)
+        written = CheckpointGetter(source.checkpoint or source.path)
+    except ckpt.CheckpointError as err:
+        raise TrainingError(f"base: {err}") from err
     target = {}
     for name, leaf in flat_stored.items():
         sharding, _ = _unwrap(flat_sh[name])
         if isinstance(leaf, NF4Tensor):
             target[name] = jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), leaf, sharding)
-        else:  # stored fp32, kept in the frozen dtype: restored split as the frozen leaf, then cast in place
-            target[name] = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+        else:  # restored as written, split as the frozen leaf, then cast in place to the frozen dtype
+            dtype = written.stored_dtype(name) or leaf.dtype
+            target[name] = jax.ShapeDtypeStruct(leaf.shape, dtype, sharding=sharding)
     try:
         restored = flatten_params(ckpt.load_params(source.checkpoint or source.path, unflatten_params(target)))
     except ckpt.CheckpointError as err:
@@ -365,11 +412,10 @@ def load_frozen(source: BaseSource, frozen_abs: Params, frozen_sh: Params, quant
 def place_source(source: BaseSource, target: Params, shardings: Params, quant: QuantConfig | None) -> Params:
     """`target` (abstract) filled from a float base (HF or train_lm checkpoint), placed per `shardings`."""
     frozen_abs, frozen_sh = target, shardings
-    if source.kind == "hf":
-        assert source.hf_index is not None
-        return place_base(HfGetter(source.hf_index), source.model, frozen_abs, frozen_sh, quant)
-    getter = CheckpointGetter(source.checkpoint or source.path)
-    return place_base(getter, source.model, frozen_abs, frozen_sh, quant, names=iter(getter.order))
+    getter = _getter(source)
+    if isinstance(getter, CheckpointGetter):
+        return place_base(getter, source.model, frozen_abs, frozen_sh, quant, names=iter(getter.order))
+    return place_base(getter, source.model, frozen_abs, frozen_sh, quant)
 
 
 def load_saved(source: BaseSource, names: tuple[str, ...]) -> dict[str, np.ndarray]:

@@ -206,10 +206,12 @@ def _orbax() -> Any:
     return ocp
 
 
-def save_checkpoint(path: str, state: Any, metadata: dict[str, Any]) -> None:
+def save_checkpoint(path: str, state: Any, metadata: dict[str, Any], *, max_bytes_in_flight: int | None = None) -> None:
     """Write `state` (a pytree of jax arrays) and metadata to `path`; COMPLETE last.
 
     Every process must call this (the save is collective); each writes only its own shards.
+    `max_bytes_in_flight`: at most this many bytes copied to host memory for writing at once (at
+    least the largest leaf); default: orbax's (all leaves at once, fastest).
     """
     check_storage(path)
     ocp = _orbax()
@@ -218,9 +220,15 @@ def save_checkpoint(path: str, state: Any, metadata: dict[str, Any]) -> None:
         mfs.remove(mfs.join(path, COMPLETE))
         mfs.remove(path, recursive=True)
     _sync(f"marin-checkpoint-clear:{path}")
-    with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
+    if max_bytes_in_flight is None:
+        handler, args = ocp.StandardCheckpointHandler(), ocp.args.StandardSave(state)
+    else:  # the same format (StandardCheckpointHandler is this handler underneath), bounded transfers
+        gb = (max_bytes_in_flight // 10**6 + 1) / 10**3  # in GB, rounded up
+        handler = ocp.PyTreeCheckpointHandler(save_concurrent_gb=gb, save_device_host_concurrent_gb=gb)
+        args = ocp.args.PyTreeSave(state)
+    with ocp.Checkpointer(handler) as checkpointer:
         # Synchronous: returns once every process's shards are written and orbax's commit is done.
-        checkpointer.save(_orbax_path(mfs.join(path, STATE_DIR)), args=ocp.args.StandardSave(state), force=True)
+        checkpointer.save(_orbax_path(mfs.join(path, STATE_DIR)), args=args, force=True)
     if _is_primary():
         leaves = jax.tree_util.tree_flatten_with_path(state)[0]
         index = [{"name": _leaf_name(k), "shape": list(np.shape(v)), "dtype": np.dtype(v.dtype).name}

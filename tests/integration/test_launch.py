@@ -166,12 +166,16 @@ def test_launch_refuses_before_touching_anything(tmp_path, capsys, args, message
     assert not os.path.exists(prefix)
 
 
-def test_stop_ends_the_run_without_a_restart_and_follow_and_status_read_the_record(cluster, tmp_path, capsys):
+def test_stop_ends_the_run_without_a_restart_and_follow_and_status_read_the_record(cluster, tmp_path, capsys,
+                                                                                 monkeypatch):
     c, _ = cluster
     prefix = str(tmp_path / "stopped")
-    # A token-shaped argument reaches the driver as given, but never the run's record.
+    # A token-shaped argument reaches the driver as given, but never the run's record; nor does a
+    # value known as a secret only by this process's environment (the cluster's nodes started without it).
     secret = "hf_" + "s3cr3t" * 5
-    events, gate = str(tmp_path / f"{secret}.events"), str(tmp_path / "never.gate")
+    plain = "launcher-only-value-42"
+    monkeypatch.setenv("LAUNCHER_SIDE_TOKEN", plain)
+    events, gate = str(tmp_path / f"{secret}.{plain}.events"), str(tmp_path / "never.gate")
     run_id = launch(SCRIPT, [events, gate], address=c.address, prefix=prefix, max_restarts=2,
                     driver_resources=DRIVER, working_dir=REPO)["run_id"]
     _wait("the gated step starts", lambda: "start gated" in _events(events))
@@ -194,4 +198,5 @@ def test_stop_ends_the_run_without_a_restart_and_follow_and_status_read_the_reco
     assert "attempt 1: stopped" in capsys.readouterr().out
     stored = "".join(open(os.path.join(d, f)).read() for d, _, fs in os.walk(os.path.join(prefix, "launches"))
                      for f in fs)
-    assert secret not in stored and "<redacted>.events" in stored
+    assert secret not in stored and plain not in stored and "<redacted>.<redacted>.events" in stored
+    assert plain not in text

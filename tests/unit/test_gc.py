@@ -115,3 +115,33 @@ def test_a_step_pinned_with_tmp_path_lands_in_the_scratch_area_that_gc_expires(t
     assert "deleted 1 folder(s)" in capsys.readouterr().out
     assert not (prefix / "tmp" / "lr-probe").exists()
     assert (prefix / "tmp" / "sweep" / "trial-3").exists() and (prefix / "tmp" / "fresh-scratch").exists()
+
+
+@pytest.mark.parametrize("entry", [{"output_path": None}, {"name": "a/kept"}, "a/kept-11111111", {"output_path": 7}])
+def test_a_record_with_a_damaged_step_entry_keeps_every_step(store, capsys, entry):
+    """One entry that names no output path: which step it meant is unknown, so gc --yes deletes no SUCCESS."""
+    record = store / "experiments" / "exp-abcdef12.json"
+    data = json.loads(record.read_text())
+    data["steps"][0] = entry
+    record.write_text(json.dumps(data))
+    found, notes = find_garbage(str(store), 14 * DAY)
+    assert "unreferenced" not in {c.kind for c in found}
+    assert "damaged" in notes[0] and "exp-abcdef12.json" in notes[0] and "steps[0]" in notes[0]
+    assert cli_main(["gc", str(store), "--yes"]) == 0
+    capsys.readouterr()
+    assert (store / "a/kept-11111111").exists() and (store / "c/orphan-33333333").exists()
+
+
+def test_a_record_whose_steps_is_not_a_list_keeps_every_step(store):
+    (store / "experiments" / "exp-abcdef12.json").write_text(json.dumps({"created": "2026-11-01", "steps": {"x": 1}}))
+    found, notes = find_garbage(str(store), 14 * DAY)
+    assert "unreferenced" not in {c.kind for c in found} and "damaged" in notes[0]
+
+
+def test_a_file_given_as_the_prefix_is_one_line(tmp_path, capsys):
+    f = tmp_path / "a-file"
+    f.write_text("hello")
+    assert cli_main(["gc", str(f), "--yes"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "a-file" in err and "not a folder" in err
+    assert f.read_text() == "hello"
