@@ -4,7 +4,8 @@
 
 The step writes a checkpoint, starts a child process (`sleep`), writes MARKERS/started (with both
 pids) and then runs for minutes; run again with its checkpoint present, it resumes and ends at once.
-MODE 'stubborn' ignores SIGTERM (so ending it takes the SIGKILL after the grace period).
+MODE 'stubborn' ignores SIGTERM (so ending it takes the SIGKILL after the grace period); 'chain'
+adds a step that depends on it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from marin_lab.execution import ExecutorStep, executor_main, this_output_path, versioned  # noqa: E402
+from marin_lab.execution import (  # noqa: E402
+    ExecutorStep,
+    executor_main,
+    output_path_of,
+    this_output_path,
+    versioned,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,10 +58,18 @@ def long_step(cfg: LongConfig) -> dict:
     return {"resumed_from": None}
 
 
+def after(cfg: LongConfig) -> None:
+    os.makedirs(cfg.output_path, exist_ok=True)
+
+
 def long_dag(markers: str, mode: str = "plain") -> list[ExecutorStep]:
+    """The long step; with MODE 'chain', a step after it too (never started when the first is interrupted)."""
     step = ExecutorStep("interrupt/long", long_step,
-                        LongConfig(this_output_path(), versioned("long"), markers=markers, mode=mode))
-    return [step]
+                        LongConfig(this_output_path(), versioned("long"), markers=markers,
+                                   mode="plain" if mode == "chain" else mode))
+    if mode != "chain":
+        return [step]
+    return [ExecutorStep("interrupt/after", after, LongConfig(this_output_path(), output_path_of(step)))]
 
 
 if __name__ == "__main__":

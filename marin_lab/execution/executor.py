@@ -382,7 +382,24 @@ class Executor:
                     self._mark_dep_failed(plan, outcomes, pending)
         finally:
             backend.shutdown()
+        if self.cancel.is_set():
+            self._unmark_waiting([plan.by_identity[i] for i in pending])
         return outcomes
+
+    def _unmark_waiting(self, steps: Sequence[PlannedStep]) -> None:
+        """After an interrupt: the WAITING this run wrote for steps it never started is taken back
+        (a conditional delete), so no reader shows them queued behind a run that has stopped."""
+        for ps in steps:
+            cf = conditional_file(status_path(ps.output_path))
+            try:
+                got = cf.read()
+                if got is None:
+                    continue
+                st = json.loads(got[0])
+                if isinstance(st, dict) and st.get("status") == Status.WAITING.value and st.get("driver") == self.driver_id:
+                    cf.delete(got[1])
+            except Exception:  # another driver's status, or storage trouble: left as it is
+                logger.debug("step '%s': WAITING left in place", ps.identity, exc_info=True)
 
     def _mark_waiting(self, steps: Sequence[PlannedStep]) -> None:
         """Record WAITING for queued steps that never started, so browsers see the whole run.

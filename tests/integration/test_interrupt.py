@@ -117,7 +117,7 @@ def test_ctrl_c_cancels_the_step_exits_130_and_the_next_run_resumes(tmp_path, ba
 def test_sigterm_cancels_like_ctrl_c(tmp_path):
     prefix, markers = tmp_path / "store", tmp_path / "markers"
     markers.mkdir()
-    proc, err = _start(prefix, markers, "plain", "--backend", "local")
+    proc, err = _start(prefix, markers, "chain", "--backend", "local")
     try:
         _started(markers)
         proc.send_signal(signal.SIGTERM)  # e.g. a job scheduler stopping the driver
@@ -126,6 +126,10 @@ def test_sigterm_cancels_like_ctrl_c(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert read_status(_step_dir(prefix))["status"] == "CANCELLED"
+    # The step after it never started, and is not left WAITING behind a run that has stopped.
+    (after,) = glob.glob(os.path.join(str(prefix), "interrupt", "after-*")) or [None]
+    assert after is None or read_status(after) is None
+    assert "1 step(s) not started" in _text(err)
 
 
 def test_a_second_ctrl_c_exits_at_once(tmp_path):
