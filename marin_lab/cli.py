@@ -15,7 +15,7 @@ from marin_lab.evaluation.generate_cli import add_parser as add_generate_parser
 from marin_lab.execution.cleanup import add_parser as add_gc_parser
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.executor import Executor
-from marin_lab.execution.experiments import list_experiments, step_statuses
+from marin_lab.execution.experiments import describe_status, list_experiments, list_runs, step_statuses
 from marin_lab.execution.explain import RecordIndex, explain_step
 from marin_lab.execution.main import capture_steps
 from marin_lab.execution.provenance import compare_manifests, manifest
@@ -49,12 +49,26 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(f"{exp['_path']}  ({exp.get('created', '?')}; {len(statuses)} steps: {summary})")
         if exp.get("description"):
             print(f"    {exp['description']}")
+        runs = list_runs(exp["_path"], limit=3)
+        if runs:
+            print("    runs (newest first): " + "; ".join(_run_line(r) for r in runs))
         for step, st in statuses:
             print(f"    {st:<11} {step.get('identity', '?')}")
+            if step.get("driver_gone_since"):
+                print(f"    {'':<11}   {describe_status(step, st)}: the next run takes it over")
             if step.get("damage"):
                 damaged += 1
                 print(f"    {'':<11}   damaged: {step['damage']} (treated as not done: the next run redoes it)")
     return 1 if damaged else 0
+
+
+def _run_line(run: dict) -> str:
+    """One run briefly: `2026-01-02T03:04:05 succeeded (2 executed, 3 reused)`."""
+    if run.get("corrupt"):
+        return f"damaged run record ({run['corrupt']})"
+    counts = run["counts"] if isinstance(run.get("counts"), dict) else {}
+    done = ", ".join(f"{n} {k}" for k, n in counts.items() if isinstance(n, int) and n)
+    return f"{str(run.get('started', '?'))[:19]} {run.get('outcome', '?')}" + (f" ({done})" if done else "")
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:

@@ -26,18 +26,23 @@ from marin_lab.browser.storage import (
 )
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.explain import RecordIndex, explain_record
+from marin_lab.execution.lease import driver_gone_since
 from marin_lab.execution.records import StepRecord
 from marin_lab.execution.secrets import redact
-from marin_lab.store.layout import CORRUPT, EXPERIMENTS_DIR, INFO_FILE, MISSING, STATUS_FILE
+from marin_lab.store.layout import CORRUPT, EXPERIMENTS_DIR, INFO_FILE, LEASE_FILE, MISSING, RUNS_DIR, STATUS_FILE
 
 logger = logging.getLogger(__name__)
 
 _EXPERIMENT_ID = re.compile(r"[A-Za-z0-9._@+-]+")
 _STORED_SCRIPT = re.compile(r"scripts/[A-Za-z0-9._@+-]+\.py")
 MAX_SCRIPT_BYTES = 512 * 1024
-STATUSES = ("SUCCESS", "RUNNING", "WAITING", "FAILED", "DEP_FAILED")
-# What a status file may say beyond the status itself (see execution/watch.py).
-_STATUS_FIELDS = ("time", "driver", "attempt", "duration_s", "heartbeat", "elapsed_s", "progress")
+STATUSES = ("SUCCESS", "RUNNING", "WAITING", "FAILED", "DEP_FAILED", "CANCELLED")
+# What a status file may say beyond the status itself (see execution/watch.py); `run` is the id
+# of the run that wrote a terminal status (execution/run_history.py).
+_STATUS_FIELDS = ("time", "driver", "attempt", "duration_s", "heartbeat", "elapsed_s", "progress", "run")
+MAX_RUNS = 100
+"""The newest run records an experiment page lists."""
+_LEASE_BYTES = 64 * 1024
 
 
 class Browser:
@@ -81,8 +86,20 @@ class Browser:
         if loaded.state == "ok" and isinstance(loaded.value.get("status"), str):
             value = redact(loaded.value)
             detail = {k: value.get(k) for k in _STATUS_FIELDS if k in value}
+            if value["status"] == "RUNNING":
+                gone = driver_gone_since(self._lease_bytes(step_dir), value)
+                if gone:  # a frozen RUNNING: nobody runs it any more
+                    detail["driver_gone_since"] = gone
             return {**detail, "status": value["status"]}
         return {"status": self._status_fallback(step_dir, loaded.state)}
+
+    def _lease_bytes(self, step_dir: str) -> bytes | None:
+        try:
+            return read_bounded(self.roots, child(step_dir, LEASE_FILE), _LEASE_BYTES)
+        except (NotFoundError, FileNotFoundError, NotADirectoryError):
+            return None
+        except (OSError, ValueError, ForbiddenPathError):
+            return b""  # unreadable: parsed as no holder, i.e. no live driver
 
     def _status_fallback(self, step_dir: str, state: str) -> str:
         if state == "corrupt":
@@ -148,11 +165,15 @@ class Browser:
             for dep in deps[key]:
                 dependents.setdefault(dep, []).append(key)
         known = set(keys)
+        runs = self.runs(exp_id)
         rows: list[dict[str, Any]] = []
         for key, step, step_dir, detail in zip(keys, steps, dirs, details):
             status = detail["status"]
             rows.append({
-                **{k: detail[k] for k in ("duration_s", "progress", "heartbeat", "elapsed_s") if k in detail},
+                **{k: detail[k] for k in ("duration_s", "progress", "heartbeat", "elapsed_s", "driver_gone_since")
+                   if k in detail},
+                # The run whose record says it wrote this step's status (SUCCESS, FAILED, CANCELLED).
+                "produced_by": _produced_by(detail, runs) if status in ("SUCCESS", "FAILED", "CANCELLED") else None,
                 # The latest run of this experiment did the work, or found it done (reused).
                 "run": (("executed" if detail.get("driver") == run_driver else "reused")
                         if status == "SUCCESS" and run_driver else None),
@@ -175,8 +196,35 @@ class Browser:
             status_counts=dict(Counter(statuses)),
             graph=graph.layout(keys, deps),
             launch=self._launch(exp.get("launch")),
+            runs=runs,
+            latest_run=_text(exp.get("run")),
         )
         return result
+
+    def runs(self, exp_id: str) -> list[dict]:
+        """The experiment's run records (execution/run_history.py), newest first: each run's
+        command line, times, outcome, and what it executed and reused."""
+        folder = child(self.prefix, EXPERIMENTS_DIR, exp_id, RUNS_DIR)
+        names = sorted((e["name"] for e in list_dir(self.roots, folder)
+                        if e["type"] == "file" and e["name"].endswith(".json")), reverse=True)[:MAX_RUNS]
+        loaded = parallel_map(lambda n: load_json(self.roots, child(folder, n)), names, local=self.local)
+        out = []
+        for item in loaded:
+            if item.state != "ok":
+                out.append({"file": item.url, "state": item.state, "error": item.error})
+                continue
+            run = redact(item.value)
+            steps = [s for s in run.get("steps", []) if isinstance(s, dict)] if isinstance(run.get("steps"), list) else []
+            entry: dict[str, Any] = {
+                "file": item.url, "state": "ok", "run": _text(run.get("run")), "started": _text(run.get("started")),
+                "ended": _text(run.get("ended")), "outcome": _text(run.get("outcome")),
+                "command_line": run.get("command_line") if isinstance(run.get("command_line"), list) else None,
+                "driver": _text(run.get("driver")), "backend": _text(run.get("backend")),
+                "counts": run.get("counts") if isinstance(run.get("counts"), dict) else {},
+                "executed": [_text(s.get("identity")) for s in steps if s.get("outcome") == "executed"],
+            }
+            out.append(entry)
+        return out
 
     def _launch(self, launch: Any) -> dict | None:
         """The launched run that wrote this record (`marin-lab launch`): its driver attempts, each
@@ -297,6 +345,20 @@ class Browser:
             {"name": _text(s.get("name")), "identity": _text(s.get("identity")), "output_path": p, "status": st}
             for s, p, st in zip(steps, dirs, statuses)
         ]
+
+
+def _produced_by(detail: dict, runs: list[dict]) -> dict | None:
+    """The run that wrote a step's latest status: by the run id the status carries, else (records
+    written before run ids) the newest run of the same driver that executed it."""
+    run_id = detail.get("run")
+    for run in runs:
+        if run.get("state") == "ok" and run_id and run.get("run") == run_id:
+            return {k: run.get(k) for k in ("run", "started", "outcome", "command_line")}
+    driver = detail.get("driver")
+    for run in runs:
+        if run.get("state") == "ok" and not run_id and driver and run.get("driver") == driver:
+            return {k: run.get(k) for k in ("run", "started", "outcome", "command_line")}
+    return None
 
 
 def _header(exp: dict, exp_id: str) -> dict[str, str | None]:

@@ -15,9 +15,11 @@ from marin_lab.execution.errors import (
     MarinLabError,
     MissingDependencyError,
     PreemptedError,
+    RunInterruptedError,
     StepDefinitionError,
     StepFailedError,
     StorageError,
+    UnschedulableError,
 )
 from marin_lab.execution.executor import Executor, RunReport
 from marin_lab.execution.main import ExecutorMainConfig, executor_main
@@ -40,12 +42,13 @@ from marin_lab.versioning import versioned_field
 
 STATUS_WAITING, STATUS_RUNNING, STATUS_SUCCESS, STATUS_FAILED, STATUS_DEP_FAILED = (
     s.value for s in (Status.WAITING, Status.RUNNING, Status.SUCCESS, Status.FAILED, Status.DEP_FAILED))
+STATUS_CANCELLED = Status.CANCELLED.value
 
 __all__ = [
-    "STATUS_DEP_FAILED", "STATUS_FAILED", "STATUS_RUNNING", "STATUS_SUCCESS", "STATUS_WAITING", "THIS_OUTPUT_PATH",
+    "STATUS_CANCELLED", "STATUS_DEP_FAILED", "STATUS_FAILED", "STATUS_RUNNING", "STATUS_SUCCESS", "STATUS_WAITING", "THIS_OUTPUT_PATH",
     "CycleError", "EncodingError", "Executor", "ExecutorConfigError", "ExecutorMainConfig", "ExecutorStep",
     "ExperimentFailedError", "InputName", "LeaseLostError", "MarinLabError", "MissingDependencyError",
-    "OutputName", "PreemptedError", "RunReport", "Status", "StepDefinitionError", "StepFailedError",
-    "StepRunner", "StorageError", "VersionedValue", "ensure_versioned", "executor_main", "get_executor_step",
+    "OutputName", "PreemptedError", "RunInterruptedError", "RunReport", "Status", "StepDefinitionError", "StepFailedError",
+    "StepRunner", "StorageError", "UnschedulableError", "VersionedValue", "ensure_versioned", "executor_main", "get_executor_step",
     "output_path_of", "this_output_path", "unwrap_versioned_value", "versioned", "versioned_field",
 ]

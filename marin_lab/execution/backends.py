@@ -26,8 +26,12 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import psutil
+
+from marin_lab.execution.capacity import ray_nodes
 from marin_lab.execution.errors import ExecutorConfigError, PreemptedError, StepFailedError
 from marin_lab.execution.hashing import lenient_value
+from marin_lab.execution.interrupt import register_worker_group, unregister_worker_group
 from marin_lab.execution.lease import LeaseHolder
 from marin_lab.execution.preemption import PREEMPTION, ray_error_kind
 from marin_lab.execution.provenance import runtime_environment
@@ -135,6 +139,12 @@ def _pickled_call(fn: Callable[[Any], Any], config: Any) -> bytes:
 
 
 def _local_worker(conn: Any, payload: bytes, guard: Guard, environ: dict[str, str]) -> None:
+    # Its own session and process group: the terminal's Ctrl-C reaches the driver only, which
+    # cancels the step (interrupt.py) by ending this group, the step's own children included.
+    try:
+        os.setsid()
+    except OSError:
+        pass
     # The worker's parent is the fork server, which exits when the driver does; PDEATHSIG covers
     # that, and the guard covers the driver itself and its lease.
     _die_with_parent()
@@ -171,6 +181,8 @@ class _LocalHandle(StepHandle):
         self.process.start()
         send.close()
         self._message: Any = None
+        if self.process.pid is not None:
+            register_worker_group(self.process.pid)  # the worker leads its own group (setsid)
 
     def wait(self, timeout: float) -> bool:
         if self._message is not None:
@@ -181,13 +193,19 @@ class _LocalHandle(StepHandle):
             except EOFError:
                 self._message = ("lost",)
             self.process.join(timeout=30)
+            self._forget_group()
             return True
         if not self.process.is_alive():
             if self._recv.poll(0.1):
                 return self.wait(0)
             self._message = ("lost",)
+            self._forget_group()
             return True
         return False
+
+    def _forget_group(self) -> None:
+        if self.process.pid is not None:
+            unregister_worker_group(self.process.pid)
 
     def result(self) -> tuple[Any, dict[str, Any]]:
         msg = self._message
@@ -201,10 +219,44 @@ class _LocalHandle(StepHandle):
             "without an answer (killed or out of memory)"
         )
 
-    def cancel(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
+    def cancel(self, grace_s: float = 3.0) -> None:
+        """End the worker and everything it started: SIGTERM to its process group and its
+        descendants, then SIGKILL to whatever is left after `grace_s`."""
+        pid = self.process.pid
+        if pid is not None:
+            end_process_tree(pid, grace_s)
         self.process.join(timeout=10)
+        self._forget_group()
+
+
+def end_process_tree(pid: int, grace_s: float) -> None:
+    """SIGTERM the process group `pid` leads and every descendant of `pid` (some may have left the
+    group), wait up to `grace_s`, then SIGKILL the survivors. Never raises."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        procs = []
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except OSError:  # not a group leader (yet), or gone
+            pass
+        for proc in procs:
+            try:
+                proc.send_signal(sig)
+            except psutil.Error:
+                pass
+        if sig == signal.SIGTERM:
+            _, alive = psutil.wait_procs(procs, timeout=grace_s)
+            procs = alive
+            if not procs:
+                try:
+                    os.killpg(pid, signal.SIGKILL)  # a straggler that left no trace in the tree
+                except OSError:
+                    pass
+                return
+    psutil.wait_procs(procs, timeout=5)
 
 
 class LocalBackend:
@@ -250,8 +302,31 @@ def _ray_entry(fn: Callable[[Any], Any], config: Any, guard: Guard) -> tuple[Any
     _redact_step_logs(config)
     try:
         return fn(config), runtime_environment()
+    except KeyboardInterrupt:
+        # Cancelled (ray.cancel raises this in the task): what the step started ends with it.
+        _end_children(grace_s=2.0)
+        raise
     finally:
         done.set()
+
+
+def _end_children(grace_s: float) -> None:
+    """End every descendant of this process (a cancelled step's subprocesses); never raises."""
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for proc in children:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(children, timeout=grace_s)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
 
 
 def is_ray_preemption(err: BaseException) -> bool:
@@ -301,10 +376,15 @@ class _RayHandle(StepHandle):
             raise StepFailedError(f"step '{self.step_name}': Ray error {type(err).__name__}: {err}",
                                   traceback_text=_format_exception(err)) from err
 
-    def cancel(self) -> None:
+    def cancel(self, grace_s: float = 3.0) -> None:
+        """Interrupt the task (it ends its own subprocesses: `_ray_entry`), then, if it has not
+        ended within `grace_s`, kill its worker (force)."""
         import ray
 
         try:
+            ray.cancel(self.ref, force=False)
+            if ray.wait([self.ref], timeout=grace_s)[0]:
+                return
             ray.cancel(self.ref, force=True)
         except Exception:
             logger.warning("step '%s': could not cancel its Ray task", self.step_name, exc_info=True)
@@ -426,6 +506,10 @@ class RayBackend:
         options["name"] = step_name
         remote = _remote_entry().options(max_retries=0, retry_exceptions=False, **options)
         return _RayHandle(remote.remote(fn, config, guard), step_name)
+
+    def live_nodes(self) -> list[dict[str, float]] | None:
+        """The cluster's live nodes and their total resources (capacity.py watches waiting steps)."""
+        return ray_nodes()
 
     def shutdown(self) -> None:
         import ray

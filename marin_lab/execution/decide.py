@@ -15,7 +15,7 @@ from typing import Any
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_diffs
 from marin_lab.execution.hashing import lenient_value, unversioned_fingerprint
-from marin_lab.execution.lease import Lease
+from marin_lab.execution.lease import DRIVER_GONE, Lease, running_driver_gone
 from marin_lab.execution.plan import PlannedStep
 from marin_lab.execution.records import read_step_record
 from marin_lab.execution.secrets import redact
@@ -54,7 +54,12 @@ def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[P
         if holder is not None and not holder.is_stale(time.time()):
             return Decision(ps, "wait", f"RUNNING by driver {holder.holder} (heartbeat "
                                         f"{holder.age(time.time()):.0f}s ago); will wait and reuse")
-        return Decision(ps, "run", "was RUNNING, but its driver is gone (lease stale or released)")
+        since = running_driver_gone(ps.output_path, st or {})
+        return Decision(ps, "run", f"RUNNING, {DRIVER_GONE} since {since or 'an unknown time'} (lease stale or "
+                                   "released); taking it over")
+    if status == Status.CANCELLED.value:
+        return Decision(ps, "run", f"CANCELLED at {(st or {}).get('time')} (interrupted); running again, from its "
+                                   "last checkpoint when it wrote one")
     if status == Status.FAILED.value:
         if force_run_failed:
             return Decision(ps, "run", "previously FAILED; --force_run_failed is set")

@@ -11,6 +11,9 @@
     ├── LeaseLostError             another driver took over this step's lease; the step stopped
     ├── PreemptedError             the step's worker, node or slice went away (retried separately)
     ├── StepFailedError            a step's fn raised (carries the traceback)
+    ├── StepCancelledError         an interrupt (Ctrl-C, SIGTERM) stopped the step: not a failure
+    ├── UnschedulableError         no node of the cluster can ever hold a step's resources
+    ├── RunInterruptedError        a run stopped by an interrupt (its steps CANCELLED; exit 130)
     └── ExperimentFailedError      a run ended with failed steps (lists them)
 
 Every message names the step (and field or file) and says what to do.
@@ -64,11 +67,30 @@ class StepFailedError(MarinLabError):
     hardware: dict | None = None
     """What the failed attempt ran on, when a StepRunner knows it."""
 
-    def __init__(self, message: str, traceback_text: str | None = None, hardware: dict | None = None):
+    def __init__(self, message: str, traceback_text: str | None = None, hardware: dict | None = None,
+                 final: bool = False):
         super().__init__(message)
         self.traceback_text = traceback_text
+        self.final = final
+        """Not retried: running it again cannot help (no node of the cluster can hold it)."""
         if hardware is not None:
             self.hardware = hardware
+
+
+class StepCancelledError(MarinLabError):
+    """An interrupt (Ctrl-C, SIGTERM) stopped the step; it runs again on the next run."""
+
+
+class UnschedulableError(MarinLabError):
+    """A step asks for resources no node of the cluster can ever hold (GPUs on a CPU machine, a
+    TPU type the cluster lacks, more memory than any node has)."""
+
+
+class RunInterruptedError(MarinLabError):
+    """A run stopped by an interrupt: its running steps were cancelled and recorded CANCELLED.
+    `executor_main` exits 130, as a shell does for Ctrl-C."""
+
+    exit_code = 130
 
 
 class ExperimentFailedError(MarinLabError, RuntimeError):

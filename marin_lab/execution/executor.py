@@ -16,20 +16,27 @@ import json
 import logging
 import os
 import sys
+import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from marin_lab.execution.backends import make_backend
+from marin_lab.execution.capacity import check as check_capacity
+from marin_lab.execution.capacity import known_cluster
+from marin_lab.execution.capacity import unschedulable_timeout_s as resolve_unschedulable_timeout
 from marin_lab.execution.code_provenance import git_state, store_script
 from marin_lab.execution.decide import Decision, decide_one, read_statuses
 from marin_lab.execution.errors import (
     ExecutorConfigError,
     ExperimentFailedError,
+    RunInterruptedError,
     StorageError,
+    UnschedulableError,
 )
 from marin_lab.execution.explain import RecordIndex
 from marin_lab.execution.hashing import hash8
+from marin_lab.execution.interrupt import Interrupt
 from marin_lab.execution.lease import Lease, new_driver_id
 from marin_lab.execution.plan import Plan, PlannedStep, build_plan, gc_paused
 from marin_lab.execution.plan_report import check_format, format_text, plan_report, render_plan
@@ -40,6 +47,7 @@ from marin_lab.execution.record_builder import (
 )
 from marin_lab.execution.regions import CrossRegionRead, Regions, UncheckedRead, check_egress
 from marin_lab.execution.resources import validate_resources
+from marin_lab.execution.run_history import RunRecord, new_run_id
 from marin_lab.execution.secrets import redact_logs
 from marin_lab.execution.status import Status, now_iso, read_status, status_path, write_status
 from marin_lab.execution.step import ExecutorStep
@@ -71,6 +79,10 @@ class RunReport:
     def failed(self) -> list[str]:
         return [i for i, o in self.outcomes.items() if o.status in ("FAILED", "DEP_FAILED", "LOST")]
 
+    @property
+    def cancelled(self) -> list[str]:
+        return [i for i, o in self.outcomes.items() if o.status == "CANCELLED"]
+
 
 class Executor:
     """Runs experiments (DAGs of ExecutorSteps) under a prefix. See the module docstring."""
@@ -94,6 +106,7 @@ class Executor:
         allow_cross_region: Sequence[str] = (),
         transfer_budget_bytes: int | None = None,
         regions: Regions | None = None,
+        unschedulable_timeout_s: float | None = None,
     ):
         self.prefix = normalize_prefix(prefix or default_prefix())
         # Where experiment records go (Marin's name); default {prefix}/experiments, where the browser looks.
@@ -108,7 +121,8 @@ class Executor:
         self.force_run_failed = force_run_failed
         self.runner_settings = RunnerSettings(
             lease_timeout_s=lease_timeout_s, heartbeat_s=heartbeat_s, wait_poll_s=wait_poll_s,
-            max_preemption_retries=max_preemption_retries, max_failure_retries=max_failure_retries)
+            max_preemption_retries=max_preemption_retries, max_failure_retries=max_failure_retries,
+            unschedulable_timeout_s=resolve_unschedulable_timeout(unschedulable_timeout_s))
         self.ray_address = ray_address
         self.description = description
         self.script = script if script is not None else _script_path()
@@ -125,6 +139,12 @@ class Executor:
         """Bucket reads the last plan could not place (no credentials or network); a run checks them."""
         self.last_plan: Plan | None = None
         """The plan of the last `plan()` or `run()` call."""
+        self.cancel = threading.Event()
+        """Set by the first SIGINT/SIGTERM during a run (interrupt.py), or by a caller: running
+        steps are cancelled and recorded CANCELLED, and the run raises RunInterruptedError."""
+        self.run_id: str | None = None
+        """The id of the current (or last) run: its record is under {experiments}/{script}-{hash}/runs/."""
+        self.run_record_path: str | None = None
 
     def __getattr__(self, name: str) -> Any:
         # Reached only for a missing attribute: Marin code reading its executor's view of the plan.
@@ -202,6 +222,7 @@ class Executor:
         if not dry_run:
             self._check_prefix_writable()
         decisions = self.decide(plan, selected, explain=dry_run)
+        decisions = self._check_capacity(decisions, refuse=not dry_run)
         if dry_run:
             if plan_format == "text":
                 print(self.format_plan(decisions), flush=True)
@@ -211,12 +232,28 @@ class Executor:
                 print(render_plan(plan_doc, plan_format), flush=True)
             return RunReport(plan, decisions, {}, None)
         self._code = None  # the tree may have changed since this executor's last run
+        self.cancel.clear()
+        self.run_id = new_run_id()
         experiment_path = self._write_experiment(plan)
+        run_record = self._start_run_record(experiment_path, decisions)
         for d in decisions:
             for note in d.notes:
                 logger.warning("step '%s': %s", d.step.identity, note)
-        outcomes = self._execute(plan, decisions)
+        outcomes: dict[str, StepOutcome] = {}
+        ending = "error"
+        try:
+            outcomes = self._execute(plan, decisions)
+            ending = "interrupted" if self.cancel.is_set() else (
+                "failed" if any(o.status in ("FAILED", "DEP_FAILED", "LOST") for o in outcomes.values())
+                else "succeeded")
+        except KeyboardInterrupt:
+            ending = "interrupted"
+            raise
+        finally:
+            run_record.finish(outcomes, ending)
         report = RunReport(plan, decisions, outcomes, experiment_path)
+        if self.cancel.is_set():
+            raise RunInterruptedError(self._interrupted_message(report))
         n_exec = len(report.executed)
         n_skip = sum(1 for o in outcomes.values() if o.status == "SUCCESS" and not o.executed)
         logger.info("run finished: %d executed, %d reused, %d failed; records: %s",
@@ -231,6 +268,49 @@ class Executor:
                 + f"\nRecords are under {self.prefix}; rerun with --force_run_failed true after fixing the cause."
             )
         return report
+
+    def _check_capacity(self, decisions: list[Decision], *, refuse: bool) -> list[Decision]:
+        """Steps this run would start whose resources no node of a known cluster can hold
+        (capacity.py): a real run refuses them before anything runs; a dry run says so beside them."""
+        cluster = known_cluster(self.backend_name, self.ray_address)
+        if cluster is None:
+            return decisions
+        nodes, where = cluster
+        out, refusals = [], []
+        for d in decisions:
+            line = check_capacity(d.step.identity, d.step.step.resources, nodes, where,
+                                  local_backend=self.backend_name == "local") if d.action in ("run", "wait") else None
+            if line:
+                refusals.append(line)
+                d = dataclasses.replace(d, notes=(*d.notes, f"cannot run here: {line}"))
+            out.append(d)
+        if refusals and refuse:
+            raise UnschedulableError("\n".join(refusals))
+        return out
+
+    def _start_run_record(self, experiment_path: str, decisions: Sequence[Decision]) -> RunRecord:
+        code = self._code_provenance()
+        exp_id = os.path.basename(experiment_path)[: -len(".json")]
+        record = RunRecord(self.executor_info_base_path, exp_id, run_id=self.run_id or new_run_id(),
+                           driver=self.driver_id, backend=self.backend_name, script=code.get("script"),
+                           git={"commit": code.get("commit"), "dirty": code.get("dirty")}, decisions=decisions)
+        record.write_start()
+        self.run_record_path = record.url
+        return record
+
+    def _interrupted_message(self, report: RunReport) -> str:
+        """One line per step the interrupt stopped, and how to resume."""
+        lines = [f"interrupted: {len(report.cancelled)} running step(s) cancelled"]
+        for ident in report.cancelled:
+            o = report.outcomes[ident]
+            lines.append(f"  CANCELLED {ident}" + (f" ({o.message})" if o.message else ""))
+        not_started = [d.step.identity for d in report.decisions
+                       if d.action in ("run", "wait") and d.step.identity not in report.outcomes]
+        if not_started:
+            lines.append(f"  {len(not_started)} step(s) not started")
+        lines.append("To resume, run the same command again: cancelled steps run again (from their last "
+                     "checkpoint when they write one), finished ones are reused; no flag is needed.")
+        return "\n".join(lines)
 
     def _check_prefix_writable(self) -> None:
         probe = join(self.prefix, f".marin_lab_write_probe-{uuid.uuid4().hex[:8]}")
@@ -252,6 +332,8 @@ class Executor:
                                    description=self.description, prefix=self.prefix, driver=self.driver_id)
         if self.cross_region_reads:
             record["cross_region_reads"] = [dataclasses.asdict(r) for r in self.cross_region_reads]
+        if self.run_id:  # this run's own record, kept beside this file (run_history.py)
+            record["run"] = self.run_id
         if os.environ.get("MARIN_LAUNCH_ID"):  # started by `marin-lab launch`: the browser links its attempts
             record["launch"] = {"run_id": os.environ["MARIN_LAUNCH_ID"],
                                 "attempt": int(os.environ.get("MARIN_LAUNCH_ATTEMPT", "0") or 0)}
@@ -287,14 +369,15 @@ class Executor:
         backend = make_backend(self.backend_name, ray_address=self.ray_address)
         runner = StepRunner(settings=self.runner_settings, driver_id=self.driver_id, backend=backend,
                             backend_name=self.backend_name, code=self._code_provenance,
-                            experiment=under_prefix(self.executor_info_path, self.prefix))
+                            experiment=under_prefix(self.executor_info_path, self.prefix),
+                            cancel=self.cancel, run_id=self.run_id)
         try:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=self.max_concurrent,
-                                                       thread_name_prefix="step") as pool:
+            with Interrupt(self.cancel), concurrent.futures.ThreadPoolExecutor(
+                    max_workers=self.max_concurrent, thread_name_prefix="step") as pool:
                 running: dict[concurrent.futures.Future, str] = {}
                 while pending or running:
                     for ps in [s for s in todo if s.identity in pending]:
-                        if len(running) >= self.max_concurrent:
+                        if len(running) >= self.max_concurrent or self.cancel.is_set():
                             break
                         if all(outcomes.get(d.identity, StepOutcome("", "")).status == "SUCCESS"
                                for d in ps.dependencies):
@@ -302,7 +385,9 @@ class Executor:
                             running[pool.submit(runner.run, plan, ps)] = ps.identity
                     if not running:
                         break
-                    done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+                    # A bounded wait: the loop notices an interrupt (the signal handler runs here).
+                    done, _ = concurrent.futures.wait(running, timeout=0.5,
+                                                      return_when=concurrent.futures.FIRST_COMPLETED)
                     for fut in done:
                         ident = running.pop(fut)
                         try:
@@ -313,7 +398,24 @@ class Executor:
                     self._mark_dep_failed(plan, outcomes, pending)
         finally:
             backend.shutdown()
+        if self.cancel.is_set():
+            self._unmark_waiting([plan.by_identity[i] for i in pending])
         return outcomes
+
+    def _unmark_waiting(self, steps: Sequence[PlannedStep]) -> None:
+        """After an interrupt: the WAITING this run wrote for steps it never started is taken back
+        (a conditional delete), so no reader shows them queued behind a run that has stopped."""
+        for ps in steps:
+            cf = conditional_file(status_path(ps.output_path))
+            try:
+                got = cf.read()
+                if got is None:
+                    continue
+                st = json.loads(got[0])
+                if isinstance(st, dict) and st.get("status") == Status.WAITING.value and st.get("driver") == self.driver_id:
+                    cf.delete(got[1])
+            except Exception:  # another driver's status, or storage trouble: left as it is
+                logger.debug("step '%s': WAITING left in place", ps.identity, exc_info=True)
 
     def _mark_waiting(self, steps: Sequence[PlannedStep]) -> None:
         """Record WAITING for queued steps that never started, so browsers see the whole run.

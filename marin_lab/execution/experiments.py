@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from marin_lab.execution.errors import RecordError
+from marin_lab.execution.lease import DRIVER_GONE, running_driver_gone
 from marin_lab.execution.records import read_step_record
 from marin_lab.execution.status import read_status
 from marin_lab.io.fs import fs_and_path, join, read_json
-from marin_lab.store.layout import CORRUPT, MISSING, experiments_dir
+from marin_lab.store.layout import CORRUPT, MISSING, RUNS_DIR, experiments_dir
 
 
 def read_experiment_record(url: str) -> dict[str, Any] | None:
@@ -63,6 +64,9 @@ def step_statuses(experiment: dict[str, Any]) -> list[tuple[dict[str, Any], str]
         st = read_status(step["output_path"]) or _status_from_record(step["output_path"])
         if "damage" in st:
             step = {**step, "damage": st["damage"]}
+        gone = running_driver_gone(step["output_path"], st)
+        if gone:  # RUNNING, but nobody runs it: `RUNNING, driver gone since T`
+            step = {**step, "driver_gone_since": gone}
         result.append((step, str(st.get("status", MISSING))))
     return result
 
@@ -75,3 +79,42 @@ def _status_from_record(output_path: str) -> dict[str, Any]:
     except RecordError as err:
         return {"status": CORRUPT, "damage": str(err)}
     return {"status": record.status} if record is not None and record.status else {}
+
+
+def runs_dir_of(experiment_url: str) -> str:
+    """`{experiments}/{script}-{hash8}/runs` for the experiment record `{script}-{hash8}.json`."""
+    base = experiment_url[: -len(".json")] if experiment_url.endswith(".json") else experiment_url
+    return join(base, RUNS_DIR)
+
+
+def list_runs(experiment_url: str, limit: int = 200) -> list[dict[str, Any]]:
+    """The run records of an experiment (run_history.py), newest first, at most `limit`; each
+    gets `_path`, and a damaged one is `{"corrupt": why}`. An experiment recorded before run
+    records existed has none."""
+    folder = runs_dir_of(experiment_url)
+    fs, path = fs_and_path(folder)
+    try:
+        names = sorted((p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)
+                        if p.endswith(".json")), reverse=True)[:limit]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for name in names:
+        url = join(folder, name)
+        try:
+            record = read_json(url)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except (ValueError, UnicodeDecodeError, RecursionError, OSError) as err:
+            record = {"corrupt": f"unreadable ({type(err).__name__})"}
+        if not isinstance(record, dict):
+            record = {"corrupt": "not a JSON object"}
+        record["_path"] = url
+        out.append(record)
+    return out
+
+
+def describe_status(step: dict[str, Any], status: str) -> str:
+    """A step's status as listings show it: `RUNNING, driver gone since T` for an orphan."""
+    gone = step.get("driver_gone_since")
+    return f"{status}, {DRIVER_GONE} since {gone}" if gone and status == "RUNNING" else status

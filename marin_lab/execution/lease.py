@@ -17,6 +17,7 @@ separate operations, and neither may fail the other (Marin #5026).
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ import psutil
 
 from marin_lab.execution.status import LEASE_FILE
 from marin_lab.io.conditional import ConditionalFile, ConflictError, conditional_file
-from marin_lab.io.fs import join
+from marin_lab.io.fs import join, read_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -214,3 +215,46 @@ class Lease:
         except Exception:
             logger.warning("step '%s': could not release the lease (it will go stale)", self.step_name, exc_info=True)
         self._token = None
+
+
+# --------------------------------------------------------------------------------------------
+# a RUNNING status whose driver is gone
+
+DRIVER_GONE = "driver gone"
+"""The one phrase every reader uses: `RUNNING, driver gone since T` (status, browser, plan)."""
+
+
+def _iso(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def driver_gone_since(lease_data: bytes | None, status: dict[str, Any], now: float | None = None) -> str | None:
+    """For a RUNNING status: None while its driver's lease is live; else when the driver was
+    last seen (its lease's last heartbeat, or the status's own heartbeat or time), ISO-8601.
+
+    A RUNNING step whose lease is stale (its heartbeat older than its timeout, or its process
+    provably dead on this host) or missing (released, or never written) has no driver: the next
+    run takes it over. `lease_data` is the lease file's bytes (None when there is none)."""
+    if status.get("status") != "RUNNING":
+        return None
+    now = time.time() if now is None else now
+    holder = LeaseHolder.parse(lease_data) if lease_data is not None else None
+    if holder is not None:
+        if not holder.is_stale(now):
+            return None
+        return _iso(holder.heartbeat)
+    seen = status.get("heartbeat") or status.get("time")
+    return str(seen) if isinstance(seen, str) and seen else "an unknown time"
+
+
+def running_driver_gone(output_path: str, status: dict[str, Any], now: float | None = None) -> str | None:
+    """`driver_gone_since` for a step folder, reading its lease file; never raises."""
+    if status.get("status") != "RUNNING":
+        return None
+    try:
+        data: bytes | None = read_bytes(join(output_path, LEASE_FILE))
+    except (FileNotFoundError, NotADirectoryError):
+        data = None
+    except Exception:  # unreadable storage: say nothing rather than guess
+        return None
+    return driver_gone_since(data, status, now)

@@ -77,6 +77,9 @@ def call_with_logs(spec: LogSpec, fn: Callable[[Any], Any], config: Any) -> Any:
     with capture(spec):
         try:
             return fn(config)
+        except KeyboardInterrupt:  # cancelled (the run was interrupted): not the step's own failure
+            print("cancelled: the run was interrupted", file=sys.stderr, flush=True)
+            raise
         except BaseException:
             # The traceback belongs in the step's log, where the record points to.
             traceback.print_exc()

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import draccus
 
-from marin_lab.execution.errors import ExecutorConfigError, MarinLabError
+from marin_lab.execution.errors import ExecutorConfigError, MarinLabError, RunInterruptedError
 from marin_lab.execution.executor import Executor, RunReport, default_prefix
 from marin_lab.execution.lease import DEFAULT_TIMEOUT_S
 from marin_lab.execution.plan import compile_run_only
@@ -50,6 +50,9 @@ class ExecutorMainConfig:
     """Regexes over step names allowed to read inputs from another region than the prefix's (egress is billed)."""
     transfer_budget_bytes: int | None = None
     """Cross-region inputs allowed for the whole experiment while their total size stays within this many bytes."""
+    unschedulable_timeout_s: float | None = None
+    """How long a step may wait while no node of the cluster can hold its resources, before it fails
+    (default: $MARIN_UNSCHEDULABLE_TIMEOUT_S, else 600). On a known cluster it is refused at once."""
 
 
 logger = logging.getLogger(__name__)
@@ -108,10 +111,17 @@ def executor_main(
             executor_info_base_path=config.executor_info_base_path,
             allow_cross_region=config.allow_cross_region or (),
             transfer_budget_bytes=config.transfer_budget_bytes,
+            unschedulable_timeout_s=config.unschedulable_timeout_s,
         )
         # Executor.run takes InputName roots too (the plan unwraps them); its annotation says ExecutorStep only.
         report = executor.run(steps, run_only=config.run_only, dry_run=config.dry_run,  # type: ignore[arg-type]
                               plan_format=config.format)
+    except RunInterruptedError as err:  # Ctrl-C or SIGTERM: steps CANCELLED, how to resume (interrupt.py)
+        print(str(err), file=sys.stderr, flush=True)
+        raise SystemExit(RunInterruptedError.exit_code) from None
+    except KeyboardInterrupt:  # before any step started (planning, starting Ray)
+        print("interrupted before any step started; nothing was cancelled", file=sys.stderr, flush=True)
+        raise SystemExit(RunInterruptedError.exit_code) from None
     except MarinLabError as err:
         print(f"error: {err}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None

@@ -7,6 +7,7 @@ FAILED, and SUCCESS (with result, environment, manifest), the SUCCESS status fil
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -24,12 +25,27 @@ from marin_lab.io.fs import write_json
 
 logger = logging.getLogger(__name__)
 
+LOST = "LOST"
+"""The end of an attempt whose driver died mid-run (found when another driver takes the step over)."""
+DRIVER_LOST = "driver lost"
+
 
 def step_record(ps: PlannedStep, config: Any, *, code: dict[str, Any], experiment: str | None,
-                driver: str, backend: str, previous: StepRecord | None) -> StepRecord:
+                driver: str, backend: str, previous: StepRecord | None, last_seen: str | None = None) -> StepRecord:
     """A step's record before its first attempt; the history of `previous` (the same identity's
-    earlier runs) continues in it."""
+    earlier runs) continues in it. An attempt left RUNNING there belonged to a driver that is
+    gone (this driver holds the lease now): it ends, `LOST` with reason "driver lost", at
+    `last_seen` (the old driver's last heartbeat, when known)."""
     same = previous is not None and previous.identity == ps.identity
+    history = list(previous.status_history) if same and previous else []
+    attempts = list(previous.attempts) if same and previous else []
+    for i, old in enumerate(attempts):
+        if old.status == Status.RUNNING.value and old.ended is None:
+            ended = last_seen or now_iso()
+            message = (f"driver lost: driver {old.driver} stopped before this attempt ended (last seen {ended}); "
+                       f"taken over by driver {driver}")
+            attempts[i] = dataclasses.replace(old, kind=DRIVER_LOST, ended=ended, status=LOST, error=message)
+            history.append(StatusEvent(LOST, ended, old.attempt, old.driver, message))
     return StepRecord(
         name=ps.name,
         identity=ps.identity,
@@ -50,8 +66,8 @@ def step_record(ps: PlannedStep, config: Any, *, code: dict[str, Any], experimen
         code={"script": code["script"], "script_sha256": code["script_sha256"], "experiment": experiment},
         driver=driver,
         backend=backend,
-        status_history=list(previous.status_history) if same and previous else [],
-        attempts=list(previous.attempts) if same and previous else [],
+        status_history=history,
+        attempts=attempts,
     )
 
 
@@ -87,6 +103,11 @@ class StepRecorder:
         self.record.status_history.append(StatusEvent(Status.FAILED.value, attempt.ended, attempt.attempt,
                                                       self.driver, message))
 
+    def attempt_cancelled(self, attempt: Attempt, message: str) -> None:
+        attempt.kind, attempt.ended, attempt.status = "cancelled", now_iso(), Status.CANCELLED.value
+        self.record.status_history.append(StatusEvent(Status.CANCELLED.value, attempt.ended, attempt.attempt,
+                                                      self.driver, message))
+
     def attempt_succeeded(self, attempt: Attempt, hardware: dict[str, Any] | None = None) -> None:
         attempt.ended, attempt.status = now_iso(), Status.SUCCESS.value
         attempt.hardware = hardware or attempt.hardware
@@ -103,6 +124,11 @@ class StepRecorder:
     def write_failed(self, attempt: Attempt, duration_s: float) -> None:
         self.record.status = Status.FAILED.value
         self.record.error = attempt.error
+        self.record.timings = Timings(self.started, attempt.ended, round(duration_s, 3))
+        self._write(durable=True)
+
+    def write_cancelled(self, attempt: Attempt, duration_s: float) -> None:
+        self.record.status = Status.CANCELLED.value
         self.record.timings = Timings(self.started, attempt.ended, round(duration_s, 3))
         self._write(durable=True)
 

@@ -9,7 +9,9 @@ succeeded it calls `StepRunner.run`, in a driver thread, which
      preemption within one budget and a failure within another,
   4. writes the output manifest and the full record, then SUCCESS last, then releases the lease.
 
-A runner that loses the lease cancels the step and writes nothing more.
+A runner that loses the lease cancels the step and writes nothing more. A runner whose `cancel`
+event is set (the driver was interrupted: interrupt.py) cancels the step, records it CANCELLED
+with the time, and releases the lease; a cancelled step is not a failure and runs again next time.
 """
 
 from __future__ import annotations
@@ -18,13 +20,22 @@ import dataclasses
 import functools
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from marin_lab.execution.backends import Guard
+from marin_lab.execution.capacity import DEFAULT_UNSCHEDULABLE_TIMEOUT_S, UnschedulableWatch
 from marin_lab.execution.environments import ensure_environment, run_in_step_environment
-from marin_lab.execution.errors import LeaseLostError, PreemptedError, RecordError, StepFailedError, StorageError
+from marin_lab.execution.errors import (
+    LeaseLostError,
+    PreemptedError,
+    RecordError,
+    StepCancelledError,
+    StepFailedError,
+    StorageError,
+)
 from marin_lab.execution.hashing import unversioned_fingerprint
 from marin_lab.execution.lease import HOSTNAME, Lease
 from marin_lab.execution.plan import Plan, PlannedStep
@@ -42,7 +53,7 @@ logger = logging.getLogger(__name__)
 class StepOutcome:
     identity: str
     status: str
-    """SUCCESS | FAILED | DEP_FAILED | LOST | SKIPPED"""
+    """SUCCESS | FAILED | DEP_FAILED | LOST | SKIPPED | CANCELLED"""
     executed: bool = False
     message: str | None = None
 
@@ -56,6 +67,10 @@ class RunnerSettings:
     wait_poll_s: float = 1.0
     max_preemption_retries: int = 10
     max_failure_retries: int = 0
+    unschedulable_timeout_s: float = DEFAULT_UNSCHEDULABLE_TIMEOUT_S
+    """How long a submitted step may wait while no node of the cluster can hold it (capacity.py)."""
+    cancel_grace_s: float = 10.0
+    """How long a cancelled step's handle may take to end before the runner records it anyway."""
 
 
 def step_lease(ps: PlannedStep, driver_id: str, settings: RunnerSettings) -> Lease:
@@ -69,8 +84,13 @@ class StepRunner:
     `experiment` the experiment record's path under the prefix, both written into step records."""
 
     def __init__(self, *, settings: RunnerSettings, driver_id: str, backend: Any, backend_name: str,
-                 code: Callable[[], dict[str, Any]], experiment: str | None):
+                 code: Callable[[], dict[str, Any]], experiment: str | None,
+                 cancel: threading.Event | None = None, run_id: str | None = None):
         self.settings = settings
+        self.cancel = cancel or threading.Event()
+        """Set when the run is interrupted: running steps are cancelled, none is started."""
+        self.run_id = run_id
+        """The run (its record under experiments/{id}/runs/) written into terminal statuses."""
         self.driver_id = driver_id
         self.backend = backend
         self.backend_name = backend_name
@@ -97,7 +117,11 @@ class StepRunner:
             if waited_for != holder.holder:
                 logger.info("step '%s': RUNNING in driver %s; waiting for it", ps.identity, holder.holder)
                 waited_for = holder.holder
-            time.sleep(self.settings.wait_poll_s)
+            if self.cancel.wait(self.settings.wait_poll_s):
+                return StepOutcome(ps.identity, "CANCELLED", message=f"interrupted while waiting for {holder.holder}")
+        if self.cancel.is_set():  # interrupted before it started: nothing of this run to record
+            lease.release()
+            return StepOutcome(ps.identity, "CANCELLED", message="interrupted before it started")
         try:
             # Holding the lease: someone may have finished the step since it was decided.
             st = read_status(ps.output_path) or {}
@@ -116,17 +140,23 @@ class StepRunner:
             logger.warning("step '%s': its record is damaged (%s); starting a new one", ps.identity, err)
             previous = None
         config = plan.resolve_config(ps)
+        st = read_status(ps.output_path) or {}
+        last_seen = (st.get("heartbeat") or st.get("time")) if st.get("status") == Status.RUNNING.value else None
         recorder = StepRecorder(step_record(
-            ps, config, code=self.code(), experiment=self.experiment,
-            driver=self.driver_id, backend=self.backend_name, previous=previous), self.driver_id)
+            ps, config, code=self.code(), experiment=self.experiment, driver=self.driver_id,
+            backend=self.backend_name, previous=previous, last_seen=last_seen), self.driver_id)
         # A locked environment is built (once, cached by its lock hash) before the first attempt.
         fn, recorder.record.step_environment = self._step_function(ps)
         lease.start_heartbeats()
         preemptions = failures = 0
         while True:
+            if self.cancel.is_set() and preemptions + failures == 0:
+                return StepOutcome(ps.identity, "CANCELLED", message="interrupted before it started")
             attempt = recorder.start_attempt()
             if lease.lost.is_set():
                 return StepOutcome(ps.identity, "LOST", message="lease lost before start")
+            if self.cancel.is_set():  # interrupted between attempts
+                return self._cancelled(ps, recorder, attempt, lease, 0.0)
             # RUNNING and the first record are not flushed to disk (fsync): after a power loss a
             # missing or torn one reads as not done or CORRUPT, and the step runs again.
             write_status(ps.output_path, Status.RUNNING, attempt=attempt.attempt, driver=self.driver_id,
@@ -139,7 +169,11 @@ class StepRunner:
                                          on_hardware=functools.partial(recorder.attempt_placed, attempt))
             except LeaseLostError:
                 return StepOutcome(ps.identity, "LOST", message="lost the lease to another driver; stopped")
+            except StepCancelledError:
+                return self._cancelled(ps, recorder, attempt, lease, time.monotonic() - t0)
             except (PreemptedError, StepFailedError) as err:
+                if self.cancel.is_set():  # it ended because of the interrupt: not the step's failure
+                    return self._cancelled(ps, recorder, attempt, lease, time.monotonic() - t0)
                 preempted = isinstance(err, PreemptedError)
                 preemptions += preempted
                 failures += not preempted
@@ -148,8 +182,8 @@ class StepRunner:
                                         getattr(err, "traceback_text", None) or f"{type(err).__name__}: {err}",
                                         f"{kind}: {err}", hardware=err.hardware)
                 budget_left = (preemptions <= self.settings.max_preemption_retries) if preempted \
-                    else (failures <= self.settings.max_failure_retries)
-                if budget_left and not lease.lost.is_set():
+                    else (failures <= self.settings.max_failure_retries and not getattr(err, "final", False))
+                if budget_left and not lease.lost.is_set() and not self.cancel.is_set():
                     logger.warning("step '%s': attempt %d %s (%s); retrying", ps.identity, attempt.attempt,
                                    "preempted" if preempted else "failed", err)
                     continue
@@ -177,6 +211,18 @@ class StepRunner:
                         files["count"], files["total_bytes"])
             return StepOutcome(ps.identity, "SUCCESS", executed=True)
 
+    def _cancelled(self, ps: PlannedStep, recorder: StepRecorder, attempt: Any, lease: Lease,
+                   duration: float) -> StepOutcome:
+        """Record an interrupted attempt: the attempt and the step CANCELLED, with the time."""
+        recorder.attempt_cancelled(attempt, "interrupted (Ctrl-C or SIGTERM to the driver)")
+        if not lease.still_held():
+            return StepOutcome(ps.identity, "LOST", message="lease lost while cancelling; wrote nothing")
+        recorder.write_cancelled(attempt, duration)
+        self._terminal_status(ps, Status.CANCELLED, attempt.attempt, duration_s=round(duration, 3),
+                              reason="interrupted")
+        logger.warning("step '%s': CANCELLED after %.1fs (attempt %d)", ps.identity, duration, attempt.attempt)
+        return StepOutcome(ps.identity, "CANCELLED", executed=True, message=f"cancelled at {attempt.ended}")
+
     def _step_function(self, ps: PlannedStep) -> tuple[Any, dict[str, Any] | None]:
         """The callable to run, and the locked environment's description when the step has one."""
         env = ps.step.environment
@@ -196,11 +242,22 @@ class StepRunner:
         fn, log = with_step_logs(fn, ps.identity, ps.output_path, attempt, ps.step.resources)
         handle = self.backend.submit(fn, config, step_name=ps.identity, resources=ps.step.resources, guard=guard)
         heartbeat = StatusHeartbeat(ps.output_path, log, attempt=attempt, driver=self.driver_id)
+        nodes = getattr(self.backend, "live_nodes", None)
+        unschedulable = UnschedulableWatch(ps.identity, ps.step.resources, nodes, self.settings.unschedulable_timeout_s) \
+            if callable(nodes) else None
         reported = False
         while not handle.wait(0.2):
             if lease.lost.is_set():
                 handle.cancel()
                 raise LeaseLostError(f"step '{ps.identity}': lease lost")
+            if self.cancel.is_set():
+                handle.cancel()
+                handle.wait(self.settings.cancel_grace_s)  # bounded: the record is written either way
+                raise StepCancelledError(f"step '{ps.identity}': cancelled by an interrupt")
+            refused = unschedulable.poll() if unschedulable is not None else None
+            if refused:
+                handle.cancel()
+                raise StepFailedError(refused, traceback_text=refused, final=True)
             if not reported and handle.placed_hardware is not None and on_hardware is not None:
                 reported = True  # written here, in the driver's thread that owns the record
                 on_hardware(handle.placed_hardware)
@@ -214,6 +271,8 @@ class StepRunner:
         for delay in (0.0, 0.5, 2.0, 5.0):
             time.sleep(delay)
             try:
+                if self.run_id:
+                    extra.setdefault("run", self.run_id)
                 write_status(ps.output_path, status, attempt=attempt, driver=self.driver_id, **extra)
                 return
             except Exception:

@@ -34,6 +34,8 @@ class Status(str, enum.Enum):
     SUCCESS = "SUCCESS"
     FAILED = "FAILED"
     DEP_FAILED = "DEP_FAILED"
+    CANCELLED = "CANCELLED"
+    """Stopped by an interrupt (Ctrl-C, SIGTERM): not a failure; the next run runs it again."""
 
 
 MISSING = "MISSING"
@@ -64,6 +66,22 @@ def experiments_dir(prefix: str) -> str:
 def experiment_record_url(prefix: str, file_name: str) -> str:
     """`{prefix}/experiments/{file_name}`; `file_name` is `{script}-{hash8}.json`."""
     return join(experiments_dir(prefix), file_name)
+
+
+RUNS_DIR = "runs"
+"""Beside an experiment's record `{script}-{hash8}.json` (its latest run, kept for compatibility),
+the folder `{script}-{hash8}/runs/` keeps one record per run: `{started}-{run id}.json`."""
+
+
+def experiment_runs_dir(prefix: str, experiment_id: str) -> str:
+    """`{prefix}/experiments/{experiment_id}/runs`, where `experiment_id` is `{script}-{hash8}`."""
+    return join(experiments_dir(prefix), experiment_id, RUNS_DIR)
+
+
+def run_record_name(started: str, run_id: str) -> str:
+    """A run record's file name: its start time (sortable, no colons) and its id."""
+    stamp = "".join(c for c in started[:19] if c.isalnum())  # 2026-01-02T03:04:05 -> 20260102T030405
+    return f"{stamp}-{run_id}.json"
 
 
 TMP_DIR = "tmp"

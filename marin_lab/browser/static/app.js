@@ -3,7 +3,7 @@
 "use strict";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
-const STATUSES = ["SUCCESS", "RUNNING", "WAITING", "FAILED", "DEP_FAILED", "MISSING", "CORRUPT"];
+const STATUSES = ["SUCCESS", "RUNNING", "WAITING", "FAILED", "DEP_FAILED", "CANCELLED", "MISSING", "CORRUPT"];
 const app = () => document.getElementById("app");
 
 // ---- DOM helpers ----------------------------------------------------------------------------
@@ -81,7 +81,9 @@ function poll(fn) {
 function stepRunText(s) {
   const parts = [];
   if (s.run) parts.push(s.run === "executed" ? "executed in this run" : "reused");
+  if (s.produced_by && s.run !== "executed") parts.push(`by the run of ${(s.produced_by.started || "?").slice(0, 19)}`);
   if (typeof s.duration_s === "number") parts.push(fmtDuration(s.duration_s));
+  else if (s.status === "RUNNING" && s.driver_gone_since) parts.push(`driver gone since ${s.driver_gone_since}`);
   else if (s.status === "RUNNING" && typeof s.elapsed_s === "number") parts.push(`running ${fmtDuration(s.elapsed_s)}`);
   return parts.join(" · ");
 }
@@ -312,6 +314,7 @@ async function renderExperiment(id) {
       el("span", {class: "muted", text: " · the metrics of this experiment's training steps, overlaid on one chart"})),
     // A long table costs more layout than the graph; fold it away on big experiments.
     el("h2", {text: "Steps"}), exp.steps.length > 200 ? el("details", {}, el("summary", {text: `show all ${exp.steps.length} steps`}), table) : table,
+    runsSection(exp.runs),
     codeSection(exp.code));
   // Timings for benchmarks/browser_latency.py: fetch+parse vs building the DOM.
   document.body.dataset.renderMs = (performance.now() - t1).toFixed(1);
@@ -356,6 +359,16 @@ function launchSection(launch) {
     el("p", {}, badge(launch.status || "RUNNING"), ` ${launch.restarts} restart(s) of ${launch.max_restarts ?? "?"} allowed`,
       launch.message ? el("span", {class: "muted", text: ` · ${launch.message}`}) : null),
     table(["Attempt", "Outcome", "Node", "Started", "Ended", "Why", "Log"], rows, {id: "attempts"}));
+}
+
+// Every run of the experiment (its own record under experiments/{id}/runs/), newest first.
+function runsSection(runs) {
+  if (!runs || !runs.length) return null;
+  const counts = c => Object.entries(c || {}).filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(", ");
+  const rows = runs.map(r => r.state !== "ok" ? [r.file, r.state, "", "", r.error || ""] :
+    [r.started || "?", r.outcome || "?", r.ended || "", counts(r.counts), (r.command_line || []).join(" ")]);
+  return el("div", {id: "runs"}, el("h2", {text: `Runs (${runs.length})`}),
+    table(["Started", "Outcome", "Ended", "Steps", "Command line"], rows, {id: "runs-table"}));
 }
 
 function codeSection(code) {
