@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marin_lab.execution.backends import Guard
+from marin_lab.execution.decide import rebuild_reason
 from marin_lab.execution.environments import ensure_environment, run_in_step_environment
 from marin_lab.execution.errors import LeaseLostError, PreemptedError, RecordError, StepFailedError, StorageError
 from marin_lab.execution.hashing import unversioned_fingerprint
@@ -101,7 +102,7 @@ class StepRunner:
         try:
             # Holding the lease: someone may have finished the step since it was decided.
             st = read_status(ps.output_path) or {}
-            if st.get("status") == Status.SUCCESS.value:
+            if st.get("status") == Status.SUCCESS.value and rebuild_reason(ps) is None:
                 return StepOutcome(ps.identity, "SUCCESS", message=f"finished by {waited_for}" if waited_for else None)
             if st.get("status") == Status.FAILED.value and waited_for:
                 return StepOutcome(ps.identity, "FAILED", message=f"FAILED in driver {st.get('driver')}")
