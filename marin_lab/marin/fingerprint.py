@@ -76,16 +76,17 @@ def fingerprint_hash(payload: str) -> str:
 _ABSENT = object()
 
 
-def _leaves(value: Any, prefix: str, out: dict[str, Any]) -> None:
+def flatten_json(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    """`value`'s leaves into `out` as `{dotted.path: leaf}` (an empty dict is a leaf)."""
     if isinstance(value, dict) and value:
         for key, item in value.items():
-            _leaves(item, f"{prefix}.{key}" if prefix else str(key), out)
+            flatten_json(item, f"{prefix}.{key}" if prefix else str(key), out)
     else:
         out[prefix or "<config>"] = value
 
 
 def drift_fields(old_payload: str | None, new_payload: str | None) -> list[tuple[str, Any, Any]]:
-    """(field, recorded, now) for each leaf that differs; a missing side is `_ABSENT`-free None-safe."""
+    """(field, recorded, now) for each leaf that differs (None for a side that lacks the field)."""
     if not old_payload or not new_payload:
         return []
     try:
@@ -94,8 +95,8 @@ def drift_fields(old_payload: str | None, new_payload: str | None) -> list[tuple
         return []
     a: dict[str, Any] = {}
     b: dict[str, Any] = {}
-    _leaves(old, "", a)
-    _leaves(new, "", b)
+    flatten_json(old, "", a)
+    flatten_json(new, "", b)
     changes = []
     for key in sorted(set(a) | set(b)):
         va, vb = a.get(key, _ABSENT), b.get(key, _ABSENT)

@@ -47,6 +47,7 @@ from marin_lab.marin.artifact import (
     write_artifact,
 )
 from marin_lab.marin.executor import Executor
+from marin_lab.marin.fingerprint import flatten_json
 from marin_lab.marin.remote import RemoteCallable
 from marin_lab.marin.resources import step_resources
 from marin_lab.marin.step_spec import StepSpec, _is_relative_path, marin_prefix
@@ -102,12 +103,23 @@ def _identity(spec: StepSpec) -> dict[str, Any]:
     attrs = spec.hash_attrs
     if attrs.get(FINGERPRINT_KEY) is None:
         return {"step_spec": spec.name_with_hash, "hash_attrs": attrs}
-    try:
-        recipe = json.loads(spec.fingerprint_payload) if spec.fingerprint_payload else None
-    except ValueError:
-        recipe = spec.fingerprint_payload
     return {"artifact": f"{spec.name}@{attrs.get(VERSION_KEY)}", **{k: v for k, v in attrs.items() if k != "deps"},
-            "recipe": recipe}
+            "recipe": recipe_fields(spec.fingerprint_payload)}
+
+
+def recipe_fields(payload: str | None) -> dict[str, str]:
+    """An artifact's recipe as `{field.path: JSON of its value}`: what `marin-lab explain` diffs field
+    by field. Values stay JSON text, so a literal URL in a recipe is identity, not an input the
+    executor's egress guard would place (the step reads it in `build_config`, at run time)."""
+    if not payload:
+        return {}
+    try:
+        document = json.loads(payload)
+    except ValueError:
+        return {"<config>": payload}
+    leaves: dict[str, Any] = {}
+    flatten_json(document, "", leaves)
+    return {key: json.dumps(value, sort_keys=True) for key, value in leaves.items()}
 
 
 def _pin(output_path: str, prefix: str) -> str:
