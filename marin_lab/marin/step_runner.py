@@ -20,30 +20,35 @@ An `ExecutorStep` may sit in a StepSpec's `deps` (an ArtifactStep that reads an 
 output), and `executor_step(spec)` gives the ExecutorStep for a StepSpec, for an ExecutorStep
 config that reads an artifact (`marin_lab.marin.lazy.executor_step`).
 
-A step that fails raises RuntimeError (Marin's runner does) chained to the executor's
-`ExperimentFailedError`, whose message names the step, its error and its records.
+Placement is Marin's: a plain step function runs in a thread of the driver, a `remote(...)` one on
+Ray with its resources (`marin_lab.marin.thread_backend`); `backend="local"` or `"ray"` (or
+`$MARIN_LAB_BACKEND`) chooses marin_lab's worker processes or Ray for every step instead. A step
+that fails raises RuntimeError, as Marin's runner does, naming the failed steps and their records.
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import json
 import logging
 import os
 import time  # noqa: F401 - Marin's tests replace step_runner.time with a fake clock
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import is_dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
-from marin_lab.execution import THIS_OUTPUT_PATH, ExecutorStep, versioned
+from marin_lab.execution import THIS_OUTPUT_PATH, ExecutorStep, InputName, versioned
 from marin_lab.execution.errors import ExperimentFailedError
+from marin_lab.execution.status import Status, read_status
 from marin_lab.io.fs import makedirs
 from marin_lab.marin.artifact import (
     FINGERPRINT_KEY,
     VERSION_KEY,
     check_drift,
+    is_mutable_version,
     write_artifact,
 )
 from marin_lab.marin.executor import Executor
@@ -51,6 +56,7 @@ from marin_lab.marin.fingerprint import flatten_json
 from marin_lab.marin.remote import RemoteCallable
 from marin_lab.marin.resources import step_resources
 from marin_lab.marin.step_spec import StepSpec, _is_relative_path, marin_prefix
+from marin_lab.marin.thread_backend import ThreadOrRayBackend
 
 __all__ = ["SpecFunction", "StepRunner", "executor_step", "executor_steps"]
 
@@ -64,7 +70,8 @@ class SpecConfig:
     identity: Any
     """versioned: what the step's identity is made of (see the module docstring)."""
     deps: list[Any] = dataclasses.field(default_factory=list)
-    """The dependencies' ExecutorSteps: the executor waits for them."""
+    """References to the dependencies' ExecutorSteps: the executor waits for them (unless this step
+    is served from cache, when they are `.nonblocking()`)."""
     output_path: str = THIS_OUTPUT_PATH
 
 
@@ -143,7 +150,10 @@ def executor_steps(specs: Sequence[StepSpec | ExecutorStep], prefix: str | None 
         key = spec.output_path
         if key in made:
             return made[key]
-        deps = [convert(d) for d in spec.deps]
+        # A step served from cache needs nothing upstream: its dependencies stay in its identity but
+        # are not waited for or run (Marin prunes a built subtree the same way).
+        cached = _served_from_cache(spec)
+        deps = [InputName(step=convert(d), block_on_step=not cached) for d in spec.deps]
         resources: Any = None
         if isinstance(spec.fn, RemoteCallable):
             resources = step_resources(spec.fn.resources)[0]
@@ -158,16 +168,40 @@ def executor_steps(specs: Sequence[StepSpec | ExecutorStep], prefix: str | None 
     return [convert(s) for s in specs]
 
 
+def _served_from_cache(spec: StepSpec) -> bool:
+    """Whether a run would reuse `spec`'s output: SUCCESS recorded, and not a mutable version."""
+    if FINGERPRINT_KEY in spec.hash_attrs and is_mutable_version(str(spec.hash_attrs.get(VERSION_KEY, ""))):
+        return False
+    return (read_status(spec.output_path) or {}).get("status") == Status.SUCCESS.value
+
+
 def executor_step(spec: StepSpec | ExecutorStep, prefix: str | None = None) -> ExecutorStep:
     """The ExecutorStep `spec` runs as: put it in an ExecutorStep's config (or `output_path_of` it)."""
     return executor_steps([spec], prefix)[0]
 
 
+class _SpecExecutor(Executor):
+    """marin_lab's executor, with Marin's in-thread placement as the `thread` backend."""
+
+    def __init__(self, *, backend: str, context: contextvars.Context, **kwargs: Any):
+        super().__init__(backend="local" if backend == "thread" else backend, **kwargs)
+        self.backend_name = backend
+        self._context = context
+        self.thread_backend: ThreadOrRayBackend | None = None
+
+    def _make_backend(self) -> Any:
+        if self.backend_name != "thread":
+            return super()._make_backend()
+        self.thread_backend = ThreadOrRayBackend(self._context, ray_address=self.ray_address)
+        return self.thread_backend
+
+
 class StepRunner:
     """Runs StepSpec graphs on marin_lab's executor (see the module docstring).
 
-    `backend`: "local" (a worker process per step) or "ray"; default `$MARIN_LAB_BACKEND`, else
-    "ray" when a step asks for accelerators, else "local". Other keyword arguments go to
+    `backend`: "thread" (Marin's placement: a plain step in a driver thread, a `remote(...)` one on
+    Ray with its resources), "local" (a worker process per step) or "ray"; default
+    `$MARIN_LAB_BACKEND`, else "thread". Other keyword arguments go to
     `marin_lab.execution.Executor` (`max_failure_retries`, `max_preemption_retries`, ...).
     """
 
@@ -177,42 +211,29 @@ class StepRunner:
         self.executor_options = executor_options
         self.last_report: Any = None
 
-    def _backend(self, steps: Sequence[ExecutorStep]) -> str:
-        if self.backend:
-            return self.backend
-        if os.environ.get("MARIN_LAB_BACKEND"):
-            return os.environ["MARIN_LAB_BACKEND"]
-        wants_ray = any(s.resources is not None and not isinstance(s.resources, dict) for s in steps)
-        return "ray" if wants_ray else "local"
-
-    def run(self, steps: Sequence[StepSpec | ExecutorStep], *, dry_run: bool = False, force_run_failed: bool = True,
+    def run(self, steps: Iterable[StepSpec | ExecutorStep], *, dry_run: bool = False, force_run_failed: bool = True,
             max_concurrent: int | None = None) -> None:
-        """Run `steps` and everything they depend on; steps already done are reused."""
+        """Run `steps` and everything they depend on; steps already done are reused.
+
+        A failure raises RuntimeError('N step(s) failed: ...') whose cause is, for a step that ran
+        in-thread, RuntimeError('Step failed: NAME') caused by the step's own exception.
+        """
         prefix = self.prefix or marin_prefix()
-        roots = executor_steps(steps, prefix)
-        every = _closure(roots)
-        executor = Executor(prefix=prefix, backend=self._backend(every), max_concurrent=max_concurrent,
-                            force_run_failed=force_run_failed, **self.executor_options)
+        roots = executor_steps(list(steps), prefix)
+        backend = self.backend or os.environ.get("MARIN_LAB_BACKEND") or "thread"
+        executor = _SpecExecutor(prefix=prefix, backend=backend, context=contextvars.copy_context(),
+                                 max_concurrent=max_concurrent or 8, force_run_failed=force_run_failed,
+                                 **self.executor_options)
         try:
             self.last_report = executor.run(roots, dry_run=dry_run)
         except ExperimentFailedError as err:
-            raise RuntimeError(f"steps failed: {err}") from err
-
-
-def _closure(roots: Sequence[ExecutorStep]) -> list[ExecutorStep]:
-    out: list[ExecutorStep] = []
-    seen: set[int] = set()
-    stack = list(roots)
-    while stack:
-        step = stack.pop()
-        if id(step) in seen:
-            continue
-        seen.add(id(step))
-        out.append(step)
-        config = step.config
-        if isinstance(config, SpecConfig):
-            stack.extend(d for d in config.deps if isinstance(d, ExecutorStep))
-    return out
+            errors = executor.thread_backend.errors if executor.thread_backend is not None else {}
+            if errors:
+                identity, original = next(iter(errors.items()))
+                step_failure = RuntimeError(f"Step failed: {identity.rsplit('-', 1)[0]}")
+                step_failure.__cause__ = original
+                raise RuntimeError(str(err)) from step_failure
+            raise RuntimeError(str(err)) from err
 
 
 def is_artifact_step(step: ExecutorStep) -> bool:
