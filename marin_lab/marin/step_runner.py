@@ -42,6 +42,7 @@ from pydantic import BaseModel
 
 from marin_lab.execution import THIS_OUTPUT_PATH, ExecutorStep, InputName, versioned
 from marin_lab.execution.errors import ExperimentFailedError
+from marin_lab.execution.plan import Plan, PlannedStep
 from marin_lab.execution.status import Status, read_status
 from marin_lab.io.fs import makedirs
 from marin_lab.marin.artifact import (
@@ -70,8 +71,7 @@ class SpecConfig:
     identity: Any
     """versioned: what the step's identity is made of (see the module docstring)."""
     deps: list[Any] = dataclasses.field(default_factory=list)
-    """References to the dependencies' ExecutorSteps: the executor waits for them (unless this step
-    is served from cache, when they are `.nonblocking()`)."""
+    """References to the dependencies' ExecutorSteps: the executor waits for them."""
     output_path: str = THIS_OUTPUT_PATH
 
 
@@ -150,10 +150,7 @@ def executor_steps(specs: Sequence[StepSpec | ExecutorStep], prefix: str | None 
         key = spec.output_path
         if key in made:
             return made[key]
-        # A step served from cache needs nothing upstream: its dependencies stay in its identity but
-        # are not waited for or run (Marin prunes a built subtree the same way).
-        cached = _served_from_cache(spec)
-        deps = [InputName(step=convert(d), block_on_step=not cached) for d in spec.deps]
+        deps = [InputName(step=convert(d)) for d in spec.deps]
         resources: Any = None
         if isinstance(spec.fn, RemoteCallable):
             resources = step_resources(spec.fn.resources)[0]
@@ -168,11 +165,13 @@ def executor_steps(specs: Sequence[StepSpec | ExecutorStep], prefix: str | None 
     return [convert(s) for s in specs]
 
 
-def _served_from_cache(spec: StepSpec) -> bool:
-    """Whether a run would reuse `spec`'s output: SUCCESS recorded, and not a mutable version."""
-    if FINGERPRINT_KEY in spec.hash_attrs and is_mutable_version(str(spec.hash_attrs.get(VERSION_KEY, ""))):
+def _served_from_cache(ps: PlannedStep) -> bool:
+    """Whether a run reuses the step's output: SUCCESS recorded, and not a mutable version."""
+    fn = ps.step.fn
+    if isinstance(fn, SpecFunction) and FINGERPRINT_KEY in fn.spec.hash_attrs \
+            and is_mutable_version(str(fn.spec.hash_attrs.get(VERSION_KEY, ""))):
         return False
-    return (read_status(spec.output_path) or {}).get("status") == Status.SUCCESS.value
+    return (read_status(ps.output_path) or {}).get("status") == Status.SUCCESS.value
 
 
 def executor_step(spec: StepSpec | ExecutorStep, prefix: str | None = None) -> ExecutorStep:
@@ -188,6 +187,22 @@ class _SpecExecutor(Executor):
         self.backend_name = backend
         self._context = context
         self.thread_backend: ThreadOrRayBackend | None = None
+
+    def select(self, plan: Plan, run_only: Sequence[str] | None) -> list[PlannedStep]:
+        """The roots and what they need, except below a step served from cache: Marin prunes a
+        built subtree (its unbuilt ancestors are not run), where marin_lab's executor runs them."""
+        if run_only:
+            return super().select(plan, run_only)
+        keep: set[str] = set()
+        stack = list(plan.roots)
+        while stack:
+            ps = stack.pop()
+            if ps.identity in keep:
+                continue
+            keep.add(ps.identity)
+            if not _served_from_cache(ps):
+                stack.extend(ps.dependencies)
+        return [ps for ps in plan.steps if ps.identity in keep]
 
     def _make_backend(self) -> Any:
         if self.backend_name != "thread":
