@@ -49,11 +49,20 @@ def _cmd_status(args: argparse.Namespace) -> int:
         if exp.get("description"):
             print(f"    {exp['description']}")
         for step, st in statuses:
-            print(f"    {st:<11} {step.get('identity', '?')}")
+            print(f"    {st:<11} {step.get('identity', '?')}{_artifact_label(step)}")
             if step.get("damage"):
                 damaged += 1
                 print(f"    {'':<11}   damaged: {step['damage']} (treated as not done: the next run redoes it)")
     return 1 if damaged else 0
+
+
+def _artifact_label(step: dict) -> str:
+    """'  = name@version (fingerprint f)' for a name@version artifact's step (marin_lab.marin.lazy)."""
+    config = (step.get("version") or {}).get("config") if isinstance(step.get("version"), dict) else None
+    identity = config.get("identity") if isinstance(config, dict) else None
+    if isinstance(identity, dict) and identity.get("artifact"):
+        return f"  = {identity['artifact']} (fingerprint {identity.get('fingerprint')})"
+    return ""
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -70,7 +79,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     for ps in plan.steps:
         if pattern and not (pattern.search(ps.name) or pattern.search(ps.identity)):
             continue
-        if index.record(ps.output_path) is not None and not args.all:
+        recorded = index.record(ps.output_path)
+        if recorded is not None and recorded.identity in (None, ps.identity) and not args.all:
             continue
         for line in explain_step(plan, ps, index, seen=seen):
             print(line)

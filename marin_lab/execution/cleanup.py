@@ -122,6 +122,15 @@ def _step_folders(prefix: str) -> list[str]:
     return found
 
 
+def _is_referenced(url: str, prefix: str, name: str, referenced: set[str], referenced_paths: set[str]) -> bool:
+    """A hashed folder (`name-hash8`) by its name, wherever the prefix was spelled; a folder addressed
+    by name (`{name}/{version}`, marin_lab.marin's artifacts) by its whole path under the prefix."""
+    if re.fullmatch(r".+-[0-9a-f]{8}", name):
+        return name in referenced
+    rel = url[len(prefix):].strip("/")
+    return any(p == url or p.endswith("/" + rel) for p in referenced_paths)
+
+
 def find_garbage(prefix: str, older_than_s: float, *, now: float | None = None) -> tuple[list[Candidate], list[str]]:
     """(candidates, notes); lists, never deletes."""
     now = time.time() if now is None else now
@@ -130,8 +139,9 @@ def find_garbage(prefix: str, older_than_s: float, *, now: float | None = None) 
     notes = []
     experiments = list_experiments(prefix)
     damaged = [e["_path"] for e in experiments if e.get("corrupt")]
-    referenced = {str(s.get("output_path", "")).rstrip("/").rsplit("/", 1)[-1]
-                  for e in experiments if not e.get("corrupt") for s in e.get("steps", []) if isinstance(s, dict)}
+    referenced_paths = {str(s.get("output_path", "")).rstrip("/") for e in experiments if not e.get("corrupt")
+                        for s in e.get("steps", []) if isinstance(s, dict)}
+    referenced = {p.rsplit("/", 1)[-1] for p in referenced_paths}
     if damaged:
         notes.append(f"{len(damaged)} experiment record(s) are damaged ({damaged[0]}...): what they reference is "
                      "unknown, so no step is listed as unreferenced")
@@ -145,7 +155,7 @@ def find_garbage(prefix: str, older_than_s: float, *, now: float | None = None) 
             kind, detail = "failed", status
         elif status in ("RUNNING", "WAITING") or status is None:
             kind, detail = "abandoned", f"{status or 'no status'}, no live lease"
-        elif name not in referenced and not damaged:
+        elif not _is_referenced(url, prefix, name, referenced, referenced_paths) and not damaged:
             kind, detail = "unreferenced", status or ""
         else:
             continue  # a referenced SUCCESS (or a step we cannot judge): kept

@@ -42,6 +42,7 @@ from pydantic import BaseModel
 
 from marin_lab.execution import THIS_OUTPUT_PATH, ExecutorStep, InputName, versioned
 from marin_lab.execution.errors import ExperimentFailedError
+from marin_lab.execution.main import offer_steps
 from marin_lab.execution.plan import Plan, PlannedStep
 from marin_lab.execution.status import Status, read_status
 from marin_lab.io.fs import makedirs
@@ -80,6 +81,11 @@ class SpecFunction:
     """`fn(output_path)` of a StepSpec, as an ExecutorStep function (see the module docstring)."""
 
     spec: StepSpec
+
+    @property
+    def addressed_by_name(self) -> bool:
+        """Pinned at `{name}/{version}` by design (the planner does not warn of the pin)."""
+        return FINGERPRINT_KEY in self.spec.hash_attrs
 
     @property
     def __name__(self) -> str:
@@ -235,6 +241,8 @@ class StepRunner:
         """
         prefix = self.prefix or marin_prefix()
         roots = executor_steps(list(steps), prefix)
+        if not dry_run:
+            offer_steps(roots)  # `marin-lab explain` runs the experiment file up to here
         backend = self.backend or os.environ.get("MARIN_LAB_BACKEND") or "thread"
         executor = _SpecExecutor(prefix=prefix, backend=backend, context=contextvars.copy_context(),
                                  max_concurrent=max_concurrent or 8, force_run_failed=force_run_failed,
