@@ -53,7 +53,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         if runs:
             print("    runs (newest first): " + "; ".join(_run_line(r) for r in runs))
         for step, st in statuses:
-            print(f"    {st:<11} {step.get('identity', '?')}")
+            print(f"    {st:<11} {step.get('identity', '?')}{_artifact_label(step)}")
             if step.get("driver_gone_since"):
                 print(f"    {'':<11}   {describe_status(step, st)}: the next run takes it over")
             if step.get("damage"):
@@ -69,6 +69,15 @@ def _run_line(run: dict) -> str:
     counts = run["counts"] if isinstance(run.get("counts"), dict) else {}
     done = ", ".join(f"{n} {k}" for k, n in counts.items() if isinstance(n, int) and n)
     return f"{str(run.get('started', '?'))[:19]} {run.get('outcome', '?')}" + (f" ({done})" if done else "")
+
+
+def _artifact_label(step: dict) -> str:
+    """'  = name@version (fingerprint f)' for a name@version artifact's step (marin_lab.marin.lazy)."""
+    config = (step.get("version") or {}).get("config") if isinstance(step.get("version"), dict) else None
+    identity = config.get("identity") if isinstance(config, dict) else None
+    if isinstance(identity, dict) and identity.get("artifact"):
+        return f"  = {identity['artifact']} (fingerprint {identity.get('fingerprint')})"
+    return ""
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -92,7 +101,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     for ps in plan.steps:
         if pattern and not (pattern.search(ps.name) or pattern.search(ps.identity)):
             continue
-        if index.record(ps.output_path) is not None and not args.all:
+        recorded = index.record(ps.output_path)
+        if recorded is not None and recorded.identity in (None, ps.identity) and not args.all:
             continue
         for line in explain_step(plan, ps, index, seen=seen):
             print(line)

@@ -138,9 +138,13 @@ def _record_damage(record: dict[str, Any]) -> str | None:
     return None
 
 
-def _referenced(experiments: list[dict[str, Any]]) -> set[str]:
-    return {s["output_path"].rstrip("/").rsplit("/", 1)[-1]
-            for e in experiments for s in e.get("steps", []) if isinstance(s, dict) and isinstance(s.get("output_path"), str)}
+def _is_referenced(url: str, prefix: str, name: str, referenced: set[str], referenced_paths: set[str]) -> bool:
+    """A hashed folder (`name-hash8`) by its name, wherever the prefix was spelled; a folder addressed
+    by name (`{name}/{version}`, marin_lab.marin's artifacts) by its whole path under the prefix."""
+    if re.fullmatch(r".+-[0-9a-f]{8}", name):
+        return name in referenced
+    rel = url[len(prefix):].strip("/")
+    return any(p == url or p.endswith("/" + rel) for p in referenced_paths)
 
 
 def find_garbage(prefix: str, older_than_s: float, *, now: float | None = None) -> tuple[list[Candidate], list[str]]:
@@ -151,7 +155,11 @@ def find_garbage(prefix: str, older_than_s: float, *, now: float | None = None) 
     notes = []
     experiments = list_experiments(prefix)
     damaged = [(e["_path"], why) for e in experiments if (why := _record_damage(e))]
-    referenced = _referenced(experiments)  # even a damaged record's readable entries
+    # Even a damaged record's readable entries are references.
+    referenced_paths = {s["output_path"].rstrip("/") for e in experiments
+                        for s in (e["steps"] if isinstance(e.get("steps"), list) else [])
+                        if isinstance(s, dict) and isinstance(s.get("output_path"), str)}
+    referenced = {p.rsplit("/", 1)[-1] for p in referenced_paths}
     if damaged:
         notes.append(f"{len(damaged)} experiment record(s) are damaged ({damaged[0][0]}: {damaged[0][1]}): what they "
                      "reference is unknown, so no step is listed as unreferenced")
@@ -165,7 +173,7 @@ def find_garbage(prefix: str, older_than_s: float, *, now: float | None = None) 
             kind, detail = "failed", status
         elif status in ("RUNNING", "WAITING") or status is None:
             kind, detail = "abandoned", f"{status or 'no status'}, no live lease"
-        elif name not in referenced and not damaged:
+        elif not _is_referenced(url, prefix, name, referenced, referenced_paths) and not damaged:
             kind, detail = "unreferenced", status or ""
         else:
             continue  # a referenced SUCCESS (or a step we cannot judge): kept

@@ -48,6 +48,9 @@ def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[P
     difference against the previous recorded version for a step that is new."""
     status = (st or {}).get("status")
     if status == Status.SUCCESS.value:
+        rebuild = rebuild_reason(ps)
+        if rebuild is not None:
+            return Decision(ps, "run", rebuild)
         return Decision(ps, "skip", f"SUCCESS at {(st or {}).get('time')}", tuple(stale_reuse_notes(ps, st or {})))
     if status == Status.RUNNING.value:
         holder = lease(ps).current_holder()
@@ -75,6 +78,16 @@ def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[P
             reason = f"new version (latest recorded: {previous.identity})"
             notes = tuple(diff_versions(previous.version, ps.version))
     return Decision(ps, "run", reason, notes)
+
+
+def rebuild_reason(ps: PlannedStep) -> str | None:
+    """Why a step's SUCCESS must not be reused, or None to reuse it.
+
+    A step function may carry `rebuild_reason(output_path)` (a name@version artifact does:
+    marin_lab.marin.step_runner): it returns a reason for a mutable version, which rebuilds in
+    place, and None otherwise; it may warn of recipe drift, or raise to stop the run."""
+    hook = getattr(ps.step.fn, "rebuild_reason", None)
+    return hook(ps.output_path) if callable(hook) else None
 
 
 def stale_reuse_notes(ps: PlannedStep, st: dict[str, Any]) -> list[str]:

@@ -366,7 +366,7 @@ class Executor:
             return outcomes
         self._mark_waiting([plan.by_identity[i] for i in pending if by_id[i].reason == "no output yet"])
 
-        backend = make_backend(self.backend_name, ray_address=self.ray_address)
+        backend = self._make_backend()
         runner = StepRunner(settings=self.runner_settings, driver_id=self.driver_id, backend=backend,
                             backend_name=self.backend_name, code=self._code_provenance,
                             experiment=under_prefix(self.executor_info_path, self.prefix),
@@ -416,6 +416,10 @@ class Executor:
                     cf.delete(got[1])
             except Exception:  # another driver's status, or storage trouble: left as it is
                 logger.debug("step '%s': WAITING left in place", ps.identity, exc_info=True)
+
+    def _make_backend(self) -> Any:
+        """Where step functions run (backends.py); marin_lab.marin's step runner adds Marin's in-thread one."""
+        return make_backend(self.backend_name, ray_address=self.ray_address)
 
     def _mark_waiting(self, steps: Sequence[PlannedStep]) -> None:
         """Record WAITING for queued steps that never started, so browsers see the whole run.

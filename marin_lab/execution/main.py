@@ -189,6 +189,14 @@ def _json_list_or_regex(value: str) -> list[str]:
     return [value]
 
 
+def offer_steps(steps: Sequence[ExecutorStep], description: str | None = None) -> None:
+    """For a front end other than `executor_main` (marin_lab.marin's StepRunner), just before it
+    runs `steps`: under `capture_steps` the steps are recorded and the script stops here."""
+    if _CAPTURE is not None:
+        _CAPTURE.append((list(steps), description))
+        raise _Captured()
+
+
 def capture_steps(script: str, argv: Sequence[str] = ()) -> tuple[list[ExecutorStep], str | None]:
     """Run an experiment file up to its `executor_main` call and return the steps it passes."""
     import runpy
@@ -203,7 +211,7 @@ def capture_steps(script: str, argv: Sequence[str] = ()) -> tuple[list[ExecutorS
         except _Captured:
             pass
         if not _CAPTURE:
-            raise MarinLabError(f"{script} never called executor_main(steps=...); nothing to explain")
+            raise MarinLabError(f"{script} never called executor_main(steps=...) nor built Marin ArtifactSteps (pass --run to an experiment_main); nothing to explain")
         return _CAPTURE[0]
     finally:
         _CAPTURE = None

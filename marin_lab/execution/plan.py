@@ -373,7 +373,8 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
         if step.override_output_path:
             pinned = step.override_output_path
             pinned = pinned.rstrip("/") if "://" in pinned or pinned.startswith("/") else join(prefix, pinned)
-            if pinned != output_path:
+            # A step addressed by name (a name@version artifact: its function says so) is pinned by design.
+            if pinned != output_path and not getattr(step.fn, "addressed_by_name", False):
                 logger.warning("step '%s': output path pinned to %s (computed: %s)", step.name, pinned, output_path)
             output_path = pinned
         ps = PlannedStep(step=_normalized(step), version=version, hash=h, output_path=output_path,

@@ -27,6 +27,7 @@ from typing import Any
 
 from marin_lab.execution.backends import Guard
 from marin_lab.execution.capacity import DEFAULT_UNSCHEDULABLE_TIMEOUT_S, UnschedulableWatch
+from marin_lab.execution.decide import rebuild_reason
 from marin_lab.execution.environments import ensure_environment, run_in_step_environment
 from marin_lab.execution.errors import (
     LeaseLostError,
@@ -125,7 +126,7 @@ class StepRunner:
         try:
             # Holding the lease: someone may have finished the step since it was decided.
             st = read_status(ps.output_path) or {}
-            if st.get("status") == Status.SUCCESS.value:
+            if st.get("status") == Status.SUCCESS.value and rebuild_reason(ps) is None:
                 return StepOutcome(ps.identity, "SUCCESS", message=f"finished by {waited_for}" if waited_for else None)
             if st.get("status") == Status.FAILED.value and waited_for:
                 return StepOutcome(ps.identity, "FAILED", message=f"FAILED in driver {st.get('driver')}")

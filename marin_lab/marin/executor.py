@@ -42,7 +42,7 @@ from marin_lab.execution.errors import ExecutorConfigError, LeaseLostError
 from marin_lab.execution.hashing import canonical_json, scan_config
 from marin_lab.execution.plan import Plan
 from marin_lab.execution.status import info_path as get_info_path
-from marin_lab.execution.status import read_status
+from marin_lab.execution.status import Status, read_status, write_status
 from marin_lab.execution.status import status_path as get_status_path
 from marin_lab.execution.step import ExecutorStep
 
@@ -122,7 +122,8 @@ class StatusFile:
 
     `status` reads ours, Marin's JSON lines or its one-word file. The lock methods act on our lease
     file (`.executor_lease`, `marin_lab.execution.lease`, with its conditional writes), not on
-    Marin's `.executor_status.lock`; the status itself is never written here.
+    Marin's `.executor_status.lock`. `write_status` writes ours (`.executor_status`), as a driver
+    that holds the step would.
     """
 
     def __init__(self, output_path: str, worker_id: str | None = None):
@@ -135,6 +136,10 @@ class StatusFile:
     def status(self) -> str | None:
         record = read_status(self.output_path)
         return None if record is None else record.get("status")
+
+    def write_status(self, status: str) -> None:
+        """Record `status` (one of the STATUS_* names) as this worker."""
+        write_status(self.output_path, Status(status), driver=self.worker_id)
 
     def try_acquire_lock(self) -> bool:
         """Take the lease if it is free, stale or already ours."""

@@ -1,9 +1,14 @@
-"""Marin's resource spellings (its `marin.resources`): what a training run asks for.
+"""Marin's resource spellings (its `marin.resources`, and Fray's `ResourceConfig`): what a step asks for.
 
 `SimpleTrainConfig(resources=CpuOnlyConfig(num_cpus=1), ...)` reads as in Marin. `step_resources`
 turns one into what marin_lab's executor schedules: Ray options for CPUs, `GpuResources` and
 `TpuResources` (marin_lab.cluster.resources) for accelerators. marin_lab's own resource objects (or a
 dict of Ray options) pass through as they are.
+
+`ResourceConfig` is Fray's (`fray.types.ResourceConfig`), which today's Marin steps pass to
+`remote(fn, resources=...)`: `ResourceConfig.with_tpu("v5p-8")`, `.with_gpu("H100", count=8)`,
+`.with_cpu(cpu=4)`. Its `device` is a `TpuConfig`, `GpuConfig` (Fray's; `FrayGpuConfig` here,
+since `GpuConfig` is Marin's older name) or `CpuConfig`.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ from typing import Any
 
 from marin_lab.cluster.resources import GpuResources, TpuResources
 
-__all__ = ["CpuOnlyConfig", "GpuConfig", "TpuPodConfig", "step_resources"]
+__all__ = ["CpuConfig", "CpuOnlyConfig", "FrayGpuConfig", "GpuConfig", "ResourceConfig", "TpuConfig", "TpuPodConfig",
+           "step_resources"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,8 +47,79 @@ class TpuPodConfig:
     slice_count: int = 1
 
 
+@dataclasses.dataclass(frozen=True)
+class CpuConfig:
+    """Fray's CPU-only device."""
+
+    kind: str = "cpu"
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuConfig:
+    """Fray's TPU device: a slice type such as "v5p-8"."""
+
+    variant: str
+    kind: str = "tpu"
+
+
+@dataclasses.dataclass(frozen=True)
+class FrayGpuConfig:
+    """Fray's GPU device: `count` GPUs of `variant` ("auto": any)."""
+
+    variant: str = "auto"
+    count: int = 1
+    kind: str = "gpu"
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourceConfig:
+    """Fray's resource request for one step: CPUs, memory, disk, a device, and how many replicas
+    (for a TPU: slices)."""
+
+    cpu: float = 1
+    ram: str = "4g"
+    disk: str = "16g"
+    device: CpuConfig | TpuConfig | FrayGpuConfig = dataclasses.field(default_factory=CpuConfig)
+    replicas: int = 1
+    preemptible: bool = True
+    regions: tuple[str, ...] | None = None
+    env_vars: dict[str, str] | None = None
+
+    @staticmethod
+    def with_tpu(tpu_type: str, *, slice_count: int = 1, cpu: float = 1, ram: str = "4g", disk: str = "16g",
+                 preemptible: bool = True, regions: Any = None, **_ignored: Any) -> "ResourceConfig":
+        """Whole TPU slices of `tpu_type` (e.g. "v5p-8", "v6e-256"), `slice_count` of them."""
+        if slice_count < 1:
+            raise ValueError(f"slice_count must be at least 1, got {slice_count}")
+        return ResourceConfig(cpu=cpu, ram=ram, disk=disk, device=TpuConfig(variant=tpu_type), replicas=slice_count,
+                              preemptible=preemptible, regions=tuple(regions) if regions else None)
+
+    @staticmethod
+    def with_gpu(gpu_type: str = "auto", count: int = 1, *, cpu: float = 1, ram: str = "4g", disk: str = "16g",
+                 preemptible: bool = True, regions: Any = None, **_ignored: Any) -> "ResourceConfig":
+        """`count` GPUs of `gpu_type` ("H100", "A100", or "auto") on one node."""
+        return ResourceConfig(cpu=cpu, ram=ram, disk=disk, device=FrayGpuConfig(variant=gpu_type, count=count),
+                              preemptible=preemptible, regions=tuple(regions) if regions else None)
+
+    @staticmethod
+    def with_cpu(cpu: float = 1, ram: str = "4g", disk: str = "16g", *, preemptible: bool = True,
+                 regions: Any = None, **_ignored: Any) -> "ResourceConfig":
+        """CPUs and memory only."""
+        return ResourceConfig(cpu=cpu, ram=ram, disk=disk, preemptible=preemptible,
+                              regions=tuple(regions) if regions else None)
+
+
 def step_resources(resources: Any) -> tuple[Any, str | None, int]:
     """(the step's resources, the TPU type and slice count for the dry run's estimate)."""
+    if isinstance(resources, ResourceConfig):
+        device = resources.device
+        if isinstance(device, TpuConfig):
+            return (TpuResources(tpu=device.variant, slices=resources.replicas, preemptible=resources.preemptible),
+                    device.variant, resources.replicas)
+        if isinstance(device, FrayGpuConfig):
+            return GpuResources(gpus=device.count, cpus=resources.cpu,
+                                accelerator_type=None if device.variant == "auto" else device.variant), None, 1
+        return {"num_cpus": resources.cpu}, None, 1
     if isinstance(resources, CpuOnlyConfig):
         return {"num_cpus": resources.num_cpus}, None, 1
     if isinstance(resources, GpuConfig):

@@ -1,0 +1,267 @@
+"""Artifacts, their `.artifact.json` record, and the drift check (Marin's `marin.execution.artifact`).
+
+- `Artifact`: a produced output: a directory (`path`) plus value fields a subclass declares, which
+  round-trip through the record's `result`. `raw_load(path)` reads one back.
+- `ArtifactRecord`: the one descriptor next to an output: name, version, fingerprint, result type,
+  the config that ran, dependencies as `name@version`, provenance.
+- `read_record` is the single reader of what a step leaves behind: `.artifact.json` (this API's),
+  a bare pre-record payload (`.artifact.json` or `.artifact`), and, when neither exists,
+  `.executor_info`: marin_lab's step record or Marin's Ray-era one.
+- `check_drift(step)`: before a cached SUCCESS is served, compare fingerprints: a warning naming
+  the changed fields (the cache is served), or FingerprintMismatchError under
+  `expected_fingerprint`; a mutable (`dev`) version always rebuilds.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+from dataclasses import asdict, is_dataclass
+from typing import Any, TypeVar, cast
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from marin_lab.io.fs import atomic_write_text, exists, read_text
+from marin_lab.marin.fingerprint import describe_drift
+from marin_lab.marin.provenance import Provenance
+from marin_lab.marin.step_spec import StepSpec, _is_relative_path, marin_prefix, prefix_join
+
+__all__ = [
+    "EXPECTED_FINGERPRINT_KEY", "FINGERPRINT_KEY", "RECORD_FILENAME", "RESULT_TYPE_KEY", "VERSION_KEY",
+    "Artifact", "ArtifactRecord", "ArtifactTypeMismatchError", "FingerprintMismatchError", "check_drift",
+    "is_mutable_version", "read_artifact", "read_record", "result_type_name", "validate_version",
+    "write_artifact", "write_record",
+]
+
+logger = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+
+RECORD_FILENAME = ".artifact.json"
+_BARE_PAYLOAD_FILENAME = ".artifact"
+_EXECUTOR_INFO_FILENAME = ".executor_info"
+STEP_RUNNER_EXECUTOR_VERSION = "step_runner"
+
+FINGERPRINT_KEY = "fingerprint"
+VERSION_KEY = "version"
+RESULT_TYPE_KEY = "result_type"
+EXPECTED_FINGERPRINT_KEY = "expected_fingerprint"
+
+_CALVER_RE = re.compile(r"^\d{4}\.\d{2}\.\d{2}(\.\d+)?$")
+
+
+class FingerprintMismatchError(Exception):
+    """An `expected_fingerprint` pin differs from the computed or the recorded fingerprint."""
+
+
+class ArtifactTypeMismatchError(Exception):
+    """A record's `result_type` differs from the type the handle asks for."""
+
+
+def is_mutable_version(version: str) -> bool:
+    """`dev` and `<label>-dev` are mutable: no drift check, rebuilt on every run."""
+    return version == "dev" or version.endswith("-dev")
+
+
+def validate_segment(label: str, value: str) -> None:
+    """A name or version is a path segment: non-empty, no scheme, no '..', no edge slash."""
+    if not value:
+        raise ValueError(f"{label} must be non-empty")
+    if "://" in value or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", value):
+        raise ValueError(f"{label} {value!r} must not contain a URL scheme")
+    if ".." in value:
+        raise ValueError(f"{label} {value!r} must not contain '..'")
+    if value.startswith("/") or value.endswith("/"):
+        raise ValueError(f"{label} {value!r} must not start or end with '/'")
+
+
+def validate_version(version: str) -> None:
+    """A calendar version `YYYY.MM.DD[.N]`, or a mutable `dev` / `<label>-dev`."""
+    validate_segment("version", version)
+    if is_mutable_version(version):
+        return
+    if not _CALVER_RE.match(version):
+        raise ValueError(
+            f"version {version!r} must be a calendar version YYYY.MM.DD (optionally YYYY.MM.DD.N) "
+            "or a mutable 'dev'/'<label>-dev'"
+        )
+
+
+def result_type_name(artifact_type: type[Artifact]) -> str:
+    """`module.Qualname`, as recorded in `result_type` and compared on load."""
+    return f"{artifact_type.__module__}.{artifact_type.__qualname__}"
+
+
+class Artifact(BaseModel):
+    """A produced artifact: `path` plus the value fields a subclass declares."""
+
+    model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
+
+    path: str = ""
+
+    @functools.cached_property
+    def record(self) -> ArtifactRecord | None:
+        """The record at `path` (read once), or None."""
+        return read_record(self.path)
+
+    def result_payload(self) -> dict | None:
+        """The declared value fields (all but `path`), or None for a pure data reference."""
+        keys = {name for name in type(self).model_fields if name != "path"}
+        if not keys:
+            return None
+        return self.model_dump(mode="json", include=keys) or None
+
+    @classmethod
+    def raw_load(cls, source: str) -> Any:
+        """A handle into `source` with its value fields from the record (tolerates no record);
+        ArtifactTypeMismatchError when the record was written for another type."""
+        rec = read_record(source)
+        if rec is not None and rec.result_type and rec.result_type != result_type_name(cls):
+            raise ArtifactTypeMismatchError(
+                f"{source}: recorded result_type is {rec.result_type}, but loading as "
+                f"{result_type_name(cls)}. The value type changed under a reused version — bump the version."
+            )
+        return cls(path=source, **((rec.result if rec is not None else None) or {}))
+
+    @classmethod
+    def load(cls, source: str) -> Any:
+        """`raw_load` (Marin's earlier name)."""
+        return cls.raw_load(source)
+
+
+class ArtifactRecord(BaseModel):
+    """The descriptor written next to an output; every field has a default."""
+
+    name: str = ""
+    version: str = ""
+    fingerprint: str = ""
+    result_type: str = ""
+    output_path: str = ""
+    deps: list[str] = Field(default_factory=list)
+    config: dict[str, Any] | None = None
+    source: str | None = None
+    result: dict[str, Any] | None = None
+    fingerprint_payload: str | None = None
+    provenance: Provenance | None = None
+
+
+def _resolved(output_path: str) -> str:
+    return prefix_join(marin_prefix(), output_path) if _is_relative_path(output_path) else output_path
+
+
+def _join(output_path: str, filename: str) -> str:
+    return f"{output_path.rstrip('/')}/{filename}"
+
+
+def _read(output_path: str, filename: str) -> str | None:
+    url = _join(output_path, filename)
+    if not exists(url):
+        return None
+    return read_text(url)
+
+
+_IDENTITY_FIELDS = ("name", "fingerprint", "result_type", "result")
+_RECORD_FIELDS = frozenset(ArtifactRecord.model_fields)
+
+
+def _parse_record(text: str) -> ArtifactRecord:
+    record = ArtifactRecord.model_validate_json(text)
+    if any(getattr(record, f) for f in _IDENTITY_FIELDS):
+        return record
+    document = json.loads(text)
+    if isinstance(document, dict) and document.keys() - _RECORD_FIELDS:
+        return ArtifactRecord(result=document)  # a bare payload written before records existed
+    return record
+
+
+def _record_from_executor_info(text: str) -> ArtifactRecord | None:
+    """marin_lab's step record (it has `schema`) or Marin's Ray-era one, as far as consumers read it."""
+    info = json.loads(text)
+    if not isinstance(info, dict) or info.get("executor_version") == STEP_RUNNER_EXECUTOR_VERSION:
+        return None
+    config = info.get("config")
+    deps = info.get("dependencies") or []
+    return ArtifactRecord(
+        name=str(info.get("name") or ""),
+        config=config if isinstance(config, dict) else None,
+        output_path=str(info.get("output_path") or ""),
+        deps=[d if isinstance(d, str) else str(d.get("identity", d)) if isinstance(d, dict) else str(d)
+              for d in deps],
+    )
+
+
+def read_record(output_path: str) -> ArtifactRecord | None:
+    """The record at `output_path`: `.artifact.json`, else a bare `.artifact` payload, else the
+    step's `.executor_info`; None when there is none. A damaged `.artifact.json` raises."""
+    output_path = _resolved(output_path)
+    text = _read(output_path, RECORD_FILENAME)
+    if text is not None:
+        return _parse_record(text)
+    bare = _read(output_path, _BARE_PAYLOAD_FILENAME)
+    if bare is not None:
+        return ArtifactRecord(result=json.loads(bare))
+    info = _read(output_path, _EXECUTOR_INFO_FILENAME)
+    if info is not None:
+        return _record_from_executor_info(info)
+    return None
+
+
+def write_record(record: ArtifactRecord) -> None:
+    """Write `record` to `{record.output_path}/.artifact.json` (atomically)."""
+    atomic_write_text(_join(record.output_path, RECORD_FILENAME), record.model_dump_json(indent=2))
+
+
+def _payload_json(value: object) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    return value
+
+
+def read_artifact(output_path: str, schema: type[M]) -> M:
+    """The record's `result` validated as the pydantic model `schema`; FileNotFoundError if none."""
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        raise TypeError(f"schema must be a pydantic BaseModel subclass, got {schema!r}")
+    output_path = _resolved(output_path)
+    record = read_record(output_path)
+    if record is not None and record.result is not None:
+        return cast(M, schema.model_validate(record.result))
+    raise FileNotFoundError(f"no artifact payload at {output_path}")
+
+
+def write_artifact(value: object, output_path: str) -> None:
+    """A minimal record with `value` as its `result`."""
+    write_record(ArtifactRecord(output_path=output_path, result=_payload_json(value)))
+
+
+def check_drift(step: StepSpec) -> bool:
+    """Before serving a cached SUCCESS: True when the step must rebuild (a mutable version).
+
+    A recorded fingerprint that differs is a warning naming the changed fields (and the cached
+    output is served), or FingerprintMismatchError when the step pins `expected_fingerprint`.
+    """
+    fingerprint = step.hash_attrs.get(FINGERPRINT_KEY)
+    if fingerprint is None:
+        return False
+    version = step.hash_attrs.get(VERSION_KEY, "")
+    if is_mutable_version(version):
+        return True
+    record = read_record(step.output_path)
+    if record is None or record.fingerprint == fingerprint:
+        return False
+    change = describe_drift(record.fingerprint_payload, step.fingerprint_payload)
+    if step.hash_attrs.get(EXPECTED_FINGERPRINT_KEY) is not None:
+        raise FingerprintMismatchError(
+            f"{step.name}@{version} is pinned to expected_fingerprint, but its recorded build has "
+            f"fingerprint {record.fingerprint} (now {fingerprint}).{change} "
+            "Update the pin and bump the version if this is meant to be a different artifact."
+        )
+    logger.warning(
+        "%s@%s: recipe drift — recorded fingerprint %s, now %s; serving the cached output. "
+        "Bump the version to build the new recipe.%s",
+        step.name, version, record.fingerprint, fingerprint, change,
+    )
+    return False

@@ -1,0 +1,268 @@
+"""Marin's `StepRunner` (its `marin.execution.step_runner`), on marin_lab's executor.
+
+`StepRunner().run(steps)` takes a graph of `StepSpec`s (an ArtifactStep lowers to one) and runs it
+through `marin_lab.execution.Executor`, not beside it: each StepSpec becomes an `ExecutorStep`
+pinned at the StepSpec's output path (`{prefix}/{name}/{version}` for an artifact), so it gets the
+executor's leases, status files, per-attempt logs, preemption and failure retries, backends (local
+worker processes or Ray, TPU/GPU resources from `remote(fn, resources=...)`), step records and
+experiment records, and shows in `marin-lab status`, `explain`, `gc` and the browser like any step.
+
+What the executor sees of a StepSpec:
+- its identity (versioned): an artifact's `name@version`, fingerprint, result type and recipe (the
+  fingerprint payload, so `marin-lab explain` shows recipe drift field by field); a plain StepSpec's
+  `hash_attrs` and `name_hash`. Dependencies enter as the executor's own dependency edges.
+- its function (`SpecFunction`): runs `fn(output_path)`, saves a returned pydantic model as the
+  `.artifact.json` (unless the artifact step writes its own), and answers the executor's
+  `rebuild_reason` hook before a SUCCESS is reused: a mutable (`dev`) version rebuilds in place;
+  a fixed one runs Marin's drift check (a warning, or FingerprintMismatchError under a pin).
+
+An `ExecutorStep` may sit in a StepSpec's `deps` (an ArtifactStep that reads an ExecutorStep's
+output), and `executor_step(spec)` gives the ExecutorStep for a StepSpec, for an ExecutorStep
+config that reads an artifact (`marin_lab.marin.lazy.executor_step`).
+
+Placement is Marin's: a plain step function runs in a thread of the driver, a `remote(...)` one on
+Ray with its resources (`marin_lab.marin.thread_backend`); `backend="local"` or `"ray"` (or
+`$MARIN_LAB_BACKEND`) chooses marin_lab's worker processes or Ray for every step instead. A step
+that fails raises RuntimeError, as Marin's runner does, naming the failed steps and their records.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import json
+import logging
+import os
+import time  # noqa: F401 - Marin's tests replace step_runner.time with a fake clock
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import is_dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from marin_lab.execution import THIS_OUTPUT_PATH, ExecutorStep, InputName, versioned
+from marin_lab.execution.errors import ExperimentFailedError
+from marin_lab.execution.main import offer_steps
+from marin_lab.execution.plan import Plan, PlannedStep
+from marin_lab.execution.status import Status, read_status
+from marin_lab.io.fs import makedirs
+from marin_lab.marin.artifact import (
+    FINGERPRINT_KEY,
+    VERSION_KEY,
+    check_drift,
+    is_mutable_version,
+    write_artifact,
+)
+from marin_lab.marin.executor import Executor
+from marin_lab.marin.fingerprint import flatten_json
+from marin_lab.marin.remote import RemoteCallable
+from marin_lab.marin.resources import step_resources
+from marin_lab.marin.step_spec import StepSpec, _is_relative_path, marin_prefix
+from marin_lab.marin.thread_backend import ThreadOrRayBackend
+
+__all__ = ["SpecFunction", "StepRunner", "executor_step", "executor_steps"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecConfig:
+    """The config of the ExecutorStep a StepSpec runs as."""
+
+    identity: Any
+    """versioned: what the step's identity is made of (see the module docstring)."""
+    deps: list[Any] = dataclasses.field(default_factory=list)
+    """References to the dependencies' ExecutorSteps: the executor waits for them."""
+    output_path: str = THIS_OUTPUT_PATH
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecFunction:
+    """`fn(output_path)` of a StepSpec, as an ExecutorStep function (see the module docstring)."""
+
+    spec: StepSpec
+
+    @property
+    def addressed_by_name(self) -> bool:
+        """Pinned at `{name}/{version}` by design (the planner does not warn of the pin)."""
+        return FINGERPRINT_KEY in self.spec.hash_attrs
+
+    @property
+    def __name__(self) -> str:
+        return getattr(self.spec.fn, "__name__", self.spec.name)
+
+    def __call__(self, config: SpecConfig) -> Any:
+        fn = self.spec.fn
+        if fn is None:
+            return None
+        makedirs(config.output_path)
+        result = fn(config.output_path)
+        if not self.spec.writes_record and (isinstance(result, BaseModel)
+                                            or (is_dataclass(result) and not isinstance(result, type))):
+            write_artifact(result, config.output_path)
+        return None
+
+    def rebuild_reason(self, output_path: str) -> str | None:
+        """The executor's hook before reusing a SUCCESS (marin_lab.execution.decide.rebuild_reason)."""
+        if self.spec.hash_attrs.get(FINGERPRINT_KEY) is None:
+            return None
+        version = self.spec.hash_attrs.get(VERSION_KEY, "")
+        if check_drift(self.spec):
+            return f"mutable version {version!r}: rebuilds in place on every run"
+        return None
+
+
+def _identity(spec: StepSpec) -> dict[str, Any]:
+    attrs = spec.hash_attrs
+    if attrs.get(FINGERPRINT_KEY) is None:
+        return {"step_spec": spec.name_with_hash, "hash_attrs": attrs}
+    return {"artifact": f"{spec.name}@{attrs.get(VERSION_KEY)}", **{k: v for k, v in attrs.items() if k != "deps"},
+            "recipe": recipe_fields(spec.fingerprint_payload)}
+
+
+def recipe_fields(payload: str | None) -> dict[str, str]:
+    """An artifact's recipe as `{field.path: JSON of its value}`: what `marin-lab explain` diffs field
+    by field. Values stay JSON text, so a literal URL in a recipe is identity, not an input the
+    executor's egress guard would place (the step reads it in `build_config`, at run time)."""
+    if not payload:
+        return {}
+    try:
+        document = json.loads(payload)
+    except ValueError:
+        return {"<config>": payload}
+    leaves: dict[str, Any] = {}
+    flatten_json(document, "", leaves)
+    return {key: json.dumps(value, sort_keys=True) for key, value in leaves.items()}
+
+
+def _pin(output_path: str, prefix: str) -> str:
+    """The ExecutorStep's override_output_path for a StepSpec's output path."""
+    base = prefix.rstrip("/")
+    if output_path.startswith(base + "/"):
+        return output_path[len(base) + 1:]
+    if _is_relative_path(output_path):
+        return os.path.abspath(output_path)
+    return output_path
+
+
+def executor_steps(specs: Sequence[StepSpec | ExecutorStep], prefix: str | None = None) -> list[ExecutorStep]:
+    """The ExecutorSteps for `specs` and their dependencies (one per output path), in the given order."""
+    root = prefix or marin_prefix()
+    made: dict[str, ExecutorStep] = {}
+
+    def convert(spec: StepSpec | ExecutorStep) -> ExecutorStep:
+        if isinstance(spec, ExecutorStep):
+            return spec
+        key = spec.output_path
+        if key in made:
+            return made[key]
+        deps = [InputName(step=convert(d)) for d in spec.deps]
+        resources: Any = None
+        if isinstance(spec.fn, RemoteCallable):
+            resources = step_resources(spec.fn.resources)[0]
+        step = ExecutorStep(name=spec.name, fn=SpecFunction(spec),
+                            config=SpecConfig(identity=versioned(_identity(spec)), deps=deps),
+                            override_output_path=_pin(spec.output_path, root), resources=resources,
+                            description=f"{spec.name}@{spec.hash_attrs[VERSION_KEY]}"
+                            if VERSION_KEY in spec.hash_attrs else None)
+        made[key] = step
+        return step
+
+    return [convert(s) for s in specs]
+
+
+def _served_from_cache(ps: PlannedStep) -> bool:
+    """Whether a run reuses the step's output: SUCCESS recorded, and not a mutable version."""
+    fn = ps.step.fn
+    if isinstance(fn, SpecFunction) and FINGERPRINT_KEY in fn.spec.hash_attrs \
+            and is_mutable_version(str(fn.spec.hash_attrs.get(VERSION_KEY, ""))):
+        return False
+    return (read_status(ps.output_path) or {}).get("status") == Status.SUCCESS.value
+
+
+def executor_step(spec: StepSpec | ExecutorStep, prefix: str | None = None) -> ExecutorStep:
+    """The ExecutorStep `spec` runs as: put it in an ExecutorStep's config (or `output_path_of` it)."""
+    return executor_steps([spec], prefix)[0]
+
+
+class _SpecExecutor(Executor):
+    """marin_lab's executor, with Marin's in-thread placement as the `thread` backend."""
+
+    def __init__(self, *, backend: str, context: contextvars.Context, **kwargs: Any):
+        super().__init__(backend="local" if backend == "thread" else backend, **kwargs)
+        self.backend_name = backend
+        self._context = context
+        self.thread_backend: ThreadOrRayBackend | None = None
+
+    def select(self, plan: Plan, run_only: Sequence[str] | None) -> list[PlannedStep]:
+        """The roots and what they need, except below a step served from cache: Marin prunes a
+        built subtree (its unbuilt ancestors are not run), where marin_lab's executor runs them."""
+        if run_only:
+            return super().select(plan, run_only)
+        keep: set[str] = set()
+        stack = list(plan.roots)
+        while stack:
+            ps = stack.pop()
+            if ps.identity in keep:
+                continue
+            keep.add(ps.identity)
+            if not _served_from_cache(ps):
+                stack.extend(ps.dependencies)
+        return [ps for ps in plan.steps if ps.identity in keep]
+
+    def _make_backend(self) -> Any:
+        if self.backend_name != "thread":
+            return super()._make_backend()
+        self.thread_backend = ThreadOrRayBackend(self._context, ray_address=self.ray_address)
+        return self.thread_backend
+
+
+class StepRunner:
+    """Runs StepSpec graphs on marin_lab's executor (see the module docstring).
+
+    `backend`: "thread" (Marin's placement: a plain step in a driver thread, a `remote(...)` one on
+    Ray with its resources), "local" (a worker process per step) or "ray"; default
+    `$MARIN_LAB_BACKEND`, else "thread". Other keyword arguments go to
+    `marin_lab.execution.Executor` (`max_failure_retries`, `max_preemption_retries`, ...).
+    """
+
+    def __init__(self, *, backend: str | None = None, prefix: str | None = None, **executor_options: Any):
+        self.backend = backend
+        self.prefix = prefix
+        self.executor_options = executor_options
+        self.last_report: Any = None
+
+    def run(self, steps: Iterable[StepSpec | ExecutorStep], *, dry_run: bool = False, force_run_failed: bool = True,
+            max_concurrent: int | None = None) -> None:
+        """Run `steps` and everything they depend on; steps already done are reused.
+
+        A failure raises RuntimeError('N step(s) failed: ...') whose cause is, for a step that ran
+        in-thread, RuntimeError('Step failed: NAME') caused by the step's own exception.
+        """
+        prefix = self.prefix or marin_prefix()
+        roots = executor_steps(list(steps), prefix)
+        if not dry_run:
+            offer_steps(roots)  # `marin-lab explain` runs the experiment file up to here
+        backend = self.backend or os.environ.get("MARIN_LAB_BACKEND") or "thread"
+        executor = _SpecExecutor(prefix=prefix, backend=backend, context=contextvars.copy_context(),
+                                 max_concurrent=max_concurrent or 8, force_run_failed=force_run_failed,
+                                 **self.executor_options)
+        try:
+            self.last_report = executor.run(roots, dry_run=dry_run)
+        except ExperimentFailedError as err:
+            errors = executor.thread_backend.errors if executor.thread_backend is not None else {}
+            if errors:
+                identity, original = next(iter(errors.items()))
+                step_failure = RuntimeError(f"Step failed: {identity.rsplit('-', 1)[0]}")
+                step_failure.__cause__ = original
+                raise RuntimeError(str(err)) from step_failure
+            raise RuntimeError(str(err)) from err
+
+
+def is_artifact_step(step: ExecutorStep) -> bool:
+    """Whether an ExecutorStep runs a name@version artifact."""
+    fn: Callable[..., Any] = step.fn
+    return isinstance(fn, SpecFunction) and FINGERPRINT_KEY in fn.spec.hash_attrs
+
+
+
