@@ -208,7 +208,10 @@ def verdict(diffs: Mapping[str, Mapping[str, Any]], a: str = "A", b: str = "B", 
             unit: str = "points") -> str:
     """One plain sentence over per-task paired differences (b - a):
     "B is ahead on hellaswag by 3.1 points (1.2 to 5.0); the others are within noise"."""
-    ahead_b, ahead_a, noise, missing = [], [], [], []
+    ahead_b: list[str] = []
+    ahead_a: list[str] = []
+    noise: list[str] = []
+    missing: list[str] = []
     for task in sorted(diffs):
         d = diffs[task]
         if d.get("mean") is None or d.get("low") is None:
