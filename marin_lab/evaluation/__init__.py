@@ -1,6 +1,25 @@
-"""Evaluation of trained models: perplexity, bits-per-byte and multiple-choice tasks."""
+"""Evaluation of trained models: perplexity, bits-per-byte and multiple-choice tasks.
 
-from marin_lab.evaluation.evaluate_lm import EvalLmConfig, EvaluationError, evaluate_lm
-from marin_lab.evaluation.multiple_choice import TaskError, load_task, shipped_tasks
+The names below load on first use, so that `marin_lab.evaluation.stats` and `.results` (read by
+the CLI and the browser) import without the model code and JAX behind `evaluate_lm`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the same names, typed, for readers and mypy
+    from marin_lab.evaluation.evaluate_lm import EvalLmConfig, EvaluationError, evaluate_lm
+    from marin_lab.evaluation.multiple_choice import TaskError, load_task, shipped_tasks
+
+_LAZY = {"EvalLmConfig": "evaluate_lm", "EvaluationError": "evaluate_lm", "evaluate_lm": "evaluate_lm",
+         "TaskError": "multiple_choice", "load_task": "multiple_choice", "shipped_tasks": "multiple_choice"}
 
 __all__ = ["EvalLmConfig", "EvaluationError", "TaskError", "evaluate_lm", "load_task", "shipped_tasks"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
