@@ -550,7 +550,8 @@ def compare(run_a: EvalRun, run_b: EvalRun, tasks_regex: str | None = None, metr
         if name is None or name not in tb.metrics:
             notes.append(f"{task}: no metric both runs report")
             continue
-        entry: dict[str, Any] = {"metric": name, "a": ta.metrics.get(name), "b": tb.metrics.get(name)}
+        ca, cb = ta.cell(name), tb.cell(name)
+        entry: dict[str, Any] = {"metric": name, "a": ca, "b": cb, "a_text": fmt_cell(ca), "b_text": fmt_cell(cb)}
         if (ta.num_fewshot, ta.split) != (tb.num_fewshot, tb.split):
             notes.append(f"{task}: the runs differ in n-shot or split ({ta.num_fewshot}/{ta.split} vs "
                          f"{tb.num_fewshot}/{tb.split}): items are not the same questions")
@@ -560,12 +561,17 @@ def compare(run_a: EvalRun, run_b: EvalRun, tasks_regex: str | None = None, metr
         diff = stats.paired_difference(va, vb)
         entry["diff"] = diff
         entry["sentence"] = stats.verdict({task: diff}, run_a.label, run_b.label)
-        entry["text"] = fmt_diff(diff, _is_fraction({"metric": name, **(entry["a"] or {})}))
+        entry["text"] = fmt_diff(diff, _is_fraction(ca or {"metric": name}))
         entry["disagreements"] = [k for k in va if k in vb and va[k] != vb[k]][:max_disagreements]
         out_tasks[task] = entry
     diffs = {t: e["diff"] for t, e in out_tasks.items()}
     sentence = stats.verdict(diffs, run_a.label, run_b.label) if diffs else "no task both runs scored"
-    return {"a": run_a.to_json(), "b": run_b.to_json(), "tasks": out_tasks, "verdict": sentence, "notes": notes}
+    return {"a": run_a.to_json(), "b": run_b.to_json(), "tasks": out_tasks, "verdict": sentence, "notes": notes,
+            "method": PAIRED_METHOD}
+
+
+PAIRED_METHOD = ("paired over the items both runs scored (joined on doc_id): the mean of B - A per item, in points "
+                 "for accuracies, and its 95% interval from Student's t on the per-item differences")
 
 
 def read_samples(run: EvalRun, task: str, *, cursor: int = 0, limit: int = 25, show: str = "all",

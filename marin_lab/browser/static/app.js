@@ -728,6 +728,7 @@ async function route() {
     else if (route.startsWith("/experiment/")) await renderExperiment(decodeURIComponent(route.slice("/experiment/".length)));
     else if (route === "/step") await renderStep(params);
     else if (route === "/files") await renderFile(params);
+    else if (route.startsWith("/evals")) await renderEvals(route, params);
     else throw new ApiError(404, `no page ${route}`);
   } catch (err) {
     showError(err);
