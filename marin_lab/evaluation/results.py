@@ -40,7 +40,9 @@ MAX_LINE_BYTES = 4 * 1024 * 1024
 MAX_ITEMS = 200_000
 """At most this many items per task are read for a comparison (said when a task has more)."""
 MAX_SCAN_BYTES = 512 * 1024 * 1024
-"""At most this many bytes of one samples file are read per request."""
+"""At most this many bytes of one samples file are read for a comparison."""
+MAX_PAGE_SCAN_BYTES = 32 * 1024 * 1024
+"""At most this many bytes are read for one page of the sample viewer (the next page goes on)."""
 MAX_RUNS = 2000
 PRIMARY_METRICS = ("acc_norm", "acc", "exact_match", "f1", "mcc", "word_perplexity", "perplexity")
 """The metric a task's column shows, the first of these it has (lm-eval's usual headline metric:
@@ -404,15 +406,22 @@ def samples_url(run: EvalRun, task: str) -> str:
     return join(run.path, name.rsplit("/", 1)[-1])  # a name, never a path out of the folder
 
 
-def _lines(url: str, offset: int = 0) -> Iterator[tuple[int, bytes | None]]:
+def _lines(url: str, offset: int = 0, max_bytes: int | None = None,
+           state: dict[str, Any] | None = None) -> Iterator[tuple[int, bytes | None]]:
     """(byte offset, line) of each line from `offset`; None for a line over MAX_LINE_BYTES (skipped
-    without being held), stopping after MAX_SCAN_BYTES."""
+    without being held). Stops after `max_bytes` (default MAX_SCAN_BYTES) and then sets
+    state["stopped_at"] to the offset where reading stopped."""
+    limit = MAX_SCAN_BYTES if max_bytes is None else max_bytes
     fs, path = fs_and_path(url)
     with fs.open(path, "rb") as f:
         if offset:
             f.seek(offset)
         pos, read = offset, 0
-        while read < MAX_SCAN_BYTES:
+        while True:
+            if read >= limit:
+                if state is not None:
+                    state["stopped_at"] = pos
+                return
             line = f.readline(MAX_LINE_BYTES + 1)
             if not line:
                 return
@@ -420,7 +429,7 @@ def _lines(url: str, offset: int = 0) -> Iterator[tuple[int, bytes | None]]:
             pos += len(line)
             read += len(line)
             if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
-                while True:  # skip the rest of an over-long line, a chunk at a time
+                while read < limit:  # skip the rest of an over-long line, a chunk at a time
                     rest = f.readline(MAX_LINE_BYTES)
                     pos += len(rest)
                     read += len(rest)
@@ -445,8 +454,9 @@ def item_values(run: EvalRun, task: str, metric: str) -> tuple[dict[Any, float],
     out: dict[Any, float] = {}
     notes: list[str] = []
     bad = 0
+    state: dict[str, Any] = {}
     try:
-        for _, line in _lines(url):
+        for _, line in _lines(url, state=state):
             if len(out) >= MAX_ITEMS:
                 notes.append(f"{task}: only the first {MAX_ITEMS} items of {url} compared")
                 break
@@ -462,6 +472,8 @@ def item_values(run: EvalRun, task: str, metric: str) -> tuple[dict[Any, float],
         return {}, [f"{task}: no samples file {url.rsplit('/', 1)[-1]} in {run.key}"]
     except OSError as err:
         return {}, [f"{task}: {url}: unreadable ({type(err).__name__})"]
+    if "stopped_at" in state:
+        notes.append(f"{task}: only the first {MAX_SCAN_BYTES // (1024 * 1024)} MB of {url} compared")
     if bad:
         notes.append(f"{task}: {bad} line(s) of {url.rsplit('/', 1)[-1]} in {run.key} unreadable or too long, skipped")
     return out, notes
@@ -600,8 +612,9 @@ def read_samples(run: EvalRun, task: str, *, cursor: int = 0, limit: int = 25, s
     next_cursor: int | None = None
     scanned = 0
     url = samples_url(run, task)
+    state: dict[str, Any] = {}
     try:
-        for pos, line in _lines(url, cursor):
+        for pos, line in _lines(url, cursor, MAX_PAGE_SCAN_BYTES, state):
             if len(items) >= limit:
                 next_cursor = pos
                 break
@@ -623,7 +636,10 @@ def read_samples(run: EvalRun, task: str, *, cursor: int = 0, limit: int = 25, s
                 view["other_value"] = others[key]
             items.append(view)
         else:
-            next_cursor = None
+            next_cursor = state.get("stopped_at")
+            if next_cursor is not None:
+                notes.append(f"stopped after reading {MAX_PAGE_SCAN_BYTES // (1024 * 1024)} MB of "
+                             f"{url.rsplit('/', 1)[-1]}; the next page reads on")
     except FileNotFoundError:
         notes.append(f"{task}: no samples file {url.rsplit('/', 1)[-1]} in {run.key}")
     return {"task": task, "metric": name, "items": items, "next_cursor": next_cursor, "scanned": scanned,

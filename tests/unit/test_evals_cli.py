@@ -145,9 +145,27 @@ def test_samples_are_read_bounded(runs, monkeypatch):
     monkeypatch.setattr(R, "MAX_ITEMS", 3)
     values, notes = R.item_values(hostile, HOSTILE_TASK, "acc")
     assert len(values) == 3 and any("only the first 3" in n for n in notes)
-    monkeypatch.setattr(R, "MAX_SCAN_BYTES", 1000)
+    monkeypatch.setattr(R, "MAX_PAGE_SCAN_BYTES", 1000)
     page = R.read_samples(runs["evaluate/nano-a-cccc0003"], "hellaswag", limit=500)
-    assert 0 < page["scanned"] < 10  # stopped after ~1000 bytes, not the whole file
+    assert 0 < page["scanned"] < 10 and page["next_cursor"] >= 1000  # stopped after ~1000 bytes
+    assert any("the next page reads on" in n for n in page["notes"])
+    monkeypatch.setattr(R, "MAX_SCAN_BYTES", 2000)
+    values, notes = R.item_values(runs["evaluate/nano-a-cccc0003"], "hellaswag", "acc")
+    assert 0 < len(values) < 20 and any("only the first" in n for n in notes)
+
+
+def test_a_1gb_samples_file_is_paged_not_loaded(tmp_path):
+    fx = build_eval_prefix(tmp_path)
+    samples = fx.eval_a / "samples_hellaswag.jsonl"
+    with samples.open("r+b") as f:
+        f.truncate(1 << 30)  # 400 items, then a line of ~1 GB of NUL bytes (sparse: no disk used)
+    run = R.load_run(str(fx.eval_a))
+    seen, cursor, pages = 0, 0, 0
+    while cursor is not None and pages < 5:
+        page = R.read_samples(run, "hellaswag", cursor=cursor, limit=200)
+        seen += sum(1 for i in page["items"] if not i.get("bad"))
+        cursor, pages = page["next_cursor"], pages + 1
+    assert seen == 400 and pages == 5 and cursor is not None  # still paging through the long line
 
 
 def test_sample_viewer_pages_and_filters(runs):
