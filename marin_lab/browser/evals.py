@@ -77,7 +77,8 @@ def samples(b: Browser, run: str | None, task: str | None, show: str, other: str
 
 
 def training(b: Browser, tasks: str | None) -> dict[str, Any]:
-    """`eval/{task}/{metric}` series of every training run under the prefix that logged any."""
+    """`eval/{task}/{metric}` series of every training run under the prefix that logged any, with
+    their intervals (`bounds`) where the run logged `eval/{task}/{metric}_low` and `_high`."""
     pattern = _bad(R.task_filter, tasks)
     paths: dict[str, str | None] = {}
     for run in _runs(b):
@@ -102,11 +103,17 @@ def training(b: Browser, tasks: str | None) -> dict[str, Any]:
                 and (pattern is None or pattern.search(m["task"]))]
         if not keys:
             continue
-        series = {}
-        for key in keys[:MAX_SERIES_PER_RUN]:
+        # eval/<task>/<metric>_low and _high are the interval of eval/<task>/<metric>: bounds, not series.
+        bounded = [k for k in keys if not (k.endswith(("_low", "_high")) and k.rsplit("_", 1)[0] in keys)]
+        series, bounds = {}, {}
+        for key in bounded[:MAX_SERIES_PER_RUN]:
             series[key] = read_metrics(b.roots, path, key).get("series", {}).get(key, [])
-        if len(keys) > MAX_SERIES_PER_RUN:
-            notes.append(f"{path}: only {MAX_SERIES_PER_RUN} of its {len(keys)} eval series")
-        out.append({"path": path, "name": name or path.rsplit("/", 1)[-1], "series": series,
+            for side in ("low", "high"):
+                if f"{key}_{side}" in keys:
+                    points = read_metrics(b.roots, path, f"{key}_{side}").get("series", {}).get(f"{key}_{side}", [])
+                    bounds.setdefault(key, {})[side] = points
+        if len(bounded) > MAX_SERIES_PER_RUN:
+            notes.append(f"{path}: only {MAX_SERIES_PER_RUN} of its {len(bounded)} eval series")
+        out.append({"path": path, "name": name or path.rsplit("/", 1)[-1], "series": series, "bounds": bounds,
                     "metrics_url": join(path, "metrics.jsonl")})
     return {"runs": out, "notes": notes}

@@ -81,6 +81,9 @@ def test_compare_samples_and_training_api(server, fx):
     assert status == 200 and sorted(r["name"] for r in train["runs"]) == ["train/nano-a", "train/nano-b"]
     series = train["runs"][0]["series"]["eval/hellaswag/acc"]
     assert [p[0] for p in series] == [0, 100, 200, 300]
+    assert sorted(train["runs"][0]["series"]) == ["eval/hellaswag/acc"]  # _low / _high are its bounds
+    low = train["runs"][0]["bounds"]["eval/hellaswag/acc"]["low"]
+    assert [round(v - p[1], 6) for p, v in zip(low, [p[1] for p in series])] == [0.05] * 4
 
 
 @pytest.mark.parametrize("path, status, text", [
@@ -225,6 +228,7 @@ def test_hostile_samples_and_training_page(page, server, fx):
     page.wait_for_selector(".training-table")
     table = page.locator(".training-table[data-key='eval/hellaswag/acc']")
     assert table.locator("thead th").count() == 3 and table.locator("tbody tr").count() == 4
+    assert "(0.2-0.3)" in table.locator("tbody tr").first.inner_text()  # step 0: 0.25 (0.2-0.3)
     _shot(page, "evals-04-training")
     assert page.evaluate("window.__xss") is None
     assert not page.errors, page.errors

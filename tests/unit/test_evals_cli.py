@@ -184,3 +184,21 @@ def test_sample_viewer_pages_and_filters(runs):
     assert len(dis["items"]) == diff["disagree"] and all(i["value"] != i["other_value"] for i in dis["items"])
     with pytest.raises(R.EvalResultsError):
         R.read_samples(a, "hellaswag", show="sideways")
+
+
+def test_sample_view_reads_both_argument_shapes_and_generations():
+    mc = {"doc_id": 3, "target": 1, "filter": "none", "metrics": ["acc"], "acc": 1.0,
+          "arguments": {"gen_args_0": {"arg_0": "Q?", "arg_1": " a"}, "gen_args_1": {"arg_0": "Q?", "arg_1": " b"}},
+          "resps": [[["-3.5", "False"]], [["-1.25", "True"]]], "filtered_resps": [["-3.5", "False"], ["-1.25", "True"]]}
+    view = R.sample_view(mc, "acc")
+    assert view["choices"] == [" a", " b"] and view["loglikelihoods"] == [-3.5, -1.25]
+    assert view["picked"] == 1 and view["gold"] == 1 and view["correct"] is True
+    gen = {"doc_id": 0, "target": "42", "filter": "strict-match", "metrics": ["exact_match"], "exact_match": 0.0,
+           "arguments": [["Q: 6*7?", {"until": ["\n"], "max_gen_toks": 32}]], "resps": [["forty two"]],
+           "filtered_resps": ["[invalid]"]}
+    view = R.sample_view(gen, "exact_match,strict-match")
+    assert view["choices"] == [] and view["generation"] == "[invalid]" and view["gold"] == "42"
+    assert view["correct"] is False and view["prompt"] == "Q: 6*7?"
+    assert R.sample_view(gen, "exact_match")["value"] is None  # another filter's value is not this metric's
+    long = R.sample_view({"doc_id": 1, "arguments": [["x" * (R.MAX_TEXT + 10), " y"]]}, None)
+    assert long["prompt"].endswith("[10 more characters]")

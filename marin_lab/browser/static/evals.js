@@ -198,10 +198,14 @@ async function renderTraining(params) {
     const runs = data.runs.filter(r => r.series[key] && r.series[key].length);
     const steps = [...new Set(runs.flatMap(r => r.series[key].map(p => p[0])))].sort((x, y) => x - y);
     const at = runs.map(r => new Map(r.series[key].map(p => [p[0], p[1]])));
+    const lows = runs.map(r => new Map(((r.bounds || {})[key] || {}).low ? r.bounds[key].low.map(p => [p[0], p[1]]) : []));
+    const highs = runs.map(r => new Map(((r.bounds || {})[key] || {}).high ? r.bounds[key].high.map(p => [p[0], p[1]]) : []));
+    const cellText = (i, s) => !at[i].has(s) ? "" : fmtValue(at[i].get(s))
+      + (lows[i].has(s) && highs[i].has(s) ? ` (${fmtValue(lows[i].get(s))}-${fmtValue(highs[i].get(s))})` : "");
     const table = el("table", {class: "training-table", "data-key": key},
       el("thead", {}, el("tr", {}, el("th", {text: "step"}), runs.map(r => el("th", {}, el("a", {href: links.step(r.path), text: r.name}))))),
       el("tbody", {}, steps.map(s => el("tr", {}, el("td", {class: "num", text: s}),
-        at.map(m => el("td", {class: "num", text: m.has(s) ? fmtValue(m.get(s)) : ""}))))));
+        at.map((m, i) => el("td", {class: "num", text: cellText(i, s)}))))));
     const chart = typeof linePlot === "function"
       ? linePlot(key, runs.map(r => ({label: r.name, key: r.path, points: r.series[key]}))) : null;
     return el("section", {class: "training-series"}, el("h2", {text: key}), chart, table);
