@@ -105,7 +105,8 @@ def training(b: Browser, tasks: str | None) -> dict[str, Any]:
             continue
         # eval/<task>/<metric>_low and _high are the interval of eval/<task>/<metric>: bounds, not series.
         bounded = [k for k in keys if not (k.endswith(("_low", "_high")) and k.rsplit("_", 1)[0] in keys)]
-        series, bounds = {}, {}
+        series: dict[str, Any] = {}
+        bounds: dict[str, dict[str, Any]] = {}
         for key in bounded[:MAX_SERIES_PER_RUN]:
             series[key] = read_metrics(b.roots, path, key).get("series", {}).get(key, [])
             for side in ("low", "high"):
