@@ -9,6 +9,8 @@ elsewhere), and a run is named by its key (its path under the prefix), never by 
 from __future__ import annotations
 
 import re
+import threading
+import time
 from typing import Any
 
 from marin_lab.browser.errors import BadRequestError, NotFoundError
@@ -23,8 +25,23 @@ MAX_SERIES_PER_RUN = 32
 EVAL_KEY = re.compile(r"^eval/(?P<task>[^/]+)/(?P<metric>.+)$")
 
 
+_CACHE_S = 5.0
+_cache: dict[str, tuple[float, list[R.EvalRun]]] = {}
+_cache_lock = threading.Lock()
+
+
 def _runs(b: Browser) -> list[R.EvalRun]:
-    return [r for r in R.find_eval_runs(b.prefix) if b.roots.contains(r.path)]
+    """The evaluations under the prefix, inside the roots; read again when older than a few seconds
+    (the sample viewer's pages and a compare ask for them in quick succession)."""
+    now = time.monotonic()
+    with _cache_lock:
+        hit = _cache.get(b.prefix)
+    if hit is not None and now - hit[0] < _CACHE_S:
+        return hit[1]
+    runs = [r for r in R.find_eval_runs(b.prefix) if b.roots.contains(r.path)]
+    with _cache_lock:
+        _cache[b.prefix] = (now, runs)
+    return runs
 
 
 def _run(runs: list[R.EvalRun], key: str | None, what: str) -> R.EvalRun:

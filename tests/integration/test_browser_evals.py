@@ -100,6 +100,15 @@ def test_bad_queries_are_one_line(server, path, status, text):
     assert got == status and text in body["error"] and "\n" not in body["error"]
 
 
+def test_a_prefix_without_evaluations_says_so(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with start_in_thread(str(tmp_path / "empty")) as running:
+        status, api = get(running, "/api/evals")
+        assert status == 200 and api["rows"] == [] and "no evaluation" in api["empty"]
+        status, train = get(running, "/api/evals/training")
+        assert status == 200 and train["runs"] == []
+
+
 def test_run_outside_the_roots_is_not_listed(tmp_path):
     fx = build_eval_prefix(tmp_path)
     elsewhere = tmp_path / "elsewhere"
