@@ -135,3 +135,11 @@ def training(b: Browser, tasks: str | None) -> dict[str, Any]:
         out.append({"path": path, "name": name or path.rsplit("/", 1)[-1], "series": series, "bounds": bounds,
                     "metrics_url": join(path, "metrics.jsonl")})
     return {"runs": out, "notes": notes}
+
+
+def run_detail(b: Browser, path: str) -> dict[str, Any]:
+    """The evaluation at a step folder (the step page's evaluation section)."""
+    folder = b.roots.resolve(path).rstrip("/")
+    prefix = b.prefix.rstrip("/") + "/"
+    key = folder[len(prefix):] if folder.startswith(prefix) else folder
+    return R.run_detail(R.load_run(folder, key))

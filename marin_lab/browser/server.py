@@ -212,6 +212,10 @@ async def _evals_samples(request: web.Request) -> web.Response:
                                   _limit(request, 25), qs.get("metric") or None))
 
 
+async def _evals_run(request: web.Request) -> web.Response:
+    return _json(await _in_thread(request, evals.run_detail, _browser(request), request.query.get("path", "")))
+
+
 async def _evals_training(request: web.Request) -> web.Response:
     return _json(await _in_thread(request, evals.training, _browser(request), request.query.get("tasks") or None))
 
@@ -259,7 +263,7 @@ def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool
               "/api/experiments/{exp_id}/runs": _compare, "/api/step": _step, "/api/file": _file,
               "/api/metrics": _metrics, "/api/log": _log, "/api/evals": _evals,
               "/api/evals/compare": _evals_compare, "/api/evals/samples": _evals_samples,
-              "/api/evals/training": _evals_training, "/api/{tail:.*}": _api_not_found}
+              "/api/evals/training": _evals_training, "/api/evals/run": _evals_run, "/api/{tail:.*}": _api_not_found}
     for path, handler in routes.items():  # in this order: the catch-all API route comes last
         app.router.add_get(path, handler)
     return app

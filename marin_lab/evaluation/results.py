@@ -374,6 +374,17 @@ def find_eval_runs(prefix: str) -> list[EvalRun]:
     return [load_run(p, _relative(prefix, p)) for p in sorted(paths)[:MAX_RUNS]]
 
 
+def run_detail(run: EvalRun) -> dict[str, Any]:
+    """One evaluation as its step page shows it: the run, and per task its shown cell and every metric."""
+    tasks = {}
+    for name, tr in sorted(run.tasks.items()):
+        tasks[name] = {"cell": tr.cell(), "split": tr.split, "default_split": tr.default_split,
+                       "num_fewshot": tr.num_fewshot, "limit": tr.limit, "attempted": tr.attempted,
+                       "scored": tr.scored, "metrics": {m: {**c, "text": fmt_cell({**c, "metric": m})}
+                                                        for m, c in sorted(tr.metrics.items())}}
+    return {"run": run.to_json(), "tasks": tasks}
+
+
 def resolve_run(runs: list[EvalRun], spec: str) -> EvalRun:
     """The run `spec` names: its output path, its path under the prefix, or its folder name."""
     s = spec.rstrip("/")

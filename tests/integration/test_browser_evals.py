@@ -241,3 +241,17 @@ def test_hostile_samples_and_training_page(page, server, fx):
     _shot(page, "evals-04-training")
     assert page.evaluate("window.__xss") is None
     assert not page.errors, page.errors
+
+
+@pytest.mark.browser
+def test_an_evaluation_steps_page_shows_its_tasks(page, server, fx, capsys):
+    capsys.readouterr()
+    assert main(["evals", str(fx.prefix)]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if A in ln)
+    _open(page, server.url + "/#/step?" + urlencode({"path": str(fx.eval_a)}))
+    page.wait_for_selector("#eval-tasks tbody tr")
+    shown = page.locator("#eval-tasks tr[data-task='hellaswag'] td").nth(1).inner_text().strip()
+    assert shown in line
+    page.click("#eval-tasks tr[data-task='hellaswag'] a")
+    page.wait_for_selector("#samples .sample")
+    assert not page.errors, page.errors

@@ -212,3 +212,26 @@ async function renderTraining(params) {
   });
   setPage(header, sections, notesList(data.notes));
 }
+
+// The evaluation section of an evaluation step's page (format 2 results.json): per task the value
+// and interval as the leaderboard shows it, the split and coverage, and links to its samples.
+function evalStepSection(path) {
+  const box = el("div", {id: "eval-run"}, el("h3", {text: "Evaluation results"}), el("p", {class: "muted", text: "Loading…"}));
+  api(`/api/evals/run?${q({path})}`).then(data => {
+    const run = data.run;
+    const rows = Object.entries(data.tasks).map(([task, t]) => el("tr", {"data-task": task},
+      el("td", {}, t.cell && t.cell.status !== "failed" ? el("a", {href: evalLinks.samples({run: run.key, task}), text: task}) : el("span", {text: task})),
+      el("td", {class: "num", text: t.cell ? t.cell.text : "-"}),
+      el("td", {text: Object.entries(t.metrics).map(([m, c]) => `${m} ${c.text}`).join(" · ")}),
+      el("td", {text: [t.split, t.default_split && t.default_split !== t.split ? `(default ${t.default_split})` : ""].filter(Boolean).join(" ")}),
+      el("td", {class: "num", text: t.num_fewshot === null ? "" : t.num_fewshot}),
+      el("td", {class: "num", text: t.scored === null ? "" : `${t.scored} / ${t.attempted}${t.limit !== null ? ` (limit ${t.limit})` : ""}`})));
+    box.replaceChildren(el("h3", {text: "Evaluation results"}),
+      el("p", {}, run.train_path ? el("a", {href: links.step(run.train_path), text: run.label}) : run.label, " · ",
+        el("a", {href: evalLinks.board(), text: "all evaluations"})),
+      el("table", {id: "eval-tasks"}, el("thead", {}, el("tr", {}, ["task", "shown", "every metric", "split", "n-shot", "scored / attempted"].map(h => el("th", {text: h})))),
+        el("tbody", {}, rows)),
+      notesList(run.notes, "eval-run-notes"));
+  }).catch(err => box.replaceChildren(el("div", {class: "warn", text: `evaluation: ${err.message || err}`})));
+  return box;
+}
