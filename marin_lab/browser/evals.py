@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from marin_lab.browser.errors import BadRequestError, NotFoundError
+from marin_lab.browser.errors import BadRequestError, ForbiddenPathError, NotFoundError
 from marin_lab.browser.metrics import read_metrics
 from marin_lab.browser.records import Browser
 from marin_lab.evaluation import results as R
@@ -38,7 +38,8 @@ def _runs(b: Browser) -> list[R.EvalRun]:
         hit = _cache.get(b.prefix)
     if hit is not None and now - hit[0] < _CACHE_S:
         return hit[1]
-    runs = [r for r in R.find_eval_runs(b.prefix) if b.roots.contains(r.path)]
+    runs = [r for r in R.find_eval_runs(b.prefix)
+            if b.roots.contains(r.path) and b.roots.contains(join(r.path, R.RESULTS_FILE))]
     with _cache_lock:
         _cache[b.prefix] = (now, runs)
     return runs
@@ -74,9 +75,20 @@ def leaderboard(b: Browser, tasks: str | None, metric: str | None, rank_on: str 
     return out
 
 
+def _confined_samples(b: Browser, *runs: R.EvalRun) -> None:
+    """Refuse (403) when a samples file the answer would read resolves outside the roots (a symlink)."""
+    for run in runs:
+        for task in run.tasks:
+            url = R.samples_url(run, task)
+            if not b.roots.contains(url):
+                raise ForbiddenPathError(f"{run.key}: the samples file of {task} resolves outside the browser's roots")
+
+
 def compare(b: Browser, a: str | None, bb: str | None, tasks: str | None, metric: str | None) -> dict[str, Any]:
     runs = _runs(b)
-    return _bad(R.compare, _run(runs, a, "a"), _run(runs, bb, "b"), tasks, metric)
+    ra, rb = _run(runs, a, "a"), _run(runs, bb, "b")
+    _confined_samples(b, ra, rb)
+    return _bad(R.compare, ra, rb, tasks, metric)
 
 
 def samples(b: Browser, run: str | None, task: str | None, show: str, other: str | None, cursor: int | None,
@@ -86,6 +98,7 @@ def samples(b: Browser, run: str | None, task: str | None, show: str, other: str
     if not task:
         raise BadRequestError("task= is missing")
     o = _run(runs, other, "other") if other else None
+    _confined_samples(b, *([r, o] if o is not None else [r]))
     page = _bad(R.read_samples, r, task, cursor=cursor or 0, limit=limit, show=show, other=o, metric=metric)
     page["run"] = {"key": r.key, "label": r.label, "path": r.path}
     if o is not None:

@@ -326,7 +326,7 @@ def load_run(path: str, key: str | None = None) -> EvalRun:
     for tr in run.tasks.values():
         if tr.status == "failed":
             run.notes.append(f"{tr.task}: failed ({tr.error or 'no reason recorded'})")
-        elif run.format and run.format >= 2 and tr.samples_file and not _exists(join(path, tr.samples_file)):
+        elif run.format and run.format >= 2 and tr.samples_file and not _exists(samples_url(run, tr.task)):
             run.notes.append(f"{tr.task}: samples file {tr.samples_file} is missing (no per-item view or paired "
                              "comparison for this task)")
     _model_from_record(run)

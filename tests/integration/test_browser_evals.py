@@ -100,6 +100,20 @@ def test_bad_queries_are_one_line(server, path, status, text):
     assert got == status and text in body["error"] and "\n" not in body["error"]
 
 
+def test_a_samples_file_linked_outside_the_roots_is_refused(tmp_path):
+    fx = build_eval_prefix(tmp_path)
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text('{"doc_id": 0, "acc": 1.0, "arguments": [["TOP SECRET", " x"]]}\n')
+    samples = fx.eval_a / "samples_piqa.jsonl"
+    samples.unlink()
+    samples.symlink_to(outside)
+    with start_in_thread(str(fx.prefix)) as running:
+        status, body = get(running, "/api/evals/samples?" + urlencode({"run": A, "task": "piqa"}))
+        assert status == 403 and "outside" in body["error"]
+        status, body = get(running, "/api/evals/compare?" + urlencode({"a": A, "b": B}))
+        assert status == 403 and "TOP SECRET" not in json.dumps(body)
+
+
 def test_a_prefix_without_evaluations_says_so(tmp_path):
     (tmp_path / "empty").mkdir()
     with start_in_thread(str(tmp_path / "empty")) as running:
