@@ -174,7 +174,7 @@ function sampleView(item, data) {
     i === item.picked ? el("span", {class: "tag", text: " picked"}) : null,
     i === item.gold ? el("span", {class: "tag", text: " gold"}) : null))) : null;
   return el("div", {class: `sample ${mark}`, "data-doc": String(item.doc_id)},
-    el("div", {class: "head"}, `item ${item.doc_id}`, item.task ? ` · ${item.task}` : "",
+    el("div", {class: "head"}, `item ${item.doc_id}`, item.task ? ` · ${item.task}` : "", " ",
       mark ? el("span", {class: `badge ${mark === "right" ? "SUCCESS" : "FAILED"}`, text: mark}) : null,
       item.other_value !== undefined ? el("span", {class: "muted", text: ` ${data.metric}: ${item.value} here, ${item.other_value} in ${data.other.label}`}) : null),
     el("pre", {class: "prompt", text: item.prompt}),
@@ -208,7 +208,9 @@ async function renderTraining(params) {
         at.map((m, i) => el("td", {class: "num", text: cellText(i, s)}))))));
     const chart = typeof linePlot === "function"
       ? linePlot(key, runs.map(r => ({label: r.name, key: r.path, points: r.series[key]}))) : null;
-    return el("section", {class: "training-series"}, el("h2", {text: key}), chart, table);
+    const key_ = chart ? el("div", {class: "series-keys"}, runs.map((r, i) => el("span", {
+      class: `series-key series-${i % 10}${i >= 10 ? " dashed" : ""}`, text: r.name}))) : null;
+    return el("section", {class: "training-series"}, el("h2", {text: key}), chart, key_, table);
   });
   setPage(header, sections, notesList(data.notes));
 }
