@@ -49,12 +49,12 @@ def _record(out: Path, name: str, deps: list[tuple[str, Path]] = ()) -> None:
 
 
 def _sample(doc_id: int, correct: bool, gold: int, n_choices: int = 4, metric: str = "acc") -> dict:
+    """One item as lm-eval 0.4.13 logs a multiple-choice document (its tuples written as lists)."""
     picked = gold if correct else (gold + 1) % n_choices
     lls = [-10.0 - i for i in range(n_choices)]
     lls[picked], lls[0] = lls[0], lls[picked]
     return {"doc_id": doc_id, "doc": {"ctx": f"Question {doc_id}?"}, "target": gold,
-            "arguments": {f"gen_args_{i}": {"arg_0": f"Question {doc_id}? Answer:", "arg_1": f" choice {i}"}
-                          for i in range(n_choices)},
+            "arguments": [[f"Question {doc_id}? Answer:", f" choice {i}"] for i in range(n_choices)],
             "resps": [[[ll, False]] for ll in lls], "filtered_resps": [[ll, False] for ll in lls],
             "filter": "none", "metrics": [metric, "acc_norm"], "doc_hash": "h", "prompt_hash": "p",
             "target_hash": "t", metric: 1.0 if correct else 0.0, "acc_norm": 1.0 if correct else 0.0}
@@ -96,7 +96,9 @@ def _train_step(out: Path, name: str, rng: random.Random, skill: float) -> None:
     for step in range(0, 301, 50):
         lines.append({"step": step, "loss": 5.0 - step / 100, "time": 1.0 + step})
         if step % 100 == 0:
-            lines.append({"step": step, "time": 1.0 + step, "eval/hellaswag/acc": 0.25 + skill * step / 300,
+            acc = 0.25 + skill * step / 300
+            lines.append({"step": step, "time": 1.0 + step, "eval/hellaswag/acc": acc,
+                          "eval/hellaswag/acc_low": acc - 0.05, "eval/hellaswag/acc_high": acc + 0.05,
                           "eval/piqa/acc": 0.5 + skill * step / 600})
     (out / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     _record(out, name)

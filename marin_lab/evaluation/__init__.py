@@ -7,6 +7,8 @@ the CLI and the browser) import without the model code and JAX behind `evaluate_
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, typed, for readers and mypy
@@ -19,7 +21,15 @@ _LAZY = {"EvalLmConfig": "evaluate_lm", "EvaluationError": "evaluate_lm", "evalu
 __all__ = ["EvalLmConfig", "EvaluationError", "TaskError", "evaluate_lm", "load_task", "shipped_tasks"]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+class _Package(types.ModuleType):
+    """The package, whose lazy names always resolve to the objects: `evaluate_lm` is both a
+    submodule and a function, and importing the submodule binds the module under that name."""
+
+    def __getattribute__(self, name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is not None:
+            return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        return super().__getattribute__(name)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -57,13 +57,9 @@ def render_compare(result: dict[str, Any], fmt: str) -> str:
     headers = ["task", "metric", "A", "B", "B - A (95% interval)", "items", "verdict"]
     rows = []
     for task, e in result["tasks"].items():
-        rows.append([task, e["metric"], R.fmt_cell(e["a"] and {**e["a"], "metric": e["metric"]}),
-                     R.fmt_cell(e["b"] and {**e["b"], "metric": e["metric"]}), e["text"], str(e["diff"]["n"]),
-                     e["sentence"]])
+        rows.append([task, e["metric"], e["a_text"], e["b_text"], e["text"], str(e["diff"]["n"]), e["sentence"]])
     parts = [f"A = {a['label']} ({a['key']})", f"B = {b['label']} ({b['key']})", "",
-             _table(headers, rows, md), "", result["verdict"],
-             "paired over the items both runs scored (joined on doc_id): mean of B - A per item, "
-             "95% interval from Student's t on the per-item differences"]
+             _table(headers, rows, md), "", result["verdict"], result["method"]]
     if result["notes"]:
         parts += ["", *(("- " if md else "") + n for n in result["notes"])]
     return "\n".join(parts)

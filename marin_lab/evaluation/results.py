@@ -40,7 +40,9 @@ MAX_LINE_BYTES = 4 * 1024 * 1024
 MAX_ITEMS = 200_000
 """At most this many items per task are read for a comparison (said when a task has more)."""
 MAX_SCAN_BYTES = 512 * 1024 * 1024
-"""At most this many bytes of one samples file are read per request."""
+"""At most this many bytes of one samples file are read for a comparison."""
+MAX_PAGE_SCAN_BYTES = 32 * 1024 * 1024
+"""At most this many bytes are read for one page of the sample viewer (the next page goes on)."""
 MAX_RUNS = 2000
 PRIMARY_METRICS = ("acc_norm", "acc", "exact_match", "f1", "mcc", "word_perplexity", "perplexity")
 """The metric a task's column shows, the first of these it has (lm-eval's usual headline metric:
@@ -324,7 +326,7 @@ def load_run(path: str, key: str | None = None) -> EvalRun:
     for tr in run.tasks.values():
         if tr.status == "failed":
             run.notes.append(f"{tr.task}: failed ({tr.error or 'no reason recorded'})")
-        elif run.format and run.format >= 2 and tr.samples_file and not _exists(join(path, tr.samples_file)):
+        elif run.format and run.format >= 2 and tr.samples_file and not _exists(samples_url(run, tr.task)):
             run.notes.append(f"{tr.task}: samples file {tr.samples_file} is missing (no per-item view or paired "
                              "comparison for this task)")
     _model_from_record(run)
@@ -372,6 +374,17 @@ def find_eval_runs(prefix: str) -> list[EvalRun]:
     return [load_run(p, _relative(prefix, p)) for p in sorted(paths)[:MAX_RUNS]]
 
 
+def run_detail(run: EvalRun) -> dict[str, Any]:
+    """One evaluation as its step page shows it: the run, and per task its shown cell and every metric."""
+    tasks = {}
+    for name, tr in sorted(run.tasks.items()):
+        tasks[name] = {"cell": tr.cell(), "split": tr.split, "default_split": tr.default_split,
+                       "num_fewshot": tr.num_fewshot, "limit": tr.limit, "attempted": tr.attempted,
+                       "scored": tr.scored, "metrics": {m: {**c, "text": fmt_cell({**c, "metric": m})}
+                                                        for m, c in sorted(tr.metrics.items())}}
+    return {"run": run.to_json(), "tasks": tasks}
+
+
 def resolve_run(runs: list[EvalRun], spec: str) -> EvalRun:
     """The run `spec` names: its output path, its path under the prefix, or its folder name."""
     s = spec.rstrip("/")
@@ -404,15 +417,22 @@ def samples_url(run: EvalRun, task: str) -> str:
     return join(run.path, name.rsplit("/", 1)[-1])  # a name, never a path out of the folder
 
 
-def _lines(url: str, offset: int = 0) -> Iterator[tuple[int, bytes | None]]:
+def _lines(url: str, offset: int = 0, max_bytes: int | None = None,
+           state: dict[str, Any] | None = None) -> Iterator[tuple[int, bytes | None]]:
     """(byte offset, line) of each line from `offset`; None for a line over MAX_LINE_BYTES (skipped
-    without being held), stopping after MAX_SCAN_BYTES."""
+    without being held). Stops after `max_bytes` (default MAX_SCAN_BYTES) and then sets
+    state["stopped_at"] to the offset where reading stopped."""
+    limit = MAX_SCAN_BYTES if max_bytes is None else max_bytes
     fs, path = fs_and_path(url)
     with fs.open(path, "rb") as f:
         if offset:
             f.seek(offset)
         pos, read = offset, 0
-        while read < MAX_SCAN_BYTES:
+        while True:
+            if read >= limit:
+                if state is not None:
+                    state["stopped_at"] = pos
+                return
             line = f.readline(MAX_LINE_BYTES + 1)
             if not line:
                 return
@@ -420,7 +440,7 @@ def _lines(url: str, offset: int = 0) -> Iterator[tuple[int, bytes | None]]:
             pos += len(line)
             read += len(line)
             if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
-                while True:  # skip the rest of an over-long line, a chunk at a time
+                while read < limit:  # skip the rest of an over-long line, a chunk at a time
                     rest = f.readline(MAX_LINE_BYTES)
                     pos += len(rest)
                     read += len(rest)
@@ -445,8 +465,9 @@ def item_values(run: EvalRun, task: str, metric: str) -> tuple[dict[Any, float],
     out: dict[Any, float] = {}
     notes: list[str] = []
     bad = 0
+    state: dict[str, Any] = {}
     try:
-        for _, line in _lines(url):
+        for _, line in _lines(url, state=state):
             if len(out) >= MAX_ITEMS:
                 notes.append(f"{task}: only the first {MAX_ITEMS} items of {url} compared")
                 break
@@ -462,6 +483,8 @@ def item_values(run: EvalRun, task: str, metric: str) -> tuple[dict[Any, float],
         return {}, [f"{task}: no samples file {url.rsplit('/', 1)[-1]} in {run.key}"]
     except OSError as err:
         return {}, [f"{task}: {url}: unreadable ({type(err).__name__})"]
+    if "stopped_at" in state:
+        notes.append(f"{task}: only the first {MAX_SCAN_BYTES // (1024 * 1024)} MB of {url} compared")
     if bad:
         notes.append(f"{task}: {bad} line(s) of {url.rsplit('/', 1)[-1]} in {run.key} unreadable or too long, skipped")
     return out, notes
@@ -550,7 +573,8 @@ def compare(run_a: EvalRun, run_b: EvalRun, tasks_regex: str | None = None, metr
         if name is None or name not in tb.metrics:
             notes.append(f"{task}: no metric both runs report")
             continue
-        entry: dict[str, Any] = {"metric": name, "a": ta.metrics.get(name), "b": tb.metrics.get(name)}
+        ca, cb = ta.cell(name), tb.cell(name)
+        entry: dict[str, Any] = {"metric": name, "a": ca, "b": cb, "a_text": fmt_cell(ca), "b_text": fmt_cell(cb)}
         if (ta.num_fewshot, ta.split) != (tb.num_fewshot, tb.split):
             notes.append(f"{task}: the runs differ in n-shot or split ({ta.num_fewshot}/{ta.split} vs "
                          f"{tb.num_fewshot}/{tb.split}): items are not the same questions")
@@ -560,12 +584,17 @@ def compare(run_a: EvalRun, run_b: EvalRun, tasks_regex: str | None = None, metr
         diff = stats.paired_difference(va, vb)
         entry["diff"] = diff
         entry["sentence"] = stats.verdict({task: diff}, run_a.label, run_b.label)
-        entry["text"] = fmt_diff(diff, _is_fraction({"metric": name, **(entry["a"] or {})}))
+        entry["text"] = fmt_diff(diff, _is_fraction(ca or {"metric": name}))
         entry["disagreements"] = [k for k in va if k in vb and va[k] != vb[k]][:max_disagreements]
         out_tasks[task] = entry
     diffs = {t: e["diff"] for t, e in out_tasks.items()}
     sentence = stats.verdict(diffs, run_a.label, run_b.label) if diffs else "no task both runs scored"
-    return {"a": run_a.to_json(), "b": run_b.to_json(), "tasks": out_tasks, "verdict": sentence, "notes": notes}
+    return {"a": run_a.to_json(), "b": run_b.to_json(), "tasks": out_tasks, "verdict": sentence, "notes": notes,
+            "method": PAIRED_METHOD}
+
+
+PAIRED_METHOD = ("paired over the items both runs scored (joined on doc_id): the mean of B - A per item, in points "
+                 "for accuracies, and its 95% interval from Student's t on the per-item differences")
 
 
 def read_samples(run: EvalRun, task: str, *, cursor: int = 0, limit: int = 25, show: str = "all",
@@ -594,8 +623,9 @@ def read_samples(run: EvalRun, task: str, *, cursor: int = 0, limit: int = 25, s
     next_cursor: int | None = None
     scanned = 0
     url = samples_url(run, task)
+    state: dict[str, Any] = {}
     try:
-        for pos, line in _lines(url, cursor):
+        for pos, line in _lines(url, cursor, MAX_PAGE_SCAN_BYTES, state):
             if len(items) >= limit:
                 next_cursor = pos
                 break
@@ -617,7 +647,10 @@ def read_samples(run: EvalRun, task: str, *, cursor: int = 0, limit: int = 25, s
                 view["other_value"] = others[key]
             items.append(view)
         else:
-            next_cursor = None
+            next_cursor = state.get("stopped_at")
+            if next_cursor is not None:
+                notes.append(f"stopped after reading {MAX_PAGE_SCAN_BYTES // (1024 * 1024)} MB of "
+                             f"{url.rsplit('/', 1)[-1]}; the next page reads on")
     except FileNotFoundError:
         notes.append(f"{task}: no samples file {url.rsplit('/', 1)[-1]} in {run.key}")
     return {"task": task, "metric": name, "items": items, "next_cursor": next_cursor, "scanned": scanned,

@@ -145,9 +145,27 @@ def test_samples_are_read_bounded(runs, monkeypatch):
     monkeypatch.setattr(R, "MAX_ITEMS", 3)
     values, notes = R.item_values(hostile, HOSTILE_TASK, "acc")
     assert len(values) == 3 and any("only the first 3" in n for n in notes)
-    monkeypatch.setattr(R, "MAX_SCAN_BYTES", 1000)
+    monkeypatch.setattr(R, "MAX_PAGE_SCAN_BYTES", 1000)
     page = R.read_samples(runs["evaluate/nano-a-cccc0003"], "hellaswag", limit=500)
-    assert 0 < page["scanned"] < 10  # stopped after ~1000 bytes, not the whole file
+    assert 0 < page["scanned"] < 10 and page["next_cursor"] >= 1000  # stopped after ~1000 bytes
+    assert any("the next page reads on" in n for n in page["notes"])
+    monkeypatch.setattr(R, "MAX_SCAN_BYTES", 2000)
+    values, notes = R.item_values(runs["evaluate/nano-a-cccc0003"], "hellaswag", "acc")
+    assert 0 < len(values) < 20 and any("only the first" in n for n in notes)
+
+
+def test_a_1gb_samples_file_is_paged_not_loaded(tmp_path):
+    fx = build_eval_prefix(tmp_path)
+    samples = fx.eval_a / "samples_hellaswag.jsonl"
+    with samples.open("r+b") as f:
+        f.truncate(1 << 30)  # 400 items, then a line of ~1 GB of NUL bytes (sparse: no disk used)
+    run = R.load_run(str(fx.eval_a))
+    seen, cursor, pages = 0, 0, 0
+    while cursor is not None and pages < 5:
+        page = R.read_samples(run, "hellaswag", cursor=cursor, limit=200)
+        seen += sum(1 for i in page["items"] if not i.get("bad"))
+        cursor, pages = page["next_cursor"], pages + 1
+    assert seen == 400 and pages == 5 and cursor is not None  # still paging through the long line
 
 
 def test_sample_viewer_pages_and_filters(runs):
@@ -166,3 +184,21 @@ def test_sample_viewer_pages_and_filters(runs):
     assert len(dis["items"]) == diff["disagree"] and all(i["value"] != i["other_value"] for i in dis["items"])
     with pytest.raises(R.EvalResultsError):
         R.read_samples(a, "hellaswag", show="sideways")
+
+
+def test_sample_view_reads_both_argument_shapes_and_generations():
+    mc = {"doc_id": 3, "target": 1, "filter": "none", "metrics": ["acc"], "acc": 1.0,
+          "arguments": {"gen_args_0": {"arg_0": "Q?", "arg_1": " a"}, "gen_args_1": {"arg_0": "Q?", "arg_1": " b"}},
+          "resps": [[["-3.5", "False"]], [["-1.25", "True"]]], "filtered_resps": [["-3.5", "False"], ["-1.25", "True"]]}
+    view = R.sample_view(mc, "acc")
+    assert view["choices"] == [" a", " b"] and view["loglikelihoods"] == [-3.5, -1.25]
+    assert view["picked"] == 1 and view["gold"] == 1 and view["correct"] is True
+    gen = {"doc_id": 0, "target": "42", "filter": "strict-match", "metrics": ["exact_match"], "exact_match": 0.0,
+           "arguments": [["Q: 6*7?", {"until": ["\n"], "max_gen_toks": 32}]], "resps": [["forty two"]],
+           "filtered_resps": ["[invalid]"]}
+    view = R.sample_view(gen, "exact_match,strict-match")
+    assert view["choices"] == [] and view["generation"] == "[invalid]" and view["gold"] == "42"
+    assert view["correct"] is False and view["prompt"] == "Q: 6*7?"
+    assert R.sample_view(gen, "exact_match")["value"] is None  # another filter's value is not this metric's
+    long = R.sample_view({"doc_id": 1, "arguments": [["x" * (R.MAX_TEXT + 10), " y"]]}, None)
+    assert long["prompt"].endswith("[10 more characters]")
