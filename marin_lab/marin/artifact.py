@@ -19,7 +19,7 @@ import json
 import logging
 import re
 from dataclasses import asdict, is_dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -228,7 +228,7 @@ def read_artifact(output_path: str, schema: type[M]) -> M:
     output_path = _resolved(output_path)
     record = read_record(output_path)
     if record is not None and record.result is not None:
-        return cast(M, schema.model_validate(record.result))
+        return schema.model_validate(record.result)
     raise FileNotFoundError(f"no artifact payload at {output_path}")
 
 

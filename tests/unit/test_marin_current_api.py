@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from marin_lab.cli import main as cli_main
 from marin_lab.cluster.resources import TpuResources
 from marin_lab.execution import ExecutorStep, output_path_of, this_output_path
-from marin_lab.execution.executor import Executor
 from marin_lab.execution.cleanup import find_garbage
+from marin_lab.execution.executor import Executor
 from marin_lab.execution.records import read_step_record
 from marin_lab.execution.status import read_status
 from marin_lab.marin.artifact import (
