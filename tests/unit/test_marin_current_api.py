@@ -48,8 +48,10 @@ def _files(root: Path) -> list[str]:
 # --- a Marin tutorial, end to end --------------------------------------------------------------
 
 
-def test_marin_hello_world_tutorial_runs_end_to_end(tmp_path, capsys):
+def test_marin_hello_world_tutorial_runs_end_to_end(tmp_path, capsys, monkeypatch):
     """Marin's experiments/tutorials/hello_world.py (current API), imports changed only."""
+    tmp_path, scratch = tmp_path / "store", tmp_path / "scratch"
+    tmp_path.mkdir()
     env = {**os.environ, "MARIN_PREFIX": str(tmp_path), "PYTHONPATH": str(REPO)}
     for _ in range(2):  # the second run rebuilds its `dev` artifacts in place
         done = subprocess.run([sys.executable, str(HELLO)], env=env, capture_output=True, text=True, timeout=300,
@@ -69,6 +71,13 @@ def test_marin_hello_world_tutorial_runs_end_to_end(tmp_path, capsys):
     assert "= hello_world/stats@dev (fingerprint" in out and "SUCCESS" in out
     candidates, _ = find_garbage(str(tmp_path), 0.0)
     assert [c.url for c in candidates if "hello_world" in c.url] == []
+
+    # `marin-lab reproduce` reruns the recorded script into a scratch prefix and compares outputs.
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path))
+    (experiment,) = (tmp_path / "experiments").glob("hello_world-*.json")
+    assert cli_main(["reproduce", str(experiment), "--into", str(scratch), "--backend", "local"]) == 0
+    assert "2 steps: 2 identical" in capsys.readouterr().out
+    assert json.loads((scratch / "hello_world" / "stats" / "dev" / "stats.json").read_text())["sum"] == 4950
 
 
 # --- one DAG, both identities ------------------------------------------------------------------
