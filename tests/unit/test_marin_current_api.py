@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from marin_lab.browser.paths import Roots
+from marin_lab.browser.records import Browser
 from marin_lab.cli import main as cli_main
 from marin_lab.cluster.resources import TpuResources
 from marin_lab.execution import ExecutorStep, output_path_of, this_output_path
@@ -263,3 +265,27 @@ def test_drift_under_a_pin_and_a_changed_result_type_write_nothing(tmp_path, mon
     with pytest.raises(ArtifactTypeMismatchError, match="recorded result_type is"):
         run(_value(V, 1, kind=OtherValue))
     assert {p: (prefix / p).read_bytes() for p in _files(prefix)} == before
+
+
+# --- the browser ---------------------------------------------------------------------------------
+
+
+def test_browser_shows_name_version_fingerprint_and_drift(tmp_path, monkeypatch, caplog):
+    prefix = tmp_path / "store"
+    monkeypatch.setenv("MARIN_PREFIX", str(prefix))
+    run(_value(V, 1))
+    run(_value(V, 2))  # same name@version, another recipe: the built output is reused, with a warning
+    assert "recipe drift" in caplog.text
+
+    browser = Browser(str(prefix), Roots.of([str(prefix)]))
+    experiments = browser.experiments()
+    rows = [row for e in experiments for row in browser.experiment(e["id"])["steps"]]
+    by_fp = {row["artifact"]["fingerprint"]: row["artifact"] for row in rows}
+    first, second = _value(V, 1).fingerprint(), _value(V, 2).fingerprint()
+    assert by_fp[first] == {"address": f"values/v@{V}", "fingerprint": first, "built_fingerprint": first,
+                            "drift": False}
+    assert by_fp[second]["drift"] is True and by_fp[second]["built_fingerprint"] == first
+    step = browser.step(str(prefix / "values" / "v" / V))
+    assert (step["artifact"]["name"], step["artifact"]["version"], step["artifact"]["fingerprint"]) == (
+        "values/v", V, first)
+    assert step["artifact"]["result"] == {"x": 1}
