@@ -125,6 +125,10 @@ def test_one_dag_mixes_hashed_steps_and_name_version_artifacts(tmp_path, monkeyp
     assert (art_path / "text.txt").read_text() == "HELLO"
     hashed_dirs = [p.name for p in (tmp_path / "raw").iterdir()]
     assert len(hashed_dirs) == 1 and hashed_dirs[0].startswith("text-")  # {prefix}/{name}-{hash8}
+    # One reader for both: an ExecutorStep's own record (.executor_info) reads as an ArtifactRecord.
+    hashed_record = read_record(str(tmp_path / "raw" / hashed_dirs[0]))
+    assert hashed_record is not None and hashed_record.name == "raw/text"
+    assert hashed_record.output_path == str(tmp_path / "raw" / hashed_dirs[0])
 
     # The reverse: an ExecutorStep reading the artifact, run by executor_main (the artifact is reused).
     consumer = ExecutorStep(name="final/copy", fn=copy_upper,
