@@ -293,3 +293,17 @@ def test_browser_shows_name_version_fingerprint_and_drift(tmp_path, monkeypatch,
     assert (step["artifact"]["name"], step["artifact"]["version"], step["artifact"]["fingerprint"]) == (
         "values/v", V, first)
     assert step["artifact"]["result"] == {"x": 1}
+
+
+def _dev_parent():
+    dev = apply("values/dev", _noop, version="dev", x=1)
+    return apply("values/fixed", _noop, data=dev)
+
+
+def test_experiment_cli_reports_bad_input_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "store"))
+    result = CliRunner().invoke(experiment_main(_dev_parent), ["--version", V, "--run"])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: values/fixed@2026.06.28 is a fixed version but depends on mutable")
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert _files(tmp_path / "store") == []
