@@ -88,11 +88,26 @@ class SpecConfig:
     output_path: str = THIS_OUTPUT_PATH
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class SpecFunction:
-    """`fn(output_path)` of a StepSpec, as an ExecutorStep function (see the module docstring)."""
+    """`fn(output_path)` of a StepSpec, as an ExecutorStep function (see the module docstring).
+
+    Two are the same function when their StepSpecs are the same step by Marin's identity (name,
+    output path and `hash_attrs`, an artifact's fingerprint among them): a builder called twice
+    makes two handle objects of one artifact, and the planner merges their steps.
+    """
 
     spec: StepSpec
+
+    def _key(self) -> tuple[str, str | None, str]:
+        return self.spec.name, self.spec.override_output_path, json.dumps(self.spec.hash_attrs, sort_keys=True,
+                                                                          default=str)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SpecFunction) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     @property
     def __marin_reproducibility__(self) -> Reproducibility:

@@ -307,3 +307,14 @@ def test_experiment_cli_reports_bad_input_in_one_line(tmp_path, monkeypatch):
     assert result.output.startswith("Error: values/fixed@2026.06.28 is a fixed version but depends on mutable")
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     assert _files(tmp_path / "store") == []
+
+
+def _tokens() -> ArtifactStep:
+    return apply("data/tokens", _upper, version=V, input_path="/nowhere", output_path=OUT)
+
+
+def test_a_builder_called_twice_is_one_step_in_an_executor_dag(tmp_path):
+    # Marin's experiments call builders freely: two handle objects of one name@version are one step.
+    steps = [executor_step(_tokens()), executor_step(_tokens())]
+    plan = Executor(prefix=str(tmp_path), backend="local").plan(steps)
+    assert [ps.output_path for ps in plan.steps] == [str(tmp_path / "data" / "tokens" / V)]
