@@ -177,11 +177,17 @@ def _parse_record(text: str) -> ArtifactRecord:
 
 
 def _record_from_executor_info(text: str) -> ArtifactRecord | None:
-    """marin_lab's step record (it has `schema`) or Marin's Ray-era one, as far as consumers read it."""
+    """marin_lab's step record (it has `schema`) or Marin's Ray-era one, as far as consumers read it;
+    None for a step still running (or failed), as for Marin's schedule-time stub (#6836)."""
     info = json.loads(text)
     if not isinstance(info, dict) or info.get("executor_version") == STEP_RUNNER_EXECUTOR_VERSION:
         return None
     config = info.get("config")
+    if "schema" in info:  # marin_lab's record: written from the start of a run, so honoured only once done
+        if info.get("status") != "SUCCESS":
+            return None
+        if isinstance(config, dict) and {"identity", "deps", "output_path"} <= config.keys():
+            config = None  # a StepSpec's executor config (its identity), not the config its function ran
     deps = info.get("dependencies") or []
     return ArtifactRecord(
         name=str(info.get("name") or ""),

@@ -318,3 +318,21 @@ def test_a_builder_called_twice_is_one_step_in_an_executor_dag(tmp_path):
     steps = [executor_step(_tokens()), executor_step(_tokens())]
     plan = Executor(prefix=str(tmp_path), backend="local").plan(steps)
     assert [ps.output_path for ps in plan.steps] == [str(tmp_path / "data" / "tokens" / V)]
+
+
+def test_read_record_reads_marin_ray_era_info_and_ours_only_when_done(tmp_path):
+    marin = tmp_path / "marin_cache"
+    marin.mkdir()
+    (marin / ".executor_info").write_text(json.dumps({
+        "name": "tokenized/dclm", "output_path": str(marin), "dependencies": ["gs://b/raw/dclm-abc123"],
+        "config": {"tokenizer": "meta-llama/Meta-Llama-3.1-8B", "format": "text"}, "version": {"x": 1}}))
+    record = read_record(str(marin))
+    assert (record.name, record.config["tokenizer"], record.deps) == (
+        "tokenized/dclm", "meta-llama/Meta-Llama-3.1-8B", ["gs://b/raw/dclm-abc123"])
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    running = {"schema": 1, "name": "data/x", "output_path": str(ours), "status": "RUNNING", "config": {"n": 1}}
+    (ours / ".executor_info").write_text(json.dumps(running))
+    assert read_record(str(ours)) is None  # a step still running has no record to serve
+    (ours / ".executor_info").write_text(json.dumps({**running, "status": "SUCCESS"}))
+    assert read_record(str(ours)).config == {"n": 1}
