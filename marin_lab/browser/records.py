@@ -31,6 +31,9 @@ from marin_lab.execution.records import StepRecord
 from marin_lab.execution.secrets import redact
 from marin_lab.store.layout import CORRUPT, EXPERIMENTS_DIR, INFO_FILE, LEASE_FILE, MISSING, RUNS_DIR, STATUS_FILE
 
+ARTIFACT_RECORD_FILE = ".artifact.json"
+"""Beside a name@version artifact's output (Marin's record; marin_lab.marin.artifact writes it)."""
+
 logger = logging.getLogger(__name__)
 
 _EXPERIMENT_ID = re.compile(r"[A-Za-z0-9._@+-]+")
@@ -186,6 +189,7 @@ class Browser:
                 "dependencies": deps[key],
                 "external_dependencies": [d for d in deps[key] if d not in known],
                 "dependents": dependents.get(key, []),
+                "artifact": self._artifact_row(step, step_dir),
             })
         result.update(
             _header(exp, exp_id),
@@ -293,10 +297,36 @@ class Browser:
         out["dependencies"] = self._dependencies(record)
         out["dependents"] = self._dependents(identity, exp_id) if identity else []
         out["explain"] = explain_record(self._index(), typed) if typed is not None else None
+        out["artifact"] = self._artifact_record(step_dir)
         # Two existence checks, not a listing: a data step's folder can hold thousands of shards.
         out["has_metrics"], out["has_results"] = parallel_map(
             lambda url: exists(self.roots, url), [child(step_dir, "metrics.jsonl"), child(step_dir, "results.json")], local=self.local)
         return out
+
+    def _artifact_record(self, step_dir: str | None) -> dict[str, Any] | None:
+        """The `.artifact.json` of a name@version artifact (marin_lab.marin.lazy), as written, redacted."""
+        if step_dir is None:
+            return None
+        loaded = load_json(self.roots, child(step_dir, ARTIFACT_RECORD_FILE))
+        if loaded.state != "ok" or not isinstance(loaded.value, dict):
+            return None
+        value = redact(loaded.value)
+        return {k: value.get(k) for k in ("name", "version", "fingerprint", "result_type", "deps", "source",
+                                           "result", "provenance")}
+
+    def _artifact_row(self, step: dict, step_dir: str | None) -> dict[str, Any] | None:
+        """For a name@version artifact's step: its address, the fingerprint this experiment planned,
+        and the one its output was built with (`drift` when they differ: the output was reused)."""
+        version = step.get("version")
+        config = version.get("config") if isinstance(version, dict) else None
+        identity = config.get("identity") if isinstance(config, dict) else None
+        if not isinstance(identity, dict) or not isinstance(identity.get("artifact"), str):
+            return None
+        built = self._artifact_record(step_dir)
+        planned = _text(identity.get("fingerprint"))
+        built_fp = _text(built.get("fingerprint")) if built else None
+        return {"address": identity["artifact"], "fingerprint": planned, "built_fingerprint": built_fp,
+                "drift": bool(planned and built_fp and planned != built_fp)}
 
     def _index(self) -> RecordIndex:
         """Execution's record index, reading through the browser's confined storage."""

@@ -201,7 +201,7 @@ def explain_step(plan: Plan, planned: PlannedStep, index: RecordIndex, *, depth:
     if recorded is not None:  # a pinned path (e.g. a name@version artifact) holds another version: reused as it is
         lines = [f"{pad}{planned.identity} is pinned to {planned.output_path}, which holds another version "
                  f"({recorded.identity}); a run reuses that output as it is. What differs:"]
-        return lines + [f"{pad}  {d}" for d in diff_versions(recorded.version, planned.version)]
+        return lines + [f"{pad}  {d}" for d in diff_versions(recorded.version or {}, planned.version)]
     previous = index.previous_version(planned.name, planned.identity)
     if previous is None or previous.version is None:
         return [f"{pad}{planned.identity} is new: no earlier version of '{planned.name}' is recorded under {plan.prefix}"]

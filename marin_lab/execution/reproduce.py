@@ -159,7 +159,9 @@ def _reproduce(rec: RecordedExperiment, script: str, scratch: str, pattern: re.P
                 "`marin-lab explain` shows which field"])
         else:
             runnable.append(ps)
-    originals = {ps.identity: join(rec.original, ps.identity) for ps in plan.steps}
+    # The same place under the original prefix (`{identity}`, or a pinned `{name}/{version}`).
+    originals = {ps.identity: join(rec.original, ps.output_path[len(scratch.rstrip("/")):].strip("/"))
+                 if is_within(ps.output_path, scratch) else join(rec.original, ps.identity) for ps in plan.steps}
     if deep and runnable:
         executor.run(rebuilt, run_only=[f"^{re.escape(ps.name)}$" for ps in runnable], raise_on_failure=False)
     if not deep and runnable:

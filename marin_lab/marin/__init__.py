@@ -12,6 +12,12 @@ above them (tests/unit/test_layering.py) and adapts their objects to Marin's nam
 - `marin_lab.marin.models`: Marin's Llama presets and tokenizer names (`experiments.llama` and
   `experiments.marin_models` re-export them).
 
+Marin's current API (June 2026 on: lazy ArtifactSteps addressed by `name@version`), module for
+module: `lazy`, `artifact`, `fingerprint`, `build_context`, `step_spec`, `step_runner`,
+`step_status`, `remote`, `cli` (Marin's `marin.experiment.cli`), `namespacing`, `provenance` and
+`filesystem` (rigging's), and `resources.ResourceConfig` (Fray's). They run on marin_lab's executor
+(`step_runner`, with `thread_backend` for Marin's in-thread placement).
+
 Submodules are imported by name; this file imports none of them, so `marin_lab.resources` does not
 load JAX through `models.py`.
 See docs/coming_from_marin.md.

@@ -19,7 +19,7 @@ import json
 import logging
 import re
 from dataclasses import asdict, is_dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -177,11 +177,17 @@ def _parse_record(text: str) -> ArtifactRecord:
 
 
 def _record_from_executor_info(text: str) -> ArtifactRecord | None:
-    """marin_lab's step record (it has `schema`) or Marin's Ray-era one, as far as consumers read it."""
+    """marin_lab's step record (it has `schema`) or Marin's Ray-era one, as far as consumers read it;
+    None for a step still running (or failed), as for Marin's schedule-time stub (#6836)."""
     info = json.loads(text)
     if not isinstance(info, dict) or info.get("executor_version") == STEP_RUNNER_EXECUTOR_VERSION:
         return None
     config = info.get("config")
+    if "schema" in info:  # marin_lab's record: written from the start of a run, so honoured only once done
+        if info.get("status") != "SUCCESS":
+            return None
+        if isinstance(config, dict) and {"identity", "deps", "output_path"} <= config.keys():
+            config = None  # a StepSpec's executor config (its identity), not the config its function ran
     deps = info.get("dependencies") or []
     return ArtifactRecord(
         name=str(info.get("name") or ""),
@@ -228,7 +234,7 @@ def read_artifact(output_path: str, schema: type[M]) -> M:
     output_path = _resolved(output_path)
     record = read_record(output_path)
     if record is not None and record.result is not None:
-        return cast(M, schema.model_validate(record.result))
+        return schema.model_validate(record.result)
     raise FileNotFoundError(f"no artifact payload at {output_path}")
 
 

@@ -19,7 +19,13 @@ from typing import Any
 
 import click
 
-from marin_lab.marin.artifact import is_mutable_version, validate_version
+from marin_lab.execution.errors import MarinLabError
+from marin_lab.marin.artifact import (
+    ArtifactTypeMismatchError,
+    FingerprintMismatchError,
+    is_mutable_version,
+    validate_version,
+)
 from marin_lab.marin.build_context import BuildContext, VersionCodex, build_context
 from marin_lab.marin.lazy import ArtifactStep, lower, run
 
@@ -97,6 +103,12 @@ def _run_locally(handles: list[ArtifactStep], max_concurrent: int) -> None:
     run(*handles, max_concurrent=max_concurrent)
 
 
+# What a driver reports as one message: Marin's bad-input errors (a version, a dev dependency under
+# a fixed version, an undeclared dependency or runtime arg, a fingerprint pin, a changed result
+# type) and a failed run (RuntimeError naming the steps and their records).
+_ONE_LINE = (ValueError, KeyError, RuntimeError, FingerprintMismatchError, ArtifactTypeMismatchError, MarinLabError)
+
+
 def build_options_with_runner(fn: Callable[..., BuildResult], runner: BuildRunner) -> Callable[..., None]:
     """`build_options`, with `--run` handed to `runner(handles, max_concurrent)`."""
 
@@ -111,19 +123,23 @@ def build_options_with_runner(fn: Callable[..., BuildResult], runner: BuildRunne
     def wrapper(*args: Any, default_version: str, overrides: dict[str, str], do_run: bool, max_concurrent: int,
                 **kwargs: Any) -> None:
         codex = VersionCodex(default=default_version, overrides=overrides)
-        with build_context(BuildContext(versions=codex)):
-            handles = _as_handles(fn(*args, **kwargs))
-        unused = codex.unused_overrides()
-        if unused:
-            raise click.BadParameter(
-                f"never applied to any artifact: {sorted(unused)}. The name is a typo, or that "
-                "artifact hardcodes its version (an explicit version wins over an override).",
-                param_hint="--override",
-            )
-        if not do_run:
-            _print_plan(handles)
-            return
-        runner(handles, max_concurrent)
+        try:
+            with build_context(BuildContext(versions=codex)):
+                handles = _as_handles(fn(*args, **kwargs))
+            unused = codex.unused_overrides()
+            if unused:
+                raise click.BadParameter(
+                    f"never applied to any artifact: {sorted(unused)}. The name is a typo, or that "
+                    "artifact hardcodes its version (an explicit version wins over an override).",
+                    param_hint="--override",
+                )
+            if not do_run:
+                _print_plan(handles)
+                return
+            runner(handles, max_concurrent)
+        except _ONE_LINE as err:  # bad input, or failed steps: one message, no traceback
+            raise click.ClickException(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)) \
+                from err
 
     return wrapper
 

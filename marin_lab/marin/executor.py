@@ -41,8 +41,8 @@ from marin_lab.execution import lease as leases
 from marin_lab.execution.errors import ExecutorConfigError, LeaseLostError
 from marin_lab.execution.hashing import canonical_json, scan_config
 from marin_lab.execution.plan import Plan
-from marin_lab.execution.status import info_path as get_info_path
 from marin_lab.execution.status import Status, read_status, write_status
+from marin_lab.execution.status import info_path as get_info_path
 from marin_lab.execution.status import status_path as get_status_path
 from marin_lab.execution.step import ExecutorStep
 

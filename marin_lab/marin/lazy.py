@@ -49,7 +49,7 @@ from marin_lab.marin.build_context import resolve_version
 from marin_lab.marin.fingerprint import canonical_json, fingerprint_hash
 from marin_lab.marin.provenance import Provenance
 from marin_lab.marin.remote import RemoteCallable
-from marin_lab.marin.step_runner import StepRunner
+from marin_lab.marin.step_runner import StepRunner, current_dep_paths
 from marin_lab.marin.step_runner import executor_step as _spec_executor_step
 from marin_lab.marin.step_spec import StepSpec, _is_relative_path, marin_prefix, marin_region, prefix_join
 
@@ -61,9 +61,9 @@ __all__ = [
 T = TypeVar("T", bound=Artifact)
 
 
-def _executor_identity(step: ExecutorStep) -> tuple[str, str]:
-    """(`name@name-hash8`, its output path under `marin_prefix()`) for an ExecutorStep dependency."""
-    plan = build_plan([step], marin_prefix())
+def _executor_identity(step: ExecutorStep, prefix: str | None = None) -> tuple[str, str]:
+    """(`name@name-hash8`, its output path under `prefix`) for an ExecutorStep dependency."""
+    plan = build_plan([step], prefix or marin_prefix())
     planned = plan.object_map[id(step)]
     return f"{step.name}@{planned.identity}", planned.output_path
 
@@ -76,7 +76,7 @@ def _dep_label(dep: Any) -> str:
 
 def _dep_path(dep: Any, prefix: str) -> str:
     if isinstance(dep, ExecutorStep):
-        return _executor_identity(dep)[1]
+        return _executor_identity(dep, prefix)[1]
     return dep.path(prefix)
 
 
@@ -253,8 +253,16 @@ class _ArtifactFn:
                 raise FileNotFoundError(f"cannot adopt {h.name}@{h.version}: no data at {source}")
             result, config_json, result_json = None, h.adopt_config, None
         else:
-            ctx = StepContext.for_run(output_path=output_path, prefix=marin_prefix(), region=marin_region(),
+            prefix = marin_prefix()
+            own = f"/{h.name}/{h.version}"
+            if h.override_path is None and output_path.rstrip("/").endswith(own):
+                prefix = output_path.rstrip("/")[: -len(own)]  # the prefix the executor runs under
+            ctx = StepContext.for_run(output_path=output_path, prefix=prefix, region=marin_region(),
                                       runtime_args=h.runtime_args, deps=h.deps)
+            resolved = current_dep_paths()
+            if resolved is not None and len(resolved) == len(h.deps):  # the executor's resolution wins
+                paths = list(zip(h.deps, resolved))
+                ctx = dataclasses.replace(ctx, _dep_ref=lambda d: next(p for dep, p in paths if dep is d))
             config = h.build_config(ctx)
             result = h.run(config)
             source = None

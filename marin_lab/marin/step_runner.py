@@ -41,6 +41,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from marin_lab.execution import THIS_OUTPUT_PATH, ExecutorStep, InputName, versioned
+from marin_lab.execution.artifacts import Reproducibility
 from marin_lab.execution.errors import ExperimentFailedError
 from marin_lab.execution.main import offer_steps
 from marin_lab.execution.plan import Plan, PlannedStep
@@ -65,6 +66,17 @@ __all__ = ["SpecFunction", "StepRunner", "executor_step", "executor_steps"]
 logger = logging.getLogger(__name__)
 
 
+_DEP_PATHS: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar("marin_lab_dep_paths",
+                                                                                    default=None)
+
+
+def current_dep_paths() -> tuple[str, ...] | None:
+    """Inside a running StepSpec function: its dependencies' output paths as the executor resolved
+    them (in `deps` order), or None outside one. An artifact reads its deps here, so a run under
+    another prefix (`marin-lab reproduce`) reads what that run planned."""
+    return _DEP_PATHS.get()
+
+
 @dataclasses.dataclass(frozen=True)
 class SpecConfig:
     """The config of the ExecutorStep a StepSpec runs as."""
@@ -76,11 +88,31 @@ class SpecConfig:
     output_path: str = THIS_OUTPUT_PATH
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class SpecFunction:
-    """`fn(output_path)` of a StepSpec, as an ExecutorStep function (see the module docstring)."""
+    """`fn(output_path)` of a StepSpec, as an ExecutorStep function (see the module docstring).
+
+    Two are the same function when their StepSpecs are the same step by Marin's identity (name,
+    output path and `hash_attrs`, an artifact's fingerprint among them): a builder called twice
+    makes two handle objects of one artifact, and the planner merges their steps.
+    """
 
     spec: StepSpec
+
+    def _key(self) -> tuple[str, str | None, str]:
+        return self.spec.name, self.spec.override_output_path, json.dumps(self.spec.hash_attrs, sort_keys=True,
+                                                                          default=str)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SpecFunction) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    @property
+    def __marin_reproducibility__(self) -> Reproducibility:
+        """For `marin-lab reproduce`: `.artifact.json`'s provenance (who, when, argv) is of one run."""
+        return Reproducibility(volatile_fields={".artifact.json": ("provenance",)})
 
     @property
     def addressed_by_name(self) -> bool:
@@ -96,7 +128,11 @@ class SpecFunction:
         if fn is None:
             return None
         makedirs(config.output_path)
-        result = fn(config.output_path)
+        token = _DEP_PATHS.set(tuple(config.deps))
+        try:
+            result = fn(config.output_path)
+        finally:
+            _DEP_PATHS.reset(token)
         if not self.spec.writes_record and (isinstance(result, BaseModel)
                                             or (is_dataclass(result) and not isinstance(result, type))):
             write_artifact(result, config.output_path)

@@ -17,11 +17,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from marin_lab.browser.paths import Roots
+from marin_lab.browser.records import Browser
 from marin_lab.cli import main as cli_main
 from marin_lab.cluster.resources import TpuResources
 from marin_lab.execution import ExecutorStep, output_path_of, this_output_path
-from marin_lab.execution.executor import Executor
 from marin_lab.execution.cleanup import find_garbage
+from marin_lab.execution.executor import Executor
 from marin_lab.execution.records import read_step_record
 from marin_lab.execution.status import read_status
 from marin_lab.marin.artifact import (
@@ -48,8 +50,10 @@ def _files(root: Path) -> list[str]:
 # --- a Marin tutorial, end to end --------------------------------------------------------------
 
 
-def test_marin_hello_world_tutorial_runs_end_to_end(tmp_path, capsys):
+def test_marin_hello_world_tutorial_runs_end_to_end(tmp_path, capsys, monkeypatch):
     """Marin's experiments/tutorials/hello_world.py (current API), imports changed only."""
+    tmp_path, scratch = tmp_path / "store", tmp_path / "scratch"
+    tmp_path.mkdir()
     env = {**os.environ, "MARIN_PREFIX": str(tmp_path), "PYTHONPATH": str(REPO)}
     for _ in range(2):  # the second run rebuilds its `dev` artifacts in place
         done = subprocess.run([sys.executable, str(HELLO)], env=env, capture_output=True, text=True, timeout=300,
@@ -69,6 +73,13 @@ def test_marin_hello_world_tutorial_runs_end_to_end(tmp_path, capsys):
     assert "= hello_world/stats@dev (fingerprint" in out and "SUCCESS" in out
     candidates, _ = find_garbage(str(tmp_path), 0.0)
     assert [c.url for c in candidates if "hello_world" in c.url] == []
+
+    # `marin-lab reproduce` reruns the recorded script into a scratch prefix and compares outputs.
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path))
+    (experiment,) = (tmp_path / "experiments").glob("hello_world-*.json")
+    assert cli_main(["reproduce", str(experiment), "--into", str(scratch), "--backend", "local"]) == 0
+    assert "2 steps: 2 identical" in capsys.readouterr().out
+    assert json.loads((scratch / "hello_world" / "stats" / "dev" / "stats.json").read_text())["sum"] == 4950
 
 
 # --- one DAG, both identities ------------------------------------------------------------------
@@ -114,6 +125,10 @@ def test_one_dag_mixes_hashed_steps_and_name_version_artifacts(tmp_path, monkeyp
     assert (art_path / "text.txt").read_text() == "HELLO"
     hashed_dirs = [p.name for p in (tmp_path / "raw").iterdir()]
     assert len(hashed_dirs) == 1 and hashed_dirs[0].startswith("text-")  # {prefix}/{name}-{hash8}
+    # One reader for both: an ExecutorStep's own record (.executor_info) reads as an ArtifactRecord.
+    hashed_record = read_record(str(tmp_path / "raw" / hashed_dirs[0]))
+    assert hashed_record is not None and hashed_record.name == "raw/text"
+    assert hashed_record.output_path == str(tmp_path / "raw" / hashed_dirs[0])
 
     # The reverse: an ExecutorStep reading the artifact, run by executor_main (the artifact is reused).
     consumer = ExecutorStep(name="final/copy", fn=copy_upper,
@@ -254,3 +269,70 @@ def test_drift_under_a_pin_and_a_changed_result_type_write_nothing(tmp_path, mon
     with pytest.raises(ArtifactTypeMismatchError, match="recorded result_type is"):
         run(_value(V, 1, kind=OtherValue))
     assert {p: (prefix / p).read_bytes() for p in _files(prefix)} == before
+
+
+# --- the browser ---------------------------------------------------------------------------------
+
+
+def test_browser_shows_name_version_fingerprint_and_drift(tmp_path, monkeypatch, caplog):
+    prefix = tmp_path / "store"
+    monkeypatch.setenv("MARIN_PREFIX", str(prefix))
+    run(_value(V, 1))
+    run(_value(V, 2))  # same name@version, another recipe: the built output is reused, with a warning
+    assert "recipe drift" in caplog.text
+
+    browser = Browser(str(prefix), Roots.of([str(prefix)]))
+    experiments = browser.experiments()
+    rows = [row for e in experiments for row in browser.experiment(e["id"])["steps"]]
+    by_fp = {row["artifact"]["fingerprint"]: row["artifact"] for row in rows}
+    first, second = _value(V, 1).fingerprint(), _value(V, 2).fingerprint()
+    assert by_fp[first] == {"address": f"values/v@{V}", "fingerprint": first, "built_fingerprint": first,
+                            "drift": False}
+    assert by_fp[second]["drift"] is True and by_fp[second]["built_fingerprint"] == first
+    step = browser.step(str(prefix / "values" / "v" / V))
+    assert (step["artifact"]["name"], step["artifact"]["version"], step["artifact"]["fingerprint"]) == (
+        "values/v", V, first)
+    assert step["artifact"]["result"] == {"x": 1}
+
+
+def _dev_parent():
+    dev = apply("values/dev", _noop, version="dev", x=1)
+    return apply("values/fixed", _noop, data=dev)
+
+
+def test_experiment_cli_reports_bad_input_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "store"))
+    result = CliRunner().invoke(experiment_main(_dev_parent), ["--version", V, "--run"])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: values/fixed@2026.06.28 is a fixed version but depends on mutable")
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert _files(tmp_path / "store") == []
+
+
+def _tokens() -> ArtifactStep:
+    return apply("data/tokens", _upper, version=V, input_path="/nowhere", output_path=OUT)
+
+
+def test_a_builder_called_twice_is_one_step_in_an_executor_dag(tmp_path):
+    # Marin's experiments call builders freely: two handle objects of one name@version are one step.
+    steps = [executor_step(_tokens()), executor_step(_tokens())]
+    plan = Executor(prefix=str(tmp_path), backend="local").plan(steps)
+    assert [ps.output_path for ps in plan.steps] == [str(tmp_path / "data" / "tokens" / V)]
+
+
+def test_read_record_reads_marin_ray_era_info_and_ours_only_when_done(tmp_path):
+    marin = tmp_path / "marin_cache"
+    marin.mkdir()
+    (marin / ".executor_info").write_text(json.dumps({
+        "name": "tokenized/dclm", "output_path": str(marin), "dependencies": ["gs://b/raw/dclm-abc123"],
+        "config": {"tokenizer": "meta-llama/Meta-Llama-3.1-8B", "format": "text"}, "version": {"x": 1}}))
+    record = read_record(str(marin))
+    assert (record.name, record.config["tokenizer"], record.deps) == (
+        "tokenized/dclm", "meta-llama/Meta-Llama-3.1-8B", ["gs://b/raw/dclm-abc123"])
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    running = {"schema": 1, "name": "data/x", "output_path": str(ours), "status": "RUNNING", "config": {"n": 1}}
+    (ours / ".executor_info").write_text(json.dumps(running))
+    assert read_record(str(ours)) is None  # a step still running has no record to serve
+    (ours / ".executor_info").write_text(json.dumps({**running, "status": "SUCCESS"}))
+    assert read_record(str(ours)).config == {"n": 1}

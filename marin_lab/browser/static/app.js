@@ -296,7 +296,9 @@ async function renderExperiment(id) {
   const table = el("table", {id: "steps"},
     el("thead", {}, el("tr", {}, ["Step", "Status", "Run", "Function", "Depends on"].map(h => el("th", {text: h})))),
     el("tbody", {}, exp.steps.map(s => el("tr", {"data-key": s.key},
-      el("td", {}, s.output_path ? el("a", {href: links.step(s.output_path, exp.id), text: s.identity || s.name}) : (s.identity || s.name)),
+      el("td", {}, s.output_path ? el("a", {href: links.step(s.output_path, exp.id), text: s.identity || s.name}) : (s.identity || s.name),
+        s.artifact ? el("div", {class: "muted mono artifact"}, `${s.artifact.address} · fingerprint ${s.artifact.fingerprint}`,
+          s.artifact.drift ? el("span", {class: "warn drift", text: ` · drift: built from ${s.artifact.built_fingerprint}, reused`}) : null) : null),
       el("td", {class: "status-cell"}, badge(s.status), s.progress && s.status === "RUNNING" ? el("div", {class: "muted mono progress", text: s.progress}) : null),
       el("td", {class: "run-cell", text: stepRunText(s)}),
       el("td", {class: "mono", text: s.fn || ""}),
@@ -436,6 +438,9 @@ async function renderStep(params) {
   const ctx = {exp, step: step.output_path};
   parts.push(kv([["name", step.name], ["output", el("a", {href: links.file(step.output_path, null, null, ctx), text: step.output_path})],
     ["function", r && r.fn], ["description", r && r.description],
+    ["artifact", step.artifact ? `${step.artifact.name}@${step.artifact.version}` : null],
+    ["fingerprint", step.artifact && step.artifact.fingerprint],
+    ["adopted from", step.artifact && step.artifact.source],
     ["started", r && r.timings && r.timings.started], ["ended", r && r.timings && r.timings.ended],
     ["duration", r && r.timings && typeof r.timings.duration_s === "number" ? `${r.timings.duration_s.toFixed(2)} s` : null]]));
   const live = step.status_file && step.status_file.value;

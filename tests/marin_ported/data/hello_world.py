@@ -20,9 +20,9 @@ import os
 from dataclasses import dataclass
 
 from marin_lab.marin.artifact import Artifact
+from marin_lab.marin.filesystem import open_url
 from marin_lab.marin.lazy import ArtifactStep, lower
 from marin_lab.marin.step_runner import StepRunner
-from marin_lab.marin.filesystem import open_url
 
 logger = logging.getLogger(__name__)
 

@@ -4,8 +4,9 @@
 import time
 from types import SimpleNamespace
 
-import marin_lab.marin.step_runner as step_runner_module
 import pytest
+
+import marin_lab.marin.step_runner as step_runner_module
 from marin_lab.marin.artifact import Artifact
 from marin_lab.marin.step_spec import StepSpec
 

@@ -10,6 +10,7 @@ nothing is recomputed — while a provenance record at the canonical address rec
 import logging
 
 import pytest
+
 from marin_lab.marin.artifact import Artifact, read_record
 from marin_lab.marin.lazy import ArtifactStep, adopt, materialized_config, run
 

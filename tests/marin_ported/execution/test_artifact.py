@@ -12,6 +12,8 @@ import dataclasses
 import logging
 
 import pytest
+from pydantic import BaseModel
+
 from marin_lab.marin.artifact import (
     Artifact,
     FingerprintMismatchError,
@@ -20,7 +22,6 @@ from marin_lab.marin.artifact import (
     write_artifact,
 )
 from marin_lab.marin.lazy import ArtifactStep, run
-from pydantic import BaseModel
 
 # A frozen calendar version for the toy artifacts these tests build.
 V = "2026.06.28"

@@ -8,6 +8,7 @@ and restoration on exception, and the unused-override signal that guards against
 """
 
 import pytest
+
 from marin_lab.marin.build_context import (
     BuildContext,
     VersionCodex,

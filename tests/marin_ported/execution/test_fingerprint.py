@@ -16,6 +16,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from marin_lab.marin.fingerprint import canonical_json, fingerprint_hash
 
 

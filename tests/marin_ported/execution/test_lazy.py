@@ -12,10 +12,11 @@ import os
 from dataclasses import dataclass
 
 import pytest
-from marin_lab.marin.resources import ResourceConfig
+
 from marin_lab.marin.artifact import Artifact, ArtifactTypeMismatchError
 from marin_lab.marin.lazy import OUT, ArtifactStep, StepContext, apply, lower, materialized_config, resolve, run
 from marin_lab.marin.remote import remote
+from marin_lab.marin.resources import ResourceConfig
 
 # --- Toy configs/fns standing in for tokenize + train --------------------------
 

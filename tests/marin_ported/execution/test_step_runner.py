@@ -4,18 +4,17 @@
 import contextvars
 import json
 import os
-import threading
 from pathlib import Path
 
-import marin_lab.marin.step_runner as step_runner_module
 import pytest
-from marin_lab.marin.resources import ResourceConfig
+from pydantic import BaseModel
+
 from marin_lab.marin.artifact import FINGERPRINT_KEY, VERSION_KEY, Artifact, read_artifact, write_artifact
 from marin_lab.marin.remote import RemoteCallable, remote
+from marin_lab.marin.resources import ResourceConfig
 from marin_lab.marin.step_runner import StepRunner
 from marin_lab.marin.step_spec import StepSpec
 from marin_lab.marin.step_status import STATUS_SUCCESS, StatusFile, worker_id
-from pydantic import BaseModel
 
 # ---------------------------------------------------------------------------
 # Artifact types

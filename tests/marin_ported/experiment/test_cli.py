@@ -12,8 +12,9 @@ import os
 
 import pytest
 from click.testing import CliRunner
-from marin_lab.marin.lazy import OUT, apply
+
 from marin_lab.marin.cli import experiment_main
+from marin_lab.marin.lazy import OUT, apply
 
 
 def _noop(**_kwargs):

@@ -4,6 +4,7 @@
 """``user_namespaced_name`` isolates mutable checkpoints per user but leaves fixed ones shared."""
 
 import pytest
+
 from marin_lab.marin.namespacing import user_namespaced_name
 
 
