@@ -241,7 +241,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from marin_lab.cluster.cli import main as cluster_main
 
         return int((cluster_main if argv[0] == "cluster" else compile_main)(argv[1:]) or 0)
+    extra: list[str] = []
+    if argv and argv[0] in ("launch", "explain") and "--" in argv:  # the script's arguments, as --help says
+        extra = argv[argv.index("--") + 1:]
+        argv = argv[:argv.index("--")]
     args = build_parser().parse_args(argv)
+    if extra:
+        args.script_args = [*args.script_args, *extra]
     try:
         return args.func(args)
     except MarinLabError as err:

@@ -30,11 +30,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("script", help="an experiment file, e.g. experiments/tootsie_8b.py")
     p.add_argument("--step", help="regex over step names")
     p.add_argument("--topology", help="instead of each step's TpuResources: v5e-256x2, v4-2048, v5e-4, v5e:2x2, ...")
-    p.add_argument("--slices", type=int, help="slices of a --topology given as a compiler name (v5e:2x2)")
+    p.add_argument("--slices", type=int, help="slices of a --topology given as a compiler name (v5e:2x2); at least 1")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store (only names the steps)")
     p.add_argument("script_args", nargs="*", help="arguments passed to the script (after --)")
     return p
+
+
+def _capture(script: str, script_args: Sequence[str]) -> list:
+    """The experiment's steps; an experiment that fails before reaching executor_main is one line."""
+    try:
+        steps, _ = capture_steps(script, script_args)
+    except MarinLabError:
+        raise
+    except SystemExit as err:  # its own argument parsing (executor_main's flags) refused the arguments
+        raise MarinLabError(f"{script} exited (code {err.code}) before calling executor_main, with the "
+                            f"arguments {list(script_args)!r}; check the arguments after --") from None
+    except BaseException as err:
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        where = ""
+        tb = err.__traceback__
+        while tb is not None:  # the deepest frame inside the experiment file
+            if os.path.abspath(tb.tb_frame.f_code.co_filename) == os.path.abspath(script):
+                where = f" at line {tb.tb_lineno}"
+            tb = tb.tb_next
+        first = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), "")
+        raise MarinLabError(f"{script}{where}: the experiment raised {type(err).__name__}"
+                            f"{': ' + first[:300] if first else ''} while it was loaded; fix it (`python {script} "
+                            "--dry_run true` shows the traceback)") from None
+    return steps
+
+
+def split_script_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(the command's own arguments, the script's: everything after the first `--`)."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
 
 
 def compile_experiment(script: str, *, step: str | None = None, topology: str | None = None,
@@ -44,11 +78,18 @@ def compile_experiment(script: str, *, step: str | None = None, topology: str | 
     if not os.path.isfile(script):
         raise MarinLabError(f"{script}: no such experiment file; give the path of a Python file that calls "
                             "executor_main, e.g. experiments/tootsie_8b.py")
+    if slices is not None and slices < 1:
+        raise MarinLabError(f"--slices {slices}: give a number of slices of at least 1 (with --topology)")
+    if slices is not None and not topology:
+        raise MarinLabError(f"--slices {slices} needs --topology (a compiler name such as v5e:2x2)")
+    try:
+        pattern = re.compile(step) if step else None
+    except re.error as err:
+        raise MarinLabError(f"--step {step!r} is not a regular expression ({err}); e.g. --step 'train/.*'") from None
     require_libtpu()
     forced = parse_topology(topology, slices) if topology else None
-    steps, _ = capture_steps(script, script_args)
+    steps = _capture(script, script_args)
     plan = Executor(prefix=prefix or default_prefix(), backend="local", script=script).plan(steps)
-    pattern = re.compile(step) if step else None
     selected = [ps for ps in plan.steps if isinstance(ps.step.config, (TrainLmConfig, FinetuneConfig))
                 and (pattern is None or pattern.search(ps.name) or pattern.search(ps.identity))]
     if not selected:
@@ -66,10 +107,11 @@ def compile_experiment(script: str, *, step: str | None = None, topology: str | 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    own, after = split_script_args(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(own)
     try:
         reports = compile_experiment(args.script, step=args.step, topology=args.topology, slices=args.slices,
-                                     prefix=args.prefix, script_args=args.script_args)
+                                     prefix=args.prefix, script_args=[*args.script_args, *after])
     except MarinLabError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

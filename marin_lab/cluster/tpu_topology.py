@@ -114,6 +114,8 @@ def known_topologies() -> list[str]:
 
 def parse_topology(name: str, slices: int | None = None) -> Topology:
     """'v5e-256', 'v5e-256x2', 'v4-2048' or 'v5e:2x2' (+ `slices`) -> Topology; TrainingError lists the known ones."""
+    if slices is not None and slices < 1:
+        raise TrainingError(f"topology {name!r}: slices must be at least 1, got {slices}")
     text = name.strip().lower()
     m = _COMPILER_NAME.match(text)
     if m:

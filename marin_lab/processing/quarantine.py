@@ -342,7 +342,17 @@ def read_report(output_path: str) -> dict[str, Any] | None:
     if report is not None and not (isinstance(report, dict) and isinstance(report.get("bad"), list)):
         raise ProcessingError(f"{url} is damaged (not an object with a `bad` list); delete it and rerun the "
                               "experiment with --force_run_failed true")
+    if report is not None:
+        for i, entry in enumerate(report["bad"]):
+            if not isinstance(entry, dict):
+                raise ProcessingError(f"{url} is damaged (bad[{i}] is {type(entry).__name__}, not an object naming a "
+                                      "shard); delete it and rerun the experiment with --force_run_failed true")
     return report
+
+
+def shard_names(report: dict[str, Any] | None) -> list[str]:
+    """The names of a report's bad shards, as text (a hand-edited report may hold numbers)."""
+    return [str(b.get("shard", "?")) for b in (report or {}).get("bad", []) if isinstance(b, dict)]
 
 
 def request_rerun(output_path: str) -> dict[str, Any]:

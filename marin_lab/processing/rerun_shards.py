@@ -37,7 +37,8 @@ from marin_lab.execution.records import read_step_record
 from marin_lab.execution.reproduce_target import RecordedExperiment, locate, read_script
 from marin_lab.execution.status import Status, read_status
 from marin_lab.io.fs import join
-from marin_lab.processing.quarantine import REPORT_FILE, read_report, request_rerun
+from marin_lab.processing.errors import ProcessingError
+from marin_lab.processing.quarantine import REPORT_FILE, read_report, request_rerun, shard_names
 from marin_lab.store.layout import default_prefix
 
 __all__ = ["RerunError", "RerunResult", "add_parser", "rerun_shards"]
@@ -61,7 +62,7 @@ def rerun_shards(output_path: str, *, backend: str = "local") -> RerunResult:
     """Run the FAILED step at `output_path` again, redoing only its bad shards (module docstring)."""
     output_path = output_path.rstrip("/")
     report = _check_failed_for_bad_shards(output_path)
-    bad_before = [b.get("shard", "?") for b in report["bad"]]
+    bad_before = shard_names(report)
     try:
         rec = locate(output_path)
     except MarinLabError as err:
@@ -94,9 +95,11 @@ def rerun_shards(output_path: str, *, backend: str = "local") -> RerunResult:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     status = outcome.status if outcome is not None else "FAILED"
-    after = read_report(output_path) if status != Status.SUCCESS.value else None
-    return RerunResult(output_path, status, bad_before, outcome.message if outcome else None,
-                       [b.get("shard", "?") for b in (after or {}).get("bad", [])])
+    try:
+        after = read_report(output_path) if status != Status.SUCCESS.value else None
+    except ProcessingError as err:  # the step ran; only what it left behind is unreadable
+        return RerunResult(output_path, status, bad_before, f"{outcome.message if outcome else ''} ({err})".strip())
+    return RerunResult(output_path, status, bad_before, outcome.message if outcome else None, shard_names(after))
 
 
 def _check_failed_for_bad_shards(output_path: str) -> dict[str, Any]:

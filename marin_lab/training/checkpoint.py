@@ -206,12 +206,15 @@ def _orbax() -> Any:
     return ocp
 
 
-def save_checkpoint(path: str, state: Any, metadata: dict[str, Any], *, max_bytes_in_flight: int | None = None) -> None:
+def save_checkpoint(path: str, state: Any, metadata: dict[str, Any], *, max_bytes_in_flight: int | None = None,
+                    compress: bool = True) -> None:
     """Write `state` (a pytree of jax arrays) and metadata to `path`; COMPLETE last.
 
     Every process must call this (the save is collective); each writes only its own shards.
     `max_bytes_in_flight`: at most this many bytes copied to host memory for writing at once (at
-    least the largest leaf); default: orbax's (all leaves at once, fastest).
+    least the largest leaf); default: orbax's (all leaves at once, fastest). `compress=False`
+    writes the chunks without zstd, whose buffers otherwise cost about a leaf of memory more: for
+    data that hardly compresses (NF4 codes, bf16 weights). Either way restores the same.
     """
     check_storage(path)
     ocp = _orbax()
@@ -220,11 +223,12 @@ def save_checkpoint(path: str, state: Any, metadata: dict[str, Any], *, max_byte
         mfs.remove(mfs.join(path, COMPLETE))
         mfs.remove(path, recursive=True)
     _sync(f"marin-checkpoint-clear:{path}")
-    if max_bytes_in_flight is None:
+    if max_bytes_in_flight is None and compress:
         handler, args = ocp.StandardCheckpointHandler(), ocp.args.StandardSave(state)
     else:  # the same format (StandardCheckpointHandler is this handler underneath), bounded transfers
-        gb = (max_bytes_in_flight // 10**6 + 1) / 10**3  # in GB, rounded up
-        handler = ocp.PyTreeCheckpointHandler(save_concurrent_gb=gb, save_device_host_concurrent_gb=gb)
+        gb = None if max_bytes_in_flight is None else (max_bytes_in_flight // 10**6 + 1) / 10**3  # GB, rounded up
+        handler = ocp.PyTreeCheckpointHandler(save_concurrent_gb=gb, save_device_host_concurrent_gb=gb,
+                                              use_compression=compress)
         args = ocp.args.PyTreeSave(state)
     with ocp.Checkpointer(handler) as checkpointer:
         # Synchronous: returns once every process's shards are written and orbax's commit is done.

@@ -14,6 +14,7 @@ tests and exports use; a fine-tune's base streams instead, tensor by tensor (`ba
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import numpy as np
@@ -31,11 +32,42 @@ __all__ = ["HfImportError", "expected_hf_shapes", "import_hf", "is_hf_checkpoint
 REQUIRED_FIELDS = {"vocab_size": int, "hidden_size": int, "intermediate_size": int, "num_hidden_layers": int,
                    "num_attention_heads": int}
 """config.json fields without which a Llama's shape is unknown (the rest have Llama defaults)."""
+_LAYER_TENSOR = re.compile(r"model\.layers\.(\d{1,9})\.")
 
 
 def is_hf_checkpoint(path: str) -> bool:
     return mfs.exists(mfs.join(path, "config.json")) and (
         mfs.exists(mfs.join(path, "model.safetensors")) or mfs.exists(mfs.join(path, "model.safetensors.index.json")))
+
+
+_POSITIVE_INTS = ("num_key_value_heads", "head_dim", "max_position_embeddings")
+_NUMBERS = ("rope_theta", "rms_norm_eps", "initializer_range")
+
+
+def _check_optional_types(hf: dict[str, Any]) -> None:
+    """Optional fields, when given (null counts as absent), have the type a Llama config gives them."""
+    def given(field: str) -> bool:
+        return hf.get(field) is not None
+
+    for field in _POSITIVE_INTS:
+        v = hf.get(field)
+        if given(field) and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise HfImportError(f"config.json: {field}={v!r} must be a positive integer")
+    for field in _NUMBERS:
+        v = hf.get(field)
+        if given(field) and (not isinstance(v, int | float) or isinstance(v, bool) or not v == v or v < 0):
+            raise HfImportError(f"config.json: {field}={v!r} must be a non-negative number (e.g. 1e-05)")
+    if given("tie_word_embeddings") and not isinstance(hf["tie_word_embeddings"], bool):
+        raise HfImportError(f"config.json: tie_word_embeddings={hf['tie_word_embeddings']!r} must be true or false")
+    for field in ("rope_scaling", "rope_parameters"):
+        if given(field) and not isinstance(hf[field], dict):
+            raise HfImportError(f"config.json: {field}={hf[field]!r} must be an object or null")
+    params = hf.get("rope_parameters") or {}
+    if "rope_theta" in params and (not isinstance(params["rope_theta"], int | float) or isinstance(params["rope_theta"], bool)):
+        raise HfImportError(f"config.json: rope_parameters.rope_theta={params['rope_theta']!r} must be a number")
+    for field in ("model_type", "hidden_act"):
+        if given(field) and not isinstance(hf[field], str):
+            raise HfImportError(f"config.json: {field}={hf[field]!r} must be text")
 
 
 def llama_config_from_hf(hf: dict[str, Any], *, max_seq_len: int | None = None) -> LlamaConfig:
@@ -48,6 +80,7 @@ def llama_config_from_hf(hf: dict[str, Any], *, max_seq_len: int | None = None) 
                                 f"{', '.join(REQUIRED_FIELDS)}")
         if not isinstance(hf[field], kind) or isinstance(hf[field], bool) or hf[field] < 1:
             raise HfImportError(f"config.json: {field}={hf[field]!r} must be a positive integer")
+    _check_optional_types(hf)
     if hf.get("model_type") not in ("llama", None):
         raise HfImportError(f"config.json: model_type {hf.get('model_type')!r} is not 'llama'; only Llama-family checkpoints import")
     for flag in ("attention_bias", "mlp_bias"):
@@ -105,8 +138,10 @@ def read_hf_config(path: str, *, max_seq_len: int | None = None) -> LlamaConfig:
     url = mfs.join(path, "config.json")
     try:
         hf = mfs.read_json(url)
-    except ValueError as err:
+    except (ValueError, UnicodeDecodeError) as err:
         raise HfImportError(f"{url} is not valid JSON: {err}") from err
+    except RecursionError:
+        raise HfImportError(f"{url} is not a Llama config: its JSON is nested too deeply to read") from None
     try:
         return llama_config_from_hf(hf, max_seq_len=max_seq_len)
     except HfImportError as err:
@@ -128,6 +163,15 @@ def open_hf(path: str, model: LlamaConfig | None = None) -> tuple[LlamaConfig, S
         read_hf_config(path)  # still refuse a config.json we could not have read
         model.validate()
     index = SafetensorsIndex.open(path)
+    # The layers the headers hold, before one name per configured layer is built: a config that
+    # claims millions of layers is refused here, at the cost of the headers it has.
+    stored_layers = {int(m.group(1)) for n in index.entries if (m := _LAYER_TENSOR.match(n))}
+    have = max(stored_layers) + 1 if stored_layers else 0
+    if config.num_layers > have:
+        raise HfImportError(
+            f"Hugging Face checkpoint {path} does not match the model config: num_layers={config.num_layers} "
+            f"(config.json num_hidden_layers) but its safetensors hold {have} layer(s) (model.layers.0-{max(have - 1, 0)}); "
+            "fix num_hidden_layers (or the `model` field) to the checkpoint's, or fetch the missing files")
     expected = expected_hf_shapes(config)
     problems = []
     for name, (shape, fields) in expected.items():

@@ -108,6 +108,9 @@ def read_header(url: str) -> dict[str, TensorEntry]:
         header = json.loads(fs.cat_file(path, 8, 8 + length))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise HfImportError(f"{url}: the safetensors header is not valid JSON ({err}); the file is damaged") from err
+    except RecursionError:  # e.g. 100,000 unclosed `[`: no safetensors header nests
+        raise HfImportError(f"{url}: the safetensors header is nested too deeply to be one; the file is damaged "
+                            "or not safetensors") from None
     if not isinstance(header, dict):
         raise HfImportError(f"{url}: the safetensors header is not a JSON object; the file is damaged")
     return {name: _check_entry(url, name, info, 8 + length, size)
@@ -121,7 +124,7 @@ def tensor_files(folder: str) -> list[str]:
         try:
             weight_map = mfs.read_json(index)["weight_map"]
             files = sorted({str(f) for f in weight_map.values()})
-        except (ValueError, KeyError, TypeError, AttributeError) as err:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
             raise HfImportError(f"{index}: not a safetensors index (expected a JSON object with 'weight_map'): "
                                 f"{err}") from err
         return [mfs.join(folder, f) for f in files]

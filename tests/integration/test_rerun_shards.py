@@ -112,3 +112,38 @@ def test_what_cannot_be_rerun_is_one_line(experiment, capsys, tmp_path):
     assert err == f"error: {path} is SUCCESS, not FAILED: there are no bad shards to rerun"
     assert cli_main(["rerun-shards", str(tmp_path / "nowhere")]) == 1
     assert "no step status here" in capsys.readouterr().err
+
+
+def _edit_report(path: str, bad: list) -> None:
+    url = os.path.join(path, REPORT_FILE)
+    report = json.loads(open(url).read())
+    report["bad"] = bad
+    open(url, "w").write(json.dumps(report))
+
+
+def test_a_report_whose_entries_are_not_objects_is_one_line_and_reruns_nothing(experiment, capsys):
+    run, poison, ran = experiment
+    poison("s2")
+    path = run()
+    ran()
+    _edit_report(path, ["s2", 7])
+    assert cli_main(["rerun-shards", path]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and REPORT_FILE in err and "bad[0] is str, not an object" in err, err
+    assert ran() == [] and read_status(path)["status"] == "FAILED"
+
+
+def test_a_shard_named_by_a_number_is_rerun_and_reported_in_one_line(experiment, capsys):
+    run, poison, ran = experiment
+    poison("s2")
+    path = run()
+    ran()
+    _edit_report(path, [{"shard": 2, "error": "x"}])
+    assert cli_main(["rerun-shards", path]) == 1  # the step still has a bad shard: FAILED again, said so
+    captured = capsys.readouterr()
+    assert "reran 1 bad shard(s): 2" in captured.out and "Traceback" not in captured.err
+    assert "still bad: s2" in captured.err
+    poison()
+    _edit_report(path, [{"shard": 2}])
+    assert cli_main(["rerun-shards", path]) == 0
+    assert "reran 1 bad shard(s): 2" in capsys.readouterr().out and read_status(path)["status"] == "SUCCESS"

@@ -142,3 +142,53 @@ def test_finetune_refuses_before_allocating(copy, tmp_path):
     with pytest.raises(TrainingError, match=rf"{shard}: tensor .* the file is truncated"):
         finetune_lm(FinetuneConfig(output_path=str(tmp_path / "out"), data=DataConfig(caches={}), base=copy))
     assert len(jax.live_arrays()) == before
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("rms_norm_eps", "tiny", "rms_norm_eps='tiny' must be a non-negative number"),
+    ("rope_theta", [1], "rope_theta=[1] must be a non-negative number"),
+    ("num_key_value_heads", "4", "num_key_value_heads='4' must be a positive integer"),
+    ("max_position_embeddings", 2.5, "max_position_embeddings=2.5 must be a positive integer"),
+    ("tie_word_embeddings", "no", "tie_word_embeddings='no' must be true or false"),
+    ("rope_scaling", "linear", "rope_scaling='linear' must be an object or null"),
+    ("hidden_act", 3, "hidden_act=3 must be text"),
+])
+def test_a_config_field_of_the_wrong_type_is_one_line(copy, field, value, expected):
+    url = os.path.join(copy, "config.json")
+    config = json.load(open(url))
+    config[field] = value
+    json.dump(config, open(url, "w"))
+    with pytest.raises(HfImportError, match="config.json: " + expected.replace("[", r"\[").replace("]", r"\]")) as err:
+        open_base(copy)
+    assert "\n" not in str(err.value)
+
+
+def test_a_header_nested_beyond_reason_is_one_line(copy):
+    header = b"[" * 100_000
+    with open(_shard(copy, 1), "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+    with pytest.raises(HfImportError, match="nested too deeply"):
+        open_hf(copy)
+    with open(os.path.join(copy, "config.json"), "w") as f:
+        f.write("[" * 100_000)
+    with pytest.raises(HfImportError, match="config.json is not a Llama config: its JSON is nested too deeply"):
+        open_hf(copy)
+
+
+def test_a_config_claiming_millions_of_layers_is_refused_before_naming_them(copy):
+    """3,000,000 layers claimed for a 2-layer file: refused from the headers, without a name per layer."""
+    import tracemalloc
+
+    url = os.path.join(copy, "config.json")
+    config = json.load(open(url))
+    config["num_hidden_layers"] = 3_000_000
+    json.dump(config, open(url, "w"))
+    tracemalloc.start()
+    try:
+        with pytest.raises(HfImportError, match=rf"num_layers=3000000 \(config.json num_hidden_layers\) but its "
+                                                rf"safetensors hold {MODEL.num_layers} layer\(s\)"):
+            open_hf(copy)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 2**20, peak

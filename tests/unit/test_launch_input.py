@@ -83,3 +83,13 @@ def test_a_sound_launch_record_still_prints(tmp_path, capsys):
                                                          "ended": "t1"}]}))
     assert cli_main(["launch", "--status", "r-1", "--prefix", str(tmp_path)]) == 0
     assert "r-1: SUCCEEDED" in capsys.readouterr().out
+
+
+def test_script_arguments_after_double_dash_are_taken(tmp_path, capsys):
+    """As `launch --help` says: they reach the checks (here, the address), not argparse's refusal."""
+    prefix = str(tmp_path / "p")
+    code = cli_main(["launch", SCRIPT, "--address", "127.0.0.1:1", "--prefix", prefix, "--working_dir", REPO,
+                     "--", "--lr", "3e-4", "events"])
+    assert code == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no Ray cluster answers there" in err, err

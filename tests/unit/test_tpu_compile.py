@@ -238,3 +238,34 @@ def test_a_zero_step_time_is_reported_without_an_estimate():
                         bound="compute", compiler_optimal_s=None, compile_s=1.0, compile_cpu_s=1.0,
                         collectives=[], remat="none", attention="xla")
     assert "estimate (roofline, chip peak 197 TFLOP/s): -" in render([report], "text")
+
+
+def test_an_experiment_that_raises_while_loaded_is_one_line(tmp_path, capsys):
+    path = tmp_path / "broken.py"
+    path.write_text("import os\n\nraise RuntimeError('no such dataset: foo')\n")
+    assert main(["compile", str(path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "broken.py at line 3" in err[0] and "RuntimeError: no such dataset: foo" in err[0], err
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--step", "("], "--step '(' is not a regular expression"),
+    (["--topology", "v5e:2x2", "--slices", "-2"], "--slices -2: give a number of slices of at least 1"),
+    (["--topology", "v5e:2x2", "--slices", "0"], "--slices 0: give a number of slices of at least 1"),
+])
+def test_nonsense_arguments_are_refused_in_one_line(experiment, capsys, args, expected):
+    assert main(["compile", experiment, *args]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0], err
+    with pytest.raises(TrainingError, match="slices must be at least 1, got -2"):
+        parse_topology("v5e:2x2", slices=-2)
+
+
+def test_script_arguments_after_double_dash_reach_the_experiment(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "named.py"
+    path.write_text(EXPERIMENT.replace('steps = [', 'import sys\nsuffix = sys.argv.pop(1)\nsteps = [')
+                    .replace('"checkpoints/on-cpu"', 'f"checkpoints/on-cpu-{suffix}"'))
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "store"))
+    assert main(["compile", str(path), "--step", "on-cpu", "--", "given"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "step 'checkpoints/on-cpu-given': field resources declares no TPU" in err[0], err
