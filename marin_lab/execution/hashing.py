@@ -123,9 +123,9 @@ def _not_json(value: Any) -> Any:
 # its C encoder made once instead of per call (dumps builds an encoder object and a C encoder each
 # time: half the cost of hashing a step's version). Same bytes: the same C encoder, same settings. No
 # circular-reference markers: a version is plain data built by `canonical_value`, never circular.
-_C_ENCODER = (json.encoder.c_make_encoder(None, _not_json, json.encoder.encode_basestring, None, ":", ",",
-                                          True, False, False)
-              if json.encoder.c_make_encoder is not None else None)
+_MAKE_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # None without the C accelerator
+_C_ENCODER = (_MAKE_C_ENCODER(None, _not_json, json.encoder.encode_basestring, None, ":", ",", True, False, False)
+              if _MAKE_C_ENCODER is not None else None)
 
 
 def canonical_json(obj: Any) -> str:

@@ -51,7 +51,8 @@ class PlannedStep:
     """`name-hash8`."""
 
     def __post_init__(self) -> None:
-        self.identity = f"{self.step.name}-{self.hash}"
+        if not self.identity:
+            self.identity = f"{self.step.name}-{self.hash}"
 
     @property
     def name(self) -> str:
@@ -285,22 +286,26 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 path.append(step)
                 scan = scan_config(step.config, step_label=_label(step))
                 scans[sid] = scan
-                edges[sid] = [i.step for _, i in scan.inputs if i.step is not None]
-            children = edges[sid]
-            if child_index < len(children):
-                stack.append((step, child_index + 1))
+                edges[sid] = children = [i.step for _, i in scan.inputs if i.step is not None]
+            else:
+                children = edges[sid]
+            # The next child not yet finished (finished ones are passed over here, not pushed).
+            while child_index < len(children):
                 child = children[child_index]
+                child_index += 1
                 c = color.get(id(child), WHITE)
-                if c == WHITE:
-                    _check_step(child, step)
+                if c == BLACK:
+                    continue
                 if c == GREY:
                     cycle = path[path.index(child) :] + [child]
                     raise CycleError(
                         "the steps form a cycle: " + " -> ".join(repr(s.name) for s in cycle)
                         + "; a step cannot depend on itself, directly or through others"
                     )
-                if c == WHITE:
-                    stack.append((child, 0))
+                _check_step(child, step)
+                stack.append((step, child_index))
+                stack.append((child, 0))
+                break
             else:
                 color[sid] = BLACK
                 path.pop()
@@ -331,6 +336,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     # Pass 3: versions in dependency order; identical versions collapse into one PlannedStep.
     planned: dict[int, PlannedStep] = {}
     by_identity: dict[str, PlannedStep] = {}
+    base = prefix.rstrip("/")
     for step in order:
         scan = scans[id(step)]
         input_entries: dict[str, Any] = {}
@@ -353,7 +359,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 blocking.add(dep.identity)
             input_entries[field] = f"DEP[{idx}]/{inp.name}" if inp.name else f"DEP[{idx}]"
         version = version_of(step.name, dict(scan.versioned), input_entries, [d.identity for d in deps])
-        pseudo = [d for d in deps if d.identity not in blocking]
+        pseudo = [d for d in deps if d.identity not in blocking] if len(blocking) < len(deps) else []
         if pseudo:  # only when present, so steps without pseudo-dependencies keep their hashes
             version["pseudo_dependencies"] = [d.identity for d in pseudo]
         h = hash8(version)
@@ -369,7 +375,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 )
             planned[id(step)] = existing
             continue
-        output_path = join(prefix, identity)
+        output_path = f"{base}/{identity}"  # join(prefix, identity): a valid name has no leading or trailing "/"
         if step.override_output_path:
             pinned = step.override_output_path
             pinned = pinned.rstrip("/") if "://" in pinned or pinned.startswith("/") else join(prefix, pinned)
@@ -378,8 +384,8 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 logger.warning("step '%s': output path pinned to %s (computed: %s)", step.name, pinned, output_path)
             output_path = pinned
         ps = PlannedStep(step=_normalized(step), version=version, hash=h, output_path=output_path,
-                         dependencies=[d for d in deps if d.identity in blocking], scan=scan,
-                         pseudo_dependencies=pseudo)
+                         dependencies=[d for d in deps if d.identity in blocking] if pseudo else deps, scan=scan,
+                         pseudo_dependencies=pseudo, identity=identity)
         planned[id(step)] = ps
         by_identity[identity] = ps
 

@@ -134,7 +134,7 @@ def _reproduce(rec: RecordedExperiment, script: str, scratch: str, pattern: re.P
     executor = Executor(scratch, backend=backend, script=script,
                         description=f"reproduction of {rec.url}" + (" (deep)" if deep else ""))
     try:
-        plan = executor.plan(rebuilt)
+        plan = executor.plan(rebuilt, strict_regions=True)  # it runs steps itself: every region checked
     except MarinLabError as err:  # e.g. two steps now share an output path
         raise ReproduceError(f"the recorded script {rec.script_name} (from {rec.url}) cannot be planned here: "
                              f"{err}") from err

@@ -269,9 +269,8 @@ def test_a_lookup_that_never_answers_is_given_up_within_the_bound(monkeypatch):
 def test_same_identities_under_two_bucket_prefixes_as_a_dry_run_without_credentials(monkeypatch, capsys):
     """Marin's "the version is the same under two gs:// prefixes", as a dry run with no credentials and
     no network: the client's own lookup, against a closed port."""
-    from tests.conftest import free_port
-
     from marin_lab.io.conditional import reset_gcs_client
+    from tests.conftest import free_port
 
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{free_port()}")  # nothing listens there
