@@ -194,3 +194,40 @@ def test_a_dead_drivers_step_is_told_everywhere_and_its_attempt_ends_on_takeover
     assert first.status == "LOST" and first.ended is not None and "driver lost" in (first.error or ""), first
     assert second.status == "SUCCESS"
     assert [e.status for e in record.status_history] == ["RUNNING", "LOST", "RUNNING", "SUCCESS"]
+
+
+_GPU_SCRIPT = """
+import dataclasses, sys
+from marin_lab.execution import ExecutorStep, executor_main, this_output_path, versioned
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    output_path: str
+    text: str
+
+def never(cfg):
+    raise AssertionError("an impossible step must never start")
+
+if __name__ == "__main__":
+    executor_main([ExecutorStep("train/gpu", never, Cfg(this_output_path(), versioned("x")),
+                                resources={"num_gpus": 1})], args=["--prefix", sys.argv[1]])
+"""
+
+
+@pytest.mark.ray
+def test_an_impossible_request_on_a_cluster_elsewhere_fails_after_the_bounded_wait(tmp_path, ray_cluster):
+    """A cluster named by RAY_ADDRESS is not known at plan time (an autoscaler could add a GPU node):
+    the step is submitted, and fails once no node could hold it for the configured wait."""
+    script = tmp_path / "gpu.py"
+    script.write_text(_GPU_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address,
+           "MARIN_UNSCHEDULABLE_TIMEOUT_S": "2", "CUDA_VISIBLE_DEVICES": ""}
+    t0 = time.monotonic()
+    run = subprocess.run([sys.executable, str(script), str(tmp_path / "store")], env=env, capture_output=True,
+                         text=True, timeout=300, cwd=REPO_ROOT)
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert time.monotonic() - t0 < 240
+    assert "asks for 1 GPU on one node" in run.stderr and "gave up after 2 s" in run.stderr, run.stderr[-3000:]
+    assert "largest node: 4 CPU, 0 GPU" in run.stderr
+    (step,) = glob.glob(str(tmp_path / "store" / "train" / "gpu-*"))
+    assert read_status(step)["status"] == "FAILED"
