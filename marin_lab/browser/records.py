@@ -284,6 +284,8 @@ class Browser:
             "status_file": {**status.as_json(), "value": status.value},
             "status": self.status_of(step_dir),
         }
+        if out["status"] == "RUNNING":  # a frozen RUNNING says so: `RUNNING, driver gone since T`
+            out["driver_gone_since"] = self.status_detail(step_dir).get("driver_gone_since")
         name = _text(record.get("name")) if record else None
         identity = _text(record.get("identity")) if record else None
         if identity is None:

@@ -178,6 +178,7 @@ def test_a_dead_drivers_step_is_told_everywhere_and_its_attempt_ends_on_takeover
     (summary,) = browser.experiments()
     (row,) = browser.experiment(summary["id"])["steps"]
     assert row["status"] == "RUNNING" and row["driver_gone_since"], row
+    assert browser.step(step)["driver_gone_since"] == row["driver_gone_since"]
     # the plan
     plan = subprocess.run([sys.executable, DRIVER, str(prefix), str(markers), "plain", "--backend", "local",
                            "--dry_run", "true"], env={**os.environ, "PYTHONPATH": REPO_ROOT}, capture_output=True,
