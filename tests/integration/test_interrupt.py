@@ -121,7 +121,8 @@ def test_sigterm_cancels_like_ctrl_c(tmp_path):
     try:
         _started(markers)
         proc.send_signal(signal.SIGTERM)  # e.g. a job scheduler stopping the driver
-        assert proc.wait(timeout=60) == 130, _text(err)
+        # 128 + SIGTERM, as a shell reports it (`marin-lab launch` restarts a driver ended so).
+        assert proc.wait(timeout=60) == 143, _text(err)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
