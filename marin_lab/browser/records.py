@@ -25,6 +25,7 @@ from marin_lab.browser.storage import (
     read_bounded,
 )
 from marin_lab.execution.errors import RecordError
+from marin_lab.execution.experiments import run_state
 from marin_lab.execution.explain import RecordIndex, explain_record
 from marin_lab.execution.lease import driver_gone_since
 from marin_lab.execution.records import StepRecord
@@ -217,7 +218,7 @@ class Browser:
             steps = [s for s in run.get("steps", []) if isinstance(s, dict)] if isinstance(run.get("steps"), list) else []
             entry: dict[str, Any] = {
                 "file": item.url, "state": "ok", "run": _text(run.get("run")), "started": _text(run.get("started")),
-                "ended": _text(run.get("ended")), "outcome": _text(run.get("outcome")),
+                "ended": _text(run.get("ended")), "outcome": run_state(run),
                 "command_line": run.get("command_line") if isinstance(run.get("command_line"), list) else None,
                 "driver": _text(run.get("driver")), "backend": _text(run.get("backend")),
                 "counts": run.get("counts") if isinstance(run.get("counts"), dict) else {},

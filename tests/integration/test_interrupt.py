@@ -174,11 +174,13 @@ def test_a_dead_drivers_step_is_told_everywhere_and_its_attempt_ends_on_takeover
     cli_main(["status", str(prefix)])
     out = capsys.readouterr().out
     assert "RUNNING, driver gone since" in out, out
+    assert "running, driver gone" in out, out  # the dead driver's run, never finished
     # the browser
     browser = Browser(str(prefix), Roots.of([str(prefix)]))
     (summary,) = browser.experiments()
     (row,) = browser.experiment(summary["id"])["steps"]
     assert row["status"] == "RUNNING" and row["driver_gone_since"], row
+    assert browser.experiment(summary["id"])["runs"][0]["outcome"] == "running, driver gone"
     assert browser.step(step)["driver_gone_since"] == row["driver_gone_since"]
     # the plan
     plan = subprocess.run([sys.executable, DRIVER, str(prefix), str(markers), "plain", "--backend", "local",
