@@ -16,7 +16,7 @@ from marin_lab.evaluation.generate_cli import add_parser as add_generate_parser
 from marin_lab.execution.cleanup import add_parser as add_gc_parser
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.executor import Executor
-from marin_lab.execution.experiments import describe_status, list_experiments, list_runs, step_statuses
+from marin_lab.execution.experiments import describe_status, list_experiments, list_runs, run_state, step_statuses
 from marin_lab.execution.explain import RecordIndex, explain_step
 from marin_lab.execution.main import capture_steps
 from marin_lab.execution.provenance import compare_manifests, manifest
@@ -69,7 +69,7 @@ def _run_line(run: dict) -> str:
         return f"damaged run record ({run['corrupt']})"
     counts = run["counts"] if isinstance(run.get("counts"), dict) else {}
     done = ", ".join(f"{n} {k}" for k, n in counts.items() if isinstance(n, int) and n)
-    return f"{str(run.get('started', '?'))[:19]} {run.get('outcome', '?')}" + (f" ({done})" if done else "")
+    return f"{str(run.get('started', '?'))[:19]} {run_state(run)}" + (f" ({done})" if done else "")
 
 
 def _artifact_label(step: dict) -> str:

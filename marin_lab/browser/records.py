@@ -25,6 +25,7 @@ from marin_lab.browser.storage import (
     read_bounded,
 )
 from marin_lab.execution.errors import RecordError
+from marin_lab.execution.experiments import run_state
 from marin_lab.execution.explain import RecordIndex, explain_record
 from marin_lab.execution.lease import driver_gone_since
 from marin_lab.execution.records import StepRecord
@@ -221,7 +222,7 @@ class Browser:
             steps = [s for s in run.get("steps", []) if isinstance(s, dict)] if isinstance(run.get("steps"), list) else []
             entry: dict[str, Any] = {
                 "file": item.url, "state": "ok", "run": _text(run.get("run")), "started": _text(run.get("started")),
-                "ended": _text(run.get("ended")), "outcome": _text(run.get("outcome")),
+                "ended": _text(run.get("ended")), "outcome": run_state(run),
                 "command_line": run.get("command_line") if isinstance(run.get("command_line"), list) else None,
                 "driver": _text(run.get("driver")), "backend": _text(run.get("backend")),
                 "counts": run.get("counts") if isinstance(run.get("counts"), dict) else {},
@@ -288,6 +289,8 @@ class Browser:
             "status_file": {**status.as_json(), "value": status.value},
             "status": self.status_of(step_dir),
         }
+        if out["status"] == "RUNNING":  # a frozen RUNNING says so: `RUNNING, driver gone since T`
+            out["driver_gone_since"] = self.status_detail(step_dir).get("driver_gone_since")
         name = _text(record.get("name")) if record else None
         identity = _text(record.get("identity")) if record else None
         if identity is None:

@@ -88,7 +88,8 @@ class UnschedulableError(MarinLabError):
 
 class RunInterruptedError(MarinLabError):
     """A run stopped by an interrupt: its running steps were cancelled and recorded CANCELLED.
-    `executor_main` exits 130, as a shell does for Ctrl-C."""
+    `executor_main` exits with `exit_code`: 128 + the signal, as a shell reports it (130 for
+    Ctrl-C, 143 for SIGTERM)."""
 
     exit_code = 130
 

@@ -145,6 +145,8 @@ class Executor:
         self.run_id: str | None = None
         """The id of the current (or last) run: its record is under {experiments}/{script}-{hash}/runs/."""
         self.run_record_path: str | None = None
+        self.interrupt_signal: int | None = None
+        """The signal that interrupted the last run (SIGINT, SIGTERM), if one did."""
 
     def __getattr__(self, name: str) -> Any:
         # Reached only for a missing attribute: Marin code reading its executor's view of the plan.
@@ -233,6 +235,7 @@ class Executor:
             return RunReport(plan, decisions, {}, None)
         self._code = None  # the tree may have changed since this executor's last run
         self.cancel.clear()
+        self.interrupt_signal = None
         self.run_id = new_run_id()
         experiment_path = self._write_experiment(plan)
         run_record = self._start_run_record(experiment_path, decisions)
@@ -253,7 +256,10 @@ class Executor:
             run_record.finish(outcomes, ending)
         report = RunReport(plan, decisions, outcomes, experiment_path)
         if self.cancel.is_set():
-            raise RunInterruptedError(self._interrupted_message(report))
+            interrupted = RunInterruptedError(self._interrupted_message(report))
+            if self.interrupt_signal is not None:  # 128 + the signal, as a shell reports it
+                interrupted.exit_code = 128 + self.interrupt_signal
+            raise interrupted
         n_exec = len(report.executed)
         n_skip = sum(1 for o in outcomes.values() if o.status == "SUCCESS" and not o.executed)
         logger.info("run finished: %d executed, %d reused, %d failed; records: %s",
@@ -371,8 +377,9 @@ class Executor:
                             backend_name=self.backend_name, code=self._code_provenance,
                             experiment=under_prefix(self.executor_info_path, self.prefix),
                             cancel=self.cancel, run_id=self.run_id)
+        interrupt = Interrupt(self.cancel)
         try:
-            with Interrupt(self.cancel), concurrent.futures.ThreadPoolExecutor(
+            with interrupt, concurrent.futures.ThreadPoolExecutor(
                     max_workers=self.max_concurrent, thread_name_prefix="step") as pool:
                 running: dict[concurrent.futures.Future, str] = {}
                 while pending or running:
@@ -397,6 +404,7 @@ class Executor:
                             outcomes[ident] = StepOutcome(ident, "FAILED", message=f"driver error: {err}")
                     self._mark_dep_failed(plan, outcomes, pending)
         finally:
+            self.interrupt_signal = interrupt.signum
             backend.shutdown()
         if self.cancel.is_set():
             self._unmark_waiting([plan.by_identity[i] for i in pending])

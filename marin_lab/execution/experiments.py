@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from marin_lab.execution.errors import RecordError
-from marin_lab.execution.lease import DRIVER_GONE, running_driver_gone
+from marin_lab.execution.lease import DRIVER_GONE, provably_gone, running_driver_gone
 from marin_lab.execution.records import read_step_record
 from marin_lab.execution.status import read_status
 from marin_lab.io.fs import fs_and_path, join, read_json
@@ -118,3 +118,12 @@ def describe_status(step: dict[str, Any], status: str) -> str:
     """A step's status as listings show it: `RUNNING, driver gone since T` for an orphan."""
     gone = step.get("driver_gone_since")
     return f"{status}, {DRIVER_GONE} since {gone}" if gone and status == "RUNNING" else status
+
+
+def run_state(run: dict[str, Any]) -> str:
+    """A run record's outcome as readers show it: `running, driver gone` for a run whose driver
+    died without finishing its record (judged on the driver's own host only)."""
+    outcome = str(run.get("outcome") or "?")
+    if outcome == "running" and provably_gone(run.get("process")):
+        return f"running, {DRIVER_GONE}"
+    return outcome

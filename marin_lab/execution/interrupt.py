@@ -3,8 +3,10 @@
 The first signal sets `Interrupt.event`; the executor stops starting steps, every step runner
 cancels its step (a local worker's process group is ended, a Ray task is cancelled with force),
 records it CANCELLED with the time and releases its lease; the run then ends with
-`RunInterruptedError` (exit 130). A second signal exits at once (130), after a last, non-blocking
-kill of the local workers' process groups.
+`RunInterruptedError` (exit 128 + the signal, as a shell reports it: 130 for Ctrl-C, 143 for
+SIGTERM; `marin-lab launch` restarts a driver ended by SIGTERM, e.g. on a preempted node). A
+second signal exits at once (the same code), after a last, non-blocking kill of the local workers'
+process groups.
 
 Step workers run in their own sessions (backends.py), so the terminal's Ctrl-C reaches the driver
 only: the driver decides what stopping means, and a step never mistakes it for its own failure.
@@ -24,7 +26,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 EXIT_CODE = 130
-"""What a shell reports for a program ended by Ctrl-C (128 + SIGINT)."""
+"""What a shell reports for a program ended by Ctrl-C (128 + SIGINT); SIGTERM's is 143."""
 
 # Process groups of local step workers that are running: a second Ctrl-C kills them on its way out.
 _WORKER_GROUPS: set[int] = set()
@@ -59,6 +61,7 @@ class Interrupt:
     def __init__(self, event: threading.Event | None = None, *, exit: Callable[[int], Any] = os._exit):
         self.event = event or threading.Event()
         self.signal_name: str | None = None
+        self.signum: int | None = None
         self._exit = exit
         self._previous: dict[int, Any] = {}
 
@@ -88,8 +91,9 @@ class Interrupt:
             except OSError:
                 pass
             kill_worker_groups()
-            self._exit(EXIT_CODE)
+            self._exit(128 + signum)
             return
+        self.signum = signum
         self.signal_name = signal.Signals(signum).name
         self.event.set()
         try:

@@ -258,3 +258,20 @@ def running_driver_gone(output_path: str, status: dict[str, Any], now: float | N
     except Exception:  # unreadable storage: say nothing rather than guess
         return None
     return driver_gone_since(data, status, now)
+
+
+def process_identity() -> dict[str, Any]:
+    """Who this process is, as a run record keeps it: host, pid and the pid's start time."""
+    return {"host": HOSTNAME, "pid": os.getpid(), "pid_start": _MY_START}
+
+
+def provably_gone(identity: Any) -> bool:
+    """True only when `identity` (from `process_identity`) names a process on this host that is
+    gone or was replaced; a process on another host is never judged from here."""
+    if not isinstance(identity, dict) or identity.get("host") != HOSTNAME or not isinstance(identity.get("pid"), int):
+        return False
+    start = _process_start_time(identity["pid"])
+    if start is None:
+        return True
+    recorded = identity.get("pid_start")
+    return isinstance(recorded, (int, float)) and abs(start - recorded) > 1.0

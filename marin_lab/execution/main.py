@@ -118,7 +118,7 @@ def executor_main(
                               plan_format=config.format)
     except RunInterruptedError as err:  # Ctrl-C or SIGTERM: steps CANCELLED, how to resume (interrupt.py)
         print(str(err), file=sys.stderr, flush=True)
-        raise SystemExit(RunInterruptedError.exit_code) from None
+        raise SystemExit(err.exit_code) from None
     except KeyboardInterrupt:  # before any step started (planning, starting Ray)
         print("interrupted before any step started; nothing was cancelled", file=sys.stderr, flush=True)
         raise SystemExit(RunInterruptedError.exit_code) from None

@@ -7,6 +7,7 @@ start and again at its end, and never overwritten by another run:
 
     {"schema": 1, "run": id, "experiment": "{script}-{hash8}", "started": T, "ended": T | null,
      "outcome": "running" | "succeeded" | "failed" | "interrupted" | "error",
+     "process": {"host": ..., "pid": ..., "pid_start": ...},
      "command_line": [...], "driver": ..., "backend": ..., "script": ..., "git": {...},
      "counts": {"executed": n, "reused": n, ...},
      "steps": [{"identity": ..., "decision": "run" | "skip" | ..., "reason": ..., "outcome": ...}]}
@@ -14,6 +15,8 @@ start and again at its end, and never overwritten by another run:
 A step's outcome in a run is `executed` (this run ran it to SUCCESS), `reused` (found it done),
 `failed`, `refused` (failed before; not run again without --force_run_failed), `dep_failed`,
 `cancelled` (interrupted), `lost` (another driver took its lease), `not started`, or `unselected`.
+A run left `running` by a driver that died (kill -9, a lost machine) is read as `running, driver
+gone` when its process is provably gone on the reader's host (`experiments.run_state`).
 Terminal step statuses written by a run carry its id (`"run"`), so a reader tells which run
 produced a step even after no-op reruns.
 """
@@ -27,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marin_lab.execution.decide import Decision
+from marin_lab.execution.lease import process_identity
 from marin_lab.execution.secrets import redact
 from marin_lab.execution.status import now_iso
 from marin_lab.execution.step_runner import StepOutcome
@@ -68,7 +72,7 @@ class RunRecord:
         self.doc: dict[str, Any] = {
             "schema": 1, "run": run_id, "experiment": experiment_id, "started": self.started, "ended": None,
             "outcome": "running", "command_line": list(sys.argv), "driver": driver, "backend": backend,
-            "script": script, "git": git, "counts": {},
+            "script": script, "git": git, "process": process_identity(), "counts": {},
             "steps": [{"identity": d.step.identity, "name": d.step.name, "decision": d.action, "reason": d.reason,
                        "outcome": None} for d in self.decisions],
         }
@@ -90,3 +94,4 @@ class RunRecord:
             write_json(self.url, redact(self.doc))
         except Exception:  # the run's history is informative; a storage hiccup must not stop the run
             logger.warning("could not write the run record %s", self.url, exc_info=True)
+

@@ -444,7 +444,10 @@ async function renderStep(params) {
     ["started", r && r.timings && r.timings.started], ["ended", r && r.timings && r.timings.ended],
     ["duration", r && r.timings && typeof r.timings.duration_s === "number" ? `${r.timings.duration_s.toFixed(2)} s` : null]]));
   const live = step.status_file && step.status_file.value;
-  if (live && step.status === "RUNNING") {
+  if (step.status === "RUNNING" && step.driver_gone_since) {
+    parts.push(el("p", {id: "driver-gone", class: "warn",
+      text: `RUNNING, driver gone since ${step.driver_gone_since}: nobody runs this step; the next run of its experiment takes it over`}));
+  } else if (live && step.status === "RUNNING") {
     parts.push(el("p", {id: "live-status", class: "muted"}, `attempt ${live.attempt ?? "?"}`,
       live.elapsed_s !== undefined ? ` · running ${fmtDuration(live.elapsed_s)}` : "",
       live.heartbeat ? ` · heartbeat ${live.heartbeat}` : "",
