@@ -89,7 +89,7 @@ def _cmd_evals(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("evals", help="evaluations under a prefix: a model x task table with 95% intervals, "
+    p = sub.add_parser("evals", help="evaluations under a prefix: a model x task table with 95%% intervals, "
                                      "ranked on the lower bound; or a paired comparison of two runs")
     p.add_argument("prefix", nargs="?", help="default: $MARIN_PREFIX, else ./marin_store")
     p.add_argument("--tasks", help="regex over task names (default: every task)")
