@@ -1,6 +1,14 @@
-"""Evaluation of trained models: perplexity, bits-per-byte and multiple-choice tasks."""
+"""Evaluation of trained models: lm-eval tasks, perplexity and bits-per-byte."""
 
-from marin_lab.evaluation.evaluate_lm import EvalLmConfig, EvaluationError, evaluate_lm
-from marin_lab.evaluation.multiple_choice import TaskError, load_task, shipped_tasks
+from marin_lab.evaluation.evaluate_lm import (
+    CORE_TASKS,
+    CORE_TASKS_OFFLINE,
+    EvalLmConfig,
+    EvaluationError,
+    evaluate_lm,
+    parse_task,
+)
+from marin_lab.evaluation.harness import HarnessError, MarinLM, TaskSpec, check_task_names
 
-__all__ = ["EvalLmConfig", "EvaluationError", "TaskError", "evaluate_lm", "load_task", "shipped_tasks"]
+__all__ = ["CORE_TASKS", "CORE_TASKS_OFFLINE", "EvalLmConfig", "EvaluationError", "HarnessError", "MarinLM",
+           "TaskSpec", "check_task_names", "evaluate_lm", "parse_task"]
