@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marin_lab.errors import MarinLabError
+from marin_lab.evaluation import _intervals as stats
 from marin_lab.evaluation.harness import HarnessError, MarinLM, TaskSpec, check_task_names, run_task
 from marin_lab.evaluation.offline_data import OfflineDataError
 from marin_lab.evaluation.perplexity import evaluate_cache, load_tokenizer
@@ -31,8 +32,6 @@ from marin_lab.models.llama import LlamaConfig, init_params
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.token_cache import TokenCache
 from marin_lab.versioning import versioned_field
-
-from marin_lab.evaluation import _intervals as stats
 
 logger = logging.getLogger(__name__)
 

@@ -37,19 +37,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from lm_eval.api.model import TemplateLM  # noqa: E402
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 
 from marin_lab.errors import MarinLabError
 from marin_lab.evaluation import offline_data
 from marin_lab.evaluation.scoring import bucket_length
+from marin_lab.models.generate import SamplingConfig, generate_text
 from marin_lab.models.llama import LlamaConfig, Params, forward
-
-try:  # KV-cache decoding (marin_lab.models.generate); without it generate_until decodes greedily here.
-    from marin_lab.models import generate as _generate
-except ImportError:  # pragma: no cover - present once the generation module is in the tree
-    _generate = None  # type: ignore[assignment]
-
-from lm_eval.api.model import TemplateLM  # noqa: E402
-from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -220,68 +215,40 @@ class MarinLM(TemplateLM):
         return totals
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-        out: list[str] = []
-        for req in requests:
+        """KV-cache decoding (marin_lab.models.generate), batched over requests with the same settings.
+
+        As lm-eval's hf backend: the prompt keeps its last max_length - max_gen_toks tokens (counted in
+        `truncated`), the text is cut at the first of `until` or EOS; `do_sample` false means greedy.
+        """
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        prepared = []
+        for i, req in enumerate(requests):
             context, gen_kwargs = req.args
-            gen_kwargs = dict(gen_kwargs or {})
-            until = gen_kwargs.pop("until", None) or []
-            if isinstance(until, str):
-                until = [until]
-            eos_text = self.tok_decode([self._eos_id])
-            until = [*until, eos_text] if eos_text not in until else list(until)
-            max_new = int(gen_kwargs.pop("max_gen_toks", self._max_gen_toks))
-            temperature = float(gen_kwargs.pop("temperature", 0.0) or 0.0)
-            if not gen_kwargs.pop("do_sample", False):
-                temperature = 0.0
-            budget = max(1, self._max_length - max_new)
+            kwargs = dict(gen_kwargs or {})
+            until = kwargs.pop("until", None) or []
+            until = [until] if isinstance(until, str) else list(until)
+            max_new = int(kwargs.pop("max_gen_toks", self._max_gen_toks))
+            max_new = max(1, min(max_new, self._max_length - 1))
+            temperature = float(kwargs.pop("temperature", 0.0) or 0.0) if kwargs.pop("do_sample", False) else 0.0
+            top_p = float(kwargs.pop("top_p", 1.0) or 1.0)
             prompt = self.tok_encode(context)
-            if len(prompt) > budget:
+            room = self._max_length - max_new
+            if len(prompt) > room:
                 self.truncated += 1
-                prompt = prompt[-budget:]
-            out.append(self._generate(prompt, max_new, temperature, until))
+                prompt = prompt[-room:]
+            prepared.append(prompt)
+            groups.setdefault((tuple(until), max_new, temperature, top_p), []).append(i)
+        out = [""] * len(requests)
+        for (until, max_new, temperature, top_p), idx in groups.items():
+            sampling = SamplingConfig(max_new_tokens=max_new, temperature=temperature, top_p=top_p,
+                                      stop_token_ids=(self._eos_id,))
+            self.programs.add(("generate", self._batch_size, max_new))
+            texts = generate_text(self.params, self.config, self.tokenizer, [], sampling, until=until,
+                                  compute_dtype=self.compute_dtype, batch_size=self._batch_size,
+                                  prompt_ids=[prepared[i] for i in idx])
+            for i, text in zip(idx, texts, strict=True):
+                out[i] = text
         return out
-
-    def _generate(self, prompt: list[int], max_new: int, temperature: float, until: Sequence[str]) -> str:
-        if _generate is not None:
-            sampling = _generate.SamplingConfig(max_new_tokens=max_new, temperature=temperature,
-                                                stop_token_ids=(self._eos_id,))
-            new = _generate.generate_tokens(self.params, self.config, [prompt], sampling,
-                                            compute_dtype=self.compute_dtype, batch_size=1)[0]
-        else:  # greedy, one full forward pass per token (bucketed): slow but exact
-            new = []
-            seq = list(prompt)
-            fn = _logits_last(self.config, self.compute_dtype)
-            for _ in range(max_new):
-                width = bucket_length(len(seq), self._max_length)
-                window = seq[-width:]
-                batch = np.zeros((1, width), np.int32)
-                batch[0, :len(window)] = window
-                token = int(np.asarray(fn(self.params, jnp.asarray(batch), len(window) - 1))[0])
-                if token == self._eos_id:
-                    break
-                new.append(token)
-                seq.append(token)
-                if any(s and s in self.tok_decode(new) for s in until):
-                    break
-        text = self.tok_decode(new)
-        for stop in until:
-            if stop:
-                text = text.split(stop)[0]
-        return text
-
-
-_LAST: dict[tuple[LlamaConfig, str], Any] = {}
-
-
-def _logits_last(config: LlamaConfig, compute_dtype: str) -> Any:
-    key = (config, compute_dtype)
-    if key not in _LAST:
-        def step(params: Params, tokens: jax.Array, position: jax.Array) -> jax.Array:
-            logits = forward(params, tokens, config, compute_dtype=jnp.dtype(compute_dtype))
-            return jnp.argmax(logits[:, position].astype(jnp.float32), axis=-1)
-
-        _LAST[key] = jax.jit(step)
-    return _LAST[key]
 
 
 # ---------------------------------------------------------------------------------------------
