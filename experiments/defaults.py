@@ -391,7 +391,7 @@ def default_eval(name: str, trained: ExecutorStep, tokenized: TokenizedInput, *,
         try:
             parse_task(task)
         except EvaluationError as err:
-            raise StepDefinitionError(f"default_eval('{name}'): tasks: {err}") from err
+            raise StepDefinitionError(f"default_eval('{name}'): {err}") from err
     return ExecutorStep(
         name=f"evaluation/{name}", fn=evaluate_lm, resources=resources,
         config=EvalLmConfig(checkpoint_path=output_path_of(trained), output_path=this_output_path(),

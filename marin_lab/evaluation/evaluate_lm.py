@@ -97,7 +97,7 @@ def parse_task(spec: str | TaskSpec, limit: int | None = None) -> TaskSpec:
         shots = int(parts[1]) if len(parts) > 1 and parts[1] != "" else None
         own_limit = int(parts[2]) if len(parts) > 2 and parts[2] != "" else None
     except ValueError:
-        raise EvaluationError(f"tasks: {spec!r} is not name[:num_fewshot[:limit]] with integers") from None
+        raise EvaluationError(f"task {spec!r} is not name[:num_fewshot[:limit]] with integers") from None
     return TaskSpec(name, shots, own_limit if own_limit is not None else limit)
 
 
