@@ -23,12 +23,12 @@ from typing import Any
 
 from marin_lab.errors import MarinLabError
 from marin_lab.evaluation import _intervals as stats
+from marin_lab.evaluation import loading
 from marin_lab.evaluation.harness import HarnessError, MarinLM, TaskSpec, check_task_names, run_task
 from marin_lab.evaluation.offline_data import OfflineDataError
 from marin_lab.evaluation.perplexity import evaluate_cache, load_tokenizer
-from marin_lab.evaluation.scoring import as_params
 from marin_lab.io import fs as mfs
-from marin_lab.models.llama import LlamaConfig, init_params
+from marin_lab.models.llama import LlamaConfig
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.token_cache import TokenCache
 from marin_lab.versioning import versioned_field
@@ -82,7 +82,8 @@ class EvalLmConfig:
     max_length: int | None = versioned_field(None)
     """Context for tasks (prompts longer are cut from the left); None: the model's max_seq_len."""
     tokenizer_path: str | None = versioned_field(None)
-    """tokenizer.json for the tasks; None takes the first cache's, then the checkpoint's hf/ one."""
+    """tokenizer.json for the tasks; None takes the first cache's, then the checkpoint's
+    (evaluation.loading.find_tokenizer)."""
     compute_dtype: str = versioned_field("float32")
     """Dtype of the forward pass."""
 
@@ -110,26 +111,21 @@ def task_keys(specs: Sequence[TaskSpec]) -> list[str]:
             for s in specs]
 
 
-def load_model(path: str) -> tuple[LlamaConfig, Any, str, int]:
-    """(model config, params, resolved checkpoint folder, step); EvaluationError in one line."""
+def load_checkpoint(path: str) -> tuple[LlamaConfig, Any, str, int]:
+    """(model config, params, resolved checkpoint, step) of any model `loading.load_model` reads
+    (train, fine-tune, LoRA / QLoRA, Hugging Face folder); EvaluationError in one line naming it."""
     try:
-        resolved = ckpt.resolve_checkpoint(path)
-        meta = ckpt.read_metadata(resolved)
-    except ckpt.CheckpointError as err:
+        return loading.load_model(path)
+    except loading.ModelLoadError as err:
         raise EvaluationError(f"checkpoint_path: {err}") from err
-    if "model" not in meta:
-        raise EvaluationError(f"checkpoint {resolved} records no model config (metadata.json 'model')")
-    model = LlamaConfig(**meta["model"])
-    import jax
-
-    template = jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
-    try:
-        params = ckpt.load_params(resolved, template)
     except Exception as err:  # noqa: BLE001 - any reader failure is a damaged checkpoint, said in one line
-        line = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise EvaluationError(f"checkpoint {resolved} (step {meta.get('step')}) cannot be read: {line}; "
+        try:
+            where = ckpt.resolve_checkpoint(path)
+        except ckpt.CheckpointError:
+            where = path
+        step = where.rstrip("/").rsplit("step-", 1)[-1].lstrip("0") or "0" if "step-" in where else "?"
+        raise EvaluationError(f"checkpoint_path: {where} (step {step}) cannot be read: {_one_line(err)}; "
                               "evaluate another step or re-run training from its previous checkpoint") from err
-    return model, as_params(params), resolved, int(meta["step"])
 
 
 def _tokenizer_url(config: EvalLmConfig) -> str | None:
@@ -139,10 +135,7 @@ def _tokenizer_url(config: EvalLmConfig) -> str | None:
         url = TokenCache(config.caches[name]).tokenizer_url()
         if url and mfs.exists(url):
             return url
-    for candidate in (mfs.join(config.checkpoint_path, "hf", "tokenizer.json"),):
-        if mfs.exists(candidate):
-            return candidate
-    return None
+    return loading.find_tokenizer(config.checkpoint_path)
 
 
 def _one_line(err: BaseException) -> str:
@@ -276,7 +269,7 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
             check_task_names([s.name for s in specs], config.include_path)
         except HarnessError as err:
             raise EvaluationError(f"evaluate_lm {config.output_path}: tasks: {err}") from err
-    model, params, resolved, step = load_model(config.checkpoint_path)
+    model, params, resolved, step = load_checkpoint(config.checkpoint_path)
     if config.seq_len > model.max_seq_len and config.caches:
         raise EvaluationError(
             f"seq_len={config.seq_len} is larger than the model's max_seq_len={model.max_seq_len}"

@@ -356,7 +356,8 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
 
     batch_sh = batch_sharding(mesh)
     meta = {"model": dataclasses.asdict(model), "mode": config.mode, "base": config.base,
-            "lora": dataclasses.asdict(config.lora) if config.trains_adapters else None}
+            "lora": dataclasses.asdict(config.lora) if config.trains_adapters else None,
+            **_chat_metadata(config.data)}
 
     def batch(step: int) -> tuple[jax.Array, jax.Array]:
         tokens, masks = loader.batch(step, loss_mask=True)
@@ -401,6 +402,17 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
     logger.info("finetune_lm %s: step %d, eval loss %s -> %s", config.output_path, result["final_step"],
                 eval_before, result["eval_loss_after"])
     return result
+
+
+def _chat_metadata(data: DataConfig) -> dict[str, Any]:
+    """{"chat": template, bos/eos ids, cache name} of the first instruction cache (its ledger holds the
+    chat template it was rendered with), so generation formats prompts as the fine-tune saw them; {} if none."""
+    for name in sorted(data.caches):
+        ledger = TokenCache(data.caches[name]).ledger
+        if isinstance(ledger.get("template"), dict):
+            return {"chat": {"template": ledger["template"], "bos_id": ledger.get("bos_id"),
+                             "eos_id": ledger.get("eos_id"), "cache": name}}
+    return {}
 
 
 def _eval_before(config: FinetuneConfig, eval_fn: Any, trainable: Any, frozen: Any, start_step: int) -> dict[str, float]:

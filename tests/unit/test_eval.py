@@ -188,7 +188,7 @@ def test_loglikelihoods_match_a_direct_forward_pass_whatever_the_batch(trained):
 
 def test_generate_until_stops_at_the_stop_string_and_the_token_limit(trained):
     root, _, tok, cfg = trained
-    from marin_lab.evaluation.evaluate_lm import load_model
+    from marin_lab.evaluation.loading import load_model
 
     model, params, _, _ = load_model(str(root / "train"))
     lm = MarinLM(params, model, tok, batch_size=4)
