@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from marin_lab.cluster.launch_cli import add_parser as add_launch_parser
+from marin_lab.evaluation.evals_cli import add_parser as add_evals_parser
 from marin_lab.evaluation.generate_cli import add_parser as add_generate_parser
 from marin_lab.execution.cleanup import add_parser as add_gc_parser
 from marin_lab.execution.errors import MarinLabError
@@ -190,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_gc_parser(sub)
     add_rerun_shards_parser(sub)
     add_generate_parser(sub)
+    add_evals_parser(sub)
 
     # Listed for --help only: main() hands `compile ...` and `cluster ...` to marin_lab.cluster.cli.
     sub.add_parser("compile", help="compile each training step for its TPU topology on this machine (libtpu): "

@@ -24,6 +24,7 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
+from marin_lab.browser import evals
 from marin_lab.browser.compare import training_runs
 from marin_lab.browser.errors import BadRequestError, BrowserError, NotFoundError, TimeoutAnswerError
 from marin_lab.browser.logs import read_log
@@ -43,7 +44,7 @@ MAX_LIMIT = 500
 # a slow or hung storage read holds one of many threads, and its request is answered anyway.
 REQUEST_THREADS = 64
 REQUEST_TIMEOUT_S = 120.0
-STATIC_FILES = {"app.js": "text/javascript", "compare.js": "text/javascript", "dagre.min.js": "text/javascript", "dagre-LICENSE.txt": "text/plain", "app.css": "text/css", "index.html": "text/html"}
+STATIC_FILES = {"app.js": "text/javascript", "compare.js": "text/javascript", "evals.js": "text/javascript", "dagre.min.js": "text/javascript", "dagre-LICENSE.txt": "text/plain", "app.css": "text/css", "index.html": "text/html"}
 # Data is rendered with textContent, and this policy is the second wall: no inline or foreign
 # script can run even if some string reached the DOM as markup.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -192,6 +193,33 @@ async def _compare(request: web.Request) -> web.Response:
     return _json(await _in_thread(request, training_runs, _browser(request), request.match_info["exp_id"]))
 
 
+async def _evals(request: web.Request) -> web.Response:
+    qs = request.query
+    return _json(await _in_thread(request, evals.leaderboard, _browser(request), qs.get("tasks") or None,
+                                  qs.get("metric") or None, qs.get("rank_on") or None))
+
+
+async def _evals_compare(request: web.Request) -> web.Response:
+    qs = request.query
+    return _json(await _in_thread(request, evals.compare, _browser(request), qs.get("a"), qs.get("b"),
+                                  qs.get("tasks") or None, qs.get("metric") or None))
+
+
+async def _evals_samples(request: web.Request) -> web.Response:
+    qs = request.query
+    return _json(await _in_thread(request, evals.samples, _browser(request), qs.get("run"), qs.get("task"),
+                                  qs.get("show") or "all", qs.get("other") or None, _int_query(request, "cursor"),
+                                  _limit(request, 25), qs.get("metric") or None))
+
+
+async def _evals_run(request: web.Request) -> web.Response:
+    return _json(await _in_thread(request, evals.run_detail, _browser(request), request.query.get("path", "")))
+
+
+async def _evals_training(request: web.Request) -> web.Response:
+    return _json(await _in_thread(request, evals.training, _browser(request), request.query.get("tasks") or None))
+
+
 async def _api_not_found(request: web.Request) -> web.Response:
     raise NotFoundError(f"no API route {request.path}; see docs/browser.md for the routes")
 
@@ -233,7 +261,9 @@ def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool
     routes = {"/": _index, "/static/{name}": _static, "/favicon.ico": _favicon, "/api/health": _health,
               "/api/experiments": _experiments, "/api/experiments/{exp_id}": _experiment,
               "/api/experiments/{exp_id}/runs": _compare, "/api/step": _step, "/api/file": _file,
-              "/api/metrics": _metrics, "/api/log": _log, "/api/{tail:.*}": _api_not_found}
+              "/api/metrics": _metrics, "/api/log": _log, "/api/evals": _evals,
+              "/api/evals/compare": _evals_compare, "/api/evals/samples": _evals_samples,
+              "/api/evals/training": _evals_training, "/api/evals/run": _evals_run, "/api/{tail:.*}": _api_not_found}
     for path, handler in routes.items():  # in this order: the catch-all API route comes last
         app.router.add_get(path, handler)
     return app

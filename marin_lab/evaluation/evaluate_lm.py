@@ -22,8 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marin_lab.errors import MarinLabError
-from marin_lab.evaluation import _intervals as stats
-from marin_lab.evaluation import loading
+from marin_lab.evaluation import loading, stats
 from marin_lab.evaluation.harness import HarnessError, MarinLM, TaskSpec, check_task_names, run_task
 from marin_lab.evaluation.offline_data import OfflineDataError
 from marin_lab.evaluation.perplexity import evaluate_cache, load_tokenizer

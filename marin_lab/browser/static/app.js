@@ -624,7 +624,8 @@ async function renderMetrics(path, others) {
     out.push(el("p", {class: "muted", text: `${m.rows} logged steps${m.bad_lines ? `, ${m.bad_lines} unreadable lines skipped` : ""}${m.sampled ? ` (sampled: ${fmtBytes(m.sampled.bytes_read)} read of ${fmtBytes(m.sampled.size)}, in ${m.sampled.windows} evenly spaced windows)` : ""}`}));
   } else if (m.state !== "missing") out.push(el("div", {class: "warn", text: `metrics: ${m.error}`}));
   const res = data.results;
-  if (res.state === "ok") {
+  if (res.state === "ok" && res.value && res.value.marin_lab) out.push(evalStepSection(path));  // evals.js
+  else if (res.state === "ok") {
     const v = res.value;
     out.push(el("h3", {text: "Evaluation results"}));
     const rows = [];
@@ -728,6 +729,7 @@ async function route() {
     else if (route.startsWith("/experiment/")) await renderExperiment(decodeURIComponent(route.slice("/experiment/".length)));
     else if (route === "/step") await renderStep(params);
     else if (route === "/files") await renderFile(params);
+    else if (route.startsWith("/evals")) await renderEvals(route, params);
     else throw new ApiError(404, `no page ${route}`);
   } catch (err) {
     showError(err);

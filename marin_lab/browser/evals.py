@@ -1,0 +1,158 @@
+"""The evaluation pages' API: leaderboard, paired comparison, samples, and scores during training.
+
+Every number comes from marin_lab.evaluation.results (the reader `marin-lab evals` prints from),
+so a page shows what the command prints; the page formats nothing itself but dates. Only
+evaluations inside the browser's roots are listed (an experiment record may name an output
+elsewhere), and a run is named by its key (its path under the prefix), never by a free path.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Any
+
+from marin_lab.browser.errors import BadRequestError, ForbiddenPathError, NotFoundError
+from marin_lab.browser.metrics import read_metrics
+from marin_lab.browser.records import Browser
+from marin_lab.evaluation import results as R
+from marin_lab.execution.experiments import list_experiments
+from marin_lab.io.fs import join
+
+MAX_TRAINING_RUNS = 50
+MAX_SERIES_PER_RUN = 32
+EVAL_KEY = re.compile(r"^eval/(?P<task>[^/]+)/(?P<metric>.+)$")
+
+
+_CACHE_S = 5.0
+_cache: dict[str, tuple[float, list[R.EvalRun]]] = {}
+_cache_lock = threading.Lock()
+
+
+def _runs(b: Browser) -> list[R.EvalRun]:
+    """The evaluations under the prefix, inside the roots; read again when older than a few seconds
+    (the sample viewer's pages and a compare ask for them in quick succession)."""
+    now = time.monotonic()
+    with _cache_lock:
+        hit = _cache.get(b.prefix)
+    if hit is not None and now - hit[0] < _CACHE_S:
+        return hit[1]
+    runs = [r for r in R.find_eval_runs(b.prefix)
+            if b.roots.contains(r.path) and b.roots.contains(join(r.path, R.RESULTS_FILE))]
+    with _cache_lock:
+        _cache[b.prefix] = (now, runs)
+    return runs
+
+
+def _run(runs: list[R.EvalRun], key: str | None, what: str) -> R.EvalRun:
+    if not key:
+        raise BadRequestError(f"{what}= is missing: give an evaluation's path under the prefix")
+    try:
+        return R.resolve_run(runs, key)
+    except R.EvalResultsError as err:
+        raise NotFoundError(str(err)) from None
+
+
+def _bad(fn: Any, *args: Any, **kw: Any) -> Any:
+    try:
+        return fn(*args, **kw)
+    except R.EvalResultsError as err:
+        raise BadRequestError(str(err)) from None
+
+
+def leaderboard(b: Browser, tasks: str | None, metric: str | None, rank_on: str | None) -> dict[str, Any]:
+    runs = _runs(b)
+    board = _bad(R.leaderboard, runs, tasks, metric, rank_on)
+    out = R.leaderboard_json(board)
+    out["rank_rule"] = R.rank_rule(board)
+    out["legend"] = ("values in points (percent) for accuracies, 95% interval in brackets (Wilson for right/wrong "
+                     "metrics, lm-eval's stderr otherwise); * capped by a limit, ! coverage below "
+                     f"{R.stats.COVERAGE_FLOOR:.0%}")
+    out["prefix"] = b.prefix
+    if not runs:
+        out["empty"] = f"no evaluation (a step folder with results.json) under {b.prefix}"
+    return out
+
+
+def _confined_samples(b: Browser, *runs: R.EvalRun) -> None:
+    """Refuse (403) when a samples file the answer would read resolves outside the roots (a symlink)."""
+    for run in runs:
+        for task in run.tasks:
+            url = R.samples_url(run, task)
+            if not b.roots.contains(url):
+                raise ForbiddenPathError(f"{run.key}: the samples file of {task} resolves outside the browser's roots")
+
+
+def compare(b: Browser, a: str | None, bb: str | None, tasks: str | None, metric: str | None) -> dict[str, Any]:
+    runs = _runs(b)
+    ra, rb = _run(runs, a, "a"), _run(runs, bb, "b")
+    _confined_samples(b, ra, rb)
+    return _bad(R.compare, ra, rb, tasks, metric)
+
+
+def samples(b: Browser, run: str | None, task: str | None, show: str, other: str | None, cursor: int | None,
+            limit: int, metric: str | None) -> dict[str, Any]:
+    runs = _runs(b)
+    r = _run(runs, run, "run")
+    if not task:
+        raise BadRequestError("task= is missing")
+    o = _run(runs, other, "other") if other else None
+    _confined_samples(b, *([r, o] if o is not None else [r]))
+    page = _bad(R.read_samples, r, task, cursor=cursor or 0, limit=limit, show=show, other=o, metric=metric)
+    page["run"] = {"key": r.key, "label": r.label, "path": r.path}
+    if o is not None:
+        page["other"] = {"key": o.key, "label": o.label}
+    return page
+
+
+def training(b: Browser, tasks: str | None) -> dict[str, Any]:
+    """`eval/{task}/{metric}` series of every training run under the prefix that logged any, with
+    their intervals (`bounds`) where the run logged `eval/{task}/{metric}_low` and `_high`."""
+    pattern = _bad(R.task_filter, tasks)
+    paths: dict[str, str | None] = {}
+    for run in _runs(b):
+        if run.train_path:
+            paths.setdefault(run.train_path.rstrip("/"), run.model)
+    for exp in list_experiments(b.prefix):
+        for step in exp.get("steps") or []:
+            if isinstance(step, dict) and isinstance(step.get("output_path"), str):
+                paths.setdefault(step["output_path"].rstrip("/"), step.get("name") if isinstance(step.get("name"), str) else None)
+    out: list[dict[str, Any]] = []
+    notes = []
+    for path, name in sorted(paths.items()):
+        if len(out) >= MAX_TRAINING_RUNS:
+            notes.append(f"only the first {MAX_TRAINING_RUNS} training runs are shown")
+            break
+        if not b.roots.contains(path):
+            continue
+        first = read_metrics(b.roots, path)
+        if first.get("state") != "ok":
+            continue
+        keys = [k for k in first.get("keys", []) if (m := EVAL_KEY.match(k))
+                and (pattern is None or pattern.search(m["task"]))]
+        if not keys:
+            continue
+        # eval/<task>/<metric>_low and _high are the interval of eval/<task>/<metric>: bounds, not series.
+        bounded = [k for k in keys if not (k.endswith(("_low", "_high")) and k.rsplit("_", 1)[0] in keys)]
+        series: dict[str, Any] = {}
+        bounds: dict[str, dict[str, Any]] = {}
+        for key in bounded[:MAX_SERIES_PER_RUN]:
+            series[key] = read_metrics(b.roots, path, key).get("series", {}).get(key, [])
+            for side in ("low", "high"):
+                if f"{key}_{side}" in keys:
+                    points = read_metrics(b.roots, path, f"{key}_{side}").get("series", {}).get(f"{key}_{side}", [])
+                    bounds.setdefault(key, {})[side] = points
+        if len(bounded) > MAX_SERIES_PER_RUN:
+            notes.append(f"{path}: only {MAX_SERIES_PER_RUN} of its {len(bounded)} eval series")
+        out.append({"path": path, "name": name or path.rsplit("/", 1)[-1], "series": series, "bounds": bounds,
+                    "metrics_url": join(path, "metrics.jsonl")})
+    return {"runs": out, "notes": notes}
+
+
+def run_detail(b: Browser, path: str) -> dict[str, Any]:
+    """The evaluation at a step folder (the step page's evaluation section)."""
+    folder = b.roots.resolve(path).rstrip("/")
+    prefix = b.prefix.rstrip("/") + "/"
+    key = folder[len(prefix):] if folder.startswith(prefix) else folder
+    return R.run_detail(R.load_run(folder, key))

@@ -1,0 +1,103 @@
+"""`marin-lab evals PREFIX [--tasks REGEX] [--format text|markdown|json] [--compare RUN_A RUN_B]`.
+
+Every evaluation under a prefix as a table (a row per evaluated model, a column per task: value and
+95% interval, ranked on the lower bound), or the paired comparison of two of them. The numbers come
+from marin_lab.evaluation.results, as the browser's evaluation pages do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from marin_lab.evaluation import results as R
+from marin_lab.store.layout import default_prefix
+
+LEGEND = ("values in points (percent) for accuracies, with the 95% interval (Wilson for right/wrong metrics, "
+          "lm-eval's stderr otherwise); * capped by a limit (a subset of the task), ! coverage below "
+          f"{R.stats.COVERAGE_FLOOR:.0%}")
+
+
+def _table(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+        return "\n".join(out)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def render_board(board: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(R.leaderboard_json(board), indent=2, default=str, allow_nan=False)
+    md = fmt == "markdown"
+    headers = ["rank", "model", "run", *board["tasks"], "score"]
+    rows = []
+    notes = []
+    for r in board["rows"]:
+        run = r["run"]
+        rows.append([str(r["rank"]), run.label, run.key, *(R.fmt_cell(r["cells"].get(t)) for t in board["tasks"]),
+                     "n/a" if r["score"] is None else f"{100 * r['score']:.1f}"])
+        notes += [f"{run.key}: {n}" for n in run.notes]
+    parts = [_table(headers, rows, md), "", R.rank_rule(board) + " (score: that mean, in points)", LEGEND]
+    if notes:
+        parts += ["", *(("- " if md else "") + n for n in notes)]
+    return "\n".join(parts)
+
+
+def render_compare(result: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(result, indent=2, default=str, allow_nan=False)
+    md = fmt == "markdown"
+    a, b = result["a"], result["b"]
+    headers = ["task", "metric", "A", "B", "B - A (95% interval)", "items", "verdict"]
+    rows = []
+    for task, e in result["tasks"].items():
+        rows.append([task, e["metric"], e["a_text"], e["b_text"], e["text"], str(e["diff"]["n"]), e["sentence"]])
+    parts = [f"A = {a['label']} ({a['key']})", f"B = {b['label']} ({b['key']})", "",
+             _table(headers, rows, md), "", result["verdict"], result["method"]]
+    if result["notes"]:
+        parts += ["", *(("- " if md else "") + n for n in result["notes"])]
+    return "\n".join(parts)
+
+
+def _cmd_evals(args: argparse.Namespace) -> int:
+    prefix = default_prefix(args.prefix)
+    try:
+        R.task_filter(args.tasks)
+        R.task_filter(getattr(args, "rank_on", None))
+        runs = R.find_eval_runs(prefix)
+        if not runs:
+            print(f"error: no evaluation (a folder with results.json) under {prefix}", file=sys.stderr)
+            return 1
+        if args.compare:
+            a, b = (R.resolve_run(runs, s) for s in args.compare)
+            print(render_compare(R.compare(a, b, args.tasks, args.metric), args.format))
+        else:
+            print(render_board(R.leaderboard(runs, args.tasks, args.metric, args.rank_on), args.format))
+    except R.EvalResultsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"error: {prefix}: cannot read ({type(err).__name__}: {err})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("evals", help="evaluations under a prefix: a model x task table with 95% intervals, "
+                                     "ranked on the lower bound; or a paired comparison of two runs")
+    p.add_argument("prefix", nargs="?", help="default: $MARIN_PREFIX, else ./marin_store")
+    p.add_argument("--tasks", help="regex over task names (default: every task)")
+    p.add_argument("--metric", help="the metric to show (default per task: acc_norm, else acc, else exact_match...)")
+    p.add_argument("--rank_on", help="regex over task names the rank is formed on (default: the tasks most "
+                                     "models have): the mean of their 95%% lower bounds")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    p.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
+                   help="two evaluations (output path, path under the prefix, or folder name): per task the "
+                        "paired difference B - A, its interval and a sentence")
+    p.set_defaults(func=_cmd_evals)

@@ -1,0 +1,204 @@
+"""marin_lab.evaluation.results and `marin-lab evals`: the table, the paired comparison, old and damaged results."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from marin_lab.cli import main
+from marin_lab.evaluation import results as R
+from marin_lab.evaluation import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from eval_fixtures import HOSTILE_TASK, build_eval_prefix  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fx(tmp_path_factory):
+    return build_eval_prefix(tmp_path_factory.mktemp("evals"))
+
+
+@pytest.fixture(scope="module")
+def runs(fx):
+    return {r.key: r for r in R.find_eval_runs(str(fx.prefix))}
+
+
+def test_finds_every_evaluation_and_its_model(runs, fx):
+    assert sorted(runs) == ["evaluate/broken-ffff0006", "evaluate/hostile-99990007", "evaluate/nano-a-cccc0003",
+                            "evaluate/nano-b-dddd0004", "evaluate/old-eeee0005"]
+    a = runs["evaluate/nano-a-cccc0003"]
+    assert a.model == "train/nano-a" and a.step == 300 and a.train_path == str(fx.train_a)
+    assert a.format == 2 and a.notes == []
+    assert a.tasks["arc_easy"].capped and a.tasks["arc_easy"].low_coverage and a.tasks["arc_easy"].coverage == 0.8
+    assert not a.tasks["hellaswag"].capped and not a.tasks["hellaswag"].low_coverage
+    cell = a.tasks["hellaswag"].cell()
+    assert cell["metric"] == "acc_norm" and cell["method"] == "wilson"
+
+
+def test_old_format_and_damaged_results_say_what_is_missing(runs):
+    old = runs["evaluate/old-eeee0005"]
+    assert old.format == 1 and old.model == "train/nano-a" and old.step == 100
+    acc = old.tasks["capitals"].metrics["acc"]
+    assert (acc["low"], acc["high"]) == pytest.approx(stats.wilson_interval(11, 40))
+    assert len(old.notes) == 1 and "format 1" in old.notes[0]
+    broken = runs["evaluate/broken-ffff0006"]
+    assert not broken.tasks and len(broken.notes) == 1 and "not readable JSON" in broken.notes[0]
+    hostile = runs["evaluate/hostile-99990007"]
+    assert any("acc_norm.value is nan" in n for n in hostile.notes)
+    assert any("samples_nan_task.jsonl is missing" in n for n in hostile.notes)
+    assert hostile.tasks["hellaswag"].primary() == "acc"  # the NaN acc_norm is not shown as a number
+    assert HOSTILE_TASK in hostile.tasks
+
+
+def test_leaderboard_ranks_on_the_lower_bound(runs):
+    board = R.leaderboard(list(runs.values()), tasks_regex="hellaswag|piqa")
+    assert board["rank_tasks"] == ["hellaswag"]  # the task most rows have
+    keys = [r["run"].key for r in board["rows"]]
+    assert keys[:3] == ["evaluate/nano-b-dddd0004", "evaluate/nano-a-cccc0003", "evaluate/hostile-99990007"]
+    scores = [r["score"] for r in board["rows"][:3]]
+    assert scores == sorted(scores, reverse=True)
+    assert scores[0] == pytest.approx(board["rows"][0]["cells"]["hellaswag"]["low"])
+    # hostile's hellaswag point estimate (0.40) is above nano-a's (0.378), but on 20 items its
+    # lower bound is far below: it ranks lower.
+    hostile = board["rows"][2]["cells"]["hellaswag"]
+    assert hostile["value"] > board["rows"][1]["cells"]["hellaswag"]["value"] and hostile["low"] < scores[1]
+    two = R.leaderboard(list(runs.values()), rank_on="hellaswag|piqa")
+    assert two["rank_tasks"] == ["hellaswag", "piqa"]
+    top = two["rows"][0]
+    assert top["score"] == pytest.approx((top["cells"]["hellaswag"]["low"] + top["cells"]["piqa"]["low"]) / 2)
+
+
+def test_compare_is_paired_on_doc_id(runs):
+    a, b = runs["evaluate/nano-a-cccc0003"], runs["evaluate/nano-b-dddd0004"]
+    result = R.compare(a, b)
+    hs = result["tasks"]["hellaswag"]["diff"]
+    assert hs["n"] == 400 and hs["low"] > 0
+    assert hs["mean"] == pytest.approx(b.tasks["hellaswag"].metrics["acc_norm"]["value"]
+                                       - a.tasks["hellaswag"].metrics["acc_norm"]["value"])
+    piqa = result["tasks"]["piqa"]["diff"]
+    assert piqa["low"] < 0 < piqa["high"] and piqa["disagree"] == 4
+    assert result["verdict"].startswith("train/nano-b @ step 300 is ahead on hellaswag by ")
+    assert result["verdict"].endswith("the others are within noise")
+    assert len(result["tasks"]["piqa"]["disagreements"]) == 4
+
+
+def _run_cli(argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_table_json_and_markdown(fx, capsys, runs):
+    code, out, err = _run_cli(["evals", str(fx.prefix), "--tasks", "hellaswag"], capsys)
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["rank", "model", "run"]
+    assert "evaluate/nano-b-dddd0004" in lines[1] and "evaluate/nano-a-cccc0003" in lines[2]
+    cell = runs["evaluate/nano-b-dddd0004"].tasks["hellaswag"].cell()
+    assert R.fmt_cell(cell) in lines[1]
+    assert f"{100 * cell['value']:.1f} ({100 * cell['low']:.1f}-{100 * cell['high']:.1f})" in lines[1]
+    assert "format 1" in out and "not readable JSON" in out
+    code, out, _ = _run_cli(["evals", str(fx.prefix), "--format", "json"], capsys)
+    data = json.loads(out)
+    row = next(r for r in data["rows"] if r["run"]["key"] == "evaluate/nano-a-cccc0003")
+    assert row["cells"]["arc_easy"]["capped"] and row["cells"]["arc_easy"]["text"].endswith("*!")
+    code, out, _ = _run_cli(["evals", str(fx.prefix), "--format", "markdown", "--tasks", "piqa"], capsys)
+    assert out.startswith("| rank | model | run | piqa | score |")
+
+
+def test_cli_compare(fx, capsys):
+    code, out, err = _run_cli(["evals", str(fx.prefix), "--compare", "nano-a-cccc0003",
+                               str(fx.eval_b)], capsys)
+    assert code == 0, err
+    assert "hellaswag" in out and "is ahead on hellaswag by" in out and "the others are within noise" in out
+    code, out, _ = _run_cli(["evals", str(fx.prefix), "--compare", "evaluate/nano-a-cccc0003",
+                             "evaluate/old-eeee0005"], capsys)
+    assert code == 0 and "no task both runs scored" in out
+
+
+@pytest.mark.parametrize("argv, code, text", [
+    (["--tasks", "("], 2, "--tasks '(' is not a regular expression"),
+    (["--compare", "nope", "evaluate/old-eeee0005"], 2, "no evaluation 'nope' under the prefix"),
+])
+def test_cli_bad_input_is_one_line(fx, capsys, argv, code, text):
+    got, out, err = _run_cli(["evals", str(fx.prefix), *argv], capsys)
+    assert got == code and out == "" and text in err and len(err.strip().splitlines()) == 1
+    assert "Traceback" not in err
+
+
+def test_cli_empty_prefix(tmp_path, capsys):
+    got, out, err = _run_cli(["evals", str(tmp_path)], capsys)
+    assert got == 1 and "no evaluation" in err and len(err.strip().splitlines()) == 1
+
+
+def test_samples_are_read_bounded(runs, monkeypatch):
+    hostile = runs["evaluate/hostile-99990007"]
+    page = R.read_samples(hostile, HOSTILE_TASK, limit=10)
+    bad = [i for i in page["items"] if i.get("bad")]
+    good = [i for i in page["items"] if not i.get("bad")]
+    assert len(bad) == 2 and len(good) == 5  # broken JSON and the 5 MB line shown as unreadable
+    values, notes = R.item_values(hostile, HOSTILE_TASK, "acc")
+    assert len(values) == 5 and any("2 line(s)" in n for n in notes)
+    monkeypatch.setattr(R, "MAX_ITEMS", 3)
+    values, notes = R.item_values(hostile, HOSTILE_TASK, "acc")
+    assert len(values) == 3 and any("only the first 3" in n for n in notes)
+    monkeypatch.setattr(R, "MAX_PAGE_SCAN_BYTES", 1000)
+    page = R.read_samples(runs["evaluate/nano-a-cccc0003"], "hellaswag", limit=500)
+    assert 0 < page["scanned"] < 10 and page["next_cursor"] >= 1000  # stopped after ~1000 bytes
+    assert any("the next page reads on" in n for n in page["notes"])
+    monkeypatch.setattr(R, "MAX_SCAN_BYTES", 2000)
+    values, notes = R.item_values(runs["evaluate/nano-a-cccc0003"], "hellaswag", "acc")
+    assert 0 < len(values) < 20 and any("only the first" in n for n in notes)
+
+
+def test_a_1gb_samples_file_is_paged_not_loaded(tmp_path):
+    fx = build_eval_prefix(tmp_path)
+    samples = fx.eval_a / "samples_hellaswag.jsonl"
+    with samples.open("r+b") as f:
+        f.truncate(1 << 30)  # 400 items, then a line of ~1 GB of NUL bytes (sparse: no disk used)
+    run = R.load_run(str(fx.eval_a))
+    seen, cursor, pages = 0, 0, 0
+    while cursor is not None and pages < 5:
+        page = R.read_samples(run, "hellaswag", cursor=cursor, limit=200)
+        seen += sum(1 for i in page["items"] if not i.get("bad"))
+        cursor, pages = page["next_cursor"], pages + 1
+    assert seen == 400 and pages == 5 and cursor is not None  # still paging through the long line
+
+
+def test_sample_viewer_pages_and_filters(runs):
+    a, b = runs["evaluate/nano-a-cccc0003"], runs["evaluate/nano-b-dddd0004"]
+    first = R.read_samples(a, "hellaswag", limit=5)
+    assert len(first["items"]) == 5 and first["next_cursor"]
+    item = first["items"][0]
+    assert item["prompt"].startswith("Question 0?") and len(item["choices"]) == 4
+    assert item["picked"] == (item["gold"] if item["correct"] else (item["gold"] + 1) % 4)
+    nxt = R.read_samples(a, "hellaswag", cursor=first["next_cursor"], limit=5)
+    assert nxt["items"][0]["doc_id"] == 5
+    wrong = R.read_samples(a, "hellaswag", show="wrong", limit=50)
+    assert wrong["items"] and all(i["correct"] is False for i in wrong["items"])
+    dis = R.read_samples(a, "hellaswag", show="disagree", other=b, limit=500)
+    diff = R.compare(a, b)["tasks"]["hellaswag"]["diff"]
+    assert len(dis["items"]) == diff["disagree"] and all(i["value"] != i["other_value"] for i in dis["items"])
+    with pytest.raises(R.EvalResultsError):
+        R.read_samples(a, "hellaswag", show="sideways")
+
+
+def test_sample_view_reads_both_argument_shapes_and_generations():
+    mc = {"doc_id": 3, "target": 1, "filter": "none", "metrics": ["acc"], "acc": 1.0,
+          "arguments": {"gen_args_0": {"arg_0": "Q?", "arg_1": " a"}, "gen_args_1": {"arg_0": "Q?", "arg_1": " b"}},
+          "resps": [[["-3.5", "False"]], [["-1.25", "True"]]], "filtered_resps": [["-3.5", "False"], ["-1.25", "True"]]}
+    view = R.sample_view(mc, "acc")
+    assert view["choices"] == [" a", " b"] and view["loglikelihoods"] == [-3.5, -1.25]
+    assert view["picked"] == 1 and view["gold"] == 1 and view["correct"] is True
+    gen = {"doc_id": 0, "target": "42", "filter": "strict-match", "metrics": ["exact_match"], "exact_match": 0.0,
+           "arguments": [["Q: 6*7?", {"until": ["\n"], "max_gen_toks": 32}]], "resps": [["forty two"]],
+           "filtered_resps": ["[invalid]"]}
+    view = R.sample_view(gen, "exact_match,strict-match")
+    assert view["choices"] == [] and view["generation"] == "[invalid]" and view["gold"] == "42"
+    assert view["correct"] is False and view["prompt"] == "Q: 6*7?"
+    assert R.sample_view(gen, "exact_match")["value"] is None  # another filter's value is not this metric's
+    long = R.sample_view({"doc_id": 1, "arguments": [["x" * (R.MAX_TEXT + 10), " y"]]}, None)
+    assert long["prompt"].endswith("[10 more characters]")
