@@ -106,6 +106,15 @@ def test_results_json_has_lm_evals_shape_and_ours(trained, tmp_path):
         assert field in lines[0]
     assert sum(x["acc"] for x in lines) / 12 == pytest.approx(acc["value"])
     assert len(lines[0]["resps"]) == len(lines[0]["doc"]["choices"]["text"])
+    # the reader behind `marin-lab evals` and the browser takes it as it is
+    from marin_lab.evaluation.results import item_values, load_run
+
+    run = load_run(str(out))
+    assert run.format == 2 and not run.notes and run.step == 40
+    assert run.tasks["arc_easy"].metrics["acc"]["value"] == pytest.approx(acc["value"])
+    assert run.tasks["arc_easy"].capped and run.tasks["arc_easy"].split == "validation"
+    values, _ = item_values(run, "arc_easy", "acc")
+    assert sorted(values) == sorted(x["doc_id"] for x in lines)
 
 
 def test_a_failed_task_is_reported_and_the_others_still_run(trained, tmp_path):
