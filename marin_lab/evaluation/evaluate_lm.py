@@ -255,6 +255,10 @@ def evaluate_tasks(lm: MarinLM, specs: Sequence[TaskSpec], output_path: str | No
                     lines.append(json.dumps(_json_safe(rec)))
             mfs.atomic_write_text(mfs.join(output_path, f"samples_{key}.jsonl"), "\n".join(lines) + ("\n" if lines else ""))
         tasks[key] = _task_entry(key, spec, res, None)
+        if tasks[key]["truncated_prompts"]:
+            logger.warning("evaluate_lm task %s: %d prompts longer than the model's context (%d tokens) were cut "
+                           "from the left (results.json: truncated_prompts)", key, tasks[key]["truncated_prompts"],
+                           getattr(lm, "max_length", 0))
         logger.info("eval task %s: %s", key, {m: v.get("value") for m, v in tasks[key]["metrics"].items()})
     merged["tasks"] = tasks
     return merged
