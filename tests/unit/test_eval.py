@@ -24,6 +24,8 @@ from marin_lab.training import train_lm, write_token_cache
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.testing import tiny_model, tiny_train_config
 
+pytestmark = pytest.mark.slow  # a trained tiny model and lm-eval's task runs: tens of seconds
+
 SENTENCES = [f"the {a} sat on the {b}." for a, b in
              [("cat", "mat"), ("dog", "log"), ("cow", "field"), ("bird", "branch")]]
 

@@ -33,6 +33,7 @@ def test_a_validation_set_too_short_is_refused_before_training(tmp_path):
                                    eval_caches={"tiny": tiny}))
 
 
+@pytest.mark.slow
 def test_lm_eval_tasks_every_n_steps_during_training(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
