@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from experiments.simple_train_config import SimpleTrainConfig
-from marin_lab.evaluation import EvalLmConfig, TaskError, evaluate_lm, load_task
+from marin_lab.evaluation import CORE_TASKS, EvalLmConfig, EvaluationError, evaluate_lm, parse_task
 from marin_lab.evaluation.during_training import train_lm_with_eval
 from marin_lab.execution import (
     ExecutorStep,
@@ -327,6 +327,8 @@ def default_train(
     phases: Sequence[MixturePhase] = (),
     wandb: WandbConfig | None = None,
     description: str | None = None,
+    steps_per_task_eval: int | None = None,
+    eval_task_limit: int | None = 100,
 ) -> ExecutorStep:
     """A `train_lm` step (with evaluation during training: `train_lm_with_eval`) on `tokenized` ->
     `checkpoints/{name}`.
@@ -335,7 +337,9 @@ def default_train(
 
     The model takes the tokenizer's vocabulary unless it names one (then it must cover it). Every
     `steps_per_eval` steps the validation splits of the training data and of `validation_sets` are
-    scored; `eval_harness_tasks` (shipped multiple-choice tasks or .jsonl files) at the end.
+    scored; `eval_harness_tasks` (lm-eval tasks as `name[:num_fewshot[:limit]]`, e.g. CORE_TASKS,
+    at most `eval_task_limit` items each) every `steps_per_task_eval` steps and at the end (only at
+    the end when that is None), logged as eval/<task>/<metric>.
     `use_default_validation` is accepted for Marin's files: marin_lab has no built-in validation
     corpora (docs/coming_from_marin.md).
     """
@@ -348,8 +352,8 @@ def default_train(
     model = _model_for(name, unwrap_versioned_value(model_config), _steps(tokenized) | dict(validation_sets or {}))
     for task in eval_harness_tasks:
         try:
-            load_task(task)
-        except TaskError as err:
+            parse_task(task)
+        except EvaluationError as err:
             raise StepDefinitionError(f"default_train('{name}'): eval_harness_tasks: {err}") from err
     resources, tpu_type, tpu_slices = train_config.step_resources()
     start = train_config.initialize_from_checkpoint_path
@@ -367,6 +371,7 @@ def default_train(
         attention_impl=train_config.resolved_attention_impl(),
         steps_per_eval=train_config.steps_per_eval or 1000, max_eval_batches=train_config.max_eval_batches,
         eval_caches=_caches(validation_sets) if validation_sets else {}, eval_tasks=tuple(eval_harness_tasks),
+        steps_per_task_eval=steps_per_task_eval, eval_task_limit=eval_task_limit,
         wandb=dataclasses.replace(wandb or WandbConfig(), tags=tuple(tags) + (name,)),
         tpu_type=tpu_type, tpu_slices=tpu_slices,
     )
@@ -378,12 +383,18 @@ def default_train(
 
 
 def default_eval(name: str, trained: ExecutorStep, tokenized: TokenizedInput, *,
-                 tasks: Sequence[str] = ("capitals", "arithmetic_2digit"), resources: Any = None,
+                 tasks: Sequence[str] = CORE_TASKS, resources: Any = None,
                  **options: Any) -> ExecutorStep:
-    """An `evaluate_lm` step on every validation split of `tokenized`, and `tasks` -> `evaluation/{name}`."""
+    """An `evaluate_lm` step on every validation split of `tokenized`, and the lm-eval `tasks`
+    (`name[:num_fewshot[:limit]]`; `limit=N` caps every task) -> `evaluation/{name}`."""
+    for task in tasks:
+        try:
+            parse_task(task)
+        except EvaluationError as err:
+            raise StepDefinitionError(f"default_eval('{name}'): {err}") from err
     return ExecutorStep(
         name=f"evaluation/{name}", fn=evaluate_lm, resources=resources,
         config=EvalLmConfig(checkpoint_path=output_path_of(trained), output_path=this_output_path(),
                             caches=_caches(tokenized), tasks=tuple(tasks), **options),
-        description="perplexity, bits-per-byte and multiple-choice tasks",
+        description="perplexity, bits-per-byte and lm-eval tasks",
     )

@@ -6,7 +6,7 @@ this project wrote: Debian's python3.11-doc HTML and the Debian Reference in fiv
 
     download -> extract (resiliparse) -> fuzzy dedup (MinHash-LSH) -> heuristic quality filter
       -> language filter (fastText lid.176, keep English) -> train a BPE tokenizer -> tokenize
-      -> train a tiny Llama -> evaluate (perplexity, bits per byte, multiple-choice tasks)
+      -> train a tiny Llama -> evaluate (perplexity, bits per byte, three lm-eval benchmarks)
 
     python experiments/quickstart.py                 # run; a second run executes nothing
     python experiments/quickstart.py --dry_run true  # what would run, and why (downloads nothing)
@@ -68,7 +68,10 @@ model = default_train(
         checkpoint=CheckpointConfig(save_every_steps=100, keep_last=2), steps_per_eval=100, max_eval_batches=4,
     ),
 )
-evaluation = default_eval("quickstart-nano", model, tokenized, seq_len=256, max_sequences=64)
+# Three real benchmarks (lm-eval's tasks; documents from the pinned offline copy), 100 items each:
+# capped for time, and flagged so in results.json; each number comes with its 95% interval.
+evaluation = default_eval("quickstart-nano", model, tokenized, seq_len=256, max_sequences=64,
+                          tasks=("arc_easy:0", "piqa:0", "copa:0"), limit=100)
 
 
 def _print_summary(report) -> None:
@@ -81,6 +84,15 @@ def _print_summary(report) -> None:
         print(f"  step {step:>4}  loss {loss:.3f}")
     results = json.loads(read_text(f"{steps[evaluation.name].output_path}/results.json"))
     print("Evaluation:", json.dumps({k: results[k] for k in ("perplexity", "bits_per_byte") if k in results}))
+    for task, entry in results.get("marin_lab", {}).get("tasks", {}).items():
+        acc = entry.get("metrics", {}).get("acc")
+        if entry.get("status") != "ok" or not acc:
+            print(f"  {task}: {entry.get('status')} {entry.get('error') or ''}")
+            continue
+        flags = ", ".join(f for f in ("capped" if entry["capped"] else "", "low coverage" if entry["low_coverage"]
+                                      else "") if f)
+        print(f"  {task}: acc {acc['value']:.3f} (95% interval {acc['low']:.3f} to {acc['high']:.3f}, n={acc['n']}, "
+              f"{entry['split']} split{', ' + flags if flags else ''})")
     print(f"\nBrowse the records: marin-lab browse --prefix {report.plan.prefix}   (then open http://127.0.0.1:8765)")
 
 

@@ -45,6 +45,7 @@ from experiments.llama import llama3_tokenizer_vocab_size, llama_8b
 from experiments.models import with_vocab
 from experiments.simple_train_config import SimpleTrainConfig
 from marin_lab.cluster.resources import TpuResources
+from marin_lab.evaluation import CORE_TASKS
 from marin_lab.execution import executor_main
 from marin_lab.training import CheckpointConfig, MeshConfig, OptimizerConfig
 
@@ -84,6 +85,9 @@ DECAY = dict(weight_decay=0.05, decay_embeddings=False)
 KESTREL_END = 640_000  # 640k x 1024 x 4096 ~= 2.68T tokens
 OCELOT_END = KESTREL_END + 87_500  # +87.5k x 3072 x 4096 ~= +1.10T tokens
 JELLYFISH_END = OCELOT_END + 80_000  # +80k x 3072 x 4096 ~= +1.01T tokens
+# Marin's in-loop evaluation: CORE_TASKS (lm-eval, 100 items each) every 10k steps and at each
+# phase's end, as eval/<task>/<metric>; the full sets are scored by the evaluation step at the end.
+IN_LOOP = dict(eval_harness_tasks=CORE_TASKS, steps_per_task_eval=10_000, eval_task_limit=100)
 
 def phase(batch: int, end_step: int, optimizer: OptimizerConfig, resources: TpuResources, **extra) -> SimpleTrainConfig:
     return SimpleTrainConfig(resources=resources, train_batch_size=batch, num_train_steps=end_step,
@@ -96,7 +100,7 @@ kestrel = default_train(
     phase(1024, KESTREL_END, OptimizerConfig(learning_rate=1e-3, schedule="constant", warmup=1000,
                                              beta2=0.95, max_grad_norm=1.0, **DECAY),
           TpuResources(tpu="v5e-256", slices=2)),
-    weights=DCLM_MIX,
+    weights=DCLM_MIX, **IN_LOOP,
     description="phase 1: DCLM mix, hot constant lr 1e-3, 4Mi-token batches on 2x v5e-256",
 )
 
@@ -105,7 +109,7 @@ ocelot = default_train(
     phase(3072, OCELOT_END, OptimizerConfig(learning_rate=1.7e-3, schedule="constant", warmup=0,
                                             schedule_offset=KESTREL_END, **DECAY),
           TpuResources(tpu="v4-2048"), initialize_from_checkpoint_path=kestrel),
-    weights=DCLM_MIX,
+    weights=DCLM_MIX, **IN_LOOP,
     description="phase 2: batch x3 on v4-2048, lr x sqrt(3)",
 )
 
@@ -114,12 +118,12 @@ jellyfish = default_train(
     phase(3072, JELLYFISH_END, OptimizerConfig(learning_rate=1.7e-3, schedule="linear", warmup=0, decay=1.0,
                                                min_lr_ratio=0.1, schedule_offset=OCELOT_END, **DECAY),
           TpuResources(tpu="v4-2048"), initialize_from_checkpoint_path=ocelot, z_loss_weight=1e-4),
-    weights=COOLDOWN_MIX,
+    weights=COOLDOWN_MIX, **IN_LOOP,
     description="phase 3: cooldown 1.7e-3 -> 1.7e-4 with FineMath folded in, z-loss on",
 )
 
 evaluation = default_eval("tootsie-8b/jellyfish", jellyfish, tokenized, seq_len=SEQ_LEN,
-                          max_sequences=2048, resources=TpuResources(tpu="v5e-256"))
+                          max_sequences=2048, tasks=CORE_TASKS, resources=TpuResources(tpu="v5e-256"))
 
 if __name__ == "__main__":
     executor_main(steps=[kestrel, ocelot, jellyfish, evaluation],

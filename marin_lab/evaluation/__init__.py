@@ -1,7 +1,7 @@
-"""Evaluation of trained models: perplexity, bits-per-byte and multiple-choice tasks.
+"""Evaluation of trained models: lm-eval tasks, perplexity and bits-per-byte.
 
 The names below load on first use, so that `marin_lab.evaluation.stats` and `.results` (read by
-the CLI and the browser) import without the model code and JAX behind `evaluate_lm`.
+the CLI and the browser) import without the model code, JAX and lm-eval behind `evaluate_lm`.
 """
 
 from __future__ import annotations
@@ -12,13 +12,22 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the same names, typed, for readers and mypy
-    from marin_lab.evaluation.evaluate_lm import EvalLmConfig, EvaluationError, evaluate_lm
-    from marin_lab.evaluation.multiple_choice import TaskError, load_task, shipped_tasks
+    from marin_lab.evaluation.evaluate_lm import (
+        CORE_TASKS,
+        CORE_TASKS_OFFLINE,
+        EvalLmConfig,
+        EvaluationError,
+        evaluate_lm,
+        parse_task,
+    )
+    from marin_lab.evaluation.harness import HarnessError, MarinLM, TaskSpec, check_task_names
 
-_LAZY = {"EvalLmConfig": "evaluate_lm", "EvaluationError": "evaluate_lm", "evaluate_lm": "evaluate_lm",
-         "TaskError": "multiple_choice", "load_task": "multiple_choice", "shipped_tasks": "multiple_choice"}
+_LAZY = {**{name: "evaluate_lm" for name in ("CORE_TASKS", "CORE_TASKS_OFFLINE", "EvalLmConfig", "EvaluationError",
+                                             "evaluate_lm", "parse_task")},
+         **{name: "harness" for name in ("HarnessError", "MarinLM", "TaskSpec", "check_task_names")}}
 
-__all__ = ["EvalLmConfig", "EvaluationError", "TaskError", "evaluate_lm", "load_task", "shipped_tasks"]
+__all__ = ["CORE_TASKS", "CORE_TASKS_OFFLINE", "EvalLmConfig", "EvaluationError", "HarnessError", "MarinLM",
+           "TaskSpec", "check_task_names", "evaluate_lm", "parse_task"]
 
 
 class _Package(types.ModuleType):

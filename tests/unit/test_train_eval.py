@@ -33,7 +33,8 @@ def test_a_validation_set_too_short_is_refused_before_training(tmp_path):
                                    eval_caches={"tiny": tiny}))
 
 
-def test_tasks_scored_at_the_end_of_training(tmp_path):
+@pytest.mark.slow
+def test_lm_eval_tasks_every_n_steps_during_training(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     from marin_lab.training.testing import tiny_model
@@ -41,16 +42,22 @@ def test_tasks_scored_at_the_end_of_training(tmp_path):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.train_from_iterator(["The capital of France is Paris. 12 + 30 = 42."] * 20,
-                            trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+                            trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     cache = write_synthetic_cache(str(tmp_path / "c"), tokenizer_json=tok.to_str())
     out = str(tmp_path / "run")
     summary = train_lm_with_eval(tiny_train_config(out, {"c": cache}, model=tiny_model(vocab_size=512), export_hf=False,
-                                         eval_tasks=("capitals",)))
-    assert 0.0 <= summary["tasks"]["eval_task/capitals/accuracy"] <= 1.0
+                                                   eval_tasks=("copa:0:6",), steps_per_task_eval=4))
     lines = [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
-    assert lines[-1]["eval_task/capitals/accuracy"] == summary["tasks"]["eval_task/capitals/accuracy"]
-    with pytest.raises(TrainingError, match="eval_tasks: "):
-        train_lm_with_eval(tiny_train_config(str(tmp_path / "bad"), {"c": cache}, eval_tasks=("hellaswag",)))
+    evals = [r for r in lines if "eval/copa/acc" in r]
+    assert [r["step"] for r in evals] == [4, 8]
+    for r in evals:  # the value with its Wilson interval, over the 6 items scored
+        assert r["eval/copa/acc_low"] <= r["eval/copa/acc"] <= r["eval/copa/acc_high"]
+        assert r["eval/copa/acc"] * 6 == pytest.approx(round(r["eval/copa/acc"] * 6))
+        assert r["eval/copa/coverage"] == 1.0
+    assert summary["tasks"]["eval/copa/acc"] == evals[-1]["eval/copa/acc"]
+    with pytest.raises(TrainingError, match=r"eval_tasks: .*'hellaswg' \(closest: hellaswag"):
+        train_lm_with_eval(tiny_train_config(str(tmp_path / "bad"), {"c": cache}, eval_tasks=("hellaswg",)))
 
 
 def test_train_lm_without_the_evaluation_hooks_refuses_a_config_that_asks_for_evaluation(tmp_path):
@@ -60,8 +67,8 @@ def test_train_lm_without_the_evaluation_hooks_refuses_a_config_that_asks_for_ev
     out = tmp_path / "run"
     with pytest.raises(TrainingError, match=r"steps_per_eval=4: .*train_lm_with_eval"):
         train_lm(tiny_train_config(str(out), {"c": train_cache}, steps_per_eval=4))
-    with pytest.raises(TrainingError, match=r"eval_tasks=\('capitals',\): "):
-        train_lm(tiny_train_config(str(out), {"c": train_cache}, eval_tasks=("capitals",)))
+    with pytest.raises(TrainingError, match=r"eval_tasks=\('copa',\): "):
+        train_lm(tiny_train_config(str(out), {"c": train_cache}, eval_tasks=("copa",)))
     assert not (out / "checkpoints").exists() and not (out / "metrics.jsonl").exists()
 
 

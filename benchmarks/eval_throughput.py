@@ -1,0 +1,97 @@
+"""Evaluation throughput: our lm-eval adapter (MarinLM, JAX) against lm-eval's own `hf` backend (torch).
+
+The same model (the quickstart's nano shape, random weights, exported with hf_export), the same tasks
+and items (offline documents), the same machine, in one run. Each side runs every task twice: the first
+pass includes compilation (ours) or warm-up (theirs); requests/s is taken from the second pass, and
+both passes are reported. Needs the test extra (torch, transformers, accelerate).
+
+    PYTHONPATH=. python benchmarks/eval_throughput.py [--limit 100] [--tasks arc_easy:0,piqa:0,hellaswag:0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import jax
+
+from experiments.models import lab_nano
+from marin_lab.evaluation.evaluate_lm import parse_task
+from marin_lab.evaluation.harness import MarinLM, run_task
+from marin_lab.models.llama import init_params
+from marin_lab.training.hf_export import export_hf
+
+
+def _tokenizer(vocab: int):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = [open(os.path.join(here, "docs", name)).read() for name in sorted(os.listdir(os.path.join(here, "docs")))
+            if name.endswith(".md")]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return tok
+
+
+def _requests(res: dict) -> int:
+    return sum(len(s["resps"]) for samples in res["samples"].values() for s in samples)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--limit", type=int, default=100)
+    ap.add_argument("--tasks", default="arc_easy:0,piqa:0,hellaswag:0")
+    ap.add_argument("--batch_size", type=int, default=16)
+    args = ap.parse_args()
+    import dataclasses
+
+    import torch
+    from lm_eval.models.huggingface import HFLM
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    tok = _tokenizer(lab_nano.vocab_size or 4096)
+    cfg = dataclasses.replace(lab_nano, vocab_size=tok.get_vocab_size())
+    params = init_params(cfg, jax.random.key(0))
+    tmp = tempfile.mkdtemp(prefix="eval-throughput-")
+    with open(os.path.join(tmp, "tokenizer.json"), "w") as f:
+        f.write(tok.to_str())
+    export_hf(params, cfg, os.path.join(tmp, "hf"), tokenizer_url=os.path.join(tmp, "tokenizer.json"),
+              eos_id=tok.token_to_id("<|endoftext|>"))
+    with open(os.path.join(tmp, "hf", "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>",
+                   "model_max_length": cfg.max_seq_len}, f)
+    ours = MarinLM(params, cfg, tok, batch_size=args.batch_size)
+    theirs = HFLM(pretrained=os.path.join(tmp, "hf"), backend="causal", device="cpu", dtype=torch.float32,
+                  batch_size=args.batch_size, max_length=cfg.max_seq_len, logits_cache=False)
+    rows = []
+    for task in args.tasks.split(","):
+        spec = parse_task(task, args.limit)
+        row = {"task": task, "limit": args.limit}
+        for side, lm in (("ours", ours), ("hf", theirs)):
+            times = []
+            for _ in range(2):
+                t = time.perf_counter()
+                res = run_task(lm, spec, data="offline")
+                times.append(time.perf_counter() - t)
+                if side == "ours" and "programs" not in row:
+                    row["programs"] = res["marin_lab_programs"]
+            n = _requests(res)
+            row[f"{side}_requests"] = n
+            row[f"{side}_first_s"], row[f"{side}_s"] = round(times[0], 2), round(times[1], 2)
+            row[f"{side}_req_per_s"] = round(n / times[1], 1)
+        row["ratio"] = round(row["ours_req_per_s"] / row["hf_req_per_s"], 2)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print(json.dumps({"model": dataclasses.asdict(cfg), "load": os.getloadavg(), "cpus": os.cpu_count(),
+                      "rows": rows}), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

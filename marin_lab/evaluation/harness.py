@@ -1,0 +1,418 @@
+"""lm-evaluation-harness on our JAX Llama: an lm-eval model (`MarinLM`) and the task runner.
+
+`MarinLM` implements lm-eval's model interface (`loglikelihood`, `loglikelihood_rolling`,
+`generate_until`) on parameters of ours. Tokenization follows lm-eval's `hf` backend exactly: a
+context's trailing spaces move to the continuation, context + continuation are encoded together
+and the continuation's tokens are cut from the joint encoding, an empty context is the prefix
+token (BOS, else EOS), and a sequence longer than the model's context keeps its last
+max_length + 1 tokens (truncated from the left; counted in `truncated`). Requests are sorted by
+length and scored `batch_size` at a time, each batch right-padded to a power-of-two bucket
+(`scoring.bucket_length`), so a task compiles a handful of programs whatever its lengths; a
+batch's padding rows are zeros and never read. Results do not depend on batch composition.
+
+`run_tasks` runs lm-eval's own task definitions (YAML, few-shot sampling, metrics) by name,
+one task at a time so that a task that fails is reported and the others still run. Documents
+come from the hub when `data="hub"`, from the pinned offline copy (`offline_data`) when
+`data="offline"`, and from the offline copy where it has them, else the hub, when `data="auto"`.
+The offline copy is hooked in at the one place lm-eval loads documents, `ConfigurableTask.download`
+(the method lm-eval documents as the override point for a custom source): while tasks are built,
+a task whose (dataset_path, dataset_name) has a local copy gets that `DatasetDict`, and its split
+fields name the splits the copy holds. Prompts, few-shot format and metrics are untouched. Where the
+copy lacks the task's default split, the split it has is scored; where it lacks the few-shot split,
+few-shot examples come from the scored split with the scored document excluded (lm-eval's rule when
+the two coincide). Both are recorded per task (`split`, `default_split`, `fewshot_split`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import logging
+import math
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from lm_eval.api.model import TemplateLM  # noqa: E402
+from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
+
+from marin_lab.errors import MarinLabError
+from marin_lab.evaluation import offline_data
+from marin_lab.evaluation.scoring import bucket_length
+from marin_lab.models.generate import SamplingConfig, generate_text
+from marin_lab.models.llama import LlamaConfig, Params, forward
+
+logger = logging.getLogger(__name__)
+
+EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>")
+BOS_CANDIDATES = ("<|begin_of_text|>", "<s>", "<bos>")
+
+
+class HarnessError(MarinLabError, ValueError):
+    """A task cannot be resolved, loaded or scored."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring
+
+
+@jax.jit
+def _greedy_and_logp(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
+    logits32 = logits.astype(jnp.float32)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits32, axis=-1), targets[..., None], axis=-1)[..., 0]
+    return logp, jnp.argmax(logits32, axis=-1) == targets
+
+
+_SCORERS: dict[tuple[LlamaConfig, str], Any] = {}
+
+
+def _scorer(config: LlamaConfig, compute_dtype: str) -> Any:
+    key = (config, compute_dtype)
+    if key not in _SCORERS:
+        def score(params: Params, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
+            logits = forward(params, tokens[:, :-1], config, compute_dtype=jnp.dtype(compute_dtype))
+            return _greedy_and_logp(logits, tokens[:, 1:])
+
+        _SCORERS[key] = jax.jit(score)
+    return _SCORERS[key]
+
+
+def _first_token_id(tokenizer: Any, names: Sequence[str]) -> int | None:
+    for name in names:
+        token_id = tokenizer.token_to_id(name)
+        if token_id is not None:
+            return int(token_id)
+    return None
+
+
+class MarinLM(TemplateLM):
+    """lm-eval's model interface on our Llama parameters and an HF `tokenizers.Tokenizer`."""
+
+    backend = "causal"
+
+    def __init__(self, params: Params, config: LlamaConfig, tokenizer: Any, *, batch_size: int = 8,
+                 compute_dtype: str = "float32", max_length: int | None = None,
+                 eos_id: int | None = None, bos_id: int | None = None, max_gen_toks: int = 256) -> None:
+        super().__init__()
+        self.params = params
+        self.config = config
+        self.tokenizer = tokenizer
+        self._batch_size = int(batch_size)
+        self.compute_dtype = compute_dtype
+        self._max_length = int(max_length or config.max_seq_len)
+        if self._max_length > config.max_seq_len:
+            raise HarnessError(f"max_length={self._max_length} is larger than the model's "
+                               f"max_seq_len={config.max_seq_len}")
+        eos = eos_id if eos_id is not None else _first_token_id(tokenizer, EOS_CANDIDATES)
+        if eos is None:
+            raise HarnessError(f"the tokenizer has no end-of-text token among {list(EOS_CANDIDATES)}")
+        self._eos_id = eos
+        self._bos_id = bos_id if bos_id is not None else _first_token_id(tokenizer, BOS_CANDIDATES)
+        self._max_gen_toks = max_gen_toks
+        self.truncated = 0
+        """Requests whose prompt was cut from the left to fit the context (since the last reset)."""
+        self.programs: set[tuple[str, int, int]] = set()
+        """(kind, batch, length) shapes run: one compiled program each."""
+
+    # --- lm-eval's TemplateLM hooks -------------------------------------------------------------
+    @property
+    def eot_token_id(self) -> int:
+        return self._eos_id
+
+    @property
+    def prefix_token_id(self) -> int:
+        return self._bos_id if self._bos_id is not None else self._eos_id
+
+    @property
+    def max_length(self) -> int:
+        return self._max_length
+
+    @property
+    def max_gen_toks(self) -> int:
+        return self._max_gen_toks
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def tokenizer_name(self) -> str:
+        return "marin_lab"
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
+        special = True if add_special_tokens is None else add_special_tokens
+        if add_special_tokens is None and self._bos_id is not None:
+            bos = self.tokenizer.id_to_token(self._bos_id)
+            if bos and string.startswith(bos):
+                special = False
+        ids = list(self.tokenizer.encode(string, add_special_tokens=special).ids)
+        return ids
+
+    def tok_decode(self, tokens: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(tokens), skip_special_tokens=False))
+
+    # --- scoring ----------------------------------------------------------------------------------
+    def _score_sequences(self, seqs: list[list[int]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(log p(tok[t+1] | tok[:t+1]), greedy?) per position, for each token sequence."""
+        out: list[tuple[np.ndarray, np.ndarray]] = [(np.empty(0), np.empty(0))] * len(seqs)
+        order = sorted(range(len(seqs)), key=lambda i: (-len(seqs[i]), seqs[i]))
+        fn = _scorer(self.config, self.compute_dtype)
+        bs = self._batch_size
+        for lo in range(0, len(order), bs):
+            idx = order[lo:lo + bs]
+            width = bucket_length(max(len(seqs[i]) for i in idx) - 1, self._max_length) + 1
+            batch = np.zeros((bs, width), np.int32)
+            for row, i in enumerate(idx):
+                batch[row, :len(seqs[i])] = seqs[i]
+            self.programs.add(("score", bs, width))
+            logp, greedy = fn(self.params, jnp.asarray(batch))
+            logp, greedy = np.asarray(logp), np.asarray(greedy)
+            for row, i in enumerate(idx):
+                n = len(seqs[i]) - 1
+                out[i] = (logp[row, :n], greedy[row, :n])
+        return out
+
+    def _loglikelihood_tokens(self, requests: list[tuple[Any, list[int], list[int]]], disable_tqdm: bool = False,
+                              **kwargs: Any) -> list[tuple[float, bool]]:
+        seqs, conts = [], []
+        for _key, context_enc, continuation_enc in requests:
+            if not continuation_enc:
+                raise HarnessError("a continuation encodes to no tokens with this tokenizer")
+            if len(continuation_enc) > self._max_length:
+                raise HarnessError(f"a continuation of {len(continuation_enc)} tokens is longer than the "
+                                   f"model's context ({self._max_length})")
+            whole = context_enc + continuation_enc
+            if len(whole) > self._max_length + 1:
+                self.truncated += 1
+                whole = whole[-(self._max_length + 1):]
+            seqs.append(whole)
+            conts.append(len(continuation_enc))
+        scored = self._score_sequences(seqs)
+        res = []
+        for (logp, greedy), n in zip(scored, conts, strict=True):
+            res.append((float(logp[-n:].sum()), bool(greedy[-n:].all())))
+            if self.cache_hook is not None:
+                pass
+        return res
+
+    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+        windows: list[tuple[Any, list[int], list[int]]] = []
+        owner: list[int] = []
+        for i, req in enumerate(requests):
+            (string,) = req.args
+            for ctx, cont in map(make_disjoint_window, get_rolling_token_windows(
+                    token_list=self.tok_encode(string), prefix_token=self.prefix_token_id,
+                    max_seq_len=self._max_length, context_len=1)):
+                windows.append((None, ctx, cont))
+                owner.append(i)
+        totals = [0.0] * len(requests)
+        for i, (logp, _) in zip(owner, self._loglikelihood_tokens(windows), strict=True):
+            totals[i] += logp
+        return totals
+
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        """KV-cache decoding (marin_lab.models.generate), batched over requests with the same settings.
+
+        As lm-eval's hf backend: the prompt keeps its last max_length - max_gen_toks tokens (counted in
+        `truncated`), the text is cut at the first of `until` or EOS; `do_sample` false means greedy.
+        """
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        prepared = []
+        for i, req in enumerate(requests):
+            context, gen_kwargs = req.args
+            kwargs = dict(gen_kwargs or {})
+            until = kwargs.pop("until", None) or []
+            until = [until] if isinstance(until, str) else list(until)
+            max_new = int(kwargs.pop("max_gen_toks", self._max_gen_toks))
+            max_new = max(1, min(max_new, self._max_length - 1))
+            temperature = float(kwargs.pop("temperature", 0.0) or 0.0) if kwargs.pop("do_sample", False) else 0.0
+            top_p = float(kwargs.pop("top_p", 1.0) or 1.0)
+            prompt = self.tok_encode(context)
+            room = self._max_length - max_new
+            if len(prompt) > room:
+                self.truncated += 1
+                prompt = prompt[-room:]
+            prepared.append(prompt)
+            groups.setdefault((tuple(until), max_new, temperature, top_p), []).append(i)
+        out = [""] * len(requests)
+        for (until, max_new, temperature, top_p), idx in groups.items():
+            sampling = SamplingConfig(max_new_tokens=max_new, temperature=temperature, top_p=top_p,
+                                      stop_token_ids=(self._eos_id,))
+            self.programs.add(("generate", self._batch_size, max_new))
+            texts = generate_text(self.params, self.config, self.tokenizer, [], sampling, until=until,
+                                  compute_dtype=self.compute_dtype, batch_size=self._batch_size,
+                                  prompt_ids=[prepared[i] for i in idx])
+            for i, text in zip(idx, texts, strict=True):
+                out[i] = text
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Tasks
+
+
+_MANAGERS: dict[tuple[str, ...], Any] = {}
+
+TASK_FOLDERS: dict[str, str] = {
+    **{name: "arc" for name in ("arc_easy", "arc_challenge")},
+    "hellaswag": "hellaswag", "lambada_openai": "lambada", "piqa": "piqa", "winogrande": "winogrande",
+    "boolq": "super_glue/boolq", "copa": "super_glue/copa", "cb": "super_glue/cb", "commonsense_qa": "commonsense_qa",
+    "openbookqa": "openbookqa", "wsc273": "wsc273", "agieval_lsat_ar": "agieval", "gsm8k": "gsm8k", "sciq": "sciq",
+    "social_iqa": "siqa", "rte": "glue/rte", "mrpc": "glue/mrpc", "sst2": "glue/sst2", "mmlu": "mmlu/default",
+    **{f"mmlu_{subject}": "mmlu/default" for subject in offline_data.MMLU_SUBJECTS},
+}
+"""lm-eval's folder (under lm_eval/tasks) of the tasks this project names: indexing only those takes
+milliseconds, where lm-eval's whole index (~15k tasks) takes ~15 s. Other names use the whole index."""
+
+
+def task_manager(include_path: Sequence[str] = (), names: Sequence[str] | None = None) -> Any:
+    """lm-eval's TaskManager: the folders of `names` when all are in TASK_FOLDERS, else every
+    shipped YAML; plus `include_path`. Built once per process for each such set."""
+    from lm_eval import tasks as lm_eval_tasks
+
+    for path in include_path:
+        if not os.path.exists(path):
+            raise HarnessError(f"include_path: {path} does not exist")
+    narrow = names is not None and all(n in TASK_FOLDERS for n in names)
+    base = os.path.dirname(lm_eval_tasks.__file__)
+    folders = tuple(sorted({os.path.join(base, TASK_FOLDERS[n]) for n in names or ()})) if narrow else ("*",)
+    key = folders + tuple(include_path)
+    if key not in _MANAGERS:
+        paths = [*(folders if narrow else ()), *include_path]
+        _MANAGERS[key] = lm_eval_tasks.TaskManager(include_defaults=not narrow, include_path=paths or None)
+    return _MANAGERS[key]
+
+
+def check_task_names(names: Sequence[str], include_path: Sequence[str] = ()) -> None:
+    """Raises HarnessError naming the closest known tasks for every unknown name."""
+    if not include_path and all(n in TASK_FOLDERS for n in names):
+        return
+    manager = task_manager(include_path)
+    known = set(manager.all_tasks)
+    unknown = [n for n in names if n not in known and not (n.endswith((".yaml", ".yml")) and os.path.exists(n))]
+    if unknown:
+        parts = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+            parts.append(f"'{name}'" + (f" (closest: {', '.join(close)})" if close else ""))
+        raise HarnessError(f"unknown lm-eval task {'; '.join(parts)}; `python -m lm_eval ls tasks` lists them")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """One lm-eval task to run: its name, few-shot count and an optional item cap."""
+
+    name: str
+    num_fewshot: int | None = None
+    limit: int | None = None
+
+    @staticmethod
+    def parse(spec: str | TaskSpec | dict[str, Any] | Sequence[Any]) -> TaskSpec:
+        if isinstance(spec, TaskSpec):
+            return spec
+        if isinstance(spec, str):
+            return TaskSpec(spec)
+        if isinstance(spec, dict):
+            return TaskSpec(spec["name"] if "name" in spec else spec["task"], spec.get("num_fewshot"),
+                            spec.get("limit"))
+        items = list(spec)
+        return TaskSpec(items[0], *(items[1:3]))
+
+    @property
+    def label(self) -> str:
+        return self.name if self.num_fewshot is None else f"{self.name}_{self.num_fewshot}shot"
+
+
+@contextlib.contextmanager
+def _document_source(data: str, record: dict[str, dict[str, Any]]) -> Iterator[None]:
+    """While tasks are built, ConfigurableTask.download reads the offline copy where there is one."""
+    from lm_eval.api.task import ConfigurableTask
+
+    original = ConfigurableTask.download
+
+    def download(task: Any, dataset_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        cfg = task.config
+        name = cfg.task
+        source = offline_data.offline_source(cfg.dataset_path, cfg.dataset_name)
+        default_eval = cfg.test_split or cfg.validation_split
+        entry = {"dataset": cfg.dataset_path, "dataset_config": cfg.dataset_name, "default_split": default_eval,
+                 "default_fewshot_split": cfg.fewshot_split or cfg.training_split or cfg.validation_split}
+        if data == "hub" or (source is None and data == "auto") or cfg.custom_dataset is not None:
+            try:
+                original(task, dataset_kwargs, **kwargs)
+            except Exception as err:  # noqa: BLE001 - any loader failure becomes the task's one-line reason
+                raise HarnessError(_no_documents(name, cfg.dataset_path, cfg.dataset_name, err)) from err
+            entry.update(data_source="hub", split=default_eval, fewshot_split=entry["default_fewshot_split"])
+            record[name] = entry
+            return
+        if source is None:
+            raise HarnessError(_no_documents(name, cfg.dataset_path, cfg.dataset_name, None))
+        task.dataset = source.load()
+        held = list(task.dataset)
+        split = default_eval if default_eval in held else held[-1]
+        fewshot = next((s for s in (cfg.fewshot_split, cfg.training_split, cfg.validation_split)
+                        if s is not None and s in held), None) or split
+        cfg.training_split = cfg.training_split if cfg.training_split in held else None
+        cfg.validation_split = None
+        cfg.test_split = split
+        cfg.fewshot_split = fewshot
+        task.fewshot_cfg.split = fewshot
+        entry.update(data_source=offline_data.DATA_SOURCE, split=split, fewshot_split=fewshot,
+                     note=source.note)
+        record[name] = entry
+
+    ConfigurableTask.download = download
+    try:
+        yield
+    finally:
+        ConfigurableTask.download = original
+
+
+def _no_documents(task: str, path: str | None, name: str | None, err: Exception | None) -> str:
+    where = f"{path}" + (f" ({name})" if name else "")
+    reason = f" ({str(err).splitlines()[0][:200]})" if err is not None and str(err) else ""
+    return (f"task {task}: no documents for {where}: not in the offline copy ({offline_data.DATA_SOURCE}) and "
+            f"not loadable from the Hugging Face hub{reason}; run online once with HF_HUB_OFFLINE unset "
+            f"(data='hub' or 'auto') so `datasets` caches it, or point HF_DATASETS_CACHE at a cache that holds it")
+
+
+def run_task(lm: Any, spec: TaskSpec, *, data: str = "auto", include_path: Sequence[str] = (),
+             seed: int = 1234, bootstrap_iters: int = 1000) -> dict[str, Any]:
+    """lm-eval's results for one task spec (samples included) plus where its documents came from.
+
+    `results["marin_lab_sources"]`: per leaf task, {data_source, split, default_split, fewshot_split};
+    `results["marin_lab_truncated"]`: requests whose prompt was cut from the left;
+    `results["marin_lab_programs"]`: shapes compiled for this task (batch, bucket length).
+    """
+    from lm_eval.evaluator import simple_evaluate
+
+    if data not in ("auto", "offline", "hub"):
+        raise HarnessError(f"data={data!r}: use 'auto', 'offline' or 'hub'")
+    check_task_names([spec.name], include_path)
+    manager = task_manager(include_path, [spec.name])
+    record: dict[str, dict[str, Any]] = {}
+    ours = isinstance(lm, MarinLM)  # any lm-eval model runs (the oracle test runs lm-eval's hf backend)
+    if ours:
+        lm.truncated = 0
+    before = len(lm.programs) if ours else 0
+    # lm-eval bootstraps non-mean metrics' stderr in a process pool unless told not to; stay in-process.
+    os.environ.setdefault("DISABLE_MULTIPROC", "1")
+    with _document_source(data, record):
+        results = simple_evaluate(model=lm, tasks=[spec.name], num_fewshot=spec.num_fewshot, limit=spec.limit,
+                                  log_samples=True, bootstrap_iters=bootstrap_iters, random_seed=seed,
+                                  numpy_random_seed=seed, torch_random_seed=None, fewshot_random_seed=seed,
+                                  task_manager=manager)
+    if results is None:
+        raise HarnessError(f"task {spec.name}: lm-eval returned no results")
+    results["marin_lab_sources"] = record
+    results["marin_lab_truncated"] = lm.truncated if ours else None
+    results["marin_lab_programs"] = len(lm.programs) - before if ours else None
+    return results
+
+
+def finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(float(x))

@@ -1,0 +1,91 @@
+"""Oracle: our lm-eval adapter gives lm-eval's own `hf` backend's numbers on real tasks.
+
+A tiny Llama of ours is exported to Hugging Face format (`hf_export`) and scored by lm-eval's
+`HFLM` (torch + transformers, the test extra) and by `MarinLM` (JAX) on the same tasks, the same
+offline documents, the same few-shot seed and limit. Request by request, the log-likelihoods agree
+within 2e-4 absolute (+1e-5 relative): both run the same float32 model, but XLA and torch order
+their matmul and softmax reductions differently, which moves a token's log-probability by ~1e-6
+and a continuation's sum of up to ~30 of them by at most ~1e-4; anything wrong in tokenization,
+truncation, positions or padding moves them by far more (a token is worth ~|log p| ~ 5). The
+per-item choices (acc, acc_norm) and greedy flags are then equal item by item.
+"""
+
+import json
+import math
+
+import jax
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from marin_lab.evaluation.harness import MarinLM, TaskSpec, run_task
+from marin_lab.models.llama import init_params
+from marin_lab.training.hf_export import export_hf
+from marin_lab.training.testing import tiny_model
+
+pytestmark = pytest.mark.slow
+
+TASKS = (TaskSpec("arc_easy", 0, 20), TaskSpec("piqa", 0, 20), TaskSpec("copa", 0, 20), TaskSpec("hellaswag", 0, 8))
+ATOL, RTOL = 2e-4, 1e-5
+
+
+def _tokenizer() -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    text = ["Question: which of these is the answer? the cat sat on the mat because it was warm and the "
+            "water boiled at a high temperature in the laboratory; plants need sunlight to grow."] * 30
+    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return tok
+
+
+@pytest.fixture(scope="module")
+def models_(tmp_path_factory):
+    import torch  # the test extra installs it; a missing torch must fail, not skip
+    from lm_eval.models.huggingface import HFLM
+
+    tok = _tokenizer()
+    root = tmp_path_factory.mktemp("oracle")
+    (root / "tokenizer.json").write_text(tok.to_str())
+    # A larger init spread than training's makes the choices' log-likelihoods far apart (no ties).
+    cfg = tiny_model(vocab_size=tok.get_vocab_size(), max_seq_len=512, initializer_std=0.08)
+    params = init_params(cfg, jax.random.key(3))
+    eos = tok.token_to_id("<|endoftext|>")
+    hf_dir = root / "hf"
+    export_hf(params, cfg, str(hf_dir), tokenizer_url=str(root / "tokenizer.json"), eos_id=eos)
+    (hf_dir / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>",
+         "model_max_length": cfg.max_seq_len}))
+    theirs = HFLM(pretrained=str(hf_dir), backend="causal", device="cpu", dtype=torch.float32, batch_size=16,
+                  max_length=cfg.max_seq_len, logits_cache=False)
+    ours = MarinLM(params, cfg, tok, batch_size=16)
+    return ours, theirs
+
+
+@pytest.mark.parametrize("spec", TASKS, ids=lambda s: s.name)
+def test_our_adapter_gives_the_hf_backends_numbers(models_, spec):
+    ours, theirs = models_
+    a = run_task(ours, spec, data="offline")
+    b = run_task(theirs, spec, data="offline")
+    sa, sb = a["samples"][spec.name], b["samples"][spec.name]
+    assert len(sa) == len(sb) == spec.limit
+    by_doc = {s["doc_id"]: s for s in sb}
+    compared = 0
+    for s in sa:
+        t = by_doc[s["doc_id"]]
+        assert s["arguments"] == t["arguments"]  # same requests: prompts and continuations
+        ll_a = [r[0][0] for r in s["resps"]]
+        ll_b = [r[0][0] for r in t["resps"]]
+        np.testing.assert_allclose(ll_a, ll_b, atol=ATOL, rtol=RTOL)
+        assert [r[0][1] for r in s["resps"]] == [r[0][1] for r in t["resps"]]  # is_greedy
+        for metric in s["metrics"]:
+            assert s[metric] == t[metric], (spec.name, s["doc_id"], metric)
+        gaps = sorted(ll_a)
+        assert all(math.isfinite(x) for x in ll_a)
+        compared += len(ll_a)
+        assert gaps[-1] - gaps[0] > 10 * ATOL  # the choices are told apart, so equal choices mean something
+    assert compared >= 2 * spec.limit
+    for key, value in a["results"][spec.name].items():
+        if key.endswith(",none") and "stderr" not in key:
+            assert value == pytest.approx(b["results"][spec.name][key], abs=1e-9)
