@@ -13,6 +13,7 @@ import draccus
 
 from marin_lab.execution.errors import ExecutorConfigError, MarinLabError
 from marin_lab.execution.executor import Executor, RunReport, default_prefix
+from marin_lab.execution.jax_platform import default_to_cpu
 from marin_lab.execution.lease import DEFAULT_TIMEOUT_S
 from marin_lab.execution.plan import compile_run_only
 from marin_lab.execution.step import ExecutorStep, InputName
@@ -88,6 +89,7 @@ def executor_main(
         # while it bootstraps, the flag multiprocessing itself checks then; a script without
         # `if __name__ == "__main__":` must not start a second run in there.
         return None
+    default_to_cpu()  # no libtpu probe (and its errors) in every step on a CPU-only host
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # JAX logs "Unable to initialize backend 'tpu'" at INFO whenever it looks for devices on a CPU host.
