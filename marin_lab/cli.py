@@ -152,20 +152,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("status", help="experiments under a prefix and the status of their steps")
-    p.add_argument("prefix", nargs="?", help="default: $MARIN_PREFIX, else ./marin_store")
+    p.add_argument("prefix", nargs="?", help="default: $MARIN_PREFIX, else marin_store at the project root")
     p.set_defaults(func=_cmd_status)
 
     p = sub.add_parser("explain", help="why steps of an experiment file are new: field-level diffs")
     p.add_argument("script", help="an experiment file, e.g. experiments/quickstart.py")
     p.add_argument("--step", help="regex over step names")
-    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store")
+    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else marin_store at the project root")
     add_bool_flag(p, "--all", "also list steps whose version is already recorded")
     p.add_argument("script_args", nargs="*", help="arguments passed to the script (after --)")
     p.set_defaults(func=_cmd_explain)
 
     p = sub.add_parser("verify", help="recompute a finished step's manifest and compare with its record")
     p.add_argument("path", help="the step's output path, or its path under the prefix (e.g. tokenized/docs-1a2b3c4d)")
-    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store")
+    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else marin_store at the project root")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("reproduce", help="run a recorded experiment again from its stored script into a scratch "
@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_reproduce)
 
     p = sub.add_parser("browse", help="serve the data browser for a prefix (read-only, 127.0.0.1 by default)")
-    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store")
+    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else marin_store at the project root")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765, help="default 8765; 0 picks a free port (printed)")
     p.add_argument("--root", action="append", help="another readable root besides the prefix (repeatable)")
