@@ -45,7 +45,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         for _, st in statuses:
             counts[st] = counts.get(st, 0) + 1
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        print(f"{exp['_path']}  ({exp.get('created', '?')}; {len(statuses)} steps: {summary})")
+        print(f"{exp['_path']}  ({exp.get('created', '?')}; {len(statuses)} step{'' if len(statuses) == 1 else 's'}: {summary})")
         if exp.get("description"):
             print(f"    {exp['description']}")
         for step, st in statuses:
@@ -212,6 +212,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MarinLabError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `marin-lab status | head`: the reader has all it wanted
+        # Python would report the pipe again when it flushes stdout at exit; point it at nothing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import logging
 import multiprocessing
@@ -127,6 +128,7 @@ def parse_flags(argv: Sequence[str]) -> ExecutorMainConfig:
     `ok/one-[0-9a-f]{8}` or `null` means what it says, and a bad one is one clear error line."""
     rest, run_only = take_run_only(argv)
     booleans = [f.name for f in dataclasses.fields(ExecutorMainConfig) if f.type in (bool, "bool")]
+    _check_flag_names(rest)
     try:
         config = draccus.parse(config_class=ExecutorMainConfig, args=bare_bool_flags(rest, booleans))
     except draccus.ParsingError as err:  # one line, not draccus's traceback
@@ -135,6 +137,18 @@ def parse_flags(argv: Sequence[str]) -> ExecutorMainConfig:
         compile_run_only(run_only)  # fail now, before anything is planned
         config = dataclasses.replace(config, run_only=run_only)
     return config
+
+
+def _check_flag_names(argv: Sequence[str]) -> None:
+    """An unknown flag is one line naming it, with the closest real one (`--dry-run` -> `--dry_run`)."""
+    names = [f.name for f in dataclasses.fields(ExecutorMainConfig)]
+    for arg in argv:
+        name = arg[2:].split("=", 1)[0]
+        if not arg.startswith("--") or name in (*names, "help", "config_path", "run_only"):
+            continue
+        close = difflib.get_close_matches(name.replace("-", "_"), names, n=1, cutoff=0.6)
+        hint = f"; did you mean --{close[0]}?" if close else " (see --help)"
+        raise ExecutorConfigError(f"unknown flag --{name}{hint}")
 
 
 def _one_line(err: BaseException) -> str:

@@ -1,0 +1,39 @@
+"""Small things a newcomer trips on: flag typos, `status | head`, grammar."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from marin_lab.execution.errors import ExecutorConfigError
+from marin_lab.execution.main import parse_flags
+from tests.conftest import REPO_ROOT
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("--dry-run", "--dry_run"), ("--prefx", "--prefix"),
+                                              ("--force-run-failed", "--force_run_failed")])
+def test_a_flag_typo_names_the_real_flag(typo, meant):
+    with pytest.raises(ExecutorConfigError, match=f"unknown flag {typo}; did you mean {meant}\\?"):
+        parse_flags([typo, "true"])
+
+
+def test_a_real_flag_still_parses():
+    assert parse_flags(["--dry_run", "true", "--prefix", "/p"]).dry_run is True
+
+
+def test_status_into_a_closed_pipe_is_quiet(tmp_path):
+    store = tmp_path / "store" / "experiments"
+    store.mkdir(parents=True)
+    for i in range(3):
+        (store / f"x-{i:08x}.json").write_text('{"steps": [], "created": "now"}')
+    script = (f"import sys; sys.argv = ['marin-lab', 'status', {str(tmp_path / 'store')!r}]; "
+              "from marin_lab.cli import main; sys.exit(main())")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    proc.stdout.close()  # the reader went away before anything was written (as `| head -0` does)
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "BrokenPipeError" not in err and "Traceback" not in err, err
