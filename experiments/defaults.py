@@ -47,7 +47,7 @@ from marin_lab.processing.classify import (
 )
 from marin_lab.processing.dedup import DedupConfig, dedup_exact, dedup_fuzzy
 from marin_lab.processing.download import DownloadConfig, download
-from marin_lab.processing.extract import ExtractConfig, extract
+from marin_lab.processing.extract import TEXT_PATTERNS, ExtractConfig, extract
 from marin_lab.processing.known_tokenizers import how_to_fetch, known_vocab_size
 from marin_lab.processing.quality import HeuristicFilterConfig, filter_heuristics
 from marin_lab.processing.tokenize import (
@@ -125,6 +125,13 @@ def default_extract(name: str, html: DocumentsInput, **options: Any) -> Executor
                            **{"source": name, **options})
     return ExecutorStep(name=f"documents/{name}", fn=extract, config=config,
                         description=f"extract text from HTML with {config.method}")
+
+
+def default_text_documents(name: str, source: str, **options: Any) -> ExecutorStep:
+    """A folder (or URL) of plain text files -> `documents/{name}`: each .txt/.md/.rst file one
+    document as it is, each .html page through resiliparse (download, then extract with method='text')."""
+    raw = default_download(name, source=source)
+    return default_extract(name, raw, **{"method": "text", "patterns": TEXT_PATTERNS, "num_shards": 1, **options})
 
 
 def default_train_tokenizer(name: str, documents: DocumentsInput | Sequence[DocumentsInput],
