@@ -55,3 +55,19 @@ def test_getting_started_runs_as_written(tmp_path):
     assert "0 executed" in run_twice  # the second run reuses every step
     assert "learning_rate" in explain_rerun and "1 executed" in explain_rerun
     assert not (work / "marin_store").exists()  # cleaned up
+
+
+def test_the_readme_experiment_plans(tmp_path):
+    """README.md's one `python` block plans as written (its `console` blocks install and run the suite)."""
+    with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as f:
+        found = [m.group(2) for m in BLOCK.finditer(f.read()) if m.group(1) == "python"]
+    assert len(found) == 1
+    (tmp_path / "my_texts").mkdir()
+    for i in range(3):
+        (tmp_path / "my_texts" / f"note-{i}.txt").write_text(f"note {i}: the heron waits by the mill\n")
+    (tmp_path / "experiment.py").write_text(found[0])
+    proc = subprocess.run([sys.executable, "experiment.py", "--dry_run", "true", "--prefix", str(tmp_path / "store")],
+                          cwd=tmp_path, env=dict(os.environ, PYTHONPATH=REPO_ROOT), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "notes-model" in proc.stdout and "Traceback" not in proc.stderr
