@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -9,8 +10,11 @@ import sys
 import pytest
 
 from marin_lab.execution.errors import ExecutorConfigError
+from marin_lab.execution.executor import Executor
 from marin_lab.execution.main import parse_flags
+from marin_lab.processing.extract import html_to_text
 from tests.conftest import REPO_ROOT
+from tests.executor_steps import five_step_dag
 
 
 @pytest.mark.parametrize(("typo", "meant"), [("--dry-run", "--dry_run"), ("--prefx", "--prefix"),
@@ -37,3 +41,20 @@ def test_status_into_a_closed_pipe_is_quiet(tmp_path):
     err = proc.stderr.read().decode()
     proc.wait(timeout=120)
     assert "BrokenPipeError" not in err and "Traceback" not in err, err
+
+
+def test_a_prefix_with_no_experiments_gets_one_line_then_none(tmp_path, caplog):
+    prefix = str(tmp_path / "store")
+    with caplog.at_level(logging.WARNING, logger="marin_lab.execution.executor"):
+        Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
+    assert sum("holds no experiments: all 5 steps will run" in r.getMessage() for r in caplog.records) == 1
+    Executor(prefix, backend="local").run(five_step_dag())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="marin_lab.execution.executor"):
+        Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
+    assert not any("holds no experiments" in r.getMessage() for r in caplog.records)
+
+
+def test_plain_text_files_are_documents_as_they_are():
+    text, title = html_to_text(b"# Notes\n\nThe heron   waits.\n\n\n\nThe end.\n", method="text")
+    assert text == "# Notes\n\nThe heron   waits.\n\nThe end." and title == "Notes"
