@@ -50,7 +50,7 @@ def format_text(decisions: Sequence[Any], *, prefix: str, backend: str) -> str:
     for d in decisions:
         counts[d.action] = counts.get(d.action, 0) + 1
     summary = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
-    lines = [f"Plan: {len(decisions)} steps under {prefix} (backend {backend}): {summary}"]
+    lines = [f"Plan: {len(decisions)} step{'' if len(decisions) == 1 else 's'} under {prefix} (backend {backend}): {summary}"]
     pad = f"  {'':<10}   "
     for d in decisions:
         lines.append(f"  {d.action:<10} {d.step.identity}  ({d.reason})")

@@ -9,12 +9,13 @@ import sys
 
 import pytest
 
+from marin_lab.execution import ExecutorStep, this_output_path
 from marin_lab.execution.errors import ExecutorConfigError
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.main import parse_flags
 from marin_lab.processing.extract import html_to_text
 from tests.conftest import REPO_ROOT
-from tests.executor_steps import five_step_dag
+from tests.executor_steps import WriteConfig, fail, five_step_dag
 
 
 @pytest.mark.parametrize(("typo", "meant"), [("--dry-run", "--dry_run"), ("--prefx", "--prefix"),
@@ -58,3 +59,11 @@ def test_a_prefix_with_no_experiments_gets_one_line_then_none(tmp_path, caplog):
 def test_plain_text_files_are_documents_as_they_are():
     text, title = html_to_text(b"# Notes\n\nThe heron   waits.\n\n\n\nThe end.\n", method="text")
     assert text == "# Notes\n\nThe heron   waits.\n\nThe end." and title == "Notes"
+
+
+def test_failed_previously_says_what_the_error_was(tmp_path):
+    step = ExecutorStep(name="broken", fn=fail, config=WriteConfig(output_path=this_output_path(), text="shard 3"))
+    ex = Executor(str(tmp_path / "store"), backend="local")
+    ex.run([step], raise_on_failure=False)
+    (decision,) = Executor(str(tmp_path / "store"), backend="local").run([step], dry_run=True).decisions
+    assert decision.action == "fail" and "raised ValueError: boom in shard 3); pass --force_run_failed" in decision.reason
