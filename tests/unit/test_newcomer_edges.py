@@ -13,6 +13,7 @@ from marin_lab.execution import ExecutorStep, this_output_path
 from marin_lab.execution.errors import ExecutorConfigError
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.main import parse_flags
+from marin_lab.execution.record_builder import strip_ansi
 from marin_lab.processing.extract import html_to_text
 from tests.conftest import REPO_ROOT
 from tests.executor_steps import WriteConfig, fail, five_step_dag
@@ -67,3 +68,7 @@ def test_failed_previously_says_what_the_error_was(tmp_path):
     ex.run([step], raise_on_failure=False)
     (decision,) = Executor(str(tmp_path / "store"), backend="local").run([step], dry_run=True).decisions
     assert decision.action == "fail" and "raised ValueError: boom in shard 3); pass --force_run_failed" in decision.reason
+
+
+def test_terminal_colour_codes_never_reach_a_record():
+    assert strip_ansi("\x1b[36m(raw/x pid=1)\x1b[0m ValueError: \x1b[1mboom\x1b[0m") == "(raw/x pid=1) ValueError: boom"
