@@ -5,21 +5,34 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The product alone (what `make quickstart` needs); the test, TPU and benchmark extras on top of it.
+TEST_STAMP := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist); each test file runs whole in one of them, so a file's shared
 # fixtures are built once. 0 (the default) runs everything in this process: on 2 cores, 2 workers
 # finished the suite only 13% sooner (docs/benchmarks.md, "Test suite"), as the tests are CPU-bound.
 PYTEST_WORKERS ?= 0
 
-.PHONY: quickstart test lint venv system-deps bench clean
+.PHONY: quickstart test lint venv test-venv system-deps bench clean
+
+# pip's and setuptools' notices (the build backend's license deprecation box, once per install)
+# stay out of the console; errors still show.
+PIP_INSTALL := PIP_NO_WARN_SCRIPT_LOCATION=1 PYTHONWARNINGS=ignore $(PY) -m pip install -q -q --disable-pip-version-check
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[test,tpu]'
+	$(PIP_INSTALL) --upgrade pip
+	$(PIP_INSTALL) -c requirements/constraints.txt -e .
 	touch $(STAMP)
 
+# The test stamp is newer than the product's: installing the extras never triggers a product reinstall.
+$(TEST_STAMP): $(STAMP)
+	$(PIP_INSTALL) -c requirements/constraints.txt -e '.[test,tpu]'
+	touch $(TEST_STAMP)
+
 venv: $(STAMP)
+
+test-venv: $(TEST_STAMP)
 
 # Headless Chromium for the browser tests (Debian's package; Playwright's download does not work offline).
 system-deps:
@@ -30,15 +43,15 @@ quickstart: venv
 
 # Unsorted imports, unused code and type errors fail the build before any test runs (ruff, then
 # mypy over marin_lab; both pinned in pyproject.toml, configured there).
-lint: venv
+lint: test-venv
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 
-test: venv system-deps lint
+test: test-venv system-deps lint
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-bench: venv
-	$(PY) -m pip install -q -c requirements/constraints.txt -e '.[test,tpu,bench]'
+bench: test-venv
+	$(PIP_INSTALL) -c requirements/constraints.txt -e '.[test,tpu,bench]'
 	$(PY) benchmarks/executor_overhead.py
 
 clean:

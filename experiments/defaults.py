@@ -47,7 +47,8 @@ from marin_lab.processing.classify import (
 )
 from marin_lab.processing.dedup import DedupConfig, dedup_exact, dedup_fuzzy
 from marin_lab.processing.download import DownloadConfig, download
-from marin_lab.processing.extract import ExtractConfig, extract
+from marin_lab.processing.extract import TEXT_PATTERNS, ExtractConfig, extract
+from marin_lab.processing.known_tokenizers import how_to_fetch, known_vocab_size
 from marin_lab.processing.quality import HeuristicFilterConfig, filter_heuristics
 from marin_lab.processing.tokenize import (
     TokenizeConfig,
@@ -124,6 +125,13 @@ def default_extract(name: str, html: DocumentsInput, **options: Any) -> Executor
                            **{"source": name, **options})
     return ExecutorStep(name=f"documents/{name}", fn=extract, config=config,
                         description=f"extract text from HTML with {config.method}")
+
+
+def default_text_documents(name: str, source: str, **options: Any) -> ExecutorStep:
+    """A folder (or URL) of plain text files -> `documents/{name}`: each .txt/.md/.rst file one
+    document as it is, each .html page through resiliparse (download, then extract with method='text')."""
+    raw = default_download(name, source=source)
+    return default_extract(name, raw, **{"method": "text", "patterns": TEXT_PATTERNS, "num_shards": 1, **options})
 
 
 def default_train_tokenizer(name: str, documents: DocumentsInput | Sequence[DocumentsInput],
@@ -264,7 +272,7 @@ def _caches(tokenized: TokenizedInput) -> dict[str, Any]:
 def tokenizer_vocab_size(tokenized: TokenizedInput) -> int | None:
     """The vocabulary the data was (or will be) tokenized with, as far as it is known without the
     network (a trained tokenizer step's size, a local tokenizer file, a hub tokenizer already in the
-    cache); None otherwise: a plan never downloads, and train_lm checks the token caches' vocabulary
+    cache, a well-known hub tokenizer: marin_lab.processing.known_tokenizers); None otherwise: a plan never downloads, and train_lm checks the token caches' vocabulary
     against the model when it runs."""
     steps = [tokenized] if isinstance(tokenized, ExecutorStep) else list(tokenized.values())
     sizes: dict[int, str] = {}
@@ -293,7 +301,15 @@ def _known_vocab_size(spec: str, revision: str | None) -> int | None:
         logger.warning("tokenizer %r cannot be read now (%s); its vocabulary is checked when training starts",
                        spec, err)
         return None
-    return None if tokenizer is None else tokenizer.get_vocab_size(with_added_tokens=True)
+    if tokenizer is None:  # not on disk: a well-known hub tokenizer's size is known all the same
+        return known_vocab_size(spec, revision)
+    return tokenizer.get_vocab_size(with_added_tokens=True)
+
+
+def _fetch_hint(tokenized: TokenizedInput) -> str:
+    specs = [unwrap_versioned_value(getattr(s.config, "tokenizer", None)) for s in _steps(tokenized).values()]
+    names = sorted({s for s in specs if isinstance(s, str)})
+    return f" (`{how_to_fetch(names[0])}`)" if names else ""
 
 
 def _model_for(name: str, model: LlamaConfig, tokenized: TokenizedInput) -> LlamaConfig:
@@ -303,8 +319,8 @@ def _model_for(name: str, model: LlamaConfig, tokenized: TokenizedInput) -> Llam
         if vocab is None:
             raise StepDefinitionError(
                 f"default_train('{name}'): the model has no vocab_size and the tokenizer's is not known without "
-                "downloading it (plans never download); set model_config's vocab_size, or use a local or cached "
-                "tokenizer")
+                f"downloading it (plans never download); set model_config's vocab_size, or fetch the tokenizer "
+                f"once{_fetch_hint(tokenized)}")
         return dataclasses.replace(model, vocab_size=vocab)
     if vocab is not None and vocab > model.vocab_size:
         raise StepDefinitionError(

@@ -62,6 +62,8 @@ def main(argv: list[str]) -> None:
     p.add_argument("--save_every", type=int, default=4)
     p.add_argument("--preempt_at_step", type=int, default=None)
     p.add_argument("--compare", type=lambda s: s.lower() in ("1", "true", "yes"), default=False)
+    p.add_argument("--dry_run", type=lambda s: s.lower() in ("1", "true", "yes"), default=False,
+                   help="print the plan and run nothing (starts no cluster)")
     args = p.parse_args(argv)
 
     cache = os.path.join(args.prefix, "token-cache")
@@ -78,6 +80,9 @@ def main(argv: list[str]) -> None:
         steps.append(ExecutorStep(name="checkpoints/tiny-multihost-unbroken", fn=train_lm, config=config,
                                   resources=TpuResources(tpu=TPU, env=env)))
 
+    if args.dry_run:
+        executor_main(ExecutorMainConfig(prefix=args.prefix, backend="ray", dry_run=True), steps=steps)
+        return
     with LocalTpuCluster(TPU, slices=1):
         executor_main(ExecutorMainConfig(prefix=args.prefix, backend="ray", max_concurrent=1), steps=steps)
 

@@ -47,7 +47,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         for _, st in statuses:
             counts[st] = counts.get(st, 0) + 1
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        print(f"{exp['_path']}  ({exp.get('created', '?')}; {len(statuses)} steps: {summary})")
+        print(f"{exp['_path']}  ({exp.get('created', '?')}; {len(statuses)} step{'' if len(statuses) == 1 else 's'}: {summary})")
         if exp.get("description"):
             print(f"    {exp['description']}")
         runs = list_runs(exp["_path"], limit=3)
@@ -185,20 +185,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("status", help="experiments under a prefix and the status of their steps")
-    p.add_argument("prefix", nargs="?", help="default: $MARIN_PREFIX, else ./marin_store")
+    p.add_argument("prefix", nargs="?", help="default: $MARIN_PREFIX, else marin_store at the project root")
     p.set_defaults(func=_cmd_status)
 
     p = sub.add_parser("explain", help="why steps of an experiment file are new: field-level diffs")
     p.add_argument("script", help="an experiment file, e.g. experiments/quickstart.py")
     p.add_argument("--step", help="regex over step names")
-    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store")
+    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else marin_store at the project root")
     add_bool_flag(p, "--all", "also list steps whose version is already recorded")
     p.add_argument("script_args", nargs="*", help="arguments passed to the script (after --)")
     p.set_defaults(func=_cmd_explain)
 
     p = sub.add_parser("verify", help="recompute a finished step's manifest and compare with its record")
     p.add_argument("path", help="the step's output path, or its path under the prefix (e.g. tokenized/docs-1a2b3c4d)")
-    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store")
+    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else marin_store at the project root")
     p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("reproduce", help="run a recorded experiment again from its stored script into a scratch "
@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_reproduce)
 
     p = sub.add_parser("browse", help="serve the data browser for a prefix (read-only, 127.0.0.1 by default)")
-    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store")
+    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else marin_store at the project root")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765, help="default 8765; 0 picks a free port (printed)")
     p.add_argument("--root", action="append", help="another readable root besides the prefix (repeatable)")
@@ -253,6 +253,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MarinLabError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `marin-lab status | head`: the reader has all it wanted
+        # Python would report the pipe again when it flushes stdout at exit; point it at nothing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -354,7 +354,7 @@ def start_in_thread(prefix: str, roots: list[str] | None = None, host: str = DEF
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="marin-lab browse", description="Browse experiments, steps and data.")
     parser.add_argument("--prefix", help="the executor prefix to browse (local folder or gs://bucket/path); "
-                                         "default $MARIN_PREFIX, else ./marin_store")
+                                         "default $MARIN_PREFIX, else marin_store at the project root")
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default 8765)")
     parser.add_argument("--root", action="append", default=None,

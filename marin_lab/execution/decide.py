@@ -66,7 +66,9 @@ def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[P
     if status == Status.FAILED.value:
         if force_run_failed:
             return Decision(ps, "run", "previously FAILED; --force_run_failed is set")
-        return Decision(ps, "fail", "failed previously; pass --force_run_failed true to run it again")
+        error = (st or {}).get("error")
+        said = f" ({error})" if error else ""
+        return Decision(ps, "fail", f"failed previously{said}; pass --force_run_failed true to run it again")
     if status == CORRUPT:
         return Decision(ps, "run", f"its records are damaged ({(st or {}).get('damage', 'unreadable')}); "
                                    "running again")

@@ -53,7 +53,7 @@ from marin_lab.execution.status import Status, now_iso, read_status, status_path
 from marin_lab.execution.step import ExecutorStep
 from marin_lab.execution.step_runner import RunnerSettings, StepOutcome, StepRunner, step_lease
 from marin_lab.io.conditional import ConflictError, conditional_file
-from marin_lab.io.fs import atomic_write_bytes, join, normalize_prefix, remove, write_json
+from marin_lab.io.fs import atomic_write_bytes, fs_and_path, join, normalize_prefix, remove, write_json
 from marin_lab.store.layout import DEFAULT_PREFIX, default_prefix, experiments_dir
 
 __all__ = ["DEFAULT_PREFIX", "Decision", "Executor", "RunReport", "StepOutcome", "default_prefix"]
@@ -196,6 +196,21 @@ class Executor:
     def _decide_one(self, ps: PlannedStep, st: dict[str, Any] | None, index: RecordIndex | None) -> Decision:
         return decide_one(ps, st, lease=self._lease, force_run_failed=self.force_run_failed, index=index)
 
+    def _warn_if_new_prefix(self, decisions: Sequence[Decision]) -> None:
+        """One line when every step of several will run in a prefix that holds no experiment yet:
+        a first run, or a typo in --prefix (or a different working folder) planning to redo it all."""
+        runs = [d for d in decisions if d.action == "run"]
+        if len(runs) < 2 or len(runs) < sum(1 for d in decisions if d.action != "unselected"):
+            return
+        try:
+            fs, path = fs_and_path(experiments_dir(self.prefix))
+            empty = not fs.exists(path) or not fs.ls(path)
+        except Exception:  # an unreadable prefix is reported where it is written
+            return
+        if empty:
+            logger.warning("prefix %s holds no experiments: all %d steps will run (check --prefix or "
+                           "$MARIN_PREFIX if you meant to reuse earlier outputs)", self.prefix, len(runs))
+
     # ---------------------------------------------------------------------------------------
     # the dry run
 
@@ -225,6 +240,7 @@ class Executor:
             self._check_prefix_writable()
         decisions = self.decide(plan, selected, explain=dry_run)
         decisions = self._check_capacity(decisions, refuse=not dry_run)
+        self._warn_if_new_prefix(decisions)
         if dry_run:
             if plan_format == "text":
                 print(self.format_plan(decisions), flush=True)
@@ -262,8 +278,7 @@ class Executor:
             raise interrupted
         n_exec = len(report.executed)
         n_skip = sum(1 for o in outcomes.values() if o.status == "SUCCESS" and not o.executed)
-        logger.info("run finished: %d executed, %d reused, %d failed; records: %s",
-                    n_exec, n_skip, len(report.failed), experiment_path)
+        logger.info("run finished: %d executed, %d reused, %d failed", n_exec, n_skip, len(report.failed))
         if report.failed and raise_on_failure:
             lines = [f"  {i}: {outcomes[i].status}" + (f" ({outcomes[i].message})" if outcomes[i].message else "")
                      for i in report.failed]

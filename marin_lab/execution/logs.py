@@ -30,6 +30,7 @@ import dataclasses
 import logging
 import os
 import re
+import select
 import sys
 import tempfile
 import threading
@@ -48,6 +49,8 @@ TAIL_BYTES = 8192
 READ_BYTES = 65536
 MAX_PIECE = 1 << 20
 """A line longer than this is scrubbed, written and echoed in pieces as it arrives."""
+QUIET_S = 0.2
+"""After the step returns, its output is complete at the first quiet moment this long."""
 _LINE_END = re.compile(rb"\r|\n")
 # Libraries that say something harmless on every CPU step (JAX probing for TPUs, absl), kept quiet.
 _NOISY_LOGGERS = ("jax._src.xla_bridge", "absl")
@@ -147,9 +150,21 @@ class _Reader(threading.Thread):
         self.in_pieces = False  # some of the current line is already written
         self.scrub: Scrubber = text_scrubber()
         self.counts = {"scrubbed_chars": 0, "largest_scrub": 0, "pieces": 0}
+        self.closing = threading.Event()
+        """Set when the step has returned: the end of its output is the first quiet moment."""
+        self.done = threading.Event()
+        """Set when the step's output is all written and echoed."""
 
     def run(self) -> None:
         while True:
+            # Once the step has returned, a process it started (W&B's service) may hold the pipe for
+            # as long as it lives; what the step itself wrote is already in the pipe, so the first
+            # quiet moment after `closing` is the end of the step's output.
+            ready, _, _ = select.select([self.fd], [], [], QUIET_S)
+            if not ready:
+                if self.closing.is_set():
+                    break
+                continue
             try:
                 chunk = os.read(self.fd, READ_BYTES)
             except OSError:
@@ -158,6 +173,14 @@ class _Reader(threading.Thread):
                 break
             self.feed(chunk)
         self.finish()
+        self.done.set()
+        # Keep reading (and dropping) until the last holder of the write end exits, so a leftover
+        # process never blocks on a full pipe or dies of SIGPIPE.
+        try:
+            while os.read(self.fd, READ_BYTES):
+                pass
+        except OSError:
+            pass
         os.close(self.fd)
 
     def feed(self, chunk: bytes) -> None:
@@ -323,8 +346,12 @@ class capture:  # noqa: N801 - used as a context manager, like contextlib's
         for fd, saved in self.saved.items():
             os.dup2(saved, fd)  # closes our pipe's write end: the reader sees the end of its input
         for reader in self.readers:
-            # A subprocess the step left running may still hold the pipe open: do not wait forever.
-            reader.join(timeout=10)
+            reader.closing.set()
+        for reader in self.readers:
+            # Done at the end of the pipe or once it is quiet (a process the step left running, such
+            # as W&B's service, may hold the write end open for as long as it lives); the wait is
+            # bounded in case output never pauses.
+            reader.done.wait(timeout=10)
         for saved in self.saved.values():
             os.close(saved)
         self.sink.close()

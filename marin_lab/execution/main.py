@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import logging
 import multiprocessing
@@ -13,6 +14,7 @@ import draccus
 
 from marin_lab.execution.errors import ExecutorConfigError, MarinLabError, RunInterruptedError
 from marin_lab.execution.executor import Executor, RunReport, default_prefix
+from marin_lab.execution.jax_platform import default_to_cpu
 from marin_lab.execution.lease import DEFAULT_TIMEOUT_S
 from marin_lab.execution.plan import compile_run_only
 from marin_lab.execution.step import ExecutorStep, InputName
@@ -22,7 +24,7 @@ from marin_lab.flags import bare_bool_flags
 @dataclasses.dataclass(frozen=True)
 class ExecutorMainConfig:
     prefix: str | None = None
-    """Where outputs and records go (local folder, gs://bucket/path). Default: $MARIN_PREFIX, else ./marin_store."""
+    """Where outputs and records go (local folder, gs://bucket/path). Default: $MARIN_PREFIX, else marin_store at the project root."""
     executor_info_base_path: str | None = None
     """Where the experiment record goes (default: {prefix}/experiments, where the browser looks)."""
     dry_run: bool = False
@@ -91,6 +93,7 @@ def executor_main(
         # while it bootstraps, the flag multiprocessing itself checks then; a script without
         # `if __name__ == "__main__":` must not start a second run in there.
         return None
+    default_to_cpu()  # no libtpu probe (and its errors) in every step on a CPU-only host
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # JAX logs "Unable to initialize backend 'tpu'" at INFO whenever it looks for devices on a CPU host.
@@ -135,6 +138,7 @@ def parse_flags(argv: Sequence[str]) -> ExecutorMainConfig:
     `ok/one-[0-9a-f]{8}` or `null` means what it says, and a bad one is one clear error line."""
     rest, run_only = take_run_only(argv)
     booleans = [f.name for f in dataclasses.fields(ExecutorMainConfig) if f.type in (bool, "bool")]
+    _check_flag_names(rest)
     try:
         config = draccus.parse(config_class=ExecutorMainConfig, args=bare_bool_flags(rest, booleans))
     except draccus.ParsingError as err:  # one line, not draccus's traceback
@@ -143,6 +147,18 @@ def parse_flags(argv: Sequence[str]) -> ExecutorMainConfig:
         compile_run_only(run_only)  # fail now, before anything is planned
         config = dataclasses.replace(config, run_only=run_only)
     return config
+
+
+def _check_flag_names(argv: Sequence[str]) -> None:
+    """An unknown flag is one line naming it, with the closest real one (`--dry-run` -> `--dry_run`)."""
+    names = [f.name for f in dataclasses.fields(ExecutorMainConfig)]
+    for arg in argv:
+        name = arg[2:].split("=", 1)[0]
+        if not arg.startswith("--") or name in (*names, "help", "config_path", "run_only"):
+            continue
+        close = difflib.get_close_matches(name.replace("-", "_"), names, n=1, cutoff=0.6)
+        hint = f"; did you mean --{close[0]}?" if close else " (see --help)"
+        raise ExecutorConfigError(f"unknown flag --{name}{hint}")
 
 
 def _one_line(err: BaseException) -> str:

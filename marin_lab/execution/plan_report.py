@@ -68,7 +68,7 @@ def format_text(decisions: Sequence[Any], *, prefix: str, backend: str, unchecke
     for d in decisions:
         counts[d.action] = counts.get(d.action, 0) + 1
     summary = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
-    lines = [f"Plan: {len(decisions)} steps under {prefix} (backend {backend}): {summary}"]
+    lines = [f"Plan: {len(decisions)} step{'' if len(decisions) == 1 else 's'} under {prefix} (backend {backend}): {summary}"]
     lines += [f"  egress: {_unchecked_line(entry)}" for entry in unchecked_regions(unchecked)]
     pad = f"  {'':<10}   "
     for d in decisions:

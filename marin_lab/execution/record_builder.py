@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import sys
 from typing import Any
 
@@ -98,6 +99,7 @@ class StepRecorder:
 
     def attempt_failed(self, attempt: Attempt, kind: str, error: str, message: str,
                        hardware: dict[str, Any] | None = None) -> None:
+        error, message = strip_ansi(error), strip_ansi(message)  # Ray colours its errors for terminals
         attempt.kind, attempt.ended, attempt.status, attempt.error = kind, now_iso(), Status.FAILED.value, error
         attempt.hardware = hardware or attempt.hardware  # the error's, else what was placed
         self.record.status_history.append(StatusEvent(Status.FAILED.value, attempt.ended, attempt.attempt,
@@ -189,3 +191,13 @@ def relative_script(script: str | None) -> str | None:
     except ValueError:
         return script
     return script if rel.startswith("..") else rel
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def strip_ansi(text: str) -> str:
+    """`text` without terminal colour and cursor codes (Ray's errors carry them): records are read in
+    the browser and in files, not only on terminals."""
+    return _ANSI.sub("", text) if isinstance(text, str) else text
+

@@ -41,7 +41,7 @@ from marin_lab.execution.hashing import unversioned_fingerprint
 from marin_lab.execution.lease import HOSTNAME, Lease
 from marin_lab.execution.plan import Plan, PlannedStep
 from marin_lab.execution.provenance import manifest
-from marin_lab.execution.record_builder import StepRecorder, step_record
+from marin_lab.execution.record_builder import StepRecorder, step_record, strip_ansi
 from marin_lab.execution.records import read_step_record
 from marin_lab.execution.secrets import scrub_text
 from marin_lab.execution.status import Status, read_status, write_status
@@ -192,10 +192,12 @@ class StepRunner:
                     return StepOutcome(ps.identity, "LOST", message="lease lost; wrote nothing")
                 duration = time.monotonic() - t0
                 recorder.write_failed(attempt, duration)
-                self._terminal_status(ps, Status.FAILED, attempt.attempt, duration_s=round(duration, 3))
+                message = strip_ansi(scrub_text((str(err).splitlines() or [type(err).__name__])[0]))
+                # The error's first line stays with the status: a later run says why it stops here.
+                self._terminal_status(ps, Status.FAILED, attempt.attempt, duration_s=round(duration, 3),
+                                      error=message[:500])
                 logger.error("%s", failure_report(ps.identity, attempt.attempt, err, ps.output_path))
-                return StepOutcome(ps.identity, "FAILED", executed=True,
-                                   message=scrub_text(str(err).splitlines()[0]))
+                return StepOutcome(ps.identity, "FAILED", executed=True, message=message)
             duration = time.monotonic() - t0
             hardware = env.pop("hardware", None)
             recorder.attempt_succeeded(attempt, hardware)

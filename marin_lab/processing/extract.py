@@ -30,7 +30,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ExtractConfig", "extract", "html_to_text", "normalize_whitespace", "METHODS"]
 
-METHODS = ("resiliparse", "trafilatura")
+METHODS = ("resiliparse", "trafilatura", "text")
+TEXT_PATTERNS = ("*.txt", "*.md", "*.rst", "*.html", "*.htm")
+"""What `method="text"` documents by default (see `text_documents` in experiments/defaults.py)."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,8 @@ class ExtractConfig:
     output_path: str  # type: ignore[misc]  # mypy takes versioned_field() for a default; it has none
     """The step's output; the document shards go to `{output_path}/data/shard-00000.jsonl.zst`..."""
     method: str = versioned_field("resiliparse")
-    """HTML-to-text extractor: 'resiliparse' (fast) or 'trafilatura'."""
+    """HTML-to-text extractor: 'resiliparse' (fast) or 'trafilatura'; 'text' takes plain text files
+    (.txt, .md, ...) as they are, one document each, and HTML files among them with resiliparse."""
     main_content: bool = versioned_field(True)
     """Keep only the main content (drop navigation, headers, footers) where the method can."""
     num_shards: int = versioned_field(8)
@@ -95,6 +98,10 @@ def html_to_text(html: bytes, *, method: str = "resiliparse", main_content: bool
         text = normalize_whitespace(getattr(doc, "text", None) or "")
         title = getattr(doc, "title", None)
         return text, (title.strip() or None) if title else None
+    if method == "text":
+        text = html.decode("utf-8", errors="replace")
+        first = next((line.strip().lstrip("#").strip() for line in text.splitlines() if line.strip()), "")
+        return normalize_whitespace(text), first[:200] or None
     raise ExtractError(f"ExtractConfig.method={method!r}: expected one of {METHODS}")
 
 
@@ -137,7 +144,10 @@ def _extract_shard(task: _ShardTask) -> dict:
         url = mfs.join(cfg.input_path, rel)
         html = mfs.read_bytes(url)
         try:
-            text, title = html_to_text(html, method=cfg.method, main_content=cfg.main_content)
+            method = cfg.method
+            if method == "text" and rel.lower().endswith((".html", ".htm", ".xhtml")):
+                method = "resiliparse"  # a folder of text files may hold a few pages too
+            text, title = html_to_text(html, method=method, main_content=cfg.main_content)
         except ExtractError:
             raise
         except Exception as err:

@@ -47,8 +47,24 @@ CORRUPT = "CORRUPT"
 
 def default_prefix(explicit: str | None = None) -> str:
     """The prefix to use: `explicit` if given, else `$MARIN_PREFIX` if set and not empty, else
-    `./marin_store`. Every command line (experiments, `marin-lab`, the browser) resolves it here."""
-    return explicit or os.environ.get("MARIN_PREFIX") or DEFAULT_PREFIX
+    `marin_store` at the project root (`project_store`). Every command line (experiments, `marin-lab`,
+    the browser) resolves it here."""
+    return explicit or os.environ.get("MARIN_PREFIX") or project_store()
+
+
+def project_store(start: str | None = None) -> str:
+    """`marin_store` at the root of the project the working folder is in (the nearest folder up
+    with a pyproject.toml or .git), else in the working folder; always absolute, so running from a
+    subfolder such as experiments/ finds the same outputs as running from the root."""
+    here = os.path.abspath(start or os.getcwd())
+    folder = here
+    while True:
+        if any(os.path.exists(os.path.join(folder, mark)) for mark in ("pyproject.toml", ".git")):
+            return os.path.join(folder, "marin_store")
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return os.path.join(here, "marin_store")
+        folder = parent
 
 
 def status_url(output_path: str) -> str:

@@ -212,6 +212,9 @@ def _init_wandb(cfg: WandbConfig, mode: WandbMode, run_name: str, directory: str
         raise RuntimeError("W&B logging needs `wandb`; install it or set wandb.enabled=false") from err
     os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
     os.makedirs(directory, exist_ok=True)
+    # W&B prints a banner at init and a ~30-line summary at finish, once per training step; the run
+    # has its own progress lines, so W&B stays silent unless MARIN_LAB_VERBOSE is set (--verbose).
+    settings = wandb.Settings(silent=not os.environ.get("MARIN_LAB_VERBOSE"))
     return wandb.init(project=cfg.project or "marin_lab", entity=cfg.entity, name=run_name, id=run_id,
                       resume="allow", mode=mode, dir=directory, config=config, tags=list(cfg.tags),
-                      reinit="finish_previous")
+                      reinit="finish_previous", settings=settings)

@@ -12,6 +12,7 @@ import pytest
 
 from marin_lab.browser import server as server_module
 from marin_lab.browser.server import main, start_in_thread
+from marin_lab.store import default_prefix
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from browser_fixtures import EXPERIMENT_ID, OUTSIDE_TEXT, SECRET_VALUE, XSS_TEXT, build_prefix  # noqa: E402
@@ -155,12 +156,12 @@ def test_metrics_route(server, fx):
 
 
 def test_main_without_a_prefix_serves_the_default_store(monkeypatch):
-    """`marin-lab browse` shares the executor's default prefix (./marin_store when MARIN_PREFIX is unset)."""
+    """`marin-lab browse` shares the executor's default prefix (the project's marin_store when MARIN_PREFIX is unset)."""
     monkeypatch.delenv("MARIN_PREFIX", raising=False)
     served = []
     monkeypatch.setattr(server_module, "serve", lambda prefix, **kw: served.append(prefix))
     main([])
-    assert served == ["./marin_store"]
+    assert served == [default_prefix()]
 
 
 def test_a_number_too_large_for_a_float_is_a_bad_metrics_line_not_a_500(server, fx):

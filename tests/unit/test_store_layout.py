@@ -3,6 +3,7 @@ executor, `marin-lab status` and the data browser."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -15,7 +16,8 @@ from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.experiments import list_experiments, step_statuses
-from marin_lab.store import DEFAULT_PREFIX, default_prefix
+from marin_lab.store import default_prefix
+from marin_lab.store.layout import project_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from browser_fixtures import build_prefix  # noqa: E402
@@ -29,14 +31,23 @@ def test_unset_or_empty_marin_prefix_means_the_default_everywhere(monkeypatch, e
         monkeypatch.delenv("MARIN_PREFIX", raising=False)
     else:
         monkeypatch.setenv("MARIN_PREFIX", env)
-    assert default_prefix() == DEFAULT_PREFIX
-    assert Executor(backend="local").prefix == Executor(prefix=DEFAULT_PREFIX, backend="local").prefix
-    assert cli._prefix(cli.build_parser().parse_args(["browse"])) == DEFAULT_PREFIX
+    default = project_store()
+    assert default_prefix() == default and os.path.isabs(default)
+    assert Executor(backend="local").prefix == Executor(prefix=default, backend="local").prefix
+    assert cli._prefix(cli.build_parser().parse_args(["browse"])) == default
 
     served = {}
     monkeypatch.setattr(server, "serve", lambda prefix, **kw: served.setdefault("prefix", prefix))
     server.main([])
-    assert served["prefix"] == DEFAULT_PREFIX
+    assert served["prefix"] == default
+
+
+def test_the_default_store_is_at_the_project_root_from_any_subfolder(tmp_path):
+    project = tmp_path / "project"
+    (project / "experiments" / "deep").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("")
+    assert project_store(str(project / "experiments" / "deep")) == str(project / "marin_store")
+    assert project_store(str(project)) == str(project / "marin_store")
 
 
 def test_an_explicit_prefix_wins_over_the_environment(monkeypatch):

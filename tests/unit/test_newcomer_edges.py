@@ -1,0 +1,74 @@
+"""Small things a newcomer trips on: flag typos, `status | head`, grammar."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+
+from marin_lab.execution import ExecutorStep, this_output_path
+from marin_lab.execution.errors import ExecutorConfigError
+from marin_lab.execution.executor import Executor
+from marin_lab.execution.main import parse_flags
+from marin_lab.execution.record_builder import strip_ansi
+from marin_lab.processing.extract import html_to_text
+from tests.conftest import REPO_ROOT
+from tests.executor_steps import WriteConfig, fail, five_step_dag
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("--dry-run", "--dry_run"), ("--prefx", "--prefix"),
+                                              ("--force-run-failed", "--force_run_failed")])
+def test_a_flag_typo_names_the_real_flag(typo, meant):
+    with pytest.raises(ExecutorConfigError, match=f"unknown flag {typo}; did you mean {meant}\\?"):
+        parse_flags([typo, "true"])
+
+
+def test_a_real_flag_still_parses():
+    assert parse_flags(["--dry_run", "true", "--prefix", "/p"]).dry_run is True
+
+
+def test_status_into_a_closed_pipe_is_quiet(tmp_path):
+    store = tmp_path / "store" / "experiments"
+    store.mkdir(parents=True)
+    for i in range(3):
+        (store / f"x-{i:08x}.json").write_text('{"steps": [], "created": "now"}')
+    script = (f"import sys; sys.argv = ['marin-lab', 'status', {str(tmp_path / 'store')!r}]; "
+              "from marin_lab.cli import main; sys.exit(main())")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    proc.stdout.close()  # the reader went away before anything was written (as `| head -0` does)
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert "BrokenPipeError" not in err and "Traceback" not in err, err
+
+
+def test_a_prefix_with_no_experiments_gets_one_line_then_none(tmp_path, caplog):
+    prefix = str(tmp_path / "store")
+    with caplog.at_level(logging.WARNING, logger="marin_lab.execution.executor"):
+        Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
+    assert sum("holds no experiments: all 5 steps will run" in r.getMessage() for r in caplog.records) == 1
+    Executor(prefix, backend="local").run(five_step_dag())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="marin_lab.execution.executor"):
+        Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
+    assert not any("holds no experiments" in r.getMessage() for r in caplog.records)
+
+
+def test_plain_text_files_are_documents_as_they_are():
+    text, title = html_to_text(b"# Notes\n\nThe heron   waits.\n\n\n\nThe end.\n", method="text")
+    assert text == "# Notes\n\nThe heron   waits.\n\nThe end." and title == "Notes"
+
+
+def test_failed_previously_says_what_the_error_was(tmp_path):
+    step = ExecutorStep(name="broken", fn=fail, config=WriteConfig(output_path=this_output_path(), text="shard 3"))
+    ex = Executor(str(tmp_path / "store"), backend="local")
+    ex.run([step], raise_on_failure=False)
+    (decision,) = Executor(str(tmp_path / "store"), backend="local").run([step], dry_run=True).decisions
+    assert decision.action == "fail" and "raised ValueError: boom in shard 3); pass --force_run_failed" in decision.reason
+
+
+def test_terminal_colour_codes_never_reach_a_record():
+    assert strip_ansi("\x1b[36m(raw/x pid=1)\x1b[0m ValueError: \x1b[1mboom\x1b[0m") == "(raw/x pid=1) ValueError: boom"
