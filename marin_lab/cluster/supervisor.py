@@ -50,12 +50,12 @@ class DriverHost:
     def start(self, argv: list[str], env: dict[str, str], log_url: str, secrets: Any = ()) -> dict[str, Any]:
         import ray
 
-        self.spawn(argv, env, log_url, secrets)
+        pid = self.spawn(argv, env, log_url, secrets)
         ctx = ray.get_runtime_context()
-        return {"pid": self._proc.pid, "node_id": ctx.get_node_id(), "node": ray.util.get_node_ip_address(),
+        return {"pid": pid, "node_id": ctx.get_node_id(), "node": ray.util.get_node_ip_address(),
                 "host": os.uname().nodename}
 
-    def spawn(self, argv: list[str], env: dict[str, str], log_url: str, secrets: Any = ()) -> None:
+    def spawn(self, argv: list[str], env: dict[str, str], log_url: str, secrets: Any = ()) -> int:
         """Start the driver. `secrets`: the launcher's secrets its arguments carry (this node's
         environment does not have them); scrubbed from the log, and given to the driver as
         secret-named variables so that its own records and logs scrub them too."""
@@ -68,6 +68,7 @@ class DriverHost:
                                       env={**os.environ, **env, **carried}, preexec_fn=_die_with_parent)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        return self._proc.pid
 
     def _read(self) -> None:
         # stdout=PIPE with the default buffering is a BufferedReader (typeshed says IO[bytes]).

@@ -101,6 +101,15 @@ def _large_buffers_by_mmap() -> bool:
         return False
 
 
+def _release_freed_memory() -> None:
+    """Hand memory glibc keeps after frees back to the OS (a no-op without glibc): small pieces
+    freed between a leaf's allocations otherwise stay resident, ~0.1 GiB by the end of a 0.85B base."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _spec(sharding: NamedSharding, ndim: int) -> tuple:
     spec = tuple(sharding.spec)
     return spec + (None,) * (ndim - len(spec))
@@ -242,6 +251,7 @@ def place_base(tensor: TensorGetter, model: LlamaConfig, frozen_abs: Params, fro
                 stack.put(i, np.ascontiguousarray(tensor(ours, i).astype(target.dtype, copy=False)))
             value = stack.finish()
         out[name] = OnHost(value) if on_host else value
+        _release_freed_memory()  # what glibc kept of this leaf's pieces, before the next leaf's
     return unflatten_params(out)
 
 

@@ -153,3 +153,20 @@ def test_streaming_peak_host_memory_is_a_fraction_of_the_checkpoint(tmp_path):
     # 2 ms); 48 MiB of margin covers compiled programs (~40 MiB measured here, whatever the model
     # size) and allocator slack; the whole-model loader needs ~3x the checkpoint.
     assert over <= 0.5 * size + 48 * 2**20, (over / size, r)
+
+
+def test_quantize_base_writes_what_the_whole_model_path_gives(bases):
+    """The streamed quantize step's checkpoint: NF4 leaves byte-equal to `quantize_params` of the
+    whole model; the embedding, head and norms in the base's stored dtype (bf16), the same values."""
+    _, params, _ = load_base(bases["hf"])
+    expected = flatten_params(quantize_params(params, QUANT))
+    written = ckpt.resolve_checkpoint(bases["quantized"])
+    dtypes = {e["name"]: e["dtype"] for e in json.load(open(os.path.join(written, "index.json")))["leaves"]}
+    assert dtypes["['params']['embed']"] == "bfloat16" and dtypes["['params']['layers']['attn_norm']"] == "bfloat16"
+    _, restored, _ = load_base(bases["quantized"])
+    got = flatten_params(restored)
+    assert set(got) == set(expected)
+    for name, want in expected.items():
+        for a, b in zip(jax.tree_util.tree_leaves(got[name]), jax.tree_util.tree_leaves(want)):
+            assert a.shape == b.shape
+            assert np.array_equal(np.asarray(a, np.float32) if a.dtype != b.dtype else np.asarray(a), np.asarray(b)), name
