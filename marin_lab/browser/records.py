@@ -6,6 +6,7 @@ Everything here reads; nothing writes. A missing or corrupt file becomes a `stat
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections import Counter
@@ -23,14 +24,25 @@ from marin_lab.browser.storage import (
     load_json,
     parallel_map,
     read_bounded,
+    read_record,
 )
-from marin_lab.execution.errors import RecordError
 from marin_lab.execution.experiments import run_state
 from marin_lab.execution.explain import RecordIndex, explain_record
 from marin_lab.execution.lease import driver_gone_since
-from marin_lab.execution.records import StepRecord
 from marin_lab.execution.secrets import redact
-from marin_lab.store.layout import CORRUPT, EXPERIMENTS_DIR, INFO_FILE, LEASE_FILE, MISSING, RUNS_DIR, STATUS_FILE
+from marin_lab.store.errors import RecordError
+from marin_lab.store.layout import (
+    CORRUPT,
+    EXPERIMENTS_DIR,
+    INFO_FILE,
+    LEASE_FILE,
+    MISSING,
+    RUNS_DIR,
+    STATUS_FILE,
+    Status,
+)
+from marin_lab.store.status import listed_status, parse_status
+from marin_lab.store.step_record import StepRecord, parse_step_record
 
 ARTIFACT_RECORD_FILE = ".artifact.json"
 """Beside a name@version artifact's output (Marin's record; marin_lab.marin.artifact writes it)."""
@@ -40,10 +52,9 @@ logger = logging.getLogger(__name__)
 _EXPERIMENT_ID = re.compile(r"[A-Za-z0-9._@+-]+")
 _STORED_SCRIPT = re.compile(r"scripts/[A-Za-z0-9._@+-]+\.py")
 MAX_SCRIPT_BYTES = 512 * 1024
-STATUSES = ("SUCCESS", "RUNNING", "WAITING", "FAILED", "DEP_FAILED", "CANCELLED")
 # What a status file may say beyond the status itself (see execution/watch.py); `run` is the id
 # of the run that wrote a terminal status (execution/run_history.py).
-_STATUS_FIELDS = ("time", "driver", "attempt", "duration_s", "heartbeat", "elapsed_s", "progress", "run")
+_STATUS_FIELDS = ("time", "driver", "attempt", "duration_s", "heartbeat", "elapsed_s", "progress", "run", "damage")
 MAX_RUNS = 100
 """The newest run records an experiment page lists."""
 _LEASE_BYTES = 64 * 1024
@@ -83,19 +94,22 @@ class Browser:
         return self.status_detail(step_dir)["status"]
 
     def status_detail(self, step_dir: str | None) -> dict[str, Any]:
-        """The latest status with what watching needs: driver, duration, heartbeat, progress line."""
+        """The latest status with what watching needs: driver, duration, heartbeat, progress line,
+        and `damage` for a CORRUPT one. Parsed by the store's one status parser
+        (`marin_lab.store.status.listed_status`, as `marin-lab status` lists it) from bytes read
+        through the roots."""
         if step_dir is None:
             return {"status": MISSING}
-        loaded = load_json(self.roots, child(step_dir, STATUS_FILE))
-        if loaded.state == "ok" and isinstance(loaded.value.get("status"), str):
-            value = redact(loaded.value)
-            detail = {k: value.get(k) for k in _STATUS_FIELDS if k in value}
-            if value["status"] == "RUNNING":
-                gone = driver_gone_since(self._lease_bytes(step_dir), value)
-                if gone:  # a frozen RUNNING: nobody runs it any more
-                    detail["driver_gone_since"] = gone
-            return {**detail, "status": value["status"]}
-        return {"status": self._status_fallback(step_dir, loaded.state)}
+        value = redact(listed_status(step_dir, self._read))
+        detail = {k: value.get(k) for k in _STATUS_FIELDS if k in value}
+        if value["status"] == Status.RUNNING:
+            gone = driver_gone_since(self._lease_bytes(step_dir), value)
+            if gone:  # a frozen RUNNING: nobody runs it any more
+                detail["driver_gone_since"] = gone
+        return {**detail, "status": value["status"]}
+
+    def _read(self, url: str) -> bytes | None:
+        return read_record(self.roots, url)
 
     def _lease_bytes(self, step_dir: str) -> bytes | None:
         try:
@@ -104,14 +118,6 @@ class Browser:
             return None
         except (OSError, ValueError, ForbiddenPathError):
             return b""  # unreadable: parsed as no holder, i.e. no live driver
-
-    def _status_fallback(self, step_dir: str, state: str) -> str:
-        if state == "corrupt":
-            return CORRUPT
-        info = load_json(self.roots, child(step_dir, INFO_FILE))
-        if info.state == "ok" and isinstance(info.value.get("status"), str):
-            return info.value["status"]
-        return CORRUPT if info.state == "corrupt" else MISSING
 
     # ---- experiments -------------------------------------------------------------------------
     def experiment_files(self) -> list[dict]:
@@ -270,16 +276,10 @@ class Browser:
         step_dir = self.roots.resolve(path)
         if step_dir.rstrip("/").endswith("/" + INFO_FILE):
             step_dir = step_dir.rstrip("/")[: -len("/" + INFO_FILE)]
-        info = load_json(self.roots, child(step_dir, INFO_FILE))
-        status = load_json(self.roots, child(step_dir, STATUS_FILE))
+        info, typed = self._step_record(child(step_dir, INFO_FILE))
+        status = self._status_file(child(step_dir, STATUS_FILE))
         if info.state == "missing" and status.state == "missing" and not list_dir(self.roots, step_dir):
             raise NotFoundError(f"no step at {step_dir}: the folder is empty or missing")
-        typed = None
-        if info.state == "ok":  # the executor's one reader: a field of the wrong type is damage too
-            try:
-                typed = StepRecord.from_json(info.value, info.url)
-            except RecordError as err:
-                info = Loaded(info.url, "corrupt", error=str(err))
         # The page shows the record as written (unknown fields included), redacted like the writer does.
         record = redact(info.value) if typed is not None else None
         out: dict[str, Any] = {
@@ -305,6 +305,34 @@ class Browser:
         out["has_metrics"], out["has_results"] = parallel_map(
             lambda url: exists(self.roots, url), [child(step_dir, "metrics.jsonl"), child(step_dir, "results.json")], local=self.local)
         return out
+
+    def _step_record(self, url: str) -> tuple[Loaded, StepRecord | None]:
+        """The step record as the page shows it (as written), and typed by the store's one parser:
+        a field of the wrong type is damage here as it is to the executor."""
+        try:
+            raw = self._read(url)
+        except OSError as err:
+            return Loaded(url, "corrupt", error=str(err)), None
+        if raw is None:
+            return Loaded(url, "missing", error="file does not exist"), None
+        try:
+            typed = parse_step_record(raw, url)
+        except RecordError as err:
+            return Loaded(url, "corrupt", error=str(err)), None
+        return Loaded(url, "ok", value=json.loads(raw)), typed
+
+    def _status_file(self, url: str) -> Loaded:
+        """The status file as the store's parser reads it (ours or Marin's format)."""
+        try:
+            raw = self._read(url)
+        except OSError as err:
+            return Loaded(url, "corrupt", error=str(err))
+        if raw is None:
+            return Loaded(url, "missing", error="file does not exist")
+        parsed = parse_status(raw, url)
+        if parsed["status"] == CORRUPT:
+            return Loaded(url, "corrupt", error=parsed.get("damage"))
+        return Loaded(url, "ok", value=parsed)
 
     def _artifact_record(self, step_dir: str | None) -> dict[str, Any] | None:
         """The `.artifact.json` of a name@version artifact (marin_lab.marin.lazy), as written, redacted."""

@@ -150,6 +150,20 @@ def read_bounded(roots: Roots, url: str, max_bytes: int) -> bytes:
     return data
 
 
+def read_record(roots: Roots, url: str) -> bytes | None:
+    """The confined reader the store's parsers take (`marin_lab.store.reader.Reader`): a record's
+    bytes, None when it does not exist, an OSError when it cannot be read (outside the roots, not
+    a regular file, a folder, larger than MAX_RECORD_BYTES)."""
+    try:
+        return read_bounded(roots, url, MAX_RECORD_BYTES)
+    except (NotFoundError, FileNotFoundError, NotADirectoryError):
+        return None
+    except ForbiddenPathError as err:
+        raise PermissionError(f"not read: {err}") from None
+    except ValueError as err:
+        raise OSError(f"cannot be read: {err}") from None
+
+
 def load_json(roots: Roots, url: str, *, expect: type | None = dict) -> Loaded:
     """Read `url` as JSON; never raises for a missing, refused, unreadable or malformed file."""
     try:

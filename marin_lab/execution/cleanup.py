@@ -29,7 +29,7 @@ from typing import Any
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.experiments import list_experiments
 from marin_lab.execution.lease import LeaseHolder
-from marin_lab.execution.status import INFO_FILE, LEASE_FILE, STATUS_FILE, read_status
+from marin_lab.execution.status import INFO_FILE, LEASE_FILE, STATUS_FILE, Status, read_status
 from marin_lab.io.fs import fs_and_path, join, read_bytes, remove
 from marin_lab.store.layout import TMP_DIR
 
@@ -169,9 +169,9 @@ def find_garbage(prefix: str, older_than_s: float, *, now: float | None = None) 
             continue
         status = (read_status(url) or {}).get("status")
         name = url.rsplit("/", 1)[-1]
-        if status in ("FAILED", "DEP_FAILED"):
+        if status in (Status.FAILED, Status.DEP_FAILED):
             kind, detail = "failed", status
-        elif status in ("RUNNING", "WAITING") or status is None:
+        elif status in (Status.RUNNING, Status.WAITING) or status is None:
             kind, detail = "abandoned", f"{status or 'no status'}, no live lease"
         elif not _is_referenced(url, prefix, name, referenced, referenced_paths) and not damaged:
             kind, detail = "unreferenced", status or ""

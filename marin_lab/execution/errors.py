@@ -22,8 +22,9 @@ Every message names the step (and field or file) and says what to do.
 from __future__ import annotations
 
 from marin_lab.errors import MarinLabError  # noqa: E402  (the root lives outside the executor)
+from marin_lab.store.errors import RecordError  # the store owns the records it reads
 
-__all__ = ["MarinLabError"]
+__all__ = ["MarinLabError", "RecordError"]
 
 
 class StepDefinitionError(MarinLabError):
@@ -96,13 +97,3 @@ class RunInterruptedError(MarinLabError):
 
 class ExperimentFailedError(MarinLabError, RuntimeError):
     """A run ended with one or more steps FAILED (or blocked by a failed dependency)."""
-
-
-class RecordError(MarinLabError):
-    """A step record that cannot be read: not UTF-8, not JSON, not an object, or a field of the
-    wrong type. The message names the file (and the field) and says what to do."""
-
-    def __init__(self, url: str, why: str, field: str | None = None):
-        self.url, self.why, self.field = url, why, field
-        where = f"field '{field}' " if field else ""
-        super().__init__(f"{url}: {where}{why}")

@@ -7,10 +7,9 @@ from typing import Any
 
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.lease import DRIVER_GONE, provably_gone, running_driver_gone
-from marin_lab.execution.records import read_step_record
-from marin_lab.execution.status import read_status
 from marin_lab.io.fs import fs_and_path, join, read_json
 from marin_lab.store.layout import CORRUPT, MISSING, RUNS_DIR, experiments_dir
+from marin_lab.store.status import listed_status
 
 
 def read_experiment_record(url: str) -> dict[str, Any] | None:
@@ -61,7 +60,7 @@ def step_statuses(experiment: dict[str, Any]) -> list[tuple[dict[str, Any], str]
             entry = {"identity": f"steps[{i}]", "damage": f"steps[{i}] has no output_path"}
             result.append((entry, CORRUPT))
             continue
-        st = read_status(step["output_path"]) or _status_from_record(step["output_path"])
+        st = listed_status(step["output_path"])
         if "damage" in st:
             step = {**step, "damage": st["damage"]}
         gone = running_driver_gone(step["output_path"], st)
@@ -69,16 +68,6 @@ def step_statuses(experiment: dict[str, Any]) -> list[tuple[dict[str, Any], str]
             step = {**step, "driver_gone_since": gone}
         result.append((step, str(st.get("status", MISSING))))
     return result
-
-
-def _status_from_record(output_path: str) -> dict[str, Any]:
-    """With no status file, the step record's own status (as the browser shows it), CORRUPT when
-    the record is damaged, or nothing (MISSING)."""
-    try:
-        record = read_step_record(output_path)
-    except RecordError as err:
-        return {"status": CORRUPT, "damage": str(err)}
-    return {"status": record.status} if record is not None and record.status else {}
 
 
 def runs_dir_of(experiment_url: str) -> str:

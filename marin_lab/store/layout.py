@@ -4,7 +4,7 @@ A step's output folder holds its outputs and three record files: `.executor_stat
 status), `.executor_info` (the step record, with the status history) and `.executor_lease` (the
 one-writer lease). The status a listing shows is one of `Status`, or `MISSING` (no status recorded:
 never started, or its folder is gone) or `CORRUPT` (a record that cannot be read, treated as not
-done).
+done); `marin_lab.store.status` parses the status bytes, `marin_lab.store.step_record` the record.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ EXPERIMENTS_DIR = "experiments"
 
 
 class Status(str, enum.Enum):
-    """What the executor writes to `.executor_status`."""
+    """Every status the executor writes: to `.executor_status`, to the step record's `status`,
+    `status_history` and `attempts`, and as a step's outcome in a run (`StepOutcome.status`).
+    Marin's outputs use the same words. The readers' own two, MISSING and CORRUPT, are below."""
 
     WAITING = "WAITING"
     RUNNING = "RUNNING"
@@ -36,13 +38,22 @@ class Status(str, enum.Enum):
     DEP_FAILED = "DEP_FAILED"
     CANCELLED = "CANCELLED"
     """Stopped by an interrupt (Ctrl-C, SIGTERM): not a failure; the next run runs it again."""
+    LOST = "LOST"
+    """Never in `.executor_status`: an attempt whose driver died (the step record's `attempts` and
+    `status_history`, written by the driver that takes it over), and a run's outcome for a step
+    whose lease another driver took (this driver wrote nothing)."""
 
 
 MISSING = "MISSING"
-"""The status a listing shows for a step with no status file (never started, or its folder is gone)."""
+"""The status a listing shows for a step with no status file and no step record (never started,
+or its folder is gone). Never written."""
 
 CORRUPT = "CORRUPT"
-"""The status of a step whose records are damaged: shown as such, and treated as not done."""
+"""The status of a step whose records are damaged: shown as such, and treated as not done. Never
+written."""
+
+SHOWN = (*(s.value for s in Status if s is not Status.LOST), MISSING, CORRUPT)
+"""Every status a listing can show for a step (`marin-lab status`, the browser's badges)."""
 
 
 def default_prefix(explicit: str | None = None) -> str:
