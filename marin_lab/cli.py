@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import os
 import re
 import sys
 from collections.abc import Sequence
 
+from marin_lab.browser.command import add_parser as add_browse_parser
 from marin_lab.cluster.launch_cli import add_parser as add_launch_parser
 from marin_lab.evaluation.evals_cli import add_parser as add_evals_parser
 from marin_lab.evaluation.generate_cli import add_parser as add_generate_parser
@@ -163,19 +163,6 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def _cmd_browse(args: argparse.Namespace) -> int:
-    from marin_lab.browser.server import serve
-
-    try:
-        serve(_prefix(args), host=args.host, port=args.port, roots=args.root or None)
-    except OSError as err:
-        if err.errno == errno.EADDRINUSE:
-            raise MarinLabError(f"port {args.port} on {args.host} is in use (another browser?); pass --port N, "
-                                "or --port 0 for any free port") from None
-        raise MarinLabError(f"cannot serve on {args.host}:{args.port}: {err.strerror or err}") from None
-    return 0
-
-
 def _prefix(args: argparse.Namespace) -> str:
     return default_prefix(args.prefix)
 
@@ -211,13 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="local", choices=("local", "ray"))
     p.set_defaults(func=_cmd_reproduce)
 
-    p = sub.add_parser("browse", help="serve the data browser for a prefix (read-only, 127.0.0.1 by default)")
-    p.add_argument("--prefix", help="default: $MARIN_PREFIX, else marin_store at the project root")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765, help="default 8765; 0 picks a free port (printed)")
-    p.add_argument("--root", action="append", help="another readable root besides the prefix (repeatable)")
-    p.set_defaults(func=_cmd_browse)
-
+    add_browse_parser(sub)
     add_launch_parser(sub)
     add_gc_parser(sub)
     add_rerun_shards_parser(sub)

@@ -13,7 +13,7 @@ from typing import Any
 from marin_lab.browser.records import Browser
 from marin_lab.browser.storage import child, exists, load_json, parallel_map
 from marin_lab.execution.secrets import redact
-from marin_lab.store.layout import INFO_FILE
+from marin_lab.store.layout import INFO_FILE, METRICS_FILE
 
 MAX_RUNS = 200
 """At most this many runs are listed (the first ones in the experiment's order); the rest are counted."""
@@ -28,7 +28,7 @@ def training_runs(browser: Browser, exp_id: str) -> dict[str, Any]:
     """The experiment's steps that logged metrics, in the experiment's order, with labels."""
     exp = browser.experiment(exp_id)
     steps = [s for s in exp.get("steps", []) if s.get("output_path")]
-    has_metrics = parallel_map(lambda s: exists(browser.roots, child(s["output_path"], "metrics.jsonl")),
+    has_metrics = parallel_map(lambda s: exists(browser.roots, child(s["output_path"], METRICS_FILE)),
                                steps, local=browser.local)
     found = [s for s, has in zip(steps, has_metrics) if has]
     shown = found[:MAX_RUNS]

@@ -19,6 +19,7 @@ from marin_lab.browser.records import Browser
 from marin_lab.evaluation import results as R
 from marin_lab.execution.experiments import list_experiments
 from marin_lab.io.fs import join
+from marin_lab.store.layout import METRICS_FILE
 
 MAX_TRAINING_RUNS = 50
 MAX_SERIES_PER_RUN = 32
@@ -146,7 +147,7 @@ def training(b: Browser, tasks: str | None) -> dict[str, Any]:
         if len(bounded) > MAX_SERIES_PER_RUN:
             notes.append(f"{path}: only {MAX_SERIES_PER_RUN} of its {len(bounded)} eval series")
         out.append({"path": path, "name": name or path.rsplit("/", 1)[-1], "series": series, "bounds": bounds,
-                    "metrics_url": join(path, "metrics.jsonl")})
+                    "metrics_url": join(path, METRICS_FILE)})
     return {"runs": out, "notes": notes}
 
 

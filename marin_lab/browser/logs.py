@@ -11,24 +11,23 @@ logs written before their capture scrubbed every secret, or by other tools, are 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from marin_lab.browser.errors import BadRequestError, NotFoundError
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.storage import child, file_info, list_dir, open_file
 from marin_lab.execution.secrets import redact_text
+from marin_lab.store.layout import ATTEMPT_LOG, LOGS_DIR, attempt_log_name
 
 MAX_BYTES = 64 * 1024
-_ATTEMPT_LOG = re.compile(r"attempt-(\d+)\.log")
 
 
 def read_log(roots: Roots, step_dir: str, attempt: int | None = None, offset: int | None = None,
              max_bytes: int = MAX_BYTES) -> dict[str, Any]:
     """Part of one attempt's log (the latest attempt by default): see the module docstring."""
-    logs = child(step_dir, "logs")
+    logs = child(step_dir, LOGS_DIR)
     attempts = sorted(int(m.group(1)) for e in list_dir(roots, logs)
-                      if e["type"] == "file" and (m := _ATTEMPT_LOG.fullmatch(e["name"])))
+                      if e["type"] == "file" and (m := ATTEMPT_LOG.fullmatch(e["name"])))
     if not attempts:
         return {"state": "missing", "attempts": [], "text": "", "next_offset": 0,
                 "message": f"no logs under {logs} (the step has not started, or ran before logs were kept)"}
@@ -37,7 +36,7 @@ def read_log(roots: Roots, step_dir: str, attempt: int | None = None, offset: in
         raise NotFoundError(f"no log for attempt {chosen} under {logs}; attempts with logs: {attempts}")
     if offset is not None and offset < 0:
         raise BadRequestError(f"offset {offset} is negative")
-    url = child(logs, f"attempt-{chosen}.log")
+    url = child(logs, attempt_log_name(chosen))
     size = file_info(roots, url)["size"]
     start = max(0, size - max_bytes) if offset is None else min(offset, size)
     with open_file(roots, url) as f:

@@ -21,6 +21,7 @@ from marin_lab.browser.errors import ForbiddenPathError, NotFoundError
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.storage import child, load_json, open_file
 from marin_lab.execution.secrets import is_secret_field, redact
+from marin_lab.store.layout import METRICS_FILE, RESULTS_FILE
 
 SERIES = ("loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu")
 FP8_PREFIX = "fp8/"
@@ -87,7 +88,7 @@ def read_metrics(roots: Roots, step_dir: str, metric: str | None = None) -> dict
 
     With `metric`, only that series (any key of the rows, e.g. `eval/valid/loss`) is read.
     """
-    url = child(step_dir, "metrics.jsonl")
+    url = child(step_dir, METRICS_FILE)
     wanted = (metric,) if metric else SERIES
     series = {name: _Thinned() for name in wanted}
     keys: set[str] = set()
@@ -96,7 +97,7 @@ def read_metrics(roots: Roots, step_dir: str, metric: str | None = None) -> dict
     try:
         f = open_file(roots, url)
     except (NotFoundError, FileNotFoundError):
-        return {"state": "missing", "url": url, "series": {}, "error": "no metrics.jsonl in this step"}
+        return {"state": "missing", "url": url, "series": {}, "error": f"no {METRICS_FILE} in this step"}
     except (ForbiddenPathError, OSError) as err:
         return {"state": "corrupt", "url": url, "series": {}, "error": f"not read: {err}"}
     with f:
@@ -187,5 +188,5 @@ def _fits_a_float(value: object) -> bool:
 
 
 def read_results(roots: Roots, step_dir: str) -> dict:
-    loaded = load_json(roots, child(step_dir, "results.json"))
+    loaded = load_json(roots, child(step_dir, RESULTS_FILE))
     return {**loaded.as_json(), "value": redact(loaded.value) if loaded.state == "ok" else None}

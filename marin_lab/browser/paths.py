@@ -70,7 +70,7 @@ class Roots:
                 urls.append(f"{protocol}://" + "/".join(_clean_segments(rest, root)))
             else:
                 urls.append(normalize_prefix(rest))
-        return cls(tuple(urls))
+        return cls(tuple(dict.fromkeys(urls)))  # a root named twice (the prefix and a --root) once
 
     @property
     def primary(self) -> str:

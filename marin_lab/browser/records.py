@@ -32,20 +32,23 @@ from marin_lab.execution.lease import driver_gone_since
 from marin_lab.execution.secrets import redact
 from marin_lab.store.errors import RecordError
 from marin_lab.store.layout import (
+    ARTIFACT_RECORD_FILE,
     CORRUPT,
     EXPERIMENTS_DIR,
     INFO_FILE,
     LEASE_FILE,
+    METRICS_FILE,
     MISSING,
+    RESULTS_FILE,
     RUNS_DIR,
     STATUS_FILE,
     Status,
+    launch_dir,
+    launch_log_url,
+    launch_record_url,
 )
 from marin_lab.store.status import listed_status, parse_status
 from marin_lab.store.step_record import StepRecord, parse_step_record
-
-ARTIFACT_RECORD_FILE = ".artifact.json"
-"""Beside a name@version artifact's output (Marin's record; marin_lab.marin.artifact writes it)."""
 
 logger = logging.getLogger(__name__)
 
@@ -242,8 +245,8 @@ class Browser:
         with where its log is (`/api/log?path=<log_path>&attempt=N` serves it)."""
         if not isinstance(launch, dict) or not _EXPERIMENT_ID.fullmatch(str(launch.get("run_id") or "")):
             return None
-        folder = child(self.prefix, "launches", str(launch["run_id"]))
-        loaded = load_json(self.roots, child(folder, "launch.json"))
+        folder = launch_dir(self.prefix, str(launch["run_id"]))
+        loaded = load_json(self.roots, launch_record_url(self.prefix, str(launch["run_id"])))
         out: dict[str, Any] = {"run_id": launch["run_id"], "log_path": folder, **loaded.as_json()}
         state = loaded.value if loaded.state == "ok" and isinstance(loaded.value, dict) else {}
         attempts = [a for a in state.get("attempts", []) if isinstance(a, dict)]
@@ -251,7 +254,7 @@ class Browser:
                    max_restarts=state.get("max_restarts"), restarts=max(len(attempts) - 1, 0),
                    attempts=[{**{k: a.get(k) for k in ("attempt", "outcome", "reason", "node", "host", "started",
                                                        "ended", "exit_code")},
-                              "log": child(folder, "logs", f"attempt-{a.get('attempt')}.log")} for a in attempts])
+                              "log": launch_log_url(self.prefix, str(launch["run_id"]), str(a.get("attempt")))} for a in attempts])
         return out
 
     def _code(self, code: Any) -> dict | None:
@@ -303,7 +306,7 @@ class Browser:
         out["artifact"] = self._artifact_record(step_dir)
         # Two existence checks, not a listing: a data step's folder can hold thousands of shards.
         out["has_metrics"], out["has_results"] = parallel_map(
-            lambda url: exists(self.roots, url), [child(step_dir, "metrics.jsonl"), child(step_dir, "results.json")], local=self.local)
+            lambda url: exists(self.roots, url), [child(step_dir, METRICS_FILE), child(step_dir, RESULTS_FILE)], local=self.local)
         return out
 
     def _step_record(self, url: str) -> tuple[Loaded, StepRecord | None]:

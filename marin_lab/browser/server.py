@@ -16,6 +16,7 @@ import ipaddress
 import json
 import logging
 import socket
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
-from marin_lab.browser import evals
+from marin_lab.browser import command, evals
 from marin_lab.browser.compare import training_runs
 from marin_lab.browser.errors import BadRequestError, BrowserError, NotFoundError, TimeoutAnswerError
 from marin_lab.browser.logs import read_log
@@ -32,13 +33,14 @@ from marin_lab.browser.metrics import read_metrics, read_results
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
 from marin_lab.browser.records import Browser
+from marin_lab.errors import MarinLabError
 from marin_lab.execution.secrets import redact_logs, scrub_json
-from marin_lab.store.layout import default_prefix
+from marin_lab.io.fs import normalize_prefix
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8765
+DEFAULT_HOST = command.DEFAULT_HOST
+DEFAULT_PORT = command.DEFAULT_PORT
 MAX_LIMIT = 500
 # Each page's work is bounded (see preview_jsonl, preview_arrays, metrics); these bound the rest:
 # a slow or hung storage read holds one of many threads, and its request is answered anyway.
@@ -245,8 +247,11 @@ async def _static(request: web.Request) -> web.Response:
 
 
 def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool = True) -> web.Application:
-    """The aiohttp application serving `prefix`; `roots` defaults to the prefix alone."""
-    confined = Roots.of(list(roots) if roots else [prefix])
+    """The aiohttp application serving `prefix`. The browser may read the prefix and each of
+    `roots` (more folders, `--root`); the prefix is the first root, against which relative paths
+    resolve."""
+    prefix = normalize_prefix(prefix)  # a relative prefix is the working folder's, not the first root's
+    confined = Roots.of([prefix, *(roots or [])])
     app = web.Application(middlewares=[_guard])
     app[BROWSER_KEY] = Browser(prefix, confined)
     app[LOOPBACK_KEY] = loopback_only
@@ -351,23 +356,19 @@ def start_in_thread(prefix: str, roots: list[str] | None = None, host: str = DEF
     return RunningServer(f"http://{host}:{ready['port']}", loop, runner, thread)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="marin-lab browse", description="Browse experiments, steps and data.")
-    parser.add_argument("--prefix", help="the executor prefix to browse (local folder or gs://bucket/path); "
-                                         "default $MARIN_PREFIX, else marin_store at the project root")
-    parser.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default 8765)")
-    parser.add_argument("--root", action="append", default=None,
-                        help="a folder the browser may read (repeatable); default: the prefix only")
+def main(argv: list[str] | None = None) -> int:
+    """`python -m marin_lab.browser.server`: the same parser and behaviour as `marin-lab browse`."""
+    parser = command.add_arguments(argparse.ArgumentParser(prog="marin-lab browse",
+                                                           description="Browse experiments, steps and data."))
     args = parser.parse_args(argv)
-    args.prefix = default_prefix(args.prefix)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     redact_logs()
-    roots = args.root if args.root else None
-    if roots and args.prefix not in roots:
-        roots = [args.prefix, *roots]
-    serve(args.prefix, host=args.host, port=args.port, roots=roots)
+    try:
+        return command.run(args)
+    except MarinLabError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

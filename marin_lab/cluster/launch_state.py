@@ -20,10 +20,11 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from marin_lab.io.fs import join, read_json_or_none, write_json
+from marin_lab.io.fs import read_json_or_none, write_json
+from marin_lab.store.layout import LAUNCH_RECORD_FILE, LAUNCHES_DIR, launch_dir, launch_log_url, launch_record_url
 
-LAUNCHES = "launches"
-STATE_FILE = "launch.json"
+LAUNCHES = LAUNCHES_DIR
+STATE_FILE = LAUNCH_RECORD_FILE
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
@@ -31,16 +32,10 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
 
 
-def run_folder(prefix: str, run_id: str) -> str:
-    return join(prefix, LAUNCHES, run_id)
-
-
-def state_url(prefix: str, run_id: str) -> str:
-    return join(run_folder(prefix, run_id), STATE_FILE)
-
-
-def attempt_log_url(prefix: str, run_id: str, attempt: int) -> str:
-    return join(run_folder(prefix, run_id), "logs", f"attempt-{attempt}.log")
+# The names are the store's (marin_lab.store.layout).
+run_folder = launch_dir
+state_url = launch_record_url
+attempt_log_url = launch_log_url
 
 
 class LaunchRecordError(ValueError):

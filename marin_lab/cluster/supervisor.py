@@ -29,6 +29,7 @@ from marin_lab.cluster.launch_state import attempt_log_url, now_iso, write_state
 from marin_lab.execution.backends import _die_with_parent
 from marin_lab.execution.secrets import scrubber_with
 from marin_lab.io.fs import atomic_write_bytes
+from marin_lab.store.layout import LOGS_DIR, attempt_log_name
 
 LOG_FLUSH_S = 1.0
 """How often a running driver's log is copied to the prefix (what `--follow` and the browser see)."""
@@ -155,7 +156,7 @@ class LaunchSupervisor:
         import ray
 
         attempt: dict[str, Any] = {"attempt": number, "started": now_iso(), "outcome": "running",
-                                   "log": f"logs/attempt-{number}.log"}
+                                   "log": f"{LOGS_DIR}/{attempt_log_name(number)}"}
         self.state["attempts"].append(attempt)
         self.state["status"] = "RUNNING"
         self._write()

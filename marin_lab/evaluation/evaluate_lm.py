@@ -28,6 +28,7 @@ from marin_lab.evaluation.offline_data import OfflineDataError
 from marin_lab.evaluation.perplexity import evaluate_cache, load_tokenizer
 from marin_lab.io import fs as mfs
 from marin_lab.models.llama import LlamaConfig
+from marin_lab.store.layout import RESULTS_FILE
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.token_cache import TokenCache
 from marin_lab.versioning import versioned_field
@@ -313,7 +314,7 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
         "model": {"checkpoint": resolved, "step": step, "train_path": _train_path(resolved)},
         "tasks": task_results["tasks"],
     }
-    mfs.write_json(mfs.join(config.output_path, "results.json"), results)
+    mfs.write_json(mfs.join(config.output_path, RESULTS_FILE), results)
     failed = {k: v["error"] for k, v in task_results["tasks"].items() if v["status"] == "failed"}
     if failed:
         raise EvaluationError(

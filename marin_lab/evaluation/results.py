@@ -31,8 +31,8 @@ from marin_lab.execution.errors import RecordError
 from marin_lab.execution.experiments import list_experiments
 from marin_lab.execution.records import read_step_record
 from marin_lab.io.fs import fs_and_path, join, normalize_prefix
+from marin_lab.store.layout import RESULTS_FILE
 
-RESULTS_FILE = "results.json"
 MAX_RESULTS_BYTES = 64 * 1024 * 1024
 """A results.json larger than this is not parsed (lm-eval's configs section is kilobytes per task)."""
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -306,7 +306,7 @@ def load_run(path: str, key: str | None = None) -> EvalRun:
     if not isinstance(data, dict):
         run.notes.append(f"{url}: not a JSON object; nothing shown")
         return run
-    data = _finite_or_none(data, "results.json", run.notes)
+    data = _finite_or_none(data, RESULTS_FILE, run.notes)
     if isinstance(data.get("marin_lab"), dict):
         run.format = _int(data["marin_lab"].get("format")) or 2
         _format2(run, data)

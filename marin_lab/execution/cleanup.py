@@ -31,10 +31,10 @@ from marin_lab.execution.experiments import list_experiments
 from marin_lab.execution.lease import LeaseHolder
 from marin_lab.execution.status import INFO_FILE, LEASE_FILE, STATUS_FILE, Status, read_status
 from marin_lab.io.fs import fs_and_path, join, read_bytes, remove
-from marin_lab.store.layout import TMP_DIR
+from marin_lab.store.layout import EXPERIMENTS_DIR, LAUNCHES_DIR, TMP_DIR
 
 SCRATCH_AREAS = (TMP_DIR, "reproduce")
-SKIP = {"experiments", "launches", *SCRATCH_AREAS}
+SKIP = {EXPERIMENTS_DIR, LAUNCHES_DIR, *SCRATCH_AREAS}
 _DURATION = re.compile(r"(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

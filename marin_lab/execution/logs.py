@@ -40,11 +40,11 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from marin_lab.execution.secrets import Scrubber, text_scrubber
-from marin_lab.io.fs import atomic_write_bytes, fs_and_path, is_local, join
+from marin_lab.io.fs import atomic_write_bytes, fs_and_path, is_local
+from marin_lab.store.layout import step_log_url
 
 logger = logging.getLogger(__name__)
 
-LOGS_DIR = "logs"
 TAIL_BYTES = 8192
 READ_BYTES = 65536
 MAX_PIECE = 1 << 20
@@ -56,9 +56,8 @@ _LINE_END = re.compile(rb"\r|\n")
 _NOISY_LOGGERS = ("jax._src.xla_bridge", "absl")
 
 
-def log_url(output_path: str, attempt: int) -> str:
-    """Where attempt `attempt` of the step at `output_path` keeps its output."""
-    return join(output_path, LOGS_DIR, f"attempt-{attempt}.log")
+log_url = step_log_url
+"""Where attempt `attempt` of the step at `output_path` keeps its output (the store names it)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,10 +24,11 @@ from fsspec.implementations.local import LocalFileSystem
 from marin_lab.execution.secrets import REDACTED, is_secret_field, is_secret_name, redact, redact_text  # noqa: F401
 from marin_lab.execution.status import RECORD_FILES
 from marin_lab.io.fs import fs_and_path, list_files
+from marin_lab.store.layout import ATTEMPT_LOG, LOGS_DIR
 
 # The executor's capture of a step's output (execution/logs.py): a record of one run, with its
 # times and hosts, never a result, so manifests (verify, reproduce) leave it out.
-RUN_LOG = re.compile(r"logs/attempt-\d+\.log")
+RUN_LOG = re.compile(re.escape(LOGS_DIR) + "/" + ATTEMPT_LOG.pattern)
 # Environment variables worth recording: they change how code runs. Everything else is noise.
 _ENV_PREFIXES = ("MARIN", "RAY_", "JAX_", "XLA_", "TPU_", "CUDA_", "NVIDIA_", "HF_", "WANDB_", "PYTHONHASHSEED",
                  "OMP_", "MKL_", "TOKENIZERS_", "MEGASCALE_", "GCSFS_", "STORAGE_EMULATOR_HOST")

@@ -26,7 +26,7 @@ from marin_lab.io.fs import write_json
 
 logger = logging.getLogger(__name__)
 
-LOST = "LOST"
+LOST = Status.LOST.value
 """The end of an attempt whose driver died mid-run (found when another driver takes the step over)."""
 DRIVER_LOST = "driver lost"
 

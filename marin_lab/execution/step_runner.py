@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 class StepOutcome:
     identity: str
     status: str
-    """SUCCESS | FAILED | DEP_FAILED | LOST | SKIPPED | CANCELLED"""
+    """A `Status` value: SUCCESS, FAILED, DEP_FAILED, LOST (the lease went to another driver) or CANCELLED."""
     executed: bool = False
     message: str | None = None
 

@@ -27,6 +27,7 @@ from marin_lab.io.fs import atomic_write_text, exists, read_text
 from marin_lab.marin.fingerprint import describe_drift
 from marin_lab.marin.provenance import Provenance
 from marin_lab.marin.step_spec import StepSpec, _is_relative_path, marin_prefix, prefix_join
+from marin_lab.store.layout import ARTIFACT_RECORD_FILE, INFO_FILE
 
 __all__ = [
     "EXPECTED_FINGERPRINT_KEY", "FINGERPRINT_KEY", "RECORD_FILENAME", "RESULT_TYPE_KEY", "VERSION_KEY",
@@ -39,9 +40,9 @@ logger = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
 
-RECORD_FILENAME = ".artifact.json"
+RECORD_FILENAME = ARTIFACT_RECORD_FILE
 _BARE_PAYLOAD_FILENAME = ".artifact"
-_EXECUTOR_INFO_FILENAME = ".executor_info"
+_EXECUTOR_INFO_FILENAME = INFO_FILE
 STEP_RUNNER_EXECUTOR_VERSION = "step_runner"
 
 FINGERPRINT_KEY = "fingerprint"

@@ -60,6 +60,7 @@ from marin_lab.marin.remote import RemoteCallable
 from marin_lab.marin.resources import step_resources
 from marin_lab.marin.step_spec import StepSpec, _is_relative_path, marin_prefix
 from marin_lab.marin.thread_backend import ThreadOrRayBackend
+from marin_lab.store.layout import ARTIFACT_RECORD_FILE
 
 __all__ = ["SpecFunction", "StepRunner", "executor_step", "executor_steps"]
 
@@ -112,7 +113,7 @@ class SpecFunction:
     @property
     def __marin_reproducibility__(self) -> Reproducibility:
         """For `marin-lab reproduce`: `.artifact.json`'s provenance (who, when, argv) is of one run."""
-        return Reproducibility(volatile_fields={".artifact.json": ("provenance",)})
+        return Reproducibility(volatile_fields={ARTIFACT_RECORD_FILE: ("provenance",)})
 
     @property
     def addressed_by_name(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 
 from marin_lab.io.fs import join
 
@@ -21,6 +22,50 @@ STATUS_FILE = ".executor_status"
 INFO_FILE = ".executor_info"
 LEASE_FILE = ".executor_lease"
 RECORD_FILES = (STATUS_FILE, INFO_FILE, LEASE_FILE)
+
+# Inside a step's output folder, beside the record files:
+METRICS_FILE = "metrics.jsonl"
+"""A training step's metrics, one JSON object a line (`marin_lab.training.metrics` writes it)."""
+ARTIFACT_RECORD_FILE = ".artifact.json"
+"""Beside a name@version artifact's output: Marin's artifact record (`marin_lab.marin.artifact`)."""
+RESULTS_FILE = "results.json"
+"""An evaluation step's results."""
+LOGS_DIR = "logs"
+"""Each attempt's captured output: `logs/attempt-{n}.log` (`step_log_url`); a launched run's driver
+logs sit in the same shape under its launch folder (`launch_log_url`)."""
+ATTEMPT_LOG = re.compile(r"attempt-(\d+)\.log")
+"""A log file's name under `logs/`; group 1 is the attempt number."""
+
+
+def attempt_log_name(attempt: int | str) -> str:
+    return f"attempt-{attempt}.log"
+
+
+def step_log_url(output_path: str, attempt: int) -> str:
+    """`{output}/logs/attempt-{n}.log`: what attempt `n` of a step printed."""
+    return join(output_path, LOGS_DIR, attempt_log_name(attempt))
+
+
+LAUNCHES_DIR = "launches"
+"""The folder under a prefix holding one folder per launched run (`marin-lab launch`)."""
+LAUNCH_RECORD_FILE = "launch.json"
+"""A launched run's record: its driver attempts and outcome (`marin_lab.cluster.launch_state`)."""
+
+
+def launch_dir(prefix: str, run_id: str) -> str:
+    """`{prefix}/launches/{run_id}`."""
+    return join(prefix, LAUNCHES_DIR, run_id)
+
+
+def launch_record_url(prefix: str, run_id: str) -> str:
+    """`{prefix}/launches/{run_id}/launch.json`."""
+    return join(launch_dir(prefix, run_id), LAUNCH_RECORD_FILE)
+
+
+def launch_log_url(prefix: str, run_id: str, attempt: int | str) -> str:
+    """`{prefix}/launches/{run_id}/logs/attempt-{n}.log`: driver attempt `n`'s output."""
+    return join(launch_dir(prefix, run_id), LOGS_DIR, attempt_log_name(attempt))
+
 
 EXPERIMENTS_DIR = "experiments"
 """The folder under a prefix that holds one record per experiment run (`{script}-{hash8}.json`)."""

@@ -30,6 +30,7 @@ from marin_lab.execution.artifacts import reproducibility
 from marin_lab.io import fs as mfs
 from marin_lab.models.llama import REMAT_POLICIES, LlamaConfig, init_params
 from marin_lab.peft.lora import LoraConfig, LoraError, merge_lora
+from marin_lab.store.layout import METRICS_FILE
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.base_model import QuantConfig, load_base, quantize_params
 from marin_lab.training.base_stream import BaseSource, load_frozen, load_saved, open_base
@@ -288,7 +289,7 @@ def evaluate_masked(eval_fn: Any, trainable: Any, frozen: Any, config: FinetuneC
 
 @reproducibility(
     non_artifacts=("wandb/*", *ckpt.RUN_LOG_FILES),
-    volatile_fields={"metrics.jsonl": ("time", "tokens_per_s"), "finetune_summary.json": ("tokens_per_s",),
+    volatile_fields={METRICS_FILE: ("time", "tokens_per_s"), "finetune_summary.json": ("tokens_per_s",),
                      **ckpt.VOLATILE_FIELDS},
 )
 def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import jax
 
 from marin_lab.io import fs as mfs
+from marin_lab.store.layout import METRICS_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ class MetricsLogger:
 
     def __init__(self, output_path: str, wandb_config: WandbConfig, run_name: str,
                  config_for_wandb: dict[str, Any], resume_step: int = 0):
-        self.url = mfs.join(output_path, "metrics.jsonl")
+        self.url = mfs.join(output_path, METRICS_FILE)
         # A resumed run drops what the interrupted run logged past its checkpoint, so each step
         # appears once and the file matches an unbroken run.
         self.lines: list[str] = []

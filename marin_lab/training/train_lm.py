@@ -38,6 +38,7 @@ from marin_lab.io import fs as mfs  # noqa: E402
 from marin_lab.models.attention import AttentionConfigError, check_attention  # noqa: E402
 from marin_lab.precision import masters  # noqa: E402
 from marin_lab.precision.scalify_train import overflow_message as scalify_overflow  # noqa: E402
+from marin_lab.store.layout import METRICS_FILE  # noqa: E402
 from marin_lab.training import checkpoint as ckpt  # noqa: E402
 from marin_lab.training import distributed  # noqa: E402
 from marin_lab.training.config import BACKENDS, TrainLmConfig  # noqa: E402
@@ -239,7 +240,7 @@ def _check_model_metadata(config: TrainLmConfig, meta: dict[str, Any], path: str
 # checkpoint.RUN_LOG_FILES for why orbax's array store is not.
 NON_ARTIFACTS = ("wandb/*", *ckpt.RUN_LOG_FILES)
 # Wall-clock facts and locations: the rest of each line and of the summary must match.
-VOLATILE_FIELDS = {"metrics.jsonl": ("time", "tokens_per_s", "mfu"),
+VOLATILE_FIELDS = {METRICS_FILE: ("time", "tokens_per_s", "mfu"),
                    "train_summary.json": ("tokens_per_s", "mfu", "environment", "wandb", "eval.time"),
                    **ckpt.VOLATILE_FIELDS}
 

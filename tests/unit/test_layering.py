@@ -40,7 +40,6 @@ KNOWN_UPWARD: set[tuple[str, str]] = set()
 # list only shrinks.
 KNOWN_LOCAL: set[tuple[str, str]] = {
     ("browser/__init__.py", "marin_lab.browser.server"),  # aiohttp, only when a server starts
-    ("cli.py", "marin_lab.browser.server"),               # the same, for `marin-lab browse`
     ("cli.py", "marin_lab.cluster.cli"),                  # JAX and the TPU tools: ~4 s of imports
     ("execution/code_provenance.py", "marin_lab"),        # the package's own version, read when recorded
     ("quant/nf4.py", "marin_lab.quant.matmul"),           # a real cycle: matmul takes NF4Tensor
@@ -189,3 +188,50 @@ def test_no_hidden_imports_of_marin_lab_inside_functions():
                      "cycle that made it local): " + ", ".join(f"{f}:{local[(f, t)]} {t}" for f, t in new))
     gone = sorted(KNOWN_LOCAL - set(local))
     assert not gone, f"KNOWN_LOCAL lists imports that are gone, remove them: {gone}"
+
+
+# The store owns the names of the files under a prefix and inside a step's output
+# (marin_lab/store/layout.py): everything else imports them. A string that is one of these names,
+# or an attempt log's name, fails outside store/ (docstrings and comments may still mention them).
+STORE_NAMES = {".executor_status", ".executor_info", ".executor_lease", ".artifact.json", "metrics.jsonl", "results.json",
+               "launch.json", "launches", "experiments/"}
+# Files that may spell a name, each with its reason. The list only shrinks.
+KNOWN_SPELLED: set[tuple[str, str]] = {
+    # Runs inside Levanter's environment, where only the standard library and marin_lab.errors are imported.
+    ("training/levanter_backend.py", "metrics.jsonl"),
+}
+
+
+def _spelled_names() -> set[tuple[str, str, int]]:
+    found = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith("store/"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in docstrings:
+                continue
+            text = node.value
+            if text in STORE_NAMES or text.startswith("attempt-") or "/attempt-" in text:
+                found.add((rel, text, node.lineno))
+    return found
+
+
+def test_the_store_s_file_names_are_spelled_only_in_the_store():
+    spelled = _spelled_names()
+    new = sorted(f"{rel}:{line} {text!r}" for rel, text, line in spelled if (rel, text) not in KNOWN_SPELLED)
+    assert not new, ("file names the store owns, spelled outside marin_lab/store/ (import the name from "
+                     "marin_lab.store.layout): " + ", ".join(new))
+    gone = sorted(KNOWN_SPELLED - {(rel, text) for rel, text, _ in spelled})
+    assert not gone, f"KNOWN_SPELLED lists names no longer spelled there, remove them: {gone}"
+
+
+def test_the_name_check_finds_a_name():
+    tree_text = 'x = "metrics.jsonl"\ny = f"attempt-{n}.log"\n'
+    constants = [n.value for n in ast.walk(ast.parse(tree_text)) if isinstance(n, ast.Constant)]
+    assert "metrics.jsonl" in STORE_NAMES & set(constants) and any(c.startswith("attempt-") for c in constants)
