@@ -245,8 +245,9 @@ class Browser:
         with where its log is (`/api/log?path=<log_path>&attempt=N` serves it)."""
         if not isinstance(launch, dict) or not _EXPERIMENT_ID.fullmatch(str(launch.get("run_id") or "")):
             return None
-        folder = launch_dir(self.prefix, str(launch["run_id"]))
-        loaded = load_json(self.roots, launch_record_url(self.prefix, str(launch["run_id"])))
+        run_id = str(launch["run_id"])
+        folder = launch_dir(self.prefix, run_id)
+        loaded = load_json(self.roots, launch_record_url(self.prefix, run_id))
         out: dict[str, Any] = {"run_id": launch["run_id"], "log_path": folder, **loaded.as_json()}
         state = loaded.value if loaded.state == "ok" and isinstance(loaded.value, dict) else {}
         attempts = [a for a in state.get("attempts", []) if isinstance(a, dict)]
@@ -254,7 +255,7 @@ class Browser:
                    max_restarts=state.get("max_restarts"), restarts=max(len(attempts) - 1, 0),
                    attempts=[{**{k: a.get(k) for k in ("attempt", "outcome", "reason", "node", "host", "started",
                                                        "ended", "exit_code")},
-                              "log": launch_log_url(self.prefix, str(launch["run_id"]), str(a.get("attempt")))} for a in attempts])
+                              "log": launch_log_url(self.prefix, run_id, str(a.get("attempt")))} for a in attempts])
         return out
 
     def _code(self, code: Any) -> dict | None:
