@@ -198,3 +198,48 @@ def test_train_config_presets_and_dataset_registry():
     edu = pretraining_datasets.fineweb_edu.config
     assert (edu.hf_dataset, edu.revision, edu.include) == ("HuggingFaceFW/fineweb-edu", "3c452cb",
                                                           ("data/*/*.parquet",))
+
+
+@pytest.mark.slow
+def test_download_hf_file_downloads_and_tokenizes_offline(tmp_path):
+    """The ported wikitext file runs its download_hf and tokenize steps (its training step asks for
+    a GPU): the dataset repository at the pinned commit and a small stand-in for Llama 3's tokenizer
+    sit in the hub cache, the hub is offline."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    def snapshot(kind: str, repo: str, sha: str) -> str:
+        root = tmp_path / "hub" / f"{kind}--{repo.replace('/', '--')}"
+        (root / "refs").mkdir(parents=True)
+        (root / "refs" / "main").write_text(sha)
+        folder = root / "snapshots" / sha
+        folder.mkdir(parents=True)
+        return str(folder)
+
+    texts = [f"The {w} article number {i} is about the {w} of the world." for i in range(300)
+             for w in ("history", "river", "music")]
+    data = os.path.join(snapshot("datasets", "dlwh/wikitext_2_detokenized",
+                                 "87a6c77d244175cbc883de2afae02f7d894e0ac5"), "data")
+    os.makedirs(data)
+    pq.write_table(pa.table({"text": texts}), os.path.join(data, "train-00000-of-00001.parquet"))
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(os.path.join(snapshot("models", "meta-llama/Meta-Llama-3.1-8B", "0" * 40), "tokenizer.json"))
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**clean_env(str(home)), "HF_HUB_CACHE": str(tmp_path / "hub")}
+    prefix = tmp_path / "store"
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "experiments", "gpu_tutorial_download_hf.py"),
+                           "--prefix", str(prefix), "--backend", "local", "--run_only", "tokenized/"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (raw,) = (prefix / "raw" / "dlwh").glob("wikitext_2_detokenized-*")
+    assert (raw / "data" / "data" / "train-00000-of-00001.parquet").exists()
+    provenance = json.loads((raw / "provenance.json").read_text())
+    assert "87a6c77d244175cbc883de2afae02f7d894e0ac5" in json.dumps(provenance)
+    (tokenized,) = (prefix / "tokenized" / "tokenized" / "dlwh").glob("wikitext_2_detokenized-*")
+    assert json.loads((tokenized / ".executor_status").read_text())["status"] == "SUCCESS"
+    assert not (prefix / "checkpoints").exists()  # the GPU step was not selected
