@@ -16,6 +16,8 @@ KNOWN_VOCAB_SIZES: dict[str, int] = {
     "meta-llama/Llama-3.2-1B": _LLAMA3,
     "stanford-crfm/marin-tokenizer": _LLAMA3,  # Llama 3's vocabulary with Marin's chat template
     "marin-community/marin-tokenizer": _LLAMA3,
+    "meta-llama/Llama-2-7b-hf": 32_000,
+    "EleutherAI/gpt-neox-20b": 50_277,  # 50,254 BPE tokens and 23 added ones
     "gpt2": 50_257,
     "openai-community/gpt2": 50_257,
 }

@@ -14,13 +14,20 @@ import pytest
 DELIBERATE_DIFFERENCES: dict[str, str] = {}
 """'file.py::test_name' -> the section of docs/coming_from_marin.md explaining why it fails (none today)."""
 
+PLANS_ONLY = {"test_ray_era_experiments.py"}
+"""Files in this folder that only plan (in a subprocess of their own) and need no Ray."""
+
+
+def _uses_ray(path) -> bool:
+    return path.parent.name == "marin_ported" and path.name not in PLANS_ONLY
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         key = f"{item.path.name}::{item.name}"
         if key in DELIBERATE_DIFFERENCES:
             item.add_marker(pytest.mark.xfail(strict=True, reason=DELIBERATE_DIFFERENCES[key]))
-        if item.path.parent.name == "marin_ported":
+        if _uses_ray(item.path):
             item.add_marker(pytest.mark.ray)
 
 
@@ -28,6 +35,6 @@ def pytest_collection_modifyitems(config, items):
 def _shared_ray(request):
     # Marin's Ray-era executor tests (this folder) share the session's Ray; the current API's tests
     # (execution/, experiment/) run steps in local worker processes and start no Ray.
-    if request.node.path.parent.name == "marin_ported":
+    if _uses_ray(request.node.path):
         request.getfixturevalue("ray_cluster")
     yield

@@ -1,0 +1,1 @@
+"""Marin's `operations.download` path: raw-data download steps."""

@@ -1,0 +1,1 @@
+"""Marin's `operations.download.huggingface` path: download a Hugging Face dataset repository."""
