@@ -341,7 +341,9 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
              "step": jax.device_put(jnp.zeros((), jnp.int32), state_sh["step"])}
 
     root = mfs.join(config.output_path, "checkpoints")
-    own = ckpt.latest_checkpoint(root)
+    # Every host resumes from the step process 0 found (as train_lm does): a marker landing between two
+    # hosts' listings must not make them restore different steps.
+    own = ckpt.agreed_latest_checkpoint(root)
     how = "fresh"
     if own:
         try:
