@@ -570,48 +570,124 @@ async function startLog(path, ctx) {
   };
 }
 
-const SERIES_COLOURS = 10;  // .series-0 ... .series-9 in app.css (no inline styles under the CSP); then dashed
+// ---- charts: Observable Plot (static/plot.umd.min.js, vendored with d3 and their licences) ------
+// Every chart of every page is drawn here, so each has the same look: ticks and gridlines, each run's
+// value under the cursor, a log scale and smoothing from the page's chart controls, many runs overlaid.
+const SERIES_COLOURS = 10;  // .series-key.series-0 ... 9 in app.css use these; after ten the lines are dashed
+const SERIES_PALETTE = ["#2f6fd6", "#e07b00", "#7a3fc2", "#2e9d57", "#d33b3b", "#0f9bb0", "#b8860b", "#e0529c", "#5b6b82", "#8c564b"];
+const SMOOTHING = [0, 0.6, 0.8, 0.9, 0.95, 0.99];
+const CHART_MARGIN = {top: 22, right: 14, bottom: 32, left: 56};
+const chartPrefs = {logY: false, smoothing: 0};  // the chart controls' choice, for every chart of the page
+const liveCharts = new Set();
+
+// Exponential moving average with TensorBoard's debiasing: [step, smoothed, raw] per point.
+// A value that is not a finite number (a NaN loss) is a gap in both lines and leaves the average as it was.
+function smoothed(points, weight) {
+  if (!weight) return points;
+  let avg = 0, n = 0;
+  return points.map(p => {
+    if (!Number.isFinite(p[1])) return [p[0], NaN, p[1]];
+    avg = weight * avg + (1 - weight) * p[1];
+    n += 1;
+    return [p[0], avg / (1 - Math.pow(weight, n)), p[1]];
+  });
+}
+
+// "log scale" and "smoothing", shared by the charts on the page.
+function chartControls() {
+  const log = el("input", {type: "checkbox", class: "chart-log", checked: chartPrefs.logY ? "" : null,
+    onchange: ev => { chartPrefs.logY = ev.target.checked; redrawCharts(); }});
+  const smooth = el("select", {class: "chart-smoothing", onchange: ev => { chartPrefs.smoothing = Number(ev.target.value); redrawCharts(); }},
+    SMOOTHING.map(w => el("option", {value: w, text: w ? String(w) : "none", selected: w === chartPrefs.smoothing ? "" : null})));
+  return el("div", {class: "graph-controls chart-controls"}, el("label", {}, log, " log scale"), el("label", {}, "smoothing ", smooth));
+}
+function redrawCharts() {
+  for (const c of [...liveCharts]) {
+    if (c.box.isConnected) c.draw(); else liveCharts.delete(c);
+  }
+}
 
 // One chart, several runs overlaid; hovering shows each run's value at the nearest logged step.
-// opts: {width, height, onHover(at, values)}: with onHover the values go to the caller (the compare
-// view lists them in a table), and the chart itself shows only the step.
+// series: [{label, key, points: [[step, value], ...]}]. opts: {width, height, onHover(at, values),
+// smoothing, logY}: with onHover the values go to the caller (the compare view lists them in a table)
+// and the chart itself shows only the step; smoothing / logY given here override the page's controls.
 function linePlot(title, series, opts) {
   const o = opts || {};
-  const W = o.width || 380, H = o.height || 200, L = 56, R = 10, T = 10, B = 28;
-  const all = series.flatMap(s => s.points);
-  const xs = all.map(p => p[0]), ys = all.map(p => p[1]);
-  const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
-  const sx = x => L + (x1 === x0 ? 0.5 : (x - x0) / (x1 - x0)) * (W - L - R);
-  const sy = y => T + (1 - (y1 === y0 ? 0.5 : (y - y0) / (y1 - y0))) * (H - T - B);
-  const cursor = svg("line", {class: "cursor", x1: 0, y1: T, x2: 0, y2: H - B, visibility: "hidden"});
-  const readout = svg("text", {class: "readout", x: W - R, y: T + 8, "text-anchor": "end"});
-  const chart = svg("svg", {class: "chart", width: W, height: H, "data-metric": title,
-      "data-points": series[0].points.length, "data-series": series.length},
-    svg("line", {class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B}),
-    svg("line", {class: "axis", x1: L, y1: T, x2: L, y2: H - B}),
-    svg("text", {x: L - 4, y: T + 8, "text-anchor": "end", text: fmtValue(y1)}),
-    svg("text", {x: L - 4, y: H - B, "text-anchor": "end", text: fmtValue(y0)}),
-    svg("text", {x: L, y: H - 8, text: `step ${x0}`}),
-    svg("text", {x: W - R, y: H - 8, "text-anchor": "end", text: `${x1}`}),
-    series.map((s, i) => svg("polyline", {"data-label": s.label, "data-run": s.key || null, "data-points": s.points.length,
-      class: `series-${i % SERIES_COLOURS}${i >= SERIES_COLOURS ? " dashed" : ""}`,
-      points: s.points.map(p => `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" ")})),
-    cursor, readout);
-  chart.addEventListener("mousemove", ev => {
-    const r = chart.getBoundingClientRect();
-    const x = x0 + (ev.clientX - r.left - L) / (W - L - R) * (x1 - x0);
-    const values = series.map(s => nearestPoint(s.points, x));
+  const note = el("span", {class: "chart-note muted"});
+  const box = el("div", {class: "plot"}, el("div", {class: "title", text: title}, " ", note));
+  const chart = {box, draw: () => {
+    const old = box.querySelector("svg.chart");
+    const fresh = drawChart(title, series, o);
+    if (old) old.replaceWith(fresh); else box.appendChild(fresh);
+    note.textContent = fresh.dataset.logRefused ? `log scale off: ${fresh.dataset.logRefused}` : "";
+  }};
+  chart.draw();
+  liveCharts.add(chart);
+  return box;
+}
+
+function drawChart(title, series, o) {
+  const W = o.width || 380, H = o.height || 200, M = CHART_MARGIN;
+  const weight = o.smoothing ?? chartPrefs.smoothing;
+  const drawn = series.map(s => smoothed(s.points, weight));
+  // Smoothed here: the raw values stay beneath, faint (a caller that smooths itself passes smoothing 0).
+  const rows = drawn.flatMap((pts, i) => pts.map(p => ({step: p[0], value: p[1], raw: weight ? p[2] : null, series: i})));
+  const wantLog = o.logY ?? chartPrefs.logY;
+  const logY = wantLog && rows.every(r => r.value > 0 && (r.raw === null || r.raw > 0));
+  const stroke = d => SERIES_PALETTE[d.series % SERIES_COLOURS];
+  const line = (data, extra) => Plot.line(data, {x: "step", y: "value", z: "series", stroke, ...extra});
+  const solid = rows.filter(r => r.series < SERIES_COLOURS), dashed = rows.filter(r => r.series >= SERIES_COLOURS);
+  const raw = rows.filter(r => r.raw !== null).map(r => ({...r, value: r.raw}));
+  const single = rows.filter(r => drawn[r.series].length === 1);
+  const fig = Plot.plot({
+    width: W, height: H, marginTop: M.top, marginRight: M.right, marginBottom: M.bottom, marginLeft: M.left,
+    x: {label: "step", grid: true, labelAnchor: "right", labelArrow: "none"},
+    y: {type: logY ? "log" : "linear", grid: true, label: null, nice: !logY},
+    marks: [
+      raw.length ? line(raw, {strokeWidth: 1, strokeOpacity: 0.25, className: "raw-lines"}) : null,
+      solid.length ? line(solid, {strokeWidth: 1.6, className: "series-lines"}) : null,
+      dashed.length ? line(dashed, {strokeWidth: 1.6, strokeDasharray: "6 3", className: "series-lines-dashed"}) : null,
+      single.length ? Plot.dot(single, {x: "step", y: "value", fill: stroke, r: 2.5}) : null,
+    ],
+  });
+  // Plot puts its base rules in a <style> inside the chart; the CSP admits only app.css (which holds
+  // the same rules), so the element goes before the chart reaches the page.
+  fig.querySelectorAll("style").forEach(s => s.remove());
+  fig.classList.add("chart");
+  const xScale = fig.scale("x");
+  Object.assign(fig.dataset, {metric: title, points: series.length ? series[0].points.length : 0, series: series.length,
+    scale: logY ? "log" : "linear", plotLeft: M.left, plotRight: W - M.right});
+  if (wantLog && !logY) fig.dataset.logRefused = "values at or below zero";
+  // One path per run, in order: named so that a reader (and a test) can tell which is which.
+  for (const [cls, rowsOf] of [["series-lines", solid], ["series-lines-dashed", dashed]]) {
+    const order = [...new Set(rowsOf.map(r => r.series))];
+    fig.querySelectorAll(`g.${cls} path`).forEach((path, k) => {
+      const s = series[order[k]];
+      if (!s) return;
+      path.dataset.label = s.label;
+      if (s.key) path.dataset.run = s.key;
+      path.dataset.points = s.points.length;
+    });
+  }
+  const cursor = svg("line", {class: "cursor", x1: 0, y1: M.top, x2: 0, y2: H - M.bottom, visibility: "hidden"});
+  const readout = svg("text", {class: "readout", x: W - M.right, y: 12, "text-anchor": "end"});
+  fig.append(cursor, readout);
+  fig.addEventListener("mousemove", ev => {
+    const r = fig.getBoundingClientRect();
+    const x = xScale.invert((ev.clientX - r.left) * (W / r.width));
+    const values = drawn.map(pts => nearestPoint(pts, x));
     const first = values.find(v => v);
     const at = first ? first[0] : Math.round(x);
-    cursor.setAttribute("x1", sx(at)); cursor.setAttribute("x2", sx(at)); cursor.setAttribute("visibility", "visible");
+    const px = xScale.apply(at);
+    cursor.setAttribute("x1", px); cursor.setAttribute("x2", px); cursor.setAttribute("visibility", "visible");
     if (o.onHover) { readout.textContent = `step ${at}`; o.onHover(at, values); return; }
     readout.textContent = `step ${at}: ` + values.map((v, i) => `${series.length > 1 ? series[i].label + " " : ""}${v ? fmtValue(v[1]) : "—"}`).join(", ");
   });
-  chart.addEventListener("mouseleave", () => {
+  fig.addEventListener("mouseleave", () => {
     cursor.setAttribute("visibility", "hidden"); readout.textContent = "";
     if (o.onHover) o.onHover(null, []);
   });
-  return el("div", {class: "plot"}, el("div", {class: "title", text: title}), chart);
+  return fig;
 }
 function fmtValue(v) { return Math.abs(v) >= 1e4 || (Math.abs(v) < 1e-2 && v !== 0) ? v.toExponential(2) : +v.toFixed(4); }
 // The logged point closest to step x (a scan, not a search: a resumed run may log a step twice).
@@ -632,6 +708,7 @@ async function renderMetrics(path, others) {
     const runs = [{label: "this run", series: m.series}, ...(others || []).map((o, i) => ({label: o.label,
       series: rest[i] && rest[i].metrics.state === "ok" ? rest[i].metrics.series : null})).filter(r => r.series)];
     const plots = ["loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu"].filter(k => m.series[k] && m.series[k].length);
+    out.push(chartControls());
     out.push(el("div", {class: "plots", id: "plots"}, plots.map(k => linePlot(k,
       runs.filter(r => r.series[k] && r.series[k].length).map(r => ({label: r.label, points: r.series[k]}))))));
     if (runs.length > 1) out.push(el("p", {class: "legend", id: "overlay-legend"}, runs.map((r, i) =>
