@@ -159,7 +159,31 @@ def main() -> None:
                 painted.append(float(data["paintedMs"]) / 1000)
                 in_page.append((float(data["apiMs"]) + float(data["renderMs"])) / 1000)
                 page.close()
+            # The graph's controls at this size: folding the groups (steps by name prefix) and
+            # opening them again; a Shift-click selection filtering the steps table.
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(f"{server.url}/#/experiment/{exp_id}")
+            page.wait_for_selector(f"svg#dag g.nodes > g.node:nth-child({args.steps})", timeout=60_000)
+            fold, unfold, select = [], [], []
+            for _ in range(args.repeats):
+                start = time.perf_counter()
+                page.check("#graph-group")
+                page.wait_for_selector("svg#dag g.node.group", timeout=60_000)
+                fold.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                page.uncheck("#graph-group")
+                page.wait_for_selector(f"svg#dag g.nodes > g.node:nth-child({args.steps})", timeout=60_000)
+                unfold.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                page.locator("svg#dag g.node").first.click(modifiers=["Shift"])
+                page.wait_for_selector("#graph-clear:not([hidden])", timeout=60_000)
+                select.append(time.perf_counter() - start)
+                page.click("#graph-clear")
+            page.close()
             browser.close()
+        rows.append((f"graph, {args.steps} steps: group by name prefix (fold, lay out, draw)", median_ms(fold), 1000.0))
+        rows.append((f"graph, {args.steps} steps: ungroup (draw every step again)", median_ms(unfold), 1000.0))
+        rows.append((f"graph, {args.steps} steps: Shift-click selects, the table filtered", median_ms(select), 1000.0))
         # The first load also starts the renderer process and compiles app.js; report it apart.
         rows.append((f"experiment page, {args.steps} steps: navigation to painted DAG (cold)", painted[0] * 1000, 2000.0))
         rows.append((f"experiment page, {args.steps} steps: navigation to painted DAG", median_ms(painted[1:]), 2000.0))

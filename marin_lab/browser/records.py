@@ -57,7 +57,8 @@ _STORED_SCRIPT = re.compile(r"scripts/[A-Za-z0-9._@+-]+\.py")
 MAX_SCRIPT_BYTES = 512 * 1024
 # What a status file may say beyond the status itself (see execution/watch.py); `run` is the id
 # of the run that wrote a terminal status (execution/run_history.py).
-_STATUS_FIELDS = ("time", "driver", "attempt", "duration_s", "heartbeat", "elapsed_s", "progress", "run", "damage")
+_STATUS_FIELDS = ("time", "driver", "attempt", "duration_s", "heartbeat", "elapsed_s", "progress", "run", "damage",
+                  "files", "bytes", "error")
 MAX_RUNS = 100
 """The newest run records an experiment page lists."""
 _LEASE_BYTES = 64 * 1024
@@ -183,8 +184,10 @@ class Browser:
         for key, step, step_dir, detail in zip(keys, steps, dirs, details):
             status = detail["status"]
             rows.append({
-                **{k: detail[k] for k in ("duration_s", "progress", "heartbeat", "elapsed_s", "driver_gone_since")
-                   if k in detail},
+                **{k: detail[k] for k in ("duration_s", "progress", "heartbeat", "elapsed_s", "driver_gone_since",
+                                          "files", "bytes") if k in detail},
+                # A failed step's one line (the error's first line, kept with its status).
+                "error": (_text(detail.get("error")) or "")[:300] or None if status == "FAILED" else None,
                 # The run whose record says it wrote this step's status (SUCCESS, FAILED, CANCELLED).
                 "produced_by": _produced_by(detail, runs) if status in ("SUCCESS", "FAILED", "CANCELLED") else None,
                 # The latest run of this experiment did the work, or found it done (reused).

@@ -46,7 +46,14 @@ MAX_LIMIT = 500
 # a slow or hung storage read holds one of many threads, and its request is answered anyway.
 REQUEST_THREADS = 64
 REQUEST_TIMEOUT_S = 120.0
-STATIC_FILES = {"app.js": "text/javascript", "compare.js": "text/javascript", "evals.js": "text/javascript", "dagre.min.js": "text/javascript", "dagre-LICENSE.txt": "text/plain", "app.css": "text/css", "index.html": "text/html"}
+STATIC_FILES = {
+    "index.html": "text/html", "app.css": "text/css",
+    "app.js": "text/javascript", "compare.js": "text/javascript", "evals.js": "text/javascript",
+    # Vendored unmodified, each with its licence (scripts/vendor_charts.sh re-vendors Plot and d3).
+    "dagre.min.js": "text/javascript", "dagre-LICENSE.txt": "text/plain",
+    "d3.min.js": "text/javascript", "d3-LICENSE.txt": "text/plain",
+    "plot.umd.min.js": "text/javascript", "plot-LICENSE.txt": "text/plain",
+}
 # Data is rendered with textContent, and this policy is the second wall: no inline or foreign
 # script can run even if some string reached the DOM as markup.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "

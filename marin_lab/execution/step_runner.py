@@ -208,8 +208,10 @@ class StepRunner:
             recorder.write_success(attempt, result=result, environment=env, hardware=hardware, manifest=files,
                                    duration_s=duration)
             # SUCCESS last: only after the outputs, the manifest and the record are in place.
+            # What it wrote rides with the status too: the browser's graph reads statuses only.
             self._terminal_status(ps, Status.SUCCESS, attempt.attempt, duration_s=round(duration, 3),
-                                  config_fingerprint=unversioned_fingerprint(ps.scan.unversioned))
+                                  config_fingerprint=unversioned_fingerprint(ps.scan.unversioned),
+                                  files=files["count"], bytes=files["total_bytes"])
             logger.info("step '%s': SUCCESS in %.1fs (%d files, %d bytes)", ps.identity, duration,
                         files["count"], files["total_bytes"])
             return StepOutcome(ps.identity, "SUCCESS", executed=True)

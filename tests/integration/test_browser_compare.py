@@ -69,14 +69,17 @@ def server(prefix):
 
 
 def _curves(tab) -> dict[str, int]:
-    lines = tab.locator("#compare-chart polyline")
-    return {lines.nth(i).get_attribute("data-run"): len(lines.nth(i).get_attribute("points").split())
+    lines = tab.locator("#compare-chart path[data-run]")
+    return {lines.nth(i).get_attribute("data-run"): int(lines.nth(i).get_attribute("data-points"))
             for i in range(lines.count())}
 
 
 def _hover_step(tab, step: int, last_step: int) -> None:
-    box = tab.locator("#compare-chart svg.chart").bounding_box()
-    left, right = 56, 10  # linePlot's margins
+    chart = tab.locator("#compare-chart svg.chart")
+    box = chart.bounding_box()
+    # the plotting area's pixels, from the chart (its width is the rendered one: no scaling here)
+    left = float(chart.get_attribute("data-plot-left"))
+    right = box["width"] - float(chart.get_attribute("data-plot-right"))
     tab.mouse.move(box["x"] + left + step / last_step * (box["width"] - left - right), box["y"] + box["height"] / 2)
 
 
@@ -113,13 +116,19 @@ def test_three_runs_overlaid_with_hover_values_and_a_shareable_address(page, ser
     cells = page.locator("#last-values tbody tr").nth(1).locator("td").all_inner_texts()
     assert cells[1].endswith("%") and abs(float(cells[1][:-1]) - 100 * (loss_of(1, 19) / loss_of(0, 19) - 1)) < 1e-3
     assert float(cells[2]) == loss_of(1, 19) and cells[3] == "19"
+    # A log scale cannot show the base run's own 0%: the chart stays linear and says why.
+    page.check("#compare-log")
+    page.wait_for_function("() => document.querySelector('#compare-chart svg').dataset.logRefused !== undefined")
+    assert page.locator("#compare-chart svg.chart").get_attribute("data-scale") == "linear"
+    assert "log scale off" in page.locator("#compare-chart .chart-note").inner_text()
+    page.uncheck("#compare-log")
     page.select_option("#compare-vs", "")
 
     # Drop the fp32 run, plot the eval loss smoothed: the address follows, and opening it restores the choice.
     page.locator(f"#compare-runs input[data-run='{identities[0]}']").uncheck()
     page.select_option("#compare-metric", "eval/valid/loss")
     page.select_option("#compare-smooth", "0.6")
-    page.wait_for_function("() => document.querySelectorAll('#compare-chart polyline').length === 2 "
+    page.wait_for_function("() => document.querySelectorAll('#compare-chart path[data-run]').length === 2 "
                            "&& document.querySelector('#compare-chart svg').dataset.metric === 'eval/valid/loss' "
                            "&& location.hash.includes('smooth=0.6')")
     shared = page.url

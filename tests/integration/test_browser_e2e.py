@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from playwright.sync_api import expect
 
 from marin_lab.browser.server import start_in_thread
 
@@ -158,8 +159,29 @@ def test_training_plots_eval_results_and_no_secrets(page, server, fx):
     metrics = page.locator("#plots svg.chart")
     assert {metrics.nth(i).get_attribute("data-metric") for i in range(metrics.count())} >= {
         "loss", "learning_rate", "tokens_per_s"}
-    assert page.locator("#plots svg.chart[data-metric='loss'] polyline").count() == 1
+    loss = page.locator("#plots svg.chart[data-metric='loss']")
+    assert loss.locator("path[data-label]").count() == 1
+    # Observable Plot's axes: ticks with values and gridlines on both axes, the x axis labelled.
+    assert loss.locator("g[aria-label='x-axis tick label'] text").count() >= 3
+    assert loss.locator("g[aria-label='y-axis tick label'] text").count() >= 3
+    assert loss.locator("g[aria-label='x-grid'] line").count() >= 3 and loss.locator("g[aria-label='y-grid'] line").count() >= 3
+    assert "step" in (loss.locator("g[aria-label='x-axis label']").text_content() or "")
+    # Hovering shows the value at the nearest logged step.
+    box = loss.bounding_box()
+    page.mouse.move(box["x"] + box["width"] - 16, box["y"] + box["height"] / 2)
+    expect(loss.locator("text.readout")).to_contain_text("step ")
+    # Log scale, for every chart of the page at once (these values are all positive).
+    page.check("#metrics .chart-log")
+    expect(loss).to_have_attribute("data-scale", "log")
+    expect(page.locator("#plots svg.chart[data-metric='learning_rate']")).to_have_attribute("data-scale", "log")
+    # Smoothing: the smoothed line over the raw one, drawn faint beneath it.
+    page.select_option("#metrics .chart-smoothing", "0.9")
+    expect(loss.locator("g.raw-lines path")).to_have_count(1)
+    page.select_option("#metrics .chart-smoothing", "0")
+    page.uncheck("#metrics .chart-log")
+    expect(loss.locator("g.raw-lines path")).to_have_count(0)
     shot(page, "08-training-plots")
+    assert not page.errors, page.errors  # the CSP admits every chart (Plot's own <style> is not put in the page)
     page.goto(server.url + "/#/step?path=" + quote(str(fx.evaluate)))
     page.wait_for_selector("#results")
     assert "0.5" in page.locator("#results").inner_text()

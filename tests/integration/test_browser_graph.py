@@ -130,3 +130,71 @@ def test_metrics_of_two_versions_on_one_chart_with_hover_values_and_the_wandb_ru
         expect(page.locator("#crumbs")).to_contain_text("train/run-bbbbbbbb")
         expect(page.locator("h1")).to_have_text(f"{prefix}/train/run-bbbbbbbb/wandb")
         page.close()
+
+
+def test_the_last_run_on_the_graph_groups_by_prefix_and_a_selection_filters_the_table(chromium, tmp_path):  # noqa: F811
+    """Each node: executed or reused, duration, bytes written, a failure's first line; groups collapse."""
+    prefix = tmp_path / "store"
+    deps = {"raw/a": [], "raw/b": [], "raw/c": [], "tokenize/a": ["raw/a"], "tokenize/b": ["raw/b"],
+            "tokenize/c": ["raw/c"], "train": ["tokenize/a", "tokenize/b", "tokenize/c"]}
+    steps = []
+    for name, parents in deps.items():
+        out = prefix / name
+        out.mkdir(parents=True)
+        if name == "tokenize/c":
+            status = {"status": "FAILED", "duration_s": 2.0, "error": "ValueError: shard 3 has no <b>text</b> field"}
+        else:  # raw/* ran in an earlier run (another driver): reused by this one
+            status = {"status": "SUCCESS", "duration_s": 90.0, "files": 2, "bytes": 3 * 1024 * 1024,
+                      "driver": "host:1:old" if name.startswith("raw/") else "host:2:new"}
+        (out / ".executor_status").write_text(json.dumps(status))
+        steps.append({"name": name, "identity": name, "output_path": str(out), "fn": "x:y", "dependencies": parents})
+    (prefix / "experiments").mkdir()
+    (prefix / "experiments" / "overlay-00000001.json").write_text(json.dumps(
+        {"schema": 1, "name": "overlay", "created": "2026-11-28T00:00:00Z", "driver": "host:2:new", "steps": steps}))
+    with start_in_thread(str(prefix)) as running:
+        page = chromium.new_page(viewport={"width": 1400, "height": 900})
+        page.set_default_timeout(60_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda err: errors.append(str(err)))
+        page.goto(f"{running.url}/#/experiment/overlay-00000001")
+        page.wait_for_selector("body[data-ready='1'] #dag")
+        node = page.locator("#dag .node[data-key='raw/a']")
+        assert node.locator("text.meta").text_content() == "reused · 1 min 30 s · 3.0 MB"
+        assert node.get_attribute("data-run") == "reused" and node.get_attribute("data-bytes") == str(3 * 1024 * 1024)
+        assert page.locator("#dag .node[data-key='train'] text.meta").text_content() == "executed · 1 min 30 s · 3.0 MB"
+        failed = page.locator("#dag .node[data-key='tokenize/c']")
+        assert failed.locator("text.meta").text_content() == "ValueError: shard 3 has no <b>tex…"  # text, never markup
+        assert "ValueError: shard 3 has no <b>text</b> field" in failed.locator("title").text_content()
+        assert page.locator("#dag b").count() == 0
+
+        # Shift-click selects (the table shows only the selection); Space on a focused node too.
+        page.locator("#dag .node[data-key='train']").click(modifiers=["Shift"])
+        expect(page.locator("#graph-count")).to_have_text("1 selected · 1 of 7 steps match")
+        assert page.locator("#steps tbody tr:not([hidden])").count() == 1
+        page.locator("#dag .node[data-key='raw/b']").focus()
+        page.keyboard.press(" ")
+        expect(page.locator("#graph-count")).to_have_text("2 selected · 2 of 7 steps match")
+        assert "selected" in page.locator("#dag .node[data-key='raw/b']").get_attribute("class").split()
+        page.click("#graph-clear")
+        expect(page.locator("#graph-count")).to_have_text("")
+        assert page.locator("#steps tbody tr:not([hidden])").count() == 7
+
+        # Group by name prefix: raw/* and tokenize/* become one node each, with the worst status.
+        page.check("#graph-group")
+        expect(page.locator("#dag .node")).to_have_count(3)
+        raw = page.locator("#dag .node[data-key='group:raw']")
+        assert raw.locator("text.meta").text_content() == "3 steps · 4 min 30 s · 9.0 MB"
+        tok = page.locator("#dag .node[data-key='group:tokenize']")
+        assert tok.get_attribute("data-status") == "FAILED"
+        assert "tokenize/c: ValueError" in tok.locator("title").text_content()
+        assert page.locator("#dag path.edge").count() == 2  # raw -> tokenize -> train, each once
+        tok.click(modifiers=["Shift"])  # a group selects its members
+        expect(page.locator("#graph-count")).to_have_text("3 selected · 3 of 7 steps match")
+        page.click("#graph-clear")
+        raw.click()  # a click opens the group
+        expect(page.locator("#dag .node")).to_have_count(5)
+        page.locator("#dag .node[data-key='raw/c']").focus()
+        page.keyboard.press("Enter")  # Enter opens a step's page
+        expect(page.locator("h1")).to_contain_text("raw/c")
+        assert not errors, errors
+        page.close()

@@ -44,6 +44,19 @@ def test_a_written_record_reads_typed_and_writes_back_the_same_bytes(done):
     assert read_step_record(str(done / ".executor_info")).identity == record.identity
 
 
+def test_the_success_status_carries_what_the_step_wrote_for_the_graph(done):
+    """The experiment page's graph reads statuses only: the files and bytes ride with SUCCESS."""
+    status = json.loads((done / ".executor_status").read_text())
+    record = read_step_record(str(done))
+    assert status["status"] == "SUCCESS"
+    assert (status["files"], status["bytes"]) == (record.manifest["count"], record.manifest["total_bytes"])
+    assert status["files"] >= 1 and status["bytes"] > 0
+    browser = Browser(str(done.parent.parent), Roots.of([str(done.parent.parent)]))
+    exp_id = next((done.parent.parent / "experiments").glob("*.json")).stem
+    row = next(r for r in browser.experiment(exp_id)["steps"] if r["name"] == "records/a")
+    assert (row["files"], row["bytes"], row["error"]) == (status["files"], status["bytes"], None)
+
+
 def test_unknown_fields_are_kept_and_written_back(done, tmp_path):
     data = json.loads((done / ".executor_info").read_text())
     data["from_the_future"] = {"x": 1}

@@ -29,6 +29,7 @@ function append(node, children) {
 function svg(tag, attrs, ...children) {
   const node = document.createElementNS(SVG_NS, tag);
   for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined) continue;
     if (key === "text") node.textContent = String(value);
     else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
     else node.setAttribute(key, String(value));
@@ -145,18 +146,104 @@ async function renderExperiments() {
 }
 
 // ---- experiment page with the DAG -----------------------------------------------------------
+// The last run on each node: reused or executed, how long it took, what it wrote; a failed step's
+// first error line instead (whole in the node's tooltip).
 function nodeMeta(step) {
-  const d = typeof step.duration_s === "number" ? fmtDuration(step.duration_s) : "";
-  return step.run === "reused" ? `reused${d ? " · " + d : ""}` : d;
+  if (step.status === "FAILED" && step.error) return step.error.length > 34 ? step.error.slice(0, 33) + "…" : step.error;
+  const parts = [];
+  if (step.group) parts.push(`${step.members.length} steps`);
+  else if (step.run) parts.push(step.run);
+  if (typeof step.duration_s === "number") parts.push(fmtDuration(step.duration_s));
+  if (typeof step.bytes === "number") parts.push(fmtBytes(step.bytes));
+  return parts.join(" · ");
+}
+function nodeTitle(step) {
+  if (step.group) return `${step.name}: ${step.members.length} steps (click to expand)\n` +
+    Object.entries(step.counts).map(([st, n]) => `${n} ${st}`).join(", ") + (step.error ? `\n${step.error}` : "");
+  return [step.identity || step.name, step.status, step.fn, step.run, step.error].filter(Boolean).join("\n");
+}
+// Steps grouped by the first part of their name ("tokenize/en", "tokenize/de" -> "tokenize"):
+// the prefixes shared by two or more steps.
+function prefixGroups(steps) {
+  const groups = new Map();
+  for (const st of steps) {
+    const i = st.name.indexOf("/");
+    if (i <= 0) continue;
+    const prefix = st.name.slice(0, i);
+    if (!groups.has(prefix)) groups.set(prefix, []);
+    groups.get(prefix).push(st.key);
+  }
+  return new Map([...groups].filter(([, keys]) => keys.length > 1));
+}
+// The most telling status of a group: a failure first, then work in flight, then done.
+const GROUP_STATUS_ORDER = ["FAILED", "CORRUPT", "DEP_FAILED", "CANCELLED", "RUNNING", "WAITING", "MISSING", "SUCCESS"];
+// The graph as drawn: the experiment's steps with each collapsed prefix as one node.
+function graphView(exp, groups, collapsed) {
+  if (!collapsed.size) return {steps: exp.steps, graph: exp.graph};
+  const nodeOf = new Map();
+  for (const prefix of collapsed) for (const key of groups.get(prefix) || []) nodeOf.set(key, `group:${prefix}`);
+  const steps = [], made = new Map();
+  for (const st of exp.steps) {
+    const node = nodeOf.get(st.key);
+    if (!node) { steps.push(st); continue; }
+    let g = made.get(node);
+    if (!g) {
+      g = {key: node, group: true, name: `${node.slice(6)}/…`, members: [], counts: {}, duration_s: 0, bytes: 0, dependencies: []};
+      made.set(node, g); steps.push(g);
+    }
+    g.members.push(st.key);
+    g.counts[st.status] = (g.counts[st.status] || 0) + 1;
+    if (typeof st.duration_s === "number") g.duration_s += st.duration_s;
+    if (typeof st.bytes === "number") g.bytes += st.bytes;
+  }
+  for (const g of made.values()) {
+    g.status = GROUP_STATUS_ORDER.find(st => g.counts[st]) || Object.keys(g.counts)[0];
+    const failed = exp.steps.find(st => nodeOf.get(st.key) === g.key && st.status === "FAILED" && st.error);
+    if (failed) g.error = `${failed.name}: ${failed.error}`;
+  }
+  const edges = new Map();
+  for (const e of exp.graph.edges) {
+    const from = nodeOf.get(e.from) || e.from, to = nodeOf.get(e.to) || e.to;
+    if (from !== to) edges.set(`${from}\u0000${to}`, {from, to});
+  }
+  const keys = steps.map(st => st.key);
+  return {steps, graph: {...layeredLayout(keys, [...edges.values()], exp.graph.node_width, exp.graph.node_height),
+    node_width: exp.graph.node_width, node_height: exp.graph.node_height}};
+}
+// Longest-path columns, rows in order of appearance: the layout of a collapsed view too big for dagre.
+function layeredLayout(keys, edges, w, h) {
+  const deps = new Map(keys.map(k => [k, []]));
+  for (const e of edges) if (deps.has(e.to) && deps.has(e.from)) deps.get(e.to).push(e.from);
+  const layer = new Map();
+  const depth = key => {  // iterative: deep chains must not overflow the stack
+    const stack = [[key, 0]];
+    while (stack.length) {
+      const [k, i] = stack[stack.length - 1];
+      if (layer.has(k)) { stack.pop(); continue; }
+      const ds = deps.get(k);
+      if (i < ds.length) { stack[stack.length - 1][1] = i + 1; if (!layer.has(ds[i]) && !stack.some(([x]) => x === ds[i])) stack.push([ds[i], 0]); continue; }
+      layer.set(k, 1 + Math.max(-1, ...ds.map(d => layer.has(d) ? layer.get(d) : -1)));
+      stack.pop();
+    }
+    return layer.get(key);
+  };
+  const rows = new Map(), positions = {};
+  for (const k of keys) {
+    const col = depth(k), row = rows.get(col) || 0;
+    rows.set(col, row + 1);
+    positions[k] = {x: col * (w + 70), y: row * (h + 16)};
+  }
+  const width = (Math.max(0, ...rows.keys()) + 1) * (w + 70) - 70, height = Math.max(1, ...rows.values()) * (h + 16) - 16;
+  return {positions, edges, width, height};
 }
 // Experiments up to this many steps are laid out here by dagre (vendored: static/dagre.min.js),
 // which routes every edge around the steps; bigger ones use the server's layered layout, whose
 // long edges pass through rows kept free for them (dagre would take seconds there).
 const DAGRE_MAX_STEPS = 300;
 
-function layoutGraph(exp) {
-  const g = exp.graph; const w = g.node_width; const h = g.node_height;
-  if (window.dagre && exp.steps.length <= DAGRE_MAX_STEPS) {
+function layoutGraph(view) {
+  const g = view.graph; const w = g.node_width; const h = g.node_height;
+  if (window.dagre && view.steps.length <= DAGRE_MAX_STEPS) {
     const d = new dagre.graphlib.Graph();
     d.setGraph({rankdir: "LR", nodesep: 16, ranksep: 70, marginx: 0, marginy: 0});
     d.setDefaultEdgeLabel(() => ({}));
@@ -190,9 +277,70 @@ function edgePath(points, straight) {
 const READABLE_SCALE = 0.85;   // node labels are 12px text: below ~10px they cannot be read
 const GRAPH_MAX_HEIGHT = 720;
 
+// The DAG with the last run on it; groups of steps collapse by name prefix; a selection (Shift- or
+// Ctrl-click, or Space on a focused node) filters the steps table below.
 function drawGraph(exp) {
-  const L = layoutGraph(exp); const pad = 12; const w = exp.graph.node_width; const h = exp.graph.node_height;
-  const byKey = Object.fromEntries(exp.steps.map(s => [s.key, s]));
+  const groups = prefixGroups(exp.steps);
+  const collapsed = new Set(), selected = new Set();
+  const wrap = el("div", {class: "graph-wrap"});
+  let dag = null;
+  const render = () => {
+    dag = dagSvg(exp, graphView(exp, groups, collapsed), {
+      open: node => {
+        if (node.group) { collapsed.delete(node.key.slice(6)); groupBox.checked = collapsed.size > 0; render(); return; }
+        if (node.output_path) location.hash = links.step(node.output_path, exp.id);
+      },
+      select: node => {
+        const keys = node.group ? node.members : [node.key];
+        const on = !keys.every(k => selected.has(k));
+        for (const k of keys) on ? selected.add(k) : selected.delete(k);
+        filter();
+      }});
+    wrap.replaceChildren(dag.root);
+    requestAnimationFrame(dag.readable);
+    filter();
+  };
+  const search = el("input", {id: "graph-search", type: "search", placeholder: "filter steps by name", oninput: () => filter()});
+  const statusSel = el("select", {id: "graph-status", onchange: () => filter()},
+    el("option", {value: "", text: "any status"}), STATUSES.map(st => el("option", {value: st, text: st})));
+  const count = el("span", {id: "graph-count", class: "muted"});
+  const groupBox = el("input", {type: "checkbox", id: "graph-group", disabled: groups.size ? null : "",
+    onchange: ev => { collapsed.clear(); if (ev.target.checked) for (const p of groups.keys()) collapsed.add(p); render(); }});
+  const clear = el("button", {id: "graph-clear", hidden: "", onclick: () => { selected.clear(); filter(); }, text: "clear selection"});
+  const filter = () => {
+    const text = search.value.trim().toLowerCase(); const want = statusSel.value; let shown = 0;
+    const hidden = new Set();
+    for (const s of exp.steps) {
+      const ok = (!text || s.name.toLowerCase().includes(text) || (s.identity || "").toLowerCase().includes(text))
+        && (!want || s.status === want) && (!selected.size || selected.has(s.key));
+      if (!ok) hidden.add(s.key); else shown++;
+    }
+    if (dag) dag.root.querySelectorAll(".node").forEach(n => {
+      const keys = n.dataset.members ? n.dataset.members.split("\n") : [n.dataset.key];
+      n.classList.toggle("dim", keys.every(k => hidden.has(k)));
+      n.classList.toggle("selected", keys.some(k => selected.has(k)));
+    });
+    if (dag) dag.root.querySelectorAll("path.edge").forEach(p => p.classList.toggle("dim", dag.hiddenEnd(p, hidden)));
+    document.querySelectorAll("#steps tbody tr").forEach(tr => { tr.hidden = hidden.has(tr.dataset.key); });
+    const parts = [];
+    if (selected.size) parts.push(`${selected.size} selected`);
+    if (text || want || selected.size) parts.push(`${shown} of ${exp.steps.length} steps match`);
+    count.textContent = parts.join(" · ");
+    clear.hidden = !selected.size;
+  };
+  const controls = el("div", {class: "graph-controls"}, search, statusSel,
+    el("label", {title: "one node per name prefix shared by several steps"}, groupBox, " group by name prefix"),
+    el("button", {id: "graph-fit", onclick: () => dag.fit(), text: "Fit to width"}), el("button", {id: "graph-actual", onclick: () => dag.actual(), text: "1:1"}),
+    el("button", {onclick: () => dag.zoom(1 / 1.3), text: "+"}), el("button", {onclick: () => dag.zoom(1.3), text: "−"}), clear, count);
+  render();
+  return el("div", {}, controls, wrap);
+}
+
+// One drawing of a graph view: the SVG with pan (drag), zoom (wheel, buttons) and fit, all by moving
+// the viewBox. actions.open(node): a click or Enter; actions.select(node): Shift/Ctrl-click or Space.
+function dagSvg(exp, view, actions) {
+  const L = layoutGraph(view); const pad = 12; const w = view.graph.node_width; const h = view.graph.node_height;
+  const byKey = Object.fromEntries(view.steps.map(s => [s.key, s]));
   const full = {x: -pad, y: -pad, w: L.width + 2 * pad, h: L.height + 2 * pad};
   const root = svg("svg", {class: "dag", id: "dag", "data-engine": L.engine, width: "100%",
     height: Math.min(full.h, 560), preserveAspectRatio: "xMinYMin meet", role: "img", "aria-label": "step graph"});
@@ -204,47 +352,51 @@ function drawGraph(exp) {
       "marker-end": "url(#arrow)", "data-from": e.from, "data-to": e.to}));
   }
   root.appendChild(edges);
+  let dragged = false;
   const nodes = svg("g", {class: "nodes"});
   for (const [key, p] of Object.entries(L.positions)) {
     const step = byKey[key];
     const status = STATUSES.includes(step.status) ? step.status : "WAITING";
     const label = step.name.length > 28 ? step.name.slice(0, 27) + "…" : step.name;
-    const href = step.output_path ? links.step(step.output_path, exp.id) : null;
-    const node = svg("g", {class: `node ${status}`, "data-key": key, "data-status": step.status,
+    const node = svg("g", {class: `node ${status}${step.group ? " group" : ""}`, "data-key": key, "data-status": step.status,
       "data-name": step.name.toLowerCase(), "data-x": p.x, "data-y": p.y, "data-w": w, "data-h": h,
+      "data-run": step.run || null, "data-bytes": typeof step.bytes === "number" ? step.bytes : null,
+      "data-members": step.group ? step.members.join("\n") : null,
       transform: `translate(${p.x},${p.y})`, tabindex: 0, role: "link",
-      onclick: () => { if (href && !dragged) location.hash = href; },
-      onkeydown: ev => { if (href && ev.key === "Enter") location.hash = href; }},
-      svg("title", {text: `${step.identity || step.name}\n${step.status}${step.fn ? "\n" + step.fn : ""}`}),
+      onclick: ev => { if (dragged) return; (ev.shiftKey || ev.ctrlKey || ev.metaKey ? actions.select : actions.open)(step); },
+      onkeydown: ev => {
+        if (ev.key === "Enter") actions.open(step);
+        else if (ev.key === " ") { ev.preventDefault(); actions.select(step); }
+      }},
+      svg("title", {text: nodeTitle(step)}),
       svg("rect", {width: w, height: h, fill: `var(--${status})`}),
-      svg("text", {x: 10, y: h / 2 + 4, text: label}),
-      svg("text", {class: "meta", x: w - 6, y: h - 4, "text-anchor": "end", text: nodeMeta(step)}));
+      svg("text", {x: 10, y: h / 2 + 2, text: label}),
+      svg("text", {class: `meta${step.status === "FAILED" && step.error ? " error" : ""}`, x: w - 6, y: h - 4, "text-anchor": "end", text: nodeMeta(step)}));
     nodes.appendChild(node);
   }
   root.appendChild(nodes);
 
-  // Pan (drag), zoom (wheel, buttons), fit to width: all by moving the viewBox.
-  let view = {...full}; let dragged = false;
-  const apply = () => root.setAttribute("viewBox", `${view.x} ${view.y} ${view.w} ${view.h}`);
+  let view_ = {...full};
+  const apply = () => root.setAttribute("viewBox", `${view_.x} ${view_.y} ${view_.w} ${view_.h}`);
   const viewportRatio = () => (root.clientHeight || 1) / (root.clientWidth || 1);
-  const fit = () => { view = {x: full.x, y: full.y, w: full.w, h: full.w * viewportRatio()}; if (view.h < full.h && full.h <= 560) view.h = full.h; apply(); };
-  const actual = () => { view = {x: full.x, y: full.y, w: root.clientWidth || full.w, h: root.clientHeight || full.h}; apply(); };
+  const fit = () => { view_ = {x: full.x, y: full.y, w: full.w, h: full.w * viewportRatio()}; if (view_.h < full.h && full.h <= 560) view_.h = full.h; apply(); };
+  const actual = () => { view_ = {x: full.x, y: full.y, w: root.clientWidth || full.w, h: root.clientHeight || full.h}; apply(); };
   const zoom = (factor, cx, cy) => {
-    cx = cx ?? view.x + view.w / 2; cy = cy ?? view.y + view.h / 2;
-    view = {x: cx - (cx - view.x) * factor, y: cy - (cy - view.y) * factor, w: view.w * factor, h: view.h * factor}; apply();
+    cx = cx ?? view_.x + view_.w / 2; cy = cy ?? view_.y + view_.h / 2;
+    view_ = {x: cx - (cx - view_.x) * factor, y: cy - (cy - view_.y) * factor, w: view_.w * factor, h: view_.h * factor}; apply();
   };
   root.addEventListener("wheel", ev => {
     ev.preventDefault();
     const r = root.getBoundingClientRect();
-    zoom(ev.deltaY > 0 ? 1.15 : 1 / 1.15, view.x + (ev.clientX - r.left) / r.width * view.w, view.y + (ev.clientY - r.top) / r.height * view.h);
+    zoom(ev.deltaY > 0 ? 1.15 : 1 / 1.15, view_.x + (ev.clientX - r.left) / r.width * view_.w, view_.y + (ev.clientY - r.top) / r.height * view_.h);
   }, {passive: false});
   let start = null;
-  root.addEventListener("pointerdown", ev => { start = {x: ev.clientX, y: ev.clientY, view: {...view}}; dragged = false; });
+  root.addEventListener("pointerdown", ev => { start = {x: ev.clientX, y: ev.clientY, view: {...view_}}; dragged = false; });
   root.addEventListener("pointermove", ev => {
     if (!start) return;
     const r = root.getBoundingClientRect(); const dx = ev.clientX - start.x, dy = ev.clientY - start.y;
     if (Math.abs(dx) + Math.abs(dy) > 3) dragged = true;
-    view = {...start.view, x: start.view.x - dx / r.width * start.view.w, y: start.view.y - dy / r.height * start.view.h}; apply();
+    view_ = {...start.view, x: start.view.x - dx / r.width * start.view.w, y: start.view.y - dy / r.height * start.view.h}; apply();
   });
   window.addEventListener("pointerup", () => { start = null; setTimeout(() => { dragged = false; }, 0); });
   apply();
@@ -253,31 +405,12 @@ function drawGraph(exp) {
   const readable = () => {
     const cw = root.clientWidth || full.w; const scale = Math.max(READABLE_SCALE, Math.min(1, cw / full.w));
     root.setAttribute("height", Math.round(Math.min(Math.max(full.h * scale, 160), GRAPH_MAX_HEIGHT)));
-    view = {x: full.x, y: full.y, w: cw / scale, h: (root.clientHeight || full.h * scale) / scale}; apply();
+    view_ = {x: full.x, y: full.y, w: cw / scale, h: (root.clientHeight || full.h * scale) / scale}; apply();
   };
-  requestAnimationFrame(readable);
-
-  const search = el("input", {id: "graph-search", type: "search", placeholder: "filter steps by name", oninput: () => filter()});
-  const statusSel = el("select", {id: "graph-status", onchange: () => filter()},
-    el("option", {value: "", text: "any status"}), STATUSES.map(st => el("option", {value: st, text: st})));
-  const count = el("span", {id: "graph-count", class: "muted"});
-  const filter = () => {
-    const text = search.value.trim().toLowerCase(); const want = statusSel.value; let shown = 0;
-    const hidden = new Set();
-    for (const s of exp.steps) {
-      const ok = (!text || s.name.toLowerCase().includes(text) || (s.identity || "").toLowerCase().includes(text))
-        && (!want || s.status === want);
-      if (!ok) hidden.add(s.key); else shown++;
-    }
-    root.querySelectorAll(".node").forEach(n => n.classList.toggle("dim", hidden.has(n.dataset.key)));
-    root.querySelectorAll("path.edge").forEach(p => p.classList.toggle("dim", hidden.has(p.dataset.from) || hidden.has(p.dataset.to)));
-    document.querySelectorAll("#steps tbody tr").forEach(tr => { tr.hidden = hidden.has(tr.dataset.key); });
-    count.textContent = text || want ? `${shown} of ${exp.steps.length} steps match` : "";
-  };
-  const controls = el("div", {class: "graph-controls"}, search, statusSel,
-    el("button", {id: "graph-fit", onclick: fit, text: "Fit to width"}), el("button", {id: "graph-actual", onclick: actual, text: "1:1"}),
-    el("button", {onclick: () => zoom(1 / 1.3), text: "+"}), el("button", {onclick: () => zoom(1.3), text: "−"}), count);
-  return el("div", {}, controls, el("div", {class: "graph-wrap"}, root));
+  // An edge is dimmed when either end shows nothing that matches (a group: none of its members).
+  const membersOf = key => byKey[key] && byKey[key].group ? byKey[key].members : [key];
+  const hiddenEnd = (path, hidden) => [path.dataset.from, path.dataset.to].some(k => membersOf(k).every(m => hidden.has(m)));
+  return {root, fit, actual, zoom, readable, hiddenEnd};
 }
 
 async function renderExperiment(id) {
@@ -330,13 +463,15 @@ async function refreshExperiment(id) {
   for (const s of exp.steps) {
     const status = STATUSES.includes(s.status) ? s.status : "WAITING";
     const node = document.querySelector(`#dag .node[data-key="${CSS.escape(s.key)}"]`);
-    if (node) {
-      node.setAttribute("class", `node ${status}`);
+    if (node) {  // a step drawn on its own (one in a collapsed group shows again when the page is opened anew)
+      STATUSES.forEach(st => node.classList.remove(st));
+      node.classList.add(status);
       node.dataset.status = s.status;
+      if (s.run) node.dataset.run = s.run;
       node.querySelector("rect").setAttribute("fill", `var(--${status})`);
-      node.querySelector("title").textContent = `${s.identity || s.name}\n${s.status}${s.fn ? "\n" + s.fn : ""}`;
+      node.querySelector("title").textContent = nodeTitle(s);
       const meta = node.querySelector("text.meta");
-      if (meta) meta.textContent = nodeMeta(s);
+      if (meta) { meta.textContent = nodeMeta(s); meta.classList.toggle("error", s.status === "FAILED" && !!s.error); }
     }
     const row = document.querySelector(`#steps tr[data-key="${CSS.escape(s.key)}"]`);
     if (row) {
@@ -570,48 +705,124 @@ async function startLog(path, ctx) {
   };
 }
 
-const SERIES_COLOURS = 10;  // .series-0 ... .series-9 in app.css (no inline styles under the CSP); then dashed
+// ---- charts: Observable Plot (static/plot.umd.min.js, vendored with d3 and their licences) ------
+// Every chart of every page is drawn here, so each has the same look: ticks and gridlines, each run's
+// value under the cursor, a log scale and smoothing from the page's chart controls, many runs overlaid.
+const SERIES_COLOURS = 10;  // .series-key.series-0 ... 9 in app.css use these; after ten the lines are dashed
+const SERIES_PALETTE = ["#2f6fd6", "#e07b00", "#7a3fc2", "#2e9d57", "#d33b3b", "#0f9bb0", "#b8860b", "#e0529c", "#5b6b82", "#8c564b"];
+const SMOOTHING = [0, 0.6, 0.8, 0.9, 0.95, 0.99];
+const CHART_MARGIN = {top: 22, right: 14, bottom: 32, left: 56};
+const chartPrefs = {logY: false, smoothing: 0};  // the chart controls' choice, for every chart of the page
+const liveCharts = new Set();
+
+// Exponential moving average with TensorBoard's debiasing: [step, smoothed, raw] per point.
+// A value that is not a finite number (a NaN loss) is a gap in both lines and leaves the average as it was.
+function smoothed(points, weight) {
+  if (!weight) return points;
+  let avg = 0, n = 0;
+  return points.map(p => {
+    if (!Number.isFinite(p[1])) return [p[0], NaN, p[1]];
+    avg = weight * avg + (1 - weight) * p[1];
+    n += 1;
+    return [p[0], avg / (1 - Math.pow(weight, n)), p[1]];
+  });
+}
+
+// "log scale" and "smoothing", shared by the charts on the page.
+function chartControls() {
+  const log = el("input", {type: "checkbox", class: "chart-log", checked: chartPrefs.logY ? "" : null,
+    onchange: ev => { chartPrefs.logY = ev.target.checked; redrawCharts(); }});
+  const smooth = el("select", {class: "chart-smoothing", onchange: ev => { chartPrefs.smoothing = Number(ev.target.value); redrawCharts(); }},
+    SMOOTHING.map(w => el("option", {value: w, text: w ? String(w) : "none", selected: w === chartPrefs.smoothing ? "" : null})));
+  return el("div", {class: "graph-controls chart-controls"}, el("label", {}, log, " log scale"), el("label", {}, "smoothing ", smooth));
+}
+function redrawCharts() {
+  for (const c of [...liveCharts]) {
+    if (c.box.isConnected) c.draw(); else liveCharts.delete(c);
+  }
+}
 
 // One chart, several runs overlaid; hovering shows each run's value at the nearest logged step.
-// opts: {width, height, onHover(at, values)}: with onHover the values go to the caller (the compare
-// view lists them in a table), and the chart itself shows only the step.
+// series: [{label, key, points: [[step, value], ...]}]. opts: {width, height, onHover(at, values),
+// smoothing, logY}: with onHover the values go to the caller (the compare view lists them in a table)
+// and the chart itself shows only the step; smoothing / logY given here override the page's controls.
 function linePlot(title, series, opts) {
   const o = opts || {};
-  const W = o.width || 380, H = o.height || 200, L = 56, R = 10, T = 10, B = 28;
-  const all = series.flatMap(s => s.points);
-  const xs = all.map(p => p[0]), ys = all.map(p => p[1]);
-  const x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
-  const sx = x => L + (x1 === x0 ? 0.5 : (x - x0) / (x1 - x0)) * (W - L - R);
-  const sy = y => T + (1 - (y1 === y0 ? 0.5 : (y - y0) / (y1 - y0))) * (H - T - B);
-  const cursor = svg("line", {class: "cursor", x1: 0, y1: T, x2: 0, y2: H - B, visibility: "hidden"});
-  const readout = svg("text", {class: "readout", x: W - R, y: T + 8, "text-anchor": "end"});
-  const chart = svg("svg", {class: "chart", width: W, height: H, "data-metric": title,
-      "data-points": series[0].points.length, "data-series": series.length},
-    svg("line", {class: "axis", x1: L, y1: H - B, x2: W - R, y2: H - B}),
-    svg("line", {class: "axis", x1: L, y1: T, x2: L, y2: H - B}),
-    svg("text", {x: L - 4, y: T + 8, "text-anchor": "end", text: fmtValue(y1)}),
-    svg("text", {x: L - 4, y: H - B, "text-anchor": "end", text: fmtValue(y0)}),
-    svg("text", {x: L, y: H - 8, text: `step ${x0}`}),
-    svg("text", {x: W - R, y: H - 8, "text-anchor": "end", text: `${x1}`}),
-    series.map((s, i) => svg("polyline", {"data-label": s.label, "data-run": s.key || null, "data-points": s.points.length,
-      class: `series-${i % SERIES_COLOURS}${i >= SERIES_COLOURS ? " dashed" : ""}`,
-      points: s.points.map(p => `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" ")})),
-    cursor, readout);
-  chart.addEventListener("mousemove", ev => {
-    const r = chart.getBoundingClientRect();
-    const x = x0 + (ev.clientX - r.left - L) / (W - L - R) * (x1 - x0);
-    const values = series.map(s => nearestPoint(s.points, x));
+  const note = el("span", {class: "chart-note muted"});
+  const box = el("div", {class: "plot"}, el("div", {class: "title", text: title}, " ", note));
+  const chart = {box, draw: () => {
+    const old = box.querySelector("svg.chart");
+    const fresh = drawChart(title, series, o);
+    if (old) old.replaceWith(fresh); else box.appendChild(fresh);
+    note.textContent = fresh.dataset.logRefused ? `log scale off: ${fresh.dataset.logRefused}` : "";
+  }};
+  chart.draw();
+  liveCharts.add(chart);
+  return box;
+}
+
+function drawChart(title, series, o) {
+  const W = o.width || 380, H = o.height || 200, M = CHART_MARGIN;
+  const weight = o.smoothing ?? chartPrefs.smoothing;
+  const drawn = series.map(s => smoothed(s.points, weight));
+  // Smoothed here: the raw values stay beneath, faint (a caller that smooths itself passes smoothing 0).
+  const rows = drawn.flatMap((pts, i) => pts.map(p => ({step: p[0], value: p[1], raw: weight ? p[2] : null, series: i})));
+  const wantLog = o.logY ?? chartPrefs.logY;
+  const logY = wantLog && rows.every(r => r.value > 0 && (r.raw === null || r.raw > 0));
+  const stroke = d => SERIES_PALETTE[d.series % SERIES_COLOURS];
+  const line = (data, extra) => Plot.line(data, {x: "step", y: "value", z: "series", stroke, ...extra});
+  const solid = rows.filter(r => r.series < SERIES_COLOURS), dashed = rows.filter(r => r.series >= SERIES_COLOURS);
+  const raw = rows.filter(r => r.raw !== null).map(r => ({...r, value: r.raw}));
+  const single = rows.filter(r => drawn[r.series].length === 1);
+  const fig = Plot.plot({
+    width: W, height: H, marginTop: M.top, marginRight: M.right, marginBottom: M.bottom, marginLeft: M.left,
+    x: {label: "step", grid: true, labelAnchor: "right", labelArrow: "none"},
+    y: {type: logY ? "log" : "linear", grid: true, label: null, nice: !logY},
+    marks: [
+      raw.length ? line(raw, {strokeWidth: 1, strokeOpacity: 0.25, className: "raw-lines"}) : null,
+      solid.length ? line(solid, {strokeWidth: 1.6, className: "series-lines"}) : null,
+      dashed.length ? line(dashed, {strokeWidth: 1.6, strokeDasharray: "6 3", className: "series-lines-dashed"}) : null,
+      single.length ? Plot.dot(single, {x: "step", y: "value", fill: stroke, r: 2.5}) : null,
+    ],
+  });
+  // Plot puts its base rules in a <style> inside the chart; the CSP admits only app.css (which holds
+  // the same rules), so the element goes before the chart reaches the page.
+  fig.querySelectorAll("style").forEach(s => s.remove());
+  fig.classList.add("chart");
+  const xScale = fig.scale("x");
+  Object.assign(fig.dataset, {metric: title, points: series.length ? series[0].points.length : 0, series: series.length,
+    scale: logY ? "log" : "linear", plotLeft: M.left, plotRight: W - M.right});
+  if (wantLog && !logY) fig.dataset.logRefused = "values at or below zero";
+  // One path per run, in order: named so that a reader (and a test) can tell which is which.
+  for (const [cls, rowsOf] of [["series-lines", solid], ["series-lines-dashed", dashed]]) {
+    const order = [...new Set(rowsOf.map(r => r.series))];
+    fig.querySelectorAll(`g.${cls} path`).forEach((path, k) => {
+      const s = series[order[k]];
+      if (!s) return;
+      path.dataset.label = s.label;
+      if (s.key) path.dataset.run = s.key;
+      path.dataset.points = s.points.length;
+    });
+  }
+  const cursor = svg("line", {class: "cursor", x1: 0, y1: M.top, x2: 0, y2: H - M.bottom, visibility: "hidden"});
+  const readout = svg("text", {class: "readout", x: W - M.right, y: 12, "text-anchor": "end"});
+  fig.append(cursor, readout);
+  fig.addEventListener("mousemove", ev => {
+    const r = fig.getBoundingClientRect();
+    const x = xScale.invert((ev.clientX - r.left) * (W / r.width));
+    const values = drawn.map(pts => nearestPoint(pts, x));
     const first = values.find(v => v);
     const at = first ? first[0] : Math.round(x);
-    cursor.setAttribute("x1", sx(at)); cursor.setAttribute("x2", sx(at)); cursor.setAttribute("visibility", "visible");
+    const px = xScale.apply(at);
+    cursor.setAttribute("x1", px); cursor.setAttribute("x2", px); cursor.setAttribute("visibility", "visible");
     if (o.onHover) { readout.textContent = `step ${at}`; o.onHover(at, values); return; }
     readout.textContent = `step ${at}: ` + values.map((v, i) => `${series.length > 1 ? series[i].label + " " : ""}${v ? fmtValue(v[1]) : "—"}`).join(", ");
   });
-  chart.addEventListener("mouseleave", () => {
+  fig.addEventListener("mouseleave", () => {
     cursor.setAttribute("visibility", "hidden"); readout.textContent = "";
     if (o.onHover) o.onHover(null, []);
   });
-  return el("div", {class: "plot"}, el("div", {class: "title", text: title}), chart);
+  return fig;
 }
 function fmtValue(v) { return Math.abs(v) >= 1e4 || (Math.abs(v) < 1e-2 && v !== 0) ? v.toExponential(2) : +v.toFixed(4); }
 // The logged point closest to step x (a scan, not a search: a resumed run may log a step twice).
@@ -632,6 +843,7 @@ async function renderMetrics(path, others) {
     const runs = [{label: "this run", series: m.series}, ...(others || []).map((o, i) => ({label: o.label,
       series: rest[i] && rest[i].metrics.state === "ok" ? rest[i].metrics.series : null})).filter(r => r.series)];
     const plots = ["loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu"].filter(k => m.series[k] && m.series[k].length);
+    out.push(chartControls());
     out.push(el("div", {class: "plots", id: "plots"}, plots.map(k => linePlot(k,
       runs.filter(r => r.series[k] && r.series[k].length).map(r => ({label: r.label, points: r.series[k]}))))));
     if (runs.length > 1) out.push(el("p", {class: "legend", id: "overlay-legend"}, runs.map((r, i) =>

@@ -23,18 +23,8 @@ function runLabel(run) {
   return [run.name, run.short, run.label].filter(Boolean).join(" · ");
 }
 
-const SMOOTHING = [0, 0.6, 0.8, 0.9, 0.95, 0.99];
-
-// An exponential moving average with its start-up bias removed (as TensorBoard's smoothing):
-// [step, smoothed, raw] for each point, so a hover can show both.
-function smoothed(points, weight) {
-  if (!weight) return points;
-  let avg = 0;
-  return points.map((p, i) => {
-    avg = weight * avg + (1 - weight) * p[1];
-    return [p[0], avg / (1 - Math.pow(weight, i + 1)), p[1]];
-  });
-}
+// Smoothing is app.js's `smoothed` (an exponential moving average with its start-up bias removed,
+// as TensorBoard's): [step, smoothed, raw] for each point, so a hover can show both.
 
 // Each point as a percentage of `base`'s value at the same step ([step, %, ...the point's columns]);
 // steps the base did not log are left out.
@@ -106,6 +96,8 @@ async function renderCompare(expId, params) {
       "Choose runs and a metric: the address names the choice, so it can be shared."}),
     unknown.length ? el("div", {class: "warn", id: "compare-unknown", text: `not in this experiment: ${unknown.join(", ")}`}) : null,
     el("div", {class: "graph-controls"}, el("label", {}, "metric ", select), el("label", {}, "smoothing ", smoothSelect),
+      el("label", {}, el("input", {type: "checkbox", id: "compare-log", class: "chart-log", checked: chartPrefs.logY ? "" : null,
+        onchange: ev => { chartPrefs.logY = ev.target.checked; draw(); }}), " log scale"),
       el("label", {}, "relative to ", vsSelect),
       el("button", {id: "compare-all", onclick: () => setAll(true), text: "all"}),
       el("button", {id: "compare-none-btn", onclick: () => setAll(false), text: "none"})),
@@ -163,7 +155,7 @@ async function renderCompare(expId, params) {
           columns.map((c, j) => el("td", {class: "num", text: !values[i] ? "—" : base && j === 0 ? fmtPercent(values[i][1]) : String(fmtValue(values[i][j + 1]))})),
           el("td", {class: "num", text: values[i] ? String(values[i][0]) : ""}))))));
     };
-    chartBox.replaceChildren(series.length ? linePlot(title, series, {width: 900, height: 360, onHover: showValues})
+    chartBox.replaceChildren(series.length ? linePlot(title, series, {width: 900, height: 360, onHover: showValues, smoothing: 0})
       : el("p", {class: "muted", text: runs.length ? `none of the chosen runs logged ${metric}` : "choose runs above"}));
     showValues(null, []);
     notes.replaceChildren(...problems.map(p => el("div", {class: "muted", text: p})));

@@ -212,7 +212,7 @@ async function renderTraining(params) {
       class: `series-key series-${i % 10}${i >= 10 ? " dashed" : ""}`, text: r.name}))) : null;
     return el("section", {class: "training-series"}, el("h2", {text: key}), chart, key_, table);
   });
-  setPage(header, sections, notesList(data.notes));
+  setPage(header, sections.length && typeof chartControls === "function" ? chartControls() : null, sections, notesList(data.notes));
 }
 
 // The evaluation section of an evaluation step's page (format 2 results.json): per task the value
