@@ -29,7 +29,7 @@ from marin_lab.browser.storage import (
 from marin_lab.execution.experiments import run_state
 from marin_lab.execution.explain import RecordIndex, explain_record
 from marin_lab.execution.lease import driver_gone_since
-from marin_lab.execution.secrets import redact
+from marin_lab.execution.secrets import Scrubber, redact, text_scrubber
 from marin_lab.store.errors import RecordError
 from marin_lab.store.layout import (
     ARTIFACT_RECORD_FILE,
@@ -93,18 +93,18 @@ class Browser:
                 continue
         return None
 
-    def status_of(self, step_dir: str | None) -> str:
+    def status_of(self, step_dir: str | None, scrubber: Scrubber | None = None) -> str:
         """The latest status of a step folder, or MISSING / CORRUPT."""
-        return self.status_detail(step_dir)["status"]
+        return self.status_detail(step_dir, scrubber)["status"]
 
-    def status_detail(self, step_dir: str | None) -> dict[str, Any]:
+    def status_detail(self, step_dir: str | None, scrubber: Scrubber | None = None) -> dict[str, Any]:
         """The latest status with what watching needs: driver, duration, heartbeat, progress line,
         and `damage` for a CORRUPT one. Parsed by the store's one status parser
         (`marin_lab.store.status.listed_status`, as `marin-lab status` lists it) from bytes read
         through the roots."""
         if step_dir is None:
             return {"status": MISSING}
-        value = redact(listed_status(step_dir, self._read))
+        value = redact(listed_status(step_dir, self._read), scrubber)
         detail = {k: value.get(k) for k in _STATUS_FIELDS if k in value}
         if value["status"] == Status.RUNNING:
             gone = driver_gone_since(self._lease_bytes(step_dir), value)
@@ -138,7 +138,8 @@ class Browser:
                 for step in _steps_of(item.value):
                     all_dirs.setdefault(_step_key(step), self.step_dir(step))
         keys = list(all_dirs)
-        statuses = dict(zip(keys, parallel_map(lambda k: self.status_of(all_dirs[k]), keys, local=self.local)))
+        scrubber = text_scrubber()
+        statuses = dict(zip(keys, parallel_map(lambda k: self.status_of(all_dirs[k], scrubber), keys, local=self.local)))
         out = []
         for entry, item in zip(files, loaded):
             exp_id = entry["name"][: -len(".json")]
@@ -169,7 +170,8 @@ class Browser:
         exp = loaded.value
         steps = _steps_of(exp)
         dirs = [self.step_dir(s) for s in steps]
-        details = parallel_map(self.status_detail, dirs, local=self.local)
+        scrubber = text_scrubber()  # one reading of the environment for the whole listing
+        details = parallel_map(lambda d: self.status_detail(d, scrubber), dirs, local=self.local)
         statuses = [d["status"] for d in details]
         run_driver = _text(exp.get("driver"))
         keys = [_step_key(s) for s in steps]
@@ -384,7 +386,8 @@ class Browser:
             return []
         deps = [d for d in record["dependencies"] if isinstance(d, dict)]
         dirs = [self.step_dir(d) for d in deps]
-        statuses = parallel_map(self.status_of, dirs, local=self.local)
+        scrubber = text_scrubber()
+        statuses = parallel_map(lambda d: self.status_of(d, scrubber), dirs, local=self.local)
         return [
             {"name": _text(d.get("name")), "identity": _text(d.get("identity")), "output_path": p, "status": s}
             for d, p, s in zip(deps, dirs, statuses)
@@ -408,7 +411,8 @@ class Browser:
                     found[_step_key(step)] = step
         steps = list(found.values())
         dirs = [self.step_dir(s) for s in steps]
-        statuses = parallel_map(self.status_of, dirs, local=self.local)
+        scrubber = text_scrubber()
+        statuses = parallel_map(lambda d: self.status_of(d, scrubber), dirs, local=self.local)
         return [
             {"name": _text(s.get("name")), "identity": _text(s.get("identity")), "output_path": p, "status": st}
             for s, p, st in zip(steps, dirs, statuses)

@@ -245,14 +245,18 @@ def scrub_json(value: Any, scrub: Callable[[str], str] | None = None) -> Any:
     return value
 
 
-def redact(value: Any) -> Any:
+def redact(value: Any, scrubber: Scrubber | None = None) -> Any:
     """`value` (JSON data) with secret-named fields and secret-looking text replaced.
 
     A secret-named field's value is also remembered (`remember_secret`), so that the same value is
     scrubbed wherever else it shows up: an error message, a log line, a URL in a version.
+    `scrubber`: one `text_scrubber()` taken by a caller that redacts many values at once (a listing
+    of thousands of steps), instead of reading the environment again for each; a secret-named
+    field found in `value` is still added to it.
     """
-    _remember_named(value)
-    return _redact(value, text_scrubber())
+    if _remember_named(value) or scrubber is None:
+        scrubber = text_scrubber()
+    return _redact(value, scrubber)
 
 
 # In raw text (a file shown as text, a record too damaged to parse, a log): "hf_token": "value" and
@@ -271,16 +275,20 @@ def redact_text(text: str) -> str:
     return text_scrubber()(text)
 
 
-def _remember_named(value: Any) -> None:
+def _remember_named(value: Any) -> bool:
+    """Remember the values under secret-named fields; True if there was one."""
+    found = False
     if isinstance(value, dict):
         for k, v in value.items():
             if is_secret_field(str(k)):
                 _remember_all(v)
+                found = True
             else:
-                _remember_named(v)
+                found = _remember_named(v) or found
     elif isinstance(value, (list, tuple)):
         for v in value:
-            _remember_named(v)
+            found = _remember_named(v) or found
+    return found
 
 
 def _remember_all(value: Any) -> None:

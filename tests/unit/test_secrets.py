@@ -127,3 +127,16 @@ def test_scrubbing_is_linear_on_hostile_runs(hostile):
     # Unbounded repeats before a fixed part once made these quadratic: 20,000 characters took
     # 14 s, so 200,000 would take over 20 minutes; linear, each takes well under a second.
     assert len(scrub_text(hostile)) >= len(hostile) // 2
+
+
+def test_a_shared_scrubber_for_a_listing_still_redacts_named_fields_and_environment_secrets(monkeypatch):
+    """The browser takes one scrubber for thousands of statuses; nothing it would have hidden shows."""
+    from marin_lab.execution.secrets import redact, text_scrubber
+
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-env-0123456789abcdef")
+    shared = text_scrubber()
+    out = redact({"error": "auth failed with tok-env-0123456789abcdef",
+                  "nested": {"api_key": "key-named-9876543210fedcba"}}, shared)
+    assert "tok-env-0123456789abcdef" not in str(out) and "key-named-9876543210fedcba" not in str(out)
+    # the named field's value is remembered: later text holding it is scrubbed too
+    assert "key-named-9876543210fedcba" not in str(redact({"message": "sent key-named-9876543210fedcba"}))
