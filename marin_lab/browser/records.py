@@ -24,10 +24,12 @@ from marin_lab.browser.storage import (
     parallel_map,
     read_bounded,
 )
+from marin_lab.execution.cost import step_cost
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.experiments import run_state
 from marin_lab.execution.explain import RecordIndex, explain_record
 from marin_lab.execution.lease import driver_gone_since
+from marin_lab.execution.prices import PriceTable, default_prices
 from marin_lab.execution.records import StepRecord
 from marin_lab.execution.secrets import redact
 from marin_lab.store.layout import CORRUPT, EXPERIMENTS_DIR, INFO_FILE, LEASE_FILE, MISSING, RUNS_DIR, STATUS_FILE
@@ -52,10 +54,12 @@ _LEASE_BYTES = 64 * 1024
 class Browser:
     """The read side of one prefix: experiments, steps and their records."""
 
-    def __init__(self, prefix: str, roots: Roots):
+    def __init__(self, prefix: str, roots: Roots, prices: PriceTable | None = None):
         self.roots = roots
         self.prefix = roots.resolve(prefix)
         self.local = "://" not in self.prefix
+        self.prices = prices or default_prices()
+        """What the cost columns price accelerator-hours at (execution/prices.py)."""
 
     # ---- paths -------------------------------------------------------------------------------
     def step_dir(self, step: dict) -> str | None:
@@ -301,6 +305,7 @@ class Browser:
         out["dependents"] = self._dependents(identity, exp_id) if identity else []
         out["explain"] = explain_record(self._index(), typed) if typed is not None else None
         out["artifact"] = self._artifact_record(step_dir)
+        out["cost"] = step_cost(identity or step_dir, typed, self.prices).to_json() if typed is not None else None
         # Two existence checks, not a listing: a data step's folder can hold thousands of shards.
         out["has_metrics"], out["has_results"] = parallel_map(
             lambda url: exists(self.roots, url), [child(step_dir, "metrics.jsonl"), child(step_dir, "results.json")], local=self.local)

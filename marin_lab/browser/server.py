@@ -26,12 +26,14 @@ from aiohttp import web
 
 from marin_lab.browser import evals
 from marin_lab.browser.compare import training_runs
+from marin_lab.browser.cost import experiment_cost
 from marin_lab.browser.errors import BadRequestError, BrowserError, NotFoundError, TimeoutAnswerError
 from marin_lab.browser.logs import read_log
 from marin_lab.browser.metrics import read_metrics, read_results
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
 from marin_lab.browser.records import Browser
+from marin_lab.execution.prices import PriceTable, load_prices
 from marin_lab.execution.secrets import redact_logs, scrub_json
 from marin_lab.store.layout import default_prefix
 
@@ -44,7 +46,8 @@ MAX_LIMIT = 500
 # a slow or hung storage read holds one of many threads, and its request is answered anyway.
 REQUEST_THREADS = 64
 REQUEST_TIMEOUT_S = 120.0
-STATIC_FILES = {"app.js": "text/javascript", "compare.js": "text/javascript", "evals.js": "text/javascript", "dagre.min.js": "text/javascript", "dagre-LICENSE.txt": "text/plain", "app.css": "text/css", "index.html": "text/html"}
+STATIC_FILES = {"app.js": "text/javascript", "compare.js": "text/javascript", "evals.js": "text/javascript",
+                "cost.js": "text/javascript", "dagre.min.js": "text/javascript", "dagre-LICENSE.txt": "text/plain", "app.css": "text/css", "index.html": "text/html"}
 # Data is rendered with textContent, and this policy is the second wall: no inline or foreign
 # script can run even if some string reached the DOM as markup.
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -151,6 +154,10 @@ async def _experiment(request: web.Request) -> web.Response:
     return _json(await _in_thread(request, _browser(request).experiment, request.match_info["exp_id"]))
 
 
+async def _cost(request: web.Request) -> web.Response:
+    return _json(await _in_thread(request, experiment_cost, _browser(request), request.match_info["exp_id"]))
+
+
 async def _step(request: web.Request) -> web.Response:
     path = request.query.get("path", "")
     return _json(await _in_thread(request, _browser(request).step, path, request.query.get("exp") or None))
@@ -244,11 +251,13 @@ async def _static(request: web.Request) -> web.Response:
     return web.Response(body=_static_text(name), content_type=STATIC_FILES[name], charset="utf-8")
 
 
-def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool = True) -> web.Application:
-    """The aiohttp application serving `prefix`; `roots` defaults to the prefix alone."""
+def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool = True,
+             prices: PriceTable | None = None) -> web.Application:
+    """The aiohttp application serving `prefix`; `roots` defaults to the prefix alone; `prices`
+    (default: the list prices) price the cost columns."""
     confined = Roots.of(list(roots) if roots else [prefix])
     app = web.Application(middlewares=[_guard])
-    app[BROWSER_KEY] = Browser(prefix, confined)
+    app[BROWSER_KEY] = Browser(prefix, confined, prices=prices)
     app[LOOPBACK_KEY] = loopback_only
     app[POOL_KEY] = ThreadPoolExecutor(max_workers=REQUEST_THREADS, thread_name_prefix="browser-request")
 
@@ -260,7 +269,7 @@ def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool
     # GET only: the browser never writes, so there is no route that could.
     routes = {"/": _index, "/static/{name}": _static, "/favicon.ico": _favicon, "/api/health": _health,
               "/api/experiments": _experiments, "/api/experiments/{exp_id}": _experiment,
-              "/api/experiments/{exp_id}/runs": _compare, "/api/step": _step, "/api/file": _file,
+              "/api/experiments/{exp_id}/runs": _compare, "/api/experiments/{exp_id}/cost": _cost, "/api/step": _step, "/api/file": _file,
               "/api/metrics": _metrics, "/api/log": _log, "/api/evals": _evals,
               "/api/evals/compare": _evals_compare, "/api/evals/samples": _evals_samples,
               "/api/evals/training": _evals_training, "/api/evals/run": _evals_run, "/api/{tail:.*}": _api_not_found}
@@ -276,11 +285,12 @@ def _is_loopback_bind(host: str) -> bool:
         return host == "localhost"
 
 
-def serve(prefix: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, roots: list[str] | None = None) -> None:
+def serve(prefix: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, roots: list[str] | None = None,
+          prices: PriceTable | None = None) -> None:
     """Serve the browser for `prefix` until interrupted."""
     if not _is_loopback_bind(host):
         logger.warning("browser: binding %s exposes every file under %s to the network", host, prefix)
-    app = make_app(prefix, roots, loopback_only=_is_loopback_bind(host))
+    app = make_app(prefix, roots, loopback_only=_is_loopback_bind(host), prices=prices)
     # Bound here, before printing: the address printed is the one served (--port 0 picks one), and a
     # port in use is an OSError for the caller instead of a traceback from inside the event loop.
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
@@ -319,10 +329,11 @@ class RunningServer:
 
 
 def start_in_thread(prefix: str, roots: list[str] | None = None, host: str = DEFAULT_HOST,
-                    port: int = 0) -> RunningServer:
+                    port: int = 0, prices: PriceTable | None = None) -> RunningServer:
     """Start a server on a free port (port=0) in a daemon thread and return once it listens."""
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(make_app(prefix, roots, loopback_only=_is_loopback_bind(host)), access_log=None)
+    runner = web.AppRunner(make_app(prefix, roots, loopback_only=_is_loopback_bind(host), prices=prices),
+                           access_log=None)
     ready: dict[str, Any] = {}
     started = threading.Event()
 
@@ -359,6 +370,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default 8765)")
     parser.add_argument("--root", action="append", default=None,
                         help="a folder the browser may read (repeatable); default: the prefix only")
+    parser.add_argument("--prices", help="a price table for the cost columns (docs/executor.md, \"Cost\")")
     args = parser.parse_args(argv)
     args.prefix = default_prefix(args.prefix)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -366,7 +378,7 @@ def main(argv: list[str] | None = None) -> None:
     roots = args.root if args.root else None
     if roots and args.prefix not in roots:
         roots = [args.prefix, *roots]
-    serve(args.prefix, host=args.host, port=args.port, roots=roots)
+    serve(args.prefix, host=args.host, port=args.port, roots=roots, prices=load_prices(args.prices))
 
 
 if __name__ == "__main__":
