@@ -383,7 +383,10 @@ class PlanCost:
         def part(p: dict[str, Any], what: str) -> str:
             n = p["steps"]
             known = n - p["unknown"]
-            text = (f"{n} step{'s' if n != 1 else ''} {what}: {format_money(p['money'], self.currency)} "
+            head = f"{n} step{'s' if n != 1 else ''} {what}: "
+            if n and not known:
+                return head + f"unknown for {'all ' if n > 1 else ''}{n}"
+            text = (head + f"{format_money(p['money'], self.currency)} "
                     f"({format_hours(p['accelerator_hours'])} accelerator-hours)")
             if p["unknown"]:
                 text += f" for {known}, unknown for {p['unknown']}"
