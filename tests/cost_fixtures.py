@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import pathlib
 
-import pytest
-
 V5E_256 = {"kind": "tpu", "tpu": "v5e-256", "slices": 1, "hosts_per_slice": 64, "chips_per_slice": 256,
            "chips_per_host": 4, "preemptible": True}
 HOSTILE = "report/<img src=x onerror=window.__xss=1>-44444444"
@@ -24,8 +22,7 @@ def _record(out: pathlib.Path, identity: str, status: str, resources, driver: st
     (out / ".executor_status").write_text(json.dumps({"status": status, "driver": driver}))
 
 
-@pytest.fixture
-def costed_prefix(tmp_path) -> pathlib.Path:
+def build_costed_prefix(tmp_path: pathlib.Path) -> pathlib.Path:
     """A v5e-256 training step preempted once (drv-new), a CPU step reused from an older run
     (drv-old), a GPU step of no declared type (no price), and a step never run."""
     prefix = tmp_path / "store"

@@ -8,10 +8,15 @@ import pytest
 
 from marin_lab.browser.server import start_in_thread
 from marin_lab.cli import main as cli_main
-from tests.cost_fixtures import EXPECTED_STEPS, EXPECTED_TOTAL, HOSTILE, costed_prefix  # noqa: F401 (a fixture)
+from tests.cost_fixtures import EXPECTED_STEPS, EXPECTED_TOTAL, HOSTILE, build_costed_prefix
 from tests.integration.test_browser_e2e import chromium, wait_ready  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def costed_prefix(tmp_path):
+    return build_costed_prefix(tmp_path)
 
 
 def test_the_cost_section_shows_what_the_cli_prints(chromium, costed_prefix, capsys):  # noqa: F811

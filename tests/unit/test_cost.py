@@ -31,8 +31,14 @@ from marin_lab.execution.main import executor_main
 from marin_lab.execution.prices import DEFAULT_PRICES, KNOWN, default_prices, load_prices
 from marin_lab.execution.records import Attempt, StepRecord, read_step_record
 from marin_lab.execution.resources import RunOutcome, attach_hardware
-from tests.cost_fixtures import EXPECTED_STEPS, EXPECTED_TOTAL, V5E_256, costed_prefix  # noqa: F401 (a fixture)
+from tests.cost_fixtures import EXPECTED_STEPS, EXPECTED_TOTAL, V5E_256, build_costed_prefix
 from tests.executor_steps import WriteConfig, five_step_dag, write_text
+
+
+@pytest.fixture
+def costed_prefix(tmp_path):
+    return build_costed_prefix(tmp_path)
+
 
 def attempt(n: int, kind: str | None, start: str, end: str | None, status: str, chips: int | None = None) -> Attempt:
     hardware = {"kind": "tpu", "type": "v5e-256", "slices": chips // 256, "chips": chips} if chips else None
