@@ -416,17 +416,18 @@ def estimate_plan(decisions: Sequence[Any], prices: PriceTable, index: RecordInd
         ps = d.step
         if d.action not in ("run", "skip"):
             continue
-        if index is None:
+        if index is None and d.action == "skip":
             out[ps.identity] = StepEstimate(ps.identity, d.action, None, None, "records not read", prices.currency)
             continue
-        own = index.record(ps.output_path)
+        own = index.record(ps.output_path) if index is not None else None
         if d.action == "skip":
             out[ps.identity] = (_from_record(ps.identity, "skip", own, "recorded", prices) if own is not None
                                 else StepEstimate(ps.identity, "skip", None, None, "no readable record",
                                                   prices.currency))
             continue
+        versions = index.versions_of(ps.name) if index is not None else []
         finished = [r for r in ([own] if own is not None and own.identity == ps.identity else [])
-                    + [r for r in index.versions_of(ps.name) if r.identity != ps.identity]
+                    + [r for r in versions if r.identity != ps.identity]
                     if r.status == SUCCESS and usage_of(r).get("accelerator_hours") is not None]
         if finished:
             what = "this step's record" if finished[0].identity == ps.identity else f"as {finished[0].identity}"
@@ -442,6 +443,6 @@ def estimate_plan(decisions: Sequence[Any], prices: PriceTable, index: RecordInd
             out[ps.identity] = StepEstimate(ps.identity, "run", hours, None if price is None else price * hours,
                                             f"the config's estimate on {accelerator}", prices.currency)
             continue
-        out[ps.identity] = StepEstimate(ps.identity, "run", None, None, "no finished version recorded",
-                                        prices.currency)
+        out[ps.identity] = StepEstimate(ps.identity, "run", None, None, "no finished version recorded" if index
+                                        is not None else "records not read", prices.currency)
     return PlanCost(out, prices.describe(), prices.currency)

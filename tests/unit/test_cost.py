@@ -242,6 +242,32 @@ def test_a_to_run_step_with_no_record_anywhere_is_unknown(tmp_path, capsys):
     assert out.count("cost: unknown (no finished version recorded)") == 5
 
 
+@dataclasses.dataclass(frozen=True)
+class BigTrainConfig:
+    def plan_estimate(self) -> dict:
+        return {"accelerator": "v5p-128 x2", "chips": 128, "accelerator_hours": 1000}
+
+
+def test_a_step_never_run_is_estimated_from_its_config_when_it_gives_accelerator_hours(tmp_path):
+    from types import SimpleNamespace
+
+    from marin_lab.execution.cost import estimate_plan
+    from marin_lab.execution.explain import RecordIndex
+
+    ps = SimpleNamespace(identity="train/big-1", name="train/big", output_path=str(tmp_path / "train/big-1"),
+                         step=SimpleNamespace(config=BigTrainConfig(), resources=None))
+    decisions = [SimpleNamespace(step=ps, action="run")]
+    plan = estimate_plan(decisions, default_prices(), RecordIndex(str(tmp_path)))
+    estimate = plan.steps["train/big-1"]
+    assert estimate.money == pytest.approx(1000 * DEFAULT_PRICES["tpu-v5p"])
+    assert estimate.text == "$4,200.00 estimated (1,000 accelerator-hours, the config's estimate on tpu-v5p)"
+    # A bucket that cannot be read without credentials: the config's estimate still stands, records are not read.
+    assert estimate_plan(decisions, default_prices(), None).steps["train/big-1"] == estimate
+    plain = SimpleNamespace(step=SimpleNamespace(identity="raw/x-1", name="raw/x", output_path="gs://b/raw/x-1",
+                                                 step=SimpleNamespace(config=None, resources=None)), action="skip")
+    assert estimate_plan([plain], default_prices(), None).steps["raw/x-1"].text == "unknown (records not read)"
+
+
 def test_a_bad_prices_flag_stops_the_run_in_one_line(tmp_path, capsys):
     bad = tmp_path / "prices.json"
     bad.write_text(json.dumps({"prices": {"tpu-v5e": -1}}))
