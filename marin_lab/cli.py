@@ -14,11 +14,13 @@ from marin_lab.cluster.launch_cli import add_parser as add_launch_parser
 from marin_lab.evaluation.evals_cli import add_parser as add_evals_parser
 from marin_lab.evaluation.generate_cli import add_parser as add_generate_parser
 from marin_lab.execution.cleanup import add_parser as add_gc_parser
+from marin_lab.execution.cost import ExperimentCost, experiment_cost, read_record_quietly
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.experiments import describe_status, list_experiments, list_runs, run_state, step_statuses
 from marin_lab.execution.explain import RecordIndex, explain_step
 from marin_lab.execution.main import capture_steps
+from marin_lab.execution.prices import PriceTable, load_prices
 from marin_lab.execution.provenance import compare_manifests, manifest
 from marin_lab.execution.records import RecordError, read_step_record
 from marin_lab.execution.reproduce import ReproduceError, reproduce
@@ -31,10 +33,13 @@ from marin_lab.store.layout import default_prefix
 
 def _cmd_status(args: argparse.Namespace) -> int:
     args.prefix = _prefix(args)
+    prices = load_prices(args.prices) if args.cost or args.prices else None
     experiments = list_experiments(args.prefix)
     if not experiments:
         print(f"no experiments recorded under {args.prefix}")
         return 0
+    if prices is not None:
+        print(prices.describe())
     damaged = 0
     for exp in experiments:
         if exp.get("corrupt"):
@@ -53,14 +58,26 @@ def _cmd_status(args: argparse.Namespace) -> int:
         runs = list_runs(exp["_path"], limit=3)
         if runs:
             print("    runs (newest first): " + "; ".join(_run_line(r) for r in runs))
-        for step, st in statuses:
-            print(f"    {st:<11} {step.get('identity', '?')}{_artifact_label(step)}")
+        costs = _status_costs(exp, statuses, prices)
+        for i, (step, st) in enumerate(statuses):
+            print(f"    {st:<11} {step.get('identity', '?')}{_artifact_label(step)}"
+                  + (f"  {costs.steps[i].text}" if costs else ""))
             if step.get("driver_gone_since"):
                 print(f"    {'':<11}   {describe_status(step, st)}: the next run takes it over")
             if step.get("damage"):
                 damaged += 1
                 print(f"    {'':<11}   damaged: {step['damage']} (treated as not done: the next run redoes it)")
+        if costs:
+            print(f"    {costs.text}")
     return 1 if damaged else 0
+
+
+def _status_costs(exp: dict, statuses: list, prices: PriceTable | None) -> ExperimentCost | None:
+    """With --cost: each step's recorded cost and the experiment's (execution/cost.py)."""
+    if prices is None:
+        return None
+    return experiment_cost(exp, [(str(step.get("identity", "?")), read_record_quietly(step.get("output_path")))
+                                 for step, _ in statuses], prices)
 
 
 def _run_line(run: dict) -> str:
@@ -173,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="experiments under a prefix and the status of their steps")
     p.add_argument("prefix", nargs="?", help="default: $MARIN_PREFIX, else marin_store at the project root")
+    p.add_argument("--cost", action="store_true",
+                   help="each step's accelerator-hours and cost, each experiment's, and what reuse saved")
+    p.add_argument("--prices", help="a price table (JSON, or TOML named *.toml) over the default list prices; "
+                                    "implies --cost (docs/executor.md, \"Cost\")")
     p.set_defaults(func=_cmd_status)
 
     p = sub.add_parser("explain", help="why steps of an experiment file are new: field-level diffs")

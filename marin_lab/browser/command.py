@@ -10,6 +10,7 @@ import errno
 
 from marin_lab import browser
 from marin_lab.errors import MarinLabError
+from marin_lab.execution.prices import load_prices
 from marin_lab.store.layout import default_prefix
 
 DEFAULT_HOST = "127.0.0.1"
@@ -25,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help=f"default {DEFAULT_PORT}; 0 picks a free port (printed)")
     parser.add_argument("--root", action="append", default=None,
                         help="another folder the browser may read besides the prefix (repeatable)")
+    parser.add_argument("--prices", help="a price table (JSON, or TOML by its .toml name) for the cost columns; "
+                                         "default: the list prices (docs/executor.md, \"Cost\")")
     parser.set_defaults(func=run)
     return parser
 
@@ -37,7 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Serve until interrupted; a port in use or an address that cannot be bound is one clear line."""
     try:
-        browser.serve(default_prefix(args.prefix), host=args.host, port=args.port, roots=args.root or None)
+        browser.serve(default_prefix(args.prefix), host=args.host, port=args.port, roots=args.root or None,
+                      prices=load_prices(args.prices))
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
             raise MarinLabError(f"port {args.port} on {args.host} is in use (another browser?); pass --port N, "

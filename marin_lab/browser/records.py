@@ -26,9 +26,11 @@ from marin_lab.browser.storage import (
     read_bounded,
     read_record,
 )
+from marin_lab.execution.cost import step_cost
 from marin_lab.execution.experiments import run_state
 from marin_lab.execution.explain import RecordIndex, explain_record
 from marin_lab.execution.lease import driver_gone_since
+from marin_lab.execution.prices import PriceTable, default_prices
 from marin_lab.execution.secrets import Scrubber, redact, text_scrubber
 from marin_lab.store.errors import RecordError
 from marin_lab.store.layout import (
@@ -67,10 +69,12 @@ _LEASE_BYTES = 64 * 1024
 class Browser:
     """The read side of one prefix: experiments, steps and their records."""
 
-    def __init__(self, prefix: str, roots: Roots):
+    def __init__(self, prefix: str, roots: Roots, prices: PriceTable | None = None):
         self.roots = roots
         self.prefix = roots.resolve(prefix)
         self.local = "://" not in self.prefix
+        self.prices = prices or default_prices()
+        """What the cost columns price accelerator-hours at (execution/prices.py)."""
 
     # ---- paths -------------------------------------------------------------------------------
     def step_dir(self, step: dict) -> str | None:
@@ -310,6 +314,7 @@ class Browser:
         out["dependents"] = self._dependents(identity, exp_id) if identity else []
         out["explain"] = explain_record(self._index(), typed) if typed is not None else None
         out["artifact"] = self._artifact_record(step_dir)
+        out["cost"] = step_cost(identity or step_dir, typed, self.prices).to_json() if typed is not None else None
         # Two existence checks, not a listing: a data step's folder can hold thousands of shards.
         out["has_metrics"], out["has_results"] = parallel_map(
             lambda url: exists(self.roots, url), [child(step_dir, METRICS_FILE), child(step_dir, RESULTS_FILE)], local=self.local)

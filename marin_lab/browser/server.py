@@ -27,6 +27,7 @@ from aiohttp import web
 
 from marin_lab.browser import command, evals
 from marin_lab.browser.compare import training_runs
+from marin_lab.browser.cost import experiment_cost
 from marin_lab.browser.errors import BadRequestError, BrowserError, NotFoundError, TimeoutAnswerError
 from marin_lab.browser.logs import read_log
 from marin_lab.browser.metrics import read_metrics, read_results
@@ -34,6 +35,7 @@ from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
 from marin_lab.browser.records import Browser
 from marin_lab.errors import MarinLabError
+from marin_lab.execution.prices import PriceTable
 from marin_lab.execution.secrets import redact_logs, scrub_json
 from marin_lab.io.fs import normalize_prefix
 
@@ -49,6 +51,7 @@ REQUEST_TIMEOUT_S = 120.0
 STATIC_FILES = {
     "index.html": "text/html", "app.css": "text/css",
     "app.js": "text/javascript", "compare.js": "text/javascript", "evals.js": "text/javascript",
+    "cost.js": "text/javascript",
     # Vendored unmodified, each with its licence (scripts/vendor_charts.sh re-vendors Plot and d3).
     "dagre.min.js": "text/javascript", "dagre-LICENSE.txt": "text/plain",
     "d3.min.js": "text/javascript", "d3-LICENSE.txt": "text/plain",
@@ -160,6 +163,10 @@ async def _experiment(request: web.Request) -> web.Response:
     return _json(await _in_thread(request, _browser(request).experiment, request.match_info["exp_id"]))
 
 
+async def _cost(request: web.Request) -> web.Response:
+    return _json(await _in_thread(request, experiment_cost, _browser(request), request.match_info["exp_id"]))
+
+
 async def _step(request: web.Request) -> web.Response:
     path = request.query.get("path", "")
     return _json(await _in_thread(request, _browser(request).step, path, request.query.get("exp") or None))
@@ -253,14 +260,15 @@ async def _static(request: web.Request) -> web.Response:
     return web.Response(body=_static_text(name), content_type=STATIC_FILES[name], charset="utf-8")
 
 
-def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool = True) -> web.Application:
+def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool = True,
+             prices: PriceTable | None = None) -> web.Application:
     """The aiohttp application serving `prefix`. The browser may read the prefix and each of
     `roots` (more folders, `--root`); the prefix is the first root, against which relative paths
-    resolve."""
+    resolve; `prices` (default: the list prices) price the cost columns."""
     prefix = normalize_prefix(prefix)  # a relative prefix is the working folder's, not the first root's
     confined = Roots.of([prefix, *(roots or [])])
     app = web.Application(middlewares=[_guard])
-    app[BROWSER_KEY] = Browser(prefix, confined)
+    app[BROWSER_KEY] = Browser(prefix, confined, prices=prices)
     app[LOOPBACK_KEY] = loopback_only
     app[POOL_KEY] = ThreadPoolExecutor(max_workers=REQUEST_THREADS, thread_name_prefix="browser-request")
 
@@ -272,7 +280,7 @@ def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool
     # GET only: the browser never writes, so there is no route that could.
     routes = {"/": _index, "/static/{name}": _static, "/favicon.ico": _favicon, "/api/health": _health,
               "/api/experiments": _experiments, "/api/experiments/{exp_id}": _experiment,
-              "/api/experiments/{exp_id}/runs": _compare, "/api/step": _step, "/api/file": _file,
+              "/api/experiments/{exp_id}/runs": _compare, "/api/experiments/{exp_id}/cost": _cost, "/api/step": _step, "/api/file": _file,
               "/api/metrics": _metrics, "/api/log": _log, "/api/evals": _evals,
               "/api/evals/compare": _evals_compare, "/api/evals/samples": _evals_samples,
               "/api/evals/training": _evals_training, "/api/evals/run": _evals_run, "/api/{tail:.*}": _api_not_found}
@@ -288,11 +296,12 @@ def _is_loopback_bind(host: str) -> bool:
         return host == "localhost"
 
 
-def serve(prefix: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, roots: list[str] | None = None) -> None:
+def serve(prefix: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, roots: list[str] | None = None,
+          prices: PriceTable | None = None) -> None:
     """Serve the browser for `prefix` until interrupted."""
     if not _is_loopback_bind(host):
         logger.warning("browser: binding %s exposes every file under %s to the network", host, prefix)
-    app = make_app(prefix, roots, loopback_only=_is_loopback_bind(host))
+    app = make_app(prefix, roots, loopback_only=_is_loopback_bind(host), prices=prices)
     # Bound here, before printing: the address printed is the one served (--port 0 picks one), and a
     # port in use is an OSError for the caller instead of a traceback from inside the event loop.
     family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
@@ -331,10 +340,11 @@ class RunningServer:
 
 
 def start_in_thread(prefix: str, roots: list[str] | None = None, host: str = DEFAULT_HOST,
-                    port: int = 0) -> RunningServer:
+                    port: int = 0, prices: PriceTable | None = None) -> RunningServer:
     """Start a server on a free port (port=0) in a daemon thread and return once it listens."""
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(make_app(prefix, roots, loopback_only=_is_loopback_bind(host)), access_log=None)
+    runner = web.AppRunner(make_app(prefix, roots, loopback_only=_is_loopback_bind(host), prices=prices),
+                           access_log=None)
     ready: dict[str, Any] = {}
     started = threading.Event()
 

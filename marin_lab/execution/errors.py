@@ -6,6 +6,7 @@
     │   ├── CycleError             the dependency graph has a cycle
     │   └── MissingDependencyError a step depends on a step that is not in the DAG
     ├── ExecutorConfigError        a bad flag: an invalid --run_only regex, an unknown backend
+    │   └── PriceTableError        a --prices table that cannot be used (names the file and entry)
     ├── StorageError               the prefix cannot be read or written
     ├── RecordError                a step record is damaged (names the file and the field)
     ├── LeaseLostError             another driver took over this step's lease; the step stopped
@@ -45,6 +46,10 @@ class MissingDependencyError(StepDefinitionError):
 
 class ExecutorConfigError(MarinLabError):
     """A bad executor flag or option."""
+
+
+class PriceTableError(ExecutorConfigError):
+    """A price table (--prices) names an unknown accelerator, a negative price, or is unreadable."""
 
 
 class StorageError(MarinLabError):

@@ -26,6 +26,7 @@ from marin_lab.execution.capacity import check as check_capacity
 from marin_lab.execution.capacity import known_cluster
 from marin_lab.execution.capacity import unschedulable_timeout_s as resolve_unschedulable_timeout
 from marin_lab.execution.code_provenance import git_state, store_script
+from marin_lab.execution.cost import PlanCost, estimate_plan
 from marin_lab.execution.decide import Decision, decide_one, read_statuses
 from marin_lab.execution.errors import (
     ExecutorConfigError,
@@ -40,6 +41,7 @@ from marin_lab.execution.interrupt import Interrupt
 from marin_lab.execution.lease import Lease, new_driver_id
 from marin_lab.execution.plan import Plan, PlannedStep, build_plan, gc_paused
 from marin_lab.execution.plan_report import check_format, format_text, plan_report, render_plan
+from marin_lab.execution.prices import PriceTable, default_prices
 from marin_lab.execution.record_builder import (
     experiment_record,
     relative_script,
@@ -107,6 +109,7 @@ class Executor:
         transfer_budget_bytes: int | None = None,
         regions: Regions | None = None,
         unschedulable_timeout_s: float | None = None,
+        prices: PriceTable | None = None,
     ):
         self.prefix = normalize_prefix(prefix or default_prefix())
         # Where experiment records go (Marin's name); default {prefix}/experiments, where the browser looks.
@@ -123,6 +126,8 @@ class Executor:
             lease_timeout_s=lease_timeout_s, heartbeat_s=heartbeat_s, wait_poll_s=wait_poll_s,
             max_preemption_retries=max_preemption_retries, max_failure_retries=max_failure_retries,
             unschedulable_timeout_s=resolve_unschedulable_timeout(unschedulable_timeout_s))
+        self.prices = prices or default_prices()
+        """What the dry run prices accelerator-hours at (--prices FILE over the default list prices)."""
         self.ray_address = ray_address
         self.description = description
         self.script = script if script is not None else _script_path()
@@ -215,7 +220,13 @@ class Executor:
     # the dry run
 
     def format_plan(self, decisions: Sequence[Decision]) -> str:
-        return format_text(decisions, prefix=self.prefix, backend=self.backend_name, unchecked=self.unchecked_reads)
+        return format_text(decisions, prefix=self.prefix, backend=self.backend_name, unchecked=self.unchecked_reads,
+                           costs=self.plan_costs(decisions))
+
+    def plan_costs(self, decisions: Sequence[Decision]) -> PlanCost:
+        """What the steps that would run are estimated to cost, and what reuse saves (cost.py)."""
+        unreadable = self._remote and self.regions.cannot_read(self.prefix) is not None
+        return estimate_plan(decisions, self.prices, None if unreadable else RecordIndex(self.prefix))
 
     # ---------------------------------------------------------------------------------------
     # running
@@ -246,7 +257,7 @@ class Executor:
                 print(self.format_plan(decisions), flush=True)
             else:
                 plan_doc = plan_report(decisions, prefix=self.prefix, backend=self.backend_name, script=self.script,
-                                       unchecked=self.unchecked_reads)
+                                       unchecked=self.unchecked_reads, costs=self.plan_costs(decisions))
                 print(render_plan(plan_doc, plan_format), flush=True)
             return RunReport(plan, decisions, {}, None)
         self._code = None  # the tree may have changed since this executor's last run

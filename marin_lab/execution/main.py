@@ -17,6 +17,7 @@ from marin_lab.execution.executor import Executor, RunReport, default_prefix
 from marin_lab.execution.jax_platform import default_to_cpu
 from marin_lab.execution.lease import DEFAULT_TIMEOUT_S
 from marin_lab.execution.plan import compile_run_only
+from marin_lab.execution.prices import load_prices
 from marin_lab.execution.step import ExecutorStep, InputName
 from marin_lab.flags import bare_bool_flags
 
@@ -55,6 +56,9 @@ class ExecutorMainConfig:
     unschedulable_timeout_s: float | None = None
     """How long a step may wait while no node of the cluster can hold its resources, before it fails
     (default: $MARIN_UNSCHEDULABLE_TIMEOUT_S, else 600). On a known cluster it is refused at once."""
+    prices: str | None = None
+    """A price table (JSON, or TOML named *.toml) over the default list prices, for the costs --dry_run
+    shows: {"prices": {"tpu-v5e": 1.2, ...}, "currency", "date", "source"} (docs/executor.md, "Cost")."""
 
 
 logger = logging.getLogger(__name__)
@@ -115,6 +119,7 @@ def executor_main(
             allow_cross_region=config.allow_cross_region or (),
             transfer_budget_bytes=config.transfer_budget_bytes,
             unschedulable_timeout_s=config.unschedulable_timeout_s,
+            prices=load_prices(config.prices),
         )
         # Executor.run takes InputName roots too (the plan unwraps them); its annotation says ExecutorStep only.
         report = executor.run(steps, run_only=config.run_only, dry_run=config.dry_run,  # type: ignore[arg-type]

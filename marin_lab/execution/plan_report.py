@@ -61,15 +61,18 @@ def _unchecked_line(entry: dict[str, Any]) -> str:
             "not checked for egress; the run checks them before it starts")
 
 
-def format_text(decisions: Sequence[Any], *, prefix: str, backend: str, unchecked: Sequence[Any] = ()) -> str:
+def format_text(decisions: Sequence[Any], *, prefix: str, backend: str, unchecked: Sequence[Any] = (),
+                costs: Any = None) -> str:
     """The dry run's default output: one block per step (action, why, where, resources, estimate,
-    and the field-level changes)."""
+    cost when `costs` (cost.PlanCost) is given, and the field-level changes)."""
     counts: dict[str, int] = {}
     for d in decisions:
         counts[d.action] = counts.get(d.action, 0) + 1
     summary = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
     lines = [f"Plan: {len(decisions)} step{'' if len(decisions) == 1 else 's'} under {prefix} (backend {backend}): {summary}"]
     lines += [f"  egress: {_unchecked_line(entry)}" for entry in unchecked_regions(unchecked)]
+    if costs is not None:
+        lines += [f"  {costs.prices}"] + [f"  cost: {line}" for line in costs.lines()]
     pad = f"  {'':<10}   "
     for d in decisions:
         lines.append(f"  {d.action:<10} {d.step.identity}  ({d.reason})")
@@ -81,6 +84,8 @@ def format_text(decisions: Sequence[Any], *, prefix: str, backend: str, unchecke
         if estimate is not None:
             lines.append(f"{pad}estimate: " + (f"unavailable ({estimate['unavailable']})"
                                                  if set(estimate) == {"unavailable"} else _compact(estimate)))
+        if costs is not None and d.step.identity in costs.steps:
+            lines.append(f"{pad}cost: {costs.steps[d.step.identity].text}")
         for note in d.notes:
             lines.append(f"{pad}{note}")
     return "\n".join(lines)
@@ -91,8 +96,9 @@ def _compact(d: dict[str, Any]) -> str:
 
 
 def plan_report(decisions: Sequence[Any], *, prefix: str, backend: str, script: str | None,
-                unchecked: Sequence[Any] = ()) -> dict[str, Any]:
-    """The plan as data: the JSON format, and what the Markdown is drawn from."""
+                unchecked: Sequence[Any] = (), costs: Any = None) -> dict[str, Any]:
+    """The plan as data: the JSON format, and what the Markdown is drawn from; with `costs`
+    (cost.PlanCost), each step's recorded or estimated cost and the totals."""
     steps = []
     counts: dict[str, int] = {}
     totals: dict[str, float] = {}
@@ -110,11 +116,16 @@ def plan_report(decisions: Sequence[Any], *, prefix: str, backend: str, script: 
             "dependencies": [dep.identity for dep in ps.dependencies],
             "resources": describe_resources(ps.step.resources), "estimate": estimate,
         })
-    return {
+        if costs is not None:
+            steps[-1]["cost"] = costs.steps[ps.identity].to_json() if ps.identity in costs.steps else None
+    report = {
         "script": os.path.relpath(script) if script and not os.path.relpath(script).startswith("..") else script,
         "prefix": prefix, "backend": backend, "counts": counts, "totals": totals, "steps": steps,
         "unchecked_regions": unchecked_regions(unchecked),
     }
+    if costs is not None:
+        report["cost"] = {**costs.summary(), "lines": costs.lines()}
+    return report
 
 
 def render_plan(report: dict[str, Any], fmt: str) -> str:
@@ -196,6 +207,7 @@ def to_markdown(report: dict[str, Any]) -> str:
     if report["totals"]:
         lines += ["", "**Totals over the steps that would run:** "
                   + ", ".join(f"{_text(k.replace('_', '-'))} {_text(_number(v))}" for k, v in report["totals"].items())]
+    lines += _cost_markdown(report)
     changed = [s for s in report["steps"] if s["changes"]]
     if changed:
         lines += ["", "### What changed against the latest recorded versions"]
@@ -203,3 +215,17 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines += ["", f"{_code(s['identity'], in_table=False)} ({_action(s['action'])}: {_text(s['reason'])})", ""]
             lines += [f"- {_list_item(note)}" for note in s["changes"]]
     return "\n".join(lines) + "\n"
+
+
+def _cost_markdown(report: dict[str, Any]) -> list[str]:
+    """The cost section: the totals, then each step whose cost is known (recorded or estimated)."""
+    cost = report.get("cost")
+    if not cost:
+        return []
+    lines = ["", "### Cost", "", f"{_text(cost['prices'])}.", ""]
+    lines += [f"- {_list_item(line)}" for line in cost["lines"]]
+    known = [s for s in report["steps"] if s.get("cost") and s["cost"]["accelerator_hours"] is not None]
+    if known:
+        lines += ["", "| Action | Step | Cost |", "|---|---|---|"]
+        lines += [f"| {_action(s['action'])} | {_code(s['identity'])} | {_text(s['cost']['text'])} |" for s in known]
+    return lines

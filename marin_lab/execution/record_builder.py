@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from marin_lab.execution.artifacts import declaration
+from marin_lab.execution.cost import record_usage
 from marin_lab.execution.hashing import lenient_value, unversioned_fingerprint
 from marin_lab.execution.plan import Plan, PlannedStep
 from marin_lab.execution.provenance import package_versions
@@ -143,6 +144,8 @@ class StepRecorder:
         self._write(durable=True)
 
     def _write(self, *, durable: bool) -> None:
+        # What the attempts that ended held, chips x hours (cost.py); not hashed, like all of the record.
+        self.record.usage = record_usage(self.record)
         # Redacted whole, not field by field: the version (a token in a versioned field), attempt
         # errors and status messages (a token echoed by an exception) are secrets' ways in too.
         write_json(self.url, redact(self.record.to_json()), durable=durable)

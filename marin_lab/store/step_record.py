@@ -196,10 +196,11 @@ _LAYOUT: tuple[tuple[str, tuple[type, ...], str], ...] = (
     ("hardware", _DICT, "an object"),
     ("manifest", _DICT, "an object"),
     ("timings", _DICT, "an object"),
+    ("usage", _DICT, "an object"),
 )
 # Written only when set (a RUNNING record has no manifest); `result` and `hardware` of a SUCCESS
 # are written even when null (the function returned None; no hardware was seen).
-_OPTIONAL = {"step_environment", "error", "result", "environment", "hardware", "manifest"}
+_OPTIONAL = {"step_environment", "error", "result", "environment", "hardware", "manifest", "usage"}
 _NULL_ON_SUCCESS = {"result", "hardware"}
 
 
@@ -237,6 +238,8 @@ class StepRecord:
     hardware: dict[str, Any] | None = None
     manifest: dict[str, Any] | None = None
     timings: Timings = dataclasses.field(default_factory=Timings)
+    usage: dict[str, Any] | None = None
+    """Accelerator-hours over the attempts that ended (execution/cost.py); absent in older records."""
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Fields this version does not know, kept as they were and written back."""
 

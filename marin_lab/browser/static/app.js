@@ -449,10 +449,12 @@ async function renderExperiment(id) {
       el("span", {class: "muted", text: " · the metrics of this experiment's training steps, overlaid on one chart"})),
     // A long table costs more layout than the graph; fold it away on big experiments.
     el("h2", {text: "Steps"}), exp.steps.length > 200 ? el("details", {}, el("summary", {text: `show all ${exp.steps.length} steps`}), table) : table,
+    el("div", {id: "cost"}, el("p", {class: "muted", text: "Loading the cost…"})),
     runsSection(exp.runs),
     codeSection(exp.code));
   // Timings for benchmarks/browser_latency.py: fetch+parse vs building the DOM.
   document.body.dataset.renderMs = (performance.now() - t1).toFixed(1);
+  fillCost(id);  // cost.js: read after the page is drawn, so the graph never waits for it
   if (exp.steps.some(st => ACTIVE.has(st.status))) poll(() => refreshExperiment(id));
 }
 
@@ -577,7 +579,8 @@ async function renderStep(params) {
     ["fingerprint", step.artifact && step.artifact.fingerprint],
     ["adopted from", step.artifact && step.artifact.source],
     ["started", r && r.timings && r.timings.started], ["ended", r && r.timings && r.timings.ended],
-    ["duration", r && r.timings && typeof r.timings.duration_s === "number" ? `${r.timings.duration_s.toFixed(2)} s` : null]]));
+    ["duration", r && r.timings && typeof r.timings.duration_s === "number" ? `${r.timings.duration_s.toFixed(2)} s` : null],
+    ["cost", step.cost && step.cost.text]]));
   const live = step.status_file && step.status_file.value;
   if (step.status === "RUNNING" && step.driver_gone_since) {
     parts.push(el("p", {id: "driver-gone", class: "warn",

@@ -1,0 +1,448 @@
+"""What a step cost: accelerator-hours from its record, money from the price table (prices.py).
+
+**Accelerator-hours** are chips x wall hours, summed over every attempt of the step that ended: a
+preempted, failed, cancelled or lost attempt held its hardware as long as it ran, so it counts
+(and is shown apart, as `preempted_accelerator_hours`). The chips of an attempt are what its
+runner reported it ran on (a TPU attempt lists the slices it actually got, `hardware.chips`),
+else what the step declared (`resources`): TPU slices x chips per slice (the largest count of an
+elastic request), GPUs, or CPUs; a step that declares nothing runs as one process and counts as one
+CPU. A runner of another kind has unknown chips: its hours are shown, its accelerator-hours are
+"unknown". An attempt still running is not counted until it ends.
+
+The step record holds the result as `usage` (written with every record; records are not hashed,
+so identities do not change). A record written before `usage` existed is measured the same way
+when read. One record's usage spans every attempt its identity ever had, over all runs: what the
+artifact cost.
+
+**Saved by reuse** is the recorded cost of the steps a run found done instead of running. For the
+dry run, a step that would run is estimated from the latest finished record of the same step name
+(this identity's, else an earlier version's), else from its config's own estimate
+(`plan_estimate()`'s accelerator-hours, e.g. a training config's FLOPs at an assumed MFU), else it is
+"unknown".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from marin_lab.execution.errors import RecordError
+from marin_lab.execution.explain import RecordIndex
+from marin_lab.execution.prices import PriceTable
+from marin_lab.execution.records import Attempt, StepRecord, read_step_record
+from marin_lab.execution.resources import describe_resources
+
+SUCCESS = "SUCCESS"
+PREEMPTION = "preemption"
+# The spellings cluster/tpu_types.py accepts for a generation, and Ray's accelerator types.
+_TPU_ALIASES = {"v5litepod": "v5e", "v5lite": "v5e", "v6litepod": "v6e"}
+_GPU_ALIASES = {"a100-40g": "a100", "a100-40gb": "a100", "a100-80g": "a100-80gb", "h100-80g": "h100",
+                "h100-80gb": "h100", "h100-sxm": "h100", "tesla-v100": "v100", "tesla-t4": "t4"}
+
+
+# ---- which accelerator, how many -------------------------------------------------------------------
+
+def tpu_key(name: Any) -> str | None:
+    """'v5e-256', 'v5litepod-16' or Ray's 'TPU-V4' -> 'tpu-v5e' / 'tpu-v4'; None when not a TPU name."""
+    if not isinstance(name, str) or not name.strip():
+        return None
+    text = name.strip().lower().removeprefix("tpu-")
+    generation = text.split("-", 1)[0]
+    if not generation.startswith("v"):
+        return None
+    return f"tpu-{_TPU_ALIASES.get(generation, generation)}"
+
+
+def gpu_key(name: Any) -> str:
+    """'H100', 'A100-80G', 'NVIDIA_TESLA_T4' -> 'gpu-h100' / 'gpu-a100-80gb' / 'gpu-t4'; 'gpu' when untyped."""
+    if not isinstance(name, str) or name.strip().lower() in ("", "auto", "any"):
+        return "gpu"
+    text = name.strip().lower().replace("_", "-").removeprefix("nvidia-")
+    return f"gpu-{_GPU_ALIASES.get(text, text)}"
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def declared_accelerator(resources: Any) -> tuple[str | None, float | None]:
+    """(accelerator, chips) a step's described resources (`describe_resources`) ask for."""
+    if resources is None:
+        return "cpu", 1.0
+    if not isinstance(resources, Mapping):
+        return None, None
+    kind = resources.get("kind")
+    if kind == "tpu":
+        slices = resources.get("slices")
+        if isinstance(slices, (list, tuple)):
+            slices = max((s for s in slices if _number(s) is not None), default=None)
+        per, count = _number(resources.get("chips_per_slice")), _number(slices)
+        return tpu_key(resources.get("tpu")), (per * count if per is not None and count is not None else None)
+    if kind == "gpu":
+        return gpu_key(resources.get("accelerator_type")), _number(resources.get("gpus"))
+    if kind == "cpu":
+        return "cpu", _number(resources.get("cpus"))
+    if kind is not None:  # another runner: what it holds is its own business
+        return None, None
+    # Ray task options
+    gpus = _number(resources.get("num_gpus"))
+    if gpus:
+        return gpu_key(resources.get("accelerator_type")), gpus
+    custom = resources.get("resources")
+    tpus = _number(custom.get("TPU")) if isinstance(custom, Mapping) else None
+    if tpus:
+        return tpu_key(resources.get("accelerator_type")), tpus
+    cpus = resources.get("num_cpus", 1)
+    return "cpu", _number(cpus)
+
+
+def attempt_accelerator(attempt: Attempt, resources: Any) -> tuple[str | None, float | None]:
+    """What one attempt held: its reported hardware when that says its chips, else the declaration."""
+    hardware = attempt.hardware
+    if isinstance(hardware, Mapping) and hardware.get("kind") == "tpu":
+        chips = _number(hardware.get("chips"))
+        if chips is not None and tpu_key(hardware.get("type")):
+            return tpu_key(hardware.get("type")), chips
+        if not (isinstance(resources, Mapping) and resources.get("kind") == "tpu"):
+            return tpu_key(hardware.get("type")), None
+    return declared_accelerator(resources)
+
+
+def _time(text: Any) -> datetime.datetime | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        parsed = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.timezone.utc)
+
+
+def attempt_hours(attempt: Attempt) -> float | None:
+    """Wall hours from the attempt's start to its end; None while it runs or when a time is unreadable."""
+    started, ended = _time(attempt.started), _time(attempt.ended)
+    if started is None or ended is None:
+        return None
+    return max((ended - started).total_seconds(), 0.0) / 3600
+
+
+# ---- the record's usage ------------------------------------------------------------------------------
+
+def record_usage(record: StepRecord) -> dict[str, Any]:
+    """The `usage` the record holds: accelerator-hours over every attempt that ended."""
+    by_accelerator: dict[str, float] = {}
+    wall = total = preempted = 0.0
+    counted = preempted_attempts = unknown = 0
+    accelerator: str | None = None
+    chips: float | None = None
+    for attempt in record.attempts:
+        hours = attempt_hours(attempt)
+        if hours is None:
+            continue
+        counted += 1
+        wall += hours
+        accelerator, chips = attempt_accelerator(attempt, record.resources)
+        if attempt.kind == PREEMPTION:
+            preempted_attempts += 1
+        if accelerator is None or chips is None:
+            unknown += 1
+            continue
+        used = chips * hours
+        total += used
+        by_accelerator[accelerator] = by_accelerator.get(accelerator, 0.0) + used
+        if attempt.kind == PREEMPTION:
+            preempted += used
+    if not record.attempts and record.timings.duration_s is not None:  # an older or Marin's record
+        accelerator, chips = declared_accelerator(record.resources)
+        counted, wall = 1, max(float(record.timings.duration_s), 0.0) / 3600
+        if accelerator is None or chips is None:
+            unknown = 1
+        else:
+            total = chips * wall
+            by_accelerator[accelerator] = total
+    usage: dict[str, Any] = {
+        "accelerator": accelerator, "chips": chips, "attempts": counted, "preempted_attempts": preempted_attempts,
+        "wall_hours": round(wall, 6), "accelerator_hours": None if unknown else round(total, 6),
+        "preempted_accelerator_hours": round(preempted, 6),
+        "by_accelerator": {k: round(v, 6) for k, v in by_accelerator.items()},
+    }
+    if unknown:
+        usage["unknown_attempts"] = unknown
+    return usage
+
+
+def usage_of(record: StepRecord) -> dict[str, Any]:
+    """The record's `usage` as written, else (an older record, or a damaged field) measured now."""
+    usage = record.usage
+    if (isinstance(usage, dict) and isinstance(usage.get("by_accelerator"), dict)
+            and (usage.get("accelerator_hours") is None or _number(usage.get("accelerator_hours")) is not None)
+            and all(_number(v) is not None for v in usage["by_accelerator"].values())):
+        return usage
+    return record_usage(record)
+
+
+def money(usage: Mapping[str, Any], prices: PriceTable) -> float | None:
+    """What the usage cost at `prices`; None when its hours or an accelerator's price are unknown."""
+    if usage.get("accelerator_hours") is None:
+        return None
+    total = 0.0
+    for accelerator, hours in usage.get("by_accelerator", {}).items():
+        price = prices.price(accelerator)
+        if price is None:
+            return None
+        total += price * hours
+    return total
+
+
+# ---- how amounts read ------------------------------------------------------------------------------
+
+def format_money(value: float | None, currency: str = "USD") -> str:
+    if value is None:
+        return "unknown"
+    sign = "$" if currency == "USD" else f"{currency} "
+    if value == 0 or value >= 0.01:
+        return f"{sign}{value:,.2f}"
+    return f"{sign}{value:.2g}" if value < 1e-6 else f"{sign}{value:.6f}".rstrip("0")
+
+
+def format_hours(value: float | None) -> str:
+    if value is None:
+        return "unknown"
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 0.01 or value == 0:
+        return f"{value:.2f}"
+    return f"{value:.2g}"
+
+
+def _chips(value: float | None) -> str:
+    return "?" if value is None else f"{value:g}"
+
+
+# ---- cost of a step and of an experiment -------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class StepCost:
+    """One step's recorded cost, as `marin-lab status --cost` and the browser show it."""
+
+    identity: str
+    accelerator: str | None = None
+    chips: float | None = None
+    accelerator_hours: float | None = None
+    preempted_accelerator_hours: float = 0.0
+    attempts: int = 0
+    money: float | None = None
+    recorded: bool = False
+    """False: no readable record (never run, or damaged)."""
+    reused: bool = False
+    """Found done by the experiment's latest run (another driver produced it)."""
+    priced: bool = True
+    """False when an accelerator it used has no price in the table."""
+    currency: str = "USD"
+
+    @property
+    def text(self) -> str:
+        if not self.recorded:
+            return "no record"
+        if self.attempts == 0:
+            return "no finished attempt yet"
+        hours = format_hours(self.accelerator_hours)
+        on = f" on {self.accelerator or 'unknown hardware'} x{_chips(self.chips)}"
+        preempted = (f", {format_hours(self.preempted_accelerator_hours)} of them preempted"
+                     if self.preempted_accelerator_hours else "")
+        price = format_money(self.money, self.currency) if self.priced else f"no price for {self.accelerator}"
+        return f"{price} ({hours} accelerator-hours{on}{preempted})" + (" reused" if self.reused else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "text": self.text}
+
+
+def step_cost(identity: str, record: StepRecord | None, prices: PriceTable, *, reused: bool = False) -> StepCost:
+    if record is None:
+        return StepCost(identity, recorded=False, currency=prices.currency)
+    usage = usage_of(record)
+    value = money(usage, prices)
+    priced = all(prices.price(a) is not None for a in usage.get("by_accelerator", {}))
+    return StepCost(identity, usage.get("accelerator"), _number(usage.get("chips")), usage.get("accelerator_hours"),
+                    _number(usage.get("preempted_accelerator_hours")) or 0.0, int(usage.get("attempts") or 0),
+                    value, recorded=True, reused=reused, priced=priced, currency=prices.currency)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentCost:
+    """An experiment's steps' costs, their sum, and what its latest run saved by reusing steps."""
+
+    steps: list[StepCost]
+    currency: str = "USD"
+
+    def _sum(self, costs: Sequence[StepCost]) -> tuple[float, float, int]:
+        hours = sum(c.accelerator_hours or 0.0 for c in costs)
+        value = sum(c.money or 0.0 for c in costs)
+        unknown = sum(1 for c in costs if c.attempts and c.money is None)
+        return hours, value, unknown
+
+    def totals(self) -> dict[str, Any]:
+        hours, value, unknown = self._sum([c for c in self.steps if c.recorded])
+        saved_steps = [c for c in self.steps if c.reused]
+        s_hours, s_value, s_unknown = self._sum(saved_steps)
+        return {"accelerator_hours": round(hours, 6), "money": round(value, 6), "unknown": unknown,
+                "saved_accelerator_hours": round(s_hours, 6), "saved_money": round(s_value, 6),
+                "saved_steps": len(saved_steps), "saved_unknown": s_unknown}
+
+    @property
+    def text(self) -> str:
+        t = self.totals()
+        unknown = f" + {t['unknown']} step{'s' if t['unknown'] != 1 else ''} of unknown cost" if t["unknown"] else ""
+        saved_unknown = f" + {t['saved_unknown']} of unknown cost" if t["saved_unknown"] else ""
+        n = t["saved_steps"]
+        return (f"cost: {format_money(t['money'], self.currency)} ({format_hours(t['accelerator_hours'])} "
+                f"accelerator-hours){unknown}; saved by reuse: {format_money(t['saved_money'], self.currency)} "
+                f"({format_hours(t['saved_accelerator_hours'])} accelerator-hours, {n} step{'s' if n != 1 else ''}"
+                f"{saved_unknown})")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"steps": [c.to_json() for c in self.steps], "totals": self.totals(), "text": self.text}
+
+
+def is_reused(experiment: Mapping[str, Any], record: StepRecord | None) -> bool:
+    """A finished step the experiment's latest run did not produce: another driver's record."""
+    driver = experiment.get("driver")
+    return (record is not None and record.status == SUCCESS and isinstance(driver, str)
+            and record.driver is not None and record.driver != driver)
+
+
+def experiment_cost(experiment: Mapping[str, Any], steps: Sequence[tuple[str, StepRecord | None]],
+                    prices: PriceTable) -> ExperimentCost:
+    """Each listed step's cost (`steps`: its identity and record, read by the caller), in order."""
+    return ExperimentCost([step_cost(identity, record, prices, reused=is_reused(experiment, record))
+                           for identity, record in steps], prices.currency)
+
+
+def read_record_quietly(output_path: Any) -> StepRecord | None:
+    """A step's record for showing its cost; None when there is none or it is damaged."""
+    if not isinstance(output_path, str):
+        return None
+    try:
+        return read_step_record(output_path)
+    except RecordError:
+        return None
+
+
+# ---- the dry run's estimate ------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class StepEstimate:
+    """What a step in a plan costs: recorded (reused) or estimated (would run)."""
+
+    identity: str
+    action: str
+    accelerator_hours: float | None
+    money: float | None
+    basis: str
+    currency: str = "USD"
+
+    @property
+    def text(self) -> str:
+        if self.accelerator_hours is None:
+            return f"unknown ({self.basis})"
+        word = "saved by reuse" if self.action == "skip" else "estimated"
+        return (f"{format_money(self.money, self.currency)} {word} ({format_hours(self.accelerator_hours)} "
+                f"accelerator-hours, {self.basis})")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "text": self.text}
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanCost:
+    steps: dict[str, StepEstimate]
+    """By identity; only steps that would run or are reused."""
+    prices: str
+    currency: str = "USD"
+
+    def _part(self, action: str) -> dict[str, Any]:
+        chosen = [e for e in self.steps.values() if e.action == action]
+        return {"steps": len(chosen),
+                "accelerator_hours": round(sum(e.accelerator_hours or 0.0 for e in chosen), 6),
+                "money": round(sum(e.money or 0.0 for e in chosen), 6),
+                "unknown": sum(1 for e in chosen if e.money is None)}
+
+    def summary(self) -> dict[str, Any]:
+        return {"prices": self.prices, "currency": self.currency, "run": self._part("run"),
+                "saved_by_reuse": self._part("skip")}
+
+    def lines(self) -> list[str]:
+        """Two lines: what running costs, what reuse saves."""
+        run, saved = self._part("run"), self._part("skip")
+
+        def part(p: dict[str, Any], what: str) -> str:
+            n = p["steps"]
+            known = n - p["unknown"]
+            head = f"{n} step{'s' if n != 1 else ''} {what}: "
+            if n and not known:
+                return head + f"unknown for {'all ' if n > 1 else ''}{n}"
+            text = (head + f"{format_money(p['money'], self.currency)} "
+                    f"({format_hours(p['accelerator_hours'])} accelerator-hours)")
+            if p["unknown"]:
+                text += f" for {known}, unknown for {p['unknown']}"
+            return text
+        return [part(run, "would run, estimated"), part(saved, "reused, saved by reuse")]
+
+
+def _estimate_of(config: Any) -> dict[str, Any] | None:
+    estimate = getattr(config, "plan_estimate", None)
+    if not callable(estimate):
+        return None
+    try:
+        return dict(estimate())
+    except Exception:  # noqa: BLE001 - an estimate is informative only (the plan shows why it failed)
+        return None
+
+
+def _from_record(identity: str, action: str, record: StepRecord, basis: str, prices: PriceTable) -> StepEstimate:
+    usage = usage_of(record)
+    return StepEstimate(identity, action, usage.get("accelerator_hours"), money(usage, prices), basis, prices.currency)
+
+
+def estimate_plan(decisions: Sequence[Any], prices: PriceTable, index: RecordIndex | None) -> PlanCost:
+    """Each reused or to-run step's cost (see the module doc); `index` None: records not readable."""
+    out: dict[str, StepEstimate] = {}
+    for d in decisions:
+        ps = d.step
+        if d.action not in ("run", "skip"):
+            continue
+        if index is None and d.action == "skip":
+            out[ps.identity] = StepEstimate(ps.identity, d.action, None, None, "records not read", prices.currency)
+            continue
+        own = index.record(ps.output_path) if index is not None else None
+        if d.action == "skip":
+            out[ps.identity] = (_from_record(ps.identity, "skip", own, "recorded", prices) if own is not None
+                                else StepEstimate(ps.identity, "skip", None, None, "no readable record",
+                                                  prices.currency))
+            continue
+        versions = index.versions_of(ps.name) if index is not None else []
+        finished = [r for r in ([own] if own is not None and own.identity == ps.identity else [])
+                    + [r for r in versions if r.identity != ps.identity]
+                    if r.status == SUCCESS and usage_of(r).get("accelerator_hours") is not None]
+        if finished:
+            what = "this step's record" if finished[0].identity == ps.identity else f"as {finished[0].identity}"
+            out[ps.identity] = _from_record(ps.identity, "run", finished[0], what, prices)
+            continue
+        estimate = _estimate_of(ps.step.config)
+        hours = _number((estimate or {}).get("accelerator_hours"))
+        if hours is not None:
+            accelerator = tpu_key(str(estimate.get("accelerator", "")).split(" ", 1)[0]) if estimate else None
+            if accelerator is None:
+                accelerator = declared_accelerator(describe_resources(ps.step.resources))[0]
+            price = prices.price(accelerator)
+            out[ps.identity] = StepEstimate(ps.identity, "run", hours, None if price is None else price * hours,
+                                            f"the config's estimate on {accelerator}", prices.currency)
+            continue
+        out[ps.identity] = StepEstimate(ps.identity, "run", None, None, "no finished version recorded" if index
+                                        is not None else "records not read", prices.currency)
+    return PlanCost(out, prices.describe(), prices.currency)
