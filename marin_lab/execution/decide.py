@@ -31,6 +31,8 @@ class Decision:
     """run | skip | wait | fail | unselected"""
     reason: str
     notes: tuple[str, ...] = ()
+    forced: bool = False
+    """Matched by `--force_run`: it runs again whatever its status (a live run elsewhere is still waited for)."""
 
 
 def read_statuses(steps: Sequence[PlannedStep], *, remote: bool) -> dict[str, dict[str, Any] | None]:
@@ -43,15 +45,20 @@ def read_statuses(steps: Sequence[PlannedStep], *, remote: bool) -> dict[str, di
 
 
 def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[PlannedStep], Lease],
-               force_run_failed: bool, index: RecordIndex | None) -> Decision:
+               force_run_failed: bool, index: RecordIndex | None, forced: bool = False) -> Decision:
     """One step's decision from its status (`read_status`); `index` adds the field-level
-    difference against the previous recorded version for a step that is new."""
+    difference against the previous recorded version for a step that is new. A `forced` step
+    (`--force_run`) runs again after a SUCCESS or a FAILED: a new attempt, as any rerun."""
     status = (st or {}).get("status")
+    if forced and status in (Status.SUCCESS.value, Status.FAILED.value):
+        return Decision(ps, "run", f"forced by --force_run (last {status} at {(st or {}).get('time')}); a new "
+                                   "attempt writes its output again", forced=True)
     if status == Status.SUCCESS.value:
         rebuild = rebuild_reason(ps)
         if rebuild is not None:
             return Decision(ps, "run", rebuild)
-        return Decision(ps, "skip", f"SUCCESS at {(st or {}).get('time')}", tuple(stale_reuse_notes(ps, st or {})))
+        reuse_notes = stale_reuse_notes(ps, st or {})
+        return Decision(ps, "skip", f"SUCCESS at {(st or {}).get('time')}", tuple(reuse_notes))
     if status == Status.RUNNING.value:
         holder = lease(ps).current_holder()
         if holder is not None and not holder.is_stale(time.time()):

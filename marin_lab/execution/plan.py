@@ -128,20 +128,35 @@ class Plan:
             logger.warning("--run_only: %s matched no step name", ", ".join(repr(u) for u in unused))
         return self.ancestors(chosen)
 
+    def forced(self, force_run: Sequence[str] | None) -> set[str]:
+        """The identities of the steps whose *name* matches one of the `--force_run` regexes
+        (`re.search`, as `--run_only`): they run again even after a SUCCESS."""
+        if not force_run:
+            return set()
+        patterns = compile_run_only(force_run, flag="--force_run")
+        chosen = {s.identity for s in self.steps if any(p.search(s.name) for p in patterns)}
+        if not chosen:
+            names = ", ".join(s.name for s in self.steps[:10]) + (", ..." if len(self.steps) > 10 else "")
+            raise ExecutorConfigError(f"--force_run {list(force_run)} matches no step name; the steps are: {names}")
+        unused = [p.pattern for p in patterns if not any(p.search(s.name) for s in self.steps)]
+        if unused:
+            logger.warning("--force_run: %s matched no step name", ", ".join(repr(u) for u in unused))
+        return chosen
 
-def compile_run_only(run_only: Sequence[str]) -> list[re.Pattern[str]]:
-    """The --run_only regexes, compiled; a bad one is one clear line."""
+
+def compile_run_only(run_only: Sequence[str], *, flag: str = "--run_only") -> list[re.Pattern[str]]:
+    """The --run_only (or --force_run) regexes, compiled; a bad one is one clear line."""
     if isinstance(run_only, str):
         run_only = [run_only]
     patterns = []
     for rx in run_only:
         if not isinstance(rx, str):
-            raise ExecutorConfigError(f"--run_only {rx!r} is not a string; give regular expressions over step names")
+            raise ExecutorConfigError(f"{flag} {rx!r} is not a string; give regular expressions over step names")
         try:
             patterns.append(re.compile(rx))
         except re.error as err:
             raise ExecutorConfigError(
-                f"--run_only {rx!r} is not a valid regular expression ({err}); quote it for your shell, "
+                f"{flag} {rx!r} is not a valid regular expression ({err}); quote it for your shell, "
                 "and escape regex characters such as [ ( * with a backslash"
             ) from None
     return patterns

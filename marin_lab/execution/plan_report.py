@@ -106,6 +106,7 @@ def plan_report(decisions: Sequence[Any], *, prefix: str, backend: str, script: 
                     totals[key] = totals.get(key, 0) + estimate[key]
         steps.append({
             "name": ps.name, "identity": ps.identity, "action": d.action, "reason": d.reason,
+            "forced": bool(getattr(d, "forced", False)),
             "changes": list(d.notes), "output_path": ps.output_path, "fn": ps.fn_path,
             "dependencies": [dep.identity for dep in ps.dependencies],
             "resources": describe_resources(ps.step.resources), "estimate": estimate,

@@ -86,12 +86,15 @@ class StepRunner:
 
     def __init__(self, *, settings: RunnerSettings, driver_id: str, backend: Any, backend_name: str,
                  code: Callable[[], dict[str, Any]], experiment: str | None,
-                 cancel: threading.Event | None = None, run_id: str | None = None):
+                 cancel: threading.Event | None = None, run_id: str | None = None,
+                 forced: frozenset[str] = frozenset()):
         self.settings = settings
         self.cancel = cancel or threading.Event()
         """Set when the run is interrupted: running steps are cancelled, none is started."""
         self.run_id = run_id
         """The run (its record under experiments/{id}/runs/) written into terminal statuses."""
+        self.forced = forced
+        """Identities this run runs again after a SUCCESS (`--force_run`), unless another driver just ran them."""
         self.driver_id = driver_id
         self.backend = backend
         self.backend_name = backend_name
@@ -126,10 +129,14 @@ class StepRunner:
         try:
             # Holding the lease: someone may have finished the step since it was decided.
             st = read_status(ps.output_path) or {}
-            if st.get("status") == Status.SUCCESS.value and rebuild_reason(ps) is None:
+            rerun = ps.identity in self.forced and not waited_for  # forced: not reused, unless just run elsewhere
+            if st.get("status") == Status.SUCCESS.value and rebuild_reason(ps) is None and not rerun:
                 return StepOutcome(ps.identity, "SUCCESS", message=f"finished by {waited_for}" if waited_for else None)
             if st.get("status") == Status.FAILED.value and waited_for:
                 return StepOutcome(ps.identity, "FAILED", message=f"FAILED in driver {st.get('driver')}")
+            if rerun and st.get("status") == Status.SUCCESS.value:
+                logger.info("step '%s': forced by --force_run; running again over its SUCCESS of %s",
+                            ps.identity, st.get("time"))
             return self._run_holding_lease(plan, ps, lease)
         finally:
             lease.release()
