@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from marin_lab.execution.code_provenance import function_fingerprint
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_diffs
 from marin_lab.execution.hashing import lenient_value, unversioned_fingerprint
@@ -57,7 +59,7 @@ def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[P
         rebuild = rebuild_reason(ps)
         if rebuild is not None:
             return Decision(ps, "run", rebuild)
-        reuse_notes = stale_reuse_notes(ps, st or {})
+        reuse_notes = stale_reuse_notes(ps, st or {}) + changed_code_notes(ps, st or {})
         return Decision(ps, "skip", f"SUCCESS at {(st or {}).get('time')}", tuple(reuse_notes))
     if status == Status.RUNNING.value:
         holder = lease(ps).current_holder()
@@ -97,6 +99,25 @@ def rebuild_reason(ps: PlannedStep) -> str | None:
     place, and None otherwise; it may warn of recipe drift, or raise to stop the run."""
     hook = getattr(ps.step.fn, "rebuild_reason", None)
     return hook(ps.output_path) if callable(hook) else None
+
+
+def changed_code_notes(ps: PlannedStep, st: dict[str, Any]) -> list[str]:
+    """A reused SUCCESS whose function's source (with its helpers in the same module) differs from
+    the source it ran with: one line, with the rerun command. Statuses older than the fingerprint
+    say nothing."""
+    recorded = st.get("code_fingerprint")
+    if not isinstance(recorded, str):
+        return []
+    current = function_fingerprint(ps.step.fn)
+    if current is None or current["sha256"] == recorded:
+        return []
+    return [f"reused, but its code changed since it ran ({current['file']}: {current['function']}); "
+            f"use --force_run '^{_regex_literal(ps.name)}$' to run it again"]
+
+
+def _regex_literal(name: str) -> str:
+    """`name` as a regex that matches it, escaping only what a step name may hold that is special."""
+    return re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", name)
 
 
 def stale_reuse_notes(ps: PlannedStep, st: dict[str, Any]) -> list[str]:

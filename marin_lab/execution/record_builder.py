@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from marin_lab.execution.artifacts import declaration
+from marin_lab.execution.code_provenance import function_fingerprint
 from marin_lab.execution.hashing import lenient_value, unversioned_fingerprint
 from marin_lab.execution.plan import Plan, PlannedStep
 from marin_lab.execution.provenance import package_versions
@@ -64,7 +65,8 @@ def step_record(ps: PlannedStep, config: Any, *, code: dict[str, Any], experimen
         reproducibility=declaration(ps.step.fn, config),
         git={"commit": code["commit"], "dirty": code["dirty"]},
         # The script's text and the diff live once, in the experiment record and beside it.
-        code={"script": code["script"], "script_sha256": code["script_sha256"], "experiment": experiment},
+        code={"script": code["script"], "script_sha256": code["script_sha256"], "experiment": experiment,
+              "function": function_fingerprint(ps.step.fn)},
         driver=driver,
         backend=backend,
         status_history=history,

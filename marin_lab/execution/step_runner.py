@@ -27,6 +27,7 @@ from typing import Any
 
 from marin_lab.execution.backends import Guard
 from marin_lab.execution.capacity import DEFAULT_UNSCHEDULABLE_TIMEOUT_S, UnschedulableWatch
+from marin_lab.execution.code_provenance import function_fingerprint
 from marin_lab.execution.decide import rebuild_reason
 from marin_lab.execution.environments import ensure_environment, run_in_step_environment
 from marin_lab.execution.errors import (
@@ -215,8 +216,10 @@ class StepRunner:
             recorder.write_success(attempt, result=result, environment=env, hardware=hardware, manifest=files,
                                    duration_s=duration)
             # SUCCESS last: only after the outputs, the manifest and the record are in place.
+            code = function_fingerprint(ps.step.fn)  # a later plan says when the function changed (decide.py)
             self._terminal_status(ps, Status.SUCCESS, attempt.attempt, duration_s=round(duration, 3),
-                                  config_fingerprint=unversioned_fingerprint(ps.scan.unversioned))
+                                  config_fingerprint=unversioned_fingerprint(ps.scan.unversioned),
+                                  **({"code_fingerprint": code["sha256"]} if code else {}))
             logger.info("step '%s': SUCCESS in %.1fs (%d files, %d bytes)", ps.identity, duration,
                         files["count"], files["total_bytes"])
             return StepOutcome(ps.identity, "SUCCESS", executed=True)
