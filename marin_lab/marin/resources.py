@@ -17,11 +17,13 @@ import dataclasses
 from typing import Any
 
 from marin_lab.cluster.resources import GpuResources, TpuResources
+from marin_lab.versioning import field_hints
 
 __all__ = ["CpuConfig", "CpuOnlyConfig", "FrayGpuConfig", "GpuConfig", "ResourceConfig", "TpuConfig", "TpuPodConfig",
            "step_resources"]
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class CpuOnlyConfig:
     """CPUs only."""
@@ -29,6 +31,7 @@ class CpuOnlyConfig:
     num_cpus: int = 1
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class GpuConfig:
     """GPUs on one node."""
@@ -38,6 +41,7 @@ class GpuConfig:
     """e.g. "H100"; None: any."""
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class TpuPodConfig:
     """Whole TPU slices."""
@@ -47,6 +51,7 @@ class TpuPodConfig:
     slice_count: int = 1
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class CpuConfig:
     """Fray's CPU-only device."""
@@ -54,6 +59,7 @@ class CpuConfig:
     kind: str = "cpu"
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class TpuConfig:
     """Fray's TPU device: a slice type such as "v5p-8"."""
@@ -62,6 +68,7 @@ class TpuConfig:
     kind: str = "tpu"
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class FrayGpuConfig:
     """Fray's GPU device: `count` GPUs of `variant` ("auto": any)."""
@@ -71,6 +78,7 @@ class FrayGpuConfig:
     kind: str = "gpu"
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class ResourceConfig:
     """Fray's resource request for one step: CPUs, memory, disk, a device, and how many replicas

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import jax
 
 from marin_lab.io import fs as mfs
+from marin_lab.versioning import field_hints
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ _MODE_ALIASES: dict[str, WandbMode] = {"online": "online", "run": "online", "off
                                        "dryrun": "offline", "disabled": "disabled"}
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class WandbConfig:
     """Weights & Biases logging."""
