@@ -6,7 +6,8 @@ the experiment, two steps claiming one output path, two different functions clai
 identity.
 
 The planner also turns Marin's ways of saying things into ours, once: a `@ray.remote` function
-becomes its Python function plus its Ray options as the step's resources, and
+becomes its Python function plus its Ray options as the step's resources, Marin's resource
+classes (`GpuConfig(...)`, `TpuPodConfig`, `CpuOnlyConfig`, Fray's `ResourceConfig`) become ours, and
 `pip_dependency_groups` becomes a locked step environment. `PlannedStep.step` is that normalized
 step; the user's own objects stay in `Plan.objects`.
 """
@@ -25,7 +26,7 @@ from typing import Any
 from marin_lab.execution.errors import CycleError, ExecutorConfigError, MissingDependencyError, StepDefinitionError
 from marin_lab.execution.extras import environment_for_groups
 from marin_lab.execution.hashing import ConfigScan, hash8, scan_config, version_of
-from marin_lab.execution.resources import RAY_OPTION_KEYS
+from marin_lab.execution.resources import RAY_OPTION_KEYS, executor_resources
 from marin_lab.execution.sources import portable_value
 from marin_lab.execution.step import ExecutorStep, InputName, OutputName, VersionedValue, validate_name
 from marin_lab.io.fs import join
@@ -228,9 +229,16 @@ def _check_step(step: Any, referrer: ExecutorStep | None) -> None:
 
 def _normalized(step: ExecutorStep) -> ExecutorStep:
     """The step as the executor runs it: Marin's spellings turned into ours."""
-    if step.pip_dependency_groups is None and step.environment is None and _ray_function(step.fn) is None:
+    try:
+        resources = executor_resources(step.resources)  # Marin's GpuConfig(...) and friends
+    except Exception as err:
+        raise StepDefinitionError(f"{_label(step)}: resources {step.resources!r}: {err}") from err
+    if (step.pip_dependency_groups is None and step.environment is None and _ray_function(step.fn) is None
+            and resources is step.resources):
         return step  # nothing to turn into ours (most steps)
     changes: dict[str, Any] = {}
+    if resources is not step.resources:
+        changes["resources"] = resources
     inner = _ray_function(step.fn)
     if inner is not None:
         changes["fn"] = inner

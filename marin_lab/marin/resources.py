@@ -3,7 +3,8 @@
 `SimpleTrainConfig(resources=CpuOnlyConfig(num_cpus=1), ...)` reads as in Marin. `step_resources`
 turns one into what marin_lab's executor schedules: Ray options for CPUs, `GpuResources` and
 `TpuResources` (marin_lab.cluster.resources) for accelerators. marin_lab's own resource objects (or a
-dict of Ray options) pass through as they are.
+dict of Ray options) pass through as they are. Each class also answers `executor_resources()`, so
+`ExecutorStep(resources=GpuConfig(gpu_count=1))` is planned as `GpuResources(gpus=1)`.
 
 `ResourceConfig` is Fray's (`fray.types.ResourceConfig`), which today's Marin steps pass to
 `remote(fn, resources=...)`: `ResourceConfig.with_tpu("v5p-8")`, `.with_gpu("H100", count=8)`,
@@ -23,9 +24,17 @@ __all__ = ["CpuConfig", "CpuOnlyConfig", "FrayGpuConfig", "GpuConfig", "Resource
            "step_resources"]
 
 
+class _Request:
+    """A resource request in Marin's or Fray's spelling."""
+
+    def executor_resources(self) -> Any:
+        """What the executor schedules for `ExecutorStep(resources=self)` (`step_resources`)."""
+        return step_resources(self)[0]
+
+
 @field_hints
 @dataclasses.dataclass(frozen=True)
-class CpuOnlyConfig:
+class CpuOnlyConfig(_Request):
     """CPUs only."""
 
     num_cpus: int = 1
@@ -33,7 +42,7 @@ class CpuOnlyConfig:
 
 @field_hints
 @dataclasses.dataclass(frozen=True)
-class GpuConfig:
+class GpuConfig(_Request):
     """GPUs on one node."""
 
     gpu_count: int = 1
@@ -43,7 +52,7 @@ class GpuConfig:
 
 @field_hints
 @dataclasses.dataclass(frozen=True)
-class TpuPodConfig:
+class TpuPodConfig(_Request):
     """Whole TPU slices."""
 
     tpu_type: str
@@ -53,7 +62,7 @@ class TpuPodConfig:
 
 @field_hints
 @dataclasses.dataclass(frozen=True)
-class CpuConfig:
+class CpuConfig(_Request):
     """Fray's CPU-only device."""
 
     kind: str = "cpu"
@@ -61,7 +70,7 @@ class CpuConfig:
 
 @field_hints
 @dataclasses.dataclass(frozen=True)
-class TpuConfig:
+class TpuConfig(_Request):
     """Fray's TPU device: a slice type such as "v5p-8"."""
 
     variant: str
@@ -70,7 +79,7 @@ class TpuConfig:
 
 @field_hints
 @dataclasses.dataclass(frozen=True)
-class FrayGpuConfig:
+class FrayGpuConfig(_Request):
     """Fray's GPU device: `count` GPUs of `variant` ("auto": any)."""
 
     variant: str = "auto"
@@ -80,7 +89,7 @@ class FrayGpuConfig:
 
 @field_hints
 @dataclasses.dataclass(frozen=True)
-class ResourceConfig:
+class ResourceConfig(_Request):
     """Fray's resource request for one step: CPUs, memory, disk, a device, and how many replicas
     (for a TPU: slices)."""
 
@@ -119,6 +128,8 @@ class ResourceConfig:
 
 def step_resources(resources: Any) -> tuple[Any, str | None, int]:
     """(the step's resources, the TPU type and slice count for the dry run's estimate)."""
+    if isinstance(resources, (CpuConfig, TpuConfig, FrayGpuConfig)):  # a device alone: one replica of it
+        resources = ResourceConfig(device=resources)
     if isinstance(resources, ResourceConfig):
         device = resources.device
         if isinstance(device, TpuConfig):
