@@ -19,6 +19,7 @@ from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_
 from marin_lab.execution.hashing import lenient_value, unversioned_fingerprint
 from marin_lab.execution.lease import DRIVER_GONE, Lease, running_driver_gone
 from marin_lab.execution.plan import PlannedStep
+from marin_lab.execution.record_builder import strip_ansi
 from marin_lab.execution.records import read_step_record
 from marin_lab.execution.secrets import redact
 from marin_lab.execution.status import CORRUPT, Status, read_status
@@ -76,6 +77,7 @@ def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[P
         if force_run_failed:
             return Decision(ps, "run", "previously FAILED; --force_run_failed is set")
         error = (st or {}).get("error")
+        error = strip_ansi(error) if isinstance(error, str) else error  # a status written before errors were stripped
         said = f" ({error})" if error else ""
         return Decision(ps, "fail", f"failed previously{said}; pass --force_run_failed true to run it again")
     if status == CORRUPT:

@@ -182,7 +182,8 @@ def to_markdown(report: dict[str, Any]) -> str:
     counts = report["counts"]
     summary = ", ".join(f"{n} {_action(a)}" for a, n in sorted(counts.items()))
     title = _code(report["script"], in_table=False) if report["script"] else "experiment"
-    lines = [f"## Plan for {title}: {sum(counts.values())} steps ({summary})", "",
+    n = sum(counts.values())
+    lines = [f"## Plan for {title}: {n} step{'' if n == 1 else 's'} ({summary})", "",
              f"Prefix {_code(report['prefix'], in_table=False)}, backend {_code(report['backend'], in_table=False)}. "
              "Output paths are `{prefix}/{step}`.", "",
              "| Action | Step | Why | Resources | Estimate |", "|---|---|---|---|---|"]
