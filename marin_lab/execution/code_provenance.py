@@ -163,7 +163,8 @@ def _fingerprint(target: Any) -> dict[str, str] | None:
     stack: list[Any] = [target]
     while stack and len(seen) < MAX_FINGERPRINT_OBJECTS:
         obj = stack.pop()
-        name = f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', '?')}"
+        # The qualified name only: a script run as `__main__` and imported by its module name is one code.
+        name = str(getattr(obj, "__qualname__", "?"))
         if name in seen:
             continue
         try:

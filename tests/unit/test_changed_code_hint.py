@@ -88,3 +88,9 @@ def test_a_status_without_a_fingerprint_says_nothing(tmp_path):
         open(status_path(ps.output_path), "w").write(json.dumps(st))
     plan = Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
     assert not any(d.notes for d in plan.decisions)
+
+
+def test_the_fingerprint_does_not_depend_on_the_module_name(tmp_path, monkeypatch):
+    as_module = function_fingerprint(_load(tmp_path, monkeypatch, STEPS_V1, name="steps_one").step_fn)
+    as_other = function_fingerprint(_load(tmp_path, monkeypatch, STEPS_V1, name="steps_two").step_fn)
+    assert as_module["sha256"] == as_other["sha256"]
