@@ -17,6 +17,7 @@ from typing import Any
 
 from marin_lab.resources import CpuOnlyConfig, GpuConfig, TpuPodConfig, step_resources
 from marin_lab.training import CheckpointConfig, MeshConfig, OptimizerConfig
+from marin_lab.versioning import field_hints, unknown_field_message
 
 __all__ = ["CpuOnlyConfig", "GpuConfig", "SimpleTrainConfig", "TpuPodConfig"]
 
@@ -32,6 +33,7 @@ def _flat_property(flat: str, field: str) -> property:
     return property(lambda self: getattr(self.optimizer, field), doc=f"`optimizer.{field}` (Marin's `{flat}`).")
 
 
+@field_hints(extra=tuple(FLAT_OPTIMIZER_FIELDS) + ("optimizer_config",))
 @dataclasses.dataclass(frozen=True, init=False)
 class SimpleTrainConfig:
     """What a training run needs beyond its data and model shape."""
@@ -79,6 +81,11 @@ class SimpleTrainConfig:
         """Marin's spelling: `learning_rate` and the other flat optimizer keywords (see the module
         docstring), or `optimizer_config=` (Marin's name for a whole optimizer, used as it is); or
         marin_lab's `optimizer=`, which the flat keywords then adjust field by field."""
+        valid = [f.name for f in dataclasses.fields(self)] + ["learning_rate", "optimizer_config"] + [
+            k for k in FLAT_OPTIMIZER_FIELDS if k != "learning_rate"]
+        unknown = [k for k in fields if k not in valid]  # @field_hints names them when other errors come first
+        if unknown:  # a misspelt keyword names the closest setting, before anything else is said
+            raise TypeError(unknown_field_message("SimpleTrainConfig", unknown, valid))
         flat = {FLAT_OPTIMIZER_FIELDS[k]: fields.pop(k) for k in list(fields) if k in FLAT_OPTIMIZER_FIELDS}
         flat = {k: v for k, v in flat.items() if v is not None}
         if learning_rate is not None:
@@ -107,9 +114,6 @@ class SimpleTrainConfig:
                 values[f.name] = fields.pop(f.name)
             else:
                 values[f.name] = f.default_factory() if f.default is dataclasses.MISSING else f.default
-        if fields:
-            raise TypeError(f"SimpleTrainConfig got unexpected keyword arguments {sorted(fields)}: marin_lab's trainer "
-                            "has no such setting (docs/coming_from_marin.md lists the fields)")
         for name, value in values.items():
             object.__setattr__(self, name, value)
 

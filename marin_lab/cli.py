@@ -18,7 +18,8 @@ from marin_lab.execution.cost import ExperimentCost, experiment_cost, read_recor
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.experiments import describe_status, list_experiments, list_runs, run_state, step_statuses
-from marin_lab.execution.explain import RecordIndex, explain_step
+from marin_lab.execution.explain import RecordIndex, explain_step, last_run_of
+from marin_lab.execution.hashing import hash8
 from marin_lab.execution.main import capture_steps
 from marin_lab.execution.prices import PriceTable, load_prices
 from marin_lab.execution.provenance import compare_manifests, manifest
@@ -113,6 +114,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         index = RecordIndex(executor.prefix, list_names=lambda url: [], read=lambda url: None)
     else:
         index = RecordIndex(executor.prefix)
+    last_run = None
+    if unreadable is None:
+        last_run = last_run_of(list_experiments(executor.prefix), args.script,
+                               hash8(sorted(s.identity for s in plan.steps)))
+        if last_run is not None:
+            print(f"compared with this experiment's last run ({last_run.describe()})")
+        else:
+            print(f"no earlier run of {args.script} is recorded under {executor.prefix}: each step is compared "
+                  "with the latest recorded version of its name, from any experiment")
     pattern = re.compile(args.step) if args.step else None
     shown = 0
     seen: set[str] = set()
@@ -122,7 +132,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         recorded = index.record(ps.output_path)
         if recorded is not None and recorded.identity in (None, ps.identity) and not args.all:
             continue
-        for line in explain_step(plan, ps, index, seen=seen):
+        for line in explain_step(plan, ps, index, seen=seen, last_run=last_run):
             print(line)
         shown += 1
     if shown == 0:

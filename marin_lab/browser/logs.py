@@ -16,6 +16,7 @@ from typing import Any
 from marin_lab.browser.errors import BadRequestError, NotFoundError
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.storage import child, file_info, list_dir, open_file
+from marin_lab.execution.record_builder import strip_ansi
 from marin_lab.execution.secrets import redact_text
 from marin_lab.store.layout import ATTEMPT_LOG, LOGS_DIR, attempt_log_name
 
@@ -50,4 +51,4 @@ def read_log(roots: Roots, step_dir: str, attempt: int | None = None, offset: in
         cut = data.index(b"\n") + 1
         data, start = data[cut:], start + cut
     return {"state": "ok", "attempts": attempts, "attempt": chosen, "url": url, "size": size, "start": start,
-            "next_offset": end, "text": redact_text(data.decode("utf-8", errors="replace"))}
+            "next_offset": end, "text": strip_ansi(redact_text(data.decode("utf-8", errors="replace")))}

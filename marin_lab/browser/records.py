@@ -31,6 +31,7 @@ from marin_lab.execution.experiments import run_state
 from marin_lab.execution.explain import RecordIndex, explain_record
 from marin_lab.execution.lease import driver_gone_since
 from marin_lab.execution.prices import PriceTable, default_prices
+from marin_lab.execution.record_builder import strip_ansi_in
 from marin_lab.execution.secrets import Scrubber, redact, text_scrubber
 from marin_lab.store.errors import RecordError
 from marin_lab.store.layout import (
@@ -294,12 +295,13 @@ class Browser:
         if info.state == "missing" and status.state == "missing" and not list_dir(self.roots, step_dir):
             raise NotFoundError(f"no step at {step_dir}: the folder is empty or missing")
         # The page shows the record as written (unknown fields included), redacted like the writer does.
-        record = redact(info.value) if typed is not None else None
+        # Terminal colour codes (Ray's errors carry them) are taken out of what a page shows.
+        record = strip_ansi_in(redact(info.value)) if typed is not None else None
         out: dict[str, Any] = {
             "output_path": step_dir,
             "info": info.as_json(),
             "record": record,
-            "status_file": {**status.as_json(), "value": status.value},
+            "status_file": {**status.as_json(), "value": strip_ansi_in(status.value)},
             "status": self.status_of(step_dir),
         }
         if out["status"] == "RUNNING":  # a frozen RUNNING says so: `RUNNING, driver gone since T`

@@ -21,6 +21,7 @@ from marin_lab.cluster.errors import ClusterError, PreemptedError, StepCancelled
 from marin_lab.cluster.slice_runner import run_on_slices
 from marin_lab.cluster.tpu_types import TpuType, check_slice_count, parse_tpu_type
 from marin_lab.execution.resources import RunOutcome, attach_hardware, hardware_of
+from marin_lab.versioning import field_hints
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ def _as_preemption(err: BaseException, step_name: str, what: str) -> BaseExcepti
     return PreemptedError(f"step {step_name!r} lost its {what}: {type(err).__name__}: {first_line}")
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class TpuResources:
     """Whole TPU slices: `TpuResources(tpu="v5e-256", slices=2)` or elastic `slices=[1, 2]`."""
@@ -187,6 +189,7 @@ def _run_ray_task(owner: Any, fn: Callable[[Any], Any], config: Any, options: di
     return RunOutcome(result, {**owner.describe(), **where})
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class CpuResources:
     """CPUs and memory for a step that runs as one Ray task."""
@@ -215,6 +218,7 @@ class CpuResources:
         return _run_ray_task(self, fn, config, self.ray_options(), step_name, "CPU worker", cancel)
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class GpuResources:
     """GPUs on one node for a step that runs as one Ray task."""

@@ -31,7 +31,7 @@ from marin_lab.models.llama import LlamaConfig
 from marin_lab.store.layout import RESULTS_FILE
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.token_cache import TokenCache
-from marin_lab.versioning import versioned_field
+from marin_lab.versioning import field_hints, versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ class EvaluationError(MarinLabError, ValueError):
     """An evaluation cannot run: missing checkpoint, validation set or tokenizer, or a task failed."""
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class EvalLmConfig:
     """Evaluate one trained model."""

@@ -18,9 +18,13 @@ the record then says `redacted: true`, and the sha256 is that of the stored text
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import os
 import subprocess
+import types
+import weakref
 from typing import Any
 
 from marin_lab.execution.secrets import redact
@@ -113,3 +117,100 @@ def store_script(experiments_folder: str, script: str | None) -> dict[str, Any]:
         atomic_write_bytes(url, stored)
     return {"stored_script": rel, "script_sha256": digest, "script_bytes": len(stored),
             "script_redacted": stored != original}
+
+
+# ---- a step function's own code ------------------------------------------------------------------
+# After a bug in a step's function is fixed the step's identity is unchanged (code is not identity),
+# so the next run reuses the old output. Its SUCCESS status keeps a fingerprint of the function's
+# source (and of the functions and classes of the same module it names, helpers included); a later
+# plan compares it with the current one and says when they differ (decide.py). Other edits to the
+# same file (a new step, another config) leave the fingerprint as it was.
+
+MAX_FINGERPRINT_OBJECTS = 64
+
+
+_FINGERPRINTS: weakref.WeakKeyDictionary[Any, dict[str, str] | None] = weakref.WeakKeyDictionary()
+
+
+def function_fingerprint(fn: Any) -> dict[str, str] | None:
+    """{"file", "function", "sha256"} of a step function's source, or None when its source cannot be
+    read (a function made in an interactive session, a builtin, a callable object without one).
+    Computed once per function in a process (a plan may hold many steps of one function)."""
+    target = source_function(fn)
+    if target is None:
+        return None
+    try:
+        return _FINGERPRINTS[target]
+    except (KeyError, TypeError):
+        pass
+    found = _fingerprint(target)
+    try:
+        _FINGERPRINTS[target] = found
+    except TypeError:
+        pass
+    return found
+
+
+def _fingerprint(target: Any) -> dict[str, str] | None:
+    module = getattr(target, "__module__", None)
+    try:
+        file = inspect.getsourcefile(target)
+    except TypeError:
+        return None
+    if not file:
+        return None
+    seen: dict[str, str] = {}
+    stack: list[Any] = [target]
+    while stack and len(seen) < MAX_FINGERPRINT_OBJECTS:
+        obj = stack.pop()
+        # The qualified name only: a script run as `__main__` and imported by its module name is one code.
+        name = str(getattr(obj, "__qualname__", "?"))
+        if name in seen:
+            continue
+        try:
+            seen[name] = inspect.getsource(obj)
+        except (OSError, TypeError):
+            if obj is target:
+                return None
+            continue
+        stack.extend(_same_module_names(obj, module))
+    digest = hashlib.sha256("\0".join(f"{k}\0{v}" for k, v in sorted(seen.items())).encode()).hexdigest()
+    rel = os.path.relpath(file) if not os.path.relpath(file).startswith("..") else file
+    return {"file": rel, "function": getattr(target, "__qualname__", "?"), "sha256": digest[:16]}
+
+
+def source_function(fn: Any) -> Any:
+    """The Python function whose source is a step's code: through partials, decorators that keep
+    `__wrapped__`, `@ray.remote`, and wrappers that name it (`source_function`, as Marin's StepSpec
+    functions do)."""
+    for _ in range(8):
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif type(fn).__name__ == "RemoteFunction" and hasattr(fn, "_function"):
+            fn = fn._function
+        elif getattr(fn, "source_function", None) is not None and not inspect.isfunction(fn):
+            fn = fn.source_function
+        else:
+            break
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    return fn if inspect.isfunction(fn) or inspect.ismethod(fn) else None
+
+
+def _same_module_names(obj: Any, module: str | None) -> list[Any]:
+    """The functions and classes of `module` that `obj`'s code names (its helpers)."""
+    code = getattr(obj, "__code__", None)
+    scope = getattr(obj, "__globals__", None)
+    if code is None or not isinstance(scope, dict):
+        return []
+    names: set[str] = set()
+    codes = [code]
+    while codes:
+        c = codes.pop()
+        names.update(c.co_names)
+        codes.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    found = []
+    for n in sorted(names):
+        value = scope.get(n)
+        if (inspect.isfunction(value) or inspect.isclass(value)) and getattr(value, "__module__", None) == module:
+            found.append(value)
+    return found

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from marin_lab.execution.code_provenance import function_fingerprint
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_diffs
 from marin_lab.execution.hashing import lenient_value, unversioned_fingerprint
 from marin_lab.execution.lease import DRIVER_GONE, Lease, running_driver_gone
 from marin_lab.execution.plan import PlannedStep
+from marin_lab.execution.record_builder import strip_ansi
 from marin_lab.execution.records import read_step_record
 from marin_lab.execution.secrets import redact
 from marin_lab.execution.status import CORRUPT, Status, read_status
@@ -31,6 +34,8 @@ class Decision:
     """run | skip | wait | fail | unselected"""
     reason: str
     notes: tuple[str, ...] = ()
+    forced: bool = False
+    """Matched by `--force_run`: it runs again whatever its status (a live run elsewhere is still waited for)."""
 
 
 def read_statuses(steps: Sequence[PlannedStep], *, remote: bool) -> dict[str, dict[str, Any] | None]:
@@ -43,15 +48,20 @@ def read_statuses(steps: Sequence[PlannedStep], *, remote: bool) -> dict[str, di
 
 
 def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[PlannedStep], Lease],
-               force_run_failed: bool, index: RecordIndex | None) -> Decision:
+               force_run_failed: bool, index: RecordIndex | None, forced: bool = False) -> Decision:
     """One step's decision from its status (`read_status`); `index` adds the field-level
-    difference against the previous recorded version for a step that is new."""
+    difference against the previous recorded version for a step that is new. A `forced` step
+    (`--force_run`) runs again after a SUCCESS or a FAILED: a new attempt, as any rerun."""
     status = (st or {}).get("status")
+    if forced and status in (Status.SUCCESS.value, Status.FAILED.value):
+        return Decision(ps, "run", f"forced by --force_run (last {status} at {(st or {}).get('time')}); a new "
+                                   "attempt writes its output again", forced=True)
     if status == Status.SUCCESS.value:
         rebuild = rebuild_reason(ps)
         if rebuild is not None:
             return Decision(ps, "run", rebuild)
-        return Decision(ps, "skip", f"SUCCESS at {(st or {}).get('time')}", tuple(stale_reuse_notes(ps, st or {})))
+        reuse_notes = stale_reuse_notes(ps, st or {}) + changed_code_notes(ps, st or {})
+        return Decision(ps, "skip", f"SUCCESS at {(st or {}).get('time')}", tuple(reuse_notes))
     if status == Status.RUNNING.value:
         holder = lease(ps).current_holder()
         if holder is not None and not holder.is_stale(time.time()):
@@ -67,6 +77,7 @@ def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[P
         if force_run_failed:
             return Decision(ps, "run", "previously FAILED; --force_run_failed is set")
         error = (st or {}).get("error")
+        error = strip_ansi(error) if isinstance(error, str) else error  # a status written before errors were stripped
         said = f" ({error})" if error else ""
         return Decision(ps, "fail", f"failed previously{said}; pass --force_run_failed true to run it again")
     if status == CORRUPT:
@@ -90,6 +101,25 @@ def rebuild_reason(ps: PlannedStep) -> str | None:
     place, and None otherwise; it may warn of recipe drift, or raise to stop the run."""
     hook = getattr(ps.step.fn, "rebuild_reason", None)
     return hook(ps.output_path) if callable(hook) else None
+
+
+def changed_code_notes(ps: PlannedStep, st: dict[str, Any]) -> list[str]:
+    """A reused SUCCESS whose function's source (with its helpers in the same module) differs from
+    the source it ran with: one line, with the rerun command. Statuses older than the fingerprint
+    say nothing."""
+    recorded = st.get("code_fingerprint")
+    if not isinstance(recorded, str):
+        return []
+    current = function_fingerprint(ps.step.fn)
+    if current is None or current["sha256"] == recorded:
+        return []
+    return [f"reused, but its code changed since it ran ({current['file']}: {current['function']}); "
+            f"use --force_run '^{_regex_literal(ps.name)}$' to run it again"]
+
+
+def _regex_literal(name: str) -> str:
+    """`name` as a regex that matches it, escaping only what a step name may hold that is special."""
+    return re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", name)
 
 
 def stale_reuse_notes(ps: PlannedStep, st: dict[str, Any]) -> list[str]:

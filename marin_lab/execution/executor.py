@@ -96,6 +96,7 @@ class Executor:
         backend: str = "ray",
         max_concurrent: int | None = None,
         force_run_failed: bool = False,
+        force_run: Sequence[str] = (),
         lease_timeout_s: float = 60.0,
         heartbeat_s: float | None = None,
         max_preemption_retries: int = 10,
@@ -122,6 +123,9 @@ class Executor:
             raise ExecutorConfigError(f"--max_concurrent must be at least 1, got {max_concurrent}")
         self.max_concurrent = max_concurrent or max(os.cpu_count() or 1, 4)
         self.force_run_failed = force_run_failed
+        self.force_run = list(force_run)
+        """Regexes over step names (`--force_run`): matching steps run again even after a SUCCESS."""
+        self._forced: set[str] = set()
         self.runner_settings = RunnerSettings(
             lease_timeout_s=lease_timeout_s, heartbeat_s=heartbeat_s, wait_poll_s=wait_poll_s,
             max_preemption_retries=max_preemption_retries, max_failure_retries=max_failure_retries,
@@ -199,7 +203,8 @@ class Executor:
                 else Decision(ps, "unselected", "not selected by --run_only") for ps in plan.steps]
 
     def _decide_one(self, ps: PlannedStep, st: dict[str, Any] | None, index: RecordIndex | None) -> Decision:
-        return decide_one(ps, st, lease=self._lease, force_run_failed=self.force_run_failed, index=index)
+        return decide_one(ps, st, lease=self._lease, force_run_failed=self.force_run_failed, index=index,
+                          forced=ps.identity in self._forced)
 
     def _warn_if_new_prefix(self, decisions: Sequence[Decision]) -> None:
         """One line when every step of several will run in a prefix that holds no experiment yet:
@@ -239,14 +244,18 @@ class Executor:
         dry_run: bool = False,
         raise_on_failure: bool = True,
         force_run_failed: bool | None = None,
+        force_run: Sequence[str] | None = None,
         plan_format: str = "text",
     ) -> RunReport:
         check_format(plan_format)
         if force_run_failed is not None:
             self.force_run_failed = force_run_failed
+        if force_run is not None:
+            self.force_run = list(force_run)
         redact_logs()  # whatever configured logging, no secret reaches a handler from here on
         plan = self.plan(steps, strict_regions=not dry_run)
         selected = self.select(plan, run_only)
+        self._forced = plan.forced(self.force_run)
         if not dry_run:
             self._check_prefix_writable()
         decisions = self.decide(plan, selected, explain=dry_run)
@@ -402,7 +411,8 @@ class Executor:
         runner = StepRunner(settings=self.runner_settings, driver_id=self.driver_id, backend=backend,
                             backend_name=self.backend_name, code=self._code_provenance,
                             experiment=under_prefix(self.executor_info_path, self.prefix),
-                            cancel=self.cancel, run_id=self.run_id)
+                            cancel=self.cancel, run_id=self.run_id,
+                            forced=frozenset(d.step.identity for d in decisions if d.forced))
         interrupt = Interrupt(self.cancel)
         try:
             with interrupt, concurrent.futures.ThreadPoolExecutor(

@@ -1,5 +1,10 @@
 """Why is this step new? A field-level diff against the latest recorded version of the same name.
 
+`marin-lab explain SCRIPT` compares first with the same experiment's last run (`LastRun`: the
+newest experiment record of that script under the prefix, whose `steps` hold each step's version),
+so a step of the same name in another script never stands in for it; a step that run did not have,
+or a script with no recorded run, is compared with the latest recorded version of its name.
+
 Marin users dig through logs to learn why a step reran (Marin #473, #2219). Here a step whose
 hash changed is compared with the previous recorded version of the same name under the prefix
 (`RecordIndex.previous_version`: the most recent one that started before it; for a step not yet
@@ -13,9 +18,11 @@ run, the most recent one). The CLI, the dry run and the browser all use this mod
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from marin_lab.execution.plan import Plan, PlannedStep
@@ -187,9 +194,50 @@ def diff_versions(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return lines
 
 
+@dataclasses.dataclass(frozen=True)
+class LastRun:
+    """An experiment's last recorded run, by the experiment record it rewrote: its steps by name."""
+
+    path: str
+    created: str | None
+    steps: dict[str, dict[str, Any]]
+    """step name -> its entry in the record (`identity`, `version`, `output_path`, ...)."""
+
+    def describe(self) -> str:
+        return f"{self.path.rsplit('/', 1)[-1]}" + (f", {self.created}" if self.created else "")
+
+
+def last_run_of(records: Sequence[dict[str, Any]], script: str | None, current_hash: str | None) -> LastRun | None:
+    """The last run of the experiment `script` among `records` (experiments.list_experiments: newest
+    first): the newest record of a file of that name (one of that exact path when there is one)
+    other than the current plan's own (`current_hash`: the same steps, nothing to compare)."""
+    if not script:
+        return None
+    stem = os.path.splitext(os.path.basename(script))[0]
+    same = [r for r in records if r.get("name") == stem and isinstance(r.get("steps"), list)
+            and r.get("hash") != current_hash and not r.get("corrupt")]
+    exact = [r for r in same if _same_script(r.get("script"), script)]
+    chosen = (exact or same)[:1]
+    if not chosen:
+        return None
+    record = chosen[0]
+    steps = {s["name"]: s for s in record["steps"]
+             if isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("version"), dict)}
+    created = record.get("created")
+    return LastRun(str(record.get("_path", "")), created if isinstance(created, str) else None, steps)
+
+
+def _same_script(recorded: Any, script: str) -> bool:
+    if not isinstance(recorded, str):
+        return False
+    return recorded == script or os.path.abspath(recorded) == os.path.abspath(script)
+
+
 def explain_step(plan: Plan, planned: PlannedStep, index: RecordIndex, *, depth: int = 0,
-                 seen: set[str] | None = None) -> list[str]:
-    """Lines explaining why `planned` has no recorded output, recursing into changed dependencies."""
+                 seen: set[str] | None = None, last_run: LastRun | None = None) -> list[str]:
+    """Lines explaining why `planned` has no recorded output, recursing into changed dependencies:
+    against its entry in `last_run` (the same experiment's last run) when it has one, else against
+    the latest recorded version of its name (`RecordIndex.previous_version`)."""
     seen = set() if seen is None else seen
     if planned.identity in seen:
         return []
@@ -202,19 +250,33 @@ def explain_step(plan: Plan, planned: PlannedStep, index: RecordIndex, *, depth:
         lines = [f"{pad}{planned.identity} is pinned to {planned.output_path}, which holds another version "
                  f"({recorded.identity}); a run reuses that output as it is. What differs:"]
         return lines + [f"{pad}  {d}" for d in diff_versions(recorded.version or {}, planned.version)]
-    previous = index.previous_version(planned.name, planned.identity)
-    if previous is None or previous.version is None:
-        return [f"{pad}{planned.identity} is new: no earlier version of '{planned.name}' is recorded under {plan.prefix}"]
-    lines = [f"{pad}{planned.identity} differs from the latest recorded version {previous.identity}:"]
-    diffs = diff_versions(previous.version, planned.version)
+    entry = last_run.steps.get(planned.name) if last_run is not None else None
+    if entry is not None and entry.get("identity") == planned.identity:
+        return [f"{pad}{planned.identity} is as in this experiment's last run, but its output is no longer under "
+                f"{plan.prefix} (removed?); a run makes it again"]
+    if entry is not None:
+        old_identity, old_version = entry.get("identity"), entry["version"]
+        header = f"{pad}{planned.identity} differs from {old_identity} of this experiment's last run:"
+    else:
+        previous = index.previous_version(planned.name, planned.identity)
+        if previous is None or previous.version is None:
+            where = " (nor in this experiment's last run)" if last_run is not None else ""
+            return [f"{pad}{planned.identity} is new: no earlier version of '{planned.name}' is recorded under "
+                    f"{plan.prefix}{where}"]
+        old_identity, old_version = previous.identity, previous.version
+        header = (f"{pad}{planned.identity} is not in this experiment's last run; it differs from the latest "
+                  f"recorded version {old_identity} (from any experiment):" if last_run is not None else
+                  f"{pad}{planned.identity} differs from the latest recorded version {old_identity}:")
+    lines = [header]
+    diffs = diff_versions(old_version, planned.version)
     if not diffs:
         diffs = ["(same version; the output path differs, e.g. an override_output_path)"]
     for d in diffs:
         lines.append(f"{pad}  {d}")
-    old_deps = set(previous.version.get("dependencies", []))
+    old_deps = set(old_version.get("dependencies", []))
     for dep in planned.dependencies:
         if dep.identity not in old_deps:
-            lines.extend(explain_step(plan, dep, index, depth=depth + 2, seen=seen))
+            lines.extend(explain_step(plan, dep, index, depth=depth + 2, seen=seen, last_run=last_run))
     return lines
 
 

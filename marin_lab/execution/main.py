@@ -37,6 +37,10 @@ class ExecutorMainConfig:
     On the command line: `--run_only REGEX [REGEX ...]`, or a JSON list `--run_only '["a", "b"]'`."""
     force_run_failed: bool = False
     """Run steps whose last status is FAILED again (otherwise the run stops at them)."""
+    force_run: list[str] | None = None
+    """Regexes over step names (`re.search`): matching steps run again even after a SUCCESS (a new
+    attempt writes their output again; steps downstream are reused unless they match too).
+    On the command line: `--force_run REGEX [REGEX ...]`, or a JSON list."""
     max_concurrent: int | None = None
     """At most this many steps at once (default: max(cores, 4))."""
     backend: str = "ray"
@@ -110,6 +114,7 @@ def executor_main(
             backend=config.backend,
             max_concurrent=config.max_concurrent,
             force_run_failed=config.force_run_failed,
+            force_run=config.force_run or (),
             lease_timeout_s=config.lease_timeout_s,
             max_preemption_retries=config.max_preemption_retries,
             max_failure_retries=config.max_failure_retries,
@@ -142,6 +147,7 @@ def parse_flags(argv: Sequence[str]) -> ExecutorMainConfig:
     """The flags as an ExecutorMainConfig. `--run_only` is read here, never as YAML: a regex such as
     `ok/one-[0-9a-f]{8}` or `null` means what it says, and a bad one is one clear error line."""
     rest, run_only = take_run_only(argv)
+    rest, force_run = take_regex_flag(rest, "force_run")
     booleans = [f.name for f in dataclasses.fields(ExecutorMainConfig) if f.type in (bool, "bool")]
     _check_flag_names(rest)
     try:
@@ -151,6 +157,9 @@ def parse_flags(argv: Sequence[str]) -> ExecutorMainConfig:
     if run_only is not None:
         compile_run_only(run_only)  # fail now, before anything is planned
         config = dataclasses.replace(config, run_only=run_only)
+    if force_run is not None:
+        compile_run_only(force_run, flag="--force_run")
+        config = dataclasses.replace(config, force_run=force_run)
     return config
 
 
@@ -159,7 +168,7 @@ def _check_flag_names(argv: Sequence[str]) -> None:
     names = [f.name for f in dataclasses.fields(ExecutorMainConfig)]
     for arg in argv:
         name = arg[2:].split("=", 1)[0]
-        if not arg.startswith("--") or name in (*names, "help", "config_path", "run_only"):
+        if not arg.startswith("--") or name in (*names, "help", "config_path"):
             continue
         close = difflib.get_close_matches(name.replace("-", "_"), names, n=1, cutoff=0.6)
         hint = f"; did you mean --{close[0]}?" if close else " (see --help)"
@@ -175,12 +184,18 @@ def take_run_only(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
 
     `--run_only A B`, `--run_only=A`, repeated flags, and a JSON list `--run_only '["A", "B"]'`.
     """
+    return take_regex_flag(argv, "run_only")
+
+
+def take_regex_flag(argv: Sequence[str], name: str) -> tuple[list[str], list[str] | None]:
+    """(argv without its `--{name}` flags, their regexes or None), read as `take_run_only` reads them."""
+    flag = f"--{name}"
     rest: list[str] = []
     regexes: list[str] | None = None
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg == "--run_only" or arg.startswith("--run_only="):
+        if arg == flag or arg.startswith(flag + "="):
             values = [arg.split("=", 1)[1]] if "=" in arg else []
             i += 1
             if "=" not in arg:
@@ -188,15 +203,15 @@ def take_run_only(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
                     values.append(argv[i])
                     i += 1
             if not values:
-                raise ExecutorConfigError("--run_only needs at least one regular expression over step names")
-            regexes = (regexes or []) + [rx for v in values for rx in _json_list_or_regex(v)]
+                raise ExecutorConfigError(f"{flag} needs at least one regular expression over step names")
+            regexes = (regexes or []) + [rx for v in values for rx in _json_list_or_regex(v, flag)]
             continue
         rest.append(arg)
         i += 1
     return rest, regexes
 
 
-def _json_list_or_regex(value: str) -> list[str]:
+def _json_list_or_regex(value: str, flag: str = "--run_only") -> list[str]:
     if value.lstrip().startswith("["):
         try:
             parsed = json.loads(value)
@@ -205,8 +220,8 @@ def _json_list_or_regex(value: str) -> list[str]:
         if isinstance(parsed, list) and all(isinstance(v, str) for v in parsed):
             return parsed
     if value.startswith("[") and value.endswith("]"):
-        logger.warning("--run_only %r is taken as one regular expression (a character class); for several, "
-                       "give them as separate words or as a JSON list '[\"a\", \"b\"]'", value)
+        logger.warning("%s %r is taken as one regular expression (a character class); for several, "
+                       "give them as separate words or as a JSON list '[\"a\", \"b\"]'", flag, value)
     return [value]
 
 

@@ -6,7 +6,8 @@ the experiment, two steps claiming one output path, two different functions clai
 identity.
 
 The planner also turns Marin's ways of saying things into ours, once: a `@ray.remote` function
-becomes its Python function plus its Ray options as the step's resources, and
+becomes its Python function plus its Ray options as the step's resources, Marin's resource
+classes (`GpuConfig(...)`, `TpuPodConfig`, `CpuOnlyConfig`, Fray's `ResourceConfig`) become ours, and
 `pip_dependency_groups` becomes a locked step environment. `PlannedStep.step` is that normalized
 step; the user's own objects stay in `Plan.objects`.
 """
@@ -25,7 +26,7 @@ from typing import Any
 from marin_lab.execution.errors import CycleError, ExecutorConfigError, MissingDependencyError, StepDefinitionError
 from marin_lab.execution.extras import environment_for_groups
 from marin_lab.execution.hashing import ConfigScan, hash8, scan_config, version_of
-from marin_lab.execution.resources import RAY_OPTION_KEYS
+from marin_lab.execution.resources import RAY_OPTION_KEYS, executor_resources
 from marin_lab.execution.sources import portable_value
 from marin_lab.execution.step import ExecutorStep, InputName, OutputName, VersionedValue, validate_name
 from marin_lab.io.fs import join
@@ -128,20 +129,35 @@ class Plan:
             logger.warning("--run_only: %s matched no step name", ", ".join(repr(u) for u in unused))
         return self.ancestors(chosen)
 
+    def forced(self, force_run: Sequence[str] | None) -> set[str]:
+        """The identities of the steps whose *name* matches one of the `--force_run` regexes
+        (`re.search`, as `--run_only`): they run again even after a SUCCESS."""
+        if not force_run:
+            return set()
+        patterns = compile_run_only(force_run, flag="--force_run")
+        chosen = {s.identity for s in self.steps if any(p.search(s.name) for p in patterns)}
+        if not chosen:
+            names = ", ".join(s.name for s in self.steps[:10]) + (", ..." if len(self.steps) > 10 else "")
+            raise ExecutorConfigError(f"--force_run {list(force_run)} matches no step name; the steps are: {names}")
+        unused = [p.pattern for p in patterns if not any(p.search(s.name) for s in self.steps)]
+        if unused:
+            logger.warning("--force_run: %s matched no step name", ", ".join(repr(u) for u in unused))
+        return chosen
 
-def compile_run_only(run_only: Sequence[str]) -> list[re.Pattern[str]]:
-    """The --run_only regexes, compiled; a bad one is one clear line."""
+
+def compile_run_only(run_only: Sequence[str], *, flag: str = "--run_only") -> list[re.Pattern[str]]:
+    """The --run_only (or --force_run) regexes, compiled; a bad one is one clear line."""
     if isinstance(run_only, str):
         run_only = [run_only]
     patterns = []
     for rx in run_only:
         if not isinstance(rx, str):
-            raise ExecutorConfigError(f"--run_only {rx!r} is not a string; give regular expressions over step names")
+            raise ExecutorConfigError(f"{flag} {rx!r} is not a string; give regular expressions over step names")
         try:
             patterns.append(re.compile(rx))
         except re.error as err:
             raise ExecutorConfigError(
-                f"--run_only {rx!r} is not a valid regular expression ({err}); quote it for your shell, "
+                f"{flag} {rx!r} is not a valid regular expression ({err}); quote it for your shell, "
                 "and escape regex characters such as [ ( * with a backslash"
             ) from None
     return patterns
@@ -213,9 +229,16 @@ def _check_step(step: Any, referrer: ExecutorStep | None) -> None:
 
 def _normalized(step: ExecutorStep) -> ExecutorStep:
     """The step as the executor runs it: Marin's spellings turned into ours."""
-    if step.pip_dependency_groups is None and step.environment is None and _ray_function(step.fn) is None:
+    try:
+        resources = executor_resources(step.resources)  # Marin's GpuConfig(...) and friends
+    except Exception as err:
+        raise StepDefinitionError(f"{_label(step)}: resources {step.resources!r}: {err}") from err
+    if (step.pip_dependency_groups is None and step.environment is None and _ray_function(step.fn) is None
+            and resources is step.resources):
         return step  # nothing to turn into ours (most steps)
     changes: dict[str, Any] = {}
+    if resources is not step.resources:
+        changes["resources"] = resources
     inner = _ray_function(step.fn)
     if inner is not None:
         changes["fn"] = inner

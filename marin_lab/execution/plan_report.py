@@ -112,6 +112,7 @@ def plan_report(decisions: Sequence[Any], *, prefix: str, backend: str, script: 
                     totals[key] = totals.get(key, 0) + estimate[key]
         steps.append({
             "name": ps.name, "identity": ps.identity, "action": d.action, "reason": d.reason,
+            "forced": bool(getattr(d, "forced", False)),
             "changes": list(d.notes), "output_path": ps.output_path, "fn": ps.fn_path,
             "dependencies": [dep.identity for dep in ps.dependencies],
             "resources": describe_resources(ps.step.resources), "estimate": estimate,
@@ -192,7 +193,8 @@ def to_markdown(report: dict[str, Any]) -> str:
     counts = report["counts"]
     summary = ", ".join(f"{n} {_action(a)}" for a, n in sorted(counts.items()))
     title = _code(report["script"], in_table=False) if report["script"] else "experiment"
-    lines = [f"## Plan for {title}: {sum(counts.values())} steps ({summary})", "",
+    n = sum(counts.values())
+    lines = [f"## Plan for {title}: {n} step{'' if n == 1 else 's'} ({summary})", "",
              f"Prefix {_code(report['prefix'], in_table=False)}, backend {_code(report['backend'], in_table=False)}. "
              "Output paths are `{prefix}/{step}`.", "",
              "| Action | Step | Why | Resources | Estimate |", "|---|---|---|---|---|"]

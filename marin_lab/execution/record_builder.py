@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from marin_lab.execution.artifacts import declaration
+from marin_lab.execution.code_provenance import function_fingerprint
 from marin_lab.execution.cost import record_usage
 from marin_lab.execution.hashing import lenient_value, unversioned_fingerprint
 from marin_lab.execution.plan import Plan, PlannedStep
@@ -65,7 +66,8 @@ def step_record(ps: PlannedStep, config: Any, *, code: dict[str, Any], experimen
         reproducibility=declaration(ps.step.fn, config),
         git={"commit": code["commit"], "dirty": code["dirty"]},
         # The script's text and the diff live once, in the experiment record and beside it.
-        code={"script": code["script"], "script_sha256": code["script_sha256"], "experiment": experiment},
+        code={"script": code["script"], "script_sha256": code["script_sha256"], "experiment": experiment,
+              "function": function_fingerprint(ps.step.fn)},
         driver=driver,
         backend=backend,
         status_history=history,
@@ -203,4 +205,16 @@ def strip_ansi(text: str) -> str:
     """`text` without terminal colour and cursor codes (Ray's errors carry them): records are read in
     the browser and in files, not only on terminals."""
     return _ANSI.sub("", text) if isinstance(text, str) else text
+
+
+def strip_ansi_in(value: Any) -> Any:
+    """`value` (JSON data) with `strip_ansi` applied to every string in it: records written before
+    errors were stripped, or by other tools, are shown clean."""
+    if isinstance(value, str):
+        return strip_ansi(value)
+    if isinstance(value, dict):
+        return {k: strip_ansi_in(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [strip_ansi_in(v) for v in value]
+    return value
 

@@ -4,6 +4,10 @@ Either a dict of Ray task options (`num_cpus`, `num_gpus`, `memory`, `resources`
 `accelerator_type`), or an object implementing `StepRunner`, for steps that need more than one
 Ray task (a TPU slice, several slices). `marin_lab.cluster.TpuResources` is one; the executor
 only knows the protocol, never the class.
+
+Other spellings of a request (Marin's `GpuConfig`, `TpuPodConfig`, `CpuOnlyConfig`, Fray's
+`ResourceConfig`: marin_lab.resources) say what they mean with `executor_resources()`, which
+returns one of those two; the planner asks once (plan.py) and the executor sees only the answer.
 """
 
 from __future__ import annotations
@@ -73,6 +77,15 @@ class StepRunner(Protocol):
         whose driver dies mid-run still lists what it ran on. Runners without it work unchanged."""
 
 
+def executor_resources(resources: Any) -> Any:
+    """`resources` as the executor takes them: an object with `executor_resources()` (another
+    spelling of a request) gives its answer; anything else is returned as it is."""
+    spelled = getattr(resources, "executor_resources", None)
+    if resources is None or isinstance(resources, dict) or not callable(spelled):
+        return resources
+    return spelled()
+
+
 def is_runner(resources: Any) -> bool:
     return resources is not None and not isinstance(resources, dict) and isinstance(resources, StepRunner)
 
@@ -90,8 +103,9 @@ def validate_resources(step_name: str, resources: Any) -> None:
         return
     if not is_runner(resources):
         raise StepDefinitionError(
-            f"step '{step_name}': resources is a {type(resources).__name__}; give a dict of Ray options or "
-            "an object with describe/validate/run (a StepRunner)"
+            f"step '{step_name}': resources is a {type(resources).__name__}; give a dict of Ray options, "
+            "an object with describe/validate/run (a StepRunner such as marin_lab.cluster.TpuResources), or "
+            "one of marin_lab.resources (CpuOnlyConfig, GpuConfig, TpuPodConfig, ResourceConfig)"
         )
     try:
         resources.validate()

@@ -21,11 +21,14 @@ import re
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from marin_lab.versioning import field_hints
+
 T = TypeVar("T")
 ConfigT = TypeVar("ConfigT")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*(/[A-Za-z0-9_][A-Za-z0-9_.\-]*)*$")
 
+@field_hints
 @dataclasses.dataclass(frozen=True, eq=False)
 class ExecutorStep(Generic[ConfigT]):
     """One node of an experiment: `fn(config)` writes its outputs under the step's output path.

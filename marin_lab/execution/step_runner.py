@@ -27,6 +27,7 @@ from typing import Any
 
 from marin_lab.execution.backends import Guard
 from marin_lab.execution.capacity import DEFAULT_UNSCHEDULABLE_TIMEOUT_S, UnschedulableWatch
+from marin_lab.execution.code_provenance import function_fingerprint
 from marin_lab.execution.decide import rebuild_reason
 from marin_lab.execution.environments import ensure_environment, run_in_step_environment
 from marin_lab.execution.errors import (
@@ -86,12 +87,15 @@ class StepRunner:
 
     def __init__(self, *, settings: RunnerSettings, driver_id: str, backend: Any, backend_name: str,
                  code: Callable[[], dict[str, Any]], experiment: str | None,
-                 cancel: threading.Event | None = None, run_id: str | None = None):
+                 cancel: threading.Event | None = None, run_id: str | None = None,
+                 forced: frozenset[str] = frozenset()):
         self.settings = settings
         self.cancel = cancel or threading.Event()
         """Set when the run is interrupted: running steps are cancelled, none is started."""
         self.run_id = run_id
         """The run (its record under experiments/{id}/runs/) written into terminal statuses."""
+        self.forced = forced
+        """Identities this run runs again after a SUCCESS (`--force_run`), unless another driver just ran them."""
         self.driver_id = driver_id
         self.backend = backend
         self.backend_name = backend_name
@@ -126,10 +130,14 @@ class StepRunner:
         try:
             # Holding the lease: someone may have finished the step since it was decided.
             st = read_status(ps.output_path) or {}
-            if st.get("status") == Status.SUCCESS.value and rebuild_reason(ps) is None:
+            rerun = ps.identity in self.forced and not waited_for  # forced: not reused, unless just run elsewhere
+            if st.get("status") == Status.SUCCESS.value and rebuild_reason(ps) is None and not rerun:
                 return StepOutcome(ps.identity, "SUCCESS", message=f"finished by {waited_for}" if waited_for else None)
             if st.get("status") == Status.FAILED.value and waited_for:
                 return StepOutcome(ps.identity, "FAILED", message=f"FAILED in driver {st.get('driver')}")
+            if rerun and st.get("status") == Status.SUCCESS.value:
+                logger.info("step '%s': forced by --force_run; running again over its SUCCESS of %s",
+                            ps.identity, st.get("time"))
             return self._run_holding_lease(plan, ps, lease)
         finally:
             lease.release()
@@ -208,10 +216,13 @@ class StepRunner:
             recorder.write_success(attempt, result=result, environment=env, hardware=hardware, manifest=files,
                                    duration_s=duration)
             # SUCCESS last: only after the outputs, the manifest and the record are in place.
-            # What it wrote rides with the status too: the browser's graph reads statuses only.
+            # What it wrote rides with the status too: the browser's graph reads statuses only; and the
+            # function's fingerprint, so a later plan says when the function changed (decide.py).
+            code = function_fingerprint(ps.step.fn)
             self._terminal_status(ps, Status.SUCCESS, attempt.attempt, duration_s=round(duration, 3),
                                   config_fingerprint=unversioned_fingerprint(ps.scan.unversioned),
-                                  files=files["count"], bytes=files["total_bytes"])
+                                  files=files["count"], bytes=files["total_bytes"],
+                                  **({"code_fingerprint": code["sha256"]} if code else {}))
             logger.info("step '%s': SUCCESS in %.1fs (%d files, %d bytes)", ps.identity, duration,
                         files["count"], files["total_bytes"])
             return StepOutcome(ps.identity, "SUCCESS", executed=True)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from marin_lab.execution.logs import LogSpec, call_with_logs, last_line, log_url, read_tail
+from marin_lab.execution.record_builder import strip_ansi
 from marin_lab.execution.resources import is_runner
 from marin_lab.execution.secrets import scrub_text
 from marin_lab.execution.status import Status, info_path, now_iso, write_status
@@ -76,8 +77,8 @@ class StatusHeartbeat:
 def failure_report(identity: str, attempts: int, err: BaseException, output_path: str) -> str:
     """What a person needs when a step fails: the error, the end of its traceback, where to look."""
     first = str(err).splitlines()[0] if str(err) else repr(err)
-    lines = [f"step '{identity}': FAILED after {attempts} attempt(s): {scrub_text(first)}"]
-    text = scrub_text(getattr(err, "traceback_text", None) or "")
+    lines = [f"step '{identity}': FAILED after {attempts} attempt(s): {strip_ansi(scrub_text(first))}"]
+    text = strip_ansi(scrub_text(getattr(err, "traceback_text", None) or ""))
     if text:
         tb = text.rstrip().splitlines()
         if len(tb) > TRACEBACK_LINES:

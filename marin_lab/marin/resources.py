@@ -3,7 +3,8 @@
 `SimpleTrainConfig(resources=CpuOnlyConfig(num_cpus=1), ...)` reads as in Marin. `step_resources`
 turns one into what marin_lab's executor schedules: Ray options for CPUs, `GpuResources` and
 `TpuResources` (marin_lab.cluster.resources) for accelerators. marin_lab's own resource objects (or a
-dict of Ray options) pass through as they are.
+dict of Ray options) pass through as they are. Each class also answers `executor_resources()`, so
+`ExecutorStep(resources=GpuConfig(gpu_count=1))` is planned as `GpuResources(gpus=1)`.
 
 `ResourceConfig` is Fray's (`fray.types.ResourceConfig`), which today's Marin steps pass to
 `remote(fn, resources=...)`: `ResourceConfig.with_tpu("v5p-8")`, `.with_gpu("H100", count=8)`,
@@ -17,20 +18,31 @@ import dataclasses
 from typing import Any
 
 from marin_lab.cluster.resources import GpuResources, TpuResources
+from marin_lab.versioning import field_hints
 
 __all__ = ["CpuConfig", "CpuOnlyConfig", "FrayGpuConfig", "GpuConfig", "ResourceConfig", "TpuConfig", "TpuPodConfig",
            "step_resources"]
 
 
+class _Request:
+    """A resource request in Marin's or Fray's spelling."""
+
+    def executor_resources(self) -> Any:
+        """What the executor schedules for `ExecutorStep(resources=self)` (`step_resources`)."""
+        return step_resources(self)[0]
+
+
+@field_hints
 @dataclasses.dataclass(frozen=True)
-class CpuOnlyConfig:
+class CpuOnlyConfig(_Request):
     """CPUs only."""
 
     num_cpus: int = 1
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
-class GpuConfig:
+class GpuConfig(_Request):
     """GPUs on one node."""
 
     gpu_count: int = 1
@@ -38,8 +50,9 @@ class GpuConfig:
     """e.g. "H100"; None: any."""
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
-class TpuPodConfig:
+class TpuPodConfig(_Request):
     """Whole TPU slices."""
 
     tpu_type: str
@@ -47,23 +60,26 @@ class TpuPodConfig:
     slice_count: int = 1
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
-class CpuConfig:
+class CpuConfig(_Request):
     """Fray's CPU-only device."""
 
     kind: str = "cpu"
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
-class TpuConfig:
+class TpuConfig(_Request):
     """Fray's TPU device: a slice type such as "v5p-8"."""
 
     variant: str
     kind: str = "tpu"
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
-class FrayGpuConfig:
+class FrayGpuConfig(_Request):
     """Fray's GPU device: `count` GPUs of `variant` ("auto": any)."""
 
     variant: str = "auto"
@@ -71,8 +87,9 @@ class FrayGpuConfig:
     kind: str = "gpu"
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
-class ResourceConfig:
+class ResourceConfig(_Request):
     """Fray's resource request for one step: CPUs, memory, disk, a device, and how many replicas
     (for a TPU: slices)."""
 
@@ -111,6 +128,8 @@ class ResourceConfig:
 
 def step_resources(resources: Any) -> tuple[Any, str | None, int]:
     """(the step's resources, the TPU type and slice count for the dry run's estimate)."""
+    if isinstance(resources, (CpuConfig, TpuConfig, FrayGpuConfig)):  # a device alone: one replica of it
+        resources = ResourceConfig(device=resources)
     if isinstance(resources, ResourceConfig):
         device = resources.device
         if isinstance(device, TpuConfig):

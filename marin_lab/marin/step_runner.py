@@ -111,6 +111,11 @@ class SpecFunction:
         return hash(self._key())
 
     @property
+    def source_function(self) -> Any:
+        """The StepSpec's own function, whose source is the step's code (code_provenance.function_fingerprint)."""
+        return self.spec.fn
+
+    @property
     def __marin_reproducibility__(self) -> Reproducibility:
         """For `marin-lab reproduce`: `.artifact.json`'s provenance (who, when, argv) is of one run."""
         return Reproducibility(volatile_fields={ARTIFACT_RECORD_FILE: ("provenance",)})

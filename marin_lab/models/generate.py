@@ -42,6 +42,7 @@ from marin_lab.models.llama import (
     rms_norm,
     rope_tables,
 )
+from marin_lab.versioning import field_hints
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ DEFAULT_CHUNK = 32
 """New tokens generated between two host-side checks of stop strings (generate_text)."""
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
     """How new tokens are chosen."""

@@ -27,12 +27,14 @@ import jax.numpy as jnp
 
 from marin_lab.models.attention import attention, check_attention
 from marin_lab.models.loss import chunked_log_likelihoods, log_likelihoods
+from marin_lab.versioning import field_hints
 
 Params = dict[str, Any]
 _VOCAB_UNSET = ("model.vocab_size is None: set it to the tokenizer's vocabulary size "
                 "(default_train does that from the tokenized data; or dataclasses.replace)")
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class LlamaConfig:
     """Shape of a Llama-family decoder."""

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from marin_lab.errors import MarinLabError
 from marin_lab.models.llama import LlamaConfig, Params, linear
+from marin_lab.versioning import field_hints
 
 # Hugging Face module names (what users and PEFT configs write) -> our parameter names.
 PROJECTIONS = {
@@ -43,6 +44,7 @@ class LoraError(MarinLabError, ValueError):
     """A LoRA configuration that cannot apply to the model; the message names the field."""
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class LoraConfig:
     """Which projections get adapters, and their shape. Defaults are fsdp_qlora's."""

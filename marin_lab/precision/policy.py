@@ -21,7 +21,7 @@ from marin_lab.precision.fp8 import gpu_flags_warning
 from marin_lab.precision.masters import EXPORT_DTYPES
 from marin_lab.precision.mx import BLOCK, backend_error
 from marin_lab.precision.scalify_train import MASTER_FORMATS
-from marin_lab.versioning import added_field
+from marin_lab.versioning import added_field, field_hints
 
 MATMULS = ("compute", "fp32", "bf16", "fp8", "fp8_delayed", "mxfp8", "scalify")
 FP8_MATMULS = ("fp8", "fp8_delayed")
@@ -29,6 +29,7 @@ FP8_MATMULS = ("fp8", "fp8_delayed")
 logger = logging.getLogger(__name__)
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class PrecisionConfig:
     """Number formats of a training run beyond its parameter and compute dtypes."""

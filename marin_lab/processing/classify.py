@@ -40,7 +40,7 @@ from marin_lab.processing.filtering import (
 )
 from marin_lab.processing.packages import fetch_package_source, is_package_source
 from marin_lab.processing.quarantine import Quarantine, ShardPolicy
-from marin_lab.versioning import versioned_field
+from marin_lab.versioning import field_hints, versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +124,7 @@ def load_fasttext(path: str):
 # ---------------------------------------------------------------- training
 
 
+@field_hints
 @dataclass(frozen=True)
 class TrainClassifierConfig:
     """Configuration of `train_quality_classifier`."""
@@ -324,6 +325,7 @@ class FastTextScorer:
         return out
 
 
+@field_hints
 @dataclass(frozen=True)
 class ClassifyFilterConfig:
     """Configuration of `classify_filter`."""

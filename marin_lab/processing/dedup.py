@@ -69,7 +69,7 @@ from marin_lab.processing.lsh import (
 from marin_lab.processing.minhash import MinHasher, estimated_similarity
 from marin_lab.processing.quarantine import Quarantine, ShardPolicy, check_policy
 from marin_lab.processing.shards import input_sizes, mark_shard_done, read_shard_done
-from marin_lab.versioning import versioned_field
+from marin_lab.versioning import field_hints, versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +83,7 @@ class DedupError(ProcessingError):
     """A dedup step's input or configuration is unusable, or its shards changed between phases."""
 
 
+@field_hints
 @dataclass(frozen=True)
 class DedupConfig:
     """Configuration of `dedup_exact` and `dedup_fuzzy`."""

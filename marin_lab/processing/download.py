@@ -41,7 +41,7 @@ from marin_lab.io.sources import SourceFile, list_source_and_skipped_links, sha2
 from marin_lab.processing.errors import DownloadError
 from marin_lab.processing.packages import fetch_package_source, is_package_source
 from marin_lab.processing.shards import map_shards, mark_shard_done, read_shard_done
-from marin_lab.versioning import versioned_field
+from marin_lab.versioning import field_hints, versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ __all__ = ["DownloadConfig", "download", "sha256_file"]
 _CHUNK = 8 << 20
 
 
+@field_hints
 @dataclass(frozen=True)
 class DownloadConfig:
     output_path: str

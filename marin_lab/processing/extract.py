@@ -24,7 +24,7 @@ from marin_lab.io.documents import write_documents
 from marin_lab.processing.errors import ExtractError
 from marin_lab.processing.quarantine import Quarantine, ShardPolicy
 from marin_lab.processing.shards import mark_shard_done, read_shard_done
-from marin_lab.versioning import versioned_field
+from marin_lab.versioning import field_hints, versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ TEXT_PATTERNS = ("*.txt", "*.md", "*.rst", "*.html", "*.htm")
 """What `method="text"` documents by default (see `text_documents` in experiments/defaults.py)."""
 
 
+@field_hints
 @dataclass(frozen=True)
 class ExtractConfig:
     input_path: str = versioned_field()

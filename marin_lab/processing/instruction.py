@@ -47,6 +47,7 @@ from marin_lab.store.token_cache import (
     write_ledger,
     write_shard,
 )
+from marin_lab.versioning import field_hints
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class ChatTemplate:
     """Text after every message but the last; counts in the loss after an assistant message."""
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class TokenizeInstructionsConfig:
     """Tokenize instruction/chat records into a token cache with a response-only loss mask."""

@@ -26,7 +26,7 @@ from marin_lab.processing.filtering import (
     summarize,
 )
 from marin_lab.processing.quarantine import Quarantine, ShardPolicy
-from marin_lab.versioning import versioned_field
+from marin_lab.versioning import field_hints, versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -223,6 +223,7 @@ RULES = (
 )
 
 
+@field_hints
 @dataclass(frozen=True)
 class HeuristicFilterConfig:
     """Configuration of `filter_heuristics`."""

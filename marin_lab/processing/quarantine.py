@@ -307,10 +307,12 @@ def _message(desc: str, report: list[dict[str, Any]], total: int, policy: ShardP
              note: str = "") -> str:
     kinds = {a["kind"] for r in report for a in r["attempts"]}
     everyone = len(report) == total and kinds <= {"worker_died", "out_of_memory", "preempted"}
-    head = (f"{desc}: every one of {total} shards lost its worker on every attempt ({', '.join(sorted(kinds))})"
+    shards = "shard" if total == 1 else "shards"
+    head = ((f"{desc}: the one shard lost its worker on every attempt" if total == 1 else
+             f"{desc}: every one of {total} shards lost its worker on every attempt") + f" ({', '.join(sorted(kinds))})"
             if everyone else
-            f"{desc}: {len(report)} of {total} shards are bad (allowed: {policy.max_bad_shards}{note}); the other "
-            f"{total - len(report)} finished and are kept")
+            f"{desc}: {len(report)} of {total} {shards} {'is' if len(report) == total == 1 else 'are'} bad (allowed: "
+            f"{policy.max_bad_shards}{note}); the other {total - len(report)} finished and are kept")
     lines = [head]
     for r in report:
         last = r["attempts"][-1]

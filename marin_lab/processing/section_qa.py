@@ -25,6 +25,7 @@ import re
 from marin_lab.io import fs as mfs
 from marin_lab.io.documents import write_documents
 from marin_lab.processing.errors import ProcessingError
+from marin_lab.versioning import field_hints
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class ManualSource:
     """Which pages to read (e.g. '*.en.html' for one language of a multilingual manual)."""
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class SectionQaConfig:
     """Build title/manual questions from the sections of HTML manuals."""

@@ -45,7 +45,7 @@ from marin_lab.store.token_cache import (
     write_ledger,
     write_shard,
 )
-from marin_lab.versioning import versioned_field
+from marin_lab.versioning import field_hints, versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ TEXT_CHUNK_CHARS = 250_000
 CHUNKS_PER_CALL = 4
 
 
+@field_hints
 @dataclass(frozen=True)
 class TokenizeConfig:
     input_path: str | list[str] = versioned_field()
@@ -485,6 +486,7 @@ def ledger_left_out(bad: list[dict]) -> list[dict]:
 # --- train_tokenizer -------------------------------------------------------------------------
 
 
+@field_hints
 @dataclass(frozen=True)
 class TrainTokenizerConfig:
     input_path: str | list[str] = versioned_field()

@@ -29,6 +29,7 @@ from marin_lab.quant.nf4 import NF4Tensor, check_block_size
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.hf_import import import_hf, is_hf_checkpoint
+from marin_lab.versioning import field_hints
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ QUANTIZED_NAMES = tuple(sorted(PROJECTIONS.values()))
 and output head stay in floating point, as in QLoRA and fsdp_qlora)."""
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class QuantConfig:
     """How the frozen base is quantized for QLoRA."""
@@ -129,6 +131,7 @@ def load_base(path: str, model: LlamaConfig | None = None) -> tuple[LlamaConfig,
     return found, params, quant
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class QuantizeBaseConfig:
     """Quantize a base model's projections to NF4 once, for many QLoRA fine-tunes."""

@@ -51,6 +51,7 @@ import numpy as np
 
 from marin_lab.errors import MarinLabError
 from marin_lab.io import fs as mfs
+from marin_lab.versioning import field_hints
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class DamagedCheckpointError(CheckpointError):
         return (type(self), (self.path, self.problem, self.previous or ""))
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
     """When to save checkpoints and which to keep."""

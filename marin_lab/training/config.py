@@ -13,11 +13,12 @@ from marin_lab.training.data import DataConfig
 from marin_lab.training.mesh import MeshConfig
 from marin_lab.training.metrics import TPU_PEAK_BY_TYPE, WandbConfig
 from marin_lab.training.optimizer import OptimizerConfig
-from marin_lab.versioning import versioned_field
+from marin_lab.versioning import field_hints, versioned_field
 
 BACKENDS = ("native",)
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class TrainLmConfig:
     """A language-model training run (the `train_lm` step's config)."""

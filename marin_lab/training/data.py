@@ -24,7 +24,7 @@ from typing import Literal, overload
 import numpy as np
 
 from marin_lab.training.token_cache import CacheSplit, TokenCache, TokenCacheError
-from marin_lab.versioning import versioned_field
+from marin_lab.versioning import field_hints, versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class MixturePhase:
     """Dataset name -> weight (normalised; 0 removes a dataset)."""
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """Which token caches to train on and how to mix them."""

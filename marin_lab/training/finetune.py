@@ -52,10 +52,12 @@ from marin_lab.training.metrics import WandbConfig
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.token_cache import TokenCache, TokenCacheError
 from marin_lab.training.trainer import LoopConfig, Trainer, TrainResult
+from marin_lab.versioning import field_hints
 
 logger = logging.getLogger(__name__)
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class FinetuneConfig:
     """A fine-tuning run (the `finetune_lm` step's config)."""

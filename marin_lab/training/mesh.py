@@ -50,6 +50,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from marin_lab.errors import MarinLabError
+from marin_lab.versioning import field_hints
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class MeshError(MarinLabError, ValueError):
     """The mesh shape does not fit the devices."""
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class MeshConfig:
     """How devices are arranged and how parameters are split over them.

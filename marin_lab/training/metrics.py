@@ -29,6 +29,7 @@ import jax
 
 from marin_lab.io import fs as mfs
 from marin_lab.store.layout import METRICS_FILE
+from marin_lab.versioning import field_hints
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ _MODE_ALIASES: dict[str, WandbMode] = {"online": "online", "run": "online", "off
                                        "dryrun": "offline", "disabled": "disabled"}
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class WandbConfig:
     """Weights & Biases logging."""

@@ -15,11 +15,12 @@ import jax.numpy as jnp
 import optax
 
 from marin_lab.precision.adam import scale_by_stored_adam
-from marin_lab.versioning import added_field
+from marin_lab.versioning import added_field, field_hints
 
 SCHEDULES = ("wsd", "cosine", "linear", "constant")
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
     """AdamW hyperparameters and the learning-rate schedule."""

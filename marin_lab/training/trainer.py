@@ -41,11 +41,13 @@ from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.checkpoint import CheckpointConfig
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.metrics import MetricsLogger, StepTimer, WandbConfig
+from marin_lab.versioning import field_hints
 
 # A progress line (and a metrics.jsonl flush) at most this often, unless the caller says otherwise.
 PRINT_EVERY_S = 10.0
 
 
+@field_hints
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
     """What the loop needs from a run's config (train_lm's and finetune_lm's configs give it)."""

@@ -75,3 +75,14 @@ def test_bad_flag_values_exit_1_with_message(tmp_path, capsys):
     with pytest.raises(SystemExit):
         executor_main(five_step_dag(), args=["--prefix", str(tmp_path), "--backend", "slurm", "--dry_run", "true"])
     assert "--backend 'slurm' is not known" in capsys.readouterr().err
+
+
+def test_help_shows_each_flags_real_type(capsys):
+    with pytest.raises(SystemExit) as exc:
+        parse_flags(["--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for shown in ("--dry_run bool", "--force_run_failed bool", "--max_concurrent [int]", "--lease_timeout_s float",
+                  "--max_failure_retries int", "--transfer_budget_bytes [int]", "--run_only [list[str]]",
+                  "--force_run [list[str]]", "--prefix [str]"):
+        assert shown in out, shown

@@ -1,4 +1,4 @@
-"""Small things a newcomer trips on: flag typos, `status | head`, grammar."""
+"""Small things a newcomer trips on: flag typos, `status | head`, colour codes, grammar."""
 
 from __future__ import annotations
 
@@ -72,3 +72,61 @@ def test_failed_previously_says_what_the_error_was(tmp_path):
 
 def test_terminal_colour_codes_never_reach_a_record():
     assert strip_ansi("\x1b[36m(raw/x pid=1)\x1b[0m ValueError: \x1b[1mboom\x1b[0m") == "(raw/x pid=1) ValueError: boom"
+
+
+def _coloured_failure(tmp_path):
+    """A FAILED step whose record and status hold Ray's colour codes, as records written before
+    errors were stripped (or by other tools) do."""
+    import json
+
+    from marin_lab.execution.status import info_path, status_path
+
+    step = ExecutorStep(name="coloured", fn=fail, config=WriteConfig(output_path=this_output_path(), text="x"))
+    report = Executor(str(tmp_path / "store"), backend="local").run([step], raise_on_failure=False)
+    (ps,) = report.plan.steps
+    red = "\x1b[31mValueError: boom in x\x1b[0m"
+    record = json.loads(open(info_path(ps.output_path)).read())
+    record["error"] = record["attempts"][0]["error"] = red
+    open(info_path(ps.output_path), "w").write(json.dumps(record))
+    st = json.loads(open(status_path(ps.output_path)).read())
+    st["error"] = red
+    open(status_path(ps.output_path), "w").write(json.dumps(st))
+    (tmp_path / "store" / ps.identity / "logs").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "store" / ps.identity / "logs" / "attempt-1.log").write_text(f"{red}\n")
+    return step, ps
+
+
+def test_colour_codes_are_taken_out_of_what_the_browser_and_the_plan_show(tmp_path):
+    from marin_lab.browser.logs import read_log
+    from marin_lab.browser.paths import Roots
+    from marin_lab.browser.records import Browser
+
+    step, ps = _coloured_failure(tmp_path)
+    prefix = str(tmp_path / "store")
+    shown = Browser(prefix, Roots.of([prefix])).step(ps.identity)
+    assert shown["record"]["error"] == shown["record"]["attempts"][0]["error"] == "ValueError: boom in x"
+    assert shown["status_file"]["value"]["error"] == "ValueError: boom in x"
+    assert read_log(Roots.of([prefix]), ps.output_path)["text"] == "ValueError: boom in x\n"
+    (decision,) = Executor(prefix, backend="local").run([step], dry_run=True).decisions
+    assert "failed previously (ValueError: boom in x); pass --force_run_failed" in decision.reason
+
+
+def test_a_failure_report_has_no_colour_codes():
+    from marin_lab.execution.watch import failure_report
+
+    err = ValueError("\x1b[31mboom\x1b[0m")
+    err.traceback_text = "Traceback:\n  \x1b[1mFile x\x1b[0m\nValueError: boom"  # type: ignore[attr-defined]
+    report = failure_report("s-1", 1, err, "/tmp/s-1")
+    assert "\x1b" not in report and "FAILED after 1 attempt(s): boom" in report
+
+
+def test_counts_of_one_are_singular():
+    from marin_lab.execution.plan_report import to_markdown
+    from marin_lab.processing.quarantine import ShardPolicy, _message
+
+    md = to_markdown({"script": "x.py", "prefix": "/p", "backend": "local", "counts": {"run": 1}, "totals": {},
+                      "steps": [], "unchecked_regions": []})
+    assert "## Plan for `x.py`: 1 step (1 run)" in md
+    report = [{"shard": "part-0", "attempts": [{"kind": "worker_died", "error": "gone"}]}]
+    assert "tokenize: the one shard lost its worker on every attempt (worker_died)" in _message(
+        "tokenize", report, 1, ShardPolicy(), None)

@@ -41,6 +41,7 @@ function badge(status, count) {
   const s = STATUSES.includes(status) ? status : "WAITING";
   return el("span", {class: `badge ${s}`, "data-status": status, text: count === undefined ? status : `${status} ${count}`});
 }
+function plural(n, word) { return `${n} ${word}${n === 1 ? "" : "s"}`; }
 function pretty(value) { return JSON.stringify(value, null, 2); }
 function pre(value, cls) { return el("pre", {class: cls || "", text: typeof value === "string" ? value : pretty(value)}); }
 function fmtBytes(n) {
@@ -324,7 +325,7 @@ function drawGraph(exp) {
     document.querySelectorAll("#steps tbody tr").forEach(tr => { tr.hidden = hidden.has(tr.dataset.key); });
     const parts = [];
     if (selected.size) parts.push(`${selected.size} selected`);
-    if (text || want || selected.size) parts.push(`${shown} of ${exp.steps.length} steps match`);
+    if (text || want || selected.size) parts.push(`${shown} of ${plural(exp.steps.length, "step")} match`);
     count.textContent = parts.join(" · ");
     clear.hidden = !selected.size;
   };
@@ -439,7 +440,7 @@ async function renderExperiment(id) {
   setPage(header,
     el("p", {id: "status-counts"}, Object.entries(exp.status_counts).map(([s, n]) => badge(s, n))),
     // What the person watching needs first: the graph, at a size where its names can be read.
-    el("h2", {text: `Graph (${exp.steps.length} steps)`}), legend, drawGraph(exp),
+    el("h2", {text: `Graph (${plural(exp.steps.length, "step")})`}), legend, drawGraph(exp),
     launchSection(exp.launch),
     kv([["script", exp.script], ["created", exp.created], ["hash", exp.hash], ["description", exp.description],
         ["git", exp.git ? `${exp.git.commit || "?"}${exp.git.dirty ? " (dirty)" : ""}` : null],
@@ -857,7 +858,7 @@ async function renderMetrics(path, others) {
     if (fp8Totals.length) out.push(el("div", {class: "plots", id: "fp8-plots"}, fp8Totals.map(k => linePlot(k, [{label: "this run", points: m.series[k]}]))));
     if (fp8Layers.length) out.push(el("details", {id: "fp8-layers"}, el("summary", {text: `float8 per layer (${fp8Layers.length} series)`}),
       el("div", {class: "plots"}, fp8Layers.map(k => linePlot(k, [{label: "this run", points: m.series[k]}])))));
-    out.push(el("p", {class: "muted", text: `${m.rows} logged steps${m.bad_lines ? `, ${m.bad_lines} unreadable lines skipped` : ""}${m.sampled ? ` (sampled: ${fmtBytes(m.sampled.bytes_read)} read of ${fmtBytes(m.sampled.size)}, in ${m.sampled.windows} evenly spaced windows)` : ""}`}));
+    out.push(el("p", {class: "muted", text: `${plural(m.rows, "logged step")}${m.bad_lines ? `, ${plural(m.bad_lines, "unreadable line")} skipped` : ""}${m.sampled ? ` (sampled: ${fmtBytes(m.sampled.bytes_read)} read of ${fmtBytes(m.sampled.size)}, in ${m.sampled.windows} evenly spaced windows)` : ""}`}));
   } else if (m.state !== "missing") out.push(el("div", {class: "warn", text: `metrics: ${m.error}`}));
   const res = data.results;
   if (res.state === "ok" && res.value && res.value.marin_lab) out.push(evalStepSection(path));  // evals.js

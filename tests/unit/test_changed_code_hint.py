@@ -1,0 +1,96 @@
+"""A reused step whose function's source changed since it ran gets one line saying so."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import linecache
+import sys
+import textwrap
+
+from marin_lab.execution.code_provenance import function_fingerprint
+from marin_lab.execution.executor import Executor
+from marin_lab.execution.records import read_step_record
+from marin_lab.execution.status import status_path
+from tests.executor_steps import five_step_dag, write_text
+
+STEPS_V1 = '''
+def helper(x):
+    return x + 1
+
+
+def unrelated():
+    return "a"
+
+
+def step_fn(cfg):
+    return helper(cfg)
+'''
+
+
+def _load(tmp_path, monkeypatch, source: str, name: str = "changed_code_steps"):
+    path = tmp_path / f"{name}.py"
+    path.write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop(name, None)
+    linecache.checkcache(str(path))
+    module = importlib.import_module(name)
+    monkeypatch.setitem(sys.modules, name, module)
+    return module
+
+
+def test_the_fingerprint_follows_the_function_and_its_helpers_only(tmp_path, monkeypatch):
+    v1 = function_fingerprint(_load(tmp_path, monkeypatch, STEPS_V1).step_fn)
+    assert v1 is not None and v1["function"] == "step_fn" and v1["file"].endswith("changed_code_steps.py")
+    same = _load(tmp_path, monkeypatch, STEPS_V1.replace('return "a"', 'return "b"') + "\n\nX = 1\n")
+    assert function_fingerprint(same.step_fn)["sha256"] == v1["sha256"]  # other code of the file
+    helper = _load(tmp_path, monkeypatch, STEPS_V1.replace("x + 1", "x + 2"))
+    assert function_fingerprint(helper.step_fn)["sha256"] != v1["sha256"]  # a helper it calls
+    body = _load(tmp_path, monkeypatch, STEPS_V1.replace("return helper(cfg)", "return helper(cfg) * 2"))
+    assert function_fingerprint(body.step_fn)["sha256"] != v1["sha256"]
+    # Through a partial, and nothing for what has no source.
+    assert function_fingerprint(functools.partial(body.step_fn))["sha256"] == function_fingerprint(body.step_fn)["sha256"]
+    assert function_fingerprint(len) is None
+
+
+def test_a_reused_step_whose_code_changed_gets_one_line(tmp_path, capsys):
+    prefix = str(tmp_path / "store")
+    report = Executor(prefix, backend="local").run(five_step_dag())
+    ps = next(s for s in report.plan.steps if s.name == "proc/b")
+    st = json.loads(open(status_path(ps.output_path)).read())
+    current = function_fingerprint(write_text)
+    assert st["code_fingerprint"] == current["sha256"]
+    assert read_step_record(ps.output_path).code["function"] == current
+
+    quiet = Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
+    assert not any(d.notes for d in quiet.decisions)
+
+    # The step ran with other code than what is there now (the status is as that run left it).
+    st["code_fingerprint"] = "0" * 16
+    open(status_path(ps.output_path), "w").write(json.dumps(st))
+    plan = Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
+    noted = {d.step.name: d.notes for d in plan.decisions if d.notes}
+    assert noted == {"proc/b": (
+        f"reused, but its code changed since it ran ({current['file']}: write_text); "
+        "use --force_run '^proc/b$' to run it again",)}
+    assert "reused, but its code changed since it ran" in capsys.readouterr().out
+    # Not an identity: every step is still reused.
+    assert {d.action for d in plan.decisions} == {"skip"}
+
+
+def test_a_status_without_a_fingerprint_says_nothing(tmp_path):
+    prefix = str(tmp_path / "store")
+    report = Executor(prefix, backend="local").run(five_step_dag())
+    for ps in report.plan.steps:
+        st = json.loads(open(status_path(ps.output_path)).read())
+        st.pop("code_fingerprint")
+        open(status_path(ps.output_path), "w").write(json.dumps(st))
+    plan = Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
+    assert not any(d.notes for d in plan.decisions)
+
+
+def test_the_fingerprint_does_not_depend_on_the_module_name(tmp_path, monkeypatch):
+    as_module = function_fingerprint(_load(tmp_path, monkeypatch, STEPS_V1, name="steps_one").step_fn)
+    as_other = function_fingerprint(_load(tmp_path, monkeypatch, STEPS_V1, name="steps_two").step_fn)
+    assert as_module["sha256"] == as_other["sha256"]
