@@ -9,6 +9,7 @@ separate retry budgets in the executor.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -20,10 +21,11 @@ import pickle
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psutil
@@ -32,6 +34,7 @@ from marin_lab.execution.capacity import ray_nodes
 from marin_lab.execution.errors import ExecutorConfigError, PreemptedError, StepFailedError
 from marin_lab.execution.hashing import lenient_value
 from marin_lab.execution.interrupt import register_worker_group, unregister_worker_group
+from marin_lab.execution.jax_platform import has_accelerator
 from marin_lab.execution.lease import LeaseHolder
 from marin_lab.execution.preemption import PREEMPTION, ray_error_kind
 from marin_lab.execution.provenance import runtime_environment
@@ -455,6 +458,32 @@ class _RunnerHandle(StepHandle):
         self._cancel.set()
 
 
+@contextlib.contextmanager
+def no_foreign_tpu_logs() -> Iterator[None]:
+    """Start a local Ray without forwarding the machine's libtpu logs to this console.
+
+    A Ray node links its logs folder to libtpu's (`$TPU_LOG_DIR`, else /tmp/tpu_logs) when that
+    folder exists, and its log monitor then prints every file there to the driver as `(pid=)`
+    lines: the start-up log of every process on the machine that ever loaded libtpu (another
+    project's JAX, a TPU compile), none of them this run's steps. On a host without a TPU, the
+    node is started with `TPU_LOG_DIR` naming an empty folder of its own; the variable is put back
+    at once, so the steps' own libtpu (if any loads it) still logs where it always does.
+    """
+    if has_accelerator():
+        yield
+        return
+    before = os.environ.get("TPU_LOG_DIR")
+    with tempfile.TemporaryDirectory(prefix="marin-no-tpu-logs-") as empty:
+        os.environ["TPU_LOG_DIR"] = empty
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("TPU_LOG_DIR", None)
+            else:
+                os.environ["TPU_LOG_DIR"] = before
+
+
 # The local Ray a RayBackend starts is shared by every backend of this process (Marin's tests run
 # ten executors in threads at once): one lock makes "is Ray up? else start it" atomic, and the
 # cluster is stopped when the last backend using it shuts down, never under another one's steps.
@@ -485,8 +514,9 @@ class RayBackend:
                     # address="local": a new cluster for this driver, never a stray one on the machine.
                     # The dashboard (on 127.0.0.1) is where a person watches tasks, logs and resources.
                     dashboard = os.environ.get("MARIN_RAY_DASHBOARD", "1") not in ("0", "false", "False")
-                    context = ray.init(address="local", include_dashboard=dashboard, runtime_env=runtime_env,
-                                       _node_ip_address="127.0.0.1", log_to_driver=True, configure_logging=False)
+                    with no_foreign_tpu_logs():
+                        context = ray.init(address="local", include_dashboard=dashboard, runtime_env=runtime_env,
+                                           _node_ip_address="127.0.0.1", log_to_driver=True, configure_logging=False)
                     url = getattr(context, "dashboard_url", None)
                     if url:
                         print(f"Ray dashboard: http://{url}", file=sys.stderr, flush=True)
