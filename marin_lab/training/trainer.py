@@ -223,6 +223,16 @@ class Trainer:
         return summary
 
 
+def format_duration(seconds: float) -> str:
+    """`45 s`, `2 min 5 s`, `1 h 3 min`: a remaining time as a person reads it."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
 class _Run:
     """The bookkeeping of one `Trainer.train` call: throughput, the last lines, the progress bar."""
 
@@ -259,11 +269,20 @@ class _Run:
             now = time.monotonic()
             if now - self.printed >= t.print_every_s or is_last:
                 self.printed = now
-                t.logger.info("%s: step %d/%d, loss %.4f, %.0f tokens/s", loop.name, step + 1, loop.num_train_steps,
-                              values["loss"], tps)
+                t.logger.info("%s: step %d/%d, loss %.4f, %.0f tokens/s%s", loop.name, step + 1, loop.num_train_steps,
+                              values["loss"], tps, self.eta(step))
                 self.metrics.flush()
         self.progress.update(1)
         self.progress.set_postfix(loss=f"{values['loss']:.4f}")
+
+    def eta(self, step: int) -> str:
+        """`, ETA 2 min 5 s` from the mean time of this run's steps so far (the first, which includes
+        compilation, left out); empty before there is one to go by, and after the last step."""
+        timed = step - self.start_step
+        left = self.end_step - 1 - step
+        if timed <= 0 or left <= 0 or self.train_time <= 0:
+            return ""
+        return f", ETA {format_duration(left * self.train_time / timed)}"
 
     def run_hook(self, hook: Hook, info: StepInfo) -> None:
         line = hook.fn(info)

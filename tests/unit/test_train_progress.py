@@ -3,6 +3,7 @@
 import importlib
 import json
 import logging
+import re
 
 from marin_lab.training import metrics as metrics_module
 from marin_lab.training import train_lm
@@ -33,6 +34,9 @@ def test_training_prints_progress_and_flushes_metrics_between_checkpoints(tmp_pa
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("train_lm: step ")]
     assert [line.split(",")[0] for line in lines] == [f"train_lm: step {k}/4" for k in (1, 2, 3, 4)]
     assert "loss" in lines[0] and "tokens/s" in lines[0]
+    # The time left, from the steps timed so far: none on the first (compilation) or the last line.
+    assert "ETA" not in lines[0] and "ETA" not in lines[-1]
+    assert all(re.search(r", ETA \d+ (s|min \d+ s)$", line) for line in lines[1:-1]), lines
     assert flushed[:3] == [1, 2, 3]
     with open(f"{out}/metrics.jsonl") as f:
         assert [json.loads(line)["step"] for line in f] == [0, 1, 2, 3]
@@ -56,3 +60,9 @@ def test_step_time_excludes_the_wait_behind_the_step_dispatched_before_it():
     # A pause on the host (a checkpoint save) with nothing dispatched is not the step's time.
     now[0] = 10.0
     assert timer.finished(9.5) == 0.5
+
+
+def test_remaining_time_reads_as_a_person_would_say_it():
+    from marin_lab.training.trainer import format_duration
+
+    assert [format_duration(x) for x in (0.4, 45, 125, 3 * 3600 + 7 * 60 + 9)] == ["0 s", "45 s", "2 min 5 s", "3 h 7 min"]
