@@ -8,13 +8,15 @@ case, punctuation to spaces, digits to 0, whitespace split, `minhash.words_of`) 
 shingles; a document of fewer words is one shingle of all of them.
 
 - `marin_lab`: `MinHasher(5, 28, 4, seed).signatures(texts)`, what the dedup step runs per shard.
-- `rensa`: per document `words_of`, the 5-word shingles as strings (one `" ".join` per shingle,
-  the fastest Python form measured), then rensa's bulk `RMinHash.digest_matrix_from_token_sets(sets,
+- `rensa`: per document `words_of`, the 5-word shingles as strings (one `" ".join` per shingle
+  over `zip` of the word list), then rensa's bulk `RMinHash.digest_matrix_from_token_sets(sets,
   112, seed)`: rensa hashes each shingle string and takes the 112 minima in Rust.
 - `--per-doc` adds one call per document on both sides: `MinHasher.signature(text)` and
   `RMinHash(112, seed).update(shingles); digest()`.
 - `--rensa-kernel` adds `marin_lab-hashes+rensa`: our shingle hashes, rensa's minima over them
   (`RMinHash.digest_matrix_from_flat_token_hashes`), i.e. rensa adopted as our permutation kernel.
+- `--stages` prints where each side's time goes: ours normalise + UTF-8, word hashes, shingle
+  hashes, permutation minima; rensa words, shingle strings, its Rust call.
 
 Dedup decisions: each side's signatures go through the same LSH and clustering (marin_lab's default,
 28 bands x 4 rows, a candidate linked when its estimated Jaccard >= 0.7), the removed documents are
@@ -22,6 +24,7 @@ scored against the planted truth (precision, recall, F1), per seed. Repeat r use
 both sides; the order of the sides rotates every repeat.
 
 Run: python benchmarks/minhash_vs_rensa.py [--docs 3000 --dups 1000 --repeats 5] [--per-doc]
+[--rensa-kernel] [--stages]
 Needs the `bench` extra (rensa).
 """
 
@@ -139,6 +142,52 @@ def removed_ids(sigs: np.ndarray, valid: np.ndarray, ids: list[str], config: Ded
     return {ids[i] for i in np.flatnonzero(clusters.removed)}
 
 
+def stages(texts: list[str], seed: int, config: DedupConfig, repeats: int) -> None:
+    """Where each side's time goes, stage by stage over the whole corpus (min and median of repeats)."""
+    from rensa import RMinHash
+
+    from marin_lab.processing import minhash
+
+    hasher = MinHasher(NGRAM, config.num_bands, config.rows_per_band, seed)
+    k = hasher.num_permutations
+    times: dict[str, list[float]] = {}
+
+    def timed(name: str, fn, *args):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        times.setdefault(name, []).append(time.perf_counter() - t0)
+        return out
+
+    for _ in range(repeats):
+        acc = {name: 0.0 for name in ("ours: normalise + UTF-8", "ours: word hashes", "ours: shingle hashes",
+                                      "ours: permutation minima")}
+        for start, end in minhash._batches(texts):
+            for name, step in (("ours: normalise + UTF-8", lambda: minhash._encode_batch(texts[start:end])),):
+                t0 = time.perf_counter()
+                data = step()
+                acc[name] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            words, doc_of_word = minhash._word_hashes(data)
+            t1 = time.perf_counter()
+            shingles, doc = minhash._shingles_of_words(words, doc_of_word, end - start, NGRAM)
+            t2 = time.perf_counter()
+            hasher._min_hashes(shingles, doc, end - start)
+            t3 = time.perf_counter()
+            acc["ours: word hashes"] += t1 - t0
+            acc["ours: shingle hashes"] += t2 - t1
+            acc["ours: permutation minima"] += t3 - t2
+        for name, value in acc.items():
+            times.setdefault(name, []).append(value)
+        words_lists = timed("rensa: words (our normalisation, split)", lambda: [words_of(t) for t in texts])
+        sets = timed("rensa: shingle strings", lambda: [
+            list(map(" ".join, zip(*(w[i:] for i in range(NGRAM))))) if len(w) >= NGRAM else [" ".join(w)]
+            for w in words_lists])
+        timed("rensa: hash strings + minima (Rust)", RMinHash.digest_matrix_from_token_sets, sets, k, seed)
+    print(f"stages, {repeats} repeats, whole corpus: seconds min / median")
+    for name, values in times.items():
+        print(f"  {name:<44}{min(values):>7.3f} /{statistics.median(values):>7.3f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=3000, help="original documents")
@@ -146,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0, help="corpus seed")
     ap.add_argument("--per-doc", action="store_true", help="also one call per document on both sides")
+    ap.add_argument("--stages", action="store_true", help="also where each side's time goes, stage by stage")
     ap.add_argument("--rensa-kernel", action="store_true",
                     help="also our shingle hashes with rensa's minima (marin_lab-hashes+rensa)")
     args = ap.parse_args(argv)
@@ -204,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{mine} / {peer}: docs/s {rate[mine] / rate[peer]:.2f}x (medians; per repeat "
               f"{min(ratios):.2f}-{max(ratios):.2f}x, goal >= 1x); F1 {statistics.mean(ours_f1):.4f} vs "
               f"{statistics.mean(their_f1):.4f}, ours >= theirs on {ahead} of {len(ours_f1)} seeds")
+    if args.stages:
+        stages(texts, 1, config, args.repeats)
     return 0
 
 
