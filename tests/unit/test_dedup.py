@@ -131,15 +131,23 @@ def reference_signature(text: str, ngram_size: int, num_permutations: int, seed:
     return [min(((ai * s + bi) & mask) >> 32 for s in shingles) for ai, bi in zip(a, b)]
 
 
-@pytest.mark.parametrize("ngram_size, bands, rows, seed", [(5, 28, 4, 1), (3, 14, 8, 7)])
-def test_signatures_equal_a_reference_written_one_value_at_a_time(monkeypatch, ngram_size, bands, rows, seed):
-    from marin_lab.processing import minhash
-
+def reference_texts() -> list[str]:
     rng = random.Random(11)
     texts = [random_text(rng, rng.randint(1, 400)) for _ in range(6)]
-    texts += ["", "  ... !!! ", "one", "two words", "Hello, WORLD! It's 2024-11-05.",
-              "Ünïcode\u2028line\u3000space\x85next\x1csep word déjà-vu «quoted»",
-              "a lone \ud800 surrogate is still text", "x" * 3000 + " long word"]
+    return texts + ["", "  ... !!! ", "one", "two words", "Hello, WORLD! It's 2024-11-05.",
+                    "Ünïcode\u2028line\u3000space\x85next\x1csep word déjà-vu «quoted»",
+                    "a lone \ud800 surrogate is still text", "x" * 3000 + " long word"]
+
+
+@pytest.mark.parametrize("minima", ["installed", "numpy passes"])
+@pytest.mark.parametrize("ngram_size, bands, rows, seed", [(5, 28, 4, 1), (3, 14, 8, 7)])
+def test_signatures_equal_a_reference_written_one_value_at_a_time(monkeypatch, minima, ngram_size, bands, rows, seed):
+    """`installed`: the compiled loop where numba is installed (the numpy passes where it is not)."""
+    from marin_lab.processing import minhash
+
+    if minima == "numpy passes":
+        monkeypatch.setattr(minhash, "_MINIMA_JIT", False)
+    texts = reference_texts()
     expected = [reference_signature(t, ngram_size, bands * rows, seed) for t in texts]
     hasher = MinHasher(ngram_size, bands, rows, seed)
     # One batch; one batch with documents cut by the permutation chunks; many batches (words cut too).
@@ -153,6 +161,21 @@ def test_signatures_equal_a_reference_written_one_value_at_a_time(monkeypatch, n
             if want is not None:
                 assert sigs[i].tolist() == want, texts[i][:40]
                 assert alone.tolist() == want, texts[i][:40]
+
+
+def test_the_compiled_loop_as_plain_python_equals_the_reference():
+    """`_minima_loop` is what numba compiles; run as Python it must give the reference's values
+    (checked here even where numba is not installed)."""
+    from marin_lab.processing import minhash
+
+    texts = [t for t in reference_texts() if words_of(t)][:5] + ["a b c"]
+    hasher = MinHasher(5, 4, 2, seed=3)
+    hashes = [shingle_hashes(words_of(t), 5) for t in texts]
+    doc_start = np.concatenate([[0], np.cumsum([h.size for h in hashes])]).astype(np.int64)
+    out = np.empty((len(texts), 8), dtype=np.uint32)
+    with np.errstate(over="ignore"):  # numpy scalars warn on the wrap-around the kernel relies on
+        minhash._minima_loop(np.concatenate(hashes), doc_start, hasher._a, hasher._b, out)
+    assert out.tolist() == [reference_signature(t, 5, 8, 3) for t in texts]
 
 
 @pytest.mark.parametrize("fraction", [0.02, 0.1, 0.3])
