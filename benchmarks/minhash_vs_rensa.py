@@ -7,7 +7,9 @@ sources capped at 5,000 characters, planted near duplicates at 0.5-2% word edits
 case, punctuation to spaces, digits to 0, whitespace split, `minhash.words_of`) and 5-word
 shingles; a document of fewer words is one shingle of all of them.
 
-- `marin_lab`: `MinHasher(5, 28, 4, seed).signatures(texts)`, what the dedup step runs per shard.
+- `marin_lab`: `MinHasher(5, 28, 4, seed).signatures(texts)`, what the dedup step runs per shard
+  (the permutation minima compiled by numba); `--numpy-minima` adds `marin_lab-numpy-minima`, the
+  same with the minima as numpy passes (what runs without numba; the same signatures).
 - `rensa`: per document `words_of`, the 5-word shingles as strings (one `" ".join` per shingle
   over `zip` of the word list), then rensa's bulk `RMinHash.digest_matrix_from_token_sets(sets,
   112, seed)`: rensa hashes each shingle string and takes the 112 minima in Rust.
@@ -16,7 +18,8 @@ shingles; a document of fewer words is one shingle of all of them.
 - `--rensa-kernel` adds `marin_lab-hashes+rensa`: our shingle hashes, rensa's minima over them
   (`RMinHash.digest_matrix_from_flat_token_hashes`), i.e. rensa adopted as our permutation kernel.
 - `--stages` prints where each side's time goes: ours normalise + UTF-8, word hashes, shingle
-  hashes, permutation minima; rensa words, shingle strings, its Rust call.
+  hashes, permutation minima (numpy passes and compiled loop); rensa words, shingle strings, its
+  Rust call. Needs numba.
 
 Dedup decisions: each side's signatures go through the same LSH and clustering (marin_lab's default,
 28 bands x 4 rows, a candidate linked when its estimated Jaccard >= 0.7), the removed documents are
@@ -24,8 +27,8 @@ scored against the planted truth (precision, recall, F1), per seed. Repeat r use
 both sides; the order of the sides rotates every repeat.
 
 Run: python benchmarks/minhash_vs_rensa.py [--docs 3000 --dups 1000 --repeats 5] [--per-doc]
-[--rensa-kernel] [--stages]
-Needs the `bench` extra (rensa).
+[--rensa-kernel] [--numpy-minima] [--stages]
+Needs the `bench` extra (rensa) and numba (a dependency of marin_lab).
 """
 
 from __future__ import annotations
@@ -60,6 +63,17 @@ def shingle_strings(text: str) -> list[str]:
 
 def ours_batch(texts: list[str], seed: int, config: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
     return MinHasher(NGRAM, config.num_bands, config.rows_per_band, seed).signatures(texts)
+
+
+def ours_numpy_passes(texts: list[str], seed: int, config: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
+    """`marin_lab` with the permutation minima as numpy passes (where numba is not installed)."""
+    from marin_lab.processing import minhash
+
+    saved, minhash._MINIMA_JIT = minhash._MINIMA_JIT, False
+    try:
+        return ours_batch(texts, seed, config)
+    finally:
+        minhash._MINIMA_JIT = saved
 
 
 def ours_per_doc(texts: list[str], seed: int, config: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -128,12 +142,13 @@ def _stack(sigs: list[np.ndarray | None], k: int) -> tuple[np.ndarray, np.ndarra
 
 SIDES = {
     "marin_lab": ours_batch,
+    "marin_lab-numpy-minima": ours_numpy_passes,
     "rensa": rensa_batch,
     "marin_lab-per-doc": ours_per_doc,
     "rensa-per-doc": rensa_per_doc,
     "marin_lab-hashes+rensa": hashes_then_rensa,
 }
-PAIRS = (("marin_lab", "rensa"), ("marin_lab-per-doc", "rensa-per-doc"), ("marin_lab-hashes+rensa", "rensa"))
+PAIRS = (("marin_lab", "rensa"), ("marin_lab-numpy-minima", "rensa"), ("marin_lab-per-doc", "rensa-per-doc"), ("marin_lab-hashes+rensa", "rensa"))
 
 
 def removed_ids(sigs: np.ndarray, valid: np.ndarray, ids: list[str], config: DedupConfig) -> set[str]:
@@ -160,7 +175,8 @@ def stages(texts: list[str], seed: int, config: DedupConfig, repeats: int) -> No
 
     for _ in range(repeats):
         acc = {name: 0.0 for name in ("ours: normalise + UTF-8", "ours: word hashes", "ours: shingle hashes",
-                                      "ours: permutation minima")}
+                                      "ours: permutation minima, numpy passes",
+                                      "ours: permutation minima, compiled loop")}
         for start, end in minhash._batches(texts):
             for name, step in (("ours: normalise + UTF-8", lambda: minhash._encode_batch(texts[start:end])),):
                 t0 = time.perf_counter()
@@ -173,9 +189,14 @@ def stages(texts: list[str], seed: int, config: DedupConfig, repeats: int) -> No
             t2 = time.perf_counter()
             hasher._min_hashes(shingles, doc, end - start)
             t3 = time.perf_counter()
+            doc_start = np.zeros(end - start + 1, dtype=np.int64)
+            np.cumsum(np.bincount(doc, minlength=end - start), out=doc_start[1:])
+            minhash._minima_kernel()(shingles, doc_start, hasher._a, hasher._b, np.empty((end - start, k), np.uint32))
+            t4 = time.perf_counter()
             acc["ours: word hashes"] += t1 - t0
             acc["ours: shingle hashes"] += t2 - t1
-            acc["ours: permutation minima"] += t3 - t2
+            acc["ours: permutation minima, numpy passes"] += t3 - t2
+            acc["ours: permutation minima, compiled loop"] += t4 - t3
         for name, value in acc.items():
             times.setdefault(name, []).append(value)
         words_lists = timed("rensa: words (our normalisation, split)", lambda: [words_of(t) for t in texts])
@@ -195,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0, help="corpus seed")
     ap.add_argument("--per-doc", action="store_true", help="also one call per document on both sides")
+    ap.add_argument("--numpy-minima", action="store_true",
+                    help="also marin_lab with the permutation minima as numpy passes (no numba)")
     ap.add_argument("--stages", action="store_true", help="also where each side's time goes, stage by stage")
     ap.add_argument("--rensa-kernel", action="store_true",
                     help="also our shingle hashes with rensa's minima (marin_lab-hashes+rensa)")
@@ -204,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         sides += ["marin_lab-per-doc", "rensa-per-doc"]
     if args.rensa_kernel:
         sides += ["marin_lab-hashes+rensa"]
+    if args.numpy_minima:
+        sides += ["marin_lab-numpy-minima"]
     config = DedupConfig(input_path="in", output_path="out")
 
     work = tempfile.mkdtemp(prefix="bench_minhash_")

@@ -199,21 +199,23 @@ def _word_hashes(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _slice_word_hashes(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    sep = (data == _SPACE) | (data == _DOC_END)
-    edges = np.flatnonzero(np.diff(sep, prepend=True, append=True))
+    sep = np.ones(data.size + 2, dtype=bool)  # a separator before the first byte and after the last
+    np.equal(data, _SPACE, out=sep[1:-1])
+    sep[1:-1] |= data == _DOC_END
+    edges = np.flatnonzero(sep[1:] != sep[:-1])
     starts, ends = edges[0::2], edges[1::2]  # word = a run of non-separators [start, end)
     if starts.size == 0:
         return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
     # Word [s, e) hashes to sum(b_j * M**(e-1-j)) = M**(e-1) * (C[e-1] - C[s-1]) with
-    # C = cumsum(b_j * M**-j): three passes over the bytes, then a few per word.
-    with np.errstate(over="ignore"):
-        prefix = np.empty(data.size + 1, dtype=np.uint64)
-        prefix[0] = 0
-        np.multiply(data, _INV_POWERS.upto(data.size), out=prefix[1:])
-        np.cumsum(prefix[1:], out=prefix[1:])
-        words = (prefix[ends] - prefix[starts]) * _POWERS.upto(data.size)[ends - 1]
-        words ^= (ends - starts).astype(np.uint64) * _LEN_MUL
-        words = _fmix(words)
+    # C = cumsum(b_j * M**-j): three passes over the bytes, then a few per word. (Array arithmetic
+    # wraps around silently; only numpy scalar arithmetic warns, and there is none here.)
+    prefix = np.empty(data.size + 1, dtype=np.uint64)
+    prefix[0] = 0
+    np.multiply(data, _INV_POWERS.upto(data.size), out=prefix[1:])
+    np.cumsum(prefix[1:], out=prefix[1:])
+    words = (prefix[ends] - prefix[starts]) * _POWERS.upto(data.size)[ends - 1]
+    words ^= (ends - starts).astype(np.uint64) * _LEN_MUL
+    words = _fmix(words)
     doc_ends = np.flatnonzero(data == _DOC_END)
     return words, np.searchsorted(doc_ends, starts)
 
