@@ -8,8 +8,8 @@ case, punctuation to spaces, digits to 0, whitespace split, `minhash.words_of`) 
 shingles; a document of fewer words is one shingle of all of them.
 
 - `marin_lab`: `MinHasher(5, 28, 4, seed).signatures(texts)`, what the dedup step runs per shard
-  (the permutation minima compiled by numba); `--numpy-minima` adds `marin_lab-numpy-minima`, the
-  same with the minima as numpy passes (what runs without numba; the same signatures).
+  (bytes to signatures in one loop compiled by numba); `--numpy-minima` adds
+  `marin_lab-numpy-minima`, the same as numpy passes (what runs without numba; the same signatures).
 - `rensa`: per document `words_of`, the 5-word shingles as strings (one `" ".join` per shingle
   over `zip` of the word list), then rensa's bulk `RMinHash.digest_matrix_from_token_sets(sets,
   112, seed)`: rensa hashes each shingle string and takes the 112 minima in Rust.
@@ -17,9 +17,9 @@ shingles; a document of fewer words is one shingle of all of them.
   `RMinHash(112, seed).update(shingles); digest()`.
 - `--rensa-kernel` adds `marin_lab-hashes+rensa`: our shingle hashes, rensa's minima over them
   (`RMinHash.digest_matrix_from_flat_token_hashes`), i.e. rensa adopted as our permutation kernel.
-- `--stages` prints where each side's time goes: ours normalise + UTF-8, word hashes, shingle
-  hashes, permutation minima (numpy passes and compiled loop); rensa words, shingle strings, its
-  Rust call. Needs numba.
+- `--stages` prints where each side's time goes: ours normalise + UTF-8, then as numpy passes
+  word hashes, shingle hashes, permutation minima, or compiled the whole of bytes to signatures;
+  rensa words, shingle strings, its Rust call. Needs numba.
 
 Dedup decisions: each side's signatures go through the same LSH and clustering (marin_lab's default,
 28 bands x 4 rows, a candidate linked when its estimated Jaccard >= 0.7), the removed documents are
@@ -66,14 +66,14 @@ def ours_batch(texts: list[str], seed: int, config: DedupConfig) -> tuple[np.nda
 
 
 def ours_numpy_passes(texts: list[str], seed: int, config: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
-    """`marin_lab` with the permutation minima as numpy passes (where numba is not installed)."""
+    """`marin_lab` as numpy passes (what runs where numba is not installed)."""
     from marin_lab.processing import minhash
 
-    saved, minhash._MINIMA_JIT = minhash._MINIMA_JIT, False
+    saved, minhash._KERNEL_JIT = minhash._KERNEL_JIT, False
     try:
         return ours_batch(texts, seed, config)
     finally:
-        minhash._MINIMA_JIT = saved
+        minhash._KERNEL_JIT = saved
 
 
 def ours_per_doc(texts: list[str], seed: int, config: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -174,9 +174,9 @@ def stages(texts: list[str], seed: int, config: DedupConfig, repeats: int) -> No
         return out
 
     for _ in range(repeats):
-        acc = {name: 0.0 for name in ("ours: normalise + UTF-8", "ours: word hashes", "ours: shingle hashes",
-                                      "ours: permutation minima, numpy passes",
-                                      "ours: permutation minima, compiled loop")}
+        acc = {name: 0.0 for name in ("ours: normalise + UTF-8", "ours, numpy passes: word hashes",
+                                      "ours, numpy passes: shingle hashes", "ours, numpy passes: permutation minima",
+                                      "ours, compiled: bytes to signatures")}
         for start, end in minhash._batches(texts):
             for name, step in (("ours: normalise + UTF-8", lambda: minhash._encode_batch(texts[start:end])),):
                 t0 = time.perf_counter()
@@ -189,14 +189,13 @@ def stages(texts: list[str], seed: int, config: DedupConfig, repeats: int) -> No
             t2 = time.perf_counter()
             hasher._min_hashes(shingles, doc, end - start)
             t3 = time.perf_counter()
-            doc_start = np.zeros(end - start + 1, dtype=np.int64)
-            np.cumsum(np.bincount(doc, minlength=end - start), out=doc_start[1:])
-            minhash._minima_kernel()(shingles, doc_start, hasher._a, hasher._b, np.empty((end - start, k), np.uint32))
+            minhash._kernel()(data, NGRAM, hasher._a, hasher._b, np.empty((end - start, k), np.uint32),
+                              np.empty(end - start, dtype=bool))
             t4 = time.perf_counter()
-            acc["ours: word hashes"] += t1 - t0
-            acc["ours: shingle hashes"] += t2 - t1
-            acc["ours: permutation minima, numpy passes"] += t3 - t2
-            acc["ours: permutation minima, compiled loop"] += t4 - t3
+            acc["ours, numpy passes: word hashes"] += t1 - t0
+            acc["ours, numpy passes: shingle hashes"] += t2 - t1
+            acc["ours, numpy passes: permutation minima"] += t3 - t2
+            acc["ours, compiled: bytes to signatures"] += t4 - t3
         for name, value in acc.items():
             times.setdefault(name, []).append(value)
         words_lists = timed("rensa: words (our normalisation, split)", lambda: [words_of(t) for t in texts])
@@ -217,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="corpus seed")
     ap.add_argument("--per-doc", action="store_true", help="also one call per document on both sides")
     ap.add_argument("--numpy-minima", action="store_true",
-                    help="also marin_lab with the permutation minima as numpy passes (no numba)")
+                    help="also marin_lab as numpy passes (what runs without numba)")
     ap.add_argument("--stages", action="store_true", help="also where each side's time goes, stage by stage")
     ap.add_argument("--rensa-kernel", action="store_true",
                     help="also our shingle hashes with rensa's minima (marin_lab-hashes+rensa)")
