@@ -197,9 +197,14 @@ def _kernel() -> Any:
         try:
             import numba
         except ImportError:
+            numba = None
+        if numba is None or numba.config.DISABLE_JIT:  # NUMBA_DISABLE_JIT=1 would run the loop as Python
             _KERNEL_JIT = False
         else:
-            _KERNEL_JIT = numba.njit(cache=True, nogil=True)(_signature_loop)
+            try:
+                _KERNEL_JIT = numba.njit(cache=True, nogil=True)(_signature_loop)
+            except RuntimeError:  # no writable cache location: compile in this process only
+                _KERNEL_JIT = numba.njit(nogil=True)(_signature_loop)
     return _KERNEL_JIT or None
 
 
