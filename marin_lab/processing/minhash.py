@@ -19,10 +19,10 @@ tests check them directly.
   the shift is the same as after it (the shift is monotonic), which saves a pass.
 - With numba installed (a dependency), everything after normalisation is one compiled loop over
   the bytes (`_signature_loop`): the same word, shingle and permutation arithmetic one value at a
-  time, each shingle against all k permutations (the loop the compiler vectorises), no
+  time, each shingle against all k permutations (an inner loop the compiler can vectorise), no
   temporaries and no per-call numpy overhead. The permutation minima were half the time of the
-  numpy passes; compiled, bytes to signatures take a sixth of it. Without numba the numpy passes
-  run. Both give bit-identical signatures, equal to those since the kernel was written (tested
+  numpy passes; compiled, bytes to signatures take about 40% of the passes' time (measured in
+  docs/benchmarks.md). Without numba the numpy passes run. Both give bit-identical signatures, equal to those since the kernel was written (tested
   against a reference written one Python integer at a time), so no step identity changed.
 - A band key folds the band's rows into one uint64; two documents are candidates when any band key
   matches. Clustering links each bucket member to the bucket's first document (star, not all
@@ -136,7 +136,7 @@ def _signature_loop(data: np.ndarray, ngram_size: int, a: np.ndarray, b: np.ndar
     same arithmetic as the numpy passes, one byte, word and shingle at a time. A word's hash is
     its byte polynomial (Horner) with its length mixed in, then murmur3's finaliser; the last
     `ngram_size` word hashes of the document (a ring) fold into each shingle hash; each shingle
-    updates the minima of all k permutations (the loop the compiler vectorises); a document of
+    updates the minima of all k permutations (the inner loop); a document of
     1..ngram_size-1 words is one shingle of all of them; one of none keeps EMPTY_SLOT and is not
     valid. Run compiled by numba (`_kernel`); as plain Python it is a readable statement of the
     kernel, checked against the reference in the tests."""
@@ -190,7 +190,7 @@ _KERNEL_JIT: Any = None  # the compiled `_signature_loop`; False where numba is 
 
 def _kernel() -> Any:
     """`_signature_loop` compiled by numba (imported on first use: 0.5 s), or None without numba,
-    where the numpy passes give the same signatures, at a third to a half of the speed. cache=True:
+    where the numpy passes give the same signatures at about half the speed. cache=True:
     compiled once per installation (~2 s, kept in __pycache__), not in every worker process."""
     global _KERNEL_JIT
     if _KERNEL_JIT is None:
@@ -421,8 +421,9 @@ class MinHasher:
     def signatures(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(signatures (n, k) uint32, valid (n,) bool); a text without words is not valid.
 
-        Texts are hashed in batches of about a megabyte: every step from bytes to signature is a
-        numpy pass over the whole batch, so the cost per document is arithmetic, not calls."""
+        Texts are normalised in Python and joined in batches of about a megabyte; from the bytes on,
+        one compiled loop per batch (`_signature_loop`, with numba) or numpy passes over the whole
+        batch give the same signatures, so the cost per document is arithmetic, not calls."""
         out = np.full((len(texts), self.num_permutations), EMPTY_SLOT, dtype=np.uint32)
         valid = np.zeros(len(texts), dtype=bool)
         kernel = _kernel()
