@@ -21,6 +21,8 @@ the script also prints the recall an ideal MinHash-LSH would have in expectation
 5-gram Jaccard similarity of every planted pair (`minhash.link_probability`, averaged), for
 FineWeb's 14 x 8 and for marin_lab's default.
 
+The signature stage alone against rensa 0.5.0 (Rust), on this corpus: `minhash_vs_rensa.py`.
+
 Run: python benchmarks/dedup_vs_datatrove.py [--docs 3000 --dups 1000 --repeats 5]
 Needs the `bench` extra (datatrove, spacy, orjson).
 """

@@ -95,6 +95,92 @@ def test_signature_of_a_text_does_not_depend_on_its_batch(monkeypatch):
         assert np.array_equal(shingle_hashes(words_of(t), 5), minhash.shingle_hashes(words_of(t), 5))
 
 
+def reference_signature(text: str, ngram_size: int, num_permutations: int, seed: int) -> list[int] | None:
+    """MinHash of one text written out one value at a time with Python integers, from the
+    definition in the minhash module's docstring: what the vectorised kernel must equal bit for bit
+    (a changed kernel changes every dedup_fuzzy output, so it must come with a new step identity)."""
+    mask = 2**64 - 1
+
+    def fmix(x: int) -> int:  # murmur3's 64-bit finaliser
+        x ^= x >> 33
+        x = (x * 0xFF51AFD7ED558CCD) & mask
+        x ^= x >> 33
+        x = (x * 0xC4CEB9FE1A85EC53) & mask
+        return x ^ (x >> 33)
+
+    def word_hash(word: str) -> int:  # the polynomial of the UTF-8 bytes, then its length mixed in
+        data = word.encode("utf-8", "surrogatepass")
+        h = 0
+        for byte in data:
+            h = (h * 0xD6E8FEB86659FD93 + byte) & mask
+        return fmix(h ^ ((len(data) * 0xA0761D6478BD642F) & mask))
+
+    hashes = [word_hash(w) for w in words_of(text)]
+    if not hashes:
+        return None
+    windows = [hashes[i : i + ngram_size] for i in range(len(hashes) - ngram_size + 1)] or [hashes]
+    shingles = []
+    for window in windows:  # an order-sensitive fold of the window's word hashes
+        h = window[0]
+        for x in window[1:]:
+            h = (h * 0x9E3779B97F4A7C15 + x) & mask
+        shingles.append(fmix(h))
+    rng = np.random.default_rng(seed)  # the permutations: odd multipliers a, offsets b
+    a = [int(x) * 2 + 1 for x in rng.integers(0, 2**63, size=num_permutations, dtype=np.uint64)]
+    b = [int(x) for x in rng.integers(0, 2**63, size=num_permutations, dtype=np.uint64)]
+    return [min(((ai * s + bi) & mask) >> 32 for s in shingles) for ai, bi in zip(a, b)]
+
+
+def reference_texts() -> list[str]:
+    rng = random.Random(11)
+    texts = [random_text(rng, rng.randint(1, 400)) for _ in range(6)]
+    return texts + ["", "  ... !!! ", "one", "two words", "Hello, WORLD! It's 2024-11-05.",
+                    "Ünïcode\u2028line\u3000space\x85next\x1csep word déjà-vu «quoted»",
+                    "a lone \ud800 surrogate is still text", "x" * 3000 + " long word"]
+
+
+@pytest.mark.parametrize("kernel", ["installed", "numpy passes"])
+@pytest.mark.parametrize("ngram_size, bands, rows, seed", [(5, 28, 4, 1), (3, 14, 8, 7)])
+def test_signatures_equal_a_reference_written_one_value_at_a_time(monkeypatch, kernel, ngram_size, bands, rows, seed):
+    """`installed`: the compiled loop where numba is installed (the numpy passes where it is not)."""
+    from marin_lab.processing import minhash
+
+    if kernel == "numpy passes":
+        monkeypatch.setattr(minhash, "_KERNEL_JIT", False)
+    texts = reference_texts()
+    expected = [reference_signature(t, ngram_size, bands * rows, seed) for t in texts]
+    hasher = MinHasher(ngram_size, bands, rows, seed)
+    # One batch; one batch with documents cut by the permutation chunks; many batches (words cut too).
+    for batch_bytes, chunk in ((1 << 20, 8192), (1 << 20, 64), (900, 64)):
+        monkeypatch.setattr(minhash, "_BATCH_BYTES", batch_bytes)
+        monkeypatch.setattr(minhash, "_MIN_CHUNK", chunk)
+        sigs, valid = hasher.signatures(texts)
+        for i, want in enumerate(expected):
+            alone = hasher.signature(texts[i])
+            assert bool(valid[i]) == (want is not None) == (alone is not None), texts[i][:40]
+            if want is not None:
+                assert sigs[i].tolist() == want, texts[i][:40]
+                assert alone.tolist() == want, texts[i][:40]
+
+
+def test_the_compiled_loop_as_plain_python_equals_the_reference():
+    """`_signature_loop` is what numba compiles; run as Python it must give the reference's values
+    (checked here even where numba is not installed)."""
+    from marin_lab.processing import minhash
+
+    texts = [t[:400] for t in reference_texts()] + ["a b c", "a b c d e"]
+    hasher = MinHasher(5, 4, 2, seed=3)
+    out = np.empty((len(texts), 8), dtype=np.uint32)
+    valid = np.empty(len(texts), dtype=bool)
+    with np.errstate(over="ignore"):  # numpy scalars warn on the wrap-around the kernel relies on
+        minhash._signature_loop(minhash._encode_batch(texts), 5, hasher._a, hasher._b, out, valid)
+    for i, t in enumerate(texts):
+        want = reference_signature(t, 5, 8, 3)
+        assert bool(valid[i]) == (want is not None), t[:40]
+        if want is not None:
+            assert out[i].tolist() == want, t[:40]
+
+
 @pytest.mark.parametrize("fraction", [0.02, 0.1, 0.3])
 def test_estimated_similarity_tracks_jaccard(fraction):
     rng = random.Random(7)
