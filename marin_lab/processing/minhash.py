@@ -197,8 +197,9 @@ def _kernel() -> Any:
         try:
             import numba
         except ImportError:
-            numba = None
-        if numba is None or numba.config.DISABLE_JIT:  # NUMBA_DISABLE_JIT=1 would run the loop as Python
+            _KERNEL_JIT = False
+            return None
+        if getattr(numba.config, "DISABLE_JIT", False):  # NUMBA_DISABLE_JIT=1 would run the loop as Python
             _KERNEL_JIT = False
         else:
             try:
