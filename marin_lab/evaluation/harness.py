@@ -380,6 +380,41 @@ def _no_documents(task: str, path: str | None, name: str | None, err: Exception 
             f"(data='hub' or 'auto') so `datasets` caches it, or point HF_DATASETS_CACHE at a cache that holds it")
 
 
+def _lm_eval_noise(record: logging.LogRecord) -> bool:
+    """False for lm-eval's progress chatter (seeds, "Selected tasks", "Building contexts", the
+    num_fewshot we set ourselves): not what a person watching a run needs. Its other warnings and
+    errors, and every other logger's records, pass."""
+    if not record.name.startswith("lm_eval"):
+        return True
+    if record.levelno < logging.WARNING:
+        return False
+    return not record.getMessage().startswith("Overwriting default num_fewshot")
+
+
+@contextlib.contextmanager
+def quiet_lm_eval() -> Iterator[None]:
+    """While lm-eval runs: its INFO lines and its progress bars (which a step's log file and a Ray
+    console show as a line per redraw) kept out, unless `MARIN_LAB_VERBOSE` is set. The filter sits
+    on the handlers (lm-eval logs from child loggers, whose records a logger's own filter never sees)."""
+    if os.environ.get("MARIN_LAB_VERBOSE"):
+        yield
+        return
+    handlers = list(logging.getLogger().handlers) + list(logging.getLogger("lm_eval").handlers)
+    before = os.environ.get("TQDM_DISABLE")
+    for handler in handlers:
+        handler.addFilter(_lm_eval_noise)
+    os.environ["TQDM_DISABLE"] = "1"
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(_lm_eval_noise)
+        if before is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = before
+
+
 def run_task(lm: Any, spec: TaskSpec, *, data: str = "auto", include_path: Sequence[str] = (),
              seed: int = 1234, bootstrap_iters: int = 1000) -> dict[str, Any]:
     """lm-eval's results for one task spec (samples included) plus where its documents came from.
@@ -401,7 +436,7 @@ def run_task(lm: Any, spec: TaskSpec, *, data: str = "auto", include_path: Seque
     before = len(lm.programs) if ours else 0
     # lm-eval bootstraps non-mean metrics' stderr in a process pool unless told not to; stay in-process.
     os.environ.setdefault("DISABLE_MULTIPROC", "1")
-    with _document_source(data, record):
+    with _document_source(data, record), quiet_lm_eval():
         results = simple_evaluate(model=lm, tasks=[spec.name], num_fewshot=spec.num_fewshot, limit=spec.limit,
                                   log_samples=True, bootstrap_iters=bootstrap_iters, random_seed=seed,
                                   numpy_random_seed=seed, torch_random_seed=None, fewshot_random_seed=seed,
