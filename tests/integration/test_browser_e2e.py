@@ -180,6 +180,13 @@ def test_training_plots_eval_results_and_no_secrets(page, server, fx):
     page.select_option("#metrics .chart-smoothing", "0")
     page.uncheck("#metrics .chart-log")
     expect(loss.locator("g.raw-lines path")).to_have_count(0)
+    # A constant series (grad_norm 1.0) stays a flat line around its value: its smoothed float
+    # noise (1e-16) is not stretched over the whole height.
+    page.select_option("#metrics .chart-smoothing", "0.9")
+    grad = page.locator("#plots svg.chart[data-metric='grad_norm'] g[aria-label='y-axis tick label'] text")
+    expect(grad.first).to_be_attached()
+    assert "1.00" in grad.all_text_contents(), grad.all_text_contents()
+    page.select_option("#metrics .chart-smoothing", "0")
     shot(page, "08-training-plots")
     assert not page.errors, page.errors  # the CSP admits every chart (Plot's own <style> is not put in the page)
     page.goto(server.url + "/#/step?path=" + quote(str(fx.evaluate)))

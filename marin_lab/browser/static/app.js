@@ -765,6 +765,19 @@ function linePlot(title, series, opts) {
   return box;
 }
 
+// A series that does not move (a constant grad norm; its smoothed float noise) gets a domain around
+// its value, so the chart shows a flat line instead of magnifying 1e-16 into the whole height.
+function flatDomain(rows, logY) {
+  const ys = rows.flatMap(r => [r.value, r.raw]).filter(v => Number.isFinite(v));
+  if (!ys.length) return undefined;
+  const lo = Math.min(...ys), hi = Math.max(...ys);
+  if (hi - lo > 1e-9 * Math.max(1, Math.abs(hi))) return undefined;
+  const c = (lo + hi) / 2;
+  if (logY) return [c / 1.25, c * 1.25];
+  const pad = Math.abs(c) * 0.1 || 1;
+  return [c - pad, c + pad];
+}
+
 function drawChart(title, series, o) {
   const W = o.width || 380, H = o.height || 200, M = CHART_MARGIN;
   const weight = o.smoothing ?? chartPrefs.smoothing;
@@ -781,7 +794,7 @@ function drawChart(title, series, o) {
   const fig = Plot.plot({
     width: W, height: H, marginTop: M.top, marginRight: M.right, marginBottom: M.bottom, marginLeft: M.left,
     x: {label: "step", grid: true, labelAnchor: "right", labelArrow: "none"},
-    y: {type: logY ? "log" : "linear", grid: true, label: null, nice: !logY},
+    y: {type: logY ? "log" : "linear", grid: true, label: null, nice: !logY, domain: flatDomain(rows, logY)},
     marks: [
       raw.length ? line(raw, {strokeWidth: 1, strokeOpacity: 0.25, className: "raw-lines"}) : null,
       solid.length ? line(solid, {strokeWidth: 1.6, className: "series-lines"}) : null,
