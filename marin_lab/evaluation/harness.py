@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import functools
 import logging
 import math
 import os
@@ -394,25 +395,34 @@ def _lm_eval_noise(record: logging.LogRecord) -> bool:
 @contextlib.contextmanager
 def quiet_lm_eval() -> Iterator[None]:
     """While lm-eval runs: its INFO lines and its progress bars (which a step's log file and a Ray
-    console show as a line per redraw) kept out, unless `MARIN_LAB_VERBOSE` is set. The filter sits
+    console show as a line per redraw) kept out, unless `MARIN_LAB_VERBOSE` is set (`--verbose`). The filter sits
     on the handlers (lm-eval logs from child loggers, whose records a logger's own filter never sees)."""
     if os.environ.get("MARIN_LAB_VERBOSE"):
         yield
         return
     handlers = list(logging.getLogger().handlers) + list(logging.getLogger("lm_eval").handlers)
-    before = os.environ.get("TQDM_DISABLE")
     for handler in handlers:
         handler.addFilter(_lm_eval_noise)
-    os.environ["TQDM_DISABLE"] = "1"
+    # lm-eval's bars ("Building contexts", "Tokenizing inputs") pass `disable` themselves or are
+    # made where TQDM_DISABLE was read at import: its modules' `tqdm` is swapped for a silent one.
+    import lm_eval.api.model
+    import lm_eval.api.task
+
+    modules = [m for m in (lm_eval.api.task, lm_eval.api.model) if hasattr(m, "tqdm")]
+    saved = [m.tqdm for m in modules]
+    for m, bar in zip(modules, saved, strict=True):
+        m.tqdm = functools.partial(_silent_bar, bar)
     try:
         yield
     finally:
         for handler in handlers:
             handler.removeFilter(_lm_eval_noise)
-        if before is None:
-            os.environ.pop("TQDM_DISABLE", None)
-        else:
-            os.environ["TQDM_DISABLE"] = before
+        for m, bar in zip(modules, saved, strict=True):
+            m.tqdm = bar
+
+
+def _silent_bar(bar: Any, *args: Any, **kwargs: Any) -> Any:
+    return bar(*args, **{**kwargs, "disable": True})
 
 
 def run_task(lm: Any, spec: TaskSpec, *, data: str = "auto", include_path: Sequence[str] = (),

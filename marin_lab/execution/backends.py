@@ -36,6 +36,7 @@ from marin_lab.execution.hashing import lenient_value
 from marin_lab.execution.interrupt import register_worker_group, unregister_worker_group
 from marin_lab.execution.jax_platform import has_accelerator
 from marin_lab.execution.lease import LeaseHolder
+from marin_lab.execution.logs import VERBOSE_ENV
 from marin_lab.execution.preemption import PREEMPTION, ray_error_kind
 from marin_lab.execution.provenance import runtime_environment
 from marin_lab.execution.resources import RunOutcome, attach_hardware, hardware_of, is_runner
@@ -506,7 +507,8 @@ class RayBackend:
                 _RAY_USERS = 0  # a Ray started here was stopped by someone else: start afresh
                 address = address or os.environ.get("RAY_ADDRESS")
                 pythonpath = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
-                runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}}
+                runtime_env = {"env_vars": {"PYTHONPATH": pythonpath,
+                                            **{k: os.environ[k] for k in (VERBOSE_ENV,) if k in os.environ}}}
                 if address:
                     ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
                 else:

@@ -55,6 +55,25 @@ _LINE_END = re.compile(rb"\r|\n")
 # Libraries that say something harmless on every CPU step (JAX probing for TPUs, absl), kept quiet.
 _NOISY_LOGGERS = ("jax._src.xla_bridge", "absl")
 
+VERBOSE_ENV = "MARIN_LAB_VERBOSE"
+"""Set (`--verbose`): a step's own log handler passes every library's INFO lines too."""
+
+
+QUIET_LIBRARIES = frozenset({
+    "absl", "datasets", "filelock", "fsspec", "gcsfs", "httpx", "huggingface_hub", "jax", "jaxlib", "lm_eval",
+    "lm-eval", "numba", "orbax", "ray", "tensorstore", "torch", "transformers", "urllib3", "wandb",
+})
+"""Libraries whose INFO lines ("datasets: JAX version ... available", lm-eval's seeds) a person
+watching a run does not need; their warnings and errors always show."""
+
+
+def quiet_libraries(record: logging.LogRecord) -> bool:
+    """The step's handler filter: every record but the INFO and DEBUG lines of `QUIET_LIBRARIES`
+    (the step's own loggers, marin_lab's and the user's, always pass); `--verbose` keeps those too."""
+    if record.levelno >= logging.WARNING:
+        return True
+    return record.name.split(".", 1)[0] not in QUIET_LIBRARIES
+
 
 log_url = step_log_url
 """Where attempt `attempt` of the step at `output_path` keeps its output (the store names it)."""
@@ -327,6 +346,8 @@ class capture:  # noqa: N801 - used as a context manager, like contextlib's
         if not streams & {sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__}:
             self.handler = logging.StreamHandler(sys.stderr)
             self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            if not os.environ.get(VERBOSE_ENV):
+                self.handler.addFilter(quiet_libraries)
             root.addHandler(self.handler)
         self.saved_noisy = {name: logging.getLogger(name).level for name in _NOISY_LOGGERS}
         for name in _NOISY_LOGGERS:

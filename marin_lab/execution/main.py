@@ -7,6 +7,7 @@ import difflib
 import json
 import logging
 import multiprocessing
+import os
 import sys
 from collections.abc import Sequence
 
@@ -16,6 +17,7 @@ from marin_lab.execution.errors import ExecutorConfigError, MarinLabError, RunIn
 from marin_lab.execution.executor import Executor, RunReport, default_prefix
 from marin_lab.execution.jax_platform import default_to_cpu
 from marin_lab.execution.lease import DEFAULT_TIMEOUT_S
+from marin_lab.execution.logs import VERBOSE_ENV
 from marin_lab.execution.plan import compile_run_only
 from marin_lab.execution.prices import load_prices
 from marin_lab.execution.step import ExecutorStep, InputName
@@ -60,6 +62,9 @@ class ExecutorMainConfig:
     unschedulable_timeout_s: float | None = None
     """How long a step may wait while no node of the cluster can hold its resources, before it fails
     (default: $MARIN_UNSCHEDULABLE_TIMEOUT_S, else 600). On a known cluster it is refused at once."""
+    verbose: bool = False
+    """Every library's INFO lines in the console and the step logs (JAX, datasets, lm-eval, ...); by
+    default a step shows marin_lab's own lines and everyone's warnings. Also `MARIN_LAB_VERBOSE=1`."""
     prices: str | None = None
     """A price table (JSON, or TOML named *.toml) over the default list prices, for the costs --dry_run
     shows: {"prices": {"tpu-v5e": 1.2, ...}, "currency", "date", "source"} (docs/executor.md, "Cost")."""
@@ -109,6 +114,8 @@ def executor_main(
     try:
         if config is None:
             config = parse_flags(sys.argv[1:] if args is None else args)
+        if config.verbose:  # the steps' processes inherit it (a local Ray passes it on: backends.py)
+            os.environ[VERBOSE_ENV] = "1"
         executor = Executor(
             prefix=config.prefix or default_prefix(),
             backend=config.backend,
