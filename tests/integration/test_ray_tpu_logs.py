@@ -12,6 +12,8 @@ import pytest
 
 from marin_lab.execution import backends
 
+pytestmark = pytest.mark.ray
+
 
 def test_the_local_ray_does_not_link_the_machines_tpu_logs(tmp_path, monkeypatch):
     import ray
