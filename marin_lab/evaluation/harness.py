@@ -44,6 +44,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noq
 from marin_lab.errors import MarinLabError
 from marin_lab.evaluation import offline_data
 from marin_lab.evaluation.scoring import bucket_length
+from marin_lab.execution.logs import VERBOSE_ENV, quiet_libraries
 from marin_lab.models.generate import SamplingConfig, generate_text
 from marin_lab.models.llama import LlamaConfig, Params, forward
 
@@ -382,14 +383,12 @@ def _no_documents(task: str, path: str | None, name: str | None, err: Exception 
 
 
 def _lm_eval_noise(record: logging.LogRecord) -> bool:
-    """False for lm-eval's progress chatter (seeds, "Selected tasks", "Building contexts", the
-    num_fewshot we set ourselves): not what a person watching a run needs. Its other warnings and
-    errors, and every other logger's records, pass."""
+    """False for lm-eval's progress chatter: its INFO lines (the step logs' own rule for quiet
+    libraries, `execution.logs.quiet_libraries`) and the num_fewshot notice for the shots we set
+    ourselves. Its other warnings and errors, and every other logger's records, pass."""
     if not record.name.startswith("lm_eval"):
         return True
-    if record.levelno < logging.WARNING:
-        return False
-    return not record.getMessage().startswith("Overwriting default num_fewshot")
+    return quiet_libraries(record) and not record.getMessage().startswith("Overwriting default num_fewshot")
 
 
 @contextlib.contextmanager
@@ -397,7 +396,7 @@ def quiet_lm_eval() -> Iterator[None]:
     """While lm-eval runs: its INFO lines and its progress bars (which a step's log file and a Ray
     console show as a line per redraw) kept out, unless `MARIN_LAB_VERBOSE` is set (`--verbose`). The filter sits
     on the handlers (lm-eval logs from child loggers, whose records a logger's own filter never sees)."""
-    if os.environ.get("MARIN_LAB_VERBOSE"):
+    if os.environ.get(VERBOSE_ENV):
         yield
         return
     handlers = list(logging.getLogger().handlers) + list(logging.getLogger("lm_eval").handlers)

@@ -194,14 +194,11 @@ function graphView(exp, groups, collapsed) {
     }
     g.members.push(st.key);
     g.counts[st.status] = (g.counts[st.status] || 0) + 1;
+    if (!g.error && st.status === "FAILED" && st.error) g.error = `${st.name}: ${st.error}`;
     if (typeof st.duration_s === "number") g.duration_s += st.duration_s;
     if (typeof st.bytes === "number") g.bytes += st.bytes;
   }
-  for (const g of made.values()) {
-    g.status = GROUP_STATUS_ORDER.find(st => g.counts[st]) || Object.keys(g.counts)[0];
-    const failed = exp.steps.find(st => nodeOf.get(st.key) === g.key && st.status === "FAILED" && st.error);
-    if (failed) g.error = `${failed.name}: ${failed.error}`;
-  }
+  for (const g of made.values()) g.status = GROUP_STATUS_ORDER.find(st => g.counts[st]) || Object.keys(g.counts)[0];
   const edges = new Map();
   for (const e of exp.graph.edges) {
     const from = nodeOf.get(e.from) || e.from, to = nodeOf.get(e.to) || e.to;
