@@ -130,6 +130,8 @@ class Executor:
             lease_timeout_s=lease_timeout_s, heartbeat_s=heartbeat_s, wait_poll_s=wait_poll_s,
             max_preemption_retries=max_preemption_retries, max_failure_retries=max_failure_retries,
             unschedulable_timeout_s=resolve_unschedulable_timeout(unschedulable_timeout_s))
+        self._record_index: RecordIndex | None = None
+        """The records `decide` read for explain, kept for the same plan's cost estimate."""
         self.prices = prices or default_prices()
         """What the dry run prices accelerator-hours at (--prices FILE over the default list prices)."""
         self.ray_address = ray_address
@@ -199,6 +201,7 @@ class Executor:
                     for ps in plan.steps]
         statuses = read_statuses(plan.steps, remote=self._remote)
         index = RecordIndex(self.prefix) if explain else None
+        self._record_index = index  # the dry run's cost estimate reads the same records (plan_costs)
         return [self._decide_one(ps, statuses.get(ps.identity), index) if ps.identity in chosen
                 else Decision(ps, "unselected", "not selected by --run_only") for ps in plan.steps]
 
@@ -231,7 +234,8 @@ class Executor:
     def plan_costs(self, decisions: Sequence[Decision]) -> PlanCost:
         """What the steps that would run are estimated to cost, and what reuse saves (cost.py)."""
         unreadable = self._remote and self.regions.cannot_read(self.prefix) is not None
-        return estimate_plan(decisions, self.prices, None if unreadable else RecordIndex(self.prefix))
+        index = None if unreadable else (self._record_index or RecordIndex(self.prefix))
+        return estimate_plan(decisions, self.prices, index)
 
     # ---------------------------------------------------------------------------------------
     # running
