@@ -23,6 +23,7 @@ import hashlib
 import inspect
 import os
 import subprocess
+import threading
 import types
 import weakref
 from typing import Any
@@ -130,6 +131,7 @@ MAX_FINGERPRINT_OBJECTS = 64
 
 
 _FINGERPRINTS: weakref.WeakKeyDictionary[Any, dict[str, str] | None] = weakref.WeakKeyDictionary()
+_FINGERPRINT_LOCK = threading.Lock()
 
 
 def function_fingerprint(fn: Any) -> dict[str, str] | None:
@@ -139,16 +141,20 @@ def function_fingerprint(fn: Any) -> dict[str, str] | None:
     target = source_function(fn)
     if target is None:
         return None
-    try:
-        return _FINGERPRINTS[target]
-    except (KeyError, TypeError):
-        pass
-    found = _fingerprint(target)
-    try:
-        _FINGERPRINTS[target] = found
-    except TypeError:
-        pass
-    return found
+    # One at a time: the driver starts steps from several threads, and `inspect.getsource` of a
+    # class parses its module with `ast`, which CPython 3.11 does not allow from two threads at once
+    # ("SystemError: AST constructor recursion depth mismatch", seen on a busy machine).
+    with _FINGERPRINT_LOCK:
+        try:
+            return _FINGERPRINTS[target]
+        except (KeyError, TypeError):
+            pass
+        found = _fingerprint(target)
+        try:
+            _FINGERPRINTS[target] = found
+        except TypeError:
+            pass
+        return found
 
 
 def _fingerprint(target: Any) -> dict[str, str] | None:
@@ -169,7 +175,7 @@ def _fingerprint(target: Any) -> dict[str, str] | None:
             continue
         try:
             seen[name] = inspect.getsource(obj)
-        except (OSError, TypeError):
+        except Exception:  # noqa: BLE001 - a hint only: unreadable source never fails the step
             if obj is target:
                 return None
             continue

@@ -94,3 +94,42 @@ def test_the_fingerprint_does_not_depend_on_the_module_name(tmp_path, monkeypatc
     as_module = function_fingerprint(_load(tmp_path, monkeypatch, STEPS_V1, name="steps_one").step_fn)
     as_other = function_fingerprint(_load(tmp_path, monkeypatch, STEPS_V1, name="steps_two").step_fn)
     assert as_module["sha256"] == as_other["sha256"]
+
+
+def test_a_source_that_cannot_be_read_is_no_fingerprint_never_a_failed_step(monkeypatch):
+    """Seen on a busy machine: CPython 3.11's parser raised SystemError ("AST constructor recursion
+    depth mismatch") when two driver threads read sources at once. The fingerprints are now taken one
+    at a time, and whatever reading a source raises makes the hint absent, not the step failed."""
+    import inspect
+
+    from marin_lab.execution import code_provenance
+
+    def step_fn(cfg):  # a function of its own: not in the per-process cache yet
+        return cfg
+
+    def broken(obj):
+        raise SystemError("AST constructor recursion depth mismatch (before=42, after=30)")
+
+    monkeypatch.setattr(inspect, "getsource", broken)
+    assert code_provenance.function_fingerprint(step_fn) is None
+
+
+def test_fingerprints_taken_from_many_threads_at_once_agree():
+    import threading
+
+    from marin_lab.execution import code_provenance
+    from marin_lab.processing import download, tokenize
+
+    fns = [download.download, download.moving_source, tokenize.tokenize, tokenize.train_tokenizer]
+    code_provenance._FINGERPRINTS.clear()
+    results: list[list] = [[] for _ in range(6)]
+
+    def work(out):
+        out.extend(function_fingerprint(fn) for fn in fns)
+
+    threads = [threading.Thread(target=work, args=(out,)) for out in results]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r == results[0] for r in results) and all(f is not None for f in results[0])
