@@ -215,6 +215,8 @@ class Executor:
         runs = [d for d in decisions if d.action == "run"]
         if len(runs) < 2 or len(runs) < sum(1 for d in decisions if d.action != "unselected"):
             return
+        if self._remote and self.regions.cannot_read(self.prefix) is not None:
+            return  # the plan already says it cannot read there; listing it would wait on the same credentials
         try:
             fs, path = fs_and_path(experiments_dir(self.prefix))
             empty = not fs.exists(path) or not fs.ls(path)

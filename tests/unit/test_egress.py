@@ -190,7 +190,16 @@ def _no_credentials(bucket):
     raise DefaultCredentialsError("Your default credentials were not found.")
 
 
-def test_a_plan_without_credentials_leaves_regions_unchecked_and_the_run_refuses(tmp_path, capsys):
+def test_a_plan_without_credentials_leaves_regions_unchecked_and_the_run_refuses(tmp_path, capsys, monkeypatch):
+    import marin_lab.execution.executor as executor_module
+
+    listed = []  # the prefix cannot be read: the plan never waits on the client's credential retries there
+
+    def no_listing(url):
+        listed.append(url)
+        raise OSError(f"the plan listed {url}, which it cannot read")
+
+    monkeypatch.setattr(executor_module, "fs_and_path", no_listing)
     regions = Regions(_no_credentials, size=SIZES.get)
     ex = Executor(prefix="gs://us-data/runs", backend="local", script="x.py", regions=regions)
     report = ex.run(_steps("gs://eu-data/corpus"), dry_run=True)
@@ -210,6 +219,7 @@ def test_a_plan_without_credentials_leaves_regions_unchecked_and_the_run_refuses
     assert doc["unchecked_regions"][0]["region"] == "unchecked"
     ex.run(_steps("gs://eu-data/corpus"), dry_run=True, plan_format="markdown")
     assert "**Egress:** region of gs://us-data unchecked" in capsys.readouterr().out
+    assert listed == []
     # The real run checks before anything runs, and refuses what it cannot check.
     with pytest.raises(CrossRegionError, match="cannot find the location of bucket 'us-data' "
                                                r"\(DefaultCredentialsError"):
