@@ -28,6 +28,12 @@ os.environ["RAY_AUTH_MODE"] = "disabled"
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ.setdefault("WANDB_DIR", tempfile.mkdtemp(prefix="marin-lab-wandb-"))
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# One JAX compilation cache for the session, shared by this process and every JAX process a test
+# starts (multi-host tests, experiments run as scripts): tests build the same small models and step
+# functions again and again, and a program compiled once is read back instead of compiled again.
+# A fresh folder per session, so no test depends on what an earlier session left behind.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="marin-lab-jax-cache-"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 # A Ray the executor starts has its dashboard by default (a user's view of running steps); the tests'
 # Rays, in-process and in subprocess experiments, go without: it is a web server and its agents,
 # CPU and start-up time on a 2-core CI machine that no test looks at.
