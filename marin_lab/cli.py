@@ -13,7 +13,6 @@ from marin_lab.browser.command import add_parser as add_browse_parser
 from marin_lab.cluster.launch_cli import add_parser as add_launch_parser
 from marin_lab.evaluation.evals_cli import add_parser as add_evals_parser
 from marin_lab.evaluation.generate_cli import add_parser as add_generate_parser
-from marin_lab.execution.cleanup import add_parser as add_gc_parser
 from marin_lab.execution.cost import ExperimentCost, experiment_cost, read_record_quietly
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.executor import Executor
@@ -24,11 +23,12 @@ from marin_lab.execution.main import capture_steps
 from marin_lab.execution.prices import PriceTable, load_prices
 from marin_lab.execution.provenance import compare_manifests, manifest
 from marin_lab.execution.records import RecordError, read_step_record
-from marin_lab.execution.reproduce import ReproduceError, reproduce
 from marin_lab.execution.secrets import redact_logs
 from marin_lab.flags import add_bool_flag
+from marin_lab.gc import add_parser as add_gc_parser
 from marin_lab.io.fs import join
 from marin_lab.processing.rerun_shards import add_parser as add_rerun_shards_parser
+from marin_lab.reproduce import ReproduceError, reproduce
 from marin_lab.store.layout import default_prefix
 
 

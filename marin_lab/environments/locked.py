@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from marin_lab.execution.errors import MarinLabError
+from marin_lab.errors import MarinLabError
 from marin_lab.io import fs as mfs
 from marin_lab.io.paths import is_within
 
