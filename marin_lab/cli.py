@@ -17,8 +17,7 @@ from marin_lab.execution.cost import ExperimentCost, experiment_cost, read_recor
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.experiments import describe_status, list_experiments, list_runs, run_state, step_statuses
-from marin_lab.execution.explain import RecordIndex, explain_step, last_run_of
-from marin_lab.execution.hashing import hash8
+from marin_lab.execution.explain import RecordIndex, explain_step, last_run_of_plan
 from marin_lab.execution.main import capture_steps
 from marin_lab.execution.prices import PriceTable, load_prices
 from marin_lab.execution.provenance import compare_manifests, manifest
@@ -116,8 +115,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         index = RecordIndex(executor.prefix)
     last_run = None
     if unreadable is None:
-        last_run = last_run_of(list_experiments(executor.prefix), args.script,
-                               hash8(sorted(s.identity for s in plan.steps)))
+        last_run = last_run_of_plan(plan, args.script)
         if last_run is not None:
             print(f"compared with this experiment's last run ({last_run.describe()})")
         else:

@@ -28,7 +28,7 @@ from marin_lab.browser.storage import (
 )
 from marin_lab.execution.cost import step_cost
 from marin_lab.execution.experiments import run_state
-from marin_lab.execution.explain import RecordIndex, explain_record
+from marin_lab.execution.explain import LastRun, RecordIndex, explain_record, last_run_of
 from marin_lab.execution.lease import driver_gone_since
 from marin_lab.execution.prices import PriceTable, default_prices
 from marin_lab.execution.record_builder import strip_ansi_in
@@ -57,6 +57,7 @@ logger = logging.getLogger(__name__)
 
 _EXPERIMENT_ID = re.compile(r"[A-Za-z0-9._@+-]+")
 _STORED_SCRIPT = re.compile(r"scripts/[A-Za-z0-9._@+-]+\.py")
+_EXPERIMENT_HASH = re.compile(r"-(?P<hash>[0-9a-f]{8})\.json$")  # experiments/{script}-{hash8}.json
 MAX_SCRIPT_BYTES = 512 * 1024
 # What a status file may say beyond the status itself (see execution/watch.py); `run` is the id
 # of the run that wrote a terminal status (execution/run_history.py).
@@ -314,7 +315,8 @@ class Browser:
         out["identity"] = identity
         out["dependencies"] = self._dependencies(record)
         out["dependents"] = self._dependents(identity, exp_id) if identity else []
-        out["explain"] = explain_record(self._index(), typed) if typed is not None else None
+        out["explain"] = (explain_record(self._index(), typed, last_run=self._run_before(typed))
+                          if typed is not None else None)
         out["artifact"] = self._artifact_record(step_dir)
         out["cost"] = step_cost(identity or step_dir, typed, self.prices).to_json() if typed is not None else None
         # Two existence checks, not a listing: a data step's folder can hold thousands of shards.
@@ -374,6 +376,23 @@ class Browser:
         built_fp = _text(built.get("fingerprint")) if built else None
         return {"address": identity["artifact"], "fingerprint": planned, "built_fingerprint": built_fp,
                 "drift": bool(planned and built_fp and planned != built_fp)}
+
+    def _run_before(self, record: StepRecord) -> LastRun | None:
+        """The run of the experiment that made `record` before that one (`last_run_of` over the
+        experiment records written before the step started): what its explain compares with, as
+        `marin-lab explain` and the dry run compare a planned step with the experiment's last run."""
+        code = record.code if isinstance(record.code, dict) else {}
+        script, experiment = code.get("script"), code.get("experiment")
+        made = _EXPERIMENT_HASH.search(experiment) if isinstance(experiment, str) else None
+        if not isinstance(script, str) or made is None or not record.recency:
+            return None
+        files = self.experiment_files()
+        loaded = parallel_map(lambda e: load_json(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])), files,
+                              local=self.local)
+        earlier = [{**item.value, "_path": item.url} for item in loaded
+                   if item.state == "ok" and str(item.value.get("created", "")) < record.recency]
+        earlier.sort(key=lambda r: str(r.get("created", "")), reverse=True)
+        return last_run_of(earlier, script, made["hash"])
 
     def _index(self) -> RecordIndex:
         """Execution's record index, reading through the browser's confined storage."""

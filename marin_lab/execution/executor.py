@@ -36,8 +36,7 @@ from marin_lab.execution.errors import (
     StorageError,
     UnschedulableError,
 )
-from marin_lab.execution.explain import RecordIndex
-from marin_lab.execution.hashing import hash8
+from marin_lab.execution.explain import LastRun, RecordIndex, experiment_hash, last_run_of_plan
 from marin_lab.execution.interrupt import Interrupt
 from marin_lab.execution.lease import Lease, new_driver_id
 from marin_lab.execution.plan import Plan, PlannedStep, build_plan, gc_paused
@@ -227,12 +226,17 @@ class Executor:
         statuses = read_statuses(plan.steps, remote=self._remote)
         index = RecordIndex(self.prefix) if explain else None
         self._record_index = index  # the dry run's cost estimate reads the same records (plan_costs)
-        return [self._decide_one(ps, statuses.get(ps.identity), index) if ps.identity in chosen
+        # A new step is compared with this experiment's last run, as `marin-lab explain` compares it.
+        # (Read only when a step is new: the experiment records are read whole.)
+        new = any((statuses.get(ps.identity) or {}).get("status") is None for ps in plan.steps if ps.identity in chosen)
+        last_run = last_run_of_plan(plan, self.script) if explain and new else None
+        return [self._decide_one(ps, statuses.get(ps.identity), index, last_run) if ps.identity in chosen
                 else Decision(ps, "unselected", "not selected by --run_only") for ps in plan.steps]
 
-    def _decide_one(self, ps: PlannedStep, st: dict[str, Any] | None, index: RecordIndex | None) -> Decision:
+    def _decide_one(self, ps: PlannedStep, st: dict[str, Any] | None, index: RecordIndex | None,
+                    last_run: LastRun | None = None) -> Decision:
         return decide_one(ps, st, lease=self._lease, force_run_failed=self.force_run_failed, index=index,
-                          forced=ps.identity in self._forced)
+                          forced=ps.identity in self._forced, last_run=last_run)
 
     def _warn_if_new_prefix(self, decisions: Sequence[Decision]) -> None:
         """One line when every step of several will run in a prefix that holds no experiment yet:
@@ -396,7 +400,7 @@ class Executor:
     def _write_experiment(self, plan: Plan) -> str:
         script = self.script or "interactive"
         stem = os.path.splitext(os.path.basename(script))[0] or "interactive"
-        ident = hash8(sorted(s.identity for s in plan.steps))
+        ident = experiment_hash(plan)
         path = join(self.executor_info_base_path, f"{stem}-{ident}.json")
         record = experiment_record(plan, script=script, stem=stem, ident=ident, code=self._code_provenance(),
                                    description=self.description, prefix=self.prefix, driver=self.driver_id)

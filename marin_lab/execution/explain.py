@@ -1,9 +1,11 @@
 """Why is this step new? A field-level diff against the latest recorded version of the same name.
 
-`marin-lab explain SCRIPT` compares first with the same experiment's last run (`LastRun`: the
-newest experiment record of that script under the prefix, whose `steps` hold each step's version),
-so a step of the same name in another script never stands in for it; a step that run did not have,
-or a script with no recorded run, is compared with the latest recorded version of its name.
+`marin-lab explain SCRIPT`, the dry run's notes and the browser compare first with the same
+experiment's last run (`last_run_of`: the newest experiment record of that script under the prefix,
+whose `steps` hold each step's version; for a recorded step in the browser, the newest one made
+before the step started), so a step of the same name in another script never stands in for it; a
+step that run did not have, or a script with no recorded run, is compared with the latest recorded
+version of its name (`baseline` decides, for all three).
 
 Marin users dig through logs to learn why a step reran (Marin #473, #2219). Here a step whose
 hash changed is compared with the previous recorded version of the same name under the prefix
@@ -25,6 +27,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from marin_lab.execution.experiments import list_experiments
+from marin_lab.execution.hashing import hash8
 from marin_lab.execution.plan import Plan, PlannedStep
 from marin_lab.execution.records import RecordError, StepRecord, parse_step_record
 from marin_lab.execution.secrets import REDACTED, is_secret_field, redact
@@ -227,10 +231,58 @@ def last_run_of(records: Sequence[dict[str, Any]], script: str | None, current_h
     return LastRun(str(record.get("_path", "")), created if isinstance(created, str) else None, steps)
 
 
+def last_run_of_plan(plan: Plan, script: str | None) -> LastRun | None:
+    """The last recorded run under `plan.prefix` of the experiment `script` (`last_run_of`), other
+    than a run of this very plan: what `marin-lab explain` and the dry run compare with."""
+    if not script:
+        return None
+    return last_run_of(list_experiments(plan.prefix), script, experiment_hash(plan))
+
+
+def experiment_hash(plan: Plan) -> str:
+    """The hash of a plan's experiment record (`{script}-{hash}.json`): over its step identities."""
+    return hash8(sorted(s.identity for s in plan.steps))
+
+
 def _same_script(recorded: Any, script: str) -> bool:
     if not isinstance(recorded, str):
         return False
     return recorded == script or os.path.abspath(recorded) == os.path.abspath(script)
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """The recorded version a version of a step is compared with."""
+
+    identity: str | None
+    version: dict[str, Any]
+    output_path: str | None
+    from_last_run: bool
+    """True: the step's entry in the same experiment's last run; False: the latest other recorded
+    version of its name, from any experiment."""
+    record: StepRecord | None = None
+    """Its step record, when the index gave it (from any experiment)."""
+
+
+def baseline(index: RecordIndex, name: str, identity: str, *, last_run: LastRun | None,
+             started: str | None = None) -> Baseline | None:
+    """What version `identity` of step `name` is compared with, for `marin-lab explain`, the dry
+    run's notes and the browser alike: its entry in `last_run` (the same experiment's last run,
+    `last_run_of`) when that run had another version of it; else the latest other recorded version
+    of its name (`RecordIndex.previous_version`, from any experiment). None when there is neither."""
+    entry = last_run.steps.get(name) if last_run is not None else None
+    if entry is not None and entry.get("identity") != identity:
+        path = entry.get("output_path")
+        return Baseline(_str_or_none(entry.get("identity")), entry["version"],
+                        path if isinstance(path, str) else None, True)
+    previous = index.previous_version(name, identity, started)
+    if previous is None or previous.version is None:
+        return None
+    return Baseline(previous.identity, previous.version, previous.output_path, False, previous)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def explain_step(plan: Plan, planned: PlannedStep, index: RecordIndex, *, depth: int = 0,
@@ -254,19 +306,19 @@ def explain_step(plan: Plan, planned: PlannedStep, index: RecordIndex, *, depth:
     if entry is not None and entry.get("identity") == planned.identity:
         return [f"{pad}{planned.identity} is as in this experiment's last run, but its output is no longer under "
                 f"{plan.prefix} (removed?); a run makes it again"]
-    if entry is not None:
-        old_identity, old_version = entry.get("identity"), entry["version"]
+    base = baseline(index, planned.name, planned.identity, last_run=last_run)
+    if base is None:
+        where = " (nor in this experiment's last run)" if last_run is not None else ""
+        return [f"{pad}{planned.identity} is new: no earlier version of '{planned.name}' is recorded under "
+                f"{plan.prefix}{where}"]
+    old_identity, old_version = base.identity, base.version
+    if base.from_last_run:
         header = f"{pad}{planned.identity} differs from {old_identity} of this experiment's last run:"
-    else:
-        previous = index.previous_version(planned.name, planned.identity)
-        if previous is None or previous.version is None:
-            where = " (nor in this experiment's last run)" if last_run is not None else ""
-            return [f"{pad}{planned.identity} is new: no earlier version of '{planned.name}' is recorded under "
-                    f"{plan.prefix}{where}"]
-        old_identity, old_version = previous.identity, previous.version
+    elif last_run is not None:
         header = (f"{pad}{planned.identity} is not in this experiment's last run; it differs from the latest "
-                  f"recorded version {old_identity} (from any experiment):" if last_run is not None else
-                  f"{pad}{planned.identity} differs from the latest recorded version {old_identity}:")
+                  f"recorded version {old_identity} (from any experiment):")
+    else:
+        header = f"{pad}{planned.identity} differs from the latest recorded version {old_identity}:"
     lines = [header]
     diffs = diff_versions(old_version, planned.version)
     if not diffs:
@@ -306,33 +358,38 @@ def _show_field(key: str, v: Any) -> str:
 MAX_DEPENDENCY_DEPTH = 2
 
 
-def explain_record(index: RecordIndex, record: StepRecord, depth: int = 0) -> dict[str, Any] | None:
-    """Why recorded version `record` differs from its previous version (`RecordIndex.previous_version`):
-    {against, against_output_path, against_started, candidates, newer, changes, message}; each
-    change of `dependencies` carries `because`, the same explanation one dependency further."""
+def explain_record(index: RecordIndex, record: StepRecord, depth: int = 0,
+                   last_run: LastRun | None = None) -> dict[str, Any] | None:
+    """Why recorded version `record` differs from its baseline (`baseline`: its entry in
+    `last_run`, the same experiment's run before it, else its previous version by
+    `RecordIndex.previous_version`): {against, against_output_path, against_started, last_run,
+    candidates, newer, changes, message}; `last_run` names the experiment run compared with (None:
+    the latest version from any experiment); each change of `dependencies` carries `because`, the
+    same explanation one dependency further."""
     name, identity = record.name, record.identity
     if not name or not identity or ".." in name.split("/"):
         return None
     others = [r for r in index.versions_of(name) if r.identity != identity]
-    if not others:
-        return {"against": None, "candidates": 0, "changes": [],
+    base = baseline(index, name, identity, last_run=last_run, started=record.recency or None)
+    if base is None:
+        return {"against": None, "candidates": 0, "changes": [], "last_run": None,
                 "message": f"no other version of {name!r} under the prefix (or none with a readable record)"}
-    against = index.previous_version(name, identity, record.recency or None)
-    if against is None or against.version is None:  # not reached: `others` is not empty
-        return None
     mine = record.recency
-    changes = version_changes(redact(against.version), redact(record.version or {}))
+    against = base.record or (index.record(base.output_path) if base.output_path else None)
+    started = against.recency if against is not None else None
+    changes = version_changes(redact(base.version), redact(record.version or {}))
     if depth < MAX_DEPENDENCY_DEPTH:
         for change in changes:
             if change["field"] == "dependencies":
                 change["because"] = _explain_dependency(index, change, depth)
     return {
-        "against": against.identity,
-        "against_output_path": join(index.prefix, against.identity or ""),
-        "against_started": against.recency or None,
+        "against": base.identity,
+        "against_output_path": join(index.prefix, base.identity or ""),
+        "against_started": started or None,
+        "last_run": last_run.describe() if base.from_last_run and last_run is not None else None,
         "candidates": len(others),
         # No version started before this one: the diff is against a newer one, so say so.
-        "newer": not (mine and against.recency and against.recency < mine),
+        "newer": not base.from_last_run and not (mine and started and started < mine),
         "changes": changes,
         "message": None if changes else "the version fields are identical (same hash, other prefix?)",
     }
