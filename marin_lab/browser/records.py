@@ -26,13 +26,14 @@ from marin_lab.browser.storage import (
     read_bounded,
     read_record,
 )
+from marin_lab.execution.baseline import LastRun, RecordIndex, last_run_of
 from marin_lab.execution.cost import step_cost
 from marin_lab.execution.experiments import run_state
-from marin_lab.execution.explain import LastRun, RecordIndex, explain_record, last_run_of
 from marin_lab.execution.lease import driver_gone_since
 from marin_lab.execution.prices import PriceTable, default_prices
 from marin_lab.execution.record_builder import strip_ansi_in
 from marin_lab.execution.secrets import Scrubber, redact, text_scrubber
+from marin_lab.explain import explain_record
 from marin_lab.store.errors import RecordError
 from marin_lab.store.layout import (
     ARTIFACT_RECORD_FILE,

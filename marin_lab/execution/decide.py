@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from marin_lab.execution.baseline import LastRun, RecordIndex, baseline, diff_versions, stale_reuse_diffs
 from marin_lab.execution.code_provenance import function_fingerprint
 from marin_lab.execution.errors import RecordError
-from marin_lab.execution.explain import LastRun, RecordIndex, baseline, diff_versions, stale_reuse_diffs
 from marin_lab.execution.hashing import lenient_value, unversioned_fingerprint
 from marin_lab.execution.lease import DRIVER_GONE, Lease, running_driver_gone
 from marin_lab.execution.plan import PlannedStep
@@ -52,7 +52,7 @@ def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[P
                last_run: LastRun | None = None) -> Decision:
     """One step's decision from its status (`read_status`); `index` adds the field-level
     difference for a step that is new, against its version in `last_run` (the same experiment's
-    last run) or else the latest recorded version of its name (explain.baseline). A `forced` step
+    last run) or else the latest recorded version of its name (baseline.py). A `forced` step
     (`--force_run`) runs again after a SUCCESS or a FAILED: a new attempt, as any rerun."""
     status = (st or {}).get("status")
     if forced and status in (Status.SUCCESS.value, Status.FAILED.value):

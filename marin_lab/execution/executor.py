@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marin_lab.execution.backends import make_backend
+from marin_lab.execution.baseline import LastRun, RecordIndex, experiment_hash, last_run_of_plan
 from marin_lab.execution.capacity import check as check_capacity
 from marin_lab.execution.capacity import known_cluster
 from marin_lab.execution.capacity import unschedulable_timeout_s as resolve_unschedulable_timeout
@@ -36,7 +37,6 @@ from marin_lab.execution.errors import (
     StorageError,
     UnschedulableError,
 )
-from marin_lab.execution.explain import LastRun, RecordIndex, experiment_hash, last_run_of_plan
 from marin_lab.execution.interrupt import Interrupt
 from marin_lab.execution.lease import Lease, new_driver_id
 from marin_lab.execution.plan import Plan, PlannedStep, build_plan, gc_paused

@@ -23,7 +23,7 @@ LAYERS: dict[str, int] = {
     "store": 2,
     "environments": 2,  # per-step locked environments: the executor runs steps in them
     "execution": 3,
-    "reproduce": 4, "gc": 4,  # tools over the executor's records (processing's shard rerun reads a record too)
+    "reproduce": 4, "gc": 4, "explain": 4,  # tools over the executor's records (processing reads one too)
     "models": 5,  # the decoder: arrays in, arrays out
     "quant": 6, "processing": 6,
     "peft": 7, "precision": 7,
