@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections import Counter
 from typing import Any
@@ -316,7 +317,8 @@ class Browser:
         out["identity"] = identity
         out["dependencies"] = self._dependencies(record)
         out["dependents"] = self._dependents(identity, exp_id) if identity else []
-        out["explain"] = (explain_record(self._index(), typed, last_run=self._run_before(typed))
+        index = self._index()
+        out["explain"] = (explain_record(index, typed, last_run=self._run_before(typed, index))
                           if typed is not None else None)
         out["artifact"] = self._artifact_record(step_dir)
         out["cost"] = step_cost(identity or step_dir, typed, self.prices).to_json() if typed is not None else None
@@ -378,16 +380,21 @@ class Browser:
         return {"address": identity["artifact"], "fingerprint": planned, "built_fingerprint": built_fp,
                 "drift": bool(planned and built_fp and planned != built_fp)}
 
-    def _run_before(self, record: StepRecord) -> LastRun | None:
+    def _run_before(self, record: StepRecord, index: RecordIndex) -> LastRun | None:
         """The run of the experiment that made `record` before that one (`last_run_of` over the
         experiment records written before the step started): what its explain compares with, as
-        `marin-lab explain` and the dry run compare a planned step with the experiment's last run."""
+        `marin-lab explain` and the dry run compare a planned step with the experiment's last run.
+        Only that script's records are read (`{script}-{hash8}.json`), and none for a step with no
+        other version."""
         code = record.code if isinstance(record.code, dict) else {}
         script, experiment = code.get("script"), code.get("experiment")
         made = _EXPERIMENT_HASH.search(experiment) if isinstance(experiment, str) else None
-        if not isinstance(script, str) or made is None or not record.recency:
+        if not isinstance(script, str) or made is None or not record.recency or not record.name:
             return None
-        files = self.experiment_files()
+        if all(r.identity == record.identity for r in index.versions_of(record.name)):
+            return None
+        stem = os.path.splitext(os.path.basename(script))[0]
+        files = [e for e in self.experiment_files() if _EXPERIMENT_HASH.sub("", e["name"]) == stem]
         loaded = parallel_map(lambda e: load_json(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])), files,
                               local=self.local)
         earlier = [{**item.value, "_path": item.url} for item in loaded
