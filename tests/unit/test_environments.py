@@ -227,3 +227,12 @@ def test_levanter_process_does_not_inherit_this_process_wandb_service() -> None:
     assert "WANDB_SERVICE" not in env and "WANDB_SERVICE" in base
     assert (env["PATH"], env["WANDB_DIR"], env["WANDB_MODE"], env["RAY_TMPDIR"]) == ("/bin", "/w", "offline", "/r")
     assert env["HF_HUB_OFFLINE"] == "1" and env["WANDB_API_KEY"] == "k"
+
+
+def test_the_older_import_path_names_the_same_classes():
+    """docs/environments.md named `marin_lab.execution.environments` before the package moved."""
+    import marin_lab.environments as current
+    from marin_lab.execution import environments as older
+
+    assert all(getattr(older, name) is getattr(current, name) for name in current.__all__)
+    assert older.__all__ == current.__all__
