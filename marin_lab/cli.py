@@ -13,22 +13,22 @@ from marin_lab.browser.command import add_parser as add_browse_parser
 from marin_lab.cluster.launch_cli import add_parser as add_launch_parser
 from marin_lab.evaluation.evals_cli import add_parser as add_evals_parser
 from marin_lab.evaluation.generate_cli import add_parser as add_generate_parser
-from marin_lab.execution.cleanup import add_parser as add_gc_parser
+from marin_lab.execution.baseline import RecordIndex, last_run_of_plan
 from marin_lab.execution.cost import ExperimentCost, experiment_cost, read_record_quietly
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.experiments import describe_status, list_experiments, list_runs, run_state, step_statuses
-from marin_lab.execution.explain import RecordIndex, explain_step, last_run_of
-from marin_lab.execution.hashing import hash8
 from marin_lab.execution.main import capture_steps
 from marin_lab.execution.prices import PriceTable, load_prices
 from marin_lab.execution.provenance import compare_manifests, manifest
 from marin_lab.execution.records import RecordError, read_step_record
-from marin_lab.execution.reproduce import ReproduceError, reproduce
 from marin_lab.execution.secrets import redact_logs
+from marin_lab.explain import explain_step
 from marin_lab.flags import add_bool_flag
+from marin_lab.gc import add_parser as add_gc_parser
 from marin_lab.io.fs import join
 from marin_lab.processing.rerun_shards import add_parser as add_rerun_shards_parser
+from marin_lab.reproduce import ReproduceError, reproduce
 from marin_lab.store.layout import default_prefix
 
 
@@ -116,8 +116,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         index = RecordIndex(executor.prefix)
     last_run = None
     if unreadable is None:
-        last_run = last_run_of(list_experiments(executor.prefix), args.script,
-                               hash8(sorted(s.identity for s in plan.steps)))
+        last_run = last_run_of_plan(plan, args.script)
         if last_run is not None:
             print(f"compared with this experiment's last run ({last_run.describe()})")
         else:

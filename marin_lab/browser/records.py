@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections import Counter
 from typing import Any
@@ -26,13 +27,14 @@ from marin_lab.browser.storage import (
     read_bounded,
     read_record,
 )
+from marin_lab.execution.baseline import LastRun, RecordIndex, last_run_of
 from marin_lab.execution.cost import step_cost
 from marin_lab.execution.experiments import run_state
-from marin_lab.execution.explain import RecordIndex, explain_record
 from marin_lab.execution.lease import driver_gone_since
 from marin_lab.execution.prices import PriceTable, default_prices
 from marin_lab.execution.record_builder import strip_ansi_in
 from marin_lab.execution.secrets import Scrubber, redact, text_scrubber
+from marin_lab.explain import explain_record
 from marin_lab.store.errors import RecordError
 from marin_lab.store.layout import (
     ARTIFACT_RECORD_FILE,
@@ -57,6 +59,7 @@ logger = logging.getLogger(__name__)
 
 _EXPERIMENT_ID = re.compile(r"[A-Za-z0-9._@+-]+")
 _STORED_SCRIPT = re.compile(r"scripts/[A-Za-z0-9._@+-]+\.py")
+_EXPERIMENT_HASH = re.compile(r"-(?P<hash>[0-9a-f]{8})\.json$")  # experiments/{script}-{hash8}.json
 MAX_SCRIPT_BYTES = 512 * 1024
 # What a status file may say beyond the status itself (see execution/watch.py); `run` is the id
 # of the run that wrote a terminal status (execution/run_history.py).
@@ -314,7 +317,9 @@ class Browser:
         out["identity"] = identity
         out["dependencies"] = self._dependencies(record)
         out["dependents"] = self._dependents(identity, exp_id) if identity else []
-        out["explain"] = explain_record(self._index(), typed) if typed is not None else None
+        index = self._index()
+        out["explain"] = (explain_record(index, typed, last_run=self._run_before(typed, index))
+                          if typed is not None else None)
         out["artifact"] = self._artifact_record(step_dir)
         out["cost"] = step_cost(identity or step_dir, typed, self.prices).to_json() if typed is not None else None
         # Two existence checks, not a listing: a data step's folder can hold thousands of shards.
@@ -374,6 +379,28 @@ class Browser:
         built_fp = _text(built.get("fingerprint")) if built else None
         return {"address": identity["artifact"], "fingerprint": planned, "built_fingerprint": built_fp,
                 "drift": bool(planned and built_fp and planned != built_fp)}
+
+    def _run_before(self, record: StepRecord, index: RecordIndex) -> LastRun | None:
+        """The run of the experiment that made `record` before that one (`last_run_of` over the
+        experiment records written before the step started): what its explain compares with, as
+        `marin-lab explain` and the dry run compare a planned step with the experiment's last run.
+        Only that script's records are read (`{script}-{hash8}.json`), and none for a step with no
+        other version."""
+        code = record.code if isinstance(record.code, dict) else {}
+        script, experiment = code.get("script"), code.get("experiment")
+        made = _EXPERIMENT_HASH.search(experiment) if isinstance(experiment, str) else None
+        if not isinstance(script, str) or made is None or not record.recency or not record.name:
+            return None
+        if all(r.identity == record.identity for r in index.versions_of(record.name)):
+            return None
+        stem = os.path.splitext(os.path.basename(script))[0]
+        files = [e for e in self.experiment_files() if _EXPERIMENT_HASH.sub("", e["name"]) == stem]
+        loaded = parallel_map(lambda e: load_json(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])), files,
+                              local=self.local)
+        earlier = [{**item.value, "_path": item.url} for item in loaded
+                   if item.state == "ok" and str(item.value.get("created", "")) < record.recency]
+        earlier.sort(key=lambda r: str(r.get("created", "")), reverse=True)
+        return last_run_of(earlier, script, made["hash"])
 
     def _index(self) -> RecordIndex:
         """Execution's record index, reading through the browser's confined storage."""

@@ -6,6 +6,7 @@ Public names (as in Marin): `ExecutorStep`, `versioned`, `ensure_versioned`, `ou
 and docs/coming_from_marin.md.
 """
 
+from marin_lab.execution.config import ExecutorMainConfig
 from marin_lab.execution.errors import (
     CycleError,
     EncodingError,
@@ -22,7 +23,7 @@ from marin_lab.execution.errors import (
     UnschedulableError,
 )
 from marin_lab.execution.executor import Executor, RunReport
-from marin_lab.execution.main import ExecutorMainConfig, executor_main
+from marin_lab.execution.main import executor_main
 from marin_lab.execution.resources import StepRunner
 from marin_lab.execution.status import Status
 from marin_lab.execution.step import (

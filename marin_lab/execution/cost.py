@@ -29,8 +29,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from marin_lab.execution.baseline import RecordIndex
 from marin_lab.execution.errors import RecordError
-from marin_lab.execution.explain import RecordIndex
 from marin_lab.execution.prices import PriceTable
 from marin_lab.execution.records import Attempt, StepRecord, read_step_record
 from marin_lab.execution.resources import describe_resources

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from marin_lab.execution.baseline import LastRun, RecordIndex, baseline, diff_versions, stale_reuse_diffs
 from marin_lab.execution.code_provenance import function_fingerprint
 from marin_lab.execution.errors import RecordError
-from marin_lab.execution.explain import RecordIndex, diff_versions, stale_reuse_diffs
 from marin_lab.execution.hashing import lenient_value, unversioned_fingerprint
 from marin_lab.execution.lease import DRIVER_GONE, Lease, running_driver_gone
 from marin_lab.execution.plan import PlannedStep
@@ -48,9 +48,11 @@ def read_statuses(steps: Sequence[PlannedStep], *, remote: bool) -> dict[str, di
 
 
 def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[PlannedStep], Lease],
-               force_run_failed: bool, index: RecordIndex | None, forced: bool = False) -> Decision:
+               force_run_failed: bool, index: RecordIndex | None, forced: bool = False,
+               last_run: LastRun | None = None) -> Decision:
     """One step's decision from its status (`read_status`); `index` adds the field-level
-    difference against the previous recorded version for a step that is new. A `forced` step
+    difference for a step that is new, against its version in `last_run` (the same experiment's
+    last run) or else the latest recorded version of its name (baseline.py). A `forced` step
     (`--force_run`) runs again after a SUCCESS or a FAILED: a new attempt, as any rerun."""
     status = (st or {}).get("status")
     if forced and status in (Status.SUCCESS.value, Status.FAILED.value):
@@ -86,10 +88,13 @@ def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[P
     reason = "no output yet" if status is None else f"previous status {status}"
     notes: tuple[str, ...] = ()
     if index is not None and status is None:
-        previous = index.previous_version(ps.name, ps.identity)
-        if previous is not None and previous.version is not None:
-            reason = f"new version (latest recorded: {previous.identity})"
-            notes = tuple(diff_versions(previous.version, ps.version))
+        base = baseline(index, ps.name, ps.identity, last_run=last_run)
+        if base is not None:
+            against = ("this experiment's last run: " if base.from_last_run else "latest recorded: ") + str(base.identity)
+            if last_run is not None and not base.from_last_run:
+                against += ", from any experiment"
+            reason = f"new version ({against})"
+            notes = tuple(diff_versions(base.version, ps.version))
     return Decision(ps, "run", reason, notes)
 
 

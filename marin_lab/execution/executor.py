@@ -3,7 +3,7 @@
 A run is a loop in the driver. The plan (plan.py) gives every step its identity and output path;
 deciding (decide.py) reads the stored statuses and says run, skip, wait or fail for each. Steps
 whose dependencies have succeeded are then started, up to `max_concurrent` at once, each in a
-driver thread where a `StepRunner` (step_runner.py) takes its lease, runs its attempts and writes
+driver thread where a `StepSupervisor` (supervisor.py) takes its lease, runs its attempts and writes
 its records; a failure marks everything downstream DEP_FAILED. All state lives in storage, so a
 driver killed at any moment is restarted by running it again.
 """
@@ -22,10 +22,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from marin_lab.execution.backends import make_backend
+from marin_lab.execution.baseline import LastRun, RecordIndex, experiment_hash, last_run_of_plan
 from marin_lab.execution.capacity import check as check_capacity
 from marin_lab.execution.capacity import known_cluster
 from marin_lab.execution.capacity import unschedulable_timeout_s as resolve_unschedulable_timeout
 from marin_lab.execution.code_provenance import git_state, store_script
+from marin_lab.execution.config import ExecutorMainConfig
 from marin_lab.execution.cost import PlanCost, estimate_plan
 from marin_lab.execution.decide import Decision, decide_one, read_statuses
 from marin_lab.execution.errors import (
@@ -35,13 +37,11 @@ from marin_lab.execution.errors import (
     StorageError,
     UnschedulableError,
 )
-from marin_lab.execution.explain import RecordIndex
-from marin_lab.execution.hashing import hash8
 from marin_lab.execution.interrupt import Interrupt
 from marin_lab.execution.lease import Lease, new_driver_id
 from marin_lab.execution.plan import Plan, PlannedStep, build_plan, gc_paused
 from marin_lab.execution.plan_report import check_format, format_text, plan_report, render_plan
-from marin_lab.execution.prices import PriceTable, default_prices
+from marin_lab.execution.prices import PriceTable, default_prices, load_prices
 from marin_lab.execution.record_builder import (
     experiment_record,
     relative_script,
@@ -53,7 +53,7 @@ from marin_lab.execution.run_history import RunRecord, new_run_id
 from marin_lab.execution.secrets import redact_logs
 from marin_lab.execution.status import Status, now_iso, read_status, status_path, write_status
 from marin_lab.execution.step import ExecutorStep
-from marin_lab.execution.step_runner import RunnerSettings, StepOutcome, StepRunner, step_lease
+from marin_lab.execution.supervisor import StepOutcome, StepSettings, StepSupervisor, step_lease
 from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.io.fs import atomic_write_bytes, fs_and_path, join, normalize_prefix, remove, write_json
 from marin_lab.store.layout import DEFAULT_PREFIX, default_prefix, experiments_dir
@@ -126,7 +126,7 @@ class Executor:
         self.force_run = list(force_run)
         """Regexes over step names (`--force_run`): matching steps run again even after a SUCCESS."""
         self._forced: set[str] = set()
-        self.runner_settings = RunnerSettings(
+        self.step_settings = StepSettings(
             lease_timeout_s=lease_timeout_s, heartbeat_s=heartbeat_s, wait_poll_s=wait_poll_s,
             max_preemption_retries=max_preemption_retries, max_failure_retries=max_failure_retries,
             unschedulable_timeout_s=resolve_unschedulable_timeout(unschedulable_timeout_s))
@@ -158,6 +158,30 @@ class Executor:
         self.run_record_path: str | None = None
         self.interrupt_signal: int | None = None
         """The signal that interrupted the last run (SIGINT, SIGTERM), if one did."""
+
+    @classmethod
+    def from_config(cls, config: ExecutorMainConfig, *, description: str | None = None,
+                    script: str | None = None) -> Executor:
+        """The executor `config` describes (`executor_main`'s flags), its price table read from
+        `config.prices`. `script` defaults to the running program (`sys.argv[0]`)."""
+        return cls(
+            prefix=config.prefix,
+            backend=config.backend,
+            max_concurrent=config.max_concurrent,
+            force_run_failed=config.force_run_failed,
+            force_run=config.force_run or (),
+            lease_timeout_s=config.lease_timeout_s,
+            max_preemption_retries=config.max_preemption_retries,
+            max_failure_retries=config.max_failure_retries,
+            ray_address=config.ray_address,
+            description=description,
+            script=script,
+            executor_info_base_path=config.executor_info_base_path,
+            allow_cross_region=config.allow_cross_region or (),
+            transfer_budget_bytes=config.transfer_budget_bytes,
+            unschedulable_timeout_s=config.unschedulable_timeout_s,
+            prices=load_prices(config.prices),
+        )
 
     def __getattr__(self, name: str) -> Any:
         # Reached only for a missing attribute: Marin code reading its executor's view of the plan.
@@ -202,12 +226,17 @@ class Executor:
         statuses = read_statuses(plan.steps, remote=self._remote)
         index = RecordIndex(self.prefix) if explain else None
         self._record_index = index  # the dry run's cost estimate reads the same records (plan_costs)
-        return [self._decide_one(ps, statuses.get(ps.identity), index) if ps.identity in chosen
+        # A new step is compared with this experiment's last run, as `marin-lab explain` compares it.
+        # (Read only when a step is new: the experiment records are read whole.)
+        new = any((statuses.get(ps.identity) or {}).get("status") is None for ps in plan.steps if ps.identity in chosen)
+        last_run = last_run_of_plan(plan, self.script) if explain and new else None
+        return [self._decide_one(ps, statuses.get(ps.identity), index, last_run) if ps.identity in chosen
                 else Decision(ps, "unselected", "not selected by --run_only") for ps in plan.steps]
 
-    def _decide_one(self, ps: PlannedStep, st: dict[str, Any] | None, index: RecordIndex | None) -> Decision:
+    def _decide_one(self, ps: PlannedStep, st: dict[str, Any] | None, index: RecordIndex | None,
+                    last_run: LastRun | None = None) -> Decision:
         return decide_one(ps, st, lease=self._lease, force_run_failed=self.force_run_failed, index=index,
-                          forced=ps.identity in self._forced)
+                          forced=ps.identity in self._forced, last_run=last_run)
 
     def _warn_if_new_prefix(self, decisions: Sequence[Decision]) -> None:
         """One line when every step of several will run in a prefix that holds no experiment yet:
@@ -373,7 +402,7 @@ class Executor:
     def _write_experiment(self, plan: Plan) -> str:
         script = self.script or "interactive"
         stem = os.path.splitext(os.path.basename(script))[0] or "interactive"
-        ident = hash8(sorted(s.identity for s in plan.steps))
+        ident = experiment_hash(plan)
         path = join(self.executor_info_base_path, f"{stem}-{ident}.json")
         record = experiment_record(plan, script=script, stem=stem, ident=ident, code=self._code_provenance(),
                                    description=self.description, prefix=self.prefix, driver=self.driver_id)
@@ -414,11 +443,11 @@ class Executor:
         self._mark_waiting([plan.by_identity[i] for i in pending if by_id[i].reason == "no output yet"])
 
         backend = self._make_backend()
-        runner = StepRunner(settings=self.runner_settings, driver_id=self.driver_id, backend=backend,
-                            backend_name=self.backend_name, code=self._code_provenance,
-                            experiment=under_prefix(self.executor_info_path, self.prefix),
-                            cancel=self.cancel, run_id=self.run_id,
-                            forced=frozenset(d.step.identity for d in decisions if d.forced))
+        supervisor = StepSupervisor(settings=self.step_settings, driver_id=self.driver_id, backend=backend,
+                                    backend_name=self.backend_name, code=self._code_provenance,
+                                    experiment=under_prefix(self.executor_info_path, self.prefix),
+                                    cancel=self.cancel, run_id=self.run_id,
+                                    forced=frozenset(d.step.identity for d in decisions if d.forced))
         interrupt = Interrupt(self.cancel)
         try:
             with interrupt, concurrent.futures.ThreadPoolExecutor(
@@ -431,7 +460,7 @@ class Executor:
                         if all(outcomes.get(d.identity, StepOutcome("", "")).status == "SUCCESS"
                                for d in ps.dependencies):
                             pending.discard(ps.identity)
-                            running[pool.submit(runner.run, plan, ps)] = ps.identity
+                            running[pool.submit(supervisor.run, plan, ps)] = ps.identity
                     if not running:
                         break
                     # A bounded wait: the loop notices an interrupt (the signal handler runs here).
@@ -517,7 +546,7 @@ class Executor:
             logger.warning("step '%s': could not write DEP_FAILED", ps.identity, exc_info=True)
 
     def _lease(self, ps: PlannedStep) -> Lease:
-        return step_lease(ps, self.driver_id, self.runner_settings)
+        return step_lease(ps, self.driver_id, self.step_settings)
 
 
 def _script_path() -> str | None:

@@ -16,7 +16,7 @@ import tomllib
 from collections.abc import Sequence
 from typing import Any
 
-from marin_lab.execution.environments import StepEnvironment
+from marin_lab.environments import StepEnvironment
 from marin_lab.execution.errors import StepDefinitionError
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

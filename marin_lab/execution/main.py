@@ -13,62 +13,14 @@ from collections.abc import Sequence
 
 import draccus
 
+from marin_lab.execution.config import ExecutorMainConfig
 from marin_lab.execution.errors import ExecutorConfigError, MarinLabError, RunInterruptedError
-from marin_lab.execution.executor import Executor, RunReport, default_prefix
+from marin_lab.execution.executor import Executor, RunReport
 from marin_lab.execution.jax_platform import default_to_cpu
-from marin_lab.execution.lease import DEFAULT_TIMEOUT_S
 from marin_lab.execution.logs import VERBOSE_ENV
 from marin_lab.execution.plan import compile_run_only
-from marin_lab.execution.prices import load_prices
 from marin_lab.execution.step import ExecutorStep, InputName
 from marin_lab.flags import bare_bool_flags
-
-
-@dataclasses.dataclass(frozen=True)
-class ExecutorMainConfig:
-    prefix: str | None = None
-    """Where outputs and records go (local folder, gs://bucket/path). Default: $MARIN_PREFIX, else marin_store at the project root."""
-    executor_info_base_path: str | None = None
-    """Where the experiment record goes (default: {prefix}/experiments, where the browser looks)."""
-    dry_run: bool = False
-    """Print run / skip / wait for every step, with the reason, and run nothing."""
-    format: str = "text"
-    """How --dry_run prints the plan: 'text', 'markdown' (for a pull request) or 'json'."""
-    run_only: list[str] | None = None
-    """Regexes over step names (`re.search`): run only matching steps (and what they wait for).
-    On the command line: `--run_only REGEX [REGEX ...]`, or a JSON list `--run_only '["a", "b"]'`."""
-    force_run_failed: bool = False
-    """Run steps whose last status is FAILED again (otherwise the run stops at them)."""
-    force_run: list[str] | None = None
-    """Regexes over step names (`re.search`): matching steps run again even after a SUCCESS (a new
-    attempt writes their output again; steps downstream are reused unless they match too).
-    On the command line: `--force_run REGEX [REGEX ...]`, or a JSON list."""
-    max_concurrent: int | None = None
-    """At most this many steps at once (default: max(cores, 4))."""
-    backend: str = "ray"
-    """'ray' (a local Ray is started unless RAY_ADDRESS or --ray_address names a cluster) or 'local'."""
-    ray_address: str | None = None
-    """Address of a running Ray cluster."""
-    lease_timeout_s: float = DEFAULT_TIMEOUT_S
-    """A lease not renewed for this long is stale and may be taken over."""
-    max_preemption_retries: int = 10
-    """Retries after a lost worker, node or slice."""
-    max_failure_retries: int = 0
-    """Retries after an exception raised by a step's function."""
-    allow_cross_region: list[str] | None = None
-    """Regexes over step names allowed to read inputs from another region than the prefix's (egress is billed)."""
-    transfer_budget_bytes: int | None = None
-    """Cross-region inputs allowed for the whole experiment while their total size stays within this many bytes."""
-    unschedulable_timeout_s: float | None = None
-    """How long a step may wait while no node of the cluster can hold its resources, before it fails
-    (default: $MARIN_UNSCHEDULABLE_TIMEOUT_S, else 600). On a known cluster it is refused at once."""
-    verbose: bool = False
-    """Every library's INFO lines in the console and the step logs (JAX, datasets, lm-eval, ...); by
-    default a step shows marin_lab's own lines and everyone's warnings. Also `MARIN_LAB_VERBOSE=1`."""
-    prices: str | None = None
-    """A price table (JSON, or TOML named *.toml) over the default list prices, for the costs --dry_run
-    shows: {"prices": {"tpu-v5e": 1.2, ...}, "currency", "date", "source"} (docs/executor.md, "Cost")."""
-
 
 logger = logging.getLogger(__name__)
 
@@ -116,23 +68,7 @@ def executor_main(
             config = parse_flags(sys.argv[1:] if args is None else args)
         if config.verbose:  # the steps' processes inherit it (a local Ray passes it on: backends.py)
             os.environ[VERBOSE_ENV] = "1"
-        executor = Executor(
-            prefix=config.prefix or default_prefix(),
-            backend=config.backend,
-            max_concurrent=config.max_concurrent,
-            force_run_failed=config.force_run_failed,
-            force_run=config.force_run or (),
-            lease_timeout_s=config.lease_timeout_s,
-            max_preemption_retries=config.max_preemption_retries,
-            max_failure_retries=config.max_failure_retries,
-            ray_address=config.ray_address,
-            description=description,
-            executor_info_base_path=config.executor_info_base_path,
-            allow_cross_region=config.allow_cross_region or (),
-            transfer_budget_bytes=config.transfer_budget_bytes,
-            unschedulable_timeout_s=config.unschedulable_timeout_s,
-            prices=load_prices(config.prices),
-        )
+        executor = Executor.from_config(config, description=description)
         # Executor.run takes InputName roots too (the plan unwraps them); its annotation says ExecutorStep only.
         report = executor.run(steps, run_only=config.run_only, dry_run=config.dry_run,  # type: ignore[arg-type]
                               plan_format=config.format)

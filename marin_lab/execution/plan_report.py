@@ -4,7 +4,8 @@ The decisions come from decide.py; this module only formats them.
 
 `python experiments/x.py --dry_run true --format markdown` prints a plan that can be posted on a
 pull request: every step with its action (run, reused, wait, fail), the reason, the field-level
-difference against the latest recorded version of the same step, its resources and the estimate
+difference against its version in the experiment's last run (else the latest recorded version of
+the same step: baseline.py), its resources and the estimate
 its config gives (tokens, FLOPs, accelerator-hours), and totals over the steps that would run.
 Planning reads only statuses and records under the prefix; it never runs anything. The Markdown
 escapes every value it shows (HTML, table and code-span syntax), so a plan is safe to post; the JSON
@@ -212,7 +213,7 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines += _cost_markdown(report)
     changed = [s for s in report["steps"] if s["changes"]]
     if changed:
-        lines += ["", "### What changed against the latest recorded versions"]
+        lines += ["", "### What changed against earlier versions"]
         for s in changed:
             lines += ["", f"{_code(s['identity'], in_table=False)} ({_action(s['action'])}: {_text(s['reason'])})", ""]
             lines += [f"- {_list_item(note)}" for note in s["changes"]]

@@ -33,7 +33,7 @@ from marin_lab.execution.decide import Decision
 from marin_lab.execution.lease import process_identity
 from marin_lab.execution.secrets import redact
 from marin_lab.execution.status import now_iso
-from marin_lab.execution.step_runner import StepOutcome
+from marin_lab.execution.supervisor import StepOutcome
 from marin_lab.io.fs import join, write_json
 from marin_lab.store.layout import RUNS_DIR, run_record_name
 

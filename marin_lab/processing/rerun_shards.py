@@ -34,11 +34,11 @@ from marin_lab.execution.executor import Executor
 from marin_lab.execution.lease import Lease
 from marin_lab.execution.main import capture_steps
 from marin_lab.execution.records import read_step_record
-from marin_lab.execution.reproduce_target import RecordedExperiment, locate, read_script
 from marin_lab.execution.status import Status, read_status
 from marin_lab.io.fs import join
 from marin_lab.processing.errors import ProcessingError
 from marin_lab.processing.quarantine import REPORT_FILE, read_report, request_rerun, shard_names
+from marin_lab.reproduce.target import RecordedExperiment, locate, read_script
 from marin_lab.store.layout import default_prefix
 
 __all__ = ["RerunError", "RerunResult", "add_parser", "rerun_shards"]

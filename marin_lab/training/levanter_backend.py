@@ -114,7 +114,7 @@ class LevanterTrainConfig:
 
 def levanter_environment() -> Any:
     """The locked `StepEnvironment` that `train_lm_levanter` runs in (pass it to ExecutorStep)."""
-    from marin_lab.execution.environments import StepEnvironment  # the driver side only
+    from marin_lab.environments import StepEnvironment  # the driver side only
 
     return StepEnvironment(requirements=LEVANTER_REQUIREMENTS, constraints=LOCK_FILE, python="python3.11")
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from marin_lab.environments import read_environment_record
 from marin_lab.execution import Executor, ExecutorStep, this_output_path
-from marin_lab.execution.environments import read_environment_record
 from marin_lab.training.levanter_backend import (
     LevanterTrainConfig,
     levanter_environment,

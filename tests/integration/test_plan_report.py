@@ -29,7 +29,7 @@ def test_markdown_and_json_plans_say_what_runs_what_is_reused_and_what_changed(t
     markdown = capsys.readouterr().out
     assert markdown.startswith("## Plan for ")
     assert "| run | `raw/a-" in markdown
-    assert "### What changed against the latest recorded versions" in markdown
+    assert "### What changed against earlier versions" in markdown
     assert re.search(r"- text: 'a' -> 'A'", markdown), markdown
 
 

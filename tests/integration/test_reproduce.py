@@ -12,8 +12,8 @@ import pytest
 from marin_lab.cli import main as cli_main
 from marin_lab.execution import Executor
 from marin_lab.execution.main import capture_steps
-from marin_lab.execution.reproduce import IDENTICAL, NOT_REPRODUCIBLE, ReproduceError, reproduce
 from marin_lab.io.fs import read_json, write_json
+from marin_lab.reproduce import IDENTICAL, NOT_REPRODUCIBLE, ReproduceError, reproduce
 from tests.data_fixtures import make_html_site
 
 # download -> extract -> tokenizer -> tokenize -> train (a few steps) -> evaluate, on made-up HTML.

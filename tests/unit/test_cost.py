@@ -251,8 +251,8 @@ class BigTrainConfig:
 def test_a_step_never_run_is_estimated_from_its_config_when_it_gives_accelerator_hours(tmp_path):
     from types import SimpleNamespace
 
+    from marin_lab.execution.baseline import RecordIndex
     from marin_lab.execution.cost import estimate_plan
-    from marin_lab.execution.explain import RecordIndex
 
     ps = SimpleNamespace(identity="train/big-1", name="train/big", output_path=str(tmp_path / "train/big-1"),
                          step=SimpleNamespace(config=BigTrainConfig(), resources=None))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from marin_lab import _env_worker
-from marin_lab.execution.environments import (
+from marin_lab.environments import (
     EnvironmentBuildError,
     EnvironmentStepError,
     StepEnvironment,
@@ -81,7 +81,7 @@ def test_built_environment_is_isolated_locked_and_recorded(six_env: tuple[StepEn
 def test_second_ensure_reuses_the_environment(six_env: tuple[StepEnvironment, str, str], caplog) -> None:
     env, cache, python = six_env
     before = (Path(cache) / env.lock_hash() / ".lock_hash").stat().st_mtime_ns
-    with caplog.at_level(logging.INFO, logger="marin_lab.execution.environments"):
+    with caplog.at_level(logging.INFO, logger="marin_lab.environments.locked"):
         assert ensure_environment(env, cache_dir=cache) == python
     assert "building" not in caplog.text
     assert (Path(cache) / env.lock_hash() / ".lock_hash").stat().st_mtime_ns == before
@@ -138,7 +138,7 @@ def test_failed_build_leaves_nothing_and_shows_pip_output(tmp_path: Path) -> Non
 def test_concurrent_builders_build_once(tmp_path: Path, caplog) -> None:
     cache = str(tmp_path / "cache")
     env = StepEnvironment(requirements=(), python=PYTHON)
-    with caplog.at_level(logging.INFO, logger="marin_lab.execution.environments"):
+    with caplog.at_level(logging.INFO, logger="marin_lab.environments.locked"):
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             pythons = list(pool.map(lambda _: ensure_environment(env, cache_dir=cache), range(3)))
     assert len(set(pythons)) == 1 and os.path.exists(pythons[0])
@@ -227,3 +227,12 @@ def test_levanter_process_does_not_inherit_this_process_wandb_service() -> None:
     assert "WANDB_SERVICE" not in env and "WANDB_SERVICE" in base
     assert (env["PATH"], env["WANDB_DIR"], env["WANDB_MODE"], env["RAY_TMPDIR"]) == ("/bin", "/w", "offline", "/r")
     assert env["HF_HUB_OFFLINE"] == "1" and env["WANDB_API_KEY"] == "k"
+
+
+def test_the_older_import_path_names_the_same_classes():
+    """docs/environments.md named `marin_lab.execution.environments` before the package moved."""
+    import marin_lab.environments as current
+    from marin_lab.execution import environments as older
+
+    assert all(getattr(older, name) is getattr(current, name) for name in current.__all__)
+    assert older.__all__ == current.__all__

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from marin_lab.execution.explain import diff_versions, version_changes
+from marin_lab.execution.baseline import diff_versions, version_changes
 from marin_lab.execution.secrets import REDACTED
 
 OPT = {"learning_rate": 0.003, "weight_decay": 0.1, "schedule": {"kind": "cosine", "warmup": 0.1}}

@@ -11,8 +11,8 @@ import pytest
 
 from marin_lab.cli import main as cli_main
 from marin_lab.execution import Executor, ExecutorStep, this_output_path
-from marin_lab.execution.cleanup import GcError, find_garbage, parse_age
 from marin_lab.execution.status import LEASE_FILE, Status, write_status
+from marin_lab.gc import GcError, find_garbage, parse_age
 from marin_lab.store.layout import tmp_path as tmp_path_of
 from marin_lab.store.layout import tmp_url
 from tests.executor_steps import WriteConfig, write_text

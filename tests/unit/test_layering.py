@@ -21,16 +21,18 @@ LAYERS: dict[str, int] = {
     "errors": 0, "versioning": 0, "flags": 0, "host_env": 0, "ray_niceness": 0,
     "io": 1,
     "store": 2,
+    "environments": 2,  # per-step locked environments: the executor runs steps in them
     "execution": 3,
-    "models": 4,  # the decoder: arrays in, arrays out
-    "quant": 5, "processing": 5,
-    "peft": 6, "precision": 6,
-    "training": 7,
-    "evaluation": 8, "cluster": 8,
-    "marin": 9,  # Marin's spellings over the core (never imported by it)
-    "resources": 9,  # Marin's `marin.resources` path: re-exports marin/resources.py
-    "browser": 10,
-    "cli": 11,
+    "reproduce": 4, "gc": 4, "explain": 4,  # tools over the executor's records (processing reads one too)
+    "models": 5,  # the decoder: arrays in, arrays out
+    "quant": 6, "processing": 6,
+    "peft": 7, "precision": 7,
+    "training": 8,
+    "evaluation": 9, "cluster": 9,
+    "marin": 10,  # Marin's spellings over the core (never imported by it)
+    "resources": 10,  # Marin's `marin.resources` path: re-exports marin/resources.py
+    "browser": 11,
+    "cli": 12,
 }
 
 # Upward arrows that exist today; the list only shrinks (it is empty: keep it so).
@@ -43,7 +45,7 @@ KNOWN_LOCAL: set[tuple[str, str]] = {
     ("cli.py", "marin_lab.cluster.cli"),                  # JAX and the TPU tools: ~4 s of imports
     ("execution/code_provenance.py", "marin_lab"),        # the package's own version, read when recorded
     ("quant/nf4.py", "marin_lab.quant.matmul"),           # a real cycle: matmul takes NF4Tensor
-    ("training/levanter_backend.py", "marin_lab.execution.environments"),  # runs inside Levanter's
+    ("training/levanter_backend.py", "marin_lab.environments"),  # runs inside Levanter's
                                                           # environment, where only the stdlib is imported
 }
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from marin_lab.execution import ExecutorConfigError, ExecutorMainConfig
+from marin_lab.execution import Executor, ExecutorConfigError, ExecutorMainConfig
 from marin_lab.execution.main import executor_main, parse_flags
 from tests.executor_steps import executions, five_step_dag
 
@@ -84,5 +84,36 @@ def test_help_shows_each_flags_real_type(capsys):
     out = " ".join(capsys.readouterr().out.split())
     for shown in ("--dry_run bool", "--force_run_failed bool", "--max_concurrent [int]", "--lease_timeout_s float",
                   "--max_failure_retries int", "--transfer_budget_bytes [int]", "--run_only [list[str]]",
-                  "--force_run [list[str]]", "--prefix [str]"):
+                  "--force_run [list[str]]", "--prefix PATH", "--executor_info_base_path PATH",
+                  "--format {text,markdown,json}", "--backend {ray,local}", "--ray_address ADDRESS", "--prices FILE"):
         assert shown in out, shown
+    # A path, an address or a choice is shown as what it is, never as a bare Python type.
+    assert " [str]" not in out and not any(f"{flag} str" in out for flag in ("--prefix", "--format", "--backend"))
+
+
+def test_a_metavar_changes_only_the_help(tmp_path):
+    config = parse_flags(["--prefix", str(tmp_path / "p"), "--format", "json", "--backend", "local",
+                          "--ray_address", "auto", "--prices", "prices.toml"])
+    assert (config.prefix, config.format, config.backend, config.ray_address, config.prices) == (
+        str(tmp_path / "p"), "json", "local", "auto", "prices.toml")
+    assert parse_flags([]).prefix is None
+
+
+def test_the_executor_is_built_from_its_config(tmp_path, monkeypatch):
+    prices = tmp_path / "prices.json"
+    prices.write_text('{"prices": {"tpu-v5e": 9.5}, "currency": "EUR"}')
+    config = ExecutorMainConfig(prefix=str(tmp_path / "p"), backend="local", max_concurrent=3, force_run_failed=True,
+                                force_run=["tok"], lease_timeout_s=5.0, max_preemption_retries=2,
+                                max_failure_retries=1, executor_info_base_path=str(tmp_path / "infos"),
+                                transfer_budget_bytes=7, unschedulable_timeout_s=11.0, prices=str(prices))
+    executor = Executor.from_config(config, description="d", script="x.py")
+    assert (executor.prefix, executor.backend_name, executor.max_concurrent) == (str(tmp_path / "p"), "local", 3)
+    assert executor.force_run_failed and executor.force_run == ["tok"]
+    settings = executor.step_settings
+    assert (settings.lease_timeout_s, settings.max_preemption_retries, settings.max_failure_retries,
+            settings.unschedulable_timeout_s) == (5.0, 2, 1, 11.0)
+    assert executor.executor_info_base_path == str(tmp_path / "infos")
+    assert (executor.description, executor.script, executor.transfer_budget_bytes) == ("d", "x.py", 7)
+    assert executor.prices.currency == "EUR"
+    monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "env"))
+    assert Executor.from_config(ExecutorMainConfig(backend="local")).prefix == str(tmp_path / "env")

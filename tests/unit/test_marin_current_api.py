@@ -22,10 +22,10 @@ from marin_lab.browser.records import Browser
 from marin_lab.cli import main as cli_main
 from marin_lab.cluster.resources import TpuResources
 from marin_lab.execution import ExecutorStep, output_path_of, this_output_path
-from marin_lab.execution.cleanup import find_garbage
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.records import read_step_record
 from marin_lab.execution.status import read_status
+from marin_lab.gc import find_garbage
 from marin_lab.marin.artifact import (
     Artifact,
     ArtifactTypeMismatchError,

@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from marin_lab.cli import main as cli_main
-from marin_lab.execution.reproduce import DIFFERS, ReproduceError, reproduce
+from marin_lab.reproduce import DIFFERS, ReproduceError, reproduce
 
 SCRIPT = textwrap.dedent("""
     import os

@@ -13,7 +13,7 @@ from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
 from marin_lab.browser.records import Browser
 from marin_lab.execution import Executor, ExecutorStep, this_output_path, versioned
-from marin_lab.execution.explain import diff_versions
+from marin_lab.execution.baseline import diff_versions
 from marin_lab.execution.secrets import REDACTED, SecretFilter, scrub_text
 from tests.executor_steps import SecretConfig, leak_secrets
 

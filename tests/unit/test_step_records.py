@@ -12,8 +12,8 @@ import pytest
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
 from marin_lab.execution import Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution.baseline import RecordIndex
 from marin_lab.execution.errors import RecordError
-from marin_lab.execution.explain import RecordIndex
 from marin_lab.execution.records import StepRecord, read_step_record
 from marin_lab.execution.secrets import redact
 from tests.executor_steps import WriteConfig, write_text

@@ -609,8 +609,10 @@ async function renderStep(params) {
     const ex = step.explain;
     if (!ex || !ex.against) parts.push(el("p", {class: "muted", id: "explain-none", text: (ex && ex.message) || "no earlier version found"}));
     else {
-      parts.push(el("p", {}, ex.newer ? "No earlier version of this step; compared with the newer version " : "Against the previous version ",
-        el("a", {href: links.step(ex.against_output_path, exp), text: ex.against}), ex.against_started ? ` (started ${ex.against_started})` : ""));
+      parts.push(el("p", {}, ex.newer ? "No earlier version of this step; compared with the newer version " :
+        ex.last_run ? "Against this experiment's previous run's version " : "Against the previous version (from any experiment) ",
+        el("a", {href: links.step(ex.against_output_path, exp), text: ex.against}), ex.against_started ? ` (started ${ex.against_started})` : "",
+        ex.last_run ? ` (run ${ex.last_run})` : ""));
       parts.push(ex.changes.length ? explainTable(ex.changes) : el("p", {class: "muted", text: ex.message}));
     }
     parts.push(el("h2", {text: "Version (hashed)"}), pre(r.version));

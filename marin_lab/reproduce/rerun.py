@@ -12,7 +12,7 @@ Every artifact is compared with the record's manifest (artifacts.compare_outputs
 timings that the step declared are left out and listed. Nothing is written under the original
 prefix: dependencies are read there only after their SUCCESS status is checked, a scratch prefix
 that reaches it (resolved with `marin_lab.io.paths`) is refused, and so is a step whose pinned
-output path leads out of the scratch prefix. The record is checked whole (reproduce_target.py)
+output path leads out of the scratch prefix. The record is checked whole (target.py)
 before the recorded script runs.
 """
 
@@ -33,7 +33,10 @@ from marin_lab.execution.executor import Decision, Executor
 from marin_lab.execution.main import capture_steps
 from marin_lab.execution.provenance import manifest
 from marin_lab.execution.records import read_step_record
-from marin_lab.execution.reproduce_target import (
+from marin_lab.execution.status import read_status
+from marin_lab.io.fs import join
+from marin_lab.io.paths import canonical, is_within
+from marin_lab.reproduce.target import (
     RecordedExperiment,
     ReproduceError,
     check_scratch,
@@ -41,9 +44,6 @@ from marin_lab.execution.reproduce_target import (
     locate,
     read_script,
 )
-from marin_lab.execution.status import read_status
-from marin_lab.io.fs import join
-from marin_lab.io.paths import canonical, is_within
 
 IDENTICAL, DIFFERS, NOT_REPRODUCIBLE, NOT_CHECKED = "identical", "DIFFERS", "not reproducible", "not checked"
 
@@ -98,7 +98,7 @@ def reproduce(target: str, *, into: str | None = None, steps: str | None = None,
               backend: str = "local") -> ReproduceReport:
     """Rebuild the experiment `target` names from its stored script and compare every selected step.
 
-    Everything is checked before anything is executed (reproduce_target.py); the temporary copy of
+    Everything is checked before anything is executed (target.py); the temporary copy of
     the script is removed whatever happens."""
     rec = locate(target)
     pattern = compile_steps(steps, rec)

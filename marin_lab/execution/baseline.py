@@ -1,19 +1,18 @@
-"""Why is this step new? A field-level diff against the latest recorded version of the same name.
+"""Which recorded version a step is compared with, and the field-level difference.
 
-`marin-lab explain SCRIPT` compares first with the same experiment's last run (`LastRun`: the
-newest experiment record of that script under the prefix, whose `steps` hold each step's version),
-so a step of the same name in another script never stands in for it; a step that run did not have,
-or a script with no recorded run, is compared with the latest recorded version of its name.
-
-Marin users dig through logs to learn why a step reran (Marin #473, #2219). Here a step whose
-hash changed is compared with the previous recorded version of the same name under the prefix
+One rule for `marin-lab explain`, the dry run's notes and the browser's explain (`baseline`): a
+step is compared first with its version in the same experiment's last run (`last_run_of`: the
+newest experiment record of that script under the prefix, whose `steps` hold each step's version;
+for a recorded step in the browser, the newest one made before the step started), so a step of the
+same name in another script never stands in for it; a step that run did not have, or a script with
+no recorded run, is compared with the latest recorded version of its name
 (`RecordIndex.previous_version`: the most recent one that started before it; for a step not yet
-run, the most recent one). The CLI, the dry run and the browser all use this module:
+run, the most recent one). Marin users dig through logs to learn why a step reran (Marin #473,
+#2219).
 
-    tokenize/docs-9c01a7e2 is new; the latest recorded version is tokenize/docs-3fa1c2d9:
-      tokenizer: 'gpt2' -> 'llama3'
-      dependency raw/docs changed: raw/docs-1a2b3c4d -> raw/docs-77e0f1aa
-        raw/docs-77e0f1aa is new; ...: source: 'file:///a' -> 'file:///b'
+The executor decides with it (a new version's notes; a reused step's unversioned fields,
+`stale_reuse_diffs`); the explanations built on it, as text and as data, are the `marin_lab.explain`
+package's.
 """
 
 from __future__ import annotations
@@ -25,14 +24,15 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from marin_lab.execution.plan import Plan, PlannedStep
+from marin_lab.execution.experiments import list_experiments
+from marin_lab.execution.hashing import hash8
+from marin_lab.execution.plan import Plan
 from marin_lab.execution.records import RecordError, StepRecord, parse_step_record
 from marin_lab.execution.secrets import REDACTED, is_secret_field, redact
 from marin_lab.execution.status import INFO_FILE
 from marin_lab.io.fs import fs_and_path, join, read_bytes
 
 _MISSING = object()
-_IDENTITY = re.compile(r"(?P<name>.+)-(?P<hash>[0-9a-f]{8})")
 
 
 def _list_names(folder_url: str) -> list[str]:
@@ -227,57 +227,58 @@ def last_run_of(records: Sequence[dict[str, Any]], script: str | None, current_h
     return LastRun(str(record.get("_path", "")), created if isinstance(created, str) else None, steps)
 
 
+def last_run_of_plan(plan: Plan, script: str | None) -> LastRun | None:
+    """The last recorded run under `plan.prefix` of the experiment `script` (`last_run_of`), other
+    than a run of this very plan: what `marin-lab explain` and the dry run compare with."""
+    if not script:
+        return None
+    return last_run_of(list_experiments(plan.prefix), script, experiment_hash(plan))
+
+
+def experiment_hash(plan: Plan) -> str:
+    """The hash of a plan's experiment record (`{script}-{hash}.json`): over its step identities."""
+    return hash8(sorted(s.identity for s in plan.steps))
+
+
 def _same_script(recorded: Any, script: str) -> bool:
     if not isinstance(recorded, str):
         return False
     return recorded == script or os.path.abspath(recorded) == os.path.abspath(script)
 
 
-def explain_step(plan: Plan, planned: PlannedStep, index: RecordIndex, *, depth: int = 0,
-                 seen: set[str] | None = None, last_run: LastRun | None = None) -> list[str]:
-    """Lines explaining why `planned` has no recorded output, recursing into changed dependencies:
-    against its entry in `last_run` (the same experiment's last run) when it has one, else against
-    the latest recorded version of its name (`RecordIndex.previous_version`)."""
-    seen = set() if seen is None else seen
-    if planned.identity in seen:
-        return []
-    seen.add(planned.identity)
-    pad = "  " * depth
-    recorded = index.record(planned.output_path)
-    if recorded is not None and (recorded.version is None or recorded.identity in (None, planned.identity)):
-        return [f"{pad}{planned.identity} is recorded at {planned.output_path} (unchanged)"]
-    if recorded is not None:  # a pinned path (e.g. a name@version artifact) holds another version: reused as it is
-        lines = [f"{pad}{planned.identity} is pinned to {planned.output_path}, which holds another version "
-                 f"({recorded.identity}); a run reuses that output as it is. What differs:"]
-        return lines + [f"{pad}  {d}" for d in diff_versions(recorded.version or {}, planned.version)]
-    entry = last_run.steps.get(planned.name) if last_run is not None else None
-    if entry is not None and entry.get("identity") == planned.identity:
-        return [f"{pad}{planned.identity} is as in this experiment's last run, but its output is no longer under "
-                f"{plan.prefix} (removed?); a run makes it again"]
-    if entry is not None:
-        old_identity, old_version = entry.get("identity"), entry["version"]
-        header = f"{pad}{planned.identity} differs from {old_identity} of this experiment's last run:"
-    else:
-        previous = index.previous_version(planned.name, planned.identity)
-        if previous is None or previous.version is None:
-            where = " (nor in this experiment's last run)" if last_run is not None else ""
-            return [f"{pad}{planned.identity} is new: no earlier version of '{planned.name}' is recorded under "
-                    f"{plan.prefix}{where}"]
-        old_identity, old_version = previous.identity, previous.version
-        header = (f"{pad}{planned.identity} is not in this experiment's last run; it differs from the latest "
-                  f"recorded version {old_identity} (from any experiment):" if last_run is not None else
-                  f"{pad}{planned.identity} differs from the latest recorded version {old_identity}:")
-    lines = [header]
-    diffs = diff_versions(old_version, planned.version)
-    if not diffs:
-        diffs = ["(same version; the output path differs, e.g. an override_output_path)"]
-    for d in diffs:
-        lines.append(f"{pad}  {d}")
-    old_deps = set(old_version.get("dependencies", []))
-    for dep in planned.dependencies:
-        if dep.identity not in old_deps:
-            lines.extend(explain_step(plan, dep, index, depth=depth + 2, seen=seen, last_run=last_run))
-    return lines
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """The recorded version a version of a step is compared with."""
+
+    identity: str | None
+    version: dict[str, Any]
+    output_path: str | None
+    from_last_run: bool
+    """True: the step's entry in the same experiment's last run; False: the latest other recorded
+    version of its name, from any experiment."""
+    record: StepRecord | None = None
+    """Its step record, when the index gave it (from any experiment)."""
+
+
+def baseline(index: RecordIndex, name: str, identity: str, *, last_run: LastRun | None,
+             started: str | None = None) -> Baseline | None:
+    """What version `identity` of step `name` is compared with, for `marin-lab explain`, the dry
+    run's notes and the browser alike: its entry in `last_run` (the same experiment's last run,
+    `last_run_of`) when that run had another version of it; else the latest other recorded version
+    of its name (`RecordIndex.previous_version`, from any experiment). None when there is neither."""
+    entry = last_run.steps.get(name) if last_run is not None else None
+    if entry is not None and entry.get("identity") != identity:
+        path = entry.get("output_path")
+        return Baseline(_str_or_none(entry.get("identity")), entry["version"],
+                        path if isinstance(path, str) else None, True)
+    previous = index.previous_version(name, identity, started)
+    if previous is None or previous.version is None:
+        return None
+    return Baseline(previous.identity, previous.version, previous.output_path, False, previous)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def stale_reuse_diffs(recorded: dict[str, Any], current: dict[str, Any]) -> list[str]:
@@ -298,73 +299,3 @@ def _show_field(key: str, v: Any) -> str:
     # Any component of the path counts: `credentials.hf_token` and `hf_token.value` are both secret.
     names = [n.strip('[]"') for n in re.findall(r'[A-Za-z_][A-Za-z0-9_]*|\["(?:[^"\\]|\\.)*"\]', key)]
     return _show(REDACTED if any(is_secret_field(n) for n in names) else redact(v))
-
-
-# ------------------------------------------------------------------------------------------------
-# The same explanation as data, for the browser's step page
-
-MAX_DEPENDENCY_DEPTH = 2
-
-
-def explain_record(index: RecordIndex, record: StepRecord, depth: int = 0) -> dict[str, Any] | None:
-    """Why recorded version `record` differs from its previous version (`RecordIndex.previous_version`):
-    {against, against_output_path, against_started, candidates, newer, changes, message}; each
-    change of `dependencies` carries `because`, the same explanation one dependency further."""
-    name, identity = record.name, record.identity
-    if not name or not identity or ".." in name.split("/"):
-        return None
-    others = [r for r in index.versions_of(name) if r.identity != identity]
-    if not others:
-        return {"against": None, "candidates": 0, "changes": [],
-                "message": f"no other version of {name!r} under the prefix (or none with a readable record)"}
-    against = index.previous_version(name, identity, record.recency or None)
-    if against is None or against.version is None:  # not reached: `others` is not empty
-        return None
-    mine = record.recency
-    changes = version_changes(redact(against.version), redact(record.version or {}))
-    if depth < MAX_DEPENDENCY_DEPTH:
-        for change in changes:
-            if change["field"] == "dependencies":
-                change["because"] = _explain_dependency(index, change, depth)
-    return {
-        "against": against.identity,
-        "against_output_path": join(index.prefix, against.identity or ""),
-        "against_started": against.recency or None,
-        "candidates": len(others),
-        # No version started before this one: the diff is against a newer one, so say so.
-        "newer": not (mine and against.recency and against.recency < mine),
-        "changes": changes,
-        "message": None if changes else "the version fields are identical (same hash, other prefix?)",
-    }
-
-
-def _identity_pairs(old: Any, new: Any) -> list[tuple[str, str, str]]:
-    """(name, old, new) identities of the dependencies that changed, matched by name."""
-    old_by_name = {m["name"]: d for d in old if isinstance(d, str) and (m := _IDENTITY.fullmatch(d))}
-    new_by_name = {m["name"]: d for d in new if isinstance(d, str) and (m := _IDENTITY.fullmatch(d))}
-    return [(n, old_by_name[n], new_by_name[n]) for n in sorted(old_by_name.keys() & new_by_name.keys())
-            if old_by_name[n] != new_by_name[n] and ".." not in f"{old_by_name[n]}/{new_by_name[n]}".split("/")]
-
-
-def _explain_dependency(index: RecordIndex, change: dict[str, Any], depth: int) -> dict[str, Any] | None:
-    """When a dependency's identity changed, why that dependency's own version changed."""
-    pairs = _identity_pairs(change.get("old") or [], change.get("new") or [])
-    if not pairs:
-        return None
-    changes: list[dict[str, Any]] = []
-    problems = []
-    for name, old, new in pairs:
-        old_rec, new_rec = index.record(join(index.prefix, old)), index.record(join(index.prefix, new))
-        if old_rec is None or new_rec is None or old_rec.version is None or new_rec.version is None:
-            problems.append(f"a record of {old} or {new} is missing or damaged")
-            continue
-        sub_changes = version_changes(redact(old_rec.version), redact(new_rec.version))
-        for sub in sub_changes:
-            if sub["field"] == "dependencies" and depth + 1 < MAX_DEPENDENCY_DEPTH:
-                sub["because"] = _explain_dependency(index, sub, depth + 1)
-            if len(pairs) > 1:
-                sub["field"] = f"{name}: {sub['field']}"
-        changes.extend(sub_changes)
-    return {"dependency": pairs[0][0], "old": pairs[0][1], "new": pairs[0][2],
-            "changes": changes, "message": "; ".join(problems) or None}
-

@@ -1,7 +1,7 @@
-"""Running one planned step: its lease, its attempts within their retry budgets, its records.
+"""Supervising each planned step: its lease, its attempts within their retry budgets, its records.
 
 The executor (executor.py) plans, decides and schedules; for each step whose dependencies have
-succeeded it calls `StepRunner.run`, in a driver thread, which
+succeeded it calls `StepSupervisor.run`, in a driver thread, which
 
   1. takes the step's lease (or waits while another live driver holds it, then reuses its result),
   2. writes RUNNING and a first record,
@@ -9,9 +9,12 @@ succeeded it calls `StepRunner.run`, in a driver thread, which
      preemption within one budget and a failure within another,
   4. writes the output manifest and the full record, then SUCCESS last, then releases the lease.
 
-A runner that loses the lease cancels the step and writes nothing more. A runner whose `cancel`
+A supervisor that loses the lease cancels the step and writes nothing more. One whose `cancel`
 event is set (the driver was interrupted: interrupt.py) cancels the step, records it CANCELLED
 with the time, and releases the lease; a cancelled step is not a failure and runs again next time.
+
+(Not to be confused with the `StepRunner` protocol of resources.py, an object that places a step on
+hardware, nor with Marin's `StepRunner` in marin_lab/marin/step_runner.py.)
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from marin_lab.environments import ensure_environment, run_in_step_environment
 from marin_lab.execution.backends import Guard
 from marin_lab.execution.capacity import DEFAULT_UNSCHEDULABLE_TIMEOUT_S, UnschedulableWatch
 from marin_lab.execution.code_provenance import function_fingerprint
 from marin_lab.execution.decide import rebuild_reason
-from marin_lab.execution.environments import ensure_environment, run_in_step_environment
 from marin_lab.execution.errors import (
     LeaseLostError,
     PreemptedError,
@@ -61,7 +64,7 @@ class StepOutcome:
 
 
 @dataclasses.dataclass(frozen=True)
-class RunnerSettings:
+class StepSettings:
     """How a step's lease is kept and how often its attempts may be retried."""
 
     lease_timeout_s: float = 60.0
@@ -72,20 +75,20 @@ class RunnerSettings:
     unschedulable_timeout_s: float = DEFAULT_UNSCHEDULABLE_TIMEOUT_S
     """How long a submitted step may wait while no node of the cluster can hold it (capacity.py)."""
     cancel_grace_s: float = 10.0
-    """How long a cancelled step's handle may take to end before the runner records it anyway."""
+    """How long a cancelled step's handle may take to end before the supervisor records it anyway."""
 
 
-def step_lease(ps: PlannedStep, driver_id: str, settings: RunnerSettings) -> Lease:
+def step_lease(ps: PlannedStep, driver_id: str, settings: StepSettings) -> Lease:
     """The lease on a step's output path, as this driver holds (or checks) it."""
     return Lease(ps.output_path, driver_id, timeout_s=settings.lease_timeout_s,
                  heartbeat_s=settings.heartbeat_s, step_name=ps.identity)
 
 
-class StepRunner:
+class StepSupervisor:
     """Runs steps of one executor run on its backend; `code` gives the run's code provenance and
     `experiment` the experiment record's path under the prefix, both written into step records."""
 
-    def __init__(self, *, settings: RunnerSettings, driver_id: str, backend: Any, backend_name: str,
+    def __init__(self, *, settings: StepSettings, driver_id: str, backend: Any, backend_name: str,
                  code: Callable[[], dict[str, Any]], experiment: str | None,
                  cancel: threading.Event | None = None, run_id: str | None = None,
                  forced: frozenset[str] = frozenset()):
