@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import resource
 import shutil
@@ -15,7 +16,7 @@ import pytest
 import zstandard
 
 from marin_lab.io.documents import write_documents
-from marin_lab.processing import attempts
+from marin_lab.processing import attempts, shards
 from marin_lab.processing.dedup import DedupConfig, DedupError, dedup_exact, dedup_fuzzy
 from marin_lab.processing.errors import ProcessingError
 from marin_lab.processing.instruction import TokenizeInstructionsConfig, tokenize_instructions
@@ -78,7 +79,9 @@ def test_a_bad_shard_is_retried_then_named_and_the_others_finish(tmp_path):
     assert (tmp_path / "a").read_text() == "A" and (tmp_path / "b").read_text() == "B"
 
 
-def test_within_the_allowance_the_step_succeeds_and_lists_what_was_left_out(tmp_path):
+def test_within_the_allowance_the_step_succeeds_and_lists_what_was_left_out(tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="marin_lab.processing.shards")
+    monkeypatch.setattr(shards, "PROGRESS_EVERY_S", 0.0)
     tasks = [(n, str(tmp_path)) for n in ("a", "die-1")]
     outcome = run_shards(shard_fn, tasks, num_workers=2, desc="extract",
                          policy=ShardPolicy(retries=0, max_bad_shards=1))
@@ -86,6 +89,8 @@ def test_within_the_allowance_the_step_succeeds_and_lists_what_was_left_out(tmp_
     (bad,) = outcome.bad
     assert bad["task"] == 1 and bad["attempts"][0]["kind"] == "worker_died"
     assert "SIGKILL" in bad["attempts"][0]["error"]
+    # The engine's progress counts a bad shard as done (it is not tried again) and says so.
+    assert any(r.getMessage().startswith("extract: 2/2 shards done (1 bad) in ") for r in caplog.records)
 
 
 def test_a_hung_shard_is_killed_at_its_time_limit(tmp_path):
