@@ -37,7 +37,8 @@ from marin_lab.io.documents import BadRecordError, ReadStats, list_shards
 from marin_lab.processing.errors import TokenizeError
 from marin_lab.processing.quarantine import Quarantine, ShardPolicy
 from marin_lab.processing.shards import mark_shard_done, read_shard_done
-from marin_lab.processing.tokenize import find_eos_id, ledger_left_out, resolve_tokenizer_bytes, split_of
+from marin_lab.processing.tokenize import ledger_left_out, split_of
+from marin_lab.processing.tokenizers import find_eos_id, resolve_tokenizer_bytes, tokenizer_at, tokenizer_from_bytes
 from marin_lab.store.token_cache import (
     TOKENIZER_FILE,
     add_split,
@@ -172,20 +173,6 @@ class _ShardTask:
     dtype: str
 
 
-_TOKENIZERS: dict[str, Any] = {}
-
-
-def _tokenizer(output_path: str) -> Any:
-    from tokenizers import Tokenizer
-
-    data = mfs.read_bytes(mfs.join(output_path, TOKENIZER_FILE))
-    key = hashlib.sha256(data).hexdigest()
-    if key not in _TOKENIZERS:
-        _TOKENIZERS.clear()
-        _TOKENIZERS[key] = Tokenizer.from_str(data.decode("utf-8"))
-    return _TOKENIZERS[key]
-
-
 def _tokenize_shard(task: _ShardTask) -> dict:
     cfg = task.config
     name = shard_name(task.index)
@@ -193,7 +180,7 @@ def _tokenize_shard(task: _ShardTask) -> dict:
     previous = read_shard_done(marker)
     if previous is not None:
         return {**previous, "reused": True}
-    tokenizer = _tokenizer(cfg.output_path)
+    tokenizer = tokenizer_at(mfs.join(cfg.output_path, TOKENIZER_FILE))
     stats = ReadStats()
     per_split: dict[str, tuple[list, list, list]] = {s: ([], [], []) for s in SPLITS}
     for record_id, messages in read_instructions(task.input_file, on_bad_record=cfg.on_bad_record, stats=stats):
@@ -234,12 +221,7 @@ def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
         raise TokenizeError("TokenizeInstructionsConfig.input_path is empty: give at least one folder or file")
     shards = [s for p in paths for s in list_shards(p)]
     tok_bytes, origin = resolve_tokenizer_bytes(config.tokenizer, config.tokenizer_revision)
-    from tokenizers import Tokenizer
-
-    try:
-        tokenizer = Tokenizer.from_str(tok_bytes.decode("utf-8"))
-    except Exception as err:
-        raise TokenizeError(f"tokenizer {origin}: not a valid tokenizer.json ({err})") from err
+    tokenizer = tokenizer_from_bytes(tok_bytes, origin)
     eos_id = find_eos_id(tokenizer, config.eos_token)
     bos_id = tokenizer.token_to_id(config.bos_token) if config.bos_token else None
     if config.bos_token and bos_id is None:
