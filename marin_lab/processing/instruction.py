@@ -171,6 +171,7 @@ class _ShardTask:
     eos_id: int
     bos_id: int | None
     dtype: str
+    tokenizer_sha256: str
 
 
 def _tokenize_shard(task: _ShardTask) -> dict:
@@ -180,7 +181,8 @@ def _tokenize_shard(task: _ShardTask) -> dict:
     previous = read_shard_done(marker)
     if previous is not None:
         return {**previous, "reused": True}
-    tokenizer = tokenizer_at(mfs.join(cfg.output_path, TOKENIZER_FILE))
+    # The cache's copy, loaded once per process (the caller's own tasks use the one it loaded).
+    tokenizer = tokenizer_at(mfs.join(cfg.output_path, TOKENIZER_FILE), sha256=task.tokenizer_sha256)
     stats = ReadStats()
     per_split: dict[str, tuple[list, list, list]] = {s: ([], [], []) for s in SPLITS}
     for record_id, messages in read_instructions(task.input_file, on_bad_record=cfg.on_bad_record, stats=stats):
@@ -231,7 +233,8 @@ def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
     mfs.atomic_write_bytes(mfs.join(config.output_path, TOKENIZER_FILE), tok_bytes)
     if config.num_workers <= 1:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
-    tasks = [_ShardTask(i, path, config, eos_id, bos_id, dtype) for i, path in enumerate(shards)]
+    tok_sha = hashlib.sha256(tok_bytes).hexdigest()
+    tasks = [_ShardTask(i, path, config, eos_id, bos_id, dtype, tok_sha) for i, path in enumerate(shards)]
     quarantine = Quarantine("tokenize_instructions", config.output_path, config.shard_policy)
     results = [r for r in quarantine.map(_tokenize_shard, tasks, num_workers=config.num_workers,
                                          desc="tokenize instructions", labels=shards) if r is not None]
@@ -246,7 +249,7 @@ def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
         )
     ledger = new_ledger(
         dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, bos_id=bos_id,
-        tokenizer={"file": TOKENIZER_FILE, "sha256": hashlib.sha256(tok_bytes).hexdigest(),
+        tokenizer={"file": TOKENIZER_FILE, "sha256": tok_sha,
                    "source": config.tokenizer, "revision": config.tokenizer_revision},
         split={"validation_fraction": config.validation_fraction, "salt": config.split_salt,
                "rule": "blake2b-64(salt NUL id) < fraction * 2**64"},
