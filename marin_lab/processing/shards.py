@@ -219,11 +219,14 @@ class ShardProgress:
                 self.last = now
                 self._show(self.line(now))
 
-    def close(self) -> None:
-        """The last state, when a line was shown (the end of a long phase is on record)."""
+    def close(self, *, finished: bool = True) -> None:
+        """The last state, when a line was shown (the end of a long phase is on record). A call
+        that failed adds none (its error follows); on a terminal its line is ended."""
         with self._lock:
-            if self.shown:
+            if self.shown and finished:
                 self._show(self.line(self.clock()), end=True)
+            elif self.shown and self.terminal:
+                self._write("\n")
 
     def _show(self, text: str, *, end: bool = False) -> None:
         self.shown = True
@@ -232,8 +235,11 @@ class ShardProgress:
             return
         pad = " " * max(0, self._width - len(text))
         self._width = len(text)
+        self._write("\r" + text + pad + ("\n" if end else ""))
+
+    def _write(self, text: str) -> None:
         try:
-            self.stream.write("\r" + text + pad + ("\n" if end else ""))
+            self.stream.write(text)
             self.stream.flush()
         except (OSError, ValueError):  # a terminal that went away must not fail the step
             pass
@@ -297,26 +303,37 @@ def run_shards(
     order = schedule_order(len(tasks), costs)
     progress = ShardProgress(desc, len(tasks))
     try:
-        if policy is not None:
-            return _run_isolated(fn, tasks, order, num_workers=num_workers, desc=desc, policy=policy,
-                                 labels=labels, rerun=rerun, note=note, progress=progress)
-        workers = min(max(1, num_workers), len(tasks))
-        if workers <= 1:
-            results: list[Any] = [None] * len(tasks)
-            for i in order:
-                results[i] = _run_one(fn, tasks[i], i, desc)
-                progress.update()
-            return ShardOutcome(results, [])
-        ray = _ray_if_in_task()
-        if ray is not None:
-            logger.debug("%s: %d tasks, here and on %d Ray task slot(s)", desc, len(tasks), workers - 1)
-            remote: _RayRemote | _PoolRemote = _RayRemote(ray, workers - 1)
-        else:
-            logger.debug("%s: %d tasks, here and in %d local process(es)", desc, len(tasks), workers - 1)
-            remote = _PoolRemote(workers - 1)
-        return ShardOutcome(_Run(fn, tasks, order, desc, progress).run(remote), [])
-    finally:
-        progress.close()
+        outcome = _run(fn, tasks, order, num_workers=num_workers, desc=desc, policy=policy, labels=labels,
+                       rerun=rerun, note=note, progress=progress)
+    except BaseException:
+        progress.close(finished=False)
+        raise
+    progress.close()
+    return outcome
+
+
+def _run(fn: Callable[[T], R], tasks: list[T], order: list[int], *, num_workers: int, desc: str,
+         policy: ShardPolicy | None, labels: Sequence[str] | None, rerun: str | None, note: str,
+         progress: ShardProgress) -> ShardOutcome[R]:
+    """`run_shards` past its checks: inline, pool or Ray tasks, or isolated attempts under a policy."""
+    if policy is not None:
+        return _run_isolated(fn, tasks, order, num_workers=num_workers, desc=desc, policy=policy,
+                             labels=labels, rerun=rerun, note=note, progress=progress)
+    workers = min(max(1, num_workers), len(tasks))
+    if workers <= 1:
+        results: list[Any] = [None] * len(tasks)
+        for i in order:
+            results[i] = _run_one(fn, tasks[i], i, desc)
+            progress.update()
+        return ShardOutcome(results, [])
+    ray = _ray_if_in_task()
+    if ray is not None:
+        logger.debug("%s: %d tasks, here and on %d Ray task slot(s)", desc, len(tasks), workers - 1)
+        remote: _RayRemote | _PoolRemote = _RayRemote(ray, workers - 1)
+    else:
+        logger.debug("%s: %d tasks, here and in %d local process(es)", desc, len(tasks), workers - 1)
+        remote = _PoolRemote(workers - 1)
+    return ShardOutcome(_Run(fn, tasks, order, desc, progress).run(remote), [])
 
 
 def _run_one(fn: Callable[[T], R], task: T, index: int, desc: str) -> R:

@@ -261,6 +261,26 @@ def test_on_a_terminal_the_line_is_redrawn_in_place(caplog):
     assert _progress_lines(caplog) == []  # not also logged
 
 
+def _fail_at_end(x: int) -> int:
+    if x == 2:
+        raise RuntimeError("the last shard is bad")
+    return x
+
+
+def test_a_failed_call_adds_no_last_line_and_ends_the_terminal_line(caplog, monkeypatch):
+    caplog.set_level(logging.INFO, logger="marin_lab.processing.shards")
+    monkeypatch.setattr(shards, "PROGRESS_EVERY_S", 0.0)
+    with pytest.raises(ShardTaskError, match="the last shard is bad"):
+        map_shards(_fail_at_end, [0, 1, 2], num_workers=1, desc="extract")
+    assert [line.split(" shards")[0] for line in _progress_lines(caplog)] == ["extract: 1/3", "extract: 2/3"]
+    clock, term = _Clock(), _Terminal()
+    progress = ShardProgress("extract", 3, stream=term, clock=clock)
+    clock.now = 1.0
+    progress.update()
+    progress.close(finished=False)
+    assert term.getvalue() == "\rextract: 1/3 shards done, 1.00 shards/s, ETA 2 s\n"
+
+
 def test_a_steps_log_carries_its_progress_lines(tmp_path, monkeypatch):
     """Inside a step (output captured into its log, as the executor runs it) the lines are plain
     log lines: in the log file and its console echo."""
