@@ -53,10 +53,10 @@ from marin_lab.processing.quality import HeuristicFilterConfig, filter_heuristic
 from marin_lab.processing.tokenize import (
     TokenizeConfig,
     TrainTokenizerConfig,
-    load_tokenizer_offline,
     tokenize,
     train_tokenizer,
 )
+from marin_lab.processing.tokenizers import load_tokenizer_offline
 from marin_lab.training import DataConfig, LlamaConfig, MixturePhase, TrainLmConfig, WandbConfig
 
 logger = logging.getLogger(__name__)

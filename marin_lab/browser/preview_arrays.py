@@ -14,8 +14,6 @@ import base64
 import datetime
 import decimal
 import posixpath
-import threading
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -23,6 +21,8 @@ import numpy as np
 from marin_lab.browser.errors import BadRequestError, NotFoundError
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.storage import load_json, open_file, parent, read_bounded
+from marin_lab.processing.errors import TokenizeError
+from marin_lab.processing.tokenizers import tokenizer_at
 from marin_lab.store.token_cache import FORMAT, LEDGER_FILE, TOKENIZER_FILE, read_npy_header
 
 MAX_TOKENS_DECODED = 4096
@@ -191,25 +191,13 @@ def token_cache_of(roots: Roots, url: str) -> tuple[str, dict] | None:
     return cache, ledger.value
 
 
-_TOKENIZERS: OrderedDict[tuple[str, str], Any] = OrderedDict()
-_TOKENIZERS_LOCK = threading.Lock()
-
-
-def _tokenizer(roots: Roots, url: str, fingerprint: str):
-    """The cache's tokenizer, kept for the next pages (a few, keyed by URL and recorded checksum)."""
-    from tokenizers import Tokenizer
-
-    key = (url, fingerprint)
-    with _TOKENIZERS_LOCK:
-        if key in _TOKENIZERS:
-            _TOKENIZERS.move_to_end(key)
-            return _TOKENIZERS[key]
-    tokenizer = Tokenizer.from_str(read_bounded(roots, url, MAX_TOKENIZER_BYTES).decode("utf-8"))
-    with _TOKENIZERS_LOCK:
-        _TOKENIZERS[key] = tokenizer
-        while len(_TOKENIZERS) > 8:
-            _TOKENIZERS.popitem(last=False)
-    return tokenizer
+def _tokenizer(roots: Roots, url: str, fingerprint: str | None):
+    """The cache's tokenizer, read through the confined reader; kept for the next pages by the
+    tokenizer owner (by the recorded checksum, so a page after the first reads nothing)."""
+    try:
+        return tokenizer_at(url, sha256=fingerprint, read=lambda u: read_bounded(roots, u, MAX_TOKENIZER_BYTES))
+    except TokenizeError as err:
+        raise ValueError(str(err.__cause__ or err)) from None  # the page names the file itself
 
 
 def token_page(roots: Roots, url: str, cursor: str | None, limit: int) -> dict:
@@ -227,7 +215,8 @@ def token_page(roots: Roots, url: str, cursor: str | None, limit: int) -> dict:
     tokenizer_url = f"{cache}/{posixpath.basename(tok_name)}"
     tokenizer, tokenizer_error = None, None
     try:
-        tokenizer = _tokenizer(roots, tokenizer_url, str(tok_info.get("sha256")))
+        sha256 = tok_info.get("sha256")
+        tokenizer = _tokenizer(roots, tokenizer_url, sha256 if isinstance(sha256, str) else None)
     except (FileNotFoundError, NotFoundError):
         tokenizer_error = f"{tokenizer_url} is missing; showing token ids only"
     except Exception as err:  # a corrupt tokenizer file must not fail the page

@@ -29,9 +29,10 @@ import jax
 
 from marin_lab.evaluation.evaluate_lm import EvaluationError, evaluate_tasks, parse_task, task_keys
 from marin_lab.evaluation.harness import HarnessError, MarinLM, check_task_names
-from marin_lab.evaluation.perplexity import evaluate_cache, load_tokenizer
+from marin_lab.evaluation.perplexity import evaluate_cache
 from marin_lab.execution.artifacts import reproducibility
 from marin_lab.precision import masters
+from marin_lab.processing.tokenizers import optional_tokenizer_at
 from marin_lab.training.config import TrainLmConfig
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.token_cache import TokenCache
@@ -83,7 +84,7 @@ def _tasks(config: TrainLmConfig, info: StepInfo) -> dict[str, Any] | None:
     if config.steps_per_task_eval is None and info.step != config.num_train_steps:
         return None
     first = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
-    tokenizer = load_tokenizer(first.tokenizer_url())
+    tokenizer = optional_tokenizer_at(first.tokenizer_url())
     if tokenizer is None:
         raise TrainingError(f"eval_tasks need a tokenizer, but cache {first.path} holds no tokenizer.json")
     line: dict[str, Any] = {"step": info.step, "time": time.time()}

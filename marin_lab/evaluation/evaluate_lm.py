@@ -25,9 +25,10 @@ from marin_lab.errors import MarinLabError
 from marin_lab.evaluation import loading, stats
 from marin_lab.evaluation.harness import HarnessError, MarinLM, TaskSpec, check_task_names, run_task
 from marin_lab.evaluation.offline_data import OfflineDataError
-from marin_lab.evaluation.perplexity import evaluate_cache, load_tokenizer
+from marin_lab.evaluation.perplexity import evaluate_cache
 from marin_lab.io import fs as mfs
 from marin_lab.models.llama import LlamaConfig
+from marin_lab.processing.tokenizers import optional_tokenizer_at
 from marin_lab.store.layout import RESULTS_FILE
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.token_cache import TokenCache
@@ -282,7 +283,7 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
     tokenizer = None
     if specs:
         url = _tokenizer_url(config)
-        tokenizer = load_tokenizer(url)
+        tokenizer = optional_tokenizer_at(url)
         if tokenizer is None:
             raise EvaluationError(
                 "tasks need a tokenizer: set tokenizer_path, or give caches that hold tokenizer.json"

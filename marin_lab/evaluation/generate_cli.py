@@ -24,7 +24,7 @@ from marin_lab.io import fs as mfs
 from marin_lab.models.generate import Generation, SamplingConfig, generate_text
 from marin_lab.processing.errors import TokenizeError
 from marin_lab.processing.instruction import ChatTemplate
-from marin_lab.processing.tokenize import find_eos_id
+from marin_lab.processing.tokenizers import find_eos_id
 
 __all__ = ["add_parser"]
 

@@ -36,7 +36,9 @@ from marin_lab.execution.records import RecordError, read_step_record
 from marin_lab.io import fs as mfs
 from marin_lab.models.llama import LlamaConfig, Params, init_params
 from marin_lab.peft.lora import LoraConfig, LoraError, merge_lora
+from marin_lab.processing.errors import TokenizeError
 from marin_lab.processing.instruction import ChatTemplate, render_segments
+from marin_lab.processing.tokenizers import tokenizer_at
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.base_model import QuantConfig, load_base, quantize_params
 from marin_lab.training.errors import TrainingError
@@ -238,8 +240,6 @@ def find_tokenizer(path: str, *, _seen: frozenset[str] = frozenset()) -> str | N
 
 def load_tokenizer_for(path: str, tokenizer_path: str | None = None) -> tuple[Any, str]:
     """(tokenizers.Tokenizer, where it was read) for the model at `path`; ModelLoadError if none."""
-    from tokenizers import Tokenizer
-
     url = tokenizer_path or find_tokenizer(path)
     if url is None:
         raise ModelLoadError(f"no tokenizer found for {path} (looked for hf/tokenizer.json and the run's token "
@@ -247,9 +247,10 @@ def load_tokenizer_for(path: str, tokenizer_path: str | None = None) -> tuple[An
     if not mfs.exists(url):
         raise ModelLoadError(f"tokenizer {url} does not exist")
     try:
-        return Tokenizer.from_str(mfs.read_text(url)), url
-    except Exception as err:  # the tokenizers library raises plain Exceptions for bad files
-        raise ModelLoadError(f"tokenizer {url} is not a readable tokenizer.json ({str(err).splitlines()[0][:200]})") from None
+        return tokenizer_at(url), url
+    except TokenizeError as err:
+        cause = err.__cause__ or err  # the tokenizers library's own words
+        raise ModelLoadError(f"tokenizer {url} is not a readable tokenizer.json ({str(cause).splitlines()[0][:200]})") from None
 
 
 # --- chat format ----------------------------------------------------------------------------------

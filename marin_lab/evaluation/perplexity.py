@@ -15,21 +15,11 @@ from typing import Any
 import numpy as np
 
 from marin_lab.evaluation.scoring import token_logprobs
-from marin_lab.io import fs as mfs
 from marin_lab.models.llama import LlamaConfig, Params
+from marin_lab.processing.tokenizers import optional_tokenizer_at
 from marin_lab.training.token_cache import TokenCache, TokenCacheError
 
 logger = logging.getLogger(__name__)
-
-
-def load_tokenizer(url: str | None) -> Any | None:
-    if not url:
-        return None
-    from tokenizers import Tokenizer
-
-    if not mfs.exists(url):
-        return None
-    return Tokenizer.from_str(mfs.read_text(url))
 
 
 def evaluate_cache(params: Params, model: LlamaConfig, cache_path: str, *, split: str, seq_len: int,
@@ -58,7 +48,7 @@ def evaluate_cache(params: Params, model: LlamaConfig, cache_path: str, *, split
 
 
 def _count_bytes(cache: TokenCache, split: str, targets: np.ndarray) -> int | None:
-    tokenizer = load_tokenizer(cache.tokenizer_url())
+    tokenizer = optional_tokenizer_at(cache.tokenizer_url())
     if tokenizer is not None:
         texts = tokenizer.decode_batch([row.tolist() for row in targets], skip_special_tokens=False)
         return sum(len(t.encode("utf-8")) for t in texts)

@@ -37,7 +37,8 @@ from marin_lab.io.documents import BadRecordError, ReadStats, list_shards
 from marin_lab.processing.errors import TokenizeError
 from marin_lab.processing.quarantine import Quarantine, ShardPolicy
 from marin_lab.processing.shards import mark_shard_done, read_shard_done
-from marin_lab.processing.tokenize import find_eos_id, ledger_left_out, resolve_tokenizer_bytes, split_of
+from marin_lab.processing.tokenize import ledger_left_out, split_of
+from marin_lab.processing.tokenizers import find_eos_id, resolve_tokenizer_bytes, tokenizer_at, tokenizer_from_bytes
 from marin_lab.store.token_cache import (
     TOKENIZER_FILE,
     add_split,
@@ -170,20 +171,7 @@ class _ShardTask:
     eos_id: int
     bos_id: int | None
     dtype: str
-
-
-_TOKENIZERS: dict[str, Any] = {}
-
-
-def _tokenizer(output_path: str) -> Any:
-    from tokenizers import Tokenizer
-
-    data = mfs.read_bytes(mfs.join(output_path, TOKENIZER_FILE))
-    key = hashlib.sha256(data).hexdigest()
-    if key not in _TOKENIZERS:
-        _TOKENIZERS.clear()
-        _TOKENIZERS[key] = Tokenizer.from_str(data.decode("utf-8"))
-    return _TOKENIZERS[key]
+    tokenizer_sha256: str
 
 
 def _tokenize_shard(task: _ShardTask) -> dict:
@@ -193,7 +181,8 @@ def _tokenize_shard(task: _ShardTask) -> dict:
     previous = read_shard_done(marker)
     if previous is not None:
         return {**previous, "reused": True}
-    tokenizer = _tokenizer(cfg.output_path)
+    # The cache's copy, loaded once per process (the caller's own tasks use the one it loaded).
+    tokenizer = tokenizer_at(mfs.join(cfg.output_path, TOKENIZER_FILE), sha256=task.tokenizer_sha256)
     stats = ReadStats()
     per_split: dict[str, tuple[list, list, list]] = {s: ([], [], []) for s in SPLITS}
     for record_id, messages in read_instructions(task.input_file, on_bad_record=cfg.on_bad_record, stats=stats):
@@ -234,12 +223,7 @@ def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
         raise TokenizeError("TokenizeInstructionsConfig.input_path is empty: give at least one folder or file")
     shards = [s for p in paths for s in list_shards(p)]
     tok_bytes, origin = resolve_tokenizer_bytes(config.tokenizer, config.tokenizer_revision)
-    from tokenizers import Tokenizer
-
-    try:
-        tokenizer = Tokenizer.from_str(tok_bytes.decode("utf-8"))
-    except Exception as err:
-        raise TokenizeError(f"tokenizer {origin}: not a valid tokenizer.json ({err})") from err
+    tokenizer = tokenizer_from_bytes(tok_bytes, origin)
     eos_id = find_eos_id(tokenizer, config.eos_token)
     bos_id = tokenizer.token_to_id(config.bos_token) if config.bos_token else None
     if config.bos_token and bos_id is None:
@@ -249,7 +233,8 @@ def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
     mfs.atomic_write_bytes(mfs.join(config.output_path, TOKENIZER_FILE), tok_bytes)
     if config.num_workers <= 1:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
-    tasks = [_ShardTask(i, path, config, eos_id, bos_id, dtype) for i, path in enumerate(shards)]
+    tok_sha = hashlib.sha256(tok_bytes).hexdigest()
+    tasks = [_ShardTask(i, path, config, eos_id, bos_id, dtype, tok_sha) for i, path in enumerate(shards)]
     quarantine = Quarantine("tokenize_instructions", config.output_path, config.shard_policy)
     results = [r for r in quarantine.map(_tokenize_shard, tasks, num_workers=config.num_workers,
                                          desc="tokenize instructions", labels=shards) if r is not None]
@@ -264,7 +249,7 @@ def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
         )
     ledger = new_ledger(
         dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, bos_id=bos_id,
-        tokenizer={"file": TOKENIZER_FILE, "sha256": hashlib.sha256(tok_bytes).hexdigest(),
+        tokenizer={"file": TOKENIZER_FILE, "sha256": tok_sha,
                    "source": config.tokenizer, "revision": config.tokenizer_revision},
         split={"validation_fraction": config.validation_fraction, "salt": config.split_salt,
                "rule": "blake2b-64(salt NUL id) < fraction * 2**64"},

@@ -19,12 +19,25 @@ A shard counts as done only when its marker `{output_file}.done` exists. The mar
 after the shard itself was written atomically, so a crash leaves either no marker (the shard is
 redone) or a complete shard with its marker (it is skipped on the rerun, and its counts are read
 back from the marker).
+
+Under a `ShardPolicy` (`run_shards(policy=...)`) the same engine runs each shard attempt in a
+process of its own (processing/attempts.py), so one bad shard cannot hold the step: an attempt
+that raises, dies, runs out of memory or passes its time limit is retried within the policy's
+budget, a shard that spends it is *bad*, the other shards finish, and the step either raises
+`BadShardsError` naming every bad shard or, within `max_bad_shards`, gets them listed in its
+`ShardOutcome` (processing/quarantine.py keeps the step's report of them).
+
+Every call shows its progress, shards done of all, with a rate and an ETA (`ShardProgress`): on a
+terminal one line redrawn in place; in a step's log or a pipe a plain log line at most every
+`PROGRESS_EVERY_S`, the first only once the call has run that long (a short phase adds no line),
+and a last one when it ends if any was shown.
 """
 
 from __future__ import annotations
 
 import atexit
 import concurrent.futures as cf
+import dataclasses
 import logging
 import multiprocessing
 import multiprocessing.util
@@ -32,23 +45,33 @@ import os
 import queue
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import IO, Any, Generic, TypeVar, cast
 
 from marin_lab.io import fs as mfs
-from marin_lab.processing.errors import ShardTaskError
+from marin_lab.processing.attempts import LocalAttempt, RayAttempt, check_memory_fits
+from marin_lab.processing.errors import ProcessingError, ShardTaskError
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "BadShardsError",
+    "ShardOutcome",
+    "ShardPolicy",
+    "ShardProgress",
+    "bad_shards_message",
+    "check_policy",
     "close_idle_pool",
+    "describe_task",
     "done_marker",
     "input_sizes",
     "map_shards",
     "mark_shard_done",
     "prefetch",
     "read_shard_done",
+    "run_shards",
     "schedule_order",
     "shard_done",
 ]
@@ -59,8 +82,65 @@ R = TypeVar("R")
 DONE_SUFFIX = ".done"
 
 
-def _describe(task: object) -> str:
-    # Tasks may carry a short `label` (e.g. the input file); a full config repr is noise.
+POLL_S = 0.05
+"""How often attempts under a `ShardPolicy` are looked at."""
+PROGRESS_EVERY_S = 10.0
+"""In a log or a pipe, a progress line at most this often (training's lines keep the same pace)."""
+REDRAW_EVERY_S = 0.2
+"""On a terminal, the progress line is redrawn at most this often."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardPolicy:
+    """How a data step treats a shard that fails."""
+
+    retries: int = 2
+    """Attempts after the first for a failing shard (an exception, a killed worker, a time-out)."""
+    time_limit_s: float | None = None
+    """An attempt running longer is killed and counts as failed (None: no limit)."""
+    max_bad_shards: int = 0
+    """Bad shards the step may leave out and still succeed (its record lists them)."""
+    memory_bytes: int | None = None
+    """Memory each shard task declares to Ray (`memory=`), so the scheduler never overcommits a node."""
+    preemption_retries: int = 10
+    """Attempts after the first lost to preemptions (a lost node), counted apart from `retries`."""
+
+
+def check_policy(policy: ShardPolicy, step: str) -> None:
+    """One line naming the step and field for a policy that cannot work."""
+    if not isinstance(policy, ShardPolicy):
+        raise ProcessingError(f"{step}: shard_policy is a {type(policy).__name__}; give a "
+                              "marin_lab.processing.quarantine.ShardPolicy or None")
+    for name in ("retries", "max_bad_shards", "preemption_retries"):
+        value = getattr(policy, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ProcessingError(f"{step}: shard_policy.{name}={value!r}: expected a whole number >= 0")
+    for name in ("time_limit_s", "memory_bytes"):
+        value = getattr(policy, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise ProcessingError(f"{step}: shard_policy.{name}={value!r}: expected a number > 0, or None")
+
+
+@dataclasses.dataclass
+class ShardOutcome(Generic[R]):
+    """Results in task order (None for a bad shard) and the bad shards with each attempt's error."""
+
+    results: list[R | None]
+    bad: list[dict[str, Any]]
+
+
+class BadShardsError(ShardTaskError):
+    """Shards spent their retries and the step's allowance of bad shards is exceeded."""
+
+    def __init__(self, message: str, bad: list[dict[str, Any]], total: int = 0):
+        super().__init__(message)
+        self.bad = bad
+        self.total = total
+
+
+def describe_task(task: object) -> str:
+    """How a task is named in errors and reports: its short `label` (e.g. the input file) when it
+    has one, else its repr (a full config's repr is noise), at most 200 characters."""
     label = getattr(task, "label", None)
     text = str(label) if label is not None else repr(task)
     return text if len(text) <= 200 else text[:197] + "..."
@@ -84,13 +164,85 @@ def _ray_if_in_task():
         return None
 
 
-def _progress(total: int, desc: str):
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a core dependency
-        return None
-    # disable=None: a bar only when a person watches a terminal.
-    return tqdm(total=total, desc=desc, unit="shard", disable=None, leave=False)
+def _duration(seconds: float) -> str:
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+class ShardProgress:
+    """Shards done of all for one engine call: `tokenize: 120/4000 shards done, 2.1 shards/s, ETA
+    30 min 5 s`. On a terminal (`stream` is one) the line is redrawn in place; otherwise it is a log
+    record (`logger.info`, which a step's log and its console echo carry) at most every `every_s`,
+    the first once the call has run that long, and a last one at the end if any was shown.
+    Thread-safe: the engine's threads report shards as they finish."""
+
+    def __init__(self, desc: str, total: int, *, every_s: float | None = None, stream: IO[str] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.desc, self.total, self.clock = desc, total, clock
+        self.stream = sys.stderr if stream is None else stream
+        try:
+            self.terminal = bool(self.stream.isatty())
+        except (AttributeError, ValueError):  # a closed or stand-in stream
+            self.terminal = False
+        self.every_s = (REDRAW_EVERY_S if self.terminal else PROGRESS_EVERY_S) if every_s is None else every_s
+        self.done = self.bad = 0
+        self.started = self.last = clock()
+        self.shown = False
+        self._width = 0
+        self._lock = threading.Lock()
+
+    def line(self, now: float) -> str:
+        """The progress as one line (ETA from the mean pace so far, once a shard is done)."""
+        text = f"{self.desc}: {self.done}/{self.total} shards done"
+        if self.bad:
+            text += f" ({self.bad} bad)"
+        elapsed = now - self.started
+        if 0 < self.done < self.total and elapsed > 0:
+            rate = self.done / elapsed
+            pace = f"{rate:.2f} shards/s" if rate >= 0.1 else f"{rate * 60:.2f} shards/min"
+            text += f", {pace}, ETA {_duration((self.total - self.done) / rate)}"
+        elif self.done == self.total:
+            text += f" in {_duration(elapsed)}"
+        return text
+
+    def update(self, done: int = 1, *, bad: bool = False) -> None:
+        """`done` more shards finished (a bad one counts as finished: it is not tried again)."""
+        with self._lock:
+            self.done += done
+            self.bad += bad
+            now = self.clock()
+            if now - self.last >= self.every_s and self.done < self.total:
+                self.last = now
+                self._show(self.line(now))
+
+    def close(self, *, finished: bool = True) -> None:
+        """The last state, when a line was shown (the end of a long phase is on record). A call
+        that failed adds none (its error follows); on a terminal its line is ended."""
+        with self._lock:
+            if self.shown and finished:
+                self._show(self.line(self.clock()), end=True)
+            elif self.shown and self.terminal:
+                self._write("\n")
+
+    def _show(self, text: str, *, end: bool = False) -> None:
+        self.shown = True
+        if not self.terminal:
+            logger.info("%s", text)
+            return
+        pad = " " * max(0, self._width - len(text))
+        self._width = len(text)
+        self._write("\r" + text + pad + ("\n" if end else ""))
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # a terminal that went away must not fail the step
+            pass
 
 
 def schedule_order(n: int, costs: Sequence[float] | None) -> list[int]:
@@ -119,32 +271,69 @@ def map_shards(
     costs: Sequence[float] | None = None,
 ) -> list[R]:
     """`[fn(t) for t in tasks]` on `num_workers` workers (this process included); results in task
-    order; a failure names its task. `costs` (e.g. input bytes) only changes the hand-out order."""
+    order; the first failure stops the call and names its task. `costs` (e.g. input bytes) only
+    changes the hand-out order. This is `run_shards` without a policy."""
+    # Without a policy no result is left out, so none is the None of a bad shard.
+    return cast(list[R], run_shards(fn, tasks, num_workers=num_workers, desc=desc, costs=costs).results)
+
+
+def run_shards(
+    fn: Callable[[T], R],
+    tasks: Sequence[T],
+    *,
+    num_workers: int,
+    desc: str,
+    costs: Sequence[float] | None = None,
+    policy: ShardPolicy | None = None,
+    labels: Sequence[str] | None = None,
+    rerun: str | None = None,
+    note: str = "",
+) -> ShardOutcome[R]:
+    """The shard engine: `fn` over `tasks` on `num_workers` workers, results in task order.
+
+    Without a `policy` the first failing task fails the call (`ShardTaskError`), and tasks run in
+    this process and in reused pool processes (or Ray tasks inside a Ray step). With one, each
+    attempt runs in a process of its own under the policy's budgets (module docstring): then
+    `rerun` is the command named in the error that redoes the step (its finished shards kept),
+    `labels` how the report names each task (default `describe_task`), and `note` is added to
+    the allowance in the error. `costs` only changes the hand-out order (largest first)."""
     tasks = list(tasks)
     if not tasks:
-        return []
+        return ShardOutcome([], [])
     order = schedule_order(len(tasks), costs)
-    workers = min(max(1, num_workers), len(tasks))
-    bar = _progress(len(tasks), desc)
+    progress = ShardProgress(desc, len(tasks))
     try:
-        if workers <= 1:
-            results: list[Any] = [None] * len(tasks)
-            for i in order:
-                results[i] = _run_one(fn, tasks[i], i, desc)
-                if bar is not None:
-                    bar.update(1)
-            return results
-        ray = _ray_if_in_task()
-        if ray is not None:
-            logger.debug("%s: %d tasks, here and on %d Ray task slot(s)", desc, len(tasks), workers - 1)
-            remote: _RayRemote | _PoolRemote = _RayRemote(ray, workers - 1)
-        else:
-            logger.debug("%s: %d tasks, here and in %d local process(es)", desc, len(tasks), workers - 1)
-            remote = _PoolRemote(workers - 1)
-        return _Run(fn, tasks, order, desc, bar).run(remote)
-    finally:
-        if bar is not None:
-            bar.close()
+        outcome = _run(fn, tasks, order, num_workers=num_workers, desc=desc, policy=policy, labels=labels,
+                       rerun=rerun, note=note, progress=progress)
+    except BaseException:
+        progress.close(finished=False)
+        raise
+    progress.close()
+    return outcome
+
+
+def _run(fn: Callable[[T], R], tasks: list[T], order: list[int], *, num_workers: int, desc: str,
+         policy: ShardPolicy | None, labels: Sequence[str] | None, rerun: str | None, note: str,
+         progress: ShardProgress) -> ShardOutcome[R]:
+    """`run_shards` past its checks: inline, pool or Ray tasks, or isolated attempts under a policy."""
+    if policy is not None:
+        return _run_isolated(fn, tasks, order, num_workers=num_workers, desc=desc, policy=policy,
+                             labels=labels, rerun=rerun, note=note, progress=progress)
+    workers = min(max(1, num_workers), len(tasks))
+    if workers <= 1:
+        results: list[Any] = [None] * len(tasks)
+        for i in order:
+            results[i] = _run_one(fn, tasks[i], i, desc)
+            progress.update()
+        return ShardOutcome(results, [])
+    ray = _ray_if_in_task()
+    if ray is not None:
+        logger.debug("%s: %d tasks, here and on %d Ray task slot(s)", desc, len(tasks), workers - 1)
+        remote: _RayRemote | _PoolRemote = _RayRemote(ray, workers - 1)
+    else:
+        logger.debug("%s: %d tasks, here and in %d local process(es)", desc, len(tasks), workers - 1)
+        remote = _PoolRemote(workers - 1)
+    return ShardOutcome(_Run(fn, tasks, order, desc, progress).run(remote), [])
 
 
 def _run_one(fn: Callable[[T], R], task: T, index: int, desc: str) -> R:
@@ -156,15 +345,15 @@ def _run_one(fn: Callable[[T], R], task: T, index: int, desc: str) -> R:
 
 def _task_error(desc: str, index: int, task: object, err: BaseException) -> ShardTaskError:
     cause = getattr(err, "cause", None) or err  # a Ray task error wraps the original
-    return ShardTaskError(f"{desc}: task {index} {_describe(task)} failed: {type(cause).__name__}: {cause}")
+    return ShardTaskError(f"{desc}: task {index} {describe_task(task)} failed: {type(cause).__name__}: {cause}")
 
 
 class _Run:
     """One `map_shards` call with helpers: a shared queue of task indices, served by this thread
     (running tasks inline) and by a dispatcher thread that keeps the remote workers busy."""
 
-    def __init__(self, fn, tasks: list, order: list[int], desc: str, bar):
-        self.fn, self.tasks, self.desc, self.bar = fn, tasks, desc, bar
+    def __init__(self, fn, tasks: list, order: list[int], desc: str, progress: ShardProgress):
+        self.fn, self.tasks, self.desc, self.progress = fn, tasks, desc, progress
         self.results: list[Any] = [None] * len(tasks)
         self._queue = deque(order)
         self._lock = threading.Lock()
@@ -178,8 +367,7 @@ class _Run:
 
     def done(self, index: int, result: Any) -> None:
         self.results[index] = result
-        if self.bar is not None:
-            self.bar.update(1)
+        self.progress.update()
 
     def fail(self, index: int, err: BaseException) -> None:
         with self._lock:
@@ -441,6 +629,88 @@ def prefetch(items: Iterable[T], *, depth: int = 2) -> Iterator[T]:
 
 def _call(fn, task):
     return fn(task)
+
+
+# ---------------------------------------------------------------- under a ShardPolicy
+
+
+def _run_isolated(fn: Callable[[Any], Any], tasks: list[Any], order: list[int], *, num_workers: int, desc: str,
+                  policy: ShardPolicy, labels: Sequence[str] | None, rerun: str | None, note: str,
+                  progress: ShardProgress) -> ShardOutcome:
+    """Each attempt in a process of its own (a Ray task inside a Ray step, else a spawned process),
+    at most `num_workers` at a time, retried within `policy`'s budgets."""
+    names = list(labels) if labels is not None else [describe_task(t) for t in tasks]
+    ray = _ray_if_in_task()
+    if ray is not None:
+        check_memory_fits(ray, policy.memory_bytes, desc)
+        remote = ray.remote(_call).options(num_cpus=1, max_retries=0, memory=policy.memory_bytes)
+
+        def start(i: int) -> RayAttempt | LocalAttempt:
+            return RayAttempt(ray, remote, fn, tasks[i])
+    else:
+        ctx = multiprocessing.get_context("spawn")
+
+        def start(i: int) -> RayAttempt | LocalAttempt:
+            return LocalAttempt(ctx, fn, tasks[i])
+    results: list[Any] = [None] * len(tasks)
+    attempts: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(tasks))}
+    waiting = deque(order)
+    running: dict[int, RayAttempt | LocalAttempt] = {}
+    bad: list[int] = []
+    workers = max(1, num_workers)
+    while waiting or running:
+        while waiting and len(running) < workers:
+            i = waiting.popleft()
+            running[i] = start(i)
+        time.sleep(POLL_S)
+        for i, attempt in list(running.items()):
+            outcome = attempt.poll()
+            if outcome is None and policy.time_limit_s is not None and attempt.started is not None and \
+                    time.monotonic() - attempt.started > policy.time_limit_s:
+                attempt.kill()
+                outcome = "time_limit", f"over the time limit of {policy.time_limit_s:g} s; killed"
+            if outcome is None:
+                continue
+            del running[i]
+            kind, value = outcome
+            if kind == "ok":
+                results[i] = value
+                progress.update()
+                continue
+            attempts[i].append({"attempt": len(attempts[i]) + 1, "kind": kind, "error": value,
+                                "seconds": round(time.monotonic() - (attempt.started or attempt.created), 3)})
+            failures = sum(a["kind"] != "preempted" for a in attempts[i])
+            preemptions = len(attempts[i]) - failures
+            if failures > policy.retries or preemptions > policy.preemption_retries:
+                bad.append(i)
+                progress.update(bad=True)
+            else:
+                waiting.append(i)
+    report = [{"task": i, "shard": names[i], "attempts": attempts[i]} for i in sorted(bad)]
+    if len(bad) > policy.max_bad_shards:
+        raise BadShardsError(bad_shards_message(desc, report, len(tasks), policy, rerun, note), report, len(tasks))
+    return ShardOutcome(results, report)
+
+
+def bad_shards_message(desc: str, report: list[dict[str, Any]], total: int, policy: ShardPolicy,
+                       rerun: str | None, note: str = "") -> str:
+    """The error of a call whose bad shards exceed the allowance: each bad shard with its last
+    attempt's error, and the command that redoes only them."""
+    kinds = {a["kind"] for r in report for a in r["attempts"]}
+    everyone = len(report) == total and kinds <= {"worker_died", "out_of_memory", "preempted"}
+    shards = "shard" if total == 1 else "shards"
+    head = ((f"{desc}: the one shard lost its worker on every attempt" if total == 1 else
+             f"{desc}: every one of {total} shards lost its worker on every attempt") + f" ({', '.join(sorted(kinds))})"
+            if everyone else
+            f"{desc}: {len(report)} of {total} {shards} {'is' if len(report) == total == 1 else 'are'} bad (allowed: "
+            f"{policy.max_bad_shards}{note}); the other {total - len(report)} finished and are kept")
+    lines = [head]
+    for r in report:
+        last = r["attempts"][-1]
+        lines.append(f"  {r['shard']}: {len(r['attempts'])} attempt(s), last {last['kind']}: {last['error']}")
+    how = rerun or "run the experiment again with --force_run_failed true (add --run_only STEP for this step alone)"
+    lines.append(f"  to redo only these shards (finished ones keep their completion markers): {how}")
+    return "\n".join(lines)
 
 
 def done_marker(output_file: str) -> str:

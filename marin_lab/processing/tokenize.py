@@ -11,7 +11,8 @@ workers or on which shard finished first. The ledger is assembled from the per-s
 markers, so a rerun that reuses finished shards writes the same ledger as a fresh run.
 
 The tokenizer is a `tokenizer.json` path (local or any fsspec URL), a folder holding one (such as
-the output of `train_tokenizer`), or a Hugging Face hub model id (with `tokenizer_revision`).
+the output of `train_tokenizer`), or a Hugging Face hub model id (with `tokenizer_revision`); it is
+looked up and loaded, once per process, by `processing/tokenizers.py`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from marin_lab.processing.shards import (
     prefetch,
     read_shard_done,
 )
+from marin_lab.processing.tokenizers import find_eos_id, resolve_tokenizer_bytes, tokenizer_at, tokenizer_from_bytes
 from marin_lab.store.token_cache import (
     TOKENIZER_FILE,
     add_split,
@@ -53,17 +55,13 @@ __all__ = [
     "TokenizeConfig",
     "TrainTokenizerConfig",
     "encode_texts",
-    "find_eos_id",
     "ledger_left_out",
-    "load_tokenizer",
-    "resolve_tokenizer_bytes",
     "split_of",
     "tokenize",
     "train_tokenizer",
 ]
 
 SPLITS = ("train", "validation")
-EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "[SEP]")
 # Memory per document is bounded by encoding long texts in pieces (see `text_chunks`): a piece
 # costs about 100 bytes per character while it is encoded, so CHUNKS_PER_CALL pieces of
 # TEXT_CHUNK_CHARS hold about 100 MB whatever the document's size.
@@ -112,92 +110,6 @@ def _id_below(doc_id: str, fraction: float, salt: str) -> bool:
 def split_of(doc_id: str, validation_fraction: float, salt: str = "") -> str:
     """'validation' for a stable `validation_fraction` share of ids, else 'train'."""
     return "validation" if _id_below(doc_id, validation_fraction, salt) else "train"
-
-
-def _looks_like_path(spec: str) -> bool:
-    return (
-        spec.startswith(("/", ".", "~"))
-        or spec.endswith(".json")
-        or (os.sep in spec.strip("/") and spec.count("/") > 1)
-    )
-
-
-def resolve_tokenizer_bytes(spec: str, revision: str | None = None) -> tuple[bytes, str]:
-    """The bytes of the tokenizer.json that `spec` names, and where they came from."""
-    if not spec:
-        raise TokenizeError("tokenizer is empty: give a tokenizer.json path, a folder, or a hub id")
-    if "://" in spec or os.path.exists(os.path.expanduser(spec)) or _looks_like_path(spec):
-        url = spec if "://" in spec else os.path.abspath(os.path.expanduser(spec))
-        fs, path = mfs.fs_and_path(url)
-        if fs.isdir(path):
-            url = mfs.join(url, TOKENIZER_FILE)
-            path = mfs.fs_and_path(url)[1]
-        if not fs.isfile(path):
-            raise TokenizeError(
-                f"tokenizer {spec!r}: {url} does not exist. Give the path of a tokenizer.json, a "
-                f"folder holding one (e.g. a train_tokenizer step's output), or a hub model id."
-            )
-        return mfs.read_bytes(url), url
-    return _hub_tokenizer_bytes(spec, revision)
-
-
-def _hub_tokenizer_bytes(repo_id: str, revision: str | None) -> tuple[bytes, str]:
-    from huggingface_hub import hf_hub_download
-
-    if revision is None:
-        logger.warning(
-            "tokenizer %r from the hub without tokenizer_revision: pin a commit sha so the token "
-            "cache can be reproduced", repo_id,
-        )
-    try:
-        local = hf_hub_download(repo_id=repo_id, filename=TOKENIZER_FILE, revision=revision)
-    except Exception as err:
-        raise TokenizeError(
-            f"tokenizer {repo_id!r} (revision {revision!r}): could not get {TOKENIZER_FILE} from "
-            f"the Hugging Face hub or its cache ({type(err).__name__}: {err}). If it is meant to be "
-            f"a local path, check that it exists; offline (HF_HUB_OFFLINE=1) the file must be in "
-            f"the hub cache."
-        ) from err
-    with open(local, "rb") as f:
-        return f.read(), f"hf://{repo_id}@{revision or 'main'}/{TOKENIZER_FILE}"
-
-
-def load_tokenizer_offline(spec: str, revision: str | None = None):
-    """The tokenizer `spec` names if it can be read without the network (a path, a folder, or a hub
-    id already in the Hugging Face cache), else None. Planning uses this: a plan never downloads."""
-    if "://" in spec or os.path.exists(os.path.expanduser(spec)) or _looks_like_path(spec):
-        return load_tokenizer(spec, revision)
-    from huggingface_hub import try_to_load_from_cache
-    from tokenizers import Tokenizer
-
-    cached = try_to_load_from_cache(spec, TOKENIZER_FILE, revision=revision)
-    if not isinstance(cached, str):  # None (never fetched) or a "known missing" marker
-        return None
-    return Tokenizer.from_file(cached)
-
-
-def load_tokenizer(spec: str, revision: str | None = None):
-    """A `tokenizers.Tokenizer` from a path, folder or hub id (see `resolve_tokenizer_bytes`)."""
-    from tokenizers import Tokenizer
-
-    data, origin = resolve_tokenizer_bytes(spec, revision)
-    try:
-        return Tokenizer.from_str(data.decode("utf-8"))
-    except Exception as err:
-        raise TokenizeError(f"tokenizer {origin}: not a valid tokenizer.json ({err})") from err
-
-
-def find_eos_id(tokenizer, eos_token: str | None) -> int:
-    """The id of `eos_token`, or of the first known end-of-text token when it is None."""
-    candidates = (eos_token,) if eos_token else EOS_CANDIDATES
-    for token in candidates:
-        token_id = tokenizer.token_to_id(token)
-        if token_id is not None:
-            return token_id
-    raise TokenizeError(
-        f"the tokenizer has no end-of-text token among {list(candidates)}; set "
-        f"TokenizeConfig.eos_token to a token it knows"
-    )
 
 
 def encode_texts(
@@ -319,7 +231,8 @@ def _tokenize_shard(task: _ShardTask) -> dict:
 
 
 def _tokenize_new_shard(task: _ShardTask, key: str) -> dict:
-    tokenizer = _cached_tokenizer(task.output_path, task.tokenizer_sha256)
+    # The cache's copy, loaded once per process (the caller's own tasks use the one it loaded).
+    tokenizer = tokenizer_at(mfs.join(task.output_path, TOKENIZER_FILE), sha256=task.tokenizer_sha256)
     dtype = np.dtype(task.dtype).newbyteorder("<")
     tokens: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
     lengths: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
@@ -341,34 +254,6 @@ def _tokenize_new_shard(task: _ShardTask, key: str) -> dict:
     info = {"index": task.index, "input": task.input_file, "stats": stats.to_dict(), "splits": splits}
     mark_shard_done(key, info)
     return {**info, "reused": False}
-
-
-# Loaded tokenizers by sha256 of their JSON: loading GPT-2's takes ~0.3 s of CPU, which would
-# otherwise be paid once per shard instead of once per process.
-_TOKENIZERS: dict[str, object] = {}
-
-
-def _cached_tokenizer(output_path: str, sha256: str):
-    if sha256 not in _TOKENIZERS:
-        from tokenizers import Tokenizer
-
-        _TOKENIZERS.clear()  # one tokenizer at a time is what a worker needs
-        _TOKENIZERS[sha256] = Tokenizer.from_file(_local_tokenizer_file(output_path))
-    return _TOKENIZERS[sha256]
-
-
-def _local_tokenizer_file(output_path: str) -> str:
-    """A local file holding the cache's tokenizer.json (downloaded once per process if remote)."""
-    url = mfs.join(output_path, TOKENIZER_FILE)
-    if mfs.is_local(url):
-        return mfs.fs_and_path(url)[1]
-    import tempfile
-
-    data = mfs.read_bytes(url)
-    local = os.path.join(tempfile.gettempdir(), f"marin_lab-tok-{hashlib.sha256(data).hexdigest()[:16]}.json")
-    if not os.path.exists(local):
-        mfs.atomic_write_bytes(local, data)
-    return local
 
 
 def _input_shards(input_path: str | Iterable[str]) -> list[str]:
@@ -396,12 +281,7 @@ def tokenize(config: TokenizeConfig) -> dict:
     _check_config(config)
     shards = _input_shards(config.input_path)
     tok_bytes, origin = resolve_tokenizer_bytes(config.tokenizer, config.tokenizer_revision)
-    from tokenizers import Tokenizer
-
-    try:
-        tokenizer = Tokenizer.from_str(tok_bytes.decode("utf-8"))
-    except Exception as err:
-        raise TokenizeError(f"tokenizer {origin}: not a valid tokenizer.json ({err})") from err
+    tokenizer = tokenizer_from_bytes(tok_bytes, origin)
     eos_id = find_eos_id(tokenizer, config.eos_token)
     bos_id = None
     if config.bos_token is not None:
@@ -413,8 +293,6 @@ def tokenize(config: TokenizeConfig) -> dict:
     # Written before the shards: every worker loads the exact bytes the ledger points to.
     mfs.atomic_write_bytes(mfs.join(config.output_path, TOKENIZER_FILE), tok_bytes)
     tok_sha = hashlib.sha256(tok_bytes).hexdigest()
-    _TOKENIZERS.clear()
-    _TOKENIZERS[tok_sha] = tokenizer  # inline tasks reuse it
 
     tasks = [
         _ShardTask(

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from marin_lab.processing.attempts import classify_ray_error
 from marin_lab.processing.errors import ProcessingError
-from marin_lab.processing.quarantine import ShardPolicy, classify_ray_error, map_shards_quarantined
+from marin_lab.processing.shards import ShardPolicy, run_shards
 from tests.unit.test_bad_shards import shard_fn
 
 
@@ -14,8 +15,8 @@ from tests.unit.test_bad_shards import shard_fn
 def test_inside_a_ray_step_shards_are_ray_tasks_with_memory_and_failures_are_told_apart(ray_cluster, tmp_path):
     def step():
         tasks = [(n, str(tmp_path)) for n in ("a", "raise-1", "die-2")]
-        outcome = map_shards_quarantined(shard_fn, tasks, num_workers=2, desc="tokenize",
-                                         policy=ShardPolicy(retries=0, max_bad_shards=2, memory_bytes=50 * 2**20))
+        outcome = run_shards(shard_fn, tasks, num_workers=2, desc="tokenize",
+                             policy=ShardPolicy(retries=0, max_bad_shards=2, memory_bytes=50 * 2**20))
         return outcome.results, {b["shard"].split("'")[1]: b["attempts"][0]["kind"] for b in outcome.bad}
 
     results, kinds = ray_cluster.get(ray_cluster.remote(num_cpus=0)(step).remote())
@@ -46,8 +47,8 @@ def test_ray_errors_are_classified_by_what_happened_to_the_shard():
 def test_a_memory_request_no_node_can_meet_is_refused_not_left_pending(ray_cluster, tmp_path):
     def step():
         try:
-            map_shards_quarantined(shard_fn, [("a", str(tmp_path))], num_workers=1, desc="tokenize",
-                                   policy=ShardPolicy(memory_bytes=2**50))
+            run_shards(shard_fn, [("a", str(tmp_path))], num_workers=1, desc="tokenize",
+                       policy=ShardPolicy(memory_bytes=2**50))
         except ProcessingError as err:
             return str(err)
         return "started"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import resource
 import shutil
@@ -15,7 +16,7 @@ import pytest
 import zstandard
 
 from marin_lab.io.documents import write_documents
-from marin_lab.processing import quarantine
+from marin_lab.processing import attempts, shards
 from marin_lab.processing.dedup import DedupConfig, DedupError, dedup_exact, dedup_fuzzy
 from marin_lab.processing.errors import ProcessingError
 from marin_lab.processing.instruction import TokenizeInstructionsConfig, tokenize_instructions
@@ -25,10 +26,10 @@ from marin_lab.processing.quarantine import (
     BadShardsError,
     Quarantine,
     ShardPolicy,
-    map_shards_quarantined,
     read_report,
     request_rerun,
 )
+from marin_lab.processing.shards import run_shards
 from marin_lab.processing.tokenize import TokenizeConfig, TrainTokenizerConfig, tokenize, train_tokenizer
 from tests.data_fixtures import make_document_shards
 
@@ -67,8 +68,8 @@ def _attempts(out, name) -> int:
 def test_a_bad_shard_is_retried_then_named_and_the_others_finish(tmp_path):
     tasks = [(n, str(tmp_path)) for n in ("a", "raise-1", "b")]
     with pytest.raises(BadShardsError) as info:
-        map_shards_quarantined(shard_fn, tasks, num_workers=2, desc="tokenize", policy=ShardPolicy(retries=1),
-                               rerun="python x.py --run_only '^tok$' --force_run_failed true")
+        run_shards(shard_fn, tasks, num_workers=2, desc="tokenize", policy=ShardPolicy(retries=1),
+                   rerun="python x.py --run_only '^tok$' --force_run_failed true")
     text = str(info.value)
     assert "tokenize: 1 of 3 shards are bad (allowed: 0); the other 2 finished and are kept" in text
     assert "('raise-1'," in text and "2 attempt(s), last exception: ValueError: cannot parse raise-1" in text
@@ -78,20 +79,24 @@ def test_a_bad_shard_is_retried_then_named_and_the_others_finish(tmp_path):
     assert (tmp_path / "a").read_text() == "A" and (tmp_path / "b").read_text() == "B"
 
 
-def test_within_the_allowance_the_step_succeeds_and_lists_what_was_left_out(tmp_path):
+def test_within_the_allowance_the_step_succeeds_and_lists_what_was_left_out(tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="marin_lab.processing.shards")
+    monkeypatch.setattr(shards, "PROGRESS_EVERY_S", 0.0)
     tasks = [(n, str(tmp_path)) for n in ("a", "die-1")]
-    outcome = map_shards_quarantined(shard_fn, tasks, num_workers=2, desc="extract",
-                                     policy=ShardPolicy(retries=0, max_bad_shards=1))
+    outcome = run_shards(shard_fn, tasks, num_workers=2, desc="extract",
+                         policy=ShardPolicy(retries=0, max_bad_shards=1))
     assert outcome.results == ["A", None]
     (bad,) = outcome.bad
     assert bad["task"] == 1 and bad["attempts"][0]["kind"] == "worker_died"
     assert "SIGKILL" in bad["attempts"][0]["error"]
+    # The engine's progress counts a bad shard as done (it is not tried again) and says so.
+    assert any(r.getMessage().startswith("extract: 2/2 shards done (1 bad) in ") for r in caplog.records)
 
 
 def test_a_hung_shard_is_killed_at_its_time_limit(tmp_path):
     start = time.monotonic()
-    outcome = map_shards_quarantined(shard_fn, [("hang-1", str(tmp_path)), ("a", str(tmp_path))], num_workers=2,
-                                     desc="dedup", policy=ShardPolicy(retries=0, time_limit_s=2, max_bad_shards=1))
+    outcome = run_shards(shard_fn, [("hang-1", str(tmp_path)), ("a", str(tmp_path))], num_workers=2,
+                         desc="dedup", policy=ShardPolicy(retries=0, time_limit_s=2, max_bad_shards=1))
     assert time.monotonic() - start < 60  # bounded: not the hour the shard would sleep
     assert outcome.bad[0]["attempts"][0]["kind"] == "time_limit" and outcome.results[1] == "A"
 
@@ -99,11 +104,11 @@ def test_a_hung_shard_is_killed_at_its_time_limit(tmp_path):
 def test_when_every_worker_dies_the_step_fails_saying_so(tmp_path, monkeypatch):
     events = tmp_path / "memory.events"
     events.write_text("oom_kill 0\n")
-    monkeypatch.setattr(quarantine, "CGROUP_EVENTS", str(events))
+    monkeypatch.setattr(attempts, "CGROUP_EVENTS", str(events))
     monkeypatch.setenv("FAKE_MEMORY_EVENTS", str(events))
     tasks = [(n, str(tmp_path)) for n in ("die-1", "oom-2")]
     with pytest.raises(BadShardsError, match="every one of 2 shards lost its worker on every attempt") as info:
-        map_shards_quarantined(shard_fn, tasks, num_workers=1, desc="quality", policy=ShardPolicy(retries=0))
+        run_shards(shard_fn, tasks, num_workers=1, desc="quality", policy=ShardPolicy(retries=0))
     kinds = {b["shard"]: b["attempts"][0]["kind"] for b in info.value.bad}
     # An out-of-memory kill is told apart from a plain kill.
     assert sorted(kinds.values()) == ["out_of_memory", "worker_died"], kinds
@@ -132,8 +137,8 @@ def test_extract_keeps_good_shards_and_records_a_bad_one_within_its_allowance(tm
 def test_a_shard_that_runs_out_of_memory_is_told_apart_from_an_exception(tmp_path):
     """A real allocation past the shard's address-space limit: MemoryError, recorded as out_of_memory."""
     tasks = [(n, str(tmp_path)) for n in ("mem-1", "raise-2")]
-    outcome = map_shards_quarantined(shard_fn, tasks, num_workers=2, desc="tokenize",
-                                     policy=ShardPolicy(retries=0, max_bad_shards=2))
+    outcome = run_shards(shard_fn, tasks, num_workers=2, desc="tokenize",
+                         policy=ShardPolicy(retries=0, max_bad_shards=2))
     kinds = {b["shard"].split("'")[1]: b["attempts"][0] for b in outcome.bad}
     assert kinds["mem-1"]["kind"] == "out_of_memory" and "MemoryError" in kinds["mem-1"]["error"]
     assert kinds["raise-2"]["kind"] == "exception"

@@ -122,11 +122,11 @@ def test_a_failure_report_has_no_colour_codes():
 
 def test_counts_of_one_are_singular():
     from marin_lab.execution.plan_report import to_markdown
-    from marin_lab.processing.quarantine import ShardPolicy, _message
+    from marin_lab.processing.shards import ShardPolicy, bad_shards_message
 
     md = to_markdown({"script": "x.py", "prefix": "/p", "backend": "local", "counts": {"run": 1}, "totals": {},
                       "steps": [], "unchecked_regions": []})
     assert "## Plan for `x.py`: 1 step (1 run)" in md
     report = [{"shard": "part-0", "attempts": [{"kind": "worker_died", "error": "gone"}]}]
-    assert "tokenize: the one shard lost its worker on every attempt (worker_died)" in _message(
+    assert "tokenize: the one shard lost its worker on every attempt (worker_died)" in bad_shards_message(
         "tokenize", report, 1, ShardPolicy(), None)

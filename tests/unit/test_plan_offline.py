@@ -18,7 +18,7 @@ from experiments.models import lab_nano
 from experiments.simple_train_config import CpuOnlyConfig, SimpleTrainConfig
 from marin_lab.execution import StepDefinitionError
 from marin_lab.execution.main import capture_steps
-from marin_lab.processing import tokenize as tokenize_module
+from marin_lab.processing import tokenizers as tokenizer_owner
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -33,7 +33,7 @@ def no_hub(monkeypatch, tmp_path):
         raise AssertionError(f"hub access while planning: {args}")
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", refuse)
-    monkeypatch.setattr(tokenize_module, "_hub_tokenizer_bytes", refuse)
+    monkeypatch.setattr(tokenizer_owner, "_hub_tokenizer_bytes", refuse)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     return calls
 

@@ -1,15 +1,19 @@
-"""map_shards (inline and process pool) and per-shard completion markers."""
+"""map_shards (inline and process pool), its progress lines, and per-shard completion markers."""
 
 from __future__ import annotations
 
+import io
+import logging
 import multiprocessing
 import sys
 import time
 
 import pytest
 
+from marin_lab.processing import shards
 from marin_lab.processing.errors import ProcessingError, ShardTaskError
 from marin_lab.processing.shards import (
+    ShardProgress,
     close_idle_pool,
     map_shards,
     mark_shard_done,
@@ -176,3 +180,118 @@ def test_map_shards_in_a_step_holding_every_cpu_does_not_hang(ray_cluster):
     ready, _ = ray.wait([ref], timeout=240)
     assert ready, "map_shards inside a task holding every CPU did not finish"
     assert len(ray.get(ref)) == 8
+
+
+# ---------------------------------------------------------------- progress: shards done
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _progress_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "marin_lab.processing.shards" and "shards done" in r.getMessage()]
+
+
+def test_in_a_log_progress_is_a_plain_line_at_most_every_ten_seconds(caplog):
+    """Thousands of shards over 31 s give three lines on the way and one at the end, not one a shard."""
+    caplog.set_level(logging.INFO, logger="marin_lab.processing.shards")
+    clock = _Clock()
+    progress = ShardProgress("tokenize", 4000, stream=io.StringIO(), clock=clock)
+    for _ in range(4000):
+        clock.now += 1 / 128  # exact in binary: the lines fall on whole multiples of 10 s
+        progress.update()
+    progress.close()
+    lines = _progress_lines(caplog)
+    assert lines == ["tokenize: 1280/4000 shards done, 128.00 shards/s, ETA 21 s",
+                     "tokenize: 2560/4000 shards done, 128.00 shards/s, ETA 11 s",
+                     "tokenize: 3840/4000 shards done, 128.00 shards/s, ETA 1 s",
+                     "tokenize: 4000/4000 shards done in 31 s"]
+
+
+def test_a_short_call_adds_no_progress_line(caplog):
+    caplog.set_level(logging.INFO, logger="marin_lab.processing.shards")
+    assert map_shards(_square, list(range(5)), num_workers=1, desc="sq") == [x * x for x in range(5)]
+    assert _progress_lines(caplog) == []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_every_shard_done_is_counted_whoever_ran_it(workers, caplog, monkeypatch):
+    caplog.set_level(logging.INFO, logger="marin_lab.processing.shards")
+    monkeypatch.setattr(shards, "PROGRESS_EVERY_S", 0.0)
+    map_shards(_square, list(range(4)), num_workers=workers, desc="sq")
+    lines = _progress_lines(caplog)
+    assert [line.split(" shards")[0] for line in lines] == ["sq: 1/4", "sq: 2/4", "sq: 3/4", "sq: 4/4"]
+    assert lines[-1].startswith("sq: 4/4 shards done in ")
+
+
+def test_a_slow_shard_shows_its_pace_in_minutes(caplog):
+    caplog.set_level(logging.INFO, logger="marin_lab.processing.shards")
+    clock = _Clock()
+    progress = ShardProgress("dedup", 3, stream=io.StringIO(), clock=clock)
+    clock.now = 600.0
+    progress.update(bad=True)
+    assert _progress_lines(caplog) == ["dedup: 1/3 shards done (1 bad), 0.10 shards/min, ETA 20 min 0 s"]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_the_line_is_redrawn_in_place(caplog):
+    caplog.set_level(logging.INFO, logger="marin_lab.processing.shards")
+    clock, term = _Clock(), _Terminal()
+    progress = ShardProgress("extract", 12, stream=term, clock=clock)
+    for _ in range(12):
+        clock.now += 1.0
+        progress.update()
+    progress.close()
+    text = term.getvalue()
+    assert text.count("\r") == 12 and text.endswith("\n")
+    # The last state, padded with blanks over the end of the longer line it replaces.
+    previous = "extract: 11/12 shards done, 1.00 shards/s, ETA 1 s"
+    assert text.rsplit("\r", 1)[1] == "extract: 12/12 shards done in 12 s".ljust(len(previous)) + "\n"
+    assert text.count("\n") == 1  # one line on the screen, redrawn
+    assert "\rextract: 11/12 shards done, 1.00 shards/s, ETA 1 s" in text
+    assert _progress_lines(caplog) == []  # not also logged
+
+
+def _fail_at_end(x: int) -> int:
+    if x == 2:
+        raise RuntimeError("the last shard is bad")
+    return x
+
+
+def test_a_failed_call_adds_no_last_line_and_ends_the_terminal_line(caplog, monkeypatch):
+    caplog.set_level(logging.INFO, logger="marin_lab.processing.shards")
+    monkeypatch.setattr(shards, "PROGRESS_EVERY_S", 0.0)
+    with pytest.raises(ShardTaskError, match="the last shard is bad"):
+        map_shards(_fail_at_end, [0, 1, 2], num_workers=1, desc="extract")
+    assert [line.split(" shards")[0] for line in _progress_lines(caplog)] == ["extract: 1/3", "extract: 2/3"]
+    clock, term = _Clock(), _Terminal()
+    progress = ShardProgress("extract", 3, stream=term, clock=clock)
+    clock.now = 1.0
+    progress.update()
+    progress.close(finished=False)
+    assert term.getvalue() == "\rextract: 1/3 shards done, 1.00 shards/s, ETA 2 s\n"
+
+
+def test_a_steps_log_carries_its_progress_lines(tmp_path, monkeypatch):
+    """Inside a step (output captured into its log, as the executor runs it) the lines are plain
+    log lines: in the log file and its console echo."""
+    from marin_lab.execution.logs import LogSpec, capture
+
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # as in a step's worker process
+    monkeypatch.setattr(sys, "stderr", open(2, "w", closefd=False, buffering=1))  # fd 2, which the capture takes
+    monkeypatch.setattr(shards, "PROGRESS_EVERY_S", 0.0)
+    url = str(tmp_path / "attempt-0.log")
+    with capture(LogSpec(url=url, label="s/x-1234", echo=False)):
+        map_shards(_square, list(range(3)), num_workers=1, desc="filter")
+    log = open(url, encoding="utf-8").read()
+    assert "filter: 2/3 shards done" in log and "filter: 3/3 shards done in 0 s" in log
+    assert "\r" not in log

@@ -14,12 +14,11 @@ from marin_lab.processing.errors import ShardTaskError, TokenizeError
 from marin_lab.processing.tokenize import (
     TokenizeConfig,
     TrainTokenizerConfig,
-    load_tokenizer,
-    resolve_tokenizer_bytes,
     split_of,
     tokenize,
     train_tokenizer,
 )
+from marin_lab.processing.tokenizers import load_tokenizer, resolve_tokenizer_bytes
 from tests.data_fixtures import make_document_shards
 
 
