@@ -1,8 +1,9 @@
 """`finetune_lm`: fine-tune a base model fully, with LoRA, or with QLoRA. Reads top to bottom.
 
-check -> load the base -> build the frozen tree and the trainable tree (sharded) -> resume ->
-score the validation split before -> the `Trainer`'s loop (training/trainer.py: steps, metrics,
-checkpoints) -> score after -> adapters, merged checkpoint, HF export.
+check -> load the base -> build the frozen tree and the trainable tree (sharded) -> resume (the
+`Trainer`'s: the checkpoint process 0 lists, on every host) -> score the validation split before ->
+the `Trainer`'s loop (training/trainer.py: steps, metrics, checkpoints) -> score after -> adapters,
+merged checkpoint, the Trainer's HF export.
 
 The data are token caches; an instruction cache (`tokenize_instructions`) carries a loss mask, so
 the loss counts response tokens only, before and after. Outputs under `output_path`:

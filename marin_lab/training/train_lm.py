@@ -1,12 +1,14 @@
 """`train_lm`: the training step function. Reads top to bottom: check, build, resume, train, export.
 
-It builds what is particular to pretraining (the sharded state, the compiled step, the data
-mixture, the metrics line, the summary) and hands it to the `Trainer` (training/trainer.py), which
-runs the loop, the hooks and the checkpoints.
+It keeps what is particular to pretraining (the sharded state's init, the compiled step, the data
+mixture, the metrics line, the summary's fields); the `Trainer` (training/trainer.py) owns the rest:
+joining the hosts, resume, the program cache, the loop, hooks and checkpoints, the HF export tail
+and writing the summary.
 
 Resume: if `{output_path}/checkpoints` holds a complete checkpoint, training continues from the
-newest one; the data order is a function of the step number, so the continued run is bit-identical
-to one that never stopped (same hardware, software and device count).
+newest one process 0 lists (every host restores that one); the data order is a function of the
+step number, so the continued run is bit-identical to one that never stopped (same hardware,
+software and device count).
 
 Evaluation during training is scored by marin_lab.evaluation, which sits above training: it comes
 in as hooks built from the config (`evaluation=`), which `train_lm_with_eval` in
@@ -153,10 +155,10 @@ def _jaxlib_version() -> str:
     return jaxlib.__version__
 
 
-def _initialized_from(config: TrainLmConfig, template: Any) -> Start:
-    """The state of `config.initialize_from`'s checkpoint in `template`'s shardings (a run with no
+def _initialized_from(config: TrainLmConfig, initialize_from: str, template: Any) -> Start:
+    """The state of `initialize_from`'s checkpoint in `template`'s shardings (a run with no
     checkpoint of its own starts there), with the data position that run had reached."""
-    path = ckpt.resolve_checkpoint(config.initialize_from)
+    path = ckpt.resolve_checkpoint(initialize_from)
     meta = ckpt.read_metadata(path)
     _check_model_metadata(config, meta, path)
     state = ckpt.load_checkpoint(path, template)
@@ -257,7 +259,7 @@ def train_lm(config: TrainLmConfig,
                                                  step_settings(config), config.mesh)
         start = trainer.initial_state(lambda: init_fn(jax.random.key(config.seed)), check_model)
         if start.checkpoint is None and config.initialize_from:
-            start = _initialized_from(config, start.state)
+            start = _initialized_from(config, config.initialize_from, start.state)
     except ckpt.CheckpointError as err:
         raise TrainingError(str(err)) from err
     state, how = start.state, start.how

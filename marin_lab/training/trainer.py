@@ -194,14 +194,15 @@ class Trainer:
     see the module docstring for the order a step function calls it in."""
 
     def __init__(self, loop: LoopConfig, run_config: Any = None, *, logger: logging.Logger | None = None,
-                 print_every_s: float = PRINT_EVERY_S):
+                 print_every_s: float | None = None):
         """`run_config` (the step's config dataclass) is what W&B records; `logger` is the step
-        function's, for its progress lines."""
+        function's, for its progress lines, printed at most every `print_every_s` (`PRINT_EVERY_S`)."""
         self.multi_process = distributed.initialize_from_env()
         self.loop = loop
-        self.wandb_run_config = dataclasses.asdict(run_config) if dataclasses.is_dataclass(run_config) else {}
+        is_config = dataclasses.is_dataclass(run_config) and not isinstance(run_config, type)
+        self.wandb_run_config = dataclasses.asdict(run_config) if is_config else {}
         self.logger = logger or logging.getLogger(__name__)
-        self.print_every_s = print_every_s
+        self.print_every_s = PRINT_EVERY_S if print_every_s is None else print_every_s
         self.hooks: list[Hook] = []
         self._resume: tuple[str | None] | None = None
 
