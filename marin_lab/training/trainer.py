@@ -220,7 +220,8 @@ class Trainer:
                       check: Callable[[dict[str, Any], str], None] | None = None) -> Start:
         """The state restored from `resume_checkpoint()` into the shapes and shardings of `init()`'s
         (a checkpoint written on other hardware is resharded as it is read), or `init()` itself when
-        the run has no checkpoint yet. `check(metadata, path)` may refuse the checkpoint first."""
+        the run has no checkpoint yet. `check(metadata, path)` may refuse the checkpoint first; a
+        checkpoint that cannot be read stops the run with one line naming it."""
         template = init()
         path = self.resume_checkpoint()
         if path is None:
@@ -230,8 +231,8 @@ class Trainer:
             if check is not None:
                 check(meta, path)
             state = ckpt.load_checkpoint(path, template)
-        except ckpt.CheckpointError as err:
-            raise TrainingError(f"resuming {path}: {err}") from err
+        except ckpt.CheckpointError as err:  # one line, naming the checkpoint once
+            raise TrainingError(str(err) if path in str(err) else f"resuming {path}: {err}") from err
         return Start(state, f"resumed from {path}", path, meta)
 
     # -- the loop --------------------------------------------------------------------------------

@@ -186,3 +186,14 @@ def test_export_hf_writes_the_runs_tokenizer_and_ids_from_process_0(tmp_path):
     assert (tmp_path / "run" / "hf" / "tokenizer.json").read_text() == '{"model": {"type": "WordLevel"}}'
     assert json.loads((tmp_path / "run" / "hf" / "config.json").read_text())["eos_token_id"] == 255
     assert (tmp_path / "run" / "hf" / "model.safetensors").exists()
+
+
+def test_a_damaged_checkpoint_stops_the_start_with_its_own_line(tmp_path):
+    out = tmp_path / "run"
+    first = _trainer(out, steps=6, save_every=4, stop_after=3).train()
+    (tmp_path / "run" / "checkpoints" / "step-000003" / "metadata.json").write_text("{not json")
+    with pytest.raises(TrainingError) as caught:
+        _trainer(out).train()
+    message = str(caught.value)
+    # The checkpoint's own line (it names the checkpoint and what to do), not wrapped in a second one.
+    assert len(message.splitlines()) == 1 and message.startswith(f"checkpoint {first['checkpoint']} is damaged: ")
