@@ -40,8 +40,7 @@ def child(model_name: str, mesh_name: str, batch: int, seq: int, steps: int, out
     from marin_lab.training.train_lm import _programs
     from marin_lab.training.train_step import StepSettings
     model = dataclasses.replace(MODELS[model_name], max_seq_len=max(seq, MODELS[model_name].max_seq_len))
-    _, init_fn, step_fn = _programs(model, OptimizerConfig(), 1000, StepSettings(), meshes[mesh_name],
-                                    tuple(d.id for d in jax.devices()))
+    _, init_fn, step_fn = _programs(model, OptimizerConfig(), 1000, StepSettings(), meshes[mesh_name])
     state = init_fn(jax.random.key(0))
     full = np.random.default_rng(0).integers(0, model.vocab_size, size=(batch, seq + 1), dtype=np.int32)
     tokens = jax.make_array_from_callback(full.shape, batch_sharding(meshes[mesh_name].build()), lambda i: full[i])

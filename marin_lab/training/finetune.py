@@ -1,8 +1,9 @@
 """`finetune_lm`: fine-tune a base model fully, with LoRA, or with QLoRA. Reads top to bottom.
 
-check -> load the base -> build the frozen tree and the trainable tree (sharded) -> resume ->
-score the validation split before -> the `Trainer`'s loop (training/trainer.py: steps, metrics,
-checkpoints) -> score after -> adapters, merged checkpoint, HF export.
+check -> load the base -> build the frozen tree and the trainable tree (sharded) -> resume (the
+`Trainer`'s: the checkpoint process 0 lists, on every host) -> score the validation split before ->
+the `Trainer`'s loop (training/trainer.py: steps, metrics, checkpoints) -> score after -> adapters,
+merged checkpoint, the Trainer's HF export.
 
 The data are token caches; an instruction cache (`tokenize_instructions`) carries a loss mask, so
 the loss counts response tokens only, before and after. Outputs under `output_path`:
@@ -45,13 +46,13 @@ from marin_lab.training.finetune_state import (
     init_trainable,
     make_eval_fn,
 )
-from marin_lab.training.hf_export import export_hf
+from marin_lab.training.hf_export import param_leaves
 from marin_lab.training.memory_plan import fit_advice, plan_memory
 from marin_lab.training.mesh import MeshConfig, MeshError, batch_divisor, batch_sharding
 from marin_lab.training.metrics import WandbConfig
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.token_cache import TokenCache, TokenCacheError
-from marin_lab.training.trainer import LoopConfig, Trainer, TrainResult
+from marin_lab.training.trainer import LoopConfig, Trainer, programs
 from marin_lab.versioning import field_hints
 
 logger = logging.getLogger(__name__)
@@ -236,11 +237,11 @@ def step_plan(config: FinetuneConfig, model: LlamaConfig) -> StepPlan:
                     config.offload_optimizer_state, config.seed, config.attention_impl)
 
 
-@functools.lru_cache(maxsize=8)
+@programs
 def _programs(plan: StepPlan, optimizer_config: OptimizerConfig, num_train_steps: int, mesh_config: MeshConfig,
-              rule: str, frozen_struct: Any, trainable_struct: Any, device_ids: tuple[int, ...]) -> tuple:
-    """(state shardings, frozen shardings, opt init, step, eval) for one plan; cached per process."""
-    del device_ids  # part of the key only
+              rule: str, frozen_struct: Any, trainable_struct: Any) -> tuple:
+    """(state shardings, frozen shardings, opt init, step, eval) for one plan (compiled once per
+    process: `trainer.programs`)."""
     mesh = mesh_config.build()
     optimizer = optimizer_config.build()
     state_sh, frozen_sh, step = build_step(plan, optimizer, optimizer_config.lr_schedule(num_train_steps), mesh, rule,
@@ -296,6 +297,7 @@ def evaluate_masked(eval_fn: Any, trainable: Any, frozen: Any, config: FinetuneC
 )
 def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
     """Fine-tune `config.base` on `config.data`; returns the run summary."""
+    trainer = Trainer(loop_config(config), config, logger=logger)  # joins the step's JAX cluster first
     source = _open_base(config)
     model = source.model
     validate_config(config, model)
@@ -326,7 +328,7 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
     trainable_abs = jax.eval_shape(lambda p: init_trainable(plan, p, jax.random.key(0), trainable_dtype), params_abs)
     state_sh, frozen_sh, opt_init, step_fn, eval_fn = _programs(
         plan, config.optimizer, config.num_train_steps, config.mesh, config.mesh.param_sharding,
-        _Struct(frozen_abs), _Struct(trainable_abs), tuple(d.id for d in jax.devices()))
+        _Struct(frozen_abs), _Struct(trainable_abs))
     if config.mode == "full":  # every weight is trained: the whole base becomes the trainable tree
         _, base_params, _ = load_base(config.base, config.model)
         frozen = None
@@ -336,24 +338,10 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
         frozen = load_frozen(source, frozen_abs, frozen_sh, quant)
         base_params = load_saved(source, config.lora.saved(model))
         logger.info("finetune_lm: base %s (%s) placed in %.1f s", config.base, source.kind, time.perf_counter() - started)
-    trainable = jax.device_put(init_trainable(plan, base_params, jax.random.key(config.seed), trainable_dtype),
-                               state_sh["trainable"])
-    del base_params
-    state = {"trainable": trainable, "opt_state": opt_init(trainable),
-             "step": jax.device_put(jnp.zeros((), jnp.int32), state_sh["step"])}
 
-    root = mfs.join(config.output_path, "checkpoints")
-    # Every host resumes from the step process 0 found (as train_lm does): a marker landing between two
-    # hosts' listings must not make them restore different steps.
-    own = ckpt.agreed_latest_checkpoint(root)
-    how = "fresh"
-    if own:
-        try:
-            state = ckpt.load_checkpoint(own, state)
-        except ckpt.CheckpointError as err:
-            raise TrainingError(f"resuming {own}: {err}") from err
-        how = f"resumed from {own}"
-    start_step = int(jax.device_get(state["step"]))
+    start = trainer.initial_state(functools.partial(_fresh_state, config, plan, base_params, state_sh, opt_init))
+    del base_params
+    state, how, start_step = start.state, start.how, start.step
     eval_before = _eval_before(config, eval_fn, state["trainable"], frozen, start_step)
     logger.info("finetune_lm %s (%s): %s at step %d of %d; %s trainable parameters", config.output_path,
                 config.mode, how, start_step, config.num_train_steps,
@@ -368,45 +356,52 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
         tokens, masks = loader.batch(step, loss_mask=True)
         return _global(tokens, batch_sh), _global(masks.astype(np.int32), batch_sh)
 
-    def summary(result: TrainResult) -> dict[str, Any]:
-        final_step = result.final_step
-        finished = final_step == config.num_train_steps
-        eval_after = evaluate_masked(eval_fn, result.state["trainable"], frozen, config) if finished else {}
-        merged_path = hf_path = None
-        if finished and (config.save_merged or config.export_hf):
-            merged = _merged_params(config, result.state["trainable"], frozen)
-            if config.save_merged:
-                merged_path = mfs.join(config.output_path, "merged")
-                ckpt.save_checkpoint(ckpt.step_dir(mfs.join(merged_path, "checkpoints"), final_step),
-                                     {"params": merged}, {**meta, "step": final_step})
-            if config.export_hf:
-                first = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
-                hf_path = export_hf(merged, model, mfs.join(config.output_path, "hf"),
-                                    tokenizer_url=first.tokenizer_url(), bos_id=first.ledger.get("bos_id"),
-                                    eos_id=first.ledger.get("eos_id"))
-        if finished:
-            mfs.write_json(mfs.join(config.output_path, "eval.json"), {"before": eval_before, "after": eval_after})
-        return {
-            "mode": config.mode, "final_step": final_step, "num_train_steps": config.num_train_steps, "start": how,
-            "final_loss": result.last.get("loss"), "eval_loss_before": eval_before, "eval_loss_after": eval_after,
-            "tokens_per_s": result.tokens_per_s,
-            "trainable_params": int(sum(x.size for x in jax.tree_util.tree_leaves(result.state["trainable"]))),
-            "bytes": state_bytes(result.state, frozen),
-            "checkpoint": result.checkpoint, "merged_path": merged_path, "hf_path": hf_path,
-            "metrics_path": result.metrics.url,
-        }
+    result = trainer.train(state, lambda state, tokens, masks: step_fn(state, frozen, tokens, masks), batch,
+                           checkpoint_metadata=lambda step: {**meta, "step": step})
+    final_step = result.final_step
+    finished = final_step == config.num_train_steps
+    eval_after = evaluate_masked(eval_fn, result.state["trainable"], frozen, config) if finished else {}
+    merged_path = hf_path = None
+    if finished and (config.save_merged or config.export_hf):
+        merged = _merged_params(config, result.state["trainable"], frozen)
+        if config.save_merged:
+            merged_path = mfs.join(config.output_path, "merged")
+            ckpt.save_checkpoint(ckpt.step_dir(mfs.join(merged_path, "checkpoints"), final_step),
+                                 {"params": merged}, {**meta, "step": final_step})
+        if config.export_hf:
+            hf_path = trainer.export_hf(model, param_leaves(merged))
+    if finished:
+        mfs.write_json(mfs.join(config.output_path, "eval.json"), {"before": eval_before, "after": eval_after})
+    summary = trainer.finish(result, {
+        "mode": config.mode, "final_step": final_step, "num_train_steps": config.num_train_steps, "start": how,
+        "final_loss": result.last.get("loss"), "eval_loss_before": eval_before, "eval_loss_after": eval_after,
+        "tokens_per_s": result.tokens_per_s,
+        "trainable_params": int(sum(x.size for x in jax.tree_util.tree_leaves(result.state["trainable"]))),
+        "bytes": state_bytes(result.state, frozen),
+        "checkpoint": result.checkpoint, "merged_path": merged_path, "hf_path": hf_path,
+        "metrics_path": result.metrics.url,
+    })
+    logger.info("finetune_lm %s: step %d, eval loss %s -> %s", config.output_path, summary["final_step"],
+                eval_before, summary["eval_loss_after"])
+    return summary
 
-    loop = LoopConfig(name="finetune_lm", output_path=config.output_path, num_train_steps=config.num_train_steps,
+
+def _fresh_state(config: FinetuneConfig, plan: StepPlan, base_params: Any, state_sh: dict[str, Any],
+                 opt_init: Any) -> dict[str, Any]:
+    """Step 0: new adapters (or the base itself, full mode) in their shardings, and their optimizer state."""
+    trainable = jax.device_put(init_trainable(plan, base_params, jax.random.key(config.seed),
+                                              jnp.dtype(config.trainable_dtype)), state_sh["trainable"])
+    return {"trainable": trainable, "opt_state": opt_init(trainable),
+            "step": jax.device_put(jnp.zeros((), jnp.int32), state_sh["step"])}
+
+
+def loop_config(config: FinetuneConfig) -> LoopConfig:
+    """The Trainer's part of a finetune_lm config."""
+    return LoopConfig(name="finetune_lm", output_path=config.output_path, num_train_steps=config.num_train_steps,
                       tokens_per_step=config.batch_size * config.seq_len, checkpoint=config.checkpoint,
-                      wandb=config.wandb, log_every=config.log_every, stop_after_steps=config.stop_after_steps)
-    trainer = Trainer(loop, lambda state, tokens, masks: step_fn(state, frozen, tokens, masks), batch,
-                      checkpoint_metadata=lambda step: {**meta, "step": step}, summary=summary,
-                      summary_file="finetune_summary.json", wandb_run_config=dataclasses.asdict(config),
-                      logger=logger)
-    result = trainer.train(state)
-    logger.info("finetune_lm %s: step %d, eval loss %s -> %s", config.output_path, result["final_step"],
-                eval_before, result["eval_loss_after"])
-    return result
+                      wandb=config.wandb, summary_file="finetune_summary.json", log_every=config.log_every,
+                      stop_after_steps=config.stop_after_steps,
+                      tokenizer_cache=config.data.caches[sorted(config.data.caches)[0]] if config.data.caches else None)
 
 
 def _chat_metadata(data: DataConfig) -> dict[str, Any]:

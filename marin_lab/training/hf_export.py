@@ -85,12 +85,16 @@ def hf_tensors(leaves: Iterable[tuple[tuple[str, ...], np.ndarray]], config: Lla
     return out
 
 
+def param_leaves(params: Params) -> list[tuple[tuple[str, ...], np.ndarray]]:
+    """(keys, host array) of every leaf of in-memory (fully addressable) parameters."""
+    host = jax.device_get(params)
+    return [(tuple(getattr(k, "key", k) for k in path), leaf)
+            for path, leaf in jax.tree_util.tree_flatten_with_path(host)[0]]
+
+
 def hf_state_dict(params: Params, config: LlamaConfig, dtype: Any = np.float32) -> dict[str, np.ndarray]:
     """HF tensors of in-memory (fully addressable) parameters."""
-    host = jax.device_get(params)
-    leaves = [(tuple(getattr(k, "key", k) for k in path), leaf)
-              for path, leaf in jax.tree_util.tree_flatten_with_path(host)[0]]
-    return hf_tensors(leaves, config, dtype)
+    return hf_tensors(param_leaves(params), config, dtype)
 
 
 def export_hf(params: Params, config: LlamaConfig, out_dir: str, *, tokenizer_url: str | None = None,
@@ -112,7 +116,15 @@ def export_hf_from_checkpoint(checkpoint: str, config: LlamaConfig, out_dir: str
     """
 
     leaves = iter_arrays(checkpoint, "params") if leaves is None else leaves
-    return _write_hf(hf_tensors(leaves, config, np.dtype(dtype)), config, out_dir, torch_dtype=dtype, **kwargs)
+    return export_hf_leaves(leaves, config, out_dir, dtype=dtype, **kwargs)
+
+
+def export_hf_leaves(leaves: Iterable[tuple[tuple[str, ...], np.ndarray]], config: LlamaConfig, out_dir: str, *,
+                     dtype: str = "float32", tokenizer_url: str | None = None, bos_id: int | None = None,
+                     eos_id: int | None = None) -> str:
+    """Write `out_dir` from (keys, array) per parameter, converted to `dtype` one at a time."""
+    return _write_hf(hf_tensors(leaves, config, np.dtype(dtype)), config, out_dir, torch_dtype=dtype,
+                     tokenizer_url=tokenizer_url, bos_id=bos_id, eos_id=eos_id)
 
 
 def _write_hf(tensors: dict[str, np.ndarray], config: LlamaConfig, out_dir: str, *,

@@ -1,8 +1,8 @@
-"""Run `train_lm` as several processes on this machine, each standing in for one host.
+"""Run `train_lm` (or `finetune_lm`) as several processes on this machine, each standing in for one host.
 
 Each process gets `XLA_FLAGS=--xla_force_host_platform_device_count=N` (N CPU devices) and the
 `MARIN_*` variables of `training.distributed`, exactly what the slice runner gives a TPU host, so
-`train_lm` joins one JAX cluster of hosts x N devices with real cross-process collectives (gloo).
+the step function's `Trainer` joins one JAX cluster of hosts x N devices with real cross-process collectives (gloo).
 Used by the multi-host tests, `experiments/tiny_multihost.py` and the multi-process benchmark.
 
     python -m marin_lab.training.local_hosts CONFIG.pkl OUT.json   # one host; env says which
@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from marin_lab.host_env import process_env
@@ -47,12 +47,14 @@ def free_port() -> int:
 
 
 def start_hosts(config: Any, *, hosts: int, devices_per_host: int, workdir: str,
-                extra_env: Mapping[str, str] | None = None, only: Sequence[int] | None = None) -> list[subprocess.Popen]:
-    """Start one process per host (or only the listed ones) running `train_lm(config)`."""
+                extra_env: Mapping[str, str] | None = None, only: Sequence[int] | None = None,
+                fn: Callable[[Any], dict[str, Any]] = train_lm) -> list[subprocess.Popen]:
+    """Start one process per host (or only the listed ones) running `fn(config)` (a module-level
+    step function: it is pickled by name)."""
     os.makedirs(workdir, exist_ok=True)
     config_path = os.path.join(workdir, f"config-{time.monotonic_ns()}.pkl")
     with open(config_path, "wb") as f:
-        pickle.dump(config, f)
+        pickle.dump((fn, config), f)
     coordinator = f"127.0.0.1:{free_port()}"
     procs = []
     for pid in (range(hosts) if only is None else only):
@@ -92,19 +94,20 @@ def wait_hosts(procs: Sequence[subprocess.Popen], timeout_s: float = 900) -> Hos
 
 
 def run_hosts(config: Any, *, hosts: int, devices_per_host: int, workdir: str | None = None,
-              extra_env: Mapping[str, str] | None = None, timeout_s: float = 900) -> HostsResult:
-    """`train_lm(config)` on hosts x devices_per_host local CPU devices; waits for all."""
+              extra_env: Mapping[str, str] | None = None, timeout_s: float = 900,
+              fn: Callable[[Any], dict[str, Any]] = train_lm) -> HostsResult:
+    """`fn(config)` (train_lm by default) on hosts x devices_per_host local CPU devices; waits for all."""
     workdir = workdir or tempfile.mkdtemp(prefix="marin-hosts-")
     procs = start_hosts(config, hosts=hosts, devices_per_host=devices_per_host, workdir=workdir,
-                        extra_env=extra_env)
+                        extra_env=extra_env, fn=fn)
     return wait_hosts(procs, timeout_s)
 
 
 def _main(config_path: str, out_path: str) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with open(config_path, "rb") as f:
-        config = pickle.load(f)
-    summary = train_lm(config)
+        fn, config = pickle.load(f)
+    summary = fn(config)
     with open(out_path, "w") as f:
         json.dump(summary, f, default=str)
 

@@ -1,12 +1,14 @@
 """`train_lm`: the training step function. Reads top to bottom: check, build, resume, train, export.
 
-It builds what is particular to pretraining (the sharded state, the compiled step, the data
-mixture, the metrics line, the summary) and hands it to the `Trainer` (training/trainer.py), which
-runs the loop, the hooks and the checkpoints.
+It keeps what is particular to pretraining (the sharded state's init, the compiled step, the data
+mixture, the metrics line, the summary's fields); the `Trainer` (training/trainer.py) owns the rest:
+joining the hosts, resume, the program cache, the loop, hooks and checkpoints, the HF export tail
+and writing the summary.
 
 Resume: if `{output_path}/checkpoints` holds a complete checkpoint, training continues from the
-newest one; the data order is a function of the step number, so the continued run is bit-identical
-to one that never stopped (same hardware, software and device count).
+newest one process 0 lists (every host restores that one); the data order is a function of the
+step number, so the continued run is bit-identical to one that never stopped (same hardware,
+software and device count).
 
 Evaluation during training is scored by marin_lab.evaluation, which sits above training: it comes
 in as hooks built from the config (`evaluation=`), which `train_lm_with_eval` in
@@ -34,7 +36,6 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from marin_lab.execution.artifacts import reproducibility  # noqa: E402
-from marin_lab.io import fs as mfs  # noqa: E402
 from marin_lab.models.attention import AttentionConfigError, check_attention  # noqa: E402
 from marin_lab.precision import masters  # noqa: E402
 from marin_lab.precision.scalify_train import overflow_message as scalify_overflow  # noqa: E402
@@ -44,12 +45,11 @@ from marin_lab.training import distributed  # noqa: E402
 from marin_lab.training.config import BACKENDS, TrainLmConfig  # noqa: E402
 from marin_lab.training.data import MixtureLoader  # noqa: E402
 from marin_lab.training.errors import TrainingError  # noqa: E402
-from marin_lab.training.hf_export import export_hf_from_checkpoint  # noqa: E402
 from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding  # noqa: E402
 from marin_lab.training.metrics import device_peak_flops, mfu  # noqa: E402
 from marin_lab.training.token_cache import TokenCache, TokenCacheError  # noqa: E402
 from marin_lab.training.train_step import StepSettings, build_step, make_init_fn  # noqa: E402
-from marin_lab.training.trainer import PRINT_EVERY_S, Hook, LoopConfig, Trainer, TrainResult  # noqa: E402
+from marin_lab.training.trainer import Hook, LoopConfig, Start, Trainer, programs  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -155,31 +155,17 @@ def _jaxlib_version() -> str:
     return jaxlib.__version__
 
 
-def _start_point(config: TrainLmConfig, template: Any) -> tuple[Any, dict[str, Any], str, list[dict[str, Any]]]:
-    """(state, data base, how, hardware so far) from this run's latest checkpoint, initialize_from,
-    or None.
-
-    `template` carries the shardings of *this* run's mesh: a checkpoint written on other hardware
-    is resharded onto it as it is read.
-    """
-    root = mfs.join(config.output_path, "checkpoints")
-    own = ckpt.agreed_latest_checkpoint(root)
-    if own:
-        meta = ckpt.read_metadata(own)
-        _check_model_metadata(config, meta, own)
-        state = ckpt.load_checkpoint(own, template)
-        return (state, meta.get("data_base", {"step": 0, "offsets": {}}), f"resumed from {own}",
-                meta.get("hardware", []))
-    if config.initialize_from:
-        path = ckpt.resolve_checkpoint(config.initialize_from)
-        meta = ckpt.read_metadata(path)
-        _check_model_metadata(config, meta, path)
-        state = ckpt.load_checkpoint(path, template)
-        if config.reset_optimizer_state:
-            state = {**state, "opt_state": template["opt_state"]}
-        base = {"step": int(meta["step"]), "offsets": meta.get("data_consumed", {})}
-        return state, base, f"initialized from {path}", meta.get("hardware", [])
-    return None, {"step": 0, "offsets": {}}, "fresh", []
+def _initialized_from(config: TrainLmConfig, initialize_from: str, template: Any) -> Start:
+    """The state of `initialize_from`'s checkpoint in `template`'s shardings (a run with no
+    checkpoint of its own starts there), with the data position that run had reached."""
+    path = ckpt.resolve_checkpoint(initialize_from)
+    meta = ckpt.read_metadata(path)
+    _check_model_metadata(config, meta, path)
+    state = ckpt.load_checkpoint(path, template)
+    if config.reset_optimizer_state:
+        state = {**state, "opt_state": template["opt_state"]}
+    base = {"step": int(meta["step"]), "offsets": meta.get("data_consumed", {})}
+    return Start(state, f"initialized from {path}", path, {"data_base": base, "hardware": meta.get("hardware", [])})
 
 
 def check_batch(config: TrainLmConfig, mesh: Any) -> None:
@@ -198,15 +184,11 @@ def step_settings(config: TrainLmConfig) -> StepSettings:
                         config.loss_chunk_size)
 
 
-@functools.lru_cache(maxsize=8)
+@programs
 def _programs(model: Any, optimizer_config: Any, num_train_steps: int, settings: StepSettings,
-              mesh_config: Any, device_ids: tuple[int, ...]) -> tuple[Any, Any, Any]:
-    """(state shardings, init fn, train step) for one set of frozen configs.
-
-    Cached so that several runs in one process (tests, phases, sweeps) compile each program once;
-    every input is a frozen, hashable config, so equal configs really mean the same program.
-    """
-    del device_ids  # part of the cache key only: a different device set is a different program
+              mesh_config: Any) -> tuple[Any, Any, Any]:
+    """(state shardings, init fn, train step) for one set of frozen configs (compiled once per
+    process: `trainer.programs`)."""
     mesh = mesh_config.build()
     optimizer = optimizer_config.build(moments=settings.precision.optimizer_state)
     shardings, step_fn = build_step(model, optimizer, optimizer_config.lr_schedule(num_train_steps), settings,
@@ -215,9 +197,9 @@ def _programs(model: Any, optimizer_config: Any, num_train_steps: int, settings:
     return shardings, init_fn, step_fn
 
 
-def _check_start_checkpoint(config: TrainLmConfig) -> None:
-    """Refuse a checkpoint of another model shape before anything is compiled."""
-    own = ckpt.latest_checkpoint(mfs.join(config.output_path, "checkpoints"))
+def _check_start_checkpoint(config: TrainLmConfig, own: str | None) -> None:
+    """Refuse a checkpoint of another model shape before anything is compiled (`own`: the run's
+    agreed latest checkpoint)."""
     path = own or (ckpt.resolve_checkpoint(config.initialize_from) if config.initialize_from else None)
     if path:
         _check_model_metadata(config, ckpt.read_metadata(path), path)
@@ -255,7 +237,7 @@ def train_lm(config: TrainLmConfig,
     (one process each, joined through `jax.distributed` from the environment the slice runner sets);
     process 0 writes metrics, W&B, export and summary.
     """
-    multi_process = distributed.initialize_from_env()
+    trainer = Trainer(loop_config(config), config, logger=logger)  # joins the step's JAX cluster first
     validate_config(config)
     hooks = _evaluation_hooks(config, evaluation)
     try:
@@ -270,20 +252,21 @@ def train_lm(config: TrainLmConfig,
     except (TokenCacheError, ValueError) as err:
         raise TrainingError(str(err)) from err
 
-    settings = step_settings(config)
+    check_model = functools.partial(_check_model_metadata, config)
     try:
-        _check_start_checkpoint(config)
-        programs = _programs(config.model, config.optimizer, config.num_train_steps, settings,
-                             config.mesh, tuple(d.id for d in jax.devices()))
-        _shardings, init_fn, step_fn = programs
-        fresh = init_fn(jax.random.key(config.seed))
-        restored, data_base, how, hardware = _start_point(config, fresh)
+        _check_start_checkpoint(config, trainer.resume_checkpoint())
+        _shardings, init_fn, step_fn = _programs(config.model, config.optimizer, config.num_train_steps,
+                                                 step_settings(config), config.mesh)
+        start = trainer.initial_state(lambda: init_fn(jax.random.key(config.seed)), check_model)
+        if start.checkpoint is None and config.initialize_from:
+            start = _initialized_from(config, config.initialize_from, start.state)
     except ckpt.CheckpointError as err:
         raise TrainingError(str(err)) from err
-    state = restored if restored is not None else fresh
-    start_step = int(jax.device_get(state["step"]))
+    state, how = start.state, start.how
+    data_base = start.metadata.get("data_base", {"step": 0, "offsets": {}})
+    start_step = start.step
     # One entry per attempt (and phase): which hardware trained from which step.
-    hardware = [*hardware, {"from_step": start_step, **env}]
+    hardware = [*start.metadata.get("hardware", []), {"from_step": start_step, **env}]
     loader = MixtureLoader(config.data, config.seq_len, config.batch_size,
                            base_step=int(data_base["step"]), base_offsets=data_base.get("offsets"))
     logger.info("train_lm %s: %s at step %d of %d; %d params; %d devices (%s)", config.output_path,
@@ -305,54 +288,48 @@ def train_lm(config: TrainLmConfig,
                 "data_consumed": loader.consumed_before(step), "environment": env, "hardware": hardware,
                 "seed": config.seed}
 
-    def summary(result: TrainResult) -> dict[str, Any]:
-        final_step, final_checkpoint = result.final_step, result.checkpoint
-        hf_path = None
-        if config.export_hf and final_step == config.num_train_steps and jax.process_index() == 0:
-            if final_checkpoint is None:  # the Trainer saves the last step; say so if that ever fails
-                raise TrainingError(f"{config.output_path}: export_hf found no complete checkpoint of step "
-                                    f"{final_step} to export from; rerun the step to write it")
-            # From the final (sharded) checkpoint, one parameter at a time: nothing is gathered.
-            first_cache = TokenCache(config.data.caches[sorted(config.data.caches)[0]])
-            read = functools.partial(ckpt.load_subtree, final_checkpoint, "params", this_process_only=True)
-            hf_path = export_hf_from_checkpoint(final_checkpoint, config.model, mfs.join(config.output_path, "hf"),
-                                                tokenizer_url=first_cache.tokenizer_url(),
-                                                bos_id=first_cache.ledger.get("bos_id"),
-                                                eos_id=first_cache.ledger.get("eos_id"),
-                                                leaves=masters.export_leaves(read, result.state["params"],
-                                                                             config.precision.export_dtype),
-                                                dtype=config.precision.export_dtype)
-        tps = result.tokens_per_s
-        return {
-            "final_step": final_step, "num_train_steps": config.num_train_steps, "start": how,
-            "final_loss": result.last.get("loss"), "steps_this_run": final_step - result.start_step,
-            "tokens_per_s": tps,
-            "mfu": mfu(flops_per_token, tps, env["device_count"], peak) if tps is not None else None,
-            "params": config.model.num_params(), "checkpoint": final_checkpoint,
-            "hf_path": hf_path, "metrics_path": result.metrics.url, "environment": env, "hardware": hardware,
-            "eval": result.hook_lines.get("eval"), "tasks": result.hook_lines.get("tasks"),
-            "param_checksum": _param_checksum(result.state["params"], final_checkpoint),
-            "wandb": result.metrics.wandb_info(),
-        }
-
-    loop = LoopConfig(name="train_lm", output_path=config.output_path, num_train_steps=config.num_train_steps,
-                      tokens_per_step=config.tokens_per_step, checkpoint=config.checkpoint, wandb=config.wandb,
-                      log_every=config.log_every, stop_after_steps=config.stop_after_steps)
-    trainer = Trainer(
-        loop, step_fn, lambda step: (_host_batch(loader, step, sharding),),
-        checkpoint_metadata=checkpoint_metadata, summary=summary, summary_file="train_summary.json",
-        wandb_run_config=dataclasses.asdict(config), metrics_line=metrics_line,
-        check_step=scalify_overflow,  # names the layer, before the loss says only NaN
-        nonfinite_advice="Lower optimizer.learning_rate, enable z_loss_weight or clipping, or inspect the data "
-                         "of that step",
-        on_dispatch=(lambda done: distributed.maybe_fault(done, config.output_path)) if multi_process else None,
-        logger=logger, print_every_s=PRINT_EVERY_S)
     trainer.add_hooks(hooks)
-    result = trainer.train(state)
+    result = trainer.train(state, step_fn, lambda step: (_host_batch(loader, step, sharding),),
+                           metrics_line=metrics_line, checkpoint_metadata=checkpoint_metadata,
+                           check_step=scalify_overflow)  # names the layer, before the loss says only NaN
+    final_step, final_checkpoint = result.final_step, result.checkpoint
+    hf_path = None
+    if config.export_hf and final_step == config.num_train_steps and jax.process_index() == 0:
+        if final_checkpoint is None:  # the Trainer saves the last step; say so if that ever fails
+            raise TrainingError(f"{config.output_path}: export_hf found no complete checkpoint of step "
+                                f"{final_step} to export from; rerun the step to write it")
+        # From the final (sharded) checkpoint, one parameter at a time: nothing is gathered.
+        read = functools.partial(ckpt.load_subtree, final_checkpoint, "params", this_process_only=True)
+        hf_path = trainer.export_hf(config.model, masters.export_leaves(read, result.state["params"],
+                                                                        config.precision.export_dtype),
+                                    dtype=config.precision.export_dtype)
+    tps = result.tokens_per_s
+    summary = trainer.finish(result, {
+        "final_step": final_step, "num_train_steps": config.num_train_steps, "start": how,
+        "final_loss": result.last.get("loss"), "steps_this_run": final_step - result.start_step,
+        "tokens_per_s": tps,
+        "mfu": mfu(flops_per_token, tps, env["device_count"], peak) if tps is not None else None,
+        "params": config.model.num_params(), "checkpoint": final_checkpoint,
+        "hf_path": hf_path, "metrics_path": result.metrics.url, "environment": env, "hardware": hardware,
+        "eval": result.hook_lines.get("eval"), "tasks": result.hook_lines.get("tasks"),
+        "param_checksum": _param_checksum(result.state["params"], final_checkpoint),
+        "wandb": result.metrics.wandb_info(),
+    })
     if jax.process_index() == 0:
-        logger.info("train_lm %s: step %d, loss %s, %s tokens/s", config.output_path, result["final_step"],
-                    result["final_loss"], result["tokens_per_s"])
-    return result
+        logger.info("train_lm %s: step %d, loss %s, %s tokens/s", config.output_path, summary["final_step"],
+                    summary["final_loss"], summary["tokens_per_s"])
+    return summary
+
+
+def loop_config(config: TrainLmConfig) -> LoopConfig:
+    """The Trainer's part of a train_lm config."""
+    return LoopConfig(name="train_lm", output_path=config.output_path, num_train_steps=config.num_train_steps,
+                      tokens_per_step=config.tokens_per_step, checkpoint=config.checkpoint, wandb=config.wandb,
+                      summary_file="train_summary.json", log_every=config.log_every,
+                      stop_after_steps=config.stop_after_steps,
+                      tokenizer_cache=config.data.caches[sorted(config.data.caches)[0]] if config.data.caches else None,
+                      nonfinite_advice="Lower optimizer.learning_rate, enable z_loss_weight or clipping, or inspect "
+                                       "the data of that step")
 
 
 def _host_batch(loader: MixtureLoader, step: int, sharding: Any) -> jax.Array:

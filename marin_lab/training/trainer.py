@@ -1,61 +1,78 @@
-"""The one training loop: `train_lm` (pretraining) and `finetune_lm` (fine-tuning) both run a `Trainer`.
+"""The one `Trainer` of `train_lm` (pretraining) and `finetune_lm` (fine-tuning).
 
-A step function builds what differs between runs and hands it over: the state (fresh, restored
-from the run's latest checkpoint, or initialised from another run), the compiled step program, the
-batch of each step, how a step's outputs become a metrics line, the checkpoint metadata, and hooks.
-The Trainer owns what is the same:
+A step function keeps only what differs between runs: the model's initial state, the compiled
+step program, the batch of each step, the metrics line, the checkpoint metadata and the summary's
+fields. The Trainer owns what is the same, in the order a step function calls it:
 
-- the loop over the steps from the state's own step (so a restored state resumes where its
-  checkpoint left off) to `num_train_steps`, or `stop_after_steps` further. Step k+1 is dispatched
-  before step k's metrics are fetched, so the device never waits for the host;
-- each step's metrics: a non-finite loss (or whatever `check_step` reports) stops the run with one
-  line naming the step; every `log_every` steps a line goes to metrics.jsonl and W&B
-  (`MetricsLogger`), and a progress line to the log at most every `print_every_s`;
+- `Trainer(loop, run_config)` joins the step's JAX cluster when the environment names one
+  (`distributed.initialize_from_env`; on several hosts every process runs the same calls);
+- `programs` (a decorator) is the one per-process cache of compiled programs: equal frozen
+  configs on the same devices compile once, whichever step function asks;
+- `resume_checkpoint()` is the run's latest complete checkpoint *as process 0 lists it*, broadcast
+  (`checkpoint.agreed_latest_checkpoint`) and looked up once, so every host restores the same step;
+  `initial_state(init)` restores it into the shapes and shardings of `init()`'s state (a
+  checkpoint written on other hardware is resharded as it is read), or returns `init()` fresh;
+- `train(state, step_fn, batch)`: the loop from the state's own step (a restored state resumes
+  where its checkpoint left off) to `num_train_steps`, or `stop_after_steps` further. Step k+1 is
+  dispatched before step k's metrics are fetched, so the device never waits for the host. A
+  non-finite loss (or whatever `check_step` reports) stops the run with one line naming the step;
+  every `log_every` steps a line goes to metrics.jsonl and W&B (`MetricsLogger`), and a progress
+  line to the log at most every `print_every_s`. Checkpoints follow the `CheckpointConfig` policy
+  and are always written after the run's last step, so a stopped run resumes where it stopped; no
+  state is saved before its loss was checked. The preemption drills
+  (`distributed.maybe_fault`) run here on multi-process runs;
 - hooks (`Hook`): a function of the state run every `every` steps and after the last step of the
   run, or once after the loop (`every=None`); the dict a hook returns is logged as a metrics line
   and kept, by hook name, for the summary. Evaluation during training is such a hook, built by
-  marin_lab.evaluation, which sits above training and is never imported from here;
-- checkpoints by the `CheckpointConfig` policy and always after the run's last step, so a stopped
-  run resumes where it stopped; no state is saved before its loss was checked;
-- the end: the summary hook turns the `TrainResult` into the run's summary, which process 0 writes
-  to `{output_path}/{summary_file}` and W&B keeps; every process returns it.
-
-On several hosts every process runs the same loop (the saves are collective); process 0 writes the
-metrics, the summary and W&B.
+  marin_lab.evaluation (`during_training.training_hooks`), which sits above training and is never
+  imported from here: the step function registers the hooks it is given;
+- `export_hf(model, leaves)`: the one Hugging Face export tail, with the tokenizer (and bos/eos
+  ids) of the run's first token cache, looked up once; written by process 0;
+- `finish(result, summary)`: process 0 writes `{output_path}/{summary_file}` and closes W&B with
+  it; every process returns the summary.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 from tqdm.auto import tqdm
 
 from marin_lab.io import fs as mfs
+from marin_lab.models.llama import LlamaConfig
 from marin_lab.training import checkpoint as ckpt
+from marin_lab.training import distributed
 from marin_lab.training.checkpoint import CheckpointConfig
 from marin_lab.training.errors import TrainingError
+from marin_lab.training.hf_export import export_hf_leaves
 from marin_lab.training.metrics import MetricsLogger, StepTimer, WandbConfig
+from marin_lab.training.token_cache import TokenCache
 from marin_lab.versioning import field_hints
 
 # A progress line (and a metrics.jsonl flush) at most this often, unless the caller says otherwise.
 PRINT_EVERY_S = 10.0
+# Compiled programs kept per process (tests, phases and sweeps run several configs in one process).
+PROGRAMS_KEPT = 16
 
 
 @field_hints
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
-    """What the loop needs from a run's config (train_lm's and finetune_lm's configs give it)."""
+    """What the Trainer needs from a run's config (train_lm's and finetune_lm's configs give it)."""
 
     name: str
     """The step function's name, as log lines start with it (`train_lm: step 3/8, ...`)."""
     output_path: str
-    """Where metrics.jsonl, checkpoints/, wandb/ and the summary go."""
+    """Where metrics.jsonl, checkpoints/, wandb/, hf/ and the summary go."""
     num_train_steps: int
     """The global step at which training is finished."""
     tokens_per_step: int
@@ -64,10 +81,16 @@ class LoopConfig:
     """When to save and which checkpoints to keep."""
     wandb: WandbConfig
     """W&B logging."""
+    summary_file: str
+    """The summary's file name under output_path (`train_summary.json`)."""
     log_every: int = 1
     """A metrics line every this many steps (and at the run's last step)."""
     stop_after_steps: int | None = None
     """Stop after this many steps of this run (preemption drills and tests)."""
+    tokenizer_cache: str | None = None
+    """The token cache whose tokenizer and bos/eos ids the HF export carries (the run's first)."""
+    nonfinite_advice: str = "Lower optimizer.learning_rate, or inspect the data of that step"
+    """What the line that stops a run on a non-finite loss tells the reader to do."""
 
     @property
     def checkpoint_root(self) -> str:
@@ -95,9 +118,26 @@ class Hook:
         return self.every is not None and (done % self.every == 0 or done == end_step)
 
 
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """Where a run starts: its state, and how it came to be (`initial_state`)."""
+
+    state: Any
+    how: str
+    """'fresh', 'resumed from <checkpoint>' (or what the step function sets, e.g. 'initialized from')."""
+    checkpoint: str | None = None
+    """The checkpoint the state was read from (None when fresh)."""
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """That checkpoint's metadata ({} when fresh)."""
+
+    @property
+    def step(self) -> int:
+        return int(jax.device_get(self.state["step"]))
+
+
 @dataclasses.dataclass
 class TrainResult:
-    """What the loop leaves for the summary hook."""
+    """What the loop leaves for the summary."""
 
     state: Any
     start_step: int
@@ -122,37 +162,80 @@ def default_metrics_line(step: int, values: dict[str, float], tokens_per_s: floa
     return {"step": step, **values, "tokens_per_s": tokens_per_s, "time": time.time()}
 
 
-class Trainer:
-    """Runs `step_fn(state, *batch(step))` from the state's step on; see the module docstring."""
+_PROGRAMS: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
 
-    def __init__(
-        self,
-        loop: LoopConfig,
-        step_fn: Callable[..., tuple[Any, dict[str, jax.Array]]],
-        batch: Callable[[int], tuple[Any, ...]],
-        *,
-        checkpoint_metadata: Callable[[int], dict[str, Any]],
-        summary: Callable[[TrainResult], dict[str, Any]],
-        summary_file: str,
-        wandb_run_config: dict[str, Any],
-        metrics_line: Callable[[int, dict[str, float], float], dict[str, Any]] = default_metrics_line,
-        check_step: Callable[[dict[str, float], int], str | None] | None = None,
-        nonfinite_advice: str = "Lower optimizer.learning_rate, or inspect the data of that step",
-        on_dispatch: Callable[[int], None] | None = None,
-        logger: logging.Logger | None = None,
-        print_every_s: float = PRINT_EVERY_S,
-    ):
-        """`batch(step)` gives the step program's arguments after the state; `check_step(values,
-        step)` a reason to stop or None; `on_dispatch(done)` runs once step `done - 1` is
-        dispatched (the preemption drills); `logger` is the step function's, for its progress lines."""
-        self.loop, self.step_fn, self.batch = loop, step_fn, batch
-        self.checkpoint_metadata, self.summary, self.summary_file = checkpoint_metadata, summary, summary_file
-        self.wandb_run_config = wandb_run_config
-        self.metrics_line, self.check_step, self.nonfinite_advice = metrics_line, check_step, nonfinite_advice
-        self.on_dispatch = on_dispatch
+
+def programs(build: Callable[..., Any]) -> Callable[..., Any]:
+    """The one per-process cache of compiled programs, as a decorator of a step function's builder.
+
+    `build(*key)` returns what a run compiles (shardings, init, step, eval functions) from frozen,
+    hashable configs, so equal keys really mean the same program; the devices of this process are
+    part of the key (another device set is another program). The `PROGRAMS_KEPT` latest are kept,
+    whichever builder made them: several runs in one process (tests, phases, sweeps) compile each
+    program once.
+    """
+
+    @functools.wraps(build)
+    def cached(*key: Any) -> Any:
+        full = (build.__module__, build.__qualname__, key, tuple(d.id for d in jax.devices()))
+        if full in _PROGRAMS:
+            _PROGRAMS.move_to_end(full)
+            return _PROGRAMS[full]
+        built = _PROGRAMS[full] = build(*key)
+        while len(_PROGRAMS) > PROGRAMS_KEPT:
+            _PROGRAMS.popitem(last=False)
+        return built
+
+    return cached
+
+
+class Trainer:
+    """Owns a run's start (cluster, resume), its loop, its checkpoints, its export and its summary;
+    see the module docstring for the order a step function calls it in."""
+
+    def __init__(self, loop: LoopConfig, run_config: Any = None, *, logger: logging.Logger | None = None,
+                 print_every_s: float | None = None):
+        """`run_config` (the step's config dataclass) is what W&B records; `logger` is the step
+        function's, for its progress lines, printed at most every `print_every_s` (`PRINT_EVERY_S`)."""
+        self.multi_process = distributed.initialize_from_env()
+        self.loop = loop
+        is_config = dataclasses.is_dataclass(run_config) and not isinstance(run_config, type)
+        self.wandb_run_config = dataclasses.asdict(run_config) if is_config else {}
         self.logger = logger or logging.getLogger(__name__)
-        self.print_every_s = print_every_s
+        self.print_every_s = PRINT_EVERY_S if print_every_s is None else print_every_s
         self.hooks: list[Hook] = []
+        self._resume: tuple[str | None] | None = None
+
+    # -- the start -------------------------------------------------------------------------------
+
+    def resume_checkpoint(self) -> str | None:
+        """This run's latest complete checkpoint as process 0 lists it, the same on every process
+        (a marker landing between two hosts' listings must not make them restore different steps);
+        looked up once per Trainer."""
+        if self._resume is None:
+            self._resume = (ckpt.agreed_latest_checkpoint(self.loop.checkpoint_root),)
+        return self._resume[0]
+
+    def initial_state(self, init: Callable[[], Any],
+                      check: Callable[[dict[str, Any], str], None] | None = None) -> Start:
+        """The state restored from `resume_checkpoint()` into the shapes and shardings of `init()`'s
+        (a checkpoint written on other hardware is resharded as it is read), or `init()` itself when
+        the run has no checkpoint yet. `check(metadata, path)` may refuse the checkpoint first; a
+        checkpoint that cannot be read stops the run with one line naming it."""
+        template = init()
+        path = self.resume_checkpoint()
+        if path is None:
+            return Start(template, "fresh")
+        try:
+            meta = ckpt.read_metadata(path)
+            if check is not None:
+                check(meta, path)
+            state = ckpt.load_checkpoint(path, template)
+        except ckpt.CheckpointError as err:  # one line, naming the checkpoint once
+            raise TrainingError(str(err) if path in str(err) else f"resuming {path}: {err}") from err
+        return Start(state, f"resumed from {path}", path, meta)
+
+    # -- the loop --------------------------------------------------------------------------------
 
     def add_hook(self, hook: Hook) -> None:
         if hook.every is not None and hook.every < 1:
@@ -163,8 +246,17 @@ class Trainer:
         for hook in hooks:
             self.add_hook(hook)
 
-    def train(self, state: Any) -> dict[str, Any]:
-        """Train from `state` (fresh or restored), run the hooks, checkpoint; returns the summary."""
+    def train(self, state: Any, step_fn: Callable[..., tuple[Any, dict[str, jax.Array]]],
+              batch: Callable[[int], tuple[Any, ...]], *,
+              metrics_line: Callable[[int, dict[str, float], float], dict[str, Any]] = default_metrics_line,
+              checkpoint_metadata: Callable[[int], dict[str, Any]] = lambda step: {},
+              check_step: Callable[[dict[str, float], int], str | None] | None = None) -> TrainResult:
+        """Run `step_fn(state, *batch(step))` from the state's step on, the hooks and the checkpoints.
+
+        `metrics_line(step, values, tokens_per_s)` turns a step's outputs into its line;
+        `checkpoint_metadata(step)` is saved beside each checkpoint; `check_step(values, step)` gives
+        a reason to stop or None.
+        """
         loop = self.loop
         start_step = int(jax.device_get(state["step"]))
         end_step = loop.num_train_steps
@@ -173,17 +265,17 @@ class Trainer:
         checkpointer = ckpt.Checkpointer(loop.checkpoint_root, loop.checkpoint)
         metrics = MetricsLogger(loop.output_path, loop.wandb, run_name=loop.output_path.rstrip("/").rsplit("/", 1)[-1],
                                 config_for_wandb=self.wandb_run_config, resume_step=start_step)
-        run = _Run(self, metrics, start_step, end_step)
+        run = _Run(self, metrics, start_step, end_step, metrics_line, check_step)
         periodic = [h for h in self.hooks if h.every is not None]
         pending: tuple[int, dict[str, jax.Array], float] | None = None
         try:
             for step in range(start_step, end_step):
-                args = self.batch(step)
+                args = batch(step)
                 started = time.perf_counter()
-                state, out = self.step_fn(state, *args)
+                state, out = step_fn(state, *args)
                 done = step + 1
-                if self.on_dispatch is not None:
-                    self.on_dispatch(done)
+                if self.multi_process:  # the preemption drills, once step `done - 1` is dispatched
+                    distributed.maybe_fault(done, loop.output_path)
                 if pending is not None:
                     run.finish_step(*pending)
                 pending = (step, out, started)
@@ -197,7 +289,7 @@ class Trainer:
                     if pending is not None:  # never checkpoint a state whose loss was not checked
                         run.finish_step(*pending)
                     pending = None
-                    checkpointer.save(done, state, self.checkpoint_metadata(done))
+                    checkpointer.save(done, state, checkpoint_metadata(done))
                     metrics.flush()
             if pending is not None:
                 run.finish_step(*pending)
@@ -211,15 +303,39 @@ class Trainer:
             run.run_hook(hook, StepInfo(final_step, state))
         if final:
             metrics.flush()
-        result = TrainResult(state=state, start_step=start_step, final_step=final_step, last=run.last,
-                             hook_lines=run.hook_lines,
-                             tokens_per_s=run.tokens_done / run.train_time if run.train_time else None,
-                             metrics=metrics, checkpoint_root=loop.checkpoint_root)
-        summary = self.summary(result)
+        return TrainResult(state=state, start_step=start_step, final_step=final_step, last=run.last,
+                           hook_lines=run.hook_lines,
+                           tokens_per_s=run.tokens_done / run.train_time if run.train_time else None,
+                           metrics=metrics, checkpoint_root=loop.checkpoint_root)
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    @functools.cached_property
+    def tokenizer(self) -> tuple[str | None, int | None, int | None]:
+        """(tokenizer.json url, bos id, eos id) of `loop.tokenizer_cache`, read once; Nones without one."""
+        if self.loop.tokenizer_cache is None:
+            return None, None, None
+        cache = TokenCache(self.loop.tokenizer_cache)
+        return cache.tokenizer_url(), cache.ledger.get("bos_id"), cache.ledger.get("eos_id")
+
+    def export_hf(self, model: LlamaConfig, leaves: Iterable[tuple[tuple[str, ...], np.ndarray]],
+                  dtype: str = "float32") -> str | None:
+        """Write `{output_path}/hf` in Hugging Face format from `leaves` ((keys, array) per parameter,
+        read one at a time) with the run's tokenizer; process 0 writes it and gets its path, the
+        others None."""
+        if jax.process_index() != 0:
+            return None
+        url, bos_id, eos_id = self.tokenizer
+        return export_hf_leaves(leaves, model, mfs.join(self.loop.output_path, "hf"), dtype=dtype,
+                                tokenizer_url=url, bos_id=bos_id, eos_id=eos_id)
+
+    def finish(self, result: TrainResult, summary: dict[str, Any]) -> dict[str, Any]:
+        """Process 0 writes the summary to `{output_path}/{summary_file}` and closes W&B with it;
+        every process returns it."""
         if jax.process_index() != 0:  # one writer of the summary and of W&B
             return summary
-        mfs.write_json(mfs.join(loop.output_path, self.summary_file), summary)
-        metrics.close(summary)
+        mfs.write_json(mfs.join(self.loop.output_path, self.loop.summary_file), summary)
+        result.metrics.close(summary)
         return summary
 
 
@@ -236,8 +352,11 @@ def format_duration(seconds: float) -> str:
 class _Run:
     """The bookkeeping of one `Trainer.train` call: throughput, the last lines, the progress bar."""
 
-    def __init__(self, trainer: Trainer, metrics: MetricsLogger, start_step: int, end_step: int):
+    def __init__(self, trainer: Trainer, metrics: MetricsLogger, start_step: int, end_step: int,
+                 metrics_line: Callable[[int, dict[str, float], float], dict[str, Any]],
+                 check_step: Callable[[dict[str, float], int], str | None] | None):
         self.trainer, self.metrics = trainer, metrics
+        self.metrics_line, self.check_step = metrics_line, check_step
         self.start_step, self.end_step = start_step, end_step
         self.tokens_done, self.train_time = 0, 0.0
         self.last: dict[str, Any] = {}
@@ -250,17 +369,17 @@ class _Run:
         """Fetch one step's metrics (after the next step was dispatched, to keep the device busy)."""
         t, loop = self.trainer, self.trainer.loop
         values = {k: float(v) for k, v in jax.device_get(out).items()}
-        problem = t.check_step(values, step) if t.check_step is not None else None
+        problem = self.check_step(values, step) if self.check_step is not None else None
         if problem:
             raise TrainingError(problem)
         if not math.isfinite(values["loss"]):
-            raise TrainingError(f"loss is {values['loss']} at step {step}; stopping. {t.nonfinite_advice}")
+            raise TrainingError(f"loss is {values['loss']} at step {step}; stopping. {loop.nonfinite_advice}")
         elapsed = self.timer.finished(started)
         if step > self.start_step:  # the first step of a run includes compilation
             self.tokens_done += loop.tokens_per_step
             self.train_time += elapsed
         tps = loop.tokens_per_step / elapsed if elapsed > 0 else 0.0
-        self.last = t.metrics_line(step, values, tps)
+        self.last = self.metrics_line(step, values, tps)
         is_last = step == self.end_step - 1
         if step % loop.log_every == 0 or is_last:
             self.metrics.log(self.last)

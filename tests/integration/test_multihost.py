@@ -1,5 +1,5 @@
 """train_lm as several processes (simulated hosts, jax.distributed over gloo): a hardware move with
-resharded restore; the real trainer on a TPU slice of the local Ray cluster (slice runner, executor)
+resharded restore; a fine-tune stopped and resumed on two hosts; the real trainer on a TPU slice of the local Ray cluster (slice runner, executor)
 surviving a killed driver, a host's process killed and a host's Ray node removed; a host that never
 arrives.
 
@@ -13,14 +13,21 @@ import os
 import shutil
 import time
 
+import jax
 import numpy as np
 import pytest
 
+from marin_lab.models.llama import init_params
+from marin_lab.peft import LoraConfig
+from marin_lab.training import checkpoint as ckpt
+from marin_lab.training import finetune
 from marin_lab.training.checkpoint import CheckpointConfig, list_checkpoints, read_metadata
-from marin_lab.training.data import MixtureLoader
+from marin_lab.training.data import DataConfig, MixtureLoader
 from marin_lab.training.local_hosts import run_hosts, start_hosts, wait_hosts
 from marin_lab.training.mesh import MeshConfig
-from marin_lab.training.testing import tiny_train_config, write_synthetic_cache
+from marin_lab.training.metrics import WandbConfig
+from marin_lab.training.testing import synthetic_documents, tiny_model, tiny_train_config, write_synthetic_cache
+from marin_lab.training.token_cache import write_token_cache
 
 pytestmark = pytest.mark.slow
 STEPS, K = 4, 2
@@ -365,3 +372,49 @@ def test_two_slice_step_on_the_ray_cluster_trains_like_one_slice(unbroken, tpu_s
     assert info["status"] == "SUCCESS", info.get("error")
     assert sorted(info["hardware"]["slice_names"]) == ["slice-0", "slice-1"] and info["hardware"]["hosts"] == 4
     _assert_trains_like_one_slice(str(info_path.parent), out, info["result"]["hardware"])
+
+
+def test_a_two_host_finetune_stopped_and_resumed_trains_like_one_that_never_stopped(tmp_path):
+    """finetune_lm on two processes (one CPU device each): a run resumed from the step-2 checkpoint
+    of an unbroken run restores it on both hosts (the Trainer's agreed checkpoint) and takes the
+    unbroken run's steps, bit for bit."""
+
+    model = tiny_model()
+    docs = synthetic_documents(24, 0)
+    masks = [np.concatenate([np.zeros(8, np.uint8), np.ones(len(d) - 8, np.uint8)]) for d in docs]
+    write_token_cache(str(tmp_path / "cache"), {"train": docs, "validation": docs[:4]}, vocab_size=256, eos_id=255,
+                      loss_masks={"train": masks, "validation": masks[:4]})
+    ckpt.save_checkpoint(str(tmp_path / "base/checkpoints/step-000000"), {"params": init_params(model, jax.random.key(0))},
+                         {"model": dataclasses.asdict(model), "step": 0})
+    config = finetune.FinetuneConfig(
+        output_path=str(tmp_path / "whole"), data=DataConfig(caches={"c": str(tmp_path / "cache")}),
+        base=str(tmp_path / "base"), mode="lora", lora=LoraConfig(rank=2, alpha=4.0), num_train_steps=4,
+        batch_size=2, seq_len=16, eval_max_sequences=0, save_merged=False, export_hf=False,
+        checkpoint=CheckpointConfig(save_every_steps=2, save_interval_s=None, keep_last=3),
+        wandb=WandbConfig(enabled=False))
+
+    def run(cfg, name):
+        result = run_hosts(cfg, hosts=2, devices_per_host=1, workdir=str(tmp_path / name), fn=finetune.finetune_lm,
+                           timeout_s=600)
+        assert result.ok, "\n---\n".join(result.stderr_tails)
+        return result.summary
+
+    whole = run(config, "w-whole")
+    moved = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "whole/checkpoints/step-000002", moved / "checkpoints/step-000002")
+    resumed = run(dataclasses.replace(config, output_path=str(moved)), "w-resumed")
+
+    assert whole["start"] == "fresh" and whole["final_step"] == 4
+    assert resumed["start"] == f"resumed from {ckpt.step_dir(str(moved / 'checkpoints'), 2)}"
+    assert resumed["final_step"] == 4 and resumed["final_loss"] == whole["final_loss"]
+
+    def losses(out):
+        return {r["step"]: r["loss"] for r in map(json.loads, open(out / "metrics.jsonl")) if "loss" in r}
+
+    assert losses(moved) == {s: v for s, v in losses(tmp_path / "whole").items() if s >= 2}
+
+    def trainable(out):
+        return {k: v for k, v in ckpt.iter_arrays(ckpt.step_dir(str(out / "checkpoints"), 4), "trainable")}
+
+    a, b = trainable(tmp_path / "whole"), trainable(moved)
+    assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)

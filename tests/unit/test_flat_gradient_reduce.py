@@ -21,9 +21,8 @@ model = LlamaConfig(vocab_size=256, hidden_dim=32, intermediate_dim=64, num_laye
 full = np.random.default_rng(0).integers(0, 256, size=(8, 17), dtype=np.int32)
 
 def run(mesh_config, devices, microbatches=1):
-    ids = tuple(d.id for d in devices)
     _, init_fn, step_fn = _programs(model, OptimizerConfig(learning_rate=1e-2, warmup=0), 10,
-                                    StepSettings(compute_dtype="float32", microbatches=microbatches), mesh_config, ids)
+                                    StepSettings(compute_dtype="float32", microbatches=microbatches), mesh_config)
     state = init_fn(jax.random.key(0))
     mesh = mesh_config.build()
     tokens = jax.make_array_from_callback(full.shape, batch_sharding(mesh), lambda i: full[i])

@@ -108,8 +108,7 @@ full = np.random.default_rng(0).integers(0, 256, size=(8, 17), dtype=np.int32)
 
 def run(mesh_config):
     shardings, init_fn, step_fn = _programs(model, OptimizerConfig(learning_rate=1e-2, warmup=0), 10,
-                                            StepSettings(compute_dtype="float32"), mesh_config,
-                                            tuple(d.id for d in jax.devices()))
+                                            StepSettings(compute_dtype="float32"), mesh_config)
     state = init_fn(jax.random.key(0))
     mesh = mesh_config.build()
     tokens = jax.make_array_from_callback(full.shape, batch_sharding(mesh), lambda i: full[i])

@@ -39,7 +39,7 @@ def run(offload):
     abstract = lambda t: jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), t)
     state_sh, frozen_sh, opt_init, step, _ = _programs(
         plan, OptimizerConfig(learning_rate=1e-3, warmup=0), 10, mesh_config, "fsdp",
-        _Struct(abstract(frozen)), _Struct(abstract(trainable)), tuple(d.id for d in jax.devices()))
+        _Struct(abstract(frozen)), _Struct(abstract(trainable)))
     placed = jax.device_put(frozen, frozen_sh)
     t = jax.device_put(trainable, state_sh["trainable"])
     state = {"trainable": t, "opt_state": opt_init(t), "step": jax.device_put(jnp.zeros((), jnp.int32), state_sh["step"])}

@@ -1,21 +1,18 @@
 """Training says where it is while it runs: a progress line and a current metrics.jsonl."""
 
-import importlib
 import json
 import logging
 import re
 
 from marin_lab.training import metrics as metrics_module
 from marin_lab.training import train_lm
+from marin_lab.training import trainer as trainer_module
 from marin_lab.training.checkpoint import CheckpointConfig
 from marin_lab.training.testing import tiny_train_config, write_synthetic_cache
 
-# The package exports the function under the module's name: reach the module itself.
-train_lm_module = importlib.import_module("marin_lab.training.train_lm")
-
 
 def test_training_prints_progress_and_flushes_metrics_between_checkpoints(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(train_lm_module, "PRINT_EVERY_S", 0.0)
+    monkeypatch.setattr(trainer_module, "PRINT_EVERY_S", 0.0)
     out = str(tmp_path / "run")
     flushed: list[int] = []  # metrics.jsonl's line count at each flush
     original = metrics_module.MetricsLogger.flush

@@ -1,5 +1,6 @@
 """The Trainer: one loop for train_lm and finetune_lm, driven here by a one-parameter toy step."""
 
+import dataclasses
 import json
 import math
 
@@ -12,7 +13,7 @@ from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.checkpoint import CheckpointConfig
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.metrics import WandbConfig
-from marin_lab.training.trainer import Hook, LoopConfig, Trainer
+from marin_lab.training.trainer import Hook, LoopConfig, Trainer, programs
 
 
 @jax.jit
@@ -26,22 +27,34 @@ def _fresh():
     return {"w": jnp.zeros((1,), jnp.float32), "step": jnp.zeros((), jnp.int32)}
 
 
-def _trainer(out, *, targets=None, save_every=2, stop_after=None, steps=6, summaries=None):
-    targets = targets or {}
-    loop = LoopConfig(name="toy", output_path=str(out), num_train_steps=steps, tokens_per_step=4,
-                      checkpoint=CheckpointConfig(save_every_steps=save_every, save_interval_s=None, keep_last=10),
-                      wandb=WandbConfig(enabled=False), stop_after_steps=stop_after)
+class _Toy:
+    """A toy run through the Trainer, as a step function drives it: start, loop, summary."""
 
-    def summary(result):
-        s = {"final_step": result.final_step, "start": result.start_step, "final_loss": result.last.get("loss"),
-             "hooks": result.hook_lines, "checkpoint": result.checkpoint}
-        if summaries is not None:
-            summaries.append(result)
-        return s
+    def __init__(self, out, *, targets=None, save_every=2, stop_after=None, steps=6, summaries=None):
+        self.targets, self.summaries = targets or {}, summaries
+        loop = LoopConfig(name="toy", output_path=str(out), num_train_steps=steps, tokens_per_step=4,
+                          checkpoint=CheckpointConfig(save_every_steps=save_every, save_interval_s=None, keep_last=10),
+                          wandb=WandbConfig(enabled=False), summary_file="toy_summary.json", stop_after_steps=stop_after,
+                          nonfinite_advice="Try a smaller step.")
+        self.trainer = Trainer(loop)
+        self.check_step = None
 
-    return Trainer(loop, _step, lambda step: (jnp.float32(targets.get(step, 3.0)),),
-                   checkpoint_metadata=lambda step: {"note": "toy"}, summary=summary, summary_file="toy_summary.json",
-                   wandb_run_config={}, nonfinite_advice="Try a smaller step.")
+    def add_hook(self, hook):
+        self.trainer.add_hook(hook)
+
+    def train(self, state=None):
+        start = self.trainer.initial_state(_fresh) if state is None else None
+        result = self.trainer.train(start.state if start else state, _step,
+                                    lambda step: (jnp.float32(self.targets.get(step, 3.0)),),
+                                    checkpoint_metadata=lambda step: {"note": "toy"}, check_step=self.check_step)
+        if self.summaries is not None:
+            self.summaries.append(result)
+        return self.trainer.finish(result, {
+            "final_step": result.final_step, "start": result.start_step, "final_loss": result.last.get("loss"),
+            "hooks": result.hook_lines, "checkpoint": result.checkpoint, "how": start.how if start else None})
+
+
+_trainer = _Toy
 
 
 def _lines(out):
@@ -112,3 +125,75 @@ def test_check_step_stops_the_run_with_its_own_line(tmp_path):
 def test_a_hook_with_no_positive_interval_is_refused_when_added(tmp_path):
     with pytest.raises(TrainingError, match=r"hook 'eval': every=0 must be positive"):
         _trainer(tmp_path / "run").add_hook(Hook("eval", lambda info: None, every=0))
+
+
+def test_initial_state_is_fresh_then_restored_from_the_runs_own_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    first = _trainer(out, steps=6, save_every=4, stop_after=3).train()
+    assert first["how"] == "fresh" and first["final_step"] == 3
+    inits = []
+
+    def init():
+        inits.append(1)
+        return _fresh()
+
+    loop = _trainer(out).trainer.loop
+    start = Trainer(loop).initial_state(init)
+    assert inits == [1]  # the init gives the shapes and shardings the checkpoint is read into
+    assert start.how == f"resumed from {first['checkpoint']}" and start.step == 3
+    assert start.metadata == {"note": "toy", "step": 3}
+    again = _trainer(out).train()  # no state given: the Trainer finds the checkpoint and resumes from it
+    assert again["how"] == f"resumed from {first['checkpoint']}" and again["start"] == 3 and again["final_step"] == 6
+    refused = Trainer(loop)
+    with pytest.raises(TrainingError, match=r"^resuming .*step-000006: shape mismatch$"):
+        refused.initial_state(_fresh, lambda meta, path: (_ for _ in ()).throw(ckpt.CheckpointError("shape mismatch")))
+
+
+def test_resume_asks_for_the_agreed_checkpoint_once(monkeypatch, tmp_path):
+    asked = []
+    monkeypatch.setattr(ckpt, "agreed_latest_checkpoint", lambda root: asked.append(root))
+    monkeypatch.setattr(ckpt, "latest_checkpoint", lambda root: pytest.fail("resumed from this host's own listing"))
+    trainer = _trainer(tmp_path / "run").trainer
+    assert trainer.resume_checkpoint() is None and trainer.initial_state(_fresh).how == "fresh"
+    assert asked == [str(tmp_path / "run" / "checkpoints")]
+
+
+def test_programs_are_built_once_per_key_whichever_builder_asks():
+    built = []
+
+    @programs
+    def build(a, b):
+        built.append((a, b))
+        return object()
+
+    first = build(1, "x")
+    assert build(1, "x") is first and build(2, "x") is not first
+    assert built == [(1, "x"), (2, "x")]
+
+
+def test_export_hf_writes_the_runs_tokenizer_and_ids_from_process_0(tmp_path):
+    from marin_lab.models.llama import init_params
+    from marin_lab.training.hf_export import param_leaves
+    from marin_lab.training.testing import tiny_model, write_synthetic_cache
+
+    cache = write_synthetic_cache(str(tmp_path / "cache"), train_docs=4, validation_docs=2,
+                                  tokenizer_json='{"model": {"type": "WordLevel"}}')
+    toy = _trainer(tmp_path / "run")
+    trainer = Trainer(dataclasses.replace(toy.trainer.loop, tokenizer_cache=cache))
+    model = tiny_model()
+    path = trainer.export_hf(model, param_leaves(init_params(model, jax.random.key(0))))
+    assert path == str(tmp_path / "run" / "hf")
+    assert (tmp_path / "run" / "hf" / "tokenizer.json").read_text() == '{"model": {"type": "WordLevel"}}'
+    assert json.loads((tmp_path / "run" / "hf" / "config.json").read_text())["eos_token_id"] == 255
+    assert (tmp_path / "run" / "hf" / "model.safetensors").exists()
+
+
+def test_a_damaged_checkpoint_stops_the_start_with_its_own_line(tmp_path):
+    out = tmp_path / "run"
+    first = _trainer(out, steps=6, save_every=4, stop_after=3).train()
+    (tmp_path / "run" / "checkpoints" / "step-000003" / "metadata.json").write_text("{not json")
+    with pytest.raises(TrainingError) as caught:
+        _trainer(out).train()
+    message = str(caught.value)
+    # The checkpoint's own line (it names the checkpoint and what to do), not wrapped in a second one.
+    assert len(message.splitlines()) == 1 and message.startswith(f"checkpoint {first['checkpoint']} is damaged: ")
