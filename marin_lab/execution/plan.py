@@ -20,6 +20,7 @@ import functools
 import gc
 import logging
 import re
+import types
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -207,6 +208,10 @@ def _label(step: ExecutorStep) -> str:
     return f"step '{step.name}'"
 
 
+_CONFIG_TYPES: set[type] = set()
+"""Config types already seen to be dataclasses (a dataclass instance's type is never itself a type)."""
+
+
 def _check_step(step: Any, referrer: ExecutorStep | None) -> None:
     if not isinstance(step, ExecutorStep):
         where = f" (referenced by {_label(referrer)})" if referrer is not None else ""
@@ -216,8 +221,8 @@ def _check_step(step: Any, referrer: ExecutorStep | None) -> None:
         raise StepDefinitionError(f"step {step.name!r}: {problem}")
     if not callable(step.fn):
         raise StepDefinitionError(f"{_label(step)}: fn is {type(step.fn).__name__}, not a function")
-    if step.config is not None and (not hasattr(type(step.config), "__dataclass_fields__")
-                                    or isinstance(step.config, type)):
+    if step.config is not None and type(step.config) not in _CONFIG_TYPES and (
+            not hasattr(type(step.config), "__dataclass_fields__") or isinstance(step.config, type)):
         raise StepDefinitionError(
             f"{_label(step)}: config is a {type(step.config).__name__}; it must be a dataclass instance or None"
         )
@@ -225,10 +230,15 @@ def _check_step(step: Any, referrer: ExecutorStep | None) -> None:
         raise StepDefinitionError(
             f"{_label(step)}: give either pip_dependency_groups or environment, not both"
         )
+    if step.config is not None:
+        _CONFIG_TYPES.add(type(step.config))
 
 
 def _normalized(step: ExecutorStep) -> ExecutorStep:
     """The step as the executor runs it: Marin's spellings turned into ours."""
+    if (step.resources is None and step.pip_dependency_groups is None and step.environment is None
+            and type(step.fn) is types.FunctionType):
+        return step  # a plain function and nothing to turn into ours (most steps): no call below would change it
     try:
         resources = executor_resources(step.resources)  # Marin's GpuConfig(...) and friends
     except Exception as err:
