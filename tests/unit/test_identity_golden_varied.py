@@ -9,6 +9,8 @@ import hashlib
 import json
 import pathlib
 
+import pytest
+
 from marin_lab.execution import ExecutorStep, InputName, output_path_of, this_output_path, versioned
 from marin_lab.execution.hashing import canonical_json
 from marin_lab.execution.plan import build_plan
@@ -105,3 +107,31 @@ def test_benchmark_dag_identities_are_fixed():
     assert len(plan.steps) == 2000
     blob = "\n".join(f"{s.identity} {s.output_path}" for s in plan.steps)
     assert hashlib.sha256(blob.encode("utf-8")).hexdigest() == BENCH_SHA256
+
+
+def test_pinned_path_colliding_with_a_computed_or_pinned_one_is_an_error():
+    from marin_lab.execution import StepDefinitionError
+
+    a = ExecutorStep("raw/a", write_text, Outer(this_output_path(), label=versioned("a")))
+    ident = build_plan([a], "/p").steps[0].identity
+    onto_computed = ExecutorStep("raw/z", write_text, Outer(this_output_path(), label=versioned("z")),
+                                 override_output_path=ident)
+    with pytest.raises(StepDefinitionError, match=f"both write to /p/{ident}"):
+        build_plan([a, onto_computed], "/p")
+    one = ExecutorStep("x/one", write_text, Outer(this_output_path()), override_output_path="shared/out")
+    two = ExecutorStep("x/two", write_text, Outer(this_output_path()), override_output_path="/p/shared/out/")
+    with pytest.raises(StepDefinitionError, match="both write to /p/shared/out"):
+        build_plan([one, two], "/p")
+    assert len(build_plan([a, one], "/p").steps) == 2
+
+
+def test_reference_by_name_is_checked_even_beside_a_step_object():
+    from marin_lab.execution import MissingDependencyError
+
+    a = ExecutorStep("raw/a", write_text, Outer(this_output_path()))
+    b = ExecutorStep("b", write_text, Outer(this_output_path(), inputs=[InputName(step=a, step_name="raw/none")]))
+    with pytest.raises(MissingDependencyError, match="depends on step 'raw/none'"):
+        build_plan([b], "/p")
+    c = ExecutorStep("c", write_text, Outer(this_output_path(), inputs=[output_path_of("raw/a")]))
+    plan = build_plan([c, a], "/p")
+    assert plan.named_map["raw/a"].identity == plan.steps[0].identity
