@@ -50,6 +50,8 @@ _FIELDS_CACHE: dict[type, tuple[str, ...] | None] = {}
 _VERSIONED_CACHE: dict[type, frozenset[str]] = {}
 _ADDED_CACHE: dict[type, dict[str, Any]] = {}
 _WALK_CACHE: dict[type, tuple[tuple[str, bool], ...] | None] = {}
+_PLACEHOLDERS = frozenset((VersionedValue, PortableSource, InputName, ExecutorStep, OutputName))
+"""The dataclasses `_walk` takes as what they stand for, not field by field."""
 _SCALARS = (str, int, bool, type(None))
 _NUMBERS = (int, bool, float, type(None))
 _URL = re.compile(r"[a-z][a-z0-9+.-]*://")
@@ -194,7 +196,11 @@ def child_path(parent: str, key: Any, *, field: bool = False) -> str:
 def scan_config(config: Any, *, step_label: str) -> ConfigScan:
     """Walk a config once, collecting versioned values, inputs, outputs and unversioned leaves."""
     scan = ConfigScan()
-    _walk(config, "", scan, step_label)
+    cls = type(config)
+    if cls not in _PLACEHOLDERS and (fields := _walk_fields(cls)) is not None:
+        _walk_dataclass(config, fields, "", scan, step_label, False)  # what `_walk` does with it, sooner
+    else:
+        _walk(config, "", scan, step_label)
     return scan
 
 
@@ -246,25 +252,7 @@ def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str, versioned: boo
         _collect_urls(obj, scan.urls)
         return
     elif (fields := _walk_fields(cls)) is not None:
-        for n, marked in fields:  # child_path(path, n, field=True), inlined: this loop runs for every field of every step
-            child = getattr(obj, n)
-            at = f"{path}.{n}" if path else n
-            kind = type(child)
-            # The placeholders a config holds directly, handled here as `_walk` would (same order, same
-            # entries) without a call per field; whether the field is versioned does not matter to them.
-            if kind is VersionedValue and type(value := child.value) in _SCALARS:
-                if type(value) is str:
-                    if "://" in value and _URL.match(value):
-                        scan.urls.append(value)
-                    _add_versioned(scan, at, value)
-                else:
-                    scan.versioned[at] = value  # None, bool or int: never a path
-            elif kind is OutputName:
-                scan.outputs.append((at, child))
-            elif kind is list and not (versioned or marked):  # a versioned list may be recorded whole
-                _walk_list(child, at, scan, step_label)
-            else:
-                _walk(child, at, scan, step_label, versioned or marked)
+        _walk_dataclass(obj, fields, path, scan, step_label, versioned)
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
             _walk(v, f"{path}[{i}]", scan, step_label, versioned)
@@ -277,6 +265,30 @@ def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str, versioned: boo
     else:
         _collect_urls(obj, scan.urls)
         scan.unversioned[path] = obj
+
+
+def _walk_dataclass(obj: Any, fields: tuple[tuple[str, bool], ...], path: str, scan: ConfigScan, step_label: str,
+                    versioned: bool) -> None:
+    """`_walk` of a dataclass value (not a placeholder), field by field."""
+    for n, marked in fields:  # child_path(path, n, field=True), inlined: this loop runs for every field of every step
+        child = getattr(obj, n)
+        at = f"{path}.{n}" if path else n
+        kind = type(child)
+        # The placeholders a config holds directly, handled here as `_walk` would (same order, same
+        # entries) without a call per field; whether the field is versioned does not matter to them.
+        if kind is VersionedValue and type(value := child.value) in _SCALARS:
+            if type(value) is str:
+                if "://" in value and _URL.match(value):
+                    scan.urls.append(value)
+                _add_versioned(scan, at, value)
+            else:
+                scan.versioned[at] = value  # None, bool or int: never a path
+        elif kind is OutputName:
+            scan.outputs.append((at, child))
+        elif kind is list and not (versioned or marked):  # a versioned list may be recorded whole
+            _walk_list(child, at, scan, step_label)
+        else:
+            _walk(child, at, scan, step_label, versioned or marked)
 
 
 def _walk_fields(cls: type) -> tuple[tuple[str, bool], ...] | None:
