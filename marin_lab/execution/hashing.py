@@ -49,6 +49,9 @@ from marin_lab.versioning import identity_defaults, versioned_field_names
 _FIELDS_CACHE: dict[type, tuple[str, ...] | None] = {}
 _VERSIONED_CACHE: dict[type, frozenset[str]] = {}
 _ADDED_CACHE: dict[type, dict[str, Any]] = {}
+_WALK_CACHE: dict[type, tuple[tuple[str, bool], ...] | None] = {}
+_PLACEHOLDERS = frozenset((VersionedValue, PortableSource, InputName, ExecutorStep, OutputName))
+"""The dataclasses `_walk` takes as what they stand for, not field by field."""
 _SCALARS = (str, int, bool, type(None))
 _NUMBERS = (int, bool, float, type(None))
 _URL = re.compile(r"[a-z][a-z0-9+.-]*://")
@@ -135,7 +138,8 @@ def canonical_json(obj: Any) -> str:
 
 
 def hash8(obj: Any) -> str:
-    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()[:8]
+    """The first 8 hex characters of the sha256 of `obj`'s canonical JSON (its first 4 bytes, in hex)."""
+    return hashlib.sha256(canonical_json(obj).encode("utf-8")).digest()[:4].hex()
 
 
 def lenient_value(value: Any) -> Any:
@@ -192,7 +196,11 @@ def child_path(parent: str, key: Any, *, field: bool = False) -> str:
 def scan_config(config: Any, *, step_label: str) -> ConfigScan:
     """Walk a config once, collecting versioned values, inputs, outputs and unversioned leaves."""
     scan = ConfigScan()
-    _walk(config, "", scan, step_label)
+    cls = type(config)
+    if cls not in _PLACEHOLDERS and (fields := _walk_fields(cls)) is not None:
+        _walk_dataclass(config, fields, "", scan, step_label, False)  # what `_walk` does with it, sooner
+    else:
+        _walk(config, "", scan, step_label)
     return scan
 
 
@@ -243,10 +251,8 @@ def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str, versioned: boo
     elif versioned and _whole_value_versioned(obj, path, scan, step_label):
         _collect_urls(obj, scan.urls)
         return
-    elif (names := _field_names(cls)) is not None:
-        marked = _versioned_names(cls)
-        for n in names:  # child_path(path, n, field=True), inlined: this loop runs for every field of every step
-            _walk(getattr(obj, n), f"{path}.{n}" if path else n, scan, step_label, versioned or n in marked)
+    elif (fields := _walk_fields(cls)) is not None:
+        _walk_dataclass(obj, fields, path, scan, step_label, versioned)
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
             _walk(v, f"{path}[{i}]", scan, step_label, versioned)
@@ -259,6 +265,53 @@ def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str, versioned: boo
     else:
         _collect_urls(obj, scan.urls)
         scan.unversioned[path] = obj
+
+
+def _walk_dataclass(obj: Any, fields: tuple[tuple[str, bool], ...], path: str, scan: ConfigScan, step_label: str,
+                    versioned: bool) -> None:
+    """`_walk` of a dataclass value (not a placeholder), field by field."""
+    for n, marked in fields:  # child_path(path, n, field=True), inlined: this loop runs for every field of every step
+        child = getattr(obj, n)
+        at = f"{path}.{n}" if path else n
+        kind = type(child)
+        # The placeholders a config holds directly, handled here as `_walk` would (same order, same
+        # entries) without a call per field; whether the field is versioned does not matter to them.
+        if kind is VersionedValue and type(value := child.value) in _SCALARS:
+            if type(value) is str:
+                if "://" in value and _URL.match(value):
+                    scan.urls.append(value)
+                _add_versioned(scan, at, value)
+            else:
+                scan.versioned[at] = value  # None, bool or int: never a path
+        elif kind is OutputName:
+            scan.outputs.append((at, child))
+        elif kind is list and not (versioned or marked):  # a versioned list may be recorded whole
+            _walk_list(child, at, scan, step_label)
+        else:
+            _walk(child, at, scan, step_label, versioned or marked)
+
+
+def _walk_fields(cls: type) -> tuple[tuple[str, bool], ...] | None:
+    """(field name, declared with `versioned_field`) for each field of a dataclass type, cached; None
+    for any other type."""
+    try:
+        return _WALK_CACHE[cls]
+    except KeyError:
+        names = _field_names(cls)
+        fields = None if names is None else tuple((n, n in _versioned_names(cls)) for n in names)
+        _WALK_CACHE[cls] = fields
+        return fields
+
+
+def _walk_list(obj: list, path: str, scan: ConfigScan, step_label: str) -> None:
+    """`_walk` of an unversioned list, with the step references it most often holds handled without a call each."""
+    for i, v in enumerate(obj):
+        if type(v) is InputName:
+            if v.step is None and v.step_name is None and v.name and _URL.match(v.name):
+                scan.urls.append(v.name)  # a fixed URL input
+            scan.inputs.append((f"{path}[{i}]", v))
+        else:
+            _walk(v, f"{path}[{i}]", scan, step_label)
 
 
 def _collect_urls(value: Any, out: list[str]) -> None:

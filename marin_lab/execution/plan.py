@@ -20,6 +20,7 @@ import functools
 import gc
 import logging
 import re
+import types
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -207,6 +208,10 @@ def _label(step: ExecutorStep) -> str:
     return f"step '{step.name}'"
 
 
+_CONFIG_TYPES: set[type] = set()
+"""Config types already seen to be dataclasses (a dataclass instance's type is never itself a type)."""
+
+
 def _check_step(step: Any, referrer: ExecutorStep | None) -> None:
     if not isinstance(step, ExecutorStep):
         where = f" (referenced by {_label(referrer)})" if referrer is not None else ""
@@ -216,8 +221,8 @@ def _check_step(step: Any, referrer: ExecutorStep | None) -> None:
         raise StepDefinitionError(f"step {step.name!r}: {problem}")
     if not callable(step.fn):
         raise StepDefinitionError(f"{_label(step)}: fn is {type(step.fn).__name__}, not a function")
-    if step.config is not None and (not hasattr(type(step.config), "__dataclass_fields__")
-                                    or isinstance(step.config, type)):
+    if step.config is not None and type(step.config) not in _CONFIG_TYPES and (
+            not hasattr(type(step.config), "__dataclass_fields__") or isinstance(step.config, type)):
         raise StepDefinitionError(
             f"{_label(step)}: config is a {type(step.config).__name__}; it must be a dataclass instance or None"
         )
@@ -225,10 +230,15 @@ def _check_step(step: Any, referrer: ExecutorStep | None) -> None:
         raise StepDefinitionError(
             f"{_label(step)}: give either pip_dependency_groups or environment, not both"
         )
+    if step.config is not None:
+        _CONFIG_TYPES.add(type(step.config))
 
 
 def _normalized(step: ExecutorStep) -> ExecutorStep:
     """The step as the executor runs it: Marin's spellings turned into ours."""
+    if (step.resources is None and step.pip_dependency_groups is None and step.environment is None
+            and type(step.fn) is types.FunctionType):
+        return step  # a plain function and nothing to turn into ours (most steps): no call below would change it
     try:
         resources = executor_resources(step.resources)  # Marin's GpuConfig(...) and friends
     except Exception as err:
@@ -284,7 +294,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
         raise StepDefinitionError("no steps given: pass steps=[...] to executor_main or Executor.run")
     scans: dict[int, ConfigScan] = {}
     order: list[ExecutorStep] = []  # dependencies first
-    by_name: dict[str, list[ExecutorStep]] = {}
+    named = False  # whether a step refers to another by name (then pass 2 has work to do)
     edges: dict[int, list[ExecutorStep]] = {}
 
     # Pass 1: discover steps through object references, with an iterative DFS that also finds
@@ -310,6 +320,10 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 scan = scan_config(step.config, step_label=_label(step))
                 scans[sid] = scan
                 edges[sid] = children = [i.step for _, i in scan.inputs if i.step is not None]
+                if not named:
+                    for _, i in scan.inputs:
+                        if i.step_name is not None:
+                            named = True
             else:
                 children = edges[sid]
             # The next child not yet finished (finished ones are passed over here, not pushed).
@@ -333,11 +347,13 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 color[sid] = BLACK
                 path.pop()
                 order.append(step)
-                by_name.setdefault(step.name, []).append(step)
 
     # Pass 2: references by name resolve against the discovered steps.
     named_refs: dict[int, dict[str, ExecutorStep]] = {}
-    for step in order:
+    by_name: dict[str, list[ExecutorStep]] = {}
+    for step in order if named else ():
+        by_name.setdefault(step.name, []).append(step)
+    for step in order if named else ():
         for field, inp in scans[id(step)].inputs:
             if inp.step_name is None:
                 continue
@@ -360,6 +376,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     planned: dict[int, PlannedStep] = {}
     by_identity: dict[str, PlannedStep] = {}
     base = prefix.rstrip("/")
+    pinned_any = False  # computed paths are distinct (one per identity); only a pinned one can collide
     for step in order:
         scan = scans[id(step)]
         input_entries: dict[str, Any] = {}
@@ -401,6 +418,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
         output_path = f"{base}/{identity}"  # join(prefix, identity): a valid name has no leading or trailing "/"
         if step.override_output_path:
             pinned = step.override_output_path
+            pinned_any = True
             pinned = pinned.rstrip("/") if "://" in pinned or pinned.startswith("/") else join(prefix, pinned)
             # A step addressed by name (a name@version artifact: its function says so) is pinned by design.
             if pinned != output_path and not getattr(step.fn, "addressed_by_name", False):
@@ -414,7 +432,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
 
     steps = list(by_identity.values())
     seen_paths: dict[str, str] = {}
-    for ps in steps:
+    for ps in steps if pinned_any else ():
         other = seen_paths.setdefault(ps.output_path, ps.identity)
         if other != ps.identity:
             raise StepDefinitionError(
