@@ -37,6 +37,7 @@ from marin_lab.execution.secrets import Scrubber, redact, text_scrubber
 from marin_lab.explain import explain_record
 from marin_lab.store.errors import RecordError
 from marin_lab.store.experiment_record import parse_experiment_record
+from marin_lab.store.launch_record import parse_launch_record
 from marin_lab.store.layout import (
     ARTIFACT_RECORD_FILE,
     CORRUPT,
@@ -261,7 +262,7 @@ class Browser:
             return None
         run_id = str(launch["run_id"])
         folder = launch_dir(self.prefix, run_id)
-        loaded = load_json(self.roots, launch_record_url(self.prefix, run_id))
+        loaded = self._launch_record(launch_record_url(self.prefix, run_id), run_id)
         out: dict[str, Any] = {"run_id": launch["run_id"], "log_path": folder, **loaded.as_json()}
         state = loaded.value if loaded.state == "ok" and isinstance(loaded.value, dict) else {}
         attempts = [a for a in state.get("attempts", []) if isinstance(a, dict)]
@@ -271,6 +272,20 @@ class Browser:
                                                        "ended", "exit_code")},
                               "log": launch_log_url(self.prefix, run_id, str(a.get("attempt")))} for a in attempts])
         return out
+
+    def _launch_record(self, url: str, run_id: str) -> Loaded:
+        """The launch record parsed by the store's one parser (`marin_lab.store.launch_record`, as
+        `marin-lab launch --status` reads it): a damaged one is 'corrupt' with its one line."""
+        try:
+            raw = self._read(url)
+        except OSError as err:
+            return Loaded(url, "corrupt", error=str(err))
+        if raw is None:
+            return Loaded(url, "missing", error="file does not exist")
+        try:
+            return Loaded(url, "ok", value=parse_launch_record(raw, url, run_id))
+        except RecordError as err:
+            return Loaded(url, "corrupt", error=str(err))
 
     def _code(self, code: Any) -> dict | None:
         """The experiment's code provenance, with the stored script's text (docs/reproducibility.md)."""
