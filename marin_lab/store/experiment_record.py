@@ -121,8 +121,12 @@ def parse_experiment_record(raw: bytes, url: str) -> ExperimentRecord:
     """A record from its bytes; raises RecordError naming `url` (and the field) when it is damaged."""
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as err:  # not UTF-8, not JSON, nested too deep
-        raise RecordError(url, f"unreadable ({type(err).__name__}: {err})") from None
+    except UnicodeDecodeError as err:
+        raise RecordError(url, f"unreadable (UnicodeDecodeError: not UTF-8 at byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise RecordError(url, f"unreadable (JSONDecodeError: not valid JSON: {err})") from None
+    except RecursionError:
+        raise RecordError(url, "unreadable (RecursionError: not valid JSON: nested too deep)") from None
     return ExperimentRecord.from_json(data, url)
 
 
