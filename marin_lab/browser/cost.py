@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from marin_lab.browser.errors import BadRequestError, NotFoundError
-from marin_lab.browser.records import _EXPERIMENT_ID, Browser, _step_key, _steps_of
+from marin_lab.browser.records import _EXPERIMENT_ID, Browser, _step_key, _steps_of, load_experiment
 from marin_lab.browser.storage import child, load_json, parallel_map
 from marin_lab.execution import cost
 from marin_lab.execution.errors import RecordError
@@ -33,7 +33,7 @@ def experiment_cost(browser: Browser, exp_id: str) -> dict[str, Any]:
     """`/api/experiments/{id}/cost`: per step (by key, in the experiment's order) and in total."""
     if not _EXPERIMENT_ID.fullmatch(exp_id or ""):
         raise BadRequestError(f"experiment id {exp_id!r} is not a file name under experiments/")
-    loaded = load_json(browser.roots, child(browser.prefix, EXPERIMENTS_DIR, f"{exp_id}.json"))
+    loaded = load_experiment(browser.roots, child(browser.prefix, EXPERIMENTS_DIR, f"{exp_id}.json"))
     if loaded.state == "missing":
         raise NotFoundError(f"no experiment {exp_id!r} under {browser.prefix}/experiments/")
     out: dict[str, Any] = {"id": exp_id, "prices": browser.prices.describe(), **loaded.as_json()}

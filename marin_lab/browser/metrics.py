@@ -13,7 +13,6 @@ overlays one metric of many runs without carrying every series of each.
 from __future__ import annotations
 
 import io
-import json
 import math
 from typing import IO
 
@@ -22,6 +21,7 @@ from marin_lab.browser.paths import Roots
 from marin_lab.browser.storage import child, load_json, open_file
 from marin_lab.execution.secrets import is_secret_field, redact
 from marin_lab.store.layout import METRICS_FILE, RESULTS_FILE
+from marin_lab.store.metrics import parse_metrics_line
 
 SERIES = ("loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu")
 FP8_PREFIX = "fp8/"
@@ -84,7 +84,7 @@ def _lines(f: IO[bytes], start: int, length: int, size: int) -> list[bytes]:
 
 
 def read_metrics(roots: Roots, step_dir: str, metric: str | None = None) -> dict:
-    """Series of (step, value) for each known metric; bad lines (see `_row`) are counted, not fatal.
+    """Series of (step, value) for each known metric; bad lines (see `store.metrics.parse_metrics_line`) are counted, not fatal.
 
     With `metric`, only that series (any key of the rows, e.g. `eval/valid/loss`) is read.
     """
@@ -109,7 +109,7 @@ def read_metrics(roots: Roots, step_dir: str, metric: str | None = None) -> dict
                 for line in lines:
                     if not line.strip():
                         continue
-                    row = _row(line)
+                    row = parse_metrics_line(line)
                     if row is None:
                         bad_lines += 1
                         continue
@@ -161,30 +161,6 @@ def _chunks(f: IO[bytes], size: int, chunk: int = 1024 * 1024):
         lines = (carry + data).split(b"\n")
         carry = lines.pop()
         yield lines
-
-
-def _row(line: bytes) -> dict | None:
-    """The row of one line, or None for a bad line: not JSON, not an object, no finite `step`,
-    or a number no float can hold (an integer of 309 digits or more: plotting it would overflow)."""
-    try:
-        row = json.loads(line)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(row, dict) or not all(_fits_a_float(v) for v in row.values()):
-        return None
-    step = row.get("step")
-    if not isinstance(step, (int, float)) or isinstance(step, bool) or not math.isfinite(step):
-        return None
-    return row
-
-
-def _fits_a_float(value: object) -> bool:
-    if isinstance(value, int) and not isinstance(value, bool):
-        try:
-            float(value)
-        except OverflowError:
-            return False
-    return True
 
 
 def read_results(roots: Roots, step_dir: str) -> dict:

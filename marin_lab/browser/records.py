@@ -36,6 +36,8 @@ from marin_lab.execution.record_builder import strip_ansi_in
 from marin_lab.execution.secrets import Scrubber, redact, text_scrubber
 from marin_lab.explain import explain_record
 from marin_lab.store.errors import RecordError
+from marin_lab.store.experiment_record import parse_experiment_record
+from marin_lab.store.launch_record import parse_launch_record
 from marin_lab.store.layout import (
     ARTIFACT_RECORD_FILE,
     CORRUPT,
@@ -139,7 +141,7 @@ class Browser:
     def experiments(self) -> list[dict]:
         """Every experiment under the prefix, newest first, with counts of its steps' statuses."""
         files = self.experiment_files()
-        loaded = parallel_map(lambda e: load_json(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])), files, local=self.local)
+        loaded = parallel_map(lambda e: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])), files, local=self.local)
         all_dirs: dict[str, str | None] = {}
         for item in loaded:
             if item.state == "ok":
@@ -168,7 +170,7 @@ class Browser:
         """One experiment with every step's status and a layout of its DAG."""
         if not _EXPERIMENT_ID.fullmatch(exp_id or ""):
             raise BadRequestError(f"experiment id {exp_id!r} is not a file name under experiments/")
-        loaded = load_json(self.roots, child(self.prefix, EXPERIMENTS_DIR, f"{exp_id}.json"))
+        loaded = load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, f"{exp_id}.json"))
         if loaded.state == "missing":
             raise NotFoundError(f"no experiment {exp_id!r} under {self.prefix}/experiments/")
         result: dict[str, Any] = {"id": exp_id, "file": loaded.url, **loaded.as_json()}
@@ -260,7 +262,7 @@ class Browser:
             return None
         run_id = str(launch["run_id"])
         folder = launch_dir(self.prefix, run_id)
-        loaded = load_json(self.roots, launch_record_url(self.prefix, run_id))
+        loaded = self._launch_record(launch_record_url(self.prefix, run_id), run_id)
         out: dict[str, Any] = {"run_id": launch["run_id"], "log_path": folder, **loaded.as_json()}
         state = loaded.value if loaded.state == "ok" and isinstance(loaded.value, dict) else {}
         attempts = [a for a in state.get("attempts", []) if isinstance(a, dict)]
@@ -270,6 +272,20 @@ class Browser:
                                                        "ended", "exit_code")},
                               "log": launch_log_url(self.prefix, run_id, str(a.get("attempt")))} for a in attempts])
         return out
+
+    def _launch_record(self, url: str, run_id: str) -> Loaded:
+        """The launch record parsed by the store's one parser (`marin_lab.store.launch_record`, as
+        `marin-lab launch --status` reads it): a damaged one is 'corrupt' with its one line."""
+        try:
+            raw = self._read(url)
+        except OSError as err:
+            return Loaded(url, "corrupt", error=str(err))
+        if raw is None:
+            return Loaded(url, "missing", error="file does not exist")
+        try:
+            return Loaded(url, "ok", value=parse_launch_record(raw, url, run_id))
+        except RecordError as err:
+            return Loaded(url, "corrupt", error=str(err))
 
     def _code(self, code: Any) -> dict | None:
         """The experiment's code provenance, with the stored script's text (docs/reproducibility.md)."""
@@ -395,7 +411,7 @@ class Browser:
             return None
         stem = os.path.splitext(os.path.basename(script))[0]
         files = [e for e in self.experiment_files() if _EXPERIMENT_HASH.sub("", e["name"]) == stem]
-        loaded = parallel_map(lambda e: load_json(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])), files,
+        loaded = parallel_map(lambda e: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])), files,
                               local=self.local)
         earlier = [{**item.value, "_path": item.url} for item in loaded
                    if item.state == "ok" and str(item.value.get("created", "")) < record.recency]
@@ -435,7 +451,7 @@ class Browser:
             names = [f"{exp_id}.json"]
         else:
             names = [e["name"] for e in self.experiment_files()]
-        loaded = parallel_map(lambda n: load_json(self.roots, child(self.prefix, EXPERIMENTS_DIR, n)), names, local=self.local)
+        loaded = parallel_map(lambda n: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, n)), names, local=self.local)
         found: dict[str, dict] = {}
         for item in loaded:
             if item.state != "ok":
@@ -465,6 +481,23 @@ def _produced_by(detail: dict, runs: list[dict]) -> dict | None:
         if run.get("state") == "ok" and not run_id and driver and run.get("driver") == driver:
             return {k: run.get(k) for k in ("run", "started", "outcome", "command_line")}
     return None
+
+
+def load_experiment(roots: Roots, url: str) -> Loaded:
+    """An experiment record read through the roots and parsed by the store's one parser
+    (`marin_lab.store.experiment_record`, as `marin-lab status` and gc read it): 'ok' with the
+    record as written, 'missing', or 'corrupt' with the parser's one line naming the file."""
+    try:
+        raw = read_record(roots, url)
+    except OSError as err:
+        return Loaded(url, "corrupt", error=str(err))
+    if raw is None:
+        return Loaded(url, "missing", error="file does not exist")
+    try:
+        record = parse_experiment_record(raw, url)
+    except RecordError as err:
+        return Loaded(url, "corrupt", error=str(err))
+    return Loaded(url, "ok", value=record.to_json())
 
 
 def _header(exp: dict, exp_id: str) -> dict[str, str | None]:

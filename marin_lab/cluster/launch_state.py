@@ -20,8 +20,10 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from marin_lab.io.fs import read_json_or_none, write_json
+from marin_lab.io.fs import write_json
+from marin_lab.store.launch_record import LaunchRecordDamage, parse_launch_record
 from marin_lab.store.layout import LAUNCH_RECORD_FILE, LAUNCHES_DIR, launch_dir, launch_log_url, launch_record_url
+from marin_lab.store.reader import read_file
 
 LAUNCHES = LAUNCHES_DIR
 STATE_FILE = LAUNCH_RECORD_FILE
@@ -43,39 +45,16 @@ class LaunchRecordError(ValueError):
 
 
 def read_state(prefix: str, run_id: str) -> dict[str, Any] | None:
-    """The run's record; None when there is none; `LaunchRecordError` (one line) when it is damaged."""
+    """The run's record (`store.launch_record` parses it); None when there is none;
+    `LaunchRecordError` (one line) when it is damaged."""
     url = state_url(prefix, run_id)
-    try:
-        state = read_json_or_none(url)
-    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
-        raise LaunchRecordError(f"{url}: the record of run {run_id} is not valid JSON ({err}); it is damaged (a "
-                                "write cut short?): a running supervisor rewrites it at its next change") from None
-    if state is None:
+    raw = read_file(url)
+    if raw is None:
         return None
-    why = damage(state)
-    if why:
-        raise LaunchRecordError(f"{url}: the record of run {run_id} is damaged: {why}")
-    return state
-
-
-def damage(state: Any) -> str | None:
-    """What makes `state` unusable as a run's record (None when it is sound)."""
-    if not isinstance(state, dict):
-        return f"expected a JSON object, found {type(state).__name__}"
-    if not isinstance(state.get("run_id"), str):
-        return "`run_id` is not text"
-    attempts = state.get("attempts", [])
-    if not isinstance(attempts, list):
-        return "`attempts` is not a list"
-    for i, a in enumerate(attempts):
-        if not isinstance(a, dict) or not isinstance(a.get("attempt"), int) or isinstance(a.get("attempt"), bool):
-            return f"attempts[{i}] is not an object with an integer `attempt`"
-    for key in ("status", "script", "message"):
-        if key in state and not isinstance(state[key], str | None):
-            return f"`{key}` is not text"
-    if "max_restarts" in state and (not isinstance(state["max_restarts"], int) or isinstance(state["max_restarts"], bool)):
-        return "`max_restarts` is not an integer"
-    return None
+    try:
+        return parse_launch_record(raw, url, run_id)
+    except LaunchRecordDamage as err:
+        raise LaunchRecordError(str(err)) from None
 
 
 def write_state(prefix: str, state: dict[str, Any]) -> None:

@@ -50,7 +50,7 @@ from marin_lab.execution.record_builder import (
 from marin_lab.execution.regions import CrossRegionRead, Regions, UncheckedRead, check_egress
 from marin_lab.execution.resources import validate_resources
 from marin_lab.execution.run_history import RunRecord, new_run_id
-from marin_lab.execution.secrets import redact_logs
+from marin_lab.execution.secrets import redact, redact_logs
 from marin_lab.execution.status import Status, now_iso, read_status, status_path, write_status
 from marin_lab.execution.step import ExecutorStep
 from marin_lab.execution.supervisor import StepOutcome, StepSettings, StepSupervisor, step_lease
@@ -407,13 +407,14 @@ class Executor:
         record = experiment_record(plan, script=script, stem=stem, ident=ident, code=self._code_provenance(),
                                    description=self.description, prefix=self.prefix, driver=self.driver_id)
         if self.cross_region_reads:
-            record["cross_region_reads"] = [dataclasses.asdict(r) for r in self.cross_region_reads]
+            record.cross_region_reads = [dataclasses.asdict(r) for r in self.cross_region_reads]
         if self.run_id:  # this run's own record, kept beside this file (run_history.py)
-            record["run"] = self.run_id
+            record.run = self.run_id
         if os.environ.get("MARIN_LAUNCH_ID"):  # started by `marin-lab launch`: the browser links its attempts
-            record["launch"] = {"run_id": os.environ["MARIN_LAUNCH_ID"],
-                                "attempt": int(os.environ.get("MARIN_LAUNCH_ATTEMPT", "0") or 0)}
-        write_json(path, record)
+            record.launch = {"run_id": os.environ["MARIN_LAUNCH_ID"],
+                             "attempt": int(os.environ.get("MARIN_LAUNCH_ATTEMPT", "0") or 0)}
+        # Redacted whole: a secret in a versioned field, the command line or a URL is text too.
+        write_json(path, redact(record.to_json()))
         self.executor_info_path = path
         return path
 

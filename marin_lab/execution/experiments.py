@@ -8,24 +8,16 @@ from typing import Any
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.lease import DRIVER_GONE, provably_gone, running_driver_gone
 from marin_lab.io.fs import fs_and_path, join, read_json
+from marin_lab.store.experiment_record import read_experiment_record as read_record
 from marin_lab.store.layout import CORRUPT, MISSING, RUNS_DIR, experiments_dir
 from marin_lab.store.status import listed_status
 
 
 def read_experiment_record(url: str) -> dict[str, Any] | None:
-    """The experiment record at `url`; None when there is no such file. Raises RecordError when it
-    is unreadable, not JSON, not an object, or its `steps` is not a list."""
-    try:
-        record = read_json(url)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except (ValueError, UnicodeDecodeError, RecursionError, OSError) as err:
-        raise RecordError(url, f"unreadable ({type(err).__name__}: {err})") from None
-    if not isinstance(record, dict):
-        raise RecordError(url, "not a JSON object")
-    if not isinstance(record.get("steps"), list):
-        raise RecordError(url, "is not a list", field="steps")
-    return record
+    """The experiment record at `url` as written (`store.experiment_record` parses it); None when
+    there is no such file. Raises RecordError, naming the file, when it is damaged."""
+    record = read_record(url)
+    return None if record is None else record.to_json()
 
 
 def list_experiments(prefix: str) -> list[dict[str, Any]]:

@@ -25,6 +25,8 @@ from marin_lab.execution.resources import describe_resources
 from marin_lab.execution.secrets import redact
 from marin_lab.execution.status import Status, info_path, now_iso
 from marin_lab.io.fs import write_json
+from marin_lab.store.experiment_record import SCHEMA as EXPERIMENT_SCHEMA
+from marin_lab.store.experiment_record import ExperimentRecord
 
 logger = logging.getLogger(__name__)
 
@@ -154,31 +156,30 @@ class StepRecorder:
 
 
 def experiment_record(plan: Plan, *, script: str, stem: str, ident: str, code: dict[str, Any],
-                      description: str | None, prefix: str, driver: str) -> dict[str, Any]:
-    """The experiment record (`{prefix}/experiments/{script}-{hash8}.json`), redacted whole."""
-    record = {
-        "schema": 1,
-        "script": relative_script(script),
-        "name": stem,
-        "hash": ident,
-        "description": description,
-        "created": now_iso(),
-        "command_line": list(sys.argv),
-        "git": {"commit": code["commit"], "dirty": code["dirty"]},
-        "code": code,
-        "packages": package_versions(),
-        "prefix": prefix,
-        "driver": driver,
-        "steps": [
+                      description: str | None, prefix: str, driver: str) -> ExperimentRecord:
+    """The experiment record (`{prefix}/experiments/{script}-{hash8}.json`); redact its
+    `to_json()` whole when writing it."""
+    return ExperimentRecord(
+        schema=EXPERIMENT_SCHEMA,
+        script=relative_script(script),
+        name=stem,
+        hash=ident,
+        description=description,
+        created=now_iso(),
+        command_line=list(sys.argv),
+        git={"commit": code["commit"], "dirty": code["dirty"]},
+        code=code,
+        packages=package_versions(),
+        prefix=prefix,
+        driver=driver,
+        steps=[
             {"name": s.name, "identity": s.identity, "output_path": s.output_path,
              "info_path": info_path(s.output_path), "fn": s.fn_path,
              "dependencies": [d.identity for d in s.dependencies],
              "version": s.version, "config": redact(lenient_value(plan.resolve_config(s)))}
             for s in plan.steps
         ],
-    }
-    # Redacted whole: a secret in a versioned field, the command line or a URL is text too.
-    return redact(record)
+    )
 
 
 def under_prefix(url: str | None, prefix: str) -> str | None:

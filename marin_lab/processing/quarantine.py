@@ -46,6 +46,9 @@ from marin_lab.processing.shards import (
     check_policy,
     run_shards,
 )
+from marin_lab.store.bad_shards import bad_shards_url, read_bad_shards
+from marin_lab.store.errors import RecordError
+from marin_lab.store.layout import BAD_SHARDS_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +67,9 @@ __all__ = [
     "shard_names",
 ]
 
-REPORT_FILE = ".bad_shards.json"
+REPORT_FILE = BAD_SHARDS_FILE
 """In a step's output folder while the step is FAILED for bad shards: what `marin-lab rerun-shards` reads."""
-
-
-def report_url(output_path: str) -> str:
-    return mfs.join(output_path, REPORT_FILE)
+report_url = bad_shards_url
 
 
 def rerun_command(output_path: str) -> str:
@@ -77,22 +77,12 @@ def rerun_command(output_path: str) -> str:
 
 
 def read_report(output_path: str) -> dict[str, Any] | None:
-    """The bad-shard report of a step that FAILED for bad shards; None when there is none."""
-    url = report_url(output_path)
+    """The bad-shard report of a step that FAILED for bad shards (`store.bad_shards` parses it);
+    None when there is none. A damaged one is a ProcessingError naming the file."""
     try:
-        report = mfs.read_json_or_none(url)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ProcessingError(f"{url} is damaged ({type(err).__name__}: {err}); delete it and rerun the "
-                              "experiment with --force_run_failed true") from None
-    if report is not None and not (isinstance(report, dict) and isinstance(report.get("bad"), list)):
-        raise ProcessingError(f"{url} is damaged (not an object with a `bad` list); delete it and rerun the "
-                              "experiment with --force_run_failed true")
-    if report is not None:
-        for i, entry in enumerate(report["bad"]):
-            if not isinstance(entry, dict):
-                raise ProcessingError(f"{url} is damaged (bad[{i}] is {type(entry).__name__}, not an object naming a "
-                                      "shard); delete it and rerun the experiment with --force_run_failed true")
-    return report
+        return read_bad_shards(output_path)
+    except RecordError as err:
+        raise ProcessingError(str(err)) from None
 
 
 def shard_names(report: dict[str, Any] | None) -> list[str]:

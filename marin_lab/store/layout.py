@@ -30,6 +30,9 @@ ARTIFACT_RECORD_FILE = ".artifact.json"
 """Beside a name@version artifact's output: Marin's artifact record (`marin_lab.marin.artifact`)."""
 RESULTS_FILE = "results.json"
 """An evaluation step's results."""
+BAD_SHARDS_FILE = ".bad_shards.json"
+"""In a data step's output folder while the step is FAILED for bad shards: which shards, and why
+(`marin_lab.processing.quarantine` writes it; `marin_lab.store.bad_shards` parses it)."""
 LOGS_DIR = "logs"
 """Each attempt's captured output: `logs/attempt-{n}.log` (`step_log_url`); a launched run's driver
 logs sit in the same shape under its launch folder (`launch_log_url`)."""

@@ -1,4 +1,4 @@
-"""The step record (`.executor_info`) as types, with one reader; and reading experiment records.
+"""The step record (`.executor_info`) as types, with one reader.
 
 The on-disk JSON is the contract (docs/executor.md, "The step record"): these types describe it,
 they do not change it. `StepRecord.to_json()` writes the keys in the order the executor always

@@ -29,6 +29,7 @@ import jax
 
 from marin_lab.io import fs as mfs
 from marin_lab.store.layout import METRICS_FILE
+from marin_lab.store.metrics import parse_metrics
 from marin_lab.versioning import field_hints
 
 logger = logging.getLogger(__name__)
@@ -138,9 +139,8 @@ class MetricsLogger:
         # appears once and the file matches an unbroken run.
         self.lines: list[str] = []
         if resume_step and mfs.exists(self.url):
-            for line in mfs.read_text(self.url).splitlines():
-                if line.strip() and json.loads(line)["step"] < resume_step:
-                    self.lines.append(line)
+            kept = parse_metrics(mfs.read_bytes(self.url)).rows
+            self.lines.extend(json.dumps(row, sort_keys=True) for row in kept if row["step"] < resume_step)
         self._run = None
         self.output_path = output_path
         self.mode = wandb_config.resolved_mode()

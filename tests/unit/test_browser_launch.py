@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from marin_lab.browser.logs import read_log
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
-from marin_lab.cluster.launch_state import attempt_log_url, write_state
+from marin_lab.cluster.launch_state import LaunchRecordError, attempt_log_url, read_state, write_state
 
 
 def test_an_experiment_written_by_a_launched_driver_lists_its_attempts(tmp_path):
@@ -41,3 +43,18 @@ def test_no_launch_and_a_missing_launch_record_are_said_plainly(tmp_path):
     assert b.experiment("a-00000001")["launch"] is None
     gone = b.experiment("b-00000001")["launch"]
     assert gone["state"] == "missing" and gone["attempts"] == []
+
+
+def test_a_damaged_launch_record_is_the_same_line_in_the_browser_and_launch_status(tmp_path):
+    prefix = str(tmp_path)
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "c-00000001.json").write_text(json.dumps(
+        {"name": "c", "steps": [], "launch": {"run_id": "c-1"}}))
+    (tmp_path / "launches" / "c-1").mkdir(parents=True)
+    (tmp_path / "launches" / "c-1" / "launch.json").write_text(json.dumps(
+        {"run_id": "c-1", "status": "RUNNING", "attempts": [{"attempt": "1"}]}))
+    with pytest.raises(LaunchRecordError) as err:
+        read_state(prefix, "c-1")
+    assert "is damaged: attempts[0] is not an object with an integer `attempt`" in str(err.value)
+    launch = Browser(prefix, Roots.of([prefix])).experiment("c-00000001")["launch"]
+    assert launch["state"] == "corrupt" and launch["error"] == str(err.value) and launch["attempts"] == []

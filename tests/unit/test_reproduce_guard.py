@@ -146,7 +146,7 @@ _DELETE = object()
     (_set("code.stored_script", ["scripts/x.py"]), "field 'code.stored_script' is list"),
     (_set("code.script_sha256", _DELETE), "field 'code.script_sha256' is NoneType"),
     (_set("code.script", {"name": "x"}), "field 'code.script' is dict"),
-    (_set("code", "scripts/x.py"), "holds no stored script"),
+    (_set("code", "scripts/x.py"), "field 'code' is str, expected an object"),
 ])
 def test_a_record_with_fields_of_the_wrong_type_is_one_line_before_anything_runs(world, edit, message, capsys):
     record = write_record(world["original"], edit=edit)
