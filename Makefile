@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # finished the suite only 13% sooner (docs/benchmarks.md, "Test suite"), as the tests are CPU-bound.
 PYTEST_WORKERS ?= 0
 
-.PHONY: quickstart test lint venv test-venv system-deps bench clean
+.PHONY: quickstart test test-fast lint venv test-venv system-deps bench clean
 
 # pip's and setuptools' notices (the build backend's license deprecation box, once per install)
 # stay out of the console; errors still show.
@@ -49,6 +49,12 @@ lint: test-venv
 
 test: test-venv system-deps lint
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The inner loop: unit tests that start no Ray, Chromium or GCS emulator and are not marked slow
+# (scripts/mark_slow_tests.py marks them from a --durations log). Under 3 minutes on 2 cores.
+FAST_MARKERS := not slow and not ray and not browser and not gcs
+test-fast: test-venv
+	$(PY) -m pytest -q -m "$(FAST_MARKERS)" tests/unit $(PYTEST_ARGS)
 
 bench: test-venv
 	$(PIP_INSTALL) -c requirements/constraints.txt -e '.[test,tpu,bench]'

@@ -29,6 +29,7 @@ print(json.dumps({"own": ckpt.latest_checkpoint(root), "agreed": ckpt.agreed_lat
 """
 
 
+@pytest.mark.slow
 def test_two_processes_agree_on_process_0s_latest_checkpoint(tmp_path):
     port = free_port()
     root = tmp_path / "checkpoints"
@@ -51,6 +52,7 @@ def test_two_processes_agree_on_process_0s_latest_checkpoint(tmp_path):
     assert answers[1]["agreed"] == step4                     # ... the restored step does not
 
 
+@pytest.mark.slow
 def test_finetune_resumes_from_the_agreed_checkpoint(monkeypatch, tmp_path):
     """finetune_lm asks for the agreed checkpoint, never this host's own listing."""
     import dataclasses

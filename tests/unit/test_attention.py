@@ -24,6 +24,7 @@ from marin_lab.training.train_step import StepSettings, make_train_step, state_s
 T = 128
 
 
+@pytest.mark.slow
 def test_splash_matches_einsum_forward_and_gradients():
     # Two query heads sharing one kv head (grouped-query; here also multi-query), two sequences (the
     # kernel is vmapped over the batch). Interpret mode compiles slowly: one program, both passes.
@@ -44,6 +45,7 @@ def test_splash_matches_einsum_forward_and_gradients():
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_compiled_tpu_train_step_calls_the_splash_kernel(monkeypatch):
     pytest.importorskip("libtpu", reason="the TPU compiler comes with the libtpu extra (make test installs it)")
     # Compiling attaches no TPU: let other processes compile at the same time (libtpu's lockfile).

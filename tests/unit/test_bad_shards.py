@@ -65,6 +65,7 @@ def _attempts(out, name) -> int:
     return len(open(out / f"{name}.attempts").read())
 
 
+@pytest.mark.slow
 def test_a_bad_shard_is_retried_then_named_and_the_others_finish(tmp_path):
     tasks = [(n, str(tmp_path)) for n in ("a", "raise-1", "b")]
     with pytest.raises(BadShardsError) as info:
@@ -93,6 +94,7 @@ def test_within_the_allowance_the_step_succeeds_and_lists_what_was_left_out(tmp_
     assert any(r.getMessage().startswith("extract: 2/2 shards done (1 bad) in ") for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_a_hung_shard_is_killed_at_its_time_limit(tmp_path):
     start = time.monotonic()
     outcome = run_shards(shard_fn, [("hang-1", str(tmp_path)), ("a", str(tmp_path))], num_workers=2,
@@ -101,6 +103,7 @@ def test_a_hung_shard_is_killed_at_its_time_limit(tmp_path):
     assert outcome.bad[0]["attempts"][0]["kind"] == "time_limit" and outcome.results[1] == "A"
 
 
+@pytest.mark.slow
 def test_when_every_worker_dies_the_step_fails_saying_so(tmp_path, monkeypatch):
     events = tmp_path / "memory.events"
     events.write_text("oom_kill 0\n")
@@ -114,6 +117,7 @@ def test_when_every_worker_dies_the_step_fails_saying_so(tmp_path, monkeypatch):
     assert sorted(kinds.values()) == ["out_of_memory", "worker_died"], kinds
 
 
+@pytest.mark.slow
 def test_extract_keeps_good_shards_and_records_a_bad_one_within_its_allowance(tmp_path):
     from marin_lab.io.documents import list_shards, read_documents
     from marin_lab.processing.extract import ExtractConfig, extract
@@ -134,6 +138,7 @@ def test_extract_keeps_good_shards_and_records_a_bad_one_within_its_allowance(tm
 
 
 
+@pytest.mark.slow
 def test_a_shard_that_runs_out_of_memory_is_told_apart_from_an_exception(tmp_path):
     """A real allocation past the shard's address-space limit: MemoryError, recorded as out_of_memory."""
     tasks = [(n, str(tmp_path)) for n in ("mem-1", "raise-2")]
@@ -169,6 +174,7 @@ def tokenizer_dir(tmp_path_factory):
     return str(root / "tokenizer")
 
 
+@pytest.mark.slow
 def test_tokenize_names_a_bad_shard_and_the_rerun_command_or_leaves_it_out_within_its_allowance(
         tmp_path, tokenizer_dir):
     _corrupt_corpus(tmp_path / "docs")
@@ -193,6 +199,7 @@ def test_tokenize_names_a_bad_shard_and_the_rerun_command_or_leaves_it_out_withi
     assert read_report(str(out)) is None  # the step ended well: no report left to rerun from
 
 
+@pytest.mark.slow
 def test_a_ledger_without_left_out_shards_is_unchanged(tmp_path, tokenizer_dir):
     make_document_shards(tmp_path / "docs", shards=2, per_shard=10, ext="jsonl.gz")
     plain = tokenize(TokenizeConfig(input_path=str(tmp_path / "docs"), output_path=str(tmp_path / "a"),
@@ -203,6 +210,7 @@ def test_a_ledger_without_left_out_shards_is_unchanged(tmp_path, tokenizer_dir):
     assert "bad_shards" not in plain and guarded["bad_shards"] == []
 
 
+@pytest.mark.slow
 def test_a_rerun_of_bad_shards_allows_none(tmp_path):
     """`marin-lab rerun-shards` marks the report: the step is SUCCESS only when every shard is done."""
     report = {"step": "x", "bad": [{"task": 1, "shard": "b", "attempts": []}]}
@@ -226,6 +234,7 @@ def test_filter_heuristics_leaves_a_bad_shard_out_within_its_allowance(tmp_path)
     assert not (tmp_path / "out" / "data" / "part-00001.jsonl.gz").exists()
 
 
+@pytest.mark.slow
 def test_dedup_needs_every_shard_and_a_rerun_gives_the_bytes_of_a_clean_run(tmp_path):
     """Dedup is global: no allowance (one line), a bad shard fails the step with the others' hashes
     kept, and once it reads again the rerun redoes only it and writes what a clean run writes."""
@@ -259,6 +268,7 @@ def test_dedup_needs_every_shard_and_a_rerun_gives_the_bytes_of_a_clean_run(tmp_
         assert (out / "data" / name).read_bytes() == (tmp_path / "clean" / "data" / name).read_bytes()
 
 
+@pytest.mark.slow
 def test_tokenize_instructions_leaves_a_bad_shard_out_and_its_ledger_says_so(tmp_path, tokenizer_dir):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.jsonl").write_text(
@@ -275,6 +285,7 @@ def test_tokenize_instructions_leaves_a_bad_shard_out_and_its_ledger_says_so(tmp
     assert [e["shard"] for e in ledger["left_out"]] == [str(tmp_path / "in" / "b.jsonl.gz")]
 
 
+@pytest.mark.slow
 def test_fuzzy_dedup_names_a_bad_shard_in_its_signature_phase_and_reruns_only_it(tmp_path):
     docs = _corrupt_corpus(tmp_path / "docs", bad=(0,))
     out = tmp_path / "out"

@@ -9,6 +9,8 @@ import linecache
 import sys
 import textwrap
 
+import pytest
+
 from marin_lab.execution.code_provenance import function_fingerprint
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.records import read_step_record
@@ -54,6 +56,7 @@ def test_the_fingerprint_follows_the_function_and_its_helpers_only(tmp_path, mon
     assert function_fingerprint(len) is None
 
 
+@pytest.mark.slow
 def test_a_reused_step_whose_code_changed_gets_one_line(tmp_path, capsys):
     prefix = str(tmp_path / "store")
     report = Executor(prefix, backend="local").run(five_step_dag())
@@ -79,6 +82,7 @@ def test_a_reused_step_whose_code_changed_gets_one_line(tmp_path, capsys):
     assert {d.action for d in plan.decisions} == {"skip"}
 
 
+@pytest.mark.slow
 def test_a_status_without_a_fingerprint_says_nothing(tmp_path):
     prefix = str(tmp_path / "store")
     report = Executor(prefix, backend="local").run(five_step_dag())

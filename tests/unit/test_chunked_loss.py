@@ -11,6 +11,7 @@ from marin_lab.models.llama import init_params, lm_loss
 from marin_lab.training.testing import tiny_model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("tie", "chunk"), [(False, 8), (True, 10)])  # 10: a padded last chunk
 def test_chunked_loss_gives_the_whole_logits_loss_and_gradients(tie, chunk):
     cfg = tiny_model(tie_embeddings=tie, num_layers=1)
@@ -38,6 +39,7 @@ def _compiled_grad(cfg, tokens, chunk_size):
     return fn.lower(params).compile()
 
 
+@pytest.mark.slow
 def test_chunked_loss_never_holds_the_whole_logits():
     # A vocabulary large enough that the logits are the step's largest activation.
     cfg = tiny_model(vocab_size=4096, hidden_dim=16, intermediate_dim=32, num_layers=1, max_seq_len=64)

@@ -154,6 +154,7 @@ def test_training_rejects_same_labels_and_empty_classes(tmp_path):
             output_path=cfg.output_path))
 
 
+@pytest.mark.slow
 def test_classify_filter_names_a_bad_shard_and_keeps_the_others(lid, tmp_path):
     """A shard that cannot be read (not gzip) under a shard policy: the others are filtered and kept."""
     root, _ = lid

@@ -111,6 +111,7 @@ def test_experiment_record_holds_the_script_the_diff_and_package_versions(repo, 
     assert json.dumps(step_record).count("an experiment nobody committed") == 0  # the text lives once
 
 
+@pytest.mark.slow
 def test_browser_shows_the_experiment_script_and_its_diff(repo, tmp_path):
     from marin_lab.browser.paths import Roots
     from marin_lab.browser.records import Browser

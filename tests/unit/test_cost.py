@@ -195,6 +195,7 @@ def test_unreadable_or_malformed_price_files_are_one_line(tmp_path):
 
 # ---- the dry run ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_plan_shows_estimated_cost_and_what_reuse_saves(tmp_path, capsys):
     prefix = str(tmp_path / "store")
     Executor(prefix, backend="local").run(five_step_dag())

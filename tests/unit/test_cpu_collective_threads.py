@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from marin_lab.training.distributed import leave_threads_for_collectives
 
 
@@ -29,6 +31,7 @@ print(sum(n == "tf_XLAEigen" for n in names))
 """
 
 
+@pytest.mark.slow
 def test_the_cpu_client_sizes_its_pool_from_the_variable():
     """The mechanism itself, on this jaxlib: the pool XLA starts has NPROC threads."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}

@@ -53,6 +53,7 @@ def test_success_beside_a_damaged_record_is_not_done(tmp_path, kind):
     assert str(err.value) == st["damage"]
 
 
+@pytest.mark.slow
 def test_garbage_record_and_status_do_not_jam_the_step(done_step):
     prefix, out = done_step
     (out / ".executor_info").write_text("{garbage")
@@ -65,6 +66,7 @@ def test_garbage_record_and_status_do_not_jam_the_step(done_step):
     assert again.decisions[0].action == "skip" and not again.executed
 
 
+@pytest.mark.slow
 def test_success_with_damaged_record_and_changed_unversioned_field_runs_again(done_step):
     prefix, out = done_step
     (out / ".executor_info").write_text("{garbage")
@@ -78,6 +80,7 @@ def _write_experiment(prefix: pathlib.Path, name: str, content: bytes) -> None:
     (prefix / "experiments" / name).write_bytes(content)
 
 
+@pytest.mark.slow
 def test_status_command_shows_damaged_experiments_and_steps(done_step, capsys):
     prefix, out = done_step
     _write_experiment(prefix, "garbage-00000001.json", b"{garbage")

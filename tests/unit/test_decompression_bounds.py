@@ -38,6 +38,7 @@ def _peak(fn) -> int:
         tracemalloc.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec,suffix", [("zstd", ".jsonl.zst"), ("gzip", ".jsonl.gz")])
 def test_a_decompression_bomb_is_read_in_bounded_memory(tmp_path, codec, suffix):
     path = tmp_path / f"bomb{suffix}"

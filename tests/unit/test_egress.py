@@ -318,6 +318,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.slow
 def test_the_dry_run_and_explain_commands_need_no_credentials(tmp_path):
     """As a CI job without credentials runs them: no key file, no gcloud config, no metadata server."""
     import os

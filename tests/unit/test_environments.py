@@ -62,6 +62,7 @@ def test_lock_hash_names_a_missing_interpreter_or_constraints_file(tmp_path: Pat
         StepEnvironment(("six",), constraints=str(tmp_path / "missing.lock"), python=PYTHON).lock_hash()
 
 
+@pytest.mark.slow
 def test_built_environment_is_isolated_locked_and_recorded(six_env: tuple[StepEnvironment, str, str]) -> None:
     env, cache, python = six_env
     env_dir = Path(cache) / env.lock_hash()
@@ -78,6 +79,7 @@ def test_built_environment_is_isolated_locked_and_recorded(six_env: tuple[StepEn
     assert info["packages"] == {"six": "1.17.0", "jax": None}  # this venv's jax does not leak in
 
 
+@pytest.mark.slow
 def test_second_ensure_reuses_the_environment(six_env: tuple[StepEnvironment, str, str], caplog) -> None:
     env, cache, python = six_env
     before = (Path(cache) / env.lock_hash() / ".lock_hash").stat().st_mtime_ns
@@ -87,6 +89,7 @@ def test_second_ensure_reuses_the_environment(six_env: tuple[StepEnvironment, st
     assert (Path(cache) / env.lock_hash() / ".lock_hash").stat().st_mtime_ns == before
 
 
+@pytest.mark.slow
 def test_remote_exception_is_reraised_with_its_traceback(six_env: tuple[StepEnvironment, str, str]) -> None:
     _, _, python = six_env
     with pytest.raises(RuntimeError, match="ModuleNotFoundError: No module named 'jax'") as info:
@@ -96,12 +99,14 @@ def test_remote_exception_is_reraised_with_its_traceback(six_env: tuple[StepEnvi
     assert "importlib" in info.value.traceback_text
 
 
+@pytest.mark.slow
 def test_worker_that_dies_without_an_answer_is_reported(six_env: tuple[StepEnvironment, str, str]) -> None:
     _, _, python = six_env
     with pytest.raises(EnvironmentStepError, match="exited with code 3 without an answer"):
         run_in_environment(python, os._exit, 3)
 
 
+@pytest.mark.slow
 def test_nested_functions_are_refused_before_starting(six_env: tuple[StepEnvironment, str, str]) -> None:
     _, _, python = six_env
 
@@ -125,6 +130,7 @@ def test_config_module_whose_package_init_needs_missing_packages_still_loads(
     assert json.loads(run_in_environment(python, lb.render_levanter_yaml, config)) == lb.levanter_config_dict(config)
 
 
+@pytest.mark.slow
 def test_failed_build_leaves_nothing_and_shows_pip_output(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     missing = tmp_path / "no-such-dir" / "pkg-1.0-py3-none-any.whl"

@@ -40,6 +40,7 @@ def test_every_experiment_file_is_found():
     assert "experiments/tutorial/train_tiny_model_cpu.py" in EXPERIMENTS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", EXPERIMENTS)
 def test_experiment_plans_offline_on_a_fresh_machine(script, tmp_path):
     home = tmp_path / "home"

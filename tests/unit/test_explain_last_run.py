@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
 from marin_lab.cli import main as cli_main
@@ -35,6 +37,7 @@ def _run(script, prefix):
     Executor(prefix, backend="local", script=script).run(steps)
 
 
+@pytest.mark.slow
 def test_explain_compares_with_this_experiments_last_run(tmp_path, capsys):
     prefix = str(tmp_path / "store")
     exp_a = _script(tmp_path / "exp_a.py", "a1")
@@ -78,6 +81,7 @@ def _decision(script, prefix):
     return decision
 
 
+@pytest.mark.slow
 def test_the_dry_run_compares_a_new_step_with_this_experiments_last_run(tmp_path):
     prefix, exp_a = _three_runs(tmp_path)
     decision = _decision(exp_a, prefix)
@@ -92,6 +96,7 @@ def test_the_dry_run_compares_a_new_step_with_this_experiments_last_run(tmp_path
     assert "from any experiment" not in decision.reason  # no run of exp_c at all: nothing else to compare with
 
 
+@pytest.mark.slow
 def test_a_step_the_last_run_did_not_have_is_compared_from_any_experiment(tmp_path):
     prefix, exp_a = _three_runs(tmp_path)
     exp_y = tmp_path / "exp_y.py"  # another experiment records 'shared/y'
@@ -112,6 +117,7 @@ def test_a_step_the_last_run_did_not_have_is_compared_from_any_experiment(tmp_pa
     assert by_name["shared/y"].notes == ("text: 'y0' -> 'y1'",)
 
 
+@pytest.mark.slow
 def test_the_browser_explains_a_step_against_its_experiments_previous_run(tmp_path):
     prefix, exp_a = _three_runs(tmp_path)
     _run(exp_a, prefix)  # exp_a's second run, 'a2'

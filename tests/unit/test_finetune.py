@@ -81,6 +81,7 @@ def _loss(summary):
     return summary["eval_loss_before"]["qa"], summary["eval_loss_after"]["qa"]
 
 
+@pytest.mark.slow
 def test_every_mode_cuts_the_response_loss_from_one_starting_point(runs):
     for mode, summary in runs.items():
         before, after = _loss(summary)
@@ -90,6 +91,7 @@ def test_every_mode_cuts_the_response_loss_from_one_starting_point(runs):
     assert _loss(runs["qlora"])[0] == pytest.approx(_loss(runs["lora"])[0], abs=0.01)
 
 
+@pytest.mark.slow
 def test_adapter_runs_train_and_checkpoint_adapters_only(runs):
     full, lora, qlora = runs["full"], runs["lora"], runs["qlora"]
     assert lora["trainable_params"] == qlora["trainable_params"] < full["trainable_params"] / 5
@@ -103,6 +105,7 @@ def test_adapter_runs_train_and_checkpoint_adapters_only(runs):
     assert meta["mode"] == "lora" and meta["lora"]["rank"] == 8
 
 
+@pytest.mark.slow
 def test_merged_checkpoint_and_hf_export(runs):
     lora = runs["lora"]
     params = ckpt.load_params(lora["merged_path"], jax.eval_shape(lambda: init_params(MODEL, jax.random.key(0))))
@@ -113,6 +116,7 @@ def test_merged_checkpoint_and_hf_export(runs):
     assert mfs.read_json(f"{lora['hf_path']}/config.json")["model_type"] == "llama"
 
 
+@pytest.mark.slow
 def test_stop_and_resume_equals_unbroken_run_and_quantize_base_is_reused(runs, setup, tmp_path):
     root, cache, base = setup
     cfg = _config(tmp_path / "resumed", cache, base, mode="qlora")
@@ -130,6 +134,7 @@ def test_stop_and_resume_equals_unbroken_run_and_quantize_base_is_reused(runs, s
         finetune_lm(_config(tmp_path / "bad", cache, str(tmp_path / "nf4"), mode="lora"))
 
 
+@pytest.mark.slow
 def test_remat_keeps_the_loss_and_lowers_compiled_temp_memory():
     model = tiny_model(num_layers=3)
     params = quantize_params(init_params(model, jax.random.key(0)), QuantConfig())

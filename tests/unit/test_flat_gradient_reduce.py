@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = r"""
 import json, re
 import jax, numpy as np
@@ -52,6 +54,7 @@ def _results() -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_data_parallel_step_reduces_all_gradients_in_one_buffer_and_trains_like_fsdp():
     import numpy as np
 

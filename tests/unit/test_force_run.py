@@ -30,6 +30,7 @@ def test_a_bad_force_run_regex_is_one_line():
         parse_flags(["--force_run", "("])
 
 
+@pytest.mark.slow
 def test_forced_steps_run_again_and_are_shown_forced(tmp_path, capsys):
     log = str(tmp_path / "log")
     prefix = str(tmp_path / "store")
@@ -71,6 +72,7 @@ def test_force_run_matching_no_step_names_the_steps(tmp_path):
         Executor(str(tmp_path), backend="local").run(five_step_dag(), dry_run=True, force_run=["nope"])
 
 
+@pytest.mark.slow
 def test_executor_main_passes_force_run(tmp_path, capsys):
     from marin_lab.execution.main import executor_main
 

@@ -34,6 +34,7 @@ def _reference_greedy(params, config, prompt, n):
     return seq[len(prompt):]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tie", [False, True])
 def test_greedy_with_cache_equals_argmax_of_the_full_forward(tie):
     config = dataclasses.replace(CONFIG, tie_embeddings=tie)
@@ -46,6 +47,7 @@ def test_greedy_with_cache_equals_argmax_of_the_full_forward(tie):
     assert len({tuple(t) for t in got}) > 1  # not a degenerate model that repeats one answer
 
 
+@pytest.mark.slow
 def test_batching_does_not_change_the_tokens(params):
     sampling = SamplingConfig(max_new_tokens=8, temperature=0.9, top_p=0.8, seed=3)
     one_batch = generate_tokens(params, CONFIG, PROMPTS, sampling, batch_size=8)
@@ -53,6 +55,7 @@ def test_batching_does_not_change_the_tokens(params):
     assert one_batch == one_each
 
 
+@pytest.mark.slow
 def test_sampling_is_reproducible_for_a_seed_and_differs_across_seeds(params):
     def run(seed):
         return generate_tokens(params, CONFIG, PROMPTS, SamplingConfig(max_new_tokens=16, temperature=1.5,
@@ -64,6 +67,7 @@ def test_sampling_is_reproducible_for_a_seed_and_differs_across_seeds(params):
     assert a != greedy
 
 
+@pytest.mark.slow
 def test_top_p_small_is_greedy(params):
     # A nucleus of the single most likely token is the argmax, whatever the seed and temperature.
     nucleus = generate_tokens(params, CONFIG, PROMPTS, SamplingConfig(max_new_tokens=10, temperature=2.0,
@@ -71,6 +75,7 @@ def test_top_p_small_is_greedy(params):
     assert nucleus == generate_tokens(params, CONFIG, PROMPTS, SamplingConfig(max_new_tokens=10))
 
 
+@pytest.mark.slow
 def test_stop_token_and_max_tokens(params):
     free = generate_tokens(params, CONFIG, PROMPTS, SamplingConfig(max_new_tokens=10))
     assert all(len(t) == 10 for t in free)
@@ -88,6 +93,7 @@ def test_stop_token_and_max_tokens(params):
     assert short == [t[:3] for t in free]
 
 
+@pytest.mark.slow
 def test_prompts_longer_than_the_context_are_cut_from_the_left_and_counted(params):
     long_prompt = [int(x) for x in np.random.default_rng(0).integers(0, 97, size=100)]
     sampling = SamplingConfig(max_new_tokens=14)
@@ -122,6 +128,7 @@ class _CharTokenizer:
         return "".join(chr(i + 32) for i in ids)
 
 
+@pytest.mark.slow
 def test_stop_strings_cut_the_text_and_end_the_row(params):
     tok = _CharTokenizer()
     prompts = ["abc", "hello world"]

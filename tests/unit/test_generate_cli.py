@@ -66,6 +66,7 @@ def test_load_model_from_a_run_or_a_step_folder(run):
         load_model(str(out / "nothing"))
 
 
+@pytest.mark.slow
 def test_load_lora_and_qlora_adapters_merged_into_their_base(run):
     root, out, _, model, params = run
     lora = LoraConfig(rank=4, alpha=8.0, dropout=0.0)
@@ -103,6 +104,7 @@ def _cli(capsys, *argv):
     return code, captured.out, captured.err
 
 
+@pytest.mark.slow
 def test_cli_generates_what_the_api_generates(run, capsys):
     _, out, tok, model, params = run
     code, stdout, err = _cli(capsys, str(out), "--prompt", "the cat", "--prompt", "a dog sat on the",
@@ -121,6 +123,7 @@ def test_cli_generates_what_the_api_generates(run, capsys):
     assert first[0] == 0 and first[1] == again[1] and first[1].startswith("the")
 
 
+@pytest.mark.slow
 def test_cli_chat_fine_tune_renders_the_template(run, capsys):
     root, out, tok, model, params = run
     ft = root / "chat_ft"

@@ -57,6 +57,7 @@ def test_getting_started_runs_as_written(tmp_path):
     assert not (work / "marin_store").exists()  # cleaned up
 
 
+@pytest.mark.slow
 def test_the_readme_experiment_plans(tmp_path):
     """README.md's one `python` block plans as written (its `console` blocks install and run the suite)."""
     with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as f:

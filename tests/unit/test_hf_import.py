@@ -36,6 +36,7 @@ def hf_model(tmp_path_factory):
     return str(path), tokens, logits
 
 
+@pytest.mark.slow
 def test_imported_llama_gives_transformers_logits(hf_model):
     path, tokens, theirs = hf_model
     config, params = import_hf(path)
@@ -50,6 +51,7 @@ def dict_to_jnp(tree):
     return {k: dict_to_jnp(v) if isinstance(v, dict) else jnp.asarray(v) for k, v in tree.items()}
 
 
+@pytest.mark.slow
 def test_checkpoint_of_another_shape_names_tensor_and_field(hf_model):
     path, _, _ = hf_model
     config, _ = import_hf(path)

@@ -45,6 +45,7 @@ def silent_port():
     srv.close()
 
 
+@pytest.mark.slow
 def test_an_address_that_is_not_ray_is_one_line_within_seconds(tmp_path, capsys, silent_port):
     prefix = str(tmp_path / "p")
     started = time.monotonic()

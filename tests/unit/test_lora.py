@@ -29,6 +29,7 @@ def bases():
 TOKENS = jax.random.randint(jax.random.key(2), (2, 17), 0, MODEL.vocab_size)
 
 
+@pytest.mark.slow
 def test_qlora_logits_at_init_equal_the_dequantized_base_exactly(bases):
     _, quantized, dense = bases
     adapters = init_lora(CFG, MODEL, jax.random.key(1))
@@ -38,6 +39,7 @@ def test_qlora_logits_at_init_equal_the_dequantized_base_exactly(bases):
     assert bool(jnp.array_equal(logits(apply_lora(quantized, adapters, CFG)), logits(dense)))
 
 
+@pytest.mark.slow
 def test_adapter_gradients_through_custom_vjp_equal_materialized_reference(bases):
     _, quantized, dense = bases
     adapters = init_lora(CFG, MODEL, jax.random.key(1))
@@ -58,6 +60,7 @@ def test_adapter_gradients_through_custom_vjp_equal_materialized_reference(bases
             assert rel <= 1e-5, (name, part, rel)
 
 
+@pytest.mark.slow
 def test_merge_then_unmerge_round_trips_and_merged_model_computes_the_same(bases):
     params, quantized, _ = bases
     adapters = init_lora(CFG, MODEL, jax.random.key(1))
@@ -69,6 +72,7 @@ def test_merge_then_unmerge_round_trips_and_merged_model_computes_the_same(bases
                                logits(apply_lora(quantized, adapters, CFG)), atol=2e-5)
 
 
+@pytest.mark.slow
 def test_kaiming_uniform_a_and_dropout_only_when_keyed(bases):
     params, _, _ = bases
     cfg = LoraConfig(rank=4, dropout=0.5, target_modules=("q_proj", "w_down"))
@@ -84,6 +88,7 @@ def test_kaiming_uniform_a_and_dropout_only_when_keyed(bases):
     assert not bool(jnp.array_equal(plain, dropped))
 
 
+@pytest.mark.slow
 def test_modules_to_save_embeddings_train_like_full_finetuning_and_replace_the_base_on_merge(bases):
     params, quantized, _ = bases
     cfg = LoraConfig(rank=8, alpha=16.0, dropout=0.0, modules_to_save=("embed_tokens",))
@@ -107,6 +112,7 @@ def test_modules_to_save_embeddings_train_like_full_finetuning_and_replace_the_b
     assert bool(jnp.array_equal(apply_lora(quantized, trained, cfg)["embed"], trained["embed"]))
 
 
+@pytest.mark.slow
 def test_embedding_adapter_starts_at_the_base_learns_and_merges_like_peft(bases):
     params, quantized, _ = bases
     cfg = LoraConfig(rank=4, alpha=8.0, dropout=0.0, target_modules=("q_proj", "embed_tokens"))

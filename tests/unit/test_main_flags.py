@@ -31,6 +31,7 @@ def test_bad_run_only_regex_is_one_clear_line(bad):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_executor_info_base_path_flag(tmp_path, capsys, monkeypatch):
     # The experiment script is `__main__`'s file: pytest's own, or none in a pytest-xdist worker.
     script = tmp_path / "experiment.py"

@@ -50,6 +50,7 @@ def _files(root: Path) -> list[str]:
 # --- a Marin tutorial, end to end --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_marin_hello_world_tutorial_runs_end_to_end(tmp_path, capsys, monkeypatch):
     """Marin's experiments/tutorials/hello_world.py (current API), imports changed only."""
     tmp_path, scratch = tmp_path / "store", tmp_path / "scratch"
@@ -113,6 +114,7 @@ def _upper(input_path: str, output_path: str) -> None:
     Path(output_path, "text.txt").write_text(Path(input_path, "text.txt").read_text().upper())
 
 
+@pytest.mark.slow
 def test_one_dag_mixes_hashed_steps_and_name_version_artifacts(tmp_path, monkeypatch):
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path))
     hashed = ExecutorStep(name="raw/text", fn=write_text, config=WriteConfig(text="hello"))
@@ -194,6 +196,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.slow
 def test_explain_names_the_recipe_fields_that_drifted(tmp_path, monkeypatch, capsys, caplog):
     script = tmp_path / "toy_experiment.py"
     script.write_text(_EXPERIMENT)

@@ -175,6 +175,7 @@ def test_a_finished_marin_output_is_reused_and_never_written(tmp_path):
     assert {p.name: p.stat().st_mtime_ns for p in marin_out.iterdir()} == before
 
 
+@pytest.mark.slow
 def test_closure_and_local_config_run_on_the_local_backend(tmp_path):
     @dataclasses.dataclass(frozen=True)
     class Local:
@@ -258,6 +259,7 @@ def evaluate_checkpoint(cfg: CheckpointsConfig) -> None:
         f.write("seen step-1")
 
 
+@pytest.mark.slow
 def test_nonblocking_input_runs_beside_a_training_step_still_running(tmp_path):
     """Marin's use of `.nonblocking()`: evaluate the checkpoints of a run that has not finished.
     Waiting for the trainer would deadlock here (it finishes only after the evaluator has run)."""

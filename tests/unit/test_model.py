@@ -25,6 +25,7 @@ def test_invalid_shape_names_the_field():
         LlamaConfig(num_heads=8, num_kv_heads=3).validate()
 
 
+@pytest.mark.slow
 def test_forward_is_causal():
     cfg = tiny_model()
     params = init_params(cfg, jax.random.key(0))
@@ -36,6 +37,7 @@ def test_forward_is_causal():
     assert not np.allclose(np.asarray(a[0, 10:]), np.asarray(b[0, 10:]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tie", [False, True])
 def test_einsum_attention_matches_jax_dot_product_attention(tie):
     cfg = tiny_model(tie_embeddings=tie)
@@ -46,6 +48,7 @@ def test_einsum_attention_matches_jax_dot_product_attention(tie):
     np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_gradient_checkpointing_gives_the_same_gradients():
     cfg = tiny_model()
     params = init_params(cfg, jax.random.key(0))
@@ -59,6 +62,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_z_loss_adds_a_positive_term():
     cfg = tiny_model()
     params = init_params(cfg, jax.random.key(0))
@@ -70,6 +74,7 @@ def test_z_loss_adds_a_positive_term():
     assert float(with_z) > float(plain) and float(ce_z) == pytest.approx(float(ce))
 
 
+@pytest.mark.slow
 def test_bf16_compute_stays_close_to_fp32():
     cfg = tiny_model()
     params = init_params(cfg, jax.random.key(0))
@@ -80,6 +85,7 @@ def test_bf16_compute_stays_close_to_fp32():
     np.testing.assert_allclose(np.asarray(bf16, np.float32), np.asarray(f32), atol=0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tie", [False, True])
 def test_hf_export_matches_transformers_logits(tmp_path, tie):
     import torch  # the test extra installs it; a missing torch must fail, not skip

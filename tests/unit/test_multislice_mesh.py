@@ -126,6 +126,7 @@ print(json.dumps({"one": run(MeshConfig(fsdp=-1)), "two": run(MeshConfig(slices=
 """
 
 
+@pytest.mark.slow
 def test_two_simulated_slices_in_one_process_train_like_one_slice():
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=900)

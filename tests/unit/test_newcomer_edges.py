@@ -30,6 +30,7 @@ def test_a_real_flag_still_parses():
     assert parse_flags(["--dry_run", "true", "--prefix", "/p"]).dry_run is True
 
 
+@pytest.mark.slow
 def test_status_into_a_closed_pipe_is_quiet(tmp_path):
     store = tmp_path / "store" / "experiments"
     store.mkdir(parents=True)
@@ -45,6 +46,7 @@ def test_status_into_a_closed_pipe_is_quiet(tmp_path):
     assert "BrokenPipeError" not in err and "Traceback" not in err, err
 
 
+@pytest.mark.slow
 def test_a_prefix_with_no_experiments_gets_one_line_then_none(tmp_path, caplog):
     prefix = str(tmp_path / "store")
     with caplog.at_level(logging.WARNING, logger="marin_lab.execution.executor"):

@@ -22,6 +22,7 @@ def _normal(shape, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
+@pytest.mark.slow
 def test_nf4_levels_are_normal_quantiles_with_exact_zero(bnb):
     derived = normal_float_code()
     np.testing.assert_allclose(derived, NF4_CODE, atol=1e-6)
@@ -29,11 +30,13 @@ def test_nf4_levels_are_normal_quantiles_with_exact_zero(bnb):
     assert len(NF4_CODE) == 16 and NF4_CODE[0] == -1.0 and NF4_CODE[-1] == 1.0 and 0.0 in NF4_CODE
 
 
+@pytest.mark.slow
 def test_dynamic_code_matches_bitsandbytes(bnb):
     # Within one float32 ulp: torch's linspace rounds a few fraction edges the other way.
     np.testing.assert_allclose(DYNAMIC_CODE, bnb.create_dynamic_map(signed=True).numpy(), rtol=0, atol=1.2e-7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("double_quant", [False, True])
 def test_packed_levels_equal_bitsandbytes(bnb, double_quant):
     import torch
@@ -54,6 +57,7 @@ def test_packed_levels_equal_bitsandbytes(bnb, double_quant):
         np.testing.assert_allclose(np.asarray(ours.dequantize()), theirs, rtol=0.02, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_round_trip_beats_int4_absmax_and_keeps_zero():
     w = _normal((4, 128, 256), seed=1)
     w[0, :7, :] = 0.0  # whole zero rows, and scattered zeros
@@ -70,6 +74,7 @@ def test_round_trip_beats_int4_absmax_and_keeps_zero():
     assert nf4_rmse < int4_rmse, (nf4_rmse, int4_rmse)
 
 
+@pytest.mark.slow
 def test_double_quant_absmax_error_within_one_percent():
     w = _normal((2, 512, 1024), seed=2)
     q = quantize_nf4(jnp.asarray(w), double_quant=True)
@@ -94,6 +99,7 @@ def test_block_size_that_does_not_divide_is_refused_with_the_weight_name():
         quantize_nf4(jnp.ones((64, 64)), 63)
 
 
+@pytest.mark.slow
 def test_matmul_gradient_and_residuals():
     w = jnp.asarray(_normal((2, 64, 96), seed=3))
     q = quantize_nf4(w)
@@ -116,6 +122,7 @@ def test_matmul_gradient_and_residuals():
     assert (64, 96) not in float_residuals and (5, 64) not in float_residuals, float_residuals
 
 
+@pytest.mark.slow
 def test_a_second_level_scale_without_its_offset_is_refused():
     q = quantize_nf4(jnp.asarray(_normal((64, 64), seed=3)), double_quant=True)
     with pytest.raises(QuantizationError, match="absmax_scale needs absmax_offset"):

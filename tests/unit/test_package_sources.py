@@ -73,6 +73,7 @@ def run_script(*args: str, env: dict) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_quickstart_help_and_dry_run_fetch_nothing(offline, tmp_path):
     cache, calls = offline
     env = {**os.environ, "MARIN_PREFIX": str(tmp_path / "store")}
@@ -201,6 +202,7 @@ def test_malformed_package_sources_say_what_a_valid_one_looks_like(text, fragmen
         parse_package_source(text)
 
 
+@pytest.mark.slow
 def test_unfetchable_package_fails_its_step_with_one_line(offline, tmp_path):
     """Through the executor: the error names the step, the package and what to do, on one line."""
     script = tmp_path / "bad_source.py"

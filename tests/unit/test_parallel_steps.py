@@ -17,6 +17,7 @@ def _steps(meeting_dir: str, n: int) -> list[ExecutorStep]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
 def test_independent_steps_run_concurrently(tmp_path, backend, request):
     if backend == "ray":
@@ -27,6 +28,7 @@ def test_independent_steps_run_concurrently(tmp_path, backend, request):
     assert len(list((tmp_path / "met").iterdir())) == n
 
 
+@pytest.mark.slow
 def test_one_at_a_time_cannot_meet(tmp_path):
     """The check above can fail: with max_concurrent=1 the first step waits alone and times out."""
     steps = [ExecutorStep(name=f"meet{i}", fn=rendezvous,

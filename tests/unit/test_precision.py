@@ -46,11 +46,13 @@ def _stats(x: jax.Array, w: jax.Array) -> dict[str, float]:
     return dict(zip(STAT_NAMES, np.asarray(got.stats).tolist()))
 
 
+@pytest.mark.slow
 def test_fp8_matmul_is_within_5_percent_of_fp32():
     x, w = _normal(0, (256, 256)), _normal(1, (256, 256))
     assert relative_error(fp8_matmul(x, w), x @ w) <= 0.05
 
 
+@pytest.mark.slow
 def test_fp8_matmul_with_an_outlier_stays_finite_without_saturation():
     x, w = _normal(0, (256, 256)), _normal(1, (256, 256))
     x = x.at[3, 7].multiply(1000.0)
@@ -65,6 +67,7 @@ def test_fp8_matmul_with_an_outlier_stays_finite_without_saturation():
 
 @pytest.mark.parametrize(("x_dtype", "w_dtype"), [(jnp.float32, jnp.float32), (jnp.bfloat16, jnp.float32),
                                                   (jnp.bfloat16, jnp.bfloat16)])
+@pytest.mark.slow
 def test_fp8_gradients_match_fp32_reference(x_dtype, w_dtype):
     x, w = _normal(2, (4, 64, 128)).astype(x_dtype), _normal(3, (128, 96)).astype(w_dtype)
     target = _normal(4, (4, 64, 96))
@@ -84,6 +87,7 @@ def test_fp8_matmul_refuses_shapes_that_do_not_contract():
         fp8_matmul(jnp.ones((4, 8)), jnp.ones((16, 8)))
 
 
+@pytest.mark.slow
 def test_delayed_scaling_saturates_above_the_history_and_shifts_it():
     x, w = _normal(0, (32, 64)), _normal(1, (64, 16))
     meta = empty_meta(4)
@@ -97,6 +101,7 @@ def test_delayed_scaling_saturates_above_the_history_and_shifts_it():
 
 # --- scale invariants (Scalify) ---------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [jnp.float8_e4m3fn, jnp.float8_e5m2, jnp.float16])
 @pytest.mark.parametrize("k", [-20, -3, 1, 17])
 def test_multiplying_by_a_power_of_two_changes_only_the_scale(dtype, k):
@@ -112,6 +117,7 @@ def _scaled(seed: int, shape: tuple[int, ...], exponent: int) -> ScaledArray:
     return ScaledArray(_normal(seed, shape), jnp.asarray(2.0 ** exponent, jnp.float32))
 
 
+@pytest.mark.slow
 def test_scaled_ops_equal_the_unscaled_result_with_power_of_two_scales():
     a, b, c = _scaled(6, (16, 48), 5), _scaled(7, (48, 24), -9), _scaled(8, (16, 48), 12)
     dot = scaled_dot(a, b)
@@ -127,6 +133,7 @@ def test_scaled_ops_equal_the_unscaled_result_with_power_of_two_scales():
         assert _is_pow2(out.scale)
 
 
+@pytest.mark.slow
 def test_dynamic_rescale_moves_a_power_of_two_into_the_scale_exactly():
     a = ScaledArray(_normal(9, (8, 8)) * 1e-3, jnp.asarray(2.0 ** 7, jnp.float32))
     for rescale in (dynamic_rescale_max, dynamic_rescale_l2):
@@ -135,6 +142,7 @@ def test_dynamic_rescale_moves_a_power_of_two_into_the_scale_exactly():
         assert _is_pow2(r.scale) and float(r.scale) < float(a.scale)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [jnp.float8_e4m3fn, jnp.float8_e5m2, jnp.float16])
 def test_quantize_scales_are_powers_of_two_and_never_overflow(dtype):
     for exponent in (-30, 0, 30):
@@ -148,6 +156,7 @@ def test_quantize_scales_are_powers_of_two_and_never_overflow(dtype):
 
 # --- Adam with float16-scaled moments ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_float16_scaled_adam_tracks_optax_with_half_the_moment_bytes():
     params = {"w": jnp.zeros((64, 32)), "b": jnp.zeros((32,))}
     ref_tx = optax.scale_by_adam(b1=0.9, b2=0.95, eps=1e-8)
@@ -173,6 +182,7 @@ def test_unknown_moment_format_is_refused():
 
 # --- the dynamic-rescale point ------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_rescale_point_keeps_a_float16_gradient_from_flushing_to_zero():
     logits = _normal(11, (4, 1000)).astype(jnp.float16)
 

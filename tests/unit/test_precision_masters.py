@@ -39,6 +39,7 @@ def test_decode_multiplies_each_layer_by_its_own_scale_exactly():
     assert bf.dtype == ml_dtypes.bfloat16 and float(bf) == 1.0  # round to nearest: 1 + 2^-10 -> 1
 
 
+@pytest.mark.slow
 def test_plain_params_decodes_float16_masters_and_leaves_float32_ones_alone():
     params = init_params(tiny_model(), jax.random.key(0))
     assert masters.plain_params(params) is params
@@ -53,6 +54,7 @@ def test_plain_params_decodes_float16_masters_and_leaves_float32_ones_alone():
         assert float(jnp.max(jnp.abs(got - leaf))) <= 2.0 ** -11 * float(jnp.max(jnp.abs(leaf))) + 1e-12
 
 
+@pytest.mark.slow
 def test_export_leaves_reads_one_parameter_at_a_time_and_names_it():
     encoded = master_params(init_params(tiny_model(), jax.random.key(0)))
     targets = []

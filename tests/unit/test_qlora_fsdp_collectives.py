@@ -74,6 +74,7 @@ def _results(variant: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["device", "offload"])
 def test_qlora_fsdp_gathers_packed_weights_not_activations(variant):
     """`offload`: the projections live in pinned host memory and are fetched, then gathered."""

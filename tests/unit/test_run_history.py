@@ -8,6 +8,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
 from marin_lab.cli import main as cli_main
@@ -24,6 +26,7 @@ def _run(prefix, log, argv, monkeypatch):
     return Executor(prefix, backend="local", script="experiments/five.py").run(five_step_dag(log_path=log))
 
 
+@pytest.mark.slow
 def test_each_run_keeps_its_record_and_a_noop_rerun_hides_nothing(tmp_path, monkeypatch, capsys):
     prefix, log = str(tmp_path / "store"), str(tmp_path / "exec.log")
     first = _run(prefix, log, ["five.py", "--first"], monkeypatch)

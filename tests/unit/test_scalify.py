@@ -32,6 +32,7 @@ def _scaled(params):
 
 @pytest.mark.parametrize(("compute", "bound", "chunk"), [(jnp.float32, 1e-5, None), (jnp.float16, 5e-3, None),
                                                         (jnp.float32, 1e-5, 4)])
+@pytest.mark.slow
 def test_interpreted_loss_and_gradients_match_jax_grad(compute, bound, chunk):
     """Every op of the decoder's forward and backward pass (and of the chunked loss) has a rule
     that keeps its value."""
@@ -60,6 +61,7 @@ def test_interpreted_loss_and_gradients_match_jax_grad(compute, bound, chunk):
     assert len(finite) == (2 if chunk is None else 4) and all(bool(jnp.all(f)) for f in finite)
 
 
+@pytest.mark.slow
 def test_a_scan_renormalises_its_carry_before_the_first_iteration():
     """The gradient entering the top layer's backward comes from the loss with data far from 1;
     the scan's entry rescale brings it to unit RMS before that layer's float8 casts. Here a carry
@@ -97,6 +99,7 @@ def test_narrowing_float32_data_to_float16_moves_its_rms_into_the_scale():
     assert relative_error(values, gains) <= 1e-3
 
 
+@pytest.mark.slow
 def test_float8_linear_under_scalify_is_a_cast_of_scaled_data():
     """Tiny values (1e-6) pass through float8 with their scale: the cast never sees them unscaled."""
     x = jax.random.normal(jax.random.key(0), (16, 64)) * 1e-6
@@ -117,6 +120,7 @@ def _traced_step(policy: PrecisionConfig, compute: str):
     return step.trace(state, jax.ShapeDtypeStruct((4, 9), np.int32))
 
 
+@pytest.mark.slow
 def test_compiled_step_has_no_amax_reduction_feeding_a_float8_cast():
     """The program jit compiles for a scalify step casts to float8 35 times (7 projections x (x, w
     forward; gradient, w, x backward)) and none of those casts depends on a reduce-max of abs; the
@@ -149,6 +153,7 @@ def test_scalify_with_float16_masters_trains_within_2_percent_of_fp32():
     assert curves.moment_bytes["scalify+fp16"]["data"] * 2 == curves.moment_bytes["fp32"]["data"]
 
 
+@pytest.mark.slow
 def test_op_without_a_rule_names_the_op_and_the_layer():
     def layer_body(x, w):
         return jnp.cumsum(x * w, axis=-1), None
@@ -161,6 +166,7 @@ def test_op_without_a_rule_names_the_op_and_the_layer():
         scalify(model)(tensor_scale(x), per_layer_scale(ws))
 
 
+@pytest.mark.slow
 def test_float16_overflow_is_one_line_naming_the_layer():
     """A layer whose float16 data overflows is named, instead of a NaN loss further on."""
     # A plain (unscaled) factor applied twice within layer 2: 6e4 fits float16, 3.6e9 does not,
@@ -193,6 +199,7 @@ def test_bad_scalify_policy_is_one_clear_line(policy, match):
         policy.validate()
 
 
+@pytest.mark.slow
 def test_while_loop_and_remat_are_interpreted():
     x = jax.random.normal(jax.random.key(2), (8, 16)) * 1e-3
 

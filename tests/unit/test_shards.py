@@ -45,6 +45,7 @@ def test_empty_tasks():
     assert map_shards(_square, [], num_workers=4, desc="sq") == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_error_names_task(workers):
     with pytest.raises(ShardTaskError, match=r"step-x: task 3 3 failed: RuntimeError: three is bad") as info:
@@ -75,6 +76,7 @@ def _pid(_: int) -> int:
     return os.getpid()
 
 
+@pytest.mark.slow
 def test_calling_process_is_one_of_the_workers():
     import os
 

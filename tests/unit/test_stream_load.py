@@ -68,6 +68,7 @@ def _same(a, b):
     ("hf", "qlora", False), ("hf", "qlora", True), ("hf", "lora", False), ("own", "qlora", False),
     ("quantized", "qlora", True),
 ])
+@pytest.mark.slow
 def test_streamed_base_equals_whole_model_loader(bases, kind, mode, offload):
     frozen_abs, sh = _targets(mode, offload)
     source = open_base(bases[kind])
@@ -79,6 +80,7 @@ def test_streamed_base_equals_whole_model_loader(bases, kind, mode, offload):
         assert flat["embed"].sharding.memory_kind != "pinned_host"
 
 
+@pytest.mark.slow
 def test_top_level_tensors_stream_in_pieces(bases, monkeypatch):
     """With pieces far smaller than the embedding, the result is the same bytes."""
     import marin_lab.training.base_stream as bs
@@ -89,6 +91,7 @@ def test_top_level_tensors_stream_in_pieces(bases, monkeypatch):
     _same(load_frozen(open_base(bases["hf"]), frozen_abs, sh, QUANT), _whole(bases["hf"], "qlora", True, sh))
 
 
+@pytest.mark.slow
 def test_modules_to_save_are_read_in_fp32(bases):
     _, params = load_base(bases["hf"])[:2]
     saved = load_saved(open_base(bases["hf"]), ("lm_head", "final_norm"))
@@ -134,6 +137,7 @@ print(json.dumps({"baseline": baseline, "peak": max(peak[0], anon()),
 """
 
 
+@pytest.mark.slow
 def test_streaming_peak_host_memory_is_a_fraction_of_the_checkpoint(tmp_path):
     """~100 MB of bf16 safetensors: the fp32 whole-model path needs several times that; streaming
     needs the placed NF4 base (about a third of the checkpoint) plus one tensor in flight."""
@@ -155,6 +159,7 @@ def test_streaming_peak_host_memory_is_a_fraction_of_the_checkpoint(tmp_path):
     assert over <= 0.5 * size + 48 * 2**20, (over / size, r)
 
 
+@pytest.mark.slow
 def test_quantize_base_writes_what_the_whole_model_path_gives(bases):
     """The streamed quantize step's checkpoint: NF4 leaves byte-equal to `quantize_params` of the
     whole model; the embedding, head and norms in the base's stored dtype (bf16), the same values."""

@@ -111,6 +111,7 @@ def test_checksums_in_ledger_match_files(corpus, tmp_path):
                 assert shard[f"{kind}_sha256"] == hashlib.sha256(data).hexdigest()
 
 
+@pytest.mark.slow
 def test_same_bytes_whatever_the_worker_count(corpus, tmp_path):
     root, _, _ = corpus
     outs = []

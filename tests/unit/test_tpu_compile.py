@@ -60,6 +60,7 @@ def experiment(tmp_path, monkeypatch):
     return str(path)
 
 
+@pytest.mark.slow
 def test_compile_json_reports_the_declared_topology(experiment, capsys):
     assert main(["compile", experiment, "--step", "tiny", "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -84,6 +85,7 @@ def test_compile_json_reports_the_declared_topology(experiment, capsys):
     assert gathers["count"] >= 2 * 7
 
 
+@pytest.mark.slow
 def test_fsdp_over_two_slices_gathers_parameters_across_the_dcn():
     """Today's mesh has no axis over slices: fsdp=-1 spans both, so parameter all-gathers cross the
     data-centre network inside every layer (the contrast for a replica axis over slices)."""
@@ -118,6 +120,7 @@ FINETUNE = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_a_replica_axis_over_slices_sends_only_gradients_across_the_dcn():
     """mesh.slices=2: parameters and optimizer state are sharded inside each slice, so no parameter
     all-gather or reduce-scatter crosses slices; the gradients do, once per step (outside the loops)."""
@@ -133,6 +136,7 @@ def test_a_replica_axis_over_slices_sends_only_gradients_across_the_dcn():
         compile_training_step("x", "train_lm", _config(mesh=MeshConfig(fsdp=-1, slices=2)), parse_topology("v5e-4"))
 
 
+@pytest.mark.slow
 def test_a_step_that_does_not_fit_exits_1_with_one_line(tmp_path, monkeypatch, capsys):
     path = tmp_path / "big.py"
     path.write_text(FINETUNE)

@@ -11,6 +11,7 @@ from marin_lab.training import TrainingError, train_lm
 from marin_lab.training.testing import tiny_train_config, write_synthetic_cache
 
 
+@pytest.mark.slow
 def test_eval_every_n_steps_on_validation_sets(tmp_path):
     train_cache = write_synthetic_cache(str(tmp_path / "train"))
     held_out = write_synthetic_cache(str(tmp_path / "held"), train_docs=4, validation_docs=20, seed=7)

@@ -31,6 +31,7 @@ def _metric_lines(out):
         return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow
 def test_entry_trains_logs_checkpoints_and_exports(unbroken):
     out, summary = unbroken
     lines = _metric_lines(out)
@@ -48,6 +49,7 @@ def test_entry_trains_logs_checkpoints_and_exports(unbroken):
         assert json.load(f)["param_checksum"] == summary["param_checksum"]
 
 
+@pytest.mark.slow
 def test_metrics_record_the_checksum_of_each_consumed_batch(cache, unbroken):
     out, _ = unbroken
     cfg = tiny_train_config(out, {"c": cache})
@@ -60,12 +62,14 @@ def test_metrics_record_the_checksum_of_each_consumed_batch(cache, unbroken):
     assert len({line["batch_checksum"] for line in lines}) == len(lines)  # every step a new batch
 
 
+@pytest.mark.slow
 def test_two_runs_with_one_seed_are_bit_identical(cache, unbroken, tmp_path):
     _, first = unbroken
     second = train_lm(tiny_train_config(str(tmp_path / "again"), {"c": cache}, export_hf=False))
     assert second["param_checksum"] == first["param_checksum"]
 
 
+@pytest.mark.slow
 def test_stop_and_resume_equals_unbroken_run(cache, unbroken, tmp_path):
     _, whole = unbroken
     out = str(tmp_path / "resumed")
@@ -79,6 +83,7 @@ def test_stop_and_resume_equals_unbroken_run(cache, unbroken, tmp_path):
     assert losses == [r["loss"] for r in _metric_lines(unbroken[0])]
 
 
+@pytest.mark.slow
 def test_grad_accumulation_matches_full_batch(cache, unbroken, tmp_path):
     accum = train_lm(tiny_train_config(str(tmp_path / "acc"), {"c": cache}, microbatches=4,
                                        stop_after_steps=3, export_hf=False))
@@ -120,6 +125,7 @@ def test_missing_cache_names_the_dataset(tmp_path):
         train_lm(tiny_train_config(str(tmp_path / "o"), {"web": str(tmp_path / "missing")}))
 
 
+@pytest.mark.slow
 def test_checkpoint_of_another_shape_is_refused(cache, unbroken, tmp_path):
     out, _ = unbroken
     with pytest.raises(TrainingError, match="different model shape.*hidden_dim"):
@@ -135,6 +141,7 @@ def test_nan_loss_stops_naming_the_step(cache, tmp_path):
         train_lm(cfg)
 
 
+@pytest.mark.slow
 def test_initialize_from_continues_as_a_new_phase(cache, unbroken, tmp_path):
     out, whole = unbroken
     cfg = tiny_train_config(str(tmp_path / "phase2"), {"c": cache}, initialize_from=out,

@@ -97,6 +97,7 @@ def test_plan_estimate_counts_tokens_flops_and_chip_hours():
     assert est["wall_hours"] == pytest.approx(expected_hours, abs=0.05)
 
 
+@pytest.mark.slow
 def test_wandb_run_is_the_steps_resumed_and_kept_under_the_output_path(tmp_path, monkeypatch):
     """Regression (issue 9): a resumed step continued a new W&B run; on gs:// its folder was lost."""
     import fsspec

@@ -4,6 +4,8 @@ import json
 import logging
 import re
 
+import pytest
+
 from marin_lab.training import metrics as metrics_module
 from marin_lab.training import train_lm
 from marin_lab.training import trainer as trainer_module
@@ -11,6 +13,7 @@ from marin_lab.training.checkpoint import CheckpointConfig
 from marin_lab.training.testing import tiny_train_config, write_synthetic_cache
 
 
+@pytest.mark.slow
 def test_training_prints_progress_and_flushes_metrics_between_checkpoints(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(trainer_module, "PRINT_EVERY_S", 0.0)
     out = str(tmp_path / "run")

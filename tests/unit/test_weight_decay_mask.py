@@ -9,6 +9,7 @@ from marin_lab.models.llama import flatten_params, init_params
 from marin_lab.training import OptimizerConfig
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("decay_embeddings", [True, False])
 def test_zero_gradients_leave_only_decayed_parameters_changed(decay_embeddings):
     params = init_params(lab_nano, jax.random.key(0))
