@@ -43,6 +43,8 @@ def as_text(reports: Sequence[StepReport]) -> str:
     lines: list[str] = []
     for r in reports:
         verdict = "fits" if r.fits else "DOES NOT FIT"
+        if r.fits and r.headroom_bytes is not None and r.headroom_bytes < 0:
+            verdict = "compiled, but over the limit as memory_analysis counts it"
         lines.append(f"{r.step} ({r.function}) on {r.topology}: {r.chips} chips in {r.slices} slice(s), "
                      f"mesh {r.mesh}, remat {r.remat}, attention {r.attention}")
         lines.append(f"  HBM per chip: {_gib(r.hbm_bytes_per_chip)} of {_gib(r.hbm_capacity_bytes)} GiB, {verdict}"
