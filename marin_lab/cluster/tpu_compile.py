@@ -12,8 +12,10 @@ compiler (libtpu through `jax.experimental.topologies`) compiles it. What the re
   compiler names.
 - FLOPs: from the model (6N + attention, `LlamaConfig.flops_per_token`), never from
   `cost_analysis()`, which counts each scan body once (about 1/8 of an 8B step). The hardware also
-  recomputes what remat dropped: a full forward of each block ("full") or the attention scores
-  (the dots-saving policies).
+  recomputes what the remat policy dropped (`block_recompute_flops`: what the backward pass needs
+  and the policy did not keep, from what it kept).
+- remat comparison (`compare_remat`, `choose_remat`): the step compiled once per policy; the one
+  with the highest roofline MFU that fits with HEADROOM_BYTES free per chip is chosen.
 - time: a roofline, max(hardware FLOPs at the chip's peak, ICI bytes at ICI bandwidth, DCN bytes
   at DCN bandwidth): an optimistic bound (perfect overlap, MXUs at peak), from which tokens/s and
   MFU follow. The compiler's `optimal_seconds` is shown too when positive, with the same caveat as
