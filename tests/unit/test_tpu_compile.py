@@ -307,6 +307,9 @@ def test_remat_comparison_compiles_each_policy_and_chooses_the_fastest_that_fits
     plain = dataclasses.replace(full, chosen=False)
     assert choose_remat([plain, tight, offload, no_fit]) is plain
     assert choose_remat([tight, offload, no_fit]) is None
+    over = dataclasses.replace(tight, hbm_bytes_per_chip=save.hbm_capacity_bytes + 2**28)
+    assert "compiled, but over the limit as memory_analysis counts it" in render([over], "text")
+    assert choose_remat([over]) is None
     same = dataclasses.replace(plain, hbm_bytes_per_chip=plain.hbm_bytes_per_chip - 1)
     assert choose_remat([plain, same]) is same  # equal ceilings: the smaller HBM
 
