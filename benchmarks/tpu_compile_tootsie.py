@@ -6,6 +6,7 @@ program and do not depend on the load; `compile_s` does (`compile_cpu_s` much le
 
     python benchmarks/tpu_compile_tootsie.py --out benchmarks/results/tpu_compile_tootsie
     python benchmarks/tpu_compile_tootsie.py --step kestrel --topology v5e-256x2
+    python benchmarks/tpu_compile_tootsie.py --step kestrel --remat full,save_mlp_gate --out ...
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ def main() -> None:
     parser.add_argument("--experiment", default=os.path.join(ROOT, "experiments", "tootsie_8b.py"))
     parser.add_argument("--step", help="regex over step names (default: every training step)")
     parser.add_argument("--topology", help="instead of each step's TpuResources")
+    parser.add_argument("--remat", help="compare remat policies ('all' or NAME[,NAME]), as marin-lab compile --remat")
     parser.add_argument("--out", help="write OUT.json, OUT.md and OUT.txt")
     args = parser.parse_args()
     started, load_before = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), _load()
-    reports = compile_experiment(args.experiment, step=args.step, topology=args.topology)
+    reports = compile_experiment(args.experiment, step=args.step, topology=args.topology, remat=args.remat)
     header = f"{started}; load average before {load_before}, after {_load()}"
     text = as_text(reports)
     print(header)

@@ -67,7 +67,7 @@ class SimpleTrainConfig:
     """Device mesh and parameter sharding."""
     microbatches: int = 1
     """Gradient accumulation."""
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool | str = False
     """Recompute activations on the backward pass (less memory, ~1/3 more FLOPs)."""
     attention_impl: str | None = None
     """None: 'splash' (the Pallas TPU kernel) when the resources are TPUs, einsum elsewhere; or one of

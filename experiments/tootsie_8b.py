@@ -34,6 +34,7 @@ this recipe holds:
 
     python experiments/tootsie_8b.py --dry_run true   # the plan: paths, tokens, FLOPs, TPU-hours
     marin-lab compile experiments/tootsie_8b.py       # each phase compiled for its TPUs: memory, collectives
+    marin-lab compile experiments/tootsie_8b.py --step ocelot --remat full,save_mlp_in_gate   # remat policies
 
 A real run needs a TPU cluster (`--backend ray`) and Hugging Face access for the downloads.
 """
@@ -89,17 +90,30 @@ JELLYFISH_END = OCELOT_END + 80_000  # +80k x 3072 x 4096 ~= +1.01T tokens
 # phase's end, as eval/<task>/<metric>; the full sets are scored by the evaluation step at the end.
 IN_LOOP = dict(eval_harness_tasks=CORE_TASKS, steps_per_task_eval=10_000, eval_task_limit=100)
 
-def phase(batch: int, end_step: int, optimizer: OptimizerConfig, resources: TpuResources, **extra) -> SimpleTrainConfig:
+# Remat per phase: the policy with the highest MFU ceiling that the TPU compiler fits with at least
+# 2 GiB free per chip (`marin-lab compile experiments/tootsie_8b.py --remat all`; docs/benchmarks.md,
+# "Remat policies per phase"). Remat changes memory and speed, never the numerics (tests/unit/test_remat.py),
+# so it is not part of a step's identity.
+REMAT = {
+    # 2 x v5e-256: 11.77 of 15.75 GiB per chip, ceiling 84.2% (full: 80.7%); save_mlp_gate (85.7%)
+    # compiles to 16.00 GiB, over the limit.
+    "kestrel": "save_qkv_mlp_in",
+    "v4": "save_mlp_in_gate",  # v4-2048: 21.32 of 30.75 GiB per chip, MFU ceiling 87.3% (full: 80.7%)
+}
+
+
+def phase(batch: int, end_step: int, optimizer: OptimizerConfig, resources: TpuResources, remat: bool | str,
+          **extra) -> SimpleTrainConfig:
     return SimpleTrainConfig(resources=resources, train_batch_size=batch, num_train_steps=end_step,
-                             optimizer=optimizer, train_seq_len=SEQ_LEN,
-                             mesh=FSDP.on_slices(resources.slices), checkpoint=CHECKPOINTS, gradient_checkpointing=True, **extra)
+                             optimizer=optimizer, train_seq_len=SEQ_LEN, mesh=FSDP.on_slices(resources.slices),
+                             checkpoint=CHECKPOINTS, gradient_checkpointing=remat, **extra)
 
 
 kestrel = default_train(
     "tootsie-8b/kestrel", pretraining, MODEL,
     phase(1024, KESTREL_END, OptimizerConfig(learning_rate=1e-3, schedule="constant", warmup=1000,
                                              beta2=0.95, max_grad_norm=1.0, **DECAY),
-          TpuResources(tpu="v5e-256", slices=2)),
+          TpuResources(tpu="v5e-256", slices=2), REMAT["kestrel"]),
     weights=DCLM_MIX, **IN_LOOP,
     description="phase 1: DCLM mix, hot constant lr 1e-3, 4Mi-token batches on 2x v5e-256",
 )
@@ -108,7 +122,7 @@ ocelot = default_train(
     "tootsie-8b/ocelot", pretraining, MODEL,
     phase(3072, OCELOT_END, OptimizerConfig(learning_rate=1.7e-3, schedule="constant", warmup=0,
                                             schedule_offset=KESTREL_END, **DECAY),
-          TpuResources(tpu="v4-2048"), initialize_from_checkpoint_path=kestrel),
+          TpuResources(tpu="v4-2048"), REMAT["v4"], initialize_from_checkpoint_path=kestrel),
     weights=DCLM_MIX, **IN_LOOP,
     description="phase 2: batch x3 on v4-2048, lr x sqrt(3)",
 )
@@ -117,7 +131,7 @@ jellyfish = default_train(
     "tootsie-8b/jellyfish", tokenized, MODEL,
     phase(3072, JELLYFISH_END, OptimizerConfig(learning_rate=1.7e-3, schedule="linear", warmup=0, decay=1.0,
                                                min_lr_ratio=0.1, schedule_offset=OCELOT_END, **DECAY),
-          TpuResources(tpu="v4-2048"), initialize_from_checkpoint_path=ocelot, z_loss_weight=1e-4),
+          TpuResources(tpu="v4-2048"), REMAT["v4"], initialize_from_checkpoint_path=ocelot, z_loss_weight=1e-4),
     weights=COOLDOWN_MIX, **IN_LOOP,
     description="phase 3: cooldown 1.7e-3 -> 1.7e-4 with FineMath folded in, z-loss on",
 )

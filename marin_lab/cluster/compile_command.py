@@ -16,11 +16,12 @@ import sys
 from collections.abc import Sequence
 
 from marin_lab.cluster.compile_report import FORMATS, render
-from marin_lab.cluster.tpu_compile import StepReport, compile_training_step
-from marin_lab.cluster.tpu_topology import parse_topology, require_libtpu, topology_for_resources
+from marin_lab.cluster.tpu_compile import HEADROOM_BYTES, StepReport, compare_remat, compile_training_step
+from marin_lab.cluster.tpu_topology import GiB, parse_topology, require_libtpu, topology_for_resources
 from marin_lab.errors import MarinLabError
 from marin_lab.execution.executor import Executor, default_prefix
 from marin_lab.execution.main import capture_steps
+from marin_lab.models.llama import REMAT_POLICIES
 from marin_lab.training.config import TrainLmConfig
 from marin_lab.training.finetune import FinetuneConfig
 
@@ -31,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", help="regex over step names")
     p.add_argument("--topology", help="instead of each step's TpuResources: v5e-256x2, v4-2048, v5e-4, v5e:2x2, ...")
     p.add_argument("--slices", type=int, help="slices of a --topology given as a compiler name (v5e:2x2); at least 1")
+    p.add_argument("--remat", help="compare remat policies: 'all' (every gradient_checkpointing policy) or "
+                   "NAME[,NAME...] (full, save_dots, save_mlp_gate, ...); each step is compiled once per policy and "
+                   "the fastest that fits with 2 GiB of headroom per chip is marked")
     p.add_argument("--format", choices=FORMATS, default="text")
     p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store (only names the steps)")
     p.add_argument("script_args", nargs="*", help="arguments passed to the script (after --)")
@@ -73,8 +77,12 @@ def split_script_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def compile_experiment(script: str, *, step: str | None = None, topology: str | None = None,
                        slices: int | None = None, prefix: str | None = None,
-                       script_args: Sequence[str] = ()) -> list[StepReport]:
-    """Reports for the selected training steps of `script`; MarinLabError (one line) on bad input."""
+                       script_args: Sequence[str] = (), remat: str | None = None) -> list[StepReport]:
+    """Reports for the selected training steps of `script`; MarinLabError (one line) on bad input.
+
+    remat: `--remat`'s value; then each step gives one report per policy (`tpu_compile.compare_remat`).
+    """
+    policies = parse_remat(remat) if remat is not None else None
     if not os.path.isfile(script):
         raise MarinLabError(f"{script}: no such experiment file; give the path of a Python file that calls "
                             "executor_main, e.g. experiments/tootsie_8b.py")
@@ -102,8 +110,21 @@ def compile_experiment(script: str, *, step: str | None = None, topology: str | 
             raise MarinLabError(f"step {ps.name!r}: field resources declares no TPU ({ps.step.resources!r}); pass "
                                 "--topology (e.g. v5e-256x2) to compile it for one")
         function = "train_lm" if isinstance(ps.step.config, TrainLmConfig) else "finetune_lm"
-        reports.append(compile_training_step(ps.name, function, ps.step.config, target))
+        if policies is None:
+            reports.append(compile_training_step(ps.name, function, ps.step.config, target))
+        else:
+            reports.extend(compare_remat(ps.name, function, ps.step.config, target, policies))
     return reports
+
+
+def parse_remat(value: str) -> list[str]:
+    """`--remat`'s policies: 'all' or comma-separated names of REMAT_POLICIES."""
+    names = list(REMAT_POLICIES) if value.strip() == "all" else [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in REMAT_POLICIES]
+    if unknown or not names:
+        raise MarinLabError(f"--remat {value!r}: {', '.join(map(repr, unknown)) or 'no policy'} is not a remat policy; "
+                            f"give 'all' or names from {', '.join(REMAT_POLICIES)}")
+    return list(dict.fromkeys(names))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -111,15 +132,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(own)
     try:
         reports = compile_experiment(args.script, step=args.step, topology=args.topology, slices=args.slices,
-                                     prefix=args.prefix, script_args=[*args.script_args, *after])
+                                     prefix=args.prefix, script_args=[*args.script_args, *after], remat=args.remat)
     except MarinLabError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(render(reports, args.format))
+    if args.remat is not None:  # a comparison: a policy that does not fit is a finding, not a failure
+        unchosen = [step for step in dict.fromkeys(r.step for r in reports)
+                    if not any(r.chosen for r in reports if r.step == step)]
+        for step in unchosen:
+            print(f"error: step {step!r}: no compared remat policy fits with {HEADROOM_BYTES / GiB:.0f} GiB of headroom "
+                  "per chip (without host offload); try more microbatches or more chips (mesh.fsdp)", file=sys.stderr)
+        return 1 if unchosen else 0
     failed = [r for r in reports if not r.fits]
     for r in failed:
         print(f"error: {r.not_fit_line()}", file=sys.stderr)
     return 1 if failed else 0
 
 
-__all__ = ["build_parser", "compile_experiment", "main"]
+__all__ = ["build_parser", "compile_experiment", "main", "parse_remat"]

@@ -43,6 +43,8 @@ def as_text(reports: Sequence[StepReport]) -> str:
     lines: list[str] = []
     for r in reports:
         verdict = "fits" if r.fits else "DOES NOT FIT"
+        if r.fits and r.headroom_bytes is not None and r.headroom_bytes < 0:
+            verdict = "compiled, but over the limit as memory_analysis counts it"
         lines.append(f"{r.step} ({r.function}) on {r.topology}: {r.chips} chips in {r.slices} slice(s), "
                      f"mesh {r.mesh}, remat {r.remat}, attention {r.attention}")
         lines.append(f"  HBM per chip: {_gib(r.hbm_bytes_per_chip)} of {_gib(r.hbm_capacity_bytes)} GiB, {verdict}"
@@ -54,13 +56,52 @@ def as_text(reports: Sequence[StepReport]) -> str:
             lines.append(f"    compiler: {r.error}")
         lines.append(f"  FLOPs per step: {r.flops_per_step:.4g} model, {r.hardware_flops_per_step:.4g} with remat "
                      f"recompute; {r.tokens_per_step:,} tokens")
+        if r.host_offload_bytes:
+            need = r.host_bytes_per_s_needed
+            lines.append(f"  host offload: {_gib(r.host_offload_bytes)} GiB per chip per step, out and back"
+                         + (f" ({need / 1e9:.1f} GB/s per chip hides it under the step)" if need else ""))
         lines.append(f"  estimate (roofline, chip peak {_tflops(r.chip_peak_flops)}): {_estimate(r)}")
         if r.compiler_optimal_s is not None:
             lines.append(f"  compiler's optimal_seconds: {r.compiler_optimal_s:.4g} s (counts each loop body once)")
         for c in _collectives(r):
             lines.append(f"  {c}")
         lines.append(f"  compiled in {r.compile_s:.1f} s ({r.compile_cpu_s:.1f} CPU s)")
+    for step, group in _comparisons(reports).items():
+        lines.append("")
+        lines.append(f"remat policies for {step} on {group[0].topology} ({_CHOICE_RULE}):")
+        lines.append(f"  {'policy':18s} {'HBM GiB/chip':>13s} {'headroom':>9s} {'FLOPs/step':>11s} {'recompute':>10s} "
+                     f"{'MFU ceiling':>11s} {'host GiB':>9s}")
+        for r in group:
+            lines.append(f"  {r.remat:18s} {_gib(r.hbm_bytes_per_chip):>13s} {_headroom(r):>9s} "
+                         f"{r.hardware_flops_per_step:11.4g} {_recompute(r):>10s} {_mfu(r):>11s} "
+                         f"{_gib(r.host_offload_bytes):>9s}{'  <- chosen' if r.chosen else ''}")
+        if not any(r.chosen for r in group):
+            lines.append("  none chosen: no policy fits with the headroom")
     return "\n".join(lines)
+
+
+_CHOICE_RULE = "chosen: the highest MFU ceiling that fits with 2 GiB of headroom per chip, without host offload"
+
+
+def _comparisons(reports: Sequence[StepReport]) -> dict[str, list[StepReport]]:
+    """Steps compiled under more than one remat policy (`--remat`), their reports in order."""
+    groups: dict[str, list[StepReport]] = {}
+    for r in reports:
+        groups.setdefault(r.step, []).append(r)
+    return {step: group for step, group in groups.items() if len({r.remat for r in group}) > 1
+            or any(r.chosen for r in group)}
+
+
+def _headroom(r: StepReport) -> str:
+    return _gib(r.headroom_bytes) if r.fits else "no fit"
+
+
+def _recompute(r: StepReport) -> str:
+    return f"+{100 * (r.hardware_flops_per_step / r.flops_per_step - 1):.1f}%" if r.flops_per_step else "-"
+
+
+def _mfu(r: StepReport) -> str:
+    return f"{100 * r.est_mfu:.1f}%" if r.est_mfu else "-"
 
 
 def as_markdown(reports: Sequence[StepReport]) -> str:
@@ -83,11 +124,26 @@ def as_markdown(reports: Sequence[StepReport]) -> str:
     for r in reports:
         if r.collectives:
             lines.append(f"- `{r.step}` collectives: " + "; ".join(_collectives(r)))
+    for step, group in _comparisons(reports).items():
+        lines += ["", f"Remat policies for `{step}` on {group[0].topology} ({_CHOICE_RULE}):", "",
+                  "| policy | HBM GiB/chip (limit) | fits | headroom GiB | FLOPs/step incl. recompute | recompute | "
+                  "MFU ceiling | host offload GiB/chip | chosen |",
+                  "|---|---:|---|---:|---:|---:|---:|---:|---|"]
+        for r in group:
+            lines.append(f"| {r.remat} | {_gib(r.hbm_bytes_per_chip)} ({_gib(r.hbm_capacity_bytes)}) | "
+                         f"{'yes' if r.fits else '**no**'} | {_gib(r.headroom_bytes) if r.fits else '-'} | "
+                         f"{r.hardware_flops_per_step:.4g} | {_recompute(r)} | {_mfu(r)} | "
+                         f"{_gib(r.host_offload_bytes) if r.host_offload_bytes else '-'} | {'**yes**' if r.chosen else ''} |")
     return "\n".join(lines)
 
 
 def as_json(reports: Sequence[StepReport]) -> str:
-    return json.dumps({"steps": [r.as_dict() for r in reports]}, indent=1)
+    out: dict = {"steps": [r.as_dict() for r in reports]}
+    comparisons = _comparisons(reports)
+    if comparisons:  # step -> the chosen policy (None: none fits with the headroom)
+        out["remat_choice"] = {step: next((r.remat for r in group if r.chosen), None)
+                               for step, group in comparisons.items()}
+    return json.dumps(out, indent=1)
 
 
 def render(reports: Sequence[StepReport], fmt: str) -> str:

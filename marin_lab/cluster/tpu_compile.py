@@ -12,8 +12,10 @@ compiler (libtpu through `jax.experimental.topologies`) compiles it. What the re
   compiler names.
 - FLOPs: from the model (6N + attention, `LlamaConfig.flops_per_token`), never from
   `cost_analysis()`, which counts each scan body once (about 1/8 of an 8B step). The hardware also
-  recomputes what remat dropped: a full forward of each block ("full") or the attention scores
-  (the dots-saving policies).
+  recomputes what the remat policy dropped (`block_recompute_flops`: what the backward pass needs
+  and the policy did not keep, from what it kept).
+- remat comparison (`compare_remat`, `choose_remat`): the step compiled once per policy; the one
+  with the highest roofline MFU that fits with HEADROOM_BYTES free per chip is chosen.
 - time: a roofline, max(hardware FLOPs at the chip's peak, ICI bytes at ICI bandwidth, DCN bytes
   at DCN bandwidth): an optimistic bound (perfect overlap, MXUs at peak), from which tokens/s and
   MFU follow. The compiler's `optimal_seconds` is shown too when positive, with the same caveat as
@@ -26,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -34,7 +37,7 @@ import jax.numpy as jnp
 from marin_lab.cluster.hlo_collectives import Collective, CollectiveOp, aggregate, collective_ops, summarize
 from marin_lab.cluster.tpu_topology import GiB, Topology
 from marin_lab.models.attention import AttentionConfigError, check_attention
-from marin_lab.models.llama import LlamaConfig, init_params
+from marin_lab.models.llama import LlamaConfig, activation_widths, check_remat, init_params, policy_names
 from marin_lab.training.base_model import quantize_params
 from marin_lab.training.config import TrainLmConfig
 from marin_lab.training.errors import TrainingError
@@ -90,6 +93,17 @@ class StepReport:
     """The compiler's message when it does not fit."""
     dcn_ops: list[CollectiveOp] = dataclasses.field(default_factory=list, repr=False)
     """Every cross-slice transfer instruction, with how often it runs (not in the JSON)."""
+    host_offload_bytes: int = 0
+    """Activation bytes per chip the remat policy sends to host memory each step (and reads back)."""
+    chosen: bool = False
+    """In a remat comparison (`compare_remat`): the policy `choose_remat` picked for this step."""
+
+    @property
+    def host_bytes_per_s_needed(self) -> float | None:
+        """Host-link bandwidth per chip that hides the offload under the step (out and back), or None."""
+        if not self.host_offload_bytes or not self.est_step_s:
+            return None
+        return 2 * self.host_offload_bytes / self.est_step_s
 
     @property
     def headroom_bytes(self) -> int | None:
@@ -100,6 +114,7 @@ class StepReport:
         del out["dcn_ops"]
         out["collectives"] = [c.as_dict() for c in self.collectives]
         out["headroom_bytes"] = self.headroom_bytes
+        out["host_bytes_per_s_needed"] = self.host_bytes_per_s_needed
         out["network_bytes"] = summarize(self.collectives)
         return out
 
@@ -120,17 +135,71 @@ def plain_config(config: Any) -> Any:
     return dataclasses.replace(config, **changes)
 
 
-def remat_extra_flops(model: LlamaConfig, remat: bool | str, tokens: int, seq_len: int) -> float:
-    """FLOPs the backward pass spends recomputing what the remat policy did not keep."""
-    attention_fwd = 4.0 * model.num_layers * model.num_heads * model.resolved_head_dim * seq_len * tokens
-    if remat is True or remat == "full":
-        block_params = model.num_params(include_embedding=False) - model.hidden_dim  # no final norm
-        if not model.tie_embeddings:
-            block_params -= model.hidden_dim * model.resolved_vocab_size  # the head is not inside a block
-        return 2.0 * block_params * tokens + attention_fwd
-    if remat:  # save_dots / offload_dots keep weight matmuls; attention's batched dots are recomputed
-        return attention_fwd
-    return 0.0
+FUSED_ATTENTION = ("xla", "cudnn", "splash")
+"""Attention implementations that are one op: their recompute is the whole attention forward."""
+
+
+def block_recompute_flops(model: LlamaConfig, remat: bool | str, seq_len: int,
+                          attention_impl: str | None = None) -> float:
+    """FLOPs per token the backward pass of one rematerialized block spends recomputing its forward.
+
+    The backward pass needs q, k, v and the attention probabilities (attention's gradient), the
+    attention output (wo's weight gradient), the residual after attention (the MLP norm's gradient
+    and, normed, the gate/up weight gradients) and the gate and up projections (SwiGLU's gradient
+    and w_down's weight gradient). What the policy does not keep is recomputed from what it keeps and
+    the block's input, and only that: the w_down matmul, whose output no gradient needs, is not
+    recomputed (JAX's remat drops it). tests/unit/test_remat.py checks these sums against the dots of
+    the differentiated program.
+    """
+    if not remat:
+        return 0.0
+    d, f, hd = model.hidden_dim, model.intermediate_dim, model.resolved_head_dim
+    q, kv = model.num_heads * hd, model.num_kv_heads * hd
+    half_attention = 2.0 * model.num_heads * hd * seq_len  # scores, or probabilities x values
+    # node -> (FLOPs per token, the nodes it is computed from); "x" is the block input, always kept.
+    graph: dict[str, tuple[float, tuple[str, ...]]] = {
+        "attn_q": (2.0 * d * q, ("x",)), "attn_k": (2.0 * d * kv, ("x",)), "attn_v": (2.0 * d * kv, ("x",)),
+        "probs": (half_attention, ("attn_q", "attn_k")),
+        "attn_out": (half_attention, ("probs", "attn_v")),
+        "mlp_in": (2.0 * q * d, ("attn_out",)),
+        "mlp_gate": (2.0 * d * f, ("mlp_in",)), "mlp_up": (2.0 * d * f, ("mlp_in",)),
+    }
+    needed = ["attn_q", "attn_k", "attn_v", "probs", "attn_out", "mlp_in", "mlp_gate", "mlp_up"]
+    if attention_impl in FUSED_ATTENTION:  # one op: out and its statistics come together, never saved
+        graph["probs"] = (0.0, ("attn_q", "attn_k", "attn_v"))
+        graph["attn_out"] = (2 * half_attention, ("attn_q", "attn_k", "attn_v"))
+        needed = [n for n in needed if n != "probs"]
+    saved, offloaded = policy_names("full" if remat in (True, "every_other") else remat)
+    kept = {"x", *saved, *offloaded}
+    if attention_impl in FUSED_ATTENTION and "attn_out" in kept:
+        kept.discard("attn_out")  # the kernel's backward also needs its statistics, recomputed with it
+    done: set[str] = set()
+
+    def cost(node: str) -> float:
+        if node in kept or node in done:
+            return 0.0
+        done.add(node)
+        flops, inputs = graph[node]
+        return flops + sum(cost(i) for i in inputs)
+
+    return sum(cost(n) for n in needed)
+
+
+def remat_extra_flops(model: LlamaConfig, remat: bool | str, tokens: int, seq_len: int,
+                      attention_impl: str | None = None) -> float:
+    """FLOPs the backward pass spends recomputing what the remat policy did not keep, per step
+    (every_other: only every other block is rematerialized; an odd last one is too)."""
+    layers = model.num_layers
+    if remat == "every_other":
+        layers = (model.num_layers + 1) // 2
+    return block_recompute_flops(model, remat, seq_len, attention_impl) * layers * tokens
+
+
+def host_offload_bytes(model: LlamaConfig, remat: bool | str, tokens_per_chip: int, itemsize: int) -> int:
+    """Bytes per chip the policy moves to host memory in the forward pass (and back in the backward)."""
+    widths = activation_widths(model)
+    _, offloaded = policy_names(remat) if isinstance(remat, str) else ((), ())
+    return sum(widths[n] for n in offloaded) * model.num_layers * tokens_per_chip * itemsize
 
 
 def _mesh(step: str, mesh_config: Any, topology: Topology) -> Any:
@@ -157,6 +226,7 @@ def _pretraining(step: str, config: TrainLmConfig, topology: Topology) -> tuple[
         config.model.validate()
         config.optimizer.validate()
         config.precision.validate(config.model.param_shapes())
+        check_remat(config.gradient_checkpointing)
     except ValueError as err:
         raise TrainingError(f"step {step!r}: {err}") from err
     _check_attention(step, config.attention_impl, config.model, config.seq_len)
@@ -223,10 +293,19 @@ def _oom_bytes(message: str) -> tuple[int | None, int | None]:
     return None, None
 
 
-def compile_training_step(step: str, function: str, config: Any, topology: Topology) -> StepReport:
-    """Compile one train_lm / finetune_lm step's train step for `topology` and report on it."""
+def compile_training_step(step: str, function: str, config: Any, topology: Topology,
+                          remat: bool | str | None = None) -> StepReport:
+    """Compile one train_lm / finetune_lm step's train step for `topology` and report on it.
+
+    remat: a gradient_checkpointing setting to compile instead of the step's own (`compare_remat`).
+    """
     config = plain_config(config)
-    remat: bool | str
+    if remat is not None:
+        try:
+            check_remat(remat)
+        except ValueError as err:
+            raise TrainingError(f"step {step!r}: {err}") from None
+        config = dataclasses.replace(config, gradient_checkpointing=remat)
     if isinstance(config, TrainLmConfig):
         step_fn, args, model, mesh_shape = _pretraining(step, config, topology)
         remat, seq_len = config.gradient_checkpointing, config.seq_len
@@ -237,7 +316,10 @@ def compile_training_step(step: str, function: str, config: Any, topology: Topol
         raise TrainingError(f"step {step!r}: {type(config).__name__} is not a training config this command compiles")
     tokens = config.batch_size * seq_len
     model_flops = model.flops_per_token(seq_len) * tokens
-    hardware_flops = model_flops + remat_extra_flops(model, remat, tokens, seq_len)
+    attention_impl = getattr(config, "attention_impl", None)
+    hardware_flops = model_flops + remat_extra_flops(model, remat, tokens, seq_len, attention_impl)
+    itemsize = jnp.dtype(getattr(config, "compute_dtype", "bfloat16")).itemsize
+    offload = host_offload_bytes(model, remat, tokens // topology.chips, itemsize)
     chip = topology.chip
     started, cpu_started = time.perf_counter(), time.process_time()
     hbm: dict[str, int] = {}
@@ -281,8 +363,39 @@ def compile_training_step(step: str, function: str, config: Any, topology: Topol
         est_mfu=model_flops / (step_s * topology.chips * chip.peak_flops) if step_s else None,
         bound=bound, compiler_optimal_s=optimal, compile_s=round(compile_s, 2),
         compile_cpu_s=round(cpu_s, 2), collectives=collectives,
-        remat=str(remat), attention=str(getattr(config, "attention_impl", None) or "einsum"), error=error,
-        dcn_ops=dcn_ops)
+        remat=_remat_name(remat), attention=str(attention_impl or "einsum"), error=error,
+        dcn_ops=dcn_ops, host_offload_bytes=offload)
+
+
+def _remat_name(remat: bool | str) -> str:
+    return "full" if remat is True else "none" if remat is False else str(remat)
+
+
+HEADROOM_BYTES = 2 * GiB
+"""What `choose_remat` leaves free per chip: allocator fragmentation and runtime buffers the
+compiler's count does not see."""
+
+
+def compare_remat(step: str, function: str, config: Any, topology: Topology,
+                  policies: Sequence[bool | str]) -> list[StepReport]:
+    """The step compiled once per remat policy, the chosen one (`choose_remat`) marked."""
+    reports = [compile_training_step(step, function, config, topology, remat=p) for p in policies]
+    best = choose_remat(reports)
+    if best is not None:
+        best.chosen = True
+    return reports
+
+
+def choose_remat(reports: Sequence[StepReport], headroom: int = HEADROOM_BYTES) -> StepReport | None:
+    """The fastest policy (highest roofline MFU; then the least HBM) that fits with `headroom`
+    bytes free per chip. Policies that offload to host memory are never chosen: no TPU publishes
+    its host-link bandwidth, so the roofline cannot bound their transfers (each report says what
+    bandwidth would hide them)."""
+    eligible = [r for r in reports if r.fits and r.headroom_bytes is not None and r.headroom_bytes >= headroom
+                and not r.host_offload_bytes and r.est_mfu is not None]
+    if not eligible:
+        return None
+    return max(eligible, key=lambda r: (round(r.est_mfu or 0.0, 6), -(r.hbm_bytes_per_chip or 0)))
 
 
 def _roofline(hardware_flops: float, collectives: list[Collective], topology: Topology) -> tuple[float, str]:
@@ -296,4 +409,5 @@ def _roofline(hardware_flops: float, collectives: list[Collective], topology: To
     return times[bound], bound
 
 
-__all__ = ["StepReport", "compile_training_step", "plain_config", "remat_extra_flops"]
+__all__ = ["HEADROOM_BYTES", "StepReport", "block_recompute_flops", "choose_remat", "compare_remat", "compile_training_step", "host_offload_bytes", "plain_config",
+           "remat_extra_flops"]

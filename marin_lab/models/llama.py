@@ -24,6 +24,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from marin_lab.models.attention import attention, check_attention
 from marin_lab.models.loss import chunked_log_likelihoods, log_likelihoods
@@ -227,23 +228,68 @@ def _is_weight_wrapper(p: Any) -> bool:
 
 def _block(config: LlamaConfig, attention_impl: str | None, x: jax.Array, layer: Params,
            cos: jax.Array, sin: jax.Array, sharding: Any = None) -> jax.Array:
+    # The checkpoint_name tags (ACTIVATION_NAMES) are what the selective remat policies save or
+    # offload; without such a policy they change nothing.
     b, t, _ = x.shape
     hd = config.resolved_head_dim
     h = rms_norm(x, layer["attn_norm"], config.norm_eps)
-    q = linear(h, layer["wq"]).reshape(b, t, config.num_heads, hd)
-    k = linear(h, layer["wk"]).reshape(b, t, config.num_kv_heads, hd)
-    v = linear(h, layer["wv"]).reshape(b, t, config.num_kv_heads, hd)
+    q = checkpoint_name(linear(h, layer["wq"]), "attn_q").reshape(b, t, config.num_heads, hd)
+    k = checkpoint_name(linear(h, layer["wk"]), "attn_k").reshape(b, t, config.num_kv_heads, hd)
+    v = checkpoint_name(linear(h, layer["wv"]), "attn_v").reshape(b, t, config.num_kv_heads, hd)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     attn = attention(q, k, v, attention_impl, sharding).reshape(b, t, config.num_heads * hd)
-    x = x + linear(attn, layer["wo"])
+    x = checkpoint_name(x + linear(checkpoint_name(attn, "attn_out"), layer["wo"]), "mlp_in")
     h = rms_norm(x, layer["mlp_norm"], config.norm_eps)
-    gated = jax.nn.silu(linear(h, layer["w_gate"])) * linear(h, layer["w_up"])
-    x = x + linear(gated, layer["w_down"])
+    gate = checkpoint_name(linear(h, layer["w_gate"]), "mlp_gate")
+    up = checkpoint_name(linear(h, layer["w_up"]), "mlp_up")
+    x = x + linear(jax.nn.silu(gate) * up, layer["w_down"])
     return x
 
 
-REMAT_POLICIES = ("full", "save_dots", "offload_dots")
+ACTIVATION_NAMES = ("attn_q", "attn_k", "attn_v", "attn_out", "mlp_in", "mlp_gate", "mlp_up")
+"""The activations a block names for the selective policies: the q/k/v projections (before RoPE),
+the attention output (the input of wo), the residual stream after attention (the MLP's input,
+before its norm) and the MLP's gate and up projections (before SiLU and the product)."""
+
+SELECTIVE_POLICIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "save_attn_mlp_in": (("attn_out", "mlp_in"), ()),
+    "save_qkv_mlp_in": (("attn_q", "attn_k", "attn_v", "mlp_in"), ()),
+    "save_mlp_gate": (("mlp_gate",), ()),
+    "save_mlp_in_gate": (("mlp_in", "mlp_gate"), ()),
+    "save_mlp": (("mlp_in", "mlp_gate", "mlp_up"), ()),
+    "offload_mlp": ((), ("mlp_in", "mlp_gate", "mlp_up")),
+}
+"""Selective policies: name -> (activations kept in device memory, activations offloaded to host
+memory); everything else inside a block is recomputed on the backward pass."""
+
+def activation_widths(config: LlamaConfig) -> dict[str, int]:
+    """Elements per token of each named activation (ACTIVATION_NAMES)."""
+    q, kv = config.num_heads * config.resolved_head_dim, config.num_kv_heads * config.resolved_head_dim
+    d, f = config.hidden_dim, config.intermediate_dim
+    return {"attn_q": q, "attn_k": kv, "attn_v": kv, "attn_out": q, "mlp_in": d, "mlp_gate": f, "mlp_up": f}
+
+
+def policy_names(name: bool | str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(activations kept in device memory, activations in host memory) of a policy, as named
+    activations: save_dots/offload_dots keep every weight matmul's output (the wo output makes
+    mlp_in an addition away)."""
+    if name == "save_dots":
+        return ("attn_q", "attn_k", "attn_v", "mlp_in", "mlp_gate", "mlp_up"), ()
+    if name == "offload_dots":
+        return (), ("attn_q", "attn_k", "attn_v", "mlp_in", "mlp_gate", "mlp_up")
+    if isinstance(name, str) and name in SELECTIVE_POLICIES:
+        return SELECTIVE_POLICIES[name]
+    return (), ()
+
+
+REMAT_POLICIES = ("full", "save_dots", "offload_dots", *SELECTIVE_POLICIES, "every_other")
 """Names `gradient_checkpointing` accepts besides True (= "full") and False."""
+
+
+def check_remat(name: Any) -> None:
+    """ValueError naming the field when `name` is not a gradient-checkpointing setting."""
+    if not (name is True or name is False or name in REMAT_POLICIES):
+        raise ValueError(f"gradient_checkpointing={name!r}: expected True, False or one of {REMAT_POLICIES}")
 
 
 def remat_policy(name: bool | str) -> Any:
@@ -252,13 +298,25 @@ def remat_policy(name: bool | str) -> Any:
     full: keep only each block's input, recompute everything inside it (least memory).
     save_dots: also keep the outputs of weight matmuls (recompute only cheap elementwise ops).
     offload_dots: keep them in host memory (pinned_host) instead of device memory.
+    save_attn_mlp_in, save_qkv_mlp_in, save_mlp_gate, save_mlp_in_gate, save_mlp:
+    keep the named activations of
+    SELECTIVE_POLICIES (ACTIVATION_NAMES) in device memory; offload_mlp: keep the MLP's in host memory.
+    every_other: full remat on every other block, none on the others (`hidden_states` scans pairs;
+    this returns full remat's policy, the one its rematerialized blocks use).
     """
-    if name is True or name == "full":
+    if name is True or name in ("full", "every_other"):
         return None
     if name == "save_dots":
         return jax.checkpoint_policies.dots_with_no_batch_dims_saveable
     if name == "offload_dots":
         return jax.checkpoint_policies.offload_dot_with_no_batch_dims("device", "pinned_host")
+    if isinstance(name, str) and name in SELECTIVE_POLICIES:
+        saved, offloaded = SELECTIVE_POLICIES[name]
+        if not offloaded:
+            return jax.checkpoint_policies.save_only_these_names(*saved)
+        return jax.checkpoint_policies.save_and_offload_only_these_names(
+            names_which_can_be_saved=list(saved), names_which_can_be_offloaded=list(offloaded),
+            offload_src="device", offload_dst="pinned_host")
     raise ValueError(f"gradient_checkpointing={name!r} is not True, False or one of {REMAT_POLICIES}")
 
 
@@ -300,11 +358,33 @@ def hidden_states(
     def body(carry: jax.Array, layer: Params) -> tuple[jax.Array, None]:
         return pin(_block(config, attention_impl, carry, layer, cos, sin, activation_sharding)), None
 
-    if gradient_checkpointing:
-        # Keep only each block's input (and what the policy saves); recompute the rest backward.
-        body = jax.checkpoint(body, prevent_cse=False, policy=remat_policy(gradient_checkpointing))
-    x, _ = jax.lax.scan(body, x, cast["layers"])
+    if gradient_checkpointing == "every_other":
+        x = _every_other(body, x, cast["layers"], config.num_layers)
+    else:
+        if gradient_checkpointing:
+            # Keep only each block's input (and what the policy saves); recompute the rest backward.
+            body = jax.checkpoint(body, prevent_cse=False, policy=remat_policy(gradient_checkpointing))
+        x, _ = jax.lax.scan(body, x, cast["layers"])
     return cast, pin(rms_norm(x, cast["final_norm"], config.norm_eps))
+
+
+def _every_other(body: Callable, x: jax.Array, layers: Params, num_layers: int) -> jax.Array:
+    """Blocks scanned in pairs: the first of each pair fully rematerialized, the second not (its
+    activations are kept); an odd last block is rematerialized after the scan."""
+    remat = jax.checkpoint(body, prevent_cse=False)
+    pairs = num_layers // 2
+
+    def pair(carry: jax.Array, two: Params) -> tuple[jax.Array, None]:
+        first = jax.tree_util.tree_map(lambda a: a[0], two)
+        second = jax.tree_util.tree_map(lambda a: a[1], two)
+        return body(remat(carry, first)[0], second)[0], None
+
+    if pairs:
+        stacked = jax.tree_util.tree_map(lambda a: a[:2 * pairs].reshape(pairs, 2, *a.shape[1:]), layers)
+        x, _ = jax.lax.scan(pair, x, stacked)
+    if num_layers % 2:
+        x = remat(x, jax.tree_util.tree_map(lambda a: a[-1], layers))[0]
+    return x
 
 
 def output_logits(cast: Params, x: jax.Array, config: LlamaConfig) -> jax.Array:

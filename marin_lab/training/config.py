@@ -50,8 +50,10 @@ class TrainLmConfig:
     precision: PrecisionConfig = versioned_field(default_factory=PrecisionConfig)
     """Matmul format (compute dtype, fp32, bf16, fp8, fp8_delayed, mxfp8) and Adam's moment format
     (docs/precision.md); the defaults change nothing."""
-    gradient_checkpointing: bool = False
-    """Recompute each block's activations on the backward pass (saves memory, costs ~1/3 FLOPs)."""
+    gradient_checkpointing: bool | str = False
+    """Recompute each block's activations on the backward pass: True/'full' (least memory, the most
+    recompute), a policy of `marin_lab.models.llama.REMAT_POLICIES` that keeps some activations
+    (docs/training.md, "Rematerialization"), or False. `marin-lab compile --remat all` compares them."""
     attention_impl: str | None = None
     """None (einsum, any backend), 'xla' or 'cudnn' (jax.nn.dot_product_attention; cudnn on NVIDIA
     GPUs), 'splash' (the Pallas TPU kernel; interpreted on CPU): docs/training.md, "Attention"."""

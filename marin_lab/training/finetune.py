@@ -96,7 +96,8 @@ class FinetuneConfig:
     frozen_dtype: str = "bfloat16"
     """Storage dtype of the frozen base's floating weights (lora, and qlora's embeddings/norms)."""
     gradient_checkpointing: bool | str = False
-    """Remat: False, True/'full', 'save_dots' or 'offload_dots' (see model.remat_policy)."""
+    """Remat: False, True/'full', or a policy of models.llama.REMAT_POLICIES ('save_dots', 'save_mlp_gate',
+    'offload_mlp', 'every_other', ...: docs/training.md, "Rematerialization")."""
     offload_optimizer_state: bool = False
     """Keep the optimizer state in host memory (pinned_host) between steps."""
     offload_base: bool = False

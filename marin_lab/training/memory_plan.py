@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import AbstractMesh
 
-from marin_lab.models.llama import LlamaConfig, init_params
+from marin_lab.models.llama import SELECTIVE_POLICIES, LlamaConfig, activation_widths, init_params
 from marin_lab.peft.lora import LoraConfig
 from marin_lab.training.base_model import QUANTIZED_NAMES, QuantConfig, quantize_params
 from marin_lab.training.finetune_state import (
@@ -216,6 +216,15 @@ def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: 
         host["saved activations"] = model.num_layers * _dots_bytes(model, seq_len, c) * per_device_batch
     elif gradient_checkpointing == "save_dots":
         saved = model.num_layers * (block_input + _dots_bytes(model, seq_len, c) * per_device_batch)
+    elif gradient_checkpointing == "every_other":  # half the blocks (the odd last one too) keep only their input
+        rematerialized = (model.num_layers + 1) // 2
+        saved = rematerialized * block_input + (model.num_layers - rematerialized) * layer_act
+    elif gradient_checkpointing in SELECTIVE_POLICIES:
+        kept, offloaded = SELECTIVE_POLICIES[str(gradient_checkpointing)]
+        widths = activation_widths(model)
+        per_layer = seq_len * c * per_device_batch
+        saved = model.num_layers * (block_input + sum(widths[n] for n in kept) * per_layer)
+        host["saved activations"] = model.num_layers * sum(widths[n] for n in offloaded) * per_layer
     else:
         saved = model.num_layers * layer_act
     # Plus one block's worth while its backward runs (recomputed under remat, kept otherwise).

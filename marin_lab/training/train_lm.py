@@ -37,6 +37,7 @@ import numpy as np  # noqa: E402
 
 from marin_lab.execution.artifacts import reproducibility  # noqa: E402
 from marin_lab.models.attention import AttentionConfigError, check_attention  # noqa: E402
+from marin_lab.models.llama import check_remat  # noqa: E402
 from marin_lab.precision import masters  # noqa: E402
 from marin_lab.precision.scalify_train import overflow_message as scalify_overflow  # noqa: E402
 from marin_lab.store.layout import METRICS_FILE  # noqa: E402
@@ -64,6 +65,10 @@ def validate_config(config: TrainLmConfig) -> None:
         config.precision.validate(config.model.param_shapes())
         config.precision.check_backend()
         config.wandb.resolved_mode()
+    except ValueError as err:
+        raise TrainingError(str(err)) from err
+    try:
+        check_remat(config.gradient_checkpointing)
     except ValueError as err:
         raise TrainingError(str(err)) from err
     if config.backend not in BACKENDS:

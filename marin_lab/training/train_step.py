@@ -31,7 +31,7 @@ class StepSettings:
 
     compute_dtype: str = "bfloat16"
     param_dtype: str = "float32"
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool | str = False
     attention_impl: str | None = None
     z_loss_weight: float = 0.0
     microbatches: int = 1

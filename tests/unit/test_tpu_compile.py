@@ -15,9 +15,16 @@ import pytest
 from experiments.models import lab_nano
 from marin_lab.cli import main
 from marin_lab.cluster import tpu_topology
+from marin_lab.cluster.compile_command import compile_experiment
 from marin_lab.cluster.compile_report import render
 from marin_lab.cluster.hlo_collectives import parse_collectives
-from marin_lab.cluster.tpu_compile import StepReport, compile_training_step
+from marin_lab.cluster.tpu_compile import (
+    HEADROOM_BYTES,
+    StepReport,
+    choose_remat,
+    compile_training_step,
+    remat_extra_flops,
+)
 from marin_lab.cluster.tpu_topology import parse_topology
 from marin_lab.training import DataConfig, MeshConfig, TrainingError, TrainLmConfig
 
@@ -273,3 +280,46 @@ def test_script_arguments_after_double_dash_reach_the_experiment(tmp_path, capsy
     assert main(["compile", str(path), "--step", "on-cpu", "--", "given"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "step 'checkpoints/on-cpu-given': field resources declares no TPU" in err[0], err
+
+
+def test_remat_comparison_compiles_each_policy_and_chooses_the_fastest_that_fits(experiment, capsys):
+    """`--remat full,save_mlp` on the nano model for v5e-4: one report per policy, FLOPs charged
+    with each policy's recompute, and the choice rule (fits, 2 GiB free, no host offload, best MFU)."""
+    reports = compile_experiment(experiment, step="tiny", remat="full,save_mlp")
+    assert [r.remat for r in reports] == ["full", "save_mlp"] and all(r.fits for r in reports)
+    full, save = reports
+    assert full.flops_per_step == save.flops_per_step
+    for r in reports:
+        assert r.hardware_flops_per_step - r.flops_per_step == pytest.approx(
+            remat_extra_flops(TINY, r.remat, 8 * 128, 128, "einsum"))
+        assert r.headroom_bytes is not None and r.headroom_bytes > HEADROOM_BYTES
+    assert save.hardware_flops_per_step < full.hardware_flops_per_step
+    (chosen,) = [r for r in reports if r.chosen]
+    assert chosen is max(reports, key=lambda r: (r.est_mfu, -r.hbm_bytes_per_chip))
+    data = json.loads(render(reports, "json"))
+    assert data["remat_choice"] == {"checkpoints/tiny": chosen.remat}
+    assert [s["chosen"] for s in data["steps"]] == [r is chosen for r in reports]
+    text = render(reports, "text")
+    assert "remat policies for checkpoints/tiny on v5e-4" in text
+    assert f"{chosen.remat}" in next(line for line in text.splitlines() if line.endswith("<- chosen"))
+    assert "| save_mlp |" in render(reports, "markdown")
+    # The rule, on the same reports: too little headroom, host offload or no fit is never chosen.
+    tight = dataclasses.replace(save, chosen=False, hbm_bytes_per_chip=save.hbm_capacity_bytes - HEADROOM_BYTES + 1,
+                                est_mfu=0.99)
+    offload = dataclasses.replace(save, chosen=False, host_offload_bytes=1, est_mfu=0.99)
+    no_fit = dataclasses.replace(save, chosen=False, fits=False, est_mfu=None, hbm_bytes_per_chip=None)
+    plain = dataclasses.replace(full, chosen=False)
+    assert choose_remat([plain, tight, offload, no_fit]) is plain
+    assert choose_remat([tight, offload, no_fit]) is None
+    over = dataclasses.replace(tight, hbm_bytes_per_chip=save.hbm_capacity_bytes + 2**28)
+    assert "compiled, but over the limit as memory_analysis counts it" in render([over], "text")
+    assert choose_remat([over]) is None
+    same = dataclasses.replace(plain, hbm_bytes_per_chip=plain.hbm_bytes_per_chip - 1)
+    assert choose_remat([plain, same]) is same  # equal ceilings: the smaller HBM
+
+
+def test_remat_flag_bad_policy_is_one_line(experiment, capsys):
+    assert main(["compile", experiment, "--step", "tiny", "--remat", "full,save_everything"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--remat 'full,save_everything': 'save_everything' is not a remat policy" in err[0]
+    assert "save_mlp_gate" in err[0]
