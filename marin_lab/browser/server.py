@@ -18,10 +18,11 @@ import logging
 import socket
 import sys
 import threading
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 

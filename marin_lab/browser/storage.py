@@ -17,9 +17,10 @@ import logging
 import os
 import posixpath
 import stat
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Iterable, TypeVar
+from typing import IO, Any, TypeVar
 
 from marin_lab.browser.errors import ForbiddenPathError, NotFoundError, NotRegularFileError
 from marin_lab.browser.paths import Roots

@@ -43,10 +43,10 @@ class PlannedStep:
     version: dict[str, Any]
     hash: str
     output_path: str
-    dependencies: list["PlannedStep"]
+    dependencies: list[PlannedStep]
     """What this step waits for (and runs first when they are not done)."""
     scan: ConfigScan
-    pseudo_dependencies: list["PlannedStep"] = dataclasses.field(default_factory=list)
+    pseudo_dependencies: list[PlannedStep] = dataclasses.field(default_factory=list)
     """`.nonblocking()` inputs: part of the identity, never waited for."""
     identity: str = ""
     """`name-hash8`."""

@@ -252,7 +252,7 @@ def download(config: DownloadConfig) -> dict:
         "revision": config.revision,
         "resolved_revision": resolved,
         "packages": versions,
-        "retrieved": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "retrieved": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "files": records,
         "count": len(records),
         "total_bytes": sum(r["size"] for r in records),

@@ -121,7 +121,7 @@ def _zeros(shape: tuple[int, ...], dtype: Any, sharding: NamedSharding) -> jax.A
     return jax.make_array_from_callback(shape, sharding, lambda idx: np.zeros(sharding.shard_shape(shape), dtype))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _updater(sharding: NamedSharding, axis: int) -> Callable:
     """stack, piece, start -> stack with the piece written at `start` along `axis`, in place (donated)."""
     def update(stack: jax.Array, value: jax.Array, start: jax.Array) -> jax.Array:

@@ -44,7 +44,7 @@ class CacheSplit:
     shard boundary.
     """
 
-    def __init__(self, cache: "TokenCache", split: str, seq_len: int):
+    def __init__(self, cache: TokenCache, split: str, seq_len: int):
         self.cache, self.split, self.seq_len = cache, split, seq_len
         entries = cache.ledger["splits"][split]["shards"]
         self.shards = [NpyRange(array_url(cache.path, split, s["name"], "tokens")) for s in entries]

@@ -251,7 +251,7 @@ def test_status_actor_one_executor_waiting_for_another():
 
         def fn(config: Config):
             time.sleep(config.wait)
-            with open(config.path, "r") as f:
+            with open(config.path) as f:
                 number = int(f.read())
             with open(config.path, "w") as f:
                 f.write(str(number + config.number))
@@ -272,7 +272,7 @@ def test_status_actor_one_executor_waiting_for_another():
             run1.join()
             run2.join()
 
-            with open(file.name, "r") as f:
+            with open(file.name) as f:
                 assert int(f.read()) == 3
 
 
