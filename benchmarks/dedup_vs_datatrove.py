@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 ours_f1 = [x[2] for x in scores[mine]]
                 their_f1 = [x[2] for x in scores[peer]]
-                ahead = sum(a >= b for a, b in zip(ours_f1, their_f1))
+                ahead = sum(a >= b for a, b in zip(ours_f1, their_f1, strict=True))
                 print(f"{LABELS[mine]} / {LABELS[peer]}: docs/s {rows[mine][0] / rows[peer][0]:.2f}x wall, "
                       f"{rows[mine][1] / rows[peer][1]:.2f}x per CPU-second{' (goal ' + goal + ')' if goal else ''}; "
                       f"F1 {rows[mine][2]:.4f} vs {rows[peer][2]:.4f}, ours >= theirs on {ahead} of "

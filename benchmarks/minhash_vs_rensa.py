@@ -58,7 +58,7 @@ def shingle_strings(text: str) -> list[str]:
     w = words_of(text)
     if len(w) < NGRAM:
         return [" ".join(w)] if w else []
-    return list(map(" ".join, zip(*(w[i:] for i in range(NGRAM)))))
+    return list(map(" ".join, zip(*(w[i:] for i in range(NGRAM)), strict=False)))
 
 
 def ours_batch(texts: list[str], seed: int, config: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -200,7 +200,7 @@ def stages(texts: list[str], seed: int, config: DedupConfig, repeats: int) -> No
             times.setdefault(name, []).append(value)
         words_lists = timed("rensa: words (our normalisation, split)", lambda: [words_of(t) for t in texts])
         sets = timed("rensa: shingle strings", lambda: [
-            list(map(" ".join, zip(*(w[i:] for i in range(NGRAM))))) if len(w) >= NGRAM else [" ".join(w)]
+            list(map(" ".join, zip(*(w[i:] for i in range(NGRAM)), strict=False))) if len(w) >= NGRAM else [" ".join(w)]
             for w in words_lists])
         timed("rensa: hash strings + minima (Rust)", RMinHash.digest_matrix_from_token_sets, sets, k, seed)
     print(f"stages, {repeats} repeats, whole corpus: seconds min / median")
@@ -276,10 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     for mine, peer in PAIRS:
         if mine not in rate:
             continue
-        ratios = [b / a for a, b in zip(walls[mine], walls[peer])]  # per repeat: their time / ours
+        ratios = [b / a for a, b in zip(walls[mine], walls[peer], strict=True)]  # per repeat: their time / ours
         ours_f1 = [x[2] for x in scores[mine]]
         their_f1 = [x[2] for x in scores[peer]]
-        ahead = sum(a >= b for a, b in zip(ours_f1, their_f1))
+        ahead = sum(a >= b for a, b in zip(ours_f1, their_f1, strict=True))
         print(f"{mine} / {peer}: docs/s {rate[mine] / rate[peer]:.2f}x (medians; per repeat "
               f"{min(ratios):.2f}-{max(ratios):.2f}x, goal >= 1x); F1 {statistics.mean(ours_f1):.4f} vs "
               f"{statistics.mean(their_f1):.4f}, ours >= theirs on {ahead} of {len(ours_f1)} seeds")

@@ -83,7 +83,7 @@ def _setup(shape: str, mode: str, seq_len: int, attention: str | None):
         leaves, treedef = jax.tree_util.tree_flatten(frozen_abs)
         shardings = jax.tree_util.tree_leaves(frozen_sh, is_leaf=lambda s: isinstance(s, NamedSharding))
         values = []
-        for i, (leaf, sh) in enumerate(zip(leaves, shardings)):
+        for i, (leaf, sh) in enumerate(zip(leaves, shardings, strict=True)):
             if leaf.dtype == jnp.uint8:  # NF4 level pairs or absmax codes: any byte is a valid weight
                 fn = lambda k, s=leaf.shape: jax.random.bits(k, s, jnp.uint8)
             elif leaf.dtype == jnp.float32:  # second-level absmax scales and offsets (the rest is bf16)

@@ -90,7 +90,7 @@ def paired(fn_a, fn_b, repeats: int) -> tuple[float, float, float]:
         else:
             ta.append(cpu_time(fn_a))
             tb.append(cpu_time(fn_b))
-    return statistics.median(ta), statistics.median(tb), statistics.median(a / b for a, b in zip(ta, tb))
+    return statistics.median(ta), statistics.median(tb), statistics.median(a / b for a, b in zip(ta, tb, strict=False))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -206,7 +206,7 @@ def main() -> None:
                 times[side].append(sides[side](args.steps))
         ours = statistics.median(times["ours"])
         theirs = statistics.median(times["torch"]) if "torch" in times else None
-        pairs = " ".join(f"{t / o:.2f}" for o, t in zip(times["ours"], times.get("torch", [])))
+        pairs = " ".join(f"{t / o:.2f}" for o, t in zip(times["ours"], times.get("torch", []), strict=False))
         flops = model.flops_per_token(args.seq) * tokens
         ours_mfu = f"{flops / ours / (peak * len(devices)):.1%}" if peak else "-"
         theirs_mfu = f"{flops / theirs / (peak * len(devices)):.1%}" if peak and theirs else "-"

@@ -144,9 +144,9 @@ class Browser:
                     all_dirs.setdefault(_step_key(step), self.step_dir(step))
         keys = list(all_dirs)
         scrubber = text_scrubber()
-        statuses = dict(zip(keys, parallel_map(lambda k: self.status_of(all_dirs[k], scrubber), keys, local=self.local)))
+        statuses = dict(zip(keys, parallel_map(lambda k: self.status_of(all_dirs[k], scrubber), keys, local=self.local), strict=True))
         out = []
-        for entry, item in zip(files, loaded):
+        for entry, item in zip(files, loaded, strict=True):
             exp_id = entry["name"][: -len(".json")]
             summary: dict[str, Any] = {"id": exp_id, "file": item.url, **item.as_json()}
             if item.state == "ok":
@@ -180,7 +180,7 @@ class Browser:
         statuses = [d["status"] for d in details]
         run_driver = _text(exp.get("driver"))
         keys = [_step_key(s) for s in steps]
-        deps = {k: [d for d in _deps_of(s)] for k, s in zip(keys, steps)}
+        deps = {k: [d for d in _deps_of(s)] for k, s in zip(keys, steps, strict=True)}
         dependents: dict[str, list[str]] = {}
         for key in keys:
             for dep in deps[key]:
@@ -188,7 +188,7 @@ class Browser:
         known = set(keys)
         runs = self.runs(exp_id)
         rows: list[dict[str, Any]] = []
-        for key, step, step_dir, detail in zip(keys, steps, dirs, details):
+        for key, step, step_dir, detail in zip(keys, steps, dirs, details, strict=True):
             status = detail["status"]
             rows.append({
                 **{k: detail[k] for k in ("duration_s", "progress", "heartbeat", "elapsed_s", "driver_gone_since",
@@ -397,7 +397,7 @@ class Browser:
         statuses = parallel_map(lambda d: self.status_of(d, scrubber), dirs, local=self.local)
         return [
             {"name": _text(d.get("name")), "identity": _text(d.get("identity")), "output_path": p, "status": s}
-            for d, p, s in zip(deps, dirs, statuses)
+            for d, p, s in zip(deps, dirs, statuses, strict=True)
         ]
 
     def _dependents(self, identity: str, exp_id: str | None) -> list[dict]:
@@ -422,7 +422,7 @@ class Browser:
         statuses = parallel_map(lambda d: self.status_of(d, scrubber), dirs, local=self.local)
         return [
             {"name": _text(s.get("name")), "identity": _text(s.get("identity")), "output_path": p, "status": st}
-            for s, p, st in zip(steps, dirs, statuses)
+            for s, p, st in zip(steps, dirs, statuses, strict=True)
         ]
 
 

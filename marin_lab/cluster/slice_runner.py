@@ -231,7 +231,7 @@ def run_on_slices(
         run_refs, owners = [], []
         for slice_id, s in enumerate(slices):
             hostnames = ",".join(info["ip"] for info in sorted(s["infos"], key=lambda i: i["worker_id"]))
-            for actor, info in zip(s["actors"], s["infos"]):
+            for actor, info in zip(s["actors"], s["infos"], strict=True):
                 env = {**base_env, "TPU_WORKER_ID": str(info["worker_id"]), "TPU_WORKER_HOSTNAMES": hostnames,
                        "MARIN_SLICE_NAME": s["name"], "MARIN_SLICE_ID": str(slice_id),
                        NUM_SLICES: str(n_slices), "MARIN_STEP_NAME": step_name,
@@ -382,7 +382,7 @@ def _assign_worker_ids(s: dict) -> None:
     labelled = [info["labels"].get(WORKER_ID_LABEL) for info in s["infos"]]
     if all(v is not None and str(v).isdigit() for v in labelled) and \
             sorted(int(v) for v in labelled) == list(range(len(labelled))):
-        for info, v in zip(s["infos"], labelled):
+        for info, v in zip(s["infos"], labelled, strict=True):
             info["worker_id"] = int(v)
         return
     s["infos"][0]["worker_id"] = 0

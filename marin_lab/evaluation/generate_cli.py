@@ -119,7 +119,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
           f"{seconds:.1f} s ({new_tokens / max(seconds, 1e-9):.1f} tokens/s, compile included)"
           + (f"; {result.num_truncated} prompt(s) cut from the left to fit the context" if result.num_truncated else ""),
           file=sys.stderr)
-    for i, (prompt, text) in enumerate(zip(prompts, texts)):
+    for i, (prompt, text) in enumerate(zip(prompts, texts, strict=True)):
         if args.json:
             print(json.dumps({"prompt": prompt, "completion": text, "new_tokens": len(result.tokens[i]),
                               "finish_reason": result.finish_reasons[i],

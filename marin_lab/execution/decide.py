@@ -44,7 +44,7 @@ def read_statuses(steps: Sequence[PlannedStep], *, remote: bool) -> dict[str, di
         return {s.identity: read_status(s.output_path) for s in steps}
     with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
         results = pool.map(lambda s: read_status(s.output_path), steps)
-        return {s.identity: r for s, r in zip(steps, results)}
+        return {s.identity: r for s, r in zip(steps, results, strict=True)}
 
 
 def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[PlannedStep], Lease],

@@ -83,7 +83,7 @@ def portable_value(value: Any) -> Any:
         return {"content": "sha256:" + digest["sha256"], "files": digest["files"], "bytes": digest["bytes"]}
     if isinstance(value, list):
         out = [portable_value(v) for v in value]
-        return value if all(a is b for a, b in zip(out, value)) else out
+        return value if all(a is b for a, b in zip(out, value, strict=True)) else out
     if isinstance(value, dict):
         new = {k: portable_value(v) for k, v in value.items()}
         return value if all(new[k] is value[k] for k in value) else new

@@ -201,7 +201,7 @@ def _tokenize_shard(task: _ShardTask) -> dict:
         encoded = tokenizer.encode_batch([text for text, _ in pieces], add_special_tokens=False)
         ids = [task.bos_id] if task.bos_id is not None else []
         mask = [0] * len(ids)
-        for enc, (_, in_loss) in zip(encoded, pieces):
+        for enc, (_, in_loss) in zip(encoded, pieces, strict=True):
             ids += enc.ids
             mask += [int(in_loss)] * len(enc.ids)
         ids.append(task.eos_id)

@@ -114,7 +114,7 @@ def _bytes_per_device(tree: Any, shardings: Any) -> tuple[int, int]:
     leaves = jax.tree_util.tree_leaves(tree)
     shards = jax.tree_util.tree_leaves(shardings, is_leaf=lambda s: hasattr(s, "shard_shape"))
     device = host = 0
-    for leaf, sh in zip(leaves, shards):
+    for leaf, sh in zip(leaves, shards, strict=True):
         n = 1
         for dim in sh.shard_shape(tuple(leaf.shape)):
             n *= dim

@@ -88,7 +88,7 @@ def test_three_runs_overlaid_with_hover_values_and_a_shareable_address(page, ser
     page.click("#compare-link")
     page.wait_for_selector("body[data-compare-ready='1']")
     identities = [f"{name}-{short}" for name, (short, *_rest) in RUNS.items()]
-    assert _curves(page) == dict(zip(identities, (20, 30, 25)))  # the torn line is skipped
+    assert _curves(page) == dict(zip(identities, (20, 30, 25), strict=True))  # the torn line is skipped
     assert page.locator("#compare-runs tbody tr").count() == 3  # the data step logged no metrics
     table = page.locator("#compare-runs").inner_text()
     assert "compute bfloat16 · matmul fp8 · adam state float16_scaled · seed 1" in table and "cccc0003" in table

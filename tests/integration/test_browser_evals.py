@@ -83,7 +83,7 @@ def test_compare_samples_and_training_api(server, fx):
     assert [p[0] for p in series] == [0, 100, 200, 300]
     assert sorted(train["runs"][0]["series"]) == ["eval/hellaswag/acc"]  # _low / _high are its bounds
     low = train["runs"][0]["bounds"]["eval/hellaswag/acc"]["low"]
-    assert [round(v - p[1], 6) for p, v in zip(low, [p[1] for p in series])] == [0.05] * 4
+    assert [round(v - p[1], 6) for p, v in zip(low, [p[1] for p in series], strict=True)] == [0.05] * 4
 
 
 @pytest.mark.parametrize("path, status, text", [

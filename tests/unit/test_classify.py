@@ -91,7 +91,7 @@ def test_scorer_gives_the_probability_of_the_label(lid):
     s_en, s_de = en.scores(texts), de.scores(texts)
     assert s_en[0][0] > 0.8 and s_en[1][0] < 0.2
     assert s_en[0][1] == "__label__en" and s_en[1][1] == "__label__de"
-    for (a, _, _), (b, _, _) in zip(s_en, s_de):
+    for (a, _, _), (b, _, _) in zip(s_en, s_de, strict=True):
         assert a + b == pytest.approx(1.0, abs=1e-3)  # a binary model: both labels fetched
 
 

@@ -128,7 +128,7 @@ def reference_signature(text: str, ngram_size: int, num_permutations: int, seed:
     rng = np.random.default_rng(seed)  # the permutations: odd multipliers a, offsets b
     a = [int(x) * 2 + 1 for x in rng.integers(0, 2**63, size=num_permutations, dtype=np.uint64)]
     b = [int(x) for x in rng.integers(0, 2**63, size=num_permutations, dtype=np.uint64)]
-    return [min(((ai * s + bi) & mask) >> 32 for s in shingles) for ai, bi in zip(a, b)]
+    return [min(((ai * s + bi) & mask) >> 32 for s in shingles) for ai, bi in zip(a, b, strict=True)]
 
 
 def reference_texts() -> list[str]:
@@ -267,7 +267,7 @@ def make_corpus(root, rng_seed: int = 3):
         shards[(i % 3 + 1) % 3 if i % 3 < 2 else 2].append(dup)
         near[dup["id"]] = originals[i]["id"]
     names = ["a.jsonl.zst", "b.jsonl.gz", "c.jsonl"]
-    for name, docs in zip(names, shards):
+    for name, docs in zip(names, shards, strict=True):
         write_documents(str(root / name), docs)
     return near
 

@@ -149,7 +149,7 @@ def test_remat_keeps_the_loss_and_lowers_compiled_temp_memory():
     loss0, grads0, temp0 = compiled(False)
     loss1, grads1, temp1 = compiled(True)
     assert loss1 == pytest.approx(loss0, rel=1e-6)
-    for g0, g1 in zip(jax.tree_util.tree_leaves(grads0), jax.tree_util.tree_leaves(grads1)):
+    for g0, g1 in zip(jax.tree_util.tree_leaves(grads0), jax.tree_util.tree_leaves(grads1), strict=True):
         np.testing.assert_allclose(g1, g0, rtol=1e-4, atol=1e-6)
     assert temp1 < temp0, (temp0, temp1)
 

@@ -358,7 +358,7 @@ def test_quickstart_planned_on_two_machines_has_the_same_identities(tmp_path, mo
 
     script = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "quickstart.py")
     plans, caches = [], [tmp_path / "home" / "ana" / "corpus", tmp_path / "another-machine" / "corpus"]
-    for cache, prefix in zip(caches, [str(tmp_path / "store"), "gs://someone-elses-bucket/prefix"]):
+    for cache, prefix in zip(caches, [str(tmp_path / "store"), "gs://someone-elses-bucket/prefix"], strict=True):
         cache.mkdir(parents=True)
         monkeypatch.setenv("MARIN_LAB_CORPUS", str(cache))
         plans.append(build_plan(capture_steps(script)[0], prefix))

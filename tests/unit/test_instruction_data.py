@@ -73,7 +73,7 @@ def test_loss_mask_covers_responses_and_final_eos_only(tokenizer, tmp_path):
         mask = np.load(f"{out}/{split}/shard-00000.loss_mask.npy")
         offsets = np.load(f"{out}/{split}/shard-00000.offsets.npy")
         assert len(mask) == len(tokens) and set(np.unique(mask)) == {0, 1}
-        for lo, hi in zip(offsets[:-1], offsets[1:]):
+        for lo, hi in zip(offsets[:-1], offsets[1:], strict=True):
             doc, m = tokens[lo:hi], mask[lo:hi]
             assert doc[-1] == cache.ledger["eos_id"] and m[-1] == 1 and m[0] == 0
             texts.append((tok.decode(doc[:-1][m[:-1] == 1].tolist()), tok.decode(doc[m == 0].tolist())))

@@ -87,7 +87,7 @@ def test_qlora_fsdp_gathers_packed_weights_not_activations(variant):
     assert not batch_shaped, (variant, batch_shaped)
     # Each device holds a quarter of the packed base (whole blocks).
     for field in ("packed", "absmax"):
-        for mine, total in zip(run["per_device"][field], run["total"][field]):
+        for mine, total in zip(run["per_device"][field], run["total"][field], strict=True):
             assert mine * 4 == total, (variant, field, mine, total)
     # The sharded step computes the same loss as the unsharded loss function.
     assert abs(run["loss"] - run["host_loss"]) < 1e-4, (variant, run["loss"], run["host_loss"])

@@ -58,7 +58,7 @@ def _whole(path, mode, offload, sh):
 def _same(a, b):
     la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
     assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
-    for x, y in zip(la, lb):
+    for x, y in zip(la, lb, strict=True):
         assert x.dtype == y.dtype and x.shape == y.shape
         assert x.sharding == y.sharding
         assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
@@ -167,6 +167,6 @@ def test_quantize_base_writes_what_the_whole_model_path_gives(bases):
     got = flatten_params(restored)
     assert set(got) == set(expected)
     for name, want in expected.items():
-        for a, b in zip(jax.tree_util.tree_leaves(got[name]), jax.tree_util.tree_leaves(want)):
+        for a, b in zip(jax.tree_util.tree_leaves(got[name]), jax.tree_util.tree_leaves(want), strict=True):
             assert a.shape == b.shape
             assert np.array_equal(np.asarray(a, np.float32) if a.dtype != b.dtype else np.asarray(a), np.asarray(b)), name
