@@ -178,7 +178,7 @@ def stages(texts: list[str], seed: int, config: DedupConfig, repeats: int) -> No
                                       "ours, numpy passes: shingle hashes", "ours, numpy passes: permutation minima",
                                       "ours, compiled: bytes to signatures")}
         for start, end in minhash._batches(texts):
-            for name, step in (("ours: normalise + UTF-8", lambda: minhash._encode_batch(texts[start:end])),):
+            for name, step in (("ours: normalise + UTF-8", lambda start=start, end=end: minhash._encode_batch(texts[start:end])),):
                 t0 = time.perf_counter()
                 data = step()
                 acc[name] += time.perf_counter() - t0
@@ -199,7 +199,7 @@ def stages(texts: list[str], seed: int, config: DedupConfig, repeats: int) -> No
         for name, value in acc.items():
             times.setdefault(name, []).append(value)
         words_lists = timed("rensa: words (our normalisation, split)", lambda: [words_of(t) for t in texts])
-        sets = timed("rensa: shingle strings", lambda: [
+        sets = timed("rensa: shingle strings", lambda words_lists=words_lists: [
             list(map(" ".join, zip(*(w[i:] for i in range(NGRAM)), strict=False))) if len(w) >= NGRAM else [" ".join(w)]
             for w in words_lists])
         timed("rensa: hash strings + minima (Rust)", RMinHash.digest_matrix_from_token_sets, sets, k, seed)

@@ -129,9 +129,10 @@ def main(argv: list[str] | None = None) -> int:
             scorer = FastTextScorer(model, label, cfg.top_k, max_chars=None)
             raw_predict(model, texts[:200])  # warm up
             t_raw, t_ours, ratio = paired(
-                lambda: raw_predict(model, texts), lambda: decide_documents(docs, scorer, cfg), args.repeats)
+                lambda model=model: raw_predict(model, texts),
+                lambda scorer=scorer, cfg=cfg: decide_documents(docs, scorer, cfg), args.repeats)
 
-            def step():
+            def step(cfg: ClassifyFilterConfig = cfg) -> None:
                 shutil.rmtree(f"{work}/out", ignore_errors=True)
                 classify_filter(cfg)
 

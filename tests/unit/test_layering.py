@@ -74,7 +74,8 @@ def _imports():
         tree = ast.parse(path.read_text(), str(path))
         is_package = path.name == "__init__.py"
 
-        def visit(node: ast.AST, in_function: bool) -> None:
+        def visit(node: ast.AST, in_function: bool, module: str = module, is_package: bool = is_package,
+                  path: pathlib.Path = path) -> None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.Import):
                     targets = [alias.name for alias in child.names]

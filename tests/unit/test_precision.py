@@ -156,7 +156,7 @@ def test_float16_scaled_adam_tracks_optax_with_half_the_moment_bytes():
     ref_update, update = jax.jit(ref_tx.update), jax.jit(tx.update)
     for i in range(30):
         # Gradients of a late-training size (~1e-5): fp32 Adam's v ~1e-10 is far below fp16's range.
-        grads = jax.tree_util.tree_map(lambda p: 1e-5 * _normal(100 + i, p.shape), params)
+        grads = jax.tree_util.tree_map(lambda p, i=i: 1e-5 * _normal(100 + i, p.shape), params)
         ref_up, ref_state = ref_update(grads, ref_state)
         up, state = update(grads, state)
         for name in params:
