@@ -41,6 +41,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -60,7 +61,7 @@ def real_documents(n: int, seed: int) -> list[dict]:
             continue
         try:
             # Web documents average a few thousand characters (FineWeb: ~3k).
-            text = open(path, encoding="utf-8").read()[:5_000]
+            text = Path(path).read_text(encoding="utf-8")[:5_000]
         except (UnicodeDecodeError, OSError):
             continue
         if len(text.split()) < 100 or text in seen:

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 SIZES = {  # name -> LlamaConfig fields
     "0.3b": dict(vocab_size=32000, hidden_dim=1024, intermediate_dim=2816, num_layers=8, num_heads=8, num_kv_heads=8),
@@ -174,12 +175,12 @@ def main_step(args: argparse.Namespace) -> None:
         for _ in range(args.repeats):
             for kind in runs:
                 runs[kind].append(run_step(paths[kind], workdir))
-                print(f"  {size} {kind}: {runs[kind][-1]}  load {open('/proc/loadavg').read().split()[0]}", file=sys.stderr)
+                print(f"  {size} {kind}: {runs[kind][-1]}  load {Path('/proc/loadavg').read_text().split()[0]}", file=sys.stderr)
         base = statistics.median(r["peak_bytes"] for r in runs["baseline"])
         peak = statistics.median(r["peak_bytes"] for r in runs["model"])
         rows.append((size, ckpt_bytes, base, peak, statistics.median(r["seconds"] for r in runs["model"]),
                      [r["peak_bytes"] for r in runs["model"]]))
-    print(f"\nload average at the end: {open('/proc/loadavg').read().strip()}; repeats: {args.repeats}")
+    print(f"\nload average at the end: {Path('/proc/loadavg').read_text().strip()}; repeats: {args.repeats}")
     print("| model | checkpoint (bf16) | baseline peak (tiny, 1 layer) | step peak | over baseline | x checkpoint | step s |")
     print("|---|---|---|---|---|---|---|")
     for size, ckpt_bytes, base, peak, seconds, peaks in rows:
@@ -221,7 +222,7 @@ def main() -> None:
         for _ in range(args.repeats):
             for loader in results:  # interleaved, so a change in machine load hits both alike
                 results[loader].append(_run_child(loader, path))
-                print(f"  {size} {loader}: {results[loader][-1]}  load {open('/proc/loadavg').read().split()[0]}",
+                print(f"  {size} {loader}: {results[loader][-1]}  load {Path('/proc/loadavg').read_text().split()[0]}",
                       file=sys.stderr)
         assert results["whole"][0]["digest"] == results["stream"][0]["digest"], "loaders disagree"
         summary = {}
@@ -232,7 +233,7 @@ def main() -> None:
                                "placed": runs[0]["placed_bytes"]}
         rows.append((size, model.num_params(), ckpt_bytes, summary))
 
-    print(f"\nload average at the end: {open('/proc/loadavg').read().strip()}; repeats: {args.repeats}")
+    print(f"\nload average at the end: {Path('/proc/loadavg').read_text().strip()}; repeats: {args.repeats}")
     print("| model | params | checkpoint (bf16) | loader | load s (median) | peak RSS over baseline | x checkpoint | "
           "baseline RSS | placed base |")
     print("|---|---|---|---|---|---|---|---|---|")

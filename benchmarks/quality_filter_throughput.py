@@ -28,6 +28,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from pathlib import Path
 
 from marin_lab.io.documents import write_documents
 from marin_lab.processing.classify import (
@@ -52,7 +53,7 @@ def documents(n: int, seed: int) -> list[dict]:
         if "site-packages" in path:
             continue
         try:
-            text = open(path, encoding="utf-8").read()[:5_000]
+            text = Path(path).read_text(encoding="utf-8")[:5_000]
         except (UnicodeDecodeError, OSError):
             continue
         if len(text.split()) >= 50:

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import fsspec
 
@@ -65,7 +66,7 @@ def flaky(cfg: FlakyConfig) -> int:
     """Misbehave on the first `bad_attempts` calls, then succeed."""
     n = 0
     if os.path.exists(cfg.counter_path):
-        n = int(open(cfg.counter_path).read())
+        n = int(Path(cfg.counter_path).read_text())
     with open(cfg.counter_path, "w") as f:
         f.write(str(n + 1))
     if n < cfg.bad_attempts:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -153,7 +154,7 @@ def test_gcs_source_and_outputs(gcs_bucket, real_corpus, tmp_path):
     prov = mfs.read_json(f"{out}/provenance.json")
     first = os.path.join(real_corpus.debian_reference_html, pages[0])
     assert prov["files"][0]["path"] == pages[0]
-    assert prov["files"][0]["sha256"] == hashlib.sha256(open(first, "rb").read()).hexdigest()
+    assert prov["files"][0]["sha256"] == hashlib.sha256(Path(first).read_bytes()).hexdigest()
     extract(ExtractConfig(input_path=f"{out}/data", output_path=f"{gcs_bucket}/docs", num_shards=2))
     tok = tokenize(TokenizeConfig(input_path=f"{gcs_bucket}/docs/data", output_path=f"{gcs_bucket}/tok",
                                   tokenizer=real_corpus.gpt2_tokenizer, validation_fraction=0.0))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -196,7 +197,7 @@ def test_stop_ends_the_run_without_a_restart_and_follow_and_status_read_the_reco
     assert f"--- {run_id}: attempt 1 started" in text and "launch/first" in text and "--- attempt 1: stopped" in text
     assert cli_main(["launch", "--status", run_id, "--prefix", prefix]) == 0
     assert "attempt 1: stopped" in capsys.readouterr().out
-    stored = "".join(open(os.path.join(d, f)).read() for d, _, fs in os.walk(os.path.join(prefix, "launches"))
+    stored = "".join(Path(os.path.join(d, f)).read_text() for d, _, fs in os.walk(os.path.join(prefix, "launches"))
                      for f in fs)
     assert secret not in stored and plain not in stored and "<redacted>.<redacted>.events" in stored
     assert plain not in text

@@ -166,10 +166,9 @@ def test_status_file_reads_legacy_format(tmp_path):
 def test_force_run_failed():
     log = create_log()
 
-    temp_file_to_mark_failure = tempfile.NamedTemporaryFile(prefix="executor-fail-", delete=False)
-    # make sure it exists
-    temp_file_to_mark_failure.write(b"hello")
-    temp_file_to_mark_failure.close()
+    with tempfile.NamedTemporaryFile(prefix="executor-fail-", delete=False) as temp_file_to_mark_failure:
+        # make sure it exists
+        temp_file_to_mark_failure.write(b"hello")
 
     path = temp_file_to_mark_failure.name
     assert os.path.exists(path)

@@ -10,6 +10,7 @@ import resource
 import shutil
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import zstandard
@@ -52,8 +53,8 @@ def shard_fn(task: tuple[str, str]) -> str:
         bytearray(2**30)
     if name.startswith("oom"):  # what the kernel does: count an oom_kill in the cgroup, then SIGKILL
         events = os.environ["FAKE_MEMORY_EVENTS"]
-        n = int(open(events).read().split()[1])
-        open(events, "w").write(f"oom_kill {n + 1}\n")
+        n = int(Path(events).read_text().split()[1])
+        Path(events).write_text(f"oom_kill {n + 1}\n")
         os.kill(os.getpid(), signal.SIGKILL)
     with open(os.path.join(out, name), "w") as f:
         f.write(name.upper())

@@ -8,6 +8,7 @@ import json
 import linecache
 import sys
 import textwrap
+from pathlib import Path
 
 from marin_lab.execution.code_provenance import function_fingerprint
 from marin_lab.execution.executor import Executor
@@ -58,7 +59,7 @@ def test_a_reused_step_whose_code_changed_gets_one_line(tmp_path, capsys):
     prefix = str(tmp_path / "store")
     report = Executor(prefix, backend="local").run(five_step_dag())
     ps = next(s for s in report.plan.steps if s.name == "proc/b")
-    st = json.loads(open(status_path(ps.output_path)).read())
+    st = json.loads(Path(status_path(ps.output_path)).read_text())
     current = function_fingerprint(write_text)
     assert st["code_fingerprint"] == current["sha256"]
     assert read_step_record(ps.output_path).code["function"] == current
@@ -68,7 +69,7 @@ def test_a_reused_step_whose_code_changed_gets_one_line(tmp_path, capsys):
 
     # The step ran with other code than what is there now (the status is as that run left it).
     st["code_fingerprint"] = "0" * 16
-    open(status_path(ps.output_path), "w").write(json.dumps(st))
+    Path(status_path(ps.output_path)).write_text(json.dumps(st))
     plan = Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
     noted = {d.step.name: d.notes for d in plan.decisions if d.notes}
     assert noted == {"proc/b": (
@@ -83,9 +84,9 @@ def test_a_status_without_a_fingerprint_says_nothing(tmp_path):
     prefix = str(tmp_path / "store")
     report = Executor(prefix, backend="local").run(five_step_dag())
     for ps in report.plan.steps:
-        st = json.loads(open(status_path(ps.output_path)).read())
+        st = json.loads(Path(status_path(ps.output_path)).read_text())
         st.pop("code_fingerprint")
-        open(status_path(ps.output_path), "w").write(json.dumps(st))
+        Path(status_path(ps.output_path)).write_text(json.dumps(st))
     plan = Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
     assert not any(d.notes for d in plan.decisions)
 

@@ -6,6 +6,7 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -85,12 +86,12 @@ def _coloured_failure(tmp_path):
     report = Executor(str(tmp_path / "store"), backend="local").run([step], raise_on_failure=False)
     (ps,) = report.plan.steps
     red = "\x1b[31mValueError: boom in x\x1b[0m"
-    record = json.loads(open(info_path(ps.output_path)).read())
+    record = json.loads(Path(info_path(ps.output_path)).read_text())
     record["error"] = record["attempts"][0]["error"] = red
-    open(info_path(ps.output_path), "w").write(json.dumps(record))
-    st = json.loads(open(status_path(ps.output_path)).read())
+    Path(info_path(ps.output_path)).write_text(json.dumps(record))
+    st = json.loads(Path(status_path(ps.output_path)).read_text())
     st["error"] = red
-    open(status_path(ps.output_path), "w").write(json.dumps(st))
+    Path(status_path(ps.output_path)).write_text(json.dumps(st))
     (tmp_path / "store" / ps.identity / "logs").mkdir(parents=True, exist_ok=True)
     (tmp_path / "store" / ps.identity / "logs" / "attempt-1.log").write_text(f"{red}\n")
     return step, ps

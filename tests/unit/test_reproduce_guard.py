@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -175,7 +176,7 @@ def test_a_record_that_is_not_json_is_one_line(world, content, message):
 def test_a_record_outside_experiments_needs_its_prefix_field(world):
     moved = world["root"] / "moved"
     moved.mkdir()
-    record = json.loads(open(world["record"]).read())
+    record = json.loads(Path(world["record"]).read_text())
     del record["prefix"]
     (moved / "exp.json").write_text(json.dumps(record))
     with pytest.raises(ReproduceError, match="lies outside an experiments/ folder and names no prefix"):

@@ -24,7 +24,8 @@ def _log_lines(url: str) -> str:
 def test_libraries_info_lines_stay_out_unless_verbose(tmp_path, monkeypatch):
     # As in a step's worker process: no handler of pytest's on the root logger, so the capture adds its own.
     monkeypatch.setattr(logging.getLogger(), "handlers", [])
-    monkeypatch.setattr(sys, "stderr", open(2, "w", closefd=False, buffering=1))  # fd 2, which the capture takes
+    # fd 2, which the capture takes.
+    monkeypatch.setattr(sys, "stderr", open(2, "w", closefd=False, buffering=1))  # noqa: SIM115 (is sys.stderr)
     monkeypatch.delenv(VERBOSE_ENV, raising=False)
     # `datasets` sets its logger to WARNING when imported (another test may have imported it): the
     # filter is what is tested here, so the logger itself lets INFO through.

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -161,7 +162,7 @@ def test_quantize_base_writes_what_the_whole_model_path_gives(bases):
     _, params, _ = load_base(bases["hf"])
     expected = flatten_params(quantize_params(params, QUANT))
     written = ckpt.resolve_checkpoint(bases["quantized"])
-    dtypes = {e["name"]: e["dtype"] for e in json.load(open(os.path.join(written, "index.json")))["leaves"]}
+    dtypes = {e["name"]: e["dtype"] for e in json.loads(Path(os.path.join(written, "index.json")).read_text())["leaves"]}
     assert dtypes["['params']['embed']"] == "bfloat16" and dtypes["['params']['layers']['attn_norm']"] == "bfloat16"
     _, restored, _ = load_base(bases["quantized"])
     got = flatten_params(restored)
