@@ -29,6 +29,7 @@ peak over it, as a fraction of the bf16 checkpoint's bytes:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -125,10 +126,8 @@ def _tree_rss(root: int) -> int:
         return 0
     total = 0
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             total += p.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
     return total
 
 

@@ -25,6 +25,7 @@ One attempt goes like this:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -60,10 +61,8 @@ class _SliceHost:
     def where(self) -> dict:
         ctx = ray.get_runtime_context()
         labels = {}
-        try:
+        with contextlib.suppress(Exception):  # older Rays have no labels; resources are the fallback
             labels = dict(ctx.get_node_labels())
-        except Exception:  # noqa: BLE001 - older Rays have no labels; resources are the fallback
-            pass
         with socket.socket() as probe:  # a port free on this host, for JAX's coordinator if it is host 0
             probe.bind(("", 0))
             port = probe.getsockname()[1]
@@ -124,10 +123,8 @@ def _check_cancel(cancel: threading.Event | None, step_name: str) -> None:
 
 def _kill_all(actors: Sequence[Any]) -> None:
     for actor in actors:
-        try:
+        with contextlib.suppress(Exception):  # already dead is fine
             ray.kill(actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - already dead is fine
-            pass
 
 
 def _await_hosts(s: dict, tpu: TpuType, step_name: str, t0: float, capacity_timeout_s: float, poll_s: float,

@@ -12,6 +12,7 @@ marker, as in training, and stops where the next user turn would begin; `--chat`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -94,10 +95,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     stop_ids: list[int] = []
     if chat is not None and chat.eos_id is not None:
         stop_ids.append(int(chat.eos_id))
-    try:
+    with contextlib.suppress(TokenizeError):
         stop_ids.append(find_eos_id(tokenizer, None))
-    except TokenizeError:
-        pass
     until = list(args.until or [])
     if chat is not None and chat.template.user.strip():
         until.append(chat.template.user)  # the model starting the next user turn

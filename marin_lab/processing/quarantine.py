@@ -28,6 +28,7 @@ when the step ends well.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import logging
@@ -223,10 +224,8 @@ class _RayAttempt:
             return classify_ray_error(err, oom_kill_seen=_oom_rose(self._oom_before))
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # already finished or its worker gone
             self.ray.cancel(self.ref, force=True)
-        except Exception:  # already finished or its worker gone
-            pass
 
 
 def _call(fn: Callable[[Any], Any], task: Any) -> Any:

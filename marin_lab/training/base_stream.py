@@ -27,6 +27,7 @@ bytes equal the whole-model path's (tests compare them).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -104,10 +105,8 @@ def _large_buffers_by_mmap() -> bool:
 def _release_freed_memory() -> None:
     """Hand memory glibc keeps after frees back to the OS (a no-op without glibc): small pieces
     freed between a leaf's allocations otherwise stay resident, ~0.1 GiB by the end of a 0.85B base."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _spec(sharding: NamedSharding, ndim: int) -> tuple:
