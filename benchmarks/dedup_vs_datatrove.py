@@ -80,7 +80,10 @@ def drop_natural_near_duplicates(docs: list[dict]) -> list[dict]:
     hasher = MinHasher(num_bands=64, rows_per_band=4, seed=99)
     sigs, valid = hasher.signatures([d["text"] for d in docs])
     clusters = cluster_duplicates(hasher.band_keys(sigs), valid)
-    shingles = lambda t: {tuple(w[i : i + 5]) for w in [words_of(t)] for i in range(len(w) - 4)}
+
+    def shingles(t):
+        return {tuple(w[i : i + 5]) for w in [words_of(t)] for i in range(len(w) - 4)}
+
     drop = set()
     for i in np.flatnonzero(clusters.removed):
         a, b = shingles(docs[i]["text"]), shingles(docs[clusters.representative[i]]["text"])

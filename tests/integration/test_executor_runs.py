@@ -280,7 +280,7 @@ def test_cli_status_verify_explain(tmp_path, capsys):
     assert "data.txt" in capsys.readouterr().out
     script = tmp_path / "exp.py"
     script.write_text(
-        "import sys\nsys.path.insert(0, %r)\n" % REPO_ROOT
+        f"import sys\nsys.path.insert(0, {REPO_ROOT!r})\n"
         + "from tests.executor_steps import five_step_dag\nfrom marin_lab.execution import executor_main\n"
         "if __name__ == '__main__':\n    executor_main(five_step_dag(text='changed'))\n"
     )

@@ -93,7 +93,7 @@ def cache(tmp_path_factory):
 
 def _tensors(hf_dir):
     with safe_open(f"{hf_dir}/model.safetensors", framework="flax") as f:
-        return {k: np.asarray(f.get_tensor(k)) for k in f.keys()}
+        return {k: np.asarray(f.get_tensor(k)) for k in f.keys()}  # noqa: SIM118 (safe_open is not iterable)
 
 
 @pytest.mark.slow
