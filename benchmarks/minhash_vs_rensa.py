@@ -148,7 +148,8 @@ SIDES = {
     "rensa-per-doc": rensa_per_doc,
     "marin_lab-hashes+rensa": hashes_then_rensa,
 }
-PAIRS = (("marin_lab", "rensa"), ("marin_lab-numpy-minima", "rensa"), ("marin_lab-per-doc", "rensa-per-doc"), ("marin_lab-hashes+rensa", "rensa"))
+PAIRS = (("marin_lab", "rensa"), ("marin_lab-numpy-minima", "rensa"), ("marin_lab-per-doc", "rensa-per-doc"),
+         ("marin_lab-hashes+rensa", "rensa"))
 
 
 def removed_ids(sigs: np.ndarray, valid: np.ndarray, ids: list[str], config: DedupConfig) -> set[str]:
@@ -178,7 +179,8 @@ def stages(texts: list[str], seed: int, config: DedupConfig, repeats: int) -> No
                                       "ours, numpy passes: shingle hashes", "ours, numpy passes: permutation minima",
                                       "ours, compiled: bytes to signatures")}
         for start, end in minhash._batches(texts):
-            for name, step in (("ours: normalise + UTF-8", lambda start=start, end=end: minhash._encode_batch(texts[start:end])),):
+            for name, step in (("ours: normalise + UTF-8",
+                                lambda start=start, end=end: minhash._encode_batch(texts[start:end])),):
                 t0 = time.perf_counter()
                 data = step()
                 acc[name] += time.perf_counter() - t0

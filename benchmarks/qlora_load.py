@@ -43,7 +43,8 @@ from pathlib import Path
 
 SIZES = {  # name -> LlamaConfig fields
     "0.3b": dict(vocab_size=32000, hidden_dim=1024, intermediate_dim=2816, num_layers=8, num_heads=8, num_kv_heads=8),
-    "0.85b": dict(vocab_size=32000, hidden_dim=2048, intermediate_dim=5632, num_layers=14, num_heads=16, num_kv_heads=16),
+    "0.85b": dict(vocab_size=32000, hidden_dim=2048, intermediate_dim=5632, num_layers=14,
+                  num_heads=16, num_kv_heads=16),
 }
 
 RUNTIME = dict(vocab_size=256, hidden_dim=64, intermediate_dim=128, num_layers=1, num_heads=2, num_kv_heads=2)
@@ -75,7 +76,8 @@ def child(loader: str, path: str) -> dict:
     started = time.perf_counter()
     source = open_base(path)
     model = source.model
-    params_abs = jax.eval_shape(lambda p: quantize_params(p, quant), jax.eval_shape(lambda: init_params(model, jax.random.key(0))))
+    params_abs = jax.eval_shape(lambda p: quantize_params(p, quant),
+                                jax.eval_shape(lambda: init_params(model, jax.random.key(0))))
     frozen_abs = jax.eval_shape(lambda p: frozen_base(p, "qlora", "bfloat16", False), params_abs)
     frozen_sh = frozen_shardings(frozen_abs, mesh, "fsdp")
     if loader == "whole":
@@ -138,7 +140,8 @@ def run_step(checkpoint: str, workdir: str, interval_s: float = 0.05) -> dict:
         f.write(_STEP_SCRIPT)
     prefix = tempfile.mkdtemp(prefix="store_", dir=workdir)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, script, checkpoint, "--prefix", prefix, "--backend", "local"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=repo)
@@ -228,7 +231,8 @@ def main() -> None:
         for loader, runs in results.items():
             over = statistics.median(r["peak_bytes"] - r["baseline_bytes"] for r in runs)
             summary[loader] = {"seconds": statistics.median(r["seconds"] for r in runs),
-                               "peak_over_baseline": over, "baseline": statistics.median(r["baseline_bytes"] for r in runs),
+                               "peak_over_baseline": over,
+                               "baseline": statistics.median(r["baseline_bytes"] for r in runs),
                                "placed": runs[0]["placed_bytes"]}
         rows.append((size, model.num_params(), ckpt_bytes, summary))
 

@@ -92,7 +92,8 @@ IN_LOOP = dict(eval_harness_tasks=CORE_TASKS, steps_per_task_eval=10_000, eval_t
 def phase(batch: int, end_step: int, optimizer: OptimizerConfig, resources: TpuResources, **extra) -> SimpleTrainConfig:
     return SimpleTrainConfig(resources=resources, train_batch_size=batch, num_train_steps=end_step,
                              optimizer=optimizer, train_seq_len=SEQ_LEN,
-                             mesh=FSDP.on_slices(resources.slices), checkpoint=CHECKPOINTS, gradient_checkpointing=True, **extra)
+                             mesh=FSDP.on_slices(resources.slices), checkpoint=CHECKPOINTS, gradient_checkpointing=True,
+                             **extra)
 
 
 kestrel = default_train(

@@ -136,7 +136,8 @@ class Browser:
     def experiments(self) -> list[dict]:
         """Every experiment under the prefix, newest first, with counts of its steps' statuses."""
         files = self.experiment_files()
-        loaded = parallel_map(lambda e: load_json(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])), files, local=self.local)
+        loaded = parallel_map(lambda e: load_json(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])), files,
+                              local=self.local)
         all_dirs: dict[str, str | None] = {}
         for item in loaded:
             if item.state == "ok":
@@ -144,7 +145,9 @@ class Browser:
                     all_dirs.setdefault(_step_key(step), self.step_dir(step))
         keys = list(all_dirs)
         scrubber = text_scrubber()
-        statuses = dict(zip(keys, parallel_map(lambda k: self.status_of(all_dirs[k], scrubber), keys, local=self.local), strict=True))
+        statuses = dict(zip(keys,
+                            parallel_map(lambda k: self.status_of(all_dirs[k], scrubber), keys, local=self.local),
+                            strict=True))
         out = []
         for entry, item in zip(files, loaded, strict=True):
             exp_id = entry["name"][: -len(".json")]
@@ -238,7 +241,8 @@ class Browser:
                 out.append({"file": item.url, "state": item.state, "error": item.error})
                 continue
             run = redact(item.value)
-            steps = [s for s in run.get("steps", []) if isinstance(s, dict)] if isinstance(run.get("steps"), list) else []
+            steps = ([s for s in run.get("steps", []) if isinstance(s, dict)]
+                     if isinstance(run.get("steps"), list) else [])
             entry: dict[str, Any] = {
                 "file": item.url, "state": "ok", "run": _text(run.get("run")), "started": _text(run.get("started")),
                 "ended": _text(run.get("ended")), "outcome": run_state(run),
@@ -319,7 +323,8 @@ class Browser:
         out["cost"] = step_cost(identity or step_dir, typed, self.prices).to_json() if typed is not None else None
         # Two existence checks, not a listing: a data step's folder can hold thousands of shards.
         out["has_metrics"], out["has_results"] = parallel_map(
-            lambda url: exists(self.roots, url), [child(step_dir, METRICS_FILE), child(step_dir, RESULTS_FILE)], local=self.local)
+            lambda url: exists(self.roots, url), [child(step_dir, METRICS_FILE), child(step_dir, RESULTS_FILE)],
+            local=self.local)
         return out
 
     def _step_record(self, url: str) -> tuple[Loaded, StepRecord | None]:
@@ -408,7 +413,8 @@ class Browser:
             names = [f"{exp_id}.json"]
         else:
             names = [e["name"] for e in self.experiment_files()]
-        loaded = parallel_map(lambda n: load_json(self.roots, child(self.prefix, EXPERIMENTS_DIR, n)), names, local=self.local)
+        loaded = parallel_map(lambda n: load_json(self.roots, child(self.prefix, EXPERIMENTS_DIR, n)), names,
+                              local=self.local)
         found: dict[str, dict] = {}
         for item in loaded:
             if item.state != "ok":

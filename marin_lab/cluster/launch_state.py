@@ -73,7 +73,8 @@ def damage(state: Any) -> str | None:
     for key in ("status", "script", "message"):
         if key in state and not isinstance(state[key], str | None):
             return f"`{key}` is not text"
-    if "max_restarts" in state and (not isinstance(state["max_restarts"], int) or isinstance(state["max_restarts"], bool)):
+    if "max_restarts" in state and (not isinstance(state["max_restarts"], int)
+                                    or isinstance(state["max_restarts"], bool)):
         return "`max_restarts` is not an integer"
     return None
 

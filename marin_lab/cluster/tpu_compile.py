@@ -199,7 +199,8 @@ def _finetuning(step: str, config: FinetuneConfig, topology: Topology) -> tuple[
         return frozen_base(base, config.mode, config.frozen_dtype, config.offload_base), trainable
 
     frozen_abs, trainable_abs = jax.eval_shape(shapes)
-    state_sh, frozen_sh, step_fn = build_finetune_step(plan, optimizer, config.optimizer.lr_schedule(config.num_train_steps),
+    state_sh, frozen_sh, step_fn = build_finetune_step(plan, optimizer,
+                                                       config.optimizer.lr_schedule(config.num_train_steps),
                                                        mesh, config.mesh.param_sharding, frozen_abs, trainable_abs)
 
     def with_sharding(tree: Any, shardings: Any) -> Any:

@@ -116,7 +116,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     print(f"checkpoint {resolved} (step {step}), tokenizer {tokenizer_url}, chat template "
           f"{'on' if chat is not None else 'off'}; loaded in {loaded:.1f} s; {new_tokens} new tokens in "
           f"{seconds:.1f} s ({new_tokens / max(seconds, 1e-9):.1f} tokens/s, compile included)"
-          + (f"; {result.num_truncated} prompt(s) cut from the left to fit the context" if result.num_truncated else ""),
+          + (f"; {result.num_truncated} prompt(s) cut from the left to fit the context"
+             if result.num_truncated else ""),
           file=sys.stderr)
     for i, (prompt, text) in enumerate(zip(prompts, texts, strict=True)):
         if args.json:

@@ -177,7 +177,8 @@ class _LocalHandle(StepHandle):
         self.step_name = step_name
         self._recv, send = ctx.Pipe(duplex=False)
         self.process = ctx.Process(
-            target=_local_worker, args=(send, _pickled_call(fn, config), guard, dict(os.environ)), name=f"step:{step_name}",
+            target=_local_worker, args=(send, _pickled_call(fn, config), guard, dict(os.environ)),
+            name=f"step:{step_name}",
             daemon=False
         )
         self.process.start()

@@ -89,6 +89,7 @@ class Interrupt:
         self.signum = signum
         self.signal_name = signal.Signals(signum).name
         self.event.set()
-        with contextlib.suppress(OSError, ValueError, RuntimeError):  # a closed stderr, or a print re-entered by the signal
+        # a closed stderr, or a print re-entered by the signal
+        with contextlib.suppress(OSError, ValueError, RuntimeError):
             print(f"\n{self.signal_name}: stopping: cancelling the running steps (interrupt again to exit at once)",
                   file=sys.stderr, flush=True)

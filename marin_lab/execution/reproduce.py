@@ -90,7 +90,8 @@ class ReproduceReport:
         counts: dict[str, int] = {}
         for s in self.steps:
             counts[s.verdict] = counts.get(s.verdict, 0) + 1
-        lines.append(f"{len(self.steps)} step{'' if len(self.steps) == 1 else 's'}: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
+        lines.append(f"{len(self.steps)} step{'' if len(self.steps) == 1 else 's'}: "
+                     + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
         return "\n".join(lines)
 
 

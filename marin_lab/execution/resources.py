@@ -20,7 +20,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from marin_lab.execution.errors import StepDefinitionError
 
-RAY_OPTION_KEYS = {"num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "runtime_env", "scheduling_strategy"}
+RAY_OPTION_KEYS = {"num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "runtime_env",
+                   "scheduling_strategy"}
 
 
 @dataclasses.dataclass(frozen=True)

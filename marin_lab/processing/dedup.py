@@ -289,7 +289,8 @@ def dedup_fuzzy(config: DedupConfig) -> dict:
     sizes = input_sizes([p.input_file for p in plans])
     phase1 = quarantine.map(
         _signature_task,
-        [_SignatureTask(p, w, hasher, config.lsh_partitions, config.on_bad_record) for p, w in zip(plans, prefixes, strict=True)],
+        [_SignatureTask(p, w, hasher, config.lsh_partitions, config.on_bad_record)
+         for p, w in zip(plans, prefixes, strict=True)],
         num_workers=config.num_workers,
         desc=f"{step}: signatures",
         costs=sizes,

@@ -393,7 +393,8 @@ def _restore_quantized(source: BaseSource, frozen_abs: Params, frozen_sh: Params
     for name, leaf in flat_stored.items():
         sharding, _ = _unwrap(flat_sh[name])
         if isinstance(leaf, NF4Tensor):
-            target[name] = jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), leaf, sharding)
+            target[name] = jax.tree_util.tree_map(
+                lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), leaf, sharding)
         else:  # restored as written, split as the frozen leaf, then cast in place to the frozen dtype
             dtype = written.stored_dtype(name) or leaf.dtype
             target[name] = jax.ShapeDtypeStruct(leaf.shape, dtype, sharding=sharding)
@@ -435,5 +436,6 @@ def load_saved(source: BaseSource, names: tuple[str, ...]) -> dict[str, np.ndarr
         assert source.hf_index is not None
         get = HfGetter(source.hf_index)
         return {n: np.asarray(get(n, None), np.float32) for n in names}
-    return {"/".join(keys): value.astype(np.float32) for keys, value in ckpt.iter_arrays(source.checkpoint or source.path)
+    return {"/".join(keys): value.astype(np.float32)
+            for keys, value in ckpt.iter_arrays(source.checkpoint or source.path)
             if "/".join(keys) in names}

@@ -274,7 +274,8 @@ def evaluate_masked(eval_fn: Any, trainable: Any, frozen: Any, config: FinetuneC
     out = {}
     for name in sorted(config.data.caches):
         split = TokenCache(config.data.caches[name]).split(config.data.validation_split, config.seq_len)
-        n = split.num_sequences if config.eval_max_sequences is None else min(split.num_sequences, config.eval_max_sequences)
+        n = split.num_sequences if config.eval_max_sequences is None else min(split.num_sequences,
+                                                                              config.eval_max_sequences)
         if n == 0:
             continue
         idx = np.unique(np.linspace(0, split.num_sequences - 1, n).astype(np.int64))
@@ -317,7 +318,8 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
 
     plan = step_plan(config, model)
     trainable_dtype = jnp.dtype(config.trainable_dtype)
-    quant = QuantConfig(block_size=quantized["block_size"], double_quant=quantized["double_quant"]) if quantized else config.quant
+    quant = QuantConfig(block_size=quantized["block_size"],
+                        double_quant=quantized["double_quant"]) if quantized else config.quant
     params_abs = jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
     if config.mode == "qlora":
         params_abs = jax.eval_shape(lambda p: quantize_params(p, quant), params_abs)
@@ -335,7 +337,8 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
         assert frozen_abs is not None  # set for every mode but full, above
         frozen = load_frozen(source, frozen_abs, frozen_sh, quant)
         base_params = load_saved(source, config.lora.saved(model))
-        logger.info("finetune_lm: base %s (%s) placed in %.1f s", config.base, source.kind, time.perf_counter() - started)
+        logger.info("finetune_lm: base %s (%s) placed in %.1f s", config.base, source.kind,
+                    time.perf_counter() - started)
     trainable = jax.device_put(init_trainable(plan, base_params, jax.random.key(config.seed), trainable_dtype),
                                state_sh["trainable"])
     del base_params
@@ -420,7 +423,8 @@ def _chat_metadata(data: DataConfig) -> dict[str, Any]:
     return {}
 
 
-def _eval_before(config: FinetuneConfig, eval_fn: Any, trainable: Any, frozen: Any, start_step: int) -> dict[str, float]:
+def _eval_before(config: FinetuneConfig, eval_fn: Any, trainable: Any,
+                 frozen: Any, start_step: int) -> dict[str, float]:
     """The un-fine-tuned model's validation loss (recorded by the first run, reused on resume)."""
     url = mfs.join(config.output_path, "eval_before.json")
     if start_step and mfs.exists(url):

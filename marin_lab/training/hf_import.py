@@ -63,7 +63,8 @@ def _check_optional_types(hf: dict[str, Any]) -> None:
         if given(field) and not isinstance(hf[field], dict):
             raise HfImportError(f"config.json: {field}={hf[field]!r} must be an object or null")
     params = hf.get("rope_parameters") or {}
-    if "rope_theta" in params and (not isinstance(params["rope_theta"], int | float) or isinstance(params["rope_theta"], bool)):
+    if "rope_theta" in params and (not isinstance(params["rope_theta"], int | float)
+                                   or isinstance(params["rope_theta"], bool)):
         raise HfImportError(f"config.json: rope_parameters.rope_theta={params['rope_theta']!r} must be a number")
     for field in ("model_type", "hidden_act"):
         if given(field) and not isinstance(hf[field], str):

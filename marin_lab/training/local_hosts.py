@@ -47,7 +47,8 @@ def free_port() -> int:
 
 
 def start_hosts(config: Any, *, hosts: int, devices_per_host: int, workdir: str,
-                extra_env: Mapping[str, str] | None = None, only: Sequence[int] | None = None) -> list[subprocess.Popen]:
+                extra_env: Mapping[str, str] | None = None,
+                only: Sequence[int] | None = None) -> list[subprocess.Popen]:
     """Start one process per host (or only the listed ones) running `train_lm(config)`."""
     os.makedirs(workdir, exist_ok=True)
     config_path = os.path.join(workdir, f"config-{time.monotonic_ns()}.pkl")

@@ -43,7 +43,8 @@ def prefix(tmp_path_factory) -> Path:
     data = prefix / "tokenized" / "docs-dddd0000"
     _write(data / ".executor_info", {"name": "tokenized/docs", "identity": "tokenized/docs-dddd0000", "config": {}})
     _write(data / ".executor_status", {"status": "SUCCESS"})
-    steps = [{"name": "tokenized/docs", "identity": "tokenized/docs-dddd0000", "output_path": str(data), "dependencies": []}]
+    steps = [{"name": "tokenized/docs", "identity": "tokenized/docs-dddd0000", "output_path": str(data),
+              "dependencies": []}]
     for k, (name, (short, n, precision, compute, seed)) in enumerate(RUNS.items()):
         identity = f"{name}-{short}"
         out = prefix / identity
@@ -57,8 +58,10 @@ def prefix(tmp_path_factory) -> Path:
         _write(out / ".executor_info", {"name": name, "identity": identity, "output_path": str(out), "config": {
             "compute_dtype": compute, "param_dtype": "float32", "seed": seed, "precision": precision}})
         _write(out / ".executor_status", {"status": "SUCCESS"})
-        steps.append({"name": name, "identity": identity, "output_path": str(out), "dependencies": ["tokenized/docs-dddd0000"]})
-    _write(prefix / "experiments" / f"{EXP_ID}.json", {"name": "compare", "created": "2026-11-23T00:00:00Z", "steps": steps})
+        steps.append({"name": name, "identity": identity, "output_path": str(out),
+                      "dependencies": ["tokenized/docs-dddd0000"]})
+    _write(prefix / "experiments" / f"{EXP_ID}.json",
+           {"name": "compare", "created": "2026-11-23T00:00:00Z", "steps": steps})
     return prefix
 
 

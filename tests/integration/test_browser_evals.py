@@ -243,7 +243,8 @@ def test_compare_and_sample_pages_show_the_cli_numbers(page, server, fx, capsys)
 
 @pytest.mark.browser
 def test_hostile_samples_and_training_page(page, server, fx):
-    _open(page, server.url + "/#/evals/samples?" + urlencode({"run": "evaluate/hostile-99990007", "task": HOSTILE_TASK}))
+    _open(page, server.url + "/#/evals/samples?"
+          + urlencode({"run": "evaluate/hostile-99990007", "task": HOSTILE_TASK}))
     page.wait_for_selector("#samples .sample")
     assert page.locator("#samples .sample.bad").count() == 2  # broken JSON, and the 5 MB line, skipped
     assert page.locator("#app script, #app img").count() == 0

@@ -144,7 +144,8 @@ def test_gcs_source_and_outputs(gcs_bucket, real_corpus, tmp_path):
 
     from marin_lab.processing.download import DownloadConfig, download
 
-    pages = sorted(p for p in os.listdir(real_corpus.debian_reference_html) if p.startswith("ch0") and p.endswith(".fr.html"))[:4]
+    pages = sorted(p for p in os.listdir(real_corpus.debian_reference_html) if p.startswith("ch0")
+                   and p.endswith(".fr.html"))[:4]
     for page in pages:
         with open(os.path.join(real_corpus.debian_reference_html, page), "rb") as f:
             mfs.atomic_write_bytes(f"{gcs_bucket}/src/{page}", f.read())

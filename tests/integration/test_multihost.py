@@ -342,7 +342,8 @@ def test_two_slices_train_like_one_slice_and_resume_on_one(unbroken, tmp_path):
     summary = _ok(run_hosts(_config(str(one), cache), hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-one")))
     assert summary["start"].startswith("resumed from") and summary["final_step"] == STEPS
     assert [h["mesh"]["replica"] for h in summary["hardware"]] == [2, 1]
-    assert [_batch_checksums(str(one))[s] for s in range(K, STEPS)] == [_batch_checksums(out)[s] for s in range(K, STEPS)]
+    expected = [_batch_checksums(str(one))[s] for s in range(K, STEPS)]
+    assert expected == [_batch_checksums(out)[s] for s in range(K, STEPS)]
     assert [_losses(str(one))[s] for s in range(K, STEPS)] == pytest.approx(
         [_losses(out)[s] for s in range(K, STEPS)], rel=1e-6)
 

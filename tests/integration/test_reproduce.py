@@ -77,7 +77,8 @@ def test_pipeline_reproduces_deep_and_nothing_is_written_into_the_original(tmp_p
     before = _tree(original)
     assert cli_main(["reproduce", experiment, "--into", str(tmp_path / "scratch"), "--deep"]) == 0
     table = capsys.readouterr().out
-    rows = {line.split()[0].split("/")[0]: line for line in table.splitlines() if re.match(r"  \w+/\S+-[0-9a-f]{8} ", line)}
+    rows = {line.split()[0].split("/")[0]: line for line in table.splitlines()
+            if re.match(r"  \w+/\S+-[0-9a-f]{8} ", line)}
     assert sorted(rows) == ["checkpoints", "documents", "evaluation", "raw", "tokenized", "tokenizers"], table
     assert all(line.split()[1] == "identical" for line in rows.values()), table
     assert "6 steps: 6 identical" in table

@@ -111,7 +111,8 @@ def test_classify_filter_as_language_id(lid, tmp_path):
     ))
     kept = list(read_documents(str(out / "data" / "a.jsonl.zst"))) + list(read_documents(str(out / "data" / "b.jsonl")))
     assert sorted(d["id"] for d in kept) == [f"en-new-{i:03d}" for i in range(5)]
-    assert all(d["metadata"]["language"]["top_label"] == "en" and d["metadata"]["language"]["score"] >= 0.65 for d in kept)
+    assert all(d["metadata"]["language"]["top_label"] == "en"
+               and d["metadata"]["language"]["score"] >= 0.65 for d in kept)
     recs = []
     for name in ("a.jsonl.zst", "b.jsonl.zst"):
         with open(out / "removed" / name, "rb") as f:

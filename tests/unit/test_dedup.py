@@ -23,7 +23,8 @@ from marin_lab.processing.minhash import (
 )
 
 VOCAB_RNG = random.Random(1234)
-VOCAB = sorted({"".join(VOCAB_RNG.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(VOCAB_RNG.randint(3, 9))) for _ in range(3000)})
+VOCAB = sorted({"".join(VOCAB_RNG.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(VOCAB_RNG.randint(3, 9)))
+                for _ in range(3000)})
 
 
 def random_text(rng: random.Random, words: int = 200) -> str:
@@ -468,7 +469,8 @@ def test_dedup_exact_removes_normalised_copies(tmp_path):
     assert set(read_dir(tmp_path / "out" / "data")) == {"a", "b", "d"}
     (rec,) = removed_records(tmp_path / "out")
     assert rec["id"] == "c" and rec["duplicate_of"] == "a" and rec["rule"] == "exact_duplicate"
-    strict = dedup_exact(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "o2"), normalize=False))
+    strict = dedup_exact(DedupConfig(input_path=str(tmp_path / "in"),
+                                     output_path=str(tmp_path / "o2"), normalize=False))
     assert strict["removed_total"] == 0 and result["removed_total"] == 1
 
 

@@ -228,7 +228,8 @@ def test_unknown_resources_key_is_an_error():
 
 def test_plan_of_wide_dag_is_linear_not_recursive():
     # 24 layers deep, 50 wide: planning must not blow up with depth (Marin embeds full versions).
-    layer = [ExecutorStep(f"l0/s{i}", write_text, WriteConfig(this_output_path(), versioned(str(i)))) for i in range(50)]
+    layer = [ExecutorStep(f"l0/s{i}", write_text, WriteConfig(this_output_path(), versioned(str(i))))
+             for i in range(50)]
     for depth in range(1, 24):
         layer = [ExecutorStep(f"l{depth}/s{i}", write_text, WriteConfig(
             this_output_path(), versioned(str(i)), (output_path_of(layer[i]), output_path_of(layer[(i + 1) % 50]))))

@@ -32,7 +32,8 @@ def tokenizer(tmp_path_factory):
 
 def test_section_questions_from_headings_and_first_paragraphs(tmp_path):
     assert sections_of_html(PAGE) == [
-        ("Packing windows", "Conversations are packed end to end like any documents, and the trainer cuts fixed windows."),
+        ("Packing windows",
+         "Conversations are packed end to end like any documents, and the trainer cuts fixed windows."),
         ("Masks", "The loss counts response tokens only, never the prompt, nor the role markers of the template."),
     ]
     (tmp_path / "html").mkdir()
@@ -92,7 +93,8 @@ def test_loss_mask_covers_responses_and_final_eos_only(tokenizer, tmp_path):
 def test_bad_record_names_file_and_line_or_is_skipped(tokenizer, tmp_path):
     _write(tmp_path / "in" / "a.jsonl", [{"id": "ok", "prompt": "q", "response": "a"}, "{not json",
                                          {"id": "x", "prompt": "q", "response": ""}])
-    cfg = TokenizeInstructionsConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "c"), tokenizer=tokenizer)
+    cfg = TokenizeInstructionsConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "c"),
+                                     tokenizer=tokenizer)
     with pytest.raises(ProcessingError, match=r"a.jsonl:2.*malformed JSON"):
         tokenize_instructions(cfg)
     summary = tokenize_instructions(dataclasses.replace(cfg, output_path=str(tmp_path / "d"), on_bad_record="skip"))

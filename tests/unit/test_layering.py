@@ -194,8 +194,8 @@ def test_no_hidden_imports_of_marin_lab_inside_functions():
 # The store owns the names of the files under a prefix and inside a step's output
 # (marin_lab/store/layout.py): everything else imports them. A string that is one of these names,
 # or an attempt log's name, fails outside store/ (docstrings and comments may still mention them).
-STORE_NAMES = {".executor_status", ".executor_info", ".executor_lease", ".artifact.json", "metrics.jsonl", "results.json",
-               "launch.json", "launches", "experiments/"}
+STORE_NAMES = {".executor_status", ".executor_info", ".executor_lease", ".artifact.json", "metrics.jsonl",
+               "results.json", "launch.json", "launches", "experiments/"}
 # Files that may spell a name, each with its reason. The list only shrinks.
 KNOWN_SPELLED: set[tuple[str, str]] = {
     # Runs inside Levanter's environment, where only the standard library and marin_lab.errors are imported.

@@ -80,7 +80,8 @@ def test_export_leaves_reads_one_parameter_at_a_time_and_names_it():
 
 
 def test_unknown_export_dtype_is_one_line_naming_the_field():
-    with pytest.raises(PrecisionError, match=r"precision.export_dtype='float16' is not one of \('float32', 'bfloat16'\)"):
+    with pytest.raises(PrecisionError,
+                       match=r"precision.export_dtype='float16' is not one of \('float32', 'bfloat16'\)"):
         PrecisionConfig(export_dtype="float16").validate()
     with pytest.raises(PrecisionError, match=r"precision.export_dtype='int8'"):
         list(masters.export_leaves(lambda t: t, {"w": jnp.ones(2)}, "int8"))

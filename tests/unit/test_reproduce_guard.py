@@ -58,7 +58,8 @@ def write_record(original, *, pin: str | None = None, edit=None, script: str = S
     scripts.mkdir(parents=True, exist_ok=True)
     (scripts / f"exp-{digest[:16]}.py").write_bytes(text)
     record = {"schema": 1, "prefix": str(original), "script": "exp.py",
-              "steps": [{"name": "raw/a", "identity": "raw/a-00000000", "output_path": str(original / "raw/a-00000000")}],
+              "steps": [{"name": "raw/a", "identity": "raw/a-00000000",
+                         "output_path": str(original / "raw/a-00000000")}],
               "code": {"script": "exp.py", "stored_script": f"scripts/exp-{digest[:16]}.py", "script_sha256": digest}}
     if edit:
         edit(record)

@@ -162,7 +162,8 @@ def test_quantize_base_writes_what_the_whole_model_path_gives(bases):
     _, params, _ = load_base(bases["hf"])
     expected = flatten_params(quantize_params(params, QUANT))
     written = ckpt.resolve_checkpoint(bases["quantized"])
-    dtypes = {e["name"]: e["dtype"] for e in json.loads(Path(os.path.join(written, "index.json")).read_text())["leaves"]}
+    dtypes = {e["name"]: e["dtype"]
+              for e in json.loads(Path(os.path.join(written, "index.json")).read_text())["leaves"]}
     assert dtypes["['params']['embed']"] == "bfloat16" and dtypes["['params']['layers']['attn_norm']"] == "bfloat16"
     _, restored, _ = load_base(bases["quantized"])
     got = flatten_params(restored)
@@ -170,4 +171,5 @@ def test_quantize_base_writes_what_the_whole_model_path_gives(bases):
     for name, want in expected.items():
         for a, b in zip(jax.tree_util.tree_leaves(got[name]), jax.tree_util.tree_leaves(want), strict=True):
             assert a.shape == b.shape
-            assert np.array_equal(np.asarray(a, np.float32) if a.dtype != b.dtype else np.asarray(a), np.asarray(b)), name
+            assert np.array_equal(np.asarray(a, np.float32) if a.dtype != b.dtype
+                                  else np.asarray(a), np.asarray(b)), name

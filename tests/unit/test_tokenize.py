@@ -181,7 +181,8 @@ def test_bad_records_raise_or_skip(corpus, tmp_path):
     with pytest.raises(ShardTaskError, match=r"b.jsonl:2: bad record \(missing_text\)") as info:
         tokenize(cfg)
     assert isinstance(info.value.__cause__, BadRecordError)
-    result = tokenize(TokenizeConfig(**{**cfg.__dict__, "output_path": str(tmp_path / "skip"), "on_bad_record": "skip"}))
+    result = tokenize(TokenizeConfig(**{**cfg.__dict__, "output_path": str(tmp_path / "skip"),
+                                        "on_bad_record": "skip"}))
     assert result["documents_in"] == 5 and result["documents"] == 3 and result["skipped"] == 2
     assert result["skip_reasons"] == {"bad_json": 1, "missing_text": 1}
 

@@ -163,7 +163,8 @@ def test_bad_input_is_one_line_naming_the_step_and_field(experiment, capsys, arg
 
 def test_mesh_and_attention_that_the_topology_cannot_take():
     v5e4 = parse_topology("v5e-4")
-    with pytest.raises(TrainingError, match=r"step 'x': field mesh: the fixed axes multiply to 3, which does not divide the 4 devices"):
+    with pytest.raises(TrainingError,
+                       match=r"step 'x': field mesh: the fixed axes multiply to 3, which does not divide the 4 devices"):
         compile_training_step("x", "train_lm", _config(mesh=MeshConfig(data=3, fsdp=-1)), v5e4)
     with pytest.raises(TrainingError, match=r"step 'x': field attention_impl='cudnn' is not available on tpu"):
         compile_training_step("x", "train_lm", _config(attention_impl="cudnn"), v5e4)
