@@ -270,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = len(texts) / max(walls[name]), len(texts) / min(walls[name])
         p, r, f1 = (statistics.mean(x[i] for x in scores[name]) for i in range(3))
         per_seed = " ".join(f"{x[2]:.4f}" for x in scores[name])
-        print(f"{name:<26}{wall:>8.3f}{rate[name]:>8.0f}{f'{lo:.0f}-{hi:.0f}':>16}{p:>8.4f}{r:>8.4f}{f1:>8.4f}   {per_seed}")
+        print(f"{name:<26}{wall:>8.3f}{rate[name]:>8.0f}{f'{lo:.0f}-{hi:.0f}':>16}{p:>8.4f}{r:>8.4f}{f1:>8.4f}   "
+              f"{per_seed}")
     ideal = link_probability(sims, config.num_bands, config.rows_per_band, config.threshold).mean()
     print(f"ideal MinHash-LSH expected recall on the {sims.size} planted pairs (exact 5-gram Jaccard, "
           f"min {sims.min():.3f}, median {np.median(sims):.3f}): {ideal:.4f}; a side above or below it "

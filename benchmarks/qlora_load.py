@@ -183,7 +183,8 @@ def main_step(args: argparse.Namespace) -> None:
         rows.append((size, ckpt_bytes, base, peak, statistics.median(r["seconds"] for r in runs["model"]),
                      [r["peak_bytes"] for r in runs["model"]]))
     print(f"\nload average at the end: {Path('/proc/loadavg').read_text().strip()}; repeats: {args.repeats}")
-    print("| model | checkpoint (bf16) | baseline peak (tiny, 1 layer) | step peak | over baseline | x checkpoint | step s |")
+    print("| model | checkpoint (bf16) | baseline peak (tiny, 1 layer) | step peak | over baseline "
+          "| x checkpoint | step s |")
     print("|---|---|---|---|---|---|---|")
     for size, ckpt_bytes, base, peak, seconds, peaks in rows:
         print(f"| {size} | {ckpt_bytes / gib:.2f} GiB | {base / gib:.2f} GiB | {peak / gib:.2f} GiB "

@@ -262,7 +262,8 @@ def _summary(result: dict) -> list[str]:
             extra = f", planned {r['planned_bytes'] / GIB:.2f} GiB" if "planned_bytes" in r else ""
             mem_text = f"{mem / GIB:7.2f} GiB" if mem is not None else "    n/a"
             lines.append(f"  {key:10s} {what} {mem_text}{extra}; median step {r['median_step_s']:.4f} s"
-                         f" ({seq / r['median_step_s']:.0f} tokens/s); losses {r['losses'][0]:.3f}->{r['losses'][-1]:.3f}")
+                         f" ({seq / r['median_step_s']:.0f} tokens/s); losses "
+                         f"{r['losses'][0]:.3f}->{r['losses'][-1]:.3f}")
         for mode in ("full", "lora", "qlora"):
             ours, peer = runs.get(mode), runs.get(f"peer-{mode}")
             if ours and peer and "error" not in ours and "error" not in peer and ours["peak_bytes"] and peer["peak_bytes"]:

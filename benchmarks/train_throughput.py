@@ -229,8 +229,9 @@ def precision_main(args: argparse.Namespace) -> None:
                      "batch": args.batch, "seq": args.seq, "steps": args.steps, "repeats": args.repeats,
                      "remat": args.remat, "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
                      "load_start": os.getloadavg()[0], "models": {}}
-    print(f"# devices: {results['devices']}; jax {jax.__version__}; compute bfloat16 (scalify: float16 data, scaled); batch {args.batch} x "
-          f"seq {args.seq}; remat {args.remat}; XLA_FLAGS={results['XLA_FLAGS']!r}; median of {args.repeats} repeats x {args.steps} steps, "
+    print(f"# devices: {results['devices']}; jax {jax.__version__}; compute bfloat16 (scalify: float16 data, "
+          f"scaled); batch {args.batch} x seq {args.seq}; remat {args.remat}; XLA_FLAGS={results['XLA_FLAGS']!r}; "
+          f"median of {args.repeats} repeats x {args.steps} steps, "
           f"sides alternating; 1-min load average {results['load_start']:.1f} at the start", flush=True)
     for name in args.models.split(","):
         model = dataclasses.replace(MODELS[name], max_seq_len=max(MODELS[name].max_seq_len, args.seq))

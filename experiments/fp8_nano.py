@@ -111,7 +111,8 @@ def _print_table(report) -> None:
         for seed in SEEDS:
             a, b = curves[(variant, seed)], curves[(base, seed)]
             n = min(len(a), len(b))
-            cells.append(f"{a[n - LAST:n].mean() / b[n - LAST:n].mean() - 1:>+14.2%} {a[:n].mean() / b[:n].mean() - 1:>+7.2%}")
+            cells.append(f"{a[n - LAST:n].mean() / b[n - LAST:n].mean() - 1:>+14.2%} "
+                         f"{a[:n].mean() / b[:n].mean() - 1:>+7.2%}")
         print(f"{variant:<12} {base:<6} " + " ".join(cells))
     experiment = os.path.basename(report.experiment_path).removesuffix(".json")
     print(f"\nThe curves side by side: marin-lab browse --prefix {report.plan.prefix}\n"

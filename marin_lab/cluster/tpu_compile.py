@@ -140,7 +140,8 @@ def _mesh(step: str, mesh_config: Any, topology: Topology) -> Any:
     try:
         return mesh_config.build(topology.devices())
     except MeshError as err:
-        raise TrainingError(f"step {step!r}: field mesh: {str(err).removeprefix('mesh: ')} (topology {topology.name} has {topology.chips} chips)") \
+        raise TrainingError(f"step {step!r}: field mesh: {str(err).removeprefix('mesh: ')} (topology {topology.name} "
+                            f"has {topology.chips} chips)") \
             from err
 
 

@@ -253,7 +253,8 @@ def capture_steps(script: str, argv: Sequence[str] = ()) -> tuple[list[ExecutorS
         with contextlib.suppress(_Captured):
             runpy.run_path(script, run_name="__main__")
         if not _CAPTURE:
-            raise MarinLabError(f"{script} never called executor_main(steps=...) nor built Marin ArtifactSteps (pass --run to an experiment_main); nothing to explain")
+            raise MarinLabError(f"{script} never called executor_main(steps=...) nor built Marin ArtifactSteps (pass "
+                                "--run to an experiment_main); nothing to explain")
         return _CAPTURE[0]
     finally:
         _CAPTURE = None

@@ -221,9 +221,11 @@ def _tokenize_shard(task: _ShardTask) -> dict:
 
 def _check(config: TokenizeInstructionsConfig) -> None:
     if not 0.0 <= config.validation_fraction < 1.0:
-        raise TokenizeError(f"TokenizeInstructionsConfig.validation_fraction={config.validation_fraction}: expected 0 <= x < 1")
+        raise TokenizeError(f"TokenizeInstructionsConfig.validation_fraction={config.validation_fraction}: expected 0 "
+                            "<= x < 1")
     if config.on_bad_record not in ("raise", "skip"):
-        raise TokenizeError(f"TokenizeInstructionsConfig.on_bad_record={config.on_bad_record!r}: expected 'raise' or 'skip'")
+        raise TokenizeError(f"TokenizeInstructionsConfig.on_bad_record={config.on_bad_record!r}: "
+                            "expected 'raise' or 'skip'")
 
 
 def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:

@@ -221,7 +221,8 @@ def check_settings(config: FinetuneConfig, model: LlamaConfig) -> None:
     if config.mode == "qlora":
         config.quant.validate(model)
     if config.gradient_checkpointing not in (True, False, *REMAT_POLICIES):
-        raise TrainingError(f"gradient_checkpointing={config.gradient_checkpointing!r}: expected a bool or one of {REMAT_POLICIES}")
+        raise TrainingError(f"gradient_checkpointing={config.gradient_checkpointing!r}: expected a bool "
+                            f"or one of {REMAT_POLICIES}")
     if config.offload_base and not config.trains_adapters:
         raise TrainingError("offload_base needs mode 'lora' or 'qlora' (in 'full' mode nothing is frozen)")
     if not 2 <= config.seq_len <= model.max_seq_len:
@@ -308,7 +309,8 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
     except MeshError as err:
         raise TrainingError(str(err)) from err
     if config.batch_size % batch_divisor(mesh):
-        raise TrainingError(f"batch_size={config.batch_size} must be divisible by mesh replica*data*fsdp={batch_divisor(mesh)}")
+        raise TrainingError(f"batch_size={config.batch_size} must be divisible by mesh "
+                            f"replica*data*fsdp={batch_divisor(mesh)}")
     if config.plan_device_memory_gib:  # refuse now what would run out of memory later
         check_fits(dataclasses.replace(config, model=model, plan_devices=mesh.shape["fsdp"]))
     try:

@@ -114,7 +114,8 @@ def test_three_runs_overlaid_with_hover_values_and_a_shareable_address(page, ser
 
     # Relative to the fp32 run: each run in % of fp32's value at the same step (fp32 logged steps 0-19).
     page.select_option("#compare-vs", identities[0])
-    page.wait_for_function("() => document.querySelector('#compare-chart svg').dataset.metric.startsWith('loss: % vs train/fp32')")
+    page.wait_for_function("() => document.querySelector('#compare-chart svg')"
+                           ".dataset.metric.startsWith('loss: % vs train/fp32')")
     assert _curves(page) == dict.fromkeys(identities, 20)
     cells = page.locator("#last-values tbody tr").nth(1).locator("td").all_inner_texts()
     assert cells[1].endswith("%") and abs(float(cells[1][:-1]) - 100 * (loss_of(1, 19) / loss_of(0, 19) - 1)) < 1e-3

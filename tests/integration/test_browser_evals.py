@@ -142,7 +142,8 @@ def chromium():
     from playwright.sync_api import sync_playwright
 
     if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
-        pytest.fail(f"headless Chromium not found at {CHROMIUM}: `apt-get install -y chromium` (or set MARIN_LAB_CHROMIUM)")
+        pytest.fail(f"headless Chromium not found at {CHROMIUM}: `apt-get install -y chromium` "
+                    "(or set MARIN_LAB_CHROMIUM)")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield browser
