@@ -262,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.repeats} repeats, sides alternating (rotating order), seed = repeat + 1; 1-min load average "
           f"{min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f}); time: median (min-max); "
           f"dedup decisions: {config.num_bands} bands x {config.rows_per_band} rows, checked >= {config.threshold}")
-    print(f"{'side':<26}{'wall s':>8}{'docs/s':>8}{'min-max docs/s':>16}{'prec':>8}{'recall':>8}{'F1':>8}   F1 per seed")
+    print(f"{'side':<26}{'wall s':>8}{'docs/s':>8}{'min-max docs/s':>16}{'prec':>8}{'recall':>8}{'F1':>8}"
+          "   F1 per seed")
     rate = {}
     for name in sides:
         wall = statistics.median(walls[name])

@@ -177,7 +177,8 @@ def main_step(args: argparse.Namespace) -> None:
         for _ in range(args.repeats):
             for kind in runs:
                 runs[kind].append(run_step(paths[kind], workdir))
-                print(f"  {size} {kind}: {runs[kind][-1]}  load {Path('/proc/loadavg').read_text().split()[0]}", file=sys.stderr)
+                print(f"  {size} {kind}: {runs[kind][-1]}  load {Path('/proc/loadavg').read_text().split()[0]}",
+                      file=sys.stderr)
         base = statistics.median(r["peak_bytes"] for r in runs["baseline"])
         peak = statistics.median(r["peak_bytes"] for r in runs["model"])
         rows.append((size, ckpt_bytes, base, peak, statistics.median(r["seconds"] for r in runs["model"]),

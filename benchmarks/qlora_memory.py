@@ -266,7 +266,8 @@ def _summary(result: dict) -> list[str]:
                          f"{r['losses'][0]:.3f}->{r['losses'][-1]:.3f}")
         for mode in ("full", "lora", "qlora"):
             ours, peer = runs.get(mode), runs.get(f"peer-{mode}")
-            if ours and peer and "error" not in ours and "error" not in peer and ours["peak_bytes"] and peer["peak_bytes"]:
+            if (ours and peer and "error" not in ours and "error" not in peer
+                    and ours["peak_bytes"] and peer["peak_bytes"]):
                 lines.append(f"  {mode}: ours/peer memory {ours['peak_bytes'] / peer['peak_bytes']:.2f}, "
                              f"ours/peer step time {ours['median_step_s'] / peer['median_step_s']:.2f}")
         q = runs.get("qlora")

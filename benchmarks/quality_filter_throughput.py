@@ -6,11 +6,11 @@ On the same in-memory documents, one core:
 - marin_lab: `decide_documents` -- the per-shard core of `classify_filter`: whitespace folding,
   batched predict, score of the label, threshold, metadata / removal record per document.
 Ratio = ours / raw, measured in CPU seconds (both sides are single-threaded; on a shared machine
-wall time mostly measures the neighbours), runs alternating (goal >= 0.9x). For information, the whole `classify_filter` step (reading and
-writing compressed shards) is timed too. Models: fastText's `lid.176.ftz` (from the corpus cache,
-`python -m marin_lab.processing.corpus`) when present, and a quality classifier trained here.
-Documents: the Python standard library's source files (real text, PSF licence), 5,000 characters
-each at most.
+wall time mostly measures the neighbours), runs alternating (goal >= 0.9x). For information, the
+whole `classify_filter` step (reading and writing compressed shards) is timed too. Models:
+fastText's `lid.176.ftz` (from the corpus cache, `python -m marin_lab.processing.corpus`) when
+present, and a quality classifier trained here. Documents: the Python standard library's source
+files (real text, PSF licence), 5,000 characters each at most.
 
 Run: python benchmarks/quality_filter_throughput.py [--docs 5000 --repeats 5]
 """

@@ -272,8 +272,8 @@ def _caches(tokenized: TokenizedInput) -> dict[str, Any]:
 def tokenizer_vocab_size(tokenized: TokenizedInput) -> int | None:
     """The vocabulary the data was (or will be) tokenized with, as far as it is known without the
     network (a trained tokenizer step's size, a local tokenizer file, a hub tokenizer already in the
-    cache, a well-known hub tokenizer: marin_lab.processing.known_tokenizers); None otherwise: a plan never downloads, and train_lm checks the token caches' vocabulary
-    against the model when it runs."""
+    cache, a well-known hub tokenizer: marin_lab.processing.known_tokenizers); None otherwise: a plan
+    never downloads, and train_lm checks the token caches' vocabulary against the model when it runs."""
     steps = [tokenized] if isinstance(tokenized, ExecutorStep) else list(tokenized.values())
     sizes: dict[int, str] = {}
     for step in steps:

@@ -19,8 +19,8 @@ XLA_FLAGS=--xla_gpu_enable_triton_gemm=false so XLA emits FP8 GEMMs (docs/benchm
 The script prints, at the end, each policy's final and eval loss (means over seeds) with the gaps
 against fp32 and bf16, the paired gaps seed by seed, and the address of the data browser's compare view
 (`marin-lab browse`, then `#/compare/<experiment>`), where the ten loss curves (or any other
-metric: eval loss, grad norm, the fp8 runs' saturated/flushed fractions, the scalify runs' per-layer scales) are overlaid on one chart;
-each run's step page also plots its per-layer amax.
+metric: eval loss, grad norm, the fp8 runs' saturated/flushed fractions, the scalify runs' per-layer
+scales) are overlaid on one chart; each run's step page also plots its per-layer amax.
 """
 
 from __future__ import annotations

@@ -249,7 +249,8 @@ def load_tokenizer_for(path: str, tokenizer_path: str | None = None) -> tuple[An
     try:
         return Tokenizer.from_str(mfs.read_text(url)), url
     except Exception as err:  # the tokenizers library raises plain Exceptions for bad files
-        raise ModelLoadError(f"tokenizer {url} is not a readable tokenizer.json ({str(err).splitlines()[0][:200]})") from None
+        first_line = str(err).splitlines()[0][:200]
+        raise ModelLoadError(f"tokenizer {url} is not a readable tokenizer.json ({first_line})") from None
 
 
 # --- chat format ----------------------------------------------------------------------------------

@@ -28,7 +28,8 @@ from marin_lab.flags import bare_bool_flags
 @dataclasses.dataclass(frozen=True)
 class ExecutorMainConfig:
     prefix: str | None = None
-    """Where outputs and records go (local folder, gs://bucket/path). Default: $MARIN_PREFIX, else marin_store at the project root."""
+    """Where outputs and records go (local folder, gs://bucket/path). Default: $MARIN_PREFIX, else
+    marin_store at the project root."""
     executor_info_base_path: str | None = None
     """Where the experiment record goes (default: {prefix}/experiments, where the browser looks)."""
     dry_run: bool = False

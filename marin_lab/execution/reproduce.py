@@ -152,8 +152,8 @@ def _reproduce(rec: RecordedExperiment, script: str, scratch: str, pattern: re.P
     for ps in chosen:
         recorded = rec.steps.get(ps.name)
         if recorded is None:
-            results[ps.identity] = StepResult(ps.name, ps.identity, DIFFERS, ["not in the record: the recorded "
-                                                                                "script plans a step it did not record"])
+            results[ps.identity] = StepResult(ps.name, ps.identity, DIFFERS, [
+                "not in the record: the recorded script plans a step it did not record"])
         elif recorded != ps.identity:
             results[ps.identity] = StepResult(ps.name, ps.identity, DIFFERS, [
                 f"identity differs from the record ({recorded}): the helpers or a source changed since; "

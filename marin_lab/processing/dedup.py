@@ -22,12 +22,13 @@ Under a `shard_policy` every phase is quarantined (processing/quarantine.py): a 
 retried and named while the others finish and keep their markers, but the step never succeeds
 without it -- dedup is global, so a shard left out would change what the other shards keep.
 
-Fuzzy dedup shingles like FineWeb (5-word shingles, 112 MinHash permutations) but bands them
-as 28 bands x 4 rows, which proposes nearly every pair above ~0.6 Jaccard similarity, and then links a candidate pair only when its similarity estimated
-from all 112 slots reaches `threshold` (0.7). Against FineWeb's 14 bands x 8 rows without a check
-(`num_bands=14, rows_per_band=8, threshold=None`), recall of pairs above the threshold no longer
-depends on band luck, and chance band matches of dissimilar pairs are rejected
-(`minhash.link_probability` gives both curves; docs/dedup_and_quality.md compares them).
+Fuzzy dedup shingles like FineWeb (5-word shingles, 112 MinHash permutations) but bands them as 28
+bands x 4 rows, which proposes nearly every pair above ~0.6 Jaccard similarity, and then links a
+candidate pair only when its similarity estimated from all 112 slots reaches `threshold` (0.7).
+Against FineWeb's 14 bands x 8 rows without a check (`num_bands=14, rows_per_band=8,
+threshold=None`), recall of pairs above the threshold no longer depends on band luck, and chance
+band matches of dissimilar pairs are rejected (`minhash.link_probability` gives both curves;
+docs/dedup_and_quality.md compares them).
 
 Memory of fuzzy dedup (measured in docs/dedup_and_quality.md): a phase-1 task holds one shard's
 documents and signatures (448 bytes per document); a partition task 16 bytes x 28 bands per

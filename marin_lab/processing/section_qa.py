@@ -13,7 +13,7 @@ Answers are determined by the prompt and the manual (a title is usually named in
 paragraph; the manuals' vocabularies differ), so a model can learn the task from examples and be
 scored on sections it never saw. Record ids name the page and heading, so the split (a hash of
 the id) keeps every question about one section on the same side.
-"""
+"""  # noqa: E501 (an example record, one JSON object a line)
 
 from __future__ import annotations
 

@@ -252,7 +252,8 @@ def _load_peaks(model: LlamaConfig, mode: str, device: dict[str, int], host: dic
     largest = max(largest_matrix, *top)
     load_device = {"frozen weights (shards)": frozen_device}
     if mode == "qlora":
-        load_device["quantizing one matrix (first device)"] = largest_matrix * (source_itemsize + 3 * 4) + largest_matrix // 2
+        load_device["quantizing one matrix (first device)"] = (largest_matrix * (source_itemsize + 3 * 4)
+                                                               + largest_matrix // 2)
     else:
         load_device["one layer slice in flight"] = largest_matrix * jnp.dtype(frozen_dtype).itemsize // num_devices
     load_host = {}

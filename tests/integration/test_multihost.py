@@ -98,7 +98,8 @@ def test_hardware_move_reshards_and_continues_the_data(unbroken):
         consumed, unbroken_consumed = _batch_checksums(cfg.output_path), _batch_checksums(out)
         assert [consumed[s] for s in range(K, STEPS)] == [unbroken_consumed[s] for s in range(K, STEPS)]
         end = read_metadata(list_checkpoints(os.path.join(cfg.output_path, "checkpoints"))[-1][1])
-        assert end["data_consumed"] == read_metadata(list_checkpoints(os.path.join(out, "checkpoints"))[-1][1])["data_consumed"]
+        unbroken_end = read_metadata(list_checkpoints(os.path.join(out, "checkpoints"))[-1][1])
+        assert end["data_consumed"] == unbroken_end["data_consumed"]
     assert runs["to_1x2"][1]["hardware"][1]["process_count"] == 1
     assert runs["to_4x1"][1]["hardware"][1]["process_count"] == 4
     # The batches of steps K.. are those of the unbroken run: same token ids, from the restored position.

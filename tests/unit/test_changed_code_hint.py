@@ -51,7 +51,8 @@ def test_the_fingerprint_follows_the_function_and_its_helpers_only(tmp_path, mon
     body = _load(tmp_path, monkeypatch, STEPS_V1.replace("return helper(cfg)", "return helper(cfg) * 2"))
     assert function_fingerprint(body.step_fn)["sha256"] != v1["sha256"]
     # Through a partial, and nothing for what has no source.
-    assert function_fingerprint(functools.partial(body.step_fn))["sha256"] == function_fingerprint(body.step_fn)["sha256"]
+    partial = function_fingerprint(functools.partial(body.step_fn))
+    assert partial["sha256"] == function_fingerprint(body.step_fn)["sha256"]
     assert function_fingerprint(len) is None
 
 

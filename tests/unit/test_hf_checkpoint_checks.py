@@ -69,8 +69,8 @@ def test_truncated_shard_names_file_and_tensor(copy):
     with open(shard, "r+b") as f:
         f.truncate(cut)
     victim = _first_tensor_after(shard, cut)
-    _refused(copy,
-             rf"{shard}: tensor {victim}: its data ends at byte \d+ but the file has {cut} bytes; the file is truncated")
+    _refused(copy, rf"{shard}: tensor {victim}: its data ends at byte \d+ but the file has {cut} bytes; "
+                   "the file is truncated")
 
 
 def test_header_length_past_the_end(copy):

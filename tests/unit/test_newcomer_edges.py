@@ -68,7 +68,8 @@ def test_failed_previously_says_what_the_error_was(tmp_path):
     ex = Executor(str(tmp_path / "store"), backend="local")
     ex.run([step], raise_on_failure=False)
     (decision,) = Executor(str(tmp_path / "store"), backend="local").run([step], dry_run=True).decisions
-    assert decision.action == "fail" and "raised ValueError: boom in shard 3); pass --force_run_failed" in decision.reason
+    assert decision.action == "fail"
+    assert "raised ValueError: boom in shard 3); pass --force_run_failed" in decision.reason
 
 
 def test_terminal_colour_codes_never_reach_a_record():

@@ -42,7 +42,8 @@ def run(offload):
         _Struct(abstract(frozen)), _Struct(abstract(trainable)), tuple(d.id for d in jax.devices()))
     placed = jax.device_put(frozen, frozen_sh)
     t = jax.device_put(trainable, state_sh["trainable"])
-    state = {"trainable": t, "opt_state": opt_init(t), "step": jax.device_put(jnp.zeros((), jnp.int32), state_sh["step"])}
+    state = {"trainable": t, "opt_state": opt_init(t),
+             "step": jax.device_put(jnp.zeros((), jnp.int32), state_sh["step"])}
     mesh = mesh_config.build()
     tok = jax.make_array_from_callback(tokens_np.shape, batch_sharding(mesh), lambda i: tokens_np[i])
     msk = jax.make_array_from_callback(mask_np.shape, batch_sharding(mesh), lambda i: mask_np[i])
@@ -56,7 +57,8 @@ def run(offload):
     total = {f: [getattr(q, f).nbytes for q in nf4] for f in ("packed", "absmax")}
     kinds = sorted({getattr(q, "packed").sharding.memory_kind or "device" for q in nf4})
     _, metrics = step(state, placed, tok, msk)
-    host_loss = make_loss_fn(plan)(jax.device_get(trainable), jax.device_get(frozen_base(params, "qlora", "float32", False)),
+    host_loss = make_loss_fn(plan)(jax.device_get(trainable),
+                                   jax.device_get(frozen_base(params, "qlora", "float32", False)),
                                    jnp.asarray(tokens_np), jnp.asarray(mask_np), None)[0]
     return {"gathers": out_shapes, "per_device": per_device, "total": total, "kinds": kinds,
             "loss": float(metrics["loss"]), "host_loss": float(host_loss)}

@@ -125,9 +125,11 @@ def sample():
 threading.Thread(target=sample, daemon=True).start()
 source = open_base(sys.argv[1])
 quant = QuantConfig()
-params = jax.eval_shape(lambda p: quantize_params(p, quant), jax.eval_shape(lambda: init_params(source.model, jax.random.key(0))))
+params = jax.eval_shape(lambda p: quantize_params(p, quant),
+                        jax.eval_shape(lambda: init_params(source.model, jax.random.key(0))))
 frozen_abs = jax.eval_shape(lambda p: frozen_base(p, "qlora", "bfloat16", False), params)
-frozen = load_frozen(source, frozen_abs, frozen_shardings(frozen_abs, MeshConfig(data=1, fsdp=-1).build(), "fsdp"), quant)
+frozen = load_frozen(source, frozen_abs, frozen_shardings(frozen_abs, MeshConfig(data=1, fsdp=-1).build(), "fsdp"),
+                     quant)
 jax.block_until_ready(jax.tree_util.tree_leaves(frozen))
 done.set()
 print(json.dumps({"baseline": baseline, "peak": max(peak[0], anon()),
