@@ -363,8 +363,9 @@ def default_train(
     if isinstance(tokenized, LMMixture):
         if weights is not None:
             raise StepDefinitionError(f"default_train('{name}'): the mixture already has weights; drop weights=")
-        tokenized, weights, validation_sets = (dict(tokenized.components), tokenized.weights,
-                                               {**tokenized.validation, **(validation_sets or {})})
+        mixture = tokenized
+        tokenized, weights, validation_sets = (dict(mixture.components), mixture.weights,
+                                               {**mixture.validation, **(validation_sets or {})})
     model = _model_for(name, unwrap_versioned_value(model_config), _steps(tokenized) | dict(validation_sets or {}))
     for task in eval_harness_tasks:
         try:

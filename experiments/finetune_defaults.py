@@ -7,7 +7,7 @@ Not versioned: how the work is laid out — mesh, remat policy, offload, checkpo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from marin_lab.execution import ExecutorStep, output_path_of, this_output_path, versioned
 from marin_lab.peft import LoraConfig
@@ -48,6 +48,9 @@ def default_quantize_base(name: str, base: ExecutorStep | str, *, quant: QuantCo
     )
 
 
+_DEFAULT_OPTIMIZER = cast(OptimizerConfig, FinetuneConfig.__dataclass_fields__["optimizer"].default)
+
+
 def default_finetune(
     name: str,
     base: ExecutorStep | str,
@@ -59,7 +62,7 @@ def default_finetune(
     seq_len: int,
     lora: LoraConfig = LoraConfig(),
     quant: QuantConfig = QuantConfig(),
-    optimizer: OptimizerConfig = FinetuneConfig.__dataclass_fields__["optimizer"].default,
+    optimizer: OptimizerConfig = _DEFAULT_OPTIMIZER,
     model: LlamaConfig | None = None,
     seed: int = 0,
     compute_dtype: str = "bfloat16",

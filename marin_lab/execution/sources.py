@@ -37,7 +37,7 @@ class PortableSource(VersionedValue):
     identity: Any = None
 
 
-def versioned_source(location: str, *, package: str | None = None) -> str:
+def versioned_source(location: str | None, *, package: str | None = None) -> str:
     """`location` as a versioned config value whose identity is portable (see the module docstring).
 
     With `package` ('name@version') the identity is the declared package; without, a local
