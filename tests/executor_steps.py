@@ -96,7 +96,7 @@ def five_step_dag(log_path: str | None = None, sleep_s: float = 0.0, text: str =
 def executions(log_path: str) -> list[str]:
     if not os.path.exists(log_path):
         return []
-    return [line for line in open(log_path).read().splitlines() if line]
+    return [line for line in Path(log_path).read_text().splitlines() if line]
 
 
 def usurp(lease_file) -> None:

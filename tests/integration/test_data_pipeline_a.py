@@ -32,7 +32,7 @@ def real_corpus() -> Corpus:
 
 
 def read_info(output_path: str) -> dict:
-    return json.loads(open(os.path.join(output_path, ".executor_info")).read())
+    return json.loads(Path(output_path, ".executor_info").read_text())
 
 
 def test_corpus_is_real_and_cached(real_corpus):

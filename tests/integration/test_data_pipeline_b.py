@@ -50,7 +50,7 @@ def perturb(html: str) -> str:
 
 
 def read_info(path: str) -> dict:
-    return json.loads(open(os.path.join(path, ".executor_info")).read())
+    return json.loads(Path(path, ".executor_info").read_text())
 
 
 def accounted(result: dict) -> bool:

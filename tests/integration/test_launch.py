@@ -72,7 +72,7 @@ def _events(path: str) -> list[str]:
 
 
 def _raw_events(path: str) -> list[str]:
-    return open(path).read().splitlines() if os.path.exists(path) else []
+    return Path(path).read_text().splitlines() if os.path.exists(path) else []
 
 
 def _gone(pid: int) -> bool:
@@ -111,7 +111,7 @@ def _finish(prefix, events, gate, run_id):
     assert ev.count("end gated") == 1 and ev.count("end last") == 1, ev
     outputs = sorted(os.path.relpath(os.path.join(d, f), prefix) for d, _, fs in os.walk(prefix) for f in fs
                      if f == "data.txt")
-    return final, {p: open(os.path.join(prefix, p)).read() for p in outputs}
+    return final, {p: Path(prefix, p).read_text() for p in outputs}
 
 
 def test_a_killed_driver_and_a_lost_node_are_restarted_and_the_pipeline_finishes(cluster, tmp_path):

@@ -62,7 +62,7 @@ def shard_fn(task: tuple[str, str]) -> str:
 
 
 def _attempts(out, name) -> int:
-    return len(open(out / f"{name}.attempts").read())
+    return len(Path(out / f"{name}.attempts").read_text())
 
 
 def test_a_bad_shard_is_retried_then_named_and_the_others_finish(tmp_path):

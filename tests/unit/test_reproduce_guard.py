@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def _tree(root) -> dict[str, bytes]:
-    return {os.path.join(d, f): open(os.path.join(d, f), "rb").read() for d, _, fs in os.walk(root) for f in fs}
+    return {os.path.join(d, f): Path(d, f).read_bytes() for d, _, fs in os.walk(root) for f in fs}
 
 
 @pytest.fixture()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,7 @@ def _log_lines(url: str) -> str:
         logging.getLogger("datasets").warning("a library's warning")
         logging.getLogger("marin_lab.processing.tokenize").info("tokenize: 362 documents")
         logging.getLogger("experiments.my_steps").info("the user's own step says hello")
-    return open(url, encoding="utf-8").read()
+    return Path(url).read_text(encoding="utf-8")
 
 
 def test_libraries_info_lines_stay_out_unless_verbose(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -45,7 +46,7 @@ def _trainer(out, *, targets=None, save_every=2, stop_after=None, steps=6, summa
 
 
 def _lines(out):
-    return [json.loads(line) for line in open(out / "metrics.jsonl")]
+    return [json.loads(line) for line in Path(out / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_hooks_run_on_their_interval_and_at_the_end_and_their_lines_are_logged(tmp_path):
