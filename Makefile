@@ -41,8 +41,8 @@ system-deps:
 quickstart: venv
 	$(PY) experiments/quickstart.py
 
-# Unsorted imports, unused code and type errors fail the build before any test runs (ruff, then
-# mypy over marin_lab; both pinned in pyproject.toml, configured there).
+# Lint findings and type errors fail the build before any test runs (ruff check, then mypy over
+# marin_lab/ and experiments/; both pinned in pyproject.toml, configured there).
 lint: test-venv
 	$(PY) -m ruff check .
 	$(PY) -m mypy

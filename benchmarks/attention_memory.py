@@ -22,6 +22,8 @@ import time
 # Compiling attaches no TPU; other processes may hold libtpu's lockfile.
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
+from pathlib import Path
+
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
@@ -75,7 +77,7 @@ def main() -> None:
     remat = {"none": False, "full": True}.get(args.remat, args.remat)
     model = LlamaConfig(vocab_size=128256, hidden_dim=4096, intermediate_dim=14336, num_layers=args.layers,
                         num_heads=32, num_kv_heads=8, max_seq_len=args.seq, rope_theta=500000.0)
-    print(f"load {open('/proc/loadavg').read().split()[:3]}; {args.topology}, {args.layers} layers of Llama-3-8B, "
+    print(f"load {Path('/proc/loadavg').read_text().split()[:3]}; {args.topology}, {args.layers} layers of Llama-3-8B, "
           f"{args.per_chip_batch} x {args.seq} tokens per chip, remat {args.remat}")
     print("| setting | temporaries GiB/chip | arguments | outputs | tpu_custom_calls | compile s |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")

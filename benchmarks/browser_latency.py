@@ -136,7 +136,8 @@ def main() -> None:
             seconds, body = timed_get(f"{file_url}&cursor={body['next_cursor']}")
             assert body["resumed"], "the next page should continue the parked stream"
             after_deep.append(seconds)
-        rows.append((f"a page half-way in, opened directly ({middle / 2**20:.0f} MiB to decode)", median_ms(deep), None))
+        rows.append((f"a page half-way in, opened directly ({middle / 2**20:.0f} MiB to decode)",
+                     median_ms(deep), None))
         rows.append(("the page after it (continues the open stream)", median_ms(after_deep), 1000.0))
 
         api = [timed_get(f"{server.url}/api/experiments/{exp_id}")[0] for _ in range(args.repeats)]
@@ -185,7 +186,8 @@ def main() -> None:
         rows.append((f"graph, {args.steps} steps: ungroup (draw every step again)", median_ms(unfold), 1000.0))
         rows.append((f"graph, {args.steps} steps: Shift-click selects, the table filtered", median_ms(select), 1000.0))
         # The first load also starts the renderer process and compiles app.js; report it apart.
-        rows.append((f"experiment page, {args.steps} steps: navigation to painted DAG (cold)", painted[0] * 1000, 2000.0))
+        rows.append((f"experiment page, {args.steps} steps: navigation to painted DAG (cold)",
+                     painted[0] * 1000, 2000.0))
         rows.append((f"experiment page, {args.steps} steps: navigation to painted DAG", median_ms(painted[1:]), 2000.0))
         rows.append(("  of which API fetch + building the DOM", median_ms(in_page[1:]), 2000.0))
         rows.append(("  same, timed from outside by Playwright (adds its polling)", median_ms(renders[1:]), 2000.0))

@@ -64,6 +64,58 @@ def alternating(a, b, repeats: int, between=None) -> tuple[float, float]:
     return statistics.median(ta), statistics.median(tb)
 
 
+def _measure(name: str, args: argparse.Namespace) -> None:
+    """One model's row: step, save and load times."""
+    model = dataclasses.replace(MODELS[name], max_seq_len=max(MODELS[name].max_seq_len, args.seq))
+    mesh = MeshConfig().build()
+    opt_cfg = OptimizerConfig()
+    opt = opt_cfg.build()
+    shard = state_shardings(model, opt, mesh, "fsdp", np.float32)
+    state = make_init_fn(model, opt, shard, np.float32)(jax.random.key(0))
+    step = make_train_step(model, opt, opt_cfg.lr_schedule(1000), StepSettings(compute_dtype="float32"),
+                           mesh, shard)
+    tokens = jax.numpy.asarray(np.random.default_rng(0).integers(0, model.vocab_size, (args.batch, args.seq + 1)),
+                               np.int32)
+    state, out = step(state, tokens)
+    jax.block_until_ready(out)
+
+    def one_step():
+        nonlocal state
+        state, o = step(state, tokens)
+        jax.block_until_ready(o)
+
+    step_s = median_time(one_step, args.repeats)
+    nbytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(state))
+    root = tempfile.mkdtemp(prefix="ckpt-bench-")
+    counter = iter(range(10_000))
+    ckptr = ocp.StandardCheckpointer()
+
+    def ours_save():
+        save_checkpoint(f"{root}/ours-{next(counter)}", state, {"step": 0})
+
+    def orbax_save():
+        ckptr.save(f"{root}/orbax-{next(counter)}", state)
+        ckptr.wait_until_finished()
+
+    def keep_first_saves():  # a ~300M state is 3.5 GB per save: keep only what the restores read
+        for d in os.listdir(root):
+            if d not in ("ours-0", "orbax-1"):
+                shutil.rmtree(os.path.join(root, d), ignore_errors=True)
+
+    ours_save_s, orbax_save_s = alternating(ours_save, orbax_save, args.repeats, keep_first_saves)
+    first_ours = sorted(d for d in os.listdir(root) if d.startswith("ours-"))[0]
+    first_orbax = sorted(d for d in os.listdir(root) if d.startswith("orbax-"))[0]
+    abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state)
+    ours_load_s, orbax_load_s = alternating(
+        lambda: jax.block_until_ready(load_checkpoint(f"{root}/{first_ours}", state)),
+        lambda: jax.block_until_ready(ckptr.restore(f"{root}/{first_orbax}", abstract)), args.repeats)
+    ckptr.close()
+    shutil.rmtree(root, ignore_errors=True)
+    print(f"{name:<11} {nbytes / 2**20:>8.1f} {step_s:>7.3f} {ours_save_s:>7.3f} {orbax_save_s:>10.3f} "
+          f"{orbax_save_s / ours_save_s:>10.2f} {ours_load_s:>7.3f} {orbax_load_s:>10.3f} "
+          f"{orbax_load_s / ours_load_s:>10.2f} {ours_save_s / step_s:>9.2f} {ours_load_s / step_s:>9.2f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="lab_nano,lab_30m")
@@ -78,54 +130,7 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     for name in args.models.split(","):
-        model = dataclasses.replace(MODELS[name], max_seq_len=max(MODELS[name].max_seq_len, args.seq))
-        mesh = MeshConfig().build()
-        opt_cfg = OptimizerConfig()
-        opt = opt_cfg.build()
-        shard = state_shardings(model, opt, mesh, "fsdp", np.float32)
-        state = make_init_fn(model, opt, shard, np.float32)(jax.random.key(0))
-        step = make_train_step(model, opt, opt_cfg.lr_schedule(1000), StepSettings(compute_dtype="float32"),
-                               mesh, shard)
-        tokens = jax.numpy.asarray(np.random.default_rng(0).integers(0, model.vocab_size, (args.batch, args.seq + 1)),
-                                   np.int32)
-        state, out = step(state, tokens)
-        jax.block_until_ready(out)
-
-        def one_step():
-            nonlocal state
-            state, o = step(state, tokens)
-            jax.block_until_ready(o)
-
-        step_s = median_time(one_step, args.repeats)
-        nbytes = sum(x.nbytes for x in jax.tree_util.tree_leaves(state))
-        root = tempfile.mkdtemp(prefix="ckpt-bench-")
-        counter = iter(range(10_000))
-        ckptr = ocp.StandardCheckpointer()
-
-        def ours_save():
-            save_checkpoint(f"{root}/ours-{next(counter)}", state, {"step": 0})
-
-        def orbax_save():
-            ckptr.save(f"{root}/orbax-{next(counter)}", state)
-            ckptr.wait_until_finished()
-
-        def keep_first_saves():  # a ~300M state is 3.5 GB per save: keep only what the restores read
-            for d in os.listdir(root):
-                if d not in ("ours-0", "orbax-1"):
-                    shutil.rmtree(os.path.join(root, d), ignore_errors=True)
-
-        ours_save_s, orbax_save_s = alternating(ours_save, orbax_save, args.repeats, keep_first_saves)
-        first_ours = sorted(d for d in os.listdir(root) if d.startswith("ours-"))[0]
-        first_orbax = sorted(d for d in os.listdir(root) if d.startswith("orbax-"))[0]
-        abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state)
-        ours_load_s, orbax_load_s = alternating(
-            lambda: jax.block_until_ready(load_checkpoint(f"{root}/{first_ours}", state)),
-            lambda: jax.block_until_ready(ckptr.restore(f"{root}/{first_orbax}", abstract)), args.repeats)
-        ckptr.close()
-        shutil.rmtree(root, ignore_errors=True)
-        print(f"{name:<11} {nbytes / 2**20:>8.1f} {step_s:>7.3f} {ours_save_s:>7.3f} {orbax_save_s:>10.3f} "
-              f"{orbax_save_s / ours_save_s:>10.2f} {ours_load_s:>7.3f} {orbax_load_s:>10.3f} "
-              f"{orbax_load_s / ours_load_s:>10.2f} {ours_save_s / step_s:>9.2f} {ours_load_s / step_s:>9.2f}")
+        _measure(name, args)
     print("ratio = orbax time / our time (> 1: ours is faster)")
 
 

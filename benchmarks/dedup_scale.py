@@ -104,7 +104,8 @@ def build(root: str, n: int, shards: int, pieces: list[str], per_doc: int, dup_s
         for i in range(s * per_shard, min(n, (s + 1) * per_shard)):
             r = rng.random()
             if originals and r < dup_share + far_share:
-                src = originals[rng.randrange(max(0, len(originals) - 50_000), len(originals))]  # recent: bounded memory
+                # recent: bounded memory
+                src = originals[rng.randrange(max(0, len(originals) - 50_000), len(originals))]
                 if r < dup_share:
                     doc_id, text = f"dup-{i:07d}-of-{src:07d}", mutate(rng, texts[src], rng.uniform(0.005, 0.03), vocab)
                     a, b = shingles(text), shingles(texts[src])
@@ -253,7 +254,8 @@ def main() -> None:
         removed = removed_ids(out)
         tp = len(removed & truth.keys())
         sims = list(truth.values())
-        ideal = float(link_probability(sims, config.num_bands, config.rows_per_band, config.threshold).mean()) if sims else 1.0
+        ideal = float(link_probability(sims, config.num_bands, config.rows_per_band,
+                                       config.threshold).mean()) if sims else 1.0
         ideal_fineweb = float(link_probability(sims, 14, 8).mean()) if sims else 1.0
         precision = tp / len(removed) if removed else 1.0
         recall = tp / len(truth) if truth else 1.0

@@ -41,6 +41,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -60,7 +61,7 @@ def real_documents(n: int, seed: int) -> list[dict]:
             continue
         try:
             # Web documents average a few thousand characters (FineWeb: ~3k).
-            text = open(path, encoding="utf-8").read()[:5_000]
+            text = Path(path).read_text(encoding="utf-8")[:5_000]
         except (UnicodeDecodeError, OSError):
             continue
         if len(text.split()) < 100 or text in seen:
@@ -79,7 +80,10 @@ def drop_natural_near_duplicates(docs: list[dict]) -> list[dict]:
     hasher = MinHasher(num_bands=64, rows_per_band=4, seed=99)
     sigs, valid = hasher.signatures([d["text"] for d in docs])
     clusters = cluster_duplicates(hasher.band_keys(sigs), valid)
-    shingles = lambda t: {tuple(w[i : i + 5]) for w in [words_of(t)] for i in range(len(w) - 4)}
+
+    def shingles(t):
+        return {tuple(w[i : i + 5]) for w in [words_of(t)] for i in range(len(w) - 4)}
+
     drop = set()
     for i in np.flatnonzero(clusters.removed):
         a, b = shingles(docs[i]["text"]), shingles(docs[clusters.representative[i]]["text"])
@@ -315,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 ours_f1 = [x[2] for x in scores[mine]]
                 their_f1 = [x[2] for x in scores[peer]]
-                ahead = sum(a >= b for a, b in zip(ours_f1, their_f1))
+                ahead = sum(a >= b for a, b in zip(ours_f1, their_f1, strict=True))
                 print(f"{LABELS[mine]} / {LABELS[peer]}: docs/s {rows[mine][0] / rows[peer][0]:.2f}x wall, "
                       f"{rows[mine][1] / rows[peer][1]:.2f}x per CPU-second{' (goal ' + goal + ')' if goal else ''}; "
                       f"F1 {rows[mine][2]:.4f} vs {rows[peer][2]:.4f}, ours >= theirs on {ahead} of "

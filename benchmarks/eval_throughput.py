@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import jax
 
@@ -30,7 +31,8 @@ def _tokenizer(vocab: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    text = [open(os.path.join(here, "docs", name)).read() for name in sorted(os.listdir(os.path.join(here, "docs")))
+    text = [Path(os.path.join(here, "docs", name)).read_text()
+            for name in sorted(os.listdir(os.path.join(here, "docs")))
             if name.endswith(".md")]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

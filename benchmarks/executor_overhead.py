@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # see shared ENVIRONMENT.md traps
@@ -301,7 +302,7 @@ class Bench:
                                   cwd=self.work)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
-            tail = open(log, errors="replace").read()[-3000:]
+            tail = Path(log).read_text(errors="replace")[-3000:]
             if retry and "timed out during startup" in tail:  # Ray on an overloaded machine: once more
                 return self.child(*argv, timeout=timeout, retry=False)
             raise RuntimeError(f"child {argv} exited {proc.returncode}; log tail:\n{tail}")

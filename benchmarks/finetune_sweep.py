@@ -68,7 +68,8 @@ def run(name: str, cache: str, base: str, workdir: str) -> dict:
     mode, lora, opt, steps = SETTINGS[name]
     config = FinetuneConfig(
         output_path=f"{workdir}/{name}", data=DataConfig(caches={"manual-sections": cache}), base=base, mode=mode,
-        lora=LoraConfig(**lora) if lora else LoraConfig(), optimizer=opt, num_train_steps=steps, batch_size=16, seq_len=256,
+        lora=LoraConfig(**lora) if lora else LoraConfig(), optimizer=opt, num_train_steps=steps, batch_size=16,
+        seq_len=256,
         compute_dtype="float32", eval_max_sequences=None, save_merged=False, export_hf=False,
         checkpoint=CheckpointConfig(save_every_steps=10**6, keep_last=1), log_every=50)
     started = time.perf_counter()

@@ -70,7 +70,7 @@ def main() -> None:
         return out
 
     a, b = cached(), recompute()  # warm-up: compile both
-    agree = sum(x == y for x, y in zip(a, b))
+    agree = sum(x == y for x, y in zip(a, b, strict=False))
     rates: dict[str, list[float]] = {"cached": [], "recompute": []}
     sides = {"cached": cached, "recompute": recompute}
     for i in range(args.repeats):

@@ -93,7 +93,7 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="launch-bench-") as root:
             for n in range(args.rounds):
-                load = open("/proc/loadavg").read().split()[0]
+                load = Path("/proc/loadavg").read_text().split()[0]
                 row = one_round(cluster.address, root, n)
                 rows.append(row)
                 print(f"round {n + 1}: detect {row['detect']:.2f} s, restart {row['restart']:.2f} s, "
@@ -103,7 +103,7 @@ def main() -> None:
         cluster.shutdown()
     for key in ("detect", "restart", "resumed"):
         print(f"median {key}: {statistics.median(r[key] for r in rows):.2f} s")
-    print(f"load after: {open('/proc/loadavg').read().strip()}")
+    print(f"load after: {Path('/proc/loadavg').read_text().strip()}")
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ def shingle_strings(text: str) -> list[str]:
     w = words_of(text)
     if len(w) < NGRAM:
         return [" ".join(w)] if w else []
-    return list(map(" ".join, zip(*(w[i:] for i in range(NGRAM)))))
+    return list(map(" ".join, zip(*(w[i:] for i in range(NGRAM)), strict=False)))
 
 
 def ours_batch(texts: list[str], seed: int, config: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -148,7 +148,8 @@ SIDES = {
     "rensa-per-doc": rensa_per_doc,
     "marin_lab-hashes+rensa": hashes_then_rensa,
 }
-PAIRS = (("marin_lab", "rensa"), ("marin_lab-numpy-minima", "rensa"), ("marin_lab-per-doc", "rensa-per-doc"), ("marin_lab-hashes+rensa", "rensa"))
+PAIRS = (("marin_lab", "rensa"), ("marin_lab-numpy-minima", "rensa"), ("marin_lab-per-doc", "rensa-per-doc"),
+         ("marin_lab-hashes+rensa", "rensa"))
 
 
 def removed_ids(sigs: np.ndarray, valid: np.ndarray, ids: list[str], config: DedupConfig) -> set[str]:
@@ -178,7 +179,8 @@ def stages(texts: list[str], seed: int, config: DedupConfig, repeats: int) -> No
                                       "ours, numpy passes: shingle hashes", "ours, numpy passes: permutation minima",
                                       "ours, compiled: bytes to signatures")}
         for start, end in minhash._batches(texts):
-            for name, step in (("ours: normalise + UTF-8", lambda: minhash._encode_batch(texts[start:end])),):
+            for name, step in (("ours: normalise + UTF-8",
+                                lambda start=start, end=end: minhash._encode_batch(texts[start:end])),):
                 t0 = time.perf_counter()
                 data = step()
                 acc[name] += time.perf_counter() - t0
@@ -199,8 +201,8 @@ def stages(texts: list[str], seed: int, config: DedupConfig, repeats: int) -> No
         for name, value in acc.items():
             times.setdefault(name, []).append(value)
         words_lists = timed("rensa: words (our normalisation, split)", lambda: [words_of(t) for t in texts])
-        sets = timed("rensa: shingle strings", lambda: [
-            list(map(" ".join, zip(*(w[i:] for i in range(NGRAM))))) if len(w) >= NGRAM else [" ".join(w)]
+        sets = timed("rensa: shingle strings", lambda words_lists=words_lists: [
+            list(map(" ".join, zip(*(w[i:] for i in range(NGRAM)), strict=False))) if len(w) >= NGRAM else [" ".join(w)]
             for w in words_lists])
         timed("rensa: hash strings + minima (Rust)", RMinHash.digest_matrix_from_token_sets, sets, k, seed)
     print(f"stages, {repeats} repeats, whole corpus: seconds min / median")
@@ -260,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.repeats} repeats, sides alternating (rotating order), seed = repeat + 1; 1-min load average "
           f"{min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f}); time: median (min-max); "
           f"dedup decisions: {config.num_bands} bands x {config.rows_per_band} rows, checked >= {config.threshold}")
-    print(f"{'side':<26}{'wall s':>8}{'docs/s':>8}{'min-max docs/s':>16}{'prec':>8}{'recall':>8}{'F1':>8}   F1 per seed")
+    print(f"{'side':<26}{'wall s':>8}{'docs/s':>8}{'min-max docs/s':>16}{'prec':>8}{'recall':>8}{'F1':>8}"
+          "   F1 per seed")
     rate = {}
     for name in sides:
         wall = statistics.median(walls[name])
@@ -268,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = len(texts) / max(walls[name]), len(texts) / min(walls[name])
         p, r, f1 = (statistics.mean(x[i] for x in scores[name]) for i in range(3))
         per_seed = " ".join(f"{x[2]:.4f}" for x in scores[name])
-        print(f"{name:<26}{wall:>8.3f}{rate[name]:>8.0f}{f'{lo:.0f}-{hi:.0f}':>16}{p:>8.4f}{r:>8.4f}{f1:>8.4f}   {per_seed}")
+        print(f"{name:<26}{wall:>8.3f}{rate[name]:>8.0f}{f'{lo:.0f}-{hi:.0f}':>16}{p:>8.4f}{r:>8.4f}{f1:>8.4f}   "
+              f"{per_seed}")
     ideal = link_probability(sims, config.num_bands, config.rows_per_band, config.threshold).mean()
     print(f"ideal MinHash-LSH expected recall on the {sims.size} planted pairs (exact 5-gram Jaccard, "
           f"min {sims.min():.3f}, median {np.median(sims):.3f}): {ideal:.4f}; a side above or below it "
@@ -276,10 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     for mine, peer in PAIRS:
         if mine not in rate:
             continue
-        ratios = [b / a for a, b in zip(walls[mine], walls[peer])]  # per repeat: their time / ours
+        ratios = [b / a for a, b in zip(walls[mine], walls[peer], strict=True)]  # per repeat: their time / ours
         ours_f1 = [x[2] for x in scores[mine]]
         their_f1 = [x[2] for x in scores[peer]]
-        ahead = sum(a >= b for a, b in zip(ours_f1, their_f1))
+        ahead = sum(a >= b for a, b in zip(ours_f1, their_f1, strict=True))
         print(f"{mine} / {peer}: docs/s {rate[mine] / rate[peer]:.2f}x (medians; per repeat "
               f"{min(ratios):.2f}-{max(ratios):.2f}x, goal >= 1x); F1 {statistics.mean(ours_f1):.4f} vs "
               f"{statistics.mean(their_f1):.4f}, ours >= theirs on {ahead} of {len(ours_f1)} seeds")

@@ -91,7 +91,7 @@ def compare(args: argparse.Namespace, root: str) -> None:
           f"1-min load {min(loads):.1f}-{max(loads):.1f}")
     for m in chosen:
         multi, single = (statistics.median(tps[f"{m}: {n}"]) for n in ("2 processes x 2", "1 process x 4"))
-        pairs = [s / mu for mu, s in zip(tps[f"{m}: 2 processes x 2"], tps[f"{m}: 1 process x 4"])]
+        pairs = [s / mu for mu, s in zip(tps[f"{m}: 2 processes x 2"], tps[f"{m}: 1 process x 4"], strict=True)]
         print(f"mesh {m}: 2 processes x 2 devices: {multi:,.0f} tokens/s; 1 process x 4 devices: {single:,.0f} "
               f"tokens/s; overhead (single / multi) {single / multi:.3f}x (target <= 1.15x); per repeat "
               + " ".join(f"{x:.2f}" for x in pairs))

@@ -53,7 +53,7 @@ def main() -> None:
             ours = _median_ms(lambda: [roots.resolve(p) for p in paths], args.rounds)  # noqa: B023
             floor = _median_ms(lambda: [p.startswith(prefix + "/") for p in paths], args.rounds)  # noqa: B023
             print(f"{name:<14} {ours:>14.1f} {floor:>14.2f}")
-    print(f"load: {open('/proc/loadavg').read().strip()}")
+    print(f"load: {Path('/proc/loadavg').read_text().strip()}")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ peak over it, as a fraction of the bf16 checkpoint's bytes:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -38,10 +39,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 SIZES = {  # name -> LlamaConfig fields
     "0.3b": dict(vocab_size=32000, hidden_dim=1024, intermediate_dim=2816, num_layers=8, num_heads=8, num_kv_heads=8),
-    "0.85b": dict(vocab_size=32000, hidden_dim=2048, intermediate_dim=5632, num_layers=14, num_heads=16, num_kv_heads=16),
+    "0.85b": dict(vocab_size=32000, hidden_dim=2048, intermediate_dim=5632, num_layers=14,
+                  num_heads=16, num_kv_heads=16),
 }
 
 RUNTIME = dict(vocab_size=256, hidden_dim=64, intermediate_dim=128, num_layers=1, num_heads=2, num_kv_heads=2)
@@ -73,7 +76,8 @@ def child(loader: str, path: str) -> dict:
     started = time.perf_counter()
     source = open_base(path)
     model = source.model
-    params_abs = jax.eval_shape(lambda p: quantize_params(p, quant), jax.eval_shape(lambda: init_params(model, jax.random.key(0))))
+    params_abs = jax.eval_shape(lambda p: quantize_params(p, quant),
+                                jax.eval_shape(lambda: init_params(model, jax.random.key(0))))
     frozen_abs = jax.eval_shape(lambda p: frozen_base(p, "qlora", "bfloat16", False), params_abs)
     frozen_sh = frozen_shardings(frozen_abs, mesh, "fsdp")
     if loader == "whole":
@@ -124,10 +128,8 @@ def _tree_rss(root: int) -> int:
         return 0
     total = 0
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             total += p.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
     return total
 
 
@@ -138,7 +140,8 @@ def run_step(checkpoint: str, workdir: str, interval_s: float = 0.05) -> dict:
         f.write(_STEP_SCRIPT)
     prefix = tempfile.mkdtemp(prefix="store_", dir=workdir)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, script, checkpoint, "--prefix", prefix, "--backend", "local"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=repo)
@@ -174,13 +177,15 @@ def main_step(args: argparse.Namespace) -> None:
         for _ in range(args.repeats):
             for kind in runs:
                 runs[kind].append(run_step(paths[kind], workdir))
-                print(f"  {size} {kind}: {runs[kind][-1]}  load {open('/proc/loadavg').read().split()[0]}", file=sys.stderr)
+                print(f"  {size} {kind}: {runs[kind][-1]}  load {Path('/proc/loadavg').read_text().split()[0]}",
+                      file=sys.stderr)
         base = statistics.median(r["peak_bytes"] for r in runs["baseline"])
         peak = statistics.median(r["peak_bytes"] for r in runs["model"])
         rows.append((size, ckpt_bytes, base, peak, statistics.median(r["seconds"] for r in runs["model"]),
                      [r["peak_bytes"] for r in runs["model"]]))
-    print(f"\nload average at the end: {open('/proc/loadavg').read().strip()}; repeats: {args.repeats}")
-    print("| model | checkpoint (bf16) | baseline peak (tiny, 1 layer) | step peak | over baseline | x checkpoint | step s |")
+    print(f"\nload average at the end: {Path('/proc/loadavg').read_text().strip()}; repeats: {args.repeats}")
+    print("| model | checkpoint (bf16) | baseline peak (tiny, 1 layer) | step peak | over baseline "
+          "| x checkpoint | step s |")
     print("|---|---|---|---|---|---|---|")
     for size, ckpt_bytes, base, peak, seconds, peaks in rows:
         print(f"| {size} | {ckpt_bytes / gib:.2f} GiB | {base / gib:.2f} GiB | {peak / gib:.2f} GiB "
@@ -221,18 +226,19 @@ def main() -> None:
         for _ in range(args.repeats):
             for loader in results:  # interleaved, so a change in machine load hits both alike
                 results[loader].append(_run_child(loader, path))
-                print(f"  {size} {loader}: {results[loader][-1]}  load {open('/proc/loadavg').read().split()[0]}",
+                print(f"  {size} {loader}: {results[loader][-1]}  load {Path('/proc/loadavg').read_text().split()[0]}",
                       file=sys.stderr)
         assert results["whole"][0]["digest"] == results["stream"][0]["digest"], "loaders disagree"
         summary = {}
         for loader, runs in results.items():
             over = statistics.median(r["peak_bytes"] - r["baseline_bytes"] for r in runs)
             summary[loader] = {"seconds": statistics.median(r["seconds"] for r in runs),
-                               "peak_over_baseline": over, "baseline": statistics.median(r["baseline_bytes"] for r in runs),
+                               "peak_over_baseline": over,
+                               "baseline": statistics.median(r["baseline_bytes"] for r in runs),
                                "placed": runs[0]["placed_bytes"]}
         rows.append((size, model.num_params(), ckpt_bytes, summary))
 
-    print(f"\nload average at the end: {open('/proc/loadavg').read().strip()}; repeats: {args.repeats}")
+    print(f"\nload average at the end: {Path('/proc/loadavg').read_text().strip()}; repeats: {args.repeats}")
     print("| model | params | checkpoint (bf16) | loader | load s (median) | peak RSS over baseline | x checkpoint | "
           "baseline RSS | placed base |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -83,22 +83,27 @@ def _setup(shape: str, mode: str, seq_len: int, attention: str | None):
         leaves, treedef = jax.tree_util.tree_flatten(frozen_abs)
         shardings = jax.tree_util.tree_leaves(frozen_sh, is_leaf=lambda s: isinstance(s, NamedSharding))
         values = []
-        for i, (leaf, sh) in enumerate(zip(leaves, shardings)):
+        for i, (leaf, sh) in enumerate(zip(leaves, shardings, strict=True)):
             if leaf.dtype == jnp.uint8:  # NF4 level pairs or absmax codes: any byte is a valid weight
-                fn = lambda k, s=leaf.shape: jax.random.bits(k, s, jnp.uint8)
+                def fn(k, s=leaf.shape):
+                    return jax.random.bits(k, s, jnp.uint8)
             elif leaf.dtype == jnp.float32:  # second-level absmax scales and offsets (the rest is bf16)
-                fn = lambda k, s=leaf.shape: jax.random.uniform(k, s, jnp.float32, 0.01, 0.03)
+                def fn(k, s=leaf.shape):
+                    return jax.random.uniform(k, s, jnp.float32, 0.01, 0.03)
             else:
-                fn = lambda k, s=leaf.shape, d=leaf.dtype: (0.02 * jax.random.normal(k, s)).astype(d)
+                def fn(k, s=leaf.shape, d=leaf.dtype):
+                    return (0.02 * jax.random.normal(k, s)).astype(d)
             values.append(jax.jit(fn, out_shardings=sh)(jax.random.key(i)))
         frozen = jax.tree_util.tree_unflatten(treedef, values)
 
     optimizer_config = OptimizerConfig(learning_rate=2e-4, weight_decay=0.0, warmup=0, schedule="constant")
     optimizer = optimizer_config.build()
     if mode == "full":
-        make = lambda: init_params(model, jax.random.key(1), jnp.float32)  # fp32 masters
+        def make():
+            return init_params(model, jax.random.key(1), jnp.float32)  # fp32 masters
     else:
-        make = lambda: init_trainable(plan, None, jax.random.key(1), jnp.float32)
+        def make():
+            return init_trainable(plan, None, jax.random.key(1), jnp.float32)
     trainable_abs = jax.eval_shape(make)
     train_sh = trainable_shardings(trainable_abs, mode, mesh, "fsdp")
     opt_sh = optimizer_shardings(jax.eval_shape(optimizer.init, trainable_abs), train_sh, trainable_abs, mesh, False)
@@ -257,10 +262,12 @@ def _summary(result: dict) -> list[str]:
             extra = f", planned {r['planned_bytes'] / GIB:.2f} GiB" if "planned_bytes" in r else ""
             mem_text = f"{mem / GIB:7.2f} GiB" if mem is not None else "    n/a"
             lines.append(f"  {key:10s} {what} {mem_text}{extra}; median step {r['median_step_s']:.4f} s"
-                         f" ({seq / r['median_step_s']:.0f} tokens/s); losses {r['losses'][0]:.3f}->{r['losses'][-1]:.3f}")
+                         f" ({seq / r['median_step_s']:.0f} tokens/s); losses "
+                         f"{r['losses'][0]:.3f}->{r['losses'][-1]:.3f}")
         for mode in ("full", "lora", "qlora"):
             ours, peer = runs.get(mode), runs.get(f"peer-{mode}")
-            if ours and peer and "error" not in ours and "error" not in peer and ours["peak_bytes"] and peer["peak_bytes"]:
+            if (ours and peer and "error" not in ours and "error" not in peer
+                    and ours["peak_bytes"] and peer["peak_bytes"]):
                 lines.append(f"  {mode}: ours/peer memory {ours['peak_bytes'] / peer['peak_bytes']:.2f}, "
                              f"ours/peer step time {ours['median_step_s'] / peer['median_step_s']:.2f}")
         q = runs.get("qlora")

@@ -6,11 +6,11 @@ On the same in-memory documents, one core:
 - marin_lab: `decide_documents` -- the per-shard core of `classify_filter`: whitespace folding,
   batched predict, score of the label, threshold, metadata / removal record per document.
 Ratio = ours / raw, measured in CPU seconds (both sides are single-threaded; on a shared machine
-wall time mostly measures the neighbours), runs alternating (goal >= 0.9x). For information, the whole `classify_filter` step (reading and
-writing compressed shards) is timed too. Models: fastText's `lid.176.ftz` (from the corpus cache,
-`python -m marin_lab.processing.corpus`) when present, and a quality classifier trained here.
-Documents: the Python standard library's source files (real text, PSF licence), 5,000 characters
-each at most.
+wall time mostly measures the neighbours), runs alternating (goal >= 0.9x). For information, the
+whole `classify_filter` step (reading and writing compressed shards) is timed too. Models:
+fastText's `lid.176.ftz` (from the corpus cache, `python -m marin_lab.processing.corpus`) when
+present, and a quality classifier trained here. Documents: the Python standard library's source
+files (real text, PSF licence), 5,000 characters each at most.
 
 Run: python benchmarks/quality_filter_throughput.py [--docs 5000 --repeats 5]
 """
@@ -28,6 +28,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from pathlib import Path
 
 from marin_lab.io.documents import write_documents
 from marin_lab.processing.classify import (
@@ -52,7 +53,7 @@ def documents(n: int, seed: int) -> list[dict]:
         if "site-packages" in path:
             continue
         try:
-            text = open(path, encoding="utf-8").read()[:5_000]
+            text = Path(path).read_text(encoding="utf-8")[:5_000]
         except (UnicodeDecodeError, OSError):
             continue
         if len(text.split()) >= 50:
@@ -90,7 +91,7 @@ def paired(fn_a, fn_b, repeats: int) -> tuple[float, float, float]:
         else:
             ta.append(cpu_time(fn_a))
             tb.append(cpu_time(fn_b))
-    return statistics.median(ta), statistics.median(tb), statistics.median(a / b for a, b in zip(ta, tb))
+    return statistics.median(ta), statistics.median(tb), statistics.median(a / b for a, b in zip(ta, tb, strict=False))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,9 +130,10 @@ def main(argv: list[str] | None = None) -> int:
             scorer = FastTextScorer(model, label, cfg.top_k, max_chars=None)
             raw_predict(model, texts[:200])  # warm up
             t_raw, t_ours, ratio = paired(
-                lambda: raw_predict(model, texts), lambda: decide_documents(docs, scorer, cfg), args.repeats)
+                lambda model=model: raw_predict(model, texts),
+                lambda scorer=scorer, cfg=cfg: decide_documents(docs, scorer, cfg), args.repeats)
 
-            def step():
+            def step(cfg: ClassifyFilterConfig = cfg) -> None:
                 shutil.rmtree(f"{work}/out", ignore_errors=True)
                 classify_filter(cfg)
 

@@ -65,7 +65,8 @@ def main() -> None:
             line = (f"{label:<42} {params:>15,} {adam:>15,} {total:>15,} {total / 1e9:>9.3f} {total / first:>8.2f}"
                     f" {first - total:>15,}")
             if args.compile:
-                step = make_train_step(model, tx, opt.lr_schedule(10), StepSettings(compute, "float32", precision=policy),
+                step = make_train_step(model, tx, opt.lr_schedule(10),
+                                       StepSettings(compute, "float32", precision=policy),
                                        mesh, shard)
                 mem = step.lower(state, jax.ShapeDtypeStruct((args.batch, args.seq + 1), np.int32)).compile()
                 m = mem.memory_analysis()

@@ -162,8 +162,9 @@ def main() -> None:
         # The machine's speed drifts by +-15% over a run even when quiet; ratios taken within one
         # repeat (sides measured a few seconds apart) are less exposed to that drift.
         paired = [
-            ("1-worker step per core vs its inner loop", [i / s for i, s in zip(cpus["inner"], cpus["step x1"])]),
-            ("2 workers vs 1, wall", [a / b for a, b in zip(walls["step x1"], walls["step x2"])]),
+            ("1-worker step per core vs its inner loop",
+             [i / s for i, s in zip(cpus["inner"], cpus["step x1"], strict=True)]),
+            ("2 workers vs 1, wall", [a / b for a, b in zip(walls["step x1"], walls["step x2"], strict=True)]),
         ]
         print("\nratios within each repeat (median; each repeat's value)")
         for label, values in paired:

@@ -206,7 +206,7 @@ def main() -> None:
                 times[side].append(sides[side](args.steps))
         ours = statistics.median(times["ours"])
         theirs = statistics.median(times["torch"]) if "torch" in times else None
-        pairs = " ".join(f"{t / o:.2f}" for o, t in zip(times["ours"], times.get("torch", [])))
+        pairs = " ".join(f"{t / o:.2f}" for o, t in zip(times["ours"], times.get("torch", []), strict=False))
         flops = model.flops_per_token(args.seq) * tokens
         ours_mfu = f"{flops / ours / (peak * len(devices)):.1%}" if peak else "-"
         theirs_mfu = f"{flops / theirs / (peak * len(devices)):.1%}" if peak and theirs else "-"
@@ -229,8 +229,9 @@ def precision_main(args: argparse.Namespace) -> None:
                      "batch": args.batch, "seq": args.seq, "steps": args.steps, "repeats": args.repeats,
                      "remat": args.remat, "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
                      "load_start": os.getloadavg()[0], "models": {}}
-    print(f"# devices: {results['devices']}; jax {jax.__version__}; compute bfloat16 (scalify: float16 data, scaled); batch {args.batch} x "
-          f"seq {args.seq}; remat {args.remat}; XLA_FLAGS={results['XLA_FLAGS']!r}; median of {args.repeats} repeats x {args.steps} steps, "
+    print(f"# devices: {results['devices']}; jax {jax.__version__}; compute bfloat16 (scalify: float16 data, "
+          f"scaled); batch {args.batch} x seq {args.seq}; remat {args.remat}; XLA_FLAGS={results['XLA_FLAGS']!r}; "
+          f"median of {args.repeats} repeats x {args.steps} steps, "
           f"sides alternating; 1-min load average {results['load_start']:.1f} at the start", flush=True)
     for name in args.models.split(","):
         model = dataclasses.replace(MODELS[name], max_seq_len=max(MODELS[name].max_seq_len, args.seq))

@@ -272,8 +272,8 @@ def _caches(tokenized: TokenizedInput) -> dict[str, Any]:
 def tokenizer_vocab_size(tokenized: TokenizedInput) -> int | None:
     """The vocabulary the data was (or will be) tokenized with, as far as it is known without the
     network (a trained tokenizer step's size, a local tokenizer file, a hub tokenizer already in the
-    cache, a well-known hub tokenizer: marin_lab.processing.known_tokenizers); None otherwise: a plan never downloads, and train_lm checks the token caches' vocabulary
-    against the model when it runs."""
+    cache, a well-known hub tokenizer: marin_lab.processing.known_tokenizers); None otherwise: a plan
+    never downloads, and train_lm checks the token caches' vocabulary against the model when it runs."""
     steps = [tokenized] if isinstance(tokenized, ExecutorStep) else list(tokenized.values())
     sizes: dict[int, str] = {}
     for step in steps:
@@ -363,8 +363,9 @@ def default_train(
     if isinstance(tokenized, LMMixture):
         if weights is not None:
             raise StepDefinitionError(f"default_train('{name}'): the mixture already has weights; drop weights=")
-        tokenized, weights, validation_sets = (dict(tokenized.components), tokenized.weights,
-                                               {**tokenized.validation, **(validation_sets or {})})
+        mixture = tokenized
+        tokenized, weights, validation_sets = (dict(mixture.components), mixture.weights,
+                                               {**mixture.validation, **(validation_sets or {})})
     model = _model_for(name, unwrap_versioned_value(model_config), _steps(tokenized) | dict(validation_sets or {}))
     for task in eval_harness_tasks:
         try:

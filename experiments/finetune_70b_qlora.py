@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 from experiments.finetune_defaults import default_finetune, default_quantize_base, default_tokenize_instructions
 from experiments.finetune_quickstart import questions
@@ -53,7 +54,7 @@ finetune = dataclasses.replace(finetune, config=dataclasses.replace(
     finetune.config, plan_devices=GPUS, plan_device_memory_gib=GPU_GIB, attention_impl="cudnn"))
 
 # fsdp_qlora's published peaks (GiB per GPU) and the same settings in our planner.
-REFERENCES = {
+REFERENCES: dict[str, tuple[float, dict[str, Any]]] = {
     "Llama-2-7B QLoRA, bs 1, ctx 2048, 2 GPUs": (5.21, dict(model=llama2_7b, batch_size=GPUS * 1)),
     "Llama-2-70B QLoRA + CPU offload, bs 2, ctx 2048, 2 GPUs": (
         14.92, dict(model=llama2_70b, batch_size=GPUS * 2, offload_base=True, offload_optimizer_state=True)),

@@ -7,7 +7,7 @@ Not versioned: how the work is laid out — mesh, remat policy, offload, checkpo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from marin_lab.execution import ExecutorStep, output_path_of, this_output_path, versioned
 from marin_lab.peft import LoraConfig
@@ -48,6 +48,9 @@ def default_quantize_base(name: str, base: ExecutorStep | str, *, quant: QuantCo
     )
 
 
+_DEFAULT_OPTIMIZER = cast(OptimizerConfig, FinetuneConfig.__dataclass_fields__["optimizer"].default)
+
+
 def default_finetune(
     name: str,
     base: ExecutorStep | str,
@@ -59,7 +62,7 @@ def default_finetune(
     seq_len: int,
     lora: LoraConfig = LoraConfig(),
     quant: QuantConfig = QuantConfig(),
-    optimizer: OptimizerConfig = FinetuneConfig.__dataclass_fields__["optimizer"].default,
+    optimizer: OptimizerConfig = _DEFAULT_OPTIMIZER,
     model: LlamaConfig | None = None,
     seed: int = 0,
     compute_dtype: str = "bfloat16",
@@ -81,7 +84,8 @@ def default_finetune(
             output_path=this_output_path(),
             data=DataConfig(caches={instructions.name.rsplit("/", 1)[-1]: output_path_of(instructions)}),
             base=_path(base), mode=versioned(mode), model=versioned(model),
-            lora=versioned(lora if adapters else LoraConfig()), quant=versioned(quant if mode == "qlora" else QuantConfig()),
+            lora=versioned(lora if adapters else LoraConfig()),
+            quant=versioned(quant if mode == "qlora" else QuantConfig()),
             optimizer=versioned(optimizer), num_train_steps=versioned(num_train_steps),
             batch_size=versioned(batch_size), seq_len=versioned(seq_len), seed=versioned(seed),
             compute_dtype=versioned(compute_dtype), eval_max_sequences=versioned(eval_max_sequences),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from experiments.finetune_defaults import default_finetune, default_quantize_base, default_tokenize_instructions
 from experiments.quickstart import debian_raw, python_raw, tokenized, tokenizer
@@ -37,7 +38,8 @@ questions = ExecutorStep(
     config=SectionQaConfig(
         sources=(
             ManualSource(versioned("python-docs"), versioned("Python 3.11 manual"), output_path_of(python_raw, "data")),
-            ManualSource(versioned("debian-reference"), versioned("Debian Reference"), output_path_of(debian_raw, "data"),
+            ManualSource(versioned("debian-reference"), versioned("Debian Reference"),
+                         output_path_of(debian_raw, "data"),
                          pattern=versioned("*.en.html")),
         ),
         output_path=this_output_path(),
@@ -54,11 +56,12 @@ instructions = default_tokenize_instructions("manual-sections", questions, token
 # learning rate (r=8 and r=32 alike; benchmarks/finetune_sweep.py), so LoRA and QLoRA also train
 # the embedding, as peft's modules_to_save=["embed_tokens"]: it counts in their trainable bytes.
 lora = LoraConfig(rank=32, alpha=64.0, dropout=0.0, modules_to_save=("embed_tokens",))
-common = dict(num_train_steps=200, batch_size=16, seq_len=256, compute_dtype="float32", eval_max_sequences=None,
-              checkpoint=CheckpointConfig(save_every_steps=100, keep_last=1),
-              resources={"num_cpus": min(2, os.cpu_count() or 1)})
+common: dict[str, Any] = dict(num_train_steps=200, batch_size=16, seq_len=256, compute_dtype="float32",
+                              eval_max_sequences=None, checkpoint=CheckpointConfig(save_every_steps=100, keep_last=1),
+                              resources={"num_cpus": min(2, os.cpu_count() or 1)})
 full = default_finetune("manual-sections-full", pretrained, instructions, mode="full",
-                        optimizer=OptimizerConfig(learning_rate=1e-3, warmup=0.05, schedule="cosine", weight_decay=0.0), **common)
+                        optimizer=OptimizerConfig(learning_rate=1e-3, warmup=0.05, schedule="cosine", weight_decay=0.0),
+                        **common)
 # Adapters start at B = 0 and move slowly: a higher learning rate than full fine-tuning (as in
 # QLoRA): 2e-3, not the 1e-2 that suits projection adapters alone, since the trained embedding
 # overfits at higher rates (3e-3: cut 49% vs 51% at 2e-3; the sweep is in benchmarks/results/finetune_sweep.jsonl).

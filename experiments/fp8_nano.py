@@ -19,8 +19,8 @@ XLA_FLAGS=--xla_gpu_enable_triton_gemm=false so XLA emits FP8 GEMMs (docs/benchm
 The script prints, at the end, each policy's final and eval loss (means over seeds) with the gaps
 against fp32 and bf16, the paired gaps seed by seed, and the address of the data browser's compare view
 (`marin-lab browse`, then `#/compare/<experiment>`), where the ten loss curves (or any other
-metric: eval loss, grad norm, the fp8 runs' saturated/flushed fractions, the scalify runs' per-layer scales) are overlaid on one chart;
-each run's step page also plots its per-layer amax.
+metric: eval loss, grad norm, the fp8 runs' saturated/flushed fractions, the scalify runs' per-layer
+scales) are overlaid on one chart; each run's step page also plots its per-layer amax.
 """
 
 from __future__ import annotations
@@ -111,7 +111,8 @@ def _print_table(report) -> None:
         for seed in SEEDS:
             a, b = curves[(variant, seed)], curves[(base, seed)]
             n = min(len(a), len(b))
-            cells.append(f"{a[n - LAST:n].mean() / b[n - LAST:n].mean() - 1:>+14.2%} {a[:n].mean() / b[:n].mean() - 1:>+7.2%}")
+            cells.append(f"{a[n - LAST:n].mean() / b[n - LAST:n].mean() - 1:>+14.2%} "
+                         f"{a[:n].mean() / b[:n].mean() - 1:>+7.2%}")
         print(f"{variant:<12} {base:<6} " + " ".join(cells))
     experiment = os.path.basename(report.experiment_path).removesuffix(".json")
     print(f"\nThe curves side by side: marin-lab browse --prefix {report.plan.prefix}\n"

@@ -13,7 +13,8 @@ from here) or marin_lab's (`CpuResources`, `GpuResources`, `TpuResources`, a dic
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from marin_lab.resources import CpuOnlyConfig, GpuConfig, TpuPodConfig, step_resources
 from marin_lab.training import CheckpointConfig, MeshConfig, OptimizerConfig
@@ -113,7 +114,8 @@ class SimpleTrainConfig:
             if f.name in fields:
                 values[f.name] = fields.pop(f.name)
             else:
-                values[f.name] = f.default_factory() if f.default is dataclasses.MISSING else f.default
+                factory = cast(Callable[[], Any], f.default_factory)  # a field with no default has a factory
+                values[f.name] = factory() if f.default is dataclasses.MISSING else f.default
         for name, value in values.items():
             object.__setattr__(self, name, value)
 

@@ -56,7 +56,8 @@ def train_config(cache: str, num_train_steps: int, save_every: int) -> TrainLmCo
 
 def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--prefix", default=os.environ.get("MARIN_PREFIX") or os.path.join(tempfile.gettempdir(), "marin-tiny-multihost"),
+    p.add_argument("--prefix", default=os.environ.get("MARIN_PREFIX")
+                   or os.path.join(tempfile.gettempdir(), "marin-tiny-multihost"),
                    help="where steps write (default: $MARIN_PREFIX, else a folder under the temp dir)")
     p.add_argument("--num_train_steps", type=int, default=12)
     p.add_argument("--save_every", type=int, default=4)

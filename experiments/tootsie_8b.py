@@ -41,6 +41,8 @@ A real run needs a TPU cluster (`--backend ray`) and Hugging Face access for the
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from experiments.defaults import default_download, default_eval, default_tokenize, default_train
 from experiments.llama import llama3_tokenizer_vocab_size, llama_8b
 from experiments.models import with_vocab
@@ -57,7 +59,7 @@ MODEL = with_vocab(llama_8b, llama3_tokenizer_vocab_size)
 
 # Pinned dataset revisions: the short commit ids Marin's public experiment files pin for the same
 # datasets (FineMath: the full sha used by public finemath-3plus download scripts).
-SOURCES = {
+SOURCES: dict[str, dict[str, Any]] = {
     "dclm": dict(hf_dataset="mlfoundations/dclm-baseline-1.0", revision="a3b142c"),
     "starcoder": dict(hf_dataset="bigcode/starcoderdata", revision="9fc30b5"),
     "proofpile": dict(hf_dataset="EleutherAI/proof-pile-2", revision="901a927"),
@@ -81,14 +83,14 @@ CHECKPOINTS = CheckpointConfig(save_every_steps=20_000, keep_every_steps=20_000,
 FSDP = MeshConfig(data=1, fsdp=-1, model=1, param_sharding="fsdp")
 
 # wd 0.05 (DCLM's Table 12); embeddings and norms are not decayed (module docstring).
-DECAY = dict(weight_decay=0.05, decay_embeddings=False)
+DECAY: dict[str, Any] = dict(weight_decay=0.05, decay_embeddings=False)
 
 KESTREL_END = 640_000  # 640k x 1024 x 4096 ~= 2.68T tokens
 OCELOT_END = KESTREL_END + 87_500  # +87.5k x 3072 x 4096 ~= +1.10T tokens
 JELLYFISH_END = OCELOT_END + 80_000  # +80k x 3072 x 4096 ~= +1.01T tokens
 # Marin's in-loop evaluation: CORE_TASKS (lm-eval, 100 items each) every 10k steps and at each
 # phase's end, as eval/<task>/<metric>; the full sets are scored by the evaluation step at the end.
-IN_LOOP = dict(eval_harness_tasks=CORE_TASKS, steps_per_task_eval=10_000, eval_task_limit=100)
+IN_LOOP: dict[str, Any] = dict(eval_harness_tasks=CORE_TASKS, steps_per_task_eval=10_000, eval_task_limit=100)
 
 # Remat per phase: the policy with the highest MFU ceiling that the TPU compiler fits with at least
 # 2 GiB free per chip (`marin-lab compile experiments/tootsie_8b.py --remat all`; docs/benchmarks.md,
@@ -105,7 +107,8 @@ REMAT = {
 def phase(batch: int, end_step: int, optimizer: OptimizerConfig, resources: TpuResources, remat: bool | str,
           **extra) -> SimpleTrainConfig:
     return SimpleTrainConfig(resources=resources, train_batch_size=batch, num_train_steps=end_step,
-                             optimizer=optimizer, train_seq_len=SEQ_LEN, mesh=FSDP.on_slices(resources.slices),
+                             optimizer=optimizer, train_seq_len=SEQ_LEN,
+                             mesh=FSDP.on_slices(cast(int, resources.slices)),  # each phase asks for a fixed count
                              checkpoint=CHECKPOINTS, gradient_checkpointing=remat, **extra)
 
 

@@ -34,7 +34,8 @@ def word_stats(cfg: StatsConfig) -> dict:
 
 def summarize(cfg: StatsConfig) -> dict:
     rows = json.load(fsspec.open(f"{cfg.input_path}/stats.json", "r").open())
-    long = [w for n, w in rows if n > 500]; short = [w for n, w in rows if n <= 500]
+    long = [w for n, w in rows if n > 500]
+    short = [w for n, w in rows if n <= 500]
     out = {"long": sum(long) / max(1, len(long)), "short": sum(short) / max(1, len(short))}
     with fsspec.open(f"{cfg.output_path}/summary.json", "w") as f:
         json.dump(out, f)

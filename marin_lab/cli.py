@@ -53,7 +53,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         for _, st in statuses:
             counts[st] = counts.get(st, 0) + 1
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        print(f"{exp['_path']}  ({exp.get('created', '?')}; {len(statuses)} step{'' if len(statuses) == 1 else 's'}: {summary})")
+        print(f"{exp['_path']}  ({exp.get('created', '?')}; {len(statuses)} "
+              f"step{'' if len(statuses) == 1 else 's'}: {summary})")
         if exp.get("description"):
             print(f"    {exp['description']}")
         runs = list_runs(exp["_path"], limit=3)

@@ -107,6 +107,7 @@ def unknown_field_message(owner: str, unknown: Sequence[str], valid: Sequence[st
         if close:
             parts.append(f"{owner} has no field {name!r}; did you mean {close[0]!r}?")
         else:
-            parts.append(f"{owner} has no field {name!r}" + ("" if listed else f" (its fields are: {', '.join(valid)})"))
+            parts.append(f"{owner} has no field {name!r}"
+                         + ("" if listed else f" (its fields are: {', '.join(valid)})"))
             listed = True
     return " ".join(p if p.endswith("?") else p + "." for p in parts) if len(parts) > 1 else parts[0]

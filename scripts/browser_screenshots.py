@@ -34,7 +34,8 @@ def overlay_experiment(prefix: Path) -> str:
         out = prefix / name
         out.mkdir(parents=True)
         if name == "tokenized/fr":
-            status = {"status": "FAILED", "duration_s": 4.2, "error": "TokenizerError: shard 2 line 17: text is not a string"}
+            status = {"status": "FAILED", "duration_s": 4.2,
+                      "error": "TokenizerError: shard 2 line 17: text is not a string"}
         elif name == "train/tiny":
             status = {"status": "DEP_FAILED"}
         else:
@@ -46,7 +47,8 @@ def overlay_experiment(prefix: Path) -> str:
     (prefix / "experiments").mkdir(exist_ok=True)
     exp_id = "languages-0000beef"
     (prefix / "experiments" / f"{exp_id}.json").write_text(json.dumps(
-        {"schema": 1, "name": "languages", "created": "2026-11-28T00:00:00Z", "driver": "host:2:latest", "steps": steps}))
+        {"schema": 1, "name": "languages", "created": "2026-11-28T00:00:00Z",
+         "driver": "host:2:latest", "steps": steps}))
     return exp_id
 
 

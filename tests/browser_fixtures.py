@@ -66,7 +66,8 @@ def _record(out: Path, name: str, identity: str, status: str, *, version: dict, 
         "config_fingerprint": "sha256:fixture",
         "dependencies": [{"name": n, "identity": i, "output_path": str(p)} for n, i, p in deps],
         "resources": None, "status": status,
-        "status_history": [{"status": "RUNNING", "time": started, "attempt": 1, "driver": "host:1:abc", "message": None},
+        "status_history": [{"status": "RUNNING", "time": started, "attempt": 1,
+                            "driver": "host:1:abc", "message": None},
                            {"status": status, "time": started.replace("00:00", "05:00"), "attempt": 1,
                             "driver": "host:1:abc", "message": None}],
         "attempts": attempts or [{"attempt": 1, "kind": None, "started": started, "ended": started,
@@ -146,7 +147,8 @@ def build_prefix(base: Path) -> FixturePrefix:
             env={"MARIN_PREFIX": str(prefix), "WANDB_API_KEY": SECRET_VALUE, "HF_TOKEN": SECRET_VALUE})
     p.raw_old.mkdir(parents=True)
     _record(p.raw_old, "raw/docs", "raw/docs-aaaa0000", "SUCCESS",
-            version={"name": "raw/docs", "config": {"source": "file:///data/corpus-v1"}, "dependencies": []}, started="2026-11-01T10:00:00Z")
+            version={"name": "raw/docs", "config": {"source": "file:///data/corpus-v1"}, "dependencies": []},
+            started="2026-11-01T10:00:00Z")
 
     p.tokenize.mkdir(parents=True)
     _token_cache(p.tokenize, [d["text"] for d in docs[:40]])

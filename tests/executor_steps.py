@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import fsspec
 
@@ -65,7 +66,7 @@ def flaky(cfg: FlakyConfig) -> int:
     """Misbehave on the first `bad_attempts` calls, then succeed."""
     n = 0
     if os.path.exists(cfg.counter_path):
-        n = int(open(cfg.counter_path).read())
+        n = int(Path(cfg.counter_path).read_text())
     with open(cfg.counter_path, "w") as f:
         f.write(str(n + 1))
     if n < cfg.bad_attempts:
@@ -95,7 +96,7 @@ def five_step_dag(log_path: str | None = None, sleep_s: float = 0.0, text: str =
 def executions(log_path: str) -> list[str]:
     if not os.path.exists(log_path):
         return []
-    return [line for line in open(log_path).read().splitlines() if line]
+    return [line for line in Path(log_path).read_text().splitlines() if line]
 
 
 def usurp(lease_file) -> None:

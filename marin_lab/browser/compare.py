@@ -30,12 +30,12 @@ def training_runs(browser: Browser, exp_id: str) -> dict[str, Any]:
     steps = [s for s in exp.get("steps", []) if s.get("output_path")]
     has_metrics = parallel_map(lambda s: exists(browser.roots, child(s["output_path"], METRICS_FILE)),
                                steps, local=browser.local)
-    found = [s for s, has in zip(steps, has_metrics) if has]
+    found = [s for s, has in zip(steps, has_metrics, strict=True) if has]
     shown = found[:MAX_RUNS]
     records = parallel_map(lambda s: load_json(browser.roots, child(s["output_path"], INFO_FILE)),
                            shown, local=browser.local)
     runs = []
-    for step, record in zip(shown, records):
+    for step, record in zip(shown, records, strict=True):
         config = record.value.get("config") if record.state == "ok" else None
         runs.append({
             "key": step["key"], "name": step["name"], "identity": step.get("identity"),

@@ -118,7 +118,8 @@ def training(b: Browser, tasks: str | None) -> dict[str, Any]:
     for exp in list_experiments(b.prefix):
         for step in exp.get("steps") or []:
             if isinstance(step, dict) and isinstance(step.get("output_path"), str):
-                paths.setdefault(step["output_path"].rstrip("/"), step.get("name") if isinstance(step.get("name"), str) else None)
+                paths.setdefault(step["output_path"].rstrip("/"), step.get("name")
+                                 if isinstance(step.get("name"), str) else None)
     out: list[dict[str, Any]] = []
     notes = []
     for path, name in sorted(paths.items()):

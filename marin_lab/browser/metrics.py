@@ -84,7 +84,8 @@ def _lines(f: IO[bytes], start: int, length: int, size: int) -> list[bytes]:
 
 
 def read_metrics(roots: Roots, step_dir: str, metric: str | None = None) -> dict:
-    """Series of (step, value) for each known metric; bad lines (see `store.metrics.parse_metrics_line`) are counted, not fatal.
+    """Series of (step, value) for each known metric; bad lines (see `store.metrics.parse_metrics_line`)
+    are counted, not fatal.
 
     With `metric`, only that series (any key of the rows, e.g. `eval/valid/loss`) is read.
     """

@@ -141,7 +141,8 @@ class Browser:
     def experiments(self) -> list[dict]:
         """Every experiment under the prefix, newest first, with counts of its steps' statuses."""
         files = self.experiment_files()
-        loaded = parallel_map(lambda e: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])), files, local=self.local)
+        loaded = parallel_map(lambda e: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])),
+                              files, local=self.local)
         all_dirs: dict[str, str | None] = {}
         for item in loaded:
             if item.state == "ok":
@@ -149,9 +150,11 @@ class Browser:
                     all_dirs.setdefault(_step_key(step), self.step_dir(step))
         keys = list(all_dirs)
         scrubber = text_scrubber()
-        statuses = dict(zip(keys, parallel_map(lambda k: self.status_of(all_dirs[k], scrubber), keys, local=self.local)))
+        statuses = dict(zip(keys,
+                            parallel_map(lambda k: self.status_of(all_dirs[k], scrubber), keys, local=self.local),
+                            strict=True))
         out = []
-        for entry, item in zip(files, loaded):
+        for entry, item in zip(files, loaded, strict=True):
             exp_id = entry["name"][: -len(".json")]
             summary: dict[str, Any] = {"id": exp_id, "file": item.url, **item.as_json()}
             if item.state == "ok":
@@ -185,7 +188,7 @@ class Browser:
         statuses = [d["status"] for d in details]
         run_driver = _text(exp.get("driver"))
         keys = [_step_key(s) for s in steps]
-        deps = {k: [d for d in _deps_of(s)] for k, s in zip(keys, steps)}
+        deps = {k: [d for d in _deps_of(s)] for k, s in zip(keys, steps, strict=True)}
         dependents: dict[str, list[str]] = {}
         for key in keys:
             for dep in deps[key]:
@@ -193,7 +196,7 @@ class Browser:
         known = set(keys)
         runs = self.runs(exp_id)
         rows: list[dict[str, Any]] = []
-        for key, step, step_dir, detail in zip(keys, steps, dirs, details):
+        for key, step, step_dir, detail in zip(keys, steps, dirs, details, strict=True):
             status = detail["status"]
             rows.append({
                 **{k: detail[k] for k in ("duration_s", "progress", "heartbeat", "elapsed_s", "driver_gone_since",
@@ -243,7 +246,8 @@ class Browser:
                 out.append({"file": item.url, "state": item.state, "error": item.error})
                 continue
             run = redact(item.value)
-            steps = [s for s in run.get("steps", []) if isinstance(s, dict)] if isinstance(run.get("steps"), list) else []
+            steps = ([s for s in run.get("steps", []) if isinstance(s, dict)]
+                     if isinstance(run.get("steps"), list) else [])
             entry: dict[str, Any] = {
                 "file": item.url, "state": "ok", "run": _text(run.get("run")), "started": _text(run.get("started")),
                 "ended": _text(run.get("ended")), "outcome": run_state(run),
@@ -340,7 +344,8 @@ class Browser:
         out["cost"] = step_cost(identity or step_dir, typed, self.prices).to_json() if typed is not None else None
         # Two existence checks, not a listing: a data step's folder can hold thousands of shards.
         out["has_metrics"], out["has_results"] = parallel_map(
-            lambda url: exists(self.roots, url), [child(step_dir, METRICS_FILE), child(step_dir, RESULTS_FILE)], local=self.local)
+            lambda url: exists(self.roots, url), [child(step_dir, METRICS_FILE), child(step_dir, RESULTS_FILE)],
+            local=self.local)
         return out
 
     def _step_record(self, url: str) -> tuple[Loaded, StepRecord | None]:
@@ -411,8 +416,8 @@ class Browser:
             return None
         stem = os.path.splitext(os.path.basename(script))[0]
         files = [e for e in self.experiment_files() if _EXPERIMENT_HASH.sub("", e["name"]) == stem]
-        loaded = parallel_map(lambda e: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])), files,
-                              local=self.local)
+        loaded = parallel_map(lambda e: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])),
+                              files, local=self.local)
         earlier = [{**item.value, "_path": item.url} for item in loaded
                    if item.state == "ok" and str(item.value.get("created", "")) < record.recency]
         earlier.sort(key=lambda r: str(r.get("created", "")), reverse=True)
@@ -440,7 +445,7 @@ class Browser:
         statuses = parallel_map(lambda d: self.status_of(d, scrubber), dirs, local=self.local)
         return [
             {"name": _text(d.get("name")), "identity": _text(d.get("identity")), "output_path": p, "status": s}
-            for d, p, s in zip(deps, dirs, statuses)
+            for d, p, s in zip(deps, dirs, statuses, strict=True)
         ]
 
     def _dependents(self, identity: str, exp_id: str | None) -> list[dict]:
@@ -451,7 +456,8 @@ class Browser:
             names = [f"{exp_id}.json"]
         else:
             names = [e["name"] for e in self.experiment_files()]
-        loaded = parallel_map(lambda n: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, n)), names, local=self.local)
+        loaded = parallel_map(lambda n: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, n)), names,
+                              local=self.local)
         found: dict[str, dict] = {}
         for item in loaded:
             if item.state != "ok":
@@ -465,7 +471,7 @@ class Browser:
         statuses = parallel_map(lambda d: self.status_of(d, scrubber), dirs, local=self.local)
         return [
             {"name": _text(s.get("name")), "identity": _text(s.get("identity")), "output_path": p, "status": st}
-            for s, p, st in zip(steps, dirs, statuses)
+            for s, p, st in zip(steps, dirs, statuses, strict=True)
         ]
 
 

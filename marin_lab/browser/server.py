@@ -18,10 +18,11 @@ import logging
 import socket
 import sys
 import threading
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -280,7 +281,8 @@ def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool
     # GET only: the browser never writes, so there is no route that could.
     routes = {"/": _index, "/static/{name}": _static, "/favicon.ico": _favicon, "/api/health": _health,
               "/api/experiments": _experiments, "/api/experiments/{exp_id}": _experiment,
-              "/api/experiments/{exp_id}/runs": _compare, "/api/experiments/{exp_id}/cost": _cost, "/api/step": _step, "/api/file": _file,
+              "/api/experiments/{exp_id}/runs": _compare, "/api/experiments/{exp_id}/cost": _cost, "/api/step": _step,
+              "/api/file": _file,
               "/api/metrics": _metrics, "/api/log": _log, "/api/evals": _evals,
               "/api/evals/compare": _evals_compare, "/api/evals/samples": _evals_samples,
               "/api/evals/training": _evals_training, "/api/evals/run": _evals_run, "/api/{tail:.*}": _api_not_found}

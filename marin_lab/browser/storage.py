@@ -17,9 +17,10 @@ import logging
 import os
 import posixpath
 import stat
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Iterable, TypeVar
+from typing import IO, Any, TypeVar
 
 from marin_lab.browser.errors import ForbiddenPathError, NotFoundError, NotRegularFileError
 from marin_lab.browser.paths import Roots
@@ -206,10 +207,7 @@ def list_dir(roots: Roots, url: str) -> list[dict]:
     roots (neither followed nor sized) and 'other' for pipes, sockets and devices.
     """
     target = roots.resolve(url)
-    if _is_remote(target):
-        out = _list_remote(target)
-    else:
-        out = _list_local(roots, target)
+    out = _list_remote(target) if _is_remote(target) else _list_local(roots, target)
     out.sort(key=lambda e: (e["type"] != "directory", e["name"]))
     return out
 

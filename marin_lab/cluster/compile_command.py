@@ -141,8 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         unchosen = [step for step in dict.fromkeys(r.step for r in reports)
                     if not any(r.chosen for r in reports if r.step == step)]
         for step in unchosen:
-            print(f"error: step {step!r}: no compared remat policy fits with {HEADROOM_BYTES / GiB:.0f} GiB of headroom "
-                  "per chip (without host offload); try more microbatches or more chips (mesh.fsdp)", file=sys.stderr)
+            print(f"error: step {step!r}: no compared remat policy fits with {HEADROOM_BYTES / GiB:.0f} GiB of "
+                  "headroom per chip (without host offload); try more microbatches or more chips (mesh.fsdp)",
+                  file=sys.stderr)
         return 1 if unchosen else 0
     failed = [r for r in reports if not r.fits]
     for r in failed:

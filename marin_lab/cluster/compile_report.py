@@ -133,7 +133,8 @@ def as_markdown(reports: Sequence[StepReport]) -> str:
             lines.append(f"| {r.remat} | {_gib(r.hbm_bytes_per_chip)} ({_gib(r.hbm_capacity_bytes)}) | "
                          f"{'yes' if r.fits else '**no**'} | {_gib(r.headroom_bytes) if r.fits else '-'} | "
                          f"{r.hardware_flops_per_step:.4g} | {_recompute(r)} | {_mfu(r)} | "
-                         f"{_gib(r.host_offload_bytes) if r.host_offload_bytes else '-'} | {'**yes**' if r.chosen else ''} |")
+                         f"{_gib(r.host_offload_bytes) if r.host_offload_bytes else '-'} | "
+                         f"{'**yes**' if r.chosen else ''} |")
     return "\n".join(lines)
 
 

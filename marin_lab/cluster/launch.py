@@ -102,7 +102,8 @@ def _parse_resources(text: str | None) -> dict[str, float]:
     except json.JSONDecodeError as err:
         raise LaunchError(f"--driver_resources {text!r} is not JSON ({err.msg}); e.g. '{{\"CPU\": 1}}'") from None
     if not isinstance(value, dict) or not all(isinstance(v, int | float) and v >= 0 for v in value.values()):
-        raise LaunchError(f"--driver_resources {text!r}: give an object of resource name -> amount, e.g. '{{\"CPU\": 1}}'")
+        raise LaunchError(f"--driver_resources {text!r}: give an object of resource name -> "
+                          f"amount, e.g. '{{\"CPU\": 1}}'")
     return {str(k): float(v) for k, v in value.items()}
 
 
@@ -114,7 +115,8 @@ def _check_resources(ray: Any, need: dict[str, float]) -> None:
     missing = {k: v for k, v in need.items() if total.get(k, 0) < v}
     if missing:
         have = ", ".join(f"{k}={v:g}" for k, v in sorted(total.items()) if not k.startswith("node:")) or "nothing"
-        raise LaunchError(f"--driver_resources {json.dumps(missing)}: no node of this cluster has that (it has {have}); "
+        raise LaunchError(f"--driver_resources {json.dumps(missing)}: no node of this cluster "
+                          f"has that (it has {have}); "
                           "add such a node or ask for less")
 
 

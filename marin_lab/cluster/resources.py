@@ -1,7 +1,8 @@
 """What a step asks for: whole TPU slices, GPUs, or CPUs and memory.
 
 Each class implements the executor's StepRunner protocol (`describe`, `validate`, `run` returning
-a `RunOutcome` of result and hardware; no state is kept on the object between runs) so `ExecutorStep(resources=TpuResources(tpu="v5e-256", slices=2))` works without the
+a `RunOutcome` of result and hardware; no state is kept on the object between runs) so
+`ExecutorStep(resources=TpuResources(tpu="v5e-256", slices=2))` works without the
 executor importing this package. `validate` is cheap and Ray-free: the executor calls it for every
 step before anything runs, so an impossible request fails the whole plan up front.
 """

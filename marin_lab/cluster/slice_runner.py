@@ -25,6 +25,7 @@ One attempt goes like this:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -60,10 +61,8 @@ class _SliceHost:
     def where(self) -> dict:
         ctx = ray.get_runtime_context()
         labels = {}
-        try:
+        with contextlib.suppress(Exception):  # older Rays have no labels; resources are the fallback
             labels = dict(ctx.get_node_labels())
-        except Exception:  # noqa: BLE001 - older Rays have no labels; resources are the fallback
-            pass
         with socket.socket() as probe:  # a port free on this host, for JAX's coordinator if it is host 0
             probe.bind(("", 0))
             port = probe.getsockname()[1]
@@ -124,10 +123,8 @@ def _check_cancel(cancel: threading.Event | None, step_name: str) -> None:
 
 def _kill_all(actors: Sequence[Any]) -> None:
     for actor in actors:
-        try:
+        with contextlib.suppress(Exception):  # already dead is fine
             ray.kill(actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - already dead is fine
-            pass
 
 
 def _await_hosts(s: dict, tpu: TpuType, step_name: str, t0: float, capacity_timeout_s: float, poll_s: float,
@@ -231,7 +228,7 @@ def run_on_slices(
         run_refs, owners = [], []
         for slice_id, s in enumerate(slices):
             hostnames = ",".join(info["ip"] for info in sorted(s["infos"], key=lambda i: i["worker_id"]))
-            for actor, info in zip(s["actors"], s["infos"]):
+            for actor, info in zip(s["actors"], s["infos"], strict=True):
                 env = {**base_env, "TPU_WORKER_ID": str(info["worker_id"]), "TPU_WORKER_HOSTNAMES": hostnames,
                        "MARIN_SLICE_NAME": s["name"], "MARIN_SLICE_ID": str(slice_id),
                        NUM_SLICES: str(n_slices), "MARIN_STEP_NAME": step_name,
@@ -382,7 +379,7 @@ def _assign_worker_ids(s: dict) -> None:
     labelled = [info["labels"].get(WORKER_ID_LABEL) for info in s["infos"]]
     if all(v is not None and str(v).isdigit() for v in labelled) and \
             sorted(int(v) for v in labelled) == list(range(len(labelled))):
-        for info, v in zip(s["infos"], labelled):
+        for info, v in zip(s["infos"], labelled, strict=True):
             info["worker_id"] = int(v)
         return
     s["infos"][0]["worker_id"] = 0

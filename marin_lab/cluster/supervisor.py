@@ -18,6 +18,7 @@ restarted: rerunning would fail the same way; its exit code and log are recorded
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
@@ -189,10 +190,8 @@ class LaunchSupervisor:
                         attempt["outcome"] = "failed"
                         attempt["reason"] = f"the driver exited with code {code} (see {attempt['log']})"
             if self._stop.is_set():
-                try:
+                with contextlib.suppress(Exception):  # the host is gone already: nothing to stop
                     ray.get(host.terminate.remote(), timeout=10)
-                except Exception:  # the host is gone already: nothing to stop
-                    pass
                 attempt["outcome"], attempt["reason"] = "stopped", "stopped by `marin-lab launch --stop`"
         except ray.exceptions.RayActorError as err:
             attempt["outcome"], attempt["reason"] = "died", _death_reason(err)

@@ -209,7 +209,8 @@ def _mesh(step: str, mesh_config: Any, topology: Topology) -> Any:
     try:
         return mesh_config.build(topology.devices())
     except MeshError as err:
-        raise TrainingError(f"step {step!r}: field mesh: {str(err).removeprefix('mesh: ')} (topology {topology.name} has {topology.chips} chips)") \
+        raise TrainingError(f"step {step!r}: field mesh: {str(err).removeprefix('mesh: ')} (topology {topology.name} "
+                            f"has {topology.chips} chips)") \
             from err
 
 
@@ -269,7 +270,8 @@ def _finetuning(step: str, config: FinetuneConfig, topology: Topology) -> tuple[
         return frozen_base(base, config.mode, config.frozen_dtype, config.offload_base), trainable
 
     frozen_abs, trainable_abs = jax.eval_shape(shapes)
-    state_sh, frozen_sh, step_fn = build_finetune_step(plan, optimizer, config.optimizer.lr_schedule(config.num_train_steps),
+    state_sh, frozen_sh, step_fn = build_finetune_step(plan, optimizer,
+                                                       config.optimizer.lr_schedule(config.num_train_steps),
                                                        mesh, config.mesh.param_sharding, frozen_abs, trainable_abs)
 
     def with_sharding(tree: Any, shardings: Any) -> Any:
@@ -409,5 +411,5 @@ def _roofline(hardware_flops: float, collectives: list[Collective], topology: To
     return times[bound], bound
 
 
-__all__ = ["HEADROOM_BYTES", "StepReport", "block_recompute_flops", "choose_remat", "compare_remat", "compile_training_step", "host_offload_bytes", "plain_config",
-           "remat_extra_flops"]
+__all__ = ["HEADROOM_BYTES", "StepReport", "block_recompute_flops", "choose_remat", "compare_remat",
+           "compile_training_step", "host_offload_bytes", "plain_config", "remat_extra_flops"]

@@ -258,7 +258,7 @@ def _build(env: StepEnvironment, lock_hash: str, tmp: str, final: str) -> None:
             "requirements": requirements, "constraints": env.constraints,
             "constraints_sha256": hashlib.sha256(env.constraints_bytes()).hexdigest() if env.constraints else None,
             "extra_pythonpath": list(env.extra_pythonpath), "packages": packages, "unpinned": unpinned,
-            "built": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "built": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "build_s": round(time.monotonic() - started, 1),
         }
         Path(tmp, "environment.json").write_text(json.dumps(record, indent=2, sort_keys=True))

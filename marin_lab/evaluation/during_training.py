@@ -110,7 +110,8 @@ def _tasks(config: TrainLmConfig, info: StepInfo) -> dict[str, Any] | None:
     return line
 
 
-@reproducibility(non_artifacts=NON_ARTIFACTS, volatile_fields=VOLATILE_FIELDS)  # train_lm's outputs, train_lm's run logs
+# train_lm's outputs, train_lm's run logs
+@reproducibility(non_artifacts=NON_ARTIFACTS, volatile_fields=VOLATILE_FIELDS)
 def train_lm_with_eval(config: TrainLmConfig) -> dict[str, Any]:
     """The `train_lm` step with evaluation during training (`training_hooks`); returns the run summary."""
     return train_lm(config, evaluation=training_hooks)

@@ -109,7 +109,8 @@ def task_keys(specs: Sequence[TaskSpec]) -> list[str]:
     counts: dict[str, int] = {}
     for s in specs:
         counts[s.name] = counts.get(s.name, 0) + 1
-    return [s.name if counts[s.name] == 1 else f"{s.name}_{s.num_fewshot if s.num_fewshot is not None else 'default'}shot"
+    return [s.name if counts[s.name] == 1
+            else f"{s.name}_{s.num_fewshot if s.num_fewshot is not None else 'default'}shot"
             for s in specs]
 
 
@@ -256,7 +257,8 @@ def evaluate_tasks(lm: MarinLM, specs: Sequence[TaskSpec], output_path: str | No
                     if len(res["samples"]) > 1:
                         rec["task"] = task_name
                     lines.append(json.dumps(_json_safe(rec)))
-            mfs.atomic_write_text(mfs.join(output_path, f"samples_{key}.jsonl"), "\n".join(lines) + ("\n" if lines else ""))
+            mfs.atomic_write_text(mfs.join(output_path, f"samples_{key}.jsonl"), "\n".join(lines)
+                                  + ("\n" if lines else ""))
         tasks[key] = _task_entry(key, spec, res, None)
         if tasks[key]["truncated_prompts"]:
             logger.warning("evaluate_lm task %s: %d prompts longer than the model's context (%d tokens) were cut "

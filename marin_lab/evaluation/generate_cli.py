@@ -12,6 +12,7 @@ marker, as in training, and stops where the next user turn would begin; `--chat`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -94,10 +95,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     stop_ids: list[int] = []
     if chat is not None and chat.eos_id is not None:
         stop_ids.append(int(chat.eos_id))
-    try:
+    with contextlib.suppress(TokenizeError):
         stop_ids.append(find_eos_id(tokenizer, None))
-    except TokenizeError:
-        pass
     until = list(args.until or [])
     if chat is not None and chat.template.user.strip():
         until.append(chat.template.user)  # the model starting the next user turn
@@ -117,9 +116,10 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     print(f"checkpoint {resolved} (step {step}), tokenizer {tokenizer_url}, chat template "
           f"{'on' if chat is not None else 'off'}; loaded in {loaded:.1f} s; {new_tokens} new tokens in "
           f"{seconds:.1f} s ({new_tokens / max(seconds, 1e-9):.1f} tokens/s, compile included)"
-          + (f"; {result.num_truncated} prompt(s) cut from the left to fit the context" if result.num_truncated else ""),
+          + (f"; {result.num_truncated} prompt(s) cut from the left to fit the context"
+             if result.num_truncated else ""),
           file=sys.stderr)
-    for i, (prompt, text) in enumerate(zip(prompts, texts)):
+    for i, (prompt, text) in enumerate(zip(prompts, texts, strict=True)):
         if args.json:
             print(json.dumps({"prompt": prompt, "completion": text, "new_tokens": len(result.tokens[i]),
                               "finish_reason": result.finish_reasons[i],

@@ -250,7 +250,8 @@ def load_tokenizer_for(path: str, tokenizer_path: str | None = None) -> tuple[An
         return tokenizer_at(url), url
     except TokenizeError as err:
         cause = err.__cause__ or err  # the tokenizers library's own words
-        raise ModelLoadError(f"tokenizer {url} is not a readable tokenizer.json ({str(cause).splitlines()[0][:200]})") from None
+        first_line = str(cause).splitlines()[0][:200]
+        raise ModelLoadError(f"tokenizer {url} is not a readable tokenizer.json ({first_line})") from None
 
 
 # --- chat format ----------------------------------------------------------------------------------

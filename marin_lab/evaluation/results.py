@@ -288,7 +288,8 @@ def _model_from_record(run: EvalRun) -> None:
             train = read_step_record(run.train_path)
         except RecordError:
             train = None
-        run.model = (train.name if train is not None and train.name else None) or run.train_path.rstrip("/").rsplit("/", 1)[-1]
+        run.model = ((train.name if train is not None and train.name else None)
+                     or run.train_path.rstrip("/").rsplit("/", 1)[-1])
 
 
 def load_run(path: str, key: str | None = None) -> EvalRun:
@@ -671,7 +672,8 @@ def _requests(rec: dict[str, Any]) -> list[list[Any]]:
     {"gen_args_0": {"arg_0": ..., "arg_1": ...}} in newer versions)."""
     args = rec.get("arguments")
     if isinstance(args, dict):
-        return [list(v.values()) if isinstance(v, dict) else [v] for _, v in sorted(args.items(), key=lambda kv: _idx(kv[0]))]
+        return [list(v.values()) if isinstance(v, dict) else [v]
+                for _, v in sorted(args.items(), key=lambda kv: _idx(kv[0]))]
     if isinstance(args, list):
         return [a if isinstance(a, list) else [a] for a in args]
     return []
@@ -713,7 +715,8 @@ def sample_view(rec: dict[str, Any], metric: str | None) -> dict[str, Any]:
     if lls and all(x is not None for x in lls):
         picked = max(range(len(lls)), key=lambda i: lls[i])  # type: ignore[arg-type, return-value]
     value = _item_value(rec, metric) if metric else None
-    return {"doc_id": rec.get("doc_id") if not isinstance(rec.get("doc_id"), (dict, list)) else _text(rec.get("doc_id")),
+    return {"doc_id": rec.get("doc_id") if not isinstance(rec.get("doc_id"), (dict, list))
+            else _text(rec.get("doc_id")),
             "task": _str(rec.get("task")), "prompt": _text(prompt), "choices": choices, "loglikelihoods": lls,
             "generation": generation, "picked": picked, "gold": _gold(rec.get("target")),
             "value": value, "correct": None if value is None else value >= 1.0 if metric and _binary_name(metric)

@@ -68,9 +68,7 @@ def wilson_interval(successes: float, n: int, confidence: float = CONFIDENCE) ->
 def _finite(values: Iterable[Any]) -> list[float]:
     out = []
     for v in values:
-        if isinstance(v, bool):
-            out.append(float(v))
-        elif isinstance(v, (int, float)) and math.isfinite(v):
+        if isinstance(v, bool) or (isinstance(v, (int, float)) and math.isfinite(v)):
             out.append(float(v))
     return out
 

@@ -46,10 +46,12 @@ STATUS_WAITING, STATUS_RUNNING, STATUS_SUCCESS, STATUS_FAILED, STATUS_DEP_FAILED
 STATUS_CANCELLED = Status.CANCELLED.value
 
 __all__ = [
-    "STATUS_CANCELLED", "STATUS_DEP_FAILED", "STATUS_FAILED", "STATUS_RUNNING", "STATUS_SUCCESS", "STATUS_WAITING", "THIS_OUTPUT_PATH",
+    "STATUS_CANCELLED", "STATUS_DEP_FAILED", "STATUS_FAILED", "STATUS_RUNNING", "STATUS_SUCCESS", "STATUS_WAITING",
+    "THIS_OUTPUT_PATH",
     "CycleError", "EncodingError", "Executor", "ExecutorConfigError", "ExecutorMainConfig", "ExecutorStep",
     "ExperimentFailedError", "InputName", "LeaseLostError", "MarinLabError", "MissingDependencyError",
-    "OutputName", "PreemptedError", "RunInterruptedError", "RunReport", "Status", "StepDefinitionError", "StepFailedError",
-    "StepRunner", "StorageError", "UnschedulableError", "VersionedValue", "ensure_versioned", "executor_main", "get_executor_step",
+    "OutputName", "PreemptedError", "RunInterruptedError", "RunReport", "Status", "StepDefinitionError",
+    "StepFailedError", "StepRunner", "StorageError", "UnschedulableError", "VersionedValue", "ensure_versioned",
+    "executor_main", "get_executor_step",
     "output_path_of", "this_output_path", "unwrap_versioned_value", "versioned", "versioned_field",
 ]

@@ -47,7 +47,8 @@ class Reproducibility:
     """config -> why the step's output cannot be obtained again, or None when it can."""
 
 
-def reproducibility(*, non_artifacts: tuple[str, ...] = (), volatile_fields: Mapping[str, tuple[str, ...]] | None = None,
+def reproducibility(*, non_artifacts: tuple[str, ...] = (),
+                    volatile_fields: Mapping[str, tuple[str, ...]] | None = None,
                     not_reproducible: Callable[[Any], str | None] | None = None) -> Callable:
     """Declare, on a step function, what of its output is a run log (see the module docstring)."""
     spec = Reproducibility(tuple(non_artifacts), dict(volatile_fields or {}), not_reproducible)

@@ -145,10 +145,8 @@ def _pickled_call(fn: Callable[[Any], Any], config: Any) -> bytes:
 def _local_worker(conn: Any, payload: bytes, guard: Guard, environ: dict[str, str]) -> None:
     # Its own session and process group: the terminal's Ctrl-C reaches the driver only, which
     # cancels the step (interrupt.py) by ending this group, the step's own children included.
-    try:
+    with contextlib.suppress(OSError):
         os.setsid()
-    except OSError:
-        pass
     # The worker's parent is the fork server, which exits when the driver does; PDEATHSIG covers
     # that, and the guard covers the driver itself and its lease.
     _die_with_parent()
@@ -179,7 +177,8 @@ class _LocalHandle(StepHandle):
         self.step_name = step_name
         self._recv, send = ctx.Pipe(duplex=False)
         self.process = ctx.Process(
-            target=_local_worker, args=(send, _pickled_call(fn, config), guard, dict(os.environ)), name=f"step:{step_name}",
+            target=_local_worker, args=(send, _pickled_call(fn, config), guard, dict(os.environ)),
+            name=f"step:{step_name}",
             daemon=False
         )
         self.process.start()
@@ -242,23 +241,17 @@ def end_process_tree(pid: int, grace_s: float) -> None:
     except psutil.Error:
         procs = []
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
+        with contextlib.suppress(OSError):  # not a group leader (yet), or gone
             os.killpg(pid, sig)
-        except OSError:  # not a group leader (yet), or gone
-            pass
         for proc in procs:
-            try:
+            with contextlib.suppress(psutil.Error):
                 proc.send_signal(sig)
-            except psutil.Error:
-                pass
         if sig == signal.SIGTERM:
             _, alive = psutil.wait_procs(procs, timeout=grace_s)
             procs = alive
             if not procs:
-                try:
+                with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)  # a straggler that left no trace in the tree
-                except OSError:
-                    pass
                 return
     psutil.wait_procs(procs, timeout=5)
 
@@ -321,16 +314,12 @@ def _end_children(grace_s: float) -> None:
     except psutil.Error:
         return
     for proc in children:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.terminate()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(children, timeout=grace_s)
     for proc in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
 
 
 def is_ray_preemption(err: BaseException) -> bool:

@@ -157,7 +157,8 @@ def known_cluster(backend: str, ray_address: str | None) -> tuple[list[dict[str,
 def refusal(step: str, need: dict[str, float], nodes: list[dict[str, float]], where: str) -> str:
     top = largest(nodes)
     return (f"step '{step}': asks for {describe(need)} on one node, but no node of {where} can ever hold it "
-            f"(largest node: {describe({'CPU': 0.0, 'GPU': 0.0, **top}) if top else 'none alive'}); lower its resources, or run it on a "
+            f"(largest node: {describe({'CPU': 0.0, 'GPU': 0.0, **top}) if top else 'none alive'}); lower its "
+            "resources, or run it on a "
             "cluster that has them (--ray_address)")
 
 

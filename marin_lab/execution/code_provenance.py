@@ -18,6 +18,7 @@ the record then says `redacted: true`, and the sha256 is that of the stored text
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -150,10 +151,8 @@ def function_fingerprint(fn: Any) -> dict[str, str] | None:
         except (KeyError, TypeError):
             pass
         found = _fingerprint(target)
-        try:
+        with contextlib.suppress(TypeError):
             _FINGERPRINTS[target] = found
-        except TypeError:
-            pass
         return found
 
 

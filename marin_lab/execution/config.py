@@ -17,7 +17,8 @@ def _flag(default: Any, metavar: str) -> Any:
 @dataclasses.dataclass(frozen=True)
 class ExecutorMainConfig:
     prefix: str | None = _flag(None, "PATH")
-    """Where outputs and records go (local folder, gs://bucket/path). Default: $MARIN_PREFIX, else marin_store at the project root."""
+    """Where outputs and records go (local folder, gs://bucket/path). Default: $MARIN_PREFIX, else
+    marin_store at the project root."""
     executor_info_base_path: str | None = _flag(None, "PATH")
     """Where the experiment record goes (default: {prefix}/experiments, where the browser looks)."""
     dry_run: bool = False

@@ -120,7 +120,7 @@ def _time(text: Any) -> datetime.datetime | None:
         parsed = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
 
 
 def attempt_hours(attempt: Attempt) -> float | None:

@@ -44,7 +44,7 @@ def read_statuses(steps: Sequence[PlannedStep], *, remote: bool) -> dict[str, di
         return {s.identity: read_status(s.output_path) for s in steps}
     with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
         results = pool.map(lambda s: read_status(s.output_path), steps)
-        return {s.identity: r for s, r in zip(steps, results)}
+        return {s.identity: r for s, r in zip(steps, results, strict=True)}
 
 
 def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[PlannedStep], Lease],
@@ -90,7 +90,8 @@ def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[P
     if index is not None and status is None:
         base = baseline(index, ps.name, ps.identity, last_run=last_run)
         if base is not None:
-            against = ("this experiment's last run: " if base.from_last_run else "latest recorded: ") + str(base.identity)
+            against = (("this experiment's last run: " if base.from_last_run else "latest recorded: ")
+                       + str(base.identity))
             if last_run is not None and not base.from_last_run:
                 against += ", from any experiment"
             reason = f"new version ({against})"

@@ -492,7 +492,8 @@ class Executor:
                 if got is None:
                     continue
                 st = json.loads(got[0])
-                if isinstance(st, dict) and st.get("status") == Status.WAITING.value and st.get("driver") == self.driver_id:
+                if (isinstance(st, dict) and st.get("status") == Status.WAITING.value
+                        and st.get("driver") == self.driver_id):
                     cf.delete(got[1])
             except Exception:  # another driver's status, or storage trouble: left as it is
                 logger.debug("step '%s': WAITING left in place", ps.identity, exc_info=True)

@@ -14,6 +14,7 @@ only: the driver decides what stopping means, and a step never mistakes it for i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -48,10 +49,8 @@ def kill_worker_groups() -> None:
     with _GROUPS_LOCK:
         groups = list(_WORKER_GROUPS)
     for pgid in groups:
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(pgid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 class Interrupt:
@@ -68,36 +67,29 @@ class Interrupt:
     def __enter__(self) -> Interrupt:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
-                try:
+                with contextlib.suppress(ValueError, OSError):  # not allowed here (an embedded interpreter)
                     self._previous[sig] = signal.signal(sig, self._handle)
-                except (ValueError, OSError):  # not allowed here (an embedded interpreter)
-                    pass
         return self
 
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._previous.items():
-            try:
+            with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(sig, handler)
-            except (ValueError, OSError, TypeError):
-                pass
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.event.is_set():
             # The second interrupt: out now, leaving records as they are (the next run sees the
             # steps' leases go stale and runs them again).
-            try:
+            with contextlib.suppress(OSError):
                 os.write(2, b"\ninterrupted again: exiting now\n")
-            except OSError:
-                pass
             kill_worker_groups()
             self._exit(128 + signum)
             return
         self.signum = signum
         self.signal_name = signal.Signals(signum).name
         self.event.set()
-        try:
+        # a closed stderr, or a print re-entered by the signal
+        with contextlib.suppress(OSError, ValueError, RuntimeError):
             print(f"\n{self.signal_name}: stopping: cancelling the running steps (interrupt again to exit at once)",
                   file=sys.stderr, flush=True)
-        except (OSError, ValueError, RuntimeError):  # a closed stderr, or a print re-entered by the signal
-            pass

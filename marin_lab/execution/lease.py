@@ -66,7 +66,7 @@ class LeaseHolder:
     timeout_s: float
 
     @staticmethod
-    def parse(data: bytes) -> "LeaseHolder | None":
+    def parse(data: bytes) -> LeaseHolder | None:
         try:
             d = json.loads(data)
             return LeaseHolder(
@@ -225,7 +225,7 @@ DRIVER_GONE = "driver gone"
 
 
 def _iso(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC).isoformat(timespec="seconds")
 
 
 def driver_gone_since(lease_data: bytes | None, status: dict[str, Any], now: float | None = None) -> str | None:

@@ -26,6 +26,7 @@ step's summary line ("dedup_fuzzy: kept 584, removed 413") reaches the file and 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -282,10 +283,8 @@ class _Reader(threading.Thread):
     def _out(self, data: bytes, first: bool) -> None:
         self.sink.write(data)
         if self.spec.echo:
-            try:
+            with contextlib.suppress(OSError):
                 os.write(self.echo_fd, self.prefix + data if first else data)
-            except OSError:
-                pass
 
     def _count(self, text: str) -> None:
         self.counts["scrubbed_chars"] += len(text)
@@ -378,10 +377,8 @@ class capture:  # noqa: N801 - used as a context manager, like contextlib's
 
 
 def _flush(stream: Any) -> None:
-    try:
+    with contextlib.suppress(Exception):  # a closed or replaced stream
         stream.flush()
-    except Exception:  # a closed or replaced stream
-        pass
 
 
 def read_tail(url: str, max_bytes: int = TAIL_BYTES) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -185,12 +186,11 @@ def capture_steps(script: str, argv: Sequence[str] = ()) -> tuple[list[ExecutorS
     _CAPTURE = []
     try:
         sys.argv = [script, *argv]
-        try:
+        with contextlib.suppress(_Captured):
             runpy.run_path(script, run_name="__main__")
-        except _Captured:
-            pass
         if not _CAPTURE:
-            raise MarinLabError(f"{script} never called executor_main(steps=...) nor built Marin ArtifactSteps (pass --run to an experiment_main); nothing to explain")
+            raise MarinLabError(f"{script} never called executor_main(steps=...) nor built Marin ArtifactSteps (pass "
+                                "--run to an experiment_main); nothing to explain")
         return _CAPTURE[0]
     finally:
         _CAPTURE = None

@@ -44,10 +44,10 @@ class PlannedStep:
     version: dict[str, Any]
     hash: str
     output_path: str
-    dependencies: list["PlannedStep"]
+    dependencies: list[PlannedStep]
     """What this step waits for (and runs first when they are not done)."""
     scan: ConfigScan
-    pseudo_dependencies: list["PlannedStep"] = dataclasses.field(default_factory=list)
+    pseudo_dependencies: list[PlannedStep] = dataclasses.field(default_factory=list)
     """`.nonblocking()` inputs: part of the identity, never waited for."""
     identity: str = ""
     """`name-hash8`."""
@@ -186,7 +186,8 @@ def same_function(a: Any, b: Any) -> bool:
     code_a, code_b = getattr(a, "__code__", None), getattr(b, "__code__", None)
     if code_a is not None and code_b is not None:
         return function_path(a) == function_path(b) and (
-            code_a is code_b or (code_a.co_filename, code_a.co_firstlineno) == (code_b.co_filename, code_b.co_firstlineno))
+            code_a is code_b
+            or (code_a.co_filename, code_a.co_firstlineno) == (code_b.co_filename, code_b.co_firstlineno))
     return type(a) is type(b) and _safe_eq(a, b)
 
 

@@ -70,7 +70,8 @@ def format_text(decisions: Sequence[Any], *, prefix: str, backend: str, unchecke
     for d in decisions:
         counts[d.action] = counts.get(d.action, 0) + 1
     summary = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
-    lines = [f"Plan: {len(decisions)} step{'' if len(decisions) == 1 else 's'} under {prefix} (backend {backend}): {summary}"]
+    lines = [f"Plan: {len(decisions)} step{'' if len(decisions) == 1 else 's'} under {prefix} "
+             f"(backend {backend}): {summary}"]
     lines += [f"  egress: {_unchecked_line(entry)}" for entry in unchecked_regions(unchecked)]
     if costs is not None:
         lines += [f"  {costs.prices}"] + [f"  cost: {line}" for line in costs.lines()]

@@ -6,6 +6,7 @@ redacted whole by `execution.secrets.redact` (the one owner of what a secret is)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -72,10 +73,8 @@ def accelerators() -> dict[str, Any]:
         pass
     jax = sys.modules.get("jax")
     if jax is not None:  # only if the step itself already imported it
-        try:
+        with contextlib.suppress(Exception):
             found["jax_devices"] = [str(d) for d in jax.devices()]
-        except Exception:
-            pass
     return found
 
 

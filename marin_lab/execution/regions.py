@@ -237,7 +237,8 @@ def check_egress(plan: Plan, regions: Regions, *, allow: Sequence[str] = (),
                 egress.allowed.append(read)
                 continue
             over = (f"; the transfer budget of {budget_bytes} bytes would be exceeded ({spent} spent, this input is "
-                    f"{read.bytes if read.bytes is not None else 'of unknown size'})" if budget_bytes is not None else "")
+                    f"{read.bytes if read.bytes is not None else 'of unknown size'})" if budget_bytes is not None
+                    else "")
             raise CrossRegionError(scrub_text(
                 f"step '{ps.identity}' would read {url} ({in_region}) into {ps.output_path} ({out_region}): a "
                 f"cross-region read{over}; copy the input to {out_region}, or allow it with "

@@ -12,6 +12,7 @@ returns one of those two; the planner asks once (plan.py) and the executor sees 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 from collections.abc import Callable
@@ -19,7 +20,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from marin_lab.execution.errors import StepDefinitionError
 
-RAY_OPTION_KEYS = {"num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "runtime_env", "scheduling_strategy"}
+RAY_OPTION_KEYS = {"num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "runtime_env",
+                   "scheduling_strategy"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,10 +40,8 @@ def attach_hardware(err: BaseException, hardware: dict[str, Any] | None) -> None
     """Say on an error what its attempt ran on (kept if already said), so the record lists the
     hardware of a preempted or failed attempt too: a failed run has no RunOutcome to carry it."""
     if hardware is not None and getattr(err, "hardware", None) is None:
-        try:
+        with contextlib.suppress(AttributeError):  # an exception type with __slots__: the record goes without
             err.hardware = hardware  # type: ignore[attr-defined]
-        except AttributeError:  # an exception type with __slots__: the record goes without
-            pass
 
 
 def hardware_of(err: BaseException) -> dict[str, Any] | None:

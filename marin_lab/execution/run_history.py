@@ -82,7 +82,7 @@ class RunRecord:
 
     def finish(self, outcomes: dict[str, StepOutcome], outcome: str) -> None:
         counts: dict[str, int] = {}
-        for entry, decision in zip(self.doc["steps"], self.decisions):
+        for entry, decision in zip(self.doc["steps"], self.decisions, strict=True):
             entry["outcome"] = step_outcome(decision, outcomes.get(decision.step.identity))
             counts[entry["outcome"]] = counts.get(entry["outcome"], 0) + 1
         self.doc.update(ended=now_iso(), outcome=outcome, counts=counts)

@@ -37,7 +37,7 @@ class PortableSource(VersionedValue):
     identity: Any = None
 
 
-def versioned_source(location: str, *, package: str | None = None) -> str:
+def versioned_source(location: str | None, *, package: str | None = None) -> str:
     """`location` as a versioned config value whose identity is portable (see the module docstring).
 
     With `package` ('name@version') the identity is the declared package; without, a local
@@ -83,7 +83,7 @@ def portable_value(value: Any) -> Any:
         return {"content": "sha256:" + digest["sha256"], "files": digest["files"], "bytes": digest["bytes"]}
     if isinstance(value, list):
         out = [portable_value(v) for v in value]
-        return value if all(a is b for a, b in zip(out, value)) else out
+        return value if all(a is b for a, b in zip(out, value, strict=True)) else out
     if isinstance(value, dict):
         new = {k: portable_value(v) for k, v in value.items()}
         return value if all(new[k] is value[k] for k in value) else new

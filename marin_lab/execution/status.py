@@ -24,7 +24,7 @@ from marin_lab.store.status import read_step_status as read_status  # noqa: F401
 
 
 def now_iso() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
 
 
 status_path = status_url

@@ -54,18 +54,18 @@ class ExecutorStep(Generic[ConfigT]):
     environment: Any = None
     """A `StepEnvironment`: run `fn` in an isolated, locked Python environment (docs/environments.md)."""
 
-    def cd(self, name: str) -> "InputName":
+    def cd(self, name: str) -> InputName:
         """A reference to `name` under this step's output path."""
         return InputName(step=self, name=name)
 
-    def __truediv__(self, name: str) -> "InputName":
+    def __truediv__(self, name: str) -> InputName:
         return self.cd(name)
 
-    def with_output_path(self, output_path: str) -> "ExecutorStep[ConfigT]":
+    def with_output_path(self, output_path: str) -> ExecutorStep[ConfigT]:
         """This step with its output path pinned to `output_path`."""
         return dataclasses.replace(self, override_output_path=output_path)
 
-    def as_input_name(self) -> "InputName":
+    def as_input_name(self) -> InputName:
         """A reference to this step's output path."""
         return InputName(step=self, name=None)
 
@@ -90,18 +90,18 @@ class InputName:
     step_name: str | None = None
 
     @staticmethod
-    def hardcoded(path: str) -> "InputName":
+    def hardcoded(path: str) -> InputName:
         """A fixed path (relative ones are under the prefix): not part of the pipeline."""
         return InputName(step=None, name=path)
 
-    def cd(self, name: str) -> "InputName":
+    def cd(self, name: str) -> InputName:
         joined = posixpath.join(self.name, name) if self.name else name
         return dataclasses.replace(self, name=joined)
 
-    def __truediv__(self, name: str) -> "InputName":
+    def __truediv__(self, name: str) -> InputName:
         return self.cd(name)
 
-    def nonblocking(self) -> "InputName":
+    def nonblocking(self) -> InputName:
         """Depend on the step without waiting for it or running it (its identity still counts)."""
         return dataclasses.replace(self, block_on_step=False)
 

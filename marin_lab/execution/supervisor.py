@@ -262,7 +262,8 @@ class StepSupervisor:
         handle = self.backend.submit(fn, config, step_name=ps.identity, resources=ps.step.resources, guard=guard)
         heartbeat = StatusHeartbeat(ps.output_path, log, attempt=attempt, driver=self.driver_id)
         nodes = getattr(self.backend, "live_nodes", None)
-        unschedulable = UnschedulableWatch(ps.identity, ps.step.resources, nodes, self.settings.unschedulable_timeout_s) \
+        unschedulable = UnschedulableWatch(ps.identity, ps.step.resources, nodes,
+                                           self.settings.unschedulable_timeout_s) \
             if callable(nodes) else None
         reported = False
         while not handle.wait(0.2):

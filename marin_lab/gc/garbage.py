@@ -133,7 +133,8 @@ def _record_damage(record: dict[str, Any]) -> str | None:
     if not isinstance(steps, list):
         return "`steps` is not a list"
     for i, step in enumerate(steps):
-        if not isinstance(step, dict) or not isinstance(step.get("output_path"), str) or not step["output_path"].strip():
+        if (not isinstance(step, dict) or not isinstance(step.get("output_path"), str)
+                or not step["output_path"].strip()):
             return f"steps[{i}] has no output_path"
     return None
 

@@ -90,7 +90,8 @@ class Executor(core.Executor):
         plan = self.last_plan
         if plan is None:
             # Not an AttributeError: from inside a property, that would be taken for a missing attribute.
-            raise ExecutorConfigError("this executor has not planned anything yet; call run(steps) or plan(steps) first")
+            raise ExecutorConfigError("this executor has not planned anything yet; "
+                                      "call run(steps) or plan(steps) first")
         if self._view is None or self._view[0] is not plan:
             self._view = (plan, MarinView(plan))
         return self._view[1]

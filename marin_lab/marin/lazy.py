@@ -261,7 +261,7 @@ class _ArtifactFn:
                                       runtime_args=h.runtime_args, deps=h.deps)
             resolved = current_dep_paths()
             if resolved is not None and len(resolved) == len(h.deps):  # the executor's resolution wins
-                paths = list(zip(h.deps, resolved))
+                paths = list(zip(h.deps, resolved, strict=True))
                 ctx = dataclasses.replace(ctx, _dep_ref=lambda d: next(p for dep, p in paths if dep is d))
             config = h.build_config(ctx)
             result = h.run(config)

@@ -68,7 +68,8 @@ def LlamaConfig(**levanter_fields: Any) -> _LabLlamaConfig:  # noqa: N802 (Levan
     if rope is not None:
         if not isinstance(rope, (RotaryEmbeddingsConfig, Llama3RotaryEmbeddingsConfig)):
             raise TypeError(f"LlamaConfig: rope={rope!r} is not a rotary config marin_lab knows; use "
-                            "RotaryEmbeddingsConfig(theta=...) or Llama3RotaryEmbeddingsConfig() from marin_lab.marin.levanter")
+                            "RotaryEmbeddingsConfig(theta=...) or Llama3RotaryEmbeddingsConfig() from "
+                            "marin_lab.marin.levanter")
         if isinstance(rope, Llama3RotaryEmbeddingsConfig) and rope.factor != 1.0:
             raise TypeError(f"LlamaConfig: rope factor={rope.factor} (Llama 3.1's long-context scaling) is not "
                             "implemented by marin_lab's decoder; leave factor=1.0")

@@ -64,11 +64,11 @@ class Provenance(BaseModel):
     launched_at: str | None = None
 
     @classmethod
-    def capture(cls) -> "Provenance":
+    def capture(cls) -> Provenance:
         return cls(
             user=_getuser(),
             hostname=socket.gethostname(),
             command_line=list(sys.argv),
             git_commit=_git_commit(),
-            launched_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            launched_at=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         )

@@ -104,7 +104,7 @@ class ResourceConfig(_Request):
 
     @staticmethod
     def with_tpu(tpu_type: str, *, slice_count: int = 1, cpu: float = 1, ram: str = "4g", disk: str = "16g",
-                 preemptible: bool = True, regions: Any = None, **_ignored: Any) -> "ResourceConfig":
+                 preemptible: bool = True, regions: Any = None, **_ignored: Any) -> ResourceConfig:
         """Whole TPU slices of `tpu_type` (e.g. "v5p-8", "v6e-256"), `slice_count` of them."""
         if slice_count < 1:
             raise ValueError(f"slice_count must be at least 1, got {slice_count}")
@@ -113,14 +113,14 @@ class ResourceConfig(_Request):
 
     @staticmethod
     def with_gpu(gpu_type: str = "auto", count: int = 1, *, cpu: float = 1, ram: str = "4g", disk: str = "16g",
-                 preemptible: bool = True, regions: Any = None, **_ignored: Any) -> "ResourceConfig":
+                 preemptible: bool = True, regions: Any = None, **_ignored: Any) -> ResourceConfig:
         """`count` GPUs of `gpu_type` ("H100", "A100", or "auto") on one node."""
         return ResourceConfig(cpu=cpu, ram=ram, disk=disk, device=FrayGpuConfig(variant=gpu_type, count=count),
                               preemptible=preemptible, regions=tuple(regions) if regions else None)
 
     @staticmethod
     def with_cpu(cpu: float = 1, ram: str = "4g", disk: str = "16g", *, preemptible: bool = True,
-                 regions: Any = None, **_ignored: Any) -> "ResourceConfig":
+                 regions: Any = None, **_ignored: Any) -> ResourceConfig:
         """CPUs and memory only."""
         return ResourceConfig(cpu=cpu, ram=ram, disk=disk, preemptible=preemptible,
                               regions=tuple(regions) if regions else None)

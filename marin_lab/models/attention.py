@@ -1,7 +1,7 @@
 """Causal grouped-query attention, one implementation per `attention_impl` name.
 
-    None      einsum (also spelled "einsum"): fp32 scores [B, KV, G, T, T] in memory; any backend; the reference the others
-              are tested against.
+    None      einsum (also spelled "einsum"): fp32 scores [B, KV, G, T, T] in memory; any backend; the
+              reference the others are tested against.
     "xla"     jax.nn.dot_product_attention's XLA path (the same T x T scores).
     "cudnn"   jax.nn.dot_product_attention's cuDNN flash kernel (NVIDIA GPUs).
     "splash"  the Pallas TPU Splash kernel (jax.experimental.pallas.ops.tpu.splash_attention): a

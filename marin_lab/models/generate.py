@@ -298,7 +298,7 @@ def generate(params: Params, config: LlamaConfig, prompts: Sequence[Sequence[int
         rows = order[lo:lo + batch_size]
         for i, (toks, reason) in zip(rows, _generate_batch(params, config, [kept[i] for i in rows], rows,
                                                             sampling, stop_ids, compute_dtype, batch_size,
-                                                            mesh, stop, chunk)):
+                                                            mesh, stop, chunk), strict=True):
             tokens[i], reasons[i] = toks, reason
     return Generation(tokens=tokens, finish_reasons=reasons, truncated=truncated)
 

@@ -171,7 +171,7 @@ def init_params(config: LlamaConfig, key: jax.Array, dtype: Any = jnp.float32) -
     keys = jax.random.split(key, len(shapes))
     out_scale = 1.0 / math.sqrt(2.0 * config.num_layers)
     flat = {}
-    for k, (name, shape) in zip(keys, sorted(shapes.items())):
+    for k, (name, shape) in zip(keys, sorted(shapes.items()), strict=True):
         if name.endswith("norm"):
             flat[name] = jnp.ones(shape, dtype)
             continue

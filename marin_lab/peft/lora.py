@@ -187,7 +187,7 @@ def init_lora(config: LoraConfig, model: LlamaConfig, key: jax.Array, dtype: Any
                              "b": jax.random.normal(jax.random.fold_in(key, 1 << 20), shapes["embed/b"]).astype(dtype)}
     shapes = {k: v for k, v in adapter_shapes(config, model).items() if k.startswith("layers/")}
     keys = jax.random.split(key, len(shapes))
-    for k, (name, shape) in zip(keys, sorted(shapes.items())):
+    for k, (name, shape) in zip(keys, sorted(shapes.items()), strict=True):
         _, proj, part = name.split("/")
         node = adapters["layers"].setdefault(proj, {})
         if part == "a":

@@ -47,7 +47,7 @@ def _taint(jaxpr: Any, inputs: Sequence[bool], count: CastCount | None) -> list[
 
     for v in jaxpr.constvars:
         tainted[v] = False
-    for v, t in zip(jaxpr.invars, inputs):
+    for v, t in zip(jaxpr.invars, inputs, strict=True):
         tainted[v] = t
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
@@ -70,7 +70,7 @@ def _taint(jaxpr: Any, inputs: Sequence[bool], count: CastCount | None) -> list[
             if name == "convert_element_type" and jnp.dtype(eqn.params["new_dtype"]) in FLOAT8 and count:
                 count.float8_casts += 1
                 count.amax_fed += int(ins[0])
-        for v, t in zip(eqn.outvars, outs):
+        for v, t in zip(eqn.outvars, outs, strict=True):
             tainted[v] = t
     return [get(v) for v in jaxpr.outvars]
 
@@ -80,7 +80,7 @@ def _loop(body: Any, ins: list[bool], num_consts: int, num_carry: int, count: Ca
     ins = list(ins)
     for _ in range(num_carry + 1):
         outs = _taint(body, ins, None)
-        carry = [a or b for a, b in zip(ins[num_consts:num_consts + num_carry], outs[:num_carry])]
+        carry = [a or b for a, b in zip(ins[num_consts:num_consts + num_carry], outs[:num_carry], strict=True)]
         if carry == ins[num_consts:num_consts + num_carry]:
             break
         ins[num_consts:num_consts + num_carry] = carry

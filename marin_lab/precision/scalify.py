@@ -96,16 +96,16 @@ def eval_jaxpr(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any], ctx: _Ctx
         if not isinstance(v, jcore.DropVar):
             env[v] = value
 
-    for v, c in zip(jaxpr.constvars, consts):
+    for v, c in zip(jaxpr.constvars, consts, strict=True):
         write(v, c)
-    for v, a in zip(jaxpr.invars, args):
+    for v, a in zip(jaxpr.invars, args, strict=True):
         write(v, a)
     for eqn in jaxpr.eqns:
         invals = [read(v) for v in eqn.invars]
         name_stack = source_info_util.current_name_stack() + eqn.source_info.name_stack
         with source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack), eqn.ctx.manager:
             outs = _eval_eqn(eqn, invals, ctx)
-        for v, o in zip(eqn.outvars, outs):
+        for v, o in zip(eqn.outvars, outs, strict=True):
             write(v, o)
     return [read(v) for v in jaxpr.outvars]
 
@@ -214,7 +214,7 @@ def _scan(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
 
     def step(carry: list[Any], x: list[Any]) -> tuple[list[Any], tuple]:
         outs = eval_jaxpr(body, body_consts, [*consts, *carry, *x], inner)
-        new = [_match(o, c) for o, c in zip(outs[:ncar], carry)]
+        new = [_match(o, c) for o, c in zip(outs[:ncar], carry, strict=True)]
         new, log2_scale, finite = _rescale(new)
         return new, (outs[ncar:], log2_scale, finite)
 
@@ -241,7 +241,7 @@ def _while(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
 
     def body_fn(carry: Any) -> list[Any]:
         outs = eval_jaxpr(body, body_c, [*body_consts, *carry], inner)
-        return _rescale([_match(o, c) for o, c in zip(outs, carry)])[0]
+        return _rescale([_match(o, c) for o, c in zip(outs, carry, strict=True)])[0]
 
     return list(jax.lax.while_loop(cond_fn, body_fn, _rescale([_to_carry(c) for c in init])[0]))
 

@@ -161,7 +161,7 @@ def _mixed(eqn: Any, invals: Sequence[Any], which: Sequence[int]) -> list[Any]:
     """Bind with the operands at positions `which` brought to one scale (the others plain)."""
     data, scale = common([invals[i] for i in which])
     args = list(invals)
-    for i, d in zip(which, data):
+    for i, d in zip(which, data, strict=True):
         args[i] = d.astype(eqn.invars[i].aval.dtype)
     out = _bind(eqn, args)
     outs = out if eqn.primitive.multiple_results else [out]

@@ -9,6 +9,7 @@ or the cgroup's `oom_kill` count) and a preemption (the Ray node lost).
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 import traceback
@@ -135,10 +136,8 @@ class RayAttempt:
             return classify_ray_error(err, oom_kill_seen=_oom_rose(self._oom_before))
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # already finished or its worker gone
             self.ray.cancel(self.ref, force=True)
-        except Exception:  # already finished or its worker gone
-            pass
 
 
 def check_memory_fits(ray: Any, memory_bytes: int | None, desc: str) -> None:

@@ -187,10 +187,10 @@ def _binary_metrics(model, texts: list[str], labels: list[str], positive: str) -
         return {"documents": 0}
     predicted, _ = model.predict([fasttext_line(t) for t in texts], k=1)
     pred = [p[0] if p else "" for p in predicted]
-    tp = sum(p == positive and y == positive for p, y in zip(pred, labels))
-    fp = sum(p == positive and y != positive for p, y in zip(pred, labels))
-    fn = sum(p != positive and y == positive for p, y in zip(pred, labels))
-    correct = sum(p == y for p, y in zip(pred, labels))
+    tp = sum(p == positive and y == positive for p, y in zip(pred, labels, strict=True))
+    fp = sum(p == positive and y != positive for p, y in zip(pred, labels, strict=True))
+    fn = sum(p != positive and y == positive for p, y in zip(pred, labels, strict=True))
+    correct = sum(p == y for p, y in zip(pred, labels, strict=True))
     return {
         "documents": len(texts),
         "accuracy": round(correct / len(texts), 4),
@@ -313,9 +313,9 @@ class FastTextScorer:
         """
         labels, probs = self.predict(texts)
         out = []
-        for labs, ps in zip(labels, probs):
+        for labs, ps in zip(labels, probs, strict=True):
             score = 0.0
-            for lab, p in zip(labs, ps):
+            for lab, p in zip(labs, ps, strict=True):
                 if lab == self.label:
                     score = float(p)
                     break
@@ -369,7 +369,7 @@ def decide_documents(docs: list[dict], scorer: FastTextScorer, config: ClassifyF
     for start in range(0, len(docs), BATCH):
         scores.extend(scorer.scores([d["text"] for d in docs[start : start + BATCH]]))
     out: list[Decision] = []
-    for doc, (score, top, top_p) in zip(docs, scores):
+    for doc, (score, top, top_p) in zip(docs, scores, strict=True):
         detail = {"score": round(score, 4), "top_label": _strip(top), "top_score": round(top_p, 4)}
         if score >= config.threshold:
             metadata = dict(doc.get("metadata") or {})

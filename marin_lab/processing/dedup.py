@@ -22,12 +22,13 @@ Under a `shard_policy` every phase is quarantined (processing/quarantine.py): a 
 retried and named while the others finish and keep their markers, but the step never succeeds
 without it -- dedup is global, so a shard left out would change what the other shards keep.
 
-Fuzzy dedup shingles like FineWeb (5-word shingles, 112 MinHash permutations) but bands them
-as 28 bands x 4 rows, which proposes nearly every pair above ~0.6 Jaccard similarity, and then links a candidate pair only when its similarity estimated
-from all 112 slots reaches `threshold` (0.7). Against FineWeb's 14 bands x 8 rows without a check
-(`num_bands=14, rows_per_band=8, threshold=None`), recall of pairs above the threshold no longer
-depends on band luck, and chance band matches of dissimilar pairs are rejected
-(`minhash.link_probability` gives both curves; docs/dedup_and_quality.md compares them).
+Fuzzy dedup shingles like FineWeb (5-word shingles, 112 MinHash permutations) but bands them as 28
+bands x 4 rows, which proposes nearly every pair above ~0.6 Jaccard similarity, and then links a
+candidate pair only when its similarity estimated from all 112 slots reaches `threshold` (0.7).
+Against FineWeb's 14 bands x 8 rows without a check (`num_bands=14, rows_per_band=8,
+threshold=None`), recall of pairs above the threshold no longer depends on band luck, and chance
+band matches of dissimilar pairs are rejected (`minhash.link_probability` gives both curves;
+docs/dedup_and_quality.md compares them).
 
 Memory of fuzzy dedup (measured in docs/dedup_and_quality.md): a phase-1 task holds one shard's
 documents and signatures (448 bytes per document); a partition task 16 bytes x 28 bands per
@@ -259,7 +260,7 @@ def _removal_records(plans, shards: list[ShardBands], prefixes: list[str], rep: 
         rep_ids[mine] = ids[reps[mine] - firsts[s]]
     out: list[dict[int, dict]] = [{} for _ in plans]
     removed_shard = np.searchsorted(firsts, removed, side="right") - 1
-    for g, s, rs, rid, sim in zip(removed, removed_shard, rep_shard, rep_ids, similarity):
+    for g, s, rs, rid, sim in zip(removed, removed_shard, rep_shard, rep_ids, similarity, strict=True):
         out[int(s)][int(g - firsts[s])] = {
             "rule": "fuzzy_duplicate",
             "duplicate_of": str(rid),
@@ -289,7 +290,8 @@ def dedup_fuzzy(config: DedupConfig) -> dict:
     sizes = input_sizes([p.input_file for p in plans])
     phase1 = quarantine.map(
         _signature_task,
-        [_SignatureTask(p, w, hasher, config.lsh_partitions, config.on_bad_record) for p, w in zip(plans, prefixes)],
+        [_SignatureTask(p, w, hasher, config.lsh_partitions, config.on_bad_record)
+         for p, w in zip(plans, prefixes, strict=True)],
         num_workers=config.num_workers,
         desc=f"{step}: signatures",
         costs=sizes,
@@ -299,7 +301,7 @@ def dedup_fuzzy(config: DedupConfig) -> dict:
     firsts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     shards = [
         ShardBands(w + ".sig.npy", w + ".bands.npy", tuple(info["bounds"]), int(firsts[i]), counts[i])
-        for i, (w, info) in enumerate(zip(prefixes, phase1))
+        for i, (w, info) in enumerate(zip(prefixes, phase1, strict=True))
     ]
     # Edges depend on every shard, so they are always recomputed (cheap next to phase 1) and
     # never mixed with those of an earlier, interrupted run.
@@ -327,7 +329,7 @@ def dedup_fuzzy(config: DedupConfig) -> dict:
     removed = rep != np.arange(rep.size)
     infos = quarantine.map(
         _removal_filter_task,
-        [(p, r, c, config.on_bad_record) for p, r, c in zip(plans, removals, counts)],
+        [(p, r, c, config.on_bad_record) for p, r, c in zip(plans, removals, counts, strict=True)],
         num_workers=config.num_workers,
         desc=f"{step}: filter",
         costs=sizes,
@@ -439,7 +441,7 @@ def dedup_exact(config: DedupConfig) -> dict:
     counts = quarantine.map(
         _exact_hash_task,
         [(p, w, config.normalize, config.paragraph_level, config.on_bad_record)
-         for p, w in zip(plans, works)],
+         for p, w in zip(plans, works, strict=True)],
         num_workers=config.num_workers,
         desc=f"{step}: hashes",
         labels=[p.input_file for p in plans],
@@ -493,7 +495,7 @@ def dedup_exact(config: DedupConfig) -> dict:
 
     infos = quarantine.map(
         _exact_filter_task,
-        [(p, r, d, c, config.on_bad_record) for p, r, d, c in zip(plans, removals, drops, counts)],
+        [(p, r, d, c, config.on_bad_record) for p, r, d, c in zip(plans, removals, drops, counts, strict=True)],
         num_workers=config.num_workers,
         desc=f"{step}: filter",
         labels=[p.input_file for p in plans],

@@ -244,7 +244,8 @@ def download(config: DownloadConfig) -> dict:
                    {f.url: labels[f.url] for f in chunk if f.url in labels})
         for chunk in chunks
     ]
-    results = [r for batch in map_shards(_fetch_batch, batches, num_workers=config.num_workers, desc="download") for r in batch]
+    batches_done = map_shards(_fetch_batch, batches, num_workers=config.num_workers, desc="download")
+    results = [r for batch in batches_done for r in batch]
     records = [{k: r[k] for k in ("path", "size", "sha256", "source")} for r in results]
     provenance = {
         "source": source_label,
@@ -252,7 +253,7 @@ def download(config: DownloadConfig) -> dict:
         "revision": config.revision,
         "resolved_revision": resolved,
         "packages": versions,
-        "retrieved": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "retrieved": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "files": records,
         "count": len(records),
         "total_bytes": sum(r["size"] for r in records),
@@ -265,7 +266,8 @@ def download(config: DownloadConfig) -> dict:
     }
     mfs.write_json(mfs.join(config.output_path, "provenance.json"), provenance)
     reused = sum(1 for r in results if r["reused"])
-    logger.info("download: %d files, %d bytes from %s (%d already there)", len(records), provenance["total_bytes"], source_label, reused)
+    logger.info("download: %d files, %d bytes from %s (%d already there)", len(records), provenance["total_bytes"],
+                source_label, reused)
     if outside:
         logger.warning("download: %d symlink(s) under %s lead out of the package and were not copied (listed in "
                        "provenance.json), e.g. %s -> %s", len(outside), source_label, outside[0]["path"],

@@ -121,7 +121,7 @@ def filter_shard(
     kept: list[dict] = []
     removed: list[dict] = []
     by_rule: dict[str, int] = {}
-    for doc, (keep, record) in zip(docs, decisions):
+    for doc, (keep, record) in zip(docs, decisions, strict=True):
         if keep is not None:
             kept.append(keep)
             continue

@@ -190,7 +190,7 @@ def _tokenize_shard(task: _ShardTask) -> dict:
         encoded = tokenizer.encode_batch([text for text, _ in pieces], add_special_tokens=False)
         ids = [task.bos_id] if task.bos_id is not None else []
         mask = [0] * len(ids)
-        for enc, (_, in_loss) in zip(encoded, pieces):
+        for enc, (_, in_loss) in zip(encoded, pieces, strict=True):
             ids += enc.ids
             mask += [int(in_loss)] * len(enc.ids)
         ids.append(task.eos_id)
@@ -210,9 +210,11 @@ def _tokenize_shard(task: _ShardTask) -> dict:
 
 def _check(config: TokenizeInstructionsConfig) -> None:
     if not 0.0 <= config.validation_fraction < 1.0:
-        raise TokenizeError(f"TokenizeInstructionsConfig.validation_fraction={config.validation_fraction}: expected 0 <= x < 1")
+        raise TokenizeError(f"TokenizeInstructionsConfig.validation_fraction={config.validation_fraction}: expected 0 "
+                            "<= x < 1")
     if config.on_bad_record not in ("raise", "skip"):
-        raise TokenizeError(f"TokenizeInstructionsConfig.on_bad_record={config.on_bad_record!r}: expected 'raise' or 'skip'")
+        raise TokenizeError(f"TokenizeInstructionsConfig.on_bad_record={config.on_bad_record!r}: "
+                            "expected 'raise' or 'skip'")
 
 
 def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:

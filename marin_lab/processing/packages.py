@@ -177,10 +177,9 @@ def apt_download(packages: list[str], dest: str) -> None:
             raise PackageError(f"{tool} not found: Debian packages ({', '.join(packages)}) need a Debian or Ubuntu "
                                "machine; elsewhere, put their .deb files in the cache's packages/debian/debs/")
     result = _run(["apt-get", "download", *packages], cwd=dest)
-    if result.returncode != 0 and os.geteuid() == 0:
-        # A fresh machine may have no package lists yet; updating them needs root.
-        if _run(["apt-get", "update"]).returncode == 0:
-            result = _run(["apt-get", "download", *packages], cwd=dest)
+    # A fresh machine may have no package lists yet; updating them needs root.
+    if result.returncode != 0 and os.geteuid() == 0 and _run(["apt-get", "update"]).returncode == 0:
+        result = _run(["apt-get", "download", *packages], cwd=dest)
     if result.returncode != 0:
         raise PackageError(f"apt-get download {' '.join(packages)} failed ({_last_line(result.stderr)}); check the "
                            "package names and versions (apt-cache policy NAME) and run 'apt-get update' as root")

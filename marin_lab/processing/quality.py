@@ -135,7 +135,7 @@ def _duplicate_ngram_ratio(words: list[str], n: int, total_chars: int) -> float:
                 covered[j] = True
         else:
             seen.add(gram)
-    return sum(len(w) for w, c in zip(words, covered) if c) / total_chars
+    return sum(len(w) for w, c in zip(words, covered, strict=True) if c) / total_chars
 
 
 def _over(value: float, limit: float | None) -> bool:

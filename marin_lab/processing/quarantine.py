@@ -101,7 +101,7 @@ def request_rerun(output_path: str) -> dict[str, Any]:
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 class Quarantine:

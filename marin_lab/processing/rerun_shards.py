@@ -69,7 +69,8 @@ def rerun_shards(output_path: str, *, backend: str = "local") -> RerunResult:
         raise RerunError(f"{output_path}: {err}") from None
     step_record = read_step_record(output_path)
     if step_record is None or not step_record.identity:
-        raise RerunError(f"{output_path}: no step record (.executor_info) with an identity; rerun the experiment instead")
+        raise RerunError(f"{output_path}: no step record (.executor_info) with an identity; "
+                         "rerun the experiment instead")
     identity: str = step_record.identity
     workdir = tempfile.mkdtemp(prefix="marin-lab-rerun-")
     try:

@@ -13,7 +13,7 @@ Answers are determined by the prompt and the manual (a title is usually named in
 paragraph; the manuals' vocabularies differ), so a model can learn the task from examples and be
 scored on sections it never saw. Record ids name the page and heading, so the split (a hash of
 the id) keeps every question about one section on the same side.
-"""
+"""  # noqa: E501 (an example record, one JSON object a line)
 
 from __future__ import annotations
 
@@ -132,7 +132,8 @@ def make_section_qa(config: SectionQaConfig) -> dict:
         for page in pages:
             html = fs.cat_file(page).decode("utf-8", errors="replace")
             rel = os.path.relpath(page, root)
-            sections += [(rel, i, h, p) for i, (h, p) in enumerate(sections_of_html(html, min_chars=config.min_paragraph_chars))]
+            sections += [(rel, i, h, p)
+                         for i, (h, p) in enumerate(sections_of_html(html, min_chars=config.min_paragraph_chars))]
         if config.max_sections_per_manual and len(sections) > config.max_sections_per_manual:
             step = len(sections) / config.max_sections_per_manual
             sections = [sections[int(i * step)] for i in range(config.max_sections_per_manual)]

@@ -434,5 +434,6 @@ def train_tokenizer(config: TrainTokenizerConfig) -> dict:
         "skipped": stats.skipped,
         "skip_reasons": stats.to_dict()["skip_reasons"],
     }
-    logger.info("train_tokenizer: %d documents, %d chars -> vocab %d", result["documents"], result["chars"], result["vocab_size"])
+    logger.info("train_tokenizer: %d documents, %d chars -> vocab %d", result["documents"], result["chars"],
+                result["vocab_size"])
     return result

@@ -90,7 +90,8 @@ class ReproduceReport:
         counts: dict[str, int] = {}
         for s in self.steps:
             counts[s.verdict] = counts.get(s.verdict, 0) + 1
-        lines.append(f"{len(self.steps)} step{'' if len(self.steps) == 1 else 's'}: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
+        lines.append(f"{len(self.steps)} step{'' if len(self.steps) == 1 else 's'}: "
+                     + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
         return "\n".join(lines)
 
 
@@ -151,8 +152,8 @@ def _reproduce(rec: RecordedExperiment, script: str, scratch: str, pattern: re.P
     for ps in chosen:
         recorded = rec.steps.get(ps.name)
         if recorded is None:
-            results[ps.identity] = StepResult(ps.name, ps.identity, DIFFERS, ["not in the record: the recorded "
-                                                                                "script plans a step it did not record"])
+            results[ps.identity] = StepResult(ps.name, ps.identity, DIFFERS, [
+                "not in the record: the recorded script plans a step it did not record"])
         elif recorded != ps.identity:
             results[ps.identity] = StepResult(ps.name, ps.identity, DIFFERS, [
                 f"identity differs from the record ({recorded}): the helpers or a source changed since; "

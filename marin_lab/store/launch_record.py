@@ -41,7 +41,8 @@ def launch_record_damage(state: Any) -> str | None:
     for key in ("status", "script", "message"):
         if key in state and not isinstance(state[key], str | None):
             return f"`{key}` is not text"
-    if "max_restarts" in state and (not isinstance(state["max_restarts"], int) or isinstance(state["max_restarts"], bool)):
+    restarts = state.get("max_restarts")
+    if "max_restarts" in state and (not isinstance(restarts, int) or isinstance(restarts, bool)):
         return "`max_restarts` is not an integer"
     return None
 
@@ -52,8 +53,9 @@ def parse_launch_record(raw: bytes, url: str, run_id: str) -> dict[str, Any]:
     try:
         state = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise LaunchRecordDamage(url, f"{url}: the record of run {run_id} is not valid JSON ({err}); it is damaged "
-                                      "(a write cut short?): a running supervisor rewrites it at its next change") from None
+        raise LaunchRecordDamage(url, f"{url}: the record of run {run_id} is not valid JSON ({err}); it is "
+                                      "damaged (a write cut short?): a running supervisor rewrites it at its next "
+                                      "change") from None
     why = launch_record_damage(state)
     if why:
         raise LaunchRecordDamage(url, f"{url}: the record of run {run_id} is damaged: {why}")

@@ -74,7 +74,7 @@ EXPERIMENTS_DIR = "experiments"
 """The folder under a prefix that holds one record per experiment run (`{script}-{hash8}.json`)."""
 
 
-class Status(str, enum.Enum):
+class Status(str, enum.Enum):  # noqa: UP042 (a StrEnum's str() and format() differ from these)
     """Every status the executor writes: to `.executor_status`, to the step record's `status`,
     `status_history` and `attempts`, and as a step's outcome in a run (`StepOutcome.status`).
     Marin's outputs use the same words. The readers' own two, MISSING and CORRUPT, are below."""

@@ -17,7 +17,7 @@ A SUCCESS is only as good as its record: the output is reused on its word, so a 
 makes the step run again rather than be reused. A SUCCESS with no record at all stays SUCCESS
 (Marin's one-word outputs and outputs copied without their record are reused, as Marin would).
 Nothing here raises for damage: a step with a broken record runs again instead of jamming a run.
-"""
+"""  # noqa: E501 (the table's rows)
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ class QuantConfig:
             raise TrainingError(str(err)) from err
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def quantize_one(block_size: int, double_quant: bool) -> Callable[[jax.Array], NF4Tensor]:
     """The compiled quantization of one `[in, out]` matrix (any float dtype in, fp32 inside).
 

@@ -3,6 +3,7 @@ once and written as an ordinary checkpoint, which QLoRA runs restore directly in
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import logging
@@ -24,10 +25,8 @@ logger = logging.getLogger(__name__)
 
 def _release_freed_memory() -> None:
     """Hand memory glibc keeps after frees back to the OS (a no-op without glibc)."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def quantize_base(config: QuantizeBaseConfig) -> dict[str, Any]:

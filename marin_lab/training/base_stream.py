@@ -27,6 +27,7 @@ bytes equal the whole-model path's (tests compare them).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -104,10 +105,8 @@ def _large_buffers_by_mmap() -> bool:
 def _release_freed_memory() -> None:
     """Hand memory glibc keeps after frees back to the OS (a no-op without glibc): small pieces
     freed between a leaf's allocations otherwise stay resident, ~0.1 GiB by the end of a 0.85B base."""
-    try:
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _spec(sharding: NamedSharding, ndim: int) -> tuple:
@@ -121,7 +120,7 @@ def _zeros(shape: tuple[int, ...], dtype: Any, sharding: NamedSharding) -> jax.A
     return jax.make_array_from_callback(shape, sharding, lambda idx: np.zeros(sharding.shard_shape(shape), dtype))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _updater(sharding: NamedSharding, axis: int) -> Callable:
     """stack, piece, start -> stack with the piece written at `start` along `axis`, in place (donated)."""
     def update(stack: jax.Array, value: jax.Array, start: jax.Array) -> jax.Array:
@@ -394,7 +393,8 @@ def _restore_quantized(source: BaseSource, frozen_abs: Params, frozen_sh: Params
     for name, leaf in flat_stored.items():
         sharding, _ = _unwrap(flat_sh[name])
         if isinstance(leaf, NF4Tensor):
-            target[name] = jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), leaf, sharding)
+            target[name] = jax.tree_util.tree_map(
+                lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), leaf, sharding)
         else:  # restored as written, split as the frozen leaf, then cast in place to the frozen dtype
             dtype = written.stored_dtype(name) or leaf.dtype
             target[name] = jax.ShapeDtypeStruct(leaf.shape, dtype, sharding=sharding)
@@ -436,5 +436,6 @@ def load_saved(source: BaseSource, names: tuple[str, ...]) -> dict[str, np.ndarr
         assert source.hf_index is not None
         get = HfGetter(source.hf_index)
         return {n: np.asarray(get(n, None), np.float32) for n in names}
-    return {"/".join(keys): value.astype(np.float32) for keys, value in ckpt.iter_arrays(source.checkpoint or source.path)
+    return {"/".join(keys): value.astype(np.float32)
+            for keys, value in ckpt.iter_arrays(source.checkpoint or source.path)
             if "/".join(keys) in names}

@@ -101,7 +101,7 @@ def mixture_counts(weights: Mapping[str, float], names: list[str], batch_size: i
     order = sorted(range(len(names)), key=lambda i: (-(exact[i] - counts[i]), names[i]))
     for i in order[: batch_size - counts.sum()]:
         counts[i] += 1
-    return {n: int(c) for n, c in zip(names, counts)}
+    return {n: int(c) for n, c in zip(names, counts, strict=True)}
 
 
 class MixtureLoader:
@@ -154,7 +154,7 @@ class MixtureLoader:
         """Sequences each dataset has contributed to steps [0 of this run, step): closed form."""
         out = dict(self.base_offsets)
         bounds = [s for s, _ in self.phases[1:]] + [math.inf]
-        for (start, counts), end in zip(self.phases, bounds):
+        for (start, counts), end in zip(self.phases, bounds, strict=True):
             lo, hi = max(start, self.base_step), min(end, step)
             if hi > lo:
                 for n in self.names:

@@ -223,7 +223,8 @@ def check_settings(config: FinetuneConfig, model: LlamaConfig) -> None:
     if config.mode == "qlora":
         config.quant.validate(model)
     if config.gradient_checkpointing not in (True, False, *REMAT_POLICIES):
-        raise TrainingError(f"gradient_checkpointing={config.gradient_checkpointing!r}: expected a bool or one of {REMAT_POLICIES}")
+        raise TrainingError(f"gradient_checkpointing={config.gradient_checkpointing!r}: expected a bool "
+                            f"or one of {REMAT_POLICIES}")
     if config.offload_base and not config.trains_adapters:
         raise TrainingError("offload_base needs mode 'lora' or 'qlora' (in 'full' mode nothing is frozen)")
     if not 2 <= config.seq_len <= model.max_seq_len:
@@ -276,7 +277,8 @@ def evaluate_masked(eval_fn: Any, trainable: Any, frozen: Any, config: FinetuneC
     out = {}
     for name in sorted(config.data.caches):
         split = TokenCache(config.data.caches[name]).split(config.data.validation_split, config.seq_len)
-        n = split.num_sequences if config.eval_max_sequences is None else min(split.num_sequences, config.eval_max_sequences)
+        n = split.num_sequences if config.eval_max_sequences is None else min(split.num_sequences,
+                                                                              config.eval_max_sequences)
         if n == 0:
             continue
         idx = np.unique(np.linspace(0, split.num_sequences - 1, n).astype(np.int64))
@@ -310,7 +312,8 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
     except MeshError as err:
         raise TrainingError(str(err)) from err
     if config.batch_size % batch_divisor(mesh):
-        raise TrainingError(f"batch_size={config.batch_size} must be divisible by mesh replica*data*fsdp={batch_divisor(mesh)}")
+        raise TrainingError(f"batch_size={config.batch_size} must be divisible by mesh "
+                            f"replica*data*fsdp={batch_divisor(mesh)}")
     if config.plan_device_memory_gib:  # refuse now what would run out of memory later
         check_fits(dataclasses.replace(config, model=model, plan_devices=mesh.shape["fsdp"]))
     try:
@@ -320,7 +323,8 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
 
     plan = step_plan(config, model)
     trainable_dtype = jnp.dtype(config.trainable_dtype)
-    quant = QuantConfig(block_size=quantized["block_size"], double_quant=quantized["double_quant"]) if quantized else config.quant
+    quant = QuantConfig(block_size=quantized["block_size"],
+                        double_quant=quantized["double_quant"]) if quantized else config.quant
     params_abs = jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
     if config.mode == "qlora":
         params_abs = jax.eval_shape(lambda p: quantize_params(p, quant), params_abs)
@@ -338,7 +342,8 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
         assert frozen_abs is not None  # set for every mode but full, above
         frozen = load_frozen(source, frozen_abs, frozen_sh, quant)
         base_params = load_saved(source, config.lora.saved(model))
-        logger.info("finetune_lm: base %s (%s) placed in %.1f s", config.base, source.kind, time.perf_counter() - started)
+        logger.info("finetune_lm: base %s (%s) placed in %.1f s", config.base, source.kind,
+                    time.perf_counter() - started)
 
     start = trainer.initial_state(functools.partial(_fresh_state, config, plan, base_params, state_sh, opt_init))
     del base_params
@@ -416,7 +421,8 @@ def _chat_metadata(data: DataConfig) -> dict[str, Any]:
     return {}
 
 
-def _eval_before(config: FinetuneConfig, eval_fn: Any, trainable: Any, frozen: Any, start_step: int) -> dict[str, float]:
+def _eval_before(config: FinetuneConfig, eval_fn: Any, trainable: Any,
+                 frozen: Any, start_step: int) -> dict[str, float]:
     """The un-fine-tuned model's validation loss (recorded by the first run, reused on resume)."""
     url = mfs.join(config.output_path, "eval_before.json")
     if start_step and mfs.exists(url):

@@ -104,7 +104,8 @@ def _divides(dim: int, mesh: Mesh, axis: str) -> str | None:
 
 
 def trainable_shardings(trainable: Any, mode: str, mesh: Mesh, rule: str) -> Params:
-    """full and saved modules: the parameters' rule. Adapters: A [L, in, r] split along `in`, B [L, r, out] along `out`."""
+    """full and saved modules: the parameters' rule. Adapters: A [L, in, r] split along `in`,
+    B [L, r, out] along `out`."""
     flat = flatten_params(trainable)
     out = {}
     for name, leaf in flat.items():

@@ -63,7 +63,8 @@ def _check_optional_types(hf: dict[str, Any]) -> None:
         if given(field) and not isinstance(hf[field], dict):
             raise HfImportError(f"config.json: {field}={hf[field]!r} must be an object or null")
     params = hf.get("rope_parameters") or {}
-    if "rope_theta" in params and (not isinstance(params["rope_theta"], int | float) or isinstance(params["rope_theta"], bool)):
+    if "rope_theta" in params and (not isinstance(params["rope_theta"], int | float)
+                                   or isinstance(params["rope_theta"], bool)):
         raise HfImportError(f"config.json: rope_parameters.rope_theta={params['rope_theta']!r} must be a number")
     for field in ("model_type", "hidden_act"):
         if given(field) and not isinstance(hf[field], str):
@@ -82,7 +83,8 @@ def llama_config_from_hf(hf: dict[str, Any], *, max_seq_len: int | None = None) 
             raise HfImportError(f"config.json: {field}={hf[field]!r} must be a positive integer")
     _check_optional_types(hf)
     if hf.get("model_type") not in ("llama", None):
-        raise HfImportError(f"config.json: model_type {hf.get('model_type')!r} is not 'llama'; only Llama-family checkpoints import")
+        raise HfImportError(f"config.json: model_type {hf.get('model_type')!r} is not 'llama'; only "
+                            "Llama-family checkpoints import")
     for flag in ("attention_bias", "mlp_bias"):
         if hf.get(flag):
             raise HfImportError(f"config.json: {flag}=true; our Llama has no biases")
@@ -92,7 +94,8 @@ def llama_config_from_hf(hf: dict[str, Any], *, max_seq_len: int | None = None) 
     params: dict[str, Any] = hf.get("rope_parameters") or {}
     rope_type = rope.get("rope_type", rope.get("type")) or params.get("rope_type", "default")
     if rope_type not in ("default", None):
-        raise HfImportError(f"config.json: rope type {rope_type!r} (RoPE scaling) is not implemented; only plain RoPE imports")
+        raise HfImportError(f"config.json: rope type {rope_type!r} (RoPE scaling) is not "
+                            "implemented; only plain RoPE imports")
     heads = hf["num_attention_heads"]
     theta = params["rope_theta"] if "rope_theta" in params else hf.get("rope_theta", 10000.0)
     return LlamaConfig(
@@ -170,7 +173,8 @@ def open_hf(path: str, model: LlamaConfig | None = None) -> tuple[LlamaConfig, S
     if config.num_layers > have:
         raise HfImportError(
             f"Hugging Face checkpoint {path} does not match the model config: num_layers={config.num_layers} "
-            f"(config.json num_hidden_layers) but its safetensors hold {have} layer(s) (model.layers.0-{max(have - 1, 0)}); "
+            f"(config.json num_hidden_layers) but its safetensors hold {have} layer(s) "
+            f"(model.layers.0-{max(have - 1, 0)}); "
             "fix num_hidden_layers (or the `model` field) to the checkpoint's, or fetch the missing files")
     expected = expected_hf_shapes(config)
     problems = []

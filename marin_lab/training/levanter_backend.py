@@ -157,7 +157,8 @@ def from_native(train_cfg: Any, train_urls: tuple[str, ...] | list[str],
         raise LevanterBackendError(f"backend='levanter': {problem}")
     compute = getattr(train_cfg, "compute_dtype", "float32")
     ckpt = getattr(train_cfg, "checkpoint", None)
-    every = getattr(ckpt, "keep_every_steps", None) or getattr(ckpt, "save_every_steps", None) or train_cfg.num_train_steps
+    every = (getattr(ckpt, "keep_every_steps", None) or getattr(ckpt, "save_every_steps", None)
+             or train_cfg.num_train_steps)
     interval_s = getattr(ckpt, "save_interval_s", None)
     wandb = getattr(train_cfg, "wandb", None)
     return LevanterTrainConfig(
@@ -370,7 +371,8 @@ def train_lm_levanter(config: LevanterTrainConfig) -> dict[str, Any]:
 def _remove_symlinks(root: str) -> None:
     # W&B's `wandb/latest-run` link: the executor's manifest hashes plain files only.
     for dirpath, dirnames, filenames in os.walk(root):
-        for path in (os.path.join(dirpath, n) for n in dirnames + filenames if os.path.islink(os.path.join(dirpath, n))):
+        for path in (os.path.join(dirpath, n) for n in dirnames + filenames
+                     if os.path.islink(os.path.join(dirpath, n))):
             os.unlink(path)
 
 

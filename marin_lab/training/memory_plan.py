@@ -114,7 +114,7 @@ def _bytes_per_device(tree: Any, shardings: Any) -> tuple[int, int]:
     leaves = jax.tree_util.tree_leaves(tree)
     shards = jax.tree_util.tree_leaves(shardings, is_leaf=lambda s: hasattr(s, "shard_shape"))
     device = host = 0
-    for leaf, sh in zip(leaves, shards):
+    for leaf, sh in zip(leaves, shards, strict=True):
         n = 1
         for dim in sh.shard_shape(tuple(leaf.shape)):
             n *= dim
@@ -169,7 +169,8 @@ def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: 
     plan = StepPlan(mode, model, lora, compute_dtype, gradient_checkpointing, offload_optimizer_state, 0)
     c = jnp.dtype(compute_dtype).itemsize
     params = _abstract_params(model, frozen_dtype, quant if mode == "qlora" else None)
-    frozen = jax.eval_shape(lambda p: frozen_base(p, mode, frozen_dtype, offload_base), params) if mode != "full" else None
+    frozen = (jax.eval_shape(lambda p: frozen_base(p, mode, frozen_dtype, offload_base), params)
+              if mode != "full" else None)
     trainable = jax.eval_shape(lambda p: init_trainable(plan, p, jax.random.key(0), jnp.dtype(trainable_dtype)), params)
     optimizer = OptimizerConfig(weight_decay=0.0).build()
     opt = jax.eval_shape(optimizer.init, trainable)
@@ -196,7 +197,8 @@ def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: 
             device["compute-dtype weight copy"] = model.num_params() * c // num_devices
     else:
         layer = sum(x.size * jnp.dtype(x.dtype).itemsize
-                    for n in QUANTIZED_NAMES for x in jax.tree_util.tree_leaves(params["layers"][n])) // model.num_layers
+                    for n in QUANTIZED_NAMES
+                    for x in jax.tree_util.tree_leaves(params["layers"][n])) // model.num_layers
         if num_devices > 1 or offload_base:
             device["gathered layer (transient)"] = layer
         if lora.adapts_embed:  # apply_lora forms E + (alpha/r) A @ B in fp32 each step
@@ -259,13 +261,15 @@ def _load_peaks(model: LlamaConfig, mode: str, device: dict[str, int], host: dic
     largest = max(largest_matrix, *top)
     load_device = {"frozen weights (shards)": frozen_device}
     if mode == "qlora":
-        load_device["quantizing one matrix (first device)"] = largest_matrix * (source_itemsize + 3 * 4) + largest_matrix // 2
+        load_device["quantizing one matrix (first device)"] = (largest_matrix * (source_itemsize + 3 * 4)
+                                                               + largest_matrix // 2)
     else:
         load_device["one layer slice in flight"] = largest_matrix * jnp.dtype(frozen_dtype).itemsize // num_devices
     load_host = {}
     if host.get("frozen weights"):
         load_host["offloaded base (all devices)"] = host["frozen weights"] * num_devices
-    load_host["one tensor read + converted copy"] = largest * (source_itemsize + max(source_itemsize, 4 if mode == "qlora" else 2))
+    load_host["one tensor read + converted copy"] = largest * (source_itemsize
+                                                               + max(source_itemsize, 4 if mode == "qlora" else 2))
     return load_device, load_host
 
 

@@ -211,7 +211,7 @@ def param_spec(name: str, shape: tuple[int, ...], mesh: Mesh, rule: str) -> P:
     if name not in _TP_RULES:
         raise KeyError(f"no sharding rule for parameter {name!r}; add it to mesh._TP_RULES")
     axes = []
-    for dim, axis in zip(shape, _TP_RULES[name]):
+    for dim, axis in zip(shape, _TP_RULES[name], strict=False):
         if axis == "model" and rule == "fsdp":
             axis = None
         if axis is not None and dim % mesh.shape[axis]:

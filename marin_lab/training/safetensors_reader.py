@@ -67,7 +67,8 @@ class TensorEntry:
 def _check_entry(url: str, name: str, info: Any, data_start: int, file_size: int) -> TensorEntry:
     where = f"{url}: tensor {name}"
     if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
-        raise HfImportError(f"{where}: header entry lacks dtype, shape or data_offsets; the file is not valid safetensors")
+        raise HfImportError(f"{where}: header entry lacks dtype, shape or data_offsets; the file "
+                            "is not valid safetensors")
     dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
     if dtype not in DTYPES:
         raise HfImportError(f"{where} has dtype {dtype!r}, which we do not read (known: {', '.join(DTYPES)})")

@@ -44,7 +44,7 @@ class CacheSplit:
     shard boundary.
     """
 
-    def __init__(self, cache: "TokenCache", split: str, seq_len: int):
+    def __init__(self, cache: TokenCache, split: str, seq_len: int):
         self.cache, self.split, self.seq_len = cache, split, seq_len
         entries = cache.ledger["splits"][split]["shards"]
         self.shards = [NpyRange(array_url(cache.path, split, s["name"], "tokens")) for s in entries]
@@ -153,7 +153,7 @@ def write_token_cache(
             masks = None
             if loss_masks is not None:
                 masks = [np.append(np.asarray(m, dtype=np.uint8), 1) for m in loss_masks[split][lo:lo + per]]
-                for i, (mask, doc) in enumerate(zip(masks, chunk)):
+                for i, (mask, doc) in enumerate(zip(masks, chunk, strict=False)):
                     if len(mask) != len(doc):
                         raise TokenCacheError(f"split {split!r} {shard_name(shard_idx)}: document {i} has "
                                               f"{len(doc)} tokens but a loss mask of {len(mask)}")

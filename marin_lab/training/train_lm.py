@@ -127,7 +127,8 @@ def validation_sets(config: TrainLmConfig) -> dict[str, str]:
     return {**sets, **config.eval_caches}
 
 
-def _evaluation_hooks(config: TrainLmConfig, evaluation: Callable[[TrainLmConfig], Sequence[Hook]] | None) -> list[Hook]:
+def _evaluation_hooks(config: TrainLmConfig,
+                      evaluation: Callable[[TrainLmConfig], Sequence[Hook]] | None) -> list[Hook]:
     """The hooks that evaluate during training: built by `evaluation` from the config, or none."""
     if evaluation is not None:
         return list(evaluation(config))
@@ -147,7 +148,8 @@ def _evaluation_hooks(config: TrainLmConfig, evaluation: Callable[[TrainLmConfig
 
 def _environment(mesh: Any) -> dict[str, Any]:
     devices = jax.devices()
-    return {"mesh": dict(mesh.shape), "jax": jax.__version__, "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__")
+    return {"mesh": dict(mesh.shape), "jax": jax.__version__, "jaxlib": jax.lib.__version__
+            if hasattr(jax.lib, "__version__")
             else _jaxlib_version(), "backend": jax.default_backend(), "device_count": len(devices),
             "device_kind": devices[0].device_kind, "process_count": jax.process_count(),
             "local_device_count": jax.local_device_count(),

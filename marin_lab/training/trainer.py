@@ -239,7 +239,8 @@ class Trainer:
 
     def add_hook(self, hook: Hook) -> None:
         if hook.every is not None and hook.every < 1:
-            raise TrainingError(f"hook {hook.name!r}: every={hook.every} must be positive (or None: once, after the loop)")
+            raise TrainingError(f"hook {hook.name!r}: every={hook.every} must be positive (or "
+                                "None: once, after the loop)")
         self.hooks.append(hook)
 
     def add_hooks(self, hooks: Sequence[Hook]) -> None:

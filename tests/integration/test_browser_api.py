@@ -156,7 +156,8 @@ def test_metrics_route(server, fx):
 
 
 def test_main_without_a_prefix_serves_the_default_store(monkeypatch):
-    """`marin-lab browse` shares the executor's default prefix (the project's marin_store when MARIN_PREFIX is unset)."""
+    """`marin-lab browse` shares the executor's default prefix (the project's marin_store when
+    MARIN_PREFIX is unset)."""
     monkeypatch.delenv("MARIN_PREFIX", raising=False)
     served = []
     monkeypatch.setattr(server_module, "serve", lambda prefix, **kw: served.append(prefix))

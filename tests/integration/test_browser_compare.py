@@ -43,7 +43,8 @@ def prefix(tmp_path_factory) -> Path:
     data = prefix / "tokenized" / "docs-dddd0000"
     _write(data / ".executor_info", {"name": "tokenized/docs", "identity": "tokenized/docs-dddd0000", "config": {}})
     _write(data / ".executor_status", {"status": "SUCCESS"})
-    steps = [{"name": "tokenized/docs", "identity": "tokenized/docs-dddd0000", "output_path": str(data), "dependencies": []}]
+    steps = [{"name": "tokenized/docs", "identity": "tokenized/docs-dddd0000", "output_path": str(data),
+              "dependencies": []}]
     for k, (name, (short, n, precision, compute, seed)) in enumerate(RUNS.items()):
         identity = f"{name}-{short}"
         out = prefix / identity
@@ -57,8 +58,10 @@ def prefix(tmp_path_factory) -> Path:
         _write(out / ".executor_info", {"name": name, "identity": identity, "output_path": str(out), "config": {
             "compute_dtype": compute, "param_dtype": "float32", "seed": seed, "precision": precision}})
         _write(out / ".executor_status", {"status": "SUCCESS"})
-        steps.append({"name": name, "identity": identity, "output_path": str(out), "dependencies": ["tokenized/docs-dddd0000"]})
-    _write(prefix / "experiments" / f"{EXP_ID}.json", {"name": "compare", "created": "2026-11-23T00:00:00Z", "steps": steps})
+        steps.append({"name": name, "identity": identity, "output_path": str(out),
+                      "dependencies": ["tokenized/docs-dddd0000"]})
+    _write(prefix / "experiments" / f"{EXP_ID}.json",
+           {"name": "compare", "created": "2026-11-23T00:00:00Z", "steps": steps})
     return prefix
 
 
@@ -88,7 +91,7 @@ def test_three_runs_overlaid_with_hover_values_and_a_shareable_address(page, ser
     page.click("#compare-link")
     page.wait_for_selector("body[data-compare-ready='1']")
     identities = [f"{name}-{short}" for name, (short, *_rest) in RUNS.items()]
-    assert _curves(page) == dict(zip(identities, (20, 30, 25)))  # the torn line is skipped
+    assert _curves(page) == dict(zip(identities, (20, 30, 25), strict=True))  # the torn line is skipped
     assert page.locator("#compare-runs tbody tr").count() == 3  # the data step logged no metrics
     table = page.locator("#compare-runs").inner_text()
     assert "compute bfloat16 · matmul fp8 · adam state float16_scaled · seed 1" in table and "cccc0003" in table
@@ -111,7 +114,8 @@ def test_three_runs_overlaid_with_hover_values_and_a_shareable_address(page, ser
 
     # Relative to the fp32 run: each run in % of fp32's value at the same step (fp32 logged steps 0-19).
     page.select_option("#compare-vs", identities[0])
-    page.wait_for_function("() => document.querySelector('#compare-chart svg').dataset.metric.startsWith('loss: % vs train/fp32')")
+    page.wait_for_function("() => document.querySelector('#compare-chart svg')"
+                           ".dataset.metric.startsWith('loss: % vs train/fp32')")
     assert _curves(page) == dict.fromkeys(identities, 20)
     cells = page.locator("#last-values tbody tr").nth(1).locator("td").all_inner_texts()
     assert cells[1].endswith("%") and abs(float(cells[1][:-1]) - 100 * (loss_of(1, 19) / loss_of(0, 19) - 1)) < 1e-3

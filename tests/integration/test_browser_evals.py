@@ -83,7 +83,7 @@ def test_compare_samples_and_training_api(server, fx):
     assert [p[0] for p in series] == [0, 100, 200, 300]
     assert sorted(train["runs"][0]["series"]) == ["eval/hellaswag/acc"]  # _low / _high are its bounds
     low = train["runs"][0]["bounds"]["eval/hellaswag/acc"]["low"]
-    assert [round(v - p[1], 6) for p, v in zip(low, [p[1] for p in series])] == [0.05] * 4
+    assert [round(v - p[1], 6) for p, v in zip(low, [p[1] for p in series], strict=True)] == [0.05] * 4
 
 
 @pytest.mark.parametrize("path, status, text", [
@@ -142,7 +142,8 @@ def chromium():
     from playwright.sync_api import sync_playwright
 
     if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
-        pytest.fail(f"headless Chromium not found at {CHROMIUM}: `apt-get install -y chromium` (or set MARIN_LAB_CHROMIUM)")
+        pytest.fail(f"headless Chromium not found at {CHROMIUM}: `apt-get install -y chromium` "
+                    "(or set MARIN_LAB_CHROMIUM)")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield browser
@@ -243,7 +244,8 @@ def test_compare_and_sample_pages_show_the_cli_numbers(page, server, fx, capsys)
 
 @pytest.mark.browser
 def test_hostile_samples_and_training_page(page, server, fx):
-    _open(page, server.url + "/#/evals/samples?" + urlencode({"run": "evaluate/hostile-99990007", "task": HOSTILE_TASK}))
+    _open(page, server.url + "/#/evals/samples?"
+          + urlencode({"run": "evaluate/hostile-99990007", "task": HOSTILE_TASK}))
     page.wait_for_selector("#samples .sample")
     assert page.locator("#samples .sample.bad").count() == 2  # broken JSON, and the 5 MB line, skipped
     assert page.locator("#app script, #app img").count() == 0

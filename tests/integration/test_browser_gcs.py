@@ -53,7 +53,7 @@ def gcs_prefix(tmp_path_factory):
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError("fake-gcs-server did not start within 30 s")
+                    raise RuntimeError("fake-gcs-server did not start within 30 s") from None
                 time.sleep(0.1)
         fs = fsspec.filesystem("gs", token="anon", skip_instance_cache=True)
         fs.mkdir(BUCKET)

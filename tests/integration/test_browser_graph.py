@@ -25,7 +25,8 @@ HIDDEN_EDGES_JS = """() => {
   const bad = [];
   for (const p of document.querySelectorAll('#dag path.edge')) {
     const len = p.getTotalLength(); const bb = p.getBBox();
-    const near = boxes.filter(b => b.x < bb.x + bb.width && b.x + b.w > bb.x && b.y < bb.y + bb.height && b.y + b.h > bb.y);
+    const near = boxes.filter(b => b.x < bb.x + bb.width && b.x + b.w > bb.x
+                                   && b.y < bb.y + bb.height && b.y + b.h > bb.y);
     const samples = Math.ceil(len / 4);  // a point every 4 units: no step box is thinner than that
     for (let i = 0; i <= samples; i++) {
       const pt = p.getPointAtLength(len * i / samples);
@@ -36,8 +37,8 @@ HIDDEN_EDGES_JS = """() => {
       }
     }
   }
-  return {edges: document.querySelectorAll('#dag path.edge').length, engine: document.querySelector('#dag').dataset.engine,
-          bad: [...new Set(bad)]};
+  return {edges: document.querySelectorAll('#dag path.edge').length,
+          engine: document.querySelector('#dag').dataset.engine, bad: [...new Set(bad)]};
 }"""
 
 

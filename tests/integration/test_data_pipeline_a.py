@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,7 +32,7 @@ def real_corpus() -> Corpus:
 
 
 def read_info(output_path: str) -> dict:
-    return json.loads(open(os.path.join(output_path, ".executor_info")).read())
+    return json.loads(Path(output_path, ".executor_info").read_text())
 
 
 def test_corpus_is_real_and_cached(real_corpus):
@@ -69,7 +70,8 @@ def test_pipeline_through_executor(real_corpus, tmp_path):
     raw_info = read_info(by_name["raw/debian-reference"])
     assert raw_info["status"] == "SUCCESS" and raw_info["result"]["files"] == 30  # 15 chapters x 2 languages
     prov = mfs.read_json(mfs.join(by_name["raw/debian-reference"], "provenance.json"))
-    assert prov["packages"]["debian-reference-en"] == real_corpus.versions["debian-reference-en"] and prov["count"] == 30
+    assert prov["packages"]["debian-reference-en"] == real_corpus.versions["debian-reference-en"]
+    assert prov["count"] == 30
     assert prov["files"][0]["source"].startswith(DEBIAN_REFERENCE + "/") and real_corpus.root not in json.dumps(prov)
 
     ext = read_info(by_name["documents/debian-reference"])["result"]
@@ -143,7 +145,8 @@ def test_gcs_source_and_outputs(gcs_bucket, real_corpus, tmp_path):
 
     from marin_lab.processing.download import DownloadConfig, download
 
-    pages = sorted(p for p in os.listdir(real_corpus.debian_reference_html) if p.startswith("ch0") and p.endswith(".fr.html"))[:4]
+    pages = sorted(p for p in os.listdir(real_corpus.debian_reference_html) if p.startswith("ch0")
+                   and p.endswith(".fr.html"))[:4]
     for page in pages:
         with open(os.path.join(real_corpus.debian_reference_html, page), "rb") as f:
             mfs.atomic_write_bytes(f"{gcs_bucket}/src/{page}", f.read())
@@ -153,7 +156,7 @@ def test_gcs_source_and_outputs(gcs_bucket, real_corpus, tmp_path):
     prov = mfs.read_json(f"{out}/provenance.json")
     first = os.path.join(real_corpus.debian_reference_html, pages[0])
     assert prov["files"][0]["path"] == pages[0]
-    assert prov["files"][0]["sha256"] == hashlib.sha256(open(first, "rb").read()).hexdigest()
+    assert prov["files"][0]["sha256"] == hashlib.sha256(Path(first).read_bytes()).hexdigest()
     extract(ExtractConfig(input_path=f"{out}/data", output_path=f"{gcs_bucket}/docs", num_shards=2))
     tok = tokenize(TokenizeConfig(input_path=f"{gcs_bucket}/docs/data", output_path=f"{gcs_bucket}/tok",
                                   tokenizer=real_corpus.gpt2_tokenizer, validation_fraction=0.0))

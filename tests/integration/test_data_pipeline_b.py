@@ -12,6 +12,7 @@ import os
 import random
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -49,7 +50,7 @@ def perturb(html: str) -> str:
 
 
 def read_info(path: str) -> dict:
-    return json.loads(open(os.path.join(path, ".executor_info")).read())
+    return json.loads(Path(path, ".executor_info").read_text())
 
 
 def accounted(result: dict) -> bool:
@@ -86,7 +87,7 @@ def test_dedup_language_quality_and_classifier_through_executor(source, tmp_path
     rng = random.Random(0)
     salad = []
     for i in range(40):
-        words = [w for p in pages[:6] for w in open(os.path.join(src, p), encoding="utf-8").read().split()[:400]]
+        words = [w for p in pages[:6] for w in Path(os.path.join(src, p)).read_text(encoding="utf-8").split()[:400]]
         rng.shuffle(words)
         salad.append({"id": f"salad-{i}", "text": " ".join(words[:300])})
     write_documents(str(tmp_path / "salad" / "0.jsonl"), salad)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -59,7 +60,7 @@ def test_dag_twice_second_run_executes_nothing(tmp_path, backend):
     assert len(first.executed) == 5
     assert len(executions(log)) == 5
     e = _ids(first)["final/e"]
-    assert open(f"{e.output_path}/data.txt").read() == "a\nb\na\nc\nd\ne"
+    assert Path(f"{e.output_path}/data.txt").read_text() == "a\nb\na\nc\nd\ne"
     second = Executor(prefix, backend=backend).run(five_step_dag(log_path=log))
     assert second.executed == []
     assert len(executions(log)) == 5
@@ -82,7 +83,7 @@ def test_failure_records_traceback_marks_dependents_and_force_reruns(tmp_path):
     plan = _ids(report)
     assert read_status(plan["a"].output_path)["status"] == "FAILED"
     assert read_status(plan["b"].output_path)["status"] == "DEP_FAILED"
-    info = json.load(open(f"{plan['a'].output_path}/.executor_info"))
+    info = json.loads(Path(f"{plan['a'].output_path}/.executor_info").read_text())
     assert "ValueError: boom in a" in info["error"]
     assert "Traceback" in info["attempts"][-1]["error"]
     assert not os.path.exists(f"{plan['b'].output_path}/data.txt")
@@ -93,7 +94,7 @@ def test_failure_records_traceback_marks_dependents_and_force_reruns(tmp_path):
         Executor(prefix, backend="local", force_run_failed=True).run([b])
     assert len(executions(log)) == 2
     assert read_status(plan["a"].output_path)["status"] == "FAILED"
-    info = json.load(open(f"{plan['a'].output_path}/.executor_info"))
+    info = json.loads(Path(f"{plan['a'].output_path}/.executor_info").read_text())
     assert [x["status"] for x in info["attempts"]] == ["FAILED", "FAILED"]
 
 
@@ -102,7 +103,7 @@ def test_preemptions_and_failures_have_separate_budgets(tmp_path):
     kill = ExecutorStep("killed-twice", flaky, FlakyConfig(this_output_path(), str(tmp_path / "k.count"),
                                                            mode=versioned("kill"), bad_attempts=2))
     report = Executor(prefix, backend="local", max_preemption_retries=2, max_failure_retries=0).run([kill])
-    info = json.load(open(f"{report.plan.steps[0].output_path}/.executor_info"))
+    info = json.loads(Path(f"{report.plan.steps[0].output_path}/.executor_info").read_text())
     assert [a["kind"] for a in info["attempts"]] == ["preemption", "preemption", None]
     assert info["result"] == 3
     assert [h["status"] for h in info["status_history"]].count("FAILED") == 2
@@ -127,7 +128,7 @@ def test_record_has_provenance_and_no_secrets(tmp_path, monkeypatch):
     prefix = str(tmp_path / "store")
     report = Executor(prefix, backend="local").run(five_step_dag())
     d = _ids(report)["join/d"]
-    raw = open(f"{d.output_path}/.executor_info").read()
+    raw = Path(f"{d.output_path}/.executor_info").read_text()
     info = json.loads(raw)
     for key in ("fn", "config", "version", "dependencies", "status_history", "attempts", "timings", "result",
                 "git", "environment", "manifest", "identity", "output_path", "unversioned"):
@@ -143,11 +144,11 @@ def test_record_has_provenance_and_no_secrets(tmp_path, monkeypatch):
         assert secret not in raw
     files = {f["path"]: f for f in info["manifest"]["files"]}
     import hashlib
-    data = open(f"{d.output_path}/data.txt", "rb").read()
+    data = Path(f"{d.output_path}/data.txt").read_bytes()
     assert files["data.txt"]["sha256"] == hashlib.sha256(data).hexdigest()
     assert files["data.txt"]["size"] == len(data)
     assert not any(p.startswith(".executor") for p in files)
-    exp = json.load(open(report.experiment_path))
+    exp = json.loads(Path(report.experiment_path).read_text())
     assert {s["identity"] for s in exp["steps"]} == {s.identity for s in report.plan.steps}
     assert exp["description"] is None and exp["prefix"] == prefix
     assert os.path.basename(report.experiment_path).startswith(exp["name"] + "-")
@@ -243,9 +244,9 @@ def test_kill_9_driver_mid_step_then_rerun(tmp_path, driver_backend, request):
     Executor(clean, backend="local").run(five_step_dag())
     for s in plan.steps:
         rel = s.identity
-        assert open(f"{prefix}/{rel}/data.txt").read() == open(f"{clean}/{rel}/data.txt").read()
-        a = json.load(open(f"{prefix}/{rel}/.executor_info"))["manifest"]
-        b = json.load(open(f"{clean}/{rel}/.executor_info"))["manifest"]
+        assert Path(f"{prefix}/{rel}/data.txt").read_text() == Path(f"{clean}/{rel}/data.txt").read_text()
+        a = json.loads(Path(f"{prefix}/{rel}/.executor_info").read_text())["manifest"]
+        b = json.loads(Path(f"{clean}/{rel}/.executor_info").read_text())["manifest"]
         assert a == b
 
 
@@ -279,7 +280,7 @@ def test_cli_status_verify_explain(tmp_path, capsys):
     assert "data.txt" in capsys.readouterr().out
     script = tmp_path / "exp.py"
     script.write_text(
-        "import sys\nsys.path.insert(0, %r)\n" % REPO_ROOT
+        f"import sys\nsys.path.insert(0, {REPO_ROOT!r})\n"
         + "from tests.executor_steps import five_step_dag\nfrom marin_lab.execution import executor_main\n"
         "if __name__ == '__main__':\n    executor_main(five_step_dag(text='changed'))\n"
     )

@@ -24,6 +24,7 @@ from marin_lab.models.llama import init_params
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.testing import synthetic_documents, tiny_model
 from marin_lab.training.token_cache import write_token_cache
+from pathlib import Path
 
 out = sys.argv[1]
 model = tiny_model()
@@ -47,7 +48,7 @@ runs = {
 result = {"devices": jax.device_count()}
 for name, overrides in runs.items():
     finetune_lm(dataclasses.replace(base, output_path=f"{out}/{name}", **overrides))
-    result[name] = [json.loads(l)["loss"] for l in open(f"{out}/{name}/metrics.jsonl")]
+    result[name] = [json.loads(line)["loss"] for line in Path(f"{out}/{name}/metrics.jsonl").read_text().splitlines()]
 try:
     finetune_lm(dataclasses.replace(base, output_path=out + "/bad", mesh=MeshConfig(data=1, fsdp=4),
                                     quant=QuantConfig(block_size=2048)))

@@ -26,7 +26,7 @@ DRIVER = os.path.join(REPO_ROOT, "tests", "interrupt_steps.py")
 
 def _start(prefix, markers, mode, *flags):
     env = {**os.environ, "PYTHONPATH": REPO_ROOT}
-    err = open(os.path.join(markers, "..", f"driver-{time.monotonic_ns()}.err"), "w+")
+    err = open(os.path.join(markers, "..", f"driver-{time.monotonic_ns()}.err"), "w+")  # noqa: SIM115 (returned: the caller reads it)
     proc = subprocess.Popen([sys.executable, DRIVER, str(prefix), str(markers), mode, *flags], env=env,
                             stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, cwd=REPO_ROOT)
     return proc, err

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -71,7 +72,7 @@ def _events(path: str) -> list[str]:
 
 
 def _raw_events(path: str) -> list[str]:
-    return open(path).read().splitlines() if os.path.exists(path) else []
+    return Path(path).read_text().splitlines() if os.path.exists(path) else []
 
 
 def _gone(pid: int) -> bool:
@@ -110,7 +111,7 @@ def _finish(prefix, events, gate, run_id):
     assert ev.count("end gated") == 1 and ev.count("end last") == 1, ev
     outputs = sorted(os.path.relpath(os.path.join(d, f), prefix) for d, _, fs in os.walk(prefix) for f in fs
                      if f == "data.txt")
-    return final, {p: open(os.path.join(prefix, p)).read() for p in outputs}
+    return final, {p: Path(prefix, p).read_text() for p in outputs}
 
 
 def test_a_killed_driver_and_a_lost_node_are_restarted_and_the_pipeline_finishes(cluster, tmp_path):
@@ -196,7 +197,7 @@ def test_stop_ends_the_run_without_a_restart_and_follow_and_status_read_the_reco
     assert f"--- {run_id}: attempt 1 started" in text and "launch/first" in text and "--- attempt 1: stopped" in text
     assert cli_main(["launch", "--status", run_id, "--prefix", prefix]) == 0
     assert "attempt 1: stopped" in capsys.readouterr().out
-    stored = "".join(open(os.path.join(d, f)).read() for d, _, fs in os.walk(os.path.join(prefix, "launches"))
+    stored = "".join(Path(os.path.join(d, f)).read_text() for d, _, fs in os.walk(os.path.join(prefix, "launches"))
                      for f in fs)
     assert secret not in stored and plain not in stored and "<redacted>.<redacted>.events" in stored
     assert plain not in text

@@ -1,7 +1,7 @@
 """train_lm as several processes (simulated hosts, jax.distributed over gloo): a hardware move with
-resharded restore; a fine-tune stopped and resumed on two hosts; the real trainer on a TPU slice of the local Ray cluster (slice runner, executor)
-surviving a killed driver, a host's process killed and a host's Ray node removed; a host that never
-arrives.
+resharded restore; a fine-tune stopped and resumed on two hosts; the real trainer on a TPU slice of
+the local Ray cluster (slice runner, executor) surviving a killed driver, a host's process killed and a
+host's Ray node removed; a host that never arrives.
 
 One unbroken 2 hosts x 2 devices run is shared; every other run starts from its checkpoint at
 step K or reruns it. Processes are slow to start (and compile): keep these few and tiny.
@@ -93,7 +93,7 @@ def test_hardware_move_reshards_and_continues_the_data(unbroken):
     for name, hosts, devices in (("to_1x2", 1, 2), ("to_4x1", 4, 1), ("to_1x2_again", 1, 2)):
         cfg = _from_step_k(unbroken, name)
         runs[name] = (cfg, _ok(run_hosts(cfg, hosts=hosts, devices_per_host=devices, workdir=str(root / f"w-{name}"))))
-    for name, (cfg, summary) in runs.items():
+    for cfg, summary in runs.values():
         assert summary["start"].startswith("resumed from") and summary["final_step"] == STEPS
         hardware = [(h["from_step"], h["process_count"], h["local_device_count"]) for h in summary["hardware"]]
         assert hardware[0] == (0, 2, 2) and hardware[1][0] == K
@@ -105,7 +105,8 @@ def test_hardware_move_reshards_and_continues_the_data(unbroken):
         consumed, unbroken_consumed = _batch_checksums(cfg.output_path), _batch_checksums(out)
         assert [consumed[s] for s in range(K, STEPS)] == [unbroken_consumed[s] for s in range(K, STEPS)]
         end = read_metadata(list_checkpoints(os.path.join(cfg.output_path, "checkpoints"))[-1][1])
-        assert end["data_consumed"] == read_metadata(list_checkpoints(os.path.join(out, "checkpoints"))[-1][1])["data_consumed"]
+        unbroken_end = read_metadata(list_checkpoints(os.path.join(out, "checkpoints"))[-1][1])
+        assert end["data_consumed"] == unbroken_end["data_consumed"]
     assert runs["to_1x2"][1]["hardware"][1]["process_count"] == 1
     assert runs["to_4x1"][1]["hardware"][1]["process_count"] == 4
     # The batches of steps K.. are those of the unbroken run: same token ids, from the restored position.
@@ -144,7 +145,7 @@ def train_step(cache, env, slices=1):
 if __name__ == "__main__":
     ray.init(address=sys.argv[1], logging_level="warning")
     Executor(prefix=sys.argv[2], backend="ray").run([train_step(sys.argv[3], json.loads(sys.argv[4]))])
-""" % (STEPS, K)
+""" % (STEPS, K)  # noqa: UP031 (the source above is code: braces would need doubling)
 
 
 @pytest.fixture()
@@ -349,7 +350,8 @@ def test_two_slices_train_like_one_slice_and_resume_on_one(unbroken, tmp_path):
     summary = _ok(run_hosts(_config(str(one), cache), hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-one")))
     assert summary["start"].startswith("resumed from") and summary["final_step"] == STEPS
     assert [h["mesh"]["replica"] for h in summary["hardware"]] == [2, 1]
-    assert [_batch_checksums(str(one))[s] for s in range(K, STEPS)] == [_batch_checksums(out)[s] for s in range(K, STEPS)]
+    expected = [_batch_checksums(str(one))[s] for s in range(K, STEPS)]
+    assert expected == [_batch_checksums(out)[s] for s in range(K, STEPS)]
     assert [_losses(str(one))[s] for s in range(K, STEPS)] == pytest.approx(
         [_losses(out)[s] for s in range(K, STEPS)], rel=1e-6)
 
@@ -384,7 +386,8 @@ def test_a_two_host_finetune_stopped_and_resumed_trains_like_one_that_never_stop
     masks = [np.concatenate([np.zeros(8, np.uint8), np.ones(len(d) - 8, np.uint8)]) for d in docs]
     write_token_cache(str(tmp_path / "cache"), {"train": docs, "validation": docs[:4]}, vocab_size=256, eos_id=255,
                       loss_masks={"train": masks, "validation": masks[:4]})
-    ckpt.save_checkpoint(str(tmp_path / "base/checkpoints/step-000000"), {"params": init_params(model, jax.random.key(0))},
+    ckpt.save_checkpoint(str(tmp_path / "base/checkpoints/step-000000"),
+                         {"params": init_params(model, jax.random.key(0))},
                          {"model": dataclasses.asdict(model), "step": 0})
     config = finetune.FinetuneConfig(
         output_path=str(tmp_path / "whole"), data=DataConfig(caches={"c": str(tmp_path / "cache")}),

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -76,7 +77,8 @@ def test_pipeline_reproduces_deep_and_nothing_is_written_into_the_original(tmp_p
     before = _tree(original)
     assert cli_main(["reproduce", experiment, "--into", str(tmp_path / "scratch"), "--deep"]) == 0
     table = capsys.readouterr().out
-    rows = {line.split()[0].split("/")[0]: line for line in table.splitlines() if re.match(r"  \w+/\S+-[0-9a-f]{8} ", line)}
+    rows = {line.split()[0].split("/")[0]: line for line in table.splitlines()
+            if re.match(r"  \w+/\S+-[0-9a-f]{8} ", line)}
     assert sorted(rows) == ["checkpoints", "documents", "evaluation", "raw", "tokenized", "tokenizers"], table
     assert all(line.split()[1] == "identical" for line in rows.values()), table
     assert "6 steps: 6 identical" in table
@@ -112,7 +114,7 @@ NOISY = textwrap.dedent("""
 def test_a_difference_is_named_and_exits_1(tmp_path, capsys):
     original = str(tmp_path / "original")
     experiment = _record(_script(tmp_path / "a", NOISY), original)
-    b_output = json.load(open(experiment))["steps"][1]["output_path"]
+    b_output = json.loads(Path(experiment).read_text())["steps"][1]["output_path"]
     before = _tree(original)
     # A step's output path leads to its experiment; dependencies are read from the original prefix.
     assert cli_main(["reproduce", b_output, "--into", str(tmp_path / "scratch")]) == 1
@@ -146,7 +148,7 @@ def test_deep_reproduction_of_a_record_named_through_a_symlinked_prefix_is_ident
 def test_a_declared_moving_source_is_reported_not_reproducible(tmp_path):
     original = str(tmp_path / "original")
     experiment = _record(_script(tmp_path / "a", NOISY), original)
-    record = json.load(open(experiment))
+    record = json.loads(Path(experiment).read_text())
     info_file = os.path.join(record["steps"][1]["output_path"], ".executor_info")
     info = read_json(info_file)
     info["reproducibility"]["not_reproducible"] = "fetches https://example.org/latest without a revision"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -68,7 +69,7 @@ def test_only_the_bad_shards_run_again_and_the_step_ends_success(experiment, cap
     assert read_status(path)["status"] == "FAILED" and ran() == ["s0", "s1", "s2", "s3"]
     report = read_report(path)
     assert [b["shard"] for b in report["bad"]] == ["s2"] and report["rerun"] == f"marin-lab rerun-shards {path}"
-    info = json.loads(open(os.path.join(path, ".executor_info")).read())
+    info = json.loads(Path(os.path.join(path, ".executor_info")).read_text())
     assert "copy_shards: 1 of 4 shards are bad" in json.dumps(info)  # the record names it too
 
     poison()  # the store answers again
@@ -77,7 +78,7 @@ def test_only_the_bad_shards_run_again_and_the_step_ends_success(experiment, cap
     assert "reran 1 bad shard(s): s2" in out and "SUCCESS (every shard done)" in out
     assert ran() == ["s2"]  # the finished shards were not run again
     assert read_status(path)["status"] == "SUCCESS" and not os.path.exists(os.path.join(path, REPORT_FILE))
-    result = json.loads(open(os.path.join(path, ".executor_info")).read())["result"]
+    result = json.loads(Path(os.path.join(path, ".executor_info")).read_text())["result"]
     assert result["shards"] == 4 and result["reused"] == 3 and result["bad_shards"] == []
     assert sorted(os.listdir(os.path.join(path, "data"))) == sorted(
         [f"s{i}" for i in range(4)] + [f"s{i}.done" for i in range(4)])
@@ -116,9 +117,9 @@ def test_what_cannot_be_rerun_is_one_line(experiment, capsys, tmp_path):
 
 def _edit_report(path: str, bad: list) -> None:
     url = os.path.join(path, REPORT_FILE)
-    report = json.loads(open(url).read())
+    report = json.loads(Path(url).read_text())
     report["bad"] = bad
-    open(url, "w").write(json.dumps(report))
+    Path(url).write_text(json.dumps(report))
 
 
 def test_a_report_whose_entries_are_not_objects_is_one_line_and_reruns_nothing(experiment, capsys):

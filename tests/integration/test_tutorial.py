@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import REPO_ROOT
 
@@ -21,7 +22,7 @@ def test_tutorial_runs_skips_and_explains(tmp_path):
     second = _run(SCRIPT, "--backend", "local", "--prefix", prefix, cwd=tmp_path)
     assert "0 executed, 3 reused" in second.stderr
     changed = tmp_path / "word_lengths.py"
-    changed.write_text(open(SCRIPT).read().replace("min_chars=versioned(40)", "min_chars=versioned(80)"))
+    changed.write_text(Path(SCRIPT).read_text().replace("min_chars=versioned(40)", "min_chars=versioned(80)"))
     explain = _run("-m", "marin_lab.cli", "explain", str(changed), "--prefix", prefix, cwd=tmp_path)
     assert explain.returncode == 0, explain.stderr
     assert "min_chars: 40 -> 80" in explain.stdout

@@ -166,10 +166,9 @@ def test_status_file_reads_legacy_format(tmp_path):
 def test_force_run_failed():
     log = create_log()
 
-    temp_file_to_mark_failure = tempfile.NamedTemporaryFile(prefix="executor-fail-", delete=False)
-    # make sure it exists
-    temp_file_to_mark_failure.write(b"hello")
-    temp_file_to_mark_failure.close()
+    with tempfile.NamedTemporaryFile(prefix="executor-fail-", delete=False) as temp_file_to_mark_failure:
+        # make sure it exists
+        temp_file_to_mark_failure.write(b"hello")
 
     path = temp_file_to_mark_failure.name
     assert os.path.exists(path)
@@ -251,7 +250,7 @@ def test_status_actor_one_executor_waiting_for_another():
 
         def fn(config: Config):
             time.sleep(config.wait)
-            with open(config.path, "r") as f:
+            with open(config.path) as f:
                 number = int(f.read())
             with open(config.path, "w") as f:
                 f.write(str(number + config.number))
@@ -272,7 +271,7 @@ def test_status_actor_one_executor_waiting_for_another():
             run1.join()
             run2.join()
 
-            with open(file.name, "r") as f:
+            with open(file.name) as f:
                 assert int(f.read()) == 3
 
 

@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -99,10 +100,10 @@ def test_ten_files_each_listed_once():
 
 def test_each_file_names_its_marin_source_and_what_changed():
     for path in FILES:
-        head = open(path, encoding="utf-8").read(1500)
+        head = Path(path).read_text(encoding="utf-8")[:1500]
         assert head.startswith("# Ported from Marin (https://github.com/marin-community/marin):"), path
         assert "commit" in head and "Apache License" in head, path
-        assert "marin.execution.executor import" not in open(path, encoding="utf-8").read(), path
+        assert "marin.execution.executor import" not in Path(path).read_text(encoding="utf-8"), path
 
 
 @pytest.mark.parametrize("name", sorted(PORTS))

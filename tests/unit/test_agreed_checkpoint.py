@@ -69,7 +69,8 @@ def test_finetune_resumes_from_the_agreed_checkpoint(monkeypatch, tmp_path):
     model = tiny_model()
     docs = synthetic_documents(16, 0)
     write_token_cache(str(tmp_path / "cache"), {"train": docs, "validation": docs[:4]}, vocab_size=256, eos_id=255)
-    ckpt.save_checkpoint(str(tmp_path / "base/checkpoints/step-000000"), {"params": init_params(model, jax.random.key(0))},
+    ckpt.save_checkpoint(str(tmp_path / "base/checkpoints/step-000000"),
+                         {"params": init_params(model, jax.random.key(0))},
                          {"model": dataclasses.asdict(model), "step": 0})
     asked = []
 
@@ -86,7 +87,8 @@ def test_finetune_resumes_from_the_agreed_checkpoint(monkeypatch, tmp_path):
         return own_listing(root)
 
     monkeypatch.setattr(ckpt, "latest_checkpoint", latest)
-    config = finetune.FinetuneConfig(output_path=str(tmp_path / "ft"), data=DataConfig(caches={"c": str(tmp_path / "cache")}),
+    config = finetune.FinetuneConfig(output_path=str(tmp_path / "ft"),
+                                     data=DataConfig(caches={"c": str(tmp_path / "cache")}),
                                      base=str(tmp_path / "base"), mode="lora", lora=LoraConfig(rank=2, alpha=4.0),
                                      num_train_steps=2, batch_size=2, seq_len=16, eval_max_sequences=0,
                                      save_merged=False, export_hf=False, wandb=WandbConfig(enabled=False))

@@ -100,7 +100,8 @@ def test_placed_hardware_is_in_the_running_record_while_the_attempt_runs(ray_up,
     step = ExecutorStep(name="hw/placed", fn=write_text, resources=runner,
                         config=WriteConfig(output_path=this_output_path(), text=versioned("y")))
     done: dict = {}
-    driver = threading.Thread(target=lambda: done.setdefault("report", Executor(str(tmp_path), backend="ray").run([step])))
+    driver = threading.Thread(target=lambda: done.setdefault("report",
+                                                             Executor(str(tmp_path), backend="ray").run([step])))
     driver.start()
     running = None
     deadline = time.monotonic() + 60

@@ -41,7 +41,7 @@ def test_splash_matches_einsum_forward_and_gradients():
     out, grads = forward_and_grads(q, k, v)
     ref_out, ref_vjp = jax.vjp(einsum_attention, q, k, v)
     np.testing.assert_allclose(np.asarray(out), np.asarray(ref_out), atol=1e-5, rtol=1e-5)
-    for a, b in zip(grads, ref_vjp(cotangent)):
+    for a, b in zip(grads, ref_vjp(cotangent), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, rtol=1e-4)
 
 

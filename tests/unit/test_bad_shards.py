@@ -11,6 +11,7 @@ import resource
 import shutil
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import zstandard
@@ -53,8 +54,8 @@ def shard_fn(task: tuple[str, str]) -> str:
         bytearray(2**30)
     if name.startswith("oom"):  # what the kernel does: count an oom_kill in the cgroup, then SIGKILL
         events = os.environ["FAKE_MEMORY_EVENTS"]
-        n = int(open(events).read().split()[1])
-        open(events, "w").write(f"oom_kill {n + 1}\n")
+        n = int(Path(events).read_text().split()[1])
+        Path(events).write_text(f"oom_kill {n + 1}\n")
         os.kill(os.getpid(), signal.SIGKILL)
     with open(os.path.join(out, name), "w") as f:
         f.write(name.upper())
@@ -62,7 +63,7 @@ def shard_fn(task: tuple[str, str]) -> str:
 
 
 def _attempts(out, name) -> int:
-    return len(open(out / f"{name}.attempts").read())
+    return len(Path(out / f"{name}.attempts").read_text())
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,7 @@ def test_an_experiment_written_by_a_launched_driver_lists_its_attempts(tmp_path)
     for n in (1, 2):
         url = attempt_log_url(prefix, "x-1", n)
         (tmp_path / "launches" / "x-1" / "logs").mkdir(parents=True, exist_ok=True)
-        open(url, "w").write(f"attempt {n} says hi\n")
+        Path(url).write_text(f"attempt {n} says hi\n")
     b = Browser(prefix, Roots.of([prefix]))
     launch = b.experiment("x-00000001")["launch"]
     assert launch["status"] == "RUNNING" and launch["restarts"] == 1 and launch["max_restarts"] == 3

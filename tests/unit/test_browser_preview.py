@@ -56,7 +56,8 @@ def test_first_page_of_a_compressed_file_does_not_read_the_rest(tmp_path, suffix
     # Everything after the first documents is garbage: reading the whole stream would fail.
     rng = np.random.default_rng(0)
     docs = "".join(json.dumps({"id": str(i), "text": rng.bytes(1000).hex()}) + "\n" for i in range(3000)).encode()
-    compressed = zstandard.ZstdCompressor().compress(docs) if suffix.endswith("zst") else gzip.compress(docs, compresslevel=1)
+    compressed = (zstandard.ZstdCompressor().compress(docs) if suffix.endswith("zst")
+                  else gzip.compress(docs, compresslevel=1))
     path = tmp_path / f"shard{suffix}"
     path.write_bytes(compressed + b"\xde\xad\xbe\xef" * 500_000)
     page = preview(ROOTS, str(path), None, 10)

@@ -8,6 +8,7 @@ import json
 import linecache
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -52,7 +53,8 @@ def test_the_fingerprint_follows_the_function_and_its_helpers_only(tmp_path, mon
     body = _load(tmp_path, monkeypatch, STEPS_V1.replace("return helper(cfg)", "return helper(cfg) * 2"))
     assert function_fingerprint(body.step_fn)["sha256"] != v1["sha256"]
     # Through a partial, and nothing for what has no source.
-    assert function_fingerprint(functools.partial(body.step_fn))["sha256"] == function_fingerprint(body.step_fn)["sha256"]
+    partial = function_fingerprint(functools.partial(body.step_fn))
+    assert partial["sha256"] == function_fingerprint(body.step_fn)["sha256"]
     assert function_fingerprint(len) is None
 
 
@@ -61,7 +63,7 @@ def test_a_reused_step_whose_code_changed_gets_one_line(tmp_path, capsys):
     prefix = str(tmp_path / "store")
     report = Executor(prefix, backend="local").run(five_step_dag())
     ps = next(s for s in report.plan.steps if s.name == "proc/b")
-    st = json.loads(open(status_path(ps.output_path)).read())
+    st = json.loads(Path(status_path(ps.output_path)).read_text())
     current = function_fingerprint(write_text)
     assert st["code_fingerprint"] == current["sha256"]
     assert read_step_record(ps.output_path).code["function"] == current
@@ -71,7 +73,7 @@ def test_a_reused_step_whose_code_changed_gets_one_line(tmp_path, capsys):
 
     # The step ran with other code than what is there now (the status is as that run left it).
     st["code_fingerprint"] = "0" * 16
-    open(status_path(ps.output_path), "w").write(json.dumps(st))
+    Path(status_path(ps.output_path)).write_text(json.dumps(st))
     plan = Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
     noted = {d.step.name: d.notes for d in plan.decisions if d.notes}
     assert noted == {"proc/b": (
@@ -87,9 +89,9 @@ def test_a_status_without_a_fingerprint_says_nothing(tmp_path):
     prefix = str(tmp_path / "store")
     report = Executor(prefix, backend="local").run(five_step_dag())
     for ps in report.plan.steps:
-        st = json.loads(open(status_path(ps.output_path)).read())
+        st = json.loads(Path(status_path(ps.output_path)).read_text())
         st.pop("code_fingerprint")
-        open(status_path(ps.output_path), "w").write(json.dumps(st))
+        Path(status_path(ps.output_path)).write_text(json.dumps(st))
     plan = Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
     assert not any(d.notes for d in plan.decisions)
 

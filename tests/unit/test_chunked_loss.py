@@ -28,7 +28,7 @@ def test_chunked_loss_gives_the_whole_logits_loss_and_gradients(tie, chunk):
     (loss, ce), grads = run(chunk)
     (ref_loss, ref_ce), ref_grads = run(None)
     np.testing.assert_allclose([float(loss), float(ce)], [float(ref_loss), float(ref_ce)], rtol=1e-6)
-    for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads)):
+    for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-7, rtol=1e-5)
 
 

@@ -91,7 +91,7 @@ def test_scorer_gives_the_probability_of_the_label(lid):
     s_en, s_de = en.scores(texts), de.scores(texts)
     assert s_en[0][0] > 0.8 and s_en[1][0] < 0.2
     assert s_en[0][1] == "__label__en" and s_en[1][1] == "__label__de"
-    for (a, _, _), (b, _, _) in zip(s_en, s_de):
+    for (a, _, _), (b, _, _) in zip(s_en, s_de, strict=True):
         assert a + b == pytest.approx(1.0, abs=1e-3)  # a binary model: both labels fetched
 
 
@@ -111,7 +111,8 @@ def test_classify_filter_as_language_id(lid, tmp_path):
     ))
     kept = list(read_documents(str(out / "data" / "a.jsonl.zst"))) + list(read_documents(str(out / "data" / "b.jsonl")))
     assert sorted(d["id"] for d in kept) == [f"en-new-{i:03d}" for i in range(5)]
-    assert all(d["metadata"]["language"]["top_label"] == "en" and d["metadata"]["language"]["score"] >= 0.65 for d in kept)
+    assert all(d["metadata"]["language"]["top_label"] == "en"
+               and d["metadata"]["language"]["score"] >= 0.65 for d in kept)
     recs = []
     for name in ("a.jsonl.zst", "b.jsonl.zst"):
         with open(out / "removed" / name, "rb") as f:

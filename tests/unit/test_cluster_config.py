@@ -32,7 +32,8 @@ def _without(key):
         ({**BASE, "tpu_workers": {"v4-8": {"max_slices": 1, "spot": True}}}, "tpu_workers.v4-8: .*spot"),
         ({**BASE, "queued_resources": [{"name": "q", "tpu": "v5e-4", "slices": 2}]},
          r"queued_resources\[0\]: v5e-4 cannot form a multislice job"),
-        ({**BASE, "queued_resources": [{"name": "q", "tpu": "v4-8", "reservation": "r"}]}, r"queued_resources\[0\] \(q\): a reservation needs spot: false"),
+        ({**BASE, "queued_resources": [{"name": "q", "tpu": "v4-8", "reservation": "r"}]},
+         r"queued_resources\[0\] \(q\): a reservation needs spot: false"),
         ([1, 2], "must be a YAML mapping"),
     ],
 )

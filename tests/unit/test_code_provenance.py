@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -102,7 +103,7 @@ def test_experiment_record_holds_the_script_the_diff_and_package_versions(repo, 
     code = record["code"]
     assert code["dirty"] is True and "?? experiments/fresh.py" in code["changed"]
     stored = os.path.join(prefix, "experiments", code["stored_script"])
-    assert open(stored).read() == script.read_text()
+    assert Path(stored).read_text() == script.read_text()
     assert code["script_sha256"] == hashlib.sha256(script.read_bytes()).hexdigest()
     assert "marin_lab" in record["packages"]
     step_record = read_json(os.path.join(report.plan.steps[0].output_path, ".executor_info"))

@@ -273,7 +273,8 @@ def test_a_bad_prices_flag_stops_the_run_in_one_line(tmp_path, capsys):
     bad = tmp_path / "prices.json"
     bad.write_text(json.dumps({"prices": {"tpu-v5e": -1}}))
     with pytest.raises(SystemExit):
-        executor_main(steps=five_step_dag(), args=["--prefix", str(tmp_path), "--dry_run", "true", "--prices", str(bad)])
+        executor_main(steps=five_step_dag(),
+                      args=["--prefix", str(tmp_path), "--dry_run", "true", "--prices", str(bad)])
     assert capsys.readouterr().err.strip() == (f"error: {bad}: entry 'tpu-v5e' is -1, a negative price; give USD "
                                                "per accelerator-hour, 0 or more")
 

@@ -23,7 +23,8 @@ from marin_lab.processing.minhash import (
 )
 
 VOCAB_RNG = random.Random(1234)
-VOCAB = sorted({"".join(VOCAB_RNG.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(VOCAB_RNG.randint(3, 9))) for _ in range(3000)})
+VOCAB = sorted({"".join(VOCAB_RNG.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(VOCAB_RNG.randint(3, 9)))
+                for _ in range(3000)})
 
 
 def random_text(rng: random.Random, words: int = 200) -> str:
@@ -128,7 +129,7 @@ def reference_signature(text: str, ngram_size: int, num_permutations: int, seed:
     rng = np.random.default_rng(seed)  # the permutations: odd multipliers a, offsets b
     a = [int(x) * 2 + 1 for x in rng.integers(0, 2**63, size=num_permutations, dtype=np.uint64)]
     b = [int(x) for x in rng.integers(0, 2**63, size=num_permutations, dtype=np.uint64)]
-    return [min(((ai * s + bi) & mask) >> 32 for s in shingles) for ai, bi in zip(a, b)]
+    return [min(((ai * s + bi) & mask) >> 32 for s in shingles) for ai, bi in zip(a, b, strict=True)]
 
 
 def reference_texts() -> list[str]:
@@ -267,7 +268,7 @@ def make_corpus(root, rng_seed: int = 3):
         shards[(i % 3 + 1) % 3 if i % 3 < 2 else 2].append(dup)
         near[dup["id"]] = originals[i]["id"]
     names = ["a.jsonl.zst", "b.jsonl.gz", "c.jsonl"]
-    for name, docs in zip(names, shards):
+    for name, docs in zip(names, shards, strict=True):
         write_documents(str(root / name), docs)
     return near
 
@@ -468,7 +469,8 @@ def test_dedup_exact_removes_normalised_copies(tmp_path):
     assert set(read_dir(tmp_path / "out" / "data")) == {"a", "b", "d"}
     (rec,) = removed_records(tmp_path / "out")
     assert rec["id"] == "c" and rec["duplicate_of"] == "a" and rec["rule"] == "exact_duplicate"
-    strict = dedup_exact(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "o2"), normalize=False))
+    strict = dedup_exact(DedupConfig(input_path=str(tmp_path / "in"),
+                                     output_path=str(tmp_path / "o2"), normalize=False))
     assert strict["removed_total"] == 0 and result["removed_total"] == 1
 
 

@@ -46,12 +46,14 @@ def test_folder_copy_and_provenance(tmp_path, prefix):
 
 def test_glob_include_and_single_file(tmp_path):
     make_source(tmp_path / "src", FILES)
-    r = download(DownloadConfig(source=str(tmp_path / "src" / "**" / "*.html"), output_path=str(tmp_path / "g"), num_workers=1))
+    r = download(DownloadConfig(source=str(tmp_path / "src" / "**" / "*.html"),
+                                output_path=str(tmp_path / "g"), num_workers=1))
     assert r["files"] == 2 and (tmp_path / "g" / "data" / "sub" / "b.html").exists()
     r = download(DownloadConfig(source=str(tmp_path / "src"), output_path=str(tmp_path / "i"),
                                 include=("sub/*.html",), num_workers=1))
     assert r["files"] == 1 and (tmp_path / "i" / "data" / "sub" / "b.html").exists()
-    r = download(DownloadConfig(source=str(tmp_path / "src" / "a.html"), output_path=str(tmp_path / "f"), num_workers=1))
+    r = download(DownloadConfig(source=str(tmp_path / "src" / "a.html"),
+                                output_path=str(tmp_path / "f"), num_workers=1))
     assert (tmp_path / "f" / "data" / "a.html").read_bytes() == FILES["a.html"]
 
 

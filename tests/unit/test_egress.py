@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -65,7 +66,7 @@ def test_allowed_per_step_or_within_the_budget_and_recorded(tmp_path):
     local = Executor(prefix=str(tmp_path), backend="local", script="x.py", allow_cross_region=["^raw/"],
                      regions=Regions(BUCKETS.__getitem__, size=SIZES.get))
     plan = local.plan(_steps("gs://eu-data/corpus"))
-    record = json.loads(open(local._write_experiment(plan)).read())
+    record = json.loads(Path(local._write_experiment(plan)).read_text())
     assert record["cross_region_reads"][0]["input"] == "gs://eu-data/corpus"
     assert record["cross_region_reads"][0]["output_region"] == "local"
 

@@ -144,9 +144,9 @@ def test_failed_build_leaves_nothing_and_shows_pip_output(tmp_path: Path) -> Non
 def test_concurrent_builders_build_once(tmp_path: Path, caplog) -> None:
     cache = str(tmp_path / "cache")
     env = StepEnvironment(requirements=(), python=PYTHON)
-    with caplog.at_level(logging.INFO, logger="marin_lab.environments.locked"):
-        with concurrent.futures.ThreadPoolExecutor(3) as pool:
-            pythons = list(pool.map(lambda _: ensure_environment(env, cache_dir=cache), range(3)))
+    with caplog.at_level(logging.INFO, logger="marin_lab.environments.locked"), \
+            concurrent.futures.ThreadPoolExecutor(3) as pool:
+        pythons = list(pool.map(lambda _: ensure_environment(env, cache_dir=cache), range(3)))
     assert len(set(pythons)) == 1 and os.path.exists(pythons[0])
     assert caplog.text.count("building step environment") == 1
     assert sorted(p.name for p in Path(cache).iterdir()) == sorted([env.lock_hash(), f".{env.lock_hash()}.lock"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from marin_lab.execution import Executor, ExecutorStep, this_output_path, versioned
 from tests.executor_steps import WriteConfig, write_text
@@ -18,7 +19,7 @@ def test_full_record_is_flushed_before_success_and_transient_writes_are_not(tmp_
         real_fsync(fd)
 
     def replace(src, dst) -> None:
-        content = open(src, "rb").read() if os.path.basename(str(dst)) == ".executor_status" else b""
+        content = Path(src).read_bytes() if os.path.basename(str(dst)) == ".executor_status" else b""
         events.append(("replace", f"{src} -> {dst} {content[:40]!r}"))
         real_replace(src, dst)
 
@@ -38,4 +39,4 @@ def test_full_record_is_flushed_before_success_and_transient_writes_are_not(tmp_
     record_in_place = next(i for i, (kind, what) in enumerate(mine)
                            if kind == "replace" and what.startswith(flushed[0] + " -> "))
     assert i_flush < record_in_place < success
-    assert json.loads(open(os.path.join(out, ".executor_info")).read())["status"] == "SUCCESS"
+    assert json.loads(Path(os.path.join(out, ".executor_info")).read_text())["status"] == "SUCCESS"

@@ -13,6 +13,7 @@ import glob
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +22,7 @@ from tests.conftest import REPO_ROOT
 EXPERIMENTS = sorted(
     os.path.relpath(path, REPO_ROOT)
     for path in glob.glob(os.path.join(REPO_ROOT, "experiments", "**", "*.py"), recursive=True)
-    if "executor_main(" in open(path, encoding="utf-8").read()
+    if "executor_main(" in Path(path).read_text(encoding="utf-8")
 )
 
 

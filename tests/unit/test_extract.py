@@ -22,7 +22,8 @@ def test_html_to_text_keeps_title_and_text(method):
 
 
 def test_html_to_text_detects_non_utf8_encoding():
-    html = "<html><head><meta charset='iso-8859-1'><title>Caf\xe9</title></head><body><p>Cr\xe8me br\xfbl\xe9e au caf\xe9.</p></body></html>"
+    html = ("<html><head><meta charset='iso-8859-1'><title>Caf\xe9</title></head>"
+            "<body><p>Cr\xe8me br\xfbl\xe9e au caf\xe9.</p></body></html>")
     text, title = html_to_text(html.encode("latin-1"))
     assert title == "Café"
     assert "Crème brûlée" in text

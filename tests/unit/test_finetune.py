@@ -154,7 +154,7 @@ def test_remat_keeps_the_loss_and_lowers_compiled_temp_memory():
     loss0, grads0, temp0 = compiled(False)
     loss1, grads1, temp1 = compiled(True)
     assert loss1 == pytest.approx(loss0, rel=1e-6)
-    for g0, g1 in zip(jax.tree_util.tree_leaves(grads0), jax.tree_util.tree_leaves(grads1)):
+    for g0, g1 in zip(jax.tree_util.tree_leaves(grads0), jax.tree_util.tree_leaves(grads1), strict=True):
         np.testing.assert_allclose(g1, g0, rtol=1e-4, atol=1e-6)
     assert temp1 < temp0, (temp0, temp1)
 
@@ -182,7 +182,10 @@ def test_qlora_and_lora_bytes_against_full_fp32_adamw():
     model = LlamaConfig(vocab_size=32000, hidden_dim=4096, intermediate_dim=11008, num_layers=32, num_heads=32,
                         num_kv_heads=32, max_seq_len=4096)
     optimizer = OptimizerConfig(learning_rate=1e-4).build()
-    nbytes = lambda tree: sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))
+
+    def nbytes(tree):
+        return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree))
+
     base = jax.eval_shape(lambda: init_params(model, jax.random.key(0), jnp.float32))
     linear = sum(x.size for n, x in flatten_params(base).items() if n.startswith("layers/w"))
     assert linear >= 0.8 * sum(x.size for x in jax.tree_util.tree_leaves(base))

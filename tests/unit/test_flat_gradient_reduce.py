@@ -38,8 +38,9 @@ def run(mesh_config, devices, microbatches=1):
     # Operands of every all-reduce in the compiled step (a tuple all-reduce has several).
     ops = [l for l in hlo.splitlines() if re.search(r"= .*\ball-reduce(-start)?\(", l)]
     operands = sum(l.split("all-reduce", 1)[1].split(")", 1)[0].count("%") for l in ops)
-    return {"losses": losses, "grad_norms": norms, "params": np.concatenate(leaves).tolist(), "all_reduce_operands": operands,
-            "params_count": len(leaves), "flat_buffer": any("f32[%d]" % sum(x.size for x in leaves) in l for l in ops)}
+    return {"losses": losses, "grad_norms": norms, "params": np.concatenate(leaves).tolist(),
+            "all_reduce_operands": operands, "params_count": len(leaves),
+            "flat_buffer": any("f32[%d]" % sum(x.size for x in leaves) in l for l in ops)}
 
 dp = MeshConfig(data=-1, fsdp=1, param_sharding="replicated")
 print(json.dumps({"dp4": run(dp, jax.devices()), "dp4_micro2": run(dp, jax.devices(), microbatches=2),

@@ -84,7 +84,7 @@ def test_stop_token_and_max_tokens(params):
     result = generate(params, CONFIG, PROMPTS, SamplingConfig(max_new_tokens=10, stop_token_ids=(stop_id,)))
     assert result.tokens[1] == free[1][:first]
     assert result.finish_reasons[1] == "stop_token"
-    for toks, full, reason in zip(result.tokens, free, result.finish_reasons):
+    for toks, full, reason in zip(result.tokens, free, result.finish_reasons, strict=True):
         # Every row is its free run cut before the stop token's first appearance (or whole).
         cut = full.index(stop_id) if stop_id in full else len(full)
         assert toks == full[:cut]

@@ -51,7 +51,7 @@ def run(tmp_path_factory):
 def _leaves_close(a, b, atol=1e-6):
     la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
     assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
-    for x, y in zip(la, lb):
+    for x, y in zip(la, lb, strict=True):
         np.testing.assert_allclose(np.asarray(x, np.float32), np.asarray(y, np.float32), atol=atol)
 
 

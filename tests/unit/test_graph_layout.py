@@ -23,7 +23,7 @@ def _segments(g: dict, edge: dict) -> list[tuple[tuple[float, float], tuple[floa
     a, b = g["positions"][edge["from"]], g["positions"][edge["to"]]
     points = [(a["x"] + NODE_WIDTH, a["y"] + NODE_HEIGHT / 2), *map(tuple, edge.get("points", [])),
               (b["x"], b["y"] + NODE_HEIGHT / 2)]
-    return list(zip(points, points[1:]))
+    return list(zip(points, points[1:], strict=False))
 
 
 def _crosses(seg, box) -> bool:

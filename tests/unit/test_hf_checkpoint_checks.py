@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import struct
+from pathlib import Path
 
 import jax
 import pytest
@@ -68,7 +69,8 @@ def test_truncated_shard_names_file_and_tensor(copy):
     with open(shard, "r+b") as f:
         f.truncate(cut)
     victim = _first_tensor_after(shard, cut)
-    _refused(copy, rf"{shard}: tensor {victim}: its data ends at byte \d+ but the file has {cut} bytes; the file is truncated")
+    _refused(copy, rf"{shard}: tensor {victim}: its data ends at byte \d+ but the file has {cut} bytes; "
+                   "the file is truncated")
 
 
 def test_header_length_past_the_end(copy):
@@ -155,9 +157,9 @@ def test_finetune_refuses_before_allocating(copy, tmp_path):
 ])
 def test_a_config_field_of_the_wrong_type_is_one_line(copy, field, value, expected):
     url = os.path.join(copy, "config.json")
-    config = json.load(open(url))
+    config = json.loads(Path(url).read_text())
     config[field] = value
-    json.dump(config, open(url, "w"))
+    Path(url).write_text(json.dumps(config))
     with pytest.raises(HfImportError, match="config.json: " + expected.replace("[", r"\[").replace("]", r"\]")) as err:
         open_base(copy)
     assert "\n" not in str(err.value)
@@ -180,9 +182,9 @@ def test_a_config_claiming_millions_of_layers_is_refused_before_naming_them(copy
     import tracemalloc
 
     url = os.path.join(copy, "config.json")
-    config = json.load(open(url))
+    config = json.loads(Path(url).read_text())
     config["num_hidden_layers"] = 3_000_000
-    json.dump(config, open(url, "w"))
+    Path(url).write_text(json.dumps(config))
     tracemalloc.start()
     try:
         with pytest.raises(HfImportError, match=rf"num_layers=3000000 \(config.json num_hidden_layers\) but its "

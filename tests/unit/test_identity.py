@@ -228,7 +228,8 @@ def test_unknown_resources_key_is_an_error():
 
 def test_plan_of_wide_dag_is_linear_not_recursive():
     # 24 layers deep, 50 wide: planning must not blow up with depth (Marin embeds full versions).
-    layer = [ExecutorStep(f"l0/s{i}", write_text, WriteConfig(this_output_path(), versioned(str(i)))) for i in range(50)]
+    layer = [ExecutorStep(f"l0/s{i}", write_text, WriteConfig(this_output_path(), versioned(str(i))))
+             for i in range(50)]
     for depth in range(1, 24):
         layer = [ExecutorStep(f"l{depth}/s{i}", write_text, WriteConfig(
             this_output_path(), versioned(str(i)), (output_path_of(layer[i]), output_path_of(layer[(i + 1) % 50]))))
@@ -358,7 +359,7 @@ def test_quickstart_planned_on_two_machines_has_the_same_identities(tmp_path, mo
 
     script = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "quickstart.py")
     plans, caches = [], [tmp_path / "home" / "ana" / "corpus", tmp_path / "another-machine" / "corpus"]
-    for cache, prefix in zip(caches, [str(tmp_path / "store"), "gs://someone-elses-bucket/prefix"]):
+    for cache, prefix in zip(caches, [str(tmp_path / "store"), "gs://someone-elses-bucket/prefix"], strict=True):
         cache.mkdir(parents=True)
         monkeypatch.setenv("MARIN_LAB_CORPUS", str(cache))
         plans.append(build_plan(capture_steps(script)[0], prefix))

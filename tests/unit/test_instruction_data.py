@@ -32,7 +32,8 @@ def tokenizer(tmp_path_factory):
 
 def test_section_questions_from_headings_and_first_paragraphs(tmp_path):
     assert sections_of_html(PAGE) == [
-        ("Packing windows", "Conversations are packed end to end like any documents, and the trainer cuts fixed windows."),
+        ("Packing windows",
+         "Conversations are packed end to end like any documents, and the trainer cuts fixed windows."),
         ("Masks", "The loss counts response tokens only, never the prompt, nor the role markers of the template."),
     ]
     (tmp_path / "html").mkdir()
@@ -73,7 +74,7 @@ def test_loss_mask_covers_responses_and_final_eos_only(tokenizer, tmp_path):
         mask = np.load(f"{out}/{split}/shard-00000.loss_mask.npy")
         offsets = np.load(f"{out}/{split}/shard-00000.offsets.npy")
         assert len(mask) == len(tokens) and set(np.unique(mask)) == {0, 1}
-        for lo, hi in zip(offsets[:-1], offsets[1:]):
+        for lo, hi in zip(offsets[:-1], offsets[1:], strict=True):
             doc, m = tokens[lo:hi], mask[lo:hi]
             assert doc[-1] == cache.ledger["eos_id"] and m[-1] == 1 and m[0] == 0
             texts.append((tok.decode(doc[:-1][m[:-1] == 1].tolist()), tok.decode(doc[m == 0].tolist())))
@@ -92,7 +93,8 @@ def test_loss_mask_covers_responses_and_final_eos_only(tokenizer, tmp_path):
 def test_bad_record_names_file_and_line_or_is_skipped(tokenizer, tmp_path):
     _write(tmp_path / "in" / "a.jsonl", [{"id": "ok", "prompt": "q", "response": "a"}, "{not json",
                                          {"id": "x", "prompt": "q", "response": ""}])
-    cfg = TokenizeInstructionsConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "c"), tokenizer=tokenizer)
+    cfg = TokenizeInstructionsConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "c"),
+                                     tokenizer=tokenizer)
     with pytest.raises(ProcessingError, match=r"a.jsonl:2.*malformed JSON"):
         tokenize_instructions(cfg)
     summary = tokenize_instructions(dataclasses.replace(cfg, output_path=str(tmp_path / "d"), on_bad_record="skip"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+from pathlib import Path
 
 from marin_lab.cluster.launch import follow
 from marin_lab.cluster.launch_state import attempt_log_url, write_state
@@ -29,7 +30,7 @@ def test_launch_side_secrets_are_scrubbed_from_the_attempt_log_and_follow(tmp_pa
     host = DriverHost()
     host.spawn(argv, {}, attempt_log_url(prefix, "r-1", 1), json.loads(json.dumps(secrets)))
     assert host.wait() == 0
-    log = open(attempt_log_url(prefix, "r-1", 1)).read()
+    log = Path(attempt_log_url(prefix, "r-1", 1)).read_text()
     assert "args:" in log and "--steps 3" in log
     assert VALUE not in log and FLAGGED not in log and FLAGGED[::-1] not in log and log.count("<redacted>") == 3
     write_state(prefix, {"run_id": "r-1", "status": "SUCCEEDED", "attempts": [
@@ -47,4 +48,4 @@ def test_a_driver_gets_the_carried_secrets_as_secret_named_variables(tmp_path):
             f"print(scrub_text('x {VALUE} y').replace('<', '[').replace('>', ']'))")
     host.spawn([sys.executable, "-c", code], {}, attempt_log_url(str(tmp_path), "r-2", 1), [VALUE])
     assert host.wait() == 0
-    assert "x [redacted] y" in open(attempt_log_url(str(tmp_path), "r-2", 1)).read()
+    assert "x [redacted] y" in Path(attempt_log_url(str(tmp_path), "r-2", 1)).read_text()

@@ -15,4 +15,5 @@ def test_ruff_finds_no_unsorted_imports_or_unused_code():
                              "requirements/constraints.txt ruff` (make venv installs it)")
     result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, f"ruff check (fix with `.venv/bin/ruff check --fix .`):\n{result.stdout}{result.stderr}"
+    assert result.returncode == 0, (f"ruff check (fix with `.venv/bin/ruff check --fix .`):\n"
+                                    f"{result.stdout}{result.stderr}")

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,7 +58,7 @@ def test_step_log_and_terminal_echo_are_scrubbed(tmp_path, odd_secrets, capfd):
         for value in odd_secrets:
             os.write(1, f"printed {value}\n".encode())
             os.write(2, f"warned {value}\r".encode())  # a progress redraw, kept as its last state
-    text = open(url, encoding="utf-8").read()
+    text = Path(url).read_text(encoding="utf-8")
     out, err = capfd.readouterr()
     assert _leaks(text) == [] and _leaks(out + err) == []
     assert "printed <redacted>" in text and "[s/x-1234] printed <redacted>" in out
@@ -123,7 +124,7 @@ def test_a_long_line_through_real_capture(tmp_path, odd_secrets, capfd):
     with capture(LogSpec(url=url, label="big")):
         os.write(1, line[: MAX_PIECE // 2])
         os.write(1, line[MAX_PIECE // 2:] + b"\nafter\n")
-    text = open(url, encoding="utf-8").read()
+    text = Path(url).read_text(encoding="utf-8")
     out, _ = capfd.readouterr()
     assert text == "y" * (MAX_PIECE - 5) + REDACTED + "z" * (MAX_PIECE // 2) + "\nafter\n"
     assert _leaks(out) == [] and out.count("[big] ") == 2  # the prefix once per line, not per piece

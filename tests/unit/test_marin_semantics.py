@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from pathlib import Path
 from typing import NamedTuple
 
 import pytest
@@ -189,7 +190,7 @@ def test_closure_and_local_config_run_on_the_local_backend(tmp_path):
     step = ExecutorStep("closure", fn, Local(this_output_path(), versioned("hi")))
     executor = marin_executor.Executor(str(tmp_path), backend="local")
     executor.run([step])
-    assert open(os.path.join(executor.output_paths[step], "w.txt")).read() == "hi"
+    assert Path(os.path.join(executor.output_paths[step], "w.txt")).read_text() == "hi"
 
 
 def test_marin_executor_shows_the_last_plan_keyed_by_step_objects(tmp_path):
@@ -269,7 +270,7 @@ def test_nonblocking_input_runs_beside_a_training_step_still_running(tmp_path):
                             CheckpointsConfig(this_output_path(), marker, train.cd("ckpt").nonblocking()))
     report = Executor(str(tmp_path / "store"), backend="local", max_concurrent=2).run([train, evaluate])
     assert len(report.executed) == 2 and report.failed == []
-    assert open(marker).read() == "seen step-1"
+    assert Path(marker).read_text() == "seen step-1"
 
 
 def test_marin_executor_module_holds_every_name_a_marin_import_line_needs():

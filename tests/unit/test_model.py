@@ -58,7 +58,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     def grads(remat):
         return jax.grad(lambda p: lm_loss(p, *args, gradient_checkpointing=remat)[0])(params)
 
-    for a, b in zip(jax.tree_util.tree_leaves(grads(False)), jax.tree_util.tree_leaves(grads(True))):
+    for a, b in zip(jax.tree_util.tree_leaves(grads(False)), jax.tree_util.tree_leaves(grads(True)), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
 
 

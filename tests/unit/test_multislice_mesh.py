@@ -64,7 +64,8 @@ def test_simulated_slices_are_contiguous_whole_processes():
     assert [[d.id for d in g] for g in simulated_slices(_hosts(1, 4), 2)] == [[0, 1], [2, 3]]
     # A CPU device's slice_index (0 everywhere) is not taken for a real slice.
     grid = _multislice_grid(_hosts(4, 2), 2, [1, 4, 1])
-    assert grid.shape == (2, 1, 4, 1) and [sorted({d.process_index for d in s.ravel()}) for s in grid] == [[0, 1], [2, 3]]
+    assert grid.shape == (2, 1, 4, 1)
+    assert [sorted({d.process_index for d in s.ravel()}) for s in grid] == [[0, 1], [2, 3]]
     # A host never straddles two slices.
     with pytest.raises(MeshError, match=r"the 3 processes cannot be cut into 2 equal groups of whole processes"):
         simulated_slices(_hosts(3, 2), 2)

@@ -6,6 +6,7 @@ import logging
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -69,7 +70,8 @@ def test_failed_previously_says_what_the_error_was(tmp_path):
     ex = Executor(str(tmp_path / "store"), backend="local")
     ex.run([step], raise_on_failure=False)
     (decision,) = Executor(str(tmp_path / "store"), backend="local").run([step], dry_run=True).decisions
-    assert decision.action == "fail" and "raised ValueError: boom in shard 3); pass --force_run_failed" in decision.reason
+    assert decision.action == "fail"
+    assert "raised ValueError: boom in shard 3); pass --force_run_failed" in decision.reason
 
 
 def test_terminal_colour_codes_never_reach_a_record():
@@ -87,12 +89,12 @@ def _coloured_failure(tmp_path):
     report = Executor(str(tmp_path / "store"), backend="local").run([step], raise_on_failure=False)
     (ps,) = report.plan.steps
     red = "\x1b[31mValueError: boom in x\x1b[0m"
-    record = json.loads(open(info_path(ps.output_path)).read())
+    record = json.loads(Path(info_path(ps.output_path)).read_text())
     record["error"] = record["attempts"][0]["error"] = red
-    open(info_path(ps.output_path), "w").write(json.dumps(record))
-    st = json.loads(open(status_path(ps.output_path)).read())
+    Path(info_path(ps.output_path)).write_text(json.dumps(record))
+    st = json.loads(Path(status_path(ps.output_path)).read_text())
     st["error"] = red
-    open(status_path(ps.output_path), "w").write(json.dumps(st))
+    Path(status_path(ps.output_path)).write_text(json.dumps(st))
     (tmp_path / "store" / ps.identity / "logs").mkdir(parents=True, exist_ok=True)
     (tmp_path / "store" / ps.identity / "logs" / "attempt-1.log").write_text(f"{red}\n")
     return step, ps

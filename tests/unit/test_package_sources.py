@@ -167,7 +167,8 @@ def make_fasttext_model(tmp_path) -> bytes:
     from marin_lab.processing.classify import _train_in_fresh_process
 
     train = tmp_path / "train.txt"
-    train.write_text("".join(f"__label__{lab} {word} {word} {word}2\n" for lab, word in [("en", "the"), ("de", "der")] * 50))
+    train.write_text("".join(f"__label__{lab} {word} {word} {word}2\n"
+                             for lab, word in [("en", "the"), ("de", "der")] * 50))
     # test_classify's settings. Measured: with fastText's defaults (2M buckets, unigrams) this tiny
     # vocabulary gave "Encountered NaN" in 2-8 of 20 fresh processes; with these, 0 of 30.
     params = {"input": str(train), "dim": 16, "epoch": 20, "lr": 0.5, "wordNgrams": 2, "bucket": 10_000,

@@ -43,7 +43,7 @@ def _stats(x: jax.Array, w: jax.Array) -> dict[str, float]:
     """fp8_matmul's per-call statistics (the cotangent of its meta argument)."""
     meta = empty_meta(None)
     got = jax.grad(lambda m: jnp.sum(fp8_matmul(x, w, m)))(meta)
-    return dict(zip(STAT_NAMES, np.asarray(got.stats).tolist()))
+    return dict(zip(STAT_NAMES, np.asarray(got.stats).tolist(), strict=True))
 
 
 @pytest.mark.slow
@@ -93,7 +93,7 @@ def test_delayed_scaling_saturates_above_the_history_and_shifts_it():
     meta = empty_meta(4)
     meta = type(meta)(meta.history.at[:, 1].set(0.5), meta.stats)  # earlier steps saw amax 0.5
     new = jax.grad(lambda m: jnp.sum(fp8_matmul(x, w, m)))(meta)
-    stats = dict(zip(STAT_NAMES, np.asarray(new.stats).tolist()))
+    stats = dict(zip(STAT_NAMES, np.asarray(new.stats).tolist(), strict=True))
     assert stats["saturated_x"] > 0 and stats["saturated_w"] > 0  # |N(0,1)| > 0.5 * 448/448 clips
     np.testing.assert_allclose(new.history[:, 0], [stats["amax_x"], stats["amax_w"], stats["amax_g"]])
     np.testing.assert_array_equal(new.history[:, 2], 0.5)  # shifted by one, oldest dropped
@@ -165,7 +165,7 @@ def test_float16_scaled_adam_tracks_optax_with_half_the_moment_bytes():
     ref_update, update = jax.jit(ref_tx.update), jax.jit(tx.update)
     for i in range(30):
         # Gradients of a late-training size (~1e-5): fp32 Adam's v ~1e-10 is far below fp16's range.
-        grads = jax.tree_util.tree_map(lambda p: 1e-5 * _normal(100 + i, p.shape), params)
+        grads = jax.tree_util.tree_map(lambda p, i=i: 1e-5 * _normal(100 + i, p.shape), params)
         ref_up, ref_state = ref_update(grads, ref_state)
         up, state = update(grads, state)
         for name in params:

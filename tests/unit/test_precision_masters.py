@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -81,7 +82,8 @@ def test_export_leaves_reads_one_parameter_at_a_time_and_names_it():
 
 
 def test_unknown_export_dtype_is_one_line_naming_the_field():
-    with pytest.raises(PrecisionError, match=r"precision.export_dtype='float16' is not one of \('float32', 'bfloat16'\)"):
+    with pytest.raises(PrecisionError,
+                       match=r"precision.export_dtype='float16' is not one of \('float32', 'bfloat16'\)"):
         PrecisionConfig(export_dtype="float16").validate()
     with pytest.raises(PrecisionError, match=r"precision.export_dtype='int8'"):
         list(masters.export_leaves(lambda t: t, {"w": jnp.ones(2)}, "int8"))
@@ -94,7 +96,7 @@ def cache(tmp_path_factory):
 
 def _tensors(hf_dir):
     with safe_open(f"{hf_dir}/model.safetensors", framework="flax") as f:
-        return {k: np.asarray(f.get_tensor(k)) for k in f.keys()}
+        return {k: np.asarray(f.get_tensor(k)) for k in f.keys()}  # noqa: SIM118 (safe_open is not iterable)
 
 
 @pytest.mark.slow
@@ -109,7 +111,7 @@ def test_train_lm_with_float16_masters_resumes_bit_identically_and_exports(cache
     assert resumed["param_checksum"] == whole["param_checksum"]
 
     # The checkpoint holds the masters as stored: float16 data and a float32 scale per parameter.
-    index = {e["name"]: e for e in json.load(open(f"{whole['checkpoint']}/index.json"))["leaves"]}
+    index = {e["name"]: e for e in json.loads(Path(f"{whole['checkpoint']}/index.json").read_text())["leaves"]}
     assert index["['params']['layers']['wq'].data"]["dtype"] == "float16"
     assert index["['params']['layers']['wq'].scale"]["shape"] == [2]  # one per layer
     state_params = ckpt.load_subtree(whole["checkpoint"], "params", jax.eval_shape(
@@ -120,7 +122,7 @@ def test_train_lm_with_float16_masters_resumes_bit_identically_and_exports(cache
     np.testing.assert_array_equal(tensors["model.embed_tokens.weight"], np.asarray(decoded["embed"]))
     np.testing.assert_array_equal(tensors["model.layers.1.self_attn.q_proj.weight"],
                                   np.asarray(decoded["layers"]["wq"][1]).T)
-    assert json.load(open(f"{whole['hf_path']}/config.json"))["torch_dtype"] == "float32"
+    assert json.loads(Path(f"{whole['hf_path']}/config.json").read_text())["torch_dtype"] == "float32"
 
     bf_cfg = dataclasses.replace(cfg, output_path=str(tmp_path / "bf16"),
                                  precision=dataclasses.replace(FP16_MASTERS, export_dtype="bfloat16"))
@@ -130,4 +132,4 @@ def test_train_lm_with_float16_masters_resumes_bit_identically_and_exports(cache
     assert bf_tensors["model.norm.weight"].dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(bf_tensors["model.layers.0.mlp.down_proj.weight"],
                                   np.asarray(decoded["layers"]["w_down"][0]).T.astype(ml_dtypes.bfloat16))
-    assert json.load(open(f"{bf['hf_path']}/config.json"))["torch_dtype"] == "bfloat16"
+    assert json.loads(Path(f"{bf['hf_path']}/config.json").read_text())["torch_dtype"] == "bfloat16"

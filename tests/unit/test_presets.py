@@ -20,7 +20,7 @@ def _presets(module) -> dict[str, LlamaConfig]:
 def test_each_preset_name_has_one_shape():
     ours, marin = _presets(experiments.models), _presets(experiments.llama)
     assert not set(ours) & set(marin)
-    assert experiments.models.MODELS == ours
+    assert ours == experiments.models.MODELS
     assert marin == _presets(marin_models) and experiments.llama.llama_nano is marin_models.llama_nano
     assert experiments.marin_models.marin_tokenizer == "stanford-crfm/marin-tokenizer"
     assert all(m.vocab_size is None for m in marin.values()) and all(m.vocab_size for m in ours.values())

@@ -42,7 +42,8 @@ def run(offload):
         _Struct(abstract(frozen)), _Struct(abstract(trainable)))
     placed = jax.device_put(frozen, frozen_sh)
     t = jax.device_put(trainable, state_sh["trainable"])
-    state = {"trainable": t, "opt_state": opt_init(t), "step": jax.device_put(jnp.zeros((), jnp.int32), state_sh["step"])}
+    state = {"trainable": t, "opt_state": opt_init(t),
+             "step": jax.device_put(jnp.zeros((), jnp.int32), state_sh["step"])}
     mesh = mesh_config.build()
     tok = jax.make_array_from_callback(tokens_np.shape, batch_sharding(mesh), lambda i: tokens_np[i])
     msk = jax.make_array_from_callback(mask_np.shape, batch_sharding(mesh), lambda i: mask_np[i])
@@ -56,7 +57,8 @@ def run(offload):
     total = {f: [getattr(q, f).nbytes for q in nf4] for f in ("packed", "absmax")}
     kinds = sorted({getattr(q, "packed").sharding.memory_kind or "device" for q in nf4})
     _, metrics = step(state, placed, tok, msk)
-    host_loss = make_loss_fn(plan)(jax.device_get(trainable), jax.device_get(frozen_base(params, "qlora", "float32", False)),
+    host_loss = make_loss_fn(plan)(jax.device_get(trainable),
+                                   jax.device_get(frozen_base(params, "qlora", "float32", False)),
                                    jnp.asarray(tokens_np), jnp.asarray(mask_np), None)[0]
     return {"gathers": out_shapes, "per_device": per_device, "total": total, "kinds": kinds,
             "loss": float(metrics["loss"]), "host_loss": float(host_loss)}
@@ -84,11 +86,12 @@ def test_qlora_fsdp_gathers_packed_weights_not_activations(variant):
     assert dtypes.count("u8") >= 2, (variant, run["gathers"])
     # No all-gather of a float array shaped like the activations: [batch, seq, ...]. (The int32
     # target ids [batch, seq, 1] may be gathered for the loss: 1 KiB here, 4 bytes a token.)
-    batch_shaped = [(d, s) for d, s in run["gathers"] if d in ("f32", "bf16", "f16") and s.split(",")[:2] == ["8", "32"]]
+    batch_shaped = [(d, s) for d, s in run["gathers"] if d in ("f32", "bf16", "f16")
+                    and s.split(",")[:2] == ["8", "32"]]
     assert not batch_shaped, (variant, batch_shaped)
     # Each device holds a quarter of the packed base (whole blocks).
     for field in ("packed", "absmax"):
-        for mine, total in zip(run["per_device"][field], run["total"][field]):
+        for mine, total in zip(run["per_device"][field], run["total"][field], strict=True):
             assert mine * 4 == total, (variant, field, mine, total)
     # The sharded step computes the same loss as the unsharded loss function.
     assert abs(run["loss"] - run["host_loss"]) < 1e-4, (variant, run["loss"], run["host_loss"])

@@ -50,7 +50,8 @@ def test_every_policy_gives_full_remats_loss_and_gradients(layers):
     for policy in NEW:
         loss, grads = jax.value_and_grad(_loss_fn(cfg, policy))(params)
         np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-6, err_msg=policy)
-        for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(ref_grads), jax.tree_util.tree_leaves(grads)):
+        for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(ref_grads), jax.tree_util.tree_leaves(grads),
+                                strict=True):
             np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6, rtol=1e-5,
                                        err_msg=f"{policy} {jax.tree_util.keystr(path)}")
 

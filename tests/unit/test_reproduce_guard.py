@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -32,7 +33,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def _tree(root) -> dict[str, bytes]:
-    return {os.path.join(d, f): open(os.path.join(d, f), "rb").read() for d, _, fs in os.walk(root) for f in fs}
+    return {os.path.join(d, f): Path(d, f).read_bytes() for d, _, fs in os.walk(root) for f in fs}
 
 
 @pytest.fixture()
@@ -57,7 +58,8 @@ def write_record(original, *, pin: str | None = None, edit=None, script: str = S
     scripts.mkdir(parents=True, exist_ok=True)
     (scripts / f"exp-{digest[:16]}.py").write_bytes(text)
     record = {"schema": 1, "prefix": str(original), "script": "exp.py",
-              "steps": [{"name": "raw/a", "identity": "raw/a-00000000", "output_path": str(original / "raw/a-00000000")}],
+              "steps": [{"name": "raw/a", "identity": "raw/a-00000000",
+                         "output_path": str(original / "raw/a-00000000")}],
               "code": {"script": "exp.py", "stored_script": f"scripts/exp-{digest[:16]}.py", "script_sha256": digest}}
     if edit:
         edit(record)
@@ -175,7 +177,7 @@ def test_a_record_that_is_not_json_is_one_line(world, content, message):
 def test_a_record_outside_experiments_needs_its_prefix_field(world):
     moved = world["root"] / "moved"
     moved.mkdir()
-    record = json.loads(open(world["record"]).read())
+    record = json.loads(Path(world["record"]).read_text())
     del record["prefix"]
     (moved / "exp.json").write_text(json.dumps(record))
     with pytest.raises(ReproduceError, match="lies outside an experiments/ folder and names no prefix"):

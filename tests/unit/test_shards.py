@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import multiprocessing
+import pathlib
 import sys
 import time
 
@@ -196,7 +197,8 @@ class _Clock:
 
 
 def _progress_lines(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "marin_lab.processing.shards" and "shards done" in r.getMessage()]
+    return [r.getMessage() for r in caplog.records
+            if r.name == "marin_lab.processing.shards" and "shards done" in r.getMessage()]
 
 
 def test_in_a_log_progress_is_a_plain_line_at_most_every_ten_seconds(caplog):
@@ -289,11 +291,12 @@ def test_a_steps_log_carries_its_progress_lines(tmp_path, monkeypatch):
     from marin_lab.execution.logs import LogSpec, capture
 
     monkeypatch.setattr(logging.getLogger(), "handlers", [])  # as in a step's worker process
-    monkeypatch.setattr(sys, "stderr", open(2, "w", closefd=False, buffering=1))  # fd 2, which the capture takes
+    stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115 - fd 2 (which the capture takes) for the test's length
+    monkeypatch.setattr(sys, "stderr", stderr)
     monkeypatch.setattr(shards, "PROGRESS_EVERY_S", 0.0)
     url = str(tmp_path / "attempt-0.log")
     with capture(LogSpec(url=url, label="s/x-1234", echo=False)):
         map_shards(_square, list(range(3)), num_workers=1, desc="filter")
-    log = open(url, encoding="utf-8").read()
+    log = pathlib.Path(url).read_text(encoding="utf-8")
     assert "filter: 2/3 shards done" in log and "filter: 3/3 shards done in 0 s" in log
     assert "\r" not in log

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,13 +19,14 @@ def _log_lines(url: str) -> str:
         logging.getLogger("datasets").warning("a library's warning")
         logging.getLogger("marin_lab.processing.tokenize").info("tokenize: 362 documents")
         logging.getLogger("experiments.my_steps").info("the user's own step says hello")
-    return open(url, encoding="utf-8").read()
+    return Path(url).read_text(encoding="utf-8")
 
 
 def test_libraries_info_lines_stay_out_unless_verbose(tmp_path, monkeypatch):
     # As in a step's worker process: no handler of pytest's on the root logger, so the capture adds its own.
     monkeypatch.setattr(logging.getLogger(), "handlers", [])
-    monkeypatch.setattr(sys, "stderr", open(2, "w", closefd=False, buffering=1))  # fd 2, which the capture takes
+    # fd 2, which the capture takes.
+    monkeypatch.setattr(sys, "stderr", open(2, "w", closefd=False, buffering=1))  # noqa: SIM115 (is sys.stderr)
     monkeypatch.delenv(VERBOSE_ENV, raising=False)
     # `datasets` sets its logger to WARNING when imported (another test may have imported it): the
     # filter is what is tested here, so the logger itself lets INFO through.

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -58,7 +59,7 @@ def _whole(path, mode, offload, sh):
 def _same(a, b):
     la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
     assert jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
-    for x, y in zip(la, lb):
+    for x, y in zip(la, lb, strict=True):
         assert x.dtype == y.dtype and x.shape == y.shape
         assert x.sharding == y.sharding
         assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
@@ -127,9 +128,11 @@ def sample():
 threading.Thread(target=sample, daemon=True).start()
 source = open_base(sys.argv[1])
 quant = QuantConfig()
-params = jax.eval_shape(lambda p: quantize_params(p, quant), jax.eval_shape(lambda: init_params(source.model, jax.random.key(0))))
+params = jax.eval_shape(lambda p: quantize_params(p, quant),
+                        jax.eval_shape(lambda: init_params(source.model, jax.random.key(0))))
 frozen_abs = jax.eval_shape(lambda p: frozen_base(p, "qlora", "bfloat16", False), params)
-frozen = load_frozen(source, frozen_abs, frozen_shardings(frozen_abs, MeshConfig(data=1, fsdp=-1).build(), "fsdp"), quant)
+frozen = load_frozen(source, frozen_abs, frozen_shardings(frozen_abs, MeshConfig(data=1, fsdp=-1).build(), "fsdp"),
+                     quant)
 jax.block_until_ready(jax.tree_util.tree_leaves(frozen))
 done.set()
 print(json.dumps({"baseline": baseline, "peak": max(peak[0], anon()),
@@ -166,12 +169,14 @@ def test_quantize_base_writes_what_the_whole_model_path_gives(bases):
     _, params, _ = load_base(bases["hf"])
     expected = flatten_params(quantize_params(params, QUANT))
     written = ckpt.resolve_checkpoint(bases["quantized"])
-    dtypes = {e["name"]: e["dtype"] for e in json.load(open(os.path.join(written, "index.json")))["leaves"]}
+    dtypes = {e["name"]: e["dtype"]
+              for e in json.loads(Path(os.path.join(written, "index.json")).read_text())["leaves"]}
     assert dtypes["['params']['embed']"] == "bfloat16" and dtypes["['params']['layers']['attn_norm']"] == "bfloat16"
     _, restored, _ = load_base(bases["quantized"])
     got = flatten_params(restored)
     assert set(got) == set(expected)
     for name, want in expected.items():
-        for a, b in zip(jax.tree_util.tree_leaves(got[name]), jax.tree_util.tree_leaves(want)):
+        for a, b in zip(jax.tree_util.tree_leaves(got[name]), jax.tree_util.tree_leaves(want), strict=True):
             assert a.shape == b.shape
-            assert np.array_equal(np.asarray(a, np.float32) if a.dtype != b.dtype else np.asarray(a), np.asarray(b)), name
+            assert np.array_equal(np.asarray(a, np.float32) if a.dtype != b.dtype
+                                  else np.asarray(a), np.asarray(b)), name

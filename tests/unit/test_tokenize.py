@@ -176,12 +176,14 @@ def test_bad_records_raise_or_skip(corpus, tmp_path):
     root, _, _ = corpus
     docs = tmp_path / "docs"
     write_documents(str(docs / "a.jsonl"), [{"id": "a", "text": "river stone"}])
-    (docs / "b.jsonl").write_bytes(b'{"id": "b1", "text": "ok"}\n{"id": "b2"}\nnot json\n{"id": "b4", "text": "fine"}\n')
+    (docs / "b.jsonl").write_bytes(b'{"id": "b1", "text": "ok"}\n{"id": "b2"}\nnot json\n'
+                                   b'{"id": "b4", "text": "fine"}\n')
     cfg = TokenizeConfig(input_path=str(docs), output_path=str(tmp_path / "out"), tokenizer=str(root / "tokenizer"))
     with pytest.raises(ShardTaskError, match=r"b.jsonl:2: bad record \(missing_text\)") as info:
         tokenize(cfg)
     assert isinstance(info.value.__cause__, BadRecordError)
-    result = tokenize(TokenizeConfig(**{**cfg.__dict__, "output_path": str(tmp_path / "skip"), "on_bad_record": "skip"}))
+    result = tokenize(TokenizeConfig(**{**cfg.__dict__, "output_path": str(tmp_path / "skip"),
+                                        "on_bad_record": "skip"}))
     assert result["documents_in"] == 5 and result["documents"] == 3 and result["skipped"] == 2
     assert result["skip_reasons"] == {"bad_json": 1, "missing_text": 1}
 

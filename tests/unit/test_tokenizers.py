@@ -101,6 +101,7 @@ _LOADERS = re.compile(r"\b\w*Tokenizer\w*\.from_(str|file|buffer|pretrained)\(")
 
 
 def test_no_module_but_the_owner_loads_a_tokenizer():
-    found = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if _LOADERS.search(p.read_text(encoding="utf-8"))}
+    found = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+             if _LOADERS.search(p.read_text(encoding="utf-8"))}
     assert "processing/tokenizers.py" in found  # the pattern sees the owner's own loader
     assert found - {"processing/tokenizers.py"} <= LOADED_ELSEWHERE, sorted(found)

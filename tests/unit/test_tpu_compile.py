@@ -119,7 +119,8 @@ FINETUNE = textwrap.dedent('''
     model = dataclasses.replace(lab_nano, num_layers=2, vocab_size=512, max_seq_len=4096)
     # 32 sequences of 4096 per chip without remat: fp32 attention scores alone are ~8 GiB a layer.
     config = FinetuneConfig(output_path=this_output_path(), data=DataConfig(caches={}), base="never-read",
-                            mode="lora", lora=LoraConfig(rank=8), model=model, batch_size=128, seq_len=4096, gradient_checkpointing=False)
+                            mode="lora", lora=LoraConfig(rank=8), model=model, batch_size=128, seq_len=4096,
+                            gradient_checkpointing=False)
     step = ExecutorStep(name="checkpoints/too-big-lora", fn=finetune_lm, config=config,
                         resources=TpuResources(tpu="v5e-4"))
     if __name__ == "__main__":
@@ -174,7 +175,8 @@ def test_bad_input_is_one_line_naming_the_step_and_field(experiment, capsys, arg
 
 def test_mesh_and_attention_that_the_topology_cannot_take():
     v5e4 = parse_topology("v5e-4")
-    with pytest.raises(TrainingError, match=r"step 'x': field mesh: the fixed axes multiply to 3, which does not divide the 4 devices"):
+    with pytest.raises(TrainingError, match=r"step 'x': field mesh: the fixed axes multiply to 3, "
+                                            "which does not divide the 4 devices"):
         compile_training_step("x", "train_lm", _config(mesh=MeshConfig(data=3, fsdp=-1)), v5e4)
     with pytest.raises(TrainingError, match=r"step 'x': field attention_impl='cudnn' is not available on tpu"):
         compile_training_step("x", "train_lm", _config(attention_impl="cudnn"), v5e4)
@@ -226,7 +228,7 @@ HLO = textwrap.dedent('''
       %send.2 = (f32[1024]{0}, u32[], token[]) send(%g, %tok), is_host_transfer=true, frontend_attributes={_xla_megascale_transfer_type="ALL_REDUCE"}
       ROOT %r = f32[8] get-tuple-element(%w), index=1
     }
-''')
+''')  # noqa: E501 (HLO lines as XLA prints them)
 
 
 def test_collectives_in_a_loop_count_once_per_iteration():

@@ -3,6 +3,7 @@
 The scoring comes from marin_lab.evaluation as hooks (`train_lm_with_eval` passes them to train_lm)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,7 @@ def test_eval_every_n_steps_on_validation_sets(tmp_path):
     out = str(tmp_path / "run")
     summary = train_lm_with_eval(tiny_train_config(out, {"c": train_cache}, steps_per_eval=4, max_eval_batches=1,
                                          eval_caches={"held": held_out}, export_hf=False))
-    lines = [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
+    lines = [json.loads(line) for line in Path(f"{out}/metrics.jsonl").read_text().splitlines()]
     evals = [r for r in lines if "eval/c/loss" in r]
     assert [r["step"] for r in evals] == [4, 8]
     assert all("eval/held/loss" in r and "eval/held/bpb" in r for r in evals)
@@ -49,7 +50,7 @@ def test_lm_eval_tasks_every_n_steps_during_training(tmp_path):
     out = str(tmp_path / "run")
     summary = train_lm_with_eval(tiny_train_config(out, {"c": cache}, model=tiny_model(vocab_size=512), export_hf=False,
                                                    eval_tasks=("copa:0:6",), steps_per_task_eval=4))
-    lines = [json.loads(line) for line in open(f"{out}/metrics.jsonl")]
+    lines = [json.loads(line) for line in Path(f"{out}/metrics.jsonl").read_text().splitlines()]
     evals = [r for r in lines if "eval/copa/acc" in r]
     assert [r["step"] for r in evals] == [4, 8]
     for r in evals:  # the value with its Wilson interval, over the 6 items scored

@@ -65,4 +65,5 @@ def test_step_time_excludes_the_wait_behind_the_step_dispatched_before_it():
 def test_remaining_time_reads_as_a_person_would_say_it():
     from marin_lab.training.trainer import format_duration
 
-    assert [format_duration(x) for x in (0.4, 45, 125, 3 * 3600 + 7 * 60 + 9)] == ["0 s", "45 s", "2 min 5 s", "3 h 7 min"]
+    assert [format_duration(x) for x in (0.4, 45, 125, 3 * 3600 + 7 * 60 + 9)] == [
+        "0 s", "45 s", "2 min 5 s", "3 h 7 min"]

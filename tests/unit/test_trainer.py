@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +35,8 @@ class _Toy:
         self.targets, self.summaries = targets or {}, summaries
         loop = LoopConfig(name="toy", output_path=str(out), num_train_steps=steps, tokens_per_step=4,
                           checkpoint=CheckpointConfig(save_every_steps=save_every, save_interval_s=None, keep_last=10),
-                          wandb=WandbConfig(enabled=False), summary_file="toy_summary.json", stop_after_steps=stop_after,
+                          wandb=WandbConfig(enabled=False), summary_file="toy_summary.json",
+                          stop_after_steps=stop_after,
                           nonfinite_advice="Try a smaller step.")
         self.trainer = Trainer(loop)
         self.check_step = None
@@ -58,7 +60,7 @@ _trainer = _Toy
 
 
 def _lines(out):
-    return [json.loads(line) for line in open(out / "metrics.jsonl")]
+    return [json.loads(line) for line in Path(out / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_hooks_run_on_their_interval_and_at_the_end_and_their_lines_are_logged(tmp_path):

@@ -52,10 +52,9 @@ def test_build_context_nests_and_restores_on_exception():
     inner = BuildContext(versions=_codex(default="2026.06.28"))
     with build_context(outer):
         assert resolve_version("x", None) == "2026.07.16"
-        with pytest.raises(RuntimeError):
-            with build_context(inner):
-                assert resolve_version("x", None) == "2026.06.28"
-                raise RuntimeError("boom")
+        with pytest.raises(RuntimeError), build_context(inner):
+            assert resolve_version("x", None) == "2026.06.28"
+            raise RuntimeError("boom")
         # The inner context is torn down even though the block raised.
         assert resolve_version("x", None) == "2026.07.16"
     assert current_build_context() is None
