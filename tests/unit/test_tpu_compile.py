@@ -284,6 +284,7 @@ def test_script_arguments_after_double_dash_reach_the_experiment(tmp_path, capsy
     assert len(err) == 1 and "step 'checkpoints/on-cpu-given': field resources declares no TPU" in err[0], err
 
 
+@pytest.mark.slow
 def test_remat_comparison_compiles_each_policy_and_chooses_the_fastest_that_fits(experiment, capsys):
     """`--remat full,save_mlp` on the nano model for v5e-4: one report per policy, FLOPs charged
     with each policy's recompute, and the choice rule (fits, 2 GiB free, no host offload, best MFU)."""
