@@ -42,27 +42,41 @@ SETTINGS = {  # name -> (attention_impl, loss_chunk_size)
 }
 
 
-def compile_step(model: LlamaConfig, topology: str, per_chip_batch: int, seq: int, attention: str | None,
-                 chunk: int | None, remat: bool | str) -> dict:
+def compile_step(
+    model: LlamaConfig,
+    topology: str,
+    per_chip_batch: int,
+    seq: int,
+    attention: str | None,
+    chunk: int | None,
+    remat: bool | str,
+) -> dict:
     devices = topologies.get_topology_desc(platform="tpu", topology_name=topology).devices
     mesh = MeshConfig(fsdp=-1).build(devices)
     optimizer = optax.adamw(1e-4)
     shardings = state_shardings(model, optimizer, mesh, "fsdp", jnp.float32)
-    abstract = jax.eval_shape(lambda: {"params": (p := init_params(model, jax.random.key(0))),
-                                       "opt_state": optimizer.init(p), "step": jnp.zeros((), jnp.int32)})
-    state = jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                                   abstract, shardings)
-    tokens = jax.ShapeDtypeStruct((per_chip_batch * len(devices), seq + 1), jnp.int32,
-                                  sharding=batch_sharding(mesh))
+    abstract = jax.eval_shape(
+        lambda: {
+            "params": (p := init_params(model, jax.random.key(0))),
+            "opt_state": optimizer.init(p),
+            "step": jnp.zeros((), jnp.int32),
+        }
+    )
+    state = jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+    tokens = jax.ShapeDtypeStruct((per_chip_batch * len(devices), seq + 1), jnp.int32, sharding=batch_sharding(mesh))
     settings = StepSettings(attention_impl=attention, loss_chunk_size=chunk, gradient_checkpointing=remat)
     step = make_train_step(model, optimizer, lambda s: 1e-4, settings, mesh, shardings)
     start = time.perf_counter()
     compiled = step.lower(state, tokens).compile()
     seconds = time.perf_counter() - start
     mem = compiled.memory_analysis()
-    return {"compile_s": round(seconds, 1), "argument_gib": mem.argument_size_in_bytes / GIB,
-            "temp_gib": mem.temp_size_in_bytes / GIB, "output_gib": mem.output_size_in_bytes / GIB,
-            "tpu_custom_calls": compiled.as_text().count('custom_call_target="tpu_custom_call"')}
+    return {
+        "compile_s": round(seconds, 1),
+        "argument_gib": mem.argument_size_in_bytes / GIB,
+        "temp_gib": mem.temp_size_in_bytes / GIB,
+        "output_gib": mem.output_size_in_bytes / GIB,
+        "tpu_custom_calls": compiled.as_text().count('custom_call_target="tpu_custom_call"'),
+    }
 
 
 def main() -> None:
@@ -75,19 +89,34 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     remat = {"none": False, "full": True}.get(args.remat, args.remat)
-    model = LlamaConfig(vocab_size=128256, hidden_dim=4096, intermediate_dim=14336, num_layers=args.layers,
-                        num_heads=32, num_kv_heads=8, max_seq_len=args.seq, rope_theta=500000.0)
-    print(f"load {Path('/proc/loadavg').read_text().split()[:3]}; {args.topology}, {args.layers} layers of Llama-3-8B, "
-          f"{args.per_chip_batch} x {args.seq} tokens per chip, remat {args.remat}")
+    model = LlamaConfig(
+        vocab_size=128256,
+        hidden_dim=4096,
+        intermediate_dim=14336,
+        num_layers=args.layers,
+        num_heads=32,
+        num_kv_heads=8,
+        max_seq_len=args.seq,
+        rope_theta=500000.0,
+    )
+    print(
+        f"load {Path('/proc/loadavg').read_text().split()[:3]}; {args.topology}, {args.layers} layers of Llama-3-8B, "
+        f"{args.per_chip_batch} x {args.seq} tokens per chip, remat {args.remat}"
+    )
     print("| setting | temporaries GiB/chip | arguments | outputs | tpu_custom_calls | compile s |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     rows = []
     for name, (attention, chunk) in SETTINGS.items():
-        row = {"setting": name, **compile_step(model, args.topology, args.per_chip_batch, args.seq,
-                                                attention, chunk, remat)}
+        row = {
+            "setting": name,
+            **compile_step(model, args.topology, args.per_chip_batch, args.seq, attention, chunk, remat),
+        }
         rows.append(row)
-        print(f"| {name} | {row['temp_gib']:.2f} | {row['argument_gib']:.2f} | {row['output_gib']:.2f} | "
-              f"{row['tpu_custom_calls']} | {row['compile_s']} |", flush=True)
+        print(
+            f"| {name} | {row['temp_gib']:.2f} | {row['argument_gib']:.2f} | {row['output_gib']:.2f} | "
+            f"{row['tpu_custom_calls']} | {row['compile_s']} |",
+            flush=True,
+        )
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)

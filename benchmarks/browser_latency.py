@@ -35,16 +35,24 @@ from browser_fixtures import big_experiment  # noqa: E402
 
 from marin_lab.browser.server import start_in_thread  # noqa: E402
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+]
 
 
 def make_shard(path: Path, size_mb: int) -> None:
     """About `size_mb` MiB of JSON-lines documents (uncompressed), zstd-compressed, streamed to disk."""
     rng = random.Random(0)
-    words = [("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 10))))
-             for _ in range(5000)]
+    words = [
+        ("".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 10)))) for _ in range(5000)
+    ]
     bodies = [" ".join(rng.choice(words) for _ in range(rng.randint(100, 600))) for _ in range(2000)]
     target = size_mb * 1024 * 1024
     written = 0
@@ -52,8 +60,10 @@ def make_shard(path: Path, size_mb: int) -> None:
     with open(tmp, "wb") as raw, zstandard.ZstdCompressor(level=3, threads=-1).stream_writer(raw) as out:
         i = 0
         while written < target:
-            batch = "".join(json.dumps({"id": f"doc-{i + k:09d}", "text": bodies[(i + k) % len(bodies)],
-                                        "source": "bench"}) + "\n" for k in range(1000)).encode()
+            batch = "".join(
+                json.dumps({"id": f"doc-{i + k:09d}", "text": bodies[(i + k) % len(bodies)], "source": "bench"}) + "\n"
+                for k in range(1000)
+            ).encode()
             out.write(batch)
             written += len(batch)
             i += 1000
@@ -123,8 +133,13 @@ def main() -> None:
             first_page.append(seconds)
             seconds, _ = timed_get(f"{file_url}&cursor={body['next_cursor']}")
             next_pages.append(seconds)
-        rows.append((f"first page, {args.size_mb} MiB .jsonl.zst ({shard.stat().st_size / 2**20:.0f} MiB on disk)",
-                     median_ms(first_page), 1000.0))
+        rows.append(
+            (
+                f"first page, {args.size_mb} MiB .jsonl.zst ({shard.stat().st_size / 2**20:.0f} MiB on disk)",
+                median_ms(first_page),
+                1000.0,
+            )
+        )
         rows.append(("second page of the same shard", median_ms(next_pages), 1000.0))
         # Compressed streams cannot seek: a page deep in the file costs decompressing what lies
         # before it. Not a target, reported so nobody is surprised.
@@ -136,8 +151,9 @@ def main() -> None:
             seconds, body = timed_get(f"{file_url}&cursor={body['next_cursor']}")
             assert body["resumed"], "the next page should continue the parked stream"
             after_deep.append(seconds)
-        rows.append((f"a page half-way in, opened directly ({middle / 2**20:.0f} MiB to decode)",
-                     median_ms(deep), None))
+        rows.append(
+            (f"a page half-way in, opened directly ({middle / 2**20:.0f} MiB to decode)", median_ms(deep), None)
+        )
         rows.append(("the page after it (continues the open stream)", median_ms(after_deep), 1000.0))
 
         api = [timed_get(f"{server.url}/api/experiments/{exp_id}")[0] for _ in range(args.repeats)]
@@ -186,15 +202,18 @@ def main() -> None:
         rows.append((f"graph, {args.steps} steps: ungroup (draw every step again)", median_ms(unfold), 1000.0))
         rows.append((f"graph, {args.steps} steps: Shift-click selects, the table filtered", median_ms(select), 1000.0))
         # The first load also starts the renderer process and compiles app.js; report it apart.
-        rows.append((f"experiment page, {args.steps} steps: navigation to painted DAG (cold)",
-                     painted[0] * 1000, 2000.0))
+        rows.append(
+            (f"experiment page, {args.steps} steps: navigation to painted DAG (cold)", painted[0] * 1000, 2000.0)
+        )
         rows.append((f"experiment page, {args.steps} steps: navigation to painted DAG", median_ms(painted[1:]), 2000.0))
         rows.append(("  of which API fetch + building the DOM", median_ms(in_page[1:]), 2000.0))
         rows.append(("  same, timed from outside by Playwright (adds its polling)", median_ms(renders[1:]), 2000.0))
 
-    lines = [f"browser_latency: medians of {args.repeats} repeats; {os.cpu_count()} CPUs; "
-             f"{time.strftime('%Y-%m-%d %H:%M:%S')}",
-             f"{'measure':<66} {'ms':>9} {'target ms':>10} {'ratio':>7}  ok"]
+    lines = [
+        f"browser_latency: medians of {args.repeats} repeats; {os.cpu_count()} CPUs; "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S')}",
+        f"{'measure':<66} {'ms':>9} {'target ms':>10} {'ratio':>7}  ok",
+    ]
     for name, ms, target in rows:
         if target is None:
             lines.append(f"{name:<66} {ms:9.1f} {'-':>10} {'-':>7}  -")

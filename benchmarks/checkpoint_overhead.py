@@ -34,8 +34,12 @@ from marin_lab.training.optimizer import OptimizerConfig  # noqa: E402
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings  # noqa: E402
 
 # ~290M parameters (33M of them the tied embedding): the "~300M" size.
-MODELS = {**MODELS, "llama_300m": dataclasses.replace(MODELS["lab_30m"], hidden_dim=1024, intermediate_dim=2816,
-                                                      num_layers=20, num_heads=16, num_kv_heads=16)}
+MODELS = {
+    **MODELS,
+    "llama_300m": dataclasses.replace(
+        MODELS["lab_30m"], hidden_dim=1024, intermediate_dim=2816, num_layers=20, num_heads=16, num_kv_heads=16
+    ),
+}
 
 
 def timed(fn) -> float:
@@ -72,10 +76,10 @@ def _measure(name: str, args: argparse.Namespace) -> None:
     opt = opt_cfg.build()
     shard = state_shardings(model, opt, mesh, "fsdp", np.float32)
     state = make_init_fn(model, opt, shard, np.float32)(jax.random.key(0))
-    step = make_train_step(model, opt, opt_cfg.lr_schedule(1000), StepSettings(compute_dtype="float32"),
-                           mesh, shard)
-    tokens = jax.numpy.asarray(np.random.default_rng(0).integers(0, model.vocab_size, (args.batch, args.seq + 1)),
-                               np.int32)
+    step = make_train_step(model, opt, opt_cfg.lr_schedule(1000), StepSettings(compute_dtype="float32"), mesh, shard)
+    tokens = jax.numpy.asarray(
+        np.random.default_rng(0).integers(0, model.vocab_size, (args.batch, args.seq + 1)), np.int32
+    )
     state, out = step(state, tokens)
     jax.block_until_ready(out)
 
@@ -108,12 +112,16 @@ def _measure(name: str, args: argparse.Namespace) -> None:
     abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state)
     ours_load_s, orbax_load_s = alternating(
         lambda: jax.block_until_ready(load_checkpoint(f"{root}/{first_ours}", state)),
-        lambda: jax.block_until_ready(ckptr.restore(f"{root}/{first_orbax}", abstract)), args.repeats)
+        lambda: jax.block_until_ready(ckptr.restore(f"{root}/{first_orbax}", abstract)),
+        args.repeats,
+    )
     ckptr.close()
     shutil.rmtree(root, ignore_errors=True)
-    print(f"{name:<11} {nbytes / 2**20:>8.1f} {step_s:>7.3f} {ours_save_s:>7.3f} {orbax_save_s:>10.3f} "
-          f"{orbax_save_s / ours_save_s:>10.2f} {ours_load_s:>7.3f} {orbax_load_s:>10.3f} "
-          f"{orbax_load_s / ours_load_s:>10.2f} {ours_save_s / step_s:>9.2f} {ours_load_s / step_s:>9.2f}")
+    print(
+        f"{name:<11} {nbytes / 2**20:>8.1f} {step_s:>7.3f} {ours_save_s:>7.3f} {orbax_save_s:>10.3f} "
+        f"{orbax_save_s / ours_save_s:>10.2f} {ours_load_s:>7.3f} {orbax_load_s:>10.3f} "
+        f"{orbax_load_s / ours_load_s:>10.2f} {ours_save_s / step_s:>9.2f} {ours_load_s / step_s:>9.2f}"
+    )
 
 
 def main() -> None:
@@ -123,10 +131,14 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
-    print(f"# {jax.devices()[0].device_kind} x {jax.device_count()}; local disk; median of {args.repeats}; "
-          f"step = batch {args.batch} x seq {args.seq}, fp32")
-    header = (f"{'model':<11} {'state MB':>8} {'step s':>7} {'save s':>7} {'orbax save':>10} {'save ratio':>10} "
-              f"{'load s':>7} {'orbax load':>10} {'load ratio':>10} {'save/step':>9} {'load/step':>9}")
+    print(
+        f"# {jax.devices()[0].device_kind} x {jax.device_count()}; local disk; median of {args.repeats}; "
+        f"step = batch {args.batch} x seq {args.seq}, fp32"
+    )
+    header = (
+        f"{'model':<11} {'state MB':>8} {'step s':>7} {'save s':>7} {'orbax save':>10} {'save ratio':>10} "
+        f"{'load s':>7} {'orbax load':>10} {'load ratio':>10} {'save/step':>9} {'load/step':>9}"
+    )
     print(header)
     print("-" * len(header))
     for name in args.models.split(","):

@@ -79,8 +79,9 @@ def mutate(rng: random.Random, text: str, rate: float, vocab: list[str]) -> str:
     return " ".join(out)
 
 
-def build(root: str, n: int, shards: int, pieces: list[str], per_doc: int, dup_share: float,
-          far_share: float, seed: int) -> dict[str, float]:
+def build(
+    root: str, n: int, shards: int, pieces: list[str], per_doc: int, dup_share: float, far_share: float, seed: int
+) -> dict[str, float]:
     """Write `n` documents in `shards` .jsonl.zst shards; returns the planted near duplicates' ids
     with the exact 5-gram Jaccard similarity to their original."""
     import zstandard
@@ -202,8 +203,11 @@ def main() -> None:
     ap.add_argument("--far-share", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ray", action="store_true", help="run the step inside a Ray task")
-    ap.add_argument("--fineweb", action="store_true",
-                    help="FineWeb's LSH (14 bands x 8 rows, no threshold) instead of the step's default")
+    ap.add_argument(
+        "--fineweb",
+        action="store_true",
+        help="FineWeb's LSH (14 bands x 8 rows, no threshold) instead of the step's default",
+    )
     ap.add_argument("--work", default="", help="folder for inputs and outputs (default: a temp folder, removed)")
     args = ap.parse_args()
 
@@ -226,8 +230,9 @@ def main() -> None:
         out = os.path.join(work, f"out-{args.docs}")
         shutil.rmtree(out, ignore_errors=True)
         lsh = {"num_bands": 14, "rows_per_band": 8, "threshold": None} if args.fineweb else {}
-        config = DedupConfig(input_path=inp, output_path=out, num_workers=args.workers,
-                             lsh_partitions=args.partitions, **lsh)
+        config = DedupConfig(
+            input_path=inp, output_path=out, num_workers=args.workers, lsh_partitions=args.partitions, **lsh
+        )
         if args.ray:
             import ray
 
@@ -245,8 +250,16 @@ def main() -> None:
             close_idle_pool()  # its worker's CPU time counts only once it has exited
         r1 = resource.getrusage(resource.RUSAGE_SELF)
         c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
-               + c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime)
+        cpu = (
+            r1.ru_utime
+            + r1.ru_stime
+            - r0.ru_utime
+            - r0.ru_stime
+            + c1.ru_utime
+            + c1.ru_stime
+            - c0.ru_utime
+            - c0.ru_stime
+        )
         if args.ray:  # Ray's workers are not our waited-for children: sum what psutil saw
             cpu = watch.cpu_seconds()
             ray.shutdown()
@@ -254,31 +267,46 @@ def main() -> None:
         removed = removed_ids(out)
         tp = len(removed & truth.keys())
         sims = list(truth.values())
-        ideal = float(link_probability(sims, config.num_bands, config.rows_per_band,
-                                       config.threshold).mean()) if sims else 1.0
+        ideal = (
+            float(link_probability(sims, config.num_bands, config.rows_per_band, config.threshold).mean())
+            if sims
+            else 1.0
+        )
         ideal_fineweb = float(link_probability(sims, 14, 8).mean()) if sims else 1.0
         precision = tp / len(removed) if removed else 1.0
         recall = tp / len(truth) if truth else 1.0
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        print(f"fuzzy dedup at scale: {args.docs:,} documents ({size / 2**20:,.0f} MiB .jsonl.zst in {shards} shards, "
-              f"{len(pieces):,} real-text pieces of {args.piece_words} words, {args.pieces} per document), "
-              f"{len(truth):,} planted near duplicates (0.5-3% word edits), "
-              f"{int(args.far_share * args.docs):,} far copies (60%); built in {build_s:.0f} s")
-        print(f"step: {'Ray tasks' if args.ray else 'local processes'}, num_workers={args.workers} (the calling "
-              f"process included), lsh_partitions={args.partitions}, LSH {config.num_bands} bands x "
-              f"{config.rows_per_band} rows, threshold {config.threshold}; python {sys.version.split()[0]}, "
-              f"{os.cpu_count()} cores; load average {load_start[0]:.1f} at the start, {load_end[0]:.1f} at the "
-              f"end (15-min {load_end[2]:.1f})")
-        print(f"wall {wall:,.1f} s = {args.docs / wall:,.0f} docs/s; CPU {cpu:,.1f} s (all processes) = "
-              f"{args.docs / cpu:,.0f} docs per CPU-second"
-              + (" (psutil samples of every process, Ray's own daemons included)" if args.ray else ""))
-        print(f"removed {len(removed):,} (result: {result['removed']}), candidate pairs "
-              f"{result['candidate_pairs']:,}; precision {precision:.4f} recall {recall:.4f} F1 {f1:.4f}")
-        print(f"ideal MinHash-LSH expected recall on the planted pairs (exact 5-gram Jaccard, "
-              f"median {statistics.median(sims) if sims else 1:.3f}): this LSH {ideal:.4f}, "
-              f"FineWeb's 14 x 8 {ideal_fineweb:.4f}")
-        print(f"peak resident memory per process (those above 50 MiB); this process held {before / 2**20:,.0f} MiB "
-              f"of benchmark data (text pieces, ground truth) before the step started:")
+        print(
+            f"fuzzy dedup at scale: {args.docs:,} documents ({size / 2**20:,.0f} MiB .jsonl.zst in {shards} shards, "
+            f"{len(pieces):,} real-text pieces of {args.piece_words} words, {args.pieces} per document), "
+            f"{len(truth):,} planted near duplicates (0.5-3% word edits), "
+            f"{int(args.far_share * args.docs):,} far copies (60%); built in {build_s:.0f} s"
+        )
+        print(
+            f"step: {'Ray tasks' if args.ray else 'local processes'}, num_workers={args.workers} (the calling "
+            f"process included), lsh_partitions={args.partitions}, LSH {config.num_bands} bands x "
+            f"{config.rows_per_band} rows, threshold {config.threshold}; python {sys.version.split()[0]}, "
+            f"{os.cpu_count()} cores; load average {load_start[0]:.1f} at the start, {load_end[0]:.1f} at the "
+            f"end (15-min {load_end[2]:.1f})"
+        )
+        print(
+            f"wall {wall:,.1f} s = {args.docs / wall:,.0f} docs/s; CPU {cpu:,.1f} s (all processes) = "
+            f"{args.docs / cpu:,.0f} docs per CPU-second"
+            + (" (psutil samples of every process, Ray's own daemons included)" if args.ray else "")
+        )
+        print(
+            f"removed {len(removed):,} (result: {result['removed']}), candidate pairs "
+            f"{result['candidate_pairs']:,}; precision {precision:.4f} recall {recall:.4f} F1 {f1:.4f}"
+        )
+        print(
+            f"ideal MinHash-LSH expected recall on the planted pairs (exact 5-gram Jaccard, "
+            f"median {statistics.median(sims) if sims else 1:.3f}): this LSH {ideal:.4f}, "
+            f"FineWeb's 14 x 8 {ideal_fineweb:.4f}"
+        )
+        print(
+            f"peak resident memory per process (those above 50 MiB); this process held {before / 2**20:,.0f} MiB "
+            f"of benchmark data (text pieces, ground truth) before the step started:"
+        )
         for pid, (rss, name) in sorted(watch.peak.items(), key=lambda kv: -kv[1][0]):
             if rss > 50 * 2**20:
                 print(f"  {rss / 2**20:>8,.0f} MiB  pid {pid}  {name}")

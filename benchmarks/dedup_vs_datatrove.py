@@ -200,28 +200,36 @@ def run_datatrove(inp: str, work: str, shards: int, seed: int, words: str) -> se
 
     out = os.path.join(work, "datatrove")
     shutil.rmtree(out, ignore_errors=True)
-    cfg = MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8, seed=seed,
-                        hash_config=HashConfig(precision=64))
+    cfg = MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8, seed=seed, hash_config=HashConfig(precision=64))
     logs = os.path.join(out, "logs")
 
     def run(pipeline, tasks, name):
         # Each task adds its own log sink on sys.stderr (stats tables): keep them out of the table.
         with open(os.devnull, "w") as quiet, contextlib.redirect_stderr(quiet):
-            LocalPipelineExecutor(pipeline=pipeline, tasks=tasks, workers=1,
-                                  logging_dir=os.path.join(logs, name), skip_completed=False).run()
+            LocalPipelineExecutor(
+                pipeline=pipeline, tasks=tasks, workers=1, logging_dir=os.path.join(logs, name), skip_completed=False
+            ).run()
 
     signature = MinhashDedupSignature(output_folder=f"{out}/sigs", config=cfg)
     if words == "whitespace":
         signature.word_tokenizer = WhitespaceWords()
     run([JsonlReader(inp, glob_pattern="*.jsonl.gz"), signature], shards, "sigs")
-    run([MinhashDedupBuckets(input_folder=f"{out}/sigs", output_folder=f"{out}/buckets", config=cfg)],
-        cfg.num_buckets, "buckets")
-    run([MinhashDedupCluster(input_folder=f"{out}/buckets", output_folder=f"{out}/remove", config=cfg)],
-        1, "cluster")
+    run(
+        [MinhashDedupBuckets(input_folder=f"{out}/sigs", output_folder=f"{out}/buckets", config=cfg)],
+        cfg.num_buckets,
+        "buckets",
+    )
+    run([MinhashDedupCluster(input_folder=f"{out}/buckets", output_folder=f"{out}/remove", config=cfg)], 1, "cluster")
     # Kept and removed documents as gzip JSON lines, as marin_lab writes them for .jsonl.gz input.
-    run([JsonlReader(inp, glob_pattern="*.jsonl.gz"),
-         MinhashDedupFilter(input_folder=f"{out}/remove", exclusion_writer=JsonlWriter(f"{out}/removed")),
-         JsonlWriter(f"{out}/kept")], shards, "filter")
+    run(
+        [
+            JsonlReader(inp, glob_pattern="*.jsonl.gz"),
+            MinhashDedupFilter(input_folder=f"{out}/remove", exclusion_writer=JsonlWriter(f"{out}/removed")),
+            JsonlWriter(f"{out}/kept"),
+        ],
+        shards,
+        "filter",
+    )
     removed = set()
     for path in glob.glob(f"{out}/removed/*.jsonl.gz"):
         removed |= {d["id"] for d in read_documents(path)}
@@ -254,8 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--sides", default=",".join(SIDES),
-                    help="comma-separated subset of " + ",".join(SIDES + OPTIONAL_SIDES))
+    ap.add_argument(
+        "--sides", default=",".join(SIDES), help="comma-separated subset of " + ",".join(SIDES + OPTIONAL_SIDES)
+    )
     args = ap.parse_args(argv)
     sides = [s for s in args.sides.split(",") if s]
     from loguru import logger as datatrove_log  # datatrove logs every stage to stderr
@@ -281,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         # that none always runs first (or right after the slowest).
         for rep in range(args.repeats):
             seed = rep + 1
-            for name in sides[rep % len(sides):] + sides[: rep % len(sides)]:
+            for name in sides[rep % len(sides) :] + sides[: rep % len(sides)]:
                 w0, c0 = time.perf_counter(), cpu_seconds()
                 rem = runners[name](seed)
                 walls[name].append(time.perf_counter() - w0)
@@ -291,28 +300,38 @@ def main(argv: list[str] | None = None) -> int:
                 loads.append(os.getloadavg()[0])
         sims = planted_similarities(inp)
         ours = DedupConfig(input_path=inp, output_path=work)
-        print(f"fuzzy dedup, {n} documents ({len(truth)} near duplicates, mutation <= "
-              f"{args.max_dup_rate:.0%}; {args.dups // 5} far copies at {args.far_rate:.0%}), "
-              f"{args.shards} shards, 1 worker, 5-word shingles, 112 permutations; marin_lab: "
-              f"{ours.num_bands} bands x {ours.rows_per_band} rows, threshold {ours.threshold}; "
-              f"datatrove and marin_lab-fineweb: 14 bands x 8 rows, no threshold; python {sys.version.split()[0]}")
-        print(f"{args.repeats} repeats, sides alternating (rotating order), seed = repeat + 1; 1-min load "
-              f"average {min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f}); "
-              f"time: medians; quality: means over seeds")
-        print(f"{'side':<46}{'wall s':>8}{'docs/s':>8}{'CPU s':>8}{'docs/CPU-s':>11}{'removed':>8}"
-              f"{'prec':>8}{'recall':>8}{'F1':>8}   F1 per seed")
+        print(
+            f"fuzzy dedup, {n} documents ({len(truth)} near duplicates, mutation <= "
+            f"{args.max_dup_rate:.0%}; {args.dups // 5} far copies at {args.far_rate:.0%}), "
+            f"{args.shards} shards, 1 worker, 5-word shingles, 112 permutations; marin_lab: "
+            f"{ours.num_bands} bands x {ours.rows_per_band} rows, threshold {ours.threshold}; "
+            f"datatrove and marin_lab-fineweb: 14 bands x 8 rows, no threshold; python {sys.version.split()[0]}"
+        )
+        print(
+            f"{args.repeats} repeats, sides alternating (rotating order), seed = repeat + 1; 1-min load "
+            f"average {min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f}); "
+            f"time: medians; quality: means over seeds"
+        )
+        print(
+            f"{'side':<46}{'wall s':>8}{'docs/s':>8}{'CPU s':>8}{'docs/CPU-s':>11}{'removed':>8}"
+            f"{'prec':>8}{'recall':>8}{'F1':>8}   F1 per seed"
+        )
         rows = {}
         for name in sides:
             wall, cpu = statistics.median(walls[name]), statistics.median(cpus[name])
             p, r, f1 = (statistics.mean(x[i] for x in scores[name]) for i in range(3))
             rows[name] = (n / wall, n / cpu, f1)
             per_seed = " ".join(f"{x[2]:.4f}" for x in scores[name])
-            print(f"{LABELS[name]:<46}{wall:>8.2f}{n / wall:>8.0f}{cpu:>8.2f}{n / cpu:>11.0f}"
-                  f"{statistics.mean(removed_counts[name]):>8.0f}{p:>8.4f}{r:>8.4f}{f1:>8.4f}   {per_seed}")
-        print(f"ideal MinHash-LSH expected recall on the {sims.size} planted pairs (exact 5-gram Jaccard, "
-              f"min {sims.min():.3f}, median {np.median(sims):.3f}): 14x8 {link_probability(sims, 14, 8).mean():.4f}, "
-              f"{ours.num_bands}x{ours.rows_per_band} checked >= {ours.threshold} "
-              f"{link_probability(sims, ours.num_bands, ours.rows_per_band, ours.threshold).mean():.4f}")
+            print(
+                f"{LABELS[name]:<46}{wall:>8.2f}{n / wall:>8.0f}{cpu:>8.2f}{n / cpu:>11.0f}"
+                f"{statistics.mean(removed_counts[name]):>8.0f}{p:>8.4f}{r:>8.4f}{f1:>8.4f}   {per_seed}"
+            )
+        print(
+            f"ideal MinHash-LSH expected recall on the {sims.size} planted pairs (exact 5-gram Jaccard, "
+            f"min {sims.min():.3f}, median {np.median(sims):.3f}): 14x8 {link_probability(sims, 14, 8).mean():.4f}, "
+            f"{ours.num_bands}x{ours.rows_per_band} checked >= {ours.threshold} "
+            f"{link_probability(sims, ours.num_bands, ours.rows_per_band, ours.threshold).mean():.4f}"
+        )
         for mine in ("marin_lab", "marin_lab-fineweb"):
             for peer, goal in (("datatrove-ws", ">= 5x"), ("datatrove-spacy", "")):
                 if mine not in rows or peer not in rows:
@@ -320,10 +339,12 @@ def main(argv: list[str] | None = None) -> int:
                 ours_f1 = [x[2] for x in scores[mine]]
                 their_f1 = [x[2] for x in scores[peer]]
                 ahead = sum(a >= b for a, b in zip(ours_f1, their_f1, strict=True))
-                print(f"{LABELS[mine]} / {LABELS[peer]}: docs/s {rows[mine][0] / rows[peer][0]:.2f}x wall, "
-                      f"{rows[mine][1] / rows[peer][1]:.2f}x per CPU-second{' (goal ' + goal + ')' if goal else ''}; "
-                      f"F1 {rows[mine][2]:.4f} vs {rows[peer][2]:.4f}, ours >= theirs on {ahead} of "
-                      f"{len(ours_f1)} seeds")
+                print(
+                    f"{LABELS[mine]} / {LABELS[peer]}: docs/s {rows[mine][0] / rows[peer][0]:.2f}x wall, "
+                    f"{rows[mine][1] / rows[peer][1]:.2f}x per CPU-second{' (goal ' + goal + ')' if goal else ''}; "
+                    f"F1 {rows[mine][2]:.4f} vs {rows[peer][2]:.4f}, ours >= theirs on {ahead} of "
+                    f"{len(ours_f1)} seeds"
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

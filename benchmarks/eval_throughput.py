@@ -31,14 +31,20 @@ def _tokenizer(vocab: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    text = [Path(os.path.join(here, "docs", name)).read_text()
-            for name in sorted(os.listdir(os.path.join(here, "docs")))
-            if name.endswith(".md")]
+    text = [
+        Path(os.path.join(here, "docs", name)).read_text()
+        for name in sorted(os.listdir(os.path.join(here, "docs")))
+        if name.endswith(".md")
+    ]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
-                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        text,
+        trainers.BpeTrainer(
+            vocab_size=vocab, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     return tok
 
 
@@ -64,14 +70,32 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="eval-throughput-")
     with open(os.path.join(tmp, "tokenizer.json"), "w") as f:
         f.write(tok.to_str())
-    export_hf(params, cfg, os.path.join(tmp, "hf"), tokenizer_url=os.path.join(tmp, "tokenizer.json"),
-              eos_id=tok.token_to_id("<|endoftext|>"))
+    export_hf(
+        params,
+        cfg,
+        os.path.join(tmp, "hf"),
+        tokenizer_url=os.path.join(tmp, "tokenizer.json"),
+        eos_id=tok.token_to_id("<|endoftext|>"),
+    )
     with open(os.path.join(tmp, "hf", "tokenizer_config.json"), "w") as f:
-        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>",
-                   "model_max_length": cfg.max_seq_len}, f)
+        json.dump(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "eos_token": "<|endoftext|>",
+                "model_max_length": cfg.max_seq_len,
+            },
+            f,
+        )
     ours = MarinLM(params, cfg, tok, batch_size=args.batch_size)
-    theirs = HFLM(pretrained=os.path.join(tmp, "hf"), backend="causal", device="cpu", dtype=torch.float32,
-                  batch_size=args.batch_size, max_length=cfg.max_seq_len, logits_cache=False)
+    theirs = HFLM(
+        pretrained=os.path.join(tmp, "hf"),
+        backend="causal",
+        device="cpu",
+        dtype=torch.float32,
+        batch_size=args.batch_size,
+        max_length=cfg.max_seq_len,
+        logits_cache=False,
+    )
     rows = []
     for task in args.tasks.split(","):
         spec = parse_task(task, args.limit)
@@ -91,8 +115,10 @@ def main() -> None:
         row["ratio"] = round(row["ours_req_per_s"] / row["hf_req_per_s"], 2)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print(json.dumps({"model": dataclasses.asdict(cfg), "load": os.getloadavg(), "cpus": os.cpu_count(),
-                      "rows": rows}), file=sys.stderr)
+    print(
+        json.dumps({"model": dataclasses.asdict(cfg), "load": os.getloadavg(), "cpus": os.cpu_count(), "rows": rows}),
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

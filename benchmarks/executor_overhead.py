@@ -73,8 +73,12 @@ def _api(impl: str) -> dict[str, Any]:
         from marin_lab.execution import ExecutorStep, output_path_of, this_output_path, versioned
     else:
         from marin.execution.executor import ExecutorStep, output_path_of, this_output_path, versioned
-    return {"ExecutorStep": ExecutorStep, "output_path_of": output_path_of,
-            "this_output_path": this_output_path, "versioned": versioned}
+    return {
+        "ExecutorStep": ExecutorStep,
+        "output_path_of": output_path_of,
+        "this_output_path": this_output_path,
+        "versioned": versioned,
+    }
 
 
 def build_dag(impl: str, n_steps: int, layers: int, seed: int = 0) -> list:
@@ -88,8 +92,11 @@ def build_dag(impl: str, n_steps: int, layers: int, seed: int = 0) -> list:
         current = []
         for i in range(width):
             deps = rng.sample(previous, rng.choice((1, 2))) if previous else []
-            cfg = StepConfig(inputs=[api["output_path_of"](d) for d in deps],
-                             output_path=api["this_output_path"](), param=api["versioned"](i))
+            cfg = StepConfig(
+                inputs=[api["output_path_of"](d) for d in deps],
+                output_path=api["this_output_path"](),
+                param=api["versioned"](i),
+            )
             current.append(api["ExecutorStep"](name=f"bench/l{layer:02d}/s{i:05d}", fn=noop_step, config=cfg))
         steps.extend(current)
         previous = current
@@ -100,8 +107,11 @@ def chain_dag(impl: str, n: int) -> list:
     api = _api(impl)
     steps, prev = [], None
     for i in range(n):
-        cfg = StepConfig(inputs=[api["output_path_of"](prev)] if prev is not None else [],
-                         output_path=api["this_output_path"](), param=api["versioned"](i))
+        cfg = StepConfig(
+            inputs=[api["output_path_of"](prev)] if prev is not None else [],
+            output_path=api["this_output_path"](),
+            param=api["versioned"](i),
+        )
         prev = api["ExecutorStep"](name=f"chain/s{i:03d}", fn=noop_step, config=cfg)
         steps.append(prev)
     return steps
@@ -109,10 +119,14 @@ def chain_dag(impl: str, n: int) -> list:
 
 def fanout_dag(impl: str, n: int) -> list:
     api = _api(impl)
-    return [api["ExecutorStep"](name=f"fan/s{i:03d}", fn=noop_step,
-                                config=StepConfig(inputs=[], output_path=api["this_output_path"](),
-                                                  param=api["versioned"](i)))
-            for i in range(n)]
+    return [
+        api["ExecutorStep"](
+            name=f"fan/s{i:03d}",
+            fn=noop_step,
+            config=StepConfig(inputs=[], output_path=api["this_output_path"](), param=api["versioned"](i)),
+        )
+        for i in range(n)
+    ]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -124,8 +138,14 @@ def _marin_ray_init() -> float:
 
     t0 = time.perf_counter()
     # As Marin's executor_main does (namespace for its StatusActor; head_node resource locally).
-    ray.init(namespace="marin", ignore_reinit_error=True, resources={"head_node": 1},
-             include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    ray.init(
+        namespace="marin",
+        ignore_reinit_error=True,
+        resources={"head_node": 1},
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+    )
     return time.perf_counter() - t0
 
 
@@ -167,8 +187,9 @@ def mode_run(args: argparse.Namespace) -> dict[str, Any]:
         from marin_lab.execution import executor_main
 
         t0 = time.perf_counter()
-        report = executor_main(steps, description="executor overhead benchmark",
-                               args=["--prefix", args.prefix, "--backend", args.backend])
+        report = executor_main(
+            steps, description="executor overhead benchmark", args=["--prefix", args.prefix, "--backend", args.backend]
+        )
         run_s = time.perf_counter() - t0
         executed = len(report.executed)
     else:
@@ -202,8 +223,14 @@ def mode_seed(args: argparse.Namespace) -> dict[str, Any]:
         plan = Executor(prefix=args.prefix, backend="local").plan(steps)
 
         def mark(ps: Any) -> None:
-            write_status(ps.output_path, Status.SUCCESS, attempt=1, driver="benchmark-seed",
-                         config_fingerprint=unversioned_fingerprint(ps.scan.unversioned))
+            write_status(
+                ps.output_path,
+                Status.SUCCESS,
+                attempt=1,
+                driver="benchmark-seed",
+                config_fingerprint=unversioned_fingerprint(ps.scan.unversioned),
+            )
+
         todo = list(plan.steps)
     else:
         from marin.execution.executor import Executor
@@ -216,6 +243,7 @@ def mode_seed(args: argparse.Namespace) -> dict[str, Any]:
 
         def mark(step: Any) -> None:
             append_status(get_status_path(ex.output_paths[step]), STATUS_SUCCESS)
+
         todo = list(ex.steps)
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         list(pool.map(mark, todo))
@@ -243,8 +271,13 @@ def mode_dispatch(args: argparse.Namespace) -> dict[str, Any]:
 
         from marin_lab.execution import Executor
 
-        ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": REPO}})
+        ray.init(
+            address="local",
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONPATH": REPO}},
+        )
         ray.get(ray.remote(lambda: 1).remote())  # a worker is up before timing
         for r in range(args.inner):
             steps = shape("ours", args.steps)
@@ -280,16 +313,18 @@ class Bench:
         self.env = dict(os.environ)
         home = os.path.join(work, "home")
         os.makedirs(home, exist_ok=True)
-        self.env.update({
-            "HOME": home,  # Ray's auth token and caches stay in the scratch directory
-            "RAY_AUTH_MODE": "disabled",
-            "RAY_ADDRESS": "local",  # never attach to another engineer's cluster (Marin reads this too)
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-            "RAY_USAGE_STATS_ENABLED": "0",
-            "NO_GCE_CHECK": "true",
-            "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
-            "PYTHONPATH": os.pathsep.join(p for p in [REPO, args.marin_src] if p),
-        })
+        self.env.update(
+            {
+                "HOME": home,  # Ray's auth token and caches stay in the scratch directory
+                "RAY_AUTH_MODE": "disabled",
+                "RAY_ADDRESS": "local",  # never attach to another engineer's cluster (Marin reads this too)
+                "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+                "RAY_USAGE_STATS_ENABLED": "0",
+                "NO_GCE_CHECK": "true",
+                "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+                "PYTHONPATH": os.pathsep.join(p for p in [REPO, args.marin_src] if p),
+            }
+        )
         self.env.pop("MARIN_PREFIX", None)
 
     def child(self, *argv: str, timeout: float = 900, retry: bool = True) -> tuple[dict[str, Any], float]:
@@ -298,8 +333,7 @@ class Bench:
         log = os.path.join(self.work, "child.log")
         t0 = time.perf_counter()
         with open(log, "ab") as f:
-            proc = subprocess.run(cmd, env=self.env, stdout=subprocess.PIPE, stderr=f, timeout=timeout,
-                                  cwd=self.work)
+            proc = subprocess.run(cmd, env=self.env, stdout=subprocess.PIPE, stderr=f, timeout=timeout, cwd=self.work)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             tail = Path(log).read_text(errors="replace")[-3000:]
@@ -307,7 +341,7 @@ class Bench:
                 return self.child(*argv, timeout=timeout, retry=False)
             raise RuntimeError(f"child {argv} exited {proc.returncode}; log tail:\n{tail}")
         lines = [ln for ln in proc.stdout.decode().splitlines() if ln.startswith("RESULT ")]
-        return json.loads(lines[-1][len("RESULT "):]), wall
+        return json.loads(lines[-1][len("RESULT ") :]), wall
 
 
 def median(xs: list[float]) -> float:
@@ -326,9 +360,23 @@ def start_gcs_emulator() -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([_get_binary_path(), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-                             "-backend", "memory", "-log-level", "error"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            _get_binary_path(),
+            "-scheme",
+            "http",
+            "-host",
+            "127.0.0.1",
+            "-port",
+            str(port),
+            "-backend",
+            "memory",
+            "-log-level",
+            "error",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
@@ -348,9 +396,8 @@ def make_bucket(url: str, bucket: str) -> None:
 
 
 def driver(args: argparse.Namespace) -> None:
-    marin_ok = not args.skip_marin and os.path.exists(os.path.join(args.marin_src, "marin", "execution",
-                                                                   "executor.py"))
-    marin_why = ("--skip-marin" if args.skip_marin else f"no marin/execution/executor.py under {args.marin_src}")
+    marin_ok = not args.skip_marin and os.path.exists(os.path.join(args.marin_src, "marin", "execution", "executor.py"))
+    marin_why = "--skip-marin" if args.skip_marin else f"no marin/execution/executor.py under {args.marin_src}"
     work = tempfile.mkdtemp(prefix="executor-overhead-")
     bench = Bench(args, work)
     rows: list[tuple[str, float | None, float | None, str, str]] = []
@@ -364,7 +411,7 @@ def driver(args: argparse.Namespace) -> None:
         names = list(fns)
         out: dict[str, list] = {n: [] for n in names}
         for r in range(R):
-            for n in names[r % len(names):] + names[: r % len(names)]:
+            for n in names[r % len(names) :] + names[: r % len(names)]:
                 out[n].append(fns[n]())
                 loads.append(os.getloadavg()[0])
         return out
@@ -378,21 +425,38 @@ def driver(args: argparse.Namespace) -> None:
     try:
         if "plan" in sections:
             # 1-2 planning: each run is a fresh process that plans once (a driver plans once per run).
-            for label, n, layers, target in (("1. plan+hash 10,000 steps, 10 layers", 10_000, 10, "< 0.1 s"),
-                                              ("1b. plan+hash 100,000 steps, 10 layers", 100_000, 10, "< 1 s"),
-                                              ("2. plan+hash 1,200 steps, 24 layers", 1_200, 24, "< 0.1 s")):
+            for label, n, layers, target in (
+                ("1. plan+hash 10,000 steps, 10 layers", 10_000, 10, "< 0.1 s"),
+                ("1b. plan+hash 100,000 steps, 10 layers", 100_000, 10, "< 1 s"),
+                ("2. plan+hash 1,200 steps, 24 layers", 1_200, 24, "< 0.1 s"),
+            ):
                 cpu: dict[str, list[float]] = {"ours": [], "marin": []}
 
                 def plan(impl: str, n=n, layers=layers, cpu=cpu) -> float:
-                    res = bench.child("plan", "--impl", impl, "--steps", str(n), "--layers", str(layers),
-                                      "--inner", "1", "--prefix", os.path.join(work, "plan"))[0]
+                    res = bench.child(
+                        "plan",
+                        "--impl",
+                        impl,
+                        "--steps",
+                        str(n),
+                        "--layers",
+                        str(layers),
+                        "--inner",
+                        "1",
+                        "--prefix",
+                        os.path.join(work, "plan"),
+                    )[0]
                     cpu[impl].append(res["cpu"][0])
                     return res["times"][0]
+
                 both(label, target, lambda: plan("ours"), lambda: plan("marin"))
-                notes.append(f"{label.split('.')[0]}: CPU time of the plan, median: ours {fmt_s(median(cpu['ours']))}"
-                             + (f", Marin {fmt_s(median(cpu['marin']))}" if cpu["marin"] else "")
-                             + f" (runs: ours {[round(x, 3) for x in cpu['ours']]}"
-                             + (f", Marin {[round(x, 3) for x in cpu['marin']]}" if cpu["marin"] else "") + ")")
+                notes.append(
+                    f"{label.split('.')[0]}: CPU time of the plan, median: ours {fmt_s(median(cpu['ours']))}"
+                    + (f", Marin {fmt_s(median(cpu['marin']))}" if cpu["marin"] else "")
+                    + f" (runs: ours {[round(x, 3) for x in cpu['ours']]}"
+                    + (f", Marin {[round(x, 3) for x in cpu['marin']]}" if cpu["marin"] else "")
+                    + ")"
+                )
 
         # 3-4 no-op reruns of 1,000 finished steps (10 layers of 100)
         def seed(impl: str, prefix: str) -> None:
@@ -400,11 +464,13 @@ def driver(args: argparse.Namespace) -> None:
 
         def noop_once(impl: str, prefix: str, backend: str):
             def once() -> tuple[float, float, float | None]:
-                res, wall = bench.child("run", "--impl", impl, "--prefix", prefix, "--backend", backend,
-                                        "--steps", "1000", "--layers", "10")
+                res, wall = bench.child(
+                    "run", "--impl", impl, "--prefix", prefix, "--backend", backend, "--steps", "1000", "--layers", "10"
+                )
                 if impl == "ours":
                     assert res["executed"] == 0, f"a no-op rerun executed {res['executed']} steps"
                 return res["run_s"], wall, res["ray_init_s"]
+
             return once
 
         def summary(runs: list) -> tuple[float, float, float | None]:
@@ -426,20 +492,47 @@ def driver(args: argparse.Namespace) -> None:
             m = local_results.get("marin")
             for key, label in (("ours-local", "--backend local"), ("ours-ray", "--backend ray")):
                 o = local_results[key]
-                rows.append((f"3. no-op rerun 1,000 steps, local disk, run call ({label})", o[0], m[0] if m else None,
-                             "< 1 s", "" if m else f"peer: not run ({marin_why}); issue quotes Marin 7-10 s"))
-                rows.append((f"3. ... whole process ({label})", o[1], m[1] if m else None, "< 5 s",
-                             "" if m else "issue quotes Marin 12-17 s"))
+                rows.append(
+                    (
+                        f"3. no-op rerun 1,000 steps, local disk, run call ({label})",
+                        o[0],
+                        m[0] if m else None,
+                        "< 1 s",
+                        "" if m else f"peer: not run ({marin_why}); issue quotes Marin 7-10 s",
+                    )
+                )
+                rows.append(
+                    (
+                        f"3. ... whole process ({label})",
+                        o[1],
+                        m[1] if m else None,
+                        "< 5 s",
+                        "" if m else "issue quotes Marin 12-17 s",
+                    )
+                )
             if m and m[2] is not None:
-                notes.append(f"Marin's whole process includes its ray.init ({fmt_s(m[2])} median); its run call does "
-                             "not (Ray was started just before it).")
-            notes.append("Ours with --backend ray and nothing to run never starts Ray (the backend is made only "
-                         "when a step must run), so its no-op rerun costs the same as --backend local.")
-            notes.append("Finished state for 3-4 is written by each executor's own status writer (mode 'seed'); a "
-                         "real first run of 1,000 steps costs minutes here. Ours asserts the rerun executed 0 steps.")
+                notes.append(
+                    f"Marin's whole process includes its ray.init ({fmt_s(m[2])} median); its run call does "
+                    "not (Ray was started just before it)."
+                )
+            notes.append(
+                "Ours with --backend ray and nothing to run never starts Ray (the backend is made only "
+                "when a step must run), so its no-op rerun costs the same as --backend local."
+            )
+            notes.append(
+                "Finished state for 3-4 is written by each executor's own status writer (mode 'seed'); a "
+                "real first run of 1,000 steps costs minutes here. Ours asserts the rerun executed 0 steps."
+            )
             rs = [bench.child("ray_start")[0] for _ in range(R)]
-            rows.append(("3. forced Ray start (ours' ray backend: ray.init)", median([r["start_s"] for r in rs]), None,
-                         "-", "Ray's own cost; add it to a no-op rerun that must start Ray"))
+            rows.append(
+                (
+                    "3. forced Ray start (ours' ray backend: ray.init)",
+                    median([r["start_s"] for r in rs]),
+                    None,
+                    "-",
+                    "Ray's own cost; add it to a no-op rerun that must start Ray",
+                )
+            )
             rows.append(("   ... and ray.shutdown", median([r["shutdown_s"] for r in rs]), None, "-", ""))
 
         if "gcs" in sections:
@@ -461,8 +554,15 @@ def driver(args: argparse.Namespace) -> None:
                     for key, res in gcs.items():
                         print(f"  gcs no-op rerun {key}: run {fmt_s(res[0])}, whole {fmt_s(res[1])}", flush=True)
                     gm = gcs.get("marin")
-                    rows.append(("4. no-op rerun 1,000 steps, GCS emulator, run call", gcs["ours"][0],
-                                 gm[0] if gm else None, "-", ""))
+                    rows.append(
+                        (
+                            "4. no-op rerun 1,000 steps, GCS emulator, run call",
+                            gcs["ours"][0],
+                            gm[0] if gm else None,
+                            "-",
+                            "",
+                        )
+                    )
                     rows.append(("4. ... whole process", gcs["ours"][1], gm[1] if gm else None, "< 5 s", ""))
                 finally:
                     proc.kill()
@@ -473,33 +573,49 @@ def driver(args: argparse.Namespace) -> None:
         if "dispatch" in sections:
             # 5 Ray dispatch overhead per trivial step
             for shape in ("chain", "fanout"):
+
                 def dispatch(impl: str, shape=shape) -> float:
                     fresh = tempfile.mkdtemp(prefix=f"dispatch-{impl}-{shape}-", dir=work)  # nothing finished yet
-                    res, _ = bench.child("dispatch", "--impl", impl, "--shape", shape, "--steps", "50",
-                                         "--inner", "1", "--prefix", fresh)
+                    res, _ = bench.child(
+                        "dispatch", "--impl", impl, "--shape", shape, "--steps", "50", "--inner", "1", "--prefix", fresh
+                    )
                     return median(res["times"]) / 50
-                both(f"5. Ray dispatch per trivial step, 50 steps, {shape}", "-", lambda: dispatch("ours"),
-                     lambda: dispatch("marin"))
+
+                both(
+                    f"5. Ray dispatch per trivial step, 50 steps, {shape}",
+                    "-",
+                    lambda: dispatch("ours"),
+                    lambda: dispatch("marin"),
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     print()
-    print(f"Executor overhead: marin_lab vs Marin's Ray-era executor (peer source: "
-          f"{args.marin_src if marin_ok else 'not run'})")
-    print(f"host {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"medians of {R} repeats (fresh processes, sides alternating); load average (1 min) during the run: "
-          f"min {min(loads):.2f}, median {median(loads):.2f}, max {max(loads):.2f}")
+    print(
+        f"Executor overhead: marin_lab vs Marin's Ray-era executor (peer source: "
+        f"{args.marin_src if marin_ok else 'not run'})"
+    )
+    print(
+        f"host {platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"medians of {R} repeats (fresh processes, sides alternating); load average (1 min) during the run: "
+        f"min {min(loads):.2f}, median {median(loads):.2f}, max {max(loads):.2f}"
+    )
     print()
     w = max(len(r[0]) for r in rows)
     print(f"{'figure':<{w}}  {'ours':>10}  {'Marin':>10}  {'Marin/ours':>10}  {'target':>8}  note")
     for label, ours, marin, target, note in rows:
         ratio = f"{marin / ours:.1f}x" if ours and marin else "-"
         print(f"{label:<{w}}  {fmt_s(ours):>10}  {fmt_s(marin):>10}  {ratio:>10}  {target:>8}  {note}")
-    notes.insert(0, "1-2: ours = Executor.plan (discovery, validation, hashing, output paths); Marin = "
-                    "Executor.compute_version over every step (hashing, output paths, instantiated configs), "
-                    "Ray already up. One plan per fresh process.")
-    notes.append("5: the step function returns at once, so the figure is run time / 50 with Ray already up; "
-                 "ours includes its per-step lease, status, record and manifest writes.")
+    notes.insert(
+        0,
+        "1-2: ours = Executor.plan (discovery, validation, hashing, output paths); Marin = "
+        "Executor.compute_version over every step (hashing, output paths, instantiated configs), "
+        "Ray already up. One plan per fresh process.",
+    )
+    notes.append(
+        "5: the step function returns at once, so the figure is run time / 50 with Ray already up; "
+        "ours includes its per-step lease, status, record and manifest writes."
+    )
     print()
     for n in notes:
         print(f"- {n}")
@@ -511,8 +627,11 @@ def main() -> None:
     p.add_argument("--marin-src", default=os.environ.get("MARIN_SRC", DEFAULT_MARIN_SRC))
     p.add_argument("--skip-marin", action="store_true")
     p.add_argument("--skip-gcs", action="store_true")
-    p.add_argument("--sections", default="plan,noop,gcs,dispatch",
-                   help="comma-separated subset of plan (1-2), noop (3), gcs (4), dispatch (5)")
+    p.add_argument(
+        "--sections",
+        default="plan,noop,gcs,dispatch",
+        help="comma-separated subset of plan (1-2), noop (3), gcs (4), dispatch (5)",
+    )
     # child modes
     p.add_argument("--child", choices=["plan", "run", "seed", "ray_start", "dispatch"])
     p.add_argument("--impl", choices=["ours", "marin"], default="ours")
@@ -527,8 +646,13 @@ def main() -> None:
     if args.child:
         if args.impl == "marin":
             sys.path.insert(0, args.marin_src)
-        result = {"plan": mode_plan, "run": mode_run, "seed": mode_seed, "ray_start": mode_ray_start,
-                  "dispatch": mode_dispatch}[args.child](args)
+        result = {
+            "plan": mode_plan,
+            "run": mode_run,
+            "seed": mode_seed,
+            "ray_start": mode_ray_start,
+            "dispatch": mode_dispatch,
+        }[args.child](args)
         print("RESULT " + json.dumps(result), flush=True)
         return  # a normal exit: Ray's atexit shutdown runs (and counts in the whole-process time)
     driver(args)

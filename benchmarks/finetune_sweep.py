@@ -67,18 +67,38 @@ SETTINGS = {
 def run(name: str, cache: str, base: str, workdir: str) -> dict:
     mode, lora, opt, steps = SETTINGS[name]
     config = FinetuneConfig(
-        output_path=f"{workdir}/{name}", data=DataConfig(caches={"manual-sections": cache}), base=base, mode=mode,
-        lora=LoraConfig(**lora) if lora else LoraConfig(), optimizer=opt, num_train_steps=steps, batch_size=16,
+        output_path=f"{workdir}/{name}",
+        data=DataConfig(caches={"manual-sections": cache}),
+        base=base,
+        mode=mode,
+        lora=LoraConfig(**lora) if lora else LoraConfig(),
+        optimizer=opt,
+        num_train_steps=steps,
+        batch_size=16,
         seq_len=256,
-        compute_dtype="float32", eval_max_sequences=None, save_merged=False, export_hf=False,
-        checkpoint=CheckpointConfig(save_every_steps=10**6, keep_last=1), log_every=50)
+        compute_dtype="float32",
+        eval_max_sequences=None,
+        save_merged=False,
+        export_hf=False,
+        checkpoint=CheckpointConfig(save_every_steps=10**6, keep_last=1),
+        log_every=50,
+    )
     started = time.perf_counter()
     summary = finetune_lm(config)
     before = summary["eval_loss_before"]["manual-sections"]
     after = summary["eval_loss_after"]["manual-sections"]
-    return {"name": name, "mode": mode, "steps": steps, "before": before, "after": after, "cut": 1 - after / before,
-            "final_train_loss": summary["final_loss"], "trainable_params": summary["trainable_params"],
-            "trainable_bytes": summary["bytes"]["trainable"], "wall_s": round(time.perf_counter() - started, 1)}
+    return {
+        "name": name,
+        "mode": mode,
+        "steps": steps,
+        "before": before,
+        "after": after,
+        "cut": 1 - after / before,
+        "final_train_loss": summary["final_loss"],
+        "trainable_params": summary["trainable_params"],
+        "trainable_bytes": summary["bytes"]["trainable"],
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
 
 
 def main() -> None:

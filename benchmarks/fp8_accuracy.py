@@ -30,16 +30,30 @@ def _normal(seed: int, shape: tuple[int, ...]) -> jax.Array:
     return jax.random.normal(jax.random.key(seed), shape, jnp.float32)
 
 
-VARIANTS = {v.name: v for v in (
-    Variant("fp32"), Variant("bf16", "bfloat16"),
-    Variant("fp8", "bfloat16", PrecisionConfig(matmul="fp8")),
-    Variant("fp32+adam_fp16", "float32", PrecisionConfig(optimizer_state="float16_scaled")),
-    Variant("scalify", "float16", PrecisionConfig(matmul="scalify")),
-    Variant("scalify+fp16", "float16", PrecisionConfig(matmul="scalify", master_weights="float16_scaled",
-                                                       optimizer_state="float16_scaled")),
-)}
-PAIRS = (("bf16", "fp32"), ("fp8", "bf16"), ("fp8", "fp32"), ("fp32+adam_fp16", "fp32"), ("scalify", "fp32"),
-         ("scalify+fp16", "fp32"), ("scalify", "fp8"))
+VARIANTS = {
+    v.name: v
+    for v in (
+        Variant("fp32"),
+        Variant("bf16", "bfloat16"),
+        Variant("fp8", "bfloat16", PrecisionConfig(matmul="fp8")),
+        Variant("fp32+adam_fp16", "float32", PrecisionConfig(optimizer_state="float16_scaled")),
+        Variant("scalify", "float16", PrecisionConfig(matmul="scalify")),
+        Variant(
+            "scalify+fp16",
+            "float16",
+            PrecisionConfig(matmul="scalify", master_weights="float16_scaled", optimizer_state="float16_scaled"),
+        ),
+    )
+}
+PAIRS = (
+    ("bf16", "fp32"),
+    ("fp8", "bf16"),
+    ("fp8", "fp32"),
+    ("fp32+adam_fp16", "fp32"),
+    ("scalify", "fp32"),
+    ("scalify+fp16", "fp32"),
+    ("scalify", "fp8"),
+)
 
 
 def main() -> None:
@@ -67,8 +81,10 @@ def matmul_figures() -> None:
 
     dx, dw = jax.grad(lambda a, b: loss(fp8_matmul, a, b), argnums=(0, 1))(xg, wg)
     rx, rw = jax.grad(lambda a, b: loss(lambda p, q: p.astype(jnp.float32) @ q, a, b), argnums=(0, 1))(xg, wg)
-    print(f"gradients (bf16 x, fp32 w) vs fp32 reference: cosine dx {cosine(dx, rx):.5f} ({dx.dtype}), "
-          f"dw {cosine(dw, rw):.5f} ({dw.dtype})")
+    print(
+        f"gradients (bf16 x, fp32 w) vs fp32 reference: cosine dx {cosine(dx, rx):.5f} ({dx.dtype}), "
+        f"dw {cosine(dw, rw):.5f} ({dw.dtype})"
+    )
 
 
 def paired(names: list[str]) -> None:
@@ -78,32 +94,47 @@ def paired(names: list[str]) -> None:
     variants = [VARIANTS[n] for n in names]
     seeds = (0, 1)
     tokens = np.concatenate(synthetic_documents(400, seed=0))
-    curves = paired_curves(tiny_model(), OptimizerConfig(learning_rate=3e-3, warmup=0.1, decay=0.2),
-                           variants, seeds, tokens, steps=200, batch_size=8, seq_len=32)
-    print("tiny Llama, 200 steps, paired seeds: gap of the final loss (mean of the last 10 steps) "
-          "and of the mean over the curve, per seed")
+    curves = paired_curves(
+        tiny_model(),
+        OptimizerConfig(learning_rate=3e-3, warmup=0.1, decay=0.2),
+        variants,
+        seeds,
+        tokens,
+        steps=200,
+        batch_size=8,
+        seq_len=32,
+    )
+    print(
+        "tiny Llama, 200 steps, paired seeds: gap of the final loss (mean of the last 10 steps) "
+        "and of the mean over the curve, per seed"
+    )
     for a, b in PAIRS:
         if a not in names or b not in names:
             continue
         cells = []
         for s in seeds:
             la, lb = curves.losses[(a, s)], curves.losses[(b, s)]
-            cells.append(f"seed {s}: final {la[-10:].mean() / lb[-10:].mean() - 1:+.3%}, "
-                         f"curve {la.mean() / lb.mean() - 1:+.3%}")
+            cells.append(
+                f"seed {s}: final {la[-10:].mean() / lb[-10:].mean() - 1:+.3%}, curve {la.mean() / lb.mean() - 1:+.3%}"
+            )
         print(f"  {a:<15} vs {b:<5} " + "; ".join(cells))
     for n in names:
         bad = sum(int((~np.isfinite(curves.losses[(n, s)])).sum()) for s in seeds)
         finals = ", ".join(f"{curves.losses[(n, s)][-10:].mean():.4f}" for s in seeds)
-        print(f"  {n:<15} final loss (seeds {seeds}) {finals}; non-finite steps {bad}; "
-              f"moment bytes {curves.moment_bytes[n]}")
+        print(
+            f"  {n:<15} final loss (seeds {seeds}) {finals}; non-finite steps {bad}; "
+            f"moment bytes {curves.moment_bytes[n]}"
+        )
     for n in names:
         last = curves.last_metrics[(n, seeds[0])]
         layers = sorted({k.split("/")[1] for k in last if k.startswith("scalify/layer")})
         if layers:
             act = " ".join(f"{last[f'scalify/{la}/act_scale_log2']:g}" for la in layers)
             grad = " ".join(f"{last[f'scalify/{la}/grad_scale_log2']:g}" for la in layers)
-            print(f"  {n:<15} last step, seed {seeds[0]}: log2 scale per layer, residual stream [{act}], its "
-                  f"gradient [{grad}]; non-finite layers {last['scalify/nonfinite']:g}")
+            print(
+                f"  {n:<15} last step, seed {seeds[0]}: log2 scale per layer, residual stream [{act}], its "
+                f"gradient [{grad}]; non-finite layers {last['scalify/nonfinite']:g}"
+            )
 
 
 if __name__ == "__main__":

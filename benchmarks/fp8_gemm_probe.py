@@ -44,13 +44,21 @@ def main() -> None:
     def loss(x: jax.Array, w: jax.Array, r: jax.Array) -> jax.Array:
         return jnp.sum((fp8_matmul(x, w) * r).astype(jnp.float32))
 
-    cases = {"forward": (lambda x, w: fp8_matmul(x, w), (x, w)),
-             "grad dx,dw": (jax.grad(loss, argnums=(0, 1)), (x, w, r)),
-             "value_and_grad": (jax.value_and_grad(loss, argnums=(0, 1)), (x, w, r))}
-    result = {"device": jax.devices()[0].device_kind, "jax": jax.__version__,
-              "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""), "cases": {}}
-    print(f"# {result['device']}; jax {result['jax']}; XLA_FLAGS={result['XLA_FLAGS']!r}; "
-          f"x {x.shape} bf16, w {w.shape} f32")
+    cases = {
+        "forward": (lambda x, w: fp8_matmul(x, w), (x, w)),
+        "grad dx,dw": (jax.grad(loss, argnums=(0, 1)), (x, w, r)),
+        "value_and_grad": (jax.value_and_grad(loss, argnums=(0, 1)), (x, w, r)),
+    }
+    result = {
+        "device": jax.devices()[0].device_kind,
+        "jax": jax.__version__,
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+        "cases": {},
+    }
+    print(
+        f"# {result['device']}; jax {result['jax']}; XLA_FLAGS={result['XLA_FLAGS']!r}; "
+        f"x {x.shape} bf16, w {w.shape} f32"
+    )
     for name, (fn, shapes) in cases.items():
         counts = gemm_counts(jax.jit(fn).lower(*shapes).compile().as_text())
         result["cases"][name] = counts

@@ -38,13 +38,22 @@ def main() -> None:
     parser.add_argument("--prompt_len", type=int, default=64)
     args = parser.parse_args()
 
-    config = LlamaConfig(vocab_size=4096, hidden_dim=256, intermediate_dim=768, num_layers=4, num_heads=8,
-                         num_kv_heads=4, max_seq_len=512)
+    config = LlamaConfig(
+        vocab_size=4096,
+        hidden_dim=256,
+        intermediate_dim=768,
+        num_layers=4,
+        num_heads=8,
+        num_kv_heads=4,
+        max_seq_len=512,
+    )
     params = init_params(config, jax.random.key(0))
     rng = np.random.default_rng(0)
     # Prompts of different lengths, up to prompt_len.
-    prompts = [rng.integers(0, config.vocab_size, size=int(n)).tolist()
-               for n in np.linspace(args.prompt_len // 2, args.prompt_len, args.batch)]
+    prompts = [
+        rng.integers(0, config.vocab_size, size=int(n)).tolist()
+        for n in np.linspace(args.prompt_len // 2, args.prompt_len, args.batch)
+    ]
     sampling = SamplingConfig(max_new_tokens=args.new_tokens)
     total = args.prompt_len + args.new_tokens
     length = 1 << (total - 1).bit_length()  # the recompute side's one padded length
@@ -58,7 +67,7 @@ def main() -> None:
         tokens = np.zeros((args.batch, length), np.int32)
         ends = np.asarray([len(p) for p in prompts])
         for r, p in enumerate(prompts):
-            tokens[r, :len(p)] = p
+            tokens[r, : len(p)] = p
         out: list[list[int]] = [[] for _ in prompts]
         for _ in range(args.new_tokens):
             logits = fwd(params, jnp.asarray(tokens))
@@ -74,16 +83,20 @@ def main() -> None:
     rates: dict[str, list[float]] = {"cached": [], "recompute": []}
     sides = {"cached": cached, "recompute": recompute}
     for i in range(args.repeats):
-        for name in (("cached", "recompute") if i % 2 == 0 else ("recompute", "cached")):
+        for name in ("cached", "recompute") if i % 2 == 0 else ("recompute", "cached"):
             started = time.perf_counter()
             sides[name]()
             rates[name].append(args.batch * args.new_tokens / (time.perf_counter() - started))
     med = {k: statistics.median(v) for k, v in rates.items()}
-    print(f"model: {config.num_params():,} params ({config.num_layers} layers, d={config.hidden_dim}, "
-          f"vocab {config.vocab_size}); batch {args.batch}, prompts {len(prompts[0])}..{len(prompts[-1])} tokens, "
-          f"{args.new_tokens} new tokens; recompute length {length}")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
-          f"jax {jax.__version__} on {jax.default_backend()}; load {os.getloadavg()[0]:.1f}")
+    print(
+        f"model: {config.num_params():,} params ({config.num_layers} layers, d={config.hidden_dim}, "
+        f"vocab {config.vocab_size}); batch {args.batch}, prompts {len(prompts[0])}..{len(prompts[-1])} tokens, "
+        f"{args.new_tokens} new tokens; recompute length {length}"
+    )
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
+        f"jax {jax.__version__} on {jax.default_backend()}; load {os.getloadavg()[0]:.1f}"
+    )
     print(f"same tokens on {agree}/{len(prompts)} rows")
     for name in ("cached", "recompute"):
         print(f"{name:10s} median {med[name]:8.1f} tokens/s  (runs: {', '.join(f'{r:.1f}' for r in rates[name])})")

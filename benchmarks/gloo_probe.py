@@ -37,8 +37,10 @@ def _process() -> None:
     for mb in (0.004, 0.4, 5):
         size = int(mb * 2**20 / 4) // 4 * 4
         x = jax.make_array_from_callback((size,), split, lambda index, n=size: np.ones(n, np.float32)[index])
-        for name, fn in (("all-reduce (scalar)", jax.jit(jnp.sum, out_shardings=whole)),
-                         ("all-gather", jax.jit(lambda a: a * 2, out_shardings=whole))):
+        for name, fn in (
+            ("all-reduce (scalar)", jax.jit(jnp.sum, out_shardings=whole)),
+            ("all-gather", jax.jit(lambda a: a * 2, out_shardings=whole)),
+        ):
             fn(x).block_until_ready()
             t = time.perf_counter()
             for _ in range(20):
@@ -49,16 +51,21 @@ def _process() -> None:
     total = 800_000  # ~ the nano model's parameter count
     for parts in (1, 30):
         n = total // parts
-        xs = [jax.make_array_from_callback((4, n), rows, lambda index, n=n: np.ones((4, n), np.float32)[index])
-              for _ in range(parts)]
+        xs = [
+            jax.make_array_from_callback((4, n), rows, lambda index, n=n: np.ones((4, n), np.float32)[index])
+            for _ in range(parts)
+        ]
         fn = jax.jit(lambda *a: [jnp.sum(v, axis=0) for v in a], out_shardings=whole)
         jax.block_until_ready(fn(*xs))
         t = time.perf_counter()
         for _ in range(20):
             jax.block_until_ready(fn(*xs))
         if pid == 0:
-            print(f"all-reduce of {total * 4 / 2**20:.1f} MB as {parts:2d} buffer(s) in one call: "
-                  f"{(time.perf_counter() - t) / 20 * 1000:.2f} ms per call", flush=True)
+            print(
+                f"all-reduce of {total * 4 / 2**20:.1f} MB as {parts:2d} buffer(s) in one call: "
+                f"{(time.perf_counter() - t) / 20 * 1000:.2f} ms per call",
+                flush=True,
+            )
     jax.distributed.shutdown()
 
 
@@ -72,9 +79,15 @@ def main() -> None:
     coordinator = f"127.0.0.1:{free_port()}"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     print(f"gloo probe: 2 processes x 2 CPU devices; 1-min load {os.getloadavg()[0]:.1f}", flush=True)
-    procs = [subprocess.Popen([sys.executable, __file__, "--host"], env={**env, **process_env(coordinator, 2, pid)},
-                              stdout=None if pid == 0 else subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for pid in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--host"],
+            env={**env, **process_env(coordinator, 2, pid)},
+            stdout=None if pid == 0 else subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for pid in range(2)
+    ]
     codes = [p.wait() for p in procs]
     if any(codes):
         raise SystemExit(f"a probe process failed: exit codes {codes}")

@@ -60,8 +60,15 @@ def _ts(iso):
 
 def one_round(address, root, n):
     prefix, events, gate = f"{root}/p{n}", f"{root}/e{n}", f"{root}/g{n}"
-    run_id = launch(SCRIPT, [events, gate], address=address, prefix=prefix, max_restarts=2,
-                    driver_resources='{"driver": 1}', working_dir=str(REPO))["run_id"]
+    run_id = launch(
+        SCRIPT,
+        [events, gate],
+        address=address,
+        prefix=prefix,
+        max_restarts=2,
+        driver_resources='{"driver": 1}',
+        working_dir=str(REPO),
+    )["run_id"]
     _wait(lambda: any(x.startswith("start gated") for x in _lines(events)))
     pid = _wait(lambda: read_state(prefix, run_id)["attempts"][0].get("pid"))
     killed = time.time()
@@ -73,8 +80,11 @@ def one_round(address, root, n):
     final = _wait(lambda: (s := read_state(prefix, run_id))["status"] in TERMINAL and s)
     assert final["status"] == "SUCCEEDED", final
     first, second = final["attempts"][:2]
-    return {"detect": _ts(first["ended"]) - killed, "restart": _ts(second["started"]) - killed,
-            "resumed": resumed - killed}
+    return {
+        "detect": _ts(first["ended"]) - killed,
+        "restart": _ts(second["started"]) - killed,
+        "resumed": resumed - killed,
+    }
 
 
 def main() -> None:
@@ -96,8 +106,11 @@ def main() -> None:
                 load = Path("/proc/loadavg").read_text().split()[0]
                 row = one_round(cluster.address, root, n)
                 rows.append(row)
-                print(f"round {n + 1}: detect {row['detect']:.2f} s, restart {row['restart']:.2f} s, "
-                      f"resumed {row['resumed']:.2f} s (load {load})", flush=True)
+                print(
+                    f"round {n + 1}: detect {row['detect']:.2f} s, restart {row['restart']:.2f} s, "
+                    f"resumed {row['resumed']:.2f} s (load {load})",
+                    flush=True,
+                )
     finally:
         ray.shutdown()
         cluster.shutdown()

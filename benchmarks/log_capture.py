@@ -27,8 +27,9 @@ SHAPES = ("one line", "short lines")
 
 
 def _old_module(ref: str) -> ModuleType:
-    source = subprocess.run(["git", "show", f"{ref}:marin_lab/execution/logs.py"], capture_output=True,
-                            text=True, check=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{ref}:marin_lab/execution/logs.py"], capture_output=True, text=True, check=True
+    ).stdout
     path = os.path.join(tempfile.mkdtemp(prefix="old-logs-"), "old_logs.py")
     with open(path, "w") as f:
         f.write(source)
@@ -52,7 +53,7 @@ def _time_capture(module: ModuleType, data: bytes) -> float:
         start = time.perf_counter()
         with module.capture(spec):
             for at in range(0, len(data), MiB):
-                os.write(1, data[at:at + MiB])
+                os.write(1, data[at : at + MiB])
         elapsed = time.perf_counter() - start
         assert os.path.getsize(spec.url) == len(data), "the log does not hold what was written"
     return elapsed

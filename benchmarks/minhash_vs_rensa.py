@@ -148,8 +148,12 @@ SIDES = {
     "rensa-per-doc": rensa_per_doc,
     "marin_lab-hashes+rensa": hashes_then_rensa,
 }
-PAIRS = (("marin_lab", "rensa"), ("marin_lab-numpy-minima", "rensa"), ("marin_lab-per-doc", "rensa-per-doc"),
-         ("marin_lab-hashes+rensa", "rensa"))
+PAIRS = (
+    ("marin_lab", "rensa"),
+    ("marin_lab-numpy-minima", "rensa"),
+    ("marin_lab-per-doc", "rensa-per-doc"),
+    ("marin_lab-hashes+rensa", "rensa"),
+)
 
 
 def removed_ids(sigs: np.ndarray, valid: np.ndarray, ids: list[str], config: DedupConfig) -> set[str]:
@@ -175,12 +179,20 @@ def stages(texts: list[str], seed: int, config: DedupConfig, repeats: int) -> No
         return out
 
     for _ in range(repeats):
-        acc = {name: 0.0 for name in ("ours: normalise + UTF-8", "ours, numpy passes: word hashes",
-                                      "ours, numpy passes: shingle hashes", "ours, numpy passes: permutation minima",
-                                      "ours, compiled: bytes to signatures")}
+        acc = {
+            name: 0.0
+            for name in (
+                "ours: normalise + UTF-8",
+                "ours, numpy passes: word hashes",
+                "ours, numpy passes: shingle hashes",
+                "ours, numpy passes: permutation minima",
+                "ours, compiled: bytes to signatures",
+            )
+        }
         for start, end in minhash._batches(texts):
-            for name, step in (("ours: normalise + UTF-8",
-                                lambda start=start, end=end: minhash._encode_batch(texts[start:end])),):
+            for name, step in (
+                ("ours: normalise + UTF-8", lambda start=start, end=end: minhash._encode_batch(texts[start:end])),
+            ):
                 t0 = time.perf_counter()
                 data = step()
                 acc[name] += time.perf_counter() - t0
@@ -191,8 +203,14 @@ def stages(texts: list[str], seed: int, config: DedupConfig, repeats: int) -> No
             t2 = time.perf_counter()
             hasher._min_hashes(shingles, doc, end - start)
             t3 = time.perf_counter()
-            minhash._kernel()(data, NGRAM, hasher._a, hasher._b, np.empty((end - start, k), np.uint32),
-                              np.empty(end - start, dtype=bool))
+            minhash._kernel()(
+                data,
+                NGRAM,
+                hasher._a,
+                hasher._b,
+                np.empty((end - start, k), np.uint32),
+                np.empty(end - start, dtype=bool),
+            )
             t4 = time.perf_counter()
             acc["ours, numpy passes: word hashes"] += t1 - t0
             acc["ours, numpy passes: shingle hashes"] += t2 - t1
@@ -201,9 +219,15 @@ def stages(texts: list[str], seed: int, config: DedupConfig, repeats: int) -> No
         for name, value in acc.items():
             times.setdefault(name, []).append(value)
         words_lists = timed("rensa: words (our normalisation, split)", lambda: [words_of(t) for t in texts])
-        sets = timed("rensa: shingle strings", lambda words_lists=words_lists: [
-            list(map(" ".join, zip(*(w[i:] for i in range(NGRAM)), strict=False))) if len(w) >= NGRAM else [" ".join(w)]
-            for w in words_lists])
+        sets = timed(
+            "rensa: shingle strings",
+            lambda words_lists=words_lists: [
+                list(map(" ".join, zip(*(w[i:] for i in range(NGRAM)), strict=False)))
+                if len(w) >= NGRAM
+                else [" ".join(w)]
+                for w in words_lists
+            ],
+        )
         timed("rensa: hash strings + minima (Rust)", RMinHash.digest_matrix_from_token_sets, sets, k, seed)
     print(f"stages, {repeats} repeats, whole corpus: seconds min / median")
     for name, values in times.items():
@@ -217,11 +241,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0, help="corpus seed")
     ap.add_argument("--per-doc", action="store_true", help="also one call per document on both sides")
-    ap.add_argument("--numpy-minima", action="store_true",
-                    help="also marin_lab as numpy passes (what runs without numba)")
+    ap.add_argument(
+        "--numpy-minima", action="store_true", help="also marin_lab as numpy passes (what runs without numba)"
+    )
     ap.add_argument("--stages", action="store_true", help="also where each side's time goes, stage by stage")
-    ap.add_argument("--rensa-kernel", action="store_true",
-                    help="also our shingle hashes with rensa's minima (marin_lab-hashes+rensa)")
+    ap.add_argument(
+        "--rensa-kernel",
+        action="store_true",
+        help="also our shingle hashes with rensa's minima (marin_lab-hashes+rensa)",
+    )
     args = ap.parse_args(argv)
     sides = ["marin_lab", "rensa"]
     if args.per_doc:
@@ -256,14 +284,19 @@ def main(argv: list[str] | None = None) -> int:
             scores[name].append(score(removed_ids(sigs, valid, ids, config), truth))
             loads.append(os.getloadavg()[0])
 
-    print(f"MinHash signatures from raw text, {len(texts)} documents ({chars / len(texts):,.0f} characters "
-          f"on average; {len(truth)} planted near duplicates), 5-word shingles, "
-          f"{config.num_bands * config.rows_per_band} permutations, one process; python {sys.version.split()[0]}")
-    print(f"{args.repeats} repeats, sides alternating (rotating order), seed = repeat + 1; 1-min load average "
-          f"{min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f}); time: median (min-max); "
-          f"dedup decisions: {config.num_bands} bands x {config.rows_per_band} rows, checked >= {config.threshold}")
-    print(f"{'side':<26}{'wall s':>8}{'docs/s':>8}{'min-max docs/s':>16}{'prec':>8}{'recall':>8}{'F1':>8}"
-          "   F1 per seed")
+    print(
+        f"MinHash signatures from raw text, {len(texts)} documents ({chars / len(texts):,.0f} characters "
+        f"on average; {len(truth)} planted near duplicates), 5-word shingles, "
+        f"{config.num_bands * config.rows_per_band} permutations, one process; python {sys.version.split()[0]}"
+    )
+    print(
+        f"{args.repeats} repeats, sides alternating (rotating order), seed = repeat + 1; 1-min load average "
+        f"{min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f}); time: median (min-max); "
+        f"dedup decisions: {config.num_bands} bands x {config.rows_per_band} rows, checked >= {config.threshold}"
+    )
+    print(
+        f"{'side':<26}{'wall s':>8}{'docs/s':>8}{'min-max docs/s':>16}{'prec':>8}{'recall':>8}{'F1':>8}   F1 per seed"
+    )
     rate = {}
     for name in sides:
         wall = statistics.median(walls[name])
@@ -271,12 +304,16 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = len(texts) / max(walls[name]), len(texts) / min(walls[name])
         p, r, f1 = (statistics.mean(x[i] for x in scores[name]) for i in range(3))
         per_seed = " ".join(f"{x[2]:.4f}" for x in scores[name])
-        print(f"{name:<26}{wall:>8.3f}{rate[name]:>8.0f}{f'{lo:.0f}-{hi:.0f}':>16}{p:>8.4f}{r:>8.4f}{f1:>8.4f}   "
-              f"{per_seed}")
+        print(
+            f"{name:<26}{wall:>8.3f}{rate[name]:>8.0f}{f'{lo:.0f}-{hi:.0f}':>16}{p:>8.4f}{r:>8.4f}{f1:>8.4f}   "
+            f"{per_seed}"
+        )
     ideal = link_probability(sims, config.num_bands, config.rows_per_band, config.threshold).mean()
-    print(f"ideal MinHash-LSH expected recall on the {sims.size} planted pairs (exact 5-gram Jaccard, "
-          f"min {sims.min():.3f}, median {np.median(sims):.3f}): {ideal:.4f}; a side above or below it "
-          f"by a document or two has had a lucky or unlucky draw of permutations")
+    print(
+        f"ideal MinHash-LSH expected recall on the {sims.size} planted pairs (exact 5-gram Jaccard, "
+        f"min {sims.min():.3f}, median {np.median(sims):.3f}): {ideal:.4f}; a side above or below it "
+        f"by a document or two has had a lucky or unlucky draw of permutations"
+    )
     for mine, peer in PAIRS:
         if mine not in rate:
             continue
@@ -284,9 +321,11 @@ def main(argv: list[str] | None = None) -> int:
         ours_f1 = [x[2] for x in scores[mine]]
         their_f1 = [x[2] for x in scores[peer]]
         ahead = sum(a >= b for a, b in zip(ours_f1, their_f1, strict=True))
-        print(f"{mine} / {peer}: docs/s {rate[mine] / rate[peer]:.2f}x (medians; per repeat "
-              f"{min(ratios):.2f}-{max(ratios):.2f}x, goal >= 1x); F1 {statistics.mean(ours_f1):.4f} vs "
-              f"{statistics.mean(their_f1):.4f}, ours >= theirs on {ahead} of {len(ours_f1)} seeds")
+        print(
+            f"{mine} / {peer}: docs/s {rate[mine] / rate[peer]:.2f}x (medians; per repeat "
+            f"{min(ratios):.2f}-{max(ratios):.2f}x, goal >= 1x); F1 {statistics.mean(ours_f1):.4f} vs "
+            f"{statistics.mean(their_f1):.4f}, ours >= theirs on {ahead} of {len(ours_f1)} seeds"
+        )
     if args.stages:
         stages(texts, 1, config, args.repeats)
     return 0

@@ -36,8 +36,11 @@ from marin_lab.training.metrics import WandbConfig  # noqa: E402
 from marin_lab.training.testing import write_synthetic_cache  # noqa: E402
 
 # The meshes both sides run (step_probe.py uses them too).
-MESHES = {"fsdp": MeshConfig(), "hsdp": MeshConfig(data=2, fsdp=-1),
-          "dp": MeshConfig(data=-1, fsdp=1, param_sharding="replicated")}
+MESHES = {
+    "fsdp": MeshConfig(),
+    "hsdp": MeshConfig(data=2, fsdp=-1),
+    "dp": MeshConfig(data=-1, fsdp=1, param_sharding="replicated"),
+}
 
 
 def main() -> None:
@@ -62,14 +65,23 @@ def compare(args: argparse.Namespace, root: str) -> None:
         raise SystemExit(f"--meshes: unknown {sorted(unknown)}; choose from {sorted(MESHES)}")
 
     def config(out: str, mesh: MeshConfig) -> TrainLmConfig:
-        return TrainLmConfig(output_path=out, mesh=mesh, data=DataConfig(caches={"c": cache}), model=model,
-                             num_train_steps=args.steps, batch_size=args.batch, seq_len=args.seq,
-                             optimizer=OptimizerConfig(), wandb=WandbConfig(enabled=False),
-                             checkpoint=CheckpointConfig(save_every_steps=None, save_interval_s=None, save_final=True),
-                             compute_dtype="float32", export_hf=False, log_every=1000)
+        return TrainLmConfig(
+            output_path=out,
+            mesh=mesh,
+            data=DataConfig(caches={"c": cache}),
+            model=model,
+            num_train_steps=args.steps,
+            batch_size=args.batch,
+            seq_len=args.seq,
+            optimizer=OptimizerConfig(),
+            wandb=WandbConfig(enabled=False),
+            checkpoint=CheckpointConfig(save_every_steps=None, save_interval_s=None, save_final=True),
+            compute_dtype="float32",
+            export_hf=False,
+            log_every=1000,
+        )
 
-    sides = {f"{m}: {n}": (m, h, d) for m in chosen for n, h, d in
-             (("2 processes x 2", 2, 2), ("1 process x 4", 1, 4))}
+    sides = {f"{m}: {n}": (m, h, d) for m in chosen for n, h, d in (("2 processes x 2", 2, 2), ("1 process x 4", 1, 4))}
     tps: dict[str, list[float]] = {name: [] for name in sides}
     cpu: dict[str, list[float]] = {name: [] for name in sides}  # CPU-seconds of all the run's processes
     loads = [os.getloadavg()[0]]
@@ -77,27 +89,41 @@ def compare(args: argparse.Namespace, root: str) -> None:
         for name, (mesh, hosts, devices) in sides.items():
             tag = f"{mesh}-{hosts}x{devices}-{r}"
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            result = run_hosts(config(os.path.join(root, tag), MESHES[mesh]), hosts=hosts,
-                               devices_per_host=devices, workdir=os.path.join(root, f"w-{tag}"))
+            result = run_hosts(
+                config(os.path.join(root, tag), MESHES[mesh]),
+                hosts=hosts,
+                devices_per_host=devices,
+                workdir=os.path.join(root, f"w-{tag}"),
+            )
             if not result.ok:
                 raise SystemExit("\n".join(result.stderr_tails))
             tps[name].append(result.summary["tokens_per_s"])
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu[name].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
             loads.append(os.getloadavg()[0])
-            print(f"  repeat {r}: {name}: {tps[name][-1]:,.0f} tokens/s, {cpu[name][-1]:.1f} CPU-s in all "
-                  f"(load {loads[-1]:.1f})", flush=True)
-    print(f"{args.model}, batch {args.batch} x {args.seq}, {args.steps} steps, median of {args.repeats}; "
-          f"1-min load {min(loads):.1f}-{max(loads):.1f}")
+            print(
+                f"  repeat {r}: {name}: {tps[name][-1]:,.0f} tokens/s, {cpu[name][-1]:.1f} CPU-s in all "
+                f"(load {loads[-1]:.1f})",
+                flush=True,
+            )
+    print(
+        f"{args.model}, batch {args.batch} x {args.seq}, {args.steps} steps, median of {args.repeats}; "
+        f"1-min load {min(loads):.1f}-{max(loads):.1f}"
+    )
     for m in chosen:
         multi, single = (statistics.median(tps[f"{m}: {n}"]) for n in ("2 processes x 2", "1 process x 4"))
         pairs = [s / mu for mu, s in zip(tps[f"{m}: 2 processes x 2"], tps[f"{m}: 1 process x 4"], strict=True)]
-        print(f"mesh {m}: 2 processes x 2 devices: {multi:,.0f} tokens/s; 1 process x 4 devices: {single:,.0f} "
-              f"tokens/s; overhead (single / multi) {single / multi:.3f}x (target <= 1.15x); per repeat "
-              + " ".join(f"{x:.2f}" for x in pairs))
+        print(
+            f"mesh {m}: 2 processes x 2 devices: {multi:,.0f} tokens/s; 1 process x 4 devices: {single:,.0f} "
+            f"tokens/s; overhead (single / multi) {single / multi:.3f}x (target <= 1.15x); per repeat "
+            + " ".join(f"{x:.2f}" for x in pairs)
+        )
         multi_cpu, single_cpu = (statistics.median(cpu[f"{m}: {n}"]) for n in ("2 processes x 2", "1 process x 4"))
-        print(f"mesh {m}: CPU-seconds per run (start, compile, {args.steps} steps): 2 processes {multi_cpu:.1f}, "
-              f"1 process {single_cpu:.1f} ({multi_cpu / single_cpu:.2f}x)")
+        print(
+            f"mesh {m}: CPU-seconds per run (start, compile, {args.steps} steps): 2 processes {multi_cpu:.1f}, "
+            f"1 process {single_cpu:.1f} ({multi_cpu / single_cpu:.2f}x)"
+        )
+
 
 if __name__ == "__main__":
     main()

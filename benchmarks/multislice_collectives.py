@@ -29,9 +29,11 @@ from marin_lab.training.config import OptimizerConfig
 from marin_lab.training.mesh import MeshConfig, batch_sharding
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings
 
-MESHES = {"slices=1 (fsdp over both slices)": MeshConfig(),
-          "slices=2 (fsdp in each slice)": MeshConfig(slices=2),
-          "slices=2, data parallel": MeshConfig(slices=2, data=-1, fsdp=1, param_sharding="replicated")}
+MESHES = {
+    "slices=1 (fsdp over both slices)": MeshConfig(),
+    "slices=2 (fsdp in each slice)": MeshConfig(slices=2),
+    "slices=2, data parallel": MeshConfig(slices=2, data=-1, fsdp=1, param_sharding="replicated"),
+}
 DCN = re.compile(r'_xla_megascale_transfer_type="?([A-Z_]+)')
 ICI = re.compile(r"= \S+ (all-gather|all-reduce|reduce-scatter|all-to-all|collective-permute)(?:-start)?\(")
 
@@ -53,10 +55,19 @@ def main() -> None:
     parser.add_argument("--topology", default="v5e:2x2", help="one slice's TPU topology")
     args = parser.parse_args()
     devices = topologies.get_topology_desc(platform="tpu", topology_name=args.topology, num_slices=2).devices
-    model = LlamaConfig(vocab_size=1024, hidden_dim=256, intermediate_dim=768, num_layers=4, num_heads=4,
-                        num_kv_heads=2, max_seq_len=128)
-    print(f"{model.num_params():,}-parameter Llama, 2 x {args.topology} ({len(devices)} chips), "
-          f"jax {jax.__version__}, {time.strftime('%Y-%m-%d')}\n")
+    model = LlamaConfig(
+        vocab_size=1024,
+        hidden_dim=256,
+        intermediate_dim=768,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        max_seq_len=128,
+    )
+    print(
+        f"{model.num_params():,}-parameter Llama, 2 x {args.topology} ({len(devices)} chips), "
+        f"jax {jax.__version__}, {time.strftime('%Y-%m-%d')}\n"
+    )
     print("| mesh | axes | cross-slice (DCN) transfers | in-slice collectives | compile s |")
     print("|---|---|---|---|---|")
     for name, mesh_config in MESHES.items():
@@ -66,8 +77,10 @@ def main() -> None:
         dcn = collections.Counter(DCN.findall(hlo))
         ici = collections.Counter(ICI.findall(hlo))
         axes = " x ".join(f"{a} {n}" for a, n in mesh_config.build(devices).shape.items() if n > 1)
-        print(f"| {name} | {axes} | {', '.join(f'{k} {v}' for k, v in sorted(dcn.items())) or 'none'} "
-              f"| {', '.join(f'{k} {v}' for k, v in sorted(ici.items()))} | {seconds:.1f} |")
+        print(
+            f"| {name} | {axes} | {', '.join(f'{k} {v}' for k, v in sorted(dcn.items())) or 'none'} "
+            f"| {', '.join(f'{k} {v}' for k, v in sorted(ici.items()))} | {seconds:.1f} |"
+        )
 
 
 if __name__ == "__main__":

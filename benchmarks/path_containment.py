@@ -43,11 +43,15 @@ def main() -> None:
             os.makedirs(os.path.join(root, f"step-{i:04d}"))
         cases = {
             "local prefix": (root, [f"{root}/step-{i:04d}/.executor_info" for i in range(args.steps)]),
-            "gs:// prefix": ("gs://bucket/prefix", [f"gs://bucket/prefix/step-{i:04d}/.executor_info"
-                                                     for i in range(args.steps)]),
+            "gs:// prefix": (
+                "gs://bucket/prefix",
+                [f"gs://bucket/prefix/step-{i:04d}/.executor_info" for i in range(args.steps)],
+            ),
         }
-        print(f"{'case':<14} {'Roots.resolve':>14} {'string prefix':>14}  (ms per {args.steps} paths, median of "
-              f"{args.rounds})")
+        print(
+            f"{'case':<14} {'Roots.resolve':>14} {'string prefix':>14}  (ms per {args.steps} paths, median of "
+            f"{args.rounds})"
+        )
         for name, (prefix, paths) in cases.items():
             roots = Roots.of([prefix])
             ours = _median_ms(lambda: [roots.resolve(p) for p in paths], args.rounds)  # noqa: B023

@@ -74,8 +74,10 @@ def main() -> None:
     for (filename, function), n in counts.items():
         parts[part(filename, function)] += n
     total = sum(parts.values())
-    print(f"{args.steps} steps, {args.layers} layers: {total / args.steps:.0f} bytecode instructions and "
-          f"{calls[0] / args.steps:.1f} Python calls per step")
+    print(
+        f"{args.steps} steps, {args.layers} layers: {total / args.steps:.0f} bytecode instructions and "
+        f"{calls[0] / args.steps:.1f} Python calls per step"
+    )
     for name, n in parts.most_common():
         if n / args.steps >= 0.5:
             print(f"  {n / args.steps:6.0f} {n / total:5.0%}  {name}")

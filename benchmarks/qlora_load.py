@@ -43,8 +43,9 @@ from pathlib import Path
 
 SIZES = {  # name -> LlamaConfig fields
     "0.3b": dict(vocab_size=32000, hidden_dim=1024, intermediate_dim=2816, num_layers=8, num_heads=8, num_kv_heads=8),
-    "0.85b": dict(vocab_size=32000, hidden_dim=2048, intermediate_dim=5632, num_layers=14,
-                  num_heads=16, num_kv_heads=16),
+    "0.85b": dict(
+        vocab_size=32000, hidden_dim=2048, intermediate_dim=5632, num_layers=14, num_heads=16, num_kv_heads=16
+    ),
 }
 
 RUNTIME = dict(vocab_size=256, hidden_dim=64, intermediate_dim=128, num_layers=1, num_heads=2, num_kv_heads=2)
@@ -76,8 +77,9 @@ def child(loader: str, path: str) -> dict:
     started = time.perf_counter()
     source = open_base(path)
     model = source.model
-    params_abs = jax.eval_shape(lambda p: quantize_params(p, quant),
-                                jax.eval_shape(lambda: init_params(model, jax.random.key(0))))
+    params_abs = jax.eval_shape(
+        lambda p: quantize_params(p, quant), jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
+    )
     frozen_abs = jax.eval_shape(lambda p: frozen_base(p, "qlora", "bfloat16", False), params_abs)
     frozen_sh = frozen_shardings(frozen_abs, mesh, "fsdp")
     if loader == "whole":
@@ -93,15 +95,25 @@ def child(loader: str, path: str) -> dict:
     digest = hashlib.sha256()
     for leaf in leaves:
         digest.update(bytes(jax.device_get(leaf).tobytes()))
-    return {"loader": loader, "seconds": seconds, "baseline_bytes": baseline,
-            "peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            "placed_bytes": sum(x.nbytes for x in leaves), "digest": digest.hexdigest()[:16]}
+    return {
+        "loader": loader,
+        "seconds": seconds,
+        "baseline_bytes": baseline,
+        "peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "placed_bytes": sum(x.nbytes for x in leaves),
+        "digest": digest.hexdigest()[:16],
+    }
 
 
 def _run_child(loader: str, path: str) -> dict:
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, __file__, "--child", loader, "--path", path], capture_output=True,
-                          text=True, env=env, check=False)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", loader, "--path", path],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     if proc.returncode:
         raise RuntimeError(f"{loader} load of {path} failed: {proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -140,11 +152,19 @@ def run_step(checkpoint: str, workdir: str, interval_s: float = 0.05) -> dict:
         f.write(_STEP_SCRIPT)
     prefix = tempfile.mkdtemp(prefix="store_", dir=workdir)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]),
+    }
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, script, checkpoint, "--prefix", prefix, "--backend", "local"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=repo)
+    proc = subprocess.Popen(
+        [sys.executable, script, checkpoint, "--prefix", prefix, "--backend", "local"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=repo,
+    )
     peak = 0
     while proc.poll() is None:
         peak = max(peak, _tree_rss(proc.pid))
@@ -171,26 +191,43 @@ def main_step(args: argparse.Namespace) -> None:
             paths[kind] = os.path.join(workdir, size if kind == "model" else "runtime-1layer")
             if not os.path.exists(os.path.join(paths[kind], "config.json")):
                 write_synthetic_llama(paths[kind], LlamaConfig(max_seq_len=2048, **shape), shards=2)
-        ckpt_bytes = sum(os.path.getsize(os.path.join(paths["model"], f)) for f in os.listdir(paths["model"])
-                         if f.endswith(".safetensors"))
+        ckpt_bytes = sum(
+            os.path.getsize(os.path.join(paths["model"], f))
+            for f in os.listdir(paths["model"])
+            if f.endswith(".safetensors")
+        )
         runs: dict[str, list[dict]] = {"baseline": [], "model": []}
         for _ in range(args.repeats):
             for kind in runs:
                 runs[kind].append(run_step(paths[kind], workdir))
-                print(f"  {size} {kind}: {runs[kind][-1]}  load {Path('/proc/loadavg').read_text().split()[0]}",
-                      file=sys.stderr)
+                print(
+                    f"  {size} {kind}: {runs[kind][-1]}  load {Path('/proc/loadavg').read_text().split()[0]}",
+                    file=sys.stderr,
+                )
         base = statistics.median(r["peak_bytes"] for r in runs["baseline"])
         peak = statistics.median(r["peak_bytes"] for r in runs["model"])
-        rows.append((size, ckpt_bytes, base, peak, statistics.median(r["seconds"] for r in runs["model"]),
-                     [r["peak_bytes"] for r in runs["model"]]))
+        rows.append(
+            (
+                size,
+                ckpt_bytes,
+                base,
+                peak,
+                statistics.median(r["seconds"] for r in runs["model"]),
+                [r["peak_bytes"] for r in runs["model"]],
+            )
+        )
     print(f"\nload average at the end: {Path('/proc/loadavg').read_text().strip()}; repeats: {args.repeats}")
-    print("| model | checkpoint (bf16) | baseline peak (tiny, 1 layer) | step peak | over baseline "
-          "| x checkpoint | step s |")
+    print(
+        "| model | checkpoint (bf16) | baseline peak (tiny, 1 layer) | step peak | over baseline "
+        "| x checkpoint | step s |"
+    )
     print("|---|---|---|---|---|---|---|")
     for size, ckpt_bytes, base, peak, seconds, peaks in rows:
-        print(f"| {size} | {ckpt_bytes / gib:.2f} GiB | {base / gib:.2f} GiB | {peak / gib:.2f} GiB "
-              f"({', '.join(f'{p / gib:.2f}' for p in peaks)}) | {(peak - base) / gib:.2f} GiB | "
-              f"{(peak - base) / ckpt_bytes:.2f} | {seconds:.0f} |")
+        print(
+            f"| {size} | {ckpt_bytes / gib:.2f} GiB | {base / gib:.2f} GiB | {peak / gib:.2f} GiB "
+            f"({', '.join(f'{p / gib:.2f}' for p in peaks)}) | {(peak - base) / gib:.2f} GiB | "
+            f"{(peak - base) / ckpt_bytes:.2f} | {seconds:.0f} |"
+        )
 
 
 def main() -> None:
@@ -198,8 +235,11 @@ def main() -> None:
     parser.add_argument("--sizes", default="0.3b,0.85b")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", default=None, help="where the synthetic checkpoints go (default: a temp dir)")
-    parser.add_argument("--step", action="store_true",
-                        help="measure the quantize step through executor_main --backend local (process tree RSS)")
+    parser.add_argument(
+        "--step",
+        action="store_true",
+        help="measure the quantize step through executor_main --backend local (process tree RSS)",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--path", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -226,30 +266,40 @@ def main() -> None:
         for _ in range(args.repeats):
             for loader in results:  # interleaved, so a change in machine load hits both alike
                 results[loader].append(_run_child(loader, path))
-                print(f"  {size} {loader}: {results[loader][-1]}  load {Path('/proc/loadavg').read_text().split()[0]}",
-                      file=sys.stderr)
+                print(
+                    f"  {size} {loader}: {results[loader][-1]}  load {Path('/proc/loadavg').read_text().split()[0]}",
+                    file=sys.stderr,
+                )
         assert results["whole"][0]["digest"] == results["stream"][0]["digest"], "loaders disagree"
         summary = {}
         for loader, runs in results.items():
             over = statistics.median(r["peak_bytes"] - r["baseline_bytes"] for r in runs)
-            summary[loader] = {"seconds": statistics.median(r["seconds"] for r in runs),
-                               "peak_over_baseline": over,
-                               "baseline": statistics.median(r["baseline_bytes"] for r in runs),
-                               "placed": runs[0]["placed_bytes"]}
+            summary[loader] = {
+                "seconds": statistics.median(r["seconds"] for r in runs),
+                "peak_over_baseline": over,
+                "baseline": statistics.median(r["baseline_bytes"] for r in runs),
+                "placed": runs[0]["placed_bytes"],
+            }
         rows.append((size, model.num_params(), ckpt_bytes, summary))
 
     print(f"\nload average at the end: {Path('/proc/loadavg').read_text().strip()}; repeats: {args.repeats}")
-    print("| model | params | checkpoint (bf16) | loader | load s (median) | peak RSS over baseline | x checkpoint | "
-          "baseline RSS | placed base |")
+    print(
+        "| model | params | checkpoint (bf16) | loader | load s (median) | peak RSS over baseline | x checkpoint | "
+        "baseline RSS | placed base |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for size, params, ckpt_bytes, summary in rows:
         for loader, s in summary.items():
-            print(f"| {size} | {params / 1e6:.0f}M | {ckpt_bytes / gib:.2f} GiB | {loader} | {s['seconds']:.1f} | "
-                  f"{s['peak_over_baseline'] / gib:.2f} GiB | {s['peak_over_baseline'] / ckpt_bytes:.2f} | "
-                  f"{s['baseline'] / gib:.2f} GiB | {s['placed'] / gib:.2f} GiB |")
+            print(
+                f"| {size} | {params / 1e6:.0f}M | {ckpt_bytes / gib:.2f} GiB | {loader} | {s['seconds']:.1f} | "
+                f"{s['peak_over_baseline'] / gib:.2f} GiB | {s['peak_over_baseline'] / ckpt_bytes:.2f} | "
+                f"{s['baseline'] / gib:.2f} GiB | {s['placed'] / gib:.2f} GiB |"
+            )
         w, st = summary["whole"], summary["stream"]
-        print(f"| {size} | | | whole / stream | {w['seconds'] / st['seconds']:.2f}x time | "
-              f"{w['peak_over_baseline'] / st['peak_over_baseline']:.2f}x memory | | | |")
+        print(
+            f"| {size} | | | whole / stream | {w['seconds'] / st['seconds']:.2f}x time | "
+            f"{w['peak_over_baseline'] / st['peak_over_baseline']:.2f}x memory | | | |"
+        )
 
 
 if __name__ == "__main__":

@@ -30,13 +30,40 @@ import sys
 import time
 
 SHAPES = {
-    "7b": dict(vocab_size=32000, hidden_dim=4096, intermediate_dim=11008, num_layers=32, num_heads=32,
-               num_kv_heads=32, max_seq_len=4096, rope_theta=10000.0, norm_eps=1e-5),
+    "7b": dict(
+        vocab_size=32000,
+        hidden_dim=4096,
+        intermediate_dim=11008,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=32,
+        max_seq_len=4096,
+        rope_theta=10000.0,
+        norm_eps=1e-5,
+    ),
     # TinyLlama-1.1B's shape (grouped-query attention, 4 KV heads)
-    "1b": dict(vocab_size=32000, hidden_dim=2048, intermediate_dim=5632, num_layers=22, num_heads=32,
-               num_kv_heads=4, max_seq_len=2048, rope_theta=10000.0, norm_eps=1e-5),
-    "tiny": dict(vocab_size=512, hidden_dim=128, intermediate_dim=384, num_layers=2, num_heads=4,
-                 num_kv_heads=4, max_seq_len=512, rope_theta=10000.0, norm_eps=1e-5),
+    "1b": dict(
+        vocab_size=32000,
+        hidden_dim=2048,
+        intermediate_dim=5632,
+        num_layers=22,
+        num_heads=32,
+        num_kv_heads=4,
+        max_seq_len=2048,
+        rope_theta=10000.0,
+        norm_eps=1e-5,
+    ),
+    "tiny": dict(
+        vocab_size=512,
+        hidden_dim=128,
+        intermediate_dim=384,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=4,
+        max_seq_len=512,
+        rope_theta=10000.0,
+        norm_eps=1e-5,
+    ),
 }
 FSDP_QLORA_7B_GIB = 5.21  # per GPU, 2 GPUs, bs 1, ctx 2048 (Answer.AI fsdp_qlora benchmarks_03_2024.md)
 GIB = 2**30
@@ -85,32 +112,42 @@ def _setup(shape: str, mode: str, seq_len: int, attention: str | None):
         values = []
         for i, (leaf, sh) in enumerate(zip(leaves, shardings, strict=True)):
             if leaf.dtype == jnp.uint8:  # NF4 level pairs or absmax codes: any byte is a valid weight
+
                 def fn(k, s=leaf.shape):
                     return jax.random.bits(k, s, jnp.uint8)
             elif leaf.dtype == jnp.float32:  # second-level absmax scales and offsets (the rest is bf16)
+
                 def fn(k, s=leaf.shape):
                     return jax.random.uniform(k, s, jnp.float32, 0.01, 0.03)
             else:
+
                 def fn(k, s=leaf.shape, d=leaf.dtype):
                     return (0.02 * jax.random.normal(k, s)).astype(d)
+
             values.append(jax.jit(fn, out_shardings=sh)(jax.random.key(i)))
         frozen = jax.tree_util.tree_unflatten(treedef, values)
 
     optimizer_config = OptimizerConfig(learning_rate=2e-4, weight_decay=0.0, warmup=0, schedule="constant")
     optimizer = optimizer_config.build()
     if mode == "full":
+
         def make():
             return init_params(model, jax.random.key(1), jnp.float32)  # fp32 masters
     else:
+
         def make():
             return init_trainable(plan, None, jax.random.key(1), jnp.float32)
+
     trainable_abs = jax.eval_shape(make)
     train_sh = trainable_shardings(trainable_abs, mode, mesh, "fsdp")
     opt_sh = optimizer_shardings(jax.eval_shape(optimizer.init, trainable_abs), train_sh, trainable_abs, mesh, False)
     state_sh = {"trainable": train_sh, "opt_state": opt_sh, "step": NamedSharding(mesh, P())}
     trainable = jax.jit(make, out_shardings=train_sh)()
-    state = {"trainable": trainable, "opt_state": jax.jit(optimizer.init, out_shardings=opt_sh)(trainable),
-             "step": jnp.zeros((), jnp.int32)}
+    state = {
+        "trainable": trainable,
+        "opt_state": jax.jit(optimizer.init, out_shardings=opt_sh)(trainable),
+        "step": jnp.zeros((), jnp.int32),
+    }
     step = compile_step(plan, optimizer, optimizer_config.lr_schedule(1000), mesh, state_sh, frozen_sh)
     tokens = jax.random.randint(jax.random.key(7), (1, seq_len + 1), 0, model.vocab_size)
     mask = jnp.ones_like(tokens)
@@ -145,16 +182,37 @@ def child_ours(shape: str, mode: str, seq_len: int, steps: int, attention: str) 
         if i:  # the first: warm-up
             times.append(time.perf_counter() - t0)
     stats = jax.devices()[0].memory_stats() or {}
-    plan = plan_memory(s["model"], mode=mode, num_devices=1, batch_size=1, seq_len=seq_len, lora=s["lora"],
-                       gradient_checkpointing=True, attention_impl=attn)
-    compiled = {k: int(getattr(analysis, k)) for k in ("argument_size_in_bytes", "output_size_in_bytes",
-                                                        "temp_size_in_bytes", "alias_size_in_bytes")}
-    return {"side": "ours", "mode": mode, "losses": losses, "peak_bytes": stats.get("peak_bytes_in_use"),
-            "bytes_in_use": stats.get("bytes_in_use"), "compiled": compiled,
-            "compiled_total": compiled["argument_size_in_bytes"] + compiled["output_size_in_bytes"]
-            + compiled["temp_size_in_bytes"] - compiled["alias_size_in_bytes"],
-            "planned_bytes": plan.device_total, "attention": attn, "setup_s": setup_s,
-            "step_s": times, "median_step_s": statistics.median(times)}
+    plan = plan_memory(
+        s["model"],
+        mode=mode,
+        num_devices=1,
+        batch_size=1,
+        seq_len=seq_len,
+        lora=s["lora"],
+        gradient_checkpointing=True,
+        attention_impl=attn,
+    )
+    compiled = {
+        k: int(getattr(analysis, k))
+        for k in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "alias_size_in_bytes")
+    }
+    return {
+        "side": "ours",
+        "mode": mode,
+        "losses": losses,
+        "peak_bytes": stats.get("peak_bytes_in_use"),
+        "bytes_in_use": stats.get("bytes_in_use"),
+        "compiled": compiled,
+        "compiled_total": compiled["argument_size_in_bytes"]
+        + compiled["output_size_in_bytes"]
+        + compiled["temp_size_in_bytes"]
+        - compiled["alias_size_in_bytes"],
+        "planned_bytes": plan.device_total,
+        "attention": attn,
+        "setup_s": setup_s,
+        "step_s": times,
+        "median_step_s": statistics.median(times),
+    }
 
 
 def child_peer(shape: str, mode: str, seq_len: int, steps: int) -> dict:
@@ -165,10 +223,17 @@ def child_peer(shape: str, mode: str, seq_len: int, steps: int) -> dict:
 
     s = SHAPES[shape]
     cfg = transformers.LlamaConfig(
-        vocab_size=s["vocab_size"], hidden_size=s["hidden_dim"], intermediate_size=s["intermediate_dim"],
-        num_hidden_layers=s["num_layers"], num_attention_heads=s["num_heads"],
-        num_key_value_heads=s["num_kv_heads"], max_position_embeddings=s["max_seq_len"],
-        rope_theta=s["rope_theta"], rms_norm_eps=s["norm_eps"], tie_word_embeddings=False)
+        vocab_size=s["vocab_size"],
+        hidden_size=s["hidden_dim"],
+        intermediate_size=s["intermediate_dim"],
+        num_hidden_layers=s["num_layers"],
+        num_attention_heads=s["num_heads"],
+        num_key_value_heads=s["num_kv_heads"],
+        max_position_embeddings=s["max_seq_len"],
+        rope_theta=s["rope_theta"],
+        rms_norm_eps=s["norm_eps"],
+        tie_word_embeddings=False,
+    )
     cfg._attn_implementation = "sdpa"
     device = "cuda" if torch.cuda.is_available() else "cpu"
     t0 = time.perf_counter()
@@ -184,8 +249,12 @@ def child_peer(shape: str, mode: str, seq_len: int, steps: int) -> dict:
         import peft
 
         info["peft"] = peft.__version__
-        model = peft.get_peft_model(model, peft.LoraConfig(r=_rank(shape), lora_alpha=16, lora_dropout=0.1,
-                                                           target_modules=TARGETS, task_type="CAUSAL_LM"))
+        model = peft.get_peft_model(
+            model,
+            peft.LoraConfig(
+                r=_rank(shape), lora_alpha=16, lora_dropout=0.1, target_modules=TARGETS, task_type="CAUSAL_LM"
+            ),
+        )
         for p in model.parameters():  # adapters in fp32, as ours (trainable_dtype float32)
             if p.requires_grad:
                 p.data = p.data.float()
@@ -209,10 +278,19 @@ def child_peer(shape: str, mode: str, seq_len: int, steps: int) -> dict:
         if i:
             times.append(time.perf_counter() - t0)
     peak = torch.cuda.max_memory_allocated() if device == "cuda" else None
-    return {"side": "peer", "mode": mode, "losses": losses, "peak_bytes": peak, "torch": torch.__version__,
-            "transformers": transformers.__version__, **info, "setup_s": setup_s,
-            "trainable_params": sum(p.numel() for p in params), "step_s": times,
-            "median_step_s": statistics.median(times)}
+    return {
+        "side": "peer",
+        "mode": mode,
+        "losses": losses,
+        "peak_bytes": peak,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        **info,
+        "setup_s": setup_s,
+        "trainable_params": sum(p.numel() for p in params),
+        "step_s": times,
+        "median_step_s": statistics.median(times),
+    }
 
 
 def child_alternate(shape: str, modes: list[str], seq_len: int, steps: int, attention: str) -> dict:
@@ -232,14 +310,23 @@ def child_alternate(shape: str, modes: list[str], seq_len: int, steps: int, atte
                 times[mode].append(time.perf_counter() - t0)
             side[1] = state
     med = {m: statistics.median(t) for m, t in times.items()}
-    return {"median_step_s": med, "tokens_per_s": {m: seq_len / t for m, t in med.items()}, "steps": steps,
-            "attention": attn}
+    return {
+        "median_step_s": med,
+        "tokens_per_s": {m: seq_len / t for m, t in med.items()},
+        "steps": steps,
+        "attention": attn,
+    }
 
 
 def _run_child(args: list[str], env: dict, timeout: float) -> tuple[dict | None, str]:
     try:
-        proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env,
-                              timeout=min(max(timeout, 1), 86400))
+        proc = subprocess.run(
+            [sys.executable, __file__, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=min(max(timeout, 1), 86400),
+        )
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout:.0f} s"
     if proc.returncode:
@@ -248,8 +335,10 @@ def _run_child(args: list[str], env: dict, timeout: float) -> tuple[dict | None,
 
 
 def _summary(result: dict) -> list[str]:
-    lines = [f"device {result['device']} ({result['backend']}), jax {result['jax']}, bs 1, remat, "
-             f"LoRA alpha 16 dropout 0.1 on all seven projections"]
+    lines = [
+        f"device {result['device']} ({result['backend']}), jax {result['jax']}, bs 1, remat, "
+        f"LoRA alpha 16 dropout 0.1 on all seven projections"
+    ]
     for shape, runs in result["runs"].items():
         seq = result["seq_len"][shape]
         lines.append(f"{shape} (ctx {seq}, r={_rank(shape)}):")
@@ -261,31 +350,49 @@ def _summary(result: dict) -> list[str]:
             what = "peak" if r["peak_bytes"] is not None or r.get("side") == "peer" else "compiled total"
             extra = f", planned {r['planned_bytes'] / GIB:.2f} GiB" if "planned_bytes" in r else ""
             mem_text = f"{mem / GIB:7.2f} GiB" if mem is not None else "    n/a"
-            lines.append(f"  {key:10s} {what} {mem_text}{extra}; median step {r['median_step_s']:.4f} s"
-                         f" ({seq / r['median_step_s']:.0f} tokens/s); losses "
-                         f"{r['losses'][0]:.3f}->{r['losses'][-1]:.3f}")
+            lines.append(
+                f"  {key:10s} {what} {mem_text}{extra}; median step {r['median_step_s']:.4f} s"
+                f" ({seq / r['median_step_s']:.0f} tokens/s); losses "
+                f"{r['losses'][0]:.3f}->{r['losses'][-1]:.3f}"
+            )
         for mode in ("full", "lora", "qlora"):
             ours, peer = runs.get(mode), runs.get(f"peer-{mode}")
-            if (ours and peer and "error" not in ours and "error" not in peer
-                    and ours["peak_bytes"] and peer["peak_bytes"]):
-                lines.append(f"  {mode}: ours/peer memory {ours['peak_bytes'] / peer['peak_bytes']:.2f}, "
-                             f"ours/peer step time {ours['median_step_s'] / peer['median_step_s']:.2f}")
+            if (
+                ours
+                and peer
+                and "error" not in ours
+                and "error" not in peer
+                and ours["peak_bytes"]
+                and peer["peak_bytes"]
+            ):
+                lines.append(
+                    f"  {mode}: ours/peer memory {ours['peak_bytes'] / peer['peak_bytes']:.2f}, "
+                    f"ours/peer step time {ours['median_step_s'] / peer['median_step_s']:.2f}"
+                )
         q = runs.get("qlora")
         if shape == "7b" and q and "error" not in q and q["peak_bytes"]:
-            lines.append(f"  QLoRA peak on 1 device / fsdp_qlora's {FSDP_QLORA_7B_GIB} GiB per GPU on 2: "
-                         f"{q['peak_bytes'] / GIB / FSDP_QLORA_7B_GIB:.2f}")
+            lines.append(
+                f"  QLoRA peak on 1 device / fsdp_qlora's {FSDP_QLORA_7B_GIB} GiB per GPU on 2: "
+                f"{q['peak_bytes'] / GIB / FSDP_QLORA_7B_GIB:.2f}"
+            )
         alt = result.get("alternating", {}).get(shape)
         if alt and "error" not in alt:
             tps = alt["tokens_per_s"]
-            lines.append("  alternating in one process: " + ", ".join(f"{m} {v:.0f} tokens/s" for m, v in tps.items())
-                         + (f"; QLoRA/LoRA {tps['qlora'] / tps['lora']:.2f}" if {"lora", "qlora"} <= set(tps) else ""))
+            lines.append(
+                "  alternating in one process: "
+                + ", ".join(f"{m} {v:.0f} tokens/s" for m, v in tps.items())
+                + (f"; QLoRA/LoRA {tps['qlora'] / tps['lora']:.2f}" if {"lora", "qlora"} <= set(tps) else "")
+            )
     return lines
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--plan", default="7b:qlora,lora,peer-lora;1b:full,peer-full,lora,peer-lora,qlora",
-                    help="shape:run,run;... runs: full|lora|qlora (ours), peer-full|peer-lora (torch+peft)")
+    ap.add_argument(
+        "--plan",
+        default="7b:qlora,lora,peer-lora;1b:full,peer-full,lora,peer-lora,qlora",
+        help="shape:run,run;... runs: full|lora|qlora (ours), peer-full|peer-lora (torch+peft)",
+    )
     ap.add_argument("--seq_len", type=int, default=None, help="default: 2048 (tiny: 128)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per run")
     ap.add_argument("--alternate", default="lora,qlora", help="our modes to time in one process, alternating")
@@ -313,12 +420,22 @@ def main() -> None:
 
     start = time.perf_counter()
     plan = [(shape, runs.split(",")) for shape, runs in (p.split(":") for p in args.plan.split(";") if p)]
-    result = {"jax": jax.__version__, "device": str(jax.devices()[0].device_kind), "backend": jax.default_backend(),
-              "command": " ".join(["python", *sys.argv]), "steps": args.steps, "runs": {}, "alternating": {},
-              "seq_len": {}}
+    result = {
+        "jax": jax.__version__,
+        "device": str(jax.devices()[0].device_kind),
+        "backend": jax.default_backend(),
+        "command": " ".join(["python", *sys.argv]),
+        "steps": args.steps,
+        "runs": {},
+        "alternating": {},
+        "seq_len": {},
+    }
     # Children allocate on demand (so the allocator's peak is what the step needed) and share compilations.
-    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false",
-               JAX_COMPILATION_CACHE_DIR=os.environ.get("JAX_COMPILATION_CACHE_DIR", "/tmp/qlora_memory_jax_cache"))
+    env = dict(
+        os.environ,
+        XLA_PYTHON_CLIENT_PREALLOCATE="false",
+        JAX_COMPILATION_CACHE_DIR=os.environ.get("JAX_COMPILATION_CACHE_DIR", "/tmp/qlora_memory_jax_cache"),
+    )
     attention = args.attention
 
     def save() -> None:
@@ -350,8 +467,22 @@ def main() -> None:
         left = args.budget_s - (time.perf_counter() - start)
         if len(modes) > 1 and left > 20:
             print(f"{shape} alternating {modes} ...", file=sys.stderr, flush=True)
-            got, err = _run_child(["--shape", shape, "--seq_len", str(seq_len), "--steps", str(2 * args.steps),
-                                   "--attention", attention, "--child", "alternate:" + ",".join(modes)], env, left)
+            got, err = _run_child(
+                [
+                    "--shape",
+                    shape,
+                    "--seq_len",
+                    str(seq_len),
+                    "--steps",
+                    str(2 * args.steps),
+                    "--attention",
+                    attention,
+                    "--child",
+                    "alternate:" + ",".join(modes),
+                ],
+                env,
+                left,
+            )
             result["alternating"][shape] = got if got is not None else {"error": err}
             save()
     result["summary"] = _summary(result)

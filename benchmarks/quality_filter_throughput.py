@@ -115,23 +115,36 @@ def main(argv: list[str] | None = None) -> int:
             salad.append({"id": "salad/" + d["id"], "text": " ".join(words)})
         write_documents(f"{work}/pos/0.jsonl", docs[:1000])
         write_documents(f"{work}/neg/0.jsonl", salad)
-        trained = train_quality_classifier(TrainClassifierConfig(
-            positive_paths=(f"{work}/pos",), negative_paths=(f"{work}/neg",), output_path=f"{work}/model"))
+        trained = train_quality_classifier(
+            TrainClassifierConfig(
+                positive_paths=(f"{work}/pos",), negative_paths=(f"{work}/neg",), output_path=f"{work}/model"
+            )
+        )
         models.append(("quality (trained)", trained["model"], "__label__hq", 0.5))
         write_documents(f"{work}/in/0.jsonl.zst", docs)
 
-        print(f"classifier filter throughput, {len(docs)} documents (<= 5,000 chars), docs per CPU-second "
-              f"of one core, median of {args.repeats} alternating runs; python {sys.version.split()[0]}")
+        print(
+            f"classifier filter throughput, {len(docs)} documents (<= 5,000 chars), docs per CPU-second "
+            f"of one core, median of {args.repeats} alternating runs; python {sys.version.split()[0]}"
+        )
         print(f"{'model':<20}{'raw predict docs/s':>20}{'marin_lab docs/s':>18}{'ratio':>8}{'step docs/s':>13}")
         for name, path, label, threshold in models:
             model = load_fasttext(path)
-            cfg = ClassifyFilterConfig(input_path=f"{work}/in", output_path=f"{work}/out",
-                                       model_path=path, label=label, threshold=threshold, max_chars=None)
+            cfg = ClassifyFilterConfig(
+                input_path=f"{work}/in",
+                output_path=f"{work}/out",
+                model_path=path,
+                label=label,
+                threshold=threshold,
+                max_chars=None,
+            )
             scorer = FastTextScorer(model, label, cfg.top_k, max_chars=None)
             raw_predict(model, texts[:200])  # warm up
             t_raw, t_ours, ratio = paired(
                 lambda model=model: raw_predict(model, texts),
-                lambda scorer=scorer, cfg=cfg: decide_documents(docs, scorer, cfg), args.repeats)
+                lambda scorer=scorer, cfg=cfg: decide_documents(docs, scorer, cfg),
+                args.repeats,
+            )
 
             def step(cfg: ClassifyFilterConfig = cfg) -> None:
                 shutil.rmtree(f"{work}/out", ignore_errors=True)
@@ -140,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
             t_step = statistics.median(cpu_time(step) for _ in range(max(1, args.repeats // 2)))
             n = len(docs)
             print(f"{name:<20}{n / t_raw:>20.0f}{n / t_ours:>18.0f}{ratio:>7.2f}x{n / t_step:>13.0f}")
-        print("ratio = median over runs of marin_lab / raw predict throughput (goal >= 0.9x); step = "
-              "classify_filter end to end (read, score, write .jsonl.zst + removal records), for information")
+        print(
+            "ratio = median over runs of marin_lab / raw predict throughput (goal >= 0.9x); step = "
+            "classify_filter end to end (read, score, write .jsonl.zst + removal records), for information"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -52,8 +52,10 @@ def main() -> None:
             times[side].append(time.perf_counter() - started)
             print(f"round {i} {side}: {times[side][-1]:.1f} s", file=sys.stderr)
     plain, again = statistics.median(times["plain"]), statistics.median(times["reproduce"])
-    print(f"plain run {plain:.1f} s, reproduce --deep {again:.1f} s (medians of {args.rounds}); "
-          f"ratio {again / plain:.2f}; load {os.getloadavg()[0]:.1f}")
+    print(
+        f"plain run {plain:.1f} s, reproduce --deep {again:.1f} s (medians of {args.rounds}); "
+        f"ratio {again / plain:.2f}; load {os.getloadavg()[0]:.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,10 @@ FORMATS = {
     "fp32 masters + fp32 Adam": ("bfloat16", PrecisionConfig()),
     "fp32 masters + fp16-scaled Adam": ("bfloat16", PrecisionConfig(optimizer_state="float16_scaled")),
     "scalify, fp32 masters + fp32 Adam": ("float16", PrecisionConfig(matmul="scalify")),
-    "scalify, fp16 masters + fp16-scaled Adam": ("float16", PrecisionConfig(
-        matmul="scalify", master_weights="float16_scaled", optimizer_state="float16_scaled")),
+    "scalify, fp16 masters + fp16-scaled Adam": (
+        "float16",
+        PrecisionConfig(matmul="scalify", master_weights="float16_scaled", optimizer_state="float16_scaled"),
+    ),
 }
 
 
@@ -52,8 +54,10 @@ def main() -> None:
     for name in args.models.split(","):
         model = MODELS[name]
         print(f"\n{name}: {model.num_params():,} parameters")
-        print(f"{'format':<42} {'params B':>15} {'Adam B':>15} {'state B':>15} {'state GB':>9} {'vs first':>8}"
-              f" {'saved B':>15}" + ("  compiled arg/temp/out GB" if args.compile else ""))
+        print(
+            f"{'format':<42} {'params B':>15} {'Adam B':>15} {'state B':>15} {'state GB':>9} {'vs first':>8}"
+            f" {'saved B':>15}" + ("  compiled arg/temp/out GB" if args.compile else "")
+        )
         first = None
         for label, (compute, policy) in FORMATS.items():
             tx = opt.build(moments=policy.optimizer_state)
@@ -62,16 +66,20 @@ def main() -> None:
             state = jax.eval_shape(init, jax.random.key(0))
             params, adam, total = _bytes(state["params"]), _bytes(state["opt_state"]), _bytes(state)
             first = first or total
-            line = (f"{label:<42} {params:>15,} {adam:>15,} {total:>15,} {total / 1e9:>9.3f} {total / first:>8.2f}"
-                    f" {first - total:>15,}")
+            line = (
+                f"{label:<42} {params:>15,} {adam:>15,} {total:>15,} {total / 1e9:>9.3f} {total / first:>8.2f}"
+                f" {first - total:>15,}"
+            )
             if args.compile:
-                step = make_train_step(model, tx, opt.lr_schedule(10),
-                                       StepSettings(compute, "float32", precision=policy),
-                                       mesh, shard)
+                step = make_train_step(
+                    model, tx, opt.lr_schedule(10), StepSettings(compute, "float32", precision=policy), mesh, shard
+                )
                 mem = step.lower(state, jax.ShapeDtypeStruct((args.batch, args.seq + 1), np.int32)).compile()
                 m = mem.memory_analysis()
-                line += (f"  {m.argument_size_in_bytes / 1e9:.3f} / {m.temp_size_in_bytes / 1e9:.3f} / "
-                         f"{m.output_size_in_bytes / 1e9:.3f}")
+                line += (
+                    f"  {m.argument_size_in_bytes / 1e9:.3f} / {m.temp_size_in_bytes / 1e9:.3f} / "
+                    f"{m.output_size_in_bytes / 1e9:.3f}"
+                )
             print(line, flush=True)
     print(f"# 1-min load at the end {os.getloadavg()[0]:.1f}")
 

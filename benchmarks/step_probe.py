@@ -39,6 +39,7 @@ def child(model_name: str, mesh_name: str, batch: int, seq: int, steps: int, out
     from marin_lab.training.mesh import batch_sharding
     from marin_lab.training.train_lm import _programs
     from marin_lab.training.train_step import StepSettings
+
     model = dataclasses.replace(MODELS[model_name], max_seq_len=max(seq, MODELS[model_name].max_seq_len))
     _, init_fn, step_fn = _programs(model, OptimizerConfig(), 1000, StepSettings(), meshes[mesh_name])
     state = init_fn(jax.random.key(0))
@@ -78,9 +79,24 @@ def _run(hosts: int, devices: int, args: argparse.Namespace, out: str) -> dict:
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
         if hosts > 1:
             env.update(process_env(coordinator, hosts, pid))
-        procs.append(subprocess.Popen([sys.executable, __file__, "--child", args.model, args.mesh, str(args.batch),
-                                       str(args.seq), str(args.steps), out], env=env,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    "--child",
+                    args.model,
+                    args.mesh,
+                    str(args.batch),
+                    str(args.seq),
+                    str(args.steps),
+                    out,
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     try:
         for p in procs:
             if p.wait(timeout=args.timeout_s) != 0:
@@ -119,8 +135,10 @@ def main() -> None:
         done = {side: [x[key] for x in rs if key in x] for side, rs in runs.items()}
         if all(done.values()):
             multi, single = (statistics.median(v) for v in done.values())
-            print(f"{args.model} {args.mesh} {key}: 2x2 {multi * 1000:.1f} ms, 1x4 {single * 1000:.1f} ms, "
-                  f"ratio {multi / single:.3f}")
+            print(
+                f"{args.model} {args.mesh} {key}: 2x2 {multi * 1000:.1f} ms, 1x4 {single * 1000:.1f} ms, "
+                f"ratio {multi / single:.3f}"
+            )
     hung = {side: sum("hung" in x for x in rs) for side, rs in runs.items()}
     print(f"runs that did not finish within {args.timeout_s:.0f} s: {hung}")
 

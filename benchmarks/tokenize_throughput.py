@@ -110,11 +110,19 @@ def main() -> None:
         def step(workers: int):
             def run():
                 out = os.path.join(work, f"cache-{workers}")
-                result = tokenize(TokenizeConfig(input_path=docs_path, output_path=out, tokenizer=tok_path,
-                                                 num_workers=workers, validation_fraction=0.01))
+                result = tokenize(
+                    TokenizeConfig(
+                        input_path=docs_path,
+                        output_path=out,
+                        tokenizer=tok_path,
+                        num_workers=workers,
+                        validation_fraction=0.01,
+                    )
+                )
                 assert sum(result["tokens"].values()) == tokens
                 close_idle_pool()  # the worker exits: its CPU is counted, the next repeat starts cold
                 shutil.rmtree(out)
+
             return run
 
         sides = {"peer": peer, "inner": inner, "step x1": step(1), "step x2": step(2)}
@@ -125,7 +133,7 @@ def main() -> None:
         loads = [os.getloadavg()[0]]
         peer(), inner()  # warm-up (page cache, tokenizer caches) for the in-process sides
         for rep in range(args.repeats):
-            for name in names[rep % len(names):] + names[: rep % len(names)]:
+            for name in names[rep % len(names) :] + names[: rep % len(names)]:
                 w0, (s0, c0) = time.perf_counter(), cpu_split()
                 sides[name]()
                 wall, (s1, c1) = time.perf_counter() - w0, cpu_split()
@@ -134,27 +142,39 @@ def main() -> None:
                 if name == "step x2":
                     busiest.append(max(s1 - s0, c1 - c0))
                 loads.append(os.getloadavg()[0])
-                print(f"# repeat {rep + 1}: {name} {wall:.2f} s wall, {cpus[name][-1]:.2f} CPU s, "
-                      f"load {loads[-1]:.1f}", file=sys.stderr, flush=True)
+                print(
+                    f"# repeat {rep + 1}: {name} {wall:.2f} s wall, {cpus[name][-1]:.2f} CPU s, load {loads[-1]:.1f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
         wall = {n: statistics.median(v) for n, v in walls.items()}
         cpu = {n: statistics.median(v) for n, v in cpus.items()}
-        print(f"tokenize throughput: GPT-2 BPE on the Python 3.11 manual ({docs} docs in 8 shards, {chars:,} chars, "
-              f"{tokens:,} tokens, {len(batches)} batches); every side on the same batches")
-        print(f"machine: {platform.machine()}, {os.cpu_count()} cores; 1-min load average {min(loads):.1f}-"
-              f"{max(loads):.1f} (median {statistics.median(loads):.1f}) over the run; medians of {args.repeats} "
-              f"repeats, sides alternating in rotating order")
+        print(
+            f"tokenize throughput: GPT-2 BPE on the Python 3.11 manual ({docs} docs in 8 shards, {chars:,} chars, "
+            f"{tokens:,} tokens, {len(batches)} batches); every side on the same batches"
+        )
+        print(
+            f"machine: {platform.machine()}, {os.cpu_count()} cores; 1-min load average {min(loads):.1f}-"
+            f"{max(loads):.1f} (median {statistics.median(loads):.1f}) over the run; medians of {args.repeats} "
+            f"repeats, sides alternating in rotating order"
+        )
         print(f"{'side':10s} {'wall s':>8s} {'CPU s':>8s} {'tok/s wall':>12s} {'tok/CPU-s':>12s}   per repeat (wall s)")
         for n in names:
-            print(f"{n:10s} {wall[n]:>8.2f} {cpu[n]:>8.2f} {tokens / wall[n]:>12,.0f} {tokens / cpu[n]:>12,.0f}   "
-                  + " ".join(f"{w:.2f}" for w in walls[n]))
+            print(
+                f"{n:10s} {wall[n]:>8.2f} {cpu[n]:>8.2f} {tokens / wall[n]:>12,.0f} {tokens / cpu[n]:>12,.0f}   "
+                + " ".join(f"{w:.2f}" for w in walls[n])
+            )
         print()
         rows = [
             ("inner loop per core vs encode_batch", cpu["peer"] / cpu["inner"], ""),
             ("1-worker step per core vs its inner loop", cpu["inner"] / cpu["step x1"], ">= 0.9x"),
             ("2 workers vs 1, wall", wall["step x1"] / wall["step x2"], ">= 1.8x (quiet machine)"),
-            ("2 workers vs 1, CPU / busiest process CPU", cpu["step x1"] / statistics.median(busiest),
-             "estimate for a quiet machine"),
+            (
+                "2 workers vs 1, CPU / busiest process CPU",
+                cpu["step x1"] / statistics.median(busiest),
+                "estimate for a quiet machine",
+            ),
             ("2 workers vs 1, total CPU (overhead of the 2nd process)", cpu["step x1"] / cpu["step x2"], ""),
         ]
         for label, ratio, goal in rows:
@@ -162,8 +182,10 @@ def main() -> None:
         # The machine's speed drifts by +-15% over a run even when quiet; ratios taken within one
         # repeat (sides measured a few seconds apart) are less exposed to that drift.
         paired = [
-            ("1-worker step per core vs its inner loop",
-             [i / s for i, s in zip(cpus["inner"], cpus["step x1"], strict=True)]),
+            (
+                "1-worker step per core vs its inner loop",
+                [i / s for i, s in zip(cpus["inner"], cpus["step x1"], strict=True)],
+            ),
             ("2 workers vs 1, wall", [a / b for a, b in zip(walls["step x1"], walls["step x2"], strict=True)]),
         ]
         print("\nratios within each repeat (median; each repeat's value)")

@@ -50,10 +50,15 @@ from marin_lab.training.metrics import device_peak_flops  # noqa: E402
 from marin_lab.training.optimizer import OptimizerConfig  # noqa: E402
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings  # noqa: E402
 
-POLICIES = {"bf16": PrecisionConfig(), "fp8": PrecisionConfig(matmul="fp8"),
-            "fp8_delayed": PrecisionConfig(matmul="fp8_delayed"), "scalify": PrecisionConfig(matmul="scalify"),
-            "scalify_fp16": PrecisionConfig(matmul="scalify", master_weights="float16_scaled",
-                                            optimizer_state="float16_scaled")}
+POLICIES = {
+    "bf16": PrecisionConfig(),
+    "fp8": PrecisionConfig(matmul="fp8"),
+    "fp8_delayed": PrecisionConfig(matmul="fp8_delayed"),
+    "scalify": PrecisionConfig(matmul="scalify"),
+    "scalify_fp16": PrecisionConfig(
+        matmul="scalify", master_weights="float16_scaled", optimizer_state="float16_scaled"
+    ),
+}
 """`--precisions` sides: each runs with fp32 parameters (scalify_fp16: float16 masters) and bf16
 compute, except the scalify policies: float16 data with propagated scales (COMPUTE)."""
 COMPUTE = {"scalify": "float16", "scalify_fp16": "float16"}
@@ -72,9 +77,17 @@ def hlo_float8_counts(hlo: str) -> dict[str, int]:
     }
 
 
-def build_ours(model: LlamaConfig, batch: int, seq: int, warmup: int, compute_dtype: str,
-               attention_impl: str | None, remat: bool, precision: PrecisionConfig | None = None,
-               report: dict | None = None):
+def build_ours(
+    model: LlamaConfig,
+    batch: int,
+    seq: int,
+    warmup: int,
+    compute_dtype: str,
+    attention_impl: str | None,
+    remat: bool,
+    precision: PrecisionConfig | None = None,
+    report: dict | None = None,
+):
     """A function running `n` timed train steps of ours (compiled and warmed up already).
 
     With `report`, the compile time and the compiled HLO's float8 counts are written into it.
@@ -87,8 +100,9 @@ def build_ours(model: LlamaConfig, batch: int, seq: int, warmup: int, compute_dt
     opt = opt_cfg.build(moments=precision.optimizer_state)
     shard = state_shardings(model, opt, mesh, "fsdp", np.float32, precision)
     state = make_init_fn(model, opt, shard, np.float32, precision)(jax.random.key(0))
-    settings = StepSettings(compute_dtype=compute_dtype, attention_impl=attention_impl,
-                            gradient_checkpointing=remat, precision=precision)
+    settings = StepSettings(
+        compute_dtype=compute_dtype, attention_impl=attention_impl, gradient_checkpointing=remat, precision=precision
+    )
     jitted = make_train_step(model, opt, opt_cfg.lr_schedule(10_000), settings, mesh, shard)
     tokens = jax.numpy.asarray(np.random.default_rng(0).integers(0, model.vocab_size, (batch, seq + 1)), np.int32)
     t0 = time.perf_counter()
@@ -99,8 +113,9 @@ def build_ours(model: LlamaConfig, batch: int, seq: int, warmup: int, compute_dt
         report["hlo"] = hlo
         report.update(hlo_float8_counts(hlo))
         report["custom_call_targets"] = sorted(set(re.findall(r'custom_call_target="([^"]+)"', hlo)))
-        report["f8_gemm_example"] = next((line.strip()[:400] for line in hlo.splitlines()
-                                          if re.search(r'custom_call_target="[^"]*f8', line)), None)
+        report["f8_gemm_example"] = next(
+            (line.strip()[:400] for line in hlo.splitlines() if re.search(r'custom_call_target="[^"]*f8', line)), None
+        )
     holder = {"state": state}
 
     def run(n: int) -> float:
@@ -127,8 +142,7 @@ def build_torch(model: LlamaConfig, batch: int, seq: int, warmup: int, device: s
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     net = LlamaForCausalLM(cfg).to(device)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4, weight_decay=0.1)
-    data = torch.as_tensor(np.random.default_rng(0).integers(0, model.vocab_size, (batch, seq + 1)),
-                           device=device)
+    data = torch.as_tensor(np.random.default_rng(0).integers(0, model.vocab_size, (batch, seq + 1)), device=device)
     inputs, labels = data[:, :-1], data[:, 1:]
 
     def one() -> None:
@@ -165,8 +179,9 @@ def main() -> None:
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch peer")
     p.add_argument("--remat", action="store_true", help="gradient checkpointing (ours)")
-    p.add_argument("--precisions", default="",
-                   help=f"compare our step under these policies ({','.join(POLICIES)}), bf16 compute")
+    p.add_argument(
+        "--precisions", default="", help=f"compare our step under these policies ({','.join(POLICIES)}), bf16 compute"
+    )
     p.add_argument("--out", default="", help="also write the results as JSON here")
     p.add_argument("--hlo-dir", default="", help="also write each side's compiled HLO text here")
     args = p.parse_args()
@@ -185,12 +200,16 @@ def main() -> None:
 
         torch.set_num_threads(os.cpu_count() or 1)
         threads = f"torch intra-op threads {torch.get_num_threads()}, "
-    print(f"# devices: {len(devices)} x {devices[0].device_kind}; jax {jax.__version__}; "
-          f"compute {compute_dtype}; batch {args.batch} x seq {args.seq}; {threads}"
-          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; median of {args.repeats} repeats x {args.steps} steps, "
-          f"sides alternating; 1-min load average {os.getloadavg()[0]:.1f} at the start")
-    header = (f"{'model':<12} {'params':>8} {'ours tok/s':>11} {'torch tok/s':>12} {'ratio':>6} "
-              f"{'ours MFU':>9} {'torch MFU':>9}  ratio per repeat")
+    print(
+        f"# devices: {len(devices)} x {devices[0].device_kind}; jax {jax.__version__}; "
+        f"compute {compute_dtype}; batch {args.batch} x seq {args.seq}; {threads}"
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}; median of {args.repeats} repeats x {args.steps} steps, "
+        f"sides alternating; 1-min load average {os.getloadavg()[0]:.1f} at the start"
+    )
+    header = (
+        f"{'model':<12} {'params':>8} {'ours tok/s':>11} {'torch tok/s':>12} {'ratio':>6} "
+        f"{'ours MFU':>9} {'torch MFU':>9}  ratio per repeat"
+    )
     print(header)
     print("-" * len(header))
     for name in args.models.split(","):
@@ -202,7 +221,7 @@ def main() -> None:
         times: dict[str, list[float]] = {k: [] for k in sides}
         order = list(sides)
         for rep in range(args.repeats):
-            for side in (order if rep % 2 == 0 else order[::-1]):
+            for side in order if rep % 2 == 0 else order[::-1]:
                 times[side].append(sides[side](args.steps))
         ours = statistics.median(times["ours"])
         theirs = statistics.median(times["torch"]) if "torch" in times else None
@@ -210,9 +229,11 @@ def main() -> None:
         flops = model.flops_per_token(args.seq) * tokens
         ours_mfu = f"{flops / ours / (peak * len(devices)):.1%}" if peak else "-"
         theirs_mfu = f"{flops / theirs / (peak * len(devices)):.1%}" if peak and theirs else "-"
-        print(f"{name:<12} {model.num_params() / 1e6:>7.1f}M {tokens / ours:>11.0f} "
-              f"{(tokens / theirs) if theirs else float('nan'):>12.0f} "
-              f"{(theirs / ours) if theirs else float('nan'):>6.2f} {ours_mfu:>9} {theirs_mfu:>9}  {pairs}")
+        print(
+            f"{name:<12} {model.num_params() / 1e6:>7.1f}M {tokens / ours:>11.0f} "
+            f"{(tokens / theirs) if theirs else float('nan'):>12.0f} "
+            f"{(theirs / ours) if theirs else float('nan'):>6.2f} {ours_mfu:>9} {theirs_mfu:>9}  {pairs}"
+        )
     print(f"# 1-min load average {os.getloadavg()[0]:.1f} at the end")
 
 
@@ -225,20 +246,43 @@ def precision_main(args: argparse.Namespace) -> None:
     gpu = args.device == "gpu"
     devices = jax.devices()
     peak = device_peak_flops(devices[0].device_kind)
-    results: dict = {"devices": f"{len(devices)} x {devices[0].device_kind}", "jax": jax.__version__,
-                     "batch": args.batch, "seq": args.seq, "steps": args.steps, "repeats": args.repeats,
-                     "remat": args.remat, "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
-                     "load_start": os.getloadavg()[0], "models": {}}
-    print(f"# devices: {results['devices']}; jax {jax.__version__}; compute bfloat16 (scalify: float16 data, "
-          f"scaled); batch {args.batch} x seq {args.seq}; remat {args.remat}; XLA_FLAGS={results['XLA_FLAGS']!r}; "
-          f"median of {args.repeats} repeats x {args.steps} steps, "
-          f"sides alternating; 1-min load average {results['load_start']:.1f} at the start", flush=True)
+    results: dict = {
+        "devices": f"{len(devices)} x {devices[0].device_kind}",
+        "jax": jax.__version__,
+        "batch": args.batch,
+        "seq": args.seq,
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "remat": args.remat,
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+        "load_start": os.getloadavg()[0],
+        "models": {},
+    }
+    print(
+        f"# devices: {results['devices']}; jax {jax.__version__}; compute bfloat16 (scalify: float16 data, "
+        f"scaled); batch {args.batch} x seq {args.seq}; remat {args.remat}; XLA_FLAGS={results['XLA_FLAGS']!r}; "
+        f"median of {args.repeats} repeats x {args.steps} steps, "
+        f"sides alternating; 1-min load average {results['load_start']:.1f} at the start",
+        flush=True,
+    )
     for name in args.models.split(","):
         model = dataclasses.replace(MODELS[name], max_seq_len=max(MODELS[name].max_seq_len, args.seq))
         tokens = args.batch * args.seq
         reports = {n: {} for n in names}
-        sides = {n: build_ours(model, args.batch, args.seq, args.warmup, COMPUTE.get(n, "bfloat16"),
-                               "cudnn" if gpu else None, args.remat, POLICIES[n], reports[n]) for n in names}
+        sides = {
+            n: build_ours(
+                model,
+                args.batch,
+                args.seq,
+                args.warmup,
+                COMPUTE.get(n, "bfloat16"),
+                "cudnn" if gpu else None,
+                args.remat,
+                POLICIES[n],
+                reports[n],
+            )
+            for n in names
+        }
         if args.hlo_dir:
             for n in names:
                 with open(os.path.join(args.hlo_dir, f"{name}_{n}.hlo.txt"), "w") as f:
@@ -247,23 +291,34 @@ def precision_main(args: argparse.Namespace) -> None:
             r.pop("hlo", None)
         times: dict[str, list[float]] = {n: [] for n in names}
         for rep in range(args.repeats):
-            for side in (names if rep % 2 == 0 else names[::-1]):
+            for side in names if rep % 2 == 0 else names[::-1]:
                 times[side].append(sides[side](args.steps))
         flops = model.flops_per_token(args.seq) * tokens
         base = statistics.median(times[names[0]])
-        print(f"{'model':<10} {'side':<12} {'tok/s':>9} {'MFU(bf16 pk)':>12} {'vs ' + names[0]:>8} "
-              f"{'f8 GEMM calls':>13} {'GEMM calls':>10} {'f8 dots':>7} {'triton':>6} {'f8 converts':>11} "
-              f"{'compile s':>9}")
+        print(
+            f"{'model':<10} {'side':<12} {'tok/s':>9} {'MFU(bf16 pk)':>12} {'vs ' + names[0]:>8} "
+            f"{'f8 GEMM calls':>13} {'GEMM calls':>10} {'f8 dots':>7} {'triton':>6} {'f8 converts':>11} "
+            f"{'compile s':>9}"
+        )
         for n in names:
             med = statistics.median(times[n])
             r = reports[n]
-            r.update({"step_s": times[n], "median_step_s": med, "tokens_per_s": tokens / med,
-                      "mfu_bf16_peak": flops / med / (peak * len(devices)) if peak else None,
-                      "speedup_vs_first": base / med})
+            r.update(
+                {
+                    "step_s": times[n],
+                    "median_step_s": med,
+                    "tokens_per_s": tokens / med,
+                    "mfu_bf16_peak": flops / med / (peak * len(devices)) if peak else None,
+                    "speedup_vs_first": base / med,
+                }
+            )
             mfu_text = f"{r['mfu_bf16_peak']:.1%}" if peak else "-"
-            print(f"{name:<10} {n:<12} {tokens / med:>9.0f} {mfu_text:>12} {base / med:>8.2f} "
-                  f"{r['f8_gemm_custom_calls']:>13} {r['gemm_custom_calls']:>10} {r['f8_dots']:>7} "
-                  f"{r['triton_gemm_fusions']:>6} {r['f8_converts']:>11} {r['compile_s']:>9}", flush=True)
+            print(
+                f"{name:<10} {n:<12} {tokens / med:>9.0f} {mfu_text:>12} {base / med:>8.2f} "
+                f"{r['f8_gemm_custom_calls']:>13} {r['gemm_custom_calls']:>10} {r['f8_dots']:>7} "
+                f"{r['triton_gemm_fusions']:>6} {r['f8_converts']:>11} {r['compile_s']:>9}",
+                flush=True,
+            )
         results["models"][name] = {"params": model.num_params(), "flops_per_step": flops, "sides": reports}
     results["load_end"] = os.getloadavg()[0]
     print(f"# 1-min load average {results['load_end']:.1f} at the end")

@@ -78,6 +78,7 @@ class LMMixture:
     validation: Mapping[str, ExecutorStep]
     """Dataset name -> tokenize step, scored every `steps_per_eval` steps, never trained on."""
 
+
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -100,9 +101,16 @@ def is_hf_dataset_id(spec: str) -> bool:
 # --- data ------------------------------------------------------------------------------------
 
 
-def default_download(name: str, *, source: str | None = None, hf_dataset: str | None = None,
-                     revision: str | None = None, include: Sequence[str] | None = None,
-                     package: str | None = None, **options: Any) -> ExecutorStep:
+def default_download(
+    name: str,
+    *,
+    source: str | None = None,
+    hf_dataset: str | None = None,
+    revision: str | None = None,
+    include: Sequence[str] | None = None,
+    package: str | None = None,
+    **options: Any,
+) -> ExecutorStep:
     """Fetch raw files (a package source, an fsspec URL/folder/glob, or a Hugging Face dataset at
     `revision`) -> `raw/{name}`.
 
@@ -112,19 +120,26 @@ def default_download(name: str, *, source: str | None = None, hf_dataset: str | 
     if package is not None:
         source = versioned_source(source, package=package)
     return ExecutorStep(
-        name=f"raw/{name}", fn=download,
-        config=DownloadConfig(output_path=this_output_path(), source=source, hf_dataset=hf_dataset, revision=revision,
-                              include=tuple(include) if include else None, **options),
+        name=f"raw/{name}",
+        fn=download,
+        config=DownloadConfig(
+            output_path=this_output_path(),
+            source=source,
+            hf_dataset=hf_dataset,
+            revision=revision,
+            include=tuple(include) if include else None,
+            **options,
+        ),
         description=f"download {hf_dataset or source}" + (f" @ {revision}" if revision else ""),
     )
 
 
 def default_extract(name: str, html: DocumentsInput, **options: Any) -> ExecutorStep:
     """HTML -> documents with resiliparse (or `method="trafilatura"`) -> `documents/{name}`."""
-    config = ExtractConfig(input_path=documents_of(html), output_path=this_output_path(),
-                           **{"source": name, **options})
-    return ExecutorStep(name=f"documents/{name}", fn=extract, config=config,
-                        description=f"extract text from HTML with {config.method}")
+    config = ExtractConfig(input_path=documents_of(html), output_path=this_output_path(), **{"source": name, **options})
+    return ExecutorStep(
+        name=f"documents/{name}", fn=extract, config=config, description=f"extract text from HTML with {config.method}"
+    )
 
 
 def default_text_documents(name: str, source: str, **options: Any) -> ExecutorStep:
@@ -134,17 +149,28 @@ def default_text_documents(name: str, source: str, **options: Any) -> ExecutorSt
     return default_extract(name, raw, **{"method": "text", "patterns": TEXT_PATTERNS, "num_shards": 1, **options})
 
 
-def default_train_tokenizer(name: str, documents: DocumentsInput | Sequence[DocumentsInput],
-                            **options: Any) -> ExecutorStep:
+def default_train_tokenizer(
+    name: str, documents: DocumentsInput | Sequence[DocumentsInput], **options: Any
+) -> ExecutorStep:
     """A byte-level BPE trained on a deterministic sample of `documents` -> `tokenizers/{name}`."""
     config = TrainTokenizerConfig(input_path=documents_of(documents), output_path=this_output_path(), **options)
-    return ExecutorStep(name=f"tokenizers/{name}", fn=train_tokenizer, config=config,
-                        description=f"train a byte-level BPE tokenizer, vocabulary {config.vocab_size}")
+    return ExecutorStep(
+        name=f"tokenizers/{name}",
+        fn=train_tokenizer,
+        config=config,
+        description=f"train a byte-level BPE tokenizer, vocabulary {config.vocab_size}",
+    )
 
 
-def default_tokenize(name: str, dataset: DocumentsInput | Sequence[DocumentsInput], tokenizer: str | ExecutorStep,
-                     *, revision: str | None = None, include: Sequence[str] = ("*.parquet",),
-                     **options: Any) -> ExecutorStep:
+def default_tokenize(
+    name: str,
+    dataset: DocumentsInput | Sequence[DocumentsInput],
+    tokenizer: str | ExecutorStep,
+    *,
+    revision: str | None = None,
+    include: Sequence[str] = ("*.parquet",),
+    **options: Any,
+) -> ExecutorStep:
     """Documents -> the token cache the trainer reads -> `tokenized/{name}`.
 
     `dataset` is a step, a path, or a Hugging Face dataset id: then its files matching `include`
@@ -154,80 +180,130 @@ def default_tokenize(name: str, dataset: DocumentsInput | Sequence[DocumentsInpu
     """
     if isinstance(dataset, str) and is_hf_dataset_id(dataset):
         if revision is None:
-            logger.warning("default_tokenize(%r): dataset %r is not pinned to a revision; fetching 'main'. "
-                           "Pass revision=<commit sha> to make the step reproducible", name, dataset)
+            logger.warning(
+                "default_tokenize(%r): dataset %r is not pinned to a revision; fetching 'main'. "
+                "Pass revision=<commit sha> to make the step reproducible",
+                name,
+                dataset,
+            )
         dataset = default_download(dataset, hf_dataset=dataset, revision=revision or "main", include=include)
     tok = output_path_of(tokenizer) if isinstance(tokenizer, ExecutorStep) else tokenizer
     return ExecutorStep(
-        name=f"tokenized/{name}", fn=tokenize,
-        config=TokenizeConfig(input_path=documents_of(dataset), output_path=this_output_path(), tokenizer=tok,
-                              **options),
+        name=f"tokenized/{name}",
+        fn=tokenize,
+        config=TokenizeConfig(
+            input_path=documents_of(dataset), output_path=this_output_path(), tokenizer=tok, **options
+        ),
         description="tokenize documents into a token cache",
     )
 
 
 def default_exact_dedup(name: str, documents: DocumentsInput, **options: Any) -> ExecutorStep:
     """Drop documents (and, with `paragraph_level=True`, lines) seen earlier in the corpus -> `dedup-exact/{name}`."""
-    return ExecutorStep(name=f"dedup-exact/{name}", fn=dedup_exact, description="exact dedup",
-                        config=DedupConfig(input_path=documents_of(documents), output_path=this_output_path(),
-                                           **options))
+    return ExecutorStep(
+        name=f"dedup-exact/{name}",
+        fn=dedup_exact,
+        description="exact dedup",
+        config=DedupConfig(input_path=documents_of(documents), output_path=this_output_path(), **options),
+    )
 
 
 def default_fuzzy_dedup(name: str, documents: DocumentsInput, **options: Any) -> ExecutorStep:
     """MinHash-LSH near-duplicate removal across all shards (5-word shingles, 112 permutations) -> `dedup/{name}`."""
     config = DedupConfig(input_path=documents_of(documents), output_path=this_output_path(), **options)
-    return ExecutorStep(name=f"dedup/{name}", fn=dedup_fuzzy, config=config,
-                        description=f"fuzzy dedup, MinHash {config.num_bands}x{config.rows_per_band} "
-                                    f"on {config.ngram_size}-word shingles")
+    return ExecutorStep(
+        name=f"dedup/{name}",
+        fn=dedup_fuzzy,
+        config=config,
+        description=f"fuzzy dedup, MinHash {config.num_bands}x{config.rows_per_band} "
+        f"on {config.ngram_size}-word shingles",
+    )
 
 
 def default_quality_filter(name: str, documents: DocumentsInput, **options: Any) -> ExecutorStep:
     """Gopher/C4/FineWeb heuristic rules (`rules=QualityRules(...)`), each removal tagged -> `quality/{name}`."""
-    return ExecutorStep(name=f"quality/{name}", fn=filter_heuristics, description="heuristic quality filter",
-                        config=HeuristicFilterConfig(input_path=documents_of(documents),
-                                                     output_path=this_output_path(), **options))
+    return ExecutorStep(
+        name=f"quality/{name}",
+        fn=filter_heuristics,
+        description="heuristic quality filter",
+        config=HeuristicFilterConfig(input_path=documents_of(documents), output_path=this_output_path(), **options),
+    )
 
 
-def default_train_quality_classifier(name: str, positive: DocumentsInput | Sequence[DocumentsInput],
-                                     negative: DocumentsInput | Sequence[DocumentsInput],
-                                     **options: Any) -> ExecutorStep:
+def default_train_quality_classifier(
+    name: str,
+    positive: DocumentsInput | Sequence[DocumentsInput],
+    negative: DocumentsInput | Sequence[DocumentsInput],
+    **options: Any,
+) -> ExecutorStep:
     """A fastText classifier, positive vs negative documents -> `classifiers/{name}/model.bin`."""
+
     def paths(sources: Any) -> tuple:
         out = documents_of(sources)
         return tuple(out) if isinstance(out, list) else (out,)
 
-    return ExecutorStep(name=f"classifiers/{name}", fn=train_quality_classifier,
-                        description="train a fastText quality classifier",
-                        config=TrainClassifierConfig(positive_paths=paths(positive), negative_paths=paths(negative),
-                                                     output_path=this_output_path(), **options))
+    return ExecutorStep(
+        name=f"classifiers/{name}",
+        fn=train_quality_classifier,
+        description="train a fastText quality classifier",
+        config=TrainClassifierConfig(
+            positive_paths=paths(positive), negative_paths=paths(negative), output_path=this_output_path(), **options
+        ),
+    )
 
 
-def default_classify_filter(name: str, documents: DocumentsInput, model: ExecutorStep | str,
-                            **options: Any) -> ExecutorStep:
+def default_classify_filter(
+    name: str, documents: DocumentsInput, model: ExecutorStep | str, **options: Any
+) -> ExecutorStep:
     """Keep documents a fastText model scores >= `threshold` for `label` -> `classified/{name}`.
 
     `model` is a `default_train_quality_classifier` step or a model file path (e.g. lid.176.ftz).
     """
     model_path = output_path_of(model, "model.bin") if isinstance(model, ExecutorStep) else model
-    config = ClassifyFilterConfig(input_path=documents_of(documents), output_path=this_output_path(),
-                                  model_path=model_path, **options)
-    return ExecutorStep(name=f"classified/{name}", fn=classify_filter, config=config,
-                        description=f"fastText filter: {config.label} >= {config.threshold}")
+    config = ClassifyFilterConfig(
+        input_path=documents_of(documents), output_path=this_output_path(), model_path=model_path, **options
+    )
+    return ExecutorStep(
+        name=f"classified/{name}",
+        fn=classify_filter,
+        config=config,
+        description=f"fastText filter: {config.label} >= {config.threshold}",
+    )
 
 
-def default_language_filter(name: str, documents: DocumentsInput, lid_model: str, *, language: str = "en",
-                            threshold: float = 0.65, **options: Any) -> ExecutorStep:
+def default_language_filter(
+    name: str,
+    documents: DocumentsInput,
+    lid_model: str,
+    *,
+    language: str = "en",
+    threshold: float = 0.65,
+    **options: Any,
+) -> ExecutorStep:
     """Keep documents in `language` per fastText's lid.176 (FineWeb: en >= 0.65) -> `classified/{name}`."""
-    return default_classify_filter(name, documents, lid_model, label=f"__label__{language}", threshold=threshold,
-                                   attribute="language", rule="language", **options)
+    return default_classify_filter(
+        name,
+        documents,
+        lid_model,
+        label=f"__label__{language}",
+        threshold=threshold,
+        attribute="language",
+        rule="language",
+        **options,
+    )
 
 
 # --- training and evaluation -----------------------------------------------------------------
 
 
-def lm_mixture_data_config(components: Mapping[str, ExecutorStep], weights: Mapping[str, float], *,
-                           shuffle: bool = True, missing_weights_are_validation: bool = True,
-                           include_raw_paths: bool = True) -> LMMixture:
+def lm_mixture_data_config(
+    components: Mapping[str, ExecutorStep],
+    weights: Mapping[str, float],
+    *,
+    shuffle: bool = True,
+    missing_weights_are_validation: bool = True,
+    include_raw_paths: bool = True,
+) -> LMMixture:
     """Marin's mixture of tokenized datasets, for `default_train(name, tokenized=<this>, ...)`.
 
     A component with no weight (or weight 0) is a validation set when `missing_weights_are_validation`.
@@ -236,24 +312,32 @@ def lm_mixture_data_config(components: Mapping[str, ExecutorStep], weights: Mapp
     """
     del include_raw_paths
     if shuffle is not True:
-        raise StepDefinitionError(f"lm_mixture_data_config: shuffle={shuffle!r} is not supported; marin_lab always "
-                                  "shuffles with a Feistel permutation per dataset (leave shuffle=True)")
+        raise StepDefinitionError(
+            f"lm_mixture_data_config: shuffle={shuffle!r} is not supported; marin_lab always "
+            "shuffles with a Feistel permutation per dataset (leave shuffle=True)"
+        )
     unknown = sorted(set(weights) - set(components))
     if unknown:
         raise StepDefinitionError(f"lm_mixture_data_config: weights name datasets that are not components: {unknown}")
     unweighted = sorted(k for k in components if not weights.get(k))
     if unweighted and not missing_weights_are_validation:
-        raise StepDefinitionError(f"lm_mixture_data_config: components without a weight: {unweighted}; give each a "
-                                  "weight or pass missing_weights_are_validation=True")
+        raise StepDefinitionError(
+            f"lm_mixture_data_config: components without a weight: {unweighted}; give each a "
+            "weight or pass missing_weights_are_validation=True"
+        )
     train = {k: v for k, v in components.items() if weights.get(k)}
     if not train:
         raise StepDefinitionError("lm_mixture_data_config: no component has a positive weight")
-    return LMMixture(components=train, weights={k: float(weights[k]) for k in train},
-                     validation={k: components[k] for k in unweighted})
+    return LMMixture(
+        components=train,
+        weights={k: float(weights[k]) for k in train},
+        validation={k: components[k] for k in unweighted},
+    )
 
 
-def lm_data_config(training_set: ExecutorStep, validation_sets: Mapping[str, ExecutorStep] | None = None, *,
-                   shuffle: bool = True) -> LMMixture:
+def lm_data_config(
+    training_set: ExecutorStep, validation_sets: Mapping[str, ExecutorStep] | None = None, *, shuffle: bool = True
+) -> LMMixture:
     """Marin's one-dataset data config: `training_set` (named after its step) plus validation-only sets."""
     name = training_set.name.rsplit("/", 1)[-1]
     return lm_mixture_data_config({name: training_set, **(validation_sets or {})}, {name: 1.0}, shuffle=shuffle)
@@ -290,7 +374,8 @@ def tokenizer_vocab_size(tokenized: TokenizedInput) -> int | None:
     if len(sizes) > 1:
         raise StepDefinitionError(
             f"the datasets of one training run use tokenizers of different sizes ({sizes}); tokenize every "
-            "dataset of a mixture with the same tokenizer")
+            "dataset of a mixture with the same tokenizer"
+        )
     return next(iter(sizes), None)
 
 
@@ -298,8 +383,9 @@ def _known_vocab_size(spec: str, revision: str | None) -> int | None:
     try:
         tokenizer = load_tokenizer_offline(spec, revision)
     except Exception as err:  # a damaged local file: the trainer checks again when it runs
-        logger.warning("tokenizer %r cannot be read now (%s); its vocabulary is checked when training starts",
-                       spec, err)
+        logger.warning(
+            "tokenizer %r cannot be read now (%s); its vocabulary is checked when training starts", spec, err
+        )
         return None
     if tokenizer is None:  # not on disk: a well-known hub tokenizer's size is known all the same
         return known_vocab_size(spec, revision)
@@ -320,12 +406,14 @@ def _model_for(name: str, model: LlamaConfig, tokenized: TokenizedInput) -> Llam
             raise StepDefinitionError(
                 f"default_train('{name}'): the model has no vocab_size and the tokenizer's is not known without "
                 f"downloading it (plans never download); set model_config's vocab_size, or fetch the tokenizer "
-                f"once{_fetch_hint(tokenized)}")
+                f"once{_fetch_hint(tokenized)}"
+            )
         return dataclasses.replace(model, vocab_size=vocab)
     if vocab is not None and vocab > model.vocab_size:
         raise StepDefinitionError(
             f"default_train('{name}'): model_config.vocab_size={model.vocab_size} but the tokenizer has {vocab} "
-            f"tokens; use vocab_size={vocab} (or None, to take the tokenizer's)")
+            f"tokens; use vocab_size={vocab} (or None, to take the tokenizer's)"
+        )
     return model
 
 
@@ -364,8 +452,11 @@ def default_train(
         if weights is not None:
             raise StepDefinitionError(f"default_train('{name}'): the mixture already has weights; drop weights=")
         mixture = tokenized
-        tokenized, weights, validation_sets = (dict(mixture.components), mixture.weights,
-                                               {**mixture.validation, **(validation_sets or {})})
+        tokenized, weights, validation_sets = (
+            dict(mixture.components),
+            mixture.weights,
+            {**mixture.validation, **(validation_sets or {})},
+        )
     model = _model_for(name, unwrap_versioned_value(model_config), _steps(tokenized) | dict(validation_sets or {}))
     for task in eval_harness_tasks:
         try:
@@ -377,31 +468,56 @@ def default_train(
     seq_len = train_config.train_seq_len or model.max_seq_len
     config = TrainLmConfig(
         output_path=this_output_path(),
-        data=DataConfig(caches=_caches(tokenized), weights=dict(weights) if weights is not None else None,
-                        phases=tuple(phases), seed=train_config.data_seed or 0),
-        model=model, optimizer=train_config.optimizer, num_train_steps=train_config.num_train_steps,
-        batch_size=train_config.train_batch_size, seq_len=seq_len, seed=train_config.seed,
-        compute_dtype=train_config.resolved_compute_dtype(), z_loss_weight=train_config.z_loss_weight or 0.0,
+        data=DataConfig(
+            caches=_caches(tokenized),
+            weights=dict(weights) if weights is not None else None,
+            phases=tuple(phases),
+            seed=train_config.data_seed or 0,
+        ),
+        model=model,
+        optimizer=train_config.optimizer,
+        num_train_steps=train_config.num_train_steps,
+        batch_size=train_config.train_batch_size,
+        seq_len=seq_len,
+        seed=train_config.seed,
+        compute_dtype=train_config.resolved_compute_dtype(),
+        z_loss_weight=train_config.z_loss_weight or 0.0,
         initialize_from=output_path_of(start, "checkpoints") if isinstance(start, ExecutorStep) else start,
-        microbatches=train_config.microbatches, mesh=train_config.mesh,
-        gradient_checkpointing=train_config.gradient_checkpointing, checkpoint=train_config.checkpoints(),
+        microbatches=train_config.microbatches,
+        mesh=train_config.mesh,
+        gradient_checkpointing=train_config.gradient_checkpointing,
+        checkpoint=train_config.checkpoints(),
         attention_impl=train_config.resolved_attention_impl(),
-        steps_per_eval=train_config.steps_per_eval or 1000, max_eval_batches=train_config.max_eval_batches,
-        eval_caches=_caches(validation_sets) if validation_sets else {}, eval_tasks=tuple(eval_harness_tasks),
-        steps_per_task_eval=steps_per_task_eval, eval_task_limit=eval_task_limit,
+        steps_per_eval=train_config.steps_per_eval or 1000,
+        max_eval_batches=train_config.max_eval_batches,
+        eval_caches=_caches(validation_sets) if validation_sets else {},
+        eval_tasks=tuple(eval_harness_tasks),
+        steps_per_task_eval=steps_per_task_eval,
+        eval_task_limit=eval_task_limit,
         wandb=dataclasses.replace(wandb or WandbConfig(), tags=tuple(tags) + (name,)),
-        tpu_type=tpu_type, tpu_slices=tpu_slices,
+        tpu_type=tpu_type,
+        tpu_slices=tpu_slices,
     )
     return ExecutorStep(
-        name=f"checkpoints/{name}", fn=train_lm_with_eval, config=config, resources=resources,
-        description=description or f"train a {model.num_params() / 1e6:,.1f}M-parameter model, "
-                                   f"{config.num_train_steps} steps x {config.batch_size} x {seq_len} tokens",
+        name=f"checkpoints/{name}",
+        fn=train_lm_with_eval,
+        config=config,
+        resources=resources,
+        description=description
+        or f"train a {model.num_params() / 1e6:,.1f}M-parameter model, "
+        f"{config.num_train_steps} steps x {config.batch_size} x {seq_len} tokens",
     )
 
 
-def default_eval(name: str, trained: ExecutorStep, tokenized: TokenizedInput, *,
-                 tasks: Sequence[str] = CORE_TASKS, resources: Any = None,
-                 **options: Any) -> ExecutorStep:
+def default_eval(
+    name: str,
+    trained: ExecutorStep,
+    tokenized: TokenizedInput,
+    *,
+    tasks: Sequence[str] = CORE_TASKS,
+    resources: Any = None,
+    **options: Any,
+) -> ExecutorStep:
     """An `evaluate_lm` step on every validation split of `tokenized`, and the lm-eval `tasks`
     (`name[:num_fewshot[:limit]]`; `limit=N` caps every task) -> `evaluation/{name}`."""
     for task in tasks:
@@ -410,8 +526,15 @@ def default_eval(name: str, trained: ExecutorStep, tokenized: TokenizedInput, *,
         except EvaluationError as err:
             raise StepDefinitionError(f"default_eval('{name}'): {err}") from err
     return ExecutorStep(
-        name=f"evaluation/{name}", fn=evaluate_lm, resources=resources,
-        config=EvalLmConfig(checkpoint_path=output_path_of(trained), output_path=this_output_path(),
-                            caches=_caches(tokenized), tasks=tuple(tasks), **options),
+        name=f"evaluation/{name}",
+        fn=evaluate_lm,
+        resources=resources,
+        config=EvalLmConfig(
+            checkpoint_path=output_path_of(trained),
+            output_path=this_output_path(),
+            caches=_caches(tokenized),
+            tasks=tuple(tasks),
+            **options,
+        ),
         description="perplexity, bits-per-byte and lm-eval tasks",
     )

@@ -33,10 +33,28 @@ from marin_lab.training import CheckpointConfig, LlamaConfig, MeshConfig
 from marin_lab.training.finetune import FinetuneConfig
 from marin_lab.training.memory_plan import GIB, plan_memory
 
-llama2_70b = LlamaConfig(vocab_size=32000, hidden_dim=8192, intermediate_dim=28672, num_layers=80, num_heads=64,
-                         num_kv_heads=8, max_seq_len=4096, rope_theta=10000.0, norm_eps=1e-5)
-llama2_7b = LlamaConfig(vocab_size=32000, hidden_dim=4096, intermediate_dim=11008, num_layers=32, num_heads=32,
-                        num_kv_heads=32, max_seq_len=4096, rope_theta=10000.0, norm_eps=1e-5)
+llama2_70b = LlamaConfig(
+    vocab_size=32000,
+    hidden_dim=8192,
+    intermediate_dim=28672,
+    num_layers=80,
+    num_heads=64,
+    num_kv_heads=8,
+    max_seq_len=4096,
+    rope_theta=10000.0,
+    norm_eps=1e-5,
+)
+llama2_7b = LlamaConfig(
+    vocab_size=32000,
+    hidden_dim=4096,
+    intermediate_dim=11008,
+    num_layers=32,
+    num_heads=32,
+    num_kv_heads=32,
+    max_seq_len=4096,
+    rope_theta=10000.0,
+    norm_eps=1e-5,
+)
 
 BASE = os.environ.get("LLAMA2_70B", "/models/Llama-2-70b-hf")
 GPUS, GPU_GIB = 2, 24.0
@@ -45,19 +63,36 @@ lora = LoraConfig(rank=64, alpha=16.0, dropout=0.1)  # fsdp_qlora's defaults
 quantized = default_quantize_base("llama-2-70b", BASE)
 instructions = default_tokenize_instructions("manual-sections-llama2", questions, BASE)
 finetune = default_finetune(
-    "llama-2-70b-manual-sections", quantized, instructions, mode="qlora", model=llama2_70b, lora=lora,
-    num_train_steps=500, batch_size=GPUS * 2, seq_len=2048, compute_dtype="bfloat16",
-    mesh=MeshConfig(fsdp=GPUS), gradient_checkpointing=True, offload_optimizer_state=True, offload_base=True,
+    "llama-2-70b-manual-sections",
+    quantized,
+    instructions,
+    mode="qlora",
+    model=llama2_70b,
+    lora=lora,
+    num_train_steps=500,
+    batch_size=GPUS * 2,
+    seq_len=2048,
+    compute_dtype="bfloat16",
+    mesh=MeshConfig(fsdp=GPUS),
+    gradient_checkpointing=True,
+    offload_optimizer_state=True,
+    offload_base=True,
     checkpoint=CheckpointConfig(save_every_steps=100),
 )
-finetune = dataclasses.replace(finetune, config=dataclasses.replace(
-    finetune.config, plan_devices=GPUS, plan_device_memory_gib=GPU_GIB, attention_impl="cudnn"))
+finetune = dataclasses.replace(
+    finetune,
+    config=dataclasses.replace(
+        finetune.config, plan_devices=GPUS, plan_device_memory_gib=GPU_GIB, attention_impl="cudnn"
+    ),
+)
 
 # fsdp_qlora's published peaks (GiB per GPU) and the same settings in our planner.
 REFERENCES: dict[str, tuple[float, dict[str, Any]]] = {
     "Llama-2-7B QLoRA, bs 1, ctx 2048, 2 GPUs": (5.21, dict(model=llama2_7b, batch_size=GPUS * 1)),
     "Llama-2-70B QLoRA + CPU offload, bs 2, ctx 2048, 2 GPUs": (
-        14.92, dict(model=llama2_70b, batch_size=GPUS * 2, offload_base=True, offload_optimizer_state=True)),
+        14.92,
+        dict(model=llama2_70b, batch_size=GPUS * 2, offload_base=True, offload_optimizer_state=True),
+    ),
 }
 
 
@@ -75,8 +110,16 @@ def print_plans() -> None:
     print("\nThe planner against fsdp_qlora's measured peaks:")
     for name, (published, settings) in REFERENCES.items():
         model = settings.pop("model")
-        plan = plan_memory(model, mode="qlora", num_devices=GPUS, seq_len=2048, lora=lora, gradient_checkpointing=True,
-                           attention_impl="cudnn", **settings)
+        plan = plan_memory(
+            model,
+            mode="qlora",
+            num_devices=GPUS,
+            seq_len=2048,
+            lora=lora,
+            gradient_checkpointing=True,
+            attention_impl="cudnn",
+            **settings,
+        )
         ours = plan.device_total / GIB
         print(f"  {name}: planned {ours:.2f} GiB, fsdp_qlora {published:.2f} GiB, ratio {ours / published:.2f}")
 

@@ -22,17 +22,26 @@ def _path(x: ExecutorStep | str, sub: str | None = None) -> Any:
     return output_path_of(x, sub) if isinstance(x, ExecutorStep) else versioned(x)
 
 
-def default_tokenize_instructions(name: str, records: ExecutorStep, tokenizer: ExecutorStep | str, *,
-                                  template: ChatTemplate = ChatTemplate(), validation_fraction: float = 0.1,
-                                  num_workers: int = 1) -> ExecutorStep:
+def default_tokenize_instructions(
+    name: str,
+    records: ExecutorStep,
+    tokenizer: ExecutorStep | str,
+    *,
+    template: ChatTemplate = ChatTemplate(),
+    validation_fraction: float = 0.1,
+    num_workers: int = 1,
+) -> ExecutorStep:
     """Instruction records (`records`' data/ folder) -> a masked token cache -> `tokenized/{name}`."""
     return ExecutorStep(
         name=f"tokenized/{name}",
         fn=tokenize_instructions,
         config=TokenizeInstructionsConfig(
-            input_path=output_path_of(records, "data"), output_path=this_output_path(),
-            tokenizer=_path(tokenizer), template=versioned(template),
-            validation_fraction=versioned(validation_fraction), num_workers=num_workers,
+            input_path=output_path_of(records, "data"),
+            output_path=this_output_path(),
+            tokenizer=_path(tokenizer),
+            template=versioned(template),
+            validation_fraction=versioned(validation_fraction),
+            num_workers=num_workers,
         ),
         description="tokenize instruction records; loss on responses only",
     )
@@ -83,15 +92,24 @@ def default_finetune(
         config=FinetuneConfig(
             output_path=this_output_path(),
             data=DataConfig(caches={instructions.name.rsplit("/", 1)[-1]: output_path_of(instructions)}),
-            base=_path(base), mode=versioned(mode), model=versioned(model),
+            base=_path(base),
+            mode=versioned(mode),
+            model=versioned(model),
             lora=versioned(lora if adapters else LoraConfig()),
             quant=versioned(quant if mode == "qlora" else QuantConfig()),
-            optimizer=versioned(optimizer), num_train_steps=versioned(num_train_steps),
-            batch_size=versioned(batch_size), seq_len=versioned(seq_len), seed=versioned(seed),
-            compute_dtype=versioned(compute_dtype), eval_max_sequences=versioned(eval_max_sequences),
-            mesh=mesh, gradient_checkpointing=gradient_checkpointing,
-            offload_optimizer_state=offload_optimizer_state, offload_base=offload_base,
-            checkpoint=checkpoint, wandb=wandb,
+            optimizer=versioned(optimizer),
+            num_train_steps=versioned(num_train_steps),
+            batch_size=versioned(batch_size),
+            seq_len=versioned(seq_len),
+            seed=versioned(seed),
+            compute_dtype=versioned(compute_dtype),
+            eval_max_sequences=versioned(eval_max_sequences),
+            mesh=mesh,
+            gradient_checkpointing=gradient_checkpointing,
+            offload_optimizer_state=offload_optimizer_state,
+            offload_base=offload_base,
+            checkpoint=checkpoint,
+            wandb=wandb,
         ),
         description=f"{mode} fine-tune, {num_train_steps} steps x {batch_size} x {seq_len} tokens",
         resources=resources,

@@ -38,9 +38,12 @@ questions = ExecutorStep(
     config=SectionQaConfig(
         sources=(
             ManualSource(versioned("python-docs"), versioned("Python 3.11 manual"), output_path_of(python_raw, "data")),
-            ManualSource(versioned("debian-reference"), versioned("Debian Reference"),
-                         output_path_of(debian_raw, "data"),
-                         pattern=versioned("*.en.html")),
+            ManualSource(
+                versioned("debian-reference"),
+                versioned("Debian Reference"),
+                output_path_of(debian_raw, "data"),
+                pattern=versioned("*.en.html"),
+            ),
         ),
         output_path=this_output_path(),
         # As many Python sections as the Debian Reference has (~400), so "which manual" is not a given.
@@ -56,30 +59,49 @@ instructions = default_tokenize_instructions("manual-sections", questions, token
 # learning rate (r=8 and r=32 alike; benchmarks/finetune_sweep.py), so LoRA and QLoRA also train
 # the embedding, as peft's modules_to_save=["embed_tokens"]: it counts in their trainable bytes.
 lora = LoraConfig(rank=32, alpha=64.0, dropout=0.0, modules_to_save=("embed_tokens",))
-common: dict[str, Any] = dict(num_train_steps=200, batch_size=16, seq_len=256, compute_dtype="float32",
-                              eval_max_sequences=None, checkpoint=CheckpointConfig(save_every_steps=100, keep_last=1),
-                              resources={"num_cpus": min(2, os.cpu_count() or 1)})
-full = default_finetune("manual-sections-full", pretrained, instructions, mode="full",
-                        optimizer=OptimizerConfig(learning_rate=1e-3, warmup=0.05, schedule="cosine", weight_decay=0.0),
-                        **common)
+common: dict[str, Any] = dict(
+    num_train_steps=200,
+    batch_size=16,
+    seq_len=256,
+    compute_dtype="float32",
+    eval_max_sequences=None,
+    checkpoint=CheckpointConfig(save_every_steps=100, keep_last=1),
+    resources={"num_cpus": min(2, os.cpu_count() or 1)},
+)
+full = default_finetune(
+    "manual-sections-full",
+    pretrained,
+    instructions,
+    mode="full",
+    optimizer=OptimizerConfig(learning_rate=1e-3, warmup=0.05, schedule="cosine", weight_decay=0.0),
+    **common,
+)
 # Adapters start at B = 0 and move slowly: a higher learning rate than full fine-tuning (as in
 # QLoRA): 2e-3, not the 1e-2 that suits projection adapters alone, since the trained embedding
 # overfits at higher rates (3e-3: cut 49% vs 51% at 2e-3; the sweep is in benchmarks/results/finetune_sweep.jsonl).
 adapter_opt = OptimizerConfig(learning_rate=2e-3, warmup=0.05, schedule="cosine", weight_decay=0.0)
-lora_ft = default_finetune("manual-sections-lora", pretrained, instructions, mode="lora", lora=lora,
-                           optimizer=adapter_opt, **common)
+lora_ft = default_finetune(
+    "manual-sections-lora", pretrained, instructions, mode="lora", lora=lora, optimizer=adapter_opt, **common
+)
 quantized = default_quantize_base("quickstart-nano", pretrained)
-qlora_ft = default_finetune("manual-sections-qlora", quantized, instructions, mode="qlora", lora=lora,
-                            optimizer=adapter_opt, **common)
+qlora_ft = default_finetune(
+    "manual-sections-qlora", quantized, instructions, mode="qlora", lora=lora, optimizer=adapter_opt, **common
+)
 runs = {"full": full, "lora": lora_ft, "qlora": qlora_ft}
 # Forgetting check: each merged model's perplexity on the pretraining validation set.
 evals = {
     mode: ExecutorStep(
-        name=f"evaluation/manual-sections-{mode}", fn=evaluate_lm,
-        config=EvalLmConfig(checkpoint_path=output_path_of(step, "merged"), output_path=this_output_path(),
-                            caches={"quickstart": output_path_of(tokenized)}, seq_len=versioned(256),
-                            max_sequences=versioned(64)),
-        description="perplexity of the merged model on the pretraining validation set")
+        name=f"evaluation/manual-sections-{mode}",
+        fn=evaluate_lm,
+        config=EvalLmConfig(
+            checkpoint_path=output_path_of(step, "merged"),
+            output_path=this_output_path(),
+            caches={"quickstart": output_path_of(tokenized)},
+            seq_len=versioned(256),
+            max_sequences=versioned(64),
+        ),
+        description="perplexity of the merged model on the pretraining validation set",
+    )
     for mode, step in runs.items()
 }
 
@@ -93,17 +115,27 @@ def _report(report) -> None:
         before = summary["eval_loss_before"]["manual-sections"]
         after = summary["eval_loss_after"]["manual-sections"]
         ppl = read_json(f"{steps[evals[mode].name].output_path}/results.json")["perplexity"]["quickstart"]
-        rows[mode] = {"before": before, "after": after, "cut": 1 - after / before,
-                      "trainable_params": summary["trainable_params"], "bytes": summary["bytes"],
-                      "pretraining_perplexity": ppl}
+        rows[mode] = {
+            "before": before,
+            "after": after,
+            "cut": 1 - after / before,
+            "trainable_params": summary["trainable_params"],
+            "bytes": summary["bytes"],
+            "pretraining_perplexity": ppl,
+        }
     print("\nHeld-out answer loss (nats/token), before -> after fine-tuning:")
     for mode, r in rows.items():
-        print(f"  {mode:6s} {r['before']:.3f} -> {r['after']:.3f}  (cut {r['cut']:.0%}; "
-              f"{r['trainable_params']:,} trainable params; pretraining perplexity {r['pretraining_perplexity']})")
+        print(
+            f"  {mode:6s} {r['before']:.3f} -> {r['after']:.3f}  (cut {r['cut']:.0%}; "
+            f"{r['trainable_params']:,} trainable params; pretraining perplexity {r['pretraining_perplexity']})"
+        )
     q, lo, fu = rows["qlora"]["after"], rows["lora"]["after"], rows["full"]["after"]
-    print(f"QLoRA vs LoRA: {q / lo - 1:+.1%} ({q - lo:+.3f} nats; target within 5% or 0.05 nats); "
-          f"QLoRA vs full: {q / fu - 1:+.1%} (target within 15%); cuts: "
-          + ", ".join(f"{mode} {r['cut']:.1%}" for mode, r in rows.items()) + " (target >= 50% each)")
+    print(
+        f"QLoRA vs LoRA: {q / lo - 1:+.1%} ({q - lo:+.3f} nats; target within 5% or 0.05 nats); "
+        f"QLoRA vs full: {q / fu - 1:+.1%} (target within 15%); cuts: "
+        + ", ".join(f"{mode} {r['cut']:.1%}" for mode, r in rows.items())
+        + " (target >= 50% each)"
+    )
     print(json.dumps(rows, indent=1))
 
 

@@ -54,11 +54,22 @@ VARIANTS = {
 def _train(variant: str, seed: int):
     compute_dtype, precision = VARIANTS[variant]
     step = default_train(
-        f"fp8-nano-{variant}-seed{seed}", tokenized, lab_nano,
+        f"fp8-nano-{variant}-seed{seed}",
+        tokenized,
+        lab_nano,
         SimpleTrainConfig(
-            resources={"num_cpus": min(2, os.cpu_count() or 1)}, train_batch_size=16, num_train_steps=200,
-            train_seq_len=256, learning_rate=3e-3, warmup=0.1, lr_schedule="cosine", seed=seed,
-            data_seed=seed, compute_dtype=compute_dtype, steps_per_eval=100, max_eval_batches=4,
+            resources={"num_cpus": min(2, os.cpu_count() or 1)},
+            train_batch_size=16,
+            num_train_steps=200,
+            train_seq_len=256,
+            learning_rate=3e-3,
+            warmup=0.1,
+            lr_schedule="cosine",
+            seed=seed,
+            data_seed=seed,
+            compute_dtype=compute_dtype,
+            steps_per_eval=100,
+            max_eval_batches=4,
         ),
         description=f"quickstart Llama, {variant} (compute {compute_dtype}, {precision}), seed {seed}",
     )
@@ -84,44 +95,61 @@ def _series(rows: list[dict], key: str) -> np.ndarray:
 def _print_table(report) -> None:
     """The table over the policies whose runs have all finished (`--run_only` may have chosen some)."""
     paths = {s.name: s.output_path for s in report.plan.steps}
-    done = {key for key, step in runs.items()
-            if step.name in paths and fs.exists(f"{paths[step.name]}/train_summary.json")}
+    done = {
+        key for key, step in runs.items() if step.name in paths and fs.exists(f"{paths[step.name]}/train_summary.json")
+    }
     shown = [v for v in VARIANTS if all((v, s) in done for s in SEEDS)]
     rows = {key: _rows(paths[runs[key].name]) for key in done}
     curves = {key: _series(r, "loss") for key, r in rows.items()}
-    evals = {key: _series(r, next((k for k in r[-1] if k.startswith("eval/") and k.endswith("/loss")), "-"))
-             for key, r in rows.items()}
+    evals = {
+        key: _series(r, next((k for k in r[-1] if k.startswith("eval/") and k.endswith("/loss")), "-"))
+        for key, r in rows.items()
+    }
     # Per policy, the mean over seeds; gaps against the fp32 and bf16 means (nan where one did not run).
     final = {v: np.mean([curves[(v, s)][-LAST:].mean() for s in SEEDS]) for v in shown}
     held_out = {v: np.mean([evals[(v, s)][-1] if len(evals[(v, s)]) else np.nan for s in SEEDS]) for v in shown}
     bad = {v: sum(int((~np.isfinite(curves[(v, s)])).sum()) for s in SEEDS) for v in shown}
-    print(f"\n{'policy':<12} {'final loss':>10} {'vs fp32':>8} {'vs bf16':>8} {'eval loss':>10} {'vs fp32':>8} "
-          f"{'vs bf16':>8} {'non-finite':>10}   (means over seeds {SEEDS}; final = last {LAST} steps)")
+    print(
+        f"\n{'policy':<12} {'final loss':>10} {'vs fp32':>8} {'vs bf16':>8} {'eval loss':>10} {'vs fp32':>8} "
+        f"{'vs bf16':>8} {'non-finite':>10}   (means over seeds {SEEDS}; final = last {LAST} steps)"
+    )
     for v in shown:
-        print(f"{v:<12} {final[v]:>10.4f} {final[v] / final.get('fp32', np.nan) - 1:>+8.2%} "
-              f"{final[v] / final.get('bf16', np.nan) - 1:>+8.2%} {held_out[v]:>10.4f} "
-              f"{held_out[v] / held_out.get('fp32', np.nan) - 1:>+8.2%} "
-              f"{held_out[v] / held_out.get('bf16', np.nan) - 1:>+8.2%} {bad[v]:>10}")
+        print(
+            f"{v:<12} {final[v]:>10.4f} {final[v] / final.get('fp32', np.nan) - 1:>+8.2%} "
+            f"{final[v] / final.get('bf16', np.nan) - 1:>+8.2%} {held_out[v]:>10.4f} "
+            f"{held_out[v] / held_out.get('fp32', np.nan) - 1:>+8.2%} "
+            f"{held_out[v] / held_out.get('bf16', np.nan) - 1:>+8.2%} {bad[v]:>10}"
+        )
     print(f"\n{'paired':<12} {'vs':<6} " + " ".join(f"{'seed ' + str(s) + ' final':>14} {'curve':>7}" for s in SEEDS))
-    for variant, base in (("bf16", "fp32"), ("fp8", "bf16"), ("fp8-adam16", "fp8"), ("scalify", "fp32"),
-                          ("scalify", "fp8")):
+    for variant, base in (
+        ("bf16", "fp32"),
+        ("fp8", "bf16"),
+        ("fp8-adam16", "fp8"),
+        ("scalify", "fp32"),
+        ("scalify", "fp8"),
+    ):
         if variant not in shown or base not in shown:
             continue
         cells = []
         for seed in SEEDS:
             a, b = curves[(variant, seed)], curves[(base, seed)]
             n = min(len(a), len(b))
-            cells.append(f"{a[n - LAST:n].mean() / b[n - LAST:n].mean() - 1:>+14.2%} "
-                         f"{a[:n].mean() / b[:n].mean() - 1:>+7.2%}")
+            cells.append(
+                f"{a[n - LAST : n].mean() / b[n - LAST : n].mean() - 1:>+14.2%} "
+                f"{a[:n].mean() / b[:n].mean() - 1:>+7.2%}"
+            )
         print(f"{variant:<12} {base:<6} " + " ".join(cells))
     experiment = os.path.basename(report.experiment_path).removesuffix(".json")
-    print(f"\nThe curves side by side: marin-lab browse --prefix {report.plan.prefix}\n"
-          f"  then open http://127.0.0.1:8765/#/compare/{experiment}")
+    print(
+        f"\nThe curves side by side: marin-lab browse --prefix {report.plan.prefix}\n"
+        f"  then open http://127.0.0.1:8765/#/compare/{experiment}"
+    )
 
 
 if __name__ == "__main__":
-    report = executor_main(steps=list(runs.values()),
-                           description="Float8 on the quickstart model: paired fp32 / bf16 / fp8 / fp8 + fp16 Adam / "
-                                       "scalify")
+    report = executor_main(
+        steps=list(runs.values()),
+        description="Float8 on the quickstart model: paired fp32 / bf16 / fp8 / fp8 + fp16 Adam / scalify",
+    )
     if report is not None and report.experiment_path:
         _print_table(report)

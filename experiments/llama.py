@@ -26,31 +26,57 @@ from marin_lab.marin.models import (
 from marin_lab.resources import TpuPodConfig
 
 __all__ = [
-    "llama3_tokenizer", "llama3_tokenizer_vocab_size", "llama_1_4b", "llama_1_9b", "llama_3_2_1b", "llama_8b",
-    "llama_30m", "llama_50m", "llama_75m", "llama_150m", "llama_300m", "llama_600m", "llama_nano",
-    "llama_150m_train_config", "llama_300m_train_config", "llama_1_4b_train_config", "llama_8b_train_config",
+    "llama3_tokenizer",
+    "llama3_tokenizer_vocab_size",
+    "llama_1_4b",
+    "llama_1_9b",
+    "llama_3_2_1b",
+    "llama_8b",
+    "llama_30m",
+    "llama_50m",
+    "llama_75m",
+    "llama_150m",
+    "llama_300m",
+    "llama_600m",
+    "llama_nano",
+    "llama_150m_train_config",
+    "llama_300m_train_config",
+    "llama_1_4b_train_config",
+    "llama_8b_train_config",
 ]
 
 llama_150m_train_config = SimpleTrainConfig(
-    resources=TpuPodConfig(tpu_type="v4-32"), train_batch_size=512, num_train_steps=20_000,
-    learning_rate=3e-3, weight_decay=0.1,
+    resources=TpuPodConfig(tpu_type="v4-32"),
+    train_batch_size=512,
+    num_train_steps=20_000,
+    learning_rate=3e-3,
+    weight_decay=0.1,
 )
 """150M on a v4-32: 512 x 1024 tokens x 20,000 steps (about 10B tokens)."""
 
 llama_300m_train_config = SimpleTrainConfig(
-    resources=TpuPodConfig(tpu_type="v4-64"), train_batch_size=1024, num_train_steps=18_000,
-    learning_rate=3e-3, weight_decay=0.1,
+    resources=TpuPodConfig(tpu_type="v4-64"),
+    train_batch_size=1024,
+    num_train_steps=18_000,
+    learning_rate=3e-3,
+    weight_decay=0.1,
 )
 """300M on a v4-64: 1024 x 1024 tokens x 18,000 steps (about 19B tokens)."""
 
 llama_1_4b_train_config = SimpleTrainConfig(
-    resources=TpuPodConfig(tpu_type="v4-128"), train_batch_size=1024, num_train_steps=10_000,
-    learning_rate=3e-4, weight_decay=0.1,
+    resources=TpuPodConfig(tpu_type="v4-128"),
+    train_batch_size=1024,
+    num_train_steps=10_000,
+    learning_rate=3e-4,
+    weight_decay=0.1,
 )
 """1.4B on a v4-128: 1024 x 4096 tokens x 10,000 steps (about 42B tokens)."""
 
 llama_8b_train_config = SimpleTrainConfig(
-    resources=TpuPodConfig(tpu_type="v4-128", slice_count=4), train_batch_size=1024, num_train_steps=40_000,
-    learning_rate=2e-3, weight_decay=0.05,
+    resources=TpuPodConfig(tpu_type="v4-128", slice_count=4),
+    train_batch_size=1024,
+    num_train_steps=40_000,
+    learning_rate=2e-3,
+    weight_decay=0.05,
 )
 """8B on four v4-128 slices: 1024 x 4096 tokens x 40,000 steps (about 168B tokens)."""

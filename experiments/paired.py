@@ -48,9 +48,17 @@ def batches(tokens: np.ndarray, seed: int, steps: int, batch_size: int, seq_len:
     return tokens[starts[..., None] + np.arange(seq_len + 1)].astype(np.int32)
 
 
-def paired_curves(model: LlamaConfig, optimizer: OptimizerConfig, variants: Sequence[Variant],
-                  seeds: Sequence[int], tokens: np.ndarray, *, steps: int, batch_size: int,
-                  seq_len: int) -> Curves:
+def paired_curves(
+    model: LlamaConfig,
+    optimizer: OptimizerConfig,
+    variants: Sequence[Variant],
+    seeds: Sequence[int],
+    tokens: np.ndarray,
+    *,
+    steps: int,
+    batch_size: int,
+    seq_len: int,
+) -> Curves:
     """Train every variant from every seed on the same batches; one compile per variant."""
     mesh = MeshConfig(param_sharding="replicated").build(jax.devices()[:1])
     schedule = optimizer.lr_schedule(steps)
@@ -73,13 +81,13 @@ def paired_curves(model: LlamaConfig, optimizer: OptimizerConfig, variants: Sequ
                 state, metrics = step(state, batch)
                 curve.append(metrics["loss"])
             losses[(v.name, seed)] = np.asarray(jax.device_get(curve), np.float64)
-            last[(v.name, seed)] = {k: float(x) for k, x in jax.device_get(metrics).items()
-                                    if k.startswith(("fp8/", "scalify/"))}
+            last[(v.name, seed)] = {
+                k: float(x) for k, x in jax.device_get(metrics).items() if k.startswith(("fp8/", "scalify/"))
+            }
     return Curves(losses, sizes, last)
 
 
-def relative_gap(curves: Curves, a: str, b: str, seeds: Sequence[int], *, tail: int = 10
-                 ) -> tuple[float, float]:
+def relative_gap(curves: Curves, a: str, b: str, seeds: Sequence[int], *, tail: int = 10) -> tuple[float, float]:
     """(final-loss gap, mean-over-curve gap) of a against b, relative to b, worst over the seeds.
 
     "Final" is the mean of the last `tail` steps (one step's loss on one batch is noisy).

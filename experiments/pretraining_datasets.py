@@ -19,14 +19,17 @@ from experiments.defaults import default_download
 
 __all__ = ["fineweb", "fineweb_edu", "slimpajama_6b"]
 
-fineweb = default_download("fineweb", hf_dataset="HuggingFaceFW/fineweb", revision="cd85054",
-                           include=("data/*/*.parquet",))
+fineweb = default_download(
+    "fineweb", hf_dataset="HuggingFaceFW/fineweb", revision="cd85054", include=("data/*/*.parquet",)
+)
 """FineWeb, every crawl (the `sample/` subsets repeat its documents and are left out)."""
 
-fineweb_edu = default_download("fineweb-edu", hf_dataset="HuggingFaceFW/fineweb-edu", revision="3c452cb",
-                               include=("data/*/*.parquet",))
+fineweb_edu = default_download(
+    "fineweb-edu", hf_dataset="HuggingFaceFW/fineweb-edu", revision="3c452cb", include=("data/*/*.parquet",)
+)
 """FineWeb-Edu, every crawl (without the `sample/` subsets)."""
 
-slimpajama_6b = default_download("SlimPajama-6B", hf_dataset="DKYoon/SlimPajama-6B", revision="b5f90f4",
-                                 include=("data/*.parquet",))
+slimpajama_6b = default_download(
+    "SlimPajama-6B", hf_dataset="DKYoon/SlimPajama-6B", revision="b5f90f4", include=("data/*.parquet",)
+)
 """A 6B-token sample of SlimPajama."""

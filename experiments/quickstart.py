@@ -60,18 +60,34 @@ tokenized = default_tokenize("quickstart", filtered, tokenizer=tokenizer, valida
 # ~1M parameters, 300 steps of 16 x 256 tokens (1.2M tokens): about two minutes on 2 CPU cores.
 # The learning rate is high because the model is tiny and the run short (nanoGPT-style).
 model = default_train(
-    "quickstart-nano", tokenized, lab_nano,
+    "quickstart-nano",
+    tokenized,
+    lab_nano,
     SimpleTrainConfig(
-        resources={"num_cpus": min(2, os.cpu_count() or 1)}, train_batch_size=16, num_train_steps=300,
-        train_seq_len=256, learning_rate=3e-3, warmup=0.1, lr_schedule="cosine",
+        resources={"num_cpus": min(2, os.cpu_count() or 1)},
+        train_batch_size=16,
+        num_train_steps=300,
+        train_seq_len=256,
+        learning_rate=3e-3,
+        warmup=0.1,
+        lr_schedule="cosine",
         compute_dtype="float32",  # CPUs have no fast bf16; keeps the quickstart quick
-        checkpoint=CheckpointConfig(save_every_steps=100, keep_last=2), steps_per_eval=100, max_eval_batches=4,
+        checkpoint=CheckpointConfig(save_every_steps=100, keep_last=2),
+        steps_per_eval=100,
+        max_eval_batches=4,
     ),
 )
 # Three real benchmarks (lm-eval's tasks; documents from the pinned offline copy), 100 items each:
 # capped for time, and flagged so in results.json; each number comes with its 95% interval.
-evaluation = default_eval("quickstart-nano", model, tokenized, seq_len=256, max_sequences=64,
-                          tasks=("arc_easy:0", "piqa:0", "copa:0"), limit=100)
+evaluation = default_eval(
+    "quickstart-nano",
+    model,
+    tokenized,
+    seq_len=256,
+    max_sequences=64,
+    tasks=("arc_easy:0", "piqa:0", "copa:0"),
+    limit=100,
+)
 
 
 def _print_summary(report) -> None:
@@ -89,10 +105,13 @@ def _print_summary(report) -> None:
         if entry.get("status") != "ok" or not acc:
             print(f"  {task}: {entry.get('status')} {entry.get('error') or ''}")
             continue
-        flags = ", ".join(f for f in ("capped" if entry["capped"] else "", "low coverage" if entry["low_coverage"]
-                                      else "") if f)
-        print(f"  {task}: acc {acc['value']:.3f} (95% interval {acc['low']:.3f} to {acc['high']:.3f}, n={acc['n']}, "
-              f"{entry['split']} split{', ' + flags if flags else ''})")
+        flags = ", ".join(
+            f for f in ("capped" if entry["capped"] else "", "low coverage" if entry["low_coverage"] else "") if f
+        )
+        print(
+            f"  {task}: acc {acc['value']:.3f} (95% interval {acc['low']:.3f} to {acc['high']:.3f}, n={acc['n']}, "
+            f"{entry['split']} split{', ' + flags if flags else ''})"
+        )
     print(f"\nBrowse the records: marin-lab browse --prefix {report.plan.prefix}   (then open http://127.0.0.1:8765)")
 
 

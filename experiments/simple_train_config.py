@@ -23,9 +23,16 @@ from marin_lab.versioning import field_hints, unknown_field_message
 __all__ = ["CpuOnlyConfig", "GpuConfig", "SimpleTrainConfig", "TpuPodConfig"]
 
 FLAT_OPTIMIZER_FIELDS: dict[str, str] = {
-    "learning_rate": "learning_rate", "weight_decay": "weight_decay", "beta1": "beta1", "beta2": "beta2",
-    "epsilon": "epsilon", "max_grad_norm": "max_grad_norm", "warmup": "warmup", "decay": "decay",
-    "lr_schedule": "schedule", "min_lr_ratio": "min_lr_ratio",
+    "learning_rate": "learning_rate",
+    "weight_decay": "weight_decay",
+    "beta1": "beta1",
+    "beta2": "beta2",
+    "epsilon": "epsilon",
+    "max_grad_norm": "max_grad_norm",
+    "warmup": "warmup",
+    "decay": "decay",
+    "lr_schedule": "schedule",
+    "min_lr_ratio": "min_lr_ratio",
 }
 """Marin's flat keyword -> the `OptimizerConfig` field it sets."""
 
@@ -76,14 +83,25 @@ class SimpleTrainConfig:
     checkpoint: CheckpointConfig | None = None
     """Replaces the checkpoint policy derived from steps_per_export."""
 
-    def __init__(self, resources: Any, train_batch_size: int, num_train_steps: int,
-                 learning_rate: float | None = None, *, optimizer: OptimizerConfig | None = None,
-                 optimizer_config: OptimizerConfig | None = None, **fields: Any):
+    def __init__(
+        self,
+        resources: Any,
+        train_batch_size: int,
+        num_train_steps: int,
+        learning_rate: float | None = None,
+        *,
+        optimizer: OptimizerConfig | None = None,
+        optimizer_config: OptimizerConfig | None = None,
+        **fields: Any,
+    ):
         """Marin's spelling: `learning_rate` and the other flat optimizer keywords (see the module
         docstring), or `optimizer_config=` (Marin's name for a whole optimizer, used as it is); or
         marin_lab's `optimizer=`, which the flat keywords then adjust field by field."""
-        valid = [f.name for f in dataclasses.fields(self)] + ["learning_rate", "optimizer_config"] + [
-            k for k in FLAT_OPTIMIZER_FIELDS if k != "learning_rate"]
+        valid = (
+            [f.name for f in dataclasses.fields(self)]
+            + ["learning_rate", "optimizer_config"]
+            + [k for k in FLAT_OPTIMIZER_FIELDS if k != "learning_rate"]
+        )
         unknown = [k for k in fields if k not in valid]  # @field_hints names them when other errors come first
         if unknown:  # a misspelt keyword names the closest setting, before anything else is said
             raise TypeError(unknown_field_message("SimpleTrainConfig", unknown, valid))
@@ -104,10 +122,16 @@ class SimpleTrainConfig:
         elif "learning_rate" in flat:
             optimizer = OptimizerConfig(**flat)
         else:
-            raise TypeError("SimpleTrainConfig: give learning_rate (and any other optimizer field), or "
-                            "optimizer=OptimizerConfig(...)")
-        values = {"resources": resources, "train_batch_size": train_batch_size, "num_train_steps": num_train_steps,
-                  "optimizer": optimizer}
+            raise TypeError(
+                "SimpleTrainConfig: give learning_rate (and any other optimizer field), or "
+                "optimizer=OptimizerConfig(...)"
+            )
+        values = {
+            "resources": resources,
+            "train_batch_size": train_batch_size,
+            "num_train_steps": num_train_steps,
+            "optimizer": optimizer,
+        }
         for f in dataclasses.fields(self):
             if f.name in values:
                 continue
@@ -134,8 +158,12 @@ class SimpleTrainConfig:
         """The checkpoint policy: `checkpoint`, else Marin's (rotated every 10 min, kept every steps_per_export)."""
         if self.checkpoint is not None:
             return self.checkpoint
-        return CheckpointConfig(save_every_steps=self.steps_per_export, keep_every_steps=self.steps_per_export,
-                                save_interval_s=600.0, keep_last=1)
+        return CheckpointConfig(
+            save_every_steps=self.steps_per_export,
+            keep_every_steps=self.steps_per_export,
+            save_interval_s=600.0,
+            keep_last=1,
+        )
 
     def step_resources(self) -> tuple[Any, str | None, int]:
         """(the step's resources, the TPU type and slice count for the dry run's estimate)."""

@@ -45,26 +45,38 @@ DEVICES_PER_HOST = 2
 
 def train_config(cache: str, num_train_steps: int, save_every: int) -> TrainLmConfig:
     return TrainLmConfig(
-        output_path=this_output_path(), data=DataConfig(caches={"synthetic": cache}),
+        output_path=this_output_path(),
+        data=DataConfig(caches={"synthetic": cache}),
         model=dataclasses.replace(lab_nano, max_seq_len=128),
-        num_train_steps=num_train_steps, batch_size=8, seq_len=64,
+        num_train_steps=num_train_steps,
+        batch_size=8,
+        seq_len=64,
         optimizer=OptimizerConfig(learning_rate=3e-3, warmup=2),
         checkpoint=CheckpointConfig(save_every_steps=save_every, save_interval_s=None, keep_last=2),
-        wandb=WandbConfig(enabled=False), compute_dtype="float32", export_hf=False, log_every=1,
+        wandb=WandbConfig(enabled=False),
+        compute_dtype="float32",
+        export_hf=False,
+        log_every=1,
     )
 
 
 def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--prefix", default=os.environ.get("MARIN_PREFIX")
-                   or os.path.join(tempfile.gettempdir(), "marin-tiny-multihost"),
-                   help="where steps write (default: $MARIN_PREFIX, else a folder under the temp dir)")
+    p.add_argument(
+        "--prefix",
+        default=os.environ.get("MARIN_PREFIX") or os.path.join(tempfile.gettempdir(), "marin-tiny-multihost"),
+        help="where steps write (default: $MARIN_PREFIX, else a folder under the temp dir)",
+    )
     p.add_argument("--num_train_steps", type=int, default=12)
     p.add_argument("--save_every", type=int, default=4)
     p.add_argument("--preempt_at_step", type=int, default=None)
     p.add_argument("--compare", type=lambda s: s.lower() in ("1", "true", "yes"), default=False)
-    p.add_argument("--dry_run", type=lambda s: s.lower() in ("1", "true", "yes"), default=False,
-                   help="print the plan and run nothing (starts no cluster)")
+    p.add_argument(
+        "--dry_run",
+        type=lambda s: s.lower() in ("1", "true", "yes"),
+        default=False,
+        help="print the plan and run nothing (starts no cluster)",
+    )
     args = p.parse_args(argv)
 
     cache = os.path.join(args.prefix, "token-cache")
@@ -75,11 +87,20 @@ def main(argv: list[str]) -> None:
     drill = dict(env)
     if args.preempt_at_step is not None:
         drill.update({"MARIN_FAULT_KILL_AT_STEP": str(args.preempt_at_step), "MARIN_FAULT_PROCESS": "1"})
-    steps = [ExecutorStep(name="checkpoints/tiny-multihost", fn=train_lm, config=config,
-                          resources=TpuResources(tpu=TPU, env=drill))]
+    steps = [
+        ExecutorStep(
+            name="checkpoints/tiny-multihost", fn=train_lm, config=config, resources=TpuResources(tpu=TPU, env=drill)
+        )
+    ]
     if args.compare:
-        steps.append(ExecutorStep(name="checkpoints/tiny-multihost-unbroken", fn=train_lm, config=config,
-                                  resources=TpuResources(tpu=TPU, env=env)))
+        steps.append(
+            ExecutorStep(
+                name="checkpoints/tiny-multihost-unbroken",
+                fn=train_lm,
+                config=config,
+                resources=TpuResources(tpu=TPU, env=env),
+            )
+        )
 
     if args.dry_run:
         executor_main(ExecutorMainConfig(prefix=args.prefix, backend="ray", dry_run=True), steps=steps)
@@ -89,13 +110,16 @@ def main(argv: list[str]) -> None:
 
     for name in ("tiny-multihost", "tiny-multihost-unbroken")[: 1 + args.compare]:
         # name-hash8 (a bare `name-*` would also match tiny-multihost-unbroken-hash8)
-        (summary_path,) = glob.glob(os.path.join(args.prefix, "checkpoints", f"{name}-{'[0-9a-f]' * 8}",
-                                                 "train_summary.json"))
+        (summary_path,) = glob.glob(
+            os.path.join(args.prefix, "checkpoints", f"{name}-{'[0-9a-f]' * 8}", "train_summary.json")
+        )
         with open(summary_path) as f:
             summary = json.load(f)
         hosts = [(h["from_step"], h["process_count"], h["local_device_count"]) for h in summary["hardware"]]
-        print(f"{name}: final step {summary['final_step']}, loss {summary['final_loss']:.4f}, "
-              f"attempts (from_step, hosts, devices/host) {hosts}, digest {summary['param_checksum']}")
+        print(
+            f"{name}: final step {summary['final_step']}, loss {summary['final_loss']:.4f}, "
+            f"attempts (from_step, hosts, devices/host) {hosts}, digest {summary['param_checksum']}"
+        )
 
 
 if __name__ == "__main__":

@@ -63,14 +63,20 @@ SOURCES: dict[str, dict[str, Any]] = {
     "dclm": dict(hf_dataset="mlfoundations/dclm-baseline-1.0", revision="a3b142c"),
     "starcoder": dict(hf_dataset="bigcode/starcoderdata", revision="9fc30b5"),
     "proofpile": dict(hf_dataset="EleutherAI/proof-pile-2", revision="901a927"),
-    "finemath": dict(hf_dataset="HuggingFaceTB/finemath", revision="e92b25a616738fe95dc186b64dfb19f9c8525594",
-                     include=("finemath-3plus/*",)),
+    "finemath": dict(
+        hf_dataset="HuggingFaceTB/finemath",
+        revision="e92b25a616738fe95dc186b64dfb19f9c8525594",
+        include=("finemath-3plus/*",),
+    ),
 }
 
 raw = {name: default_download(f"tootsie/{name}", num_workers=32, **spec) for name, spec in SOURCES.items()}
-tokenized = {name: default_tokenize(f"tootsie/{name}-llama3", step, tokenizer=TOKENIZER,
-                                    validation_fraction=0.0005, num_workers=64)
-             for name, step in raw.items()}
+tokenized = {
+    name: default_tokenize(
+        f"tootsie/{name}-llama3", step, tokenizer=TOKENIZER, validation_fraction=0.0005, num_workers=64
+    )
+    for name, step in raw.items()
+}
 pretraining = {k: tokenized[k] for k in ("dclm", "starcoder", "proofpile")}
 
 # Shares of DCLM's 7B mix, proportional to each source's tokens.
@@ -78,8 +84,7 @@ DCLM_MIX = {"dclm": 0.926, "starcoder": 0.061, "proofpile": 0.013}
 # Cooldown: 30% high-quality math on top of the pretraining mix (cf. micro-annealing results).
 COOLDOWN_MIX = {"dclm": 0.65, "starcoder": 0.045, "proofpile": 0.005, "finemath": 0.30}
 
-CHECKPOINTS = CheckpointConfig(save_every_steps=20_000, keep_every_steps=20_000, save_interval_s=1800,
-                               keep_last=2)
+CHECKPOINTS = CheckpointConfig(save_every_steps=20_000, keep_every_steps=20_000, save_interval_s=1800, keep_last=2)
 FSDP = MeshConfig(data=1, fsdp=-1, model=1, param_sharding="fsdp")
 
 # wd 0.05 (DCLM's Table 12); embeddings and norms are not decayed (module docstring).
@@ -104,44 +109,93 @@ REMAT = {
 }
 
 
-def phase(batch: int, end_step: int, optimizer: OptimizerConfig, resources: TpuResources, remat: bool | str,
-          **extra) -> SimpleTrainConfig:
-    return SimpleTrainConfig(resources=resources, train_batch_size=batch, num_train_steps=end_step,
-                             optimizer=optimizer, train_seq_len=SEQ_LEN,
-                             mesh=FSDP.on_slices(cast(int, resources.slices)),  # each phase asks for a fixed count
-                             checkpoint=CHECKPOINTS, gradient_checkpointing=remat, **extra)
+def phase(
+    batch: int, end_step: int, optimizer: OptimizerConfig, resources: TpuResources, remat: bool | str, **extra
+) -> SimpleTrainConfig:
+    return SimpleTrainConfig(
+        resources=resources,
+        train_batch_size=batch,
+        num_train_steps=end_step,
+        optimizer=optimizer,
+        train_seq_len=SEQ_LEN,
+        mesh=FSDP.on_slices(cast(int, resources.slices)),  # each phase asks for a fixed count
+        checkpoint=CHECKPOINTS,
+        gradient_checkpointing=remat,
+        **extra,
+    )
 
 
 kestrel = default_train(
-    "tootsie-8b/kestrel", pretraining, MODEL,
-    phase(1024, KESTREL_END, OptimizerConfig(learning_rate=1e-3, schedule="constant", warmup=1000,
-                                             beta2=0.95, max_grad_norm=1.0, **DECAY),
-          TpuResources(tpu="v5e-256", slices=2), REMAT["kestrel"]),
-    weights=DCLM_MIX, **IN_LOOP,
+    "tootsie-8b/kestrel",
+    pretraining,
+    MODEL,
+    phase(
+        1024,
+        KESTREL_END,
+        OptimizerConfig(learning_rate=1e-3, schedule="constant", warmup=1000, beta2=0.95, max_grad_norm=1.0, **DECAY),
+        TpuResources(tpu="v5e-256", slices=2),
+        REMAT["kestrel"],
+    ),
+    weights=DCLM_MIX,
+    **IN_LOOP,
     description="phase 1: DCLM mix, hot constant lr 1e-3, 4Mi-token batches on 2x v5e-256",
 )
 
 ocelot = default_train(
-    "tootsie-8b/ocelot", pretraining, MODEL,
-    phase(3072, OCELOT_END, OptimizerConfig(learning_rate=1.7e-3, schedule="constant", warmup=0,
-                                            schedule_offset=KESTREL_END, **DECAY),
-          TpuResources(tpu="v4-2048"), REMAT["v4"], initialize_from_checkpoint_path=kestrel),
-    weights=DCLM_MIX, **IN_LOOP,
+    "tootsie-8b/ocelot",
+    pretraining,
+    MODEL,
+    phase(
+        3072,
+        OCELOT_END,
+        OptimizerConfig(learning_rate=1.7e-3, schedule="constant", warmup=0, schedule_offset=KESTREL_END, **DECAY),
+        TpuResources(tpu="v4-2048"),
+        REMAT["v4"],
+        initialize_from_checkpoint_path=kestrel,
+    ),
+    weights=DCLM_MIX,
+    **IN_LOOP,
     description="phase 2: batch x3 on v4-2048, lr x sqrt(3)",
 )
 
 jellyfish = default_train(
-    "tootsie-8b/jellyfish", tokenized, MODEL,
-    phase(3072, JELLYFISH_END, OptimizerConfig(learning_rate=1.7e-3, schedule="linear", warmup=0, decay=1.0,
-                                               min_lr_ratio=0.1, schedule_offset=OCELOT_END, **DECAY),
-          TpuResources(tpu="v4-2048"), REMAT["v4"], initialize_from_checkpoint_path=ocelot, z_loss_weight=1e-4),
-    weights=COOLDOWN_MIX, **IN_LOOP,
+    "tootsie-8b/jellyfish",
+    tokenized,
+    MODEL,
+    phase(
+        3072,
+        JELLYFISH_END,
+        OptimizerConfig(
+            learning_rate=1.7e-3,
+            schedule="linear",
+            warmup=0,
+            decay=1.0,
+            min_lr_ratio=0.1,
+            schedule_offset=OCELOT_END,
+            **DECAY,
+        ),
+        TpuResources(tpu="v4-2048"),
+        REMAT["v4"],
+        initialize_from_checkpoint_path=ocelot,
+        z_loss_weight=1e-4,
+    ),
+    weights=COOLDOWN_MIX,
+    **IN_LOOP,
     description="phase 3: cooldown 1.7e-3 -> 1.7e-4 with FineMath folded in, z-loss on",
 )
 
-evaluation = default_eval("tootsie-8b/jellyfish", jellyfish, tokenized, seq_len=SEQ_LEN,
-                          max_sequences=2048, tasks=CORE_TASKS, resources=TpuResources(tpu="v5e-256"))
+evaluation = default_eval(
+    "tootsie-8b/jellyfish",
+    jellyfish,
+    tokenized,
+    seq_len=SEQ_LEN,
+    max_sequences=2048,
+    tasks=CORE_TASKS,
+    resources=TpuResources(tpu="v5e-256"),
+)
 
 if __name__ == "__main__":
-    executor_main(steps=[kestrel, ocelot, jellyfish, evaluation],
-                  description="Tootsie 8B: three phases (hot DCLM mix, bigger batch, HQ cooldown)")
+    executor_main(
+        steps=[kestrel, ocelot, jellyfish, evaluation],
+        description="Tootsie 8B: three phases (hot DCLM mix, bigger batch, HQ cooldown)",
+    )

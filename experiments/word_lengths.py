@@ -1,4 +1,5 @@
 """Do longer documents use longer words? Baseline: none, first look."""
+
 import dataclasses
 import json
 
@@ -11,7 +12,8 @@ from marin_lab.execution import ExecutorStep, executor_main, output_path_of, thi
 class SplitConfig:
     source: str
     output_path: str
-    min_chars: int          # versioned below: it changes the data
+    min_chars: int  # versioned below: it changes the data
+
 
 def split_docs(cfg: SplitConfig) -> dict:
     text = fsspec.open(cfg.source, "r").open().read()
@@ -20,10 +22,12 @@ def split_docs(cfg: SplitConfig) -> dict:
         json.dump(docs, f)
     return {"documents": len(docs)}
 
+
 @dataclasses.dataclass(frozen=True)
 class StatsConfig:
     input_path: str
     output_path: str
+
 
 def word_stats(cfg: StatsConfig) -> dict:
     docs = json.load(fsspec.open(f"{cfg.input_path}/docs.json", "r").open())
@@ -31,6 +35,7 @@ def word_stats(cfg: StatsConfig) -> dict:
     with fsspec.open(f"{cfg.output_path}/stats.json", "w") as f:
         json.dump(rows, f)
     return {"rows": len(rows)}
+
 
 def summarize(cfg: StatsConfig) -> dict:
     rows = json.load(fsspec.open(f"{cfg.input_path}/stats.json", "r").open())
@@ -41,9 +46,16 @@ def summarize(cfg: StatsConfig) -> dict:
         json.dump(out, f)
     return out
 
-docs = ExecutorStep("wl/docs", split_docs, SplitConfig(
-    source=versioned("file:///usr/share/common-licenses/GPL-3"), output_path=this_output_path(),
-    min_chars=versioned(40)))
+
+docs = ExecutorStep(
+    "wl/docs",
+    split_docs,
+    SplitConfig(
+        source=versioned("file:///usr/share/common-licenses/GPL-3"),
+        output_path=this_output_path(),
+        min_chars=versioned(40),
+    ),
+)
 stats = ExecutorStep("wl/stats", word_stats, StatsConfig(output_path_of(docs), this_output_path()))
 summary = ExecutorStep("wl/summary", summarize, StatsConfig(output_path_of(stats), this_output_path()))
 

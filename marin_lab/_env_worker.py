@@ -120,22 +120,36 @@ def main(argv: list[str]) -> int:
         with open(in_path, "rb") as f:
             fn, config = _Unpickler(io.BytesIO(f.read())).load()
     except BaseException as err:  # noqa: BLE001 - reported to the parent verbatim
-        _write(out_path, {"ok": False, "type": type(err).__name__,
-                          "message": f"could not load the step function or its config here: {err}",
-                          "traceback": traceback.format_exc()})
+        _write(
+            out_path,
+            {
+                "ok": False,
+                "type": type(err).__name__,
+                "message": f"could not load the step function or its config here: {err}",
+                "traceback": traceback.format_exc(),
+            },
+        )
         return 1
     try:
         result = fn(config)
     except BaseException as err:  # noqa: BLE001
-        _write(out_path, {"ok": False, "type": type(err).__name__, "message": str(err),
-                          "traceback": traceback.format_exc()})
+        _write(
+            out_path,
+            {"ok": False, "type": type(err).__name__, "message": str(err), "traceback": traceback.format_exc()},
+        )
         return 1
     try:
         _write(out_path, {"ok": True, "result": result})
     except Exception as err:  # noqa: BLE001 - an unpicklable result
-        _write(out_path, {"ok": False, "type": type(err).__name__,
-                          "message": f"the step's return value could not be pickled: {err}",
-                          "traceback": traceback.format_exc()})
+        _write(
+            out_path,
+            {
+                "ok": False,
+                "type": type(err).__name__,
+                "message": f"the step's return value could not be pickled: {err}",
+                "traceback": traceback.format_exc(),
+            },
+        )
         return 1
     return 0
 

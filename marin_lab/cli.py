@@ -45,16 +45,20 @@ def _cmd_status(args: argparse.Namespace) -> int:
     for exp in experiments:
         if exp.get("corrupt"):
             damaged += 1
-            print(f"{exp['_path']}  CORRUPT experiment record: {exp['corrupt']}; its steps cannot be listed "
-                  "(rerun the experiment to rewrite it)")
+            print(
+                f"{exp['_path']}  CORRUPT experiment record: {exp['corrupt']}; its steps cannot be listed "
+                "(rerun the experiment to rewrite it)"
+            )
             continue
         statuses = step_statuses(exp)
         counts: dict[str, int] = {}
         for _, st in statuses:
             counts[st] = counts.get(st, 0) + 1
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        print(f"{exp['_path']}  ({exp.get('created', '?')}; {len(statuses)} "
-              f"step{'' if len(statuses) == 1 else 's'}: {summary})")
+        print(
+            f"{exp['_path']}  ({exp.get('created', '?')}; {len(statuses)} "
+            f"step{'' if len(statuses) == 1 else 's'}: {summary})"
+        )
         if exp.get("description"):
             print(f"    {exp['description']}")
         runs = list_runs(exp["_path"], limit=3)
@@ -62,8 +66,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
             print("    runs (newest first): " + "; ".join(_run_line(r) for r in runs))
         costs = _status_costs(exp, statuses, prices)
         for i, (step, st) in enumerate(statuses):
-            print(f"    {st:<11} {step.get('identity', '?')}{_artifact_label(step)}"
-                  + (f"  {costs.steps[i].text}" if costs else ""))
+            print(
+                f"    {st:<11} {step.get('identity', '?')}{_artifact_label(step)}"
+                + (f"  {costs.steps[i].text}" if costs else "")
+            )
             if step.get("driver_gone_since"):
                 print(f"    {'':<11}   {describe_status(step, st)}: the next run takes it over")
             if step.get("damage"):
@@ -78,8 +84,11 @@ def _status_costs(exp: dict, statuses: list, prices: PriceTable | None) -> Exper
     """With --cost: each step's recorded cost and the experiment's (execution/cost.py)."""
     if prices is None:
         return None
-    return experiment_cost(exp, [(str(step.get("identity", "?")), read_record_quietly(step.get("output_path")))
-                                 for step, _ in statuses], prices)
+    return experiment_cost(
+        exp,
+        [(str(step.get("identity", "?")), read_record_quietly(step.get("output_path"))) for step, _ in statuses],
+        prices,
+    )
 
 
 def _run_line(run: dict) -> str:
@@ -102,8 +111,10 @@ def _artifact_label(step: dict) -> str:
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.script):
-        raise MarinLabError(f"{args.script}: no such experiment file; give the path of a Python file "
-                            "that calls executor_main, e.g. experiments/quickstart.py")
+        raise MarinLabError(
+            f"{args.script}: no such experiment file; give the path of a Python file "
+            "that calls executor_main, e.g. experiments/quickstart.py"
+        )
     steps, _ = capture_steps(args.script, args.script_args)
     executor = Executor(prefix=_prefix(args), backend="local", script=args.script)
     plan = executor.plan(steps)
@@ -121,8 +132,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         if last_run is not None:
             print(f"compared with this experiment's last run ({last_run.describe()})")
         else:
-            print(f"no earlier run of {args.script} is recorded under {executor.prefix}: each step is compared "
-                  "with the latest recorded version of its name, from any experiment")
+            print(
+                f"no earlier run of {args.script} is recorded under {executor.prefix}: each step is compared "
+                "with the latest recorded version of its name, from any experiment"
+            )
     pattern = re.compile(args.step) if args.step else None
     shown = 0
     seen: set[str] = set()
@@ -155,8 +168,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         return 2
     problem = _manifest_problem(info.manifest)
     if problem:
-        print(f"{path}/.executor_info: the recorded manifest is damaged ({problem}); rerun the step to rewrite it",
-              file=sys.stderr)
+        print(
+            f"{path}/.executor_info: the recorded manifest is damaged ({problem}); rerun the step to rewrite it",
+            file=sys.stderr,
+        )
         return 2
     problems = compare_manifests(info.manifest, manifest(path))
     if problems:
@@ -200,10 +215,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="experiments under a prefix and the status of their steps")
     p.add_argument("prefix", nargs="?", help="default: $MARIN_PREFIX, else marin_store at the project root")
-    p.add_argument("--cost", action="store_true",
-                   help="each step's accelerator-hours and cost, each experiment's, and what reuse saved")
-    p.add_argument("--prices", help="a price table (JSON, or TOML named *.toml) over the default list prices; "
-                                    "implies --cost (docs/executor.md, \"Cost\")")
+    p.add_argument(
+        "--cost",
+        action="store_true",
+        help="each step's accelerator-hours and cost, each experiment's, and what reuse saved",
+    )
+    p.add_argument(
+        "--prices",
+        help="a price table (JSON, or TOML named *.toml) over the default list prices; "
+        'implies --cost (docs/executor.md, "Cost")',
+    )
     p.set_defaults(func=_cmd_status)
 
     p = sub.add_parser("explain", help="why steps of an experiment file are new: field-level diffs")
@@ -219,13 +240,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", help="default: $MARIN_PREFIX, else marin_store at the project root")
     p.set_defaults(func=_cmd_verify)
 
-    p = sub.add_parser("reproduce", help="run a recorded experiment again from its stored script into a scratch "
-                                         "prefix and compare every artifact with the record (exit 1 on a difference)")
+    p = sub.add_parser(
+        "reproduce",
+        help="run a recorded experiment again from its stored script into a scratch "
+        "prefix and compare every artifact with the record (exit 1 on a difference)",
+    )
     p.add_argument("target", help="an experiment record ({prefix}/experiments/NAME-HASH.json) or a step's output path")
     p.add_argument("--into", help="scratch prefix (default: a new temporary folder); never the original prefix")
     p.add_argument("--steps", help="regex over step names (default: every step)")
-    p.add_argument("--deep", action="store_true",
-                   help="recompute every dependency too, instead of reading it from the original prefix")
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="recompute every dependency too, instead of reading it from the original prefix",
+    )
     p.add_argument("--backend", default="local", choices=("local", "ray"))
     p.set_defaults(func=_cmd_reproduce)
 
@@ -237,9 +264,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_evals_parser(sub)
 
     # Listed for --help only: main() hands `compile ...` and `cluster ...` to marin_lab.cluster.cli.
-    sub.add_parser("compile", help="compile each training step for its TPU topology on this machine (libtpu): "
-                                   "memory per chip vs HBM, FLOPs, collectives (ICI/DCN); exit 1 if one does not fit",
-                   add_help=False)
+    sub.add_parser(
+        "compile",
+        help="compile each training step for its TPU topology on this machine (libtpu): "
+        "memory per chip vs HBM, FLOPs, collectives (ICI/DCN); exit 1 if one does not fit",
+        add_help=False,
+    )
     sub.add_parser("cluster", help="TPU cluster commands (render, up, status, down)", add_help=False)
     return parser
 
@@ -255,8 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int((cluster_main if argv[0] == "cluster" else compile_main)(argv[1:]) or 0)
     extra: list[str] = []
     if argv and argv[0] in ("launch", "explain") and "--" in argv:  # the script's arguments, as --help says
-        extra = argv[argv.index("--") + 1:]
-        argv = argv[:argv.index("--")]
+        extra = argv[argv.index("--") + 1 :]
+        argv = argv[: argv.index("--")]
     args = build_parser().parse_args(argv)
     if extra:
         args.script_args = [*args.script_args, *extra]

@@ -32,11 +32,20 @@ VERSIONED_METADATA_KEY = "marin_lab.versioned"
 IDENTITY_DEFAULT_KEY = "marin_lab.identity_default"
 
 
-def versioned_field(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING,
-                    metadata: dict | None = None, **kwargs: Any) -> Any:
+def versioned_field(
+    default: Any = dataclasses.MISSING,
+    *,
+    default_factory: Any = dataclasses.MISSING,
+    metadata: dict | None = None,
+    **kwargs: Any,
+) -> Any:
     """A dataclass field whose value always enters the step's identity hash."""
-    return dataclasses.field(default=default, default_factory=default_factory,
-                             metadata={**(metadata or {}), VERSIONED_METADATA_KEY: True}, **kwargs)
+    return dataclasses.field(
+        default=default,
+        default_factory=default_factory,
+        metadata={**(metadata or {}), VERSIONED_METADATA_KEY: True},
+        **kwargs,
+    )
 
 
 def versioned_field_names(cls: type) -> frozenset[str]:
@@ -54,8 +63,9 @@ def added_field(default: Any, **kwargs: Any) -> Any:
 
 def identity_defaults(cls: type) -> dict[str, Any]:
     """{field name: default} for `cls`'s fields declared with `added_field`."""
-    return {f.name: f.metadata[IDENTITY_DEFAULT_KEY] for f in dataclasses.fields(cls)
-            if IDENTITY_DEFAULT_KEY in f.metadata}
+    return {
+        f.name: f.metadata[IDENTITY_DEFAULT_KEY] for f in dataclasses.fields(cls) if IDENTITY_DEFAULT_KEY in f.metadata
+    }
 
 
 @overload
@@ -77,8 +87,9 @@ def field_hints(cls: T | None = None, *, extra: Sequence[str] = ()) -> Any:
         return functools.partial(field_hints, extra=extra)
     init = cls.__init__  # type: ignore[misc]
     params = inspect.signature(init).parameters
-    names = [n for i, (n, p) in enumerate(params.items())
-             if i > 0 and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    names = [
+        n for i, (n, p) in enumerate(params.items()) if i > 0 and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
     if dataclasses.is_dataclass(cls):
         names += [f.name for f in dataclasses.fields(cls) if f.init and f.name not in names]
     names += [n for n in extra if n not in names]
@@ -107,7 +118,8 @@ def unknown_field_message(owner: str, unknown: Sequence[str], valid: Sequence[st
         if close:
             parts.append(f"{owner} has no field {name!r}; did you mean {close[0]!r}?")
         else:
-            parts.append(f"{owner} has no field {name!r}"
-                         + ("" if listed else f" (its fields are: {', '.join(valid)})"))
+            parts.append(
+                f"{owner} has no field {name!r}" + ("" if listed else f" (its fields are: {', '.join(valid)})")
+            )
             listed = True
     return " ".join(p if p.endswith("?") else p + "." for p in parts) if len(parts) > 1 else parts[0]

@@ -26,29 +26,61 @@ OUT = ROOT / "docs" / "images"
 
 def overlay_experiment(prefix: Path) -> str:
     """A small pipeline with reused, executed and failed steps under shared name prefixes."""
-    deps = {"raw/en": [], "raw/de": [], "raw/fr": [], "documents/en": ["raw/en"], "documents/de": ["raw/de"],
-            "documents/fr": ["raw/fr"], "tokenized/en": ["documents/en"], "tokenized/de": ["documents/de"],
-            "tokenized/fr": ["documents/fr"], "train/tiny": ["tokenized/en", "tokenized/de", "tokenized/fr"]}
+    deps = {
+        "raw/en": [],
+        "raw/de": [],
+        "raw/fr": [],
+        "documents/en": ["raw/en"],
+        "documents/de": ["raw/de"],
+        "documents/fr": ["raw/fr"],
+        "tokenized/en": ["documents/en"],
+        "tokenized/de": ["documents/de"],
+        "tokenized/fr": ["documents/fr"],
+        "train/tiny": ["tokenized/en", "tokenized/de", "tokenized/fr"],
+    }
     steps = []
     for i, (name, parents) in enumerate(deps.items()):
         out = prefix / name
         out.mkdir(parents=True)
         if name == "tokenized/fr":
-            status = {"status": "FAILED", "duration_s": 4.2,
-                      "error": "TokenizerError: shard 2 line 17: text is not a string"}
+            status = {
+                "status": "FAILED",
+                "duration_s": 4.2,
+                "error": "TokenizerError: shard 2 line 17: text is not a string",
+            }
         elif name == "train/tiny":
             status = {"status": "DEP_FAILED"}
         else:
-            status = {"status": "SUCCESS", "duration_s": 20.0 + 37 * i, "files": 4 + i, "bytes": (3 + i) * 1024 ** 2,
-                      "driver": "host:1:earlier" if name.startswith("raw/") else "host:2:latest"}
+            status = {
+                "status": "SUCCESS",
+                "duration_s": 20.0 + 37 * i,
+                "files": 4 + i,
+                "bytes": (3 + i) * 1024**2,
+                "driver": "host:1:earlier" if name.startswith("raw/") else "host:2:latest",
+            }
         (out / ".executor_status").write_text(json.dumps(status))
-        steps.append({"name": name, "identity": name, "output_path": str(out), "fn": "experiments.languages:step",
-                      "dependencies": parents})
+        steps.append(
+            {
+                "name": name,
+                "identity": name,
+                "output_path": str(out),
+                "fn": "experiments.languages:step",
+                "dependencies": parents,
+            }
+        )
     (prefix / "experiments").mkdir(exist_ok=True)
     exp_id = "languages-0000beef"
-    (prefix / "experiments" / f"{exp_id}.json").write_text(json.dumps(
-        {"schema": 1, "name": "languages", "created": "2026-11-28T00:00:00Z",
-         "driver": "host:2:latest", "steps": steps}))
+    (prefix / "experiments" / f"{exp_id}.json").write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "name": "languages",
+                "created": "2026-11-28T00:00:00Z",
+                "driver": "host:2:latest",
+                "steps": steps,
+            }
+        )
+    )
     return exp_id
 
 

@@ -52,8 +52,11 @@ def mark(path: Path, names: set[str]) -> list[str]:
         lines.insert(start, f"{m.group(1)}@pytest.mark.slow\n")
         marked.append(m.group(2))
     if marked and not any(ln.rstrip() == "import pytest" for ln in lines):
-        first = next(i for i, ln in enumerate(lines)
-                     if ln.startswith(("import ", "from ")) and not ln.startswith("from __future__"))
+        first = next(
+            i
+            for i, ln in enumerate(lines)
+            if ln.startswith(("import ", "from ")) and not ln.startswith("from __future__")
+        )
         lines.insert(first, "import pytest\n")  # `ruff check --fix` puts it in its place
     path.write_text("".join(lines))
     return marked

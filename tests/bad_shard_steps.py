@@ -41,8 +41,9 @@ def _shard(task: tuple[str, CopyShardsConfig]) -> dict:
 
 def copy_shards(cfg: CopyShardsConfig) -> dict:
     quarantine = Quarantine("copy_shards", cfg.output_path, cfg.shard_policy)
-    results = quarantine.map(_shard, [(n, cfg) for n in cfg.shards], num_workers=2, desc="copy_shards",
-                             labels=list(cfg.shards))
+    results = quarantine.map(
+        _shard, [(n, cfg) for n in cfg.shards], num_workers=2, desc="copy_shards", labels=list(cfg.shards)
+    )
     left_out = quarantine.finish()
     done = [r for r in results if r is not None]
     return {"shards": len(done), "reused": sum(r["reused"] for r in done), "bad_shards": left_out}

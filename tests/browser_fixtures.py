@@ -23,8 +23,7 @@ EXPERIMENT_ID = "quickstart-ab12cd34"
 XSS_TEXT = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">'
 SECRET_VALUE = "sk-fixture-secret-0123456789"
 OUTSIDE_TEXT = "TOP SECRET FILE OUTSIDE THE PREFIX"
-WORDS = ("the quick brown fox jumps over lazy dog data model token train step graph "
-         "layer shard eval loss rate").split()
+WORDS = ("the quick brown fox jumps over lazy dog data model token train step graph layer shard eval loss rate").split()
 
 
 @dataclass(frozen=True)
@@ -43,8 +42,7 @@ class FixturePrefix:
 
 def _doc(i: int) -> dict:
     words = " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(8 + i % 5))
-    return {"id": f"doc-{i:04d}", "text": f"Document {i}: {words}.", "source": "fixture",
-            "metadata": {"n": i}}
+    return {"id": f"doc-{i:04d}", "text": f"Document {i}: {words}.", "source": "fixture", "metadata": {"n": i}}
 
 
 def _write_json(path: Path, value: object) -> None:
@@ -52,30 +50,64 @@ def _write_json(path: Path, value: object) -> None:
     path.write_text(json.dumps(value, indent=2))
 
 
-def _record(out: Path, name: str, identity: str, status: str, *, version: dict, started: str,
-            deps: list[tuple[str, str, Path]] = (), config: dict | None = None,
-            attempts: list | None = None, result: object = None, env: dict | None = None) -> None:
+def _record(
+    out: Path,
+    name: str,
+    identity: str,
+    status: str,
+    *,
+    version: dict,
+    started: str,
+    deps: list[tuple[str, str, Path]] = (),
+    config: dict | None = None,
+    attempts: list | None = None,
+    result: object = None,
+    env: dict | None = None,
+) -> None:
     files = sorted(p for p in out.rglob("*") if p.is_file() and not p.name.startswith(".executor"))
-    manifest = {"files": [{"path": str(p.relative_to(out)), "size": p.stat().st_size, "sha256": "0" * 64}
-                          for p in files],
-                "total_bytes": sum(p.stat().st_size for p in files), "count": len(files)}
+    manifest = {
+        "files": [{"path": str(p.relative_to(out)), "size": p.stat().st_size, "sha256": "0" * 64} for p in files],
+        "total_bytes": sum(p.stat().st_size for p in files),
+        "count": len(files),
+    }
     record = {
-        "schema": 1, "name": name, "identity": identity, "hash": identity[-8:], "output_path": str(out),
-        "fn": f"marin_lab.fixture:{name.split('/')[0]}", "description": f"fixture step {name}",
-        "version": version, "config": config or {"output_path": str(out)}, "unversioned": {"num_workers": 2},
+        "schema": 1,
+        "name": name,
+        "identity": identity,
+        "hash": identity[-8:],
+        "output_path": str(out),
+        "fn": f"marin_lab.fixture:{name.split('/')[0]}",
+        "description": f"fixture step {name}",
+        "version": version,
+        "config": config or {"output_path": str(out)},
+        "unversioned": {"num_workers": 2},
         "config_fingerprint": "sha256:fixture",
         "dependencies": [{"name": n, "identity": i, "output_path": str(p)} for n, i, p in deps],
-        "resources": None, "status": status,
-        "status_history": [{"status": "RUNNING", "time": started, "attempt": 1,
-                            "driver": "host:1:abc", "message": None},
-                           {"status": status, "time": started.replace("00:00", "05:00"), "attempt": 1,
-                            "driver": "host:1:abc", "message": None}],
-        "attempts": attempts or [{"attempt": 1, "kind": None, "started": started, "ended": started,
-                                  "status": status, "error": None}],
+        "resources": None,
+        "status": status,
+        "status_history": [
+            {"status": "RUNNING", "time": started, "attempt": 1, "driver": "host:1:abc", "message": None},
+            {
+                "status": status,
+                "time": started.replace("00:00", "05:00"),
+                "attempt": 1,
+                "driver": "host:1:abc",
+                "message": None,
+            },
+        ],
+        "attempts": attempts
+        or [{"attempt": 1, "kind": None, "started": started, "ended": started, "status": status, "error": None}],
         "timings": {"started": started, "ended": started.replace("00:00", "05:00"), "duration_s": 300.0},
-        "result": result, "git": {"commit": "0123abcd", "dirty": False},
-        "environment": {"python": "3.11.7", "packages": {"numpy": "2.4.6"}, "host": "fixture-host",
-                        "platform": "linux", "accelerators": {"cpu": 2}, "env": env or {"MARIN_PREFIX": "x"}},
+        "result": result,
+        "git": {"commit": "0123abcd", "dirty": False},
+        "environment": {
+            "python": "3.11.7",
+            "packages": {"numpy": "2.4.6"},
+            "host": "fixture-host",
+            "platform": "linux",
+            "accelerators": {"cpu": 2},
+            "env": env or {"MARIN_PREFIX": "x"},
+        },
         "manifest": manifest,
     }
     _write_json(out / ".executor_info", record)
@@ -106,13 +138,33 @@ def _token_cache(out: Path, texts: list[str]) -> None:
     (out / "train").mkdir(parents=True, exist_ok=True)
     np.save(out / "train" / "shard-00000.tokens.npy", np.asarray(tokens, dtype=np.uint16))
     np.save(out / "train" / "shard-00000.offsets.npy", np.asarray(offsets, dtype=np.int64))
-    _write_json(out / "ledger.json", {
-        "format": "marin_lab.token_cache", "version": 1, "dtype": "uint16",
-        "vocab_size": tokenizer.get_vocab_size(), "eos_id": eos, "bos_id": None,
-        "tokenizer": {"file": "tokenizer.json", "sha256": "fixture"},
-        "splits": {"train": {"documents": len(texts), "tokens": len(tokens), "shards": [
-            {"name": "shard-00000", "documents": len(texts), "tokens": len(tokens),
-             "tokens_sha256": "x", "offsets_sha256": "y"}]}}})
+    _write_json(
+        out / "ledger.json",
+        {
+            "format": "marin_lab.token_cache",
+            "version": 1,
+            "dtype": "uint16",
+            "vocab_size": tokenizer.get_vocab_size(),
+            "eos_id": eos,
+            "bos_id": None,
+            "tokenizer": {"file": "tokenizer.json", "sha256": "fixture"},
+            "splits": {
+                "train": {
+                    "documents": len(texts),
+                    "tokens": len(tokens),
+                    "shards": [
+                        {
+                            "name": "shard-00000",
+                            "documents": len(texts),
+                            "tokens": len(tokens),
+                            "tokens_sha256": "x",
+                            "offsets_sha256": "y",
+                        }
+                    ],
+                }
+            },
+        },
+    )
 
 
 def build_prefix(base: Path) -> FixturePrefix:
@@ -120,10 +172,18 @@ def build_prefix(base: Path) -> FixturePrefix:
     prefix, outside = base / "prefix", base / "outside"
     outside.mkdir(parents=True)
     (outside / "secret.txt").write_text(OUTSIDE_TEXT)
-    p = FixturePrefix(prefix, outside, prefix / "raw/docs-aaaa0001", prefix / "raw/docs-aaaa0000",
-                      prefix / "tokenize/docs-bbbb0002", prefix / "tokenize/docs-bbbb0001",
-                      prefix / "train/tiny-cccc0003", prefix / "eval/tiny-dddd0004",
-                      prefix / "report/summary-eeee0005", prefix / "report/missing-ffff0006")
+    p = FixturePrefix(
+        prefix,
+        outside,
+        prefix / "raw/docs-aaaa0001",
+        prefix / "raw/docs-aaaa0000",
+        prefix / "tokenize/docs-bbbb0002",
+        prefix / "tokenize/docs-bbbb0001",
+        prefix / "train/tiny-cccc0003",
+        prefix / "eval/tiny-dddd0004",
+        prefix / "report/summary-eeee0005",
+        prefix / "report/missing-ffff0006",
+    )
 
     docs = [_doc(i) for i in range(120)]
     docs[3] = {"id": "doc-xss", "text": XSS_TEXT, "source": "fixture"}
@@ -135,58 +195,126 @@ def build_prefix(base: Path) -> FixturePrefix:
     with gzip.open(data / "docs-00000.jsonl.gz", "wt") as f:
         f.write("\n".join(lines) + "\n")
     (data / "docs-00001.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(("\n".join(lines) + "\n").encode()))
-    table = pa.table({"id": [d["id"] for d in docs], "text": [d["text"] for d in docs],
-                      "n": list(range(len(docs)))})
+    table = pa.table({"id": [d["id"] for d in docs], "text": [d["text"] for d in docs], "n": list(range(len(docs)))})
     pq.write_table(table, data / "table.parquet", row_group_size=50)
     (p.raw / "notes.txt").write_text("line one\n" + XSS_TEXT + "\nAPI_KEY=should-not-show\n")
     os.symlink(outside, p.raw / "escape")
     os.symlink(outside / "secret.txt", p.raw / "link-secret.txt")
     raw_version = {"name": "raw/docs", "config": {"source": "file:///data/corpus-v2"}, "dependencies": []}
-    _record(p.raw, "raw/docs", "raw/docs-aaaa0001", "SUCCESS", version=raw_version,
-            started="2026-11-20T10:00:00Z", result={"documents": 120},
-            env={"MARIN_PREFIX": str(prefix), "WANDB_API_KEY": SECRET_VALUE, "HF_TOKEN": SECRET_VALUE})
+    _record(
+        p.raw,
+        "raw/docs",
+        "raw/docs-aaaa0001",
+        "SUCCESS",
+        version=raw_version,
+        started="2026-11-20T10:00:00Z",
+        result={"documents": 120},
+        env={"MARIN_PREFIX": str(prefix), "WANDB_API_KEY": SECRET_VALUE, "HF_TOKEN": SECRET_VALUE},
+    )
     p.raw_old.mkdir(parents=True)
-    _record(p.raw_old, "raw/docs", "raw/docs-aaaa0000", "SUCCESS",
-            version={"name": "raw/docs", "config": {"source": "file:///data/corpus-v1"}, "dependencies": []},
-            started="2026-11-01T10:00:00Z")
+    _record(
+        p.raw_old,
+        "raw/docs",
+        "raw/docs-aaaa0000",
+        "SUCCESS",
+        version={"name": "raw/docs", "config": {"source": "file:///data/corpus-v1"}, "dependencies": []},
+        started="2026-11-01T10:00:00Z",
+    )
 
     p.tokenize.mkdir(parents=True)
     _token_cache(p.tokenize, [d["text"] for d in docs[:40]])
-    _record(p.tokenize, "tokenize/docs", "tokenize/docs-bbbb0002", "SUCCESS", started="2026-11-20T11:00:00Z",
-            version={"name": "tokenize/docs", "config": {"tokenizer": "wordlevel", "input_path": "DEP[0]/data"},
-                     "dependencies": ["raw/docs-aaaa0001"]},
-            deps=[("raw/docs", "raw/docs-aaaa0001", p.raw)],
-            config={"tokenizer": "wordlevel", "input_path": str(p.raw / "data"), "max_tokens": 1000})
+    _record(
+        p.tokenize,
+        "tokenize/docs",
+        "tokenize/docs-bbbb0002",
+        "SUCCESS",
+        started="2026-11-20T11:00:00Z",
+        version={
+            "name": "tokenize/docs",
+            "config": {"tokenizer": "wordlevel", "input_path": "DEP[0]/data"},
+            "dependencies": ["raw/docs-aaaa0001"],
+        },
+        deps=[("raw/docs", "raw/docs-aaaa0001", p.raw)],
+        config={"tokenizer": "wordlevel", "input_path": str(p.raw / "data"), "max_tokens": 1000},
+    )
     p.tokenize_old.mkdir(parents=True)
-    _record(p.tokenize_old, "tokenize/docs", "tokenize/docs-bbbb0001", "SUCCESS", started="2026-11-01T11:00:00Z",
-            version={"name": "tokenize/docs", "config": {"tokenizer": "gpt2", "input_path": "DEP[0]/data"},
-                     "dependencies": ["raw/docs-aaaa0000"]},
-            deps=[("raw/docs", "raw/docs-aaaa0000", p.raw_old)])
+    _record(
+        p.tokenize_old,
+        "tokenize/docs",
+        "tokenize/docs-bbbb0001",
+        "SUCCESS",
+        started="2026-11-01T11:00:00Z",
+        version={
+            "name": "tokenize/docs",
+            "config": {"tokenizer": "gpt2", "input_path": "DEP[0]/data"},
+            "dependencies": ["raw/docs-aaaa0000"],
+        },
+        deps=[("raw/docs", "raw/docs-aaaa0000", p.raw_old)],
+    )
 
     p.train.mkdir(parents=True)
-    rows = [{"step": s, "loss": 6.0 * 0.97 ** s + 1.0, "learning_rate": min(1e-3, s * 1e-4),
-             "grad_norm": 1.0, "tokens_per_s": 14000.0 + s, "mfu": 0.1, "time": 1.0 * s} for s in range(1, 101)]
+    rows = [
+        {
+            "step": s,
+            "loss": 6.0 * 0.97**s + 1.0,
+            "learning_rate": min(1e-3, s * 1e-4),
+            "grad_norm": 1.0,
+            "tokens_per_s": 14000.0 + s,
+            "mfu": 0.1,
+            "time": 1.0 * s,
+        }
+        for s in range(1, 101)
+    ]
     (p.train / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\nnot json\n")
     (p.train / "checkpoints/step-000100").mkdir(parents=True)
     (p.train / "checkpoints/step-000100/COMPLETE").write_text("")
-    _record(p.train, "train/tiny", "train/tiny-cccc0003", "SUCCESS", started="2026-11-20T12:00:00Z",
-            version={"name": "train/tiny", "config": {"lr": 0.001}, "dependencies": ["tokenize/docs-bbbb0002"]},
-            deps=[("tokenize/docs", "tokenize/docs-bbbb0002", p.tokenize)])
+    _record(
+        p.train,
+        "train/tiny",
+        "train/tiny-cccc0003",
+        "SUCCESS",
+        started="2026-11-20T12:00:00Z",
+        version={"name": "train/tiny", "config": {"lr": 0.001}, "dependencies": ["tokenize/docs-bbbb0002"]},
+        deps=[("tokenize/docs", "tokenize/docs-bbbb0002", p.tokenize)],
+    )
 
     p.evaluate.mkdir(parents=True)
-    _write_json(p.evaluate / "results.json", {"perplexity": {"validation": 12.5},
-                                               "bits_per_byte": {"validation": 1.23},
-                                               "tasks": {"copy": {"accuracy": 0.5, "n": 10}}})
-    _record(p.evaluate, "eval/tiny", "eval/tiny-dddd0004", "FAILED", started="2026-11-20T13:00:00Z",
-            version={"name": "eval/tiny", "dependencies": ["train/tiny-cccc0003"]},
-            deps=[("train/tiny", "train/tiny-cccc0003", p.train)],
-            attempts=[{"attempt": 1, "kind": "preemption", "started": "2026-11-20T13:00:00Z",
-                       "ended": "2026-11-20T13:01:00Z", "status": "FAILED", "error": None,
-                       "hardware": {"kind": "tpu", "type": "v4-16", "slices": 1, "hosts": 2,
-                                    "slice_names": ["slice-0"]}},
-                      {"attempt": 2, "kind": "failure", "started": "2026-11-20T13:02:00Z",
-                       "ended": "2026-11-20T13:03:00Z", "status": "FAILED",
-                       "error": "Traceback (most recent call last):\nValueError: eval set <b>empty</b>"}])
+    _write_json(
+        p.evaluate / "results.json",
+        {
+            "perplexity": {"validation": 12.5},
+            "bits_per_byte": {"validation": 1.23},
+            "tasks": {"copy": {"accuracy": 0.5, "n": 10}},
+        },
+    )
+    _record(
+        p.evaluate,
+        "eval/tiny",
+        "eval/tiny-dddd0004",
+        "FAILED",
+        started="2026-11-20T13:00:00Z",
+        version={"name": "eval/tiny", "dependencies": ["train/tiny-cccc0003"]},
+        deps=[("train/tiny", "train/tiny-cccc0003", p.train)],
+        attempts=[
+            {
+                "attempt": 1,
+                "kind": "preemption",
+                "started": "2026-11-20T13:00:00Z",
+                "ended": "2026-11-20T13:01:00Z",
+                "status": "FAILED",
+                "error": None,
+                "hardware": {"kind": "tpu", "type": "v4-16", "slices": 1, "hosts": 2, "slice_names": ["slice-0"]},
+            },
+            {
+                "attempt": 2,
+                "kind": "failure",
+                "started": "2026-11-20T13:02:00Z",
+                "ended": "2026-11-20T13:03:00Z",
+                "status": "FAILED",
+                "error": "Traceback (most recent call last):\nValueError: eval set <b>empty</b>",
+            },
+        ],
+    )
 
     p.corrupt.mkdir(parents=True)
     (p.corrupt / ".executor_info").write_text('{"name": "report/summary", truncated')
@@ -199,18 +327,53 @@ def build_prefix(base: Path) -> FixturePrefix:
         ("report/summary", "report/summary-eeee0005", p.corrupt, ["eval/tiny-dddd0004", "train/tiny-cccc0003"]),
         ("report/missing", "report/missing-ffff0006", p.missing, ["eval/tiny-dddd0004"]),
     ]
-    _write_json(prefix / "experiments" / f"{EXPERIMENT_ID}.json", {
-        "schema": 1, "script": "experiments/quickstart.py", "name": "quickstart", "hash": "ab12cd34",
-        "description": "A <b>fixture</b> experiment", "created": "2026-11-20T10:00:00Z",
-        "command_line": ["python", "experiments/quickstart.py"], "git": {"commit": "0123abcd", "dirty": False},
-        "prefix": str(prefix),
-        "steps": [{"name": n, "identity": i, "output_path": str(d), "info_path": str(d / ".executor_info"),
-                   "fn": f"marin_lab.fixture:{n.split('/')[0]}", "dependencies": deps} for n, i, d, deps in steps]})
-    _write_json(prefix / "experiments" / "older-11112222.json", {
-        "schema": 1, "script": "experiments/older.py", "name": "older", "hash": "11112222",
-        "description": "an earlier run", "created": "2026-11-01T10:00:00Z", "prefix": str(prefix),
-        "steps": [{"name": "raw/docs", "identity": "raw/docs-aaaa0000", "output_path": str(p.raw_old),
-                   "info_path": str(p.raw_old / ".executor_info"), "fn": "marin_lab.fixture:raw", "dependencies": []}]})
+    _write_json(
+        prefix / "experiments" / f"{EXPERIMENT_ID}.json",
+        {
+            "schema": 1,
+            "script": "experiments/quickstart.py",
+            "name": "quickstart",
+            "hash": "ab12cd34",
+            "description": "A <b>fixture</b> experiment",
+            "created": "2026-11-20T10:00:00Z",
+            "command_line": ["python", "experiments/quickstart.py"],
+            "git": {"commit": "0123abcd", "dirty": False},
+            "prefix": str(prefix),
+            "steps": [
+                {
+                    "name": n,
+                    "identity": i,
+                    "output_path": str(d),
+                    "info_path": str(d / ".executor_info"),
+                    "fn": f"marin_lab.fixture:{n.split('/')[0]}",
+                    "dependencies": deps,
+                }
+                for n, i, d, deps in steps
+            ],
+        },
+    )
+    _write_json(
+        prefix / "experiments" / "older-11112222.json",
+        {
+            "schema": 1,
+            "script": "experiments/older.py",
+            "name": "older",
+            "hash": "11112222",
+            "description": "an earlier run",
+            "created": "2026-11-01T10:00:00Z",
+            "prefix": str(prefix),
+            "steps": [
+                {
+                    "name": "raw/docs",
+                    "identity": "raw/docs-aaaa0000",
+                    "output_path": str(p.raw_old),
+                    "info_path": str(p.raw_old / ".executor_info"),
+                    "fn": "marin_lab.fixture:raw",
+                    "dependencies": [],
+                }
+            ],
+        },
+    )
     (prefix / "experiments" / "broken-deadbeef.json").write_text("{ this is not json")
     return p
 
@@ -224,19 +387,44 @@ def big_experiment(prefix: Path, steps: int, *, width: int = 25, exp_id: str = "
         out = prefix / identity
         deps = []
         if layer > 0:
-            deps = [entries[(layer - 1) * width + col]["identity"],
-                    entries[(layer - 1) * width + (col + 1) % width]["identity"]]
+            deps = [
+                entries[(layer - 1) * width + col]["identity"],
+                entries[(layer - 1) * width + (col + 1) % width]["identity"],
+            ]
         out.mkdir(parents=True, exist_ok=True)
-        record = {"schema": 1, "name": identity.rsplit("-", 1)[0], "identity": identity, "output_path": str(out),
-                  "status": "SUCCESS", "version": {"i": i}, "dependencies": [{"identity": d} for d in deps]}
+        record = {
+            "schema": 1,
+            "name": identity.rsplit("-", 1)[0],
+            "identity": identity,
+            "output_path": str(out),
+            "status": "SUCCESS",
+            "version": {"i": i},
+            "dependencies": [{"identity": d} for d in deps],
+        }
         (out / ".executor_info").write_text(json.dumps(record))
         status = "FAILED" if i % 97 == 13 else "SUCCESS"
         (out / ".executor_status").write_text(json.dumps({"status": status, "time": "2026-11-20T10:00:00Z"}))
-        entries.append({"name": record["name"], "identity": identity, "output_path": str(out),
-                        "info_path": str(out / ".executor_info"), "fn": "bench:step", "dependencies": deps})
-    _write_json(prefix / "experiments" / f"{exp_id}.json", {
-        "schema": 1, "script": "experiments/big.py", "name": "big", "hash": exp_id[-8:],
-        "created": "2026-11-21T00:00:00Z", "steps": entries})
+        entries.append(
+            {
+                "name": record["name"],
+                "identity": identity,
+                "output_path": str(out),
+                "info_path": str(out / ".executor_info"),
+                "fn": "bench:step",
+                "dependencies": deps,
+            }
+        )
+    _write_json(
+        prefix / "experiments" / f"{exp_id}.json",
+        {
+            "schema": 1,
+            "script": "experiments/big.py",
+            "name": "big",
+            "hash": exp_id[-8:],
+            "created": "2026-11-21T00:00:00Z",
+            "steps": entries,
+        },
+    )
     return exp_id
 
 
@@ -271,6 +459,8 @@ def count_words(config: CountConfig) -> dict:
     os.makedirs(config.output_path, exist_ok=True)
     with open(os.path.join(config.output_path, "metrics.jsonl"), "w") as f:
         for step in range(1, 11):
-            f.write(json.dumps({"step": step, "loss": 1.0 / step, "learning_rate": 0.1,
-                                "tokens_per_s": 100.0 * step}) + "\n")
+            f.write(
+                json.dumps({"step": step, "loss": 1.0 / step, "learning_rate": 0.1, "tokens_per_s": 100.0 * step})
+                + "\n"
+            )
     return {"documents": n}

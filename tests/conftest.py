@@ -72,8 +72,13 @@ def ray_cluster(_ray_session):
 
     if not ray.is_initialized():
         ray.init(
-            address="local", num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1", configure_logging=False,
-            runtime_env={"env_vars": {"PYTHONPATH": REPO_ROOT}}, log_to_driver=False,
+            address="local",
+            num_cpus=4,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            configure_logging=False,
+            runtime_env={"env_vars": {"PYTHONPATH": REPO_ROOT}},
+            log_to_driver=False,
         )
     return ray
 
@@ -85,9 +90,21 @@ def gcs_emulator():
 
     port = free_port()
     proc = subprocess.Popen(
-        [_get_binary_path(), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-         "-backend", "memory", "-log-level", "error"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            _get_binary_path(),
+            "-scheme",
+            "http",
+            "-host",
+            "127.0.0.1",
+            "-port",
+            str(port),
+            "-backend",
+            "memory",
+            "-log-level",
+            "error",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 30

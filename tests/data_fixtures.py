@@ -48,8 +48,11 @@ def make_html_site(root: Path, n: int = 12, seed: int = 0) -> list[str]:
 def make_documents(n: int, seed: int = 0, prefix: str = "doc") -> list[dict]:
     rng = random.Random(seed)
     return [
-        {"id": f"{prefix}-{i:05d}", "text": "\n\n".join(paragraph(rng) for _ in range(rng.randint(1, 3))),
-         "source": "fixture"}
+        {
+            "id": f"{prefix}-{i:05d}",
+            "text": "\n\n".join(paragraph(rng) for _ in range(rng.randint(1, 3))),
+            "source": "fixture",
+        }
         for i in range(n)
     ]
 

@@ -81,10 +81,20 @@ def flaky(cfg: FlakyConfig) -> int:
 
 def five_step_dag(log_path: str | None = None, sleep_s: float = 0.0, text: str = "a") -> list[ExecutorStep]:
     """a -> b, a -> c, (b, c) -> d, d -> e. Returns [e] (the root)."""
+
     def step(name, t, inputs=()):
-        return ExecutorStep(name=name, fn=write_text, config=WriteConfig(
-            output_path=this_output_path(), text=versioned(t), inputs=tuple(output_path_of(i) for i in inputs),
-            sleep_s=sleep_s, log_path=log_path))
+        return ExecutorStep(
+            name=name,
+            fn=write_text,
+            config=WriteConfig(
+                output_path=this_output_path(),
+                text=versioned(t),
+                inputs=tuple(output_path_of(i) for i in inputs),
+                sleep_s=sleep_s,
+                log_path=log_path,
+            ),
+        )
+
     a = step("raw/a", text)
     b = step("proc/b", "b", [a])
     c = step("proc/c", "c", [a])
@@ -217,11 +227,11 @@ def leak_secrets(cfg: SecretConfig) -> dict:
     import logging
 
     env_secret = os.environ.get("MARIN_TEST_SERVICE_TOKEN", "")
-    logging.getLogger("tests.leaky").warning("calling %s with key %s (env %s)", cfg.source_url, cfg.api_key,
-                                             env_secret)
+    logging.getLogger("tests.leaky").warning("calling %s with key %s (env %s)", cfg.source_url, cfg.api_key, env_secret)
     if cfg.fail:
-        raise PermissionError(f"401 for {cfg.source_url} with key {cfg.api_key}, token {cfg.hf_token}, "
-                              f"service {env_secret}")
+        raise PermissionError(
+            f"401 for {cfg.source_url} with key {cfg.api_key}, token {cfg.hf_token}, service {env_secret}"
+        )
     with fsspec.open(f"{cfg.output_path}/data.txt", "w") as f:
         f.write("ok")
     return {"echo": f"{cfg.api_key} {env_secret}"}

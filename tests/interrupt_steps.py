@@ -64,9 +64,11 @@ def after(cfg: LongConfig) -> None:
 
 def long_dag(markers: str, mode: str = "plain") -> list[ExecutorStep]:
     """The long step; with MODE 'chain', a step after it too (never started when the first is interrupted)."""
-    step = ExecutorStep("interrupt/long", long_step,
-                        LongConfig(this_output_path(), versioned("long"), markers=markers,
-                                   mode="plain" if mode == "chain" else mode))
+    step = ExecutorStep(
+        "interrupt/long",
+        long_step,
+        LongConfig(this_output_path(), versioned("long"), markers=markers, mode="plain" if mode == "chain" else mode),
+    )
     if mode != "chain":
         return [step]
     return [ExecutorStep("interrupt/after", after, LongConfig(this_output_path(), output_path_of(step)))]

@@ -48,11 +48,27 @@ def write_step(cfg: StepConfig) -> None:
 
 if __name__ == "__main__":
     events, gate, *flags = sys.argv[1:]
-    first = ExecutorStep(name="launch/first", fn=write_step, config=StepConfig(
-        output_path=this_output_path(), text=versioned("first"), events=events))
-    gated = ExecutorStep(name="launch/gated", fn=write_step, config=StepConfig(
-        output_path=this_output_path(), text=versioned("gated"), events=events, gate=gate,
-        input_path=output_path_of(first)))
-    last = ExecutorStep(name="launch/last", fn=write_step, config=StepConfig(
-        output_path=this_output_path(), text=versioned("last"), events=events, input_path=output_path_of(gated)))
+    first = ExecutorStep(
+        name="launch/first",
+        fn=write_step,
+        config=StepConfig(output_path=this_output_path(), text=versioned("first"), events=events),
+    )
+    gated = ExecutorStep(
+        name="launch/gated",
+        fn=write_step,
+        config=StepConfig(
+            output_path=this_output_path(),
+            text=versioned("gated"),
+            events=events,
+            gate=gate,
+            input_path=output_path_of(first),
+        ),
+    )
+    last = ExecutorStep(
+        name="launch/last",
+        fn=write_step,
+        config=StepConfig(
+            output_path=this_output_path(), text=versioned("last"), events=events, input_path=output_path_of(gated)
+        ),
+    )
     executor_main([last], description="launch test", args=flags)

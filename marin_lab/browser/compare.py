@@ -17,34 +17,55 @@ from marin_lab.store.layout import INFO_FILE, METRICS_FILE
 
 MAX_RUNS = 200
 """At most this many runs are listed (the first ones in the experiment's order); the rest are counted."""
-_PRECISION_DEFAULTS = {"matmul": "compute", "optimizer_state": "float32", "fp8_lm_head": False,
-                       "rescale_logits_grad": False}
+_PRECISION_DEFAULTS = {
+    "matmul": "compute",
+    "optimizer_state": "float32",
+    "fp8_lm_head": False,
+    "rescale_logits_grad": False,
+}
 """Fields of marin_lab.precision.PrecisionConfig shown in a label when they differ from these."""
-_PRECISION_NAMES = {"matmul": "matmul", "optimizer_state": "adam state", "fp8_lm_head": "fp8 lm head",
-                    "rescale_logits_grad": "rescaled logits grad"}
+_PRECISION_NAMES = {
+    "matmul": "matmul",
+    "optimizer_state": "adam state",
+    "fp8_lm_head": "fp8 lm head",
+    "rescale_logits_grad": "rescaled logits grad",
+}
 
 
 def training_runs(browser: Browser, exp_id: str) -> dict[str, Any]:
     """The experiment's steps that logged metrics, in the experiment's order, with labels."""
     exp = browser.experiment(exp_id)
     steps = [s for s in exp.get("steps", []) if s.get("output_path")]
-    has_metrics = parallel_map(lambda s: exists(browser.roots, child(s["output_path"], METRICS_FILE)),
-                               steps, local=browser.local)
+    has_metrics = parallel_map(
+        lambda s: exists(browser.roots, child(s["output_path"], METRICS_FILE)), steps, local=browser.local
+    )
     found = [s for s, has in zip(steps, has_metrics, strict=True) if has]
     shown = found[:MAX_RUNS]
-    records = parallel_map(lambda s: load_json(browser.roots, child(s["output_path"], INFO_FILE)),
-                           shown, local=browser.local)
+    records = parallel_map(
+        lambda s: load_json(browser.roots, child(s["output_path"], INFO_FILE)), shown, local=browser.local
+    )
     runs = []
     for step, record in zip(shown, records, strict=True):
         config = record.value.get("config") if record.state == "ok" else None
-        runs.append({
-            "key": step["key"], "name": step["name"], "identity": step.get("identity"),
-            "short": short_identity(step.get("identity") or step["key"]),
-            "output_path": step["output_path"], "status": step["status"],
-            "label": config_label(redact(config)) if isinstance(config, dict) else None,
-        })
-    return {"id": exp["id"], "name": exp.get("name") or exp["id"], "state": exp.get("state"),
-            "error": exp.get("error"), "runs": runs, "more": len(found) - len(shown)}
+        runs.append(
+            {
+                "key": step["key"],
+                "name": step["name"],
+                "identity": step.get("identity"),
+                "short": short_identity(step.get("identity") or step["key"]),
+                "output_path": step["output_path"],
+                "status": step["status"],
+                "label": config_label(redact(config)) if isinstance(config, dict) else None,
+            }
+        )
+    return {
+        "id": exp["id"],
+        "name": exp.get("name") or exp["id"],
+        "state": exp.get("state"),
+        "error": exp.get("error"),
+        "runs": runs,
+        "more": len(found) - len(shown),
+    }
 
 
 def short_identity(identity: str) -> str:

@@ -1,12 +1,12 @@
 """Errors the browser turns into HTTP answers.
 
-    MarinLabError
-    └── BrowserError            (500; never raised for a corrupt record, which is shown as corrupt)
-        ├── BadRequestError     (400) a malformed query: a bad cursor, a non-integer limit
-        ├── ForbiddenPathError  (403) a path outside the configured roots
-        │   └── NotRegularFileError     a named pipe, socket or device (never opened)
-        ├── NotFoundError       (404) an experiment, step or file that does not exist
-        └── TimeoutAnswerError  (504) storage did not answer in time
+MarinLabError
+└── BrowserError            (500; never raised for a corrupt record, which is shown as corrupt)
+    ├── BadRequestError     (400) a malformed query: a bad cursor, a non-integer limit
+    ├── ForbiddenPathError  (403) a path outside the configured roots
+    │   └── NotRegularFileError     a named pipe, socket or device (never opened)
+    ├── NotFoundError       (404) an experiment, step or file that does not exist
+    └── TimeoutAnswerError  (504) storage did not answer in time
 """
 
 from __future__ import annotations

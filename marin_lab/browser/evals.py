@@ -39,8 +39,11 @@ def _runs(b: Browser) -> list[R.EvalRun]:
         hit = _cache.get(b.prefix)
     if hit is not None and now - hit[0] < _CACHE_S:
         return hit[1]
-    runs = [r for r in R.find_eval_runs(b.prefix)
-            if b.roots.contains(r.path) and b.roots.contains(join(r.path, R.RESULTS_FILE))]
+    runs = [
+        r
+        for r in R.find_eval_runs(b.prefix)
+        if b.roots.contains(r.path) and b.roots.contains(join(r.path, R.RESULTS_FILE))
+    ]
     with _cache_lock:
         _cache[b.prefix] = (now, runs)
     return runs
@@ -67,9 +70,11 @@ def leaderboard(b: Browser, tasks: str | None, metric: str | None, rank_on: str 
     board = _bad(R.leaderboard, runs, tasks, metric, rank_on)
     out = R.leaderboard_json(board)
     out["rank_rule"] = R.rank_rule(board)
-    out["legend"] = ("values in points (percent) for accuracies, 95% interval in brackets (Wilson for right/wrong "
-                     "metrics, lm-eval's stderr otherwise); * capped by a limit, ! coverage below "
-                     f"{R.stats.COVERAGE_FLOOR:.0%}")
+    out["legend"] = (
+        "values in points (percent) for accuracies, 95% interval in brackets (Wilson for right/wrong "
+        "metrics, lm-eval's stderr otherwise); * capped by a limit, ! coverage below "
+        f"{R.stats.COVERAGE_FLOOR:.0%}"
+    )
     out["prefix"] = b.prefix
     if not runs:
         out["empty"] = f"no evaluation (a step folder with results.json) under {b.prefix}"
@@ -92,8 +97,16 @@ def compare(b: Browser, a: str | None, bb: str | None, tasks: str | None, metric
     return _bad(R.compare, ra, rb, tasks, metric)
 
 
-def samples(b: Browser, run: str | None, task: str | None, show: str, other: str | None, cursor: int | None,
-            limit: int, metric: str | None) -> dict[str, Any]:
+def samples(
+    b: Browser,
+    run: str | None,
+    task: str | None,
+    show: str,
+    other: str | None,
+    cursor: int | None,
+    limit: int,
+    metric: str | None,
+) -> dict[str, Any]:
     runs = _runs(b)
     r = _run(runs, run, "run")
     if not task:
@@ -118,8 +131,9 @@ def training(b: Browser, tasks: str | None) -> dict[str, Any]:
     for exp in list_experiments(b.prefix):
         for step in exp.get("steps") or []:
             if isinstance(step, dict) and isinstance(step.get("output_path"), str):
-                paths.setdefault(step["output_path"].rstrip("/"), step.get("name")
-                                 if isinstance(step.get("name"), str) else None)
+                paths.setdefault(
+                    step["output_path"].rstrip("/"), step.get("name") if isinstance(step.get("name"), str) else None
+                )
     out: list[dict[str, Any]] = []
     notes = []
     for path, name in sorted(paths.items()):
@@ -131,8 +145,11 @@ def training(b: Browser, tasks: str | None) -> dict[str, Any]:
         first = read_metrics(b.roots, path)
         if first.get("state") != "ok":
             continue
-        keys = [k for k in first.get("keys", []) if (m := EVAL_KEY.match(k))
-                and (pattern is None or pattern.search(m["task"]))]
+        keys = [
+            k
+            for k in first.get("keys", [])
+            if (m := EVAL_KEY.match(k)) and (pattern is None or pattern.search(m["task"]))
+        ]
         if not keys:
             continue
         # eval/<task>/<metric>_low and _high are the interval of eval/<task>/<metric>: bounds, not series.
@@ -147,8 +164,15 @@ def training(b: Browser, tasks: str | None) -> dict[str, Any]:
                     bounds.setdefault(key, {})[side] = points
         if len(bounded) > MAX_SERIES_PER_RUN:
             notes.append(f"{path}: only {MAX_SERIES_PER_RUN} of its {len(bounded)} eval series")
-        out.append({"path": path, "name": name or path.rsplit("/", 1)[-1], "series": series, "bounds": bounds,
-                    "metrics_url": join(path, METRICS_FILE)})
+        out.append(
+            {
+                "path": path,
+                "name": name or path.rsplit("/", 1)[-1],
+                "series": series,
+                "bounds": bounds,
+                "metrics_url": join(path, METRICS_FILE),
+            }
+        )
     return {"runs": out, "notes": notes}
 
 
@@ -156,5 +180,5 @@ def run_detail(b: Browser, path: str) -> dict[str, Any]:
     """The evaluation at a step folder (the step page's evaluation section)."""
     folder = b.roots.resolve(path).rstrip("/")
     prefix = b.prefix.rstrip("/") + "/"
-    key = folder[len(prefix):] if folder.startswith(prefix) else folder
+    key = folder[len(prefix) :] if folder.startswith(prefix) else folder
     return R.run_detail(R.load_run(folder, key))

@@ -81,6 +81,7 @@ def layout(nodes: Sequence[str], deps: Mapping[str, Sequence[str]]) -> dict:
     for column in sorted(columns):
         members = columns[column]
         if column > 0:
+
             def barycentre(item: _Item) -> float:
                 rows = [row[d] for d in preds.get(item, ()) if d in row]
                 return sum(rows) / len(rows) if rows else float("inf")
@@ -99,8 +100,9 @@ def layout(nodes: Sequence[str], deps: Mapping[str, Sequence[str]]) -> dict:
         edge: dict = {"from": dep, "to": node}
         if chain:
             # Across each crossed column, a straight run through the waypoint's empty row.
-            edge["points"] = [[x, y_of(w) + NODE_HEIGHT // 2] for w in chain
-                              for x in (w[3] * step, w[3] * step + NODE_WIDTH)]
+            edge["points"] = [
+                [x, y_of(w) + NODE_HEIGHT // 2] for w in chain for x in (w[3] * step, w[3] * step + NODE_WIDTH)
+            ]
         out_edges.append(edge)
     width = (max(layers.values(), default=0) + 1) * step - COLUMN_GAP
     height = max((len(m) for m in columns.values()), default=0) * (NODE_HEIGHT + ROW_GAP) - ROW_GAP

@@ -23,15 +23,24 @@ from marin_lab.store.layout import ATTEMPT_LOG, LOGS_DIR, attempt_log_name
 MAX_BYTES = 64 * 1024
 
 
-def read_log(roots: Roots, step_dir: str, attempt: int | None = None, offset: int | None = None,
-             max_bytes: int = MAX_BYTES) -> dict[str, Any]:
+def read_log(
+    roots: Roots, step_dir: str, attempt: int | None = None, offset: int | None = None, max_bytes: int = MAX_BYTES
+) -> dict[str, Any]:
     """Part of one attempt's log (the latest attempt by default): see the module docstring."""
     logs = child(step_dir, LOGS_DIR)
-    attempts = sorted(int(m.group(1)) for e in list_dir(roots, logs)
-                      if e["type"] == "file" and (m := ATTEMPT_LOG.fullmatch(e["name"])))
+    attempts = sorted(
+        int(m.group(1))
+        for e in list_dir(roots, logs)
+        if e["type"] == "file" and (m := ATTEMPT_LOG.fullmatch(e["name"]))
+    )
     if not attempts:
-        return {"state": "missing", "attempts": [], "text": "", "next_offset": 0,
-                "message": f"no logs under {logs} (the step has not started, or ran before logs were kept)"}
+        return {
+            "state": "missing",
+            "attempts": [],
+            "text": "",
+            "next_offset": 0,
+            "message": f"no logs under {logs} (the step has not started, or ran before logs were kept)",
+        }
     chosen = attempts[-1] if attempt is None else attempt
     if chosen not in attempts:
         raise NotFoundError(f"no log for attempt {chosen} under {logs}; attempts with logs: {attempts}")
@@ -50,5 +59,13 @@ def read_log(roots: Roots, step_dir: str, attempt: int | None = None, offset: in
     if offset is None and start > 0 and b"\n" in data:  # a tail starts at a line's beginning
         cut = data.index(b"\n") + 1
         data, start = data[cut:], start + cut
-    return {"state": "ok", "attempts": attempts, "attempt": chosen, "url": url, "size": size, "start": start,
-            "next_offset": end, "text": strip_ansi(redact_text(data.decode("utf-8", errors="replace")))}
+    return {
+        "state": "ok",
+        "attempts": attempts,
+        "attempt": chosen,
+        "url": url,
+        "size": size,
+        "start": start,
+        "next_offset": end,
+        "text": strip_ansi(redact_text(data.decode("utf-8", errors="replace"))),
+    }

@@ -120,8 +120,11 @@ def read_metrics(roots: Roots, step_dir: str, metric: str | None = None) -> dict
                     for name in row:
                         if len(keys) < MAX_KEYS and name not in keys and _plottable(row, name):
                             keys.add(name)
-                        if (not metric and name.startswith(FP8_PREFIX)
-                                and (name in series or len(series) < len(SERIES) + MAX_FP8_SERIES)):
+                        if (
+                            not metric
+                            and name.startswith(FP8_PREFIX)
+                            and (name in series or len(series) < len(SERIES) + MAX_FP8_SERIES)
+                        ):
                             _add(series.setdefault(name, _Thinned()), row, name)
     out = {
         "state": "ok",
@@ -145,8 +148,14 @@ def _add(points: _Thinned, row: dict, name: str) -> None:
 def _plottable(row: dict, name: str) -> bool:
     """A name worth offering: a number, not the step or time, not secret-looking, not huge."""
     value = row[name]
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and name not in ("step", "time")
-            and isinstance(name, str) and len(name) <= MAX_KEY_CHARS and not is_secret_field(name))
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and name not in ("step", "time")
+        and isinstance(name, str)
+        and len(name) <= MAX_KEY_CHARS
+        and not is_secret_field(name)
+    )
 
 
 def _chunks(f: IO[bytes], size: int, chunk: int = 1024 * 1024):

@@ -42,8 +42,7 @@ def _clean_segments(rest: str, original: str) -> list[str]:
             continue
         if segment == "..":
             raise ForbiddenPathError(
-                f"path {original!r} contains '..'; name files by their full path inside the "
-                "browser's roots"
+                f"path {original!r} contains '..'; name files by their full path inside the browser's roots"
             )
         segments.append(segment)
     return segments

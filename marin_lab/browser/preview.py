@@ -71,8 +71,14 @@ def _directory_page(roots: Roots, url: str, cursor: str | None) -> dict:
     end = start + len(page)
     # A step's output folder links back to its step page.
     is_step = any(e["name"] == INFO_FILE for e in entries)
-    return {"kind": "directory", "cursor": str(start), "items": page, "total": len(entries), "is_step": is_step,
-            "next_cursor": str(end) if end < len(entries) else None}
+    return {
+        "kind": "directory",
+        "cursor": str(start),
+        "items": page,
+        "total": len(entries),
+        "is_step": is_step,
+        "next_cursor": str(end) if end < len(entries) else None,
+    }
 
 
 def _json_page(roots: Roots, url: str) -> dict:
@@ -105,13 +111,24 @@ def _text_page(roots: Roots, url: str, cursor: str | None) -> dict:
             skip_to(stream, offset, url)
             data = stream.read(TEXT_PAGE_BYTES + 1)
     except DECODE_ERRORS as err:
-        return {"kind": "text", "compression": compression, "cursor": str(offset), "text": "",
-                "next_cursor": None, "error": f"{url} cannot be decompressed: {err}"}
+        return {
+            "kind": "text",
+            "compression": compression,
+            "cursor": str(offset),
+            "text": "",
+            "next_cursor": None,
+            "error": f"{url} cannot be decompressed: {err}",
+        }
     more = len(data) > TEXT_PAGE_BYTES
     data = data[:TEXT_PAGE_BYTES]
     if b"\x00" in data[:8192]:
-        return {"kind": "binary", "cursor": str(offset), "next_cursor": None,
-                "hex": _hexdump(data[:512]), "message": "binary file: the first 512 bytes in hex"}
+        return {
+            "kind": "binary",
+            "cursor": str(offset),
+            "next_cursor": None,
+            "hex": _hexdump(data[:512]),
+            "message": "binary file: the first 512 bytes in hex",
+        }
     cut = len(data)
     if more:
         newline = data.rfind(b"\n")
@@ -124,9 +141,14 @@ def _text_page(roots: Roots, url: str, cursor: str | None) -> dict:
             if cut > 0 and data[cut - 1] >= 0xC0:
                 cut -= 1
     text = data[:cut].decode("utf-8", errors="replace")
-    return {"kind": "text", "compression": compression, "cursor": str(offset), "text": redact_text(text),
-            "next_cursor": str(offset + cut) if more else None}
+    return {
+        "kind": "text",
+        "compression": compression,
+        "cursor": str(offset),
+        "text": redact_text(text),
+        "next_cursor": str(offset + cut) if more else None,
+    }
 
 
 def _hexdump(data: bytes) -> str:
-    return "\n".join(f"{i:08x}  {data[i:i + 16].hex(' ')}" for i in range(0, len(data), 16))
+    return "\n".join(f"{i:08x}  {data[i : i + 16].hex(' ')}" for i in range(0, len(data), 16))

@@ -75,14 +75,23 @@ def parquet_page(roots: Roots, url: str, cursor: str | None, limit: int) -> dict
     if len(parts) != 2 or min(parts) < 0:
         raise BadRequestError(f"cursor {cursor!r} is not 'row_group:row' (two non-negative integers)")
     group, row = parts
-    page: dict[str, Any] = {"kind": "parquet", "row_group": group, "first_row": row,
-                            "cursor": f"{group}:{row}", "items": [], "next_cursor": None}
+    page: dict[str, Any] = {
+        "kind": "parquet",
+        "row_group": group,
+        "first_row": row,
+        "cursor": f"{group}:{row}",
+        "items": [],
+        "next_cursor": None,
+    }
     with open_file(roots, url) as f:
         try:
             parquet = pq.ParquetFile(f, buffer_size=_PARQUET_BUFFER, pre_buffer=False)
             meta = parquet.metadata
-            page.update(schema=[{"name": fld.name, "type": str(fld.type)} for fld in parquet.schema_arrow],
-                        num_rows=meta.num_rows, num_row_groups=meta.num_row_groups)
+            page.update(
+                schema=[{"name": fld.name, "type": str(fld.type)} for fld in parquet.schema_arrow],
+                num_rows=meta.num_rows,
+                num_row_groups=meta.num_row_groups,
+            )
             if meta.num_row_groups == 0:
                 return page
             if group >= meta.num_row_groups:
@@ -101,12 +110,15 @@ def _parquet_rows(parquet, url: str, group: int, row: int, limit: int) -> dict:
         raise BadRequestError(f"row {row} does not exist; row group {group} of {url} has {group_rows} rows")
     row_bytes = max(group_meta.total_byte_size / max(group_rows, 1), 1.0)
     if row_bytes > PAGE_DECODE_BYTES:
-        return {"error": f"rows of row group {group} hold about {int(row_bytes)} bytes each, more than the "
-                         f"{PAGE_DECODE_BYTES} bytes a page decodes; read {url} with pyarrow instead"}
+        return {
+            "error": f"rows of row group {group} hold about {int(row_bytes)} bytes each, more than the "
+            f"{PAGE_DECODE_BYTES} bytes a page decodes; read {url} with pyarrow instead"
+        }
     if row * row_bytes > MAX_SKIP_BYTES:
         raise BadRequestError(
             f"row {row} lies about {int(row * row_bytes)} bytes into row group {group}; the browser decodes "
-            f"at most {MAX_SKIP_BYTES} bytes to reach a page; read {url} with pyarrow instead")
+            f"at most {MAX_SKIP_BYTES} bytes to reach a page; read {url} with pyarrow instead"
+        )
     # Rows of a batch are decoded together, so the batch is sized to the page's byte budget.
     batch_rows = max(1, min(limit, int(PAGE_DECODE_BYTES // row_bytes)))
     seen = 0

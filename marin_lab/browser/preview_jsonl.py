@@ -83,7 +83,7 @@ class LineReader:
         if not chunk:
             self._eof = True
             return False
-        self._buffer = self._buffer[self._at:] + chunk
+        self._buffer = self._buffer[self._at :] + chunk
         self._at = 0
         return True
 
@@ -162,7 +162,8 @@ def skip_to(stream: IO[bytes], offset: int, url: str) -> None:
     if offset > MAX_SKIP_BYTES:
         raise BadRequestError(
             f"cursor offset {offset} is more than the {MAX_SKIP_BYTES} bytes the browser decodes "
-            f"to reach a page of the compressed file {url}; page forward from an earlier cursor")
+            f"to reach a page of the compressed file {url}; page forward from an earlier cursor"
+        )
     remaining = offset
     while remaining > 0:
         got = stream.read(min(CHUNK * 16, remaining))
@@ -226,9 +227,11 @@ def jsonl_page(roots: Roots, url: str, cursor: str | None, limit: int, size: int
     try:
         while len(items) < limit:
             if line_no - first_line >= PAGE_WORK_LINES or reader.position - offset >= PAGE_WORK_BYTES:
-                notice = (f"this page stopped after reading {line_no - first_line} lines "
-                          f"({reader.position - offset} bytes) with {len(items)} documents; "
-                          "the next page goes on from there")
+                notice = (
+                    f"this page stopped after reading {line_no - first_line} lines "
+                    f"({reader.position - offset} bytes) with {len(items)} documents; "
+                    "the next page goes on from there"
+                )
                 break
             line = reader.next_line()
             if line is None:

@@ -65,8 +65,20 @@ _EXPERIMENT_HASH = re.compile(r"-(?P<hash>[0-9a-f]{8})\.json$")  # experiments/{
 MAX_SCRIPT_BYTES = 512 * 1024
 # What a status file may say beyond the status itself (see execution/watch.py); `run` is the id
 # of the run that wrote a terminal status (execution/run_history.py).
-_STATUS_FIELDS = ("time", "driver", "attempt", "duration_s", "heartbeat", "elapsed_s", "progress", "run", "damage",
-                  "files", "bytes", "error")
+_STATUS_FIELDS = (
+    "time",
+    "driver",
+    "attempt",
+    "duration_s",
+    "heartbeat",
+    "elapsed_s",
+    "progress",
+    "run",
+    "damage",
+    "files",
+    "bytes",
+    "error",
+)
 MAX_RUNS = 100
 """The newest run records an experiment page lists."""
 _LEASE_BYTES = 64 * 1024
@@ -141,8 +153,11 @@ class Browser:
     def experiments(self) -> list[dict]:
         """Every experiment under the prefix, newest first, with counts of its steps' statuses."""
         files = self.experiment_files()
-        loaded = parallel_map(lambda e: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])),
-                              files, local=self.local)
+        loaded = parallel_map(
+            lambda e: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])),
+            files,
+            local=self.local,
+        )
         all_dirs: dict[str, str | None] = {}
         for item in loaded:
             if item.state == "ok":
@@ -150,9 +165,11 @@ class Browser:
                     all_dirs.setdefault(_step_key(step), self.step_dir(step))
         keys = list(all_dirs)
         scrubber = text_scrubber()
-        statuses = dict(zip(keys,
-                            parallel_map(lambda k: self.status_of(all_dirs[k], scrubber), keys, local=self.local),
-                            strict=True))
+        statuses = dict(
+            zip(
+                keys, parallel_map(lambda k: self.status_of(all_dirs[k], scrubber), keys, local=self.local), strict=True
+            )
+        )
         out = []
         for entry, item in zip(files, loaded, strict=True):
             exp_id = entry["name"][: -len(".json")]
@@ -160,8 +177,11 @@ class Browser:
             if item.state == "ok":
                 exp = item.value
                 steps = _steps_of(exp)
-                summary.update(_header(exp, exp_id), steps=len(steps),
-                               status_counts=dict(Counter(statuses[_step_key(s)] for s in steps)))
+                summary.update(
+                    _header(exp, exp_id),
+                    steps=len(steps),
+                    status_counts=dict(Counter(statuses[_step_key(s)] for s in steps)),
+                )
             else:
                 summary.update(name=exp_id, created=None, steps=0, status_counts={})
             out.append(summary)
@@ -198,27 +218,43 @@ class Browser:
         rows: list[dict[str, Any]] = []
         for key, step, step_dir, detail in zip(keys, steps, dirs, details, strict=True):
             status = detail["status"]
-            rows.append({
-                **{k: detail[k] for k in ("duration_s", "progress", "heartbeat", "elapsed_s", "driver_gone_since",
-                                          "files", "bytes") if k in detail},
-                # A failed step's one line (the error's first line, kept with its status).
-                "error": (_text(detail.get("error")) or "")[:300] or None if status == "FAILED" else None,
-                # The run whose record says it wrote this step's status (SUCCESS, FAILED, CANCELLED).
-                "produced_by": _produced_by(detail, runs) if status in ("SUCCESS", "FAILED", "CANCELLED") else None,
-                # The latest run of this experiment did the work, or found it done (reused).
-                "run": (("executed" if detail.get("driver") == run_driver else "reused")
-                        if status == "SUCCESS" and run_driver else None),
-                "key": key,
-                "name": _text(step.get("name")) or key,
-                "identity": _text(step.get("identity")),
-                "fn": _text(step.get("fn")),
-                "output_path": step_dir,
-                "status": status,
-                "dependencies": deps[key],
-                "external_dependencies": [d for d in deps[key] if d not in known],
-                "dependents": dependents.get(key, []),
-                "artifact": self._artifact_row(step, step_dir),
-            })
+            rows.append(
+                {
+                    **{
+                        k: detail[k]
+                        for k in (
+                            "duration_s",
+                            "progress",
+                            "heartbeat",
+                            "elapsed_s",
+                            "driver_gone_since",
+                            "files",
+                            "bytes",
+                        )
+                        if k in detail
+                    },
+                    # A failed step's one line (the error's first line, kept with its status).
+                    "error": (_text(detail.get("error")) or "")[:300] or None if status == "FAILED" else None,
+                    # The run whose record says it wrote this step's status (SUCCESS, FAILED, CANCELLED).
+                    "produced_by": _produced_by(detail, runs) if status in ("SUCCESS", "FAILED", "CANCELLED") else None,
+                    # The latest run of this experiment did the work, or found it done (reused).
+                    "run": (
+                        ("executed" if detail.get("driver") == run_driver else "reused")
+                        if status == "SUCCESS" and run_driver
+                        else None
+                    ),
+                    "key": key,
+                    "name": _text(step.get("name")) or key,
+                    "identity": _text(step.get("identity")),
+                    "fn": _text(step.get("fn")),
+                    "output_path": step_dir,
+                    "status": status,
+                    "dependencies": deps[key],
+                    "external_dependencies": [d for d in deps[key] if d not in known],
+                    "dependents": dependents.get(key, []),
+                    "artifact": self._artifact_row(step, step_dir),
+                }
+            )
         result.update(
             _header(exp, exp_id),
             command_line=exp.get("command_line") if isinstance(exp.get("command_line"), list) else None,
@@ -237,8 +273,10 @@ class Browser:
         """The experiment's run records (execution/run_history.py), newest first: each run's
         command line, times, outcome, and what it executed and reused."""
         folder = child(self.prefix, EXPERIMENTS_DIR, exp_id, RUNS_DIR)
-        names = sorted((e["name"] for e in list_dir(self.roots, folder)
-                        if e["type"] == "file" and e["name"].endswith(".json")), reverse=True)[:MAX_RUNS]
+        names = sorted(
+            (e["name"] for e in list_dir(self.roots, folder) if e["type"] == "file" and e["name"].endswith(".json")),
+            reverse=True,
+        )[:MAX_RUNS]
         loaded = parallel_map(lambda n: load_json(self.roots, child(folder, n)), names, local=self.local)
         out = []
         for item in loaded:
@@ -246,13 +284,19 @@ class Browser:
                 out.append({"file": item.url, "state": item.state, "error": item.error})
                 continue
             run = redact(item.value)
-            steps = ([s for s in run.get("steps", []) if isinstance(s, dict)]
-                     if isinstance(run.get("steps"), list) else [])
+            steps = (
+                [s for s in run.get("steps", []) if isinstance(s, dict)] if isinstance(run.get("steps"), list) else []
+            )
             entry: dict[str, Any] = {
-                "file": item.url, "state": "ok", "run": _text(run.get("run")), "started": _text(run.get("started")),
-                "ended": _text(run.get("ended")), "outcome": run_state(run),
+                "file": item.url,
+                "state": "ok",
+                "run": _text(run.get("run")),
+                "started": _text(run.get("started")),
+                "ended": _text(run.get("ended")),
+                "outcome": run_state(run),
                 "command_line": run.get("command_line") if isinstance(run.get("command_line"), list) else None,
-                "driver": _text(run.get("driver")), "backend": _text(run.get("backend")),
+                "driver": _text(run.get("driver")),
+                "backend": _text(run.get("backend")),
                 "counts": run.get("counts") if isinstance(run.get("counts"), dict) else {},
                 "executed": [_text(s.get("identity")) for s in steps if s.get("outcome") == "executed"],
             }
@@ -270,11 +314,22 @@ class Browser:
         out: dict[str, Any] = {"run_id": launch["run_id"], "log_path": folder, **loaded.as_json()}
         state = loaded.value if loaded.state == "ok" and isinstance(loaded.value, dict) else {}
         attempts = [a for a in state.get("attempts", []) if isinstance(a, dict)]
-        out.update(status=_text(state.get("status")), message=_text(state.get("message")),
-                   max_restarts=state.get("max_restarts"), restarts=max(len(attempts) - 1, 0),
-                   attempts=[{**{k: a.get(k) for k in ("attempt", "outcome", "reason", "node", "host", "started",
-                                                       "ended", "exit_code")},
-                              "log": launch_log_url(self.prefix, run_id, str(a.get("attempt")))} for a in attempts])
+        out.update(
+            status=_text(state.get("status")),
+            message=_text(state.get("message")),
+            max_restarts=state.get("max_restarts"),
+            restarts=max(len(attempts) - 1, 0),
+            attempts=[
+                {
+                    **{
+                        k: a.get(k)
+                        for k in ("attempt", "outcome", "reason", "node", "host", "started", "ended", "exit_code")
+                    },
+                    "log": launch_log_url(self.prefix, run_id, str(a.get("attempt"))),
+                }
+                for a in attempts
+            ],
+        )
         return out
 
     def _launch_record(self, url: str, run_id: str) -> Loaded:
@@ -295,8 +350,21 @@ class Browser:
         """The experiment's code provenance, with the stored script's text (docs/reproducibility.md)."""
         if not isinstance(code, dict):
             return None
-        out = {k: code.get(k) for k in ("script", "commit", "dirty", "changed", "changed_count", "diff", "diff_bytes",
-                                       "diff_truncated", "script_sha256", "script_missing")}
+        out = {
+            k: code.get(k)
+            for k in (
+                "script",
+                "commit",
+                "dirty",
+                "changed",
+                "changed_count",
+                "diff",
+                "diff_bytes",
+                "diff_truncated",
+                "script_sha256",
+                "script_missing",
+            )
+        }
         stored = code.get("stored_script")
         if isinstance(stored, str) and _STORED_SCRIPT.fullmatch(stored):
             url = child(self.prefix, EXPERIMENTS_DIR, *stored.split("/"))
@@ -332,20 +400,23 @@ class Browser:
         name = _text(record.get("name")) if record else None
         identity = _text(record.get("identity")) if record else None
         if identity is None:
-            identity = step_dir.rstrip("/")[len(self.prefix) + 1:] if step_dir.startswith(self.prefix + "/") else None
+            identity = step_dir.rstrip("/")[len(self.prefix) + 1 :] if step_dir.startswith(self.prefix + "/") else None
         out["name"] = name
         out["identity"] = identity
         out["dependencies"] = self._dependencies(record)
         out["dependents"] = self._dependents(identity, exp_id) if identity else []
         index = self._index()
-        out["explain"] = (explain_record(index, typed, last_run=self._run_before(typed, index))
-                          if typed is not None else None)
+        out["explain"] = (
+            explain_record(index, typed, last_run=self._run_before(typed, index)) if typed is not None else None
+        )
         out["artifact"] = self._artifact_record(step_dir)
         out["cost"] = step_cost(identity or step_dir, typed, self.prices).to_json() if typed is not None else None
         # Two existence checks, not a listing: a data step's folder can hold thousands of shards.
         out["has_metrics"], out["has_results"] = parallel_map(
-            lambda url: exists(self.roots, url), [child(step_dir, METRICS_FILE), child(step_dir, RESULTS_FILE)],
-            local=self.local)
+            lambda url: exists(self.roots, url),
+            [child(step_dir, METRICS_FILE), child(step_dir, RESULTS_FILE)],
+            local=self.local,
+        )
         return out
 
     def _step_record(self, url: str) -> tuple[Loaded, StepRecord | None]:
@@ -384,8 +455,10 @@ class Browser:
         if loaded.state != "ok" or not isinstance(loaded.value, dict):
             return None
         value = redact(loaded.value)
-        return {k: value.get(k) for k in ("name", "version", "fingerprint", "result_type", "deps", "source",
-                                           "result", "provenance")}
+        return {
+            k: value.get(k)
+            for k in ("name", "version", "fingerprint", "result_type", "deps", "source", "result", "provenance")
+        }
 
     def _artifact_row(self, step: dict, step_dir: str | None) -> dict[str, Any] | None:
         """For a name@version artifact's step: its address, the fingerprint this experiment planned,
@@ -398,8 +471,12 @@ class Browser:
         built = self._artifact_record(step_dir)
         planned = _text(identity.get("fingerprint"))
         built_fp = _text(built.get("fingerprint")) if built else None
-        return {"address": identity["artifact"], "fingerprint": planned, "built_fingerprint": built_fp,
-                "drift": bool(planned and built_fp and planned != built_fp)}
+        return {
+            "address": identity["artifact"],
+            "fingerprint": planned,
+            "built_fingerprint": built_fp,
+            "drift": bool(planned and built_fp and planned != built_fp),
+        }
 
     def _run_before(self, record: StepRecord, index: RecordIndex) -> LastRun | None:
         """The run of the experiment that made `record` before that one (`last_run_of` over the
@@ -416,15 +493,22 @@ class Browser:
             return None
         stem = os.path.splitext(os.path.basename(script))[0]
         files = [e for e in self.experiment_files() if _EXPERIMENT_HASH.sub("", e["name"]) == stem]
-        loaded = parallel_map(lambda e: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])),
-                              files, local=self.local)
-        earlier = [{**item.value, "_path": item.url} for item in loaded
-                   if item.state == "ok" and str(item.value.get("created", "")) < record.recency]
+        loaded = parallel_map(
+            lambda e: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])),
+            files,
+            local=self.local,
+        )
+        earlier = [
+            {**item.value, "_path": item.url}
+            for item in loaded
+            if item.state == "ok" and str(item.value.get("created", "")) < record.recency
+        ]
         earlier.sort(key=lambda r: str(r.get("created", "")), reverse=True)
         return last_run_of(earlier, script, made["hash"])
 
     def _index(self) -> RecordIndex:
         """Execution's record index, reading through the browser's confined storage."""
+
         def names(folder: str) -> list[str]:
             return [e["name"] for e in list_dir(self.roots, folder) if e["type"] == "directory"]
 
@@ -456,8 +540,9 @@ class Browser:
             names = [f"{exp_id}.json"]
         else:
             names = [e["name"] for e in self.experiment_files()]
-        loaded = parallel_map(lambda n: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, n)), names,
-                              local=self.local)
+        loaded = parallel_map(
+            lambda n: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, n)), names, local=self.local
+        )
         found: dict[str, dict] = {}
         for item in loaded:
             if item.state != "ok":
@@ -508,9 +593,13 @@ def load_experiment(roots: Roots, url: str) -> Loaded:
 
 def _header(exp: dict, exp_id: str) -> dict[str, str | None]:
     """What the experiment list and the experiment page both show first."""
-    return {"name": _text(exp.get("name")) or exp_id, "script": _text(exp.get("script")),
-            "description": _text(exp.get("description")), "created": _text(exp.get("created")),
-            "hash": _text(exp.get("hash"))}
+    return {
+        "name": _text(exp.get("name")) or exp_id,
+        "script": _text(exp.get("script")),
+        "description": _text(exp.get("description")),
+        "created": _text(exp.get("created")),
+        "hash": _text(exp.get("hash")),
+    }
 
 
 def _text(value: Any) -> str | None:

@@ -50,18 +50,26 @@ MAX_LIMIT = 500
 REQUEST_THREADS = 64
 REQUEST_TIMEOUT_S = 120.0
 STATIC_FILES = {
-    "index.html": "text/html", "app.css": "text/css",
-    "app.js": "text/javascript", "compare.js": "text/javascript", "evals.js": "text/javascript",
+    "index.html": "text/html",
+    "app.css": "text/css",
+    "app.js": "text/javascript",
+    "compare.js": "text/javascript",
+    "evals.js": "text/javascript",
     "cost.js": "text/javascript",
     # Vendored unmodified, each with its licence (scripts/vendor_charts.sh re-vendors Plot and d3).
-    "dagre.min.js": "text/javascript", "dagre-LICENSE.txt": "text/plain",
-    "d3.min.js": "text/javascript", "d3-LICENSE.txt": "text/plain",
-    "plot.umd.min.js": "text/javascript", "plot-LICENSE.txt": "text/plain",
+    "dagre.min.js": "text/javascript",
+    "dagre-LICENSE.txt": "text/plain",
+    "d3.min.js": "text/javascript",
+    "d3-LICENSE.txt": "text/plain",
+    "plot.umd.min.js": "text/javascript",
+    "plot-LICENSE.txt": "text/plain",
 }
 # Data is rendered with textContent, and this policy is the second wall: no inline or foreign
 # script can run even if some string reached the DOM as markup.
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
 
 BROWSER_KEY: web.AppKey[Browser] = web.AppKey("browser", Browser)
@@ -79,8 +87,13 @@ def _json(value: Any, status: int = 200) -> web.Response:
     except UnicodeEncodeError:
         # A lone surrogate (valid in JSON, "\ud800") has no UTF-8 form: send the escaped form.
         body = json.dumps(value, ensure_ascii=True, default=str, allow_nan=False).encode("ascii")
-    return web.Response(body=body, status=status, content_type="application/json", charset="utf-8",
-                        headers={"Cache-Control": "no-store"})
+    return web.Response(
+        body=body,
+        status=status,
+        content_type="application/json",
+        charset="utf-8",
+        headers={"Cache-Control": "no-store"},
+    )
 
 
 async def _in_thread(request: web.Request, fn: Callable[..., Any], *args: Any) -> Any:
@@ -92,7 +105,8 @@ async def _in_thread(request: web.Request, fn: Callable[..., Any], *args: Any) -
     except TimeoutError:
         raise TimeoutAnswerError(
             f"{request.path} took longer than {REQUEST_TIMEOUT_S:.0f} s (slow or unresponsive storage?); "
-            "try again, or check that the storage answers") from None
+            "try again, or check that the storage answers"
+        ) from None
 
 
 def _is_loopback_host(host_header: str) -> bool:
@@ -112,8 +126,9 @@ async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitabl
     # A server on 127.0.0.1 can still be reached by a page on another site through DNS
     # rebinding; such a request carries that site's name in Host, so refuse non-loopback names.
     if request.app[LOOPBACK_KEY] and not _is_loopback_host(request.host or ""):
-        return _json({"error": f"host {request.host!r} refused: the browser serves localhost only",
-                      "status": 403}, status=403)
+        return _json(
+            {"error": f"host {request.host!r} refused: the browser serves localhost only", "status": 403}, status=403
+        )
     try:
         response = await handler(request)
     except BrowserError as err:
@@ -124,8 +139,7 @@ async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitabl
         response = _json({"error": err.reason, "status": err.status}, status=err.status)
     except Exception as err:  # a bug, not bad data: say so, and keep serving
         logger.exception("browser: %s %s failed", request.method, request.path_qs)
-        response = _json({"error": f"internal error while serving {request.path}: {err!r}", "status": 500},
-                         status=500)
+        response = _json({"error": f"internal error while serving {request.path}: {err!r}", "status": 500}, status=500)
     response.headers.setdefault("Content-Security-Policy", CSP)
     response.headers.setdefault("X-Content-Type-Options", "nosniff")
     response.headers.setdefault("Referrer-Policy", "no-referrer")
@@ -156,8 +170,9 @@ async def _health(request: web.Request) -> web.Response:
 
 
 async def _experiments(request: web.Request) -> web.Response:
-    return _json({"prefix": _browser(request).prefix,
-                  "experiments": await _in_thread(request, _browser(request).experiments)})
+    return _json(
+        {"prefix": _browser(request).prefix, "experiments": await _in_thread(request, _browser(request).experiments)}
+    )
 
 
 async def _experiment(request: web.Request) -> web.Response:
@@ -176,16 +191,21 @@ async def _step(request: web.Request) -> web.Response:
 async def _file(request: web.Request) -> web.Response:
     b = _browser(request)
     limit = _limit(request, 25)
-    return _json(await _in_thread(request, preview, b.roots, request.query.get("path", ""),
-                                  request.query.get("cursor") or None, limit))
+    return _json(
+        await _in_thread(
+            request, preview, b.roots, request.query.get("path", ""), request.query.get("cursor") or None, limit
+        )
+    )
 
 
 async def _metrics(request: web.Request) -> web.Response:
     b = _browser(request)
     step_dir = b.roots.resolve(request.query.get("path", ""))
     metric = request.query.get("metric") or None  # one series alone (the compare view)
-    metrics, results = await asyncio.gather(_in_thread(request, read_metrics, b.roots, step_dir, metric),
-                                            _in_thread(request, read_results, b.roots, step_dir))
+    metrics, results = await asyncio.gather(
+        _in_thread(request, read_metrics, b.roots, step_dir, metric),
+        _in_thread(request, read_results, b.roots, step_dir),
+    )
     return _json({"output_path": step_dir, "metrics": metrics, "results": results})
 
 
@@ -202,8 +222,11 @@ def _int_query(request: web.Request, name: str) -> int | None:
 async def _log(request: web.Request) -> web.Response:
     b = _browser(request)
     step_dir = b.roots.resolve(request.query.get("path", ""))
-    return _json(await _in_thread(request, read_log, b.roots, step_dir, _int_query(request, "attempt"),
-                                  _int_query(request, "offset")))
+    return _json(
+        await _in_thread(
+            request, read_log, b.roots, step_dir, _int_query(request, "attempt"), _int_query(request, "offset")
+        )
+    )
 
 
 async def _compare(request: web.Request) -> web.Response:
@@ -212,21 +235,49 @@ async def _compare(request: web.Request) -> web.Response:
 
 async def _evals(request: web.Request) -> web.Response:
     qs = request.query
-    return _json(await _in_thread(request, evals.leaderboard, _browser(request), qs.get("tasks") or None,
-                                  qs.get("metric") or None, qs.get("rank_on") or None))
+    return _json(
+        await _in_thread(
+            request,
+            evals.leaderboard,
+            _browser(request),
+            qs.get("tasks") or None,
+            qs.get("metric") or None,
+            qs.get("rank_on") or None,
+        )
+    )
 
 
 async def _evals_compare(request: web.Request) -> web.Response:
     qs = request.query
-    return _json(await _in_thread(request, evals.compare, _browser(request), qs.get("a"), qs.get("b"),
-                                  qs.get("tasks") or None, qs.get("metric") or None))
+    return _json(
+        await _in_thread(
+            request,
+            evals.compare,
+            _browser(request),
+            qs.get("a"),
+            qs.get("b"),
+            qs.get("tasks") or None,
+            qs.get("metric") or None,
+        )
+    )
 
 
 async def _evals_samples(request: web.Request) -> web.Response:
     qs = request.query
-    return _json(await _in_thread(request, evals.samples, _browser(request), qs.get("run"), qs.get("task"),
-                                  qs.get("show") or "all", qs.get("other") or None, _int_query(request, "cursor"),
-                                  _limit(request, 25), qs.get("metric") or None))
+    return _json(
+        await _in_thread(
+            request,
+            evals.samples,
+            _browser(request),
+            qs.get("run"),
+            qs.get("task"),
+            qs.get("show") or "all",
+            qs.get("other") or None,
+            _int_query(request, "cursor"),
+            _limit(request, 25),
+            qs.get("metric") or None,
+        )
+    )
 
 
 async def _evals_run(request: web.Request) -> web.Response:
@@ -261,8 +312,9 @@ async def _static(request: web.Request) -> web.Response:
     return web.Response(body=_static_text(name), content_type=STATIC_FILES[name], charset="utf-8")
 
 
-def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool = True,
-             prices: PriceTable | None = None) -> web.Application:
+def make_app(
+    prefix: str, roots: list[str] | None = None, *, loopback_only: bool = True, prices: PriceTable | None = None
+) -> web.Application:
     """The aiohttp application serving `prefix`. The browser may read the prefix and each of
     `roots` (more folders, `--root`); the prefix is the first root, against which relative paths
     resolve; `prices` (default: the list prices) price the cost columns."""
@@ -279,13 +331,26 @@ def make_app(prefix: str, roots: list[str] | None = None, *, loopback_only: bool
 
     app.on_cleanup.append(_stop_pool)
     # GET only: the browser never writes, so there is no route that could.
-    routes = {"/": _index, "/static/{name}": _static, "/favicon.ico": _favicon, "/api/health": _health,
-              "/api/experiments": _experiments, "/api/experiments/{exp_id}": _experiment,
-              "/api/experiments/{exp_id}/runs": _compare, "/api/experiments/{exp_id}/cost": _cost, "/api/step": _step,
-              "/api/file": _file,
-              "/api/metrics": _metrics, "/api/log": _log, "/api/evals": _evals,
-              "/api/evals/compare": _evals_compare, "/api/evals/samples": _evals_samples,
-              "/api/evals/training": _evals_training, "/api/evals/run": _evals_run, "/api/{tail:.*}": _api_not_found}
+    routes = {
+        "/": _index,
+        "/static/{name}": _static,
+        "/favicon.ico": _favicon,
+        "/api/health": _health,
+        "/api/experiments": _experiments,
+        "/api/experiments/{exp_id}": _experiment,
+        "/api/experiments/{exp_id}/runs": _compare,
+        "/api/experiments/{exp_id}/cost": _cost,
+        "/api/step": _step,
+        "/api/file": _file,
+        "/api/metrics": _metrics,
+        "/api/log": _log,
+        "/api/evals": _evals,
+        "/api/evals/compare": _evals_compare,
+        "/api/evals/samples": _evals_samples,
+        "/api/evals/training": _evals_training,
+        "/api/evals/run": _evals_run,
+        "/api/{tail:.*}": _api_not_found,
+    }
     for path, handler in routes.items():  # in this order: the catch-all API route comes last
         app.router.add_get(path, handler)
     return app
@@ -298,8 +363,13 @@ def _is_loopback_bind(host: str) -> bool:
         return host == "localhost"
 
 
-def serve(prefix: str, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, roots: list[str] | None = None,
-          prices: PriceTable | None = None) -> None:
+def serve(
+    prefix: str,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    roots: list[str] | None = None,
+    prices: PriceTable | None = None,
+) -> None:
     """Serve the browser for `prefix` until interrupted."""
     if not _is_loopback_bind(host):
         logger.warning("browser: binding %s exposes every file under %s to the network", host, prefix)
@@ -341,12 +411,18 @@ class RunningServer:
         self.stop()
 
 
-def start_in_thread(prefix: str, roots: list[str] | None = None, host: str = DEFAULT_HOST,
-                    port: int = 0, prices: PriceTable | None = None) -> RunningServer:
+def start_in_thread(
+    prefix: str,
+    roots: list[str] | None = None,
+    host: str = DEFAULT_HOST,
+    port: int = 0,
+    prices: PriceTable | None = None,
+) -> RunningServer:
     """Start a server on a free port (port=0) in a daemon thread and return once it listens."""
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(make_app(prefix, roots, loopback_only=_is_loopback_bind(host), prices=prices),
-                           access_log=None)
+    runner = web.AppRunner(
+        make_app(prefix, roots, loopback_only=_is_loopback_bind(host), prices=prices), access_log=None
+    )
     ready: dict[str, Any] = {}
     started = threading.Event()
 
@@ -377,8 +453,9 @@ def start_in_thread(prefix: str, roots: list[str] | None = None, host: str = DEF
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m marin_lab.browser.server`: the same parser and behaviour as `marin-lab browse`."""
-    parser = command.add_arguments(argparse.ArgumentParser(prog="marin-lab browse",
-                                                           description="Browse experiments, steps and data."))
+    parser = command.add_arguments(
+        argparse.ArgumentParser(prog="marin-lab browse", description="Browse experiments, steps and data.")
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     redact_logs()

@@ -50,8 +50,7 @@ def _kind_of_mode(mode: int) -> str:
 
 def _refuse_special(url: str, mode: int) -> None:
     if not stat.S_ISREG(mode):
-        raise NotRegularFileError(
-            f"{url} is {_kind_of_mode(mode)}; the browser reads regular files and folders only")
+        raise NotRegularFileError(f"{url} is {_kind_of_mode(mode)}; the browser reads regular files and folders only")
 
 
 def _is_remote(url: str) -> bool:
@@ -146,8 +145,7 @@ def read_bounded(roots: Roots, url: str, max_bytes: int) -> bytes:
     with open_file(roots, url) as f:
         data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise ValueError(f"larger than the {max_bytes} bytes the browser reads whole; "
-                         "open it in the file viewer")
+        raise ValueError(f"larger than the {max_bytes} bytes the browser reads whole; open it in the file viewer")
     return data
 
 
@@ -224,8 +222,13 @@ def _list_remote(url: str) -> list[dict]:
         name = posixpath.basename(str(entry["name"]).rstrip("/"))
         if not name or str(entry["name"]).rstrip("/") == base:
             continue
-        out.append({"name": name, "type": "directory" if entry.get("type") == "directory" else "file",
-                    "size": int(entry.get("size") or 0)})
+        out.append(
+            {
+                "name": name,
+                "type": "directory" if entry.get("type") == "directory" else "file",
+                "size": int(entry.get("size") or 0),
+            }
+        )
     return out
 
 

@@ -40,34 +40,45 @@ def default_ray_config(cluster_name: str) -> Path:
     the working directory itself; never beside the installed package."""
     infra = Path("infra")
     return (infra if infra.is_dir() else Path(".")) / f"{cluster_name}.yaml"
+
+
 EXIT_DEGRADED = 3
 
 
 def startup_script(config: ClusterConfig, head_ip: str) -> str:
     """What a directly provisioned TPU host runs at boot: join the Ray cluster in the cluster image."""
-    return "\n".join([
-        "#!/bin/bash",
-        "set -euo pipefail",
-        f"gcloud auth configure-docker {config.region}-docker.pkg.dev --quiet",
-        f"docker pull {shlex.quote(config.image)}",
-        "docker rm -f marin_lab 2>/dev/null || true",
-        f"docker run -d --name marin_lab --privileged --net=host --ulimit memlock=-1:-1 -v /tmp:/tmp "
-        f"-e MARIN_PREFIX={shlex.quote(config.bucket or '')} {shlex.quote(config.image)} "
-        f"ray start --address={head_ip}:6379 --object-manager-port=8076 --block",
-    ])
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            "set -euo pipefail",
+            f"gcloud auth configure-docker {config.region}-docker.pkg.dev --quiet",
+            f"docker pull {shlex.quote(config.image)}",
+            "docker rm -f marin_lab 2>/dev/null || true",
+            f"docker run -d --name marin_lab --privileged --net=host --ulimit memlock=-1:-1 -v /tmp:/tmp "
+            f"-e MARIN_PREFIX={shlex.quote(config.bucket or '')} {shlex.quote(config.image)} "
+            f"ray start --address={head_ip}:6379 --object-manager-port=8076 --block",
+        ]
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="marin-lab cluster", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, text in (("up", "bring the cluster up"), ("status", "show queued resources"),
-                       ("down", "tear the cluster down"), ("render", "write the Ray cluster config")):
+    for name, text in (
+        ("up", "bring the cluster up"),
+        ("status", "show queued resources"),
+        ("down", "tear the cluster down"),
+        ("render", "write the Ray cluster config"),
+    ):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("--config", required=True, help="cluster config, e.g. infra/clusters/us-west4.yaml")
         add_bool_flag(cmd, "--dry_run", "print the Ray commands and TPU API requests only")
-        cmd.add_argument("--ray_config", default=None,
-                         help="where the rendered Ray config goes (default: infra/<cluster_name>.yaml under "
-                              "the working directory if it has an infra/ folder, else <cluster_name>.yaml there)")
+        cmd.add_argument(
+            "--ray_config",
+            default=None,
+            help="where the rendered Ray config goes (default: infra/<cluster_name>.yaml under "
+            "the working directory if it has an infra/ folder, else <cluster_name>.yaml there)",
+        )
         cmd.add_argument("--api_endpoint", default=None, help=argparse.SUPPRESS)  # an emulator, for drills
         if name == "up":
             add_bool_flag(cmd, "--no_ray", "only provision the queued resources")
@@ -136,8 +147,12 @@ def _up(args, config, provisioner, ray_config: Path, run, emit) -> int:
             head_ip = out.stdout.strip().splitlines()[-1] if out is not None else None
     for spec in config.queued_resources:
         script = startup_script(config, head_ip or "<ray-head-ip>") if (head_ip or args.dry_run) else None
-        provisioner.create(spec, runtime_version=config.runtime_version,
-                           labels={"marin-cluster": config.cluster_name}, startup_script=script)
+        provisioner.create(
+            spec,
+            runtime_version=config.runtime_version,
+            labels={"marin-cluster": config.cluster_name},
+            startup_script=script,
+        )
     if args.dry_run or args.no_wait:
         return 0
     for spec in config.queued_resources:
@@ -157,10 +172,11 @@ def _status(args, config, provisioner, ray_config: Path, run, emit) -> int:
         for s in statuses:
             flag = " PREEMPTED" if s.preempted else (" FAILED: " + (s.error or "") if s.state == "FAILED" else "")
             nodes = ", ".join(f"{n}={st}" for n, st in s.nodes)
-            emit(f"  {s.name:<28} {s.state:<22} {s.slices} x {s.tpu} {'spot' if s.spot else 'guaranteed'}"
-                 f"{flag}{'  [' + nodes + ']' if nodes else ''}")
-        emit(f"Ray: `ray status` on the head (`ray attach {ray_config}`), dashboard via "
-             f"`ray dashboard {ray_config}`")
+            emit(
+                f"  {s.name:<28} {s.state:<22} {s.slices} x {s.tpu} {'spot' if s.spot else 'guaranteed'}"
+                f"{flag}{'  [' + nodes + ']' if nodes else ''}"
+            )
+        emit(f"Ray: `ray status` on the head (`ray attach {ray_config}`), dashboard via `ray dashboard {ray_config}`")
     degraded = any(s.preempted or s.state == "FAILED" for s in statuses)
     return EXIT_DEGRADED if degraded else 0
 

@@ -31,8 +31,9 @@ def _estimate(r: StepReport) -> str:
     # A zero step time (no FLOPs, no traffic) leaves tokens/s and MFU unset.
     if r.est_step_s is None or r.est_tokens_per_s is None or r.est_mfu is None:
         return "-"
-    return (f"{r.est_step_s:.2f} s/step ({r.bound}-bound), {r.est_tokens_per_s:,.0f} tokens/s, "
-            f"MFU {100 * r.est_mfu:.1f}%")
+    return (
+        f"{r.est_step_s:.2f} s/step ({r.bound}-bound), {r.est_tokens_per_s:,.0f} tokens/s, MFU {100 * r.est_mfu:.1f}%"
+    )
 
 
 def _collectives(r: StepReport) -> list[str]:
@@ -45,21 +46,31 @@ def as_text(reports: Sequence[StepReport]) -> str:
         verdict = "fits" if r.fits else "DOES NOT FIT"
         if r.fits and r.headroom_bytes is not None and r.headroom_bytes < 0:
             verdict = "compiled, but over the limit as memory_analysis counts it"
-        lines.append(f"{r.step} ({r.function}) on {r.topology}: {r.chips} chips in {r.slices} slice(s), "
-                     f"mesh {r.mesh}, remat {r.remat}, attention {r.attention}")
-        lines.append(f"  HBM per chip: {_gib(r.hbm_bytes_per_chip)} of {_gib(r.hbm_capacity_bytes)} GiB, {verdict}"
-                     + (f" (headroom {_gib(r.headroom_bytes)} GiB)" if r.fits else ""))
+        lines.append(
+            f"{r.step} ({r.function}) on {r.topology}: {r.chips} chips in {r.slices} slice(s), "
+            f"mesh {r.mesh}, remat {r.remat}, attention {r.attention}"
+        )
+        lines.append(
+            f"  HBM per chip: {_gib(r.hbm_bytes_per_chip)} of {_gib(r.hbm_capacity_bytes)} GiB, {verdict}"
+            + (f" (headroom {_gib(r.headroom_bytes)} GiB)" if r.fits else "")
+        )
         if r.hbm:
-            lines.append(f"    arguments {_gib(r.hbm['argument'])}, temporaries {_gib(r.hbm['temp'])}, outputs "
-                         f"{_gib(r.hbm['output'])}, aliased (donated) {_gib(r.hbm['alias'])} GiB")
+            lines.append(
+                f"    arguments {_gib(r.hbm['argument'])}, temporaries {_gib(r.hbm['temp'])}, outputs "
+                f"{_gib(r.hbm['output'])}, aliased (donated) {_gib(r.hbm['alias'])} GiB"
+            )
         if r.error:
             lines.append(f"    compiler: {r.error}")
-        lines.append(f"  FLOPs per step: {r.flops_per_step:.4g} model, {r.hardware_flops_per_step:.4g} with remat "
-                     f"recompute; {r.tokens_per_step:,} tokens")
+        lines.append(
+            f"  FLOPs per step: {r.flops_per_step:.4g} model, {r.hardware_flops_per_step:.4g} with remat "
+            f"recompute; {r.tokens_per_step:,} tokens"
+        )
         if r.host_offload_bytes:
             need = r.host_bytes_per_s_needed
-            lines.append(f"  host offload: {_gib(r.host_offload_bytes)} GiB per chip per step, out and back"
-                         + (f" ({need / 1e9:.1f} GB/s per chip hides it under the step)" if need else ""))
+            lines.append(
+                f"  host offload: {_gib(r.host_offload_bytes)} GiB per chip per step, out and back"
+                + (f" ({need / 1e9:.1f} GB/s per chip hides it under the step)" if need else "")
+            )
         lines.append(f"  estimate (roofline, chip peak {_tflops(r.chip_peak_flops)}): {_estimate(r)}")
         if r.compiler_optimal_s is not None:
             lines.append(f"  compiler's optimal_seconds: {r.compiler_optimal_s:.4g} s (counts each loop body once)")
@@ -69,12 +80,16 @@ def as_text(reports: Sequence[StepReport]) -> str:
     for step, group in _comparisons(reports).items():
         lines.append("")
         lines.append(f"remat policies for {step} on {group[0].topology} ({_CHOICE_RULE}):")
-        lines.append(f"  {'policy':18s} {'HBM GiB/chip':>13s} {'headroom':>9s} {'FLOPs/step':>11s} {'recompute':>10s} "
-                     f"{'MFU ceiling':>11s} {'host GiB':>9s}")
+        lines.append(
+            f"  {'policy':18s} {'HBM GiB/chip':>13s} {'headroom':>9s} {'FLOPs/step':>11s} {'recompute':>10s} "
+            f"{'MFU ceiling':>11s} {'host GiB':>9s}"
+        )
         for r in group:
-            lines.append(f"  {r.remat:18s} {_gib(r.hbm_bytes_per_chip):>13s} {_headroom(r):>9s} "
-                         f"{r.hardware_flops_per_step:11.4g} {_recompute(r):>10s} {_mfu(r):>11s} "
-                         f"{_gib(r.host_offload_bytes):>9s}{'  <- chosen' if r.chosen else ''}")
+            lines.append(
+                f"  {r.remat:18s} {_gib(r.hbm_bytes_per_chip):>13s} {_headroom(r):>9s} "
+                f"{r.hardware_flops_per_step:11.4g} {_recompute(r):>10s} {_mfu(r):>11s} "
+                f"{_gib(r.host_offload_bytes):>9s}{'  <- chosen' if r.chosen else ''}"
+            )
         if not any(r.chosen for r in group):
             lines.append("  none chosen: no policy fits with the headroom")
     return "\n".join(lines)
@@ -88,8 +103,11 @@ def _comparisons(reports: Sequence[StepReport]) -> dict[str, list[StepReport]]:
     groups: dict[str, list[StepReport]] = {}
     for r in reports:
         groups.setdefault(r.step, []).append(r)
-    return {step: group for step, group in groups.items() if len({r.remat for r in group}) > 1
-            or any(r.chosen for r in group)}
+    return {
+        step: group
+        for step, group in groups.items()
+        if len({r.remat for r in group}) > 1 or any(r.chosen for r in group)
+    }
 
 
 def _headroom(r: StepReport) -> str:
@@ -105,9 +123,11 @@ def _mfu(r: StepReport) -> str:
 
 
 def as_markdown(reports: Sequence[StepReport]) -> str:
-    lines = ["| step | topology | chips | HBM GiB/chip (limit) | fits | headroom GiB | model FLOPs/step | "
-             "est. tokens/s | est. MFU | ICI / step | DCN / step | compile s |",
-             "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| step | topology | chips | HBM GiB/chip (limit) | fits | headroom GiB | model FLOPs/step | "
+        "est. tokens/s | est. MFU | ICI / step | DCN / step | compile s |",
+        "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in reports:
         net = {"ici": 0, "dcn": 0}
         for c in r.collectives:
@@ -117,24 +137,33 @@ def as_markdown(reports: Sequence[StepReport]) -> str:
             f"{'yes' if r.fits else '**no**'} | {_gib(r.headroom_bytes) if r.fits else '-'} | "
             f"{r.flops_per_step:.3g} | {f'{r.est_tokens_per_s:,.0f}' if r.est_tokens_per_s else '-'} | "
             f"{f'{100 * r.est_mfu:.1f}%' if r.est_mfu else '-'} | {_bytes(net['ici'])} | {_bytes(net['dcn'])} | "
-            f"{r.compile_s:.1f} |")
+            f"{r.compile_s:.1f} |"
+        )
     lines.append("")
-    lines.append("Estimates are a roofline (hardware FLOPs incl. remat at the chip's bf16 peak, collective bytes at "
-                 "the interconnect bandwidth, whichever is slowest): an upper bound on throughput.")
+    lines.append(
+        "Estimates are a roofline (hardware FLOPs incl. remat at the chip's bf16 peak, collective bytes at "
+        "the interconnect bandwidth, whichever is slowest): an upper bound on throughput."
+    )
     for r in reports:
         if r.collectives:
             lines.append(f"- `{r.step}` collectives: " + "; ".join(_collectives(r)))
     for step, group in _comparisons(reports).items():
-        lines += ["", f"Remat policies for `{step}` on {group[0].topology} ({_CHOICE_RULE}):", "",
-                  "| policy | HBM GiB/chip (limit) | fits | headroom GiB | FLOPs/step incl. recompute | recompute | "
-                  "MFU ceiling | host offload GiB/chip | chosen |",
-                  "|---|---:|---|---:|---:|---:|---:|---:|---|"]
+        lines += [
+            "",
+            f"Remat policies for `{step}` on {group[0].topology} ({_CHOICE_RULE}):",
+            "",
+            "| policy | HBM GiB/chip (limit) | fits | headroom GiB | FLOPs/step incl. recompute | recompute | "
+            "MFU ceiling | host offload GiB/chip | chosen |",
+            "|---|---:|---|---:|---:|---:|---:|---:|---|",
+        ]
         for r in group:
-            lines.append(f"| {r.remat} | {_gib(r.hbm_bytes_per_chip)} ({_gib(r.hbm_capacity_bytes)}) | "
-                         f"{'yes' if r.fits else '**no**'} | {_gib(r.headroom_bytes) if r.fits else '-'} | "
-                         f"{r.hardware_flops_per_step:.4g} | {_recompute(r)} | {_mfu(r)} | "
-                         f"{_gib(r.host_offload_bytes) if r.host_offload_bytes else '-'} | "
-                         f"{'**yes**' if r.chosen else ''} |")
+            lines.append(
+                f"| {r.remat} | {_gib(r.hbm_bytes_per_chip)} ({_gib(r.hbm_capacity_bytes)}) | "
+                f"{'yes' if r.fits else '**no**'} | {_gib(r.headroom_bytes) if r.fits else '-'} | "
+                f"{r.hardware_flops_per_step:.4g} | {_recompute(r)} | {_mfu(r)} | "
+                f"{_gib(r.host_offload_bytes) if r.host_offload_bytes else '-'} | "
+                f"{'**yes**' if r.chosen else ''} |"
+            )
     return "\n".join(lines)
 
 
@@ -142,8 +171,9 @@ def as_json(reports: Sequence[StepReport]) -> str:
     out: dict = {"steps": [r.as_dict() for r in reports]}
     comparisons = _comparisons(reports)
     if comparisons:  # step -> the chosen policy (None: none fits with the headroom)
-        out["remat_choice"] = {step: next((r.remat for r in group if r.chosen), None)
-                               for step, group in comparisons.items()}
+        out["remat_choice"] = {
+            step: next((r.remat for r in group if r.chosen), None) for step, group in comparisons.items()
+        }
     return json.dumps(out, indent=1)
 
 

@@ -153,10 +153,18 @@ def parse_cluster_config(raw: Mapping[str, Any], source: str = "<dict>") -> Clus
         if item.reservation and item.spot:
             raise _fail(source, f"queued_resources[{i}] ({item.name}): a reservation needs spot: false")
     return ClusterConfig(
-        cluster_name=raw["cluster_name"], project=raw["project"], region=raw["region"], zone=raw["zone"],
-        image=raw["image"], tpu_workers=tuple(workers), queued_resources=tuple(queued), bucket=raw.get("bucket"),
-        head_machine_type=head.get("machine_type", "n2-standard-8"), head_disk_gb=int(head.get("disk_gb", 200)),
-        runtime_version=raw.get("runtime_version", DEFAULT_RUNTIME_VERSION), source=source,
+        cluster_name=raw["cluster_name"],
+        project=raw["project"],
+        region=raw["region"],
+        zone=raw["zone"],
+        image=raw["image"],
+        tpu_workers=tuple(workers),
+        queued_resources=tuple(queued),
+        bucket=raw.get("bucket"),
+        head_machine_type=head.get("machine_type", "n2-standard-8"),
+        head_disk_gb=int(head.get("disk_gb", 200)),
+        runtime_version=raw.get("runtime_version", DEFAULT_RUNTIME_VERSION),
+        source=source,
     )
 
 
@@ -186,8 +194,9 @@ def _substitute(node: Any, values: Mapping[str, Any], where: str) -> Any:
                 return values[match[1]]
             return string.Template(node).substitute({k: str(v) for k, v in values.items()})
         except KeyError as err:
-            raise ClusterConfigError(f"template field {where} uses ${{{err.args[0]}}}, which the cluster config "
-                                     f"does not provide") from err
+            raise ClusterConfigError(
+                f"template field {where} uses ${{{err.args[0]}}}, which the cluster config does not provide"
+            ) from err
     return node
 
 
@@ -196,27 +205,50 @@ def render_ray_config(config: ClusterConfig, template: str | os.PathLike = DEFAU
     with open(template) as f:
         raw = yaml.safe_load(f)
     pattern = raw.pop("tpu_worker_pattern")
-    common = {"cluster_name": config.cluster_name, "project": config.project, "region": config.region,
-              "zone": config.zone, "image": config.image, "bucket": config.bucket or "",
-              "head_machine_type": config.head_machine_type, "head_disk_gb": config.head_disk_gb}
+    common = {
+        "cluster_name": config.cluster_name,
+        "project": config.project,
+        "region": config.region,
+        "zone": config.zone,
+        "image": config.image,
+        "bucket": config.bucket or "",
+        "head_machine_type": config.head_machine_type,
+        "head_disk_gb": config.head_disk_gb,
+    }
     rendered = _substitute(raw, common, "template")
     for worker in config.tpu_workers:
         tpu = parse_tpu_type(worker.tpu)
-        values = {**common, "tpu": tpu.name, "accelerator_type": tpu.accelerator_type,
-                  "chips_per_host": tpu.chips_per_host, "min_slices": worker.min_slices,
-                  "max_slices": worker.max_slices, "preemptible": worker.preemptible,
-                  "runtime_version": worker.runtime_version or config.runtime_version}
+        values = {
+            **common,
+            "tpu": tpu.name,
+            "accelerator_type": tpu.accelerator_type,
+            "chips_per_host": tpu.chips_per_host,
+            "min_slices": worker.min_slices,
+            "max_slices": worker.max_slices,
+            "preemptible": worker.preemptible,
+            "runtime_version": worker.runtime_version or config.runtime_version,
+        }
         rendered["available_node_types"][f"tpu_worker_{tpu.name.replace('-', '_')}"] = _substitute(
-            copy.deepcopy(pattern), values, f"tpu_worker_pattern({tpu.name})")
+            copy.deepcopy(pattern), values, f"tpu_worker_pattern({tpu.name})"
+        )
     rendered["max_workers"] = sum(w.max_slices for w in config.tpu_workers)
     return rendered
 
 
 def dump_ray_config(config: ClusterConfig, template: str | os.PathLike = DEFAULT_TEMPLATE) -> str:
-    header = (f"# Rendered from {Path(template).name} and {config.source or 'a cluster config'} by "
-              f"`marin-lab cluster render`; edit those, not this file.\n")
+    header = (
+        f"# Rendered from {Path(template).name} and {config.source or 'a cluster config'} by "
+        f"`marin-lab cluster render`; edit those, not this file.\n"
+    )
     return header + yaml.safe_dump(render_ray_config(config, template), sort_keys=False, width=120)
 
 
-__all__ = ["ClusterConfig", "QueuedSlice", "TpuWorkerType", "dump_ray_config", "load_cluster_config",
-           "parse_cluster_config", "render_ray_config"]
+__all__ = [
+    "ClusterConfig",
+    "QueuedSlice",
+    "TpuWorkerType",
+    "dump_ray_config",
+    "load_cluster_config",
+    "parse_cluster_config",
+    "render_ray_config",
+]

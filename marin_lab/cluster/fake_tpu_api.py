@@ -106,16 +106,23 @@ class FakeTpuApi:
 
     # -- the service -------------------------------------------------------------------------------
     def _record(self, method: str, request: Any, context: grpc.ServicerContext) -> None:
-        self.requests.append({"method": method, "request": type(request).to_dict(request),
-                              "metadata": dict(context.invocation_metadata())})
+        self.requests.append(
+            {
+                "method": method,
+                "request": type(request).to_dict(request),
+                "metadata": dict(context.invocation_metadata()),
+            }
+        )
 
     @staticmethod
     def _node_names(qr) -> list[str]:
         names = []
         for spec in qr.tpu.node_spec:
             if spec.multislice_params and spec.multislice_params.node_count:
-                names += [f"{spec.parent}/nodes/{spec.multislice_params.node_id_prefix}-{i}"
-                          for i in range(spec.multislice_params.node_count)]
+                names += [
+                    f"{spec.parent}/nodes/{spec.multislice_params.node_id_prefix}-{i}"
+                    for i in range(spec.multislice_params.node_count)
+                ]
             else:
                 names.append(f"{spec.parent}/nodes/{spec.node_id}")
         return names
@@ -132,8 +139,10 @@ class FakeTpuApi:
             self.queued[name] = qr
             self._pending[name] = list(self.progression)
         return operations_pb2.Operation(
-            name=f"{request.parent}/operations/create-{request.queued_resource_id}", done=True,
-            response=_pack("google.cloud.tpu.v2.QueuedResource", tpu_v2.QueuedResource.serialize(qr)))
+            name=f"{request.parent}/operations/create-{request.queued_resource_id}",
+            done=True,
+            response=_pack("google.cloud.tpu.v2.QueuedResource", tpu_v2.QueuedResource.serialize(qr)),
+        )
 
     def _queued_or_abort(self, name: str, context: grpc.ServicerContext) -> tpu_v2.QueuedResource:
         qr = self.queued.get(name)
@@ -148,8 +157,7 @@ class FakeTpuApi:
             pending = self._pending.get(request.name)
             if pending:
                 # State is a proto-plus enum (an IntEnum): indexing it by a name looks up that member.
-                qr.state = tpu_v2.QueuedResourceState(
-                    state=tpu_v2.QueuedResourceState.State[pending.pop(0)])  # type: ignore[misc]
+                qr.state = tpu_v2.QueuedResourceState(state=tpu_v2.QueuedResourceState.State[pending.pop(0)])  # type: ignore[misc]
                 if qr.state.state == tpu_v2.QueuedResourceState.State.ACTIVE:
                     for node_name in self._node_names(qr):
                         node = tpu_v2.Node(qr.tpu.node_spec[0].node)
@@ -173,8 +181,11 @@ class FakeTpuApi:
             for node_name in self._node_names(qr):
                 self.nodes.pop(node_name, None)
             del self.queued[request.name]
-        return operations_pb2.Operation(name=f"{request.name}/operations/delete", done=True,
-                                        response=_pack("google.protobuf.Empty", empty_pb2.Empty().SerializeToString()))
+        return operations_pb2.Operation(
+            name=f"{request.name}/operations/delete",
+            done=True,
+            response=_pack("google.protobuf.Empty", empty_pb2.Empty().SerializeToString()),
+        )
 
     def _get_node(self, request, context):
         self._record("GetNode", request, context)
@@ -187,18 +198,25 @@ class FakeTpuApi:
     def _handlers(self) -> grpc.GenericRpcHandler:
         def unary(fn, request_cls, response_cls):
             return grpc.unary_unary_rpc_method_handler(
-                fn, request_deserializer=request_cls.deserialize,
-                response_serializer=response_cls.serialize if response_cls is not None
-                else operations_pb2.Operation.SerializeToString)
+                fn,
+                request_deserializer=request_cls.deserialize,
+                response_serializer=response_cls.serialize
+                if response_cls is not None
+                else operations_pb2.Operation.SerializeToString,
+            )
 
-        return grpc.method_handlers_generic_handler(SERVICE, {
-            "CreateQueuedResource": unary(self._create, tpu_v2.CreateQueuedResourceRequest, None),
-            "GetQueuedResource": unary(self._get, tpu_v2.GetQueuedResourceRequest, tpu_v2.QueuedResource),
-            "ListQueuedResources": unary(self._list, tpu_v2.ListQueuedResourcesRequest,
-                                         tpu_v2.ListQueuedResourcesResponse),
-            "DeleteQueuedResource": unary(self._delete, tpu_v2.DeleteQueuedResourceRequest, None),
-            "GetNode": unary(self._get_node, tpu_v2.GetNodeRequest, tpu_v2.Node),
-        })
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                "CreateQueuedResource": unary(self._create, tpu_v2.CreateQueuedResourceRequest, None),
+                "GetQueuedResource": unary(self._get, tpu_v2.GetQueuedResourceRequest, tpu_v2.QueuedResource),
+                "ListQueuedResources": unary(
+                    self._list, tpu_v2.ListQueuedResourcesRequest, tpu_v2.ListQueuedResourcesResponse
+                ),
+                "DeleteQueuedResource": unary(self._delete, tpu_v2.DeleteQueuedResourceRequest, None),
+                "GetNode": unary(self._get_node, tpu_v2.GetNodeRequest, tpu_v2.Node),
+            },
+        )
 
 
 __all__ = ["FakeTpuApi"]

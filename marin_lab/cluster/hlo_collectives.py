@@ -26,16 +26,39 @@ import math
 import re
 from collections import defaultdict
 
-_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
-                "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1,
-                "f8e4m3b11fnuz": 1, "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "s4": 0.5, "u4": 0.5}
+_DTYPE_BYTES = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
+    "c128": 16,
+    "f8e4m3fn": 1,
+    "f8e5m2": 1,
+    "f8e4m3b11fnuz": 1,
+    "f8e4m3fnuz": 1,
+    "f8e5m2fnuz": 1,
+    "s4": 0.5,
+    "u4": 0.5,
+}
 _ICI_KINDS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
 
 _COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*?)\s([a-z][\w\-]*)\((.*)$")
 _ARRAY = re.compile(r"\b([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\]")
-_CALLEES = re.compile(r"\b(?:body|condition|calls|to_apply|branch_computations|true_computation|"
-                      r"false_computation)=\{?([^,}]+(?:,\s*%[\w.\-]+)*)\}?")
+_CALLEES = re.compile(
+    r"\b(?:body|condition|calls|to_apply|branch_computations|true_computation|"
+    r"false_computation)=\{?([^,}]+(?:,\s*%[\w.\-]+)*)\}?"
+)
 _MEGASCALE = re.compile(r'_xla_megascale_transfer_type="([A-Z_]+)"')
 _IOTA_GROUPS = re.compile(r"replica_groups=\[(\d+),(\d+)\]")
 _LIST_GROUPS = re.compile(r"replica_groups=\{\{([0-9,]*)\}")
@@ -126,8 +149,10 @@ def aggregate(ops: list[CollectiveOp]) -> list[Collective]:
     for op in ops:
         grouped[(op.kind, op.scope)][0] += op.runs_per_step
         grouped[(op.kind, op.scope)][1] += op.runs_per_step * op.bytes
-    return [Collective(kind, scope, count, size)
-            for (kind, scope), (count, size) in sorted(grouped.items(), key=lambda kv: (kv[0][1] != "ici", kv[0][0]))]
+    return [
+        Collective(kind, scope, count, size)
+        for (kind, scope), (count, size) in sorted(grouped.items(), key=lambda kv: (kv[0][1] != "ici", kv[0][0]))
+    ]
 
 
 def collective_ops(hlo_text: str) -> list[CollectiveOp]:
@@ -224,8 +249,11 @@ def collective_ops(hlo_text: str) -> list[CollectiveOp]:
             visit(callee, w * (trip_count(via_while) if via_while is not None and in_body else 1), depth + 1)
 
     visit(entry, 1.0, 0)
-    return [CollectiveOp(op.name, op.kind, op.scope, int(round(weight[op.computation])), int(round(op.bytes)))
-            for op in ops if weight.get(op.computation)]
+    return [
+        CollectiveOp(op.name, op.kind, op.scope, int(round(weight[op.computation])), int(round(op.bytes)))
+        for op in ops
+        if weight.get(op.computation)
+    ]
 
 
 def _async_result(shape: str) -> float:

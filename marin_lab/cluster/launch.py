@@ -66,8 +66,10 @@ def _check_address(address: str) -> None:
     try:
         conn = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
     except OSError as err:
-        raise LaunchError(f"--address {address}: no Ray cluster answers there ({err.strerror or err}); "
-                          "start one with `ray start --head` or check the head's address and port") from None
+        raise LaunchError(
+            f"--address {address}: no Ray cluster answers there ({err.strerror or err}); "
+            "start one with `ray start --head` or check the head's address and port"
+        ) from None
     head = b""
     try:
         conn.settimeout(CONNECT_TIMEOUT_S)
@@ -79,9 +81,11 @@ def _check_address(address: str) -> None:
     finally:
         conn.close()
     if len(head) < 9 or head[3] != 0x04:  # the frame header of a SETTINGS frame
-        raise LaunchError(f"--address {address}: something listens there but it is not a Ray head (no gRPC answer "
-                          f"within {CONNECT_TIMEOUT_S:g} s); give the head's GCS address (port 6379 unless "
-                          "`ray start --head --port` said otherwise)")
+        raise LaunchError(
+            f"--address {address}: something listens there but it is not a Ray head (no gRPC answer "
+            f"within {CONNECT_TIMEOUT_S:g} s); give the head's GCS address (port 6379 unless "
+            "`ray start --head --port` said otherwise)"
+        )
 
 
 def _connect(address: str) -> Any:
@@ -89,8 +93,13 @@ def _connect(address: str) -> Any:
 
     _check_address(address)
     if not ray.is_initialized():
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, configure_logging=False,
-                 logging_level=logging.ERROR)
+        ray.init(
+            address=address,
+            namespace=NAMESPACE,
+            log_to_driver=False,
+            configure_logging=False,
+            logging_level=logging.ERROR,
+        )
     return ray
 
 
@@ -102,22 +111,27 @@ def _parse_resources(text: str | None) -> dict[str, float]:
     except json.JSONDecodeError as err:
         raise LaunchError(f"--driver_resources {text!r} is not JSON ({err.msg}); e.g. '{{\"CPU\": 1}}'") from None
     if not isinstance(value, dict) or not all(isinstance(v, int | float) and v >= 0 for v in value.values()):
-        raise LaunchError(f"--driver_resources {text!r}: give an object of resource name -> "
-                          f"amount, e.g. '{{\"CPU\": 1}}'")
+        raise LaunchError(
+            f"--driver_resources {text!r}: give an object of resource name -> amount, e.g. '{{\"CPU\": 1}}'"
+        )
     return {str(k): float(v) for k, v in value.items()}
 
 
 def _check_resources(ray: Any, need: dict[str, float]) -> None:
     total = ray.cluster_resources()
     if total.get(HEAD_RESOURCE, 0) <= 0:
-        raise LaunchError("the cluster reports no head node (resource node:__internal_head__); the supervisor "
-                          "must live there: use a cluster started with `ray start --head`")
+        raise LaunchError(
+            "the cluster reports no head node (resource node:__internal_head__); the supervisor "
+            "must live there: use a cluster started with `ray start --head`"
+        )
     missing = {k: v for k, v in need.items() if total.get(k, 0) < v}
     if missing:
         have = ", ".join(f"{k}={v:g}" for k, v in sorted(total.items()) if not k.startswith("node:")) or "nothing"
-        raise LaunchError(f"--driver_resources {json.dumps(missing)}: no node of this cluster "
-                          f"has that (it has {have}); "
-                          "add such a node or ask for less")
+        raise LaunchError(
+            f"--driver_resources {json.dumps(missing)}: no node of this cluster "
+            f"has that (it has {have}); "
+            "add such a node or ask for less"
+        )
 
 
 def _driver_argv(python: str, script: str, script_args: list[str], prefix: str) -> list[str]:
@@ -138,19 +152,35 @@ def _upload_tree(tree: str) -> dict[str, Any]:
     # The zip is built in a scratch folder: by default Ray builds it in the current directory,
     # inside the very tree it is zipping.
     with tempfile.TemporaryDirectory(prefix="marin-launch-") as scratch:
-        return upload_working_dir_if_needed({"working_dir": tree, "excludes": EXCLUDES}, include_gitignore=True,
-                                            scratch_dir=scratch, logger=logging.getLogger(__name__))
+        return upload_working_dir_if_needed(
+            {"working_dir": tree, "excludes": EXCLUDES},
+            include_gitignore=True,
+            scratch_dir=scratch,
+            logger=logging.getLogger(__name__),
+        )
 
 
-def launch(script: str, script_args: list[str], *, address: str, prefix: str, max_restarts: int = 3,
-           driver_resources: str | None = None, working_dir: str | None = None,
-           python: str | None = None) -> dict[str, Any]:
+def launch(
+    script: str,
+    script_args: list[str],
+    *,
+    address: str,
+    prefix: str,
+    max_restarts: int = 3,
+    driver_resources: str | None = None,
+    working_dir: str | None = None,
+    python: str | None = None,
+) -> dict[str, Any]:
     """Validate, then start the supervisor; returns the run's initial record."""
     if max_restarts < 1:
-        raise LaunchError(f"--max_restarts {max_restarts}: a launched run must be allowed at least one restart; "
-                          f"to run once with nobody restarting it, run `python {script}` directly")
+        raise LaunchError(
+            f"--max_restarts {max_restarts}: a launched run must be allowed at least one restart; "
+            f"to run once with nobody restarting it, run `python {script}` directly"
+        )
     if not prefix:
-        raise LaunchError("no prefix: pass --prefix (or set MARIN_PREFIX) to storage every node reaches, e.g. gs://bucket/path")
+        raise LaunchError(
+            "no prefix: pass --prefix (or set MARIN_PREFIX) to storage every node reaches, e.g. gs://bucket/path"
+        )
     if is_local(prefix):
         prefix = os.path.abspath(prefix)  # a local prefix serves a cluster on one machine only
     tree = os.path.abspath(working_dir or os.getcwd())
@@ -158,8 +188,10 @@ def launch(script: str, script_args: list[str], *, address: str, prefix: str, ma
     if not os.path.isfile(path):
         raise LaunchError(f"{script}: no such experiment file")
     if os.path.commonpath([tree, path]) != tree:
-        raise LaunchError(f"{script} is outside the working tree {tree} that is shipped to the cluster; "
-                          "run from the repository root or pass --working_dir")
+        raise LaunchError(
+            f"{script} is outside the working tree {tree} that is shipped to the cluster; "
+            "run from the repository root or pass --working_dir"
+        )
     resources = _parse_resources(driver_resources)
     ray = _connect(address)
     _check_resources(ray, resources)
@@ -172,17 +204,32 @@ def launch(script: str, script_args: list[str], *, address: str, prefix: str, ma
     # the cluster's nodes do not have this terminal's environment.
     secrets = secrets_in_args(argv)
     scrub = scrubber_with(secrets)
-    state = {"run_id": run_id, "script": os.path.relpath(path, tree),
-             "script_args": [scrub(a) for a in script_args],
-             "argv": [scrub(a) for a in argv],
-             "prefix": prefix, "max_restarts": max_restarts, "driver_resources": resources,
-             "status": "STARTING", "created": now_iso(), "attempts": []}
+    state = {
+        "run_id": run_id,
+        "script": os.path.relpath(path, tree),
+        "script_args": [scrub(a) for a in script_args],
+        "argv": [scrub(a) for a in argv],
+        "prefix": prefix,
+        "max_restarts": max_restarts,
+        "driver_resources": resources,
+        "status": "STARTING",
+        "created": now_iso(),
+        "attempts": [],
+    }
     write_state(prefix, state)
     try:
         runtime_env = _upload_tree(tree)
-        supervisor = ray.remote(**ACTOR_OPTIONS)(LaunchSupervisor).options(
-            name=supervisor_name(run_id), namespace=NAMESPACE, lifetime="detached",
-            resources={HEAD_RESOURCE: 0.001}, runtime_env=runtime_env).remote(prefix, state, resources, argv, secrets)
+        supervisor = (
+            ray.remote(**ACTOR_OPTIONS)(LaunchSupervisor)
+            .options(
+                name=supervisor_name(run_id),
+                namespace=NAMESPACE,
+                lifetime="detached",
+                resources={HEAD_RESOURCE: 0.001},
+                runtime_env=runtime_env,
+            )
+            .remote(prefix, state, resources, argv, secrets)
+        )
         supervisor.run.remote()
     except Exception as err:  # e.g. the tree is too large to upload: leave no half-started run
         remove(run_folder(prefix, run_id), recursive=True)
@@ -208,8 +255,10 @@ def stop(address: str, prefix: str, run_id: str, *, timeout_s: float = 60.0) -> 
     try:
         supervisor = ray.get_actor(supervisor_name(run_id), namespace=NAMESPACE)
     except ValueError:
-        raise LaunchError(f"run {run_id} is {state.get('status')} in its record but its supervisor is not on the "
-                          f"cluster at {address} (a different cluster, or the cluster restarted)") from None
+        raise LaunchError(
+            f"run {run_id} is {state.get('status')} in its record but its supervisor is not on the "
+            f"cluster at {address} (a different cluster, or the cluster restarted)"
+        ) from None
     ray.get(supervisor.stop.remote())
     deadline = time.monotonic() + timeout_s
     while (state := status(prefix, run_id)).get("status") not in TERMINAL and time.monotonic() < deadline:
@@ -232,7 +281,7 @@ def follow(prefix: str, run_id: str, *, out: Any = sys.stdout, poll_s: float = 0
             except FileNotFoundError:
                 data = b""
             if len(data) > shown[n]:  # scrubbed by the supervisor; by this terminal's secrets too
-                out.write(scrub_text(data[shown[n]:].decode("utf-8", "replace")))
+                out.write(scrub_text(data[shown[n] :].decode("utf-8", "replace")))
                 shown[n] = len(data)
             if a.get("ended") and shown.get(-n) is None:
                 shown[-n] = 1

@@ -16,16 +16,26 @@ from marin_lab.io.fs import is_local
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("launch", help="run an experiment's driver on a Ray cluster under a supervisor that "
-                                      "restarts it when it dies (--status/--stop RUN for a launched run)")
+    p = sub.add_parser(
+        "launch",
+        help="run an experiment's driver on a Ray cluster under a supervisor that "
+        "restarts it when it dies (--status/--stop RUN for a launched run)",
+    )
     p.add_argument("script", nargs="?", help="an experiment file inside the working tree")
-    p.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
-                   help="the Ray head's GCS address HOST:PORT (default $RAY_ADDRESS)")
-    p.add_argument("--prefix", default=os.environ.get("MARIN_PREFIX"),
-                   help="storage every node reaches (default $MARIN_PREFIX); records and attempt logs go there")
+    p.add_argument(
+        "--address",
+        default=os.environ.get("RAY_ADDRESS"),
+        help="the Ray head's GCS address HOST:PORT (default $RAY_ADDRESS)",
+    )
+    p.add_argument(
+        "--prefix",
+        default=os.environ.get("MARIN_PREFIX"),
+        help="storage every node reaches (default $MARIN_PREFIX); records and attempt logs go there",
+    )
     p.add_argument("--max_restarts", type=int, default=3, help="driver restarts allowed (>= 1; default 3)")
-    p.add_argument("--driver_resources", help="JSON resources for the driver, e.g. '{\"CPU\": 1}' "
-                                              "(default: none, any node)")
+    p.add_argument(
+        "--driver_resources", help="JSON resources for the driver, e.g. '{\"CPU\": 1}' (default: none, any node)"
+    )
     p.add_argument("--working_dir", help="the tree shipped to the cluster (default: the current directory)")
     p.add_argument("--python", help="the driver's interpreter on the cluster (default: this one)")
     p.add_argument("--follow", action="store_true", help="stream the driver's log until the run ends")
@@ -50,13 +60,21 @@ def _cmd_launch(args: argparse.Namespace) -> int:
         print("\n".join(summary_lines(state)))
         return 0
     if not args.script:
-        raise LaunchError("give an experiment file (marin-lab launch experiments/x.py --address HOST:PORT), "
-                          "or --status/--stop RUN")
+        raise LaunchError(
+            "give an experiment file (marin-lab launch experiments/x.py --address HOST:PORT), or --status/--stop RUN"
+        )
     if not args.address:
         raise LaunchError("pass --address HOST:PORT (or set RAY_ADDRESS): the Ray head to run on")
-    state = launch(args.script, list(args.script_args), address=args.address, prefix=prefix,
-                   max_restarts=args.max_restarts, driver_resources=args.driver_resources,
-                   working_dir=args.working_dir, python=args.python)
+    state = launch(
+        args.script,
+        list(args.script_args),
+        address=args.address,
+        prefix=prefix,
+        max_restarts=args.max_restarts,
+        driver_resources=args.driver_resources,
+        working_dir=args.working_dir,
+        python=args.python,
+    )
     run_id = state["run_id"]
     print(f"launched {run_id} (record: {state['prefix']}/launches/{run_id}/launch.json)", flush=True)
     if not args.follow:

@@ -65,14 +65,17 @@ def write_state(prefix: str, state: dict[str, Any]) -> None:
 def summary_lines(state: dict[str, Any]) -> list[str]:
     """`launch --status`: the run, then one line per driver attempt."""
     restarts = max(len(state.get("attempts", [])) - 1, 0)
-    lines = [f"{state['run_id']}: {state.get('status', '?')} ({state.get('script', '?')}; "
-             f"{restarts} restart(s) of {state.get('max_restarts', '?')} allowed)"]
+    lines = [
+        f"{state['run_id']}: {state.get('status', '?')} ({state.get('script', '?')}; "
+        f"{restarts} restart(s) of {state.get('max_restarts', '?')} allowed)"
+    ]
     if state.get("message"):
         lines.append(f"  {state['message']}")
     for a in state.get("attempts", []):
         end = a.get("ended") or "..."
         where = f" on {a['node']}" if a.get("node") else ""
         reason = f": {a['reason']}" if a.get("reason") else ""
-        lines.append(f"  attempt {a['attempt']}: {a.get('outcome', '?')}{where} {a.get('started', '?')} -> {end}"
-                     f"{reason}")
+        lines.append(
+            f"  attempt {a['attempt']}: {a.get('outcome', '?')}{where} {a.get('started', '?')} -> {end}{reason}"
+        )
     return lines

@@ -29,8 +29,14 @@ WORKER_ID_LABEL = "ray.io/tpu-worker-id"
 class LocalTpuCluster:
     """`slices` slices of `tpu` (each `hosts` Ray nodes) on this machine; ray.init-ed on entry."""
 
-    def __init__(self, tpu: str, slices: int = 1, *, slice_names: Sequence[str] | None = None,
-                 fast_failure_detection: bool = True):
+    def __init__(
+        self,
+        tpu: str,
+        slices: int = 1,
+        *,
+        slice_names: Sequence[str] | None = None,
+        fast_failure_detection: bool = True,
+    ):
         self.tpu = parse_tpu_type(tpu)
         self.slice_names = list(slice_names or [f"slice-{i}" for i in range(slices)])
         self.fast_failure_detection = fast_failure_detection
@@ -41,9 +47,15 @@ class LocalTpuCluster:
         resources = {"TPU": self.tpu.chips_per_host, slice_name: 1}
         if worker == 0:
             resources[self.tpu.head_resource] = 1
-        return {"num_cpus": 0, "resources": resources,
-                "labels": {SLICE_NAME_LABEL: slice_name, WORKER_ID_LABEL: str(worker),
-                           "ray.io/tpu-pod-type": self.tpu.name}}
+        return {
+            "num_cpus": 0,
+            "resources": resources,
+            "labels": {
+                SLICE_NAME_LABEL: slice_name,
+                WORKER_ID_LABEL: str(worker),
+                "ray.io/tpu-pod-type": self.tpu.name,
+            },
+        }
 
     def start(self) -> LocalTpuCluster:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -58,8 +70,12 @@ class LocalTpuCluster:
             # Notice a removed node within ~1 s instead of the default ~30 s. A live node stays safe
             # on a loaded machine: each check waits up to 10 s for its answer (Ray's default, made
             # explicit), and 3 must fail in a row.
-            head["_system_config"] = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 300,
-                                      "health_check_timeout_ms": 10_000, "health_check_failure_threshold": 3}
+            head["_system_config"] = {
+                "health_check_initial_delay_ms": 0,
+                "health_check_period_ms": 300,
+                "health_check_timeout_ms": 10_000,
+                "health_check_failure_threshold": 3,
+            }
         # The Ray head doubles as the first host: one raylet fewer to start.
         self.cluster = Cluster(initialize_head=True, head_node_args=head)
         self.nodes[(first, 0)] = self.cluster.head_node

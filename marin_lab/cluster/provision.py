@@ -132,8 +132,14 @@ class TpuProvisioner:
         return f"{self.parent}/queuedResources/{queued_id}"
 
     # -- requests --------------------------------------------------------------------------------
-    def create_request(self, spec: QueuedSlice, *, runtime_version: str, labels: dict[str, str] | None = None,
-                       startup_script: str | None = None):
+    def create_request(
+        self,
+        spec: QueuedSlice,
+        *,
+        runtime_version: str,
+        labels: dict[str, str] | None = None,
+        startup_script: str | None = None,
+    ):
         tpu_v2 = _tpu_v2()
         tpu = parse_tpu_type(spec.tpu)
         qr = tpu_v2.QueuedResource
@@ -147,7 +153,8 @@ class TpuProvisioner:
         node_spec = qr.Tpu.NodeSpec(parent=self.parent, node=node)
         if spec.slices > 1:
             node_spec.multislice_params = qr.Tpu.NodeSpec.MultisliceParams(
-                node_count=spec.slices, node_id_prefix=spec.name)
+                node_count=spec.slices, node_id_prefix=spec.name
+            )
         else:
             node_spec.node_id = spec.name
         resource = qr(tpu=qr.Tpu(node_spec=[node_spec]))
@@ -157,23 +164,39 @@ class TpuProvisioner:
             resource.guaranteed = qr.Guaranteed()
             if spec.reservation:
                 resource.reservation_name = spec.reservation
-        return tpu_v2.CreateQueuedResourceRequest(parent=self.parent, queued_resource_id=spec.name,
-                                                  queued_resource=resource)
+        return tpu_v2.CreateQueuedResourceRequest(
+            parent=self.parent, queued_resource_id=spec.name, queued_resource=resource
+        )
 
     def _show(self, verb: str, request: Any) -> None:
-        self.emit(json.dumps({"dry_run": self.dry_run, "method": verb, "request": request_to_dict(request)},
-                             indent=2, sort_keys=True))
+        self.emit(
+            json.dumps(
+                {"dry_run": self.dry_run, "method": verb, "request": request_to_dict(request)}, indent=2, sort_keys=True
+            )
+        )
 
     # -- operations ------------------------------------------------------------------------------
-    def create(self, spec: QueuedSlice, *, runtime_version: str, labels: dict[str, str] | None = None,
-               startup_script: str | None = None) -> None:
-        request = self.create_request(spec, runtime_version=runtime_version, labels=labels,
-                                      startup_script=startup_script)
+    def create(
+        self,
+        spec: QueuedSlice,
+        *,
+        runtime_version: str,
+        labels: dict[str, str] | None = None,
+        startup_script: str | None = None,
+    ) -> None:
+        request = self.create_request(
+            spec, runtime_version=runtime_version, labels=labels, startup_script=startup_script
+        )
         if self.dry_run:
             self._show("CreateQueuedResource", request)
             return
-        logger.info("creating queued resource %s: %d x %s (%s)", spec.name, spec.slices, spec.tpu,
-                    "spot" if spec.spot else "guaranteed")
+        logger.info(
+            "creating queued resource %s: %d x %s (%s)",
+            spec.name,
+            spec.slices,
+            spec.tpu,
+            "spot" if spec.spot else "guaranteed",
+        )
         try:
             self.client.create_queued_resource(request=request).result()
         except Exception as err:
@@ -226,17 +249,23 @@ class TpuProvisioner:
                 raise ProvisioningError(
                     f"queued resource {queued_id} ({status.slices} x {status.tpu}) FAILED: "
                     f"{status.error or 'no reason given'}; delete it (`marin-lab cluster down`) and retry, "
-                    f"possibly in another zone")
+                    f"possibly in another zone"
+                )
             if status.preempted:
                 raise SlicePreempted(
                     f"queued resource {queued_id} ({status.slices} x {status.tpu}) was preempted "
-                    f"(state {status.state}, nodes {dict(status.nodes)}); recreate it or wait for capacity")
+                    f"(state {status.state}, nodes {dict(status.nodes)}); recreate it or wait for capacity"
+                )
             if status.state not in PENDING_STATES:
-                raise ProvisioningError(f"queued resource {queued_id} is {status.state}, which will not become "
-                                        f"ACTIVE; delete and recreate it")
+                raise ProvisioningError(
+                    f"queued resource {queued_id} is {status.state}, which will not become "
+                    f"ACTIVE; delete and recreate it"
+                )
             if self.clock() >= deadline:
-                raise ProvisioningError(f"queued resource {queued_id} still {status.state} after {timeout_s:.0f}s "
-                                        f"(no capacity yet?); it stays queued, check `marin-lab cluster status`")
+                raise ProvisioningError(
+                    f"queued resource {queued_id} still {status.state} after {timeout_s:.0f}s "
+                    f"(no capacity yet?); it stays queued, check `marin-lab cluster status`"
+                )
             self.sleep(poll_s)
 
     def _status(self, qr: Any) -> QueuedResourceStatus:
@@ -259,10 +288,20 @@ class TpuProvisioner:
             else:
                 node_ids.append(spec.node_id)
                 slices += 1
-        nodes = tuple((node_id, self._node_state(node_id)) for node_id in node_ids) if state in (
-            "ACTIVE", "SUSPENDING", "SUSPENDED") else ()
-        return QueuedResourceStatus(name=qr.name.rsplit("/", 1)[-1], state=state, tpu=tpu_name, slices=slices,
-                                    spot="spot" in qr, nodes=nodes, error=error)
+        nodes = (
+            tuple((node_id, self._node_state(node_id)) for node_id in node_ids)
+            if state in ("ACTIVE", "SUSPENDING", "SUSPENDED")
+            else ()
+        )
+        return QueuedResourceStatus(
+            name=qr.name.rsplit("/", 1)[-1],
+            state=state,
+            tpu=tpu_name,
+            slices=slices,
+            spot="spot" in qr,
+            nodes=nodes,
+            error=error,
+        )
 
     def _node_state(self, node_id: str) -> str:
         tpu_v2 = _tpu_v2()

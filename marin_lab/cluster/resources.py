@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 CLUSTER_CONFIG_ENV = "MARIN_CLUSTER_CONFIG"
 """Environment variable naming the cluster config (infra/clusters/*.yaml) used to check capacity."""
 
+
 def _require_ray(step_name: str):
     import ray
 
@@ -71,8 +72,7 @@ class TpuResources:
     """Port of the multislice coordinator on worker 0 of slice 0."""
     env: Mapping[str, str] | None = None
     """Extra environment variables set on every host."""
-    preemption_probe: PreemptionProbe | None = dataclasses.field(
-        default_factory=MetadataPreemptionProbe, compare=False)
+    preemption_probe: PreemptionProbe | None = dataclasses.field(default_factory=MetadataPreemptionProbe, compare=False)
     """Asked on a host whose step raised: True turns the error into a preemption."""
 
     def __post_init__(self) -> None:
@@ -108,36 +108,48 @@ class TpuResources:
             if not self.slices:
                 raise TpuRequestError(f"TpuResources({self.tpu!r}): slices=[] allows no slice count; give at least one")
         elif isinstance(self.slices, bool) or not isinstance(self.slices, int):
-            raise TpuRequestError(f"TpuResources({self.tpu!r}): slices must be an int or a list of ints, "
-                                  f"got {self.slices!r}")
+            raise TpuRequestError(
+                f"TpuResources({self.tpu!r}): slices must be an int or a list of ints, got {self.slices!r}"
+            )
         for count in self.slice_counts:
             check_slice_count(tpu, count)
         capacity = self.cluster_capacity()
         if capacity is not None and self.slice_counts[0] > capacity:
-            source = "max_cluster_slices" if self.max_cluster_slices is not None else \
-                f"cluster config {self.cluster_config or os.environ.get(CLUSTER_CONFIG_ENV)}"
+            source = (
+                "max_cluster_slices"
+                if self.max_cluster_slices is not None
+                else f"cluster config {self.cluster_config or os.environ.get(CLUSTER_CONFIG_ENV)}"
+            )
             raise TpuRequestError(
                 f"TpuResources({self.tpu!r}) asks for {self.slice_counts[0]} slice(s) but the cluster can hold at "
                 f"most {capacity} ({source}); lower slices, allow fewer (slices=[1, ...]) or raise the "
                 f"cluster's max_slices for {tpu.name}"
             )
         if self.capacity_timeout_s <= 0 or self.elastic_wait_s < 0:
-            raise TpuRequestError(f"TpuResources({self.tpu!r}): capacity_timeout_s must be > 0 and "
-                                  f"elastic_wait_s >= 0")
+            raise TpuRequestError(f"TpuResources({self.tpu!r}): capacity_timeout_s must be > 0 and elastic_wait_s >= 0")
 
     def describe(self) -> dict:
         tpu = self.tpu_type
         return {
-            "kind": "tpu", "tpu": tpu.name,
+            "kind": "tpu",
+            "tpu": tpu.name,
             "slices": list(self.slices) if isinstance(self.slices, tuple) else self.slices,
-            "hosts_per_slice": tpu.hosts, "chips_per_slice": tpu.chips, "chips_per_host": tpu.chips_per_host,
+            "hosts_per_slice": tpu.hosts,
+            "chips_per_slice": tpu.chips,
+            "chips_per_host": tpu.chips_per_host,
             "preemptible": self.preemptible,
         }
 
     # -- running -------------------------------------------------------------------------------
-    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str,
-            cancel: threading.Event | None = None,
-            on_hardware: Callable[[dict], None] | None = None) -> RunOutcome:
+    def run(
+        self,
+        fn: Callable[[Any], Any],
+        config: Any,
+        *,
+        step_name: str,
+        cancel: threading.Event | None = None,
+        on_hardware: Callable[[dict], None] | None = None,
+    ) -> RunOutcome:
         """Run fn once per host on whole slices; raise PreemptedError when hardware was lost.
 
         Setting `cancel` kills this run's host actors (only this run's: the object may be shared).
@@ -150,10 +162,18 @@ class TpuResources:
         counts = [c for c in self.slice_counts if capacity is None or c <= capacity]
         try:
             outcome = run_on_slices(
-                fn, config, tpu=self.tpu_type, slice_counts=counts, step_name=step_name,
-                probe=self.preemption_probe, capacity_timeout_s=self.capacity_timeout_s,
-                elastic_wait_s=self.elastic_wait_s, megascale_port=self.megascale_port,
-                extra_env=dict(self.env or ()), cancel=cancel, on_hardware=on_hardware,
+                fn,
+                config,
+                tpu=self.tpu_type,
+                slice_counts=counts,
+                step_name=step_name,
+                probe=self.preemption_probe,
+                capacity_timeout_s=self.capacity_timeout_s,
+                elastic_wait_s=self.elastic_wait_s,
+                megascale_port=self.megascale_port,
+                extra_env=dict(self.env or ()),
+                cancel=cancel,
+                on_hardware=on_hardware,
             )
         except Exception as err:
             converted = _as_preemption(err, step_name, f"{self.tpu} slice hosts")
@@ -172,8 +192,15 @@ def _call_with_location(fn: Callable[[Any], Any], config: Any) -> tuple[Any, dic
     return fn(config), {"node_ip": ray.util.get_node_ip_address(), "hostname": socket.gethostname()}
 
 
-def _run_ray_task(owner: Any, fn: Callable[[Any], Any], config: Any, options: dict, step_name: str,
-                  what: str, cancel: threading.Event | None) -> RunOutcome:
+def _run_ray_task(
+    owner: Any,
+    fn: Callable[[Any], Any],
+    config: Any,
+    options: dict,
+    step_name: str,
+    what: str,
+    cancel: threading.Event | None,
+) -> RunOutcome:
     ray = _require_ray(step_name)
     ref = ray.remote(_call_with_location).options(max_retries=0, **options).remote(fn, config)
     try:
@@ -213,8 +240,9 @@ class CpuResources:
     def describe(self) -> dict:
         return {"kind": "cpu", "cpus": self.cpus, "memory_gb": self.memory_gb}
 
-    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str,
-            cancel: threading.Event | None = None) -> RunOutcome:
+    def run(
+        self, fn: Callable[[Any], Any], config: Any, *, step_name: str, cancel: threading.Event | None = None
+    ) -> RunOutcome:
         self.validate()
         return _run_ray_task(self, fn, config, self.ray_options(), step_name, "CPU worker", cancel)
 
@@ -246,11 +274,17 @@ class GpuResources:
         return opts
 
     def describe(self) -> dict:
-        return {"kind": "gpu", "gpus": self.gpus, "cpus": self.cpus, "memory_gb": self.memory_gb,
-                "accelerator_type": self.accelerator_type}
+        return {
+            "kind": "gpu",
+            "gpus": self.gpus,
+            "cpus": self.cpus,
+            "memory_gb": self.memory_gb,
+            "accelerator_type": self.accelerator_type,
+        }
 
-    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str,
-            cancel: threading.Event | None = None) -> RunOutcome:
+    def run(
+        self, fn: Callable[[Any], Any], config: Any, *, step_name: str, cancel: threading.Event | None = None
+    ) -> RunOutcome:
         self.validate()
         return _run_ray_task(self, fn, config, self.ray_options(), step_name, "GPU worker", cancel)
 

@@ -145,8 +145,12 @@ def toy_train(config: ToyTrainConfig) -> dict:
             _save_checkpoint(config.output_path, done, {"params": params, "momentum": momentum})
     if writer:
         np.save(os.path.join(config.output_path, "final_params.npy"), params)
-    return {"steps": config.num_steps, "resumed_from": start, "params_sha256": params_digest(params),
-            "host": [slice_id, worker_id]}
+    return {
+        "steps": config.num_steps,
+        "resumed_from": start,
+        "params_sha256": params_digest(params),
+        "host": [slice_id, worker_id],
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,8 +161,17 @@ class ReportHostConfig:
     """Local directory; one JSON file per host run lands in `hosts/`."""
 
 
-ENV_KEYS = ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS", "MEGASCALE_NUM_SLICES",
-            "MEGASCALE_SLICE_ID", "MEGASCALE_PORT", "MARIN_SLICE_NAME", "MARIN_SLICE_ID", "MARIN_NUM_SLICES")
+ENV_KEYS = (
+    "TPU_WORKER_ID",
+    "TPU_WORKER_HOSTNAMES",
+    "MEGASCALE_COORDINATOR_ADDRESS",
+    "MEGASCALE_NUM_SLICES",
+    "MEGASCALE_SLICE_ID",
+    "MEGASCALE_PORT",
+    "MARIN_SLICE_NAME",
+    "MARIN_SLICE_ID",
+    "MARIN_NUM_SLICES",
+)
 
 
 def report_host(config: ReportHostConfig) -> dict:

@@ -66,12 +66,17 @@ class _SliceHost:
         with socket.socket() as probe:  # a port free on this host, for JAX's coordinator if it is host 0
             probe.bind(("", 0))
             port = probe.getsockname()[1]
-        return {"node_id": ctx.get_node_id(), "ip": ray.util.get_node_ip_address(),
-                "hostname": socket.gethostname(), "pid": os.getpid(), "labels": labels, "free_port": port}
+        return {
+            "node_id": ctx.get_node_id(),
+            "ip": ray.util.get_node_ip_address(),
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "labels": labels,
+            "free_port": port,
+        }
 
     @ray.method
-    def run(self, fn: Callable[[Any], Any], config: Any, env: Mapping[str, str],
-            probe: PreemptionProbe | None) -> Any:
+    def run(self, fn: Callable[[Any], Any], config: Any, env: Mapping[str, str], probe: PreemptionProbe | None) -> Any:
         # A dedicated actor process, so setting the environment affects only this host's work.
         os.environ.update(env)
         try:
@@ -103,9 +108,13 @@ def _slice_name_of(node_id: str, labels: Mapping[str, str], tpu: TpuType) -> str
     for node in ray.nodes():
         if node.get("NodeID") == node_id:
             candidates = [
-                key for key, value in node.get("Resources", {}).items()
-                if key not in _STANDARD_RESOURCES and value == 1 and not key.startswith(("node:", "accelerator_type:"))
-                and key != tpu.head_resource and not key.startswith("TPU-")
+                key
+                for key, value in node.get("Resources", {}).items()
+                if key not in _STANDARD_RESOURCES
+                and value == 1
+                and not key.startswith(("node:", "accelerator_type:"))
+                and key != tpu.head_resource
+                and not key.startswith("TPU-")
             ]
             if len(candidates) == 1:
                 return candidates[0]
@@ -127,8 +136,15 @@ def _kill_all(actors: Sequence[Any]) -> None:
             ray.kill(actor, no_restart=True)
 
 
-def _await_hosts(s: dict, tpu: TpuType, step_name: str, t0: float, capacity_timeout_s: float, poll_s: float,
-                 cancel: threading.Event | None) -> None:
+def _await_hosts(
+    s: dict,
+    tpu: TpuType,
+    step_name: str,
+    t0: float,
+    capacity_timeout_s: float,
+    poll_s: float,
+    cancel: threading.Event | None,
+) -> None:
     """Wait until every other host of a reserved slice has its actor placed."""
     while s["where"]:
         _check_cancel(cancel, step_name)
@@ -177,8 +193,14 @@ def run_on_slices(
     base_env = {k: str(v) for k, v in (extra_env or {}).items()}
 
     def actor_opts(name: str, resources: dict) -> dict:
-        opts = {"name": name, "namespace": NAMESPACE, "num_cpus": 0, "max_restarts": 0,
-                "max_task_retries": 0, "resources": resources}
+        opts = {
+            "name": name,
+            "namespace": NAMESPACE,
+            "num_cpus": 0,
+            "max_restarts": 0,
+            "max_task_retries": 0,
+            "resources": resources,
+        }
         if base_env:
             # Set when the host's process starts, before anything imports JAX (JAX_PLATFORMS is
             # read at import, XLA_FLAGS when the backend starts); Ray merges these env_vars with
@@ -190,14 +212,16 @@ def run_on_slices(
     hardware: dict | None = None  # known once every host is placed; an error after that carries it
     try:
         heads = [
-            remote_host.options(**actor_opts(f"marin:{step_name}:{run_id}:s{i}:h0",
-                                             {tpu.head_resource: 1, "TPU": chips})).remote()
+            remote_host.options(
+                **actor_opts(f"marin:{step_name}:{run_id}:s{i}:h0", {tpu.head_resource: 1, "TPU": chips})
+            ).remote()
             for i in range(want)
         ]
         actors.extend(heads)
         where_refs = [h.where.remote() for h in heads]
-        chosen, names, infos = _await_slices(where_refs, counts, tpu, step_name, t0, capacity_timeout_s,
-                                             elastic_wait_s, poll_s, cancel)
+        chosen, names, infos = _await_slices(
+            where_refs, counts, tpu, step_name, t0, capacity_timeout_s, elastic_wait_s, poll_s, cancel
+        )
         n_slices = len(chosen)
         _kill_all([h for i, h in enumerate(heads) if i not in chosen])
 
@@ -206,13 +230,20 @@ def run_on_slices(
         for slice_id, head_index in enumerate(chosen):
             info, name = infos[head_index], names[head_index]
             others = [
-                remote_host.options(**actor_opts(f"marin:{step_name}:{run_id}:s{slice_id}:h{h}",
-                                                 {name: 1, "TPU": chips})).remote()
+                remote_host.options(
+                    **actor_opts(f"marin:{step_name}:{run_id}:s{slice_id}:h{h}", {name: 1, "TPU": chips})
+                ).remote()
                 for h in range(1, tpu.hosts)
             ]
             actors.extend(others)
-            slices.append({"name": name, "actors": [heads[head_index], *others], "infos": [info],
-                           "where": [h.where.remote() for h in others]})
+            slices.append(
+                {
+                    "name": name,
+                    "actors": [heads[head_index], *others],
+                    "infos": [info],
+                    "where": [h.where.remote() for h in others],
+                }
+            )
         for s in slices:
             _await_hosts(s, tpu, step_name, t0, capacity_timeout_s, poll_s, cancel)
             s["infos"].extend(ray.get(s["where"]))
@@ -229,21 +260,40 @@ def run_on_slices(
         for slice_id, s in enumerate(slices):
             hostnames = ",".join(info["ip"] for info in sorted(s["infos"], key=lambda i: i["worker_id"]))
             for actor, info in zip(s["actors"], s["infos"], strict=True):
-                env = {**base_env, "TPU_WORKER_ID": str(info["worker_id"]), "TPU_WORKER_HOSTNAMES": hostnames,
-                       "MARIN_SLICE_NAME": s["name"], "MARIN_SLICE_ID": str(slice_id),
-                       NUM_SLICES: str(n_slices), "MARIN_STEP_NAME": step_name,
-                       "MARIN_RUN_ID": run_id, "MARIN_NUM_HOSTS": str(n_slices * tpu.hosts)}
+                env = {
+                    **base_env,
+                    "TPU_WORKER_ID": str(info["worker_id"]),
+                    "TPU_WORKER_HOSTNAMES": hostnames,
+                    "MARIN_SLICE_NAME": s["name"],
+                    "MARIN_SLICE_ID": str(slice_id),
+                    NUM_SLICES: str(n_slices),
+                    "MARIN_STEP_NAME": step_name,
+                    "MARIN_RUN_ID": run_id,
+                    "MARIN_NUM_HOSTS": str(n_slices * tpu.hosts),
+                }
                 if n_slices * tpu.hosts > 1:  # one JAX process per host, joined by train_lm
-                    env.update(process_env(jax_coordinator, n_slices * tpu.hosts,
-                                           slice_id * tpu.hosts + info["worker_id"]))
+                    env.update(
+                        process_env(jax_coordinator, n_slices * tpu.hosts, slice_id * tpu.hosts + info["worker_id"])
+                    )
                 if n_slices > 1:
-                    env.update({"MEGASCALE_COORDINATOR_ADDRESS": f"{coordinator_ip}:{megascale_port}",
-                                "MEGASCALE_NUM_SLICES": str(n_slices), "MEGASCALE_SLICE_ID": str(slice_id),
-                                "MEGASCALE_PORT": str(megascale_port)})
+                    env.update(
+                        {
+                            "MEGASCALE_COORDINATOR_ADDRESS": f"{coordinator_ip}:{megascale_port}",
+                            "MEGASCALE_NUM_SLICES": str(n_slices),
+                            "MEGASCALE_SLICE_ID": str(slice_id),
+                            "MEGASCALE_PORT": str(megascale_port),
+                        }
+                    )
                 run_refs.append(actor.run.remote(fn_ref, config_ref, env, probe))
                 owners.append((slice_id, info["worker_id"]))
-        logger.info("step %r: running on %d x %s (%d hosts), coordinator %s", step_name, n_slices, tpu.name,
-                    len(run_refs), coordinator_ip)
+        logger.info(
+            "step %r: running on %d x %s (%d hosts), coordinator %s",
+            step_name,
+            n_slices,
+            tpu.name,
+            len(run_refs),
+            coordinator_ip,
+        )
 
         results: dict[int, Any] = {}
         pending = list(run_refs)
@@ -274,8 +324,9 @@ def run_on_slices(
         _kill_all(actors)
 
 
-def _lost_peer(pending: list, nodes: list[dict], failed: str, step_name: str, grace_s: float,
-               poll_s: float) -> PreemptedError | None:
+def _lost_peer(
+    pending: list, nodes: list[dict], failed: str, step_name: str, grace_s: float, poll_s: float
+) -> PreemptedError | None:
     """After `failed` raised its own error: a PreemptedError if another host of the attempt turns
     out lost within `grace_s` (Ray lists its node dead, or its actor died), else None.
 
@@ -301,20 +352,35 @@ def _lost_peer(pending: list, nodes: list[dict], failed: str, step_name: str, gr
                 ray.get(ref)
             except Exception as err:  # noqa: BLE001 - only a lost host matters here
                 if classify_error(err) == PREEMPTION:
-                    return PreemptedError(f"step {step_name!r}: a host was lost ({type(err).__name__}) while "
-                                          f"{failed} raised; that error is taken for a consequence")
+                    return PreemptedError(
+                        f"step {step_name!r}: a host was lost ({type(err).__name__}) while "
+                        f"{failed} raised; that error is taken for a consequence"
+                    )
 
 
 def _hardware(tpu: TpuType, slices: list[dict], coordinator: str | None) -> dict:
     """What an attempt runs on, for its record: the slices, and per host its slice, worker id and
     Ray node (a host that moved to another VM after a preemption shows up as another node)."""
     return {
-        "kind": "tpu", "type": tpu.name, "slices": len(slices), "hosts": len(slices) * tpu.hosts,
-        "hosts_per_slice": tpu.hosts, "chips": len(slices) * tpu.chips,
-        "slice_names": [s["name"] for s in slices], "coordinator": coordinator,
-        "nodes": [{"slice": s["name"], "worker_id": info["worker_id"], "node_id": info["node_id"],
-                   "ip": info["ip"], "hostname": info["hostname"]}
-                  for s in slices for info in sorted(s["infos"], key=lambda i: i["worker_id"])],
+        "kind": "tpu",
+        "type": tpu.name,
+        "slices": len(slices),
+        "hosts": len(slices) * tpu.hosts,
+        "hosts_per_slice": tpu.hosts,
+        "chips": len(slices) * tpu.chips,
+        "slice_names": [s["name"] for s in slices],
+        "coordinator": coordinator,
+        "nodes": [
+            {
+                "slice": s["name"],
+                "worker_id": info["worker_id"],
+                "node_id": info["node_id"],
+                "ip": info["ip"],
+                "hostname": info["hostname"],
+            }
+            for s in slices
+            for info in sorted(s["infos"], key=lambda i: i["worker_id"])
+        ],
     }
 
 
@@ -337,9 +403,17 @@ def _slice_census(tpu: TpuType) -> tuple[dict[str, int], int]:
     return hosts, whole
 
 
-def _await_slices(where_refs: list, counts: list[int], tpu: TpuType, step_name: str, t0: float,
-                  capacity_timeout_s: float, elastic_wait_s: float, poll_s: float,
-                  cancel: threading.Event | None = None) -> tuple[list[int], dict[int, str], dict[int, dict]]:
+def _await_slices(
+    where_refs: list,
+    counts: list[int],
+    tpu: TpuType,
+    step_name: str,
+    t0: float,
+    capacity_timeout_s: float,
+    elastic_wait_s: float,
+    poll_s: float,
+    cancel: threading.Event | None = None,
+) -> tuple[list[int], dict[int, str], dict[int, dict]]:
     """Wait until enough head actors are placed on slices whose every host is alive.
 
     Returns the indices of the chosen heads (slice 0 first), and each placed head's slice name and
@@ -377,8 +451,9 @@ def _worker0_index(s: dict) -> int:
 def _assign_worker_ids(s: dict) -> None:
     """Use the hosts' own TPU worker ids when every host has one, else head=0 and the rest by IP."""
     labelled = [info["labels"].get(WORKER_ID_LABEL) for info in s["infos"]]
-    if all(v is not None and str(v).isdigit() for v in labelled) and \
-            sorted(int(v) for v in labelled) == list(range(len(labelled))):
+    if all(v is not None and str(v).isdigit() for v in labelled) and sorted(int(v) for v in labelled) == list(
+        range(len(labelled))
+    ):
         for info, v in zip(s["infos"], labelled, strict=True):
             info["worker_id"] = int(v)
         return

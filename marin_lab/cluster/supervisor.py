@@ -54,8 +54,12 @@ class DriverHost:
 
         pid = self.spawn(argv, env, log_url, secrets)
         ctx = ray.get_runtime_context()
-        return {"pid": pid, "node_id": ctx.get_node_id(), "node": ray.util.get_node_ip_address(),
-                "host": os.uname().nodename}
+        return {
+            "pid": pid,
+            "node_id": ctx.get_node_id(),
+            "node": ray.util.get_node_ip_address(),
+            "host": os.uname().nodename,
+        }
 
     def spawn(self, argv: list[str], env: dict[str, str], log_url: str, secrets: Any = ()) -> int:
         """Start the driver. `secrets`: the launcher's secrets its arguments carry (this node's
@@ -66,8 +70,13 @@ class DriverHost:
         carried = {f"MARIN_LAUNCH_SECRET_{i}": v for i, v in enumerate(self._secrets)}
         # The driver dies with this actor's worker (PDEATHSIG): a host lost means a driver gone,
         # never a second driver running beside the restarted one.
-        self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      env={**os.environ, **env, **carried}, preexec_fn=_die_with_parent)
+        self._proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env, **carried},
+            preexec_fn=_die_with_parent,
+        )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         return self._proc.pid
@@ -126,8 +135,14 @@ def _signal_name(code: int) -> str:
 class LaunchSupervisor:
     """Starts driver attempts until one ends by itself, the budget is spent, or `stop` is called."""
 
-    def __init__(self, prefix: str, state: dict[str, Any], host_resources: dict[str, float], argv: list[str],
-                 secrets: list[str] | None = None):
+    def __init__(
+        self,
+        prefix: str,
+        state: dict[str, Any],
+        host_resources: dict[str, float],
+        argv: list[str],
+        secrets: list[str] | None = None,
+    ):
         # `argv` and `secrets` are held in memory only (never in `state`, which is written).
         self.prefix, self.state, self.host_resources, self.argv = prefix, state, host_resources, argv
         self.secrets = list(secrets or [])
@@ -156,14 +171,22 @@ class LaunchSupervisor:
     def _one_attempt(self, number: int) -> dict[str, Any]:
         import ray
 
-        attempt: dict[str, Any] = {"attempt": number, "started": now_iso(), "outcome": "running",
-                                   "log": f"{LOGS_DIR}/{attempt_log_name(number)}"}
+        attempt: dict[str, Any] = {
+            "attempt": number,
+            "started": now_iso(),
+            "outcome": "running",
+            "log": f"{LOGS_DIR}/{attempt_log_name(number)}",
+        }
         self.state["attempts"].append(attempt)
         self.state["status"] = "RUNNING"
         self._write()
         gcs = ray.get_runtime_context().gcs_address
-        env = {"RAY_ADDRESS": gcs, "MARIN_PREFIX": self.prefix, "MARIN_LAUNCH_ID": self.state["run_id"],
-               "MARIN_LAUNCH_ATTEMPT": str(number)}
+        env = {
+            "RAY_ADDRESS": gcs,
+            "MARIN_PREFIX": self.prefix,
+            "MARIN_LAUNCH_ID": self.state["run_id"],
+            "MARIN_LAUNCH_ATTEMPT": str(number),
+        }
         cpus = self.host_resources.get("CPU", 0)
         custom = {k: v for k, v in self.host_resources.items() if k != "CPU"}
         # An ActorHandle. Ray types it `ActorHandle | type[DriverHost]`, whose method calls type-check only
@@ -171,9 +194,11 @@ class LaunchSupervisor:
         host: Any = ray.remote(**ACTOR_OPTIONS)(DriverHost).options(num_cpus=cpus, resources=custom or None).remote()
         self._host = host
         try:
-            placed = self._wait_for(host.start.remote(self.argv, env,
-                                                      attempt_log_url(self.prefix, self.state["run_id"], number),
-                                                      self.secrets))
+            placed = self._wait_for(
+                host.start.remote(
+                    self.argv, env, attempt_log_url(self.prefix, self.state["run_id"], number), self.secrets
+                )
+            )
             if placed is not None:
                 attempt.update(placed)
                 self._write()
@@ -184,8 +209,10 @@ class LaunchSupervisor:
                         attempt["outcome"] = "succeeded"
                     elif code < 0 or code in (128 + signal.SIGKILL, 128 + signal.SIGTERM):
                         sig = _signal_name(-(code - 128) if code > 0 else code)
-                        attempt["outcome"], attempt["reason"] = "died", (
-                            f"the driver was killed by {sig} (kill, or the kernel's out-of-memory killer)")
+                        attempt["outcome"], attempt["reason"] = (
+                            "died",
+                            (f"the driver was killed by {sig} (kill, or the kernel's out-of-memory killer)"),
+                        )
                     else:
                         attempt["outcome"] = "failed"
                         attempt["reason"] = f"the driver exited with code {code} (see {attempt['log']})"
@@ -219,9 +246,11 @@ class LaunchSupervisor:
             else:
                 self.state["status"] = "FAILED"
                 if outcome == "died":
-                    self.state["message"] = (f"the driver died {number} times; the budget of "
-                                             f"{self.state['max_restarts']} restarts is spent (launch it again "
-                                             "to resume from what finished)")
+                    self.state["message"] = (
+                        f"the driver died {number} times; the budget of "
+                        f"{self.state['max_restarts']} restarts is spent (launch it again "
+                        "to resume from what finished)"
+                    )
                 else:
                     self.state["message"] = attempt["reason"]
             self._write()

@@ -50,8 +50,10 @@ from marin_lab.training.train_step import abstract_state, build_step
 
 _OOM = re.compile(r"RESOURCE_EXHAUSTED|Ran out of memory|exceeds available HBM", re.IGNORECASE)
 _SIZE = r"([0-9.]+)\s*([KMGT])i?B?"
-_USED = [re.compile(r"Used " + _SIZE + r" of " + _SIZE, re.IGNORECASE),
-         re.compile(r"required for [^(]*\(" + _SIZE + r"\) exceeds available HBM \(" + _SIZE + r"\)", re.IGNORECASE)]
+_USED = [
+    re.compile(r"Used " + _SIZE + r" of " + _SIZE, re.IGNORECASE),
+    re.compile(r"required for [^(]*\(" + _SIZE + r"\) exceeds available HBM \(" + _SIZE + r"\)", re.IGNORECASE),
+]
 _UNIT = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
@@ -120,9 +122,11 @@ class StepReport:
 
     def not_fit_line(self) -> str:
         used = "more than" if self.hbm_bytes_per_chip is None else f"{self.hbm_bytes_per_chip / GiB:.2f} GiB of"
-        return (f"step {self.step!r} does not fit {self.topology}: it needs {used} {self.hbm_capacity_bytes / GiB:.2f} "
-                f"GiB of HBM per chip; usually helps: gradient_checkpointing=True (full remat), more microbatches, a "
-                f"smaller batch_size per chip, attention_impl='splash', or more chips (mesh.fsdp)")
+        return (
+            f"step {self.step!r} does not fit {self.topology}: it needs {used} {self.hbm_capacity_bytes / GiB:.2f} "
+            f"GiB of HBM per chip; usually helps: gradient_checkpointing=True (full remat), more microbatches, a "
+            f"smaller batch_size per chip, attention_impl='splash', or more chips (mesh.fsdp)"
+        )
 
 
 def _plain(value: Any) -> Any:
@@ -139,8 +143,9 @@ FUSED_ATTENTION = ("xla", "cudnn", "splash")
 """Attention implementations that are one op: their recompute is the whole attention forward."""
 
 
-def block_recompute_flops(model: LlamaConfig, remat: bool | str, seq_len: int,
-                          attention_impl: str | None = None) -> float:
+def block_recompute_flops(
+    model: LlamaConfig, remat: bool | str, seq_len: int, attention_impl: str | None = None
+) -> float:
     """FLOPs per token the backward pass of one rematerialized block spends recomputing its forward.
 
     The backward pass needs q, k, v and the attention probabilities (attention's gradient), the
@@ -158,11 +163,14 @@ def block_recompute_flops(model: LlamaConfig, remat: bool | str, seq_len: int,
     half_attention = 2.0 * model.num_heads * hd * seq_len  # scores, or probabilities x values
     # node -> (FLOPs per token, the nodes it is computed from); "x" is the block input, always kept.
     graph: dict[str, tuple[float, tuple[str, ...]]] = {
-        "attn_q": (2.0 * d * q, ("x",)), "attn_k": (2.0 * d * kv, ("x",)), "attn_v": (2.0 * d * kv, ("x",)),
+        "attn_q": (2.0 * d * q, ("x",)),
+        "attn_k": (2.0 * d * kv, ("x",)),
+        "attn_v": (2.0 * d * kv, ("x",)),
         "probs": (half_attention, ("attn_q", "attn_k")),
         "attn_out": (half_attention, ("probs", "attn_v")),
         "mlp_in": (2.0 * q * d, ("attn_out",)),
-        "mlp_gate": (2.0 * d * f, ("mlp_in",)), "mlp_up": (2.0 * d * f, ("mlp_in",)),
+        "mlp_gate": (2.0 * d * f, ("mlp_in",)),
+        "mlp_up": (2.0 * d * f, ("mlp_in",)),
     }
     needed = ["attn_q", "attn_k", "attn_v", "probs", "attn_out", "mlp_in", "mlp_gate", "mlp_up"]
     if attention_impl in FUSED_ATTENTION:  # one op: out and its statistics come together, never saved
@@ -185,8 +193,9 @@ def block_recompute_flops(model: LlamaConfig, remat: bool | str, seq_len: int,
     return sum(cost(n) for n in needed)
 
 
-def remat_extra_flops(model: LlamaConfig, remat: bool | str, tokens: int, seq_len: int,
-                      attention_impl: str | None = None) -> float:
+def remat_extra_flops(
+    model: LlamaConfig, remat: bool | str, tokens: int, seq_len: int, attention_impl: str | None = None
+) -> float:
     """FLOPs the backward pass spends recomputing what the remat policy did not keep, per step
     (every_other: only every other block is rematerialized; an odd last one is too)."""
     layers = model.num_layers
@@ -204,20 +213,24 @@ def host_offload_bytes(model: LlamaConfig, remat: bool | str, tokens_per_chip: i
 
 def _mesh(step: str, mesh_config: Any, topology: Topology) -> Any:
     if mesh_config.slices not in (1, topology.slices):
-        raise TrainingError(f"step {step!r}: field mesh.slices={mesh_config.slices} but topology {topology.name} has "
-                            f"{topology.slices} slice(s); set mesh.slices to the slice count (MeshConfig.on_slices)")
+        raise TrainingError(
+            f"step {step!r}: field mesh.slices={mesh_config.slices} but topology {topology.name} has "
+            f"{topology.slices} slice(s); set mesh.slices to the slice count (MeshConfig.on_slices)"
+        )
     try:
         return mesh_config.build(topology.devices())
     except MeshError as err:
-        raise TrainingError(f"step {step!r}: field mesh: {str(err).removeprefix('mesh: ')} (topology {topology.name} "
-                            f"has {topology.chips} chips)") \
-            from err
+        raise TrainingError(
+            f"step {step!r}: field mesh: {str(err).removeprefix('mesh: ')} (topology {topology.name} "
+            f"has {topology.chips} chips)"
+        ) from err
 
 
 def _check_attention(step: str, impl: str | None, model: LlamaConfig, seq_len: int) -> None:
     try:
-        check_attention(impl, seq_len=seq_len, num_heads=model.num_heads, num_kv_heads=model.num_kv_heads,
-                        platform="tpu")
+        check_attention(
+            impl, seq_len=seq_len, num_heads=model.num_heads, num_kv_heads=model.num_kv_heads, platform="tpu"
+        )
     except AttentionConfigError as err:
         raise TrainingError(f"step {step!r}: field {err}") from err
 
@@ -238,8 +251,14 @@ def _pretraining(step: str, config: TrainLmConfig, topology: Topology) -> tuple[
         raise TrainingError(f"step {step!r}: field batch_size: {err} (mesh {dict(mesh.shape)})") from err
     settings = step_settings(config)
     optimizer = config.optimizer.build(moments=settings.precision.optimizer_state)
-    shardings, step_fn = build_step(config.model, optimizer, config.optimizer.lr_schedule(config.num_train_steps),
-                                    settings, mesh, config.mesh.param_sharding)
+    shardings, step_fn = build_step(
+        config.model,
+        optimizer,
+        config.optimizer.lr_schedule(config.num_train_steps),
+        settings,
+        mesh,
+        config.mesh.param_sharding,
+    )
     state = abstract_state(config.model, optimizer, shardings, jnp.dtype(settings.param_dtype), settings.precision)
     tokens = jax.ShapeDtypeStruct((config.batch_size, config.seq_len + 1), jnp.int32, sharding=batch_sharding(mesh))
     return step_fn, (state, tokens), config.model, dict(mesh.shape)
@@ -248,8 +267,10 @@ def _pretraining(step: str, config: TrainLmConfig, topology: Topology) -> tuple[
 def _finetuning(step: str, config: FinetuneConfig, topology: Topology) -> tuple[Any, tuple, Any, dict]:
     model = config.model
     if model is None:
-        raise TrainingError(f"step {step!r}: field model is None; set it to the base's shape to compile the step "
-                            "(compiling never reads the base)")
+        raise TrainingError(
+            f"step {step!r}: field model is None; set it to the base's shape to compile the step "
+            "(compiling never reads the base)"
+        )
     try:
         check_settings(config, model)
     except TrainingError as err:
@@ -257,8 +278,10 @@ def _finetuning(step: str, config: FinetuneConfig, topology: Topology) -> tuple[
     _check_attention(step, config.attention_impl, model, config.seq_len)
     mesh = _mesh(step, config.mesh, topology)
     if config.batch_size % batch_divisor(mesh):
-        raise TrainingError(f"step {step!r}: field batch_size={config.batch_size} is not divisible by mesh "
-                            f"data*fsdp={batch_divisor(mesh)} (mesh {dict(mesh.shape)})")
+        raise TrainingError(
+            f"step {step!r}: field batch_size={config.batch_size} is not divisible by mesh "
+            f"data*fsdp={batch_divisor(mesh)} (mesh {dict(mesh.shape)})"
+        )
     plan = step_plan(config, model)
     optimizer = config.optimizer.build()
 
@@ -270,15 +293,24 @@ def _finetuning(step: str, config: FinetuneConfig, topology: Topology) -> tuple[
         return frozen_base(base, config.mode, config.frozen_dtype, config.offload_base), trainable
 
     frozen_abs, trainable_abs = jax.eval_shape(shapes)
-    state_sh, frozen_sh, step_fn = build_finetune_step(plan, optimizer,
-                                                       config.optimizer.lr_schedule(config.num_train_steps),
-                                                       mesh, config.mesh.param_sharding, frozen_abs, trainable_abs)
+    state_sh, frozen_sh, step_fn = build_finetune_step(
+        plan,
+        optimizer,
+        config.optimizer.lr_schedule(config.num_train_steps),
+        mesh,
+        config.mesh.param_sharding,
+        frozen_abs,
+        trainable_abs,
+    )
 
     def with_sharding(tree: Any, shardings: Any) -> Any:
         return jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings)
 
-    state = {"trainable": trainable_abs, "opt_state": jax.eval_shape(optimizer.init, trainable_abs),
-             "step": jax.ShapeDtypeStruct((), jnp.int32)}
+    state = {
+        "trainable": trainable_abs,
+        "opt_state": jax.eval_shape(optimizer.init, trainable_abs),
+        "step": jax.ShapeDtypeStruct((), jnp.int32),
+    }
     state = with_sharding(state, state_sh)
     frozen = with_sharding(frozen_abs, frozen_sh) if frozen_abs is not None else None
     batch = jax.ShapeDtypeStruct((config.batch_size, config.seq_len + 1), jnp.int32, sharding=batch_sharding(mesh))
@@ -295,8 +327,9 @@ def _oom_bytes(message: str) -> tuple[int | None, int | None]:
     return None, None
 
 
-def compile_training_step(step: str, function: str, config: Any, topology: Topology,
-                          remat: bool | str | None = None) -> StepReport:
+def compile_training_step(
+    step: str, function: str, config: Any, topology: Topology, remat: bool | str | None = None
+) -> StepReport:
     """Compile one train_lm / finetune_lm step's train step for `topology` and report on it.
 
     remat: a gradient_checkpointing setting to compile instead of the step's own (`compare_remat`).
@@ -334,8 +367,9 @@ def compile_training_step(step: str, function: str, config: Any, topology: Topol
     except Exception as err:  # the compiler's own verdict: only RESOURCE_EXHAUSTED means "does not fit"
         message = str(err)
         if not _OOM.search(message):
-            raise TrainingError(f"step {step!r}: the TPU compiler failed for {topology.name}: "
-                                f"{message.strip().splitlines()[0]}") from err
+            raise TrainingError(
+                f"step {step!r}: the TPU compiler failed for {topology.name}: {message.strip().splitlines()[0]}"
+            ) from err
         compile_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
         used, limit = _oom_bytes(message)
         fits, total, capacity = False, used, limit or chip.hbm_bytes
@@ -343,8 +377,10 @@ def compile_training_step(step: str, function: str, config: Any, topology: Topol
     else:
         compile_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
         memory = compiled.memory_analysis()
-        hbm = {k: int(getattr(memory, f"{k}_size_in_bytes", 0) or 0)
-               for k in ("argument", "output", "alias", "temp", "generated_code")}
+        hbm = {
+            k: int(getattr(memory, f"{k}_size_in_bytes", 0) or 0)
+            for k in ("argument", "output", "alias", "temp", "generated_code")
+        }
         total = hbm["argument"] + hbm["output"] - hbm["alias"] + hbm["temp"]
         fits, capacity = True, chip.hbm_bytes
         ops = collective_ops(compiled.as_text())
@@ -357,16 +393,34 @@ def compile_training_step(step: str, function: str, config: Any, topology: Topol
     est = _roofline(hardware_flops, collectives, topology) if fits else None
     step_s, bound = est if est else (None, None)
     return StepReport(
-        step=step, function=function, topology=topology.name, slices=topology.slices, chips=topology.chips,
-        mesh=mesh_shape, fits=fits, hbm_bytes_per_chip=total, hbm_capacity_bytes=capacity, hbm=hbm,
-        flops_per_step=model_flops, hardware_flops_per_step=hardware_flops, tokens_per_step=tokens,
-        chip_peak_flops=chip.peak_flops, est_step_s=step_s,
+        step=step,
+        function=function,
+        topology=topology.name,
+        slices=topology.slices,
+        chips=topology.chips,
+        mesh=mesh_shape,
+        fits=fits,
+        hbm_bytes_per_chip=total,
+        hbm_capacity_bytes=capacity,
+        hbm=hbm,
+        flops_per_step=model_flops,
+        hardware_flops_per_step=hardware_flops,
+        tokens_per_step=tokens,
+        chip_peak_flops=chip.peak_flops,
+        est_step_s=step_s,
         est_tokens_per_s=tokens / step_s if step_s else None,
         est_mfu=model_flops / (step_s * topology.chips * chip.peak_flops) if step_s else None,
-        bound=bound, compiler_optimal_s=optimal, compile_s=round(compile_s, 2),
-        compile_cpu_s=round(cpu_s, 2), collectives=collectives,
-        remat=_remat_name(remat), attention=str(attention_impl or "einsum"), error=error,
-        dcn_ops=dcn_ops, host_offload_bytes=offload)
+        bound=bound,
+        compiler_optimal_s=optimal,
+        compile_s=round(compile_s, 2),
+        compile_cpu_s=round(cpu_s, 2),
+        collectives=collectives,
+        remat=_remat_name(remat),
+        attention=str(attention_impl or "einsum"),
+        error=error,
+        dcn_ops=dcn_ops,
+        host_offload_bytes=offload,
+    )
 
 
 def _remat_name(remat: bool | str) -> str:
@@ -378,8 +432,9 @@ HEADROOM_BYTES = 2 * GiB
 compiler's count does not see."""
 
 
-def compare_remat(step: str, function: str, config: Any, topology: Topology,
-                  policies: Sequence[bool | str]) -> list[StepReport]:
+def compare_remat(
+    step: str, function: str, config: Any, topology: Topology, policies: Sequence[bool | str]
+) -> list[StepReport]:
     """The step compiled once per remat policy, the chosen one (`choose_remat`) marked."""
     reports = [compile_training_step(step, function, config, topology, remat=p) for p in policies]
     best = choose_remat(reports)
@@ -393,8 +448,15 @@ def choose_remat(reports: Sequence[StepReport], headroom: int = HEADROOM_BYTES) 
     bytes free per chip. Policies that offload to host memory are never chosen: no TPU publishes
     its host-link bandwidth, so the roofline cannot bound their transfers (each report says what
     bandwidth would hide them)."""
-    eligible = [r for r in reports if r.fits and r.headroom_bytes is not None and r.headroom_bytes >= headroom
-                and not r.host_offload_bytes and r.est_mfu is not None]
+    eligible = [
+        r
+        for r in reports
+        if r.fits
+        and r.headroom_bytes is not None
+        and r.headroom_bytes >= headroom
+        and not r.host_offload_bytes
+        and r.est_mfu is not None
+    ]
     if not eligible:
         return None
     return max(eligible, key=lambda r: (round(r.est_mfu or 0.0, 6), -(r.hbm_bytes_per_chip or 0)))
@@ -403,13 +465,21 @@ def choose_remat(reports: Sequence[StepReport], headroom: int = HEADROOM_BYTES) 
 def _roofline(hardware_flops: float, collectives: list[Collective], topology: Topology) -> tuple[float, str]:
     chip = topology.chip
     net = summarize(collectives)
-    times = {"compute": hardware_flops / (topology.chips * chip.peak_flops),
-             "ici": net["ici"] / chip.ici_bytes_per_s}
+    times = {"compute": hardware_flops / (topology.chips * chip.peak_flops), "ici": net["ici"] / chip.ici_bytes_per_s}
     if chip.dcn_bytes_per_s and net["dcn"]:
         times["dcn"] = net["dcn"] / chip.dcn_bytes_per_s
     bound = max(times, key=lambda k: times[k])
     return times[bound], bound
 
 
-__all__ = ["HEADROOM_BYTES", "StepReport", "block_recompute_flops", "choose_remat", "compare_remat",
-           "compile_training_step", "host_offload_bytes", "plain_config", "remat_extra_flops"]
+__all__ = [
+    "HEADROOM_BYTES",
+    "StepReport",
+    "block_recompute_flops",
+    "choose_remat",
+    "compare_remat",
+    "compile_training_step",
+    "host_offload_bytes",
+    "plain_config",
+    "remat_extra_flops",
+]

@@ -28,8 +28,10 @@ from marin_lab.cluster.tpu_types import GENERATIONS, known_types, parse_tpu_type
 from marin_lab.training.errors import TrainingError
 
 GiB = 2**30
-INSTALL_HINT = ("the TPU compiler (libtpu) is not installed; install it with "
-                "`pip install -e '.[tpu]'` (or `pip install -c requirements/constraints.txt libtpu==0.0.42.1`)")
+INSTALL_HINT = (
+    "the TPU compiler (libtpu) is not installed; install it with "
+    "`pip install -e '.[tpu]'` (or `pip install -c requirements/constraints.txt libtpu==0.0.42.1`)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,8 +126,10 @@ def parse_topology(name: str, slices: int | None = None) -> Topology:
             raise TrainingError(f"topology {name!r}: unknown TPU generation; known: {', '.join(CHIPS)}")
         grid = tuple(int(x) for x in m.group(2).split("x"))
         if len(grid) != CHIPS[generation].dims:
-            raise TrainingError(f"topology {name!r}: {generation} chips form a {CHIPS[generation].dims}-D grid, "
-                                f"e.g. {generation}:{'x'.join(['2'] * CHIPS[generation].dims)}")
+            raise TrainingError(
+                f"topology {name!r}: {generation} chips form a {CHIPS[generation].dims}-D grid, "
+                f"e.g. {generation}:{'x'.join(['2'] * CHIPS[generation].dims)}"
+            )
         count = slices or 1
         return Topology(text if count == 1 else f"{text} x{count}", CHIPS[generation], grid, count)
     sliced = _SLICED.match(text)
@@ -137,11 +141,14 @@ def parse_topology(name: str, slices: int | None = None) -> Topology:
     try:
         tpu = parse_tpu_type(text)
     except TpuRequestError as err:
-        raise TrainingError(f"unknown topology {name!r}; known: {', '.join(known_topologies())} "
-                            "(append xN for N slices, e.g. v5e-256x2), or a compiler name such as v5e:2x2") from err
+        raise TrainingError(
+            f"unknown topology {name!r}; known: {', '.join(known_topologies())} "
+            "(append xN for N slices, e.g. v5e-256x2), or a compiler name such as v5e:2x2"
+        ) from err
     if tpu.generation.name not in CHIPS:
-        raise TrainingError(f"topology {name!r}: no chip data for {tpu.generation.name}; known: "
-                            f"{', '.join(known_topologies())}")
+        raise TrainingError(
+            f"topology {name!r}: no chip data for {tpu.generation.name}; known: {', '.join(known_topologies())}"
+        )
     if count < 1:
         raise TrainingError(f"topology {name!r}: slices must be at least 1, got {count}")
     label = tpu.name if count == 1 else f"{tpu.name}x{count}"
@@ -162,11 +169,12 @@ def _topology_devices(compiler_name: str, slices: int) -> tuple[Any, ...]:
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     kwargs = {"chip_config_name": "megacore"} if compiler_name.startswith("v4:") else {}
     try:
-        desc = topologies.get_topology_desc(platform="tpu", topology_name=compiler_name, num_slices=slices,
-                                            **kwargs)
+        desc = topologies.get_topology_desc(platform="tpu", topology_name=compiler_name, num_slices=slices, **kwargs)
     except Exception as err:  # libtpu rejects the shape: say which, and what is known
-        raise TrainingError(f"libtpu cannot describe topology {compiler_name} x{slices}: "
-                            f"{str(err).strip().splitlines()[0]}; known: {', '.join(known_topologies())}") from err
+        raise TrainingError(
+            f"libtpu cannot describe topology {compiler_name} x{slices}: "
+            f"{str(err).strip().splitlines()[0]}; known: {', '.join(known_topologies())}"
+        ) from err
     return tuple(desc.devices)
 
 
@@ -181,5 +189,13 @@ def topology_for_resources(resources: Any) -> Topology | None:
     return parse_topology(tpu, slices)
 
 
-__all__ = ["CHIPS", "INSTALL_HINT", "ChipSpec", "Topology", "known_topologies", "parse_topology",
-           "require_libtpu", "topology_for_resources"]
+__all__ = [
+    "CHIPS",
+    "INSTALL_HINT",
+    "ChipSpec",
+    "Topology",
+    "known_topologies",
+    "parse_topology",
+    "require_libtpu",
+    "topology_for_resources",
+]

@@ -21,6 +21,15 @@ from marin_lab.environments.locked import (
     run_in_step_environment,
 )
 
-__all__ = ["EnvironmentBuildError", "EnvironmentStepError", "StepEnvironment", "cache_root", "ensure_environment",
-           "environment_python", "normalized_requirements", "read_environment_record", "run_in_environment",
-           "run_in_step_environment"]
+__all__ = [
+    "EnvironmentBuildError",
+    "EnvironmentStepError",
+    "StepEnvironment",
+    "cache_root",
+    "ensure_environment",
+    "environment_python",
+    "normalized_requirements",
+    "read_environment_record",
+    "run_in_environment",
+    "run_in_step_environment",
+]

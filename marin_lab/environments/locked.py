@@ -85,8 +85,7 @@ class StepEnvironment:
             "schema": 1,
             "python": _interpreter_tag(self.python),
             "requirements": normalized_requirements(self.requirements),
-            "constraints_sha256": (hashlib.sha256(self.constraints_bytes()).hexdigest()
-                                   if self.constraints else None),
+            "constraints_sha256": (hashlib.sha256(self.constraints_bytes()).hexdigest() if self.constraints else None),
         }
         if self.extra_pythonpath:
             payload["extra_pythonpath"] = list(self.extra_pythonpath)
@@ -109,9 +108,7 @@ class StepEnvironment:
 def normalized_requirements(requirements: tuple[str, ...] | list[str]) -> list[str]:
     """Requirements stripped, without blanks, sorted: their order does not change what pip installs."""
     if isinstance(requirements, str):
-        raise EnvironmentBuildError(
-            f"StepEnvironment.requirements={requirements!r} is a string; pass a tuple of specs"
-        )
+        raise EnvironmentBuildError(f"StepEnvironment.requirements={requirements!r} is a string; pass a tuple of specs")
     return sorted({r.strip() for r in requirements if r and r.strip()})
 
 
@@ -127,12 +124,15 @@ def _resolve_python(python: str) -> str:
 
 @functools.lru_cache(maxsize=16)
 def _probe(resolved_python: str) -> dict[str, str]:
-    code = ("import json, platform, sys; print(json.dumps({'implementation': sys.implementation.name, "
-            "'version': platform.python_version(), 'machine': platform.machine(), "
-            "'platform': sys.platform}))")
+    code = (
+        "import json, platform, sys; print(json.dumps({'implementation': sys.implementation.name, "
+        "'version': platform.python_version(), 'machine': platform.machine(), "
+        "'platform': sys.platform}))"
+    )
     try:
-        out = subprocess.run([resolved_python, "-I", "-c", code], check=True, capture_output=True,
-                             text=True, timeout=60)
+        out = subprocess.run(
+            [resolved_python, "-I", "-c", code], check=True, capture_output=True, text=True, timeout=60
+        )
     except (OSError, subprocess.SubprocessError) as err:
         raise EnvironmentBuildError(f"could not run interpreter {resolved_python!r}: {err}") from err
     return json.loads(out.stdout)
@@ -163,7 +163,8 @@ def environment_python(env_dir: str) -> str:
 def _is_complete(env_dir: str, lock_hash: str) -> bool:
     try:
         return Path(env_dir, ".lock_hash").read_text().strip() == lock_hash and os.path.exists(
-            environment_python(env_dir))
+            environment_python(env_dir)
+        )
     except OSError:
         return False
 
@@ -213,20 +214,29 @@ def _run_logged(cmd: list[str], log_path: str, what: str) -> None:
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(cmd)}\n".encode())
         log.flush()
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              env=_clean_env({"PIP_DISABLE_PIP_VERSION_CHECK": "1"}))
+        proc = subprocess.run(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=_clean_env({"PIP_DISABLE_PIP_VERSION_CHECK": "1"}),
+        )
     if proc.returncode:
         tail = "\n".join(Path(log_path).read_text(errors="replace").splitlines()[-_TAIL_LINES:])
-        raise EnvironmentBuildError(f"{what} failed (exit {proc.returncode}); nothing was kept. "
-                                    f"Output tail:\n{tail}")
+        raise EnvironmentBuildError(f"{what} failed (exit {proc.returncode}); nothing was kept. Output tail:\n{tail}")
 
 
 def _build(env: StepEnvironment, lock_hash: str, tmp: str, final: str) -> None:
     started = time.monotonic()
     requirements = normalized_requirements(env.requirements)
     base_python = _resolve_python(env.python)
-    logger.info("building step environment %s (%d requirements%s) in %s; this takes a while once",
-                lock_hash, len(requirements), ", locked by " + env.constraints if env.constraints else "", final)
+    logger.info(
+        "building step environment %s (%d requirements%s) in %s; this takes a while once",
+        lock_hash,
+        len(requirements),
+        ", locked by " + env.constraints if env.constraints else "",
+        final,
+    )
     log_path = os.path.join(tempfile.gettempdir(), f"marin-env-build-{lock_hash}-{uuid.uuid4().hex[:8]}.log")
     try:
         # pip is only needed to install something; a bare venv is much faster to make.
@@ -239,25 +249,38 @@ def _build(env: StepEnvironment, lock_hash: str, tmp: str, final: str) -> None:
             Path(tmp, "constraints.txt").write_bytes(env.constraints_bytes())
             cmd += ["-c", os.path.join(tmp, "constraints.txt")]
         if requirements:
-            _run_logged(cmd + ["-r", os.path.join(tmp, "requirements.txt")], log_path,
-                        f"pip install for step environment {lock_hash}")
+            _run_logged(
+                cmd + ["-r", os.path.join(tmp, "requirements.txt")],
+                log_path,
+                f"pip install for step environment {lock_hash}",
+            )
         if env.extra_pythonpath:
             site = _site_packages(python)
             Path(site, "marin_lab_extra_path.pth").write_text(
-                "".join(f"{os.path.abspath(p)}\n" for p in env.extra_pythonpath))
+                "".join(f"{os.path.abspath(p)}\n" for p in env.extra_pythonpath)
+            )
         packages = _installed_packages(python)
         pinned = _pinned_names(env.constraints_bytes().decode(errors="replace").splitlines() + requirements)
         unpinned = sorted(n for n in packages if _canonical(n) not in pinned and _canonical(n) not in _BOOTSTRAP)
         if unpinned:
-            logger.warning("step environment %s: %d installed package(s) are not pinned by the lock, so a "
-                           "rebuild may differ: %s (add them to the constraints file)", lock_hash,
-                           len(unpinned), ", ".join(unpinned))
+            logger.warning(
+                "step environment %s: %d installed package(s) are not pinned by the lock, so a "
+                "rebuild may differ: %s (add them to the constraints file)",
+                lock_hash,
+                len(unpinned),
+                ", ".join(unpinned),
+            )
         _relocate_scripts(tmp, final)
         record = {
-            "lock_hash": lock_hash, "python": _probe(base_python), "base_python": base_python,
-            "requirements": requirements, "constraints": env.constraints,
+            "lock_hash": lock_hash,
+            "python": _probe(base_python),
+            "base_python": base_python,
+            "requirements": requirements,
+            "constraints": env.constraints,
             "constraints_sha256": hashlib.sha256(env.constraints_bytes()).hexdigest() if env.constraints else None,
-            "extra_pythonpath": list(env.extra_pythonpath), "packages": packages, "unpinned": unpinned,
+            "extra_pythonpath": list(env.extra_pythonpath),
+            "packages": packages,
+            "unpinned": unpinned,
             "built": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "build_s": round(time.monotonic() - started, 1),
         }
@@ -270,14 +293,20 @@ def _build(env: StepEnvironment, lock_hash: str, tmp: str, final: str) -> None:
 
 
 def _site_packages(python: str) -> str:
-    out = subprocess.run([python, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [python, "-I", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.strip()
 
 
 def _installed_packages(python: str) -> dict[str, str]:
-    code = ("import json; from importlib import metadata; print(json.dumps({d.metadata['Name']: d.version "
-            "for d in metadata.distributions() if d.metadata['Name']}))")
+    code = (
+        "import json; from importlib import metadata; print(json.dumps({d.metadata['Name']: d.version "
+        "for d in metadata.distributions() if d.metadata['Name']}))"
+    )
     out = subprocess.run([python, "-I", "-c", code], check=True, capture_output=True, text=True)
     return dict(sorted(json.loads(out.stdout).items(), key=lambda kv: kv[0].lower()))
 
@@ -322,8 +351,11 @@ def read_environment_record(python: str) -> dict[str, Any] | None:
 
 
 def _clean_env(extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP", "__PYVENV_LAUNCHER__")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSTARTUP", "__PYVENV_LAUNCHER__")
+    }
     env.update(extra)
     return env
 
@@ -370,11 +402,17 @@ def run_in_environment(python: str, fn: Callable[[Any], Any], config: Any) -> An
         except Exception as err:
             raise EnvironmentStepError(f"run_in_environment: {name}: the config could not be pickled: {err}") from err
         Path(in_path).write_bytes(payload)
-        env = _clean_env({"PYTHONPATH": os.pathsep.join(paths), "PYTHONNOUSERSITE": "1",
-                          "VIRTUAL_ENV": str(Path(python).parent.parent)})
+        env = _clean_env(
+            {
+                "PYTHONPATH": os.pathsep.join(paths),
+                "PYTHONNOUSERSITE": "1",
+                "VIRTUAL_ENV": str(Path(python).parent.parent),
+            }
+        )
         logger.info("running %s in environment %s", name, python)
-        proc = subprocess.Popen([python, "-m", "marin_lab._env_worker", in_path, out_path], env=env,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [python, "-m", "marin_lab._env_worker", in_path, out_path], env=env, stdin=subprocess.DEVNULL
+        )
         try:
             returncode = proc.wait()
         finally:
@@ -396,7 +434,9 @@ def run_in_environment(python: str, fn: Callable[[Any], Any], config: Any) -> An
     remote = answer.get("traceback") or ""
     raise EnvironmentStepError(
         f"{name} raised {answer.get('type')}: {answer.get('message')} (in environment {python})\n"
-        f"Remote traceback:\n{remote}", traceback_text=remote)
+        f"Remote traceback:\n{remote}",
+        traceback_text=remote,
+    )
 
 
 def run_in_step_environment(env: StepEnvironment, fn: Callable[[Any], Any], config: Any) -> Any:

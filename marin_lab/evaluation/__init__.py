@@ -22,12 +22,26 @@ if TYPE_CHECKING:  # the same names, typed, for readers and mypy
     )
     from marin_lab.evaluation.harness import HarnessError, MarinLM, TaskSpec, check_task_names
 
-_LAZY = {**{name: "evaluate_lm" for name in ("CORE_TASKS", "CORE_TASKS_OFFLINE", "EvalLmConfig", "EvaluationError",
-                                             "evaluate_lm", "parse_task")},
-         **{name: "harness" for name in ("HarnessError", "MarinLM", "TaskSpec", "check_task_names")}}
+_LAZY = {
+    **{
+        name: "evaluate_lm"
+        for name in ("CORE_TASKS", "CORE_TASKS_OFFLINE", "EvalLmConfig", "EvaluationError", "evaluate_lm", "parse_task")
+    },
+    **{name: "harness" for name in ("HarnessError", "MarinLM", "TaskSpec", "check_task_names")},
+}
 
-__all__ = ["CORE_TASKS", "CORE_TASKS_OFFLINE", "EvalLmConfig", "EvaluationError", "HarnessError", "MarinLM",
-           "TaskSpec", "check_task_names", "evaluate_lm", "parse_task"]
+__all__ = [
+    "CORE_TASKS",
+    "CORE_TASKS_OFFLINE",
+    "EvalLmConfig",
+    "EvaluationError",
+    "HarnessError",
+    "MarinLM",
+    "TaskSpec",
+    "check_task_names",
+    "evaluate_lm",
+    "parse_task",
+]
 
 
 class _Package(types.ModuleType):

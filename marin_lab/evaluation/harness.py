@@ -75,6 +75,7 @@ _SCORERS: dict[tuple[LlamaConfig, str], Any] = {}
 def _scorer(config: LlamaConfig, compute_dtype: str) -> Any:
     key = (config, compute_dtype)
     if key not in _SCORERS:
+
         def score(params: Params, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
             logits = forward(params, tokens[:, :-1], config, compute_dtype=jnp.dtype(compute_dtype))
             return _greedy_and_logp(logits, tokens[:, 1:])
@@ -96,9 +97,19 @@ class MarinLM(TemplateLM):
 
     backend = "causal"
 
-    def __init__(self, params: Params, config: LlamaConfig, tokenizer: Any, *, batch_size: int = 8,
-                 compute_dtype: str = "float32", max_length: int | None = None,
-                 eos_id: int | None = None, bos_id: int | None = None, max_gen_toks: int = 256) -> None:
+    def __init__(
+        self,
+        params: Params,
+        config: LlamaConfig,
+        tokenizer: Any,
+        *,
+        batch_size: int = 8,
+        compute_dtype: str = "float32",
+        max_length: int | None = None,
+        eos_id: int | None = None,
+        bos_id: int | None = None,
+        max_gen_toks: int = 256,
+    ) -> None:
         super().__init__()
         self.params = params
         self.config = config
@@ -107,8 +118,9 @@ class MarinLM(TemplateLM):
         self.compute_dtype = compute_dtype
         self._max_length = int(max_length or config.max_seq_len)
         if self._max_length > config.max_seq_len:
-            raise HarnessError(f"max_length={self._max_length} is larger than the model's "
-                               f"max_seq_len={config.max_seq_len}")
+            raise HarnessError(
+                f"max_length={self._max_length} is larger than the model's max_seq_len={config.max_seq_len}"
+            )
         eos = eos_id if eos_id is not None else _first_token_id(tokenizer, EOS_CANDIDATES)
         if eos is None:
             raise HarnessError(f"the tokenizer has no end-of-text token among {list(EOS_CANDIDATES)}")
@@ -165,11 +177,11 @@ class MarinLM(TemplateLM):
         fn = _scorer(self.config, self.compute_dtype)
         bs = self._batch_size
         for lo in range(0, len(order), bs):
-            idx = order[lo:lo + bs]
+            idx = order[lo : lo + bs]
             width = bucket_length(max(len(seqs[i]) for i in idx) - 1, self._max_length) + 1
             batch = np.zeros((bs, width), np.int32)
             for row, i in enumerate(idx):
-                batch[row, :len(seqs[i])] = seqs[i]
+                batch[row, : len(seqs[i])] = seqs[i]
             self.programs.add(("score", bs, width))
             logp, greedy = fn(self.params, jnp.asarray(batch))
             logp, greedy = np.asarray(logp), np.asarray(greedy)
@@ -178,19 +190,22 @@ class MarinLM(TemplateLM):
                 out[i] = (logp[row, :n], greedy[row, :n])
         return out
 
-    def _loglikelihood_tokens(self, requests: list[tuple[Any, list[int], list[int]]], disable_tqdm: bool = False,
-                              **kwargs: Any) -> list[tuple[float, bool]]:
+    def _loglikelihood_tokens(
+        self, requests: list[tuple[Any, list[int], list[int]]], disable_tqdm: bool = False, **kwargs: Any
+    ) -> list[tuple[float, bool]]:
         seqs, conts = [], []
         for _key, context_enc, continuation_enc in requests:
             if not continuation_enc:
                 raise HarnessError("a continuation encodes to no tokens with this tokenizer")
             if len(continuation_enc) > self._max_length:
-                raise HarnessError(f"a continuation of {len(continuation_enc)} tokens is longer than the "
-                                   f"model's context ({self._max_length})")
+                raise HarnessError(
+                    f"a continuation of {len(continuation_enc)} tokens is longer than the "
+                    f"model's context ({self._max_length})"
+                )
             whole = context_enc + continuation_enc
             if len(whole) > self._max_length + 1:
                 self.truncated += 1
-                whole = whole[-(self._max_length + 1):]
+                whole = whole[-(self._max_length + 1) :]
             seqs.append(whole)
             conts.append(len(continuation_enc))
         scored = self._score_sequences(seqs)
@@ -206,9 +221,15 @@ class MarinLM(TemplateLM):
         owner: list[int] = []
         for i, req in enumerate(requests):
             (string,) = req.args
-            for ctx, cont in map(make_disjoint_window, get_rolling_token_windows(
-                    token_list=self.tok_encode(string), prefix_token=self.prefix_token_id,
-                    max_seq_len=self._max_length, context_len=1)):
+            for ctx, cont in map(
+                make_disjoint_window,
+                get_rolling_token_windows(
+                    token_list=self.tok_encode(string),
+                    prefix_token=self.prefix_token_id,
+                    max_seq_len=self._max_length,
+                    context_len=1,
+                ),
+            ):
                 windows.append((None, ctx, cont))
                 owner.append(i)
         totals = [0.0] * len(requests)
@@ -242,12 +263,21 @@ class MarinLM(TemplateLM):
             groups.setdefault((tuple(until), max_new, temperature, top_p), []).append(i)
         out = [""] * len(requests)
         for (until, max_new, temperature, top_p), idx in groups.items():
-            sampling = SamplingConfig(max_new_tokens=max_new, temperature=temperature, top_p=top_p,
-                                      stop_token_ids=(self._eos_id,))
+            sampling = SamplingConfig(
+                max_new_tokens=max_new, temperature=temperature, top_p=top_p, stop_token_ids=(self._eos_id,)
+            )
             self.programs.add(("generate", self._batch_size, max_new))
-            texts = generate_text(self.params, self.config, self.tokenizer, [], sampling, until=until,
-                                  compute_dtype=self.compute_dtype, batch_size=self._batch_size,
-                                  prompt_ids=[prepared[i] for i in idx])
+            texts = generate_text(
+                self.params,
+                self.config,
+                self.tokenizer,
+                [],
+                sampling,
+                until=until,
+                compute_dtype=self.compute_dtype,
+                batch_size=self._batch_size,
+                prompt_ids=[prepared[i] for i in idx],
+            )
             for i, text in zip(idx, texts, strict=True):
                 out[i] = text
         return out
@@ -261,10 +291,24 @@ _MANAGERS: dict[tuple[str, ...], Any] = {}
 
 TASK_FOLDERS: dict[str, str] = {
     **{name: "arc" for name in ("arc_easy", "arc_challenge")},
-    "hellaswag": "hellaswag", "lambada_openai": "lambada", "piqa": "piqa", "winogrande": "winogrande",
-    "boolq": "super_glue/boolq", "copa": "super_glue/copa", "cb": "super_glue/cb", "commonsense_qa": "commonsense_qa",
-    "openbookqa": "openbookqa", "wsc273": "wsc273", "agieval_lsat_ar": "agieval", "gsm8k": "gsm8k", "sciq": "sciq",
-    "social_iqa": "siqa", "rte": "glue/rte", "mrpc": "glue/mrpc", "sst2": "glue/sst2", "mmlu": "mmlu/default",
+    "hellaswag": "hellaswag",
+    "lambada_openai": "lambada",
+    "piqa": "piqa",
+    "winogrande": "winogrande",
+    "boolq": "super_glue/boolq",
+    "copa": "super_glue/copa",
+    "cb": "super_glue/cb",
+    "commonsense_qa": "commonsense_qa",
+    "openbookqa": "openbookqa",
+    "wsc273": "wsc273",
+    "agieval_lsat_ar": "agieval",
+    "gsm8k": "gsm8k",
+    "sciq": "sciq",
+    "social_iqa": "siqa",
+    "rte": "glue/rte",
+    "mrpc": "glue/mrpc",
+    "sst2": "glue/sst2",
+    "mmlu": "mmlu/default",
     **{f"mmlu_{subject}": "mmlu/default" for subject in offline_data.MMLU_SUBJECTS},
 }
 """lm-eval's folder (under lm_eval/tasks) of the tasks this project names: indexing only those takes
@@ -319,8 +363,9 @@ class TaskSpec:
         if isinstance(spec, str):
             return TaskSpec(spec)
         if isinstance(spec, dict):
-            return TaskSpec(spec["name"] if "name" in spec else spec["task"], spec.get("num_fewshot"),
-                            spec.get("limit"))
+            return TaskSpec(
+                spec["name"] if "name" in spec else spec["task"], spec.get("num_fewshot"), spec.get("limit")
+            )
         items = list(spec)
         return TaskSpec(items[0], *(items[1:3]))
 
@@ -341,8 +386,12 @@ def _document_source(data: str, record: dict[str, dict[str, Any]]) -> Iterator[N
         name = cfg.task
         source = offline_data.offline_source(cfg.dataset_path, cfg.dataset_name)
         default_eval = cfg.test_split or cfg.validation_split
-        entry = {"dataset": cfg.dataset_path, "dataset_config": cfg.dataset_name, "default_split": default_eval,
-                 "default_fewshot_split": cfg.fewshot_split or cfg.training_split or cfg.validation_split}
+        entry = {
+            "dataset": cfg.dataset_path,
+            "dataset_config": cfg.dataset_name,
+            "default_split": default_eval,
+            "default_fewshot_split": cfg.fewshot_split or cfg.training_split or cfg.validation_split,
+        }
         if data == "hub" or (source is None and data == "auto") or cfg.custom_dataset is not None:
             try:
                 original(task, dataset_kwargs, **kwargs)
@@ -356,15 +405,23 @@ def _document_source(data: str, record: dict[str, dict[str, Any]]) -> Iterator[N
         task.dataset = source.load()
         held = list(task.dataset)
         split = default_eval if default_eval in held else held[-1]
-        fewshot = next((s for s in (cfg.fewshot_split, cfg.training_split, cfg.validation_split)
-                        if s is not None and s in held), None) or split
+        fewshot = (
+            next(
+                (
+                    s
+                    for s in (cfg.fewshot_split, cfg.training_split, cfg.validation_split)
+                    if s is not None and s in held
+                ),
+                None,
+            )
+            or split
+        )
         cfg.training_split = cfg.training_split if cfg.training_split in held else None
         cfg.validation_split = None
         cfg.test_split = split
         cfg.fewshot_split = fewshot
         task.fewshot_cfg.split = fewshot
-        entry.update(data_source=offline_data.DATA_SOURCE, split=split, fewshot_split=fewshot,
-                     note=source.note)
+        entry.update(data_source=offline_data.DATA_SOURCE, split=split, fewshot_split=fewshot, note=source.note)
         record[name] = entry
 
     ConfigurableTask.download = download
@@ -377,9 +434,11 @@ def _document_source(data: str, record: dict[str, dict[str, Any]]) -> Iterator[N
 def _no_documents(task: str, path: str | None, name: str | None, err: Exception | None) -> str:
     where = f"{path}" + (f" ({name})" if name else "")
     reason = f" ({str(err).splitlines()[0][:200]})" if err is not None and str(err) else ""
-    return (f"task {task}: no documents for {where}: not in the offline copy ({offline_data.DATA_SOURCE}) and "
-            f"not loadable from the Hugging Face hub{reason}; run online once with HF_HUB_OFFLINE unset "
-            f"(data='hub' or 'auto') so `datasets` caches it, or point HF_DATASETS_CACHE at a cache that holds it")
+    return (
+        f"task {task}: no documents for {where}: not in the offline copy ({offline_data.DATA_SOURCE}) and "
+        f"not loadable from the Hugging Face hub{reason}; run online once with HF_HUB_OFFLINE unset "
+        f"(data='hub' or 'auto') so `datasets` caches it, or point HF_DATASETS_CACHE at a cache that holds it"
+    )
 
 
 def _lm_eval_noise(record: logging.LogRecord) -> bool:
@@ -424,8 +483,15 @@ def _silent_bar(bar: Any, *args: Any, **kwargs: Any) -> Any:
     return bar(*args, **{**kwargs, "disable": True})
 
 
-def run_task(lm: Any, spec: TaskSpec, *, data: str = "auto", include_path: Sequence[str] = (),
-             seed: int = 1234, bootstrap_iters: int = 1000) -> dict[str, Any]:
+def run_task(
+    lm: Any,
+    spec: TaskSpec,
+    *,
+    data: str = "auto",
+    include_path: Sequence[str] = (),
+    seed: int = 1234,
+    bootstrap_iters: int = 1000,
+) -> dict[str, Any]:
     """lm-eval's results for one task spec (samples included) plus where its documents came from.
 
     `results["marin_lab_sources"]`: per leaf task, {data_source, split, default_split, fewshot_split};
@@ -446,10 +512,19 @@ def run_task(lm: Any, spec: TaskSpec, *, data: str = "auto", include_path: Seque
     # lm-eval bootstraps non-mean metrics' stderr in a process pool unless told not to; stay in-process.
     os.environ.setdefault("DISABLE_MULTIPROC", "1")
     with _document_source(data, record), quiet_lm_eval():
-        results = simple_evaluate(model=lm, tasks=[spec.name], num_fewshot=spec.num_fewshot, limit=spec.limit,
-                                  log_samples=True, bootstrap_iters=bootstrap_iters, random_seed=seed,
-                                  numpy_random_seed=seed, torch_random_seed=None, fewshot_random_seed=seed,
-                                  task_manager=manager)
+        results = simple_evaluate(
+            model=lm,
+            tasks=[spec.name],
+            num_fewshot=spec.num_fewshot,
+            limit=spec.limit,
+            log_samples=True,
+            bootstrap_iters=bootstrap_iters,
+            random_seed=seed,
+            numpy_random_seed=seed,
+            torch_random_seed=None,
+            fewshot_random_seed=seed,
+            task_manager=manager,
+        )
     if results is None:
         raise HarnessError(f"task {spec.name}: lm-eval returned no results")
     results["marin_lab_sources"] = record

@@ -77,8 +77,9 @@ def _subtree_target(resolved: str, key: str) -> Any:
         index = mfs.read_json(mfs.join(resolved, "index.json"))
         leaves = index["leaves"]
     except (FileNotFoundError, ValueError, KeyError, TypeError) as err:
-        raise ModelLoadError(f"checkpoint {resolved}: index.json is missing or damaged ({err}); "
-                             "the checkpoint was not fully written") from None
+        raise ModelLoadError(
+            f"checkpoint {resolved}: index.json is missing or damaged ({err}); the checkpoint was not fully written"
+        ) from None
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     tree: dict[str, Any] = {}
     for entry in leaves:
@@ -97,8 +98,9 @@ def _subtree_target(resolved: str, key: str) -> Any:
 def _lora_config(meta: dict[str, Any], resolved: str) -> LoraConfig:
     raw = meta.get("lora")
     if not isinstance(raw, dict):
-        raise ModelLoadError(f"checkpoint {resolved}: metadata.json records mode {meta.get('mode')!r} but no "
-                             "'lora' settings")
+        raise ModelLoadError(
+            f"checkpoint {resolved}: metadata.json records mode {meta.get('mode')!r} but no 'lora' settings"
+        )
     fields = {f.name for f in dataclasses.fields(LoraConfig)}
     values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in fields}
     return LoraConfig(**values)
@@ -113,8 +115,10 @@ def _load_adapters(resolved: str, meta: dict[str, Any], model: LlamaConfig) -> P
     try:
         _, base_params, _ = load_base(base, model)
     except TrainingError as err:
-        raise ModelLoadError(f"checkpoint {resolved} holds adapters only; its base {base} cannot be loaded "
-                             f"({err}); load the fine-tune's merged/ checkpoint or restore the base") from None
+        raise ModelLoadError(
+            f"checkpoint {resolved} holds adapters only; its base {base} cannot be loaded "
+            f"({err}); load the fine-tune's merged/ checkpoint or restore the base"
+        ) from None
     adapters = ckpt.load_subtree(resolved, "trainable", _subtree_target(resolved, "trainable"))
     try:
         return jax.jit(lambda b, a: merge_lora(b, a, lora))(base_params, adapters)
@@ -172,6 +176,7 @@ def _has_key(resolved: str, key: str) -> bool:
 
 
 # --- the run around a checkpoint ------------------------------------------------------------------
+
 
 def _run_dirs(path: str) -> list[str]:
     """Folders that may hold a run's hf/ and step record: `path`, and the output path(s) above a
@@ -242,8 +247,10 @@ def load_tokenizer_for(path: str, tokenizer_path: str | None = None) -> tuple[An
     """(tokenizers.Tokenizer, where it was read) for the model at `path`; ModelLoadError if none."""
     url = tokenizer_path or find_tokenizer(path)
     if url is None:
-        raise ModelLoadError(f"no tokenizer found for {path} (looked for hf/tokenizer.json and the run's token "
-                             "caches); pass a tokenizer.json")
+        raise ModelLoadError(
+            f"no tokenizer found for {path} (looked for hf/tokenizer.json and the run's token "
+            "caches); pass a tokenizer.json"
+        )
     if not mfs.exists(url):
         raise ModelLoadError(f"tokenizer {url} does not exist")
     try:
@@ -255,6 +262,7 @@ def load_tokenizer_for(path: str, tokenizer_path: str | None = None) -> tuple[An
 
 
 # --- chat format ----------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class ChatFormat:
@@ -273,8 +281,9 @@ class ChatFormat:
     def prompt_ids(self, tokenizer: Any, user_text: str) -> list[int]:
         """Token ids of one user turn followed by the assistant's marker, encoded segment by segment
         exactly as `tokenize_instructions` encoded the training conversations."""
-        pieces = render_segments([{"role": "user", "content": user_text},
-                                  {"role": "assistant", "content": ""}], self.template)
+        pieces = render_segments(
+            [{"role": "user", "content": user_text}, {"role": "assistant", "content": ""}], self.template
+        )
         ids = [self.bos_id] if self.bos_id is not None else []
         for enc in tokenizer.encode_batch([text for text, _ in pieces], add_special_tokens=False):
             ids += enc.ids
@@ -292,6 +301,7 @@ def chat_format(path: str) -> ChatFormat | None:
         for cache in _record_caches(d):
             ledger = _ledger(cache)
             if ledger and isinstance(ledger.get("template"), dict):
-                return ChatFormat.from_record({"template": ledger["template"], "bos_id": ledger.get("bos_id"),
-                                               "eos_id": ledger.get("eos_id")})
+                return ChatFormat.from_record(
+                    {"template": ledger["template"], "bos_id": ledger.get("bos_id"), "eos_id": ledger.get("eos_id")}
+                )
     return None

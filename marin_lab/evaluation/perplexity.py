@@ -22,9 +22,18 @@ from marin_lab.training.token_cache import TokenCache, TokenCacheError
 logger = logging.getLogger(__name__)
 
 
-def evaluate_cache(params: Params, model: LlamaConfig, cache_path: str, *, split: str, seq_len: int,
-                   batch_size: int, max_sequences: int | None, compute_dtype: str = "float32",
-                   name: str = "?") -> dict[str, Any]:
+def evaluate_cache(
+    params: Params,
+    model: LlamaConfig,
+    cache_path: str,
+    *,
+    split: str,
+    seq_len: int,
+    batch_size: int,
+    max_sequences: int | None,
+    compute_dtype: str = "float32",
+    name: str = "?",
+) -> dict[str, Any]:
     """{"perplexity", "bits_per_byte", "tokens", "bytes", "loss"} for one cache's split."""
     cache = TokenCache(cache_path)
     windows = cache.split(split, seq_len)
@@ -42,8 +51,11 @@ def evaluate_cache(params: Params, model: LlamaConfig, cache_path: str, *, split
     count = int(logp.size)
     n_bytes = _count_bytes(cache, split, tokens[:, 1:])
     return {
-        "loss": nll / count, "perplexity": math.exp(nll / count), "tokens": count,
-        "bytes": n_bytes, "bits_per_byte": (nll / math.log(2) / n_bytes) if n_bytes else None,
+        "loss": nll / count,
+        "perplexity": math.exp(nll / count),
+        "tokens": count,
+        "bytes": n_bytes,
+        "bits_per_byte": (nll / math.log(2) / n_bytes) if n_bytes else None,
     }
 
 

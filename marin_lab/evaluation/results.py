@@ -84,11 +84,24 @@ class TaskResult:
         name = self.primary(metric)
         if name is None:
             if self.status == "failed":
-                return {"status": "failed", "error": self.error, "value": None, "low": None, "high": None,
-                        "text": "failed"}
+                return {
+                    "status": "failed",
+                    "error": self.error,
+                    "value": None,
+                    "low": None,
+                    "high": None,
+                    "text": "failed",
+                }
             return None
-        cell = {**self.metrics[name], "metric": name, "capped": self.capped, "low_coverage": self.low_coverage,
-                "coverage": self.coverage, "status": self.status, "error": self.error}
+        cell = {
+            **self.metrics[name],
+            "metric": name,
+            "capped": self.capped,
+            "low_coverage": self.low_coverage,
+            "coverage": self.coverage,
+            "status": self.status,
+            "error": self.error,
+        }
         cell["text"] = fmt_cell(cell)
         return cell
 
@@ -114,13 +127,24 @@ class EvalRun:
         return f"{model} @ step {self.step}" if self.step is not None else model
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "key": self.key, "name": self.name, "model": self.model, "label": self.label,
-                "train_path": self.train_path, "checkpoint": self.checkpoint, "step": self.step,
-                "format": self.format, "notes": self.notes, "perplexity": self.perplexity,
-                "tasks": {t: dataclasses.asdict(r) for t, r in self.tasks.items()}}
+        return {
+            "path": self.path,
+            "key": self.key,
+            "name": self.name,
+            "model": self.model,
+            "label": self.label,
+            "train_path": self.train_path,
+            "checkpoint": self.checkpoint,
+            "step": self.step,
+            "format": self.format,
+            "notes": self.notes,
+            "perplexity": self.perplexity,
+            "tasks": {t: dataclasses.asdict(r) for t, r in self.tasks.items()},
+        }
 
 
 # ---- reading one run ---------------------------------------------------------------------------
+
 
 def _finite_or_none(value: Any, where: str, notes: list[str]) -> Any:
     """`value` with every non-finite float replaced by None; the first few places are noted."""
@@ -193,11 +217,19 @@ def _format2(run: EvalRun, data: dict[str, Any]) -> None:
         if not isinstance(entry, dict):
             run.notes.append(f"marin_lab.tasks.{name} is not an object (skipped)")
             continue
-        tr = TaskResult(task=str(name), status=_str(entry.get("status")) or "ok", error=_str(entry.get("error")),
-                        attempted=_int(entry.get("attempted")), scored=_int(entry.get("scored")),
-                        coverage=_num(entry.get("coverage")), limit=_int(entry.get("limit")),
-                        split=_str(entry.get("split")), default_split=_str(entry.get("default_split")),
-                        num_fewshot=_int(entry.get("num_fewshot")), samples_file=_str(entry.get("samples_file")))
+        tr = TaskResult(
+            task=str(name),
+            status=_str(entry.get("status")) or "ok",
+            error=_str(entry.get("error")),
+            attempted=_int(entry.get("attempted")),
+            scored=_int(entry.get("scored")),
+            coverage=_num(entry.get("coverage")),
+            limit=_int(entry.get("limit")),
+            split=_str(entry.get("split")),
+            default_split=_str(entry.get("default_split")),
+            num_fewshot=_int(entry.get("num_fewshot")),
+            samples_file=_str(entry.get("samples_file")),
+        )
         if tr.attempted is not None and tr.scored is not None:
             cov = stats.coverage(tr.scored, tr.attempted, tr.limit)
             tr.coverage, tr.low_coverage = cov["coverage"], bool(cov["low_coverage"])
@@ -232,8 +264,10 @@ def _format1(run: EvalRun, data: dict[str, Any]) -> None:
                 tr.metrics[new] = stats.aggregate_interval(value, n)
         run.tasks[str(name)] = tr
     if tasks:
-        run.notes.append("results of the older format 1: no samples files, coverage, limit or split recorded; "
-                         "intervals computed from accuracy and n")
+        run.notes.append(
+            "results of the older format 1: no samples files, coverage, limit or split recorded; "
+            "intervals computed from accuracy and n"
+        )
 
 
 def _lm_eval_only(run: EvalRun, data: dict[str, Any]) -> None:
@@ -250,8 +284,9 @@ def _lm_eval_only(run: EvalRun, data: dict[str, Any]) -> None:
                 continue
             metric, flt = key.split(",", 1)
             name_m = metric if flt == "none" else key
-            tr.metrics[name_m] = stats.aggregate_interval(float(value), n, _num(raw.get(f"{metric}_stderr,{flt}")),
-                                                          binary=_binary_name(metric))
+            tr.metrics[name_m] = stats.aggregate_interval(
+                float(value), n, _num(raw.get(f"{metric}_stderr,{flt}")), binary=_binary_name(metric)
+            )
         run.tasks[str(name)] = tr
     run.notes.append("lm-eval results without the marin_lab section: coverage and limit unknown")
 
@@ -288,8 +323,9 @@ def _model_from_record(run: EvalRun) -> None:
             train = read_step_record(run.train_path)
         except RecordError:
             train = None
-        run.model = ((train.name if train is not None and train.name else None)
-                     or run.train_path.rstrip("/").rsplit("/", 1)[-1])
+        run.model = (train.name if train is not None and train.name else None) or run.train_path.rstrip("/").rsplit(
+            "/", 1
+        )[-1]
 
 
 def load_run(path: str, key: str | None = None) -> EvalRun:
@@ -328,8 +364,10 @@ def load_run(path: str, key: str | None = None) -> EvalRun:
         if tr.status == "failed":
             run.notes.append(f"{tr.task}: failed ({tr.error or 'no reason recorded'})")
         elif run.format and run.format >= 2 and tr.samples_file and not _exists(samples_url(run, tr.task)):
-            run.notes.append(f"{tr.task}: samples file {tr.samples_file} is missing (no per-item view or paired "
-                             "comparison for this task)")
+            run.notes.append(
+                f"{tr.task}: samples file {tr.samples_file} is missing (no per-item view or paired "
+                "comparison for this task)"
+            )
     _model_from_record(run)
     return run
 
@@ -344,9 +382,10 @@ def _exists(url: str) -> bool:
 
 # ---- finding runs ------------------------------------------------------------------------------
 
+
 def _relative(prefix: str, path: str) -> str:
     p = prefix.rstrip("/") + "/"
-    return path[len(p):] if path.startswith(p) else path
+    return path[len(p) :] if path.startswith(p) else path
 
 
 def find_eval_runs(prefix: str) -> list[EvalRun]:
@@ -379,24 +418,36 @@ def run_detail(run: EvalRun) -> dict[str, Any]:
     """One evaluation as its step page shows it: the run, and per task its shown cell and every metric."""
     tasks = {}
     for name, tr in sorted(run.tasks.items()):
-        tasks[name] = {"cell": tr.cell(), "split": tr.split, "default_split": tr.default_split,
-                       "num_fewshot": tr.num_fewshot, "limit": tr.limit, "attempted": tr.attempted,
-                       "scored": tr.scored, "metrics": {m: {**c, "text": fmt_cell({**c, "metric": m})}
-                                                        for m, c in sorted(tr.metrics.items())}}
+        tasks[name] = {
+            "cell": tr.cell(),
+            "split": tr.split,
+            "default_split": tr.default_split,
+            "num_fewshot": tr.num_fewshot,
+            "limit": tr.limit,
+            "attempted": tr.attempted,
+            "scored": tr.scored,
+            "metrics": {m: {**c, "text": fmt_cell({**c, "metric": m})} for m, c in sorted(tr.metrics.items())},
+        }
     return {"run": run.to_json(), "tasks": tasks}
 
 
 def resolve_run(runs: list[EvalRun], spec: str) -> EvalRun:
     """The run `spec` names: its output path, its path under the prefix, or its folder name."""
     s = spec.rstrip("/")
-    for test in (lambda r: r.path == s, lambda r: r.key == s, lambda r: r.key.rsplit("/", 1)[-1] == s,
-                 lambda r: r.name == s):
+    for test in (
+        lambda r: r.path == s,
+        lambda r: r.key == s,
+        lambda r: r.key.rsplit("/", 1)[-1] == s,
+        lambda r: r.name == s,
+    ):
         hits = [r for r in runs if test(r)]
         if len(hits) == 1:
             return hits[0]
         if len(hits) > 1:
-            raise EvalResultsError(f"{spec!r} names {len(hits)} evaluations ({', '.join(r.key for r in hits[:4])}); "
-                                   "give the path under the prefix")
+            raise EvalResultsError(
+                f"{spec!r} names {len(hits)} evaluations ({', '.join(r.key for r in hits[:4])}); "
+                "give the path under the prefix"
+            )
     known = ", ".join(r.key for r in runs[:8]) or "none"
     raise EvalResultsError(f"no evaluation {spec!r} under the prefix (evaluations: {known})")
 
@@ -412,14 +463,16 @@ def task_filter(regex: str | None) -> re.Pattern[str] | None:
 
 # ---- samples -----------------------------------------------------------------------------------
 
+
 def samples_url(run: EvalRun, task: str) -> str:
     tr = run.tasks.get(task)
     name = tr.samples_file if tr is not None and tr.samples_file else f"samples_{task}.jsonl"
     return join(run.path, name.rsplit("/", 1)[-1])  # a name, never a path out of the folder
 
 
-def _lines(url: str, offset: int = 0, max_bytes: int | None = None,
-           state: dict[str, Any] | None = None) -> Iterator[tuple[int, bytes | None]]:
+def _lines(
+    url: str, offset: int = 0, max_bytes: int | None = None, state: dict[str, Any] | None = None
+) -> Iterator[tuple[int, bytes | None]]:
     """(byte offset, line) of each line from `offset`; None for a line over MAX_LINE_BYTES (skipped
     without being held). Stops after `max_bytes` (default MAX_SCAN_BYTES) and then sets
     state["stopped_at"] to the offset where reading stopped."""
@@ -503,8 +556,10 @@ def _parse(line: bytes | None) -> dict[str, Any] | None:
 
 # ---- the tables ----------------------------------------------------------------------------------
 
-def leaderboard(runs: list[EvalRun], tasks_regex: str | None = None, metric: str | None = None,
-                rank_on: str | None = None) -> dict[str, Any]:
+
+def leaderboard(
+    runs: list[EvalRun], tasks_regex: str | None = None, metric: str | None = None, rank_on: str | None = None
+) -> dict[str, Any]:
     """Rows (one per evaluation with results) x columns (tasks), ranked on the lower bound.
 
     The rank tasks are those `rank_on` (a regex) names, else the shown tasks that the most rows have
@@ -534,29 +589,44 @@ def leaderboard(runs: list[EvalRun], tasks_regex: str | None = None, metric: str
         r["score"] = stats.mean_lower_bound([r["cells"].get(t) for t in rank_tasks]) if rank_tasks else None
         own = [c for c in r["cells"].values() if c and c.get("low") is not None]
         r["own_score"] = stats.mean_lower_bound(own) if own else None
-    rows.sort(key=lambda r: (r["score"] is not None, r["score"] or 0.0, r["own_score"] is not None,
-                             r["own_score"] or 0.0), reverse=True)
+    rows.sort(
+        key=lambda r: (r["score"] is not None, r["score"] or 0.0, r["own_score"] is not None, r["own_score"] or 0.0),
+        reverse=True,
+    )
     for i, r in enumerate(rows):
         r["rank"] = i + 1
     return {"tasks": tasks, "rank_tasks": rank_tasks, "rows": rows}
 
 
 def leaderboard_json(board: dict[str, Any]) -> dict[str, Any]:
-    return {"tasks": board["tasks"], "rank_tasks": board["rank_tasks"],
-            "rank_rule": rank_rule(board),
-            "rows": [{"rank": r["rank"], "score": r["score"], "run": r["run"].to_json(),
-                      "cells": r["cells"]} for r in board["rows"]]}
+    return {
+        "tasks": board["tasks"],
+        "rank_tasks": board["rank_tasks"],
+        "rank_rule": rank_rule(board),
+        "rows": [
+            {"rank": r["rank"], "score": r["score"], "run": r["run"].to_json(), "cells": r["cells"]}
+            for r in board["rows"]
+        ],
+    }
 
 
 def rank_rule(board: dict[str, Any]) -> str:
     if not board["rank_tasks"]:
         return "no task has an interval: rows are in path order"
-    return ("ranked on the mean of the 95% lower bounds over " + ", ".join(board["rank_tasks"])
-            + "; rows without all of them follow, by the mean lower bound of the tasks they have")
+    return (
+        "ranked on the mean of the 95% lower bounds over "
+        + ", ".join(board["rank_tasks"])
+        + "; rows without all of them follow, by the mean lower bound of the tasks they have"
+    )
 
 
-def compare(run_a: EvalRun, run_b: EvalRun, tasks_regex: str | None = None, metric: str | None = None,
-            max_disagreements: int = 50) -> dict[str, Any]:
+def compare(
+    run_a: EvalRun,
+    run_b: EvalRun,
+    tasks_regex: str | None = None,
+    metric: str | None = None,
+    max_disagreements: int = 50,
+) -> dict[str, Any]:
     """Per task both runs scored: the paired difference b - a of the task's metric over the items
     both scored (joined on doc_id), its interval, a sentence; and the overall verdict."""
     pattern = task_filter(tasks_regex)
@@ -577,8 +647,10 @@ def compare(run_a: EvalRun, run_b: EvalRun, tasks_regex: str | None = None, metr
         ca, cb = ta.cell(name), tb.cell(name)
         entry: dict[str, Any] = {"metric": name, "a": ca, "b": cb, "a_text": fmt_cell(ca), "b_text": fmt_cell(cb)}
         if (ta.num_fewshot, ta.split) != (tb.num_fewshot, tb.split):
-            notes.append(f"{task}: the runs differ in n-shot or split ({ta.num_fewshot}/{ta.split} vs "
-                         f"{tb.num_fewshot}/{tb.split}): items are not the same questions")
+            notes.append(
+                f"{task}: the runs differ in n-shot or split ({ta.num_fewshot}/{ta.split} vs "
+                f"{tb.num_fewshot}/{tb.split}): items are not the same questions"
+            )
         va, na = item_values(run_a, task, name)
         vb, nb = item_values(run_b, task, name)
         notes.extend(na + nb)
@@ -590,16 +662,32 @@ def compare(run_a: EvalRun, run_b: EvalRun, tasks_regex: str | None = None, metr
         out_tasks[task] = entry
     diffs = {t: e["diff"] for t, e in out_tasks.items()}
     sentence = stats.verdict(diffs, run_a.label, run_b.label) if diffs else "no task both runs scored"
-    return {"a": run_a.to_json(), "b": run_b.to_json(), "tasks": out_tasks, "verdict": sentence, "notes": notes,
-            "method": PAIRED_METHOD}
+    return {
+        "a": run_a.to_json(),
+        "b": run_b.to_json(),
+        "tasks": out_tasks,
+        "verdict": sentence,
+        "notes": notes,
+        "method": PAIRED_METHOD,
+    }
 
 
-PAIRED_METHOD = ("paired over the items both runs scored (joined on doc_id): the mean of B - A per item, in points "
-                 "for accuracies, and its 95% interval from Student's t on the per-item differences")
+PAIRED_METHOD = (
+    "paired over the items both runs scored (joined on doc_id): the mean of B - A per item, in points "
+    "for accuracies, and its 95% interval from Student's t on the per-item differences"
+)
 
 
-def read_samples(run: EvalRun, task: str, *, cursor: int = 0, limit: int = 25, show: str = "all",
-                 other: EvalRun | None = None, metric: str | None = None) -> dict[str, Any]:
+def read_samples(
+    run: EvalRun,
+    task: str,
+    *,
+    cursor: int = 0,
+    limit: int = 25,
+    show: str = "all",
+    other: EvalRun | None = None,
+    metric: str | None = None,
+) -> dict[str, Any]:
     """A page of the task's samples as the sample viewer shows them, from byte offset `cursor`.
 
     show: all | right | wrong | disagree (with `other`: the items where the two runs' values of the
@@ -642,20 +730,32 @@ def read_samples(run: EvalRun, task: str, *, cursor: int = 0, limit: int = 25, s
                 continue
             if show == "disagree":
                 key = (rec.get("task"), rec.get("doc_id")) if "task" in rec else rec.get("doc_id")
-                if isinstance(key, (dict, list)) or key not in others or view["value"] is None \
-                        or others[key] == view["value"]:
+                if (
+                    isinstance(key, (dict, list))
+                    or key not in others
+                    or view["value"] is None
+                    or others[key] == view["value"]
+                ):
                     continue
                 view["other_value"] = others[key]
             items.append(view)
         else:
             next_cursor = state.get("stopped_at")
             if next_cursor is not None:
-                notes.append(f"stopped after reading {MAX_PAGE_SCAN_BYTES // (1024 * 1024)} MB of "
-                             f"{url.rsplit('/', 1)[-1]}; the next page reads on")
+                notes.append(
+                    f"stopped after reading {MAX_PAGE_SCAN_BYTES // (1024 * 1024)} MB of "
+                    f"{url.rsplit('/', 1)[-1]}; the next page reads on"
+                )
     except FileNotFoundError:
         notes.append(f"{task}: no samples file {url.rsplit('/', 1)[-1]} in {run.key}")
-    return {"task": task, "metric": name, "items": items, "next_cursor": next_cursor, "scanned": scanned,
-            "notes": notes}
+    return {
+        "task": task,
+        "metric": name,
+        "items": items,
+        "next_cursor": next_cursor,
+        "scanned": scanned,
+        "notes": notes,
+    }
 
 
 MAX_TEXT = 20_000
@@ -672,8 +772,10 @@ def _requests(rec: dict[str, Any]) -> list[list[Any]]:
     {"gen_args_0": {"arg_0": ..., "arg_1": ...}} in newer versions)."""
     args = rec.get("arguments")
     if isinstance(args, dict):
-        return [list(v.values()) if isinstance(v, dict) else [v]
-                for _, v in sorted(args.items(), key=lambda kv: _idx(kv[0]))]
+        return [
+            list(v.values()) if isinstance(v, dict) else [v]
+            for _, v in sorted(args.items(), key=lambda kv: _idx(kv[0]))
+        ]
     if isinstance(args, list):
         return [a if isinstance(a, list) else [a] for a in args]
     return []
@@ -715,12 +817,19 @@ def sample_view(rec: dict[str, Any], metric: str | None) -> dict[str, Any]:
     if lls and all(x is not None for x in lls):
         picked = max(range(len(lls)), key=lambda i: lls[i])  # type: ignore[arg-type, return-value]
     value = _item_value(rec, metric) if metric else None
-    return {"doc_id": rec.get("doc_id") if not isinstance(rec.get("doc_id"), (dict, list))
-            else _text(rec.get("doc_id")),
-            "task": _str(rec.get("task")), "prompt": _text(prompt), "choices": choices, "loglikelihoods": lls,
-            "generation": generation, "picked": picked, "gold": _gold(rec.get("target")),
-            "value": value, "correct": None if value is None else value >= 1.0 if metric and _binary_name(metric)
-            else None, "metric": metric}
+    return {
+        "doc_id": rec.get("doc_id") if not isinstance(rec.get("doc_id"), (dict, list)) else _text(rec.get("doc_id")),
+        "task": _str(rec.get("task")),
+        "prompt": _text(prompt),
+        "choices": choices,
+        "loglikelihoods": lls,
+        "generation": generation,
+        "picked": picked,
+        "gold": _gold(rec.get("target")),
+        "value": value,
+        "correct": None if value is None else value >= 1.0 if metric and _binary_name(metric) else None,
+        "metric": metric,
+    }
 
 
 def _gold(target: Any) -> Any:
@@ -730,6 +839,7 @@ def _gold(target: Any) -> Any:
 
 
 # ---- formatting (the CLI prints these strings; the browser shows the same ones) ------------------
+
 
 def _is_fraction(cell: dict[str, Any]) -> bool:
     return cell.get("method") == stats.WILSON or _binary_name(str(cell.get("metric", "")))
@@ -743,7 +853,7 @@ def fmt_value(cell: dict[str, Any] | None, key: str = "value") -> str:
 
 
 def fmt_cell(cell: dict[str, Any] | None) -> str:
-    """"31.0 (22.4-41.0)" for a fraction (in points), "12.3 (11.9-12.7)" otherwise; marks: * capped,
+    """ "31.0 (22.4-41.0)" for a fraction (in points), "12.3 (11.9-12.7)" otherwise; marks: * capped,
     ! low coverage, "failed" for a failed task."""
     if not cell:
         return "-"
@@ -762,6 +872,9 @@ def fmt_diff(diff: dict[str, Any], fraction: bool = True) -> str:
     scale = 100.0 if fraction else 1.0
     text = f"{scale * diff['mean']:+.1f}" if fraction else f"{diff['mean']:+.4g}"
     if diff.get("low") is not None:
-        text += (f" ({scale * diff['low']:+.1f} to {scale * diff['high']:+.1f})" if fraction
-                 else f" ({diff['low']:+.4g} to {diff['high']:+.4g})")
+        text += (
+            f" ({scale * diff['low']:+.1f} to {scale * diff['high']:+.1f})"
+            if fraction
+            else f" ({diff['low']:+.4g} to {diff['high']:+.4g})"
+        )
     return text

@@ -19,17 +19,24 @@ from marin_lab.models.llama import LlamaConfig, Params, forward, token_log_likel
 @functools.lru_cache(maxsize=8)
 def _scorer(config: LlamaConfig, compute_dtype: str, attention_impl: str | None):
     def score(params: Params, tokens: jax.Array) -> jax.Array:
-        logits = forward(params, tokens[:, :-1], config, compute_dtype=jnp.dtype(compute_dtype),
-                         attention_impl=attention_impl)
+        logits = forward(
+            params, tokens[:, :-1], config, compute_dtype=jnp.dtype(compute_dtype), attention_impl=attention_impl
+        )
         logp, _ = token_log_likelihoods(logits, tokens[:, 1:])
         return logp
 
     return jax.jit(score)
 
 
-def token_logprobs(params: Params, config: LlamaConfig, tokens: np.ndarray, *,
-                   batch_size: int = 8, compute_dtype: str = "float32",
-                   attention_impl: str | None = None) -> np.ndarray:
+def token_logprobs(
+    params: Params,
+    config: LlamaConfig,
+    tokens: np.ndarray,
+    *,
+    batch_size: int = 8,
+    compute_dtype: str = "float32",
+    attention_impl: str | None = None,
+) -> np.ndarray:
     """log p(tokens[:, t+1] | tokens[:, :t+1]) as fp32 [N, L-1] for int tokens [N, L].
 
     Rows are processed `batch_size` at a time; the last batch is padded so only one program is
@@ -39,10 +46,10 @@ def token_logprobs(params: Params, config: LlamaConfig, tokens: np.ndarray, *,
     n, length = tokens.shape
     out = np.empty((n, length - 1), np.float32)
     for lo in range(0, n, batch_size):
-        chunk = tokens[lo:lo + batch_size]
+        chunk = tokens[lo : lo + batch_size]
         padded = np.zeros((batch_size, length), np.int32)
         padded[: len(chunk)] = chunk
-        out[lo:lo + len(chunk)] = np.asarray(fn(params, jnp.asarray(padded)))[: len(chunk)]
+        out[lo : lo + len(chunk)] = np.asarray(fn(params, jnp.asarray(padded)))[: len(chunk)]
     return out
 
 

@@ -77,8 +77,9 @@ def is_binary(values: Sequence[float]) -> bool:
     return len(values) > 0 and all(v in (0.0, 1.0) for v in values)
 
 
-def metric_interval(values: Sequence[float], metric: str = "", stderr: float | None = None,
-                    confidence: float = CONFIDENCE) -> dict[str, Any]:
+def metric_interval(
+    values: Sequence[float], metric: str = "", stderr: float | None = None, confidence: float = CONFIDENCE
+) -> dict[str, Any]:
     """Value and interval of one metric from its per-item values.
 
     Returns {value, low, high, method, n, metric}; values that are not finite numbers are left out
@@ -105,8 +106,9 @@ def stderr_interval(value: float, stderr: float | None, confidence: float = CONF
     return {"value": value, "low": value - z * stderr, "high": value + z * stderr, "method": STDERR}
 
 
-def aggregate_interval(value: float, n: int | None, stderr: float | None = None,
-                       confidence: float = CONFIDENCE, binary: bool = True) -> dict[str, Any]:
+def aggregate_interval(
+    value: float, n: int | None, stderr: float | None = None, confidence: float = CONFIDENCE, binary: bool = True
+) -> dict[str, Any]:
     """An interval from an aggregate alone (no per-item values): Wilson from value * n for a binary
     metric (accuracy), else value +/- z * stderr. For results that carry only a mean and n."""
     if binary and n and 0.0 <= value <= 1.0:
@@ -126,12 +128,16 @@ def coverage(scored: int, attempted: int, limit: int | None = None) -> dict[str,
     """{scored, attempted, coverage, low_coverage, capped}: coverage is None when nothing was
     attempted (and then low_coverage is True: there is no result to trust)."""
     cov = scored / attempted if attempted > 0 else None
-    return {"scored": scored, "attempted": attempted, "coverage": cov,
-            "low_coverage": cov is None or cov < COVERAGE_FLOOR, "capped": limit is not None}
+    return {
+        "scored": scored,
+        "attempted": attempted,
+        "coverage": cov,
+        "low_coverage": cov is None or cov < COVERAGE_FLOOR,
+        "capped": limit is not None,
+    }
 
 
-def paired_difference(a: Mapping[Any, float], b: Mapping[Any, float],
-                      confidence: float = CONFIDENCE) -> dict[str, Any]:
+def paired_difference(a: Mapping[Any, float], b: Mapping[Any, float], confidence: float = CONFIDENCE) -> dict[str, Any]:
     """The mean per-item difference b - a over the items both runs scored, and its interval.
 
     Returns {mean, low, high, n, method, only_a, only_b, a_mean, b_mean, disagree, degenerate}:
@@ -149,14 +155,24 @@ def paired_difference(a: Mapping[Any, float], b: Mapping[Any, float],
     only_a = sum(1 for k in a if k not in b)
     only_b = sum(1 for k in b if k not in a)
     n = len(common)
-    out: dict[str, Any] = {"n": n, "only_a": only_a, "only_b": only_b, "method": T_PAIRED,
-                           "confidence": confidence, "degenerate": False}
+    out: dict[str, Any] = {
+        "n": n,
+        "only_a": only_a,
+        "only_b": only_b,
+        "method": T_PAIRED,
+        "confidence": confidence,
+        "degenerate": False,
+    }
     if n == 0:
         return {**out, "mean": None, "low": None, "high": None, "a_mean": None, "b_mean": None, "disagree": 0}
     diffs = np.array([vb - va for _, va, vb in common])
     mean = float(diffs.mean())
-    out.update(mean=mean, a_mean=float(np.mean([c[1] for c in common])),
-               b_mean=float(np.mean([c[2] for c in common])), disagree=int(np.count_nonzero(diffs)))
+    out.update(
+        mean=mean,
+        a_mean=float(np.mean([c[1] for c in common])),
+        b_mean=float(np.mean([c[2] for c in common])),
+        disagree=int(np.count_nonzero(diffs)),
+    )
     if n < 2:
         return {**out, "low": None, "high": None}
     sd = float(diffs.std(ddof=1))
@@ -202,8 +218,9 @@ def points(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}"
 
 
-def verdict(diffs: Mapping[str, Mapping[str, Any]], a: str = "A", b: str = "B", scale: float = 100.0,
-            unit: str = "points") -> str:
+def verdict(
+    diffs: Mapping[str, Mapping[str, Any]], a: str = "A", b: str = "B", scale: float = 100.0, unit: str = "points"
+) -> str:
     """One plain sentence over per-task paired differences (b - a):
     "B is ahead on hellaswag by 3.1 points (1.2 to 5.0); the others are within noise"."""
     ahead_b: list[str] = []

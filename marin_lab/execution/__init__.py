@@ -42,16 +42,46 @@ from marin_lab.execution.step import (
 from marin_lab.versioning import versioned_field
 
 STATUS_WAITING, STATUS_RUNNING, STATUS_SUCCESS, STATUS_FAILED, STATUS_DEP_FAILED = (
-    s.value for s in (Status.WAITING, Status.RUNNING, Status.SUCCESS, Status.FAILED, Status.DEP_FAILED))
+    s.value for s in (Status.WAITING, Status.RUNNING, Status.SUCCESS, Status.FAILED, Status.DEP_FAILED)
+)
 STATUS_CANCELLED = Status.CANCELLED.value
 
 __all__ = [
-    "STATUS_CANCELLED", "STATUS_DEP_FAILED", "STATUS_FAILED", "STATUS_RUNNING", "STATUS_SUCCESS", "STATUS_WAITING",
+    "STATUS_CANCELLED",
+    "STATUS_DEP_FAILED",
+    "STATUS_FAILED",
+    "STATUS_RUNNING",
+    "STATUS_SUCCESS",
+    "STATUS_WAITING",
     "THIS_OUTPUT_PATH",
-    "CycleError", "EncodingError", "Executor", "ExecutorConfigError", "ExecutorMainConfig", "ExecutorStep",
-    "ExperimentFailedError", "InputName", "LeaseLostError", "MarinLabError", "MissingDependencyError",
-    "OutputName", "PreemptedError", "RunInterruptedError", "RunReport", "Status", "StepDefinitionError",
-    "StepFailedError", "StepRunner", "StorageError", "UnschedulableError", "VersionedValue", "ensure_versioned",
-    "executor_main", "get_executor_step",
-    "output_path_of", "this_output_path", "unwrap_versioned_value", "versioned", "versioned_field",
+    "CycleError",
+    "EncodingError",
+    "Executor",
+    "ExecutorConfigError",
+    "ExecutorMainConfig",
+    "ExecutorStep",
+    "ExperimentFailedError",
+    "InputName",
+    "LeaseLostError",
+    "MarinLabError",
+    "MissingDependencyError",
+    "OutputName",
+    "PreemptedError",
+    "RunInterruptedError",
+    "RunReport",
+    "Status",
+    "StepDefinitionError",
+    "StepFailedError",
+    "StepRunner",
+    "StorageError",
+    "UnschedulableError",
+    "VersionedValue",
+    "ensure_versioned",
+    "executor_main",
+    "get_executor_step",
+    "output_path_of",
+    "this_output_path",
+    "unwrap_versioned_value",
+    "versioned",
+    "versioned_field",
 ]

@@ -47,9 +47,12 @@ class Reproducibility:
     """config -> why the step's output cannot be obtained again, or None when it can."""
 
 
-def reproducibility(*, non_artifacts: tuple[str, ...] = (),
-                    volatile_fields: Mapping[str, tuple[str, ...]] | None = None,
-                    not_reproducible: Callable[[Any], str | None] | None = None) -> Callable:
+def reproducibility(
+    *,
+    non_artifacts: tuple[str, ...] = (),
+    volatile_fields: Mapping[str, tuple[str, ...]] | None = None,
+    not_reproducible: Callable[[Any], str | None] | None = None,
+) -> Callable:
     """Declare, on a step function, what of its output is a run log (see the module docstring)."""
     spec = Reproducibility(tuple(non_artifacts), dict(volatile_fields or {}), not_reproducible)
 
@@ -62,17 +65,20 @@ def reproducibility(*, non_artifacts: tuple[str, ...] = (),
 
 def declaration(fn: Any, config: Any) -> dict[str, Any]:
     """The step record's `reproducibility` entry for `fn` run on the resolved `config`."""
-    spec: Reproducibility = getattr(fn, ATTRIBUTE, None) or getattr(getattr(fn, "func", None), ATTRIBUTE, None) \
-        or Reproducibility()
+    spec: Reproducibility = (
+        getattr(fn, ATTRIBUTE, None) or getattr(getattr(fn, "func", None), ATTRIBUTE, None) or Reproducibility()
+    )
     reason = None
     if spec.not_reproducible is not None:
         try:
             reason = spec.not_reproducible(config)
         except Exception as err:  # a declaration must never fail a step
             reason = f"could not decide ({type(err).__name__}: {err})"
-    return {"non_artifacts": sorted(set(ALWAYS_NON_ARTIFACTS) | set(spec.non_artifacts)),
-            "volatile_fields": {k: list(v) for k, v in sorted(spec.volatile_fields.items())},
-            "not_reproducible": reason}
+    return {
+        "non_artifacts": sorted(set(ALWAYS_NON_ARTIFACTS) | set(spec.non_artifacts)),
+        "volatile_fields": {k: list(v) for k, v in sorted(spec.volatile_fields.items())},
+        "not_reproducible": reason,
+    }
 
 
 @dataclasses.dataclass
@@ -91,8 +97,14 @@ def _matches(path: str, patterns: Any) -> bool:
     return any(fnmatch.fnmatchcase(path, p) for p in patterns)
 
 
-def compare_outputs(recorded: dict[str, Any], original_root: str, actual: dict[str, Any],
-                    actual_root: str, declared: dict[str, Any], prefixes: tuple[str, ...] = ()) -> Comparison:
+def compare_outputs(
+    recorded: dict[str, Any],
+    original_root: str,
+    actual: dict[str, Any],
+    actual_root: str,
+    declared: dict[str, Any],
+    prefixes: tuple[str, ...] = (),
+) -> Comparison:
     """Compare `actual` (a manifest of `actual_root`) with the `recorded` manifest of `original_root`.
 
     A JSON file that differs only in where things are (a path under one of `prefixes`, e.g. the
@@ -118,8 +130,9 @@ def compare_outputs(recorded: dict[str, Any], original_root: str, actual: dict[s
                 out.differences.append(f"link differs: {path}")
         elif r.get("sha256") == a.get("sha256") and r.get("size") == a.get("size"):
             continue
-        elif (keys := [k for pattern, ks in volatile.items() if fnmatch.fnmatchcase(path, pattern) for k in ks]) \
-                or (a.get("size") or 0) <= MAX_JSON_BYTES:
+        elif (keys := [k for pattern, ks in volatile.items() if fnmatch.fnmatchcase(path, pattern) for k in ks]) or (
+            a.get("size") or 0
+        ) <= MAX_JSON_BYTES:
             problem = _compare_json(join(original_root, path), r, join(actual_root, path), keys, prefixes)
             if problem:
                 out.differences.append(f"{problem}: {path}")
@@ -132,8 +145,9 @@ def compare_outputs(recorded: dict[str, Any], original_root: str, actual: dict[s
     return out
 
 
-def _compare_json(original: str, recorded: dict[str, Any], actual: str, keys: list[str],
-                  prefixes: tuple[str, ...]) -> str | None:
+def _compare_json(
+    original: str, recorded: dict[str, Any], actual: str, keys: list[str], prefixes: tuple[str, ...]
+) -> str | None:
     if not exists(original):
         return "original file gone, cannot compare its fields"
     data = read_bytes(original)

@@ -177,9 +177,10 @@ class _LocalHandle(StepHandle):
         self.step_name = step_name
         self._recv, send = ctx.Pipe(duplex=False)
         self.process = ctx.Process(
-            target=_local_worker, args=(send, _pickled_call(fn, config), guard, dict(os.environ)),
+            target=_local_worker,
+            args=(send, _pickled_call(fn, config), guard, dict(os.environ)),
             name=f"step:{step_name}",
-            daemon=False
+            daemon=False,
         )
         self.process.start()
         send.close()
@@ -267,8 +268,9 @@ class LocalBackend:
         method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         self.ctx = multiprocessing.get_context(method)
 
-    def submit(self, fn: Callable[[Any], Any], config: Any, *, step_name: str, resources: Any,
-               guard: Guard) -> StepHandle:
+    def submit(
+        self, fn: Callable[[Any], Any], config: Any, *, step_name: str, resources: Any, guard: Guard
+    ) -> StepHandle:
         if is_runner(resources):
             raise ExecutorConfigError(
                 f"step '{step_name}': its resources ({type(resources).__name__}) need the ray backend; "
@@ -366,8 +368,9 @@ class _RayHandle(StepHandle):
         except rex.RayError as err:
             if is_ray_preemption(err):
                 raise PreemptedError(f"step '{self.step_name}': {type(err).__name__}: {err}") from err
-            raise StepFailedError(f"step '{self.step_name}': Ray error {type(err).__name__}: {err}",
-                                  traceback_text=_format_exception(err)) from err
+            raise StepFailedError(
+                f"step '{self.step_name}': Ray error {type(err).__name__}: {err}", traceback_text=_format_exception(err)
+            ) from err
 
     def cancel(self, grace_s: float = 3.0) -> None:
         """Interrupt the task (it ends its own subprocesses: `_ray_entry`), then, if it has not
@@ -441,8 +444,11 @@ class _RunnerHandle(StepHandle):
             preempted = PreemptedError(f"step '{self.step_name}': {value}")
             attach_hardware(preempted, hardware)
             raise preempted from value
-        raise StepFailedError(f"step '{self.step_name}' raised {type(value).__name__}: {value}",
-                              traceback_text=_format_exception(value), hardware=hardware)
+        raise StepFailedError(
+            f"step '{self.step_name}' raised {type(value).__name__}: {value}",
+            traceback_text=_format_exception(value),
+            hardware=hardware,
+        )
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -496,8 +502,12 @@ class RayBackend:
                 _RAY_USERS = 0  # a Ray started here was stopped by someone else: start afresh
                 address = address or os.environ.get("RAY_ADDRESS")
                 pythonpath = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
-                runtime_env = {"env_vars": {"PYTHONPATH": pythonpath,
-                                            **{k: os.environ[k] for k in (VERBOSE_ENV,) if k in os.environ}}}
+                runtime_env = {
+                    "env_vars": {
+                        "PYTHONPATH": pythonpath,
+                        **{k: os.environ[k] for k in (VERBOSE_ENV,) if k in os.environ},
+                    }
+                }
                 if address:
                     ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
                 else:
@@ -506,8 +516,14 @@ class RayBackend:
                     # The dashboard (on 127.0.0.1) is where a person watches tasks, logs and resources.
                     dashboard = os.environ.get("MARIN_RAY_DASHBOARD", "1") not in ("0", "false", "False")
                     with no_foreign_tpu_logs():
-                        context = ray.init(address="local", include_dashboard=dashboard, runtime_env=runtime_env,
-                                           _node_ip_address="127.0.0.1", log_to_driver=True, configure_logging=False)
+                        context = ray.init(
+                            address="local",
+                            include_dashboard=dashboard,
+                            runtime_env=runtime_env,
+                            _node_ip_address="127.0.0.1",
+                            log_to_driver=True,
+                            configure_logging=False,
+                        )
                     url = getattr(context, "dashboard_url", None)
                     if url:
                         print(f"Ray dashboard: http://{url}", file=sys.stderr, flush=True)
@@ -517,8 +533,9 @@ class RayBackend:
                 _RAY_USERS += 1
                 self._counted = True
 
-    def submit(self, fn: Callable[[Any], Any], config: Any, *, step_name: str, resources: Any,
-               guard: Guard) -> StepHandle:
+    def submit(
+        self, fn: Callable[[Any], Any], config: Any, *, step_name: str, resources: Any, guard: Guard
+    ) -> StepHandle:
 
         if is_runner(resources):
             return _RunnerHandle(resources, fn, config, step_name)

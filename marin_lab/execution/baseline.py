@@ -59,8 +59,13 @@ class RecordIndex:
     `list_names` and `read`, which stay inside its roots.
     """
 
-    def __init__(self, prefix: str, *, list_names: Callable[[str], list[str]] = _list_names,
-                 read: Callable[[str], bytes | None] = _read):
+    def __init__(
+        self,
+        prefix: str,
+        *,
+        list_names: Callable[[str], list[str]] = _list_names,
+        read: Callable[[str], bytes | None] = _read,
+    ):
         self.prefix = prefix
         self._list_names, self._read = list_names, read
         self._listed: dict[str, list[str]] = {}
@@ -128,13 +133,20 @@ def version_changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, 
     for top in sorted(old_cfg.keys() | new_cfg.keys()):
         section = "inputs" if top in _section(new if top in new_cfg else old, "inputs") else "config"
         for key, a, b in _leaf_changes(top, old_cfg.get(top, _MISSING), new_cfg.get(top, _MISSING)):
-            changes.append({"field": f"{section}.{key}", "key": key,
-                            "change": "added" if a is _MISSING else "removed" if b is _MISSING else "changed",
-                            "old": None if a is _MISSING else a, "new": None if b is _MISSING else b})
+            changes.append(
+                {
+                    "field": f"{section}.{key}",
+                    "key": key,
+                    "change": "added" if a is _MISSING else "removed" if b is _MISSING else "changed",
+                    "old": None if a is _MISSING else a,
+                    "new": None if b is _MISSING else b,
+                }
+            )
     old_deps, new_deps = old.get("dependencies") or [], new.get("dependencies") or []
     if old_deps != new_deps:
-        changes.append({"field": "dependencies", "key": "dependencies", "change": "changed",
-                        "old": old_deps, "new": new_deps})
+        changes.append(
+            {"field": "dependencies", "key": "dependencies", "change": "changed", "old": old_deps, "new": new_deps}
+        )
     return changes
 
 
@@ -171,8 +183,10 @@ def diff_versions(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """`version_changes` as lines for the terminal (config fields, then dependencies by name)."""
     lines = []
     if ("inputs" in old) != ("inputs" in new):
-        lines.append("(one of the two versions was recorded with the older identity scheme of dotted field "
-                     "names; fields may show as removed and added)")
+        lines.append(
+            "(one of the two versions was recorded with the older identity scheme of dotted field "
+            "names; fields may show as removed and added)"
+        )
     for change in version_changes(old, new):
         if change["field"] != "dependencies":
             a = _MISSING if change["change"] == "added" else change["old"]
@@ -214,15 +228,24 @@ def last_run_of(records: Sequence[dict[str, Any]], script: str | None, current_h
     if not script:
         return None
     stem = os.path.splitext(os.path.basename(script))[0]
-    same = [r for r in records if r.get("name") == stem and isinstance(r.get("steps"), list)
-            and r.get("hash") != current_hash and not r.get("corrupt")]
+    same = [
+        r
+        for r in records
+        if r.get("name") == stem
+        and isinstance(r.get("steps"), list)
+        and r.get("hash") != current_hash
+        and not r.get("corrupt")
+    ]
     exact = [r for r in same if _same_script(r.get("script"), script)]
     chosen = (exact or same)[:1]
     if not chosen:
         return None
     record = chosen[0]
-    steps = {s["name"]: s for s in record["steps"]
-             if isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("version"), dict)}
+    steps = {
+        s["name"]: s
+        for s in record["steps"]
+        if isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("version"), dict)
+    }
     created = record.get("created")
     return LastRun(str(record.get("_path", "")), created if isinstance(created, str) else None, steps)
 
@@ -260,8 +283,9 @@ class Baseline:
     """Its step record, when the index gave it (from any experiment)."""
 
 
-def baseline(index: RecordIndex, name: str, identity: str, *, last_run: LastRun | None,
-             started: str | None = None) -> Baseline | None:
+def baseline(
+    index: RecordIndex, name: str, identity: str, *, last_run: LastRun | None, started: str | None = None
+) -> Baseline | None:
     """What version `identity` of step `name` is compared with, for `marin-lab explain`, the dry
     run's notes and the browser alike: its entry in `last_run` (the same experiment's last run,
     `last_run_of`) when that run had another version of it; else the latest other recorded version
@@ -269,8 +293,9 @@ def baseline(index: RecordIndex, name: str, identity: str, *, last_run: LastRun 
     entry = last_run.steps.get(name) if last_run is not None else None
     if entry is not None and entry.get("identity") != identity:
         path = entry.get("output_path")
-        return Baseline(_str_or_none(entry.get("identity")), entry["version"],
-                        path if isinstance(path, str) else None, True)
+        return Baseline(
+            _str_or_none(entry.get("identity")), entry["version"], path if isinstance(path, str) else None, True
+        )
     previous = index.previous_version(name, identity, started)
     if previous is None or previous.version is None:
         return None

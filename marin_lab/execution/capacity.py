@@ -95,8 +95,11 @@ def describe(amounts: dict[str, float]) -> str:
             parts.append(f"{value:g} {key}")
     if "memory" in amounts:
         parts.append(f"{_gib(amounts['memory'])} memory")
-    extra = sorted(k for k in amounts if k not in _SCALAR and not k.startswith("node:") and k != _ANY_ACCELERATOR
-                   and not k.startswith("object_store"))
+    extra = sorted(
+        k
+        for k in amounts
+        if k not in _SCALAR and not k.startswith("node:") and k != _ANY_ACCELERATOR and not k.startswith("object_store")
+    )
     parts += [f"{amounts[k]:g} {k}" for k in extra[:6]]
     if len(extra) > 6:
         parts.append(f"... ({len(extra) - 6} more resources)")
@@ -104,8 +107,9 @@ def describe(amounts: dict[str, float]) -> str:
 
 
 def largest(nodes: list[dict[str, float]]) -> dict[str, float]:
-    return max(nodes, key=lambda n: (n.get("GPU", 0.0), n.get("TPU", 0.0), n.get("CPU", 0.0), n.get("memory", 0.0)),
-               default={})
+    return max(
+        nodes, key=lambda n: (n.get("GPU", 0.0), n.get("TPU", 0.0), n.get("CPU", 0.0), n.get("memory", 0.0)), default={}
+    )
 
 
 def this_machine() -> dict[str, float]:
@@ -117,7 +121,7 @@ def this_machine() -> dict[str, float]:
         ids = [v for v in visible.split(",") if v.strip() and v.strip() != "-1"]
         gpus = len(ids)
     else:
-        gpus = len([p for p in glob.glob("/dev/nvidia*") if p[len("/dev/nvidia"):].isdigit()])
+        gpus = len([p for p in glob.glob("/dev/nvidia*") if p[len("/dev/nvidia") :].isdigit()])
     node["GPU"] = float(gpus)
     if gpus:
         node[_ANY_ACCELERATOR] = 1.0
@@ -136,8 +140,7 @@ def ray_nodes() -> list[dict[str, float]] | None:
     if ray is None or not ray.is_initialized():
         return None
     try:
-        return [{k: float(v) for k, v in (n.get("Resources") or {}).items()}
-                for n in ray.nodes() if n.get("Alive")]
+        return [{k: float(v) for k, v in (n.get("Resources") or {}).items()} for n in ray.nodes() if n.get("Alive")]
     except Exception:  # the cluster cannot be asked now: not known
         return None
 
@@ -156,14 +159,17 @@ def known_cluster(backend: str, ray_address: str | None) -> tuple[list[dict[str,
 
 def refusal(step: str, need: dict[str, float], nodes: list[dict[str, float]], where: str) -> str:
     top = largest(nodes)
-    return (f"step '{step}': asks for {describe(need)} on one node, but no node of {where} can ever hold it "
-            f"(largest node: {describe({'CPU': 0.0, 'GPU': 0.0, **top}) if top else 'none alive'}); lower its "
-            "resources, or run it on a "
-            "cluster that has them (--ray_address)")
+    return (
+        f"step '{step}': asks for {describe(need)} on one node, but no node of {where} can ever hold it "
+        f"(largest node: {describe({'CPU': 0.0, 'GPU': 0.0, **top}) if top else 'none alive'}); lower its "
+        "resources, or run it on a "
+        "cluster that has them (--ray_address)"
+    )
 
 
-def check(step: str, resources: Any, nodes: list[dict[str, float]], where: str, *,
-          local_backend: bool = False) -> str | None:
+def check(
+    step: str, resources: Any, nodes: list[dict[str, float]], where: str, *, local_backend: bool = False
+) -> str | None:
     """The refusal line when no node can hold the step's request; None when one can (or the
     request cannot be told). The local backend runs every step in a process of this machine:
     CPUs and custom Ray resources are not reserved there, so only GPUs, TPUs and memory count."""
@@ -171,8 +177,11 @@ def check(step: str, resources: Any, nodes: list[dict[str, float]], where: str, 
     if not need:
         return None
     if local_backend:
-        need = {k: v for k, v in need.items() if k in ("GPU", "TPU", "memory") or k.startswith("accelerator_type:")
-                or k.startswith("TPU-")}
+        need = {
+            k: v
+            for k, v in need.items()
+            if k in ("GPU", "TPU", "memory") or k.startswith("accelerator_type:") or k.startswith("TPU-")
+        }
         if not need:
             return None
     if any(fits(need, node) for node in nodes):
@@ -183,8 +192,16 @@ def check(step: str, resources: Any, nodes: list[dict[str, float]], where: str, 
 class UnschedulableWatch:
     """While a submitted step waits: the clock of how long no live node could hold it."""
 
-    def __init__(self, step: str, resources: Any, nodes: Callable[[], list[dict[str, float]] | None],
-                 timeout_s: float, *, every_s: float = 5.0, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        step: str,
+        resources: Any,
+        nodes: Callable[[], list[dict[str, float]] | None],
+        timeout_s: float,
+        *,
+        every_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.step, self.need, self.nodes = step, node_request(resources), nodes
         self.timeout_s, self.every_s, self.clock = timeout_s, every_s, clock
         self._since: float | None = None
@@ -207,6 +224,8 @@ class UnschedulableWatch:
         if self._since is None:
             self._since = now
         if now - self._since >= self.timeout_s:
-            return (refusal(self.step, self.need, nodes, "the Ray cluster")
-                    + f"; gave up after {self.timeout_s:g} s without one ({UNSCHEDULABLE_TIMEOUT_ENV})")
+            return (
+                refusal(self.step, self.need, nodes, "the Ray cluster")
+                + f"; gave up after {self.timeout_s:g} s without one ({UNSCHEDULABLE_TIMEOUT_ENV})"
+            )
         return None

@@ -65,16 +65,30 @@ def git_state(script: str | None) -> dict[str, Any]:
     if not root or not commit:
         return {"commit": None, "dirty": None, "changed": None, "diff": None}
     # Resolved, so that a script reached through a symlink into the repository is still in scope.
-    scopes = [canonical(p) for p in (_package_dir(), os.path.join(root, "experiments"),
-                                     script if script and os.path.isfile(script) else None)
-              if p and os.path.exists(p) and is_within(p, root)]
+    scopes = [
+        canonical(p)
+        for p in (
+            _package_dir(),
+            os.path.join(root, "experiments"),
+            script if script and os.path.isfile(script) else None,
+        )
+        if p and os.path.exists(p) and is_within(p, root)
+    ]
     root = canonical(root)
-    tracked = [line for line in (_git(["status", "--porcelain", "--untracked-files=no"], root) or "").splitlines()
-               if line.strip()]
+    tracked = [
+        line
+        for line in (_git(["status", "--porcelain", "--untracked-files=no"], root) or "").splitlines()
+        if line.strip()
+    ]
     untracked = []
     if scopes:
-        listed = _git(["ls-files", "--others", "--exclude-standard", "-z", "--",
-                       *[os.path.relpath(p, root) for p in scopes]], root) or ""
+        listed = (
+            _git(
+                ["ls-files", "--others", "--exclude-standard", "-z", "--", *[os.path.relpath(p, root) for p in scopes]],
+                root,
+            )
+            or ""
+        )
         untracked = sorted(p for p in listed.split("\0") if p)
     changed = tracked + [f"?? {p}" for p in untracked]
     patch = _git(["diff", "HEAD", "--no-color", "--no-ext-diff"], root) or ""
@@ -101,15 +115,21 @@ def store_script(experiments_folder: str, script: str | None) -> dict[str, Any]:
     a copied bucket still finds it.
     """
     if not script or not os.path.isfile(script):
-        return {"stored_script": None, "script_sha256": None,
-                "script_missing": "the experiment did not run from a file (interactive or -c)"}
+        return {
+            "stored_script": None,
+            "script_sha256": None,
+            "script_missing": "the experiment did not run from a file (interactive or -c)",
+        }
     with open(script, "rb") as f:
         original = f.read()
     try:
         text = original.decode("utf-8")
     except UnicodeDecodeError:
-        return {"stored_script": None, "script_sha256": hashlib.sha256(original).hexdigest(),
-                "script_missing": f"{script} is not UTF-8 text"}
+        return {
+            "stored_script": None,
+            "script_sha256": hashlib.sha256(original).hexdigest(),
+            "script_missing": f"{script} is not UTF-8 text",
+        }
     stored = redact(text).encode("utf-8")
     digest = hashlib.sha256(stored).hexdigest()
     stem = os.path.splitext(os.path.basename(script))[0] or "script"
@@ -117,8 +137,12 @@ def store_script(experiments_folder: str, script: str | None) -> dict[str, Any]:
     url = join(experiments_folder, rel)
     if not exists(url):
         atomic_write_bytes(url, stored)
-    return {"stored_script": rel, "script_sha256": digest, "script_bytes": len(stored),
-            "script_redacted": stored != original}
+    return {
+        "stored_script": rel,
+        "script_sha256": digest,
+        "script_bytes": len(stored),
+        "script_redacted": stored != original,
+    }
 
 
 # ---- a step function's own code ------------------------------------------------------------------

@@ -39,11 +39,20 @@ SUCCESS = "SUCCESS"
 PREEMPTION = "preemption"
 # The spellings cluster/tpu_types.py accepts for a generation, and Ray's accelerator types.
 _TPU_ALIASES = {"v5litepod": "v5e", "v5lite": "v5e", "v6litepod": "v6e"}
-_GPU_ALIASES = {"a100-40g": "a100", "a100-40gb": "a100", "a100-80g": "a100-80gb", "h100-80g": "h100",
-                "h100-80gb": "h100", "h100-sxm": "h100", "tesla-v100": "v100", "tesla-t4": "t4"}
+_GPU_ALIASES = {
+    "a100-40g": "a100",
+    "a100-40gb": "a100",
+    "a100-80g": "a100-80gb",
+    "h100-80g": "h100",
+    "h100-80gb": "h100",
+    "h100-sxm": "h100",
+    "tesla-v100": "v100",
+    "tesla-t4": "t4",
+}
 
 
 # ---- which accelerator, how many -------------------------------------------------------------------
+
 
 def tpu_key(name: Any) -> str | None:
     """'v5e-256', 'v5litepod-16' or Ray's 'TPU-V4' -> 'tpu-v5e' / 'tpu-v4'; None when not a TPU name."""
@@ -133,6 +142,7 @@ def attempt_hours(attempt: Attempt) -> float | None:
 
 # ---- the record's usage ------------------------------------------------------------------------------
 
+
 def record_usage(record: StepRecord) -> dict[str, Any]:
     """The `usage` the record holds: accelerator-hours over every attempt that ended."""
     by_accelerator: dict[str, float] = {}
@@ -166,8 +176,12 @@ def record_usage(record: StepRecord) -> dict[str, Any]:
             total = chips * wall
             by_accelerator[accelerator] = total
     usage: dict[str, Any] = {
-        "accelerator": accelerator, "chips": chips, "attempts": counted, "preempted_attempts": preempted_attempts,
-        "wall_hours": round(wall, 6), "accelerator_hours": None if unknown else round(total, 6),
+        "accelerator": accelerator,
+        "chips": chips,
+        "attempts": counted,
+        "preempted_attempts": preempted_attempts,
+        "wall_hours": round(wall, 6),
+        "accelerator_hours": None if unknown else round(total, 6),
         "preempted_accelerator_hours": round(preempted, 6),
         "by_accelerator": {k: round(v, 6) for k, v in by_accelerator.items()},
     }
@@ -179,9 +193,12 @@ def record_usage(record: StepRecord) -> dict[str, Any]:
 def usage_of(record: StepRecord) -> dict[str, Any]:
     """The record's `usage` as written, else (an older record, or a damaged field) measured now."""
     usage = record.usage
-    if (isinstance(usage, dict) and isinstance(usage.get("by_accelerator"), dict)
-            and (usage.get("accelerator_hours") is None or _number(usage.get("accelerator_hours")) is not None)
-            and all(_number(v) is not None for v in usage["by_accelerator"].values())):
+    if (
+        isinstance(usage, dict)
+        and isinstance(usage.get("by_accelerator"), dict)
+        and (usage.get("accelerator_hours") is None or _number(usage.get("accelerator_hours")) is not None)
+        and all(_number(v) is not None for v in usage["by_accelerator"].values())
+    ):
         return usage
     return record_usage(record)
 
@@ -200,6 +217,7 @@ def money(usage: Mapping[str, Any], prices: PriceTable) -> float | None:
 
 
 # ---- how amounts read ------------------------------------------------------------------------------
+
 
 def format_money(value: float | None, currency: str = "USD") -> str:
     if value is None:
@@ -225,6 +243,7 @@ def _chips(value: float | None) -> str:
 
 
 # ---- cost of a step and of an experiment -------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class StepCost:
@@ -253,8 +272,11 @@ class StepCost:
             return "no finished attempt yet"
         hours = format_hours(self.accelerator_hours)
         on = f" on {self.accelerator or 'unknown hardware'} x{_chips(self.chips)}"
-        preempted = (f", {format_hours(self.preempted_accelerator_hours)} of them preempted"
-                     if self.preempted_accelerator_hours else "")
+        preempted = (
+            f", {format_hours(self.preempted_accelerator_hours)} of them preempted"
+            if self.preempted_accelerator_hours
+            else ""
+        )
         price = format_money(self.money, self.currency) if self.priced else f"no price for {self.accelerator}"
         return f"{price} ({hours} accelerator-hours{on}{preempted})" + (" reused" if self.reused else "")
 
@@ -268,9 +290,19 @@ def step_cost(identity: str, record: StepRecord | None, prices: PriceTable, *, r
     usage = usage_of(record)
     value = money(usage, prices)
     priced = all(prices.price(a) is not None for a in usage.get("by_accelerator", {}))
-    return StepCost(identity, usage.get("accelerator"), _number(usage.get("chips")), usage.get("accelerator_hours"),
-                    _number(usage.get("preempted_accelerator_hours")) or 0.0, int(usage.get("attempts") or 0),
-                    value, recorded=True, reused=reused, priced=priced, currency=prices.currency)
+    return StepCost(
+        identity,
+        usage.get("accelerator"),
+        _number(usage.get("chips")),
+        usage.get("accelerator_hours"),
+        _number(usage.get("preempted_accelerator_hours")) or 0.0,
+        int(usage.get("attempts") or 0),
+        value,
+        recorded=True,
+        reused=reused,
+        priced=priced,
+        currency=prices.currency,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,9 +322,15 @@ class ExperimentCost:
         hours, value, unknown = self._sum([c for c in self.steps if c.recorded])
         saved_steps = [c for c in self.steps if c.reused]
         s_hours, s_value, s_unknown = self._sum(saved_steps)
-        return {"accelerator_hours": round(hours, 6), "money": round(value, 6), "unknown": unknown,
-                "saved_accelerator_hours": round(s_hours, 6), "saved_money": round(s_value, 6),
-                "saved_steps": len(saved_steps), "saved_unknown": s_unknown}
+        return {
+            "accelerator_hours": round(hours, 6),
+            "money": round(value, 6),
+            "unknown": unknown,
+            "saved_accelerator_hours": round(s_hours, 6),
+            "saved_money": round(s_value, 6),
+            "saved_steps": len(saved_steps),
+            "saved_unknown": s_unknown,
+        }
 
     @property
     def text(self) -> str:
@@ -300,10 +338,12 @@ class ExperimentCost:
         unknown = f" + {t['unknown']} step{'s' if t['unknown'] != 1 else ''} of unknown cost" if t["unknown"] else ""
         saved_unknown = f" + {t['saved_unknown']} of unknown cost" if t["saved_unknown"] else ""
         n = t["saved_steps"]
-        return (f"cost: {format_money(t['money'], self.currency)} ({format_hours(t['accelerator_hours'])} "
-                f"accelerator-hours){unknown}; saved by reuse: {format_money(t['saved_money'], self.currency)} "
-                f"({format_hours(t['saved_accelerator_hours'])} accelerator-hours, {n} step{'s' if n != 1 else ''}"
-                f"{saved_unknown})")
+        return (
+            f"cost: {format_money(t['money'], self.currency)} ({format_hours(t['accelerator_hours'])} "
+            f"accelerator-hours){unknown}; saved by reuse: {format_money(t['saved_money'], self.currency)} "
+            f"({format_hours(t['saved_accelerator_hours'])} accelerator-hours, {n} step{'s' if n != 1 else ''}"
+            f"{saved_unknown})"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {"steps": [c.to_json() for c in self.steps], "totals": self.totals(), "text": self.text}
@@ -312,15 +352,23 @@ class ExperimentCost:
 def is_reused(experiment: Mapping[str, Any], record: StepRecord | None) -> bool:
     """A finished step the experiment's latest run did not produce: another driver's record."""
     driver = experiment.get("driver")
-    return (record is not None and record.status == SUCCESS and isinstance(driver, str)
-            and record.driver is not None and record.driver != driver)
+    return (
+        record is not None
+        and record.status == SUCCESS
+        and isinstance(driver, str)
+        and record.driver is not None
+        and record.driver != driver
+    )
 
 
-def experiment_cost(experiment: Mapping[str, Any], steps: Sequence[tuple[str, StepRecord | None]],
-                    prices: PriceTable) -> ExperimentCost:
+def experiment_cost(
+    experiment: Mapping[str, Any], steps: Sequence[tuple[str, StepRecord | None]], prices: PriceTable
+) -> ExperimentCost:
     """Each listed step's cost (`steps`: its identity and record, read by the caller), in order."""
-    return ExperimentCost([step_cost(identity, record, prices, reused=is_reused(experiment, record))
-                           for identity, record in steps], prices.currency)
+    return ExperimentCost(
+        [step_cost(identity, record, prices, reused=is_reused(experiment, record)) for identity, record in steps],
+        prices.currency,
+    )
 
 
 def read_record_quietly(output_path: Any) -> StepRecord | None:
@@ -334,6 +382,7 @@ def read_record_quietly(output_path: Any) -> StepRecord | None:
 
 
 # ---- the dry run's estimate ------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class StepEstimate:
@@ -351,8 +400,10 @@ class StepEstimate:
         if self.accelerator_hours is None:
             return f"unknown ({self.basis})"
         word = "saved by reuse" if self.action == "skip" else "estimated"
-        return (f"{format_money(self.money, self.currency)} {word} ({format_hours(self.accelerator_hours)} "
-                f"accelerator-hours, {self.basis})")
+        return (
+            f"{format_money(self.money, self.currency)} {word} ({format_hours(self.accelerator_hours)} "
+            f"accelerator-hours, {self.basis})"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "text": self.text}
@@ -367,14 +418,20 @@ class PlanCost:
 
     def _part(self, action: str) -> dict[str, Any]:
         chosen = [e for e in self.steps.values() if e.action == action]
-        return {"steps": len(chosen),
-                "accelerator_hours": round(sum(e.accelerator_hours or 0.0 for e in chosen), 6),
-                "money": round(sum(e.money or 0.0 for e in chosen), 6),
-                "unknown": sum(1 for e in chosen if e.money is None)}
+        return {
+            "steps": len(chosen),
+            "accelerator_hours": round(sum(e.accelerator_hours or 0.0 for e in chosen), 6),
+            "money": round(sum(e.money or 0.0 for e in chosen), 6),
+            "unknown": sum(1 for e in chosen if e.money is None),
+        }
 
     def summary(self) -> dict[str, Any]:
-        return {"prices": self.prices, "currency": self.currency, "run": self._part("run"),
-                "saved_by_reuse": self._part("skip")}
+        return {
+            "prices": self.prices,
+            "currency": self.currency,
+            "run": self._part("run"),
+            "saved_by_reuse": self._part("skip"),
+        }
 
     def lines(self) -> list[str]:
         """Two lines: what running costs, what reuse saves."""
@@ -386,11 +443,14 @@ class PlanCost:
             head = f"{n} step{'s' if n != 1 else ''} {what}: "
             if n and not known:
                 return head + f"unknown for {'all ' if n > 1 else ''}{n}"
-            text = (head + f"{format_money(p['money'], self.currency)} "
-                    f"({format_hours(p['accelerator_hours'])} accelerator-hours)")
+            text = (
+                head + f"{format_money(p['money'], self.currency)} "
+                f"({format_hours(p['accelerator_hours'])} accelerator-hours)"
+            )
             if p["unknown"]:
                 text += f" for {known}, unknown for {p['unknown']}"
             return text
+
         return [part(run, "would run, estimated"), part(saved, "reused, saved by reuse")]
 
 
@@ -421,14 +481,19 @@ def estimate_plan(decisions: Sequence[Any], prices: PriceTable, index: RecordInd
             continue
         own = index.record(ps.output_path) if index is not None else None
         if d.action == "skip":
-            out[ps.identity] = (_from_record(ps.identity, "skip", own, "recorded", prices) if own is not None
-                                else StepEstimate(ps.identity, "skip", None, None, "no readable record",
-                                                  prices.currency))
+            out[ps.identity] = (
+                _from_record(ps.identity, "skip", own, "recorded", prices)
+                if own is not None
+                else StepEstimate(ps.identity, "skip", None, None, "no readable record", prices.currency)
+            )
             continue
         versions = index.versions_of(ps.name) if index is not None else []
-        finished = [r for r in ([own] if own is not None and own.identity == ps.identity else [])
-                    + [r for r in versions if r.identity != ps.identity]
-                    if r.status == SUCCESS and usage_of(r).get("accelerator_hours") is not None]
+        finished = [
+            r
+            for r in ([own] if own is not None and own.identity == ps.identity else [])
+            + [r for r in versions if r.identity != ps.identity]
+            if r.status == SUCCESS and usage_of(r).get("accelerator_hours") is not None
+        ]
         if finished:
             what = "this step's record" if finished[0].identity == ps.identity else f"as {finished[0].identity}"
             out[ps.identity] = _from_record(ps.identity, "run", finished[0], what, prices)
@@ -440,9 +505,21 @@ def estimate_plan(decisions: Sequence[Any], prices: PriceTable, index: RecordInd
             if accelerator is None:
                 accelerator = declared_accelerator(describe_resources(ps.step.resources))[0]
             price = prices.price(accelerator)
-            out[ps.identity] = StepEstimate(ps.identity, "run", hours, None if price is None else price * hours,
-                                            f"the config's estimate on {accelerator}", prices.currency)
+            out[ps.identity] = StepEstimate(
+                ps.identity,
+                "run",
+                hours,
+                None if price is None else price * hours,
+                f"the config's estimate on {accelerator}",
+                prices.currency,
+            )
             continue
-        out[ps.identity] = StepEstimate(ps.identity, "run", None, None, "no finished version recorded" if index
-                                        is not None else "records not read", prices.currency)
+        out[ps.identity] = StepEstimate(
+            ps.identity,
+            "run",
+            None,
+            None,
+            "no finished version recorded" if index is not None else "records not read",
+            prices.currency,
+        )
     return PlanCost(out, prices.describe(), prices.currency)

@@ -47,17 +47,28 @@ def read_statuses(steps: Sequence[PlannedStep], *, remote: bool) -> dict[str, di
         return {s.identity: r for s, r in zip(steps, results, strict=True)}
 
 
-def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[PlannedStep], Lease],
-               force_run_failed: bool, index: RecordIndex | None, forced: bool = False,
-               last_run: LastRun | None = None) -> Decision:
+def decide_one(
+    ps: PlannedStep,
+    st: dict[str, Any] | None,
+    *,
+    lease: Callable[[PlannedStep], Lease],
+    force_run_failed: bool,
+    index: RecordIndex | None,
+    forced: bool = False,
+    last_run: LastRun | None = None,
+) -> Decision:
     """One step's decision from its status (`read_status`); `index` adds the field-level
     difference for a step that is new, against its version in `last_run` (the same experiment's
     last run) or else the latest recorded version of its name (baseline.py). A `forced` step
     (`--force_run`) runs again after a SUCCESS or a FAILED: a new attempt, as any rerun."""
     status = (st or {}).get("status")
     if forced and status in (Status.SUCCESS.value, Status.FAILED.value):
-        return Decision(ps, "run", f"forced by --force_run (last {status} at {(st or {}).get('time')}); a new "
-                                   "attempt writes its output again", forced=True)
+        return Decision(
+            ps,
+            "run",
+            f"forced by --force_run (last {status} at {(st or {}).get('time')}); a new attempt writes its output again",
+            forced=True,
+        )
     if status == Status.SUCCESS.value:
         rebuild = rebuild_reason(ps)
         if rebuild is not None:
@@ -67,14 +78,25 @@ def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[P
     if status == Status.RUNNING.value:
         holder = lease(ps).current_holder()
         if holder is not None and not holder.is_stale(time.time()):
-            return Decision(ps, "wait", f"RUNNING by driver {holder.holder} (heartbeat "
-                                        f"{holder.age(time.time()):.0f}s ago); will wait and reuse")
+            return Decision(
+                ps,
+                "wait",
+                f"RUNNING by driver {holder.holder} (heartbeat "
+                f"{holder.age(time.time()):.0f}s ago); will wait and reuse",
+            )
         since = running_driver_gone(ps.output_path, st or {})
-        return Decision(ps, "run", f"RUNNING, {DRIVER_GONE} since {since or 'an unknown time'} (lease stale or "
-                                   "released); taking it over")
+        return Decision(
+            ps,
+            "run",
+            f"RUNNING, {DRIVER_GONE} since {since or 'an unknown time'} (lease stale or released); taking it over",
+        )
     if status == Status.CANCELLED.value:
-        return Decision(ps, "run", f"CANCELLED at {(st or {}).get('time')} (interrupted); running again, from its "
-                                   "last checkpoint when it wrote one")
+        return Decision(
+            ps,
+            "run",
+            f"CANCELLED at {(st or {}).get('time')} (interrupted); running again, from its "
+            "last checkpoint when it wrote one",
+        )
     if status == Status.FAILED.value:
         if force_run_failed:
             return Decision(ps, "run", "previously FAILED; --force_run_failed is set")
@@ -83,15 +105,15 @@ def decide_one(ps: PlannedStep, st: dict[str, Any] | None, *, lease: Callable[[P
         said = f" ({error})" if error else ""
         return Decision(ps, "fail", f"failed previously{said}; pass --force_run_failed true to run it again")
     if status == CORRUPT:
-        return Decision(ps, "run", f"its records are damaged ({(st or {}).get('damage', 'unreadable')}); "
-                                   "running again")
+        return Decision(ps, "run", f"its records are damaged ({(st or {}).get('damage', 'unreadable')}); running again")
     reason = "no output yet" if status is None else f"previous status {status}"
     notes: tuple[str, ...] = ()
     if index is not None and status is None:
         base = baseline(index, ps.name, ps.identity, last_run=last_run)
         if base is not None:
-            against = (("this experiment's last run: " if base.from_last_run else "latest recorded: ")
-                       + str(base.identity))
+            against = ("this experiment's last run: " if base.from_last_run else "latest recorded: ") + str(
+                base.identity
+            )
             if last_run is not None and not base.from_last_run:
                 against += ", from any experiment"
             reason = f"new version ({against})"
@@ -119,8 +141,10 @@ def changed_code_notes(ps: PlannedStep, st: dict[str, Any]) -> list[str]:
     current = function_fingerprint(ps.step.fn)
     if current is None or current["sha256"] == recorded:
         return []
-    return [f"reused, but its code changed since it ran ({current['file']}: {current['function']}); "
-            f"use --force_run '^{_regex_literal(ps.name)}$' to run it again"]
+    return [
+        f"reused, but its code changed since it ran ({current['file']}: {current['function']}); "
+        f"use --force_run '^{_regex_literal(ps.name)}$' to run it again"
+    ]
 
 
 def _regex_literal(name: str) -> str:

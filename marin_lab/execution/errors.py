@@ -73,8 +73,9 @@ class StepFailedError(MarinLabError):
     hardware: dict | None = None
     """What the failed attempt ran on, when a StepRunner knows it."""
 
-    def __init__(self, message: str, traceback_text: str | None = None, hardware: dict | None = None,
-                 final: bool = False):
+    def __init__(
+        self, message: str, traceback_text: str | None = None, hardware: dict | None = None, final: bool = False
+    ):
         super().__init__(message)
         self.traceback_text = traceback_text
         self.final = final

@@ -127,9 +127,13 @@ class Executor:
         """Regexes over step names (`--force_run`): matching steps run again even after a SUCCESS."""
         self._forced: set[str] = set()
         self.step_settings = StepSettings(
-            lease_timeout_s=lease_timeout_s, heartbeat_s=heartbeat_s, wait_poll_s=wait_poll_s,
-            max_preemption_retries=max_preemption_retries, max_failure_retries=max_failure_retries,
-            unschedulable_timeout_s=resolve_unschedulable_timeout(unschedulable_timeout_s))
+            lease_timeout_s=lease_timeout_s,
+            heartbeat_s=heartbeat_s,
+            wait_poll_s=wait_poll_s,
+            max_preemption_retries=max_preemption_retries,
+            max_failure_retries=max_failure_retries,
+            unschedulable_timeout_s=resolve_unschedulable_timeout(unschedulable_timeout_s),
+        )
         self._record_index: RecordIndex | None = None
         """The records `decide` read for explain, kept for the same plan's cost estimate."""
         self.prices = prices or default_prices()
@@ -160,8 +164,9 @@ class Executor:
         """The signal that interrupted the last run (SIGINT, SIGTERM), if one did."""
 
     @classmethod
-    def from_config(cls, config: ExecutorMainConfig, *, description: str | None = None,
-                    script: str | None = None) -> Executor:
+    def from_config(
+        cls, config: ExecutorMainConfig, *, description: str | None = None, script: str | None = None
+    ) -> Executor:
         """The executor `config` describes (`executor_main`'s flags), its price table read from
         `config.prices`. `script` defaults to the running program (`sys.argv[0]`)."""
         return cls(
@@ -188,7 +193,8 @@ class Executor:
         if name in _MARIN_VIEW and not hasattr(type(self), name):
             raise AttributeError(
                 f"Executor.{name} is Marin's view of the last plan; use marin_lab.marin.executor.Executor, "
-                "which has it (docs/coming_from_marin.md), or read executor.last_plan")
+                "which has it (docs/coming_from_marin.md), or read executor.last_plan"
+            )
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ---------------------------------------------------------------------------------------
@@ -202,8 +208,13 @@ class Executor:
             for ps in plan.steps:
                 if ps.step.resources is not None:
                     validate_resources(ps.name, ps.step.resources)
-            egress = check_egress(plan, self.regions, allow=self.allow_cross_region,
-                                  budget_bytes=self.transfer_budget_bytes, strict=strict_regions)
+            egress = check_egress(
+                plan,
+                self.regions,
+                allow=self.allow_cross_region,
+                budget_bytes=self.transfer_budget_bytes,
+                strict=strict_regions,
+            )
         self.cross_region_reads, self.unchecked_reads = egress.allowed, egress.unchecked
         self.last_plan = plan
         return plan
@@ -219,10 +230,14 @@ class Executor:
         unreadable = self.regions.cannot_read(self.prefix) if self._remote and explain else None
         if unreadable is not None:
             why = unreadable.split(":", 1)[0]
-            return [Decision(ps, "run", f"status not read: cannot reach {self.prefix} without credentials or network "
-                                        f"({why})")
-                    if ps.identity in chosen else Decision(ps, "unselected", "not selected by --run_only")
-                    for ps in plan.steps]
+            return [
+                Decision(
+                    ps, "run", f"status not read: cannot reach {self.prefix} without credentials or network ({why})"
+                )
+                if ps.identity in chosen
+                else Decision(ps, "unselected", "not selected by --run_only")
+                for ps in plan.steps
+            ]
         statuses = read_statuses(plan.steps, remote=self._remote)
         index = RecordIndex(self.prefix) if explain else None
         self._record_index = index  # the dry run's cost estimate reads the same records (plan_costs)
@@ -230,13 +245,25 @@ class Executor:
         # (Read only when a step is new: the experiment records are read whole.)
         new = any((statuses.get(ps.identity) or {}).get("status") is None for ps in plan.steps if ps.identity in chosen)
         last_run = last_run_of_plan(plan, self.script) if explain and new else None
-        return [self._decide_one(ps, statuses.get(ps.identity), index, last_run) if ps.identity in chosen
-                else Decision(ps, "unselected", "not selected by --run_only") for ps in plan.steps]
+        return [
+            self._decide_one(ps, statuses.get(ps.identity), index, last_run)
+            if ps.identity in chosen
+            else Decision(ps, "unselected", "not selected by --run_only")
+            for ps in plan.steps
+        ]
 
-    def _decide_one(self, ps: PlannedStep, st: dict[str, Any] | None, index: RecordIndex | None,
-                    last_run: LastRun | None = None) -> Decision:
-        return decide_one(ps, st, lease=self._lease, force_run_failed=self.force_run_failed, index=index,
-                          forced=ps.identity in self._forced, last_run=last_run)
+    def _decide_one(
+        self, ps: PlannedStep, st: dict[str, Any] | None, index: RecordIndex | None, last_run: LastRun | None = None
+    ) -> Decision:
+        return decide_one(
+            ps,
+            st,
+            lease=self._lease,
+            force_run_failed=self.force_run_failed,
+            index=index,
+            forced=ps.identity in self._forced,
+            last_run=last_run,
+        )
 
     def _warn_if_new_prefix(self, decisions: Sequence[Decision]) -> None:
         """One line when every step of several will run in a prefix that holds no experiment yet:
@@ -252,15 +279,24 @@ class Executor:
         except Exception:  # an unreadable prefix is reported where it is written
             return
         if empty:
-            logger.warning("prefix %s holds no experiments: all %d steps will run (check --prefix or "
-                           "$MARIN_PREFIX if you meant to reuse earlier outputs)", self.prefix, len(runs))
+            logger.warning(
+                "prefix %s holds no experiments: all %d steps will run (check --prefix or "
+                "$MARIN_PREFIX if you meant to reuse earlier outputs)",
+                self.prefix,
+                len(runs),
+            )
 
     # ---------------------------------------------------------------------------------------
     # the dry run
 
     def format_plan(self, decisions: Sequence[Decision]) -> str:
-        return format_text(decisions, prefix=self.prefix, backend=self.backend_name, unchecked=self.unchecked_reads,
-                           costs=self.plan_costs(decisions))
+        return format_text(
+            decisions,
+            prefix=self.prefix,
+            backend=self.backend_name,
+            unchecked=self.unchecked_reads,
+            costs=self.plan_costs(decisions),
+        )
 
     def plan_costs(self, decisions: Sequence[Decision]) -> PlanCost:
         """What the steps that would run are estimated to cost, and what reuse saves (cost.py)."""
@@ -300,8 +336,14 @@ class Executor:
             if plan_format == "text":
                 print(self.format_plan(decisions), flush=True)
             else:
-                plan_doc = plan_report(decisions, prefix=self.prefix, backend=self.backend_name, script=self.script,
-                                       unchecked=self.unchecked_reads, costs=self.plan_costs(decisions))
+                plan_doc = plan_report(
+                    decisions,
+                    prefix=self.prefix,
+                    backend=self.backend_name,
+                    script=self.script,
+                    unchecked=self.unchecked_reads,
+                    costs=self.plan_costs(decisions),
+                )
                 print(render_plan(plan_doc, plan_format), flush=True)
             return RunReport(plan, decisions, {}, None)
         self._code = None  # the tree may have changed since this executor's last run
@@ -317,9 +359,15 @@ class Executor:
         ending = "error"
         try:
             outcomes = self._execute(plan, decisions)
-            ending = "interrupted" if self.cancel.is_set() else (
-                "failed" if any(o.status in ("FAILED", "DEP_FAILED", "LOST") for o in outcomes.values())
-                else "succeeded")
+            ending = (
+                "interrupted"
+                if self.cancel.is_set()
+                else (
+                    "failed"
+                    if any(o.status in ("FAILED", "DEP_FAILED", "LOST") for o in outcomes.values())
+                    else "succeeded"
+                )
+            )
         except KeyboardInterrupt:
             ending = "interrupted"
             raise
@@ -335,12 +383,16 @@ class Executor:
         n_skip = sum(1 for o in outcomes.values() if o.status == "SUCCESS" and not o.executed)
         logger.info("run finished: %d executed, %d reused, %d failed", n_exec, n_skip, len(report.failed))
         if report.failed and raise_on_failure:
-            lines = [f"  {i}: {outcomes[i].status}" + (f" ({outcomes[i].message})" if outcomes[i].message else "")
-                     for i in report.failed]
+            lines = [
+                f"  {i}: {outcomes[i].status}" + (f" ({outcomes[i].message})" if outcomes[i].message else "")
+                for i in report.failed
+            ]
             blocked = sum(1 for i in report.failed if outcomes[i].status == "DEP_FAILED")
             raise ExperimentFailedError(
-                f"{len(report.failed) - blocked} step(s) failed" + (f", {blocked} blocked by them" if blocked else "")
-                + ":\n" + "\n".join(lines)
+                f"{len(report.failed) - blocked} step(s) failed"
+                + (f", {blocked} blocked by them" if blocked else "")
+                + ":\n"
+                + "\n".join(lines)
                 + f"\nRecords are under {self.prefix}; rerun with --force_run_failed true after fixing the cause."
             )
         return report
@@ -354,8 +406,13 @@ class Executor:
         nodes, where = cluster
         out, refusals = [], []
         for d in decisions:
-            line = check_capacity(d.step.identity, d.step.step.resources, nodes, where,
-                                  local_backend=self.backend_name == "local") if d.action in ("run", "wait") else None
+            line = (
+                check_capacity(
+                    d.step.identity, d.step.step.resources, nodes, where, local_backend=self.backend_name == "local"
+                )
+                if d.action in ("run", "wait")
+                else None
+            )
             if line:
                 refusals.append(line)
                 d = dataclasses.replace(d, notes=(*d.notes, f"cannot run here: {line}"))
@@ -367,9 +424,16 @@ class Executor:
     def _start_run_record(self, experiment_path: str, decisions: Sequence[Decision]) -> RunRecord:
         code = self._code_provenance()
         exp_id = os.path.basename(experiment_path)[: -len(".json")]
-        record = RunRecord(self.executor_info_base_path, exp_id, run_id=self.run_id or new_run_id(),
-                           driver=self.driver_id, backend=self.backend_name, script=code.get("script"),
-                           git={"commit": code.get("commit"), "dirty": code.get("dirty")}, decisions=decisions)
+        record = RunRecord(
+            self.executor_info_base_path,
+            exp_id,
+            run_id=self.run_id or new_run_id(),
+            driver=self.driver_id,
+            backend=self.backend_name,
+            script=code.get("script"),
+            git={"commit": code.get("commit"), "dirty": code.get("dirty")},
+            decisions=decisions,
+        )
         record.write_start()
         self.run_record_path = record.url
         return record
@@ -380,12 +444,17 @@ class Executor:
         for ident in report.cancelled:
             o = report.outcomes[ident]
             lines.append(f"  CANCELLED {ident}" + (f" ({o.message})" if o.message else ""))
-        not_started = [d.step.identity for d in report.decisions
-                       if d.action in ("run", "wait") and d.step.identity not in report.outcomes]
+        not_started = [
+            d.step.identity
+            for d in report.decisions
+            if d.action in ("run", "wait") and d.step.identity not in report.outcomes
+        ]
         if not_started:
             lines.append(f"  {len(not_started)} step(s) not started")
-        lines.append("To resume, run the same command again: cancelled steps run again (from their last "
-                     "checkpoint when they write one), finished ones are reused; no flag is needed.")
+        lines.append(
+            "To resume, run the same command again: cancelled steps run again (from their last "
+            "checkpoint when they write one), finished ones are reused; no flag is needed."
+        )
         return "\n".join(lines)
 
     def _check_prefix_writable(self) -> None:
@@ -404,15 +473,25 @@ class Executor:
         stem = os.path.splitext(os.path.basename(script))[0] or "interactive"
         ident = experiment_hash(plan)
         path = join(self.executor_info_base_path, f"{stem}-{ident}.json")
-        record = experiment_record(plan, script=script, stem=stem, ident=ident, code=self._code_provenance(),
-                                   description=self.description, prefix=self.prefix, driver=self.driver_id)
+        record = experiment_record(
+            plan,
+            script=script,
+            stem=stem,
+            ident=ident,
+            code=self._code_provenance(),
+            description=self.description,
+            prefix=self.prefix,
+            driver=self.driver_id,
+        )
         if self.cross_region_reads:
             record.cross_region_reads = [dataclasses.asdict(r) for r in self.cross_region_reads]
         if self.run_id:  # this run's own record, kept beside this file (run_history.py)
             record.run = self.run_id
         if os.environ.get("MARIN_LAUNCH_ID"):  # started by `marin-lab launch`: the browser links its attempts
-            record.launch = {"run_id": os.environ["MARIN_LAUNCH_ID"],
-                             "attempt": int(os.environ.get("MARIN_LAUNCH_ATTEMPT", "0") or 0)}
+            record.launch = {
+                "run_id": os.environ["MARIN_LAUNCH_ID"],
+                "attempt": int(os.environ.get("MARIN_LAUNCH_ATTEMPT", "0") or 0),
+            }
         # Redacted whole: a secret in a versioned field, the command line or a URL is text too.
         write_json(path, redact(record.to_json()))
         self.executor_info_path = path
@@ -422,8 +501,11 @@ class Executor:
         """The experiment's code: git state and diff, and the script stored beside the records (once per run)."""
         if self._code is None:
             script = self.script if self.script and os.path.isfile(self.script) else None
-            self._code = {"script": relative_script(self.script), **git_state(script),
-                          **store_script(self.executor_info_base_path, script)}
+            self._code = {
+                "script": relative_script(self.script),
+                **git_state(script),
+                **store_script(self.executor_info_base_path, script),
+            }
         return self._code
 
     def _execute(self, plan: Plan, decisions: Sequence[Decision]) -> dict[str, StepOutcome]:
@@ -444,29 +526,41 @@ class Executor:
         self._mark_waiting([plan.by_identity[i] for i in pending if by_id[i].reason == "no output yet"])
 
         backend = self._make_backend()
-        supervisor = StepSupervisor(settings=self.step_settings, driver_id=self.driver_id, backend=backend,
-                                    backend_name=self.backend_name, code=self._code_provenance,
-                                    experiment=under_prefix(self.executor_info_path, self.prefix),
-                                    cancel=self.cancel, run_id=self.run_id,
-                                    forced=frozenset(d.step.identity for d in decisions if d.forced))
+        supervisor = StepSupervisor(
+            settings=self.step_settings,
+            driver_id=self.driver_id,
+            backend=backend,
+            backend_name=self.backend_name,
+            code=self._code_provenance,
+            experiment=under_prefix(self.executor_info_path, self.prefix),
+            cancel=self.cancel,
+            run_id=self.run_id,
+            forced=frozenset(d.step.identity for d in decisions if d.forced),
+        )
         interrupt = Interrupt(self.cancel)
         try:
-            with interrupt, concurrent.futures.ThreadPoolExecutor(
-                    max_workers=self.max_concurrent, thread_name_prefix="step") as pool:
+            with (
+                interrupt,
+                concurrent.futures.ThreadPoolExecutor(
+                    max_workers=self.max_concurrent, thread_name_prefix="step"
+                ) as pool,
+            ):
                 running: dict[concurrent.futures.Future, str] = {}
                 while pending or running:
                     for ps in [s for s in todo if s.identity in pending]:
                         if len(running) >= self.max_concurrent or self.cancel.is_set():
                             break
-                        if all(outcomes.get(d.identity, StepOutcome("", "")).status == "SUCCESS"
-                               for d in ps.dependencies):
+                        if all(
+                            outcomes.get(d.identity, StepOutcome("", "")).status == "SUCCESS" for d in ps.dependencies
+                        ):
                             pending.discard(ps.identity)
                             running[pool.submit(supervisor.run, plan, ps)] = ps.identity
                     if not running:
                         break
                     # A bounded wait: the loop notices an interrupt (the signal handler runs here).
-                    done, _ = concurrent.futures.wait(running, timeout=0.5,
-                                                      return_when=concurrent.futures.FIRST_COMPLETED)
+                    done, _ = concurrent.futures.wait(
+                        running, timeout=0.5, return_when=concurrent.futures.FIRST_COMPLETED
+                    )
                     for fut in done:
                         ident = running.pop(fut)
                         try:
@@ -492,8 +586,11 @@ class Executor:
                 if got is None:
                     continue
                 st = json.loads(got[0])
-                if (isinstance(st, dict) and st.get("status") == Status.WAITING.value
-                        and st.get("driver") == self.driver_id):
+                if (
+                    isinstance(st, dict)
+                    and st.get("status") == Status.WAITING.value
+                    and st.get("driver") == self.driver_id
+                ):
                     cf.delete(got[1])
             except Exception:  # another driver's status, or storage trouble: left as it is
                 logger.debug("step '%s': WAITING left in place", ps.identity, exc_info=True)
@@ -507,6 +604,7 @@ class Executor:
 
         A conditional create: it never overwrites a status another driver has written meanwhile.
         """
+
         def mark(ps: PlannedStep) -> None:
             record = {"status": Status.WAITING.value, "time": now_iso(), "driver": self.driver_id}
             try:
@@ -530,8 +628,11 @@ class Executor:
             changed = False
             for ident in list(pending):
                 ps = plan.by_identity[ident]
-                bad = [d for d in ps.dependencies
-                       if outcomes.get(d.identity) and outcomes[d.identity].status in ("FAILED", "DEP_FAILED", "LOST")]
+                bad = [
+                    d
+                    for d in ps.dependencies
+                    if outcomes.get(d.identity) and outcomes[d.identity].status in ("FAILED", "DEP_FAILED", "LOST")
+                ]
                 if bad:
                     pending.discard(ident)
                     outcomes[ident] = StepOutcome(ident, "DEP_FAILED", message=f"dependency {bad[0].identity} failed")

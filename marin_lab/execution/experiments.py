@@ -75,8 +75,9 @@ def list_runs(experiment_url: str, limit: int = 200) -> list[dict[str, Any]]:
     folder = runs_dir_of(experiment_url)
     fs, path = fs_and_path(folder)
     try:
-        names = sorted((p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)
-                        if p.endswith(".json")), reverse=True)[:limit]
+        names = sorted(
+            (p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False) if p.endswith(".json")), reverse=True
+        )[:limit]
     except (FileNotFoundError, NotADirectoryError):
         return []
     out = []

@@ -49,5 +49,7 @@ def environment_for_groups(groups: Sequence[str], *, step_label: str, root: str 
             f"{step_label}: pip_dependency_groups={groups!r} must be a list of extras or pip specs, e.g. ['tokenize']"
         )
     constraints = os.path.join(root, CONSTRAINTS)
-    return StepEnvironment(requirements=tuple(requirements_for_groups(groups, root=root)),
-                           constraints=constraints if os.path.exists(constraints) else None)
+    return StepEnvironment(
+        requirements=tuple(requirements_for_groups(groups, root=root)),
+        constraints=constraints if os.path.exists(constraints) else None,
+    )

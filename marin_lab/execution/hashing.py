@@ -99,8 +99,7 @@ def canonical_value(value: Any, *, where: str) -> Any:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise EncodingError(
-                    f"{where} has a dict key {k!r} of type {type(k).__name__}; versioned dicts "
-                    "must have string keys"
+                    f"{where} has a dict key {k!r} of type {type(k).__name__}; versioned dicts must have string keys"
                 )
             out[k] = canonical_value(v, where=f"{where}[{k!r}]")
         return out
@@ -127,8 +126,11 @@ def _not_json(value: Any) -> Any:
 # time: half the cost of hashing a step's version). Same bytes: the same C encoder, same settings. No
 # circular-reference markers: a version is plain data built by `canonical_value`, never circular.
 _MAKE_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # None without the C accelerator
-_C_ENCODER = (_MAKE_C_ENCODER(None, _not_json, json.encoder.encode_basestring, None, ":", ",", True, False, False)
-              if _MAKE_C_ENCODER is not None else None)
+_C_ENCODER = (
+    _MAKE_C_ENCODER(None, _not_json, json.encoder.encode_basestring, None, ":", ",", True, False, False)
+    if _MAKE_C_ENCODER is not None
+    else None
+)
 
 
 def canonical_json(obj: Any) -> str:
@@ -221,8 +223,9 @@ def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str, versioned: boo
         if cls is str and "://" in obj and _URL.match(obj):
             scan.urls.append(obj)
         if versioned:
-            _add_versioned(scan, path, obj if cls is not float else
-                           canonical_value(obj, where=f"{step_label}: field '{path}'"))
+            _add_versioned(
+                scan, path, obj if cls is not float else canonical_value(obj, where=f"{step_label}: field '{path}'")
+            )
         else:
             scan.unversioned[path] = obj
         return
@@ -267,8 +270,9 @@ def _walk(obj: Any, path: str, scan: ConfigScan, step_label: str, versioned: boo
         scan.unversioned[path] = obj
 
 
-def _walk_dataclass(obj: Any, fields: tuple[tuple[str, bool], ...], path: str, scan: ConfigScan, step_label: str,
-                    versioned: bool) -> None:
+def _walk_dataclass(
+    obj: Any, fields: tuple[tuple[str, bool], ...], path: str, scan: ConfigScan, step_label: str, versioned: bool
+) -> None:
     """`_walk` of a dataclass value (not a placeholder), field by field."""
     for n, marked in fields:  # child_path(path, n, field=True), inlined: this loop runs for every field of every step
         child = getattr(obj, n)
@@ -353,8 +357,7 @@ def _whole_value_versioned(obj: Any, path: str, scan: ConfigScan, step_label: st
     return True
 
 
-def version_of(name: str, versioned: dict[str, Any], inputs: dict[str, str],
-               dependencies: list[str]) -> dict[str, Any]:
+def version_of(name: str, versioned: dict[str, Any], inputs: dict[str, str], dependencies: list[str]) -> dict[str, Any]:
     """The version a step's identity is the hash of (docs/executor.md, "What makes a step new").
 
     Versioned values and inputs live in separate sections, so a versioned string that reads like

@@ -91,5 +91,8 @@ class Interrupt:
         self.event.set()
         # a closed stderr, or a print re-entered by the signal
         with contextlib.suppress(OSError, ValueError, RuntimeError):
-            print(f"\n{self.signal_name}: stopping: cancelling the running steps (interrupt again to exit at once)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"\n{self.signal_name}: stopping: cancelling the running steps (interrupt again to exit at once)",
+                file=sys.stderr,
+                flush=True,
+            )

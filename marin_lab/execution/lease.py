@@ -70,8 +70,12 @@ class LeaseHolder:
         try:
             d = json.loads(data)
             return LeaseHolder(
-                holder=str(d["holder"]), host=str(d["host"]), pid=int(d["pid"]),
-                pid_start=d.get("pid_start"), heartbeat=float(d["heartbeat"]), timeout_s=float(d["timeout_s"]),
+                holder=str(d["holder"]),
+                host=str(d["host"]),
+                pid=int(d["pid"]),
+                pid_start=d.get("pid_start"),
+                heartbeat=float(d["heartbeat"]),
+                timeout_s=float(d["timeout_s"]),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -121,8 +125,15 @@ class Lease:
 
     def _content(self) -> bytes:
         return json.dumps(
-            {"holder": self.holder, "host": HOSTNAME, "pid": os.getpid(), "pid_start": _MY_START,
-             "heartbeat": self.clock(), "timeout_s": self.timeout_s, "step": self.step_name}
+            {
+                "holder": self.holder,
+                "host": HOSTNAME,
+                "pid": os.getpid(),
+                "pid_start": _MY_START,
+                "heartbeat": self.clock(),
+                "timeout_s": self.timeout_s,
+                "step": self.step_name,
+            }
         ).encode()
 
     def current_holder(self) -> LeaseHolder | None:
@@ -143,8 +154,14 @@ class Lease:
                     self._token = self.file.replace(self._content(), token)
                     return None
                 if current is None or current.is_stale(self.clock()):
-                    why = "unreadable" if current is None else (
-                        "held by a dead process" if current.provably_dead() else f"{current.age(self.clock()):.0f}s old"
+                    why = (
+                        "unreadable"
+                        if current is None
+                        else (
+                            "held by a dead process"
+                            if current.provably_dead()
+                            else f"{current.age(self.clock()):.0f}s old"
+                        )
                     )
                     logger.info("step '%s': taking over a stale lease (%s)", self.step_name, why)
                     self._token = self.file.replace(self._content(), token)
@@ -177,7 +194,9 @@ class Lease:
             holder = self.current_holder()
             logger.error(
                 "step '%s': lost the lease on %s to %s; stopping the step and writing nothing more",
-                self.step_name, self.output_path, holder.holder if holder else "nobody",
+                self.step_name,
+                self.output_path,
+                holder.holder if holder else "nobody",
             )
             if self._on_lost is not None:
                 self._on_lost()

@@ -60,10 +60,29 @@ VERBOSE_ENV = "MARIN_LAB_VERBOSE"
 """Set (`--verbose`): a step's own log handler passes every library's INFO lines too."""
 
 
-QUIET_LIBRARIES = frozenset({
-    "absl", "datasets", "filelock", "fsspec", "gcsfs", "httpx", "huggingface_hub", "jax", "jaxlib", "lm_eval",
-    "lm-eval", "numba", "orbax", "ray", "tensorstore", "torch", "transformers", "urllib3", "wandb",
-})
+QUIET_LIBRARIES = frozenset(
+    {
+        "absl",
+        "datasets",
+        "filelock",
+        "fsspec",
+        "gcsfs",
+        "httpx",
+        "huggingface_hub",
+        "jax",
+        "jaxlib",
+        "lm_eval",
+        "lm-eval",
+        "numba",
+        "orbax",
+        "ray",
+        "tensorstore",
+        "torch",
+        "transformers",
+        "urllib3",
+        "wandb",
+    }
+)
 """Libraries whose INFO lines ("datasets: JAX version ... available", lm-eval's seeds) a person
 watching a run does not need; their warnings and errors always show."""
 
@@ -209,13 +228,13 @@ class _Reader(threading.Thread):
         self.scrub = text_scrubber()
         start = 0
         for m in _LINE_END.finditer(chunk):
-            segment = chunk[start:m.start()]
+            segment = chunk[start : m.start()]
             if self.partial:
                 self.partial += segment
                 segment = bytes(self.partial)
                 self.partial.clear()
             start = m.end()
-            self._end_of_line(segment, chunk[m.start():m.end()])
+            self._end_of_line(segment, chunk[m.start() : m.end()])
         if start < len(chunk):
             self.partial += chunk[start:]
             if len(self.partial) >= MAX_PIECE:

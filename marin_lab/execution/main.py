@@ -71,8 +71,12 @@ def executor_main(
             os.environ[VERBOSE_ENV] = "1"
         executor = Executor.from_config(config, description=description)
         # Executor.run takes InputName roots too (the plan unwraps them); its annotation says ExecutorStep only.
-        report = executor.run(steps, run_only=config.run_only, dry_run=config.dry_run,  # type: ignore[arg-type]
-                              plan_format=config.format)
+        report = executor.run(
+            steps,  # type: ignore[arg-type]
+            run_only=config.run_only,
+            dry_run=config.dry_run,
+            plan_format=config.format,
+        )
     except RunInterruptedError as err:  # Ctrl-C or SIGTERM: steps CANCELLED, how to resume (interrupt.py)
         print(str(err), file=sys.stderr, flush=True)
         raise SystemExit(err.exit_code) from None
@@ -164,8 +168,12 @@ def _json_list_or_regex(value: str, flag: str = "--run_only") -> list[str]:
         if isinstance(parsed, list) and all(isinstance(v, str) for v in parsed):
             return parsed
     if value.startswith("[") and value.endswith("]"):
-        logger.warning("%s %r is taken as one regular expression (a character class); for several, "
-                       "give them as separate words or as a JSON list '[\"a\", \"b\"]'", flag, value)
+        logger.warning(
+            "%s %r is taken as one regular expression (a character class); for several, "
+            'give them as separate words or as a JSON list \'["a", "b"]\'',
+            flag,
+            value,
+        )
     return [value]
 
 
@@ -189,8 +197,10 @@ def capture_steps(script: str, argv: Sequence[str] = ()) -> tuple[list[ExecutorS
         with contextlib.suppress(_Captured):
             runpy.run_path(script, run_name="__main__")
         if not _CAPTURE:
-            raise MarinLabError(f"{script} never called executor_main(steps=...) nor built Marin ArtifactSteps (pass "
-                                "--run to an experiment_main); nothing to explain")
+            raise MarinLabError(
+                f"{script} never called executor_main(steps=...) nor built Marin ArtifactSteps (pass "
+                "--run to an experiment_main); nothing to explain"
+            )
         return _CAPTURE[0]
     finally:
         _CAPTURE = None

@@ -187,7 +187,8 @@ def same_function(a: Any, b: Any) -> bool:
     if code_a is not None and code_b is not None:
         return function_path(a) == function_path(b) and (
             code_a is code_b
-            or (code_a.co_filename, code_a.co_firstlineno) == (code_b.co_filename, code_b.co_firstlineno))
+            or (code_a.co_filename, code_a.co_firstlineno) == (code_b.co_filename, code_b.co_firstlineno)
+        )
     return type(a) is type(b) and _safe_eq(a, b)
 
 
@@ -222,30 +223,39 @@ def _check_step(step: Any, referrer: ExecutorStep | None) -> None:
         raise StepDefinitionError(f"step {step.name!r}: {problem}")
     if not callable(step.fn):
         raise StepDefinitionError(f"{_label(step)}: fn is {type(step.fn).__name__}, not a function")
-    if step.config is not None and type(step.config) not in _CONFIG_TYPES and (
-            not hasattr(type(step.config), "__dataclass_fields__") or isinstance(step.config, type)):
+    if (
+        step.config is not None
+        and type(step.config) not in _CONFIG_TYPES
+        and (not hasattr(type(step.config), "__dataclass_fields__") or isinstance(step.config, type))
+    ):
         raise StepDefinitionError(
             f"{_label(step)}: config is a {type(step.config).__name__}; it must be a dataclass instance or None"
         )
     if step.pip_dependency_groups is not None and step.environment is not None:
-        raise StepDefinitionError(
-            f"{_label(step)}: give either pip_dependency_groups or environment, not both"
-        )
+        raise StepDefinitionError(f"{_label(step)}: give either pip_dependency_groups or environment, not both")
     if step.config is not None:
         _CONFIG_TYPES.add(type(step.config))
 
 
 def _normalized(step: ExecutorStep) -> ExecutorStep:
     """The step as the executor runs it: Marin's spellings turned into ours."""
-    if (step.resources is None and step.pip_dependency_groups is None and step.environment is None
-            and type(step.fn) is types.FunctionType):
+    if (
+        step.resources is None
+        and step.pip_dependency_groups is None
+        and step.environment is None
+        and type(step.fn) is types.FunctionType
+    ):
         return step  # a plain function and nothing to turn into ours (most steps): no call below would change it
     try:
         resources = executor_resources(step.resources)  # Marin's GpuConfig(...) and friends
     except Exception as err:
         raise StepDefinitionError(f"{_label(step)}: resources {step.resources!r}: {err}") from err
-    if (step.pip_dependency_groups is None and step.environment is None and _ray_function(step.fn) is None
-            and resources is step.resources):
+    if (
+        step.pip_dependency_groups is None
+        and step.environment is None
+        and _ray_function(step.fn) is None
+        and resources is step.resources
+    ):
         return step  # nothing to turn into ours (most steps)
     changes: dict[str, Any] = {}
     if resources is not step.resources:
@@ -254,8 +264,11 @@ def _normalized(step: ExecutorStep) -> ExecutorStep:
     if inner is not None:
         changes["fn"] = inner
         if step.resources is None:
-            options = {k: v for k, v in (getattr(step.fn, "_default_options", None) or {}).items()
-                       if k in RAY_OPTION_KEYS and v is not None}
+            options = {
+                k: v
+                for k, v in (getattr(step.fn, "_default_options", None) or {}).items()
+                if k in RAY_OPTION_KEYS and v is not None
+            }
             changes["resources"] = options or None
     if step.pip_dependency_groups is not None:
         changes["environment"] = environment_for_groups(step.pip_dependency_groups, step_label=_label(step))
@@ -337,7 +350,8 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 if c == GREY:
                     cycle = path[path.index(child) :] + [child]
                     raise CycleError(
-                        "the steps form a cycle: " + " -> ".join(repr(s.name) for s in cycle)
+                        "the steps form a cycle: "
+                        + " -> ".join(repr(s.name) for s in cycle)
                         + "; a step cannot depend on itself, directly or through others"
                     )
                 _check_step(child, step)
@@ -425,9 +439,16 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
             if pinned != output_path and not getattr(step.fn, "addressed_by_name", False):
                 logger.warning("step '%s': output path pinned to %s (computed: %s)", step.name, pinned, output_path)
             output_path = pinned
-        ps = PlannedStep(step=_normalized(step), version=version, hash=h, output_path=output_path,
-                         dependencies=[d for d in deps if d.identity in blocking] if pseudo else deps, scan=scan,
-                         pseudo_dependencies=pseudo, identity=identity)
+        ps = PlannedStep(
+            step=_normalized(step),
+            version=version,
+            hash=h,
+            output_path=output_path,
+            dependencies=[d for d in deps if d.identity in blocking] if pseudo else deps,
+            scan=scan,
+            pseudo_dependencies=pseudo,
+            identity=identity,
+        )
         planned[id(step)] = ps
         by_identity[identity] = ps
 
@@ -445,8 +466,15 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     for refs in named_refs.values():
         for target in refs.values():
             named_map[target.name] = planned[id(target)]
-    return Plan(prefix=prefix, steps=steps, roots=root_planned, object_map=planned, named_map=named_map,
-                objects=order, by_identity=by_identity)
+    return Plan(
+        prefix=prefix,
+        steps=steps,
+        roots=root_planned,
+        object_map=planned,
+        named_map=named_map,
+        objects=order,
+        by_identity=by_identity,
+    )
 
 
 def _toposort_with_names(

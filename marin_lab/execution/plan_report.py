@@ -50,28 +50,33 @@ def unchecked_regions(unchecked: Sequence[Any]) -> list[dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for read in unchecked:
         for bucket in read.buckets:
-            entry = out.setdefault(bucket, {"bucket": f"gs://{bucket}", "region": "unchecked", "reason": read.reason,
-                                            "reads": []})
+            entry = out.setdefault(
+                bucket, {"bucket": f"gs://{bucket}", "region": "unchecked", "reason": read.reason, "reads": []}
+            )
             entry["reads"].append({"step": read.step, "input": read.input})
     return list(out.values())
 
 
 def _unchecked_line(entry: dict[str, Any]) -> str:
     n = len(entry["reads"])
-    return (f"region of {entry['bucket']} unchecked ({entry['reason']}): {n} read{'s' if n != 1 else ''} "
-            "not checked for egress; the run checks them before it starts")
+    return (
+        f"region of {entry['bucket']} unchecked ({entry['reason']}): {n} read{'s' if n != 1 else ''} "
+        "not checked for egress; the run checks them before it starts"
+    )
 
 
-def format_text(decisions: Sequence[Any], *, prefix: str, backend: str, unchecked: Sequence[Any] = (),
-                costs: Any = None) -> str:
+def format_text(
+    decisions: Sequence[Any], *, prefix: str, backend: str, unchecked: Sequence[Any] = (), costs: Any = None
+) -> str:
     """The dry run's default output: one block per step (action, why, where, resources, estimate,
     cost when `costs` (cost.PlanCost) is given, and the field-level changes)."""
     counts: dict[str, int] = {}
     for d in decisions:
         counts[d.action] = counts.get(d.action, 0) + 1
     summary = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
-    lines = [f"Plan: {len(decisions)} step{'' if len(decisions) == 1 else 's'} under {prefix} "
-             f"(backend {backend}): {summary}"]
+    lines = [
+        f"Plan: {len(decisions)} step{'' if len(decisions) == 1 else 's'} under {prefix} (backend {backend}): {summary}"
+    ]
     lines += [f"  egress: {_unchecked_line(entry)}" for entry in unchecked_regions(unchecked)]
     if costs is not None:
         lines += [f"  {costs.prices}"] + [f"  cost: {line}" for line in costs.lines()]
@@ -84,8 +89,14 @@ def format_text(decisions: Sequence[Any], *, prefix: str, backend: str, unchecke
             lines.append(f"{pad}resources: {_compact(resources)}")
         estimate = _estimate(d.step.step)
         if estimate is not None:
-            lines.append(f"{pad}estimate: " + (f"unavailable ({estimate['unavailable']})"
-                                                 if set(estimate) == {"unavailable"} else _compact(estimate)))
+            lines.append(
+                f"{pad}estimate: "
+                + (
+                    f"unavailable ({estimate['unavailable']})"
+                    if set(estimate) == {"unavailable"}
+                    else _compact(estimate)
+                )
+            )
         if costs is not None and d.step.identity in costs.steps:
             lines.append(f"{pad}cost: {costs.steps[d.step.identity].text}")
         for note in d.notes:
@@ -97,8 +108,15 @@ def _compact(d: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in d.items())
 
 
-def plan_report(decisions: Sequence[Any], *, prefix: str, backend: str, script: str | None,
-                unchecked: Sequence[Any] = (), costs: Any = None) -> dict[str, Any]:
+def plan_report(
+    decisions: Sequence[Any],
+    *,
+    prefix: str,
+    backend: str,
+    script: str | None,
+    unchecked: Sequence[Any] = (),
+    costs: Any = None,
+) -> dict[str, Any]:
     """The plan as data: the JSON format, and what the Markdown is drawn from; with `costs`
     (cost.PlanCost), each step's recorded or estimated cost and the totals."""
     steps = []
@@ -112,18 +130,30 @@ def plan_report(decisions: Sequence[Any], *, prefix: str, backend: str, script: 
             for key in _TOTALLED:
                 if isinstance(estimate.get(key), (int, float)):
                     totals[key] = totals.get(key, 0) + estimate[key]
-        steps.append({
-            "name": ps.name, "identity": ps.identity, "action": d.action, "reason": d.reason,
-            "forced": bool(getattr(d, "forced", False)),
-            "changes": list(d.notes), "output_path": ps.output_path, "fn": ps.fn_path,
-            "dependencies": [dep.identity for dep in ps.dependencies],
-            "resources": describe_resources(ps.step.resources), "estimate": estimate,
-        })
+        steps.append(
+            {
+                "name": ps.name,
+                "identity": ps.identity,
+                "action": d.action,
+                "reason": d.reason,
+                "forced": bool(getattr(d, "forced", False)),
+                "changes": list(d.notes),
+                "output_path": ps.output_path,
+                "fn": ps.fn_path,
+                "dependencies": [dep.identity for dep in ps.dependencies],
+                "resources": describe_resources(ps.step.resources),
+                "estimate": estimate,
+            }
+        )
         if costs is not None:
             steps[-1]["cost"] = costs.steps[ps.identity].to_json() if ps.identity in costs.steps else None
     report = {
         "script": os.path.relpath(script) if script and not os.path.relpath(script).startswith("..") else script,
-        "prefix": prefix, "backend": backend, "counts": counts, "totals": totals, "steps": steps,
+        "prefix": prefix,
+        "backend": backend,
+        "counts": counts,
+        "totals": totals,
+        "steps": steps,
         "unchecked_regions": unchecked_regions(unchecked),
     }
     if costs is not None:
@@ -196,21 +226,31 @@ def to_markdown(report: dict[str, Any]) -> str:
     summary = ", ".join(f"{n} {_action(a)}" for a, n in sorted(counts.items()))
     title = _code(report["script"], in_table=False) if report["script"] else "experiment"
     n = sum(counts.values())
-    lines = [f"## Plan for {title}: {n} step{'' if n == 1 else 's'} ({summary})", "",
-             f"Prefix {_code(report['prefix'], in_table=False)}, backend {_code(report['backend'], in_table=False)}. "
-             "Output paths are `{prefix}/{step}`.", "",
-             "| Action | Step | Why | Resources | Estimate |", "|---|---|---|---|---|"]
+    lines = [
+        f"## Plan for {title}: {n} step{'' if n == 1 else 's'} ({summary})",
+        "",
+        f"Prefix {_code(report['prefix'], in_table=False)}, backend {_code(report['backend'], in_table=False)}. "
+        "Output paths are `{prefix}/{step}`.",
+        "",
+        "| Action | Step | Why | Resources | Estimate |",
+        "|---|---|---|---|---|",
+    ]
     for entry in report.get("unchecked_regions") or ():
         lines[4:4] = [f"**Egress:** {_text(_unchecked_line(entry))}.", ""]
     base = report["prefix"].rstrip("/") + "/"
     for s in report["steps"]:
         where = s["output_path"].removeprefix(base)
         shown = _code(s["identity"]) + ("" if where == s["identity"] else f" (at {_code(where)})")
-        lines.append(f"| {_action(s['action'])} | {shown} | {_cell(s['reason'])} "
-                     f"| {_cell(s['resources'])} | {_cell(s['estimate'])} |")
+        lines.append(
+            f"| {_action(s['action'])} | {shown} | {_cell(s['reason'])} "
+            f"| {_cell(s['resources'])} | {_cell(s['estimate'])} |"
+        )
     if report["totals"]:
-        lines += ["", "**Totals over the steps that would run:** "
-                  + ", ".join(f"{_text(k.replace('_', '-'))} {_text(_number(v))}" for k, v in report["totals"].items())]
+        lines += [
+            "",
+            "**Totals over the steps that would run:** "
+            + ", ".join(f"{_text(k.replace('_', '-'))} {_text(_number(v))}" for k, v in report["totals"].items()),
+        ]
     lines += _cost_markdown(report)
     changed = [s for s in report["steps"] if s["changes"]]
     if changed:

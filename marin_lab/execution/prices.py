@@ -55,7 +55,7 @@ DEFAULT_SOURCES: dict[str, str] = {
     "tpu-v5p": f"{_TPU_PAGE}, v5p per chip-hour, us-east5",
     "tpu-v6e": f"{_TPU_PAGE}, v6e (Trillium) per chip-hour, us-east1",
     "gpu-h100": "cloud.google.com/compute/vm-instance-pricing, a3-highgpu-8g (8 H100 80GB, with its vCPUs and "
-                "memory) divided by 8, us-central1",
+    "memory) divided by 8, us-central1",
     "gpu-a100": f"{_GPU_PAGE}, NVIDIA A100 40GB per GPU-hour (the VM's vCPUs and memory extra), us-central1",
     "gpu-a100-80gb": f"{_GPU_PAGE}, NVIDIA A100 80GB per GPU-hour (the VM extra), us-central1",
     "gpu-l4": f"{_GPU_PAGE}, NVIDIA L4 per GPU-hour (the VM extra), us-central1",
@@ -77,7 +77,7 @@ class PriceTable:
     prices: Mapping[str, float]
     currency: str = CURRENCY
     date: str = DEFAULT_DATE
-    source: str = "default on-demand list prices (docs/executor.md, \"Cost\")"
+    source: str = 'default on-demand list prices (docs/executor.md, "Cost")'
     file: str | None = None
     """The --prices file, None for the defaults alone."""
 
@@ -103,19 +103,25 @@ def load_prices(path: str | None) -> PriceTable:
     try:
         raw = read_bytes(path)
     except (OSError, ValueError) as err:
-        raise PriceTableError(f"{path}: cannot read the price table ({type(err).__name__}: {err}); give a JSON "
-                              "or TOML file (docs/executor.md, \"Cost\")") from None
+        raise PriceTableError(
+            f"{path}: cannot read the price table ({type(err).__name__}: {err}); give a JSON "
+            'or TOML file (docs/executor.md, "Cost")'
+        ) from None
     data = _parse(path, raw)
     if not isinstance(data, dict):
-        raise PriceTableError(f"{path}: the price table is {type(data).__name__}, expected an object with a "
-                              "\"prices\" table (docs/executor.md, \"Cost\")")
+        raise PriceTableError(
+            f"{path}: the price table is {type(data).__name__}, expected an object with a "
+            '"prices" table (docs/executor.md, "Cost")'
+        )
     for key in data:
         if key not in _TOP_KEYS:
             raise PriceTableError(f"{path}: key {key!r} is not known; a price table has {', '.join(_TOP_KEYS)}")
     entries = data.get("prices")
     if not isinstance(entries, dict):
-        raise PriceTableError(f"{path}: \"prices\" is missing or not a table of accelerator -> price per "
-                              "accelerator-hour (e.g. {\"tpu-v5e\": 1.2})")
+        raise PriceTableError(
+            f'{path}: "prices" is missing or not a table of accelerator -> price per '
+            'accelerator-hour (e.g. {"tpu-v5e": 1.2})'
+        )
     meta = {k: data[k] for k in ("currency", "date", "source") if k in data}
     for key, value in meta.items():
         if not isinstance(value, str) or not value.strip():
@@ -124,8 +130,13 @@ def load_prices(path: str | None) -> PriceTable:
     prices = dict(DEFAULT_PRICES) if currency == CURRENCY else {}
     for name, value in entries.items():
         prices[name] = _price(path, name, value, currency)
-    return PriceTable(prices, currency=currency, date=meta.get("date", "date not given"),
-                      source=meta.get("source", "source not given"), file=path)
+    return PriceTable(
+        prices,
+        currency=currency,
+        date=meta.get("date", "date not given"),
+        source=meta.get("source", "source not given"),
+        file=path,
+    )
 
 
 def _parse(path: str, raw: bytes) -> Any:
@@ -141,17 +152,21 @@ def _parse(path: str, raw: bytes) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
-        raise PriceTableError(f"{path}: not valid JSON ({err.msg} at line {err.lineno}); a price table is JSON, or "
-                              "TOML in a file named *.toml") from None
+        raise PriceTableError(
+            f"{path}: not valid JSON ({err.msg} at line {err.lineno}); a price table is JSON, or "
+            "TOML in a file named *.toml"
+        ) from None
 
 
 def _price(path: str, name: Any, value: Any, currency: str) -> float:
     if name not in KNOWN:
         raise PriceTableError(f"{path}: entry {name!r} is not a known accelerator; known: {', '.join(KNOWN)}")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise PriceTableError(f"{path}: entry {name!r} is {value!r}, not a number; give {currency} per "
-                              "accelerator-hour, 0 or more")
+        raise PriceTableError(
+            f"{path}: entry {name!r} is {value!r}, not a number; give {currency} per accelerator-hour, 0 or more"
+        )
     if value < 0:
-        raise PriceTableError(f"{path}: entry {name!r} is {value!r}, a negative price; give {currency} per "
-                              "accelerator-hour, 0 or more")
+        raise PriceTableError(
+            f"{path}: entry {name!r} is {value!r}, a negative price; give {currency} per accelerator-hour, 0 or more"
+        )
     return float(value)

@@ -31,15 +31,28 @@ from marin_lab.store.layout import ATTEMPT_LOG, LOGS_DIR
 # times and hosts, never a result, so manifests (verify, reproduce) leave it out.
 RUN_LOG = re.compile(re.escape(LOGS_DIR) + "/" + ATTEMPT_LOG.pattern)
 # Environment variables worth recording: they change how code runs. Everything else is noise.
-_ENV_PREFIXES = ("MARIN", "RAY_", "JAX_", "XLA_", "TPU_", "CUDA_", "NVIDIA_", "HF_", "WANDB_", "PYTHONHASHSEED",
-                 "OMP_", "MKL_", "TOKENIZERS_", "MEGASCALE_", "GCSFS_", "STORAGE_EMULATOR_HOST")
+_ENV_PREFIXES = (
+    "MARIN",
+    "RAY_",
+    "JAX_",
+    "XLA_",
+    "TPU_",
+    "CUDA_",
+    "NVIDIA_",
+    "HF_",
+    "WANDB_",
+    "PYTHONHASHSEED",
+    "OMP_",
+    "MKL_",
+    "TOKENIZERS_",
+    "MEGASCALE_",
+    "GCSFS_",
+    "STORAGE_EMULATOR_HOST",
+)
 
 
 def recorded_env() -> dict[str, str]:
-    return {
-        k: v for k, v in sorted(os.environ.items())
-        if k.startswith(_ENV_PREFIXES) and not is_secret_name(k)
-    }
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES) and not is_secret_name(k)}
 
 
 @functools.lru_cache(maxsize=1)

@@ -35,8 +35,17 @@ LOST = Status.LOST.value
 DRIVER_LOST = "driver lost"
 
 
-def step_record(ps: PlannedStep, config: Any, *, code: dict[str, Any], experiment: str | None,
-                driver: str, backend: str, previous: StepRecord | None, last_seen: str | None = None) -> StepRecord:
+def step_record(
+    ps: PlannedStep,
+    config: Any,
+    *,
+    code: dict[str, Any],
+    experiment: str | None,
+    driver: str,
+    backend: str,
+    previous: StepRecord | None,
+    last_seen: str | None = None,
+) -> StepRecord:
     """A step's record before its first attempt; the history of `previous` (the same identity's
     earlier runs) continues in it. An attempt left RUNNING there belonged to a driver that is
     gone (this driver holds the lease now): it ends, `LOST` with reason "driver lost", at
@@ -47,8 +56,10 @@ def step_record(ps: PlannedStep, config: Any, *, code: dict[str, Any], experimen
     for i, old in enumerate(attempts):
         if old.status == Status.RUNNING.value and old.ended is None:
             ended = last_seen or now_iso()
-            message = (f"driver lost: driver {old.driver} stopped before this attempt ended (last seen {ended}); "
-                       f"taken over by driver {driver}")
+            message = (
+                f"driver lost: driver {old.driver} stopped before this attempt ended (last seen {ended}); "
+                f"taken over by driver {driver}"
+            )
             attempts[i] = dataclasses.replace(old, kind=DRIVER_LOST, ended=ended, status=LOST, error=message)
             history.append(StatusEvent(LOST, ended, old.attempt, old.driver, message))
     return StepRecord(
@@ -62,14 +73,17 @@ def step_record(ps: PlannedStep, config: Any, *, code: dict[str, Any], experimen
         config=redact(lenient_value(config)),
         unversioned=redact(lenient_value(ps.scan.unversioned)),
         config_fingerprint=unversioned_fingerprint(ps.scan.unversioned),
-        dependencies=[{"name": d.name, "identity": d.identity, "output_path": d.output_path}
-                      for d in ps.dependencies],
+        dependencies=[{"name": d.name, "identity": d.identity, "output_path": d.output_path} for d in ps.dependencies],
         resources=describe_resources(ps.step.resources),
         reproducibility=declaration(ps.step.fn, config),
         git={"commit": code["commit"], "dirty": code["dirty"]},
         # The script's text and the diff live once, in the experiment record and beside it.
-        code={"script": code["script"], "script_sha256": code["script_sha256"], "experiment": experiment,
-              "function": function_fingerprint(ps.step.fn)},
+        code={
+            "script": code["script"],
+            "script_sha256": code["script_sha256"],
+            "experiment": experiment,
+            "function": function_fingerprint(ps.step.fn),
+        },
         driver=driver,
         backend=backend,
         status_history=history,
@@ -89,8 +103,9 @@ class StepRecorder:
     def start_attempt(self) -> Attempt:
         attempt = Attempt(len(self.record.attempts) + 1, started=now_iso(), driver=self.driver)
         self.record.attempts.append(attempt)
-        self.record.status_history.append(StatusEvent(Status.RUNNING.value, attempt.started, attempt.attempt,
-                                                      self.driver))
+        self.record.status_history.append(
+            StatusEvent(Status.RUNNING.value, attempt.started, attempt.attempt, self.driver)
+        )
         return attempt
 
     def attempt_placed(self, attempt: Attempt, hardware: dict[str, Any]) -> None:
@@ -99,27 +114,34 @@ class StepRecorder:
         try:
             self.write_running()
         except Exception:  # noqa: BLE001 - a record that could not be updated must not stop the step
-            logger.warning("step record %s: could not add the attempt's hardware yet; it is written when the "
-                           "attempt ends", self.url, exc_info=True)
+            logger.warning(
+                "step record %s: could not add the attempt's hardware yet; it is written when the attempt ends",
+                self.url,
+                exc_info=True,
+            )
 
-    def attempt_failed(self, attempt: Attempt, kind: str, error: str, message: str,
-                       hardware: dict[str, Any] | None = None) -> None:
+    def attempt_failed(
+        self, attempt: Attempt, kind: str, error: str, message: str, hardware: dict[str, Any] | None = None
+    ) -> None:
         error, message = strip_ansi(error), strip_ansi(message)  # Ray colours its errors for terminals
         attempt.kind, attempt.ended, attempt.status, attempt.error = kind, now_iso(), Status.FAILED.value, error
         attempt.hardware = hardware or attempt.hardware  # the error's, else what was placed
-        self.record.status_history.append(StatusEvent(Status.FAILED.value, attempt.ended, attempt.attempt,
-                                                      self.driver, message))
+        self.record.status_history.append(
+            StatusEvent(Status.FAILED.value, attempt.ended, attempt.attempt, self.driver, message)
+        )
 
     def attempt_cancelled(self, attempt: Attempt, message: str) -> None:
         attempt.kind, attempt.ended, attempt.status = "cancelled", now_iso(), Status.CANCELLED.value
-        self.record.status_history.append(StatusEvent(Status.CANCELLED.value, attempt.ended, attempt.attempt,
-                                                      self.driver, message))
+        self.record.status_history.append(
+            StatusEvent(Status.CANCELLED.value, attempt.ended, attempt.attempt, self.driver, message)
+        )
 
     def attempt_succeeded(self, attempt: Attempt, hardware: dict[str, Any] | None = None) -> None:
         attempt.ended, attempt.status = now_iso(), Status.SUCCESS.value
         attempt.hardware = hardware or attempt.hardware
-        self.record.status_history.append(StatusEvent(Status.SUCCESS.value, attempt.ended, attempt.attempt,
-                                                      self.driver))
+        self.record.status_history.append(
+            StatusEvent(Status.SUCCESS.value, attempt.ended, attempt.attempt, self.driver)
+        )
 
     def write_running(self) -> None:
         self.record.status = Status.RUNNING.value
@@ -139,8 +161,16 @@ class StepRecorder:
         self.record.timings = Timings(self.started, attempt.ended, round(duration_s, 3))
         self._write(durable=True)
 
-    def write_success(self, attempt: Attempt, *, result: Any, environment: dict[str, Any],
-                      hardware: Any, manifest: dict[str, Any], duration_s: float) -> None:
+    def write_success(
+        self,
+        attempt: Attempt,
+        *,
+        result: Any,
+        environment: dict[str, Any],
+        hardware: Any,
+        manifest: dict[str, Any],
+        duration_s: float,
+    ) -> None:
         r = self.record
         r.status, r.error = Status.SUCCESS.value, None
         r.result, r.environment, r.hardware, r.manifest = lenient_value(result), environment, hardware, manifest
@@ -155,8 +185,17 @@ class StepRecorder:
         write_json(self.url, redact(self.record.to_json()), durable=durable)
 
 
-def experiment_record(plan: Plan, *, script: str, stem: str, ident: str, code: dict[str, Any],
-                      description: str | None, prefix: str, driver: str) -> ExperimentRecord:
+def experiment_record(
+    plan: Plan,
+    *,
+    script: str,
+    stem: str,
+    ident: str,
+    code: dict[str, Any],
+    description: str | None,
+    prefix: str,
+    driver: str,
+) -> ExperimentRecord:
     """The experiment record (`{prefix}/experiments/{script}-{hash8}.json`); redact its
     `to_json()` whole when writing it."""
     return ExperimentRecord(
@@ -173,10 +212,16 @@ def experiment_record(plan: Plan, *, script: str, stem: str, ident: str, code: d
         prefix=prefix,
         driver=driver,
         steps=[
-            {"name": s.name, "identity": s.identity, "output_path": s.output_path,
-             "info_path": info_path(s.output_path), "fn": s.fn_path,
-             "dependencies": [d.identity for d in s.dependencies],
-             "version": s.version, "config": redact(lenient_value(plan.resolve_config(s)))}
+            {
+                "name": s.name,
+                "identity": s.identity,
+                "output_path": s.output_path,
+                "info_path": info_path(s.output_path),
+                "fn": s.fn_path,
+                "dependencies": [d.identity for d in s.dependencies],
+                "version": s.version,
+                "config": redact(lenient_value(plan.resolve_config(s))),
+            }
             for s in plan.steps
         ],
     )
@@ -185,7 +230,7 @@ def experiment_record(plan: Plan, *, script: str, stem: str, ident: str, code: d
 def under_prefix(url: str | None, prefix: str) -> str | None:
     """`url` relative to `prefix` when inside it, so a copied prefix keeps its references."""
     if url and url.startswith(prefix.rstrip("/") + "/"):
-        return url[len(prefix.rstrip("/")) + 1:]
+        return url[len(prefix.rstrip("/")) + 1 :]
     return url
 
 
@@ -218,4 +263,3 @@ def strip_ansi_in(value: Any) -> Any:
     if isinstance(value, list):
         return [strip_ansi_in(v) for v in value]
     return value
-

@@ -12,5 +12,13 @@ from marin_lab.store.step_record import (
     read_step_record,
 )
 
-__all__ = ["SCHEMA", "Attempt", "RecordError", "StatusEvent", "StepRecord", "Timings", "parse_step_record",
-           "read_step_record"]
+__all__ = [
+    "SCHEMA",
+    "Attempt",
+    "RecordError",
+    "StatusEvent",
+    "StepRecord",
+    "Timings",
+    "parse_step_record",
+    "read_step_record",
+]

@@ -61,7 +61,7 @@ class CrossRegionError(ExecutorConfigError):
 
 def bucket_of(url: str) -> str:
     """The bucket of a `gs://` / `gcs://` URL."""
-    rest = url[url.index("://") + 3:]
+    rest = url[url.index("://") + 3 :]
     slash = rest.find("/")
     return rest if slash < 0 else rest[:slash]
 
@@ -73,8 +73,7 @@ class Regions:
     asked for is UNCHECKED (`unchecked[bucket]` says why), and a strict lookup (the run) asks again.
     """
 
-    def __init__(self, bucket_location: LocationLookup | None = None,
-                 size: Callable[[str], int | None] | None = None):
+    def __init__(self, bucket_location: LocationLookup | None = None, size: Callable[[str], int | None] | None = None):
         self._bucket_location = bucket_location
         self.size = size or _size
         self._cache: dict[str, str] = {}
@@ -108,8 +107,9 @@ class Regions:
                 self._cannot_ask = why
                 self.unchecked[bucket] = why
                 return UNCHECKED
-            raise CrossRegionError(f"cannot find the location of bucket {bucket!r} ({why}); check the path and the "
-                                   "credentials") from None
+            raise CrossRegionError(
+                f"cannot find the location of bucket {bucket!r} ({why}); check the path and the credentials"
+            ) from None
         self._cache[bucket] = region
         self.unchecked.pop(bucket, None)
         return region
@@ -197,8 +197,9 @@ def _size(url: str) -> int | None:
         return None
 
 
-def check_egress(plan: Plan, regions: Regions, *, allow: Sequence[str] = (),
-                 budget_bytes: int | None = None, strict: bool = True) -> Egress:
+def check_egress(
+    plan: Plan, regions: Regions, *, allow: Sequence[str] = (), budget_bytes: int | None = None, strict: bool = True
+) -> Egress:
     """The allowed (and, unless `strict`, the unchecked) cross-region reads of `plan`; raises
     CrossRegionError at the first refused one.
 
@@ -208,8 +209,9 @@ def check_egress(plan: Plan, regions: Regions, *, allow: Sequence[str] = (),
     egress = Egress()
     spent = 0
     # A dependency's output is a bucket path only if some output is: else only config URLs can be.
-    cloud_outputs = plan.prefix.startswith(CLOUD) or any(ps.output_path.startswith(CLOUD) for ps in plan.steps
-                                                           if ps.step.override_output_path)
+    cloud_outputs = plan.prefix.startswith(CLOUD) or any(
+        ps.output_path.startswith(CLOUD) for ps in plan.steps if ps.step.override_output_path
+    )
     for ps in plan.steps:
         if not (cloud_outputs or ps.scan.urls):
             continue
@@ -223,10 +225,14 @@ def check_egress(plan: Plan, regions: Regions, *, allow: Sequence[str] = (),
             if in_region == out_region and (in_region != UNCHECKED or bucket_of(url) == bucket_of(ps.output_path)):
                 continue  # one region (or one bucket, whatever its region)
             if UNCHECKED in (in_region, out_region):
-                buckets = tuple(bucket_of(u) for u in (url, ps.output_path)
-                                if u.startswith(CLOUD) and bucket_of(u) in regions.unchecked)
-                egress.unchecked.append(UncheckedRead(ps.name, url, ps.output_path, buckets,
-                                                      regions.unchecked[buckets[0]]))
+                buckets = tuple(
+                    bucket_of(u)
+                    for u in (url, ps.output_path)
+                    if u.startswith(CLOUD) and bucket_of(u) in regions.unchecked
+                )
+                egress.unchecked.append(
+                    UncheckedRead(ps.name, url, ps.output_path, buckets, regions.unchecked[buckets[0]])
+                )
                 continue
             read = CrossRegionRead(ps.name, url, in_region, out_region, regions.size(url))
             if any(p.search(ps.name) for p in patterns):
@@ -236,18 +242,32 @@ def check_egress(plan: Plan, regions: Regions, *, allow: Sequence[str] = (),
                 spent += read.bytes
                 egress.allowed.append(read)
                 continue
-            over = (f"; the transfer budget of {budget_bytes} bytes would be exceeded ({spent} spent, this input is "
-                    f"{read.bytes if read.bytes is not None else 'of unknown size'})" if budget_bytes is not None
-                    else "")
-            raise CrossRegionError(scrub_text(
-                f"step '{ps.identity}' would read {url} ({in_region}) into {ps.output_path} ({out_region}): a "
-                f"cross-region read{over}; copy the input to {out_region}, or allow it with "
-                f"--allow_cross_region '^{re.escape(ps.name)}$' or --transfer_budget_bytes N"))
+            over = (
+                f"; the transfer budget of {budget_bytes} bytes would be exceeded ({spent} spent, this input is "
+                f"{read.bytes if read.bytes is not None else 'of unknown size'})"
+                if budget_bytes is not None
+                else ""
+            )
+            raise CrossRegionError(
+                scrub_text(
+                    f"step '{ps.identity}' would read {url} ({in_region}) into {ps.output_path} ({out_region}): a "
+                    f"cross-region read{over}; copy the input to {out_region}, or allow it with "
+                    f"--allow_cross_region '^{re.escape(ps.name)}$' or --transfer_budget_bytes N"
+                )
+            )
     for read in egress.allowed:
-        logger.warning("cross-region read allowed: step %s reads %s (%s) into %s (%s bytes)", read.step, read.input,
-                       read.input_region, read.output_region, read.bytes if read.bytes is not None else "?")
+        logger.warning(
+            "cross-region read allowed: step %s reads %s (%s) into %s (%s bytes)",
+            read.step,
+            read.input,
+            read.input_region,
+            read.output_region,
+            read.bytes if read.bytes is not None else "?",
+        )
     if egress.unchecked:
-        logger.warning("egress: the regions of %s were not checked (%s); the run checks them before it starts",
-                       ", ".join(f"gs://{b}" for b in egress.unchecked_buckets()),
-                       next(iter(egress.unchecked_buckets().values())))
+        logger.warning(
+            "egress: the regions of %s were not checked (%s); the run checks them before it starts",
+            ", ".join(f"gs://{b}" for b in egress.unchecked_buckets()),
+            next(iter(egress.unchecked_buckets().values())),
+        )
     return egress

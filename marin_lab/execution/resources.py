@@ -20,8 +20,15 @@ from typing import Any, Protocol, runtime_checkable
 
 from marin_lab.execution.errors import StepDefinitionError
 
-RAY_OPTION_KEYS = {"num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "runtime_env",
-                   "scheduling_strategy"}
+RAY_OPTION_KEYS = {
+    "num_cpus",
+    "num_gpus",
+    "memory",
+    "resources",
+    "accelerator_type",
+    "runtime_env",
+    "scheduling_strategy",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +72,9 @@ class StepRunner(Protocol):
     def validate(self) -> None:
         """Raise a clear error, before anything runs, if the request can never be met."""
 
-    def run(self, fn: Callable[[Any], Any], config: Any, *, step_name: str,
-            cancel: threading.Event | None = None) -> RunOutcome:
+    def run(
+        self, fn: Callable[[Any], Any], config: Any, *, step_name: str, cancel: threading.Event | None = None
+    ) -> RunOutcome:
         """Run `fn(config)` (on the Ray cluster); raise PreemptedError for a lost node or slice.
 
         An error raised once hardware was held carries it (`attach_hardware`), so the record lists

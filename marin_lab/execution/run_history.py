@@ -56,25 +56,54 @@ def step_outcome(decision: Decision, outcome: StepOutcome | None) -> str:
         return "executed" if outcome.executed else "reused"
     if outcome.status == "FAILED":
         return "failed" if outcome.executed or decision.action != "fail" else "refused"
-    return {"DEP_FAILED": "dep_failed", "CANCELLED": "cancelled", "LOST": "lost"}.get(outcome.status,
-                                                                                     outcome.status.lower())
+    return {"DEP_FAILED": "dep_failed", "CANCELLED": "cancelled", "LOST": "lost"}.get(
+        outcome.status, outcome.status.lower()
+    )
 
 
 class RunRecord:
     """One run's record, written at the start of the run and at its end."""
 
-    def __init__(self, experiments_base: str, experiment_id: str, *, run_id: str, driver: str, backend: str,
-                 script: str | None, git: dict[str, Any] | None, decisions: Sequence[Decision]):
+    def __init__(
+        self,
+        experiments_base: str,
+        experiment_id: str,
+        *,
+        run_id: str,
+        driver: str,
+        backend: str,
+        script: str | None,
+        git: dict[str, Any] | None,
+        decisions: Sequence[Decision],
+    ):
         self.started = now_iso()
         self.run_id = run_id
         self.url = join(experiments_base, experiment_id, RUNS_DIR, run_record_name(self.started, run_id))
         self.decisions = list(decisions)
         self.doc: dict[str, Any] = {
-            "schema": 1, "run": run_id, "experiment": experiment_id, "started": self.started, "ended": None,
-            "outcome": "running", "command_line": list(sys.argv), "driver": driver, "backend": backend,
-            "script": script, "git": git, "process": process_identity(), "counts": {},
-            "steps": [{"identity": d.step.identity, "name": d.step.name, "decision": d.action, "reason": d.reason,
-                       "outcome": None} for d in self.decisions],
+            "schema": 1,
+            "run": run_id,
+            "experiment": experiment_id,
+            "started": self.started,
+            "ended": None,
+            "outcome": "running",
+            "command_line": list(sys.argv),
+            "driver": driver,
+            "backend": backend,
+            "script": script,
+            "git": git,
+            "process": process_identity(),
+            "counts": {},
+            "steps": [
+                {
+                    "identity": d.step.identity,
+                    "name": d.step.name,
+                    "decision": d.action,
+                    "reason": d.reason,
+                    "outcome": None,
+                }
+                for d in self.decisions
+            ],
         }
 
     def write_start(self) -> None:
@@ -94,4 +123,3 @@ class RunRecord:
             write_json(self.url, redact(self.doc))
         except Exception:  # the run's history is informative; a storage hiccup must not stop the run
             logger.warning("could not write the run record %s", self.url, exc_info=True)
-

@@ -44,11 +44,32 @@ that arrives across two pieces is only scrubbed as far as the first piece holds 
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 _SECRET_WORDS = {"key", "apikey", "secret", "password", "passwd", "credential", "credentials", "token"}
-_NOT_SECRET_BEFORE_TOKEN = {"eos", "bos", "pad", "unk", "sep", "cls", "mask", "special", "start", "end", "max",
-                            "min", "num", "n", "total", "first", "last", "image", "audio"}
+_NOT_SECRET_BEFORE_TOKEN = {
+    "eos",
+    "bos",
+    "pad",
+    "unk",
+    "sep",
+    "cls",
+    "mask",
+    "special",
+    "start",
+    "end",
+    "max",
+    "min",
+    "num",
+    "n",
+    "total",
+    "first",
+    "last",
+    "image",
+    "audio",
+}
 
-_TOKEN_SHAPES = re.compile(r"(sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
-                           r"|AKIA[0-9A-Z]{16}|ya29\.[A-Za-z0-9_\-]{20,})")
+_TOKEN_SHAPES = re.compile(
+    r"(sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|AKIA[0-9A-Z]{16}|ya29\.[A-Za-z0-9_\-]{20,})"
+)
 # scheme://user:password@host -> the password goes; the user name stays (it says whose it was).
 # Repeats before a fixed part are bounded (a user or parameter name of 64 characters) and the URL
 # pattern starts at its "://" (the scheme before it stays as it is anyway): unbounded, a long run
@@ -56,7 +77,9 @@ _TOKEN_SHAPES = re.compile(r"(sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{20,}|gh[pous
 _URL_PASSWORD = re.compile(r"(://[^/\s:@]{0,64}:)([^/\s@]+)(@)")
 _QUERY_SECRET = re.compile(
     r"([?&;](?:[A-Za-z0-9_\-]{0,64}(?:token|key|secret|password|passwd|credential|signature)[A-Za-z0-9_\-]{0,64}"
-    r"|sig|auth)=)([^&#\s\"']+)", re.IGNORECASE)
+    r"|sig|auth)=)([^&#\s\"']+)",
+    re.IGNORECASE,
+)
 _BEARER = re.compile(r"(\bBearer\s+|\bAuthorization:\s*(?:Basic\s+)?)([A-Za-z0-9._~+/\-]{12,}=*)", re.IGNORECASE)
 _TOKEN_MARKS = ("sk-", "hf_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "AKIA", "ya29.")
 
@@ -269,9 +292,11 @@ def redact_text(text: str) -> str:
     """Raw text redacted by the same rules as a record (`redact`): the value of a JSON member or
     an assignment whose name is a secret field, then every secret-looking value (`scrub_text`)."""
     text = _TEXT_JSON_MEMBER.sub(
-        lambda m: f'{m.group(1)}"{REDACTED}"' if is_secret_field(m.group(2)) else m.group(0), text)
+        lambda m: f'{m.group(1)}"{REDACTED}"' if is_secret_field(m.group(2)) else m.group(0), text
+    )
     text = _TEXT_ASSIGNMENT.sub(
-        lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if is_secret_field(m.group(1)) else m.group(0), text)
+        lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if is_secret_field(m.group(1)) else m.group(0), text
+    )
     return text_scrubber()(text)
 
 

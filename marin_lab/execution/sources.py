@@ -95,4 +95,4 @@ def _is_path_spelling(location: str) -> bool:
 
 
 def _local_path(location: str) -> str:
-    return os.path.expanduser(location[len("file://"):] if location.startswith("file://") else location)
+    return os.path.expanduser(location[len("file://") :] if location.startswith("file://") else location)

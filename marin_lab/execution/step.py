@@ -28,6 +28,7 @@ ConfigT = TypeVar("ConfigT")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*(/[A-Za-z0-9_][A-Za-z0-9_.\-]*)*$")
 
+
 @field_hints
 @dataclasses.dataclass(frozen=True, eq=False)
 class ExecutorStep(Generic[ConfigT]):

@@ -80,18 +80,32 @@ class StepSettings:
 
 def step_lease(ps: PlannedStep, driver_id: str, settings: StepSettings) -> Lease:
     """The lease on a step's output path, as this driver holds (or checks) it."""
-    return Lease(ps.output_path, driver_id, timeout_s=settings.lease_timeout_s,
-                 heartbeat_s=settings.heartbeat_s, step_name=ps.identity)
+    return Lease(
+        ps.output_path,
+        driver_id,
+        timeout_s=settings.lease_timeout_s,
+        heartbeat_s=settings.heartbeat_s,
+        step_name=ps.identity,
+    )
 
 
 class StepSupervisor:
     """Runs steps of one executor run on its backend; `code` gives the run's code provenance and
     `experiment` the experiment record's path under the prefix, both written into step records."""
 
-    def __init__(self, *, settings: StepSettings, driver_id: str, backend: Any, backend_name: str,
-                 code: Callable[[], dict[str, Any]], experiment: str | None,
-                 cancel: threading.Event | None = None, run_id: str | None = None,
-                 forced: frozenset[str] = frozenset()):
+    def __init__(
+        self,
+        *,
+        settings: StepSettings,
+        driver_id: str,
+        backend: Any,
+        backend_name: str,
+        code: Callable[[], dict[str, Any]],
+        experiment: str | None,
+        cancel: threading.Event | None = None,
+        run_id: str | None = None,
+        forced: frozenset[str] = frozenset(),
+    ):
         self.settings = settings
         self.cancel = cancel or threading.Event()
         """Set when the run is interrupted: running steps are cancelled, none is started."""
@@ -139,8 +153,11 @@ class StepSupervisor:
             if st.get("status") == Status.FAILED.value and waited_for:
                 return StepOutcome(ps.identity, "FAILED", message=f"FAILED in driver {st.get('driver')}")
             if rerun and st.get("status") == Status.SUCCESS.value:
-                logger.info("step '%s': forced by --force_run; running again over its SUCCESS of %s",
-                            ps.identity, st.get("time"))
+                logger.info(
+                    "step '%s': forced by --force_run; running again over its SUCCESS of %s",
+                    ps.identity,
+                    st.get("time"),
+                )
             return self._run_holding_lease(plan, ps, lease)
         finally:
             lease.release()
@@ -154,9 +171,19 @@ class StepSupervisor:
         config = plan.resolve_config(ps)
         st = read_status(ps.output_path) or {}
         last_seen = (st.get("heartbeat") or st.get("time")) if st.get("status") == Status.RUNNING.value else None
-        recorder = StepRecorder(step_record(
-            ps, config, code=self.code(), experiment=self.experiment, driver=self.driver_id,
-            backend=self.backend_name, previous=previous, last_seen=last_seen), self.driver_id)
+        recorder = StepRecorder(
+            step_record(
+                ps,
+                config,
+                code=self.code(),
+                experiment=self.experiment,
+                driver=self.driver_id,
+                backend=self.backend_name,
+                previous=previous,
+                last_seen=last_seen,
+            ),
+            self.driver_id,
+        )
         # A locked environment is built (once, cached by its lock hash) before the first attempt.
         fn, recorder.record.step_environment = self._step_function(ps)
         lease.start_heartbeats()
@@ -171,14 +198,19 @@ class StepSupervisor:
                 return self._cancelled(ps, recorder, attempt, lease, 0.0)
             # RUNNING and the first record are not flushed to disk (fsync): after a power loss a
             # missing or torn one reads as not done or CORRUPT, and the step runs again.
-            write_status(ps.output_path, Status.RUNNING, attempt=attempt.attempt, driver=self.driver_id,
-                         durable=False)
+            write_status(ps.output_path, Status.RUNNING, attempt=attempt.attempt, driver=self.driver_id, durable=False)
             recorder.write_running()
             logger.info("step '%s': running (attempt %d) -> %s", ps.identity, attempt.attempt, ps.output_path)
             t0 = time.monotonic()
             try:
-                result, env = self._call(ps, fn, config, lease, attempt.attempt,
-                                         on_hardware=functools.partial(recorder.attempt_placed, attempt))
+                result, env = self._call(
+                    ps,
+                    fn,
+                    config,
+                    lease,
+                    attempt.attempt,
+                    on_hardware=functools.partial(recorder.attempt_placed, attempt),
+                )
             except LeaseLostError:
                 return StepOutcome(ps.identity, "LOST", message="lost the lease to another driver; stopped")
             except StepCancelledError:
@@ -190,14 +222,26 @@ class StepSupervisor:
                 preemptions += preempted
                 failures += not preempted
                 kind = "preemption" if preempted else "failure"
-                recorder.attempt_failed(attempt, kind,
-                                        getattr(err, "traceback_text", None) or f"{type(err).__name__}: {err}",
-                                        f"{kind}: {err}", hardware=err.hardware)
-                budget_left = (preemptions <= self.settings.max_preemption_retries) if preempted \
+                recorder.attempt_failed(
+                    attempt,
+                    kind,
+                    getattr(err, "traceback_text", None) or f"{type(err).__name__}: {err}",
+                    f"{kind}: {err}",
+                    hardware=err.hardware,
+                )
+                budget_left = (
+                    (preemptions <= self.settings.max_preemption_retries)
+                    if preempted
                     else (failures <= self.settings.max_failure_retries and not getattr(err, "final", False))
+                )
                 if budget_left and not lease.lost.is_set() and not self.cancel.is_set():
-                    logger.warning("step '%s': attempt %d %s (%s); retrying", ps.identity, attempt.attempt,
-                                   "preempted" if preempted else "failed", err)
+                    logger.warning(
+                        "step '%s': attempt %d %s (%s); retrying",
+                        ps.identity,
+                        attempt.attempt,
+                        "preempted" if preempted else "failed",
+                        err,
+                    )
                     continue
                 if not lease.still_held():
                     return StepOutcome(ps.identity, "LOST", message="lease lost; wrote nothing")
@@ -205,8 +249,9 @@ class StepSupervisor:
                 recorder.write_failed(attempt, duration)
                 message = strip_ansi(scrub_text((str(err).splitlines() or [type(err).__name__])[0]))
                 # The error's first line stays with the status: a later run says why it stops here.
-                self._terminal_status(ps, Status.FAILED, attempt.attempt, duration_s=round(duration, 3),
-                                      error=message[:500])
+                self._terminal_status(
+                    ps, Status.FAILED, attempt.attempt, duration_s=round(duration, 3), error=message[:500]
+                )
                 logger.error("%s", failure_report(ps.identity, attempt.attempt, err, ps.output_path))
                 return StepOutcome(ps.identity, "FAILED", executed=True, message=message)
             duration = time.monotonic() - t0
@@ -216,29 +261,43 @@ class StepSupervisor:
             if not lease.still_held():  # lost while finishing: another driver owns the path now
                 return StepOutcome(ps.identity, "LOST", message="lease lost while finishing; wrote nothing")
             # The full record is flushed to disk before SUCCESS is written: SUCCESS never outlives it.
-            recorder.write_success(attempt, result=result, environment=env, hardware=hardware, manifest=files,
-                                   duration_s=duration)
+            recorder.write_success(
+                attempt, result=result, environment=env, hardware=hardware, manifest=files, duration_s=duration
+            )
             # SUCCESS last: only after the outputs, the manifest and the record are in place.
             # What it wrote rides with the status too: the browser's graph reads statuses only; and the
             # function's fingerprint, so a later plan says when the function changed (decide.py).
             code = function_fingerprint(ps.step.fn)
-            self._terminal_status(ps, Status.SUCCESS, attempt.attempt, duration_s=round(duration, 3),
-                                  config_fingerprint=unversioned_fingerprint(ps.scan.unversioned),
-                                  files=files["count"], bytes=files["total_bytes"],
-                                  **({"code_fingerprint": code["sha256"]} if code else {}))
-            logger.info("step '%s': SUCCESS in %.1fs (%d files, %d bytes)", ps.identity, duration,
-                        files["count"], files["total_bytes"])
+            self._terminal_status(
+                ps,
+                Status.SUCCESS,
+                attempt.attempt,
+                duration_s=round(duration, 3),
+                config_fingerprint=unversioned_fingerprint(ps.scan.unversioned),
+                files=files["count"],
+                bytes=files["total_bytes"],
+                **({"code_fingerprint": code["sha256"]} if code else {}),
+            )
+            logger.info(
+                "step '%s': SUCCESS in %.1fs (%d files, %d bytes)",
+                ps.identity,
+                duration,
+                files["count"],
+                files["total_bytes"],
+            )
             return StepOutcome(ps.identity, "SUCCESS", executed=True)
 
-    def _cancelled(self, ps: PlannedStep, recorder: StepRecorder, attempt: Any, lease: Lease,
-                   duration: float) -> StepOutcome:
+    def _cancelled(
+        self, ps: PlannedStep, recorder: StepRecorder, attempt: Any, lease: Lease, duration: float
+    ) -> StepOutcome:
         """Record an interrupted attempt: the attempt and the step CANCELLED, with the time."""
         recorder.attempt_cancelled(attempt, "interrupted (Ctrl-C or SIGTERM to the driver)")
         if not lease.still_held():
             return StepOutcome(ps.identity, "LOST", message="lease lost while cancelling; wrote nothing")
         recorder.write_cancelled(attempt, duration)
-        self._terminal_status(ps, Status.CANCELLED, attempt.attempt, duration_s=round(duration, 3),
-                              reason="interrupted")
+        self._terminal_status(
+            ps, Status.CANCELLED, attempt.attempt, duration_s=round(duration, 3), reason="interrupted"
+        )
         logger.warning("step '%s': CANCELLED after %.1fs (attempt %d)", ps.identity, duration, attempt.attempt)
         return StepOutcome(ps.identity, "CANCELLED", executed=True, message=f"cancelled at {attempt.ended}")
 
@@ -251,20 +310,31 @@ class StepSupervisor:
         # cache or afresh, on whichever node runs the step (the driver's copy may not be there).
         python = ensure_environment(env)
         return functools.partial(run_in_step_environment, env, ps.step.fn), {
-            "lock_hash": env.lock_hash(), "python": python, "requirements": list(env.requirements),
+            "lock_hash": env.lock_hash(),
+            "python": python,
+            "requirements": list(env.requirements),
             "constraints": env.constraints,
         }
 
-    def _call(self, ps: PlannedStep, fn: Any, config: Any, lease: Lease, attempt: int = 1,
-              on_hardware: Callable[[dict[str, Any]], None] | None = None) -> tuple[Any, dict[str, Any]]:
+    def _call(
+        self,
+        ps: PlannedStep,
+        fn: Any,
+        config: Any,
+        lease: Lease,
+        attempt: int = 1,
+        on_hardware: Callable[[dict[str, Any]], None] | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
         guard = Guard(driver_pid=os.getpid(), driver_host=HOSTNAME, lease_url=lease.url, holder=lease.holder)
         fn, log = with_step_logs(fn, ps.identity, ps.output_path, attempt, ps.step.resources)
         handle = self.backend.submit(fn, config, step_name=ps.identity, resources=ps.step.resources, guard=guard)
         heartbeat = StatusHeartbeat(ps.output_path, log, attempt=attempt, driver=self.driver_id)
         nodes = getattr(self.backend, "live_nodes", None)
-        unschedulable = UnschedulableWatch(ps.identity, ps.step.resources, nodes,
-                                           self.settings.unschedulable_timeout_s) \
-            if callable(nodes) else None
+        unschedulable = (
+            UnschedulableWatch(ps.identity, ps.step.resources, nodes, self.settings.unschedulable_timeout_s)
+            if callable(nodes)
+            else None
+        )
         reported = False
         while not handle.wait(0.2):
             if lease.lost.is_set():

@@ -21,8 +21,9 @@ STATUS_HEARTBEAT_S = 10.0
 TRACEBACK_LINES = 25
 
 
-def with_step_logs(fn: Callable[[Any], Any], identity: str, output_path: str, attempt: int,
-                   resources: Any) -> tuple[Callable[[Any], Any], str | None]:
+def with_step_logs(
+    fn: Callable[[Any], Any], identity: str, output_path: str, attempt: int, resources: Any
+) -> tuple[Callable[[Any], Any], str | None]:
     """`fn` wrapped to keep its output in `{output}/logs/attempt-{n}.log`, and that log's URL.
 
     A StepRunner drives several hosts itself; they would all write one file, so its steps are
@@ -42,11 +43,11 @@ class StatusHeartbeat:
     where it is, without opening its log. Called from the driver thread that waits for the step.
     """
 
-    def __init__(self, output_path: str, log: str | None, *, attempt: int, driver: str,
-                 every_s: float | None = None):
+    def __init__(self, output_path: str, log: str | None, *, attempt: int, driver: str, every_s: float | None = None):
         self.output_path, self.log, self.attempt, self.driver = output_path, log, attempt, driver
-        self.every_s = every_s if every_s is not None else float(
-            os.environ.get("MARIN_STATUS_HEARTBEAT_S", STATUS_HEARTBEAT_S))
+        self.every_s = (
+            every_s if every_s is not None else float(os.environ.get("MARIN_STATUS_HEARTBEAT_S", STATUS_HEARTBEAT_S))
+        )
         self.started = time.monotonic()
         self.last = self.started
         self.warned = False
@@ -56,8 +57,12 @@ class StatusHeartbeat:
         if now - self.last < self.every_s:
             return
         self.last = now
-        fields: dict[str, Any] = {"attempt": self.attempt, "driver": self.driver, "heartbeat": now_iso(),
-                                  "elapsed_s": round(now - self.started, 1)}
+        fields: dict[str, Any] = {
+            "attempt": self.attempt,
+            "driver": self.driver,
+            "heartbeat": now_iso(),
+            "elapsed_s": round(now - self.started, 1),
+        }
         if self.log:
             fields["log"] = self.log
             try:

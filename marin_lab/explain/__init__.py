@@ -30,8 +30,15 @@ from marin_lab.io.fs import join
 _IDENTITY = re.compile(r"(?P<name>.+)-(?P<hash>[0-9a-f]{8})")
 
 
-def explain_step(plan: Plan, planned: PlannedStep, index: RecordIndex, *, depth: int = 0,
-                 seen: set[str] | None = None, last_run: LastRun | None = None) -> list[str]:
+def explain_step(
+    plan: Plan,
+    planned: PlannedStep,
+    index: RecordIndex,
+    *,
+    depth: int = 0,
+    seen: set[str] | None = None,
+    last_run: LastRun | None = None,
+) -> list[str]:
     """Lines explaining why `planned` has no recorded output, recursing into changed dependencies:
     against its entry in `last_run` (the same experiment's last run) when it has one, else against
     the latest recorded version of its name (`RecordIndex.previous_version`)."""
@@ -44,24 +51,32 @@ def explain_step(plan: Plan, planned: PlannedStep, index: RecordIndex, *, depth:
     if recorded is not None and (recorded.version is None or recorded.identity in (None, planned.identity)):
         return [f"{pad}{planned.identity} is recorded at {planned.output_path} (unchanged)"]
     if recorded is not None:  # a pinned path (e.g. a name@version artifact) holds another version: reused as it is
-        lines = [f"{pad}{planned.identity} is pinned to {planned.output_path}, which holds another version "
-                 f"({recorded.identity}); a run reuses that output as it is. What differs:"]
+        lines = [
+            f"{pad}{planned.identity} is pinned to {planned.output_path}, which holds another version "
+            f"({recorded.identity}); a run reuses that output as it is. What differs:"
+        ]
         return lines + [f"{pad}  {d}" for d in diff_versions(recorded.version or {}, planned.version)]
     entry = last_run.steps.get(planned.name) if last_run is not None else None
     if entry is not None and entry.get("identity") == planned.identity:
-        return [f"{pad}{planned.identity} is as in this experiment's last run, but its output is no longer under "
-                f"{plan.prefix} (removed?); a run makes it again"]
+        return [
+            f"{pad}{planned.identity} is as in this experiment's last run, but its output is no longer under "
+            f"{plan.prefix} (removed?); a run makes it again"
+        ]
     base = baseline(index, planned.name, planned.identity, last_run=last_run)
     if base is None:
         where = " (nor in this experiment's last run)" if last_run is not None else ""
-        return [f"{pad}{planned.identity} is new: no earlier version of '{planned.name}' is recorded under "
-                f"{plan.prefix}{where}"]
+        return [
+            f"{pad}{planned.identity} is new: no earlier version of '{planned.name}' is recorded under "
+            f"{plan.prefix}{where}"
+        ]
     old_identity, old_version = base.identity, base.version
     if base.from_last_run:
         header = f"{pad}{planned.identity} differs from {old_identity} of this experiment's last run:"
     elif last_run is not None:
-        header = (f"{pad}{planned.identity} is not in this experiment's last run; it differs from the latest "
-                  f"recorded version {old_identity} (from any experiment):")
+        header = (
+            f"{pad}{planned.identity} is not in this experiment's last run; it differs from the latest "
+            f"recorded version {old_identity} (from any experiment):"
+        )
     else:
         header = f"{pad}{planned.identity} differs from the latest recorded version {old_identity}:"
     lines = [header]
@@ -83,8 +98,9 @@ def explain_step(plan: Plan, planned: PlannedStep, index: RecordIndex, *, depth:
 MAX_DEPENDENCY_DEPTH = 2
 
 
-def explain_record(index: RecordIndex, record: StepRecord, depth: int = 0,
-                   last_run: LastRun | None = None) -> dict[str, Any] | None:
+def explain_record(
+    index: RecordIndex, record: StepRecord, depth: int = 0, last_run: LastRun | None = None
+) -> dict[str, Any] | None:
     """Why recorded version `record` differs from its baseline (`baseline`: its entry in
     `last_run`, the same experiment's run before it, else its previous version by
     `RecordIndex.previous_version`): {against, against_output_path, against_started, last_run,
@@ -97,8 +113,13 @@ def explain_record(index: RecordIndex, record: StepRecord, depth: int = 0,
     others = [r for r in index.versions_of(name) if r.identity != identity]
     base = baseline(index, name, identity, last_run=last_run, started=record.recency or None)
     if base is None:
-        return {"against": None, "candidates": 0, "changes": [], "last_run": None,
-                "message": f"no other version of {name!r} under the prefix (or none with a readable record)"}
+        return {
+            "against": None,
+            "candidates": 0,
+            "changes": [],
+            "last_run": None,
+            "message": f"no other version of {name!r} under the prefix (or none with a readable record)",
+        }
     mine = record.recency
     against = base.record or (index.record(base.output_path) if base.output_path else None)
     started = against.recency if against is not None else None
@@ -124,8 +145,11 @@ def _identity_pairs(old: Any, new: Any) -> list[tuple[str, str, str]]:
     """(name, old, new) identities of the dependencies that changed, matched by name."""
     old_by_name = {m["name"]: d for d in old if isinstance(d, str) and (m := _IDENTITY.fullmatch(d))}
     new_by_name = {m["name"]: d for d in new if isinstance(d, str) and (m := _IDENTITY.fullmatch(d))}
-    return [(n, old_by_name[n], new_by_name[n]) for n in sorted(old_by_name.keys() & new_by_name.keys())
-            if old_by_name[n] != new_by_name[n] and ".." not in f"{old_by_name[n]}/{new_by_name[n]}".split("/")]
+    return [
+        (n, old_by_name[n], new_by_name[n])
+        for n in sorted(old_by_name.keys() & new_by_name.keys())
+        if old_by_name[n] != new_by_name[n] and ".." not in f"{old_by_name[n]}/{new_by_name[n]}".split("/")
+    ]
 
 
 def _explain_dependency(index: RecordIndex, change: dict[str, Any], depth: int) -> dict[str, Any] | None:
@@ -147,6 +171,10 @@ def _explain_dependency(index: RecordIndex, change: dict[str, Any], depth: int) 
             if len(pairs) > 1:
                 sub["field"] = f"{name}: {sub['field']}"
         changes.extend(sub_changes)
-    return {"dependency": pairs[0][0], "old": pairs[0][1], "new": pairs[0][2],
-            "changes": changes, "message": "; ".join(problems) or None}
-
+    return {
+        "dependency": pairs[0][0],
+        "old": pairs[0][1],
+        "new": pairs[0][2],
+        "changes": changes,
+        "message": "; ".join(problems) or None,
+    }

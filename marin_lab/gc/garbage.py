@@ -97,7 +97,7 @@ def _live_lease_below(url: str, now: float) -> bool:
     except (FileNotFoundError, NotADirectoryError):
         return False
     for p in found:
-        rel = p[len(root):].strip("/")
+        rel = p[len(root) :].strip("/")
         if rel.rsplit("/", 1)[-1] == LEASE_FILE and _live_holder(join(url, rel), now):
             return True
     return False
@@ -111,11 +111,13 @@ def _step_folders(prefix: str) -> list[str]:
             raise GcError(f"{prefix} is a file, not a folder; give the prefix folder the executor writes under")
         fs.ls(root, detail=False)
     except (FileNotFoundError, NotADirectoryError, PermissionError, OSError) as err:
-        raise GcError(f"cannot list {prefix} ({type(err).__name__}: {err}); give a prefix that exists and that "
-                      "these credentials may list") from None
+        raise GcError(
+            f"cannot list {prefix} ({type(err).__name__}: {err}); give a prefix that exists and that "
+            "these credentials may list"
+        ) from None
     found = []
     for dirpath, dirs, files in fs.walk(root, topdown=True):
-        rel = dirpath[len(root):].strip("/")
+        rel = dirpath[len(root) :].strip("/")
         if not rel:
             dirs[:] = [d for d in dirs if d not in SKIP]
             continue
@@ -133,8 +135,11 @@ def _record_damage(record: dict[str, Any]) -> str | None:
     if not isinstance(steps, list):
         return "`steps` is not a list"
     for i, step in enumerate(steps):
-        if (not isinstance(step, dict) or not isinstance(step.get("output_path"), str)
-                or not step["output_path"].strip()):
+        if (
+            not isinstance(step, dict)
+            or not isinstance(step.get("output_path"), str)
+            or not step["output_path"].strip()
+        ):
             return f"steps[{i}] has no output_path"
     return None
 
@@ -144,7 +149,7 @@ def _is_referenced(url: str, prefix: str, name: str, referenced: set[str], refer
     by name (`{name}/{version}`, marin_lab.marin's artifacts) by its whole path under the prefix."""
     if re.fullmatch(r".+-[0-9a-f]{8}", name):
         return name in referenced
-    rel = url[len(prefix):].strip("/")
+    rel = url[len(prefix) :].strip("/")
     return any(p == url or p.endswith("/" + rel) for p in referenced_paths)
 
 
@@ -157,13 +162,18 @@ def find_garbage(prefix: str, older_than_s: float, *, now: float | None = None) 
     experiments = list_experiments(prefix)
     damaged = [(e["_path"], why) for e in experiments if (why := _record_damage(e))]
     # Even a damaged record's readable entries are references.
-    referenced_paths = {s["output_path"].rstrip("/") for e in experiments
-                        for s in (e["steps"] if isinstance(e.get("steps"), list) else [])
-                        if isinstance(s, dict) and isinstance(s.get("output_path"), str)}
+    referenced_paths = {
+        s["output_path"].rstrip("/")
+        for e in experiments
+        for s in (e["steps"] if isinstance(e.get("steps"), list) else [])
+        if isinstance(s, dict) and isinstance(s.get("output_path"), str)
+    }
     referenced = {p.rsplit("/", 1)[-1] for p in referenced_paths}
     if damaged:
-        notes.append(f"{len(damaged)} experiment record(s) are damaged ({damaged[0][0]}: {damaged[0][1]}): what they "
-                     "reference is unknown, so no step is listed as unreferenced")
+        notes.append(
+            f"{len(damaged)} experiment record(s) are damaged ({damaged[0][0]}: {damaged[0][1]}): what they "
+            "reference is unknown, so no step is listed as unreferenced"
+        )
     out = []
     for url in steps:
         if _live_lease(url, now):
@@ -241,8 +251,9 @@ def _cmd_gc(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("gc", help="list (and with --yes delete) unreferenced, failed, abandoned and scratch "
-                                  "outputs under a prefix")
+    p = sub.add_parser(
+        "gc", help="list (and with --yes delete) unreferenced, failed, abandoned and scratch outputs under a prefix"
+    )
     p.add_argument("prefix")
     p.add_argument("--older_than", default="14d", help="only what was last written longer ago (default 14d)")
     p.add_argument("--yes", action="store_true", help="delete what is listed (default: list only)")

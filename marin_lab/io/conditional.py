@@ -194,13 +194,24 @@ def gcs_bucket_location(bucket: str, *, patient: bool = True) -> str:
 # Errors that mean "could not ask" (no credentials, no network, no answer), not "asked, and the
 # answer is no" (no such bucket, permission denied): matched by class name, so that no cloud library
 # is imported to classify them.
-_UNREACHABLE_NAMES = frozenset({
-    "DefaultCredentialsError", "RefreshError", "TransportError",  # google.auth
-    "Unauthorized",  # google.api_core: HTTP 401, the request carried no (valid) credentials
-    "ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout",  # requests
-    "RetryError", "DeadlineExceeded", "ServiceUnavailable",  # google.api_core
-    "ClientConnectorError", "ClientConnectorDNSError", "ServerTimeoutError",  # aiohttp (gcsfs)
-})
+_UNREACHABLE_NAMES = frozenset(
+    {
+        "DefaultCredentialsError",
+        "RefreshError",
+        "TransportError",  # google.auth
+        "Unauthorized",  # google.api_core: HTTP 401, the request carried no (valid) credentials
+        "ConnectionError",
+        "ConnectTimeout",
+        "ReadTimeout",
+        "Timeout",  # requests
+        "RetryError",
+        "DeadlineExceeded",
+        "ServiceUnavailable",  # google.api_core
+        "ClientConnectorError",
+        "ClientConnectorDNSError",
+        "ServerTimeoutError",  # aiohttp (gcsfs)
+    }
+)
 
 
 def cannot_ask(err: BaseException) -> bool:

@@ -154,16 +154,15 @@ def _check_hostile(line: str, obj: object) -> tuple[str, str] | None:
     Both checks look at the raw line first (two counts, one search), so ordinary documents
     pay almost nothing.
     """
-    if obj is _TOO_DEEP or (
-        line.count("[") + line.count("{") > MAX_NESTING and _depth_exceeds(obj, MAX_NESTING)
-    ):
+    if obj is _TOO_DEEP or (line.count("[") + line.count("{") > MAX_NESTING and _depth_exceeds(obj, MAX_NESTING)):
         return "too_deep", f"JSON nested more than {MAX_NESTING} levels deep"
     if _SURROGATE_ESCAPE.search(line):
         try:
             json.dumps(obj, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as err:
-            return "bad_unicode", (f"a \\u escape encodes a lone surrogate ({err.object[err.start]!a}), "
-                                   "which is not a character")
+            return "bad_unicode", (
+                f"a \\u escape encodes a lone surrogate ({err.object[err.start]!a}), which is not a character"
+            )
     return None
 
 
@@ -182,9 +181,7 @@ def _check_document(obj: object) -> tuple[str, str] | None:
     return None
 
 
-def read_documents(
-    path: str, *, on_bad_record: str = "raise", stats: ReadStats | None = None
-) -> Iterator[dict]:
+def read_documents(path: str, *, on_bad_record: str = "raise", stats: ReadStats | None = None) -> Iterator[dict]:
     """Stream the documents of one shard, checking each line (see the module docstring)."""
     if on_bad_record not in ON_BAD_RECORD:
         raise ValueError(f"on_bad_record={on_bad_record!r}: expected one of {ON_BAD_RECORD}")
@@ -257,8 +254,13 @@ def _read_parquet(path: str, fs, fpath: str, bad, stats: ReadStats) -> Iterator[
             return
         columns = table.schema_arrow.names
         if "text" not in columns:
-            raise BadRecordError(path, 1, "missing_text", f"no 'text' column (columns: {', '.join(columns)}); "
-                                 "tokenize reads documents from a column named 'text'")
+            raise BadRecordError(
+                path,
+                1,
+                "missing_text",
+                f"no 'text' column (columns: {', '.join(columns)}); "
+                "tokenize reads documents from a column named 'text'",
+            )
         wanted = ["text"] + (["id"] if "id" in columns else [])
         first = 0  # rows before this row group
         for group in range(table.num_row_groups):
@@ -280,8 +282,13 @@ def _read_parquet(path: str, fs, fpath: str, bad, stats: ReadStats) -> Iterator[
                 raise
             except (OSError, pa.ArrowException, ValueError) as err:
                 lost = first + rows - row
-                bad(row + 1, "bad_parquet", f"row group {group} (rows {first + 1}-{first + rows}) is damaged from "
-                    f"row {row + 1} on, {lost} rows not read ({type(err).__name__}: {_first_line(err)})", lost)
+                bad(
+                    row + 1,
+                    "bad_parquet",
+                    f"row group {group} (rows {first + 1}-{first + rows}) is damaged from "
+                    f"row {row + 1} on, {lost} rows not read ({type(err).__name__}: {_first_line(err)})",
+                    lost,
+                )
             first += rows
 
 
@@ -296,8 +303,12 @@ def _batch_rows(batch, first_row: int, bad) -> Iterator[dict | None]:
         try:
             yield batch.slice(i, 1).to_pylist()[0]
         except UnicodeDecodeError as err:
-            bad(first_row + i + 1, "bad_parquet", f"row {first_row + i + 1} holds a string that is not UTF-8 "
-                f"(byte {err.start} of a value): the page is damaged")
+            bad(
+                first_row + i + 1,
+                "bad_parquet",
+                f"row {first_row + i + 1} holds a string that is not UTF-8 "
+                f"(byte {err.start} of a value): the page is damaged",
+            )
             yield None
 
 

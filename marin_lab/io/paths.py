@@ -69,8 +69,10 @@ def canonical(url: str) -> str:
             return os.path.realpath(path)
     segments = [s for s in path.split("/") if s not in ("", ".")]
     if ".." in segments:
-        raise PathOutsideError(f"{url}: a '..' segment in a {protocol}:// URL names no single location "
-                               "(object stores keep it as part of the key); write the path without it")
+        raise PathOutsideError(
+            f"{url}: a '..' segment in a {protocol}:// URL names no single location "
+            "(object stores keep it as part of the key); write the path without it"
+        )
     return f"{name}://" + "/".join(segments)
 
 

@@ -32,8 +32,15 @@ from marin_lab.io import fs as mfs
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SourceFile", "content_digest", "has_glob", "list_source", "list_source_and_broken_links",
-           "list_source_and_skipped_links", "sha256_file"]
+__all__ = [
+    "SourceFile",
+    "content_digest",
+    "has_glob",
+    "list_source",
+    "list_source_and_broken_links",
+    "list_source_and_skipped_links",
+    "sha256_file",
+]
 
 _CHUNK = 8 << 20
 _GLOB_CHARS = "*?["
@@ -106,7 +113,7 @@ def _list(source: str) -> tuple[list[SourceFile], list[dict[str, str]], list[dic
         found = []
         for url in mfs.glob(source):
             path = mfs.fs_and_path(url)[1]
-            rel = path[len(base_path):].lstrip("/") if path.startswith(base_path) else path.rsplit("/", 1)[-1]
+            rel = path[len(base_path) :].lstrip("/") if path.startswith(base_path) else path.rsplit("/", 1)[-1]
             if mfs.fs_and_path(url)[0].isfile(path):
                 found.append(SourceFile(url, rel))
         return sorted(found, key=lambda t: t.rel), [], []

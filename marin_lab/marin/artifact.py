@@ -30,10 +30,23 @@ from marin_lab.marin.step_spec import StepSpec, _is_relative_path, marin_prefix,
 from marin_lab.store.layout import ARTIFACT_RECORD_FILE, INFO_FILE
 
 __all__ = [
-    "EXPECTED_FINGERPRINT_KEY", "FINGERPRINT_KEY", "RECORD_FILENAME", "RESULT_TYPE_KEY", "VERSION_KEY",
-    "Artifact", "ArtifactRecord", "ArtifactTypeMismatchError", "FingerprintMismatchError", "check_drift",
-    "is_mutable_version", "read_artifact", "read_record", "result_type_name", "validate_version",
-    "write_artifact", "write_record",
+    "EXPECTED_FINGERPRINT_KEY",
+    "FINGERPRINT_KEY",
+    "RECORD_FILENAME",
+    "RESULT_TYPE_KEY",
+    "VERSION_KEY",
+    "Artifact",
+    "ArtifactRecord",
+    "ArtifactTypeMismatchError",
+    "FingerprintMismatchError",
+    "check_drift",
+    "is_mutable_version",
+    "read_artifact",
+    "read_record",
+    "result_type_name",
+    "validate_version",
+    "write_artifact",
+    "write_record",
 ]
 
 logger = logging.getLogger(__name__)
@@ -194,8 +207,7 @@ def _record_from_executor_info(text: str) -> ArtifactRecord | None:
         name=str(info.get("name") or ""),
         config=config if isinstance(config, dict) else None,
         output_path=str(info.get("output_path") or ""),
-        deps=[d if isinstance(d, str) else str(d.get("identity", d)) if isinstance(d, dict) else str(d)
-              for d in deps],
+        deps=[d if isinstance(d, str) else str(d.get("identity", d)) if isinstance(d, dict) else str(d) for d in deps],
     )
 
 
@@ -269,6 +281,10 @@ def check_drift(step: StepSpec) -> bool:
     logger.warning(
         "%s@%s: recipe drift — recorded fingerprint %s, now %s; serving the cached output. "
         "Bump the version to build the new recipe.%s",
-        step.name, version, record.fingerprint, fingerprint, change,
+        step.name,
+        version,
+        record.fingerprint,
+        fingerprint,
+        change,
     )
     return False

@@ -112,16 +112,28 @@ _ONE_LINE = (ValueError, KeyError, RuntimeError, FingerprintMismatchError, Artif
 def build_options_with_runner(fn: Callable[..., BuildResult], runner: BuildRunner) -> Callable[..., None]:
     """`build_options`, with `--run` handed to `runner(handles, max_concurrent)`."""
 
-    @click.option("--version", "default_version", required=True, callback=_version_callback,
-                  help="Run-wide default version for artifacts that defer (omit version=). "
-                       "A calendar version YYYY.MM.DD, or 'dev' to iterate.")
-    @click.option("--override", "overrides", multiple=True, metavar="NAME=VERSION", callback=_override_callback,
-                  help="Per-artifact version override, keyed by the artifact's name. Repeatable.")
+    @click.option(
+        "--version",
+        "default_version",
+        required=True,
+        callback=_version_callback,
+        help="Run-wide default version for artifacts that defer (omit version=). "
+        "A calendar version YYYY.MM.DD, or 'dev' to iterate.",
+    )
+    @click.option(
+        "--override",
+        "overrides",
+        multiple=True,
+        metavar="NAME=VERSION",
+        callback=_override_callback,
+        help="Per-artifact version override, keyed by the artifact's name. Repeatable.",
+    )
     @click.option("--run", "do_run", is_flag=True, help="Build the handles (default: print the plan).")
     @click.option("--max-concurrent", type=int, default=8, show_default=True, help="Max steps built concurrently.")
     @functools.wraps(fn)
-    def wrapper(*args: Any, default_version: str, overrides: dict[str, str], do_run: bool, max_concurrent: int,
-                **kwargs: Any) -> None:
+    def wrapper(
+        *args: Any, default_version: str, overrides: dict[str, str], do_run: bool, max_concurrent: int, **kwargs: Any
+    ) -> None:
         codex = VersionCodex(default=default_version, overrides=overrides)
         try:
             with build_context(BuildContext(versions=codex)):
@@ -138,8 +150,9 @@ def build_options_with_runner(fn: Callable[..., BuildResult], runner: BuildRunne
                 return
             runner(handles, max_concurrent)
         except _ONE_LINE as err:  # bad input, or failed steps: one message, no traceback
-            raise click.ClickException(str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)) \
-                from err
+            raise click.ClickException(
+                str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+            ) from err
 
     return wrapper
 

@@ -47,11 +47,33 @@ from marin_lab.execution.status import status_path as get_status_path
 from marin_lab.execution.step import ExecutorStep
 
 __all__ = [
-    "HEARTBEAT_TIMEOUT", "STATUS_DEP_FAILED", "STATUS_FAILED", "STATUS_RUNNING", "STATUS_SUCCESS", "STATUS_WAITING",
-    "THIS_OUTPUT_PATH", "Dependencies", "Executor", "ExecutorMainConfig", "ExecutorStep", "InputName", "Lease",
-    "MarinView", "OutputName", "StatusFile", "VersionedValue", "collect_dependencies_and_version",
-    "ensure_versioned", "executor_main", "get_executor_step", "get_info_path", "get_status_path", "output_path_of",
-    "this_output_path", "unwrap_versioned_value", "versioned",
+    "HEARTBEAT_TIMEOUT",
+    "STATUS_DEP_FAILED",
+    "STATUS_FAILED",
+    "STATUS_RUNNING",
+    "STATUS_SUCCESS",
+    "STATUS_WAITING",
+    "THIS_OUTPUT_PATH",
+    "Dependencies",
+    "Executor",
+    "ExecutorMainConfig",
+    "ExecutorStep",
+    "InputName",
+    "Lease",
+    "MarinView",
+    "OutputName",
+    "StatusFile",
+    "VersionedValue",
+    "collect_dependencies_and_version",
+    "ensure_versioned",
+    "executor_main",
+    "get_executor_step",
+    "get_info_path",
+    "get_status_path",
+    "output_path_of",
+    "this_output_path",
+    "unwrap_versioned_value",
+    "versioned",
 ]
 
 
@@ -70,7 +92,8 @@ class MarinView:
         self.versions: dict[ExecutorStep, dict[str, Any]] = {o: ps.version for o, ps in planned.items()}
         self.version_strs: dict[ExecutorStep, str] = {o: canonical_json(ps.version) for o, ps in planned.items()}
         self.dependencies: dict[ExecutorStep, list[ExecutorStep]] = {
-            o: [first[id(d)] for d in ps.dependencies] for o, ps in planned.items()}
+            o: [first[id(d)] for d in ps.dependencies] for o, ps in planned.items()
+        }
         self._planned = planned
 
     @functools.cached_property
@@ -90,8 +113,9 @@ class Executor(core.Executor):
         plan = self.last_plan
         if plan is None:
             # Not an AttributeError: from inside a property, that would be taken for a missing attribute.
-            raise ExecutorConfigError("this executor has not planned anything yet; "
-                                      "call run(steps) or plan(steps) first")
+            raise ExecutorConfigError(
+                "this executor has not planned anything yet; call run(steps) or plan(steps) first"
+            )
         if self._view is None or self._view[0] is not plan:
             self._view = (plan, MarinView(plan))
         return self._view[1]
@@ -102,6 +126,7 @@ class Executor(core.Executor):
     versions = property(lambda self: self.marin_view().versions)
     version_strs = property(lambda self: self.marin_view().version_strs)
     dependencies = property(lambda self: self.marin_view().dependencies)
+
 
 HEARTBEAT_TIMEOUT = leases.DEFAULT_TIMEOUT_S
 """Seconds after its last heartbeat that a lease is stale (Marin's name)."""

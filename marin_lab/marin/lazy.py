@@ -54,8 +54,16 @@ from marin_lab.marin.step_runner import executor_step as _spec_executor_step
 from marin_lab.marin.step_spec import StepSpec, _is_relative_path, marin_prefix, marin_region, prefix_join
 
 __all__ = [
-    "OUT", "ArtifactStep", "StepContext", "adopt", "apply", "executor_step", "lower", "materialized_config",
-    "resolve", "run",
+    "OUT",
+    "ArtifactStep",
+    "StepContext",
+    "adopt",
+    "apply",
+    "executor_step",
+    "lower",
+    "materialized_config",
+    "resolve",
+    "run",
 ]
 
 T = TypeVar("T", bound=Artifact)
@@ -133,17 +141,35 @@ class StepContext:
             ) from None
 
     @staticmethod
-    def for_run(output_path: str, prefix: str, *, region: str | None = None,
-                runtime_args: Mapping[str, Any] | None = None, deps: Iterable[Any] = ()) -> StepContext:
-        return StepContext(output_path=output_path, prefix=prefix, region=region, is_fingerprint=False,
-                           _dep_ref=lambda d: _dep_path(d, prefix), _runtime_args=runtime_args or {},
-                           _deps=tuple(deps))
+    def for_run(
+        output_path: str,
+        prefix: str,
+        *,
+        region: str | None = None,
+        runtime_args: Mapping[str, Any] | None = None,
+        deps: Iterable[Any] = (),
+    ) -> StepContext:
+        return StepContext(
+            output_path=output_path,
+            prefix=prefix,
+            region=region,
+            is_fingerprint=False,
+            _dep_ref=lambda d: _dep_path(d, prefix),
+            _runtime_args=runtime_args or {},
+            _deps=tuple(deps),
+        )
 
     @staticmethod
     def for_fingerprint(runtime_arg_keys: Iterable[str] = (), deps: Iterable[Any] = ()) -> StepContext:
-        return StepContext(output_path="<output_path>", prefix="<prefix>", region="<region>", is_fingerprint=True,
-                           _dep_ref=_dep_label, _runtime_args={k: f"<{k}>" for k in runtime_arg_keys},
-                           _deps=tuple(deps))
+        return StepContext(
+            output_path="<output_path>",
+            prefix="<prefix>",
+            region="<region>",
+            is_fingerprint=True,
+            _dep_ref=_dep_label,
+            _runtime_args={k: f"<{k}>" for k in runtime_arg_keys},
+            _deps=tuple(deps),
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -202,12 +228,20 @@ class ArtifactStep(Generic[T]):
         return resolve(self, max_concurrent=max_concurrent)
 
     @classmethod
-    def adopt(cls, name: str, version: str, source: str, *, kind: type[Artifact] = Artifact,
-              config: dict | None = None) -> ArtifactStep[Any]:
+    def adopt(
+        cls, name: str, version: str, source: str, *, kind: type[Artifact] = Artifact, config: dict | None = None
+    ) -> ArtifactStep[Any]:
         """Register existing data at `source` as `name@version`: consumers read `source`; running it
         writes a record at `{prefix}/{name}/{version}` naming the source. Nothing is copied."""
-        return cls(name=name, version=version, artifact_type=cast(Any, kind), run=_adopt_noop,
-                   build_config=_no_config, adopt_source=source, adopt_config=config)
+        return cls(
+            name=name,
+            version=version,
+            artifact_type=cast(Any, kind),
+            run=_adopt_noop,
+            build_config=_no_config,
+            adopt_source=source,
+            adopt_config=config,
+        )
 
 
 def _no_config(_ctx: StepContext) -> None:
@@ -218,16 +252,20 @@ def _adopt_noop(_config: Any) -> None:
     raise AssertionError("adopted artifacts are registered, not computed")
 
 
-def adopt(name: str, version: str, source: str, *, kind: type[Artifact] = Artifact,
-          config: dict | None = None) -> ArtifactStep[Any]:
+def adopt(
+    name: str, version: str, source: str, *, kind: type[Artifact] = Artifact, config: dict | None = None
+) -> ArtifactStep[Any]:
     """`ArtifactStep.adopt` (Marin's earlier module-level spelling)."""
     return ArtifactStep.adopt(name, version, source, kind=kind, config=config)
 
 
 def materialized_config(handle: ArtifactStep, prefix: str) -> Any:
     """The config a run under `prefix` would receive (region None), for inspection and tests."""
-    return handle.build_config(StepContext.for_run(output_path=handle.path(prefix), prefix=prefix,
-                                                   runtime_args=handle.runtime_args, deps=handle.deps))
+    return handle.build_config(
+        StepContext.for_run(
+            output_path=handle.path(prefix), prefix=prefix, runtime_args=handle.runtime_args, deps=handle.deps
+        )
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,8 +295,9 @@ class _ArtifactFn:
             own = f"/{h.name}/{h.version}"
             if h.override_path is None and output_path.rstrip("/").endswith(own):
                 prefix = output_path.rstrip("/")[: -len(own)]  # the prefix the executor runs under
-            ctx = StepContext.for_run(output_path=output_path, prefix=prefix, region=marin_region(),
-                                      runtime_args=h.runtime_args, deps=h.deps)
+            ctx = StepContext.for_run(
+                output_path=output_path, prefix=prefix, region=marin_region(), runtime_args=h.runtime_args, deps=h.deps
+            )
             resolved = current_dep_paths()
             if resolved is not None and len(resolved) == len(h.deps):  # the executor's resolution wins
                 paths = list(zip(h.deps, resolved, strict=True))
@@ -269,12 +308,25 @@ class _ArtifactFn:
             config_json = json.loads(canonical_json(config))
             result_json = result.result_payload() if isinstance(result, Artifact) else None
         if h.override_path is None:
-            write_record(ArtifactRecord(
-                name=h.name, version=h.version, fingerprint=self.fingerprint, result_type=self.result_type,
-                output_path=output_path, deps=list(self.dep_refs),
-                config=config_json if isinstance(config_json, dict) else None if config_json is None
-                else {"value": config_json},
-                source=source, result=result_json, fingerprint_payload=self.payload, provenance=self.provenance))
+            write_record(
+                ArtifactRecord(
+                    name=h.name,
+                    version=h.version,
+                    fingerprint=self.fingerprint,
+                    result_type=self.result_type,
+                    output_path=output_path,
+                    deps=list(self.dep_refs),
+                    config=config_json
+                    if isinstance(config_json, dict)
+                    else None
+                    if config_json is None
+                    else {"value": config_json},
+                    source=source,
+                    result=result_json,
+                    fingerprint_payload=self.payload,
+                    provenance=self.provenance,
+                )
+            )
         return result
 
 
@@ -303,12 +355,23 @@ def _lower(handle: ArtifactStep, provenance: Provenance, memo: dict[int, StepSpe
     fn: Any = _ArtifactFn(handle, fingerprint, payload, rt_name, dep_refs, provenance)
     if isinstance(handle.run, RemoteCallable):  # the step runs on the hardware its function asks for
         fn = dataclasses.replace(handle.run, fn=fn)
-    hash_attrs: dict[str, Any] = {FINGERPRINT_KEY: fingerprint, VERSION_KEY: handle.version,
-                                  RESULT_TYPE_KEY: rt_name, "deps": list(dep_refs)}
+    hash_attrs: dict[str, Any] = {
+        FINGERPRINT_KEY: fingerprint,
+        VERSION_KEY: handle.version,
+        RESULT_TYPE_KEY: rt_name,
+        "deps": list(dep_refs),
+    }
     if handle.expected_fingerprint is not None:
         hash_attrs[EXPECTED_FINGERPRINT_KEY] = handle.expected_fingerprint
-    spec = StepSpec(name=handle.name, override_output_path=handle.override_path or f"{handle.name}/{handle.version}",
-                    deps=dep_specs, hash_attrs=hash_attrs, fn=fn, fingerprint_payload=payload, writes_record=True)
+    spec = StepSpec(
+        name=handle.name,
+        override_output_path=handle.override_path or f"{handle.name}/{handle.version}",
+        deps=dep_specs,
+        hash_attrs=hash_attrs,
+        fn=fn,
+        fingerprint_payload=payload,
+        writes_record=True,
+    )
     memo[id(handle)] = spec
     return spec
 
@@ -346,8 +409,12 @@ def _check_before_running(handles: Iterable[ArtifactStep]) -> None:
     for h in handles:
         record = read_record(h.path())
         expected = result_type_name(h.artifact_type)
-        if record is not None and record.result_type and record.result_type != expected \
-                and not is_mutable_version(h.version):
+        if (
+            record is not None
+            and record.result_type
+            and record.result_type != expected
+            and not is_mutable_version(h.version)
+        ):
             raise ArtifactTypeMismatchError(
                 f"{h.name}@{h.version}: recorded result_type is {record.result_type}, "
                 f"but the handle requests {expected}. The value type changed under a reused version — "
@@ -437,8 +504,15 @@ class _ApplyRun:
         return self.fn(**config)
 
 
-def apply(name: str, fn: Callable[..., Any], *, version: str | None = None,
-          artifact_type: type[Artifact] = Artifact, pin: str | None = None, **inputs: Any) -> ArtifactStep[Any]:
+def apply(
+    name: str,
+    fn: Callable[..., Any],
+    *,
+    version: str | None = None,
+    artifact_type: type[Artifact] = Artifact,
+    pin: str | None = None,
+    **inputs: Any,
+) -> ArtifactStep[Any]:
     """One step that calls `fn(**inputs)`: a handle input becomes a dep (its path at run time), `OUT`
     the output path, anything else a literal that bears identity. `version=None` defers to the
     ambient BuildContext. TypeError when `fn` cannot bind the inputs."""
@@ -450,6 +524,12 @@ def apply(name: str, fn: Callable[..., Any], *, version: str | None = None,
     run_fn: Any = _ApplyRun(fn.fn) if isinstance(fn, RemoteCallable) else _ApplyRun(fn)
     if isinstance(fn, RemoteCallable):
         run_fn = dataclasses.replace(fn, fn=run_fn)
-    return ArtifactStep(name=name, version=resolve_version(name, version), artifact_type=cast(Any, artifact_type),
-                        run=run_fn, build_config=_ApplyConfig(dict(inputs)), deps=tuple(_collect_deps(inputs)),
-                        override_path=pin)
+    return ArtifactStep(
+        name=name,
+        version=resolve_version(name, version),
+        artifact_type=cast(Any, artifact_type),
+        run=run_fn,
+        build_config=_ApplyConfig(dict(inputs)),
+        deps=tuple(_collect_deps(inputs)),
+        override_path=pin,
+    )

@@ -30,12 +30,28 @@ _RENAMED = {
 }
 """Levanter's keyword -> marin_lab's field."""
 
-_SAME = ("hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_kv_heads", "head_dim", "max_seq_len",
-         "vocab_size")
+_SAME = (
+    "hidden_dim",
+    "intermediate_dim",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "max_seq_len",
+    "vocab_size",
+)
 
 _LEVANTER_DEFAULTS: dict[str, Any] = {
-    "max_seq_len": 2048, "hidden_dim": 4096, "intermediate_dim": 11008, "num_layers": 32, "num_heads": 32,
-    "num_kv_heads": 32, "norm_eps": 1e-5, "initializer_std": 0.02, "tie_embeddings": False, "rope_theta": 10_000.0,
+    "max_seq_len": 2048,
+    "hidden_dim": 4096,
+    "intermediate_dim": 11008,
+    "num_layers": 32,
+    "num_heads": 32,
+    "num_kv_heads": 32,
+    "norm_eps": 1e-5,
+    "initializer_std": 0.02,
+    "tie_embeddings": False,
+    "rope_theta": 10_000.0,
 }
 """Levanter's LlamaConfig defaults, for keywords a file leaves out."""
 
@@ -67,17 +83,23 @@ def LlamaConfig(**levanter_fields: Any) -> _LabLlamaConfig:  # noqa: N802 (Levan
     rope = levanter_fields.pop("rope", None)
     if rope is not None:
         if not isinstance(rope, (RotaryEmbeddingsConfig, Llama3RotaryEmbeddingsConfig)):
-            raise TypeError(f"LlamaConfig: rope={rope!r} is not a rotary config marin_lab knows; use "
-                            "RotaryEmbeddingsConfig(theta=...) or Llama3RotaryEmbeddingsConfig() from "
-                            "marin_lab.marin.levanter")
+            raise TypeError(
+                f"LlamaConfig: rope={rope!r} is not a rotary config marin_lab knows; use "
+                "RotaryEmbeddingsConfig(theta=...) or Llama3RotaryEmbeddingsConfig() from "
+                "marin_lab.marin.levanter"
+            )
         if isinstance(rope, Llama3RotaryEmbeddingsConfig) and rope.factor != 1.0:
-            raise TypeError(f"LlamaConfig: rope factor={rope.factor} (Llama 3.1's long-context scaling) is not "
-                            "implemented by marin_lab's decoder; leave factor=1.0")
+            raise TypeError(
+                f"LlamaConfig: rope factor={rope.factor} (Llama 3.1's long-context scaling) is not "
+                "implemented by marin_lab's decoder; leave factor=1.0"
+            )
         values["rope_theta"] = float(rope.theta)
     unknown = sorted(k for k in levanter_fields if k not in _RENAMED and k not in _SAME)
     if unknown:
-        raise TypeError(f"LlamaConfig got Levanter keyword(s) {unknown} that marin_lab's decoder has no counterpart "
-                        f"for; accepted: {sorted([*_RENAMED, *_SAME, 'rope'])} (docs/coming_from_marin.md)")
+        raise TypeError(
+            f"LlamaConfig got Levanter keyword(s) {unknown} that marin_lab's decoder has no counterpart "
+            f"for; accepted: {sorted([*_RENAMED, *_SAME, 'rope'])} (docs/coming_from_marin.md)"
+        )
     for key, value in levanter_fields.items():
         values[_RENAMED.get(key, key)] = value
     return _LabLlamaConfig(**values)

@@ -11,8 +11,20 @@ from __future__ import annotations
 from marin_lab.models.llama import LlamaConfig
 
 __all__ = [
-    "llama3_tokenizer", "llama3_tokenizer_vocab_size", "llama_1_4b", "llama_1_9b", "llama_3_2_1b", "llama_8b",
-    "llama_30m", "llama_50m", "llama_75m", "llama_150m", "llama_300m", "llama_600m", "llama_nano", "marin_tokenizer",
+    "llama3_tokenizer",
+    "llama3_tokenizer_vocab_size",
+    "llama_1_4b",
+    "llama_1_9b",
+    "llama_3_2_1b",
+    "llama_8b",
+    "llama_30m",
+    "llama_50m",
+    "llama_75m",
+    "llama_150m",
+    "llama_300m",
+    "llama_600m",
+    "llama_nano",
+    "marin_tokenizer",
 ]
 
 llama3_tokenizer = "meta-llama/Meta-Llama-3.1-8B"
@@ -22,12 +34,29 @@ marin_tokenizer = "stanford-crfm/marin-tokenizer"
 """Marin's tokenizer: Llama 3's vocabulary with its own chat template."""
 
 
-def _llama(seq_len: int, hidden: int, ffn: int, heads: int, kv_heads: int, layers: int, *,
-           llama3_rope: bool = False, tied: bool = False) -> LlamaConfig:
+def _llama(
+    seq_len: int,
+    hidden: int,
+    ffn: int,
+    heads: int,
+    kv_heads: int,
+    layers: int,
+    *,
+    llama3_rope: bool = False,
+    tied: bool = False,
+) -> LlamaConfig:
     # Marin's "Llama3RotaryEmbeddingsConfig" presets use RoPE base 500k; the others Llama 2's 10k.
-    return LlamaConfig(vocab_size=None, max_seq_len=seq_len, hidden_dim=hidden, intermediate_dim=ffn,
-                       num_heads=heads, num_kv_heads=kv_heads, num_layers=layers,
-                       rope_theta=500_000.0 if llama3_rope else 10_000.0, tie_embeddings=tied)
+    return LlamaConfig(
+        vocab_size=None,
+        max_seq_len=seq_len,
+        hidden_dim=hidden,
+        intermediate_dim=ffn,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        num_layers=layers,
+        rope_theta=500_000.0 if llama3_rope else 10_000.0,
+        tie_embeddings=tied,
+    )
 
 
 llama_nano = _llama(512, 32, 128, 2, 2, 2)

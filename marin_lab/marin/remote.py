@@ -66,7 +66,12 @@ def remote(
     chosen = resources if resources is not None else ResourceConfig.with_cpu()
 
     def decorator(f: Callable[..., Any]) -> RemoteCallable:
-        return RemoteCallable(fn=f, resources=chosen, env_vars=dict(env_vars or {}),
-                              pip_dependency_groups=list(pip_dependency_groups or []), name=name)
+        return RemoteCallable(
+            fn=f,
+            resources=chosen,
+            env_vars=dict(env_vars or {}),
+            pip_dependency_groups=list(pip_dependency_groups or []),
+            name=name,
+        )
 
     return decorator(fn) if fn is not None else decorator

@@ -20,8 +20,16 @@ from typing import Any
 from marin_lab.cluster.resources import GpuResources, TpuResources
 from marin_lab.versioning import field_hints
 
-__all__ = ["CpuConfig", "CpuOnlyConfig", "FrayGpuConfig", "GpuConfig", "ResourceConfig", "TpuConfig", "TpuPodConfig",
-           "step_resources"]
+__all__ = [
+    "CpuConfig",
+    "CpuOnlyConfig",
+    "FrayGpuConfig",
+    "GpuConfig",
+    "ResourceConfig",
+    "TpuConfig",
+    "TpuPodConfig",
+    "step_resources",
+]
 
 
 class _Request:
@@ -103,27 +111,66 @@ class ResourceConfig(_Request):
     env_vars: dict[str, str] | None = None
 
     @staticmethod
-    def with_tpu(tpu_type: str, *, slice_count: int = 1, cpu: float = 1, ram: str = "4g", disk: str = "16g",
-                 preemptible: bool = True, regions: Any = None, **_ignored: Any) -> ResourceConfig:
+    def with_tpu(
+        tpu_type: str,
+        *,
+        slice_count: int = 1,
+        cpu: float = 1,
+        ram: str = "4g",
+        disk: str = "16g",
+        preemptible: bool = True,
+        regions: Any = None,
+        **_ignored: Any,
+    ) -> ResourceConfig:
         """Whole TPU slices of `tpu_type` (e.g. "v5p-8", "v6e-256"), `slice_count` of them."""
         if slice_count < 1:
             raise ValueError(f"slice_count must be at least 1, got {slice_count}")
-        return ResourceConfig(cpu=cpu, ram=ram, disk=disk, device=TpuConfig(variant=tpu_type), replicas=slice_count,
-                              preemptible=preemptible, regions=tuple(regions) if regions else None)
+        return ResourceConfig(
+            cpu=cpu,
+            ram=ram,
+            disk=disk,
+            device=TpuConfig(variant=tpu_type),
+            replicas=slice_count,
+            preemptible=preemptible,
+            regions=tuple(regions) if regions else None,
+        )
 
     @staticmethod
-    def with_gpu(gpu_type: str = "auto", count: int = 1, *, cpu: float = 1, ram: str = "4g", disk: str = "16g",
-                 preemptible: bool = True, regions: Any = None, **_ignored: Any) -> ResourceConfig:
+    def with_gpu(
+        gpu_type: str = "auto",
+        count: int = 1,
+        *,
+        cpu: float = 1,
+        ram: str = "4g",
+        disk: str = "16g",
+        preemptible: bool = True,
+        regions: Any = None,
+        **_ignored: Any,
+    ) -> ResourceConfig:
         """`count` GPUs of `gpu_type` ("H100", "A100", or "auto") on one node."""
-        return ResourceConfig(cpu=cpu, ram=ram, disk=disk, device=FrayGpuConfig(variant=gpu_type, count=count),
-                              preemptible=preemptible, regions=tuple(regions) if regions else None)
+        return ResourceConfig(
+            cpu=cpu,
+            ram=ram,
+            disk=disk,
+            device=FrayGpuConfig(variant=gpu_type, count=count),
+            preemptible=preemptible,
+            regions=tuple(regions) if regions else None,
+        )
 
     @staticmethod
-    def with_cpu(cpu: float = 1, ram: str = "4g", disk: str = "16g", *, preemptible: bool = True,
-                 regions: Any = None, **_ignored: Any) -> ResourceConfig:
+    def with_cpu(
+        cpu: float = 1,
+        ram: str = "4g",
+        disk: str = "16g",
+        *,
+        preemptible: bool = True,
+        regions: Any = None,
+        **_ignored: Any,
+    ) -> ResourceConfig:
         """CPUs and memory only."""
-        return ResourceConfig(cpu=cpu, ram=ram, disk=disk, preemptible=preemptible,
-                              regions=tuple(regions) if regions else None)
+        return ResourceConfig(
+            cpu=cpu, ram=ram, disk=disk, preemptible=preemptible, regions=tuple(regions) if regions else None
+        )
 
 
 def step_resources(resources: Any) -> tuple[Any, str | None, int]:
@@ -133,19 +180,32 @@ def step_resources(resources: Any) -> tuple[Any, str | None, int]:
     if isinstance(resources, ResourceConfig):
         device = resources.device
         if isinstance(device, TpuConfig):
-            return (TpuResources(tpu=device.variant, slices=resources.replicas, preemptible=resources.preemptible),
-                    device.variant, resources.replicas)
+            return (
+                TpuResources(tpu=device.variant, slices=resources.replicas, preemptible=resources.preemptible),
+                device.variant,
+                resources.replicas,
+            )
         if isinstance(device, FrayGpuConfig):
-            return GpuResources(gpus=device.count, cpus=resources.cpu,
-                                accelerator_type=None if device.variant == "auto" else device.variant), None, 1
+            return (
+                GpuResources(
+                    gpus=device.count,
+                    cpus=resources.cpu,
+                    accelerator_type=None if device.variant == "auto" else device.variant,
+                ),
+                None,
+                1,
+            )
         return {"num_cpus": resources.cpu}, None, 1
     if isinstance(resources, CpuOnlyConfig):
         return {"num_cpus": resources.num_cpus}, None, 1
     if isinstance(resources, GpuConfig):
         return GpuResources(gpus=resources.gpu_count, accelerator_type=resources.accelerator_type), None, 1
     if isinstance(resources, TpuPodConfig):
-        return (TpuResources(tpu=resources.tpu_type, slices=resources.slice_count), resources.tpu_type,
-                resources.slice_count)
+        return (
+            TpuResources(tpu=resources.tpu_type, slices=resources.slice_count),
+            resources.tpu_type,
+            resources.slice_count,
+        )
     tpu = getattr(resources, "tpu", None)
     slices = getattr(resources, "slices", 1)
     return resources, tpu, slices if isinstance(slices, int) else max(slices)

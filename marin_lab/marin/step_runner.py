@@ -67,8 +67,7 @@ __all__ = ["SpecFunction", "StepRunner", "executor_step", "executor_steps"]
 logger = logging.getLogger(__name__)
 
 
-_DEP_PATHS: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar("marin_lab_dep_paths",
-                                                                                    default=None)
+_DEP_PATHS: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar("marin_lab_dep_paths", default=None)
 
 
 def current_dep_paths() -> tuple[str, ...] | None:
@@ -101,8 +100,11 @@ class SpecFunction:
     spec: StepSpec
 
     def _key(self) -> tuple[str, str | None, str]:
-        return self.spec.name, self.spec.override_output_path, json.dumps(self.spec.hash_attrs, sort_keys=True,
-                                                                          default=str)
+        return (
+            self.spec.name,
+            self.spec.override_output_path,
+            json.dumps(self.spec.hash_attrs, sort_keys=True, default=str),
+        )
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, SpecFunction) and self._key() == other._key()
@@ -139,8 +141,9 @@ class SpecFunction:
             result = fn(config.output_path)
         finally:
             _DEP_PATHS.reset(token)
-        if not self.spec.writes_record and (isinstance(result, BaseModel)
-                                            or (is_dataclass(result) and not isinstance(result, type))):
+        if not self.spec.writes_record and (
+            isinstance(result, BaseModel) or (is_dataclass(result) and not isinstance(result, type))
+        ):
             write_artifact(result, config.output_path)
         return None
 
@@ -158,8 +161,11 @@ def _identity(spec: StepSpec) -> dict[str, Any]:
     attrs = spec.hash_attrs
     if attrs.get(FINGERPRINT_KEY) is None:
         return {"step_spec": spec.name_with_hash, "hash_attrs": attrs}
-    return {"artifact": f"{spec.name}@{attrs.get(VERSION_KEY)}", **{k: v for k, v in attrs.items() if k != "deps"},
-            "recipe": recipe_fields(spec.fingerprint_payload)}
+    return {
+        "artifact": f"{spec.name}@{attrs.get(VERSION_KEY)}",
+        **{k: v for k, v in attrs.items() if k != "deps"},
+        "recipe": recipe_fields(spec.fingerprint_payload),
+    }
 
 
 def recipe_fields(payload: str | None) -> dict[str, str]:
@@ -181,7 +187,7 @@ def _pin(output_path: str, prefix: str) -> str:
     """The ExecutorStep's override_output_path for a StepSpec's output path."""
     base = prefix.rstrip("/")
     if output_path.startswith(base + "/"):
-        return output_path[len(base) + 1:]
+        return output_path[len(base) + 1 :]
     if _is_relative_path(output_path):
         return os.path.abspath(output_path)
     return output_path
@@ -202,11 +208,14 @@ def executor_steps(specs: Sequence[StepSpec | ExecutorStep], prefix: str | None 
         resources: Any = None
         if isinstance(spec.fn, RemoteCallable):
             resources = step_resources(spec.fn.resources)[0]
-        step = ExecutorStep(name=spec.name, fn=SpecFunction(spec),
-                            config=SpecConfig(identity=versioned(_identity(spec)), deps=deps),
-                            override_output_path=_pin(spec.output_path, root), resources=resources,
-                            description=f"{spec.name}@{spec.hash_attrs[VERSION_KEY]}"
-                            if VERSION_KEY in spec.hash_attrs else None)
+        step = ExecutorStep(
+            name=spec.name,
+            fn=SpecFunction(spec),
+            config=SpecConfig(identity=versioned(_identity(spec)), deps=deps),
+            override_output_path=_pin(spec.output_path, root),
+            resources=resources,
+            description=f"{spec.name}@{spec.hash_attrs[VERSION_KEY]}" if VERSION_KEY in spec.hash_attrs else None,
+        )
         made[key] = step
         return step
 
@@ -216,8 +225,11 @@ def executor_steps(specs: Sequence[StepSpec | ExecutorStep], prefix: str | None 
 def _served_from_cache(ps: PlannedStep) -> bool:
     """Whether a run reuses the step's output: SUCCESS recorded, and not a mutable version."""
     fn = ps.step.fn
-    if isinstance(fn, SpecFunction) and FINGERPRINT_KEY in fn.spec.hash_attrs \
-            and is_mutable_version(str(fn.spec.hash_attrs.get(VERSION_KEY, ""))):
+    if (
+        isinstance(fn, SpecFunction)
+        and FINGERPRINT_KEY in fn.spec.hash_attrs
+        and is_mutable_version(str(fn.spec.hash_attrs.get(VERSION_KEY, "")))
+    ):
         return False
     return (read_status(ps.output_path) or {}).get("status") == Status.SUCCESS.value
 
@@ -274,8 +286,14 @@ class StepRunner:
         self.executor_options = executor_options
         self.last_report: Any = None
 
-    def run(self, steps: Iterable[StepSpec | ExecutorStep], *, dry_run: bool = False, force_run_failed: bool = True,
-            max_concurrent: int | None = None) -> None:
+    def run(
+        self,
+        steps: Iterable[StepSpec | ExecutorStep],
+        *,
+        dry_run: bool = False,
+        force_run_failed: bool = True,
+        max_concurrent: int | None = None,
+    ) -> None:
         """Run `steps` and everything they depend on; steps already done are reused.
 
         A failure raises RuntimeError('N step(s) failed: ...') whose cause is, for a step that ran
@@ -286,9 +304,14 @@ class StepRunner:
         if not dry_run:
             offer_steps(roots)  # `marin-lab explain` runs the experiment file up to here
         backend = self.backend or os.environ.get("MARIN_LAB_BACKEND") or "thread"
-        executor = _SpecExecutor(prefix=prefix, backend=backend, context=contextvars.copy_context(),
-                                 max_concurrent=max_concurrent or 8, force_run_failed=force_run_failed,
-                                 **self.executor_options)
+        executor = _SpecExecutor(
+            prefix=prefix,
+            backend=backend,
+            context=contextvars.copy_context(),
+            max_concurrent=max_concurrent or 8,
+            force_run_failed=force_run_failed,
+            **self.executor_options,
+        )
         try:
             self.last_report = executor.run(roots, dry_run=dry_run)
         except ExperimentFailedError as err:
@@ -305,6 +328,3 @@ def is_artifact_step(step: ExecutorStep) -> bool:
     """Whether an ExecutorStep runs a name@version artifact."""
     fn: Callable[..., Any] = step.fn
     return isinstance(fn, SpecFunction) and FINGERPRINT_KEY in fn.spec.hash_attrs
-
-
-

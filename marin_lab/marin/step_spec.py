@@ -67,8 +67,10 @@ class StepSpec:
 
     @cached_property
     def hash_id(self) -> str:
-        content = json.dumps({"name": self.name, "attrs": self.hash_attrs,
-                              "deps": sorted(d.name_with_hash for d in self.deps)}, sort_keys=True)
+        content = json.dumps(
+            {"name": self.name, "attrs": self.hash_attrs, "deps": sorted(d.name_with_hash for d in self.deps)},
+            sort_keys=True,
+        )
         return hashlib.sha256(content.encode()).hexdigest()[:8]
 
     @cached_property

@@ -18,8 +18,15 @@ from marin_lab.execution.lease import new_driver_id
 from marin_lab.marin.executor import HEARTBEAT_TIMEOUT, Lease, StatusFile
 
 __all__ = [
-    "HEARTBEAT_TIMEOUT", "STATUS_DEP_FAILED", "STATUS_FAILED", "STATUS_RUNNING", "STATUS_SUCCESS",
-    "STATUS_WAITING", "Lease", "StatusFile", "worker_id",
+    "HEARTBEAT_TIMEOUT",
+    "STATUS_DEP_FAILED",
+    "STATUS_FAILED",
+    "STATUS_RUNNING",
+    "STATUS_SUCCESS",
+    "STATUS_WAITING",
+    "Lease",
+    "StatusFile",
+    "worker_id",
 ]
 
 _WORKER_ID: str | None = None

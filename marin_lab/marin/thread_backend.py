@@ -57,8 +57,9 @@ def _unwrap_logs(fn: Any) -> tuple[Any, str | None]:
 
 
 class _ThreadHandle(StepHandle):
-    def __init__(self, fn: Any, config: Any, step_name: str, context: contextvars.Context,
-                 errors: dict[str, BaseException]):
+    def __init__(
+        self, fn: Any, config: Any, step_name: str, context: contextvars.Context, errors: dict[str, BaseException]
+    ):
         self.step_name = step_name
         self.errors = errors
         self._done = threading.Event()
@@ -94,8 +95,10 @@ class _ThreadHandle(StepHandle):
     def result(self) -> tuple[Any, dict[str, Any]]:
         if self._error is not None:
             self.errors[self.step_name] = self._error
-            raise StepFailedError(f"step '{self.step_name}' raised {type(self._error).__name__}: {self._error}",
-                                  traceback_text=self._trace) from self._error
+            raise StepFailedError(
+                f"step '{self.step_name}' raised {type(self._error).__name__}: {self._error}",
+                traceback_text=self._trace,
+            ) from self._error
         return self._result, {}
 
     def cancel(self) -> None:

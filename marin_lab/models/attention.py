@@ -44,13 +44,19 @@ SPLASH_BLOCKS = (512, 256, 128)
 """Splash tile sizes tried, largest first; the kernel's kv tiles must be multiples of 128 lanes."""
 
 
-
 class AttentionConfigError(MarinLabError, ValueError):
     """An attention implementation that cannot take this model, sequence length or backend."""
 
 
-def check_attention(impl: str | None, *, seq_len: int, num_heads: int, num_kv_heads: int,
-                    platform: str | None = None, field: str = "attention_impl") -> None:
+def check_attention(
+    impl: str | None,
+    *,
+    seq_len: int,
+    num_heads: int,
+    num_kv_heads: int,
+    platform: str | None = None,
+    field: str = "attention_impl",
+) -> None:
     """Raise AttentionConfigError (one line naming `field`) when `impl` cannot run this shape/backend.
 
     platform: the backend the step will run on ('cpu', 'gpu', 'tpu'; None: not checked). Splash
@@ -63,20 +69,23 @@ def check_attention(impl: str | None, *, seq_len: int, num_heads: int, num_kv_he
         usable = {"tpu": "'splash'", "cpu": "None (einsum)"}.get(platform, "'cudnn'")
         raise AttentionConfigError(
             f"{field}={impl!r} is not available on {platform} (cudnn: NVIDIA GPUs; splash: TPUs, "
-            f"interpreted on CPU); use {usable} or 'xla' there")
+            f"interpreted on CPU); use {usable} or 'xla' there"
+        )
     if impl == "splash":
         if seq_len % SPLASH_BLOCKS[-1]:
             raise AttentionConfigError(
                 f"{field}='splash' needs seq_len to be a multiple of {SPLASH_BLOCKS[-1]} (the "
-                f"kernel's tile), got seq_len={seq_len}; change seq_len or use attention_impl=None")
+                f"kernel's tile), got seq_len={seq_len}; change seq_len or use attention_impl=None"
+            )
         if num_heads % num_kv_heads:
             raise AttentionConfigError(
-                f"{field}='splash' needs num_heads ({num_heads}) to be a multiple of num_kv_heads "
-                f"({num_kv_heads})")
+                f"{field}='splash' needs num_heads ({num_heads}) to be a multiple of num_kv_heads ({num_kv_heads})"
+            )
 
 
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str | None,
-              sharding: NamedSharding | None = None) -> jax.Array:
+def attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, impl: str | None, sharding: NamedSharding | None = None
+) -> jax.Array:
     """Causal GQA. q: [B, T, H, hd]; k, v: [B, T, KV, hd] -> [B, T, H, hd].
 
     sharding: where the residual stream [B, T, D] lives (its mesh and batch axes); splash runs
@@ -85,8 +94,9 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, impl: str | None,
     if impl == "splash":
         return splash_attention(q, k, v, sharding)
     if impl in ("cudnn", "xla"):
-        return jax.nn.dot_product_attention(q, k, v, is_causal=True,
-                                            implementation="cudnn" if impl == "cudnn" else "xla")
+        return jax.nn.dot_product_attention(
+            q, k, v, is_causal=True, implementation="cudnn" if impl == "cudnn" else "xla"
+        )
     if impl not in (None, "einsum"):
         raise AttentionConfigError(f"attention_impl={impl!r} is not one of {IMPLS}")
     return einsum_attention(q, k, v)
@@ -116,20 +126,29 @@ def _splash_local(q: jax.Array, k: jax.Array, v: jax.Array, *, interpret: bool) 
     """The kernel on one device's arrays, heads-major: q [B, H, T, hd], k, v [B, KV, T, hd]."""
     _, h, t, _ = q.shape
     block = _block_size(t)
-    sizes = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
-                              block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
-                              block_q_dq=block, block_kv_dq=block)
+    sizes = splash.BlockSizes(
+        block_q=block,
+        block_kv=block,
+        block_kv_compute=block,
+        block_q_dkv=block,
+        block_kv_dkv=block,
+        block_kv_dkv_compute=block,
+        block_q_dq=block,
+        block_kv_dq=block,
+    )
     mask = splash.MultiHeadMask([splash.CausalMask((t, t)) for _ in range(h)])
-    kernel = splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
-                                    interpret=interpret)
+    kernel = splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1, interpret=interpret)
     return jax.vmap(kernel)(q, k, v)
 
 
 def _splash_any_platform(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     return jax.lax.platform_dependent(
-        q, k, v,
+        q,
+        k,
+        v,
         tpu=functools.partial(_splash_local, interpret=False),
-        default=functools.partial(_splash_local, interpret=True))
+        default=functools.partial(_splash_local, interpret=True),
+    )
 
 
 def _head_axis(sharding: NamedSharding, num_heads: int, num_kv_heads: int) -> str | None:
@@ -139,8 +158,7 @@ def _head_axis(sharding: NamedSharding, num_heads: int, num_kv_heads: int) -> st
     return None
 
 
-def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array,
-                     sharding: NamedSharding | None = None) -> jax.Array:
+def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, sharding: NamedSharding | None = None) -> jax.Array:
     """The Splash kernel on [B, T, heads, hd] arrays (see the module docstring)."""
     b, t, h, hd = q.shape
     check_attention("splash", seq_len=t, num_heads=h, num_kv_heads=k.shape[2])
@@ -155,6 +173,5 @@ def splash_attention(q: jax.Array, k: jax.Array, v: jax.Array,
         if b % ways:  # a microbatch smaller than the batch axes: those sequences stay whole
             batch_axes = None
         spec = P(batch_axes, _head_axis(sharding, h, k.shape[2]), None, None)
-        fn = jax.shard_map(fn, mesh=sharding.mesh, in_specs=(spec, spec, spec), out_specs=spec,
-                           check_vma=False)
+        fn = jax.shard_map(fn, mesh=sharding.mesh, in_specs=(spec, spec, spec), out_specs=spec, check_vma=False)
     return fn(qh, kh, vh).transpose(0, 2, 1, 3)

@@ -103,6 +103,7 @@ def bucket(length: int, maximum: int) -> int:
 
 # --- the cached forward pass --------------------------------------------------------------------
 
+
 def _rope_rows(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     """apply_rope with per-row tables: x [B, T, heads, hd], cos/sin [B, T, hd]."""
     return jax.vmap(lambda xi, c, s: apply_rope(xi[None], c, s)[0])(x, cos, sin)
@@ -111,7 +112,8 @@ def _rope_rows(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 def _write(cache: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:
     """cache [B, S, kv, hd] with new [B, T, kv, hd] written at slot start[b] of each row."""
     return jax.vmap(lambda c, u, s: jax.lax.dynamic_update_slice(c, u, (s, 0, 0)))(
-        cache, new.astype(cache.dtype), start)
+        cache, new.astype(cache.dtype), start
+    )
 
 
 def _attend(q: jax.Array, k: jax.Array, v: jax.Array, visible: jax.Array) -> jax.Array:
@@ -127,9 +129,17 @@ def _attend(q: jax.Array, k: jax.Array, v: jax.Array, visible: jax.Array) -> jax
     return out.reshape(b, t, h, hd)
 
 
-def _cached_block(config: LlamaConfig, x: jax.Array, layer: Params, k_cache: jax.Array, v_cache: jax.Array,
-                  cos: jax.Array, sin: jax.Array, start: jax.Array,
-                  visible: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _cached_block(
+    config: LlamaConfig,
+    x: jax.Array,
+    layer: Params,
+    k_cache: jax.Array,
+    v_cache: jax.Array,
+    cos: jax.Array,
+    sin: jax.Array,
+    start: jax.Array,
+    visible: jax.Array,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One decoder block on x [B, T, D] at positions start[b] + t, reading and extending the cache."""
     b, t, _ = x.shape
     hd = config.resolved_head_dim
@@ -146,8 +156,9 @@ def _cached_block(config: LlamaConfig, x: jax.Array, layer: Params, k_cache: jax
     return x + linear(gated, layer["w_down"]), k_cache, v_cache
 
 
-def cached_forward(cast: Params, tokens: jax.Array, start: jax.Array, k_cache: jax.Array, v_cache: jax.Array,
-                   config: LlamaConfig) -> tuple[jax.Array, jax.Array, jax.Array]:
+def cached_forward(
+    cast: Params, tokens: jax.Array, start: jax.Array, k_cache: jax.Array, v_cache: jax.Array, config: LlamaConfig
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(logits [B, T, vocab], k_cache, v_cache) for tokens [B, T] at positions start[b] + t.
 
     cast: params already in the compute dtype; caches [layers, B, S, kv_heads, head_dim].
@@ -172,8 +183,10 @@ def cached_forward(cast: Params, tokens: jax.Array, start: jax.Array, k_cache: j
 
 # --- choosing tokens ----------------------------------------------------------------------------
 
-def _choose(logits: jax.Array, keys: jax.Array, index: jax.Array, temperature: jax.Array, top_p: jax.Array,
-            greedy: bool) -> jax.Array:
+
+def _choose(
+    logits: jax.Array, keys: jax.Array, index: jax.Array, temperature: jax.Array, top_p: jax.Array, greedy: bool
+) -> jax.Array:
     """Next token per row from logits [B, V]: argmax, or a top-p draw with key fold_in(keys[b], index)."""
     logits = logits.astype(jnp.float32)
     if greedy:
@@ -195,6 +208,7 @@ def _row_keys(seed: jax.Array, rows: jax.Array) -> jax.Array:
 
 # --- the two compiled programs -------------------------------------------------------------------
 
+
 @functools.lru_cache(maxsize=16)
 def _programs(config: LlamaConfig, compute_dtype: str, greedy: bool, cache_len: int) -> tuple[Callable, Callable]:
     dtype = jnp.dtype(compute_dtype)
@@ -203,8 +217,17 @@ def _programs(config: LlamaConfig, compute_dtype: str, greedy: bool, cache_len: 
     def cast_params(params: Params) -> Params:
         return jax.tree_util.tree_map(lambda p: _cast_param(p, dtype), params, is_leaf=_is_weight_wrapper)
 
-    def prefill(params: Params, tokens: jax.Array, lengths: jax.Array, rows: jax.Array, done: jax.Array,
-                seed: jax.Array, temperature: jax.Array, top_p: jax.Array, stop_ids: jax.Array) -> dict[str, jax.Array]:
+    def prefill(
+        params: Params,
+        tokens: jax.Array,
+        lengths: jax.Array,
+        rows: jax.Array,
+        done: jax.Array,
+        seed: jax.Array,
+        temperature: jax.Array,
+        top_p: jax.Array,
+        stop_ids: jax.Array,
+    ) -> dict[str, jax.Array]:
         b = tokens.shape[0]
         cast = cast_params(params)
         cache = jnp.zeros((n_layers, b, cache_len, kv, hd), dtype)
@@ -212,11 +235,26 @@ def _programs(config: LlamaConfig, compute_dtype: str, greedy: bool, cache_len: 
         last = jnp.take_along_axis(logits, (lengths - 1)[:, None, None], axis=1)[:, 0]
         token = _choose(last, _row_keys(seed, rows), jnp.int32(0), temperature, top_p, greedy)
         out = jnp.zeros((b, cache_len), jnp.int32).at[:, 0].set(token)
-        return {"k": k_cache, "v": v_cache, "token": token, "pos": lengths, "out": out, "n": jnp.int32(1),
-                "done": done | jnp.isin(token, stop_ids)}
+        return {
+            "k": k_cache,
+            "v": v_cache,
+            "token": token,
+            "pos": lengths,
+            "out": out,
+            "n": jnp.int32(1),
+            "done": done | jnp.isin(token, stop_ids),
+        }
 
-    def decode(params: Params, state: dict[str, jax.Array], limit: jax.Array, rows: jax.Array, seed: jax.Array,
-               temperature: jax.Array, top_p: jax.Array, stop_ids: jax.Array) -> dict[str, jax.Array]:
+    def decode(
+        params: Params,
+        state: dict[str, jax.Array],
+        limit: jax.Array,
+        rows: jax.Array,
+        seed: jax.Array,
+        temperature: jax.Array,
+        top_p: jax.Array,
+        stop_ids: jax.Array,
+    ) -> dict[str, jax.Array]:
         cast = cast_params(params)
         keys = _row_keys(seed, rows)
 
@@ -228,9 +266,15 @@ def _programs(config: LlamaConfig, compute_dtype: str, greedy: bool, cache_len: 
             logits, k_cache, v_cache = cached_forward(cast, st["token"][:, None], pos, st["k"], st["v"], config)
             token = _choose(logits[:, 0], keys, st["n"], temperature, top_p, greedy)
             token = jnp.where(st["done"], 0, token)
-            return {"k": k_cache, "v": v_cache, "token": token, "pos": st["pos"] + 1,
-                    "out": st["out"].at[:, st["n"]].set(token), "n": st["n"] + 1,
-                    "done": st["done"] | jnp.isin(token, stop_ids)}
+            return {
+                "k": k_cache,
+                "v": v_cache,
+                "token": token,
+                "pos": st["pos"] + 1,
+                "out": st["out"].at[:, st["n"]].set(token),
+                "n": st["n"] + 1,
+                "done": st["done"] | jnp.isin(token, stop_ids),
+            }
 
         return jax.lax.while_loop(cond, body, state)
 
@@ -238,6 +282,7 @@ def _programs(config: LlamaConfig, compute_dtype: str, greedy: bool, cache_len: 
 
 
 # --- the public API ------------------------------------------------------------------------------
+
 
 def _cut(tokens: list[int], stop_ids: Sequence[int]) -> tuple[list[int], bool]:
     for i, tok in enumerate(tokens):
@@ -256,10 +301,18 @@ def _batch_sharding(mesh: Any, batch: int) -> Any:
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axes))
 
 
-def generate(params: Params, config: LlamaConfig, prompts: Sequence[Sequence[int]], sampling: SamplingConfig, *,
-             compute_dtype: str = "float32", batch_size: int = 8, mesh: Any = None,
-             stop: Callable[[int, list[int]], int | None] | None = None,
-             chunk: int = DEFAULT_CHUNK) -> Generation:
+def generate(
+    params: Params,
+    config: LlamaConfig,
+    prompts: Sequence[Sequence[int]],
+    sampling: SamplingConfig,
+    *,
+    compute_dtype: str = "float32",
+    batch_size: int = 8,
+    mesh: Any = None,
+    stop: Callable[[int, list[int]], int | None] | None = None,
+    chunk: int = DEFAULT_CHUNK,
+) -> Generation:
     """New tokens for each prompt, with why each stopped and how many prompt tokens were cut.
 
     stop: called between chunks of `chunk` tokens as stop(prompt index, new tokens so far); an
@@ -270,8 +323,10 @@ def generate(params: Params, config: LlamaConfig, prompts: Sequence[Sequence[int
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be positive")
     if sampling.max_new_tokens >= config.max_seq_len:
-        raise ValueError(f"max_new_tokens={sampling.max_new_tokens} leaves no room for a prompt in the model's "
-                         f"context (max_seq_len={config.max_seq_len}); ask for fewer tokens")
+        raise ValueError(
+            f"max_new_tokens={sampling.max_new_tokens} leaves no room for a prompt in the model's "
+            f"context (max_seq_len={config.max_seq_len}); ask for fewer tokens"
+        )
     vocab = config.resolved_vocab_size
     room = config.max_seq_len - sampling.max_new_tokens
     kept: list[list[int]] = []
@@ -286,27 +341,56 @@ def generate(params: Params, config: LlamaConfig, prompts: Sequence[Sequence[int
         truncated.append(max(0, len(ids) - room))
         kept.append(ids[-room:])
     if any(truncated):
-        logger.warning("generate: %d of %d prompts were longer than %d tokens (max_seq_len %d - max_new_tokens %d) "
-                       "and were truncated from the left", sum(1 for n in truncated if n), len(kept), room,
-                       config.max_seq_len, sampling.max_new_tokens)
+        logger.warning(
+            "generate: %d of %d prompts were longer than %d tokens (max_seq_len %d - max_new_tokens %d) "
+            "and were truncated from the left",
+            sum(1 for n in truncated if n),
+            len(kept),
+            room,
+            config.max_seq_len,
+            sampling.max_new_tokens,
+        )
     tokens: list[list[int]] = [[] for _ in kept]
     reasons = ["length"] * len(kept)
     stop_ids = np.asarray(list(sampling.stop_token_ids) or [-1], np.int32)
     # Similar lengths share a batch (fewer padded positions, fewer prompt buckets).
     order = sorted(range(len(kept)), key=lambda i: (len(kept[i]), i))
     for lo in range(0, len(order), batch_size):
-        rows = order[lo:lo + batch_size]
-        for i, (toks, reason) in zip(rows, _generate_batch(params, config, [kept[i] for i in rows], rows,
-                                                            sampling, stop_ids, compute_dtype, batch_size,
-                                                            mesh, stop, chunk), strict=True):
+        rows = order[lo : lo + batch_size]
+        for i, (toks, reason) in zip(
+            rows,
+            _generate_batch(
+                params,
+                config,
+                [kept[i] for i in rows],
+                rows,
+                sampling,
+                stop_ids,
+                compute_dtype,
+                batch_size,
+                mesh,
+                stop,
+                chunk,
+            ),
+            strict=True,
+        ):
             tokens[i], reasons[i] = toks, reason
     return Generation(tokens=tokens, finish_reasons=reasons, truncated=truncated)
 
 
-def _generate_batch(params: Params, config: LlamaConfig, prompts: list[list[int]], rows: list[int],
-                    sampling: SamplingConfig, stop_ids: np.ndarray, compute_dtype: str, batch_size: int,
-                    mesh: Any, stop: Callable[[int, list[int]], int | None] | None,
-                    chunk: int) -> list[tuple[list[int], str]]:
+def _generate_batch(
+    params: Params,
+    config: LlamaConfig,
+    prompts: list[list[int]],
+    rows: list[int],
+    sampling: SamplingConfig,
+    stop_ids: np.ndarray,
+    compute_dtype: str,
+    batch_size: int,
+    mesh: Any,
+    stop: Callable[[int, list[int]], int | None] | None,
+    chunk: int,
+) -> list[tuple[list[int], str]]:
     n = len(prompts)
     longest = max(len(p) for p in prompts)
     cache_len = bucket(longest + sampling.max_new_tokens, config.max_seq_len)
@@ -314,15 +398,19 @@ def _generate_batch(params: Params, config: LlamaConfig, prompts: list[list[int]
     tokens = np.zeros((batch_size, width), np.int32)
     lengths = np.ones((batch_size,), np.int32)
     for r, p in enumerate(prompts):
-        tokens[r, :len(p)] = p
+        tokens[r, : len(p)] = p
         lengths[r] = len(p)
     done = np.arange(batch_size) >= n  # filler rows of the last batch are finished from the start
     row_ids = np.asarray(rows + [0] * (batch_size - n), np.int32)
     # A row may use the cache up to its end; it can never hold more than max_new_tokens new ones.
     limit_total = min(sampling.max_new_tokens, cache_len - longest)
     prefill, decode = _programs(config, compute_dtype, sampling.temperature == 0, cache_len)
-    scalars = (jnp.int32(sampling.seed), jnp.float32(max(sampling.temperature, 1e-6)), jnp.float32(sampling.top_p),
-               jnp.asarray(stop_ids))
+    scalars = (
+        jnp.int32(sampling.seed),
+        jnp.float32(max(sampling.temperature, 1e-6)),
+        jnp.float32(sampling.top_p),
+        jnp.asarray(stop_ids),
+    )
     sharding = _batch_sharding(mesh, batch_size)
     put = (lambda a: jax.device_put(a, sharding)) if sharding is not None else jnp.asarray
     rows_dev = put(row_ids)
@@ -358,7 +446,7 @@ def _generate_batch(params: Params, config: LlamaConfig, prompts: list[list[int]
     for r in range(n):
         toks, stopped = _cut(out[r, :produced].tolist(), sampling.stop_token_ids)
         if r in cut_at:
-            results.append((toks[:cut_at[r]], "stop_string"))
+            results.append((toks[: cut_at[r]], "stop_string"))
         elif stopped:
             results.append((toks, "stop_token"))
         elif len(toks) < sampling.max_new_tokens and len(prompts[r]) + len(toks) >= cache_len:
@@ -368,14 +456,23 @@ def _generate_batch(params: Params, config: LlamaConfig, prompts: list[list[int]
     return results
 
 
-def generate_tokens(params: Params, config: LlamaConfig, prompts: list[list[int]], sampling: SamplingConfig, *,
-                    compute_dtype: str = "float32", batch_size: int = 8, mesh: Any = None) -> list[list[int]]:
+def generate_tokens(
+    params: Params,
+    config: LlamaConfig,
+    prompts: list[list[int]],
+    sampling: SamplingConfig,
+    *,
+    compute_dtype: str = "float32",
+    batch_size: int = 8,
+    mesh: Any = None,
+) -> list[list[int]]:
     """New tokens for each prompt (prompt not included), stopping at a stop token (excluded) or
     max_new_tokens. Prompts of different lengths share a batch (right-padded, per-row positions);
     prompts longer than config.max_seq_len - max_new_tokens are truncated from the left (counted
     in `generate(...).truncated`)."""
-    return generate(params, config, prompts, sampling, compute_dtype=compute_dtype, batch_size=batch_size,
-                    mesh=mesh).tokens
+    return generate(
+        params, config, prompts, sampling, compute_dtype=compute_dtype, batch_size=batch_size, mesh=mesh
+    ).tokens
 
 
 def _stop_string_cut(text: str, until: Sequence[str]) -> int | None:
@@ -384,10 +481,21 @@ def _stop_string_cut(text: str, until: Sequence[str]) -> int | None:
     return min(found) if found else None
 
 
-def generate_text(params: Params, config: LlamaConfig, tokenizer: Any, prompts: list[str], sampling: SamplingConfig,
-                  *, until: Sequence[str] = (), compute_dtype: str = "float32", batch_size: int = 8, mesh: Any = None,
-                  prompt_ids: list[list[int]] | None = None, chunk: int = DEFAULT_CHUNK,
-                  result: Generation | None = None) -> list[str]:
+def generate_text(
+    params: Params,
+    config: LlamaConfig,
+    tokenizer: Any,
+    prompts: list[str],
+    sampling: SamplingConfig,
+    *,
+    until: Sequence[str] = (),
+    compute_dtype: str = "float32",
+    batch_size: int = 8,
+    mesh: Any = None,
+    prompt_ids: list[list[int]] | None = None,
+    chunk: int = DEFAULT_CHUNK,
+    result: Generation | None = None,
+) -> list[str]:
     """Decoded continuations, each cut at the first stop string in `until` (the stop string excluded).
 
     tokenizer: a `tokenizers.Tokenizer`. prompt_ids: the prompts already encoded (e.g. rendered with
@@ -409,8 +517,17 @@ def generate_text(params: Params, config: LlamaConfig, tokenizer: Any, prompts: 
                 return k
         return len(toks)
 
-    gen = generate(params, config, encoded, sampling, compute_dtype=compute_dtype, batch_size=batch_size,
-                   mesh=mesh, stop=stop if stops else None, chunk=chunk)
+    gen = generate(
+        params,
+        config,
+        encoded,
+        sampling,
+        compute_dtype=compute_dtype,
+        batch_size=batch_size,
+        mesh=mesh,
+        stop=stop if stops else None,
+        chunk=chunk,
+    )
     if result is not None:
         result.tokens, result.finish_reasons, result.truncated = gen.tokens, gen.finish_reasons, gen.truncated
     texts = []

@@ -31,8 +31,10 @@ from marin_lab.models.loss import chunked_log_likelihoods, log_likelihoods
 from marin_lab.versioning import field_hints
 
 Params = dict[str, Any]
-_VOCAB_UNSET = ("model.vocab_size is None: set it to the tokenizer's vocabulary size "
-                "(default_train does that from the tokenized data; or dataclasses.replace)")
+_VOCAB_UNSET = (
+    "model.vocab_size is None: set it to the tokenizer's vocabulary size "
+    "(default_train does that from the tokenized data; or dataclasses.replace)"
+)
 
 
 @field_hints
@@ -226,8 +228,15 @@ def _is_weight_wrapper(p: Any) -> bool:
     return hasattr(p, "linear")
 
 
-def _block(config: LlamaConfig, attention_impl: str | None, x: jax.Array, layer: Params,
-           cos: jax.Array, sin: jax.Array, sharding: Any = None) -> jax.Array:
+def _block(
+    config: LlamaConfig,
+    attention_impl: str | None,
+    x: jax.Array,
+    layer: Params,
+    cos: jax.Array,
+    sin: jax.Array,
+    sharding: Any = None,
+) -> jax.Array:
     # The checkpoint_name tags (ACTIVATION_NAMES) are what the selective remat policies save or
     # offload; without such a policy they change nothing.
     b, t, _ = x.shape
@@ -261,6 +270,7 @@ SELECTIVE_POLICIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 """Selective policies: name -> (activations kept in device memory, activations offloaded to host
 memory); everything else inside a block is recomputed on the backward pass."""
+
 
 def activation_widths(config: LlamaConfig) -> dict[str, int]:
     """Elements per token of each named activation (ACTIVATION_NAMES)."""
@@ -315,8 +325,11 @@ def remat_policy(name: bool | str) -> Any:
         if not offloaded:
             return jax.checkpoint_policies.save_only_these_names(*saved)
         return jax.checkpoint_policies.save_and_offload_only_these_names(
-            names_which_can_be_saved=list(saved), names_which_can_be_offloaded=list(offloaded),
-            offload_src="device", offload_dst="pinned_host")
+            names_which_can_be_saved=list(saved),
+            names_which_can_be_offloaded=list(offloaded),
+            offload_src="device",
+            offload_dst="pinned_host",
+        )
     raise ValueError(f"gradient_checkpointing={name!r} is not True, False or one of {REMAT_POLICIES}")
 
 
@@ -344,12 +357,13 @@ def hidden_states(
 
     Arguments as for `forward`, which applies the output projection to these.
     """
-    check_attention(attention_impl, seq_len=tokens.shape[1], num_heads=config.num_heads,
-                    num_kv_heads=config.num_kv_heads)
-    cast = jax.tree_util.tree_map(lambda p: _cast_param(p, compute_dtype), params,
-                                  is_leaf=_is_weight_wrapper)
+    check_attention(
+        attention_impl, seq_len=tokens.shape[1], num_heads=config.num_heads, num_kv_heads=config.num_kv_heads
+    )
+    cast = jax.tree_util.tree_map(lambda p: _cast_param(p, compute_dtype), params, is_leaf=_is_weight_wrapper)
     seq_len = tokens.shape[1]
     cos, sin = rope_tables(seq_len, config.resolved_head_dim, config.rope_theta)
+
     def pin(a: jax.Array) -> jax.Array:
         return _constrain_batch(a, activation_sharding)
 
@@ -380,7 +394,7 @@ def _every_other(body: Callable, x: jax.Array, layers: Params, num_layers: int) 
         return body(remat(carry, first)[0], second)[0], None
 
     if pairs:
-        stacked = jax.tree_util.tree_map(lambda a: a[:2 * pairs].reshape(pairs, 2, *a.shape[1:]), layers)
+        stacked = jax.tree_util.tree_map(lambda a: a[: 2 * pairs].reshape(pairs, 2, *a.shape[1:]), layers)
         x, _ = jax.lax.scan(pair, x, stacked)
     if num_layers % 2:
         x = remat(x, jax.tree_util.tree_map(lambda a: a[-1], layers))[0]
@@ -415,9 +429,15 @@ def forward(
     its gradient) instead of splitting the activations along D and all-reducing them, which on a
     [B, T, vocab] logits tensor is the largest collective of the step.
     """
-    cast, x = hidden_states(params, tokens, config, compute_dtype=compute_dtype,
-                            gradient_checkpointing=gradient_checkpointing,
-                            attention_impl=attention_impl, activation_sharding=activation_sharding)
+    cast, x = hidden_states(
+        params,
+        tokens,
+        config,
+        compute_dtype=compute_dtype,
+        gradient_checkpointing=gradient_checkpointing,
+        attention_impl=attention_impl,
+        activation_sharding=activation_sharding,
+    )
     return output_logits(cast, x, config)
 
 
@@ -454,15 +474,29 @@ def lm_loss(
     hook (it needs the whole gradient) or a wrapped output projection (float8 keeps one amax per
     tensor) takes the whole-logits path.
     """
-    cast, x = hidden_states(params, inputs, config, compute_dtype=compute_dtype,
-                            gradient_checkpointing=gradient_checkpointing,
-                            attention_impl=attention_impl, activation_sharding=activation_sharding)
+    cast, x = hidden_states(
+        params,
+        inputs,
+        config,
+        compute_dtype=compute_dtype,
+        gradient_checkpointing=gradient_checkpointing,
+        attention_impl=attention_impl,
+        activation_sharding=activation_sharding,
+    )
     head = cast["embed"] if config.tie_embeddings else cast["lm_head"]
-    if (loss_chunk_size is not None and inputs.shape[1] > loss_chunk_size
-            and logits_hook is None and not _is_weight_wrapper(head)):
+    if (
+        loss_chunk_size is not None
+        and inputs.shape[1] > loss_chunk_size
+        and logits_hook is None
+        and not _is_weight_wrapper(head)
+    ):
         logp, lse = chunked_log_likelihoods(
-            x, lambda h: output_logits(cast, h, config), targets, loss_chunk_size,
-            constrain=lambda a: _constrain_batch(a, activation_sharding))
+            x,
+            lambda h: output_logits(cast, h, config),
+            targets,
+            loss_chunk_size,
+            constrain=lambda a: _constrain_batch(a, activation_sharding),
+        )
     else:
         logits = output_logits(cast, x, config)
         if logits_hook is not None:

@@ -29,15 +29,25 @@ from marin_lab.versioning import field_hints
 
 # Hugging Face module names (what users and PEFT configs write) -> our parameter names.
 PROJECTIONS = {
-    "q_proj": "wq", "k_proj": "wk", "v_proj": "wv", "o_proj": "wo",
-    "gate_proj": "w_gate", "up_proj": "w_up", "down_proj": "w_down",
+    "q_proj": "wq",
+    "k_proj": "wk",
+    "v_proj": "wv",
+    "o_proj": "wo",
+    "gate_proj": "w_gate",
+    "up_proj": "w_up",
+    "down_proj": "w_down",
 }
 ALL_PROJECTIONS = tuple(PROJECTIONS)
 # Whole parameters a LoRA run may train besides the adapters (peft's `modules_to_save`), by
 # Hugging Face name or ours -> ours. With tied embeddings, "embed" is the LM head too.
 EMBEDDING = ("embed_tokens", "embed")  # target_modules names of the (input, and if tied output) embedding
-SAVABLE = {"embed_tokens": "embed", "embed": "embed", "lm_head": "lm_head", "norm": "final_norm",
-           "final_norm": "final_norm"}
+SAVABLE = {
+    "embed_tokens": "embed",
+    "embed": "embed",
+    "lm_head": "lm_head",
+    "norm": "final_norm",
+    "final_norm": "final_norm",
+}
 
 
 class LoraError(MarinLabError, ValueError):
@@ -99,12 +109,16 @@ class LoraConfig:
             if ours is None:
                 raise LoraError(f"lora.modules_to_save: {name!r} is not one of {list(SAVABLE)}")
             if ours == "lm_head" and model.tie_embeddings:
-                raise LoraError("lora.modules_to_save: 'lm_head' is tied to the embeddings in this model; "
-                                "save 'embed_tokens' (it is the LM head too)")
+                raise LoraError(
+                    "lora.modules_to_save: 'lm_head' is tied to the embeddings in this model; "
+                    "save 'embed_tokens' (it is the LM head too)"
+                )
             out.append(ours)
         if "embed" in out and self.adapts_embed:
-            raise LoraError("lora: the embedding is both in target_modules (a LoRA adapter) and in "
-                            "modules_to_save (trained in full); choose one")
+            raise LoraError(
+                "lora: the embedding is both in target_modules (a LoRA adapter) and in "
+                "modules_to_save (trained in full); choose one"
+            )
         return tuple(sorted(set(out)))
 
     def validate(self, model: LlamaConfig) -> None:
@@ -149,8 +163,7 @@ class LoraWeight:
         return y + (self.scale * update).astype(y.dtype)
 
 
-jax.tree_util.register_dataclass(LoraWeight, data_fields=["base", "a", "b", "key"],
-                                 meta_fields=["scale", "dropout"])
+jax.tree_util.register_dataclass(LoraWeight, data_fields=["base", "a", "b", "key"], meta_fields=["scale", "dropout"])
 
 
 def adapter_shapes(config: LoraConfig, model: LlamaConfig) -> dict[str, tuple[int, ...]]:
@@ -168,8 +181,9 @@ def adapter_shapes(config: LoraConfig, model: LlamaConfig) -> dict[str, tuple[in
     return out
 
 
-def init_lora(config: LoraConfig, model: LlamaConfig, key: jax.Array, dtype: Any = jnp.float32,
-              base: Params | None = None) -> Params:
+def init_lora(
+    config: LoraConfig, model: LlamaConfig, key: jax.Array, dtype: Any = jnp.float32, base: Params | None = None
+) -> Params:
     """Fresh adapters: A ~ U(-1/sqrt(in), 1/sqrt(in)) (Kaiming-uniform, a=sqrt(5)), B = 0.
 
     `modules_to_save` parameters start as copies of `base`'s (needed then), in `dtype`.
@@ -183,8 +197,10 @@ def init_lora(config: LoraConfig, model: LlamaConfig, key: jax.Array, dtype: Any
             adapters[name] = jnp.asarray(base[name]).astype(dtype)
     if config.adapts_embed:  # peft's embedding init: A = 0, B ~ N(0, 1)
         shapes = adapter_shapes(config, model)
-        adapters["embed"] = {"a": jnp.zeros(shapes["embed/a"], dtype),
-                             "b": jax.random.normal(jax.random.fold_in(key, 1 << 20), shapes["embed/b"]).astype(dtype)}
+        adapters["embed"] = {
+            "a": jnp.zeros(shapes["embed/a"], dtype),
+            "b": jax.random.normal(jax.random.fold_in(key, 1 << 20), shapes["embed/b"]).astype(dtype),
+        }
     shapes = {k: v for k, v in adapter_shapes(config, model).items() if k.startswith("layers/")}
     keys = jax.random.split(key, len(shapes))
     for k, (name, shape) in zip(keys, sorted(shapes.items()), strict=True):
@@ -209,8 +225,9 @@ def apply_lora(base: Params, adapters: Params, config: LoraConfig, key: jax.Arra
         ad = adapters["layers"][name]
         n_layers = ad["a"].shape[0]
         layer_keys = jax.random.split(keys[i], n_layers) if keys is not None else None
-        layers[name] = LoraWeight(base=layers[name], a=ad["a"], b=ad["b"], key=layer_keys,
-                                  scale=config.scale, dropout=config.dropout)
+        layers[name] = LoraWeight(
+            base=layers[name], a=ad["a"], b=ad["b"], key=layer_keys, scale=config.scale, dropout=config.dropout
+        )
     saved = {name: value for name, value in adapters.items() if name != "layers"}
     if config.adapts_embed:  # the adapted table, formed once per call: the model gathers and (tied) projects it
         saved["embed"] = _dense(base["embed"]) + _embed_delta(adapters["embed"], config)
@@ -231,8 +248,7 @@ def merge_lora(base: Params, adapters: Params, config: LoraConfig, dtype: Any = 
     Every other parameter is cast to `dtype` too, so the result is an ordinary checkpoint that
     the evaluator and the Hugging Face export read without knowing about adapters.
     """
-    merged = jax.tree_util.tree_map(lambda p: _dense(p).astype(dtype), base,
-                                    is_leaf=lambda p: hasattr(p, "dequantize"))
+    merged = jax.tree_util.tree_map(lambda p: _dense(p).astype(dtype), base, is_leaf=lambda p: hasattr(p, "dequantize"))
     for name, ad in adapters["layers"].items():
         delta = config.scale * jnp.einsum("lir,lro->lio", ad["a"].astype(jnp.float32), ad["b"].astype(jnp.float32))
         merged["layers"][name] = (_dense(base["layers"][name]) + delta).astype(dtype)

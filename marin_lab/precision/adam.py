@@ -75,8 +75,10 @@ def scale_by_stored_adam(b1: float, b2: float, eps: float, moments: str) -> opta
         flat_m = treedef.flatten_up_to(state.mu)  # type: ignore[attr-defined]  # missing from jaxlib's stub
         flat_r = treedef.flatten_up_to(state.nu)  # type: ignore[attr-defined]  # missing from jaxlib's stub
         out = [one(g, m, r) for g, m, r in zip(flat_g, flat_m, flat_r, strict=True)]
-        steps, mus, nus = (treedef.unflatten([o[i] for o in out])  # type: ignore[attr-defined]  # as above
-                           for i in range(3))
+        steps, mus, nus = (
+            treedef.unflatten([o[i] for o in out])  # type: ignore[attr-defined]  # as above
+            for i in range(3)
+        )
         return steps, StoredAdamState(count, mus, nus)
 
     return optax.GradientTransformation(init, update)

@@ -58,8 +58,7 @@ def init_state(config: PrecisionConfig, params: Tree) -> Tree | None:
     if not config.stateful:
         return None
     h = config.amax_history_len
-    state: Tree = {"layers": {n: jnp.zeros((params["layers"][n].shape[0], 3, h), F32)
-                              for n in _projections(params)}}
+    state: Tree = {"layers": {n: jnp.zeros((params["layers"][n].shape[0], 3, h), F32) for n in _projections(params)}}
     if config.fp8_lm_head:
         state["lm_head"] = jnp.zeros((3, h), F32)
     return state
@@ -69,8 +68,7 @@ def step_inputs(config: PrecisionConfig, fp8_state: Tree | None, params: Tree) -
     """The auxiliary tree the loss is differentiated against (see the module docstring)."""
     stats: dict[str, Any] | None = None
     if config.fp8:
-        stats = {"layers": {n: jnp.zeros((params["layers"][n].shape[0], NUM_STATS), F32)
-                            for n in _projections(params)}}
+        stats = {"layers": {n: jnp.zeros((params["layers"][n].shape[0], NUM_STATS), F32) for n in _projections(params)}}
         if config.fp8_lm_head:
             stats["lm_head"] = jnp.zeros((NUM_STATS,), F32)
     rescale = jnp.zeros((), F32) if config.rescale_logits_grad else None
@@ -80,8 +78,9 @@ def step_inputs(config: PrecisionConfig, fp8_state: Tree | None, params: Tree) -
     return out
 
 
-def wrap_params(config: PrecisionConfig, params: Tree, aux: Tree
-                ) -> tuple[Tree, Callable[[jax.Array], jax.Array] | None]:
+def wrap_params(
+    config: PrecisionConfig, params: Tree, aux: Tree
+) -> tuple[Tree, Callable[[jax.Array], jax.Array] | None]:
     """(params with the targeted weights wrapped for `linear()`, the logits hook or None)."""
     layers = dict(params["layers"])
     out = dict(params)
@@ -109,6 +108,7 @@ def wrap_params(config: PrecisionConfig, params: Tree, aux: Tree
 
         def hook(logits: jax.Array) -> jax.Array:
             return rescale_grad(logits, probe)
+
     return out, hook
 
 
@@ -119,13 +119,16 @@ def merge_microbatches(acc: Tree, new: Tree) -> Tree:
     Statistics: max for the amaxes, sums for the counts. The rescale factor is per microbatch and
     is divided out before accumulation, so it is not kept.
     """
+
     def stats(a: jax.Array, b: jax.Array) -> jax.Array:
         amax = jnp.maximum(a[..., AMAX_SLICE], b[..., AMAX_SLICE])
-        return jnp.concatenate([amax, a[..., AMAX_SLICE.stop:] + b[..., AMAX_SLICE.stop:]], axis=-1)
+        return jnp.concatenate([amax, a[..., AMAX_SLICE.stop :] + b[..., AMAX_SLICE.stop :]], axis=-1)
 
-    out = {"fp8": None if acc["fp8"] is None else jax.tree_util.tree_map(jnp.maximum, acc["fp8"], new["fp8"]),
-           "stats": None if acc["stats"] is None else jax.tree_util.tree_map(stats, acc["stats"], new["stats"]),
-           "rescale": None}
+    out = {
+        "fp8": None if acc["fp8"] is None else jax.tree_util.tree_map(jnp.maximum, acc["fp8"], new["fp8"]),
+        "stats": None if acc["stats"] is None else jax.tree_util.tree_map(stats, acc["stats"], new["stats"]),
+        "rescale": None,
+    }
     if "scalify" in acc:
         out["scalify"] = merge_stats(acc["scalify"], new["scalify"])
     return out

@@ -64,8 +64,9 @@ def _taint(jaxpr: Any, inputs: Sequence[bool], count: CastCount | None) -> list[
         elif _inner(eqn.params) is not None:
             outs = _taint(_inner(eqn.params), ins, count)
         else:
-            out = any(ins) or (name == "reduce_max" and not isinstance(eqn.invars[0], jcore.Literal)
-                               and eqn.invars[0] in from_abs)
+            out = any(ins) or (
+                name == "reduce_max" and not isinstance(eqn.invars[0], jcore.Literal) and eqn.invars[0] in from_abs
+            )
             outs = [out] * len(eqn.outvars)
             if name == "convert_element_type" and jnp.dtype(eqn.params["new_dtype"]) in FLOAT8 and count:
                 count.float8_casts += 1
@@ -80,10 +81,10 @@ def _loop(body: Any, ins: list[bool], num_consts: int, num_carry: int, count: Ca
     ins = list(ins)
     for _ in range(num_carry + 1):
         outs = _taint(body, ins, None)
-        carry = [a or b for a, b in zip(ins[num_consts:num_consts + num_carry], outs[:num_carry], strict=True)]
-        if carry == ins[num_consts:num_consts + num_carry]:
+        carry = [a or b for a, b in zip(ins[num_consts : num_consts + num_carry], outs[:num_carry], strict=True)]
+        if carry == ins[num_consts : num_consts + num_carry]:
             break
-        ins[num_consts:num_consts + num_carry] = carry
+        ins[num_consts : num_consts + num_carry] = carry
     return _taint(body, ins, count) if count is not None else outs
 
 

@@ -1,6 +1,6 @@
 """Errors of number formats (a branch of marin_lab's tree).
 
-    PrecisionError    an unknown policy, a setting out of range, or a format this backend cannot run
+PrecisionError    an unknown policy, a setting out of range, or a format this backend cannot run
 """
 
 from __future__ import annotations

@@ -39,8 +39,20 @@ E4M3 = jnp.float8_e4m3fn
 E5M2 = jnp.float8_e5m2
 
 # Layout of the statistics vector of one matmul (the cotangent of Fp8Meta.stats).
-STAT_NAMES = ("amax_x", "amax_w", "amax_g", "saturated_x", "saturated_w", "saturated_g",
-              "flushed_x", "flushed_w", "flushed_g", "count_x", "count_w", "count_g")
+STAT_NAMES = (
+    "amax_x",
+    "amax_w",
+    "amax_g",
+    "saturated_x",
+    "saturated_w",
+    "saturated_g",
+    "flushed_x",
+    "flushed_w",
+    "flushed_g",
+    "count_x",
+    "count_w",
+    "count_g",
+)
 NUM_STATS = len(STAT_NAMES)
 AMAX_SLICE = slice(0, 3)  # combined across microbatches by max; every other entry is a count (sum)
 
@@ -70,8 +82,9 @@ def _scale_amax(current: jax.Array, history: jax.Array | None) -> jax.Array:
     return jnp.where(past > 0, past, current)
 
 
-def _quantize_stats(x: jax.Array, dtype: Any, history: jax.Array | None
-                    ) -> tuple[ScaledArray, jax.Array, jax.Array, jax.Array]:
+def _quantize_stats(
+    x: jax.Array, dtype: Any, history: jax.Array | None
+) -> tuple[ScaledArray, jax.Array, jax.Array, jax.Array]:
     """(quantized x, current amax, values saturated, values flushed to zero)."""
     x32 = x.astype(F32)
     amax = jnp.max(jnp.abs(x32))
@@ -133,8 +146,9 @@ def _backward(res: tuple, g: jax.Array) -> tuple[jax.Array, jax.Array, Fp8Meta |
         return dx, dw, None
     amax_x, amax_w, sat_x, sat_w, ftz_x, ftz_w = (fwd_stats[i] for i in range(6))
     counts = [float(xq.data.size), float(wq.data.size), float(gq.data.size)]
-    stats = jnp.stack([amax_x, amax_w, amax_g, sat_x, sat_w, sat_g, ftz_x, ftz_w, ftz_g,
-                       *(jnp.asarray(c, F32) for c in counts)])
+    stats = jnp.stack(
+        [amax_x, amax_w, amax_g, sat_x, sat_w, sat_g, ftz_x, ftz_w, ftz_g, *(jnp.asarray(c, F32) for c in counts)]
+    )
     new_hist = None
     if hist is not None:
         now = jnp.stack([amax_x, amax_w, amax_g])[:, None]
@@ -191,9 +205,11 @@ def gpu_flags_warning(backend: str, xla_flags: str) -> str | None:
     """
     if backend != "gpu" or TRITON_GEMM_OFF in xla_flags.split():
         return None
-    return (f"float8 matmuls on GPU become cuBLASLt FP8 GEMMs only with XLA_FLAGS={TRITON_GEMM_OFF} "
-            "set before JAX starts; without it they run as fp32 GEMMs (0.58x of bf16 measured on H100). "
-            f"Adding {DOT_MERGER_OFF} keeps q/k/v as separate FP8 GEMMs (1.09x of bf16 at 1B on H100)")
+    return (
+        f"float8 matmuls on GPU become cuBLASLt FP8 GEMMs only with XLA_FLAGS={TRITON_GEMM_OFF} "
+        "set before JAX starts; without it they run as fp32 GEMMs (0.58x of bf16 measured on H100). "
+        f"Adding {DOT_MERGER_OFF} keeps q/k/v as separate FP8 GEMMs (1.09x of bf16 at 1B on H100)"
+    )
 
 
 def backend_error() -> str | None:

@@ -74,8 +74,9 @@ def _abstract(leaf: Any) -> Any:
     return one(leaf)
 
 
-def export_leaves(read: Callable[[Any], Any], params: Any, dtype: str = "float32"
-                  ) -> Iterator[tuple[tuple[str, ...], np.ndarray]]:
+def export_leaves(
+    read: Callable[[Any], Any], params: Any, dtype: str = "float32"
+) -> Iterator[tuple[tuple[str, ...], np.ndarray]]:
     """(parameter keys, array of `dtype`) for every parameter of a checkpoint, one at a time.
 
     `params` gives the structure (arrays or ShapeDtypeStructs, float32 or float16 masters);

@@ -21,8 +21,9 @@ def mx_matmul(x: jax.Array, w: jax.Array) -> jax.Array:
     """x [..., in] @ w [in, out] in MXFP8 (forward and backward), result in x's dtype."""
     configs = [jax.nn.get_scaled_dot_general_config("mxfp8")] * 3
     # scaled_dot_general contracts the last axis of both operands: give it w as [out, in].
-    y = jax.nn.scaled_dot_general(x, w.T.astype(x.dtype), (((x.ndim - 1,), (1,)), ((), ())),
-                                  preferred_element_type=jnp.float32, configs=configs)
+    y = jax.nn.scaled_dot_general(
+        x, w.T.astype(x.dtype), (((x.ndim - 1,), (1,)), ((), ())), preferred_element_type=jnp.float32, configs=configs
+    )
     return y.astype(x.dtype)
 
 

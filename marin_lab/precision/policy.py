@@ -82,39 +82,45 @@ class PrecisionConfig:
         if self.matmul not in MATMULS:
             raise PrecisionError(f"precision.matmul={self.matmul!r} is not one of {MATMULS}")
         if self.optimizer_state not in MOMENT_FORMATS:
-            raise PrecisionError(
-                f"precision.optimizer_state={self.optimizer_state!r} is not one of {MOMENT_FORMATS}")
+            raise PrecisionError(f"precision.optimizer_state={self.optimizer_state!r} is not one of {MOMENT_FORMATS}")
         if self.amax_history_len < 1:
             raise PrecisionError(
                 f"precision.amax_history_len={self.amax_history_len} must be at least 1: delayed "
-                "scaling takes each scale from the amaxes of that many earlier steps (16 is common)")
+                "scaling takes each scale from the amaxes of that many earlier steps (16 is common)"
+            )
         if self.fp8_lm_head and not (self.fp8 or self.scalify):
-            raise PrecisionError(f"precision.fp8_lm_head=True needs precision.matmul 'fp8', 'fp8_delayed' or "
-                                 f"'scalify', not {self.matmul!r}")
-        if self.scalify and self.rescale_logits_grad:
-            raise PrecisionError("precision.rescale_logits_grad=True does not combine with matmul='scalify', which "
-                                 "rescales every layer's gradient itself; leave rescale_logits_grad False")
-        if self.master_weights not in MASTER_FORMATS:
             raise PrecisionError(
-                f"precision.master_weights={self.master_weights!r} is not one of {MASTER_FORMATS}")
+                f"precision.fp8_lm_head=True needs precision.matmul 'fp8', 'fp8_delayed' or "
+                f"'scalify', not {self.matmul!r}"
+            )
+        if self.scalify and self.rescale_logits_grad:
+            raise PrecisionError(
+                "precision.rescale_logits_grad=True does not combine with matmul='scalify', which "
+                "rescales every layer's gradient itself; leave rescale_logits_grad False"
+            )
+        if self.master_weights not in MASTER_FORMATS:
+            raise PrecisionError(f"precision.master_weights={self.master_weights!r} is not one of {MASTER_FORMATS}")
         if self.master_weights != "float32" and not self.scalify:
             raise PrecisionError(
                 f"precision.master_weights={self.master_weights!r} needs precision.matmul='scalify' (the weights "
-                f"enter the step as scaled tensors only there), not {self.matmul!r}")
+                f"enter the step as scaled tensors only there), not {self.matmul!r}"
+            )
         if self.export_dtype not in EXPORT_DTYPES:
-            raise PrecisionError(
-                f"precision.export_dtype={self.export_dtype!r} is not one of {tuple(EXPORT_DTYPES)}")
+            raise PrecisionError(f"precision.export_dtype={self.export_dtype!r} is not one of {tuple(EXPORT_DTYPES)}")
         if param_shapes is None:
             return
         if self.fp8_lm_head and "lm_head" not in param_shapes:
-            raise PrecisionError("precision.fp8_lm_head=True needs an output projection of its own; this "
-                                 "model ties it to the embedding (model.tie_embeddings=True)")
+            raise PrecisionError(
+                "precision.fp8_lm_head=True needs an output projection of its own; this "
+                "model ties it to the embedding (model.tie_embeddings=True)"
+            )
         if self.matmul == "mxfp8":
             for name, shape in sorted(param_shapes.items()):
                 if name.startswith("layers/") and len(shape) == 3 and shape[1] % BLOCK:
                     raise PrecisionError(
                         f"precision.matmul='mxfp8' scales blocks of {BLOCK} values along each matmul's "
-                        f"input dimension, but {name} has {shape[1]} inputs; use widths divisible by {BLOCK}")
+                        f"input dimension, but {name} has {shape[1]} inputs; use widths divisible by {BLOCK}"
+                    )
 
     def check_backend(self) -> None:
         """Raise PrecisionError when this process's JAX backend cannot run the matmul format."""
@@ -124,13 +130,15 @@ class PrecisionConfig:
                 raise PrecisionError(
                     f"precision.matmul='mxfp8' cannot run on this backend ({jax.default_backend()}: "
                     f"{reason}); jax.nn.scaled_dot_general lowers block-scaled float8 only on NVIDIA GPUs "
-                    "with cuDNN's MX matmuls. Use 'fp8' or 'fp8_delayed' (per-tensor scales, any backend)")
+                    "with cuDNN's MX matmuls. Use 'fp8' or 'fp8_delayed' (per-tensor scales, any backend)"
+                )
         elif self.fp8 or self.scalify:
             reason = fp8_backend_error()
             if reason:
                 raise PrecisionError(
                     f"precision.matmul={self.matmul!r} cannot run on this backend ({jax.default_backend()}: "
-                    f"{reason}); use 'bf16' or 'compute'")
+                    f"{reason}); use 'bf16' or 'compute'"
+                )
 
             warning = gpu_flags_warning(jax.default_backend(), os.environ.get("XLA_FLAGS", ""))
             if warning:

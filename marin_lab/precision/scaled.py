@@ -78,7 +78,7 @@ def as_scaled(x: jax.Array) -> ScaledArray:
 
 def mul_pow2(a: ScaledArray, exponent: int) -> ScaledArray:
     """a * 2^exponent: only the scale changes."""
-    return ScaledArray(a.data, a.scale * (2.0 ** exponent))
+    return ScaledArray(a.data, a.scale * (2.0**exponent))
 
 
 def cast(a: ScaledArray, dtype: Any) -> ScaledArray:

@@ -78,7 +78,8 @@ def _no_rule(eqn: Any, ctx: _Ctx) -> PrecisionError:
     where = _where(eqn) or ctx.where or "an unknown location"
     return PrecisionError(
         f"precision 'scalify' has no scale-propagation rule for op '{eqn.primitive.name}' (at {where}"
-        f"{inside}); add one to marin_lab/precision/scalify_rules.py or keep that op's inputs unscaled")
+        f"{inside}); add one to marin_lab/precision/scalify_rules.py or keep that op's inputs unscaled"
+    )
 
 
 def _closed(j: Any) -> tuple[Any, Sequence[Any]]:
@@ -139,8 +140,9 @@ def _checkpoint(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
     def body(*args: Any) -> list[Any]:
         return eval_jaxpr(jaxpr, consts, args, inner)
 
-    return jax.checkpoint(body, prevent_cse=eqn.params.get("prevent_cse", True),
-                          policy=eqn.params.get("policy"))(*invals)
+    return jax.checkpoint(body, prevent_cse=eqn.params.get("prevent_cse", True), policy=eqn.params.get("policy"))(
+        *invals
+    )
 
 
 def _is_float(x: Any) -> bool:
@@ -203,7 +205,7 @@ def _to_xs(x: Any, length: int) -> Any:
 def _scan(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
     p = eqn.params
     nc, ncar, length = p["num_consts"], p["num_carry"], p["length"]
-    consts, init, xs = invals[:nc], invals[nc:nc + ncar], invals[nc + ncar:]
+    consts, init, xs = invals[:nc], invals[nc : nc + ncar], invals[nc + ncar :]
     body, body_consts = _closed(p["jaxpr"])
     # The carry is renormalised on entry too, so that every iteration starts from data of unit RMS:
     # the first backward iteration (the top layer) gets the loss's gradient, whose data is far
@@ -218,8 +220,9 @@ def _scan(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
         new, log2_scale, finite = _rescale(new)
         return new, (outs[ncar:], log2_scale, finite)
 
-    carry, (ys, log2_scale, finite) = jax.lax.scan(step, init, xs, length=length, reverse=p["reverse"],
-                                                   unroll=p.get("unroll", 1))
+    carry, (ys, log2_scale, finite) = jax.lax.scan(
+        step, init, xs, length=length, reverse=p["reverse"], unroll=p.get("unroll", 1)
+    )
     if ctx.stats is not None:
         ctx.stats.scans.append(ScanStats(bool(p["reverse"]), log2_scale, finite))
     return [*carry, *ys]
@@ -228,7 +231,7 @@ def _scan(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
 def _while(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
     p = eqn.params
     cn, bn = p["cond_nconsts"], p["body_nconsts"]
-    cond_consts, body_consts, init = invals[:cn], invals[cn:cn + bn], invals[cn + bn:]
+    cond_consts, body_consts, init = invals[:cn], invals[cn : cn + bn], invals[cn + bn :]
     cond, cond_c = _closed(p["cond_jaxpr"])
     body, body_c = _closed(p["body_jaxpr"])
     inner = ctx.inner("while loop", eqn, record=False)
@@ -247,9 +250,18 @@ def _while(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
 
 
 _HIGHER: dict[str, Callable[[Any, Sequence[Any], _Ctx], list[Any]]] = {
-    "jit": _call, "pjit": _call, "closed_call": _call, "core_call": _call,
-    "custom_jvp_call": _call, "custom_vjp_call": _call, "custom_vjp_call_jaxpr": _call,
-    "checkpoint": _checkpoint, "remat": _checkpoint, "remat2": _checkpoint, "scan": _scan, "while": _while,
+    "jit": _call,
+    "pjit": _call,
+    "closed_call": _call,
+    "core_call": _call,
+    "custom_jvp_call": _call,
+    "custom_vjp_call": _call,
+    "custom_vjp_call_jaxpr": _call,
+    "checkpoint": _checkpoint,
+    "remat": _checkpoint,
+    "remat2": _checkpoint,
+    "scan": _scan,
+    "while": _while,
 }
 
 
@@ -266,6 +278,7 @@ def scalify(fn: Callable[..., Any]) -> Callable[..., tuple[Any, Stats]]:
     stacked arrays); other leaves enter plain. Outputs are `ScaledArray`s wherever a scaled
     value reached them; `to_values` turns them into plain arrays.
     """
+
     def run(*args: Any) -> tuple[Any, Stats]:
         flat, tree = jax.tree_util.tree_flatten(args, is_leaf=is_scaled)
 
@@ -282,6 +295,7 @@ def scalify(fn: Callable[..., Any]) -> Callable[..., tuple[Any, Stats]]:
 
 def to_values(tree: Any, dtype: Any = None) -> Any:
     """Scaled leaves turned into plain arrays (`data * scale` in fp32, then `dtype` or the data's)."""
+
     def one(x: Any) -> Any:
         if not is_scaled(x):
             return x
@@ -302,4 +316,3 @@ def tensor_scale(x: jax.Array) -> ScaledArray:
     """An array as scaled data with one power-of-two scale from its RMS."""
     s, _ = _l2_pow2(x)
     return ScaledArray((x.astype(F32) / s).astype(x.dtype), s)
-

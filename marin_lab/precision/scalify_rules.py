@@ -102,6 +102,7 @@ def _bind(eqn: Any, args: Sequence[Any]) -> Any:
 
 # ---- ops linear in one operand: the data goes through, the scale stays ----
 
+
 def on_data(eqn: Any, invals: Sequence[Any], operand: int = 0) -> list[Any]:
     x = single_scale(invals[operand])
     if any(is_scaled(v) for i, v in enumerate(invals) if i != operand):
@@ -157,6 +158,7 @@ def pad(eqn: Any, invals: Sequence[Any]) -> list[Any]:
 
 # ---- ops that mix operands at one scale ----
 
+
 def _mixed(eqn: Any, invals: Sequence[Any], which: Sequence[int]) -> list[Any]:
     """Bind with the operands at positions `which` brought to one scale (the others plain)."""
     data, scale = common([invals[i] for i in which])
@@ -196,6 +198,7 @@ def clamp(eqn: Any, invals: Sequence[Any]) -> list[Any]:
 
 
 # ---- arithmetic ----
+
 
 def add(eqn: Any, invals: Sequence[Any]) -> list[Any]:
     a, b = (single_scale(v) for v in invals)
@@ -250,7 +253,7 @@ def div(eqn: Any, invals: Sequence[Any]) -> list[Any]:
 def integer_pow(eqn: Any, invals: Sequence[Any]) -> list[Any]:
     x = single_scale(invals[0])
     y = eqn.params["y"]
-    return [_scaled(x.data.astype(F32) ** y, x.scale ** y, _out_dtype(eqn))]
+    return [_scaled(x.data.astype(F32) ** y, x.scale**y, _out_dtype(eqn))]
 
 
 def square(eqn: Any, invals: Sequence[Any]) -> list[Any]:
@@ -291,14 +294,14 @@ def to_plain(eqn: Any, invals: Sequence[Any]) -> list[Any]:
 
 # ---- contractions and reductions ----
 
+
 def _grow(n: int) -> float:
     """pow2(sqrt(n)): how much a sum of n unit-variance terms grows, as a power of two."""
     return float(2.0 ** math.floor(math.log2(math.sqrt(max(n, 1)))))
 
 
 def dot_general(eqn: Any, invals: Sequence[Any]) -> list[Any]:
-    a, b = (single_scale(v) if is_scaled(v) else ScaledArray(jnp.asarray(v), jnp.ones((), F32))
-            for v in invals)
+    a, b = (single_scale(v) if is_scaled(v) else ScaledArray(jnp.asarray(v), jnp.ones((), F32)) for v in invals)
     (contract_a, _), _ = eqn.params["dimension_numbers"]
     grow = _grow(math.prod(a.shape[d] for d in contract_a))
     # fp32 accumulation whatever the operands; the data comes back near unit size. Float8 data is
@@ -359,11 +362,45 @@ RULES: dict[str, Rule] = {
     "argmax": reduce_extreme,
     "argmin": reduce_extreme,
 }
-for _name in ("reshape", "transpose", "broadcast_in_dim", "squeeze", "expand_dims", "slice", "rev",
-              "gather", "dynamic_slice", "split", "sharding_constraint", "reduce_precision", "real"):
+for _name in (
+    "reshape",
+    "transpose",
+    "broadcast_in_dim",
+    "squeeze",
+    "expand_dims",
+    "slice",
+    "rev",
+    "gather",
+    "dynamic_slice",
+    "split",
+    "sharding_constraint",
+    "reduce_precision",
+    "real",
+):
     RULES[_name] = on_data
-for _name in ("exp", "exp2", "log", "log1p", "expm1", "logistic", "tanh", "sin", "cos", "tan", "erf",
-              "erfc", "erf_inv", "atan", "atan2", "asin", "acos", "sinh", "cosh", "pow", "cbrt"):
+for _name in (
+    "exp",
+    "exp2",
+    "log",
+    "log1p",
+    "expm1",
+    "logistic",
+    "tanh",
+    "sin",
+    "cos",
+    "tan",
+    "erf",
+    "erfc",
+    "erf_inv",
+    "atan",
+    "atan2",
+    "asin",
+    "acos",
+    "sinh",
+    "cosh",
+    "pow",
+    "cbrt",
+):
     RULES[_name] = nonlinear
 for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
     RULES[_name] = compare

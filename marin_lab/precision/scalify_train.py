@@ -41,8 +41,7 @@ MASTER_FORMATS = ("float32", "float16_scaled")
 
 def _dot2d(a: jax.Array, b: jax.Array) -> jax.Array:
     """a [..., K] @ b [K, N] as one 2-D dot in fp32 (the shape XLA's FP8 GEMM rewrite takes)."""
-    out = jax.lax.dot_general(a.reshape(-1, a.shape[-1]), b, (((1,), (0,)), ((), ())),
-                              preferred_element_type=F32)
+    out = jax.lax.dot_general(a.reshape(-1, a.shape[-1]), b, (((1,), (0,)), ((), ())), preferred_element_type=F32)
     return out.reshape(*a.shape[:-1], b.shape[-1])
 
 
@@ -98,8 +97,7 @@ def scaled_params(params: Any) -> Any:
 def master_params(params: Any) -> Any:
     """float32 parameters stored as float16 data with power-of-two scales (per layer when stacked)."""
     scaled = scaled_params(params)
-    return jax.tree_util.tree_map(lambda s: ScaledArray(s.data.astype(jnp.float16), s.scale), scaled,
-                                  is_leaf=is_scaled)
+    return jax.tree_util.tree_map(lambda s: ScaledArray(s.data.astype(jnp.float16), s.scale), scaled, is_leaf=is_scaled)
 
 
 def param_values(params: Any) -> Any:
@@ -109,6 +107,7 @@ def param_values(params: Any) -> Any:
 
 def apply_updates(params: Any, updates: Any, lr: jax.Array) -> Any:
     """params - lr * updates: fp32 masters in place; float16 masters decoded, updated, re-encoded."""
+
     def one(p: Any, u: jax.Array) -> Any:
         if not is_scaled(p):
             return (p - lr * u).astype(p.dtype)
@@ -121,8 +120,12 @@ def apply_updates(params: Any, updates: Any, lr: jax.Array) -> Any:
 
 def zero_stats(num_layers: int) -> dict[str, jax.Array]:
     """The shape of the policy's per-step statistics (also the microbatch accumulator's start)."""
-    return {"act_scale_log2": jnp.zeros((num_layers,), F32), "grad_scale_log2": jnp.zeros((num_layers,), F32),
-            "nonfinite_act": jnp.zeros((num_layers,), F32), "nonfinite_grad": jnp.zeros((num_layers,), F32)}
+    return {
+        "act_scale_log2": jnp.zeros((num_layers,), F32),
+        "grad_scale_log2": jnp.zeros((num_layers,), F32),
+        "nonfinite_act": jnp.zeros((num_layers,), F32),
+        "nonfinite_grad": jnp.zeros((num_layers,), F32),
+    }
 
 
 def _layer_stats(stats: Stats, num_layers: int) -> dict[str, jax.Array]:
@@ -143,6 +146,7 @@ def value_and_grad(loss_fn: Callable[..., tuple[jax.Array, jax.Array]], num_laye
 
     Returns ((loss, ce), (fp32 gradients, {"scalify": per-layer statistics})).
     """
+
     def run(params: Any, aux: Any, tokens: jax.Array) -> tuple[tuple, tuple]:
         grad = jax.value_and_grad(lambda p: loss_fn(p, aux, tokens), has_aux=True)
         ((loss, ce), grads), stats = scalify(grad)(scaled_params(params))
@@ -155,8 +159,11 @@ def value_and_grad(loss_fn: Callable[..., tuple[jax.Array, jax.Array]], num_laye
 
 def merge_stats(acc: dict[str, jax.Array], new: dict[str, jax.Array]) -> dict[str, jax.Array]:
     """Two microbatches' statistics: the latest scales, the non-finite flags of either."""
-    return {**new, "nonfinite_act": jnp.maximum(acc["nonfinite_act"], new["nonfinite_act"]),
-            "nonfinite_grad": jnp.maximum(acc["nonfinite_grad"], new["nonfinite_grad"])}
+    return {
+        **new,
+        "nonfinite_act": jnp.maximum(acc["nonfinite_act"], new["nonfinite_act"]),
+        "nonfinite_grad": jnp.maximum(acc["nonfinite_grad"], new["nonfinite_grad"]),
+    }
 
 
 def metrics(stats: dict[str, jax.Array]) -> dict[str, jax.Array]:
@@ -182,7 +189,9 @@ def overflow_message(values: dict[str, float], step: int) -> str | None:
             if values.get(f"scalify/{layer}/nonfinite_{key}"):
                 before = values.get(f"scalify/{layer}/{key}_scale_log2")
                 scale = "" if before is None or not math.isfinite(before) else f" (scale 2^{before:g})"
-                return (f"precision 'scalify': the {where} of {layer} is not finite at step {step}{scale}: a "
-                        "float16 value or its scale overflowed; use compute_dtype 'bfloat16' (float32's "
-                        "range) or lower optimizer.learning_rate")
+                return (
+                    f"precision 'scalify': the {where} of {layer} is not finite at step {step}{scale}: a "
+                    "float16 value or its scale overflowed; use compute_dtype 'bfloat16' (float32's "
+                    "range) or lower optimizer.learning_rate"
+                )
     return None

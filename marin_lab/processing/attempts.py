@@ -149,6 +149,8 @@ def check_memory_fits(ray: Any, memory_bytes: int | None, desc: str) -> None:
     except Exception:  # a cluster that cannot say: Ray itself reports an infeasible task
         return
     if largest and memory_bytes > largest:
-        raise ProcessingError(f"{desc}: shard_policy.memory_bytes={memory_bytes} is more than the largest node of "
-                              f"this Ray cluster offers ({int(largest)} bytes of memory); no shard could ever "
-                              "start. Lower it, or add nodes with more memory")
+        raise ProcessingError(
+            f"{desc}: shard_policy.memory_bytes={memory_bytes} is more than the largest node of "
+            f"this Ray cluster offers ({int(largest)} bytes of memory); no shard could ever "
+            "start. Lower it, or add nodes with more memory"
+        )

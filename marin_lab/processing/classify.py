@@ -79,9 +79,7 @@ def _import_fasttext():
     try:
         import fasttext
     except ImportError as err:  # pragma: no cover - a core dependency
-        raise ClassifierError(
-            "fastText is not installed: pip install 'fasttext-numpy2-wheel==0.9.2'"
-        ) from err
+        raise ClassifierError("fastText is not installed: pip install 'fasttext-numpy2-wheel==0.9.2'") from err
     # fastText prints a warning on every load_model call; it tells the user nothing.
     fasttext.FastText.eprint = lambda *args, **kwargs: None
     return fasttext
@@ -214,7 +212,8 @@ def _train_in_fresh_process(params: dict, model_file: str) -> None:
     (not multiprocessing) so that scripts without a __main__ guard work too."""
     proc = subprocess.run(
         [sys.executable, "-c", _TRAIN_SCRIPT, json.dumps(params), model_file],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     if proc.returncode != 0 or not os.path.exists(model_file):
         raise ClassifierError(
@@ -253,9 +252,16 @@ def train_quality_classifier(config: TrainClassifierConfig) -> dict:
                 f.write(f"{label} {fasttext_line(text, config.max_chars)}\n")
         local_model = os.path.join(tmp, MODEL_FILE)
         params = dict(
-            input=train_file, lr=config.lr, dim=config.dim, epoch=config.epoch,
-            wordNgrams=config.word_ngrams, minCount=config.min_count, bucket=config.bucket,
-            thread=config.thread, seed=config.seed, verbose=0,
+            input=train_file,
+            lr=config.lr,
+            dim=config.dim,
+            epoch=config.epoch,
+            wordNgrams=config.word_ngrams,
+            minCount=config.min_count,
+            bucket=config.bucket,
+            thread=config.thread,
+            seed=config.seed,
+            verbose=0,
         )
         _train_in_fresh_process(params, local_model)
         model = fasttext.load_model(local_model)
@@ -359,7 +365,7 @@ class ClassifyFilterConfig:
 
 
 def _strip(label: str) -> str:
-    return label[len("__label__"):] if label.startswith("__label__") else label
+    return label[len("__label__") :] if label.startswith("__label__") else label
 
 
 def decide_documents(docs: list[dict], scorer: FastTextScorer, config: ClassifyFilterConfig) -> list[Decision]:
@@ -396,10 +402,19 @@ def classify_filter(config: ClassifyFilterConfig) -> dict:
     FastTextScorer(load_fasttext(config.model_path), config.label, config.top_k)
     plans = plan_shards(config.input_path, config.output_path)
     quarantine = Quarantine(step, config.output_path, config.shard_policy)
-    infos = quarantine.map(_classify_task, [(p, config) for p in plans], num_workers=config.num_workers, desc=step,
-                           labels=[p.input_file for p in plans])
+    infos = quarantine.map(
+        _classify_task,
+        [(p, config) for p in plans],
+        num_workers=config.num_workers,
+        desc=step,
+        labels=[p.input_file for p in plans],
+    )
     left_out = quarantine.finish()
     return summarize(
-        step, infos, left_out=left_out if config.shard_policy is not None else None,
-        model=config.model_path, label=config.label, threshold=config.threshold
+        step,
+        infos,
+        left_out=left_out if config.shard_policy is not None else None,
+        model=config.model_path,
+        label=config.label,
+        threshold=config.threshold,
     )

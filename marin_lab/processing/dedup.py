@@ -135,9 +135,11 @@ def _check(config: DedupConfig, step: str) -> None:
         # Dedup is global: a shard missing from the hashes changes what every other shard keeps (its
         # documents are the first occurrences of their duplicates elsewhere), and one missing from
         # the filter loses its own documents and, silently, their duplicates removed elsewhere.
-        raise DedupError(f"{step}: shard_policy.max_bad_shards={config.shard_policy.max_bad_shards}: a dedup step "
-                         "needs every shard (a shard left out changes what the others keep); set it to 0, and "
-                         "leave bad shards out in the step before dedup instead")
+        raise DedupError(
+            f"{step}: shard_policy.max_bad_shards={config.shard_policy.max_bad_shards}: a dedup step "
+            "needs every shard (a shard left out changes what the others keep); set it to 0, and "
+            "leave bad shards out in the step before dedup instead"
+        )
     if config.threshold is not None and not 0.0 <= config.threshold <= 1.0:
         raise DedupError(f"{step}: threshold={config.threshold} must lie in [0, 1] (or be None)")
     for name in ("ngram_size", "num_bands", "rows_per_band", "num_workers", "lsh_partitions"):
@@ -207,8 +209,7 @@ def _signature_task(task: _SignatureTask) -> dict:
     save_npy(task.prefix + ".sig.npy", sigs)
     save_npy(task.prefix + ".bands.npy", records)
     _save_npz(task.prefix + ".ids.npz", ids=_ids_array(docs), valid=valid)
-    info = {"read": stats.read, "params": task.params, "bounds": bounds.tolist(),
-            "without_words": int((~valid).sum())}
+    info = {"read": stats.read, "params": task.params, "bounds": bounds.tolist(), "without_words": int((~valid).sum())}
     mark_shard_done(task.prefix, info)
     return info
 
@@ -276,9 +277,13 @@ def dedup_fuzzy(config: DedupConfig) -> dict:
     _check(config, step)
     plans = plan_shards(config.input_path, config.output_path)
     hasher = MinHasher(config.ngram_size, config.num_bands, config.rows_per_band, config.seed)
-    params = {"ngram_size": config.ngram_size, "num_bands": config.num_bands,
-              "rows_per_band": config.rows_per_band, "threshold": config.threshold,
-              "seed": config.seed}
+    params = {
+        "ngram_size": config.ngram_size,
+        "num_bands": config.num_bands,
+        "rows_per_band": config.rows_per_band,
+        "threshold": config.threshold,
+        "seed": config.seed,
+    }
     quarantine = Quarantine(step, config.output_path, config.shard_policy)
     infos = _all_done(plans)
     if infos is not None:
@@ -290,8 +295,10 @@ def dedup_fuzzy(config: DedupConfig) -> dict:
     sizes = input_sizes([p.input_file for p in plans])
     phase1 = quarantine.map(
         _signature_task,
-        [_SignatureTask(p, w, hasher, config.lsh_partitions, config.on_bad_record)
-         for p, w in zip(plans, prefixes, strict=True)],
+        [
+            _SignatureTask(p, w, hasher, config.lsh_partitions, config.on_bad_record)
+            for p, w in zip(plans, prefixes, strict=True)
+        ],
         num_workers=config.num_workers,
         desc=f"{step}: signatures",
         costs=sizes,
@@ -440,8 +447,10 @@ def dedup_exact(config: DedupConfig) -> dict:
     works = [_work_file(config, p, "exact") for p in plans]
     counts = quarantine.map(
         _exact_hash_task,
-        [(p, w, config.normalize, config.paragraph_level, config.on_bad_record)
-         for p, w in zip(plans, works, strict=True)],
+        [
+            (p, w, config.normalize, config.paragraph_level, config.on_bad_record)
+            for p, w in zip(plans, works, strict=True)
+        ],
         num_workers=config.num_workers,
         desc=f"{step}: hashes",
         labels=[p.input_file for p in plans],

@@ -173,7 +173,9 @@ def _hf_snapshot(config: DownloadConfig, repo: str) -> tuple[str, str]:
 
     try:
         folder = snapshot_download(
-            repo_id=repo, repo_type="dataset", revision=config.revision,
+            repo_id=repo,
+            repo_type="dataset",
+            revision=config.revision,
             cache_dir=config.hf_cache_dir,
             allow_patterns=list(config.include) if config.include else None,
         )
@@ -211,12 +213,17 @@ def download(config: DownloadConfig) -> dict:
     if is_package_source(config.source):
         fetched = fetch_package_source(config.source, config.package_cache_dir)
         files, broken, folders = list_source_and_skipped_links(fetched.local_path, config.include)
-        outside = [link for link in fetched.links_outside
-                   if not config.include or any(fnmatch.fnmatch(link["path"], p) for p in config.include)]
+        outside = [
+            link
+            for link in fetched.links_outside
+            if not config.include or any(fnmatch.fnmatch(link["path"], p) for p in config.include)
+        ]
         source_label, versions, kind = config.source, fetched.versions, config.source.split("://")[0]
         # Each file's recorded source names it inside the package, not in this machine's cache.
-        labels = {f.url: config.source if f.url == fetched.local_path else f"{config.source.rstrip('/')}/{f.rel}"
-                  for f in files}
+        labels = {
+            f.url: config.source if f.url == fetched.local_path else f"{config.source.rstrip('/')}/{f.rel}"
+            for f in files
+        }
     elif config.hf_dataset:
         folder, resolved = _hf_snapshot(config, config.hf_dataset)
         files, broken, folders = list_source_and_skipped_links(folder, config.include)
@@ -240,8 +247,14 @@ def download(config: DownloadConfig) -> dict:
     n_batches = min(len(files), max(1, config.num_workers) * 4)
     chunks = [tuple(files[i * len(files) // n_batches : (i + 1) * len(files) // n_batches]) for i in range(n_batches)]
     batches = [
-        _BatchTask(chunk, config.output_path, dict(config.expected or {}), config.max_retries, config.backoff_s,
-                   {f.url: labels[f.url] for f in chunk if f.url in labels})
+        _BatchTask(
+            chunk,
+            config.output_path,
+            dict(config.expected or {}),
+            config.max_retries,
+            config.backoff_s,
+            {f.url: labels[f.url] for f in chunk if f.url in labels},
+        )
         for chunk in chunks
     ]
     batches_done = map_shards(_fetch_batch, batches, num_workers=config.num_workers, desc="download")
@@ -266,18 +279,40 @@ def download(config: DownloadConfig) -> dict:
     }
     mfs.write_json(mfs.join(config.output_path, "provenance.json"), provenance)
     reused = sum(1 for r in results if r["reused"])
-    logger.info("download: %d files, %d bytes from %s (%d already there)", len(records), provenance["total_bytes"],
-                source_label, reused)
+    logger.info(
+        "download: %d files, %d bytes from %s (%d already there)",
+        len(records),
+        provenance["total_bytes"],
+        source_label,
+        reused,
+    )
     if outside:
-        logger.warning("download: %d symlink(s) under %s lead out of the package and were not copied (listed in "
-                       "provenance.json), e.g. %s -> %s", len(outside), source_label, outside[0]["path"],
-                       outside[0]["link"])
+        logger.warning(
+            "download: %d symlink(s) under %s lead out of the package and were not copied (listed in "
+            "provenance.json), e.g. %s -> %s",
+            len(outside),
+            source_label,
+            outside[0]["path"],
+            outside[0]["link"],
+        )
     if broken:
-        logger.warning("download: %d broken symlink(s) under %s not copied (listed in provenance.json), e.g. %s -> %s",
-                       len(broken), source_label, broken[0]["path"], broken[0]["link"])
-    return {"files": len(records), "total_bytes": provenance["total_bytes"], "reused": reused,
-            "source": source_label, "resolved_revision": resolved, "packages": versions,
-            "skipped_broken_symlinks": len(broken), "broken_symlink_examples": [b["path"] for b in broken[:5]],
-            "skipped_symlinks_outside_package": len(outside),
-            "outside_symlink_examples": [link["path"] for link in outside[:5]],
-            "skipped_linked_folders": len(folders)}
+        logger.warning(
+            "download: %d broken symlink(s) under %s not copied (listed in provenance.json), e.g. %s -> %s",
+            len(broken),
+            source_label,
+            broken[0]["path"],
+            broken[0]["link"],
+        )
+    return {
+        "files": len(records),
+        "total_bytes": provenance["total_bytes"],
+        "reused": reused,
+        "source": source_label,
+        "resolved_revision": resolved,
+        "packages": versions,
+        "skipped_broken_symlinks": len(broken),
+        "broken_symlink_examples": [b["path"] for b in broken[:5]],
+        "skipped_symlinks_outside_package": len(outside),
+        "outside_symlink_examples": [link["path"] for link in outside[:5]],
+        "skipped_linked_folders": len(folders),
+    }

@@ -1,12 +1,12 @@
 """Errors of the data steps.
 
-    ProcessingError                 root of the data-step errors
-    ├── ShardTaskError              one shard's task failed (names the step and the task)
-    ├── DownloadError               a file could not be fetched, or failed its size/sha256 check
-    ├── ExtractError                HTML could not be turned into text (bad method, missing package)
-    └── TokenizeError               the tokenizer or the input of the tokenize step is unusable
-    BadRecordError (ValueError)     a bad line in a document shard (marin_lab.io.documents)
-    NoShardsError (FileNotFoundError)  an input folder with no document shards
+ProcessingError                 root of the data-step errors
+├── ShardTaskError              one shard's task failed (names the step and the task)
+├── DownloadError               a file could not be fetched, or failed its size/sha256 check
+├── ExtractError                HTML could not be turned into text (bad method, missing package)
+└── TokenizeError               the tokenizer or the input of the tokenize step is unusable
+BadRecordError (ValueError)     a bad line in a document shard (marin_lab.io.documents)
+NoShardsError (FileNotFoundError)  an input folder with no document shards
 """
 
 from __future__ import annotations

@@ -75,9 +75,7 @@ def html_to_text(html: bytes, *, method: str = "resiliparse", main_content: bool
 
         tree = HTMLTree.parse(bytes_to_str(html, detect_encoding(html) or "utf-8"))
         title = tree.title.strip() if tree.title else None
-        text = extract_plain_text(
-            tree, main_content=main_content, alt_texts=False, links=False, comments=False
-        )
+        text = extract_plain_text(tree, main_content=main_content, alt_texts=False, links=False, comments=False)
         return normalize_whitespace(text), title or None
     if method == "trafilatura":
         try:
@@ -207,15 +205,14 @@ def extract(config: ExtractConfig) -> dict:
     if config.method not in METHODS:
         raise ExtractError(f"ExtractConfig.method={config.method!r}: expected one of {METHODS}")
     if config.on_bad_record not in ("raise", "skip"):
-        raise ExtractError(
-            f"ExtractConfig.on_bad_record={config.on_bad_record!r}: expected 'raise' or 'skip'"
-        )
+        raise ExtractError(f"ExtractConfig.on_bad_record={config.on_bad_record!r}: expected 'raise' or 'skip'")
     files = _html_files(config)
     groups = _group(files, config.num_shards)
     tasks = [_ShardTask(i, g, config) for i, g in enumerate(groups)]
     shards = Quarantine("extract", config.output_path, config.shard_policy)
-    results = [r for r in shards.map(_extract_shard, tasks, num_workers=config.num_workers, desc="extract")
-               if r is not None]
+    results = [
+        r for r in shards.map(_extract_shard, tasks, num_workers=config.num_workers, desc="extract") if r is not None
+    ]
     bad = shards.finish()
     left_out = sum(len(tasks[b["task"]].files) for b in bad)
     summary = {
@@ -242,7 +239,11 @@ def extract(config: ExtractConfig) -> dict:
         )
     logger.info(
         "extract: %d HTML files -> %d documents (%d empty, %d skipped) in %d shards (%d reused)",
-        len(files), summary["documents"], summary["empty"], summary["skipped"],
-        len(results), summary["shards_reused"],
+        len(files),
+        summary["documents"],
+        summary["empty"],
+        summary["skipped"],
+        len(results),
+        summary["shards_reused"],
     )
     return summary

@@ -99,9 +99,7 @@ def check_on_bad_record(value: str, step: str) -> None:
         )
 
 
-def filter_shard(
-    plan: ShardPlan, decide: Callable[[list[dict]], list[Decision]], *, on_bad_record: str
-) -> dict:
+def filter_shard(plan: ShardPlan, decide: Callable[[list[dict]], list[Decision]], *, on_bad_record: str) -> dict:
     """Run `decide(documents)` over one shard and write kept documents and removal records.
 
     `decide` sees the whole shard at once (so a classifier can score in batches) and returns one
@@ -190,7 +188,12 @@ def summarize(step: str, shard_infos: Sequence[dict | None], *, left_out: list[d
     }
     logger.info(
         "%s: %d shards, %d documents read: kept %d, removed %d %s, skipped %d bad records",
-        step, result["shards"], result["documents_read"], result["kept"],
-        result["removed_total"], result["removed"], result["skipped_bad"],
+        step,
+        result["shards"],
+        result["documents_read"],
+        result["kept"],
+        result["removed_total"],
+        result["removed"],
+        result["skipped_bad"],
     )
     return result

@@ -210,11 +210,13 @@ def _tokenize_shard(task: _ShardTask) -> dict:
 
 def _check(config: TokenizeInstructionsConfig) -> None:
     if not 0.0 <= config.validation_fraction < 1.0:
-        raise TokenizeError(f"TokenizeInstructionsConfig.validation_fraction={config.validation_fraction}: expected 0 "
-                            "<= x < 1")
+        raise TokenizeError(
+            f"TokenizeInstructionsConfig.validation_fraction={config.validation_fraction}: expected 0 <= x < 1"
+        )
     if config.on_bad_record not in ("raise", "skip"):
-        raise TokenizeError(f"TokenizeInstructionsConfig.on_bad_record={config.on_bad_record!r}: "
-                            "expected 'raise' or 'skip'")
+        raise TokenizeError(
+            f"TokenizeInstructionsConfig.on_bad_record={config.on_bad_record!r}: expected 'raise' or 'skip'"
+        )
 
 
 def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
@@ -238,8 +240,13 @@ def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
     tok_sha = hashlib.sha256(tok_bytes).hexdigest()
     tasks = [_ShardTask(i, path, config, eos_id, bos_id, dtype, tok_sha) for i, path in enumerate(shards)]
     quarantine = Quarantine("tokenize_instructions", config.output_path, config.shard_policy)
-    results = [r for r in quarantine.map(_tokenize_shard, tasks, num_workers=config.num_workers,
-                                         desc="tokenize instructions", labels=shards) if r is not None]
+    results = [
+        r
+        for r in quarantine.map(
+            _tokenize_shard, tasks, num_workers=config.num_workers, desc="tokenize instructions", labels=shards
+        )
+        if r is not None
+    ]
     left_out = quarantine.finish()
     stats = ReadStats()
     for r in results:
@@ -250,11 +257,21 @@ def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
             f"({stats.skipped} bad records skipped); records need 'id' and 'prompt'/'response' or 'messages'"
         )
     ledger = new_ledger(
-        dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, bos_id=bos_id,
-        tokenizer={"file": TOKENIZER_FILE, "sha256": tok_sha,
-                   "source": config.tokenizer, "revision": config.tokenizer_revision},
-        split={"validation_fraction": config.validation_fraction, "salt": config.split_salt,
-               "rule": "blake2b-64(salt NUL id) < fraction * 2**64"},
+        dtype=dtype,
+        vocab_size=vocab_size,
+        eos_id=eos_id,
+        bos_id=bos_id,
+        tokenizer={
+            "file": TOKENIZER_FILE,
+            "sha256": tok_sha,
+            "source": config.tokenizer,
+            "revision": config.tokenizer_revision,
+        },
+        split={
+            "validation_fraction": config.validation_fraction,
+            "salt": config.split_salt,
+            "rule": "blake2b-64(salt NUL id) < fraction * 2**64",
+        },
         loss_mask="response tokens only (instruction data)",
         template=dataclasses.asdict(config.template),
         **({"left_out": ledger_left_out(left_out)} if left_out else {}),
@@ -263,7 +280,9 @@ def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
         add_split(ledger, split, [r["splits"][split] for r in results if split in r["splits"]], masked=True)
     write_ledger(config.output_path, ledger)
     summary = {
-        "records": stats.read, "skipped": stats.skipped, "skip_reasons": stats.to_dict()["skip_reasons"],
+        "records": stats.read,
+        "skipped": stats.skipped,
+        "skip_reasons": stats.to_dict()["skip_reasons"],
         "skip_examples": stats.examples,
         "tokens": {s: ledger["splits"][s]["tokens"] for s in SPLITS},
         "loss_tokens": {s: ledger["splits"][s]["loss_tokens"] for s in SPLITS},
@@ -272,6 +291,11 @@ def tokenize_instructions(config: TokenizeInstructionsConfig) -> dict:
     }
     if config.shard_policy is not None:
         summary["bad_shards"] = left_out
-    logger.info("tokenize_instructions: %d records (%d skipped) -> %s tokens, %s in the loss",
-                stats.read, stats.skipped, summary["tokens"], summary["loss_tokens"])
+    logger.info(
+        "tokenize_instructions: %d records (%d skipped) -> %s tokens, %s in the loss",
+        stats.read,
+        stats.skipped,
+        summary["tokens"],
+        summary["loss_tokens"],
+    )
     return summary

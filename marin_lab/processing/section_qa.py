@@ -100,17 +100,28 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
 
 
-def _records(source: ManualSource, page: str, index: int, heading: str, paragraph: str,
-             tasks: tuple[str, ...]) -> list[dict]:
+def _records(
+    source: ManualSource, page: str, index: int, heading: str, paragraph: str, tasks: tuple[str, ...]
+) -> list[dict]:
     base = f"{source.name}/{page}#{index}"
     out = []
     if "title" in tasks:
-        out.append({"id": f"{base}/title", "response": heading,
-                    "prompt": f"Here is how a section of the {source.title} begins:\n\n{paragraph}\n\n"
-                              "What is the section's title?"})
+        out.append(
+            {
+                "id": f"{base}/title",
+                "response": heading,
+                "prompt": f"Here is how a section of the {source.title} begins:\n\n{paragraph}\n\n"
+                "What is the section's title?",
+            }
+        )
     if "manual" in tasks:
-        out.append({"id": f"{base}/manual", "response": f"The {source.title}.",
-                    "prompt": f"Which manual has a section titled \"{heading}\"?"})
+        out.append(
+            {
+                "id": f"{base}/manual",
+                "response": f"The {source.title}.",
+                "prompt": f'Which manual has a section titled "{heading}"?',
+            }
+        )
     return out
 
 
@@ -132,8 +143,9 @@ def make_section_qa(config: SectionQaConfig) -> dict:
         for page in pages:
             html = fs.cat_file(page).decode("utf-8", errors="replace")
             rel = os.path.relpath(page, root)
-            sections += [(rel, i, h, p)
-                         for i, (h, p) in enumerate(sections_of_html(html, min_chars=config.min_paragraph_chars))]
+            sections += [
+                (rel, i, h, p) for i, (h, p) in enumerate(sections_of_html(html, min_chars=config.min_paragraph_chars))
+            ]
         if config.max_sections_per_manual and len(sections) > config.max_sections_per_manual:
             step = len(sections) / config.max_sections_per_manual
             sections = [sections[int(i * step)] for i in range(config.max_sections_per_manual)]

@@ -109,8 +109,10 @@ class ShardPolicy:
 def check_policy(policy: ShardPolicy, step: str) -> None:
     """One line naming the step and field for a policy that cannot work."""
     if not isinstance(policy, ShardPolicy):
-        raise ProcessingError(f"{step}: shard_policy is a {type(policy).__name__}; give a "
-                              "marin_lab.processing.quarantine.ShardPolicy or None")
+        raise ProcessingError(
+            f"{step}: shard_policy is a {type(policy).__name__}; give a "
+            "marin_lab.processing.quarantine.ShardPolicy or None"
+        )
     for name in ("retries", "max_bad_shards", "preemption_retries"):
         value = getattr(policy, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -180,8 +182,15 @@ class ShardProgress:
     the first once the call has run that long, and a last one at the end if any was shown.
     Thread-safe: the engine's threads report shards as they finish."""
 
-    def __init__(self, desc: str, total: int, *, every_s: float | None = None, stream: IO[str] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        desc: str,
+        total: int,
+        *,
+        every_s: float | None = None,
+        stream: IO[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.desc, self.total, self.clock = desc, total, clock
         self.stream = sys.stderr if stream is None else stream
         try:
@@ -303,8 +312,18 @@ def run_shards(
     order = schedule_order(len(tasks), costs)
     progress = ShardProgress(desc, len(tasks))
     try:
-        outcome = _run(fn, tasks, order, num_workers=num_workers, desc=desc, policy=policy, labels=labels,
-                       rerun=rerun, note=note, progress=progress)
+        outcome = _run(
+            fn,
+            tasks,
+            order,
+            num_workers=num_workers,
+            desc=desc,
+            policy=policy,
+            labels=labels,
+            rerun=rerun,
+            note=note,
+            progress=progress,
+        )
     except BaseException:
         progress.close(finished=False)
         raise
@@ -312,13 +331,33 @@ def run_shards(
     return outcome
 
 
-def _run(fn: Callable[[T], R], tasks: list[T], order: list[int], *, num_workers: int, desc: str,
-         policy: ShardPolicy | None, labels: Sequence[str] | None, rerun: str | None, note: str,
-         progress: ShardProgress) -> ShardOutcome[R]:
+def _run(
+    fn: Callable[[T], R],
+    tasks: list[T],
+    order: list[int],
+    *,
+    num_workers: int,
+    desc: str,
+    policy: ShardPolicy | None,
+    labels: Sequence[str] | None,
+    rerun: str | None,
+    note: str,
+    progress: ShardProgress,
+) -> ShardOutcome[R]:
     """`run_shards` past its checks: inline, pool or Ray tasks, or isolated attempts under a policy."""
     if policy is not None:
-        return _run_isolated(fn, tasks, order, num_workers=num_workers, desc=desc, policy=policy,
-                             labels=labels, rerun=rerun, note=note, progress=progress)
+        return _run_isolated(
+            fn,
+            tasks,
+            order,
+            num_workers=num_workers,
+            desc=desc,
+            policy=policy,
+            labels=labels,
+            rerun=rerun,
+            note=note,
+            progress=progress,
+        )
     workers = min(max(1, num_workers), len(tasks))
     if workers <= 1:
         results: list[Any] = [None] * len(tasks)
@@ -634,9 +673,19 @@ def _call(fn, task):
 # ---------------------------------------------------------------- under a ShardPolicy
 
 
-def _run_isolated(fn: Callable[[Any], Any], tasks: list[Any], order: list[int], *, num_workers: int, desc: str,
-                  policy: ShardPolicy, labels: Sequence[str] | None, rerun: str | None, note: str,
-                  progress: ShardProgress) -> ShardOutcome:
+def _run_isolated(
+    fn: Callable[[Any], Any],
+    tasks: list[Any],
+    order: list[int],
+    *,
+    num_workers: int,
+    desc: str,
+    policy: ShardPolicy,
+    labels: Sequence[str] | None,
+    rerun: str | None,
+    note: str,
+    progress: ShardProgress,
+) -> ShardOutcome:
     """Each attempt in a process of its own (a Ray task inside a Ray step, else a spawned process),
     at most `num_workers` at a time, retried within `policy`'s budgets."""
     names = list(labels) if labels is not None else [describe_task(t) for t in tasks]
@@ -652,6 +701,7 @@ def _run_isolated(fn: Callable[[Any], Any], tasks: list[Any], order: list[int], 
 
         def start(i: int) -> RayAttempt | LocalAttempt:
             return LocalAttempt(ctx, fn, tasks[i])
+
     results: list[Any] = [None] * len(tasks)
     attempts: dict[int, list[dict[str, Any]]] = {i: [] for i in range(len(tasks))}
     waiting = deque(order)
@@ -665,8 +715,12 @@ def _run_isolated(fn: Callable[[Any], Any], tasks: list[Any], order: list[int], 
         time.sleep(POLL_S)
         for i, attempt in list(running.items()):
             outcome = attempt.poll()
-            if outcome is None and policy.time_limit_s is not None and attempt.started is not None and \
-                    time.monotonic() - attempt.started > policy.time_limit_s:
+            if (
+                outcome is None
+                and policy.time_limit_s is not None
+                and attempt.started is not None
+                and time.monotonic() - attempt.started > policy.time_limit_s
+            ):
                 attempt.kill()
                 outcome = "time_limit", f"over the time limit of {policy.time_limit_s:g} s; killed"
             if outcome is None:
@@ -677,8 +731,14 @@ def _run_isolated(fn: Callable[[Any], Any], tasks: list[Any], order: list[int], 
                 results[i] = value
                 progress.update()
                 continue
-            attempts[i].append({"attempt": len(attempts[i]) + 1, "kind": kind, "error": value,
-                                "seconds": round(time.monotonic() - (attempt.started or attempt.created), 3)})
+            attempts[i].append(
+                {
+                    "attempt": len(attempts[i]) + 1,
+                    "kind": kind,
+                    "error": value,
+                    "seconds": round(time.monotonic() - (attempt.started or attempt.created), 3),
+                }
+            )
             failures = sum(a["kind"] != "preempted" for a in attempts[i])
             preemptions = len(attempts[i]) - failures
             if failures > policy.retries or preemptions > policy.preemption_retries:
@@ -692,18 +752,25 @@ def _run_isolated(fn: Callable[[Any], Any], tasks: list[Any], order: list[int], 
     return ShardOutcome(results, report)
 
 
-def bad_shards_message(desc: str, report: list[dict[str, Any]], total: int, policy: ShardPolicy,
-                       rerun: str | None, note: str = "") -> str:
+def bad_shards_message(
+    desc: str, report: list[dict[str, Any]], total: int, policy: ShardPolicy, rerun: str | None, note: str = ""
+) -> str:
     """The error of a call whose bad shards exceed the allowance: each bad shard with its last
     attempt's error, and the command that redoes only them."""
     kinds = {a["kind"] for r in report for a in r["attempts"]}
     everyone = len(report) == total and kinds <= {"worker_died", "out_of_memory", "preempted"}
     shards = "shard" if total == 1 else "shards"
-    head = ((f"{desc}: the one shard lost its worker on every attempt" if total == 1 else
-             f"{desc}: every one of {total} shards lost its worker on every attempt") + f" ({', '.join(sorted(kinds))})"
-            if everyone else
-            f"{desc}: {len(report)} of {total} {shards} {'is' if len(report) == total == 1 else 'are'} bad (allowed: "
-            f"{policy.max_bad_shards}{note}); the other {total - len(report)} finished and are kept")
+    head = (
+        (
+            f"{desc}: the one shard lost its worker on every attempt"
+            if total == 1
+            else f"{desc}: every one of {total} shards lost its worker on every attempt"
+        )
+        + f" ({', '.join(sorted(kinds))})"
+        if everyone
+        else f"{desc}: {len(report)} of {total} {shards} {'is' if len(report) == total == 1 else 'are'} bad (allowed: "
+        f"{policy.max_bad_shards}{note}); the other {total - len(report)} finished and are kept"
+    )
     lines = [head]
     for r in report:
         last = r["attempts"][-1]

@@ -248,8 +248,7 @@ def _tokenize_new_shard(task: _ShardTask, key: str) -> dict:
     for split in SPLITS:
         if not lengths[split]:
             continue  # no document of this shard fell in this split: no files, no ledger entry
-        splits[split] = write_shard(task.output_path, split, name, dtype, tokens[split],
-                                    np.concatenate(lengths[split]))
+        splits[split] = write_shard(task.output_path, split, name, dtype, tokens[split], np.concatenate(lengths[split]))
         tokens[split] = []  # let the arrays go before the next split is written
     info = {"index": task.index, "input": task.input_file, "stats": stats.to_dict(), "splits": splits}
     mark_shard_done(key, info)
@@ -265,13 +264,9 @@ def _input_shards(input_path: str | Iterable[str]) -> list[str]:
 
 def _check_config(config: TokenizeConfig) -> None:
     if not 0.0 <= config.validation_fraction < 1.0:
-        raise TokenizeError(
-            f"TokenizeConfig.validation_fraction={config.validation_fraction}: expected 0 <= x < 1"
-        )
+        raise TokenizeError(f"TokenizeConfig.validation_fraction={config.validation_fraction}: expected 0 <= x < 1")
     if config.on_bad_record not in ("raise", "skip"):
-        raise TokenizeError(
-            f"TokenizeConfig.on_bad_record={config.on_bad_record!r}: expected 'raise' or 'skip'"
-        )
+        raise TokenizeError(f"TokenizeConfig.on_bad_record={config.on_bad_record!r}: expected 'raise' or 'skip'")
     if config.batch_size < 1:
         raise TokenizeError(f"TokenizeConfig.batch_size={config.batch_size}: expected >= 1")
 
@@ -296,17 +291,29 @@ def tokenize(config: TokenizeConfig) -> dict:
 
     tasks = [
         _ShardTask(
-            index=i, input_file=path, output_path=config.output_path,
-            validation_fraction=config.validation_fraction, split_salt=config.split_salt,
-            eos_id=eos_id, bos_id=bos_id, dtype=dtype, on_bad_record=config.on_bad_record,
-            batch_size=config.batch_size, single_process=config.num_workers <= 1,
+            index=i,
+            input_file=path,
+            output_path=config.output_path,
+            validation_fraction=config.validation_fraction,
+            split_salt=config.split_salt,
+            eos_id=eos_id,
+            bos_id=bos_id,
+            dtype=dtype,
+            on_bad_record=config.on_bad_record,
+            batch_size=config.batch_size,
+            single_process=config.num_workers <= 1,
             tokenizer_sha256=tok_sha,
         )
         for i, path in enumerate(shards)
     ]
     quarantine = Quarantine("tokenize", config.output_path, config.shard_policy)
-    results = [r for r in quarantine.map(_tokenize_shard, tasks, num_workers=config.num_workers, desc="tokenize",
-                                         costs=input_sizes(shards)) if r is not None]
+    results = [
+        r
+        for r in quarantine.map(
+            _tokenize_shard, tasks, num_workers=config.num_workers, desc="tokenize", costs=input_sizes(shards)
+        )
+        if r is not None
+    ]
     left_out = quarantine.finish()
 
     stats = ReadStats()
@@ -318,11 +325,21 @@ def tokenize(config: TokenizeConfig) -> dict:
             f"({stats.skipped} bad records skipped); an empty token cache cannot be trained on."
         )
     ledger = new_ledger(
-        dtype=dtype, vocab_size=vocab_size, eos_id=eos_id, bos_id=bos_id,
-        tokenizer={"file": TOKENIZER_FILE, "sha256": tok_sha, "source": config.tokenizer,
-                   "revision": config.tokenizer_revision},
-        split={"validation_fraction": config.validation_fraction, "salt": config.split_salt,
-               "rule": "blake2b-64(salt NUL id) < fraction * 2**64"},
+        dtype=dtype,
+        vocab_size=vocab_size,
+        eos_id=eos_id,
+        bos_id=bos_id,
+        tokenizer={
+            "file": TOKENIZER_FILE,
+            "sha256": tok_sha,
+            "source": config.tokenizer,
+            "revision": config.tokenizer_revision,
+        },
+        split={
+            "validation_fraction": config.validation_fraction,
+            "salt": config.split_salt,
+            "rule": "blake2b-64(salt NUL id) < fraction * 2**64",
+        },
         # Only when the step's allowance let shards go: a reader of the cache sees what it lacks.
         **({"left_out": ledger_left_out(left_out)} if left_out else {}),
     )
@@ -350,8 +367,12 @@ def tokenize(config: TokenizeConfig) -> dict:
         summary["bad_shards"] = left_out
     logger.info(
         "tokenize: %d documents (%d skipped) -> %d train / %d validation tokens in %d shards (%d reused)",
-        stats.read, stats.skipped, summary["tokens"]["train"], summary["tokens"]["validation"],
-        len(shards), summary["shards_reused"],
+        stats.read,
+        stats.skipped,
+        summary["tokens"]["train"],
+        summary["tokens"]["validation"],
+        len(shards),
+        summary["shards_reused"],
     )
     return summary
 
@@ -434,6 +455,10 @@ def train_tokenizer(config: TrainTokenizerConfig) -> dict:
         "skipped": stats.skipped,
         "skip_reasons": stats.to_dict()["skip_reasons"],
     }
-    logger.info("train_tokenizer: %d documents, %d chars -> vocab %d", result["documents"], result["chars"],
-                result["vocab_size"])
+    logger.info(
+        "train_tokenizer: %d documents, %d chars -> vocab %d",
+        result["documents"],
+        result["chars"],
+        result["vocab_size"],
+    )
     return result

@@ -128,7 +128,8 @@ def _hub_tokenizer_bytes(repo_id: str, revision: str | None) -> tuple[bytes, str
     if revision is None:
         logger.warning(
             "tokenizer %r from the hub without tokenizer_revision: pin a commit sha so the token "
-            "cache can be reproduced", repo_id,
+            "cache can be reproduced",
+            repo_id,
         )
     try:
         local = hf_hub_download(repo_id=repo_id, filename=TOKENIZER_FILE, revision=revision)

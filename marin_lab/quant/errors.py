@@ -1,6 +1,6 @@
 """Errors of quantization (a branch of marin_lab's tree).
 
-    QuantizationError    a block size, shape or sharding that quantized weights cannot take
+QuantizationError    a block size, shape or sharding that quantized weights cannot take
 """
 
 from __future__ import annotations

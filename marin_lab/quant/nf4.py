@@ -37,12 +37,27 @@ DOUBLE_QUANT_GROUP = 256
 """Absmax constants per second-level block (QLoRA's choice)."""
 
 # The 16 NF4 levels as listed in the QLoRA paper (appendix E); `normal_float_code()` derives them.
-NF4_CODE = np.array([
-    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
-    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
-    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
-    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
-], dtype=np.float32)
+NF4_CODE = np.array(
+    [
+        -1.0,
+        -0.6961928009986877,
+        -0.5250730514526367,
+        -0.39491748809814453,
+        -0.28444138169288635,
+        -0.18477343022823334,
+        -0.09105003625154495,
+        0.0,
+        0.07958029955625534,
+        0.16093020141124725,
+        0.24611230194568634,
+        0.33791524171829224,
+        0.44070982933044434,
+        0.5626170039176941,
+        0.7229568362236023,
+        1.0,
+    ],
+    dtype=np.float32,
+)
 
 
 def normal_float_code(bits: int = 4) -> np.ndarray:
@@ -182,8 +197,7 @@ def check_block_size(shape: tuple[int, ...], block_size: int, name: str = "weigh
         )
 
 
-def quantize_nf4(w: jax.Array, block_size: int = 64, double_quant: bool = True, *,
-                 name: str = "weight") -> NF4Tensor:
+def quantize_nf4(w: jax.Array, block_size: int = 64, double_quant: bool = True, *, name: str = "weight") -> NF4Tensor:
     """Quantize `w [*lead, in, out]` to NF4 (see the module docstring for the layout)."""
     w = jnp.asarray(w)
     check_block_size(w.shape, block_size, name)
@@ -201,8 +215,14 @@ def quantize_nf4(w: jax.Array, block_size: int = 64, double_quant: bool = True, 
         centred = jnp.pad(centred, [(0, 0)] * len(lead) + [(0, groups * DOUBLE_QUANT_GROUP - n)])
         codes, scale = _blockwise(centred, DOUBLE_QUANT_GROUP, DYNAMIC_CODE)
         absmax = codes.reshape(*lead, -1)[..., :n]
-    return NF4Tensor(packed=packed, absmax=absmax, absmax_scale=scale, absmax_offset=offset,
-                     shape=(int(d_in), int(d_out)), block_size=int(block_size))
+    return NF4Tensor(
+        packed=packed,
+        absmax=absmax,
+        absmax_scale=scale,
+        absmax_offset=offset,
+        shape=(int(d_in), int(d_out)),
+        block_size=int(block_size),
+    )
 
 
 def dequantize_nf4(q: NF4Tensor, dtype: Any = jnp.float32) -> jax.Array:

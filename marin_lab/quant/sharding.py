@@ -18,8 +18,9 @@ from marin_lab.quant.errors import QuantizationError
 from marin_lab.quant.nf4 import NF4Tensor
 
 
-def nf4_shardings(q: NF4Tensor, mesh: Mesh, *, axis: str | None = "fsdp", name: str = "weight",
-                  memory_kind: str | None = None) -> NF4Tensor:
+def nf4_shardings(
+    q: NF4Tensor, mesh: Mesh, *, axis: str | None = "fsdp", name: str = "weight", memory_kind: str | None = None
+) -> NF4Tensor:
     """An NF4Tensor of NamedShardings (a pytree prefix for jit) splitting `q` by blocks over `axis`."""
     lead = (None,) * len(q.lead_shape)
 

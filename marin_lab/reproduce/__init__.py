@@ -18,5 +18,16 @@ from marin_lab.reproduce.rerun import (
 )
 from marin_lab.reproduce.target import RecordedExperiment, ReproduceError, locate, read_script
 
-__all__ = ["DIFFERS", "IDENTICAL", "NOT_CHECKED", "NOT_REPRODUCIBLE", "RecordedExperiment", "ReproduceError",
-           "ReproduceReport", "StepResult", "locate", "read_script", "reproduce"]
+__all__ = [
+    "DIFFERS",
+    "IDENTICAL",
+    "NOT_CHECKED",
+    "NOT_REPRODUCIBLE",
+    "RecordedExperiment",
+    "ReproduceError",
+    "ReproduceReport",
+    "StepResult",
+    "locate",
+    "read_script",
+    "reproduce",
+]

@@ -47,8 +47,16 @@ from marin_lab.reproduce.target import (
 
 IDENTICAL, DIFFERS, NOT_REPRODUCIBLE, NOT_CHECKED = "identical", "DIFFERS", "not reproducible", "not checked"
 
-__all__ = ["DIFFERS", "IDENTICAL", "NOT_CHECKED", "NOT_REPRODUCIBLE", "ReproduceError", "ReproduceReport",
-           "StepResult", "reproduce"]
+__all__ = [
+    "DIFFERS",
+    "IDENTICAL",
+    "NOT_CHECKED",
+    "NOT_REPRODUCIBLE",
+    "ReproduceError",
+    "ReproduceReport",
+    "StepResult",
+    "reproduce",
+]
 
 
 @dataclasses.dataclass
@@ -78,8 +86,11 @@ class ReproduceReport:
         """One line per step (identity, verdict, files compared, run logs left out), then its details."""
         width = max([len(s.identity) for s in self.steps] + [4])
         how = "deep: every dependency recomputed" if self.deep else "dependencies read from the original prefix"
-        lines = [f"reproduce {self.experiment} ({how})", f"  into {self.scratch}",
-                 f"  {'step':<{width}}  {'result':<16}  {'compared':>8}  not compared (run logs)"]
+        lines = [
+            f"reproduce {self.experiment} ({how})",
+            f"  into {self.scratch}",
+            f"  {'step':<{width}}  {'result':<16}  {'compared':>8}  not compared (run logs)",
+        ]
         for s in self.steps:
             logs = ", ".join(f"{pattern} ({n})" for pattern, n in s.excluded.items()) or "-"
             lines.append(f"  {s.identity:<{width}}  {s.verdict:<16}  {s.compared:>8}  {logs}")
@@ -90,13 +101,16 @@ class ReproduceReport:
         counts: dict[str, int] = {}
         for s in self.steps:
             counts[s.verdict] = counts.get(s.verdict, 0) + 1
-        lines.append(f"{len(self.steps)} step{'' if len(self.steps) == 1 else 's'}: "
-                     + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())))
+        lines.append(
+            f"{len(self.steps)} step{'' if len(self.steps) == 1 else 's'}: "
+            + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+        )
         return "\n".join(lines)
 
 
-def reproduce(target: str, *, into: str | None = None, steps: str | None = None, deep: bool = False,
-              backend: str = "local") -> ReproduceReport:
+def reproduce(
+    target: str, *, into: str | None = None, steps: str | None = None, deep: bool = False, backend: str = "local"
+) -> ReproduceReport:
     """Rebuild the experiment `target` names from its stored script and compare every selected step.
 
     Everything is checked before anything is executed (target.py); the temporary copy of
@@ -123,27 +137,33 @@ def reproduce(target: str, *, into: str | None = None, steps: str | None = None,
                 os.rmdir(made_scratch)  # only while still empty: never a partial reproduction
 
 
-def _reproduce(rec: RecordedExperiment, script: str, scratch: str, pattern: re.Pattern[str] | None, deep: bool,
-               backend: str) -> ReproduceReport:
+def _reproduce(
+    rec: RecordedExperiment, script: str, scratch: str, pattern: re.Pattern[str] | None, deep: bool, backend: str
+) -> ReproduceReport:
     try:
         rebuilt, _ = capture_steps(script)
     except MarinLabError as err:
         raise ReproduceError(f"the recorded script {rec.script_name} (from {rec.url}): {err}") from err
     except BaseException as err:  # the recorded script no longer imports or runs here
-        raise ReproduceError(f"the recorded script {rec.script_name} (from {rec.url}) no longer runs here: "
-                             f"{type(err).__name__}: {err}") from err
-    executor = Executor(scratch, backend=backend, script=script,
-                        description=f"reproduction of {rec.url}" + (" (deep)" if deep else ""))
+        raise ReproduceError(
+            f"the recorded script {rec.script_name} (from {rec.url}) no longer runs here: {type(err).__name__}: {err}"
+        ) from err
+    executor = Executor(
+        scratch, backend=backend, script=script, description=f"reproduction of {rec.url}" + (" (deep)" if deep else "")
+    )
     try:
         plan = executor.plan(rebuilt, strict_regions=True)  # it runs steps itself: every region checked
     except MarinLabError as err:  # e.g. two steps now share an output path
-        raise ReproduceError(f"the recorded script {rec.script_name} (from {rec.url}) cannot be planned here: "
-                             f"{err}") from err
+        raise ReproduceError(
+            f"the recorded script {rec.script_name} (from {rec.url}) cannot be planned here: {err}"
+        ) from err
     for ps in plan.steps:  # a pinned output path (override_output_path) could lead anywhere
         if not is_within(ps.output_path, scratch):
-            raise ReproduceError(f"step '{ps.identity}' of {rec.url} writes to {ps.output_path} (a pinned "
-                                 f"override_output_path), outside the scratch prefix {scratch}; reproduce writes "
-                                 "nowhere else, so it cannot rerun this experiment")
+            raise ReproduceError(
+                f"step '{ps.identity}' of {rec.url} writes to {ps.output_path} (a pinned "
+                f"override_output_path), outside the scratch prefix {scratch}; reproduce writes "
+                "nowhere else, so it cannot rerun this experiment"
+            )
     chosen = [ps for ps in plan.steps if pattern is None or pattern.search(ps.name)]
     if not chosen:
         raise ReproduceError(f"--steps {pattern.pattern if pattern else None!r} matches no step of {rec.url}")
@@ -152,17 +172,28 @@ def _reproduce(rec: RecordedExperiment, script: str, scratch: str, pattern: re.P
     for ps in chosen:
         recorded = rec.steps.get(ps.name)
         if recorded is None:
-            results[ps.identity] = StepResult(ps.name, ps.identity, DIFFERS, [
-                "not in the record: the recorded script plans a step it did not record"])
+            results[ps.identity] = StepResult(
+                ps.name, ps.identity, DIFFERS, ["not in the record: the recorded script plans a step it did not record"]
+            )
         elif recorded != ps.identity:
-            results[ps.identity] = StepResult(ps.name, ps.identity, DIFFERS, [
-                f"identity differs from the record ({recorded}): the helpers or a source changed since; "
-                "`marin-lab explain` shows which field"])
+            results[ps.identity] = StepResult(
+                ps.name,
+                ps.identity,
+                DIFFERS,
+                [
+                    f"identity differs from the record ({recorded}): the helpers or a source changed since; "
+                    "`marin-lab explain` shows which field"
+                ],
+            )
         else:
             runnable.append(ps)
     # The same place under the original prefix (`{identity}`, or a pinned `{name}/{version}`).
-    originals = {ps.identity: join(rec.original, ps.output_path[len(scratch.rstrip("/")):].strip("/"))
-                 if is_within(ps.output_path, scratch) else join(rec.original, ps.identity) for ps in plan.steps}
+    originals = {
+        ps.identity: join(rec.original, ps.output_path[len(scratch.rstrip("/")) :].strip("/"))
+        if is_within(ps.output_path, scratch)
+        else join(rec.original, ps.identity)
+        for ps in plan.steps
+    }
     if deep and runnable:
         executor.run(rebuilt, run_only=[f"^{re.escape(ps.name)}$" for ps in runnable], raise_on_failure=False)
     if not deep and runnable:
@@ -198,8 +229,9 @@ def _run_on_original_inputs(executor: Any, plan: Any, ps: Any, originals: dict[s
             continue
         st = read_status(originals[dep.identity])
         if (st or {}).get("status") != "SUCCESS":
-            return (f"dependency {dep.identity} has no successful output in the original prefix; "
-                    "use --deep to recompute it")
+            return (
+                f"dependency {dep.identity} has no successful output in the original prefix; use --deep to recompute it"
+            )
     saved = {s.identity: s.output_path for s in plan.steps}
     try:
         for dep in plan.ancestors([ps]):
@@ -225,8 +257,12 @@ def _run_on_original_inputs(executor: Any, plan: Any, ps: Any, originals: dict[s
 def _judge(ps: Any, original_path: str, plan: Any, prefixes: tuple[str, ...]) -> StepResult:
     info = _record_or_none(original_path)
     if info is None or info.manifest is None:
-        return StepResult(ps.name, ps.identity, NOT_CHECKED,
-                          [f"the original {original_path} has no successful record with a manifest"])
+        return StepResult(
+            ps.name,
+            ps.identity,
+            NOT_CHECKED,
+            [f"the original {original_path} has no successful record with a manifest"],
+        )
     declared = info.reproducibility
     if not isinstance(declared, dict):  # recorded before declarations: today's declaration, said so
         declared = declaration(ps.step.fn, plan.resolve_config(ps))
@@ -235,8 +271,7 @@ def _judge(ps: Any, original_path: str, plan: Any, prefixes: tuple[str, ...]) ->
     status = (read_status(ps.output_path) or {}).get("status")
     if status != "SUCCESS":
         return StepResult(ps.name, ps.identity, DIFFERS, [f"the rerun ended {status or 'without a status'}"])
-    cmp = compare_outputs(info.manifest, original_path, manifest(ps.output_path), ps.output_path, declared,
-                          prefixes)
+    cmp = compare_outputs(info.manifest, original_path, manifest(ps.output_path), ps.output_path, declared, prefixes)
     verdict = IDENTICAL if not cmp.differences else DIFFERS
     details = list(cmp.differences)
     if cmp.normalized and not cmp.differences:

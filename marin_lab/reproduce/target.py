@@ -72,37 +72,49 @@ def locate(target: str) -> RecordedExperiment:
     if target.endswith(".json"):
         record = _read_record(target)
         if record is None:
-            raise ReproduceError(f"{target}: no such experiment record; give {{prefix}}/experiments/NAME-HASH.json "
-                                 "or a step's output path")
+            raise ReproduceError(
+                f"{target}: no such experiment record; give {{prefix}}/experiments/NAME-HASH.json "
+                "or a step's output path"
+            )
         head, _, name = _folder(target).rpartition("/")
         if name == EXPERIMENTS_DIR:  # named as the executor writes it: the prefix is the folder above
             prefix = named = head or ("/" if target.startswith("/") else ".")
         elif isinstance(record.get("prefix"), str) and record["prefix"]:
             prefix = named = record["prefix"]
         else:
-            raise ReproduceError(f"{target} lies outside an experiments/ folder and names no prefix (field 'prefix'); "
-                                 "give the record where the executor wrote it, {prefix}/experiments/NAME-HASH.json")
+            raise ReproduceError(
+                f"{target} lies outside an experiments/ folder and names no prefix (field 'prefix'); "
+                "give the record where the executor wrote it, {prefix}/experiments/NAME-HASH.json"
+            )
         return _checked(target, record, prefix, named)
     try:
         info = read_step_record(target)
     except RecordError as err:
         raise ReproduceError(f"{err}; give the experiment record instead") from None
     if info is None:
-        raise ReproduceError(f"{target} has no step record ({info_path(target)}); give an experiment record "
-                             "or the output path of a step the executor ran")
+        raise ReproduceError(
+            f"{target} has no step record ({info_path(target)}); give an experiment record "
+            "or the output path of a step the executor ran"
+        )
     identity = info.identity or ""
     if not target.endswith("/" + identity):
-        raise ReproduceError(f"{target}: its record names identity {identity!r}, which is not the path's end; "
-                             "give the experiment record instead")
+        raise ReproduceError(
+            f"{target}: its record names identity {identity!r}, which is not the path's end; "
+            "give the experiment record instead"
+        )
     prefix = target[: -len(identity) - 1]
     experiment = (info.code or {}).get("experiment")
     if not experiment:
-        raise ReproduceError(f"{info_path(target)} was written by an older record schema: it names no experiment "
-                             "record (code.experiment); give the experiment record, or rerun the step with this "
-                             "version of marin_lab")
+        raise ReproduceError(
+            f"{info_path(target)} was written by an older record schema: it names no experiment "
+            "record (code.experiment); give the experiment record, or rerun the step with this "
+            "version of marin_lab"
+        )
     if not isinstance(experiment, str):
-        raise ReproduceError(f"{info_path(target)}: field 'code.experiment' is {type(experiment).__name__}, expected "
-                             "the experiment record's path; give the experiment record instead")
+        raise ReproduceError(
+            f"{info_path(target)}: field 'code.experiment' is {type(experiment).__name__}, expected "
+            "the experiment record's path; give the experiment record instead"
+        )
     url = experiment if "://" in experiment or experiment.startswith("/") else join(prefix, experiment)
     record = _read_record(url)
     if record is None:
@@ -114,8 +126,9 @@ def _read_record(url: str) -> dict[str, Any] | None:
     try:
         return read_experiment_record(url)
     except RecordError as err:
-        raise ReproduceError(f"{err}; it is not an experiment record ({{prefix}}/experiments/NAME-HASH.json) "
-                             "that reproduce can read") from None
+        raise ReproduceError(
+            f"{err}; it is not an experiment record ({{prefix}}/experiments/NAME-HASH.json) that reproduce can read"
+        ) from None
 
 
 def _folder(url: str) -> str:
@@ -123,8 +136,10 @@ def _folder(url: str) -> str:
 
 
 def _field(url: str, name: str, value: Any, expected: str) -> ReproduceError:
-    return ReproduceError(f"{url}: field '{name}' is {type(value).__name__}, expected {expected}; the record is "
-                          "damaged: give another record, or rerun the experiment to write it again")
+    return ReproduceError(
+        f"{url}: field '{name}' is {type(value).__name__}, expected {expected}; the record is "
+        "damaged: give another record, or rerun the experiment to write it again"
+    )
 
 
 def _checked(url: str, record: dict[str, Any], prefix: str, named: str) -> RecordedExperiment:
@@ -140,9 +155,11 @@ def _checked(url: str, record: dict[str, Any], prefix: str, named: str) -> Recor
     if not isinstance(code, dict) or not code.get("stored_script"):
         why = code.get("script_missing") if isinstance(code, dict) else None
         raise ReproduceError(
-            f"{url} holds no stored script (" + (why if isinstance(why, str) else "written by an older record "
-                                                 "schema, before scripts were stored") + "); it cannot be rebuilt as "
-            "it was recorded. Run the experiment again with this version of marin_lab to record its script")
+            f"{url} holds no stored script ("
+            + (why if isinstance(why, str) else "written by an older record schema, before scripts were stored")
+            + "); it cannot be rebuilt as "
+            "it was recorded. Run the experiment again with this version of marin_lab to record its script"
+        )
     stored, digest, script = code["stored_script"], code.get("script_sha256"), code.get("script")
     if not isinstance(stored, str):
         raise _field(url, "code.stored_script", stored, "a path like scripts/NAME-HASH.py")
@@ -154,15 +171,30 @@ def _checked(url: str, record: dict[str, Any], prefix: str, named: str) -> Recor
     try:
         script_url = confine(join(folder, stored), folder)
     except PathOutsideError:
-        raise ReproduceError(f"{url}: field 'code.stored_script' ({stored!r}) leads outside the record's folder "
-                             f"{folder}; reproduce runs only a script stored beside its record (this record is "
-                             "damaged or was edited)") from None
+        raise ReproduceError(
+            f"{url}: field 'code.stored_script' ({stored!r}) leads outside the record's folder "
+            f"{folder}; reproduce runs only a script stored beside its record (this record is "
+            "damaged or was edited)"
+        ) from None
     original = _canonical(normalize_prefix(prefix), url)
-    aliases = tuple(dict.fromkeys(a for a in (normalize_prefix(named), record.get("prefix"))
-                                  if isinstance(a, str) and a and a != original and _same(a, original)))
+    aliases = tuple(
+        dict.fromkeys(
+            a
+            for a in (normalize_prefix(named), record.get("prefix"))
+            if isinstance(a, str) and a and a != original and _same(a, original)
+        )
+    )
     name = os.path.basename(script or "")
-    return RecordedExperiment(url, record, original, aliases, steps,
-                              name if _SCRIPT_NAME.fullmatch(name) else "experiment.py", script_url, digest)
+    return RecordedExperiment(
+        url,
+        record,
+        original,
+        aliases,
+        steps,
+        name if _SCRIPT_NAME.fullmatch(name) else "experiment.py",
+        script_url,
+        digest,
+    )
 
 
 def _same(a: str, b: str) -> bool:
@@ -179,8 +211,9 @@ def read_script(rec: RecordedExperiment) -> str:
             raise ReproduceError(f"{rec.url}: its script {rec.script_url} is missing")
         data = read_bytes(rec.script_url)
     except OSError as err:
-        raise ReproduceError(f"{rec.url}: its script {rec.script_url} cannot be read ({type(err).__name__}: "
-                             f"{err})") from None
+        raise ReproduceError(
+            f"{rec.url}: its script {rec.script_url} cannot be read ({type(err).__name__}: {err})"
+        ) from None
     if hashlib.sha256(data).hexdigest() != rec.script_sha256:
         raise ReproduceError(f"{rec.script_url} does not match the sha256 in {rec.url}; the stored script was changed")
     try:
@@ -196,11 +229,14 @@ def compile_steps(steps: str | None, rec: RecordedExperiment) -> re.Pattern[str]
     try:
         pattern = re.compile(steps)
     except re.error as err:
-        raise ReproduceError(f"--steps {steps!r} is not a regular expression ({err}); e.g. --steps '^tokenized/'") \
-            from None
+        raise ReproduceError(
+            f"--steps {steps!r} is not a regular expression ({err}); e.g. --steps '^tokenized/'"
+        ) from None
     if not any(pattern.search(name) for name in rec.steps):
-        raise ReproduceError(f"--steps {steps!r} matches no step of {rec.url} (its steps: "
-                             f"{', '.join(sorted(rec.steps)[:8])}{', ...' if len(rec.steps) > 8 else ''})")
+        raise ReproduceError(
+            f"--steps {steps!r} matches no step of {rec.url} (its steps: "
+            f"{', '.join(sorted(rec.steps)[:8])}{', ...' if len(rec.steps) > 8 else ''})"
+        )
     return pattern
 
 
@@ -208,7 +244,9 @@ def check_scratch(into: str, rec: RecordedExperiment) -> str:
     """`into`, resolved, after checking that it and the original prefix do not reach each other."""
     scratch = _canonical(normalize_prefix(into), f"--into {into}")
     if overlaps(scratch, rec.original):
-        raise ReproduceError(f"--into {into} reaches the original prefix {rec.original} (the same folder, inside it or "
-                             "around it, after resolving symlinks and file:// URLs); reproduce never writes there: "
-                             "give a scratch prefix elsewhere")
+        raise ReproduceError(
+            f"--into {into} reaches the original prefix {rec.original} (the same folder, inside it or "
+            "around it, after resolving symlinks and file:// URLs); reproduce never writes there: "
+            "give a scratch prefix elsewhere"
+        )
     return scratch

@@ -25,7 +25,20 @@ from marin_lab.store.layout import (
 )
 
 __all__ = [
-    "CORRUPT", "DEFAULT_PREFIX", "EXPERIMENTS_DIR", "INFO_FILE", "LEASE_FILE", "MISSING", "RECORD_FILES",
-    "STATUS_FILE", "Status", "default_prefix", "experiment_record_url", "experiment_runs_dir",
-    "experiments_dir", "info_url", "run_record_name", "status_url",
+    "CORRUPT",
+    "DEFAULT_PREFIX",
+    "EXPERIMENTS_DIR",
+    "INFO_FILE",
+    "LEASE_FILE",
+    "MISSING",
+    "RECORD_FILES",
+    "STATUS_FILE",
+    "Status",
+    "default_prefix",
+    "experiment_record_url",
+    "experiment_runs_dir",
+    "experiments_dir",
+    "info_url",
+    "run_record_name",
+    "status_url",
 ]

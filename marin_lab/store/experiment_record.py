@@ -88,8 +88,9 @@ class ExperimentRecord:
     def from_json(cls, data: Any, url: str = "<experiment record>") -> ExperimentRecord:
         """Parse a record; `url` names it in errors. Raises RecordError when it is damaged."""
         if not isinstance(data, dict):
-            raise RecordError(url, f"is {type(data).__name__}, not a JSON object; rerun the experiment to "
-                                   "write it again")
+            raise RecordError(
+                url, f"is {type(data).__name__}, not a JSON object; rerun the experiment to write it again"
+            )
         strict = "schema" in data  # ours; older records are read leniently (a field of the wrong type kept aside)
         known = {k for k, _, _ in _LAYOUT}
         extra = {k: v for k, v in data.items() if k not in known}
@@ -105,8 +106,11 @@ class ExperimentRecord:
             if ok:
                 kwargs[key] = value
             elif strict:
-                raise RecordError(url, f"is {type(value).__name__}, expected {what}; rerun the experiment to "
-                                       "write it again", field=key)
+                raise RecordError(
+                    url,
+                    f"is {type(value).__name__}, expected {what}; rerun the experiment to write it again",
+                    field=key,
+                )
             else:
                 extra[key] = value
         if "schema" not in data:

@@ -53,9 +53,12 @@ def parse_launch_record(raw: bytes, url: str, run_id: str) -> dict[str, Any]:
     try:
         state = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise LaunchRecordDamage(url, f"{url}: the record of run {run_id} is not valid JSON ({err}); it is "
-                                      "damaged (a write cut short?): a running supervisor rewrites it at its next "
-                                      "change") from None
+        raise LaunchRecordDamage(
+            url,
+            f"{url}: the record of run {run_id} is not valid JSON ({err}); it is "
+            "damaged (a write cut short?): a running supervisor rewrites it at its next "
+            "change",
+        ) from None
     why = launch_record_damage(state)
     if why:
         raise LaunchRecordDamage(url, f"{url}: the record of run {run_id} is damaged: {why}")

@@ -169,8 +169,10 @@ def tmp_path(name: str) -> str:
     its limit (default 14 days), unless a live lease below it says a step still writes there."""
     parts = name.strip("/").split("/") if isinstance(name, str) else []
     if not parts or not all(parts) or any(p in (".", "..") for p in parts) or "://" in name or name.startswith("/"):
-        raise ValueError(f"tmp_path({name!r}): give a relative name such as 'lr-probe/run-1' (no '..', no "
-                         "leading '/', no URL); it is placed under {prefix}/tmp/")
+        raise ValueError(
+            f"tmp_path({name!r}): give a relative name such as 'lr-probe/run-1' (no '..', no "
+            "leading '/', no URL); it is placed under {prefix}/tmp/"
+        )
     return f"{TMP_DIR}/{'/'.join(parts)}"
 
 

@@ -30,8 +30,7 @@ from marin_lab.store.layout import CORRUPT, MISSING, STATUS_FILE, Status
 from marin_lab.store.reader import Reader, read_file
 from marin_lab.store.step_record import read_step_record
 
-__all__ = ["CORRUPT", "MISSING", "Status", "listed_status", "parse_marin_status", "parse_status",
-           "read_step_status"]
+__all__ = ["CORRUPT", "MISSING", "Status", "listed_status", "parse_marin_status", "parse_status", "read_step_status"]
 
 
 def parse_status(raw: bytes, url: str) -> dict[str, Any]:

@@ -34,8 +34,16 @@ SCHEMA = 1
 _MISSING = object()
 
 
-def _check(data: dict[str, Any], key: str, types: tuple[type, ...], what: str, url: str, strict: bool,
-           extra: dict[str, Any], default: Any = None) -> Any:
+def _check(
+    data: dict[str, Any],
+    key: str,
+    types: tuple[type, ...],
+    what: str,
+    url: str,
+    strict: bool,
+    extra: dict[str, Any],
+    default: Any = None,
+) -> Any:
     """`data[key]` when it has one of `types` (None always allowed); else an error (strict) or
     the value moved to `extra` (lenient)."""
     value = data.get(key, _MISSING)
@@ -54,16 +62,16 @@ def _kind(value: Any) -> str:
     return f"{type(value).__name__} ({text[:40]}{'...' if len(text) > 40 else ''})"
 
 
-def _entries(data: dict[str, Any], key: str, url: str, strict: bool, extra: dict[str, Any],
-             parse: Any) -> list[Any]:
+def _entries(data: dict[str, Any], key: str, url: str, strict: bool, extra: dict[str, Any], parse: Any) -> list[Any]:
     """A list of objects, each parsed by `parse(entry, where)`."""
     items = _check(data, key, (list,), "a list of objects", url, strict, extra, default=[]) or []
     out = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             if strict:
-                raise RecordError(url, f"is {_kind(item)}, expected an object; rerun the step to rewrite its "
-                                       "record", f"{key}[{i}]")
+                raise RecordError(
+                    url, f"is {_kind(item)}, expected an object; rerun the step to rewrite its record", f"{key}[{i}]"
+                )
             extra[key] = items
             return []
         out.append(parse(item, f"{key}[{i}]", url, strict))
@@ -89,8 +97,15 @@ class Attempt:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"attempt": self.attempt, "kind": self.kind, "started": self.started, "ended": self.ended,
-               "status": self.status, "error": self.error, "driver": self.driver}
+        out: dict[str, Any] = {
+            "attempt": self.attempt,
+            "kind": self.kind,
+            "started": self.started,
+            "ended": self.ended,
+            "status": self.status,
+            "error": self.error,
+            "driver": self.driver,
+        }
         if self.hardware is not None:
             out["hardware"] = self.hardware
         return {**out, **self.extra}
@@ -112,8 +127,14 @@ class StatusEvent:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "time": self.time, "attempt": self.attempt, "driver": self.driver,
-                "message": self.message, **self.extra}
+        return {
+            "status": self.status,
+            "time": self.time,
+            "attempt": self.attempt,
+            "driver": self.driver,
+            "message": self.message,
+            **self.extra,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str, url: str, strict: bool) -> StatusEvent:
@@ -123,8 +144,9 @@ class StatusEvent:
 _EXPECTED: dict[tuple[type, ...], str] = {(int,): "an integer", (dict,): "an object"}
 
 
-def _fields(cls: type, data: dict[str, Any], where: str, url: str, strict: bool,
-            types: dict[str, tuple[type, ...]]) -> dict[str, Any]:
+def _fields(
+    cls: type, data: dict[str, Any], where: str, url: str, strict: bool, types: dict[str, tuple[type, ...]]
+) -> dict[str, Any]:
     """Keyword arguments for a small record type: its fields (strings unless `types` says), the
     rest in `extra`."""
     names = [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
@@ -137,8 +159,9 @@ def _fields(cls: type, data: dict[str, Any], where: str, url: str, strict: bool,
             out[name] = value
         elif strict:
             expected = _EXPECTED.get(ok, "a string")
-            raise RecordError(url, f"is {_kind(value)}, expected {expected}; rerun the step to rewrite its record",
-                              f"{where}.{name}")
+            raise RecordError(
+                url, f"is {_kind(value)}, expected {expected}; rerun the step to rewrite its record", f"{where}.{name}"
+            )
         else:
             extra[name] = value
             out[name] = None
@@ -279,8 +302,12 @@ class StepRecord:
                 started = _check(t, "started", _STR, "a string", url, strict, {}, None)
                 ended = _check(t, "ended", _STR, "a string", url, strict, {}, None)
                 duration = _check(t, "duration_s", (int, float), "a number", url, strict, {}, None)
-                kwargs[key] = Timings(started, ended, duration,
-                                      {k: v for k, v in t.items() if k not in ("started", "ended", "duration_s")})
+                kwargs[key] = Timings(
+                    started,
+                    ended,
+                    duration,
+                    {k: v for k, v in t.items() if k not in ("started", "ended", "duration_s")},
+                )
             elif key == "dependencies":
                 kwargs[key] = _check(data, key, types, what, url, strict, extra, default=[]) or []
             else:

@@ -103,14 +103,20 @@ class NpyRange:
         if self._mmap is not None:
             return np.asarray(self._mmap[start:stop])
         item = self.dtype.itemsize
-        raw = self._fs.cat_file(self._path, start=self._data_offset + start * item,
-                                end=self._data_offset + stop * item)
+        raw = self._fs.cat_file(self._path, start=self._data_offset + start * item, end=self._data_offset + stop * item)
         return np.frombuffer(raw, dtype=self.dtype)
 
 
 # ---- shards and the ledger ------------------------------------------------------------------------
-def write_shard(cache: str, split: str, shard: str, dtype: Any, tokens: Sequence[np.ndarray],
-                lengths: Sequence[int] | np.ndarray, loss_mask: Sequence[np.ndarray] | None = None) -> dict[str, Any]:
+def write_shard(
+    cache: str,
+    split: str,
+    shard: str,
+    dtype: Any,
+    tokens: Sequence[np.ndarray],
+    lengths: Sequence[int] | np.ndarray,
+    loss_mask: Sequence[np.ndarray] | None = None,
+) -> dict[str, Any]:
     """Write one shard of a split (its documents' tokens, EOS included, as `tokens` parts whose
     document lengths are `lengths`; optionally their 0/1 loss masks) and return its ledger entry."""
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -121,8 +127,9 @@ def write_shard(cache: str, split: str, shard: str, dtype: Any, tokens: Sequence
     if loss_mask is not None:
         flat_mask = (np.concatenate(loss_mask) if len(loss_mask) else np.zeros(0)).astype(np.uint8)
         if len(flat_mask) != int(offsets[-1]):
-            raise TokenCacheError(f"split {split!r} {shard}: {int(offsets[-1])} tokens but a loss mask of "
-                                  f"{len(flat_mask)}")
+            raise TokenCacheError(
+                f"split {split!r} {shard}: {int(offsets[-1])} tokens but a loss mask of {len(flat_mask)}"
+            )
         entry["loss_tokens"] = int(flat_mask.sum())
     entry["tokens_sha256"] = write_array(array_url(cache, split, shard, "tokens"), dtype, tokens)
     entry["offsets_sha256"] = write_array(array_url(cache, split, shard, "offsets"), offsets.dtype, [offsets])
@@ -131,18 +138,30 @@ def write_shard(cache: str, split: str, shard: str, dtype: Any, tokens: Sequence
     return entry
 
 
-def new_ledger(*, dtype: str, vocab_size: int, eos_id: int, bos_id: int | None,
-               tokenizer: dict[str, Any] | None, **fields: Any) -> dict[str, Any]:
+def new_ledger(
+    *, dtype: str, vocab_size: int, eos_id: int, bos_id: int | None, tokenizer: dict[str, Any] | None, **fields: Any
+) -> dict[str, Any]:
     """A ledger without splits; `fields` (e.g. `split`, `template`) are recorded as given."""
-    return {"format": FORMAT, "version": VERSION, "dtype": dtype, "vocab_size": vocab_size,
-            "eos_id": eos_id, "bos_id": bos_id, "tokenizer": tokenizer, **fields, "splits": {}}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "dtype": dtype,
+        "vocab_size": vocab_size,
+        "eos_id": eos_id,
+        "bos_id": bos_id,
+        "tokenizer": tokenizer,
+        **fields,
+        "splits": {},
+    }
 
 
 def add_split(ledger: dict[str, Any], split: str, shards: list[dict[str, Any]], *, masked: bool = False) -> None:
     """Record a split's shard entries and their totals in the ledger (`masked`: a cache with loss
     masks, whose splits count their loss tokens even when empty)."""
-    totals: dict[str, Any] = {"documents": sum(e["documents"] for e in shards),
-                              "tokens": sum(e["tokens"] for e in shards)}
+    totals: dict[str, Any] = {
+        "documents": sum(e["documents"] for e in shards),
+        "tokens": sum(e["tokens"] for e in shards),
+    }
     if masked or any("loss_tokens" in e for e in shards):
         totals["loss_tokens"] = sum(e.get("loss_tokens", e["tokens"]) for e in shards)
     ledger["splits"][split] = {**totals, "shards": shards}

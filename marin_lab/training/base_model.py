@@ -87,8 +87,11 @@ def quantize_params(params: Params, quant: QuantConfig) -> Params:
 
 def _check_model(expected: LlamaConfig | None, found: LlamaConfig, where: str) -> LlamaConfig:
     if expected is not None and expected != found:
-        diff = [f"{k}: {v!r} (config) vs {getattr(found, k)!r} (base)"
-                for k, v in dataclasses.asdict(expected).items() if getattr(found, k) != v]
+        diff = [
+            f"{k}: {v!r} (config) vs {getattr(found, k)!r} (base)"
+            for k, v in dataclasses.asdict(expected).items()
+            if getattr(found, k) != v
+        ]
         raise TrainingError(
             f"base {where} has another model shape than `model`: {', '.join(diff)}; fix those "
             "`model` fields or leave `model` unset to take the base's shape"

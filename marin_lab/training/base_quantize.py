@@ -40,8 +40,9 @@ def quantize_base(config: QuantizeBaseConfig) -> dict[str, Any]:
     """
     source = open_base(config.base, config.model)
     if source.quantization is not None:
-        raise TrainingError(f"quantize_base: base {config.base} is already quantized ({source.quantization}); "
-                            "use it directly")
+        raise TrainingError(
+            f"quantize_base: base {config.base} is already quantized ({source.quantization}); use it directly"
+        )
     model = source.model
     config.quant.validate(model)
     target = jax.eval_shape(lambda: quantize_params(init_params(model, jax.random.key(0)), config.quant))
@@ -50,13 +51,26 @@ def quantize_base(config: QuantizeBaseConfig) -> dict[str, Any]:
     target = keep_stored_dtypes(source, target)
     mesh = MeshConfig(data=1, fsdp=-1).build()
     quantized = place_source(source, target, frozen_shardings(target, mesh, "fsdp"), config.quant)
-    linear_weights = sum(model.param_shapes()[f"layers/{n}"][0] * model.param_shapes()[f"layers/{n}"][1]
-                         * model.param_shapes()[f"layers/{n}"][2] for n in QUANTIZED_NAMES)
-    linear_bytes = sum(sum(int(x.size) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(quantized["layers"][n]))
-                       for n in QUANTIZED_NAMES)
-    meta = {"model": dataclasses.asdict(model), "base": config.base,
-            "quantization": {"format": "nf4", "block_size": config.quant.block_size,
-                             "double_quant": config.quant.double_quant, "weights": list(QUANTIZED_NAMES)}}
+    linear_weights = sum(
+        model.param_shapes()[f"layers/{n}"][0]
+        * model.param_shapes()[f"layers/{n}"][1]
+        * model.param_shapes()[f"layers/{n}"][2]
+        for n in QUANTIZED_NAMES
+    )
+    linear_bytes = sum(
+        sum(int(x.size) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(quantized["layers"][n]))
+        for n in QUANTIZED_NAMES
+    )
+    meta = {
+        "model": dataclasses.asdict(model),
+        "base": config.base,
+        "quantization": {
+            "format": "nf4",
+            "block_size": config.quant.block_size,
+            "double_quant": config.quant.double_quant,
+            "weights": list(QUANTIZED_NAMES),
+        },
+    }
     path = ckpt.step_dir(mfs.join(config.output_path, "checkpoints"), 0)
     # One leaf copied for writing at a time: on a CPU host the placed tree is host memory already.
     # What placing left behind (compiled programs, freed buffers glibc still holds) goes first.
@@ -66,8 +80,16 @@ def quantize_base(config: QuantizeBaseConfig) -> dict[str, Any]:
     # Uncompressed: NF4 codes and bf16 weights hardly compress (measured: +14% on disk for random
     # weights), and zstd's buffers would cost about another leaf of memory.
     ckpt.save_checkpoint(path, {"params": quantized}, {**meta, "step": 0}, max_bytes_in_flight=largest, compress=False)
-    summary = {"checkpoint": path, "linear_weights": linear_weights, "linear_bytes": linear_bytes,
-               "bytes_per_linear_weight": linear_bytes / linear_weights}
-    logger.info("quantize_base %s: %d linear weights -> %.3f bytes/weight", config.base, linear_weights,
-                summary["bytes_per_linear_weight"])
+    summary = {
+        "checkpoint": path,
+        "linear_weights": linear_weights,
+        "linear_bytes": linear_bytes,
+        "bytes_per_linear_weight": linear_bytes / linear_weights,
+    }
+    logger.info(
+        "quantize_base %s: %d linear weights -> %.3f bytes/weight",
+        config.base,
+        linear_weights,
+        summary["bytes_per_linear_weight"],
+    )
     return summary

@@ -123,6 +123,7 @@ def _zeros(shape: tuple[int, ...], dtype: Any, sharding: NamedSharding) -> jax.A
 @functools.cache
 def _updater(sharding: NamedSharding, axis: int) -> Callable:
     """stack, piece, start -> stack with the piece written at `start` along `axis`, in place (donated)."""
+
     def update(stack: jax.Array, value: jax.Array, start: jax.Array) -> jax.Array:
         if axis == 0 and value.ndim == stack.ndim - 1:  # one layer of a [L, ...] stack
             value = value[None]
@@ -209,8 +210,15 @@ def _unwrap(x: Any) -> tuple[Any, bool]:
     return (x.inner, True) if isinstance(x, OnHost) else (x, False)
 
 
-def place_base(tensor: TensorGetter, model: LlamaConfig, frozen_abs: Params, frozen_sh: Params,
-               quant: QuantConfig | None, *, names: Iterator[str] | None = None) -> Params:
+def place_base(
+    tensor: TensorGetter,
+    model: LlamaConfig,
+    frozen_abs: Params,
+    frozen_sh: Params,
+    quant: QuantConfig | None,
+    *,
+    names: Iterator[str] | None = None,
+) -> Params:
     """The frozen tree `frozen_abs` (abstract) filled from `tensor(name, layer)`, placed per `frozen_sh`.
 
     NF4 leaves of the target are quantized here, one matrix at a time on the first device of the
@@ -231,8 +239,11 @@ def place_base(tensor: TensorGetter, model: LlamaConfig, frozen_abs: Params, fro
         if isinstance(target, NF4Tensor):
             if quant is None:
                 raise ValueError(f"{name}: an NF4 target needs a QuantConfig")
-            leaves = {f: _Stack(getattr(target, f).shape, getattr(target, f).dtype, getattr(sharding, f))
-                      for f in ("packed", "absmax", "absmax_scale", "absmax_offset") if getattr(target, f) is not None}
+            leaves = {
+                f: _Stack(getattr(target, f).shape, getattr(target, f).dtype, getattr(sharding, f))
+                for f in ("packed", "absmax", "absmax_scale", "absmax_offset")
+                if getattr(target, f) is not None
+            }
             fn = quantize_one(quant.block_size, quant.double_quant)
             first = next(d for d in sharding.packed.mesh.devices.flat if d.process_index == jax.process_index())
             for i in range(model.num_layers):
@@ -241,9 +252,14 @@ def place_base(tensor: TensorGetter, model: LlamaConfig, frozen_abs: Params, fro
                     stack.put(i, getattr(q, field))
                 del q
             done = {f: s.finish() for f, s in leaves.items()}
-            value: Any = NF4Tensor(packed=done["packed"], absmax=done["absmax"], absmax_scale=done.get("absmax_scale"),
-                                   absmax_offset=done.get("absmax_offset"), shape=target.shape,
-                                   block_size=target.block_size)
+            value: Any = NF4Tensor(
+                packed=done["packed"],
+                absmax=done["absmax"],
+                absmax_scale=done.get("absmax_scale"),
+                absmax_offset=done.get("absmax_offset"),
+                shape=target.shape,
+                block_size=target.block_size,
+            )
         else:
             stack = _Stack(target.shape, target.dtype, sharding)
             for i in range(model.num_layers):
@@ -257,8 +273,11 @@ def place_base(tensor: TensorGetter, model: LlamaConfig, frozen_abs: Params, fro
 class HfGetter(TensorGetter):
     """Our tensors from a Hugging Face checkpoint: one ranged read each, transposed as a view."""
 
-    TOP = {"embed": ("model.embed_tokens.weight", False), "final_norm": ("model.norm.weight", False),
-           "lm_head": ("lm_head.weight", True)}
+    TOP = {
+        "embed": ("model.embed_tokens.weight", False),
+        "final_norm": ("model.norm.weight", False),
+        "lm_head": ("lm_head.weight", True),
+    }
 
     def __init__(self, index: SafetensorsIndex):
         self.index = index
@@ -305,10 +324,16 @@ class CheckpointGetter(TensorGetter):
     def __init__(self, path: str):
         resolved = ckpt.resolve_checkpoint(path)
         index = ckpt._read_index(resolved)
-        self.shapes = {"/".join(re.findall(r"\['([^']*)'\]", n)[1:]): tuple(e["shape"])
-                       for n, e in index.items() if n.startswith("['params']")}
-        self.dtypes = {"/".join(re.findall(r"\['([^']*)'\]", n)[1:]): e.get("dtype")
-                       for n, e in index.items() if n.startswith("['params']")}
+        self.shapes = {
+            "/".join(re.findall(r"\['([^']*)'\]", n)[1:]): tuple(e["shape"])
+            for n, e in index.items()
+            if n.startswith("['params']")
+        }
+        self.dtypes = {
+            "/".join(re.findall(r"\['([^']*)'\]", n)[1:]): e.get("dtype")
+            for n, e in index.items()
+            if n.startswith("['params']")
+        }
         self.order = list(self.shapes)
         self._arrays = ckpt.iter_arrays(resolved)
         self._current: dict[str, np.ndarray] = {}
@@ -372,8 +397,12 @@ def keep_stored_dtypes(source: BaseSource, target: Params) -> Params:
     out = {}
     for name, leaf in flatten_params(target).items():
         stored = None if isinstance(leaf, NF4Tensor) else get.stored_dtype(name)
-        if (stored is not None and jnp.issubdtype(stored, jnp.floating) and stored.itemsize <= 4
-                and jnp.issubdtype(leaf.dtype, jnp.floating)):
+        if (
+            stored is not None
+            and jnp.issubdtype(stored, jnp.floating)
+            and stored.itemsize <= 4
+            and jnp.issubdtype(leaf.dtype, jnp.floating)
+        ):
             leaf = jax.ShapeDtypeStruct(leaf.shape, stored, sharding=getattr(leaf, "sharding", None))
         out[name] = leaf
     return unflatten_params(out)
@@ -394,7 +423,8 @@ def _restore_quantized(source: BaseSource, frozen_abs: Params, frozen_sh: Params
         sharding, _ = _unwrap(flat_sh[name])
         if isinstance(leaf, NF4Tensor):
             target[name] = jax.tree_util.tree_map(
-                lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), leaf, sharding)
+                lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), leaf, sharding
+            )
         else:  # restored as written, split as the frozen leaf, then cast in place to the frozen dtype
             dtype = written.stored_dtype(name) or leaf.dtype
             target[name] = jax.ShapeDtypeStruct(leaf.shape, dtype, sharding=sharding)
@@ -436,6 +466,8 @@ def load_saved(source: BaseSource, names: tuple[str, ...]) -> dict[str, np.ndarr
         assert source.hf_index is not None
         get = HfGetter(source.hf_index)
         return {n: np.asarray(get(n, None), np.float32) for n in names}
-    return {"/".join(keys): value.astype(np.float32)
-            for keys, value in ckpt.iter_arrays(source.checkpoint or source.path)
-            if "/".join(keys) in names}
+    return {
+        "/".join(keys): value.astype(np.float32)
+        for keys, value in ckpt.iter_arrays(source.checkpoint or source.path)
+        if "/".join(keys) in names
+    }

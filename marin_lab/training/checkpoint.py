@@ -77,9 +77,12 @@ class DamagedCheckpointError(CheckpointError):
         self.path, self.problem = path, problem
         # "" (as pickled) means "looked: there is none"; None means "not looked yet".
         self.previous = _previous_complete(path) if previous is None else (previous or None)
-        offer = (f"the previous complete checkpoint is {self.previous}: move {path} aside (or delete it) "
-                 "and start again to resume from there" if self.previous else
-                 f"there is no earlier complete checkpoint: delete {path} to start the run afresh")
+        offer = (
+            f"the previous complete checkpoint is {self.previous}: move {path} aside (or delete it) "
+            "and start again to resume from there"
+            if self.previous
+            else f"there is no earlier complete checkpoint: delete {path} to start the run afresh"
+        )
         super().__init__(f"checkpoint {path} is damaged: {problem}; {offer}")
 
     def __reduce__(self):  # crosses process boundaries (Ray) as it was, without listing storage again
@@ -182,8 +185,7 @@ def agreed_latest_checkpoint(root: str) -> str | None:
         return found
     from jax.experimental import multihost_utils
 
-    step = int(multihost_utils.broadcast_one_to_all(
-        np.int32(-1 if found is None else _step_number(found))))
+    step = int(multihost_utils.broadcast_one_to_all(np.int32(-1 if found is None else _step_number(found))))
     return None if step < 0 else step_dir(root, step)
 
 
@@ -208,8 +210,9 @@ def _orbax() -> Any:
     return ocp
 
 
-def save_checkpoint(path: str, state: Any, metadata: dict[str, Any], *, max_bytes_in_flight: int | None = None,
-                    compress: bool = True) -> None:
+def save_checkpoint(
+    path: str, state: Any, metadata: dict[str, Any], *, max_bytes_in_flight: int | None = None, compress: bool = True
+) -> None:
     """Write `state` (a pytree of jax arrays) and metadata to `path`; COMPLETE last.
 
     Every process must call this (the save is collective); each writes only its own shards.
@@ -229,16 +232,18 @@ def save_checkpoint(path: str, state: Any, metadata: dict[str, Any], *, max_byte
         handler, args = ocp.StandardCheckpointHandler(), ocp.args.StandardSave(state)
     else:  # the same format (StandardCheckpointHandler is this handler underneath), bounded transfers
         gb = None if max_bytes_in_flight is None else (max_bytes_in_flight // 10**6 + 1) / 10**3  # GB, rounded up
-        handler = ocp.PyTreeCheckpointHandler(save_concurrent_gb=gb, save_device_host_concurrent_gb=gb,
-                                              use_compression=compress)
+        handler = ocp.PyTreeCheckpointHandler(
+            save_concurrent_gb=gb, save_device_host_concurrent_gb=gb, use_compression=compress
+        )
         args = ocp.args.PyTreeSave(state)
     with ocp.Checkpointer(handler) as checkpointer:
         # Synchronous: returns once every process's shards are written and orbax's commit is done.
         checkpointer.save(_orbax_path(mfs.join(path, STATE_DIR)), args=args, force=True)
     if _is_primary():
         leaves = jax.tree_util.tree_flatten_with_path(state)[0]
-        index = [{"name": _leaf_name(k), "shape": list(np.shape(v)), "dtype": np.dtype(v.dtype).name}
-                 for k, v in leaves]
+        index = [
+            {"name": _leaf_name(k), "shape": list(np.shape(v)), "dtype": np.dtype(v.dtype).name} for k, v in leaves
+        ]
         files = dict(mfs.list_files(mfs.join(path, STATE_DIR)))
         mfs.write_json(mfs.join(path, "index.json"), {"leaves": index, "format": "orbax", "files": files})
         mfs.write_json(mfs.join(path, "metadata.json"), metadata)
@@ -285,12 +290,22 @@ def _read_index(path: str, *, check_files: bool = True) -> dict[str, dict[str, A
         )
     index = _read_json_file(path, "index.json")
     leaves = index.get("leaves") if isinstance(index, dict) else None
-    if (not isinstance(leaves, list) or index.get("format") != "orbax"
-            or not all(isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("shape"), list)
-                       and isinstance(e.get("dtype"), str) for e in leaves)):
+    if (
+        not isinstance(leaves, list)
+        or index.get("format") != "orbax"
+        or not all(
+            isinstance(e, dict)
+            and isinstance(e.get("name"), str)
+            and isinstance(e.get("shape"), list)
+            and isinstance(e.get("dtype"), str)
+            for e in leaves
+        )
+    ):
         raise DamagedCheckpointError(
-            path, "index.json is not an index of arrays (expected {\"format\": \"orbax\", \"leaves\": "
-            "[{\"name\", \"shape\", \"dtype\"}, ...]})")
+            path,
+            'index.json is not an index of arrays (expected {"format": "orbax", "leaves": '
+            '[{"name", "shape", "dtype"}, ...]})',
+        )
     if check_files:
         _check_files(path, index.get("files"))
     return {entry["name"]: entry for entry in leaves}
@@ -307,8 +322,9 @@ def _check_files(path: str, recorded: Any) -> None:
         if rel not in found:
             raise DamagedCheckpointError(path, f"its array file {url} is missing")
         if found[rel] != size:
-            raise DamagedCheckpointError(path, f"its array file {url} holds {found[rel]} bytes, "
-                                               f"{size} were written (cut short or overwritten)")
+            raise DamagedCheckpointError(
+                path, f"its array file {url} holds {found[rel]} bytes, {size} were written (cut short or overwritten)"
+            )
 
 
 def _first_line(err: BaseException) -> str:
@@ -338,6 +354,7 @@ def _check_against(path: str, index: dict[str, dict[str, Any]], target: Any, *, 
 
 def _abstract(target: Any) -> Any:
     """ShapeDtypeStructs (keeping any sharding) for a tree of arrays or ShapeDtypeStructs."""
+
     def one(x: Any) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=getattr(x, "sharding", None))
 
@@ -356,14 +373,14 @@ def load_checkpoint(path: str, target: Any) -> Any:
     ocp = _orbax()
     with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
         try:
-            return checkpointer.restore(_orbax_path(mfs.join(path, STATE_DIR)),
-                                        args=ocp.args.StandardRestore(_abstract(target)))
+            return checkpointer.restore(
+                _orbax_path(mfs.join(path, STATE_DIR)), args=ocp.args.StandardRestore(_abstract(target))
+            )
         except Exception as err:  # orbax and tensorstore raise many types for unreadable data
             raise DamagedCheckpointError(path, f"its arrays could not be read ({_first_line(err)})") from err
 
 
-def load_subtree(path: str, key: str, target: Any, *, this_process_only: bool = False,
-                 check_files: bool = True) -> Any:
+def load_subtree(path: str, key: str, target: Any, *, this_process_only: bool = False, check_files: bool = True) -> Any:
     """Only `state[key]` (e.g. "params") of the checkpoint at `path`, laid out as `target`.
 
     Collective (every process calls it) unless `this_process_only`: then this process reads alone,
@@ -374,20 +391,28 @@ def load_subtree(path: str, key: str, target: Any, *, this_process_only: bool = 
     ocp = _orbax()
     abstract = _abstract(target)
     restore_args = jax.tree_util.tree_map(
-        lambda a: ocp.ArrayRestoreArgs(sharding=a.sharding) if a.sharding is not None
-        else ocp.RestoreArgs(restore_type=np.ndarray), abstract)
+        lambda a: (
+            ocp.ArrayRestoreArgs(sharding=a.sharding)
+            if a.sharding is not None
+            else ocp.RestoreArgs(restore_type=np.ndarray)
+        ),
+        abstract,
+    )
     options = {}
     if this_process_only and jax.process_count() > 1:
         me = jax.process_index()
-        mp = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me},
-                                                barrier_sync_key_prefix=f"solo{me}")
+        mp = ocp.options.MultiprocessingOptions(
+            primary_host=me, active_processes={me}, barrier_sync_key_prefix=f"solo{me}"
+        )
         options = {"multiprocessing_options": mp}
     with ocp.Checkpointer(ocp.PyTreeCheckpointHandler(**options), **options) as checkpointer:
         try:
             restored = checkpointer.restore(
                 _orbax_path(mfs.join(path, STATE_DIR)),
-                args=ocp.args.PyTreeRestore(item={key: abstract}, restore_args={key: restore_args},
-                                            partial_restore=True))
+                args=ocp.args.PyTreeRestore(
+                    item={key: abstract}, restore_args={key: restore_args}, partial_restore=True
+                ),
+            )
         except Exception as err:  # orbax and tensorstore raise many types for unreadable data
             raise DamagedCheckpointError(path, f"its arrays could not be read ({_first_line(err)})") from err
     return restored[key]
@@ -403,7 +428,8 @@ def load_params(path: str, template_params: Any) -> Any:
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     target = jax.tree_util.tree_map(
         lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=getattr(x, "sharding", None) or device),
-        template_params)
+        template_params,
+    )
     return load_subtree(path, "params", target)
 
 
@@ -466,8 +492,7 @@ class Checkpointer:
         found = _step_dirs(self.root)
         complete = [(s, p) for s, p, ok in found if ok]
         keep_every = self.config.keep_every_steps
-        removable = [(s, p) for s, p in complete[: -self.config.keep_last]
-                     if not (keep_every and s % keep_every == 0)]
+        removable = [(s, p) for s, p in complete[: -self.config.keep_last] if not (keep_every and s % keep_every == 0)]
         # Folders without COMPLETE older than the checkpoint just saved are leftovers of saves
         # that died; nobody will finish them.
         removable += [(s, p) for s, p, ok in found if not ok and s < saved_step]

@@ -119,17 +119,25 @@ class TrainLmConfig:
         tokens = steps * batch * seq_len
         flops = model.flops_per_token(seq_len) * tokens
         out: dict[str, Any] = {
-            "steps": steps, "tokens": tokens, "params": model.num_params(),
-            "flops": float(f"{flops:.4g}"), "assumed_mfu": self.assumed_mfu,
+            "steps": steps,
+            "tokens": tokens,
+            "params": model.num_params(),
+            "flops": float(f"{flops:.4g}"),
+            "assumed_mfu": self.assumed_mfu,
         }
         tpu_type = _plain(self.tpu_type)
         chips, peak = tpu_chips_and_peak(tpu_type) if tpu_type else (None, None)
         if chips and peak:
             chips *= _plain(self.tpu_slices)
             seconds = flops / (chips * peak * self.assumed_mfu)
-            out.update({"accelerator": f"{tpu_type} x{_plain(self.tpu_slices)}", "chips": chips,
-                        "wall_hours": round(seconds / 3600, 1),
-                        "accelerator_hours": round(chips * seconds / 3600)})
+            out.update(
+                {
+                    "accelerator": f"{tpu_type} x{_plain(self.tpu_slices)}",
+                    "chips": chips,
+                    "wall_hours": round(seconds / 3600, 1),
+                    "accelerator_hours": round(chips * seconds / 3600),
+                }
+            )
         return out
 
 

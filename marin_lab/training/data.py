@@ -165,11 +165,13 @@ class MixtureLoader:
     def batch(self, step: int, rows: np.ndarray | None = None, *, loss_mask: Literal[False] = False) -> np.ndarray: ...
 
     @overload
-    def batch(self, step: int, rows: np.ndarray | None = None, *,
-              loss_mask: Literal[True]) -> tuple[np.ndarray, np.ndarray]: ...
+    def batch(
+        self, step: int, rows: np.ndarray | None = None, *, loss_mask: Literal[True]
+    ) -> tuple[np.ndarray, np.ndarray]: ...
 
-    def batch(self, step: int, rows: np.ndarray | None = None, *,
-              loss_mask: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    def batch(
+        self, step: int, rows: np.ndarray | None = None, *, loss_mask: bool = False
+    ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """The [batch, seq_len + 1] tokens of `step`, or only the global `rows` of it, in that order;
         with loss_mask, also their 0/1 loss masks (see token_cache).
 

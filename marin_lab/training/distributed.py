@@ -73,12 +73,20 @@ def initialize_from_env(env: Mapping[str, str] | None = None) -> bool:
     leave_threads_for_collectives()  # this process's own environment: XLA reads it there
     # Said before, because JAX ends the process itself (DEADLINE_EXCEEDED in RegisterTask, not a
     # Python exception) when the others do not all arrive in time.
-    logger.info("process %d of %d joining the JAX cluster at %s; waiting up to %ds for every host "
-                "(if this process is then terminated with DEADLINE_EXCEEDED, a host never arrived: "
-                "check that all %d hosts started)", pid, num, env[ENV_COORDINATOR], timeout, num)
+    logger.info(
+        "process %d of %d joining the JAX cluster at %s; waiting up to %ds for every host "
+        "(if this process is then terminated with DEADLINE_EXCEEDED, a host never arrived: "
+        "check that all %d hosts started)",
+        pid,
+        num,
+        env[ENV_COORDINATOR],
+        timeout,
+        num,
+    )
     try:
-        jax.distributed.initialize(coordinator_address=env[ENV_COORDINATOR], num_processes=num,
-                                   process_id=pid, initialization_timeout=timeout)
+        jax.distributed.initialize(
+            coordinator_address=env[ENV_COORDINATOR], num_processes=num, process_id=pid, initialization_timeout=timeout
+        )
     except Exception as err:  # noqa: BLE001 - JAX raises XlaRuntimeError/RuntimeError variants
         raise TrainingError(
             f"process {pid} of {num} could not join the JAX cluster at {env[ENV_COORDINATOR]} within "
@@ -102,12 +110,18 @@ def check_slices(mesh_slices: int, env: Mapping[str, str] | None = None) -> None
     if given == mesh_slices:
         return
     if mesh_slices == 1:
-        logger.warning("this step runs on %d slices but mesh.slices=1: parameters are sharded across the "
-                       "slices and cross the data-centre network every layer; set mesh.slices=%d", given, given)
+        logger.warning(
+            "this step runs on %d slices but mesh.slices=1: parameters are sharded across the "
+            "slices and cross the data-centre network every layer; set mesh.slices=%d",
+            given,
+            given,
+        )
         return
-    raise TrainingError(f"mesh.slices={mesh_slices}, but this step runs on {given} slice(s) "
-                        f"({host_env.NUM_SLICES}); set mesh.slices={given} or ask TpuResources for "
-                        f"slices={mesh_slices}")
+    raise TrainingError(
+        f"mesh.slices={mesh_slices}, but this step runs on {given} slice(s) "
+        f"({host_env.NUM_SLICES}); set mesh.slices={given} or ask TpuResources for "
+        f"slices={mesh_slices}"
+    )
 
 
 CPU_POOL_VAR = "NPROC"

@@ -130,12 +130,21 @@ class FinetuneConfig:
     def plan_settings(self) -> dict[str, Any]:
         """plan_memory's arguments for this run (all but the model)."""
         return dict(
-            mode=_plain(self.mode), num_devices=self.plan_devices, batch_size=_plain(self.batch_size),
-            seq_len=_plain(self.seq_len), lora=_plain(self.lora), quant=_plain(self.quant),
-            compute_dtype=_plain(self.compute_dtype), trainable_dtype=_plain(self.trainable_dtype),
-            frozen_dtype=_plain(self.frozen_dtype), gradient_checkpointing=self.gradient_checkpointing,
-            offload_optimizer_state=self.offload_optimizer_state, offload_base=self.offload_base,
-            param_sharding=self.mesh.param_sharding, attention_impl=self.attention_impl)
+            mode=_plain(self.mode),
+            num_devices=self.plan_devices,
+            batch_size=_plain(self.batch_size),
+            seq_len=_plain(self.seq_len),
+            lora=_plain(self.lora),
+            quant=_plain(self.quant),
+            compute_dtype=_plain(self.compute_dtype),
+            trainable_dtype=_plain(self.trainable_dtype),
+            frozen_dtype=_plain(self.frozen_dtype),
+            gradient_checkpointing=self.gradient_checkpointing,
+            offload_optimizer_state=self.offload_optimizer_state,
+            offload_base=self.offload_base,
+            param_sharding=self.mesh.param_sharding,
+            attention_impl=self.attention_impl,
+        )
 
     def _plan_model(self) -> LlamaConfig:
         model = _plain(self.model)
@@ -156,10 +165,13 @@ class FinetuneConfig:
     def plan_estimate(self) -> dict[str, Any]:
         """The dry run's line: per-device memory by part (GiB), steady state and load, and whether it fits."""
         plan = self.memory_plan()
-        out: dict[str, Any] = {"mode": _plain(self.mode), "devices": self.plan_devices,
-                               "device_gib": round(plan.device_total / 2**30, 2),
-                               "load_device_gib": round(plan.load_device_total / 2**30, 2),
-                               "load_host_gib": round(plan.load_host_total / 2**30, 2)}
+        out: dict[str, Any] = {
+            "mode": _plain(self.mode),
+            "devices": self.plan_devices,
+            "device_gib": round(plan.device_total / 2**30, 2),
+            "load_device_gib": round(plan.load_device_total / 2**30, 2),
+            "load_host_gib": round(plan.load_host_total / 2**30, 2),
+        }
         out.update({k.split(" (")[0].replace(" ", "_") + "_gib": round(v / 2**30, 2) for k, v in plan.device.items()})
         out.update({"host_" + k.replace(" ", "_") + "_gib": round(v / 2**30, 2) for k, v in plan.host.items()})
         if self.plan_device_memory_gib:
@@ -178,8 +190,9 @@ def check_fits(config: FinetuneConfig) -> None:
         advice = config.fit_advice()
         raise TrainingError(
             f"memory plan: {which} needs {plan.device_peak / 2**30:.2f} GiB per device, more than "
-            f"plan_device_memory_gib={limit:g}; change " + ("; or ".join(advice) if advice else
-                                                           "the model, the mesh or the device"))
+            f"plan_device_memory_gib={limit:g}; change "
+            + ("; or ".join(advice) if advice else "the model, the mesh or the device")
+        )
 
 
 def _plain(value: Any) -> Any:
@@ -204,8 +217,10 @@ def validate_config(config: FinetuneConfig, model: LlamaConfig) -> None:
         except TokenCacheError as err:
             raise TrainingError(f"data.caches[{name!r}]: {err}") from err
         if cache.vocab_size > model.resolved_vocab_size:
-            raise TrainingError(f"data.caches[{name!r}] has vocab_size {cache.vocab_size} but the base's "
-                                f"model.vocab_size is {model.vocab_size}; tokenize with the base's tokenizer")
+            raise TrainingError(
+                f"data.caches[{name!r}] has vocab_size {cache.vocab_size} but the base's "
+                f"model.vocab_size is {model.vocab_size}; tokenize with the base's tokenizer"
+            )
 
 
 def check_settings(config: FinetuneConfig, model: LlamaConfig) -> None:
@@ -223,8 +238,9 @@ def check_settings(config: FinetuneConfig, model: LlamaConfig) -> None:
     if config.mode == "qlora":
         config.quant.validate(model)
     if config.gradient_checkpointing not in (True, False, *REMAT_POLICIES):
-        raise TrainingError(f"gradient_checkpointing={config.gradient_checkpointing!r}: expected a bool "
-                            f"or one of {REMAT_POLICIES}")
+        raise TrainingError(
+            f"gradient_checkpointing={config.gradient_checkpointing!r}: expected a bool or one of {REMAT_POLICIES}"
+        )
     if config.offload_base and not config.trains_adapters:
         raise TrainingError("offload_base needs mode 'lora' or 'qlora' (in 'full' mode nothing is frozen)")
     if not 2 <= config.seq_len <= model.max_seq_len:
@@ -235,19 +251,41 @@ def check_settings(config: FinetuneConfig, model: LlamaConfig) -> None:
 
 def step_plan(config: FinetuneConfig, model: LlamaConfig) -> StepPlan:
     """What the compiled step depends on (shared with `marin-lab compile`)."""
-    return StepPlan(config.mode, model, config.lora, config.compute_dtype, config.gradient_checkpointing,
-                    config.offload_optimizer_state, config.seed, config.attention_impl)
+    return StepPlan(
+        config.mode,
+        model,
+        config.lora,
+        config.compute_dtype,
+        config.gradient_checkpointing,
+        config.offload_optimizer_state,
+        config.seed,
+        config.attention_impl,
+    )
 
 
 @programs
-def _programs(plan: StepPlan, optimizer_config: OptimizerConfig, num_train_steps: int, mesh_config: MeshConfig,
-              rule: str, frozen_struct: Any, trainable_struct: Any) -> tuple:
+def _programs(
+    plan: StepPlan,
+    optimizer_config: OptimizerConfig,
+    num_train_steps: int,
+    mesh_config: MeshConfig,
+    rule: str,
+    frozen_struct: Any,
+    trainable_struct: Any,
+) -> tuple:
     """(state shardings, frozen shardings, opt init, step, eval) for one plan (compiled once per
     process: `trainer.programs`)."""
     mesh = mesh_config.build()
     optimizer = optimizer_config.build()
-    state_sh, frozen_sh, step = build_step(plan, optimizer, optimizer_config.lr_schedule(num_train_steps), mesh, rule,
-                                           frozen_struct.value, trainable_struct.value)
+    state_sh, frozen_sh, step = build_step(
+        plan,
+        optimizer,
+        optimizer_config.lr_schedule(num_train_steps),
+        mesh,
+        rule,
+        frozen_struct.value,
+        trainable_struct.value,
+    )
     opt_init = jax.jit(optimizer.init, in_shardings=(state_sh["trainable"],), out_shardings=state_sh["opt_state"])
     return state_sh, frozen_sh, opt_init, step, make_eval_fn(plan, mesh)
 
@@ -277,16 +315,23 @@ def evaluate_masked(eval_fn: Any, trainable: Any, frozen: Any, config: FinetuneC
     out = {}
     for name in sorted(config.data.caches):
         split = TokenCache(config.data.caches[name]).split(config.data.validation_split, config.seq_len)
-        n = split.num_sequences if config.eval_max_sequences is None else min(split.num_sequences,
-                                                                              config.eval_max_sequences)
+        n = (
+            split.num_sequences
+            if config.eval_max_sequences is None
+            else min(split.num_sequences, config.eval_max_sequences)
+        )
         if n == 0:
             continue
         idx = np.unique(np.linspace(0, split.num_sequences - 1, n).astype(np.int64))
         tokens, masks = split.sequences(idx), split.loss_masks(idx)
         nll, count = 0.0, 0.0
         for lo in range(0, len(idx), config.batch_size):
-            a, b = eval_fn(trainable, frozen, jnp.asarray(tokens[lo:lo + config.batch_size]),
-                           jnp.asarray(masks[lo:lo + config.batch_size]))
+            a, b = eval_fn(
+                trainable,
+                frozen,
+                jnp.asarray(tokens[lo : lo + config.batch_size]),
+                jnp.asarray(masks[lo : lo + config.batch_size]),
+            )
             nll, count = nll + float(a), count + float(b)
         if count:
             out[name] = nll / count
@@ -295,8 +340,11 @@ def evaluate_masked(eval_fn: Any, trainable: Any, frozen: Any, config: FinetuneC
 
 @reproducibility(
     non_artifacts=("wandb/*", *ckpt.RUN_LOG_FILES),
-    volatile_fields={METRICS_FILE: ("time", "tokens_per_s"), "finetune_summary.json": ("tokens_per_s",),
-                     **ckpt.VOLATILE_FIELDS},
+    volatile_fields={
+        METRICS_FILE: ("time", "tokens_per_s"),
+        "finetune_summary.json": ("tokens_per_s",),
+        **ckpt.VOLATILE_FIELDS,
+    },
 )
 def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
     """Fine-tune `config.base` on `config.data`; returns the run summary."""
@@ -312,8 +360,9 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
     except MeshError as err:
         raise TrainingError(str(err)) from err
     if config.batch_size % batch_divisor(mesh):
-        raise TrainingError(f"batch_size={config.batch_size} must be divisible by mesh "
-                            f"replica*data*fsdp={batch_divisor(mesh)}")
+        raise TrainingError(
+            f"batch_size={config.batch_size} must be divisible by mesh replica*data*fsdp={batch_divisor(mesh)}"
+        )
     if config.plan_device_memory_gib:  # refuse now what would run out of memory later
         check_fits(dataclasses.replace(config, model=model, plan_devices=mesh.shape["fsdp"]))
     try:
@@ -323,17 +372,29 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
 
     plan = step_plan(config, model)
     trainable_dtype = jnp.dtype(config.trainable_dtype)
-    quant = QuantConfig(block_size=quantized["block_size"],
-                        double_quant=quantized["double_quant"]) if quantized else config.quant
+    quant = (
+        QuantConfig(block_size=quantized["block_size"], double_quant=quantized["double_quant"])
+        if quantized
+        else config.quant
+    )
     params_abs = jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
     if config.mode == "qlora":
         params_abs = jax.eval_shape(lambda p: quantize_params(p, quant), params_abs)
-    frozen_abs = None if config.mode == "full" else jax.eval_shape(
-        lambda p: frozen_base(p, config.mode, config.frozen_dtype, config.offload_base), params_abs)
+    frozen_abs = (
+        None
+        if config.mode == "full"
+        else jax.eval_shape(lambda p: frozen_base(p, config.mode, config.frozen_dtype, config.offload_base), params_abs)
+    )
     trainable_abs = jax.eval_shape(lambda p: init_trainable(plan, p, jax.random.key(0), trainable_dtype), params_abs)
     state_sh, frozen_sh, opt_init, step_fn, eval_fn = _programs(
-        plan, config.optimizer, config.num_train_steps, config.mesh, config.mesh.param_sharding,
-        _Struct(frozen_abs), _Struct(trainable_abs))
+        plan,
+        config.optimizer,
+        config.num_train_steps,
+        config.mesh,
+        config.mesh.param_sharding,
+        _Struct(frozen_abs),
+        _Struct(trainable_abs),
+    )
     if config.mode == "full":  # every weight is trained: the whole base becomes the trainable tree
         _, base_params, _ = load_base(config.base, config.model)
         frozen = None
@@ -342,28 +403,43 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
         assert frozen_abs is not None  # set for every mode but full, above
         frozen = load_frozen(source, frozen_abs, frozen_sh, quant)
         base_params = load_saved(source, config.lora.saved(model))
-        logger.info("finetune_lm: base %s (%s) placed in %.1f s", config.base, source.kind,
-                    time.perf_counter() - started)
+        logger.info(
+            "finetune_lm: base %s (%s) placed in %.1f s", config.base, source.kind, time.perf_counter() - started
+        )
 
     start = trainer.initial_state(functools.partial(_fresh_state, config, plan, base_params, state_sh, opt_init))
     del base_params
     state, how, start_step = start.state, start.how, start.step
     eval_before = _eval_before(config, eval_fn, state["trainable"], frozen, start_step)
-    logger.info("finetune_lm %s (%s): %s at step %d of %d; %s trainable parameters", config.output_path,
-                config.mode, how, start_step, config.num_train_steps,
-                f"{sum(x.size for x in jax.tree_util.tree_leaves(state['trainable'])):,}")
+    logger.info(
+        "finetune_lm %s (%s): %s at step %d of %d; %s trainable parameters",
+        config.output_path,
+        config.mode,
+        how,
+        start_step,
+        config.num_train_steps,
+        f"{sum(x.size for x in jax.tree_util.tree_leaves(state['trainable'])):,}",
+    )
 
     batch_sh = batch_sharding(mesh)
-    meta = {"model": dataclasses.asdict(model), "mode": config.mode, "base": config.base,
-            "lora": dataclasses.asdict(config.lora) if config.trains_adapters else None,
-            **_chat_metadata(config.data)}
+    meta = {
+        "model": dataclasses.asdict(model),
+        "mode": config.mode,
+        "base": config.base,
+        "lora": dataclasses.asdict(config.lora) if config.trains_adapters else None,
+        **_chat_metadata(config.data),
+    }
 
     def batch(step: int) -> tuple[jax.Array, jax.Array]:
         tokens, masks = loader.batch(step, loss_mask=True)
         return _global(tokens, batch_sh), _global(masks.astype(np.int32), batch_sh)
 
-    result = trainer.train(state, lambda state, tokens, masks: step_fn(state, frozen, tokens, masks), batch,
-                           checkpoint_metadata=lambda step: {**meta, "step": step})
+    result = trainer.train(
+        state,
+        lambda state, tokens, masks: step_fn(state, frozen, tokens, masks),
+        batch,
+        checkpoint_metadata=lambda step: {**meta, "step": step},
+    )
     final_step = result.final_step
     finished = final_step == config.num_train_steps
     eval_after = evaluate_masked(eval_fn, result.state["trainable"], frozen, config) if finished else {}
@@ -372,42 +448,73 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
         merged = _merged_params(config, result.state["trainable"], frozen)
         if config.save_merged:
             merged_path = mfs.join(config.output_path, "merged")
-            ckpt.save_checkpoint(ckpt.step_dir(mfs.join(merged_path, "checkpoints"), final_step),
-                                 {"params": merged}, {**meta, "step": final_step})
+            ckpt.save_checkpoint(
+                ckpt.step_dir(mfs.join(merged_path, "checkpoints"), final_step),
+                {"params": merged},
+                {**meta, "step": final_step},
+            )
         if config.export_hf:
             hf_path = trainer.export_hf(model, param_leaves(merged))
     if finished:
         mfs.write_json(mfs.join(config.output_path, "eval.json"), {"before": eval_before, "after": eval_after})
-    summary = trainer.finish(result, {
-        "mode": config.mode, "final_step": final_step, "num_train_steps": config.num_train_steps, "start": how,
-        "final_loss": result.last.get("loss"), "eval_loss_before": eval_before, "eval_loss_after": eval_after,
-        "tokens_per_s": result.tokens_per_s,
-        "trainable_params": int(sum(x.size for x in jax.tree_util.tree_leaves(result.state["trainable"]))),
-        "bytes": state_bytes(result.state, frozen),
-        "checkpoint": result.checkpoint, "merged_path": merged_path, "hf_path": hf_path,
-        "metrics_path": result.metrics.url,
-    })
-    logger.info("finetune_lm %s: step %d, eval loss %s -> %s", config.output_path, summary["final_step"],
-                eval_before, summary["eval_loss_after"])
+    summary = trainer.finish(
+        result,
+        {
+            "mode": config.mode,
+            "final_step": final_step,
+            "num_train_steps": config.num_train_steps,
+            "start": how,
+            "final_loss": result.last.get("loss"),
+            "eval_loss_before": eval_before,
+            "eval_loss_after": eval_after,
+            "tokens_per_s": result.tokens_per_s,
+            "trainable_params": int(sum(x.size for x in jax.tree_util.tree_leaves(result.state["trainable"]))),
+            "bytes": state_bytes(result.state, frozen),
+            "checkpoint": result.checkpoint,
+            "merged_path": merged_path,
+            "hf_path": hf_path,
+            "metrics_path": result.metrics.url,
+        },
+    )
+    logger.info(
+        "finetune_lm %s: step %d, eval loss %s -> %s",
+        config.output_path,
+        summary["final_step"],
+        eval_before,
+        summary["eval_loss_after"],
+    )
     return summary
 
 
-def _fresh_state(config: FinetuneConfig, plan: StepPlan, base_params: Any, state_sh: dict[str, Any],
-                 opt_init: Any) -> dict[str, Any]:
+def _fresh_state(
+    config: FinetuneConfig, plan: StepPlan, base_params: Any, state_sh: dict[str, Any], opt_init: Any
+) -> dict[str, Any]:
     """Step 0: new adapters (or the base itself, full mode) in their shardings, and their optimizer state."""
-    trainable = jax.device_put(init_trainable(plan, base_params, jax.random.key(config.seed),
-                                              jnp.dtype(config.trainable_dtype)), state_sh["trainable"])
-    return {"trainable": trainable, "opt_state": opt_init(trainable),
-            "step": jax.device_put(jnp.zeros((), jnp.int32), state_sh["step"])}
+    trainable = jax.device_put(
+        init_trainable(plan, base_params, jax.random.key(config.seed), jnp.dtype(config.trainable_dtype)),
+        state_sh["trainable"],
+    )
+    return {
+        "trainable": trainable,
+        "opt_state": opt_init(trainable),
+        "step": jax.device_put(jnp.zeros((), jnp.int32), state_sh["step"]),
+    }
 
 
 def loop_config(config: FinetuneConfig) -> LoopConfig:
     """The Trainer's part of a finetune_lm config."""
-    return LoopConfig(name="finetune_lm", output_path=config.output_path, num_train_steps=config.num_train_steps,
-                      tokens_per_step=config.batch_size * config.seq_len, checkpoint=config.checkpoint,
-                      wandb=config.wandb, summary_file="finetune_summary.json", log_every=config.log_every,
-                      stop_after_steps=config.stop_after_steps,
-                      tokenizer_cache=config.data.caches[sorted(config.data.caches)[0]] if config.data.caches else None)
+    return LoopConfig(
+        name="finetune_lm",
+        output_path=config.output_path,
+        num_train_steps=config.num_train_steps,
+        tokens_per_step=config.batch_size * config.seq_len,
+        checkpoint=config.checkpoint,
+        wandb=config.wandb,
+        summary_file="finetune_summary.json",
+        log_every=config.log_every,
+        stop_after_steps=config.stop_after_steps,
+        tokenizer_cache=config.data.caches[sorted(config.data.caches)[0]] if config.data.caches else None,
+    )
 
 
 def _chat_metadata(data: DataConfig) -> dict[str, Any]:
@@ -416,13 +523,20 @@ def _chat_metadata(data: DataConfig) -> dict[str, Any]:
     for name in sorted(data.caches):
         ledger = TokenCache(data.caches[name]).ledger
         if isinstance(ledger.get("template"), dict):
-            return {"chat": {"template": ledger["template"], "bos_id": ledger.get("bos_id"),
-                             "eos_id": ledger.get("eos_id"), "cache": name}}
+            return {
+                "chat": {
+                    "template": ledger["template"],
+                    "bos_id": ledger.get("bos_id"),
+                    "eos_id": ledger.get("eos_id"),
+                    "cache": name,
+                }
+            }
     return {}
 
 
-def _eval_before(config: FinetuneConfig, eval_fn: Any, trainable: Any,
-                 frozen: Any, start_step: int) -> dict[str, float]:
+def _eval_before(
+    config: FinetuneConfig, eval_fn: Any, trainable: Any, frozen: Any, start_step: int
+) -> dict[str, float]:
     """The un-fine-tuned model's validation loss (recorded by the first run, reused on resume)."""
     url = mfs.join(config.output_path, "eval_before.json")
     if start_step and mfs.exists(url):
@@ -437,15 +551,20 @@ def _eval_before(config: FinetuneConfig, eval_fn: Any, trainable: Any,
 def _merged_params(config: FinetuneConfig, trainable: Any, frozen: Any) -> Any:
     if config.mode == "full":
         return jax.device_get(trainable)
-    unwrapped = jax.tree_util.tree_map(lambda w: w.inner if hasattr(w, "inner") else w, frozen,
-                                       is_leaf=lambda w: hasattr(w, "inner"))
+    unwrapped = jax.tree_util.tree_map(
+        lambda w: w.inner if hasattr(w, "inner") else w, frozen, is_leaf=lambda w: hasattr(w, "inner")
+    )
     return jax.device_get(jax.jit(lambda f, t: merge_lora(f, t, config.lora))(unwrapped, trainable))
 
 
 def state_bytes(state: dict[str, Any], frozen: Any) -> dict[str, int]:
     """Bytes of each part, counted from the pytrees (global sizes, not per device)."""
+
     def count(tree: Any) -> int:
         return int(sum(x.size * jnp.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree)))
 
-    return {"frozen": count(frozen) if frozen is not None else 0, "trainable": count(state["trainable"]),
-            "optimizer": count(state["opt_state"])}
+    return {
+        "frozen": count(frozen) if frozen is not None else 0,
+        "trainable": count(state["trainable"]),
+        "optimizer": count(state["opt_state"]),
+    }

@@ -67,8 +67,9 @@ def frozen_base(params: Params, mode: str, frozen_dtype: str, offload: bool) -> 
     if mode == "full":
         return None
     dtype = jnp.dtype(frozen_dtype)
-    cast = jax.tree_util.tree_map(lambda p: p if _is_weight(p) else jnp.asarray(p).astype(dtype),
-                                  params, is_leaf=_is_weight)
+    cast = jax.tree_util.tree_map(
+        lambda p: p if _is_weight(p) else jnp.asarray(p).astype(dtype), params, is_leaf=_is_weight
+    )
     if offload:
         cast = {**cast, "layers": {k: OnHost(v) if k in QUANTIZED_NAMES else v for k, v in cast["layers"].items()}}
     return cast
@@ -89,8 +90,9 @@ def frozen_shardings(frozen: Params, mesh: Mesh, rule: str) -> Params:
         sh: Any  # an NF4Tensor of shardings, or one NamedSharding
         if isinstance(inner, NF4Tensor):
             try:
-                sh = nf4_shardings(inner, mesh, axis=None if rule == "replicated" else "fsdp", name=name,
-                                   memory_kind=kind)
+                sh = nf4_shardings(
+                    inner, mesh, axis=None if rule == "replicated" else "fsdp", name=name, memory_kind=kind
+                )
             except QuantizationError as err:
                 raise TrainingError(str(err)) from err
         else:
@@ -111,8 +113,9 @@ def trainable_shardings(trainable: Any, mode: str, mesh: Mesh, rule: str) -> Par
     for name, leaf in flat.items():
         shape = tuple(leaf.shape)
         if name in ("embed/a", "embed/b"):  # embedding adapter: A [vocab, r] split along vocab, B whole
-            out[name] = _named(mesh, P(_divides(shape[0], mesh, "fsdp") if name == "embed/a" and rule != "replicated"
-                                       else None, None))
+            out[name] = _named(
+                mesh, P(_divides(shape[0], mesh, "fsdp") if name == "embed/a" and rule != "replicated" else None, None)
+            )
         elif mode == "full" or not name.startswith("layers/"):
             out[name] = _named(mesh, param_spec(name, shape, mesh, rule))
         elif rule == "replicated":
@@ -124,8 +127,7 @@ def trainable_shardings(trainable: Any, mode: str, mesh: Mesh, rule: str) -> Par
     return unflatten_params(out)
 
 
-def optimizer_shardings(abstract_opt: Any, trainable_sh: Params, trainable: Any, mesh: Mesh,
-                        offload: bool) -> Any:
+def optimizer_shardings(abstract_opt: Any, trainable_sh: Params, trainable: Any, mesh: Mesh, offload: bool) -> Any:
     """Each moment follows its parameter (matched by path suffix and shape); counters replicated."""
     flat_sh, flat_p = flatten_params(trainable_sh), flatten_params(trainable)
     kind = HOST if offload else None
@@ -179,18 +181,31 @@ def make_loss_fn(plan: StepPlan, mesh: Mesh | None = None) -> Callable[..., tupl
     the frozen weights are gathered to them (FSDP), never the activations to the weights."""
     compute_dtype = jnp.dtype(plan.compute_dtype)
 
-    def loss_fn(trainable: Params, frozen: Params | None, tokens: jax.Array, mask: jax.Array,
-                key: jax.Array | None) -> tuple[jax.Array, jax.Array]:
+    def loss_fn(
+        trainable: Params, frozen: Params | None, tokens: jax.Array, mask: jax.Array, key: jax.Array | None
+    ) -> tuple[jax.Array, jax.Array]:
         params = model_params(plan, trainable, gathered_base(frozen, mesh), key)
-        return lm_loss(params, tokens[:, :-1], tokens[:, 1:], mask[:, 1:], plan.model,
-                       compute_dtype=compute_dtype, gradient_checkpointing=plan.gradient_checkpointing,
-                       attention_impl=plan.attention_impl, activation_sharding=activation_sharding(mesh))
+        return lm_loss(
+            params,
+            tokens[:, :-1],
+            tokens[:, 1:],
+            mask[:, 1:],
+            plan.model,
+            compute_dtype=compute_dtype,
+            gradient_checkpointing=plan.gradient_checkpointing,
+            attention_impl=plan.attention_impl,
+            activation_sharding=activation_sharding(mesh),
+        )
 
     return loss_fn
 
 
-def make_train_step(plan: StepPlan, optimizer: optax.GradientTransformation,
-                    lr_schedule: Callable[[jax.Array], jax.Array], mesh: Mesh | None = None) -> Callable:
+def make_train_step(
+    plan: StepPlan,
+    optimizer: optax.GradientTransformation,
+    lr_schedule: Callable[[jax.Array], jax.Array],
+    mesh: Mesh | None = None,
+) -> Callable:
     """step(state, frozen, tokens, mask) -> (state, metrics); state = {trainable, opt_state, step}."""
     grad_fn = jax.value_and_grad(make_loss_fn(plan, mesh), has_aux=True)
 
@@ -204,39 +219,67 @@ def make_train_step(plan: StepPlan, optimizer: optax.GradientTransformation,
         updates, opt_state = optimizer.update(grads, opt_state, trainable)
         lr = lr_schedule(state["step"])
         trainable = jax.tree_util.tree_map(lambda p, u: (p - lr * u).astype(p.dtype), trainable, updates)
-        metrics = {"loss": loss, "cross_entropy": ce, "grad_norm": optax.global_norm(grads),
-                   "learning_rate": lr, "loss_tokens": mask[:, 1:].sum()}
+        metrics = {
+            "loss": loss,
+            "cross_entropy": ce,
+            "grad_norm": optax.global_norm(grads),
+            "learning_rate": lr,
+            "loss_tokens": mask[:, 1:].sum(),
+        }
         return {"trainable": trainable, "opt_state": opt_state, "step": state["step"] + 1}, metrics
 
     return step
 
 
-def compile_step(plan: StepPlan, optimizer: optax.GradientTransformation, lr_schedule: Callable,
-                 mesh: Mesh, state_sh: Any, frozen_sh: Any) -> Callable:
+def compile_step(
+    plan: StepPlan,
+    optimizer: optax.GradientTransformation,
+    lr_schedule: Callable,
+    mesh: Mesh,
+    state_sh: Any,
+    frozen_sh: Any,
+) -> Callable:
     batch = batch_sharding(mesh)
-    return jax.jit(make_train_step(plan, optimizer, lr_schedule, mesh),
-                   in_shardings=(state_sh, frozen_sh, batch, batch),
-                   out_shardings=(state_sh, _named(mesh, P())), donate_argnums=0)
+    return jax.jit(
+        make_train_step(plan, optimizer, lr_schedule, mesh),
+        in_shardings=(state_sh, frozen_sh, batch, batch),
+        out_shardings=(state_sh, _named(mesh, P())),
+        donate_argnums=0,
+    )
 
 
-def build_step(plan: StepPlan, optimizer: optax.GradientTransformation, lr_schedule: Callable, mesh: Mesh,
-               rule: str, frozen_abs: Any, trainable_abs: Any) -> tuple[dict[str, Any], Any, Callable]:
+def build_step(
+    plan: StepPlan,
+    optimizer: optax.GradientTransformation,
+    lr_schedule: Callable,
+    mesh: Mesh,
+    rule: str,
+    frozen_abs: Any,
+    trainable_abs: Any,
+) -> tuple[dict[str, Any], Any, Callable]:
     """(state shardings, frozen shardings, the jitted step) for abstract frozen/trainable trees: finetune_lm
     runs it on its devices, `marin-lab compile` lowers it for a TPU topology."""
     frozen_sh = frozen_shardings(frozen_abs, mesh, rule) if frozen_abs is not None else None
     train_sh = trainable_shardings(trainable_abs, plan.mode, mesh, rule)
-    opt_sh = optimizer_shardings(jax.eval_shape(optimizer.init, trainable_abs), train_sh, trainable_abs,
-                                 mesh, plan.offload_optimizer_state)
+    opt_sh = optimizer_shardings(
+        jax.eval_shape(optimizer.init, trainable_abs), train_sh, trainable_abs, mesh, plan.offload_optimizer_state
+    )
     state_sh = {"trainable": train_sh, "opt_state": opt_sh, "step": _named(mesh, P())}
     return state_sh, frozen_sh, compile_step(plan, optimizer, lr_schedule, mesh, state_sh, frozen_sh)
 
 
 def make_eval_fn(plan: StepPlan, mesh: Mesh | None = None) -> Callable:
     """(trainable, frozen, tokens, mask) -> (sum of masked NLL, masked token count), no dropout."""
+
     def evaluate(trainable: Params, frozen: Params | None, tokens: jax.Array, mask: jax.Array):
         params = model_params(plan, trainable, gathered_base(frozen, mesh), None)
-        logits = forward(params, tokens[:, :-1], plan.model, compute_dtype=jnp.dtype(plan.compute_dtype),
-                         attention_impl=plan.attention_impl)
+        logits = forward(
+            params,
+            tokens[:, :-1],
+            plan.model,
+            compute_dtype=jnp.dtype(plan.compute_dtype),
+            attention_impl=plan.attention_impl,
+        )
         logp, _ = token_log_likelihoods(logits, tokens[:, 1:])
         m = mask[:, 1:].astype(jnp.float32)
         return -(logp * m).sum(), m.sum()

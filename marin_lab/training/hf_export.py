@@ -36,8 +36,9 @@ _LAYER_MAP = {
 }
 
 
-def hf_config(config: LlamaConfig, *, bos_id: int | None = None, eos_id: int | None = None,
-              torch_dtype: str = "float32") -> dict[str, Any]:
+def hf_config(
+    config: LlamaConfig, *, bos_id: int | None = None, eos_id: int | None = None, torch_dtype: str = "float32"
+) -> dict[str, Any]:
     return {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -64,8 +65,9 @@ def hf_config(config: LlamaConfig, *, bos_id: int | None = None, eos_id: int | N
     }
 
 
-def hf_tensors(leaves: Iterable[tuple[tuple[str, ...], np.ndarray]], config: LlamaConfig,
-               dtype: Any = np.float32) -> dict[str, np.ndarray]:
+def hf_tensors(
+    leaves: Iterable[tuple[tuple[str, ...], np.ndarray]], config: LlamaConfig, dtype: Any = np.float32
+) -> dict[str, np.ndarray]:
     """HF-named tensors from (parameter keys, array) pairs, consumed one leaf at a time."""
     out: dict[str, np.ndarray] = {}
     for keys, value in leaves:
@@ -88,8 +90,10 @@ def hf_tensors(leaves: Iterable[tuple[tuple[str, ...], np.ndarray]], config: Lla
 def param_leaves(params: Params) -> list[tuple[tuple[str, ...], np.ndarray]]:
     """(keys, host array) of every leaf of in-memory (fully addressable) parameters."""
     host = jax.device_get(params)
-    return [(tuple(getattr(k, "key", k) for k in path), leaf)
-            for path, leaf in jax.tree_util.tree_flatten_with_path(host)[0]]
+    return [
+        (tuple(getattr(k, "key", k) for k in path), leaf)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(host)[0]
+    ]
 
 
 def hf_state_dict(params: Params, config: LlamaConfig, dtype: Any = np.float32) -> dict[str, np.ndarray]:
@@ -97,16 +101,30 @@ def hf_state_dict(params: Params, config: LlamaConfig, dtype: Any = np.float32) 
     return hf_tensors(param_leaves(params), config, dtype)
 
 
-def export_hf(params: Params, config: LlamaConfig, out_dir: str, *, tokenizer_url: str | None = None,
-              bos_id: int | None = None, eos_id: int | None = None) -> str:
+def export_hf(
+    params: Params,
+    config: LlamaConfig,
+    out_dir: str,
+    *,
+    tokenizer_url: str | None = None,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+) -> str:
     """Write `out_dir`/{config.json, model.safetensors[, tokenizer.json]}; returns out_dir."""
-    return _write_hf(hf_state_dict(params, config), config, out_dir, tokenizer_url=tokenizer_url,
-                     bos_id=bos_id, eos_id=eos_id)
+    return _write_hf(
+        hf_state_dict(params, config), config, out_dir, tokenizer_url=tokenizer_url, bos_id=bos_id, eos_id=eos_id
+    )
 
 
-def export_hf_from_checkpoint(checkpoint: str, config: LlamaConfig, out_dir: str, *,
-                              leaves: Iterable[tuple[tuple[str, ...], np.ndarray]] | None = None,
-                              dtype: str = "float32", **kwargs: Any) -> str:
+def export_hf_from_checkpoint(
+    checkpoint: str,
+    config: LlamaConfig,
+    out_dir: str,
+    *,
+    leaves: Iterable[tuple[tuple[str, ...], np.ndarray]] | None = None,
+    dtype: str = "float32",
+    **kwargs: Any,
+) -> str:
     """Export a (sharded) training checkpoint, reading one parameter at a time on this process.
 
     Nothing is gathered across hosts; this host holds the float32 tensors once, and safetensors
@@ -119,17 +137,38 @@ def export_hf_from_checkpoint(checkpoint: str, config: LlamaConfig, out_dir: str
     return export_hf_leaves(leaves, config, out_dir, dtype=dtype, **kwargs)
 
 
-def export_hf_leaves(leaves: Iterable[tuple[tuple[str, ...], np.ndarray]], config: LlamaConfig, out_dir: str, *,
-                     dtype: str = "float32", tokenizer_url: str | None = None, bos_id: int | None = None,
-                     eos_id: int | None = None) -> str:
+def export_hf_leaves(
+    leaves: Iterable[tuple[tuple[str, ...], np.ndarray]],
+    config: LlamaConfig,
+    out_dir: str,
+    *,
+    dtype: str = "float32",
+    tokenizer_url: str | None = None,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+) -> str:
     """Write `out_dir` from (keys, array) per parameter, converted to `dtype` one at a time."""
-    return _write_hf(hf_tensors(leaves, config, np.dtype(dtype)), config, out_dir, torch_dtype=dtype,
-                     tokenizer_url=tokenizer_url, bos_id=bos_id, eos_id=eos_id)
+    return _write_hf(
+        hf_tensors(leaves, config, np.dtype(dtype)),
+        config,
+        out_dir,
+        torch_dtype=dtype,
+        tokenizer_url=tokenizer_url,
+        bos_id=bos_id,
+        eos_id=eos_id,
+    )
 
 
-def _write_hf(tensors: dict[str, np.ndarray], config: LlamaConfig, out_dir: str, *,
-              tokenizer_url: str | None = None, bos_id: int | None = None, eos_id: int | None = None,
-              torch_dtype: str = "float32") -> str:
+def _write_hf(
+    tensors: dict[str, np.ndarray],
+    config: LlamaConfig,
+    out_dir: str,
+    *,
+    tokenizer_url: str | None = None,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+    torch_dtype: str = "float32",
+) -> str:
     # safetensors writes the file tensor by tensor (no second in-memory copy); the finished file is
     # then renamed into place (local) or uploaded as one object (gs://): readers see it whole or not.
     fs, target = mfs.fs_and_path(mfs.join(out_dir, "model.safetensors"))
@@ -144,9 +183,10 @@ def _write_hf(tensors: dict[str, np.ndarray], config: LlamaConfig, out_dir: str,
             os.replace(local, target)
         else:
             fs.put_file(local, target)
-    mfs.atomic_write_text(mfs.join(out_dir, "config.json"),
-                          json.dumps(hf_config(config, bos_id=bos_id, eos_id=eos_id, torch_dtype=torch_dtype),
-                                     indent=2))
+    mfs.atomic_write_text(
+        mfs.join(out_dir, "config.json"),
+        json.dumps(hf_config(config, bos_id=bos_id, eos_id=eos_id, torch_dtype=torch_dtype), indent=2),
+    )
     if tokenizer_url and mfs.exists(tokenizer_url):
         mfs.atomic_write_bytes(mfs.join(out_dir, "tokenizer.json"), mfs.read_bytes(tokenizer_url))
     logger.info("exported Hugging Face model to %s", out_dir)

@@ -26,18 +26,31 @@ from marin_lab.training.safetensors_reader import HfImportError, SafetensorsInde
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HfImportError", "expected_hf_shapes", "import_hf", "is_hf_checkpoint", "llama_config_from_hf", "open_hf",
-           "our_tensor"]
+__all__ = [
+    "HfImportError",
+    "expected_hf_shapes",
+    "import_hf",
+    "is_hf_checkpoint",
+    "llama_config_from_hf",
+    "open_hf",
+    "our_tensor",
+]
 
-REQUIRED_FIELDS = {"vocab_size": int, "hidden_size": int, "intermediate_size": int, "num_hidden_layers": int,
-                   "num_attention_heads": int}
+REQUIRED_FIELDS = {
+    "vocab_size": int,
+    "hidden_size": int,
+    "intermediate_size": int,
+    "num_hidden_layers": int,
+    "num_attention_heads": int,
+}
 """config.json fields without which a Llama's shape is unknown (the rest have Llama defaults)."""
 _LAYER_TENSOR = re.compile(r"model\.layers\.(\d{1,9})\.")
 
 
 def is_hf_checkpoint(path: str) -> bool:
     return mfs.exists(mfs.join(path, "config.json")) and (
-        mfs.exists(mfs.join(path, "model.safetensors")) or mfs.exists(mfs.join(path, "model.safetensors.index.json")))
+        mfs.exists(mfs.join(path, "model.safetensors")) or mfs.exists(mfs.join(path, "model.safetensors.index.json"))
+    )
 
 
 _POSITIVE_INTS = ("num_key_value_heads", "head_dim", "max_position_embeddings")
@@ -46,6 +59,7 @@ _NUMBERS = ("rope_theta", "rms_norm_eps", "initializer_range")
 
 def _check_optional_types(hf: dict[str, Any]) -> None:
     """Optional fields, when given (null counts as absent), have the type a Llama config gives them."""
+
     def given(field: str) -> bool:
         return hf.get(field) is not None
 
@@ -63,8 +77,9 @@ def _check_optional_types(hf: dict[str, Any]) -> None:
         if given(field) and not isinstance(hf[field], dict):
             raise HfImportError(f"config.json: {field}={hf[field]!r} must be an object or null")
     params = hf.get("rope_parameters") or {}
-    if "rope_theta" in params and (not isinstance(params["rope_theta"], int | float)
-                                   or isinstance(params["rope_theta"], bool)):
+    if "rope_theta" in params and (
+        not isinstance(params["rope_theta"], int | float) or isinstance(params["rope_theta"], bool)
+    ):
         raise HfImportError(f"config.json: rope_parameters.rope_theta={params['rope_theta']!r} must be a number")
     for field in ("model_type", "hidden_act"):
         if given(field) and not isinstance(hf[field], str):
@@ -77,14 +92,16 @@ def llama_config_from_hf(hf: dict[str, Any], *, max_seq_len: int | None = None) 
         raise HfImportError("config.json is not a JSON object")
     for field, kind in REQUIRED_FIELDS.items():
         if field not in hf:
-            raise HfImportError(f"config.json lacks the required field {field!r}; a Llama config names "
-                                f"{', '.join(REQUIRED_FIELDS)}")
+            raise HfImportError(
+                f"config.json lacks the required field {field!r}; a Llama config names {', '.join(REQUIRED_FIELDS)}"
+            )
         if not isinstance(hf[field], kind) or isinstance(hf[field], bool) or hf[field] < 1:
             raise HfImportError(f"config.json: {field}={hf[field]!r} must be a positive integer")
     _check_optional_types(hf)
     if hf.get("model_type") not in ("llama", None):
-        raise HfImportError(f"config.json: model_type {hf.get('model_type')!r} is not 'llama'; only "
-                            "Llama-family checkpoints import")
+        raise HfImportError(
+            f"config.json: model_type {hf.get('model_type')!r} is not 'llama'; only Llama-family checkpoints import"
+        )
     for flag in ("attention_bias", "mlp_bias"):
         if hf.get(flag):
             raise HfImportError(f"config.json: {flag}=true; our Llama has no biases")
@@ -94,13 +111,17 @@ def llama_config_from_hf(hf: dict[str, Any], *, max_seq_len: int | None = None) 
     params: dict[str, Any] = hf.get("rope_parameters") or {}
     rope_type = rope.get("rope_type", rope.get("type")) or params.get("rope_type", "default")
     if rope_type not in ("default", None):
-        raise HfImportError(f"config.json: rope type {rope_type!r} (RoPE scaling) is not "
-                            "implemented; only plain RoPE imports")
+        raise HfImportError(
+            f"config.json: rope type {rope_type!r} (RoPE scaling) is not implemented; only plain RoPE imports"
+        )
     heads = hf["num_attention_heads"]
     theta = params["rope_theta"] if "rope_theta" in params else hf.get("rope_theta", 10000.0)
     return LlamaConfig(
-        vocab_size=hf["vocab_size"], hidden_dim=hf["hidden_size"], intermediate_dim=hf["intermediate_size"],
-        num_layers=hf["num_hidden_layers"], num_heads=heads,
+        vocab_size=hf["vocab_size"],
+        hidden_dim=hf["hidden_size"],
+        intermediate_dim=hf["intermediate_size"],
+        num_layers=hf["num_hidden_layers"],
+        num_heads=heads,
         num_kv_heads=hf.get("num_key_value_heads") or heads,
         head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
         max_seq_len=max_seq_len or hf.get("max_position_embeddings", 2048),
@@ -116,8 +137,10 @@ def expected_hf_shapes(config: LlamaConfig) -> dict[str, tuple[tuple[int, ...], 
     d, f, hd = config.hidden_dim, config.intermediate_dim, config.resolved_head_dim
     q, kv = config.num_heads * hd, config.num_kv_heads * hd
     vocab = config.resolved_vocab_size
-    out = {"model.embed_tokens.weight": ((vocab, d), "vocab_size, hidden_dim"),
-           "model.norm.weight": ((d,), "hidden_dim")}
+    out = {
+        "model.embed_tokens.weight": ((vocab, d), "vocab_size, hidden_dim"),
+        "model.norm.weight": ((d,), "hidden_dim"),
+    }
     if not config.tie_embeddings:
         out["lm_head.weight"] = ((vocab, d), "vocab_size, hidden_dim")
     per_layer = {
@@ -159,8 +182,10 @@ def open_hf(path: str, model: LlamaConfig | None = None) -> tuple[LlamaConfig, S
     LFS pointers are all refused here, before a weight is read.
     """
     if not is_hf_checkpoint(path):
-        raise HfImportError(f"{path} is not a Hugging Face checkpoint: expected config.json and "
-                            "model.safetensors (or model.safetensors.index.json) in it")
+        raise HfImportError(
+            f"{path} is not a Hugging Face checkpoint: expected config.json and "
+            "model.safetensors (or model.safetensors.index.json) in it"
+        )
     config = read_hf_config(path) if model is None else model
     if model is not None:
         read_hf_config(path)  # still refuse a config.json we could not have read
@@ -175,7 +200,8 @@ def open_hf(path: str, model: LlamaConfig | None = None) -> tuple[LlamaConfig, S
             f"Hugging Face checkpoint {path} does not match the model config: num_layers={config.num_layers} "
             f"(config.json num_hidden_layers) but its safetensors hold {have} layer(s) "
             f"(model.layers.0-{max(have - 1, 0)}); "
-            "fix num_hidden_layers (or the `model` field) to the checkpoint's, or fetch the missing files")
+            "fix num_hidden_layers (or the `model` field) to the checkpoint's, or fetch the missing files"
+        )
     expected = expected_hf_shapes(config)
     problems = []
     for name, (shape, fields) in expected.items():
@@ -183,11 +209,14 @@ def open_hf(path: str, model: LlamaConfig | None = None) -> tuple[LlamaConfig, S
         if entry is None:
             problems.append(f"{name} is missing (model.{fields.split(',')[0]}, num_layers={config.num_layers})")
         elif entry.shape != shape:
-            problems.append(f"{name} has shape {entry.shape} but the config's {fields} give {shape} "
-                            f"(in {entry.url.rsplit('/', 1)[-1]})")
+            problems.append(
+                f"{name} has shape {entry.shape} but the config's {fields} give {shape} "
+                f"(in {entry.url.rsplit('/', 1)[-1]})"
+            )
     if problems:
         raise HfImportError(
-            f"Hugging Face checkpoint {path} does not match the model config: " + "; ".join(problems[:5])
+            f"Hugging Face checkpoint {path} does not match the model config: "
+            + "; ".join(problems[:5])
             + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
             + ". Fix the `model` fields named (or leave `model` unset to take config.json's shape)"
         )
@@ -195,13 +224,17 @@ def open_hf(path: str, model: LlamaConfig | None = None) -> tuple[LlamaConfig, S
     return config, index
 
 
-def our_tensor(index: SafetensorsIndex, name: str, config: LlamaConfig, dtype: Any = np.float32,
-               layer: int | None = None) -> np.ndarray:
+def our_tensor(
+    index: SafetensorsIndex, name: str, config: LlamaConfig, dtype: Any = np.float32, layer: int | None = None
+) -> np.ndarray:
     """One of our parameters (`embed`, `final_norm`, `lm_head`, or layer `layer` of `layers/<name>`)
     read from the checkpoint, transposed to our [in, out] layout, in `dtype` (a copy only if needed)."""
     if layer is None:
-        hf_name, transpose = {"embed": ("model.embed_tokens.weight", False), "final_norm": ("model.norm.weight", False),
-                              "lm_head": ("lm_head.weight", True)}[name]
+        hf_name, transpose = {
+            "embed": ("model.embed_tokens.weight", False),
+            "final_norm": ("model.norm.weight", False),
+            "lm_head": ("lm_head.weight", True),
+        }[name]
     else:
         hf_name, transpose = _LAYER_MAP[name]
         hf_name = f"model.layers.{layer}.{hf_name}"

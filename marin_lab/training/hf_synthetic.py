@@ -23,13 +23,23 @@ _CODES = {"BF16": jnp.bfloat16, "F16": np.float16, "F32": np.float32, "I8": np.i
 
 
 def hf_config_dict(model: LlamaConfig) -> dict[str, Any]:
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": model.vocab_size,
-            "hidden_size": model.hidden_dim, "intermediate_size": model.intermediate_dim,
-            "num_hidden_layers": model.num_layers, "num_attention_heads": model.num_heads,
-            "num_key_value_heads": model.num_kv_heads, "head_dim": model.resolved_head_dim,
-            "max_position_embeddings": model.max_seq_len, "rope_theta": model.rope_theta,
-            "rms_norm_eps": model.norm_eps, "tie_word_embeddings": model.tie_embeddings, "hidden_act": "silu",
-            "torch_dtype": "bfloat16"}
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": model.vocab_size,
+        "hidden_size": model.hidden_dim,
+        "intermediate_size": model.intermediate_dim,
+        "num_hidden_layers": model.num_layers,
+        "num_attention_heads": model.num_heads,
+        "num_key_value_heads": model.num_kv_heads,
+        "head_dim": model.resolved_head_dim,
+        "max_position_embeddings": model.max_seq_len,
+        "rope_theta": model.rope_theta,
+        "rms_norm_eps": model.norm_eps,
+        "tie_word_embeddings": model.tie_embeddings,
+        "hidden_act": "silu",
+        "torch_dtype": "bfloat16",
+    }
 
 
 def _tensor(name: str, shape: tuple[int, ...], seed: int, dtype: Any) -> np.ndarray:
@@ -60,8 +70,15 @@ def write_safetensors(url: str, tensors: dict[str, tuple[str, tuple[int, ...]]],
     return 8 + len(raw) + offset
 
 
-def write_synthetic_llama(path: str, model: LlamaConfig, *, seed: int = 0, dtype: str = "BF16",
-                          shards: int = 1, overrides: dict[str, str] | None = None) -> int:
+def write_synthetic_llama(
+    path: str,
+    model: LlamaConfig,
+    *,
+    seed: int = 0,
+    dtype: str = "BF16",
+    shards: int = 1,
+    overrides: dict[str, str] | None = None,
+) -> int:
     """A Llama checkpoint of shape `model` at folder `path`; returns its safetensors bytes.
 
     `overrides`: tensor name -> dtype code, to store some tensors otherwise (tests of bad input).
@@ -76,10 +93,15 @@ def write_synthetic_llama(path: str, model: LlamaConfig, *, seed: int = 0, dtype
     weight_map = {}
     for i, group in enumerate(groups):
         file = "model.safetensors" if shards == 1 else f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-        total += write_safetensors(mfs.join(path, file), {n: (codes[n], shapes[n]) for n in group},
-                                   lambda n: _tensor(n, shapes[n], seed, np.float32))
+        total += write_safetensors(
+            mfs.join(path, file),
+            {n: (codes[n], shapes[n]) for n in group},
+            lambda n: _tensor(n, shapes[n], seed, np.float32),
+        )
         weight_map.update({n: file for n in group})
     if shards > 1:
-        mfs.write_json(mfs.join(path, "model.safetensors.index.json"),
-                       {"metadata": {"total_size": total}, "weight_map": weight_map})
+        mfs.write_json(
+            mfs.join(path, "model.safetensors.index.json"),
+            {"metadata": {"total_size": total}, "weight_map": weight_map},
+        )
     return total

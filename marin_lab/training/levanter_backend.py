@@ -43,8 +43,17 @@ _TOKENIZER_TEXT_BYTES = 20_000_000
 
 # The Levanter runs' defaults, in OptimizerConfig's names (marin_lab/training/optimizer.py).
 DEFAULT_OPTIMIZER: dict[str, Any] = {
-    "learning_rate": 3e-3, "schedule": "cosine", "warmup": 0.1, "decay": 0.0, "min_lr_ratio": 0.1,
-    "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95, "epsilon": 1e-8, "max_grad_norm": 1.0, "schedule_offset": 0,
+    "learning_rate": 3e-3,
+    "schedule": "cosine",
+    "warmup": 0.1,
+    "decay": 0.0,
+    "min_lr_ratio": 0.1,
+    "weight_decay": 0.1,
+    "beta1": 0.9,
+    "beta2": 0.95,
+    "epsilon": 1e-8,
+    "max_grad_norm": 1.0,
+    "schedule_offset": 0,
 }
 # OptimizerConfig's schedules as Levanter 1.1's: WSD is its constant schedule plus a linear cooldown.
 LEVANTER_SCHEDULES = {"wsd": "constant", "cosine": "cosine", "linear": "linear", "constant": "constant"}
@@ -123,9 +132,13 @@ def levanter_environment() -> Any:
 # from the native trainer's config
 
 
-def from_native(train_cfg: Any, train_urls: tuple[str, ...] | list[str],
-                validation_urls: tuple[str, ...] | list[str] = (), tokenizer: str | None = None,
-                output_path: str | None = None) -> LevanterTrainConfig:
+def from_native(
+    train_cfg: Any,
+    train_urls: tuple[str, ...] | list[str],
+    validation_urls: tuple[str, ...] | list[str] = (),
+    tokenizer: str | None = None,
+    output_path: str | None = None,
+) -> LevanterTrainConfig:
     """The Levanter run with the model, optimizer and schedule of a native `TrainLmConfig`.
 
     Levanter tokenizes JSONL itself, so the documents (not the native token caches) are passed in.
@@ -137,8 +150,11 @@ def from_native(train_cfg: Any, train_urls: tuple[str, ...] | list[str],
         raise LevanterBackendError(f"backend='levanter': {field}={value!r} is not supported: {why}")
 
     if model.num_kv_heads != model.num_heads:
-        refuse("model.num_kv_heads", model.num_kv_heads,
-               "Levanter 1.1's llama has no grouped-query attention; set it equal to model.num_heads")
+        refuse(
+            "model.num_kv_heads",
+            model.num_kv_heads,
+            "Levanter 1.1's llama has no grouped-query attention; set it equal to model.num_heads",
+        )
     if model.tie_embeddings:
         refuse("model.tie_embeddings", True, "Levanter 1.1's llama always has a separate lm_head")
     if model.head_dim is not None and model.head_dim * model.num_heads != model.hidden_dim:
@@ -148,8 +164,11 @@ def from_native(train_cfg: Any, train_urls: tuple[str, ...] | list[str],
     if getattr(train_cfg, "z_loss_weight", 0.0):
         refuse("z_loss_weight", train_cfg.z_loss_weight, "Levanter 1.1 has no z-loss")
     if getattr(train_cfg, "microbatches", 1) != 1:
-        refuse("microbatches", train_cfg.microbatches,
-               "set Levanter's per-device parallelism instead; use microbatches=1 here")
+        refuse(
+            "microbatches",
+            train_cfg.microbatches,
+            "set Levanter's per-device parallelism instead; use microbatches=1 here",
+        )
     if getattr(train_cfg, "initialize_from", None):
         refuse("initialize_from", train_cfg.initialize_from, "continue Levanter runs with Levanter checkpoints")
     problem = optimizer_problem(dataclasses.asdict(opt))
@@ -157,20 +176,29 @@ def from_native(train_cfg: Any, train_urls: tuple[str, ...] | list[str],
         raise LevanterBackendError(f"backend='levanter': {problem}")
     compute = getattr(train_cfg, "compute_dtype", "float32")
     ckpt = getattr(train_cfg, "checkpoint", None)
-    every = (getattr(ckpt, "keep_every_steps", None) or getattr(ckpt, "save_every_steps", None)
-             or train_cfg.num_train_steps)
+    every = (
+        getattr(ckpt, "keep_every_steps", None) or getattr(ckpt, "save_every_steps", None) or train_cfg.num_train_steps
+    )
     interval_s = getattr(ckpt, "save_interval_s", None)
     wandb = getattr(train_cfg, "wandb", None)
     return LevanterTrainConfig(
         output_path=output_path or train_cfg.output_path,
-        train_urls=tuple(train_urls), validation_urls=tuple(validation_urls), tokenizer=tokenizer,
+        train_urls=tuple(train_urls),
+        validation_urls=tuple(validation_urls),
+        tokenizer=tokenizer,
         tokenizer_vocab_size=model.vocab_size,
-        seq_len=train_cfg.seq_len, hidden_dim=model.hidden_dim, intermediate_dim=model.intermediate_dim,
-        num_layers=model.num_layers, num_heads=model.num_heads,
-        initializer_range=model.initializer_std, layer_norm_epsilon=model.norm_eps,
+        seq_len=train_cfg.seq_len,
+        hidden_dim=model.hidden_dim,
+        intermediate_dim=model.intermediate_dim,
+        num_layers=model.num_layers,
+        num_heads=model.num_heads,
+        initializer_range=model.initializer_std,
+        layer_norm_epsilon=model.norm_eps,
         gradient_checkpointing=bool(getattr(train_cfg, "gradient_checkpointing", False)),
-        optimizer=dataclasses.asdict(opt), num_train_steps=train_cfg.num_train_steps,
-        train_batch_size=train_cfg.batch_size, seed=train_cfg.seed,
+        optimizer=dataclasses.asdict(opt),
+        num_train_steps=train_cfg.num_train_steps,
+        train_batch_size=train_cfg.batch_size,
+        seed=train_cfg.seed,
         mixed_precision="f32" if compute == "float32" else f"p=f32,c={compute}",
         checkpoint_every_steps=int(every),
         checkpoint_interval_minutes=(interval_s / 60.0) if interval_s else 60.0 * 24 * 365,
@@ -185,22 +213,30 @@ def optimizer_problem(optimizer: dict[str, Any]) -> str | None:
     if unknown:
         return f"optimizer has fields OptimizerConfig does not: {unknown}"
     if optimizer.get("schedule", DEFAULT_OPTIMIZER["schedule"]) not in LEVANTER_SCHEDULES:
-        return (f"optimizer.schedule={optimizer['schedule']!r} is not supported: use "
-                f"{', '.join(LEVANTER_SCHEDULES)}")
+        return f"optimizer.schedule={optimizer['schedule']!r} is not supported: use {', '.join(LEVANTER_SCHEDULES)}"
     if optimizer.get("schedule_offset"):
-        return (f"optimizer.schedule_offset={optimizer['schedule_offset']!r} is not supported: Levanter 1.1 "
-                "schedules start at step 0")
+        return (
+            f"optimizer.schedule_offset={optimizer['schedule_offset']!r} is not supported: Levanter 1.1 "
+            "schedules start at step 0"
+        )
     return None
 
 
 def levanter_optimizer(optimizer: dict[str, Any]) -> dict[str, Any]:
     """Levanter 1.1's optimizer section for OptimizerConfig's fields (by name)."""
     opt = {**DEFAULT_OPTIMIZER, **optimizer}
-    return {"learning_rate": opt["learning_rate"], "weight_decay": opt["weight_decay"],
-            "beta1": opt["beta1"], "beta2": opt["beta2"], "epsilon": opt["epsilon"],
-            "max_grad_norm": opt["max_grad_norm"], "min_lr_ratio": opt["min_lr_ratio"], "warmup": opt["warmup"],
-            "cooldown": opt["decay"] if opt["schedule"] == "wsd" else 0.0,
-            "lr_schedule": LEVANTER_SCHEDULES[opt["schedule"]]}
+    return {
+        "learning_rate": opt["learning_rate"],
+        "weight_decay": opt["weight_decay"],
+        "beta1": opt["beta1"],
+        "beta2": opt["beta2"],
+        "epsilon": opt["epsilon"],
+        "max_grad_norm": opt["max_grad_norm"],
+        "min_lr_ratio": opt["min_lr_ratio"],
+        "warmup": opt["warmup"],
+        "cooldown": opt["decay"] if opt["schedule"] == "wsd" else 0.0,
+        "lr_schedule": LEVANTER_SCHEDULES[opt["schedule"]],
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,10 +246,16 @@ def levanter_optimizer(optimizer: dict[str, Any]) -> dict[str, Any]:
 def _paths(config: LevanterTrainConfig) -> dict[str, str]:
     out = os.path.abspath(config.output_path)
     work = os.path.join(out, "levanter")
-    return {"out": out, "work": work, "yaml": os.path.join(work, "train_lm.yaml"),
-            "tokenizer": config.tokenizer or os.path.join(out, "tokenizer"),
-            "cache": os.path.join(work, "cache"), "checkpoints": os.path.join(out, "checkpoints"),
-            "hf": os.path.join(out, "hf"), "wandb": work}
+    return {
+        "out": out,
+        "work": work,
+        "yaml": os.path.join(work, "train_lm.yaml"),
+        "tokenizer": config.tokenizer or os.path.join(out, "tokenizer"),
+        "cache": os.path.join(work, "cache"),
+        "checkpoints": os.path.join(out, "checkpoints"),
+        "hf": os.path.join(out, "hf"),
+        "wandb": work,
+    }
 
 
 def run_id(config: LevanterTrainConfig) -> str:
@@ -226,26 +268,46 @@ def levanter_config_dict(config: LevanterTrainConfig) -> dict[str, Any]:
     p = _paths(config)
     validation = config.validation_urls or config.train_urls[:1]
     trainer: dict[str, Any] = {
-        "id": run_id(config), "seed": config.seed, "mp": config.mixed_precision,
-        "num_train_steps": config.num_train_steps, "train_batch_size": config.train_batch_size,
-        "steps_per_eval": config.steps_per_eval, "max_eval_batches": config.max_eval_batches,
+        "id": run_id(config),
+        "seed": config.seed,
+        "mp": config.mixed_precision,
+        "num_train_steps": config.num_train_steps,
+        "train_batch_size": config.train_batch_size,
+        "steps_per_eval": config.steps_per_eval,
+        "max_eval_batches": config.max_eval_batches,
         "require_accelerator": config.require_accelerator,
-        "log_dir": os.path.join(p["work"], "logs"), "run_base_dir": os.path.join(p["work"], "runs"),
-        "checkpointer": {"base_path": p["checkpoints"],
-                         "save_interval": f"{config.checkpoint_interval_minutes}m",
-                         "keep": [{"every": config.checkpoint_every_steps}]},
-        "wandb": {"project": config.wandb_project or "marin_lab", "mode": _wandb_mode(config),
-                  "save_code": False, "resume": "allow"},
+        "log_dir": os.path.join(p["work"], "logs"),
+        "run_base_dir": os.path.join(p["work"], "runs"),
+        "checkpointer": {
+            "base_path": p["checkpoints"],
+            "save_interval": f"{config.checkpoint_interval_minutes}m",
+            "keep": [{"every": config.checkpoint_every_steps}],
+        },
+        "wandb": {
+            "project": config.wandb_project or "marin_lab",
+            "mode": _wandb_mode(config),
+            "save_code": False,
+            "resume": "allow",
+        },
     }
     doc: dict[str, Any] = {
-        "data": {"train_urls": [_abs(u) for u in config.train_urls],
-                 "validation_urls": [_abs(u) for u in validation],
-                 "tokenizer": p["tokenizer"], "cache_dir": p["cache"]},
-        "model": {"type": "llama", "seq_len": config.seq_len, "hidden_dim": config.hidden_dim,
-                  "intermediate_dim": config.intermediate_dim, "num_layers": config.num_layers,
-                  "num_heads": config.num_heads, "initializer_range": config.initializer_range,
-                  "layer_norm_epsilon": config.layer_norm_epsilon,
-                  "gradient_checkpointing": config.gradient_checkpointing},
+        "data": {
+            "train_urls": [_abs(u) for u in config.train_urls],
+            "validation_urls": [_abs(u) for u in validation],
+            "tokenizer": p["tokenizer"],
+            "cache_dir": p["cache"],
+        },
+        "model": {
+            "type": "llama",
+            "seq_len": config.seq_len,
+            "hidden_dim": config.hidden_dim,
+            "intermediate_dim": config.intermediate_dim,
+            "num_layers": config.num_layers,
+            "num_heads": config.num_heads,
+            "initializer_range": config.initializer_range,
+            "layer_norm_epsilon": config.layer_norm_epsilon,
+            "gradient_checkpointing": config.gradient_checkpointing,
+        },
         "trainer": trainer,
         "optimizer": levanter_optimizer(config.optimizer),
     }
@@ -283,7 +345,8 @@ def validate(config: LevanterTrainConfig) -> None:
     if "://" in config.output_path and not config.output_path.startswith("file://"):
         raise LevanterBackendError(
             f"output_path={config.output_path!r}: the Levanter backend writes a local working directory "
-            "(tokenizer, offline HF names, Ray temp); use a local or mounted path")
+            "(tokenizer, offline HF names, Ray temp); use a local or mounted path"
+        )
     if not config.train_urls:
         raise LevanterBackendError("train_urls is empty: give the JSONL documents to train on")
     for field in ("train_urls", "validation_urls"):
@@ -293,11 +356,20 @@ def validate(config: LevanterTrainConfig) -> None:
             if not re.search(r"\.(jsonl|json|txt)(\.gz)?$", url):
                 raise LevanterBackendError(
                     f"{field}: {url!r} is not .jsonl/.jsonl.gz; Levanter 1.1 in this environment reads "
-                    "no other format (zstd is not installed there)")
+                    "no other format (zstd is not installed there)"
+                )
     if config.tokenizer and not os.path.isdir(config.tokenizer):
         raise LevanterBackendError(f"tokenizer={config.tokenizer!r} is not a local tokenizer directory")
-    for name in ("seq_len", "hidden_dim", "intermediate_dim", "num_layers", "num_heads", "num_train_steps",
-                 "train_batch_size", "checkpoint_every_steps"):
+    for name in (
+        "seq_len",
+        "hidden_dim",
+        "intermediate_dim",
+        "num_layers",
+        "num_heads",
+        "num_train_steps",
+        "train_batch_size",
+        "checkpoint_every_steps",
+    ):
         if getattr(config, name) <= 0:
             raise LevanterBackendError(f"{name}={getattr(config, name)} must be positive")
     problem = optimizer_problem(config.optimizer)
@@ -305,7 +377,8 @@ def validate(config: LevanterTrainConfig) -> None:
         raise LevanterBackendError(problem)
     if config.hidden_dim % config.num_heads or (config.hidden_dim // config.num_heads) % 2:
         raise LevanterBackendError(
-            f"hidden_dim={config.hidden_dim} must split into num_heads={config.num_heads} heads of even width")
+            f"hidden_dim={config.hidden_dim} must split into num_heads={config.num_heads} heads of even width"
+        )
 
 
 def levanter_process_env(base: Mapping[str, str], *, wandb_dir: str, wandb_mode: str, ray_tmp: str) -> dict[str, str]:
@@ -317,11 +390,20 @@ def levanter_process_env(base: Mapping[str, str], *, wandb_dir: str, wandb_mode:
     Levanter's to share.
     """
     env = {k: v for k, v in base.items() if k != "WANDB_SERVICE"}
-    env.update({
-        "WANDB_DIR": wandb_dir, "WANDB_MODE": wandb_mode, "WANDB_ERROR_REPORTING": "false",
-        "WANDB_SILENT": "true", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-        "RAY_TMPDIR": ray_tmp, "RAY_USAGE_STATS_ENABLED": "0", "TOKENIZERS_PARALLELISM": "false",
-    })
+    env.update(
+        {
+            "WANDB_DIR": wandb_dir,
+            "WANDB_MODE": wandb_mode,
+            "WANDB_ERROR_REPORTING": "false",
+            "WANDB_SILENT": "true",
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "RAY_TMPDIR": ray_tmp,
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+    )
     return env
 
 
@@ -346,8 +428,8 @@ def train_lm_levanter(config: LevanterTrainConfig) -> dict[str, Any]:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     if returncode:
         raise LevanterBackendError(
-            f"levanter.main.train_lm exited with code {returncode} (log: {p['work']}/train.log). "
-            f"Output tail:\n{tail}")
+            f"levanter.main.train_lm exited with code {returncode} (log: {p['work']}/train.log). Output tail:\n{tail}"
+        )
     metrics = _complete_metrics(p["wandb"], os.path.join(p["out"], "metrics.jsonl"), config.num_train_steps)
     _remove_symlinks(p["work"])
     checkpoints = mark_complete_checkpoints(p["checkpoints"])
@@ -355,29 +437,43 @@ def train_lm_levanter(config: LevanterTrainConfig) -> dict[str, Any]:
         raise LevanterBackendError(f"levanter finished but wrote no checkpoint under {p['checkpoints']}")
     losses = [m["loss"] for m in metrics if m.get("loss") is not None]
     summary = {
-        "backend": "levanter", "levanter": _version("levanter"), "jax": _version("jax"),
-        "steps": config.num_train_steps, "final_loss": losses[-1] if losses else None,
-        "first_loss": losses[0] if losses else None, "checkpoints": checkpoints,
-        "metrics": os.path.join(p["out"], "metrics.jsonl"), "config_yaml": p["yaml"],
-        "tokenizer": p["tokenizer"], "hf": p["hf"] if config.export_hf else None,
+        "backend": "levanter",
+        "levanter": _version("levanter"),
+        "jax": _version("jax"),
+        "steps": config.num_train_steps,
+        "final_loss": losses[-1] if losses else None,
+        "first_loss": losses[0] if losses else None,
+        "checkpoints": checkpoints,
+        "metrics": os.path.join(p["out"], "metrics.jsonl"),
+        "config_yaml": p["yaml"],
+        "tokenizer": p["tokenizer"],
+        "hf": p["hf"] if config.export_hf else None,
         "wall_s": round(time.time() - started, 1),
     }
     Path(p["out"], "train_summary.json").write_text(json.dumps(summary, indent=2))
-    logger.info("levanter: %d steps, loss %s -> %s, %d checkpoint(s) in %s", config.num_train_steps,
-                summary["first_loss"], summary["final_loss"], len(checkpoints), p["checkpoints"])
+    logger.info(
+        "levanter: %d steps, loss %s -> %s, %d checkpoint(s) in %s",
+        config.num_train_steps,
+        summary["first_loss"],
+        summary["final_loss"],
+        len(checkpoints),
+        p["checkpoints"],
+    )
     return summary
 
 
 def _remove_symlinks(root: str) -> None:
     # W&B's `wandb/latest-run` link: the executor's manifest hashes plain files only.
     for dirpath, dirnames, filenames in os.walk(root):
-        for path in (os.path.join(dirpath, n) for n in dirnames + filenames
-                     if os.path.islink(os.path.join(dirpath, n))):
+        for path in (
+            os.path.join(dirpath, n) for n in dirnames + filenames if os.path.islink(os.path.join(dirpath, n))
+        ):
             os.unlink(path)
 
 
 def _version(dist: str) -> str | None:
     from importlib import metadata
+
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:  # pragma: no cover - both are in the Levanter lock
@@ -388,8 +484,16 @@ def _run_streaming(cmd: list[str], cwd: str, env: dict[str, str], log_path: str)
     """Run cmd, echoing its output and keeping it in log_path; (exit code, last lines)."""
     tail: list[str] = []
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, errors="replace")
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+        )
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -432,11 +536,16 @@ def train_tokenizer(urls: tuple[str, ...], out_dir: str, vocab_size: int) -> Non
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(_iter_texts(tuple(urls), _TOKENIZER_TEXT_BYTES), trainer)
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
-                                                       special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", tok.token_to_id("<s>"))]
+    )
     hf = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     hf.save_pretrained(out_dir)
     logger.info("levanter: trained a %d-token BPE on %s -> %s", tok.get_vocab_size(), urls[0], out_dir)
@@ -447,11 +556,18 @@ def write_hf_reference_dirs(work: str, tokenizer_dir: str, config: LevanterTrain
     from transformers import AutoTokenizer, LlamaConfig
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    hf_config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=config.hidden_dim,
-                            intermediate_size=config.intermediate_dim, num_hidden_layers=config.num_layers,
-                            num_attention_heads=config.num_heads, num_key_value_heads=config.num_heads,
-                            max_position_embeddings=config.seq_len, rms_norm_eps=config.layer_norm_epsilon,
-                            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    hf_config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_dim,
+        intermediate_size=config.intermediate_dim,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_heads,
+        max_position_embeddings=config.seq_len,
+        rms_norm_eps=config.layer_norm_epsilon,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     hf_config.architectures = ["LlamaForCausalLM"]
     for name in HF_REFERENCE_DIRS:
         target = os.path.join(work, name)
@@ -463,9 +579,15 @@ def write_hf_reference_dirs(work: str, tokenizer_dir: str, config: LevanterTrain
 # --------------------------------------------------------------------------------------------
 # after the run: metrics.jsonl and checkpoint markers
 
-_METRIC_KEYS = {"train/loss": "loss", "learning_rate": "learning_rate", "optim/learning_rate": "learning_rate",
-                "throughput/tokens_per_second": "tokens_per_s", "eval/loss": "eval_loss",
-                "grad_norm": "grad_norm", "optim/grad_norm": "grad_norm"}
+_METRIC_KEYS = {
+    "train/loss": "loss",
+    "learning_rate": "learning_rate",
+    "optim/learning_rate": "learning_rate",
+    "throughput/tokens_per_second": "tokens_per_s",
+    "eval/loss": "eval_loss",
+    "grad_norm": "grad_norm",
+    "optim/grad_norm": "grad_norm",
+}
 
 
 def _wandb_history(wandb_dir: str) -> list[dict[str, Any]]:
@@ -533,7 +655,8 @@ def _complete_metrics(wandb_dir: str, path: str, num_steps: int, timeout_s: floa
         if time.monotonic() > deadline:
             raise LevanterBackendError(
                 f"levanter finished, but its W&B log under {wandb_dir} holds training loss only up to step "
-                f"{last} of {num_steps} after {timeout_s:.0f}s; see train.log in the step's work folder")
+                f"{last} of {num_steps} after {timeout_s:.0f}s; see train.log in the step's work folder"
+            )
         time.sleep(0.5)
 
 

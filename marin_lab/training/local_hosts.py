@@ -46,9 +46,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_hosts(config: Any, *, hosts: int, devices_per_host: int, workdir: str,
-                extra_env: Mapping[str, str] | None = None, only: Sequence[int] | None = None,
-                fn: Callable[[Any], dict[str, Any]] = train_lm) -> list[subprocess.Popen]:
+def start_hosts(
+    config: Any,
+    *,
+    hosts: int,
+    devices_per_host: int,
+    workdir: str,
+    extra_env: Mapping[str, str] | None = None,
+    only: Sequence[int] | None = None,
+    fn: Callable[[Any], dict[str, Any]] = train_lm,
+) -> list[subprocess.Popen]:
     """Start one process per host (or only the listed ones) running `fn(config)` (a module-level
     step function: it is pickled by name)."""
     os.makedirs(workdir, exist_ok=True)
@@ -57,15 +64,23 @@ def start_hosts(config: Any, *, hosts: int, devices_per_host: int, workdir: str,
         pickle.dump((fn, config), f)
     coordinator = f"127.0.0.1:{free_port()}"
     procs = []
-    for pid in (range(hosts) if only is None else only):
-        env = {**os.environ, **(extra_env or {}), "JAX_PLATFORMS": "cpu",
-               "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_per_host}"}
+    for pid in range(hosts) if only is None else only:
+        env = {
+            **os.environ,
+            **(extra_env or {}),
+            "JAX_PLATFORMS": "cpu",
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_per_host}",
+        }
         if hosts > 1:
             env.update(process_env(coordinator, hosts, pid))
         out = os.path.join(workdir, f"host-{pid}.json")
         err = open(os.path.join(workdir, f"host-{pid}.stderr"), "w")  # noqa: SIM115 - closed by wait_hosts
-        proc = subprocess.Popen([sys.executable, "-m", "marin_lab.training.local_hosts", config_path, out],
-                                env=env, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "marin_lab.training.local_hosts", config_path, out],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
         proc.marin_files = (out, err)  # type: ignore[attr-defined]
         procs.append(proc)
     return procs
@@ -93,13 +108,21 @@ def wait_hosts(procs: Sequence[subprocess.Popen], timeout_s: float = 900) -> Hos
     return HostsResult(codes, summary, tails)
 
 
-def run_hosts(config: Any, *, hosts: int, devices_per_host: int, workdir: str | None = None,
-              extra_env: Mapping[str, str] | None = None, timeout_s: float = 900,
-              fn: Callable[[Any], dict[str, Any]] = train_lm) -> HostsResult:
+def run_hosts(
+    config: Any,
+    *,
+    hosts: int,
+    devices_per_host: int,
+    workdir: str | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    timeout_s: float = 900,
+    fn: Callable[[Any], dict[str, Any]] = train_lm,
+) -> HostsResult:
     """`fn(config)` (train_lm by default) on hosts x devices_per_host local CPU devices; waits for all."""
     workdir = workdir or tempfile.mkdtemp(prefix="marin-hosts-")
-    procs = start_hosts(config, hosts=hosts, devices_per_host=devices_per_host, workdir=workdir,
-                        extra_env=extra_env, fn=fn)
+    procs = start_hosts(
+        config, hosts=hosts, devices_per_host=devices_per_host, workdir=workdir, extra_env=extra_env, fn=fn
+    )
     return wait_hosts(procs, timeout_s)
 
 

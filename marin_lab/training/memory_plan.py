@@ -91,8 +91,10 @@ class MemoryPlan:
             lines.append(f"  {'total (device, load)':40s} {self.load_device_total / GIB:9.2f} GiB")
             for part, n in self.load_host.items():
                 lines.append(f"  host: {part:34s} {n / GIB:9.2f} GiB")
-            lines.append(f"  {'total (host, load, process)':40s} {self.load_host_total / GIB:9.2f} GiB"
-                         f"   (steady state: {self.host_total / GIB:.2f} GiB)")
+            lines.append(
+                f"  {'total (host, load, process)':40s} {self.load_host_total / GIB:9.2f} GiB"
+                f"   (steady state: {self.host_total / GIB:.2f} GiB)"
+            )
         if device_memory_gib:
             for what, n in (("steady state", self.device_total), ("load", self.load_device_total)):
                 verdict = "fits" if n <= device_memory_gib * GIB else "DOES NOT FIT"
@@ -126,8 +128,9 @@ def _bytes_per_device(tree: Any, shardings: Any) -> tuple[int, int]:
     return device, host
 
 
-def _layer_activation_bytes(model: LlamaConfig, seq_len: int, c: int, lora: LoraConfig | None,
-                            flash_attention: bool) -> int:
+def _layer_activation_bytes(
+    model: LlamaConfig, seq_len: int, c: int, lora: LoraConfig | None, flash_attention: bool
+) -> int:
     """Bytes one decoder block keeps for its backward pass, per sequence (no remat).
 
     Per token: the norms' inputs (fp32 statistics) and outputs, q/k/v and their rotated copies,
@@ -137,11 +140,15 @@ def _layer_activation_bytes(model: LlamaConfig, seq_len: int, c: int, lora: Lora
     """
     d, f, hd = model.hidden_dim, model.intermediate_dim, model.resolved_head_dim
     q, kv = model.num_heads * hd, model.num_kv_heads * hd
-    per_token = (2 * d * (4 + c)          # two RMSNorms: fp32 input copy + normed output
-                 + (q + 2 * kv) * c        # q, k, v
-                 + (q + kv) * c            # rotated q, k
-                 + q * c + 2 * d * c       # attention output, o-proj output, residual
-                 + 4 * f * c + d * c)      # gate, up, silu, product; down-proj output
+    per_token = (
+        2 * d * (4 + c)  # two RMSNorms: fp32 input copy + normed output
+        + (q + 2 * kv) * c  # q, k, v
+        + (q + kv) * c  # rotated q, k
+        + q * c
+        + 2 * d * c  # attention output, o-proj output, residual
+        + 4 * f * c
+        + d * c
+    )  # gate, up, silu, product; down-proj output
     if flash_attention:  # cuDNN's fused attention keeps one fp32 logsumexp per head and token
         per_token += model.num_heads * 4
     else:
@@ -155,12 +162,25 @@ def _layer_activation_bytes(model: LlamaConfig, seq_len: int, c: int, lora: Lora
     return per_token * seq_len
 
 
-def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: int, seq_len: int,
-                lora: LoraConfig = LoraConfig(), quant: QuantConfig = QuantConfig(),
-                compute_dtype: str = "bfloat16", trainable_dtype: str = "float32", frozen_dtype: str = "bfloat16",
-                gradient_checkpointing: bool | str = False, offload_optimizer_state: bool = False,
-                offload_base: bool = False, param_sharding: str = "fsdp",
-                attention_impl: str | None = None, source_itemsize: int = 2) -> MemoryPlan:
+def plan_memory(
+    model: LlamaConfig,
+    *,
+    mode: str,
+    num_devices: int,
+    batch_size: int,
+    seq_len: int,
+    lora: LoraConfig = LoraConfig(),
+    quant: QuantConfig = QuantConfig(),
+    compute_dtype: str = "bfloat16",
+    trainable_dtype: str = "float32",
+    frozen_dtype: str = "bfloat16",
+    gradient_checkpointing: bool | str = False,
+    offload_optimizer_state: bool = False,
+    offload_base: bool = False,
+    param_sharding: str = "fsdp",
+    attention_impl: str | None = None,
+    source_itemsize: int = 2,
+) -> MemoryPlan:
     """Per-device bytes of a fine-tune on `num_devices` devices (all on the fsdp axis).
 
     `source_itemsize`: bytes per weight of the checkpoint the base is loaded from (2: bf16).
@@ -169,8 +189,9 @@ def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: 
     plan = StepPlan(mode, model, lora, compute_dtype, gradient_checkpointing, offload_optimizer_state, 0)
     c = jnp.dtype(compute_dtype).itemsize
     params = _abstract_params(model, frozen_dtype, quant if mode == "qlora" else None)
-    frozen = (jax.eval_shape(lambda p: frozen_base(p, mode, frozen_dtype, offload_base), params)
-              if mode != "full" else None)
+    frozen = (
+        jax.eval_shape(lambda p: frozen_base(p, mode, frozen_dtype, offload_base), params) if mode != "full" else None
+    )
     trainable = jax.eval_shape(lambda p: init_trainable(plan, p, jax.random.key(0), jnp.dtype(trainable_dtype)), params)
     optimizer = OptimizerConfig(weight_decay=0.0).build()
     opt = jax.eval_shape(optimizer.init, trainable)
@@ -183,7 +204,9 @@ def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: 
     host: dict[str, int] = {}
     if frozen is not None:
         device["frozen weights"], host["frozen weights"] = _bytes_per_device(
-            frozen, frozen_shardings(frozen, mesh, param_sharding))  # type: ignore[arg-type]  # as above
+            frozen,
+            frozen_shardings(frozen, mesh, param_sharding),  # type: ignore[arg-type]  # as above
+        )
     trainable_bytes = _bytes_per_device(trainable, train_sh)[0]
     device["adapters" if mode != "full" else "weights (trained)"] = trainable_bytes
     device["gradients"] = trainable_bytes
@@ -196,20 +219,30 @@ def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: 
         if jnp.dtype(trainable_dtype) != jnp.dtype(compute_dtype):
             device["compute-dtype weight copy"] = model.num_params() * c // num_devices
     else:
-        layer = sum(x.size * jnp.dtype(x.dtype).itemsize
-                    for n in QUANTIZED_NAMES
-                    for x in jax.tree_util.tree_leaves(params["layers"][n])) // model.num_layers
+        layer = (
+            sum(
+                x.size * jnp.dtype(x.dtype).itemsize
+                for n in QUANTIZED_NAMES
+                for x in jax.tree_util.tree_leaves(params["layers"][n])
+            )
+            // model.num_layers
+        )
         if num_devices > 1 or offload_base:
             device["gathered layer (transient)"] = layer
         if lora.adapts_embed:  # apply_lora forms E + (alpha/r) A @ B in fp32 each step
             device["adapted embedding (transient)"] = model.resolved_vocab_size * model.hidden_dim * 4
         if mode == "qlora":
-            device["dequantized matrix (transient)"] = max(
-                shapes[f"layers/{n}"][1] * shapes[f"layers/{n}"][2] for n in QUANTIZED_NAMES) * c
+            device["dequantized matrix (transient)"] = (
+                max(shapes[f"layers/{n}"][1] * shapes[f"layers/{n}"][2] for n in QUANTIZED_NAMES) * c
+            )
 
     per_device_batch = max(batch_size // num_devices, 1)
-    layer_act = _layer_activation_bytes(model, seq_len, c, lora if mode != "full" else None,
-                                        attention_impl in ("cudnn", "splash")) * per_device_batch
+    layer_act = (
+        _layer_activation_bytes(
+            model, seq_len, c, lora if mode != "full" else None, attention_impl in ("cudnn", "splash")
+        )
+        * per_device_batch
+    )
     block_input = seq_len * model.hidden_dim * c * per_device_batch
     if gradient_checkpointing in (True, "full"):
         saved = model.num_layers * block_input
@@ -233,14 +266,23 @@ def plan_memory(model: LlamaConfig, *, mode: str, num_devices: int, batch_size: 
     device["activations"] = saved + layer_act
     device["logits and loss"] = per_device_batch * seq_len * model.resolved_vocab_size * (c + 4 + 4)
     host = {k: v for k, v in host.items() if v}
-    load_device, load_host = _load_peaks(model, mode, device, host, num_devices, quant, offload_base,
-                                         source_itemsize, frozen_dtype)
+    load_device, load_host = _load_peaks(
+        model, mode, device, host, num_devices, quant, offload_base, source_itemsize, frozen_dtype
+    )
     return MemoryPlan(device=device, host=host, num_devices=num_devices, load_device=load_device, load_host=load_host)
 
 
-def _load_peaks(model: LlamaConfig, mode: str, device: dict[str, int], host: dict[str, int], num_devices: int,
-                quant: QuantConfig, offload_base: bool, source_itemsize: int,
-                frozen_dtype: str) -> tuple[dict[str, int], dict[str, int]]:
+def _load_peaks(
+    model: LlamaConfig,
+    mode: str,
+    device: dict[str, int],
+    host: dict[str, int],
+    num_devices: int,
+    quant: QuantConfig,
+    offload_base: bool,
+    source_itemsize: int,
+    frozen_dtype: str,
+) -> tuple[dict[str, int], dict[str, int]]:
     """(device, host) bytes at the load's peak: the frozen base in place plus one tensor in flight.
 
     Device: every device holds its shard of the frozen base; the first device also quantizes one
@@ -253,23 +295,27 @@ def _load_peaks(model: LlamaConfig, mode: str, device: dict[str, int], host: dic
     frozen_device = device.get("frozen weights", 0)
     if mode == "full":
         whole = model.num_params() * 4
-        return ({"weights (fp32, whole base)": device.get("weights (trained)", 0)},
-                {"base in host memory (fp32)": whole, "read copy": model.num_params() * source_itemsize})
+        return (
+            {"weights (fp32, whole base)": device.get("weights (trained)", 0)},
+            {"base in host memory (fp32)": whole, "read copy": model.num_params() * source_itemsize},
+        )
     matrices = [shapes[f"layers/{n}"][1] * shapes[f"layers/{n}"][2] for n in QUANTIZED_NAMES]
     largest_matrix = max(matrices)
     top = [shapes["embed"][0] * shapes["embed"][1]]
     largest = max(largest_matrix, *top)
     load_device = {"frozen weights (shards)": frozen_device}
     if mode == "qlora":
-        load_device["quantizing one matrix (first device)"] = (largest_matrix * (source_itemsize + 3 * 4)
-                                                               + largest_matrix // 2)
+        load_device["quantizing one matrix (first device)"] = (
+            largest_matrix * (source_itemsize + 3 * 4) + largest_matrix // 2
+        )
     else:
         load_device["one layer slice in flight"] = largest_matrix * jnp.dtype(frozen_dtype).itemsize // num_devices
     load_host = {}
     if host.get("frozen weights"):
         load_host["offloaded base (all devices)"] = host["frozen weights"] * num_devices
-    load_host["one tensor read + converted copy"] = largest * (source_itemsize
-                                                               + max(source_itemsize, 4 if mode == "qlora" else 2))
+    load_host["one tensor read + converted copy"] = largest * (
+        source_itemsize + max(source_itemsize, 4 if mode == "qlora" else 2)
+    )
     return load_device, load_host
 
 
@@ -307,6 +353,11 @@ def fit_advice(settings: dict[str, Any], model: LlamaConfig, device_memory_gib: 
             changed = {**settings, field: new}
         peak = plan_memory(model, **changed).device_peak
         if peak < base:
-            lines.append((peak > device_memory_gib * GIB, peak, f"{label}: peak {peak / GIB:.2f} GiB"
-                          + (" (fits)" if peak <= device_memory_gib * GIB else "")))
+            lines.append(
+                (
+                    peak > device_memory_gib * GIB,
+                    peak,
+                    f"{label}: peak {peak / GIB:.2f} GiB" + (" (fits)" if peak <= device_memory_gib * GIB else ""),
+                )
+            )
     return [line for _, _, line in sorted(lines)]

@@ -110,11 +110,15 @@ class MeshConfig:
     def axis_sizes(self, num_devices: int) -> dict[str, int]:
         """The size of every axis in AXES for `num_devices` devices in all (all slices)."""
         if isinstance(self.slices, bool) or not isinstance(self.slices, int) or self.slices < 1:
-            raise MeshError(f"mesh.slices={self.slices!r} must be a positive number of slices (one count: "
-                            "a mesh cannot follow an elastic slices=[...] request)")
+            raise MeshError(
+                f"mesh.slices={self.slices!r} must be a positive number of slices (one count: "
+                "a mesh cannot follow an elastic slices=[...] request)"
+            )
         if num_devices % self.slices:
-            raise MeshError(f"mesh.slices={self.slices} does not divide the {num_devices} devices; "
-                            "every slice must have as many devices (set mesh.slices to the number of slices)")
+            raise MeshError(
+                f"mesh.slices={self.slices} does not divide the {num_devices} devices; "
+                "every slice must have as many devices (set mesh.slices to the number of slices)"
+            )
         per_slice = num_devices // self.slices
         sizes = {"data": self.data, "fsdp": self.fsdp, "model": self.model}
         free = [a for a, s in sizes.items() if s == -1]
@@ -159,9 +163,12 @@ def _warn_if_spanning_slices(devices: list[Any]) -> None:
         return
     found = {getattr(d, "slice_index", 0) for d in devices}
     if len(found) > 1:
-        logger.warning("mesh.slices=1 but the devices belong to %d slices: the in-slice axes span the "
-                       "data-centre network, so parameters cross it every layer; set mesh.slices=%d",
-                       len(found), len(found))
+        logger.warning(
+            "mesh.slices=1 but the devices belong to %d slices: the in-slice axes span the "
+            "data-centre network, so parameters cross it every layer; set mesh.slices=%d",
+            len(found),
+            len(found),
+        )
 
 
 def _multislice_grid(devices: list[Any], slices: int, in_slice: list[int]) -> np.ndarray:
@@ -172,12 +179,15 @@ def _multislice_grid(devices: list[Any], slices: int, in_slice: list[int]) -> np
     if devices[0].platform == "tpu" and hasattr(devices[0], "slice_index"):
         found = sorted({d.slice_index for d in devices})
         if len(found) != slices:
-            raise MeshError(f"mesh.slices={slices}, but the {len(devices)} devices belong to {len(found)} "
-                            f"slice(s); set mesh.slices={len(found)}")
+            raise MeshError(
+                f"mesh.slices={slices}, but the {len(devices)} devices belong to {len(found)} "
+                f"slice(s); set mesh.slices={len(found)}"
+            )
         try:
             # Each slice laid out on its own torus (ICI), slices stacked along `replica` (DCN).
-            return mesh_utils.create_hybrid_device_mesh([1, *in_slice], [slices, 1, 1, 1], devices,
-                                                        allow_split_physical_axes=True)
+            return mesh_utils.create_hybrid_device_mesh(
+                [1, *in_slice], [slices, 1, 1, 1], devices, allow_split_physical_axes=True
+            )
         except (ValueError, NotImplementedError) as err:
             raise MeshError(f"mesh: cannot lay out data*fsdp*model = {in_slice} on each slice ({err})") from err
     groups = simulated_slices(devices, slices)
@@ -192,10 +202,10 @@ def simulated_slices(devices: Sequence[Any], slices: int) -> list[list[Any]]:
     if len(ordered) % slices:
         raise MeshError(f"mesh.slices={slices} does not divide the {len(ordered)} devices")
     per = len(ordered) // slices
-    groups = [ordered[i * per:(i + 1) * per] for i in range(slices)]
+    groups = [ordered[i * per : (i + 1) * per] for i in range(slices)]
     if len(processes) > 1:
         owners = [{d.process_index for d in g} for g in groups]
-        if len(processes) % slices or any(a & b for i, a in enumerate(owners) for b in owners[i + 1:]):
+        if len(processes) % slices or any(a & b for i, a in enumerate(owners) for b in owners[i + 1 :]):
             raise MeshError(
                 f"mesh.slices={slices}: the {len(processes)} processes cannot be cut into {slices} equal "
                 "groups of whole processes; a simulated slice is whole hosts, so the process count "

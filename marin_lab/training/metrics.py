@@ -92,8 +92,13 @@ class StepTimer:
 
 WandbMode = Literal["online", "offline", "disabled"]
 # W&B's own older spellings, as WANDB_MODE may hold them.
-_MODE_ALIASES: dict[str, WandbMode] = {"online": "online", "run": "online", "offline": "offline",
-                                       "dryrun": "offline", "disabled": "disabled"}
+_MODE_ALIASES: dict[str, WandbMode] = {
+    "online": "online",
+    "run": "online",
+    "offline": "offline",
+    "dryrun": "offline",
+    "disabled": "disabled",
+}
 
 
 @field_hints
@@ -132,8 +137,14 @@ def _known_mode(value: str, where: str) -> WandbMode:
 class MetricsLogger:
     """Writes one JSON object per logged step to metrics.jsonl (and W&B when enabled)."""
 
-    def __init__(self, output_path: str, wandb_config: WandbConfig, run_name: str,
-                 config_for_wandb: dict[str, Any], resume_step: int = 0):
+    def __init__(
+        self,
+        output_path: str,
+        wandb_config: WandbConfig,
+        run_name: str,
+        config_for_wandb: dict[str, Any],
+        resume_step: int = 0,
+    ):
         self.url = mfs.join(output_path, METRICS_FILE)
         # A resumed run drops what the interrupted run logged past its checkpoint, so each step
         # appears once and the file matches an unbroken run.
@@ -164,8 +175,9 @@ class MetricsLogger:
     def log(self, record: dict[str, Any]) -> None:
         self.lines.append(json.dumps(record, sort_keys=True))
         if self._run is not None:
-            self._run.log({k: v for k, v in record.items() if k not in ("step", "time") and v is not None},
-                          step=record["step"])
+            self._run.log(
+                {k: v for k, v in record.items() if k not in ("step", "time") and v is not None}, step=record["step"]
+            )
 
     def flush(self) -> None:
         if jax.process_index() != 0:  # every host computes the same metrics; one writes them
@@ -218,6 +230,16 @@ def _init_wandb(cfg: WandbConfig, mode: WandbMode, run_name: str, directory: str
     # W&B prints a banner at init and a ~30-line summary at finish, once per training step; the run
     # has its own progress lines, so W&B stays silent unless MARIN_LAB_VERBOSE is set (--verbose).
     settings = wandb.Settings(silent=not os.environ.get("MARIN_LAB_VERBOSE"))
-    return wandb.init(project=cfg.project or "marin_lab", entity=cfg.entity, name=run_name, id=run_id,
-                      resume="allow", mode=mode, dir=directory, config=config, tags=list(cfg.tags),
-                      reinit="finish_previous", settings=settings)
+    return wandb.init(
+        project=cfg.project or "marin_lab",
+        entity=cfg.entity,
+        name=run_name,
+        id=run_id,
+        resume="allow",
+        mode=mode,
+        dir=directory,
+        config=config,
+        tags=list(cfg.tags),
+        reinit="finish_previous",
+        settings=settings,
+    )

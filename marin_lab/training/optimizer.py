@@ -112,6 +112,7 @@ class OptimizerConfig:
 def decay_mask(params: object, decay_embeddings: bool = True) -> object:
     """True for the parameters that get weight decay: never norm gains (named '*norm'); the
     embedding (named 'embed') only with `decay_embeddings`."""
+
     def keep(path: tuple, _leaf: object) -> bool:
         last = path[-1]
         name = str(getattr(last, "key", getattr(last, "name", str(last))))

@@ -32,8 +32,16 @@ from marin_lab.io import fs as mfs
 from marin_lab.training.errors import TrainingError
 
 DTYPES: dict[str, Any] = {
-    "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": jnp.bfloat16,
-    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": jnp.bfloat16,
+    "I64": np.int64,
+    "I32": np.int32,
+    "I16": np.int16,
+    "I8": np.int8,
+    "U8": np.uint8,
+    "BOOL": np.bool_,
 }
 FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
 """What a floating-point weight may be stored as."""
@@ -67,24 +75,33 @@ class TensorEntry:
 def _check_entry(url: str, name: str, info: Any, data_start: int, file_size: int) -> TensorEntry:
     where = f"{url}: tensor {name}"
     if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
-        raise HfImportError(f"{where}: header entry lacks dtype, shape or data_offsets; the file "
-                            "is not valid safetensors")
+        raise HfImportError(
+            f"{where}: header entry lacks dtype, shape or data_offsets; the file is not valid safetensors"
+        )
     dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
     if dtype not in DTYPES:
         raise HfImportError(f"{where} has dtype {dtype!r}, which we do not read (known: {', '.join(DTYPES)})")
     if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
         raise HfImportError(f"{where}: shape {shape!r} is not a list of non-negative integers")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
-            and 0 <= offsets[0] <= offsets[1]):
+    if not (
+        isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(isinstance(o, int) for o in offsets)
+        and 0 <= offsets[0] <= offsets[1]
+    ):
         raise HfImportError(f"{where}: data_offsets {offsets!r} are not two increasing byte offsets")
     expected = math.prod(shape) * np.dtype(DTYPES[dtype]).itemsize
     if offsets[1] - offsets[0] != expected:
-        raise HfImportError(f"{where}: data_offsets span {offsets[1] - offsets[0]} bytes but shape {tuple(shape)} "
-                            f"x {dtype} needs {expected}; the header is damaged")
+        raise HfImportError(
+            f"{where}: data_offsets span {offsets[1] - offsets[0]} bytes but shape {tuple(shape)} "
+            f"x {dtype} needs {expected}; the header is damaged"
+        )
     start, end = data_start + offsets[0], data_start + offsets[1]
     if end > file_size:
-        raise HfImportError(f"{where}: its data ends at byte {end} but the file has {file_size} bytes; the file is "
-                            "truncated (an interrupted download?): fetch it again")
+        raise HfImportError(
+            f"{where}: its data ends at byte {end} but the file has {file_size} bytes; the file is "
+            "truncated (an interrupted download?): fetch it again"
+        )
     return TensorEntry(url, name, dtype, tuple(shape), start, end)
 
 
@@ -97,25 +114,31 @@ def read_header(url: str) -> dict[str, TensorEntry]:
         raise HfImportError(f"{url}: file not found") from err
     head = fs.cat_file(path, 0, min(size, 8 + 64))
     if head.startswith(LFS_MAGIC):
-        raise HfImportError(f"{url} is a Git LFS pointer ({size} bytes of text), not the weights; run "
-                            "`git lfs pull` in the clone (or download the file itself)")
+        raise HfImportError(
+            f"{url} is a Git LFS pointer ({size} bytes of text), not the weights; run "
+            "`git lfs pull` in the clone (or download the file itself)"
+        )
     if size < 8:
         raise HfImportError(f"{url}: {size} bytes, too short for a safetensors header; the file is truncated")
     (length,) = struct.unpack("<Q", head[:8])
     if length > MAX_HEADER_BYTES or 8 + length > size:
-        raise HfImportError(f"{url}: header length {length} does not fit the file's {size} bytes; the file is "
-                            "truncated or not safetensors")
+        raise HfImportError(
+            f"{url}: header length {length} does not fit the file's {size} bytes; the file is "
+            "truncated or not safetensors"
+        )
     try:
         header = json.loads(fs.cat_file(path, 8, 8 + length))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise HfImportError(f"{url}: the safetensors header is not valid JSON ({err}); the file is damaged") from err
     except RecursionError:  # e.g. 100,000 unclosed `[`: no safetensors header nests
-        raise HfImportError(f"{url}: the safetensors header is nested too deeply to be one; the file is damaged "
-                            "or not safetensors") from None
+        raise HfImportError(
+            f"{url}: the safetensors header is nested too deeply to be one; the file is damaged or not safetensors"
+        ) from None
     if not isinstance(header, dict):
         raise HfImportError(f"{url}: the safetensors header is not a JSON object; the file is damaged")
-    return {name: _check_entry(url, name, info, 8 + length, size)
-            for name, info in header.items() if name != "__metadata__"}
+    return {
+        name: _check_entry(url, name, info, 8 + length, size) for name, info in header.items() if name != "__metadata__"
+    }
 
 
 def tensor_files(folder: str) -> list[str]:
@@ -126,8 +149,9 @@ def tensor_files(folder: str) -> list[str]:
             weight_map = mfs.read_json(index)["weight_map"]
             files = sorted({str(f) for f in weight_map.values()})
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
-            raise HfImportError(f"{index}: not a safetensors index (expected a JSON object with 'weight_map'): "
-                                f"{err}") from err
+            raise HfImportError(
+                f"{index}: not a safetensors index (expected a JSON object with 'weight_map'): {err}"
+            ) from err
         return [mfs.join(folder, f) for f in files]
     return [mfs.join(folder, "model.safetensors")]
 
@@ -145,8 +169,9 @@ class SafetensorsIndex:
         for url in tensor_files(folder):
             for name, entry in read_header(url).items():
                 if name in entries:
-                    raise HfImportError(f"{url}: tensor {name} is also in {entries[name].url}; the checkpoint is "
-                                        "inconsistent")
+                    raise HfImportError(
+                        f"{url}: tensor {name} is also in {entries[name].url}; the checkpoint is inconsistent"
+                    )
                 entries[name] = entry
         return cls(folder, entries)
 
@@ -158,7 +183,8 @@ class SafetensorsIndex:
                 raise HfImportError(
                     f"{entry.url}: tensor {name} has dtype {entry.dtype}, but a Llama weight is floating point "
                     f"({'/'.join(FLOAT_DTYPES)}); a quantized or integer export cannot be read as a base — "
-                    "use the float checkpoint")
+                    "use the float checkpoint"
+                )
 
     def read(self, name: str, rows: tuple[int, int] | None = None) -> np.ndarray:
         """One tensor (its stored dtype, little-endian), or its leading-axis `rows` [start, stop),
@@ -173,6 +199,8 @@ class SafetensorsIndex:
         fs, path = mfs.fs_and_path(entry.url)
         raw = fs.cat_file(path, start, end)
         if len(raw) != end - start:  # the file shrank after its header was checked
-            raise HfImportError(f"{entry.url}: tensor {name}: read {len(raw)} of {end - start} bytes; the file "
-                                "is truncated: fetch it again")
+            raise HfImportError(
+                f"{entry.url}: tensor {name}: read {len(raw)} of {end - start} bytes; the file "
+                "is truncated: fetch it again"
+            )
         return np.frombuffer(raw, dtype=dtype).reshape(shape)

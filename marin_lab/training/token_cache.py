@@ -48,8 +48,10 @@ class CacheSplit:
         self.cache, self.split, self.seq_len = cache, split, seq_len
         entries = cache.ledger["splits"][split]["shards"]
         self.shards = [NpyRange(array_url(cache.path, split, s["name"], "tokens")) for s in entries]
-        self.masks = [NpyRange(array_url(cache.path, split, s["name"], "loss_mask"))
-                      if s.get("loss_mask_sha256") else None for s in entries]
+        self.masks = [
+            NpyRange(array_url(cache.path, split, s["name"], "loss_mask")) if s.get("loss_mask_sha256") else None
+            for s in entries
+        ]
         counts = [max((len(s) - 1) // seq_len, 0) for s in self.shards]
         self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.num_sequences = int(self._starts[-1])
@@ -110,9 +112,7 @@ class TokenCache:
 
     def split(self, split: str, seq_len: int) -> CacheSplit:
         if split not in self.ledger.get("splits", {}):
-            raise TokenCacheError(
-                f"token cache {self.path} has no split {split!r} (it has {self.splits})"
-            )
+            raise TokenCacheError(f"token cache {self.path} has no split {split!r} (it has {self.splits})")
         return CacheSplit(self, split, seq_len)
 
     def tokenizer_url(self) -> str | None:
@@ -146,19 +146,22 @@ def write_token_cache(
         per = docs_per_shard or max(len(docs), 1)
         shards = []
         for shard_idx, lo in enumerate(range(0, max(len(docs), 1), per)):
-            chunk = [np.append(np.asarray(d, dtype=np.int64), eos_id) for d in docs[lo:lo + per]]
+            chunk = [np.append(np.asarray(d, dtype=np.int64), eos_id) for d in docs[lo : lo + per]]
             if chunk and max(int(c.max()) for c in chunk) >= vocab_size:
                 top = max(int(c.max()) for c in chunk)
                 raise TokenCacheError(f"split {split!r}: token id {top} >= vocab_size {vocab_size}")
             masks = None
             if loss_masks is not None:
-                masks = [np.append(np.asarray(m, dtype=np.uint8), 1) for m in loss_masks[split][lo:lo + per]]
+                masks = [np.append(np.asarray(m, dtype=np.uint8), 1) for m in loss_masks[split][lo : lo + per]]
                 for i, (mask, doc) in enumerate(zip(masks, chunk, strict=False)):
                     if len(mask) != len(doc):
-                        raise TokenCacheError(f"split {split!r} {shard_name(shard_idx)}: document {i} has "
-                                              f"{len(doc)} tokens but a loss mask of {len(mask)}")
-            shards.append(write_shard(path, split, shard_name(shard_idx), dtype, chunk, [len(c) for c in chunk],
-                                      loss_mask=masks))
+                        raise TokenCacheError(
+                            f"split {split!r} {shard_name(shard_idx)}: document {i} has "
+                            f"{len(doc)} tokens but a loss mask of {len(mask)}"
+                        )
+            shards.append(
+                write_shard(path, split, shard_name(shard_idx), dtype, chunk, [len(c) for c in chunk], loss_mask=masks)
+            )
         add_split(ledger, split, shards)
     write_ledger(path, ledger)
     return ledger

@@ -74,8 +74,13 @@ def validate_config(config: TrainLmConfig) -> None:
     if config.backend not in BACKENDS:
         raise TrainingError(f"backend={config.backend!r} is not one of {BACKENDS}")
     try:
-        check_attention(config.attention_impl, seq_len=config.seq_len, num_heads=config.model.num_heads,
-                        num_kv_heads=config.model.num_kv_heads, platform=jax.default_backend())
+        check_attention(
+            config.attention_impl,
+            seq_len=config.seq_len,
+            num_heads=config.model.num_heads,
+            num_kv_heads=config.model.num_kv_heads,
+            platform=jax.default_backend(),
+        )
     except AttentionConfigError as err:
         raise TrainingError(str(err)) from err
     if config.loss_chunk_size is not None and config.loss_chunk_size < 1:
@@ -90,9 +95,7 @@ def validate_config(config: TrainLmConfig) -> None:
     if config.num_train_steps < 1:
         raise TrainingError(f"num_train_steps={config.num_train_steps} must be positive")
     if config.microbatches < 1 or config.batch_size % config.microbatches:
-        raise TrainingError(
-            f"batch_size={config.batch_size} is not divisible by microbatches={config.microbatches}"
-        )
+        raise TrainingError(f"batch_size={config.batch_size} is not divisible by microbatches={config.microbatches}")
     if config.compute_dtype not in ("bfloat16", "float32", "float16"):
         raise TrainingError(f"compute_dtype={config.compute_dtype!r} must be bfloat16, float16 or float32")
     for name, path in config.data.caches.items():
@@ -122,13 +125,17 @@ def validation_sets(config: TrainLmConfig) -> dict[str, str]:
     and every eval cache."""
     if not config.steps_per_eval:
         return {}
-    sets = {name: path for name, path in config.data.caches.items()
-            if config.data.validation_split in TokenCache(path).splits}
+    sets = {
+        name: path
+        for name, path in config.data.caches.items()
+        if config.data.validation_split in TokenCache(path).splits
+    }
     return {**sets, **config.eval_caches}
 
 
-def _evaluation_hooks(config: TrainLmConfig,
-                      evaluation: Callable[[TrainLmConfig], Sequence[Hook]] | None) -> list[Hook]:
+def _evaluation_hooks(
+    config: TrainLmConfig, evaluation: Callable[[TrainLmConfig], Sequence[Hook]] | None
+) -> list[Hook]:
     """The hooks that evaluate during training: built by `evaluation` from the config, or none."""
     if evaluation is not None:
         return list(evaluation(config))
@@ -141,19 +148,27 @@ def _evaluation_hooks(config: TrainLmConfig,
             "(experiments' default_train does), or pass evaluation=training_hooks from that module"
         )
     if asked:
-        logger.warning("train_lm %s: no evaluation during training (multi-process run; evaluate the checkpoints "
-                       "with an evaluate_lm step)", config.output_path)
+        logger.warning(
+            "train_lm %s: no evaluation during training (multi-process run; evaluate the checkpoints "
+            "with an evaluate_lm step)",
+            config.output_path,
+        )
     return []
 
 
 def _environment(mesh: Any) -> dict[str, Any]:
     devices = jax.devices()
-    return {"mesh": dict(mesh.shape), "jax": jax.__version__, "jaxlib": jax.lib.__version__
-            if hasattr(jax.lib, "__version__")
-            else _jaxlib_version(), "backend": jax.default_backend(), "device_count": len(devices),
-            "device_kind": devices[0].device_kind, "process_count": jax.process_count(),
-            "local_device_count": jax.local_device_count(),
-            "python": platform.python_version()}
+    return {
+        "mesh": dict(mesh.shape),
+        "jax": jax.__version__,
+        "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else _jaxlib_version(),
+        "backend": jax.default_backend(),
+        "device_count": len(devices),
+        "device_kind": devices[0].device_kind,
+        "process_count": jax.process_count(),
+        "local_device_count": jax.local_device_count(),
+        "python": platform.python_version(),
+    }
 
 
 def _jaxlib_version() -> str:
@@ -186,20 +201,29 @@ def check_batch(config: TrainLmConfig, mesh: Any) -> None:
 
 def step_settings(config: TrainLmConfig) -> StepSettings:
     """What the compiled step needs from the run's config (shared with `marin-lab compile`)."""
-    return StepSettings(config.compute_dtype, config.param_dtype, config.gradient_checkpointing,
-                        config.attention_impl, config.z_loss_weight, config.microbatches, config.precision,
-                        config.loss_chunk_size)
+    return StepSettings(
+        config.compute_dtype,
+        config.param_dtype,
+        config.gradient_checkpointing,
+        config.attention_impl,
+        config.z_loss_weight,
+        config.microbatches,
+        config.precision,
+        config.loss_chunk_size,
+    )
 
 
 @programs
-def _programs(model: Any, optimizer_config: Any, num_train_steps: int, settings: StepSettings,
-              mesh_config: Any) -> tuple[Any, Any, Any]:
+def _programs(
+    model: Any, optimizer_config: Any, num_train_steps: int, settings: StepSettings, mesh_config: Any
+) -> tuple[Any, Any, Any]:
     """(state shardings, init fn, train step) for one set of frozen configs (compiled once per
     process: `trainer.programs`)."""
     mesh = mesh_config.build()
     optimizer = optimizer_config.build(moments=settings.precision.optimizer_state)
-    shardings, step_fn = build_step(model, optimizer, optimizer_config.lr_schedule(num_train_steps), settings,
-                                    mesh, mesh_config.param_sharding)
+    shardings, step_fn = build_step(
+        model, optimizer, optimizer_config.lr_schedule(num_train_steps), settings, mesh, mesh_config.param_sharding
+    )
     init_fn = make_init_fn(model, optimizer, shardings, jnp.dtype(settings.param_dtype), settings.precision)
     return shardings, init_fn, step_fn
 
@@ -229,14 +253,17 @@ def _check_model_metadata(config: TrainLmConfig, meta: dict[str, Any], path: str
 # checkpoint.RUN_LOG_FILES for why orbax's array store is not.
 NON_ARTIFACTS = ("wandb/*", *ckpt.RUN_LOG_FILES)
 # Wall-clock facts and locations: the rest of each line and of the summary must match.
-VOLATILE_FIELDS = {METRICS_FILE: ("time", "tokens_per_s", "mfu"),
-                   "train_summary.json": ("tokens_per_s", "mfu", "environment", "wandb", "eval.time"),
-                   **ckpt.VOLATILE_FIELDS}
+VOLATILE_FIELDS = {
+    METRICS_FILE: ("time", "tokens_per_s", "mfu"),
+    "train_summary.json": ("tokens_per_s", "mfu", "environment", "wandb", "eval.time"),
+    **ckpt.VOLATILE_FIELDS,
+}
 
 
 @reproducibility(non_artifacts=NON_ARTIFACTS, volatile_fields=VOLATILE_FIELDS)
-def train_lm(config: TrainLmConfig,
-             evaluation: Callable[[TrainLmConfig], Sequence[Hook]] | None = None) -> dict[str, Any]:
+def train_lm(
+    config: TrainLmConfig, evaluation: Callable[[TrainLmConfig], Sequence[Hook]] | None = None
+) -> dict[str, Any]:
     """Train (or resume training) a Llama-family LM; returns the run summary.
 
     `evaluation` builds the hooks that evaluate during training from the config
@@ -262,8 +289,9 @@ def train_lm(config: TrainLmConfig,
     check_model = functools.partial(_check_model_metadata, config)
     try:
         _check_start_checkpoint(config, trainer.resume_checkpoint())
-        _shardings, init_fn, step_fn = _programs(config.model, config.optimizer, config.num_train_steps,
-                                                 step_settings(config), config.mesh)
+        _shardings, init_fn, step_fn = _programs(
+            config.model, config.optimizer, config.num_train_steps, step_settings(config), config.mesh
+        )
         start = trainer.initial_state(lambda: init_fn(jax.random.key(config.seed)), check_model)
         if start.checkpoint is None and config.initialize_from:
             start = _initialized_from(config, config.initialize_from, start.state)
@@ -274,69 +302,125 @@ def train_lm(config: TrainLmConfig,
     start_step = start.step
     # One entry per attempt (and phase): which hardware trained from which step.
     hardware = [*start.metadata.get("hardware", []), {"from_step": start_step, **env}]
-    loader = MixtureLoader(config.data, config.seq_len, config.batch_size,
-                           base_step=int(data_base["step"]), base_offsets=data_base.get("offsets"))
-    logger.info("train_lm %s: %s at step %d of %d; %d params; %d devices (%s)", config.output_path,
-                how, start_step, config.num_train_steps, config.model.num_params(),
-                env["device_count"], env["device_kind"])
+    loader = MixtureLoader(
+        config.data,
+        config.seq_len,
+        config.batch_size,
+        base_step=int(data_base["step"]),
+        base_offsets=data_base.get("offsets"),
+    )
+    logger.info(
+        "train_lm %s: %s at step %d of %d; %d params; %d devices (%s)",
+        config.output_path,
+        how,
+        start_step,
+        config.num_train_steps,
+        config.model.num_params(),
+        env["device_count"],
+        env["device_kind"],
+    )
     flops_per_token = config.model.flops_per_token(config.seq_len)
     peak = device_peak_flops(env["device_kind"], config.peak_flops_per_device)
     sharding = batch_sharding(mesh)
 
     def metrics_line(step: int, values: dict[str, float], tps: float) -> dict[str, Any]:
-        return {"step": step, "loss": values["loss"], "cross_entropy": values["cross_entropy"],
-                "learning_rate": values["learning_rate"], "grad_norm": values["grad_norm"],
-                "batch_checksum": int(values["batch_checksum"]),
-                "tokens_per_s": tps, "mfu": mfu(flops_per_token, tps, env["device_count"], peak),
-                "time": time.time(), **{k: v for k, v in values.items() if k.startswith(("fp8/", "scalify/"))}}
+        return {
+            "step": step,
+            "loss": values["loss"],
+            "cross_entropy": values["cross_entropy"],
+            "learning_rate": values["learning_rate"],
+            "grad_norm": values["grad_norm"],
+            "batch_checksum": int(values["batch_checksum"]),
+            "tokens_per_s": tps,
+            "mfu": mfu(flops_per_token, tps, env["device_count"], peak),
+            "time": time.time(),
+            **{k: v for k, v in values.items() if k.startswith(("fp8/", "scalify/"))},
+        }
 
     def checkpoint_metadata(step: int) -> dict[str, Any]:
-        return {"model": dataclasses.asdict(config.model), "data_base": data_base,
-                "data_consumed": loader.consumed_before(step), "environment": env, "hardware": hardware,
-                "seed": config.seed}
+        return {
+            "model": dataclasses.asdict(config.model),
+            "data_base": data_base,
+            "data_consumed": loader.consumed_before(step),
+            "environment": env,
+            "hardware": hardware,
+            "seed": config.seed,
+        }
 
     trainer.add_hooks(hooks)
-    result = trainer.train(state, step_fn, lambda step: (_host_batch(loader, step, sharding),),
-                           metrics_line=metrics_line, checkpoint_metadata=checkpoint_metadata,
-                           check_step=scalify_overflow)  # names the layer, before the loss says only NaN
+    result = trainer.train(
+        state,
+        step_fn,
+        lambda step: (_host_batch(loader, step, sharding),),
+        metrics_line=metrics_line,
+        checkpoint_metadata=checkpoint_metadata,
+        check_step=scalify_overflow,
+    )  # names the layer, before the loss says only NaN
     final_step, final_checkpoint = result.final_step, result.checkpoint
     hf_path = None
     if config.export_hf and final_step == config.num_train_steps and jax.process_index() == 0:
         if final_checkpoint is None:  # the Trainer saves the last step; say so if that ever fails
-            raise TrainingError(f"{config.output_path}: export_hf found no complete checkpoint of step "
-                                f"{final_step} to export from; rerun the step to write it")
+            raise TrainingError(
+                f"{config.output_path}: export_hf found no complete checkpoint of step "
+                f"{final_step} to export from; rerun the step to write it"
+            )
         # From the final (sharded) checkpoint, one parameter at a time: nothing is gathered.
         read = functools.partial(ckpt.load_subtree, final_checkpoint, "params", this_process_only=True)
-        hf_path = trainer.export_hf(config.model, masters.export_leaves(read, result.state["params"],
-                                                                        config.precision.export_dtype),
-                                    dtype=config.precision.export_dtype)
+        hf_path = trainer.export_hf(
+            config.model,
+            masters.export_leaves(read, result.state["params"], config.precision.export_dtype),
+            dtype=config.precision.export_dtype,
+        )
     tps = result.tokens_per_s
-    summary = trainer.finish(result, {
-        "final_step": final_step, "num_train_steps": config.num_train_steps, "start": how,
-        "final_loss": result.last.get("loss"), "steps_this_run": final_step - result.start_step,
-        "tokens_per_s": tps,
-        "mfu": mfu(flops_per_token, tps, env["device_count"], peak) if tps is not None else None,
-        "params": config.model.num_params(), "checkpoint": final_checkpoint,
-        "hf_path": hf_path, "metrics_path": result.metrics.url, "environment": env, "hardware": hardware,
-        "eval": result.hook_lines.get("eval"), "tasks": result.hook_lines.get("tasks"),
-        "param_checksum": _param_checksum(result.state["params"], final_checkpoint),
-        "wandb": result.metrics.wandb_info(),
-    })
+    summary = trainer.finish(
+        result,
+        {
+            "final_step": final_step,
+            "num_train_steps": config.num_train_steps,
+            "start": how,
+            "final_loss": result.last.get("loss"),
+            "steps_this_run": final_step - result.start_step,
+            "tokens_per_s": tps,
+            "mfu": mfu(flops_per_token, tps, env["device_count"], peak) if tps is not None else None,
+            "params": config.model.num_params(),
+            "checkpoint": final_checkpoint,
+            "hf_path": hf_path,
+            "metrics_path": result.metrics.url,
+            "environment": env,
+            "hardware": hardware,
+            "eval": result.hook_lines.get("eval"),
+            "tasks": result.hook_lines.get("tasks"),
+            "param_checksum": _param_checksum(result.state["params"], final_checkpoint),
+            "wandb": result.metrics.wandb_info(),
+        },
+    )
     if jax.process_index() == 0:
-        logger.info("train_lm %s: step %d, loss %s, %s tokens/s", config.output_path, summary["final_step"],
-                    summary["final_loss"], summary["tokens_per_s"])
+        logger.info(
+            "train_lm %s: step %d, loss %s, %s tokens/s",
+            config.output_path,
+            summary["final_step"],
+            summary["final_loss"],
+            summary["tokens_per_s"],
+        )
     return summary
 
 
 def loop_config(config: TrainLmConfig) -> LoopConfig:
     """The Trainer's part of a train_lm config."""
-    return LoopConfig(name="train_lm", output_path=config.output_path, num_train_steps=config.num_train_steps,
-                      tokens_per_step=config.tokens_per_step, checkpoint=config.checkpoint, wandb=config.wandb,
-                      summary_file="train_summary.json", log_every=config.log_every,
-                      stop_after_steps=config.stop_after_steps,
-                      tokenizer_cache=config.data.caches[sorted(config.data.caches)[0]] if config.data.caches else None,
-                      nonfinite_advice="Lower optimizer.learning_rate, enable z_loss_weight or clipping, or inspect "
-                                       "the data of that step")
+    return LoopConfig(
+        name="train_lm",
+        output_path=config.output_path,
+        num_train_steps=config.num_train_steps,
+        tokens_per_step=config.tokens_per_step,
+        checkpoint=config.checkpoint,
+        wandb=config.wandb,
+        summary_file="train_summary.json",
+        log_every=config.log_every,
+        stop_after_steps=config.stop_after_steps,
+        tokenizer_cache=config.data.caches[sorted(config.data.caches)[0]] if config.data.caches else None,
+        nonfinite_advice="Lower optimizer.learning_rate, enable z_loss_weight or clipping, or inspect "
+        "the data of that step",
+    )
 
 
 def _host_batch(loader: MixtureLoader, step: int, sharding: Any) -> jax.Array:

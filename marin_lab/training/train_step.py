@@ -56,12 +56,17 @@ def param_shardings(config: LlamaConfig, mesh: Mesh, rule: str) -> Params:
     return nested
 
 
-def state_shardings(config: LlamaConfig, optimizer: optax.GradientTransformation, mesh: Mesh,
-                    rule: str, param_dtype: Any, precision_config: PrecisionConfig | None = None) -> TrainState:
+def state_shardings(
+    config: LlamaConfig,
+    optimizer: optax.GradientTransformation,
+    mesh: Mesh,
+    rule: str,
+    param_dtype: Any,
+    precision_config: PrecisionConfig | None = None,
+) -> TrainState:
     """Shardings of the whole state: optimizer moments follow their parameter's sharding."""
     p_shard = param_shardings(config, mesh, rule)
-    abstract = jax.eval_shape(lambda: _fresh_state(config, optimizer, jax.random.key(0), param_dtype,
-                                                   precision_config))
+    abstract = jax.eval_shape(lambda: _fresh_state(config, optimizer, jax.random.key(0), param_dtype, precision_config))
     flat_param_shard = flatten_params(p_shard)
     replicated = NamedSharding(mesh, P())
     if precision_config is not None and precision_config.master_weights != "float32":
@@ -87,8 +92,13 @@ def state_shardings(config: LlamaConfig, optimizer: optax.GradientTransformation
     return out
 
 
-def _fresh_state(config: LlamaConfig, optimizer: optax.GradientTransformation, key: jax.Array,
-                 param_dtype: Any, precision_config: PrecisionConfig | None = None) -> TrainState:
+def _fresh_state(
+    config: LlamaConfig,
+    optimizer: optax.GradientTransformation,
+    key: jax.Array,
+    param_dtype: Any,
+    precision_config: PrecisionConfig | None = None,
+) -> TrainState:
     params = init_params(config, key, dtype=param_dtype)
     state = {"params": params, "opt_state": optimizer.init(params), "step": jnp.zeros((), jnp.int32)}
     if precision_config is not None and precision_config.master_weights != "float32":
@@ -99,21 +109,30 @@ def _fresh_state(config: LlamaConfig, optimizer: optax.GradientTransformation, k
     return state
 
 
-def abstract_state(config: LlamaConfig, optimizer: optax.GradientTransformation, shardings: TrainState,
-                   param_dtype: Any, precision_config: PrecisionConfig | None = None) -> TrainState:
+def abstract_state(
+    config: LlamaConfig,
+    optimizer: optax.GradientTransformation,
+    shardings: TrainState,
+    param_dtype: Any,
+    precision_config: PrecisionConfig | None = None,
+) -> TrainState:
     """The state as ShapeDtypeStructs carrying their shardings: what the step compiles against,
     with nothing allocated (an 8B state is never materialised to compile its step)."""
-    shapes = jax.eval_shape(lambda: _fresh_state(config, optimizer, jax.random.key(0), param_dtype,
-                                                 precision_config))
+    shapes = jax.eval_shape(lambda: _fresh_state(config, optimizer, jax.random.key(0), param_dtype, precision_config))
     return jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), shapes, shardings)
 
 
-def make_init_fn(config: LlamaConfig, optimizer: optax.GradientTransformation,
-                 shardings: TrainState, param_dtype: Any,
-                 precision_config: PrecisionConfig | None = None) -> Callable[[jax.Array], TrainState]:
+def make_init_fn(
+    config: LlamaConfig,
+    optimizer: optax.GradientTransformation,
+    shardings: TrainState,
+    param_dtype: Any,
+    precision_config: PrecisionConfig | None = None,
+) -> Callable[[jax.Array], TrainState]:
     """key -> a fresh state created directly in its sharded layout (no full copy on one device)."""
-    return jax.jit(lambda key: _fresh_state(config, optimizer, key, param_dtype, precision_config),
-                   out_shardings=shardings)
+    return jax.jit(
+        lambda key: _fresh_state(config, optimizer, key, param_dtype, precision_config), out_shardings=shardings
+    )
 
 
 def batch_checksum(tokens: jax.Array) -> jax.Array:
@@ -156,19 +175,29 @@ def make_train_step(
         hook = None
         if policy.changes_step:
             params, hook = precision.wrap_params(policy, params, aux)
-        return lm_loss(params, inputs, targets, jnp.ones(targets.shape, jnp.float32), model,
-                       compute_dtype=compute_dtype,
-                       gradient_checkpointing=settings.gradient_checkpointing,
-                       attention_impl=settings.attention_impl,
-                       z_loss_weight=settings.z_loss_weight, logits_hook=hook,
-                       activation_sharding=None if flat_reduce else activations,
-                       loss_chunk_size=settings.loss_chunk_size)
+        return lm_loss(
+            params,
+            inputs,
+            targets,
+            jnp.ones(targets.shape, jnp.float32),
+            model,
+            compute_dtype=compute_dtype,
+            gradient_checkpointing=settings.gradient_checkpointing,
+            attention_impl=settings.attention_impl,
+            z_loss_weight=settings.z_loss_weight,
+            logits_hook=hook,
+            activation_sharding=None if flat_reduce else activations,
+            loss_chunk_size=settings.loss_chunk_size,
+        )
 
     # The auxiliary input's "gradient" is the precision policy's per-step output (new amax
     # histories, float8 statistics, the logits' gradient scale): see marin_lab.precision.apply.
     # Under the scalify policy the same loss is differentiated by scale-propagating interpretation.
-    value_and_grad = (scalify_train.value_and_grad(loss_fn, model.num_layers) if policy.scalify
-                      else jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True))
+    value_and_grad = (
+        scalify_train.value_and_grad(loss_fn, model.num_layers)
+        if policy.scalify
+        else jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)
+    )
 
     def grad_fn(params: Params, aux: Any, tokens: jax.Array) -> tuple[tuple, Params, Any]:
         (loss, ce), (grads, aux_grads) = value_and_grad(params, aux, tokens)
@@ -182,8 +211,9 @@ def make_train_step(
             return grad_fn(params, aux, tokens)
         # Accumulate in fp32 over microbatches inside the one compiled step.
         micro = tokens.reshape(m, tokens.shape[0] // m, tokens.shape[1])
-        zeros = jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape, jnp.float32), params,
-                                       is_leaf=lambda p: isinstance(p, ScaledArray))
+        zeros = jax.tree_util.tree_map(
+            lambda p: jnp.zeros(p.shape, jnp.float32), params, is_leaf=lambda p: isinstance(p, ScaledArray)
+        )
         aux_zeros = None if aux is None else {**jax.tree_util.tree_map(jnp.zeros_like, aux), "rescale": None}
 
         def body(carry, mb):
@@ -208,8 +238,9 @@ def make_train_step(
     if flat_reduce:
         # check_vma=False: the gradients inside are the device's own (unreduced) ones; with the
         # check, JAX would insert a psum per parameter, which is what this path exists to avoid.
-        data_parallel = jax.shard_map(data_parallel, mesh=mesh, in_specs=(P(), P(batch_split)),
-                                      out_specs=((P(), P()), P()), check_vma=False)
+        data_parallel = jax.shard_map(
+            data_parallel, mesh=mesh, in_specs=(P(), P(batch_split)), out_specs=((P(), P()), P()), check_vma=False
+        )
 
     def step(state: TrainState, tokens: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
         checksum = batch_checksum(tokens)
@@ -225,8 +256,13 @@ def make_train_step(
         lr = lr_schedule(state["step"])
         params = scalify_train.apply_updates(params, updates, lr)
         new_state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1}
-        metrics = {"loss": loss, "cross_entropy": ce, "grad_norm": grad_norm, "learning_rate": lr,
-                   "batch_checksum": checksum}
+        metrics = {
+            "loss": loss,
+            "cross_entropy": ce,
+            "grad_norm": grad_norm,
+            "learning_rate": lr,
+            "batch_checksum": checksum,
+        }
         if aux is not None:
             assert aux_grads is not None  # a policy with step inputs never takes the flat-reduce path
             fp8_state, fp8_metrics = precision.step_outputs(policy, aux_grads)
@@ -235,13 +271,22 @@ def make_train_step(
             metrics.update(fp8_metrics)
         return new_state, metrics
 
-    return jax.jit(step, in_shardings=(shardings, batch_sharding(mesh)),
-                   out_shardings=(shardings, NamedSharding(mesh, P())), donate_argnums=0)
+    return jax.jit(
+        step,
+        in_shardings=(shardings, batch_sharding(mesh)),
+        out_shardings=(shardings, NamedSharding(mesh, P())),
+        donate_argnums=0,
+    )
 
 
-def build_step(model: LlamaConfig, optimizer: optax.GradientTransformation,
-               lr_schedule: Callable[[jax.Array], jax.Array], settings: StepSettings, mesh: Mesh,
-               rule: str) -> tuple[TrainState, Callable]:
+def build_step(
+    model: LlamaConfig,
+    optimizer: optax.GradientTransformation,
+    lr_schedule: Callable[[jax.Array], jax.Array],
+    settings: StepSettings,
+    mesh: Mesh,
+    rule: str,
+) -> tuple[TrainState, Callable]:
     """(state shardings, the jitted train step) on `mesh`: train_lm runs it on its devices,
     `marin-lab compile` lowers it for a TPU topology (marin_lab.cluster.tpu_compile)."""
     param_dtype = jnp.dtype(settings.param_dtype)

@@ -193,8 +193,14 @@ class Trainer:
     """Owns a run's start (cluster, resume), its loop, its checkpoints, its export and its summary;
     see the module docstring for the order a step function calls it in."""
 
-    def __init__(self, loop: LoopConfig, run_config: Any = None, *, logger: logging.Logger | None = None,
-                 print_every_s: float | None = None):
+    def __init__(
+        self,
+        loop: LoopConfig,
+        run_config: Any = None,
+        *,
+        logger: logging.Logger | None = None,
+        print_every_s: float | None = None,
+    ):
         """`run_config` (the step's config dataclass) is what W&B records; `logger` is the step
         function's, for its progress lines, printed at most every `print_every_s` (`PRINT_EVERY_S`)."""
         self.multi_process = distributed.initialize_from_env()
@@ -216,8 +222,9 @@ class Trainer:
             self._resume = (ckpt.agreed_latest_checkpoint(self.loop.checkpoint_root),)
         return self._resume[0]
 
-    def initial_state(self, init: Callable[[], Any],
-                      check: Callable[[dict[str, Any], str], None] | None = None) -> Start:
+    def initial_state(
+        self, init: Callable[[], Any], check: Callable[[dict[str, Any], str], None] | None = None
+    ) -> Start:
         """The state restored from `resume_checkpoint()` into the shapes and shardings of `init()`'s
         (a checkpoint written on other hardware is resharded as it is read), or `init()` itself when
         the run has no checkpoint yet. `check(metadata, path)` may refuse the checkpoint first; a
@@ -239,19 +246,25 @@ class Trainer:
 
     def add_hook(self, hook: Hook) -> None:
         if hook.every is not None and hook.every < 1:
-            raise TrainingError(f"hook {hook.name!r}: every={hook.every} must be positive (or "
-                                "None: once, after the loop)")
+            raise TrainingError(
+                f"hook {hook.name!r}: every={hook.every} must be positive (or None: once, after the loop)"
+            )
         self.hooks.append(hook)
 
     def add_hooks(self, hooks: Sequence[Hook]) -> None:
         for hook in hooks:
             self.add_hook(hook)
 
-    def train(self, state: Any, step_fn: Callable[..., tuple[Any, dict[str, jax.Array]]],
-              batch: Callable[[int], tuple[Any, ...]], *,
-              metrics_line: Callable[[int, dict[str, float], float], dict[str, Any]] = default_metrics_line,
-              checkpoint_metadata: Callable[[int], dict[str, Any]] = lambda step: {},
-              check_step: Callable[[dict[str, float], int], str | None] | None = None) -> TrainResult:
+    def train(
+        self,
+        state: Any,
+        step_fn: Callable[..., tuple[Any, dict[str, jax.Array]]],
+        batch: Callable[[int], tuple[Any, ...]],
+        *,
+        metrics_line: Callable[[int, dict[str, float], float], dict[str, Any]] = default_metrics_line,
+        checkpoint_metadata: Callable[[int], dict[str, Any]] = lambda step: {},
+        check_step: Callable[[dict[str, float], int], str | None] | None = None,
+    ) -> TrainResult:
         """Run `step_fn(state, *batch(step))` from the state's step on, the hooks and the checkpoints.
 
         `metrics_line(step, values, tokens_per_s)` turns a step's outputs into its line;
@@ -264,8 +277,13 @@ class Trainer:
         if loop.stop_after_steps is not None:
             end_step = min(end_step, start_step + loop.stop_after_steps)
         checkpointer = ckpt.Checkpointer(loop.checkpoint_root, loop.checkpoint)
-        metrics = MetricsLogger(loop.output_path, loop.wandb, run_name=loop.output_path.rstrip("/").rsplit("/", 1)[-1],
-                                config_for_wandb=self.wandb_run_config, resume_step=start_step)
+        metrics = MetricsLogger(
+            loop.output_path,
+            loop.wandb,
+            run_name=loop.output_path.rstrip("/").rsplit("/", 1)[-1],
+            config_for_wandb=self.wandb_run_config,
+            resume_step=start_step,
+        )
         run = _Run(self, metrics, start_step, end_step, metrics_line, check_step)
         periodic = [h for h in self.hooks if h.every is not None]
         pending: tuple[int, dict[str, jax.Array], float] | None = None
@@ -304,10 +322,16 @@ class Trainer:
             run.run_hook(hook, StepInfo(final_step, state))
         if final:
             metrics.flush()
-        return TrainResult(state=state, start_step=start_step, final_step=final_step, last=run.last,
-                           hook_lines=run.hook_lines,
-                           tokens_per_s=run.tokens_done / run.train_time if run.train_time else None,
-                           metrics=metrics, checkpoint_root=loop.checkpoint_root)
+        return TrainResult(
+            state=state,
+            start_step=start_step,
+            final_step=final_step,
+            last=run.last,
+            hook_lines=run.hook_lines,
+            tokens_per_s=run.tokens_done / run.train_time if run.train_time else None,
+            metrics=metrics,
+            checkpoint_root=loop.checkpoint_root,
+        )
 
     # -- the end ---------------------------------------------------------------------------------
 
@@ -319,16 +343,24 @@ class Trainer:
         cache = TokenCache(self.loop.tokenizer_cache)
         return cache.tokenizer_url(), cache.ledger.get("bos_id"), cache.ledger.get("eos_id")
 
-    def export_hf(self, model: LlamaConfig, leaves: Iterable[tuple[tuple[str, ...], np.ndarray]],
-                  dtype: str = "float32") -> str | None:
+    def export_hf(
+        self, model: LlamaConfig, leaves: Iterable[tuple[tuple[str, ...], np.ndarray]], dtype: str = "float32"
+    ) -> str | None:
         """Write `{output_path}/hf` in Hugging Face format from `leaves` ((keys, array) per parameter,
         read one at a time) with the run's tokenizer; process 0 writes it and gets its path, the
         others None."""
         if jax.process_index() != 0:
             return None
         url, bos_id, eos_id = self.tokenizer
-        return export_hf_leaves(leaves, model, mfs.join(self.loop.output_path, "hf"), dtype=dtype,
-                                tokenizer_url=url, bos_id=bos_id, eos_id=eos_id)
+        return export_hf_leaves(
+            leaves,
+            model,
+            mfs.join(self.loop.output_path, "hf"),
+            dtype=dtype,
+            tokenizer_url=url,
+            bos_id=bos_id,
+            eos_id=eos_id,
+        )
 
     def finish(self, result: TrainResult, summary: dict[str, Any]) -> dict[str, Any]:
         """Process 0 writes the summary to `{output_path}/{summary_file}` and closes W&B with it;
@@ -353,9 +385,15 @@ def format_duration(seconds: float) -> str:
 class _Run:
     """The bookkeeping of one `Trainer.train` call: throughput, the last lines, the progress bar."""
 
-    def __init__(self, trainer: Trainer, metrics: MetricsLogger, start_step: int, end_step: int,
-                 metrics_line: Callable[[int, dict[str, float], float], dict[str, Any]],
-                 check_step: Callable[[dict[str, float], int], str | None] | None):
+    def __init__(
+        self,
+        trainer: Trainer,
+        metrics: MetricsLogger,
+        start_step: int,
+        end_step: int,
+        metrics_line: Callable[[int, dict[str, float], float], dict[str, Any]],
+        check_step: Callable[[dict[str, float], int], str | None] | None,
+    ):
         self.trainer, self.metrics = trainer, metrics
         self.metrics_line, self.check_step = metrics_line, check_step
         self.start_step, self.end_step = start_step, end_step
@@ -389,8 +427,15 @@ class _Run:
             now = time.monotonic()
             if now - self.printed >= t.print_every_s or is_last:
                 self.printed = now
-                t.logger.info("%s: step %d/%d, loss %.4f, %.0f tokens/s%s", loop.name, step + 1, loop.num_train_steps,
-                              values["loss"], tps, self.eta(step))
+                t.logger.info(
+                    "%s: step %d/%d, loss %.4f, %.0f tokens/s%s",
+                    loop.name,
+                    step + 1,
+                    loop.num_train_steps,
+                    values["loss"],
+                    tps,
+                    self.eta(step),
+                )
                 self.metrics.flush()
         self.progress.update(1)
         self.progress.set_postfix(loss=f"{values['loss']:.4f}")

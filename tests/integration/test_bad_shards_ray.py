@@ -15,8 +15,13 @@ from tests.unit.test_bad_shards import shard_fn
 def test_inside_a_ray_step_shards_are_ray_tasks_with_memory_and_failures_are_told_apart(ray_cluster, tmp_path):
     def step():
         tasks = [(n, str(tmp_path)) for n in ("a", "raise-1", "die-2")]
-        outcome = run_shards(shard_fn, tasks, num_workers=2, desc="tokenize",
-                             policy=ShardPolicy(retries=0, max_bad_shards=2, memory_bytes=50 * 2**20))
+        outcome = run_shards(
+            shard_fn,
+            tasks,
+            num_workers=2,
+            desc="tokenize",
+            policy=ShardPolicy(retries=0, max_bad_shards=2, memory_bytes=50 * 2**20),
+        )
         return outcome.results, {b["shard"].split("'")[1]: b["attempts"][0]["kind"] for b in outcome.bad}
 
     results, kinds = ray_cluster.get(ray_cluster.remote(num_cpus=0)(step).remote())
@@ -32,8 +37,9 @@ def test_ray_errors_are_classified_by_what_happened_to_the_shard():
         return classify_ray_error(err, **kw)[0]
 
     assert classify_ray_error(rx.OutOfMemoryError("Task was killed due to the node running low on memory.")) == (
-        "out_of_memory", "Ray's memory monitor killed the worker: Task was killed due to the node running low on "
-                         "memory.")
+        "out_of_memory",
+        "Ray's memory monitor killed the worker: Task was killed due to the node running low on memory.",
+    )
     assert kind(rx.RayTaskError("f", "tb", MemoryError("cannot allocate")).as_instanceof_cause()) == "out_of_memory"
     assert kind(rx.WorkerCrashedError()) == "worker_died"
     assert kind(rx.WorkerCrashedError(), oom_kill_seen=True) == "out_of_memory"  # the kernel's killer
@@ -47,8 +53,9 @@ def test_ray_errors_are_classified_by_what_happened_to_the_shard():
 def test_a_memory_request_no_node_can_meet_is_refused_not_left_pending(ray_cluster, tmp_path):
     def step():
         try:
-            run_shards(shard_fn, [("a", str(tmp_path))], num_workers=1, desc="tokenize",
-                       policy=ShardPolicy(memory_bytes=2**50))
+            run_shards(
+                shard_fn, [("a", str(tmp_path))], num_workers=1, desc="tokenize", policy=ShardPolicy(memory_bytes=2**50)
+            )
         except ProcessingError as err:
             return str(err)
         return "started"

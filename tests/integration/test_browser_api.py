@@ -61,33 +61,39 @@ def test_experiment_page_data(server):
     assert status == 200 and len(body["steps"]) == 6 and len(body["graph"]["positions"]) == 6
 
 
-@pytest.mark.parametrize("path, code", [
-    ("/api/experiments/nope-00000000", 404),
-    ("/api/experiments/..%2F..%2Fetc", 400),
-    ("/api/file?path=", 400),
-    ("/api/file?path={raw}/data/plain.jsonl&limit=abc", 400),
-    ("/api/file?path={raw}/data/plain.jsonl&limit=100000", 400),
-    ("/api/file?path={raw}/data/plain.jsonl&cursor=zz", 400),
-    ("/api/file?path={raw}/nope.jsonl", 404),
-    ("/api/step?path={prefix}/nope/step-00000000", 404),
-    ("/api/no-such-route", 404),
-])
+@pytest.mark.parametrize(
+    "path, code",
+    [
+        ("/api/experiments/nope-00000000", 404),
+        ("/api/experiments/..%2F..%2Fetc", 400),
+        ("/api/file?path=", 400),
+        ("/api/file?path={raw}/data/plain.jsonl&limit=abc", 400),
+        ("/api/file?path={raw}/data/plain.jsonl&limit=100000", 400),
+        ("/api/file?path={raw}/data/plain.jsonl&cursor=zz", 400),
+        ("/api/file?path={raw}/nope.jsonl", 404),
+        ("/api/step?path={prefix}/nope/step-00000000", 404),
+        ("/api/no-such-route", 404),
+    ],
+)
 def test_errors_have_real_status_codes(server, fx, path, code):
     status, body = get_json(server, path.format(raw=quote(str(fx.raw)), prefix=quote(str(fx.prefix))))
     assert status == code and body["status"] == code and body["error"]
 
 
-@pytest.mark.parametrize("path", [
-    "{prefix}/../outside/secret.txt",
-    "{prefix}/%2e%2e/outside/secret.txt",
-    "{outside}/secret.txt",
-    "{raw}/escape/secret.txt",
-    "{raw}/link-secret.txt",
-    "/etc/passwd",
-    "file:///etc/passwd",
-    "gs://another-bucket/x",
-    "../../etc/passwd",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "{prefix}/../outside/secret.txt",
+        "{prefix}/%2e%2e/outside/secret.txt",
+        "{outside}/secret.txt",
+        "{raw}/escape/secret.txt",
+        "{raw}/link-secret.txt",
+        "/etc/passwd",
+        "file:///etc/passwd",
+        "gs://another-bucket/x",
+        "../../etc/passwd",
+    ],
+)
 def test_paths_outside_the_roots_are_forbidden(server, fx, path):
     target = path.format(prefix=fx.prefix, outside=fx.outside, raw=fx.raw)
     for route in ("file", "step", "metrics"):
@@ -121,15 +127,19 @@ def test_security_headers(server):
     assert "script-src 'self'" in headers["Content-Security-Policy"]
     assert "unsafe-inline" not in headers["Content-Security-Policy"]
     assert headers["X-Content-Type-Options"] == "nosniff"
-    assert "<script src=\"/static/app.js\"" in body
+    assert '<script src="/static/app.js"' in body
     status, headers, _ = request(server, "/static/app.js")
     assert status == 200 and headers["Content-Type"].startswith("text/javascript")
 
 
 def test_secrets_never_leave_the_server(server, fx):
-    paths = [f"/api/step?path={quote(str(fx.raw))}", f"/api/file?path={quote(str(fx.raw / '.executor_info'))}",
-             f"/api/file?path={quote(str(fx.raw / 'notes.txt'))}", "/api/experiments",
-             f"/api/experiments/{EXPERIMENT_ID}"]
+    paths = [
+        f"/api/step?path={quote(str(fx.raw))}",
+        f"/api/file?path={quote(str(fx.raw / '.executor_info'))}",
+        f"/api/file?path={quote(str(fx.raw / 'notes.txt'))}",
+        "/api/experiments",
+        f"/api/experiments/{EXPERIMENT_ID}",
+    ]
     for path in paths:
         status, _, body = request(server, path)
         assert status == 200 and SECRET_VALUE not in body and "should-not-show" not in body
@@ -145,8 +155,10 @@ def test_corrupt_records_are_answered_with_200_and_a_state(server, fx):
 def test_documents_come_back_as_json_data_with_markup_intact(server, fx):
     status, body = get_json(server, f"/api/file?path={quote(str(fx.raw / 'data/docs-00001.jsonl.zst'))}&limit=5")
     assert status == 200 and body["items"][3]["value"]["text"] == XSS_TEXT
-    status, body = get_json(server, f"/api/file?path={quote(str(fx.raw / 'data/docs-00001.jsonl.zst'))}"
-                                    f"&limit=5&cursor={body['next_cursor']}")
+    status, body = get_json(
+        server,
+        f"/api/file?path={quote(str(fx.raw / 'data/docs-00001.jsonl.zst'))}&limit=5&cursor={body['next_cursor']}",
+    )
     assert [i["line"] for i in body["items"]] == [5, 6, 7, 8, 9]
 
 
@@ -174,7 +186,8 @@ def test_a_number_too_large_for_a_float_is_a_bad_metrics_line_not_a_500(server, 
         f'{{"step": 2, "loss": {huge}}}\n'
         f'{{"step": {huge}, "loss": 1.0}}\n'
         f'{{"step": 3, "loss": 2.0, "tokens_per_s": {huge}}}\n'
-        '{"step": 4, "loss": 1.5}\n')
+        '{"step": 4, "loss": 1.5}\n'
+    )
     status, body = get_json(server, f"/api/metrics?path={quote(str(step))}")
     assert status == 200, body
     assert body["metrics"]["rows"] == 2 and body["metrics"]["bad_lines"] == 3

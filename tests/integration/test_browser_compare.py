@@ -43,25 +43,39 @@ def prefix(tmp_path_factory) -> Path:
     data = prefix / "tokenized" / "docs-dddd0000"
     _write(data / ".executor_info", {"name": "tokenized/docs", "identity": "tokenized/docs-dddd0000", "config": {}})
     _write(data / ".executor_status", {"status": "SUCCESS"})
-    steps = [{"name": "tokenized/docs", "identity": "tokenized/docs-dddd0000", "output_path": str(data),
-              "dependencies": []}]
+    steps = [
+        {"name": "tokenized/docs", "identity": "tokenized/docs-dddd0000", "output_path": str(data), "dependencies": []}
+    ]
     for k, (name, (short, n, precision, compute, seed)) in enumerate(RUNS.items()):
         identity = f"{name}-{short}"
         out = prefix / identity
-        rows = [{"step": s, "loss": loss_of(k, s), "learning_rate": 1e-3, "WANDB_API_KEY": 123}
-                | ({"eval/valid/loss": loss_of(k, s) + 0.5} if s % 10 == 0 else {}) for s in range(n)]
+        rows = [
+            {"step": s, "loss": loss_of(k, s), "learning_rate": 1e-3, "WANDB_API_KEY": 123}
+            | ({"eval/valid/loss": loss_of(k, s) + 0.5} if s % 10 == 0 else {})
+            for s in range(n)
+        ]
         lines = [json.dumps(r) for r in rows]
         if k == 1:
             lines.insert(5, '{"step": 4, "loss": ')  # a torn line: skipped and counted
         (out).mkdir(parents=True)
         (out / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-        _write(out / ".executor_info", {"name": name, "identity": identity, "output_path": str(out), "config": {
-            "compute_dtype": compute, "param_dtype": "float32", "seed": seed, "precision": precision}})
+        _write(
+            out / ".executor_info",
+            {
+                "name": name,
+                "identity": identity,
+                "output_path": str(out),
+                "config": {"compute_dtype": compute, "param_dtype": "float32", "seed": seed, "precision": precision},
+            },
+        )
         _write(out / ".executor_status", {"status": "SUCCESS"})
-        steps.append({"name": name, "identity": identity, "output_path": str(out),
-                      "dependencies": ["tokenized/docs-dddd0000"]})
-    _write(prefix / "experiments" / f"{EXP_ID}.json",
-           {"name": "compare", "created": "2026-11-23T00:00:00Z", "steps": steps})
+        steps.append(
+            {"name": name, "identity": identity, "output_path": str(out), "dependencies": ["tokenized/docs-dddd0000"]}
+        )
+    _write(
+        prefix / "experiments" / f"{EXP_ID}.json",
+        {"name": "compare", "created": "2026-11-23T00:00:00Z", "steps": steps},
+    )
     return prefix
 
 
@@ -73,8 +87,10 @@ def server(prefix):
 
 def _curves(tab) -> dict[str, int]:
     lines = tab.locator("#compare-chart path[data-run]")
-    return {lines.nth(i).get_attribute("data-run"): int(lines.nth(i).get_attribute("data-points"))
-            for i in range(lines.count())}
+    return {
+        lines.nth(i).get_attribute("data-run"): int(lines.nth(i).get_attribute("data-points"))
+        for i in range(lines.count())
+    }
 
 
 def _hover_step(tab, step: int, last_step: int) -> None:
@@ -101,7 +117,8 @@ def test_three_runs_overlaid_with_hover_values_and_a_shareable_address(page, ser
 
     last = page.locator("#last-values tbody tr")  # before hovering: each run's last logged value
     assert [row.locator("td").all_inner_texts()[1:] for row in last.all()] == [
-        [str(loss_of(k, n - 1)), str(n - 1)] for k, (_, n, *_rest) in enumerate(RUNS.values())]
+        [str(loss_of(k, n - 1)), str(n - 1)] for k, (_, n, *_rest) in enumerate(RUNS.values())
+    ]
     _hover_step(page, 12, last_step=29)
     rows = page.locator("#hover-values tbody tr")
     rows.first.wait_for()
@@ -114,8 +131,9 @@ def test_three_runs_overlaid_with_hover_values_and_a_shareable_address(page, ser
 
     # Relative to the fp32 run: each run in % of fp32's value at the same step (fp32 logged steps 0-19).
     page.select_option("#compare-vs", identities[0])
-    page.wait_for_function("() => document.querySelector('#compare-chart svg')"
-                           ".dataset.metric.startsWith('loss: % vs train/fp32')")
+    page.wait_for_function(
+        "() => document.querySelector('#compare-chart svg').dataset.metric.startsWith('loss: % vs train/fp32')"
+    )
     assert _curves(page) == dict.fromkeys(identities, 20)
     cells = page.locator("#last-values tbody tr").nth(1).locator("td").all_inner_texts()
     assert cells[1].endswith("%") and abs(float(cells[1][:-1]) - 100 * (loss_of(1, 19) / loss_of(0, 19) - 1)) < 1e-3
@@ -132,9 +150,11 @@ def test_three_runs_overlaid_with_hover_values_and_a_shareable_address(page, ser
     page.locator(f"#compare-runs input[data-run='{identities[0]}']").uncheck()
     page.select_option("#compare-metric", "eval/valid/loss")
     page.select_option("#compare-smooth", "0.6")
-    page.wait_for_function("() => document.querySelectorAll('#compare-chart path[data-run]').length === 2 "
-                           "&& document.querySelector('#compare-chart svg').dataset.metric === 'eval/valid/loss' "
-                           "&& location.hash.includes('smooth=0.6')")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#compare-chart path[data-run]').length === 2 "
+        "&& document.querySelector('#compare-chart svg').dataset.metric === 'eval/valid/loss' "
+        "&& location.hash.includes('smooth=0.6')"
+    )
     shared = page.url
     assert "metric=eval%2Fvalid%2Floss" in shared and identities[0].replace("/", "%2F") not in shared
     page.goto(server.url + "/#/")
@@ -149,7 +169,7 @@ def test_three_runs_overlaid_with_hover_values_and_a_shareable_address(page, ser
     for value in raw:
         avg = 0.6 * avg + 0.4 * value
     cells = page.locator("#last-values tbody tr").first.locator("td").all_inner_texts()
-    assert abs(float(cells[1]) - avg / (1 - 0.6 ** 3)) < 1e-4 and float(cells[2]) == raw[-1] and cells[3] == "20"
+    assert abs(float(cells[1]) - avg / (1 - 0.6**3)) < 1e-4 and float(cells[2]) == raw[-1] and cells[3] == "20"
     assert [c.is_checked() for c in page.locator("#compare-runs input.run-choice").all()] == [False, True, True]
 
     # A run the experiment does not have is named, not silently dropped.

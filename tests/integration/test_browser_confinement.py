@@ -49,9 +49,13 @@ def prefix(tmp_path):
 def test_symlinked_records_results_and_metrics_are_not_served_from_outside(prefix):
     root, step = prefix
     with start_in_thread(str(root)) as server:
-        for path in (f"/api/step?path={quote(str(step))}", f"/api/metrics?path={quote(str(step))}",
-                     "/api/experiments", "/api/experiments/linked-00000000",
-                     f"/api/file?path={quote(str(step))}"):
+        for path in (
+            f"/api/step?path={quote(str(step))}",
+            f"/api/metrics?path={quote(str(step))}",
+            "/api/experiments",
+            "/api/experiments/linked-00000000",
+            f"/api/file?path={quote(str(step))}",
+        ):
             status, body = get(server, path)
             assert status == 200 and OUTSIDE_TEXT not in body, (path, body)
         for name in (".executor_info", "results.json", "metrics.jsonl"):
@@ -93,8 +97,10 @@ def test_slow_requests_do_not_block_other_requests(prefix, monkeypatch):
     slow_count = 12  # more than asyncio's default pool holds on a small machine
     with start_in_thread(str(root)) as server, ThreadPoolExecutor(slow_count) as pool:
         try:
-            slow = [pool.submit(get, server, f"/api/file?path={quote(str(step / 'slow.txt'))}", 180)
-                    for _ in range(slow_count)]
+            slow = [
+                pool.submit(get, server, f"/api/file?path={quote(str(step / 'slow.txt'))}", 180)
+                for _ in range(slow_count)
+            ]
             for _ in range(slow_count):
                 assert entered.acquire(timeout=120), "the slow requests did not all start"
             status, body = get(server, f"/api/file?path={quote(str(step / 'docs.jsonl'))}", timeout=120)

@@ -36,14 +36,17 @@ def test_the_cost_section_shows_what_the_cli_prints(chromium, costed_prefix, cap
         assert page.inner_text("#cost-total") == EXPECTED_TOTAL
         assert page.inner_text("#cost-prices") == cli_lines[0]
         rows = page.locator("#cost-table tbody tr")
-        shown = {rows.nth(i).locator("td").nth(0).inner_text(): rows.nth(i).locator("td").nth(3).inner_text()
-                 for i in range(rows.count())}
+        shown = {
+            rows.nth(i).locator("td").nth(0).inner_text(): rows.nth(i).locator("td").nth(3).inner_text()
+            for i in range(rows.count())
+        }
         assert shown == EXPECTED_STEPS  # the hostile name included, as text
         assert page.evaluate("window.__xss") is None
         page.goto(f"{server.url}/#/step?path={costed_prefix / 'train/big-11111111'}")
         wait_ready(page)
-        assert page.locator("dl.kv dd", has_text="accelerator-hours").inner_text() == EXPECTED_STEPS[
-            "train/big-11111111"]
+        assert (
+            page.locator("dl.kv dd", has_text="accelerator-hours").inner_text() == EXPECTED_STEPS["train/big-11111111"]
+        )
         assert errors == [], errors
         context.close()
     assert HOSTILE in EXPECTED_STEPS

@@ -22,9 +22,16 @@ from browser_fixtures import EXPERIMENT_ID, OUTSIDE_TEXT, SECRET_VALUE, XSS_TEXT
 pytestmark = pytest.mark.browser
 
 CHROMIUM = os.environ.get("MARIN_LAB_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
 
 
@@ -44,8 +51,9 @@ def chromium():
     from playwright.sync_api import sync_playwright
 
     if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
-        pytest.fail(f"headless Chromium not found at {CHROMIUM}: `apt-get install -y chromium` "
-                    "(or set MARIN_LAB_CHROMIUM)")
+        pytest.fail(
+            f"headless Chromium not found at {CHROMIUM}: `apt-get install -y chromium` (or set MARIN_LAB_CHROMIUM)"
+        )
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield browser
@@ -158,7 +166,10 @@ def test_training_plots_eval_results_and_no_secrets(page, server, fx):
     page.wait_for_selector("#plots svg.chart")
     metrics = page.locator("#plots svg.chart")
     assert {metrics.nth(i).get_attribute("data-metric") for i in range(metrics.count())} >= {
-        "loss", "learning_rate", "tokens_per_s"}
+        "loss",
+        "learning_rate",
+        "tokens_per_s",
+    }
     loss = page.locator("#plots svg.chart[data-metric='loss']")
     assert loss.locator("path[data-label]").count() == 1
     # Observable Plot's axes: ticks with values and gridlines on both axes, the x axis labelled.

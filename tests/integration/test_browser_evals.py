@@ -21,8 +21,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from eval_fixtures import HOSTILE_TASK, build_eval_prefix  # noqa: E402
 
 CHROMIUM = os.environ.get("MARIN_LAB_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output" / "screenshots"
 A, B = "evaluate/nano-a-cccc0003", "evaluate/nano-b-dddd0004"
 
@@ -72,8 +80,11 @@ def test_compare_samples_and_training_api(server, fx):
     status, cmp = get(server, "/api/evals/compare?" + urlencode({"a": A, "b": B}))
     assert status == 200 and cmp["tasks"]["hellaswag"]["diff"]["low"] > 0
     assert "is ahead on hellaswag" in cmp["verdict"]
-    status, page = get(server, "/api/evals/samples?" + urlencode({"run": A, "task": "hellaswag", "show": "disagree",
-                                                                  "other": B, "limit": 500}))
+    status, page = get(
+        server,
+        "/api/evals/samples?"
+        + urlencode({"run": A, "task": "hellaswag", "show": "disagree", "other": B, "limit": 500}),
+    )
     assert status == 200 and len(page["items"]) == cmp["tasks"]["hellaswag"]["diff"]["disagree"]
     status, page = get(server, "/api/evals/samples?" + urlencode({"run": A, "task": "hellaswag", "limit": 3}))
     assert status == 200 and len(page["items"]) == 3 and page["next_cursor"] > 0
@@ -86,15 +97,18 @@ def test_compare_samples_and_training_api(server, fx):
     assert [round(v - p[1], 6) for p, v in zip(low, [p[1] for p in series], strict=True)] == [0.05] * 4
 
 
-@pytest.mark.parametrize("path, status, text", [
-    ("/api/evals/compare?a=nope&b=" + quote(B), 404, "no evaluation 'nope'"),
-    ("/api/evals/compare?b=" + quote(B), 400, "a= is missing"),
-    ("/api/evals?tasks=(", 400, "not a regular expression"),
-    ("/api/evals/samples?run=" + quote(A) + "&task=hellaswag&show=sideways", 400, "show="),
-    ("/api/evals/samples?run=" + quote(A) + "&task=nope", 400, "has no task"),
-    ("/api/evals/samples?run=" + quote(A) + "&task=hellaswag&limit=100000", 400, "outside"),
-    ("/api/evals/samples?run=" + quote(A) + "&task=hellaswag&cursor=x", 400, "not an integer"),
-])
+@pytest.mark.parametrize(
+    "path, status, text",
+    [
+        ("/api/evals/compare?a=nope&b=" + quote(B), 404, "no evaluation 'nope'"),
+        ("/api/evals/compare?b=" + quote(B), 400, "a= is missing"),
+        ("/api/evals?tasks=(", 400, "not a regular expression"),
+        ("/api/evals/samples?run=" + quote(A) + "&task=hellaswag&show=sideways", 400, "show="),
+        ("/api/evals/samples?run=" + quote(A) + "&task=nope", 400, "has no task"),
+        ("/api/evals/samples?run=" + quote(A) + "&task=hellaswag&limit=100000", 400, "outside"),
+        ("/api/evals/samples?run=" + quote(A) + "&task=hellaswag&cursor=x", 400, "not an integer"),
+    ],
+)
 def test_bad_queries_are_one_line(server, path, status, text):
     got, body = get(server, path)
     assert got == status and text in body["error"] and "\n" not in body["error"]
@@ -137,13 +151,15 @@ def test_run_outside_the_roots_is_not_listed(tmp_path):
 
 # ---- headless Chromium --------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def chromium():
     from playwright.sync_api import sync_playwright
 
     if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
-        pytest.fail(f"headless Chromium not found at {CHROMIUM}: `apt-get install -y chromium` "
-                    "(or set MARIN_LAB_CHROMIUM)")
+        pytest.fail(
+            f"headless Chromium not found at {CHROMIUM}: `apt-get install -y chromium` (or set MARIN_LAB_CHROMIUM)"
+        )
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield browser
@@ -182,7 +198,7 @@ def test_leaderboard_page_shows_the_cli_numbers(page, server, fx, capsys):
     page.wait_for_selector("#leaderboard tbody tr")
     rows = page.locator("#leaderboard tbody tr")
     keys = [rows.nth(i).get_attribute("data-key") for i in range(rows.count())]
-    cli_keys = [re.search(r"(evaluate/\S+)", line).group(1) for line in cli_lines[1:len(keys) + 1]]
+    cli_keys = [re.search(r"(evaluate/\S+)", line).group(1) for line in cli_lines[1 : len(keys) + 1]]
     assert keys == cli_keys
     for i, key in enumerate(keys):
         line = next(ln for ln in cli_lines if key in ln)
@@ -244,8 +260,9 @@ def test_compare_and_sample_pages_show_the_cli_numbers(page, server, fx, capsys)
 
 @pytest.mark.browser
 def test_hostile_samples_and_training_page(page, server, fx):
-    _open(page, server.url + "/#/evals/samples?"
-          + urlencode({"run": "evaluate/hostile-99990007", "task": HOSTILE_TASK}))
+    _open(
+        page, server.url + "/#/evals/samples?" + urlencode({"run": "evaluate/hostile-99990007", "task": HOSTILE_TASK})
+    )
     page.wait_for_selector("#samples .sample")
     assert page.locator("#samples .sample.bad").count() == 2  # broken JSON, and the 5 MB line, skipped
     assert page.locator("#app script, #app img").count() == 0

@@ -24,10 +24,14 @@ def test_records_of_two_runs_show_statuses_graph_and_the_explain_chain(tmp_path,
 
     prefix = str(tmp_path / "prefix")
     for word in ("hello", "bonjour"):
-        raw = ExecutorStep(name="raw/words", fn=write_words,
-                           config=WordsConfig(output_path=this_output_path(), word=versioned(word)))
-        counted = ExecutorStep(name="count/words", fn=count_words,
-                               config=CountConfig(input_path=output_path_of(raw), output_path=this_output_path()))
+        raw = ExecutorStep(
+            name="raw/words", fn=write_words, config=WordsConfig(output_path=this_output_path(), word=versioned(word))
+        )
+        counted = ExecutorStep(
+            name="count/words",
+            fn=count_words,
+            config=CountConfig(input_path=output_path_of(raw), output_path=this_output_path()),
+        )
         Executor(prefix, backend="local", script=f"browser_{word}.py", max_concurrent=1).run([counted])
 
     browser = Browser(prefix, Roots.of([prefix]))

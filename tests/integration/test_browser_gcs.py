@@ -36,9 +36,23 @@ def gcs_prefix(tmp_path_factory):
 
     port = _free_port()
     # Started directly (not through the wrapper class, whose unread stderr pipe hangs it).
-    proc = subprocess.Popen([_get_binary_path(), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
-                             "-backend", "memory", "-log-level", "error"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            _get_binary_path(),
+            "-scheme",
+            "http",
+            "-host",
+            "127.0.0.1",
+            "-port",
+            str(port),
+            "-backend",
+            "memory",
+            "-log-level",
+            "error",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "NO_GCE_CHECK")}
     os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
     os.environ["NO_GCE_CHECK"] = "true"

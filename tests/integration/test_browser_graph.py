@@ -14,8 +14,13 @@ from tests.integration.test_browser_e2e import chromium  # noqa: F401 - the shar
 pytestmark = pytest.mark.browser
 
 PIPELINE = {  # a DAG whose skip edges used to be drawn underneath the steps between their ends
-    "raw": [], "extract": ["raw"], "dedup": ["extract", "raw"], "quality": ["dedup"],
-    "tokenized": ["quality", "extract"], "train": ["tokenized"], "evaluation": ["train", "tokenized", "quality"],
+    "raw": [],
+    "extract": ["raw"],
+    "dedup": ["extract", "raw"],
+    "quality": ["dedup"],
+    "tokenized": ["quality", "extract"],
+    "train": ["tokenized"],
+    "evaluation": ["train", "tokenized", "quality"],
 }
 
 # Samples every edge's drawn path and reports points strictly inside a step's box (other than its ends).
@@ -50,8 +55,9 @@ def write_experiment(prefix: Path, exp_id: str, deps: dict[str, list[str]], fail
         (out / ".executor_status").write_text(json.dumps({"status": "FAILED" if name in failed else "SUCCESS"}))
         steps.append({"name": name, "identity": name, "output_path": str(out), "fn": "x:y", "dependencies": parents})
     (prefix / "experiments").mkdir(parents=True, exist_ok=True)
-    (prefix / "experiments" / f"{exp_id}.json").write_text(json.dumps(
-        {"schema": 1, "name": exp_id, "created": "2026-11-22T00:00:00Z", "steps": steps}))
+    (prefix / "experiments" / f"{exp_id}.json").write_text(
+        json.dumps({"schema": 1, "name": exp_id, "created": "2026-11-22T00:00:00Z", "steps": steps})
+    )
 
 
 @pytest.fixture(scope="module")
@@ -101,15 +107,27 @@ def test_fit_zoom_and_filter_by_name_and_status(chromium, server):  # noqa: F811
 def _training_step(prefix: Path, identity: str, started: str, lr: float) -> None:
     out = prefix / identity
     out.mkdir(parents=True)
-    (out / ".executor_info").write_text(json.dumps({
-        "schema": 1, "name": "train/run", "identity": identity, "output_path": str(out), "status": "SUCCESS",
-        "version": {"config": {"lr": lr}}, "timings": {"started": started}, "dependencies": [],
-        "result": {"wandb": {"mode": "offline", "run_id": f"run-{lr}", "dir": f"{out}/wandb"}}}))
+    (out / ".executor_info").write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "name": "train/run",
+                "identity": identity,
+                "output_path": str(out),
+                "status": "SUCCESS",
+                "version": {"config": {"lr": lr}},
+                "timings": {"started": started},
+                "dependencies": [],
+                "result": {"wandb": {"mode": "offline", "run_id": f"run-{lr}", "dir": f"{out}/wandb"}},
+            }
+        )
+    )
     (out / ".executor_status").write_text(json.dumps({"status": "SUCCESS"}))
     (out / "wandb").mkdir()
     (out / "wandb" / "debug.log").write_text("offline run\n")
-    (out / "metrics.jsonl").write_text("".join(
-        json.dumps({"step": s, "loss": 5.0 - s * lr, "time": 0}) + "\n" for s in range(6)))
+    (out / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s, "loss": 5.0 - s * lr, "time": 0}) + "\n" for s in range(6))
+    )
 
 
 def test_metrics_of_two_versions_on_one_chart_with_hover_values_and_the_wandb_run_linked(chromium, tmp_path):  # noqa: F811
@@ -136,8 +154,15 @@ def test_metrics_of_two_versions_on_one_chart_with_hover_values_and_the_wandb_ru
 def test_the_last_run_on_the_graph_groups_by_prefix_and_a_selection_filters_the_table(chromium, tmp_path):  # noqa: F811
     """Each node: executed or reused, duration, bytes written, a failure's first line; groups collapse."""
     prefix = tmp_path / "store"
-    deps = {"raw/a": [], "raw/b": [], "raw/c": [], "tokenize/a": ["raw/a"], "tokenize/b": ["raw/b"],
-            "tokenize/c": ["raw/c"], "train": ["tokenize/a", "tokenize/b", "tokenize/c"]}
+    deps = {
+        "raw/a": [],
+        "raw/b": [],
+        "raw/c": [],
+        "tokenize/a": ["raw/a"],
+        "tokenize/b": ["raw/b"],
+        "tokenize/c": ["raw/c"],
+        "train": ["tokenize/a", "tokenize/b", "tokenize/c"],
+    }
     steps = []
     for name, parents in deps.items():
         out = prefix / name
@@ -145,13 +170,21 @@ def test_the_last_run_on_the_graph_groups_by_prefix_and_a_selection_filters_the_
         if name == "tokenize/c":
             status = {"status": "FAILED", "duration_s": 2.0, "error": "ValueError: shard 3 has no <b>text</b> field"}
         else:  # raw/* ran in an earlier run (another driver): reused by this one
-            status = {"status": "SUCCESS", "duration_s": 90.0, "files": 2, "bytes": 3 * 1024 * 1024,
-                      "driver": "host:1:old" if name.startswith("raw/") else "host:2:new"}
+            status = {
+                "status": "SUCCESS",
+                "duration_s": 90.0,
+                "files": 2,
+                "bytes": 3 * 1024 * 1024,
+                "driver": "host:1:old" if name.startswith("raw/") else "host:2:new",
+            }
         (out / ".executor_status").write_text(json.dumps(status))
         steps.append({"name": name, "identity": name, "output_path": str(out), "fn": "x:y", "dependencies": parents})
     (prefix / "experiments").mkdir()
-    (prefix / "experiments" / "overlay-00000001.json").write_text(json.dumps(
-        {"schema": 1, "name": "overlay", "created": "2026-11-28T00:00:00Z", "driver": "host:2:new", "steps": steps}))
+    (prefix / "experiments" / "overlay-00000001.json").write_text(
+        json.dumps(
+            {"schema": 1, "name": "overlay", "created": "2026-11-28T00:00:00Z", "driver": "host:2:new", "steps": steps}
+        )
+    )
     with start_in_thread(str(prefix)) as running:
         page = chromium.new_page(viewport={"width": 1400, "height": 900})
         page.set_default_timeout(60_000)

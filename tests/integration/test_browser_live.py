@@ -24,8 +24,11 @@ def running_step(tmp_path, monkeypatch):
     release, finish = tmp_path / "release", tmp_path / "finish"
     prefix = str(tmp_path / "store")
     first = ExecutorStep("live/first", chatty, ChattyConfig(this_output_path(), versioned("first")))
-    step = ExecutorStep("live/slow", chatty, ChattyConfig(this_output_path(), versioned("slow"),
-                                                          release_path=str(release), finish_path=str(finish)))
+    step = ExecutorStep(
+        "live/slow",
+        chatty,
+        ChattyConfig(this_output_path(), versioned("slow"), release_path=str(release), finish_path=str(finish)),
+    )
     executor = Executor(prefix, backend="local", script="experiments/live.py")
     Executor(prefix, backend="local", script="experiments/live.py").run([first])  # reused by the run below
     output_path = executor.plan([first, step]).steps[1].output_path
@@ -76,5 +79,7 @@ def test_graph_and_step_page_follow_a_run_without_reload(chromium, running_step)
         crumbs = step_page.locator("#crumbs")
         expect(crumbs).to_contain_text("logs/attempt-1.log")
         assert [a.get_attribute("href") for a in crumbs.locator("a").all()][1:] == [
-            f"#/experiment/{quote(exp_id)}", f"#/step?path={quote(output_path, safe='')}&exp={quote(exp_id)}"]
+            f"#/experiment/{quote(exp_id)}",
+            f"#/step?path={quote(output_path, safe='')}&exp={quote(exp_id)}",
+        ]
         context.close()

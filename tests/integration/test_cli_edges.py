@@ -20,8 +20,9 @@ from tests.executor_steps import five_step_dag
 CLUSTER = os.path.join(REPO_ROOT, "infra", "clusters", "us-west4.yaml")
 
 
-@pytest.mark.parametrize("flags", [["--dry_run"], ["--dry_run", "true"], ["--dry_run=true"],
-                                   ["--dry_run", "--force_run_failed"]])
+@pytest.mark.parametrize(
+    "flags", [["--dry_run"], ["--dry_run", "true"], ["--dry_run=true"], ["--dry_run", "--force_run_failed"]]
+)
 def test_experiment_boolean_flags_work_bare_and_with_a_value(tmp_path, capsys, flags):
     report = executor_main(steps=five_step_dag(), args=[*flags, "--prefix", str(tmp_path)])
     assert report.outcomes == {}  # a dry run: nothing ran
@@ -82,13 +83,19 @@ def test_browse_on_a_port_in_use_is_one_line(tmp_path, capsys):
         port = busy.getsockname()[1]
         assert cli_main(["browse", "--prefix", str(tmp_path), "--port", str(port)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: port {port} on 127.0.0.1 is in use (another browser?); pass --port N, "
-                   "or --port 0 for any free port"]
+    assert err == [
+        f"error: port {port} on 127.0.0.1 is in use (another browser?); pass --port N, or --port 0 for any free port"
+    ]
 
 
 def test_browse_port_0_prints_the_real_port(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "marin_lab.cli", "browse", "--prefix", str(tmp_path), "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "marin_lab.cli", "browse", "--prefix", str(tmp_path), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+    )
     try:
         line = proc.stdout.readline()
         url = line.split()[2]

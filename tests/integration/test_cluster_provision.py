@@ -53,8 +53,10 @@ def test_multislice_spot_request_shape_and_states(api):
 
 def test_single_slice_reserved_request(api):
     provisioner = _provisioner(api)
-    provisioner.create(QueuedSlice(name="res", tpu="v6e-256", spot=False, reservation="projects/p/reservations/r"),
-                       runtime_version="v2-alpha-tpuv6e")
+    provisioner.create(
+        QueuedSlice(name="res", tpu="v6e-256", spot=False, reservation="projects/p/reservations/r"),
+        runtime_version="v2-alpha-tpuv6e",
+    )
     qr = api.requests[0]["request"]["queued_resource"]
     assert qr["reservation_name"] == "projects/p/reservations/r" and "guaranteed" in qr and "spot" not in qr
     assert qr["tpu"]["node_spec"][0]["node_id"] == "res"
@@ -84,8 +86,13 @@ def test_waiting_times_out_with_an_injected_clock(monkeypatch):
     monkeypatch.setenv("NO_GCE_CHECK", "true")
     with FakeTpuApi(progression=("WAITING_FOR_RESOURCES",) * 100) as fake:
         ticks = iter(range(0, 10_000, 600))
-        provisioner = TpuProvisioner("proj", "us-west4-a", client=make_tpu_client(channel=fake.channel()),
-                                     sleep=lambda s: None, clock=lambda: next(ticks))
+        provisioner = TpuProvisioner(
+            "proj",
+            "us-west4-a",
+            client=make_tpu_client(channel=fake.channel()),
+            sleep=lambda s: None,
+            clock=lambda: next(ticks),
+        )
         provisioner.create(QueuedSlice(name="q", tpu="v4-8"), runtime_version="x")
         with pytest.raises(ProvisioningError, match="still WAITING_FOR_RESOURCES after 1800s"):
             provisioner.wait_active("q", timeout_s=1800, poll_s=60)
@@ -97,8 +104,12 @@ def test_cli_up_status_down_against_the_fake_api(api, tmp_path, capsys, caplog):
     lines: list[str] = []
     client = make_tpu_client(channel=api.channel(token=SECRET))
     config = "infra/clusters/us-west4.yaml"
-    common = {"client": client, "run": lambda cmd, **kw: commands.append(cmd), "emit": lines.append,
-              "sleep": lambda s: None}
+    common = {
+        "client": client,
+        "run": lambda cmd, **kw: commands.append(cmd),
+        "emit": lines.append,
+        "sleep": lambda s: None,
+    }
     ray_config = str(tmp_path / "ray.yaml")
 
     assert main(["up", "--config", config, "--no_ray", "--ray_config", ray_config], **common) == 0
@@ -127,19 +138,26 @@ def test_dry_run_prints_exact_requests_without_credentials(monkeypatch, tmp_path
     monkeypatch.setenv("HOME", str(tmp_path))  # no gcloud application-default credentials either
     lines: list[str] = []
     commands: list = []
-    code = main(["up", "--config", "infra/clusters/us-west4.yaml", "--dry_run"], emit=lines.append,
-                run=lambda *a, **k: commands.append(a))
+    code = main(
+        ["up", "--config", "infra/clusters/us-west4.yaml", "--dry_run"],
+        emit=lines.append,
+        run=lambda *a, **k: commands.append(a),
+    )
     assert code == 0 and commands == []  # nothing executed
     assert "$ ray up -y --no-config-cache" in "\n".join(lines)
     request = json.loads(next(line for line in lines if line.startswith("{")))
     assert request["dry_run"] is True and request["method"] == "CreateQueuedResource"
     body = request["request"]
     assert body["queuedResourceId"] == "tootsie-v5e"
-    assert body["queuedResource"]["tpu"]["nodeSpec"][0]["multisliceParams"] == {"nodeCount": 2,
-                                                                                "nodeIdPrefix": "tootsie-v5e"}
+    assert body["queuedResource"]["tpu"]["nodeSpec"][0]["multisliceParams"] == {
+        "nodeCount": 2,
+        "nodeIdPrefix": "tootsie-v5e",
+    }
     assert body["queuedResource"]["spot"] == {}
-    assert "ray start --address=<ray-head-ip>:6379" in body["queuedResource"]["tpu"]["nodeSpec"][0]["node"][
-        "metadata"]["startup-script"]
+    assert (
+        "ray start --address=<ray-head-ip>:6379"
+        in body["queuedResource"]["tpu"]["nodeSpec"][0]["node"]["metadata"]["startup-script"]
+    )
 
     lines.clear()
     assert main(["down", "--config", "infra/clusters/us-west4.yaml", "--dry_run"], emit=lines.append) == 0

@@ -92,11 +92,13 @@ def _run_step(prefix, name: str, resources, preemptions: int = 3, failures: int 
     (the one budget loop); returns its record and output folder."""
     from marin_lab.execution import Executor, ExecutorStep, ExperimentFailedError, this_output_path
 
-    step = ExecutorStep(name=name, fn=toy_train, resources=resources,
-                        config=ToyTrainConfig(output_path=this_output_path(), **config))
+    step = ExecutorStep(
+        name=name, fn=toy_train, resources=resources, config=ToyTrainConfig(output_path=this_output_path(), **config)
+    )
     with contextlib.suppress(ExperimentFailedError):  # the record says how; the tests look at it
-        Executor(prefix=str(prefix), backend="ray", max_preemption_retries=preemptions,
-                 max_failure_retries=failures).run([step])
+        Executor(
+            prefix=str(prefix), backend="ray", max_preemption_retries=preemptions, max_failure_retries=failures
+        ).run([step])
     [info_path] = list(prefix.glob(f"{name}-*/.executor_info"))
     return json.loads(info_path.read_text()), info_path.parent
 
@@ -110,7 +112,11 @@ def test_multislice_step_runs_once_per_host_with_multislice_env(tpu_cluster, tmp
     assert len(reports) == 4 and len({r["pid"] for r in reports}) == 4  # exactly once per host
     envs = [r["env"] for r in reports]
     assert {(e["MARIN_SLICE_NAME"], e["TPU_WORKER_ID"]) for e in envs} == {
-        ("slice-a", "0"), ("slice-a", "1"), ("slice-b", "0"), ("slice-b", "1")}
+        ("slice-a", "0"),
+        ("slice-a", "1"),
+        ("slice-b", "0"),
+        ("slice-b", "1"),
+    }
     assert sorted(e["MEGASCALE_SLICE_ID"] for e in envs) == ["0", "0", "1", "1"]
     assert {e["MEGASCALE_NUM_SLICES"] for e in envs} == {"2"}
     assert len({e["MEGASCALE_COORDINATOR_ADDRESS"] for e in envs}) == 1
@@ -126,8 +132,9 @@ def test_multislice_step_runs_once_per_host_with_multislice_env(tpu_cluster, tmp
 def test_killed_host_actor_is_a_preemption_and_resumes_bit_identical(tpu_cluster, tmp_path):
     prefix = tmp_path / "prefix"
     killer = _when_checkpoint(prefix, "train/kill", 10, lambda: ray.kill(_named_host_actor("train/kill", ":s1:h1")))
-    info, out = _run_step(prefix, "train/kill", TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60),
-                          num_steps=40, step_sleep_s=0.03)
+    info, out = _run_step(
+        prefix, "train/kill", TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60), num_steps=40, step_sleep_s=0.03
+    )
     killer.join()
 
     assert info["status"] == "SUCCESS"
@@ -138,7 +145,11 @@ def test_killed_host_actor_is_a_preemption_and_resumes_bit_identical(tpu_cluster
     lost, done = (a["hardware"] for a in info["attempts"])
     assert sorted(lost["slice_names"]) == ["slice-a", "slice-b"] and lost["hosts"] == 4
     assert sorted((n["slice"], n["worker_id"]) for n in lost["nodes"]) == [
-        ("slice-a", 0), ("slice-a", 1), ("slice-b", 0), ("slice-b", 1)]
+        ("slice-a", 0),
+        ("slice-a", 1),
+        ("slice-b", 0),
+        ("slice-b", 1),
+    ]
     assert len({n["node_id"] for n in lost["nodes"]}) == 4 and done == info["hardware"]
 
 
@@ -150,8 +161,7 @@ def test_elastic_request_runs_on_the_slices_that_exist(tpu_cluster, tmp_path):
 
     tpu_cluster.remove_host("slice-a", 1, wait_until_dead=True)  # slice-a is no longer whole
     try:
-        one = elastic.run(report_host, ReportHostConfig(output_path=str(tmp_path / "one")),
-                          step_name="elastic/1")
+        one = elastic.run(report_host, ReportHostConfig(output_path=str(tmp_path / "one")), step_name="elastic/1")
         result = one.result
         assert one.hardware["slices"] == 1 and one.hardware["slice_names"] == ["slice-b"]
         assert len(os.listdir(tmp_path / "one" / "hosts")) == 2
@@ -166,8 +176,15 @@ def test_elastic_request_runs_on_the_slices_that_exist(tpu_cluster, tmp_path):
 
 
 def test_step_exception_uses_failure_budget_then_fails_with_traceback(tpu_cluster, tmp_path):
-    info, _ = _run_step(tmp_path / "prefix", "train/bug", TpuResources(tpu=TPU, slices=1, capacity_timeout_s=60),
-                        preemptions=5, failures=1, num_steps=10, raise_at_step=3)
+    info, _ = _run_step(
+        tmp_path / "prefix",
+        "train/bug",
+        TpuResources(tpu=TPU, slices=1, capacity_timeout_s=60),
+        preemptions=5,
+        failures=1,
+        num_steps=10,
+        raise_at_step=3,
+    )
     assert info["status"] == "FAILED"
     assert [a["kind"] for a in info["attempts"]] == ["failure", "failure"]
     assert "simulated bug at step 3" in info["error"]
@@ -204,8 +221,9 @@ def test_a_cancel_stops_every_host_of_its_own_run_only(tpu_cluster, tmp_path):
     cancel, outcome = threading.Event(), {}
 
     def run_doomed() -> None:
-        outcome["error"] = pytest.raises(StepCancelled, shared.run, toy_train, doomed, step_name="train/cancel",
-                                         cancel=cancel)
+        outcome["error"] = pytest.raises(
+            StepCancelled, shared.run, toy_train, doomed, step_name="train/cancel", cancel=cancel
+        )
 
     def run_other() -> None:
         outcome["other"] = shared.run(toy_train, other, step_name="train/other")
@@ -224,10 +242,12 @@ def test_a_cancel_stops_every_host_of_its_own_run_only(tpu_cluster, tmp_path):
     assert outcome["other"].hardware["slices"] == 1 and (tmp_path / "other" / "final_params.npy").exists()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(
-            e["name"].startswith("marin:train/cancel:") for e in ray.util.list_named_actors(all_namespaces=True)):
+        e["name"].startswith("marin:train/cancel:") for e in ray.util.list_named_actors(all_namespaces=True)
+    ):
         time.sleep(0.1)
-    assert not [e for e in ray.util.list_named_actors(all_namespaces=True)
-                if e["name"].startswith("marin:train/cancel:")]
+    assert not [
+        e for e in ray.util.list_named_actors(all_namespaces=True) if e["name"].startswith("marin:train/cancel:")
+    ]
 
 
 @pytest.mark.slow
@@ -237,10 +257,13 @@ def test_worker_exit_under_the_executor_is_a_preemption_and_a_new_driver_reuses_
     from marin_lab.execution import Executor, ExecutorStep, this_output_path
 
     step = ExecutorStep(
-        name="train/toy", fn=toy_train,
-        config=ToyTrainConfig(output_path=this_output_path(), num_steps=20, crash_at_step=12, crash_host=(1, 1),
-                              step_sleep_s=0.02),
-        resources=TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60))
+        name="train/toy",
+        fn=toy_train,
+        config=ToyTrainConfig(
+            output_path=this_output_path(), num_steps=20, crash_at_step=12, crash_host=(1, 1), step_sleep_s=0.02
+        ),
+        resources=TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60),
+    )
     Executor(prefix=str(tmp_path), backend="ray", max_preemption_retries=2).run([step])
 
     [info_path] = list(tmp_path.glob("train/toy-*/.executor_info"))

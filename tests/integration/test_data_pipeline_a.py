@@ -49,13 +49,15 @@ def test_corpus_is_real_and_cached(real_corpus):
 def test_pipeline_through_executor(real_corpus, tmp_path):
     # One worker each: process pools are exercised elsewhere, and spawning them costs seconds.
     # Named by its packages and fetched by the step (from the .deb files fetch_corpus keeps).
-    raw = default_download("debian-reference", source=DEBIAN_REFERENCE, include=("*.en.html", "*.de.html"),
-                           num_workers=1)
+    raw = default_download(
+        "debian-reference", source=DEBIAN_REFERENCE, include=("*.en.html", "*.de.html"), num_workers=1
+    )
     docs = default_extract("debian-reference", raw, num_shards=3, num_workers=1)
     bpe = default_train_tokenizer("debian-reference", docs, vocab_size=512, max_chars=300_000)
     own = default_tokenize("debian-reference-bpe", docs, bpe, validation_fraction=0.1, num_workers=1)
-    gpt2 = default_tokenize("debian-reference-gpt2", docs, real_corpus.gpt2_tokenizer, validation_fraction=0.1,
-                            num_workers=1)
+    gpt2 = default_tokenize(
+        "debian-reference-gpt2", docs, real_corpus.gpt2_tokenizer, validation_fraction=0.1, num_workers=1
+    )
     executor = Executor(prefix=str(tmp_path / "store"), backend="local", max_concurrent=2)
     report = executor.run([own, gpt2])
     assert len(report.executed) == 5
@@ -64,8 +66,13 @@ def test_pipeline_through_executor(real_corpus, tmp_path):
     for step_dir in (tmp_path / "store").glob("*/*"):
         if (step_dir / ".executor_info").exists():
             by_name[read_info(str(step_dir))["name"]] = str(step_dir)
-    assert set(by_name) >= {"raw/debian-reference", "documents/debian-reference", "tokenizers/debian-reference",
-                            "tokenized/debian-reference-bpe", "tokenized/debian-reference-gpt2"}
+    assert set(by_name) >= {
+        "raw/debian-reference",
+        "documents/debian-reference",
+        "tokenizers/debian-reference",
+        "tokenized/debian-reference-bpe",
+        "tokenized/debian-reference-gpt2",
+    }
 
     raw_info = read_info(by_name["raw/debian-reference"])
     assert raw_info["status"] == "SUCCESS" and raw_info["result"]["files"] == 30  # 15 chapters x 2 languages
@@ -98,13 +105,32 @@ def test_extract_and_tokenize_same_bytes_with_two_workers(real_corpus, tmp_path)
     outs = []
     for workers in (1, 2):
         base = tmp_path / f"w{workers}"
-        extract(ExtractConfig(input_path=real_corpus.debian_reference_html, output_path=str(base / "docs"),
-                              num_shards=4, num_workers=workers, patterns=("*.es.html",)))
-        tokenize(TokenizeConfig(input_path=str(base / "docs" / "data"), output_path=str(base / "tok"),
-                                tokenizer=real_corpus.gpt2_tokenizer, num_workers=workers, validation_fraction=0.2))
+        extract(
+            ExtractConfig(
+                input_path=real_corpus.debian_reference_html,
+                output_path=str(base / "docs"),
+                num_shards=4,
+                num_workers=workers,
+                patterns=("*.es.html",),
+            )
+        )
+        tokenize(
+            TokenizeConfig(
+                input_path=str(base / "docs" / "data"),
+                output_path=str(base / "tok"),
+                tokenizer=real_corpus.gpt2_tokenizer,
+                num_workers=workers,
+                validation_fraction=0.2,
+            )
+        )
         # Completion markers name the (different) input folders; the data must be identical.
-        outs.append({str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*"))
-                     if p.is_file() and not p.name.endswith(".done")})
+        outs.append(
+            {
+                str(p.relative_to(base)): p.read_bytes()
+                for p in sorted(base.rglob("*"))
+                if p.is_file() and not p.name.endswith(".done")
+            }
+        )
     assert outs[0] == outs[1]
     assert "tok/ledger.json" in outs[0] and "docs/data/shard-00003.jsonl.zst" in outs[0]
 
@@ -125,10 +151,20 @@ def test_map_shards_uses_ray_tasks_inside_a_ray_task(ray_cluster, real_corpus, t
     with pytest.raises(ray.exceptions.RayTaskError, match=r"ray-test: task 2 2 failed: ValueError: two"):
         ray.get(ray.remote(fx.fail_in_ray_task).remote())
     docs = tmp_path / "docs"
-    extract(ExtractConfig(input_path=real_corpus.debian_reference_html, output_path=str(docs),
-                          num_shards=2, patterns=("ch0[12].it.html",)))
-    cfg = TokenizeConfig(input_path=str(docs / "data"), output_path=str(tmp_path / "tok-ray"),
-                         tokenizer=real_corpus.gpt2_tokenizer, num_workers=2)
+    extract(
+        ExtractConfig(
+            input_path=real_corpus.debian_reference_html,
+            output_path=str(docs),
+            num_shards=2,
+            patterns=("ch0[12].it.html",),
+        )
+    )
+    cfg = TokenizeConfig(
+        input_path=str(docs / "data"),
+        output_path=str(tmp_path / "tok-ray"),
+        tokenizer=real_corpus.gpt2_tokenizer,
+        num_workers=2,
+    )
     result = ray.get(ray.remote(fx.tokenize_in_ray_task).remote(cfg))
     assert result["documents"] == 2
     local = tokenize(TokenizeConfig(**{**cfg.__dict__, "output_path": str(tmp_path / "tok-local"), "num_workers": 1}))
@@ -145,8 +181,9 @@ def test_gcs_source_and_outputs(gcs_bucket, real_corpus, tmp_path):
 
     from marin_lab.processing.download import DownloadConfig, download
 
-    pages = sorted(p for p in os.listdir(real_corpus.debian_reference_html) if p.startswith("ch0")
-                   and p.endswith(".fr.html"))[:4]
+    pages = sorted(
+        p for p in os.listdir(real_corpus.debian_reference_html) if p.startswith("ch0") and p.endswith(".fr.html")
+    )[:4]
     for page in pages:
         with open(os.path.join(real_corpus.debian_reference_html, page), "rb") as f:
             mfs.atomic_write_bytes(f"{gcs_bucket}/src/{page}", f.read())
@@ -158,8 +195,14 @@ def test_gcs_source_and_outputs(gcs_bucket, real_corpus, tmp_path):
     assert prov["files"][0]["path"] == pages[0]
     assert prov["files"][0]["sha256"] == hashlib.sha256(Path(first).read_bytes()).hexdigest()
     extract(ExtractConfig(input_path=f"{out}/data", output_path=f"{gcs_bucket}/docs", num_shards=2))
-    tok = tokenize(TokenizeConfig(input_path=f"{gcs_bucket}/docs/data", output_path=f"{gcs_bucket}/tok",
-                                  tokenizer=real_corpus.gpt2_tokenizer, validation_fraction=0.0))
+    tok = tokenize(
+        TokenizeConfig(
+            input_path=f"{gcs_bucket}/docs/data",
+            output_path=f"{gcs_bucket}/tok",
+            tokenizer=real_corpus.gpt2_tokenizer,
+            validation_fraction=0.0,
+        )
+    )
     assert tok["documents"] == 4
     cache = TokenCache(f"{gcs_bucket}/tok")  # read back by byte ranges, as the trainer does on GCS
     assert cache.num_tokens("train") > 1000

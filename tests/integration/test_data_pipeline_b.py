@@ -108,17 +108,27 @@ def test_dedup_language_quality_and_classifier_through_executor(source, tmp_path
 
     ex, ex_dir = infos["dedup-exact/debref-b"]
     assert ex["result"]["removed"] == {"exact_duplicate": len(EXACT_COPIES)} and accounted(ex["result"])
-    removed = [json.loads(line) for p in sorted((store / os.path.relpath(ex_dir, store) / "removed").iterdir())
-               for line in read_bytes_zst(p).splitlines() if line]
+    removed = [
+        json.loads(line)
+        for p in sorted((store / os.path.relpath(ex_dir, store) / "removed").iterdir())
+        for line in read_bytes_zst(p).splitlines()
+        if line
+    ]
     assert sorted((r["id"], r["duplicate_of"]) for r in removed) == sorted(
-        (f"zz-copy-{ch}.en.html", f"{ch}.en.html") for ch in EXACT_COPIES)
+        (f"zz-copy-{ch}.en.html", f"{ch}.en.html") for ch in EXACT_COPIES
+    )
 
     fz, fz_dir = infos["dedup/debref-b"]
     assert fz["result"]["removed"] == {"fuzzy_duplicate": len(NEAR_COPIES)} and accounted(fz["result"])
-    recs = [json.loads(line) for p in sorted((store / os.path.relpath(fz_dir, store) / "removed").iterdir())
-            for line in read_bytes_zst(p).splitlines() if line]
+    recs = [
+        json.loads(line)
+        for p in sorted((store / os.path.relpath(fz_dir, store) / "removed").iterdir())
+        for line in read_bytes_zst(p).splitlines()
+        if line
+    ]
     assert sorted((r["id"], r["duplicate_of"]) for r in recs) == sorted(
-        (f"zz-near-{ch}.en.html", f"{ch}.en.html") for ch in NEAR_COPIES)
+        (f"zz-near-{ch}.en.html", f"{ch}.en.html") for ch in NEAR_COPIES
+    )
     assert all(0.5 < r["similarity"] < 1.0 for r in recs)
 
     lang, lang_dir = infos["classified/debref-b-en"]

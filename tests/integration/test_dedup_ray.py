@@ -35,11 +35,13 @@ def test_dedup_fuzzy_in_a_ray_task_matches_one_process(ray_cluster, tmp_path):
 
     (tmp_path / "in").mkdir()
     _corpus(tmp_path / "in")
-    ray_cfg = DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "ray"),
-                          num_workers=2, lsh_partitions=4)
+    ray_cfg = DedupConfig(
+        input_path=str(tmp_path / "in"), output_path=str(tmp_path / "ray"), num_workers=2, lsh_partitions=4
+    )
     on_ray = ray.get(ray.remote(fx.dedup_fuzzy_in_ray_task).remote(ray_cfg))
-    local = dedup_fuzzy(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "one"),
-                                    num_workers=1, lsh_partitions=1))
+    local = dedup_fuzzy(
+        DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "one"), num_workers=1, lsh_partitions=1)
+    )
     assert on_ray == local and local["removed"] == {"fuzzy_duplicate": 14}
     for sub in ("data", "removed"):
         for path in sorted((tmp_path / "one" / sub).iterdir()):

@@ -66,8 +66,17 @@ def test_dag_twice_on_gcs(gcs_bucket, tmp_path):
 def test_three_drivers_at_once_on_gcs(gcs_bucket, tmp_path):
     prefix, log = f"{gcs_bucket}/store3", str(tmp_path / "exec.log")
     env = dict(os.environ)
-    procs = [subprocess.Popen([sys.executable, DRIVER, prefix, log, "0.4", "--backend", "local"], cwd=REPO_ROOT,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, DRIVER, prefix, log, "0.4", "--backend", "local"],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     outs = [p.communicate(timeout=240)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [o[-2000:] for o in outs]
     runs = executions(log)

@@ -100,23 +100,32 @@ def test_failure_records_traceback_marks_dependents_and_force_reruns(tmp_path):
 
 def test_preemptions_and_failures_have_separate_budgets(tmp_path):
     prefix = str(tmp_path / "store")
-    kill = ExecutorStep("killed-twice", flaky, FlakyConfig(this_output_path(), str(tmp_path / "k.count"),
-                                                           mode=versioned("kill"), bad_attempts=2))
+    kill = ExecutorStep(
+        "killed-twice",
+        flaky,
+        FlakyConfig(this_output_path(), str(tmp_path / "k.count"), mode=versioned("kill"), bad_attempts=2),
+    )
     report = Executor(prefix, backend="local", max_preemption_retries=2, max_failure_retries=0).run([kill])
     info = json.loads(Path(f"{report.plan.steps[0].output_path}/.executor_info").read_text())
     assert [a["kind"] for a in info["attempts"]] == ["preemption", "preemption", None]
     assert info["result"] == 3
     assert [h["status"] for h in info["status_history"]].count("FAILED") == 2
 
-    raising = ExecutorStep("raises-once", flaky, FlakyConfig(this_output_path(), str(tmp_path / "r.count"),
-                                                            mode=versioned("raise"), bad_attempts=1))
+    raising = ExecutorStep(
+        "raises-once",
+        flaky,
+        FlakyConfig(this_output_path(), str(tmp_path / "r.count"), mode=versioned("raise"), bad_attempts=1),
+    )
     with pytest.raises(ExperimentFailedError):  # preemption budget does not cover failures
         Executor(prefix, backend="local", max_preemption_retries=5, max_failure_retries=0).run([raising])
     ok = Executor(prefix, backend="local", force_run_failed=True, max_failure_retries=1).run([raising])
     assert ok.failed == []
 
-    over = ExecutorStep("killed-too-often", flaky, FlakyConfig(this_output_path(), str(tmp_path / "o.count"),
-                                                               mode=versioned("kill"), bad_attempts=3))
+    over = ExecutorStep(
+        "killed-too-often",
+        flaky,
+        FlakyConfig(this_output_path(), str(tmp_path / "o.count"), mode=versioned("kill"), bad_attempts=3),
+    )
     with pytest.raises(ExperimentFailedError, match="killed-too-often"):
         Executor(prefix, backend="local", max_preemption_retries=1).run([over])
 
@@ -130,8 +139,22 @@ def test_record_has_provenance_and_no_secrets(tmp_path, monkeypatch):
     d = _ids(report)["join/d"]
     raw = Path(f"{d.output_path}/.executor_info").read_text()
     info = json.loads(raw)
-    for key in ("fn", "config", "version", "dependencies", "status_history", "attempts", "timings", "result",
-                "git", "environment", "manifest", "identity", "output_path", "unversioned"):
+    for key in (
+        "fn",
+        "config",
+        "version",
+        "dependencies",
+        "status_history",
+        "attempts",
+        "timings",
+        "result",
+        "git",
+        "environment",
+        "manifest",
+        "identity",
+        "output_path",
+        "unversioned",
+    ):
         assert key in info, key
     assert info["fn"] == "tests.executor_steps:write_text"
     assert info["status"] == "SUCCESS"
@@ -144,6 +167,7 @@ def test_record_has_provenance_and_no_secrets(tmp_path, monkeypatch):
         assert secret not in raw
     files = {f["path"]: f for f in info["manifest"]["files"]}
     import hashlib
+
     data = Path(f"{d.output_path}/data.txt").read_bytes()
     assert files["data.txt"]["sha256"] == hashlib.sha256(data).hexdigest()
     assert files["data.txt"]["size"] == len(data)
@@ -160,10 +184,20 @@ def test_dry_run_says_run_skip_wait_fail_with_reasons(tmp_path, capsys):
     # Pretend another live driver is running proc/c, and join/d failed earlier.
     plan = Executor(prefix, backend="local").plan(five_step_dag())
     by = {s.name: s for s in plan.steps}
-    conditional_file(f"{by['proc/c'].output_path}/.executor_lease").create(json.dumps(
-        {"holder": "other-driver", "host": "elsewhere", "pid": 1, "pid_start": 1.0, "heartbeat": time.time(),
-         "timeout_s": 600}).encode())
+    conditional_file(f"{by['proc/c'].output_path}/.executor_lease").create(
+        json.dumps(
+            {
+                "holder": "other-driver",
+                "host": "elsewhere",
+                "pid": 1,
+                "pid_start": 1.0,
+                "heartbeat": time.time(),
+                "timeout_s": 600,
+            }
+        ).encode()
+    )
     from marin_lab.execution.status import Status, write_status
+
     write_status(by["proc/c"].output_path, Status.RUNNING, driver="other-driver")
     write_status(by["join/d"].output_path, Status.FAILED, driver="x")
     capsys.readouterr()
@@ -234,8 +268,9 @@ def test_kill_9_driver_mid_step_then_rerun(tmp_path, driver_backend, request):
     assert not os.path.exists(f"{by['join/d'].output_path}/data.txt")
     done_before = [line for line in executions(log)]
     assert len(done_before) == 4  # a, b, c finished; d started
-    rerun = subprocess.run([sys.executable, DRIVER, prefix, log, "0", *flags], cwd=REPO_ROOT,
-                           capture_output=True, text=True, timeout=120)
+    rerun = subprocess.run(
+        [sys.executable, DRIVER, prefix, log, "0", *flags], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     runs = executions(log)
     assert sorted(runs[4:]) == sorted([by["join/d"].output_path, by["final/e"].output_path])
@@ -255,8 +290,16 @@ def test_kill_9_driver_mid_step_then_rerun(tmp_path, driver_backend, request):
 def test_three_drivers_at_once_execute_every_step_exactly_once(tmp_path, driver_backend, request):
     prefix, log = str(tmp_path / "store"), str(tmp_path / "exec.log")
     flags = _driver_flags(driver_backend, request)
-    procs = [subprocess.Popen([sys.executable, DRIVER, prefix, log, "0.4", *flags], cwd=REPO_ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, DRIVER, prefix, log, "0.4", *flags],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], outs
     runs = executions(log)

@@ -27,8 +27,14 @@ DRIVER = os.path.join(REPO_ROOT, "tests", "interrupt_steps.py")
 def _start(prefix, markers, mode, *flags):
     env = {**os.environ, "PYTHONPATH": REPO_ROOT}
     err = open(os.path.join(markers, "..", f"driver-{time.monotonic_ns()}.err"), "w+")  # noqa: SIM115 (returned: the caller reads it)
-    proc = subprocess.Popen([sys.executable, DRIVER, str(prefix), str(markers), mode, *flags], env=env,
-                            stdout=subprocess.DEVNULL, stderr=err, start_new_session=True, cwd=REPO_ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, DRIVER, str(prefix), str(markers), mode, *flags],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+        start_new_session=True,
+        cwd=REPO_ROOT,
+    )
     return proc, err
 
 
@@ -106,9 +112,14 @@ def test_ctrl_c_cancels_the_step_exits_130_and_the_next_run_resumes(tmp_path, ba
     assert record.attempts[-1].ended is not None
 
     # Not a failure: the next run runs it again, with no flag, from its checkpoint.
-    rerun = subprocess.run([sys.executable, DRIVER, str(prefix), str(markers), "plain", *_backend_flags(backend)],
-                           env={**os.environ, "PYTHONPATH": REPO_ROOT}, capture_output=True, text=True, timeout=300,
-                           cwd=REPO_ROOT)
+    rerun = subprocess.run(
+        [sys.executable, DRIVER, str(prefix), str(markers), "plain", *_backend_flags(backend)],
+        env={**os.environ, "PYTHONPATH": REPO_ROOT},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert read_status(step)["status"] == "SUCCESS"
     assert read_step_record(step).result == {"resumed_from": 1}
@@ -183,15 +194,25 @@ def test_a_dead_drivers_step_is_told_everywhere_and_its_attempt_ends_on_takeover
     assert browser.experiment(summary["id"])["runs"][0]["outcome"] == "running, driver gone"
     assert browser.step(step)["driver_gone_since"] == row["driver_gone_since"]
     # the plan
-    plan = subprocess.run([sys.executable, DRIVER, str(prefix), str(markers), "plain", "--backend", "local",
-                           "--dry_run", "true"], env={**os.environ, "PYTHONPATH": REPO_ROOT}, capture_output=True,
-                          text=True, timeout=120, cwd=REPO_ROOT)
+    plan = subprocess.run(
+        [sys.executable, DRIVER, str(prefix), str(markers), "plain", "--backend", "local", "--dry_run", "true"],
+        env={**os.environ, "PYTHONPATH": REPO_ROOT},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
     assert "driver gone since" in plan.stdout, plan.stdout + plan.stderr
 
     # A new run takes it over; the killed attempt ends in the record, with why.
-    rerun = subprocess.run([sys.executable, DRIVER, str(prefix), str(markers), "plain", "--backend", "local"],
-                           env={**os.environ, "PYTHONPATH": REPO_ROOT}, capture_output=True, text=True, timeout=300,
-                           cwd=REPO_ROOT)
+    rerun = subprocess.run(
+        [sys.executable, DRIVER, str(prefix), str(markers), "plain", "--backend", "local"],
+        env={**os.environ, "PYTHONPATH": REPO_ROOT},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     record = read_step_record(step)
     first, second = record.attempts
@@ -224,11 +245,22 @@ def test_an_impossible_request_on_a_cluster_elsewhere_fails_after_the_bounded_wa
     the step is submitted, and fails once no node could hold it for the configured wait."""
     script = tmp_path / "gpu.py"
     script.write_text(_GPU_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": REPO_ROOT, "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address,
-           "MARIN_UNSCHEDULABLE_TIMEOUT_S": "2", "CUDA_VISIBLE_DEVICES": ""}
+    env = {
+        **os.environ,
+        "PYTHONPATH": REPO_ROOT,
+        "RAY_ADDRESS": ray_cluster.get_runtime_context().gcs_address,
+        "MARIN_UNSCHEDULABLE_TIMEOUT_S": "2",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
     t0 = time.monotonic()
-    run = subprocess.run([sys.executable, str(script), str(tmp_path / "store")], env=env, capture_output=True,
-                         text=True, timeout=300, cwd=REPO_ROOT)
+    run = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "store")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+    )
     assert run.returncode == 1, run.stderr[-3000:]
     assert time.monotonic() - t0 < 240
     assert "asks for 1 GPU on one node" in run.stderr and "gave up after 2 s" in run.stderr, run.stderr[-3000:]

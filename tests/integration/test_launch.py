@@ -44,9 +44,16 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     ray.shutdown()  # another module's local Ray: this module needs its own multi-node one
-    head = {"num_cpus": 0, "include_dashboard": False,
-            "_system_config": {"health_check_initial_delay_ms": 0, "health_check_period_ms": 300,
-                               "health_check_timeout_ms": 10_000, "health_check_failure_threshold": 3}}
+    head = {
+        "num_cpus": 0,
+        "include_dashboard": False,
+        "_system_config": {
+            "health_check_initial_delay_ms": 0,
+            "health_check_period_ms": 300,
+            "health_check_timeout_ms": 10_000,
+            "health_check_failure_threshold": 3,
+        },
+    }
     c = Cluster(initialize_head=False)
     _starting(lambda: c.add_node(**head))
     nodes = [_starting(lambda: c.add_node(num_cpus=2, resources={"driver": 1})) for _ in range(2)]
@@ -86,13 +93,27 @@ def _gone(pid: int) -> bool:
 
 def _start(c, tmp_path, name):
     prefix, events, gate = str(tmp_path / name), str(tmp_path / f"{name}.events"), str(tmp_path / f"{name}.gate")
-    state = launch(SCRIPT, [events, gate], address=c.address, prefix=prefix, max_restarts=2,
-                   driver_resources=DRIVER, working_dir=REPO)
+    state = launch(
+        SCRIPT,
+        [events, gate],
+        address=c.address,
+        prefix=prefix,
+        max_restarts=2,
+        driver_resources=DRIVER,
+        working_dir=REPO,
+    )
     run_id = state["run_id"]
-    _wait("the gated step starts (first done, driver mid-pipeline)",
-          lambda: "start gated" in _events(events) and "end first" in _events(events))
-    attempt = _wait("attempt 1 records its driver pid", lambda: (read_state(prefix, run_id) or {"attempts": [{}]})
-                    ["attempts"][0].get("pid") and read_state(prefix, run_id)["attempts"][0])
+    _wait(
+        "the gated step starts (first done, driver mid-pipeline)",
+        lambda: "start gated" in _events(events) and "end first" in _events(events),
+    )
+    attempt = _wait(
+        "attempt 1 records its driver pid",
+        lambda: (
+            (read_state(prefix, run_id) or {"attempts": [{}]})["attempts"][0].get("pid")
+            and read_state(prefix, run_id)["attempts"][0]
+        ),
+    )
     return prefix, events, gate, run_id, attempt
 
 
@@ -109,8 +130,9 @@ def _finish(prefix, events, gate, run_id):
     # The step that had finished never ran again; the interrupted one finished once; none abandoned.
     assert ev.count("start first") == 1 and ev.count("end first") == 1, ev
     assert ev.count("end gated") == 1 and ev.count("end last") == 1, ev
-    outputs = sorted(os.path.relpath(os.path.join(d, f), prefix) for d, _, fs in os.walk(prefix) for f in fs
-                     if f == "data.txt")
+    outputs = sorted(
+        os.path.relpath(os.path.join(d, f), prefix) for d, _, fs in os.walk(prefix) for f in fs if f == "data.txt"
+    )
     return final, {p: Path(prefix, p).read_text() for p in outputs}
 
 
@@ -151,11 +173,14 @@ def test_bad_input_is_one_line_and_starts_nothing(cluster, tmp_path, capsys):
         status(prefix, "nope")
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--max_restarts", "0"], "--max_restarts 0: a launched run must be allowed at least one restart"),
-    (["--address", "127.0.0.1:1"], "--address 127.0.0.1:1: no Ray cluster answers there"),
-    (["--address", "nowhere"], "--address 'nowhere' is not HOST:PORT"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max_restarts", "0"], "--max_restarts 0: a launched run must be allowed at least one restart"),
+        (["--address", "127.0.0.1:1"], "--address 127.0.0.1:1: no Ray cluster answers there"),
+        (["--address", "nowhere"], "--address 'nowhere' is not HOST:PORT"),
+    ],
+)
 def test_launch_refuses_before_touching_anything(tmp_path, capsys, args, message):
     prefix = str(tmp_path / "p")
     argv = ["launch", SCRIPT, "--prefix", prefix, "--working_dir", REPO, *args]
@@ -167,8 +192,9 @@ def test_launch_refuses_before_touching_anything(tmp_path, capsys, args, message
     assert not os.path.exists(prefix)
 
 
-def test_stop_ends_the_run_without_a_restart_and_follow_and_status_read_the_record(cluster, tmp_path, capsys,
-                                                                                 monkeypatch):
+def test_stop_ends_the_run_without_a_restart_and_follow_and_status_read_the_record(
+    cluster, tmp_path, capsys, monkeypatch
+):
     c, _ = cluster
     prefix = str(tmp_path / "stopped")
     # A token-shaped argument reaches the driver as given, but never the run's record; nor does a
@@ -177,8 +203,15 @@ def test_stop_ends_the_run_without_a_restart_and_follow_and_status_read_the_reco
     plain = "launcher-only-value-42"
     monkeypatch.setenv("LAUNCHER_SIDE_TOKEN", plain)
     events, gate = str(tmp_path / f"{secret}.{plain}.events"), str(tmp_path / "never.gate")
-    run_id = launch(SCRIPT, [events, gate], address=c.address, prefix=prefix, max_restarts=2,
-                    driver_resources=DRIVER, working_dir=REPO)["run_id"]
+    run_id = launch(
+        SCRIPT,
+        [events, gate],
+        address=c.address,
+        prefix=prefix,
+        max_restarts=2,
+        driver_resources=DRIVER,
+        working_dir=REPO,
+    )["run_id"]
     _wait("the gated step starts", lambda: "start gated" in _events(events))
     pid = _wait("attempt 1 records its pid", lambda: read_state(prefix, run_id)["attempts"][0].get("pid"))
     assert cli_main(["launch", "--stop", run_id, "--address", c.address, "--prefix", prefix]) == 0
@@ -197,7 +230,8 @@ def test_stop_ends_the_run_without_a_restart_and_follow_and_status_read_the_reco
     assert f"--- {run_id}: attempt 1 started" in text and "launch/first" in text and "--- attempt 1: stopped" in text
     assert cli_main(["launch", "--status", run_id, "--prefix", prefix]) == 0
     assert "attempt 1: stopped" in capsys.readouterr().out
-    stored = "".join(Path(os.path.join(d, f)).read_text() for d, _, fs in os.walk(os.path.join(prefix, "launches"))
-                     for f in fs)
+    stored = "".join(
+        Path(os.path.join(d, f)).read_text() for d, _, fs in os.walk(os.path.join(prefix, "launches")) for f in fs
+    )
     assert secret not in stored and plain not in stored and "<redacted>.<redacted>.events" in stored
     assert plain not in text

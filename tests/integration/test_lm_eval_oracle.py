@@ -33,10 +33,16 @@ def _tokenizer() -> Tokenizer:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    text = ["Question: which of these is the answer? the cat sat on the mat because it was warm and the "
-            "water boiled at a high temperature in the laboratory; plants need sunlight to grow."] * 30
-    tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
-                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    text = [
+        "Question: which of these is the answer? the cat sat on the mat because it was warm and the "
+        "water boiled at a high temperature in the laboratory; plants need sunlight to grow."
+    ] * 30
+    tok.train_from_iterator(
+        text,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     return tok
 
 
@@ -54,11 +60,24 @@ def models_(tmp_path_factory):
     eos = tok.token_to_id("<|endoftext|>")
     hf_dir = root / "hf"
     export_hf(params, cfg, str(hf_dir), tokenizer_url=str(root / "tokenizer.json"), eos_id=eos)
-    (hf_dir / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|endoftext|>",
-         "model_max_length": cfg.max_seq_len}))
-    theirs = HFLM(pretrained=str(hf_dir), backend="causal", device="cpu", dtype=torch.float32, batch_size=16,
-                  max_length=cfg.max_seq_len, logits_cache=False)
+    (hf_dir / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "eos_token": "<|endoftext|>",
+                "model_max_length": cfg.max_seq_len,
+            }
+        )
+    )
+    theirs = HFLM(
+        pretrained=str(hf_dir),
+        backend="causal",
+        device="cpu",
+        dtype=torch.float32,
+        batch_size=16,
+        max_length=cfg.max_seq_len,
+        logits_cache=False,
+    )
     ours = MarinLM(params, cfg, tok, batch_size=16)
     return ours, theirs
 

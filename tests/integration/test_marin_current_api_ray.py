@@ -20,12 +20,21 @@ V = "2026.06.28"
 def test_artifacts_run_as_ray_tasks_with_their_records(ray_cluster, tmp_path, monkeypatch):
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path))
     monkeypatch.setenv("MARIN_LAB_BACKEND", "ray")
-    first = ArtifactStep(name="ray/first", version=V, artifact_type=Where, run=where_it_ran,
-                         build_config=lambda ctx: {"out": ctx.output_path})
-    second = ArtifactStep(name="ray/second", version=V, artifact_type=Where,
-                          run=remote(where_it_ran, resources=ResourceConfig.with_cpu(cpu=1)),
-                          build_config=lambda ctx: {"out": ctx.output_path, "after": ctx.artifact_path(first)},
-                          deps=(first,))
+    first = ArtifactStep(
+        name="ray/first",
+        version=V,
+        artifact_type=Where,
+        run=where_it_ran,
+        build_config=lambda ctx: {"out": ctx.output_path},
+    )
+    second = ArtifactStep(
+        name="ray/second",
+        version=V,
+        artifact_type=Where,
+        run=remote(where_it_ran, resources=ResourceConfig.with_cpu(cpu=1)),
+        build_config=lambda ctx: {"out": ctx.output_path, "after": ctx.artifact_path(first)},
+        deps=(first,),
+    )
     (built,) = run(second)
     assert built.pid not in (0, os.getpid())  # a Ray worker ran it, not the driver
     for name in ("first", "second"):

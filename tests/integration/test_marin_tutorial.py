@@ -34,9 +34,11 @@ def _stories(n: int, seed: int) -> list[str]:
     out = []
     for _ in range(n):
         who, what, how = rng.choice(NAMES), rng.choice(THINGS), rng.choice(FEELINGS)
-        out.append(f"Once upon a time, {who} had a {what}. {who} was {how}. "
-                   f"One day the {what} was lost. {who} looked for the {what} and found it. "
-                   f"{who} was {rng.choice(FEELINGS)} again. The end.")
+        out.append(
+            f"Once upon a time, {who} had a {what}. {who} was {how}. "
+            f"One day the {what} was lost. {who} looked for the {what} and found it. "
+            f"{who} was {rng.choice(FEELINGS)} again. The end."
+        )
     return out
 
 
@@ -62,21 +64,37 @@ def hub_cache(tmp_path_factory) -> str:
         f.write("not a document\n")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(train, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        train,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     tok.save(os.path.join(_snapshot(hub, "models", "stanford-crfm/marin-tokenizer"), "tokenizer.json"))
     return hub
 
 
 @pytest.mark.slow
 def test_marin_tutorial_trains_offline(hub_cache, tmp_path):
-    env = dict(os.environ, HF_HUB_CACHE=hub_cache, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               WANDB_MODE="offline", WANDB_DIR=str(tmp_path))
+    env = dict(
+        os.environ,
+        HF_HUB_CACHE=hub_cache,
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        WANDB_MODE="offline",
+        WANDB_DIR=str(tmp_path),
+    )
     prefix = str(tmp_path / "store")
 
     def run():
-        return subprocess.run([sys.executable, SCRIPT, "--prefix", prefix, "--backend", "local"], cwd=tmp_path,
-                              env=env, capture_output=True, text=True, timeout=600)
+        return subprocess.run(
+            [sys.executable, SCRIPT, "--prefix", prefix, "--backend", "local"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
 
     first = run()
     assert first.returncode == 0, first.stderr[-4000:]

@@ -34,8 +34,13 @@ STEPS, K = 4, 2
 
 
 def _config(out, cache):
-    return tiny_train_config(out, {"c": cache}, num_train_steps=STEPS, export_hf=False,
-                             checkpoint=CheckpointConfig(save_every_steps=K, save_interval_s=None, keep_last=3))
+    return tiny_train_config(
+        out,
+        {"c": cache},
+        num_train_steps=STEPS,
+        export_hf=False,
+        checkpoint=CheckpointConfig(save_every_steps=K, save_interval_s=None, keep_last=3),
+    )
 
 
 def _losses(out):
@@ -81,8 +86,9 @@ def unbroken(tmp_path_factory, compilation_cache):
 def _from_step_k(unbroken, name):
     root, cache, out, _ = unbroken
     moved = str(root / name)
-    shutil.copytree(os.path.join(out, "checkpoints", f"step-{K:06d}"),
-                    os.path.join(moved, "checkpoints", f"step-{K:06d}"))
+    shutil.copytree(
+        os.path.join(out, "checkpoints", f"step-{K:06d}"), os.path.join(moved, "checkpoints", f"step-{K:06d}")
+    )
     return _config(moved, cache)
 
 
@@ -111,8 +117,9 @@ def test_hardware_move_reshards_and_continues_the_data(unbroken):
     assert runs["to_4x1"][1]["hardware"][1]["process_count"] == 4
     # The batches of steps K.. are those of the unbroken run: same token ids, from the restored position.
     meta = read_metadata(os.path.join(runs["to_1x2"][0].output_path, "checkpoints", f"step-{K:06d}"))
-    resumed_loader = MixtureLoader(runs["to_1x2"][0].data, 32, 8, base_step=meta["data_base"]["step"],
-                                   base_offsets=meta["data_base"]["offsets"])
+    resumed_loader = MixtureLoader(
+        runs["to_1x2"][0].data, 32, 8, base_step=meta["data_base"]["step"], base_offsets=meta["data_base"]["offsets"]
+    )
     unbroken_loader = MixtureLoader(_config(out, cache).data, 32, 8)
     for step in range(K, STEPS):
         np.testing.assert_array_equal(resumed_loader.batch(step), unbroken_loader.batch(step))
@@ -166,9 +173,13 @@ def tpu_slice(request):
 
 def _host_env(devices: int = 2) -> dict:
     """What each Ray host's process gets: CPU devices and the module's compilation cache."""
-    return {"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu",
-            "JAX_COMPILATION_CACHE_DIR": os.environ["JAX_COMPILATION_CACHE_DIR"],
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    return {
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "JAX_PLATFORMS": "cpu",
+        "JAX_COMPILATION_CACHE_DIR": os.environ["JAX_COMPILATION_CACHE_DIR"],
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
 
 
 def _driver_namespace() -> dict:
@@ -189,7 +200,8 @@ def _record(prefix) -> dict:
 
 @pytest.mark.ray
 def test_killed_driver_preempted_host_and_removed_node_resume_the_real_trainer_bit_identical(
-        unbroken, tpu_slice, tmp_path):
+    unbroken, tpu_slice, tmp_path
+):
     """The slice runner launches train_lm once per host. The driver is killed mid-run and started
     again; then host 1's process dies mid-training, and on the retry host 1's Ray node is removed
     mid-training (the next retry waits until the slice is whole again). The executor retries each
@@ -209,8 +221,9 @@ def test_killed_driver_preempted_host_and_removed_node_resume_the_real_trainer_b
     # First driver: its host 0 holds after computing step K + 1 (checkpoint K written), so the
     # driver is known to be mid-run when it is killed; its host actors die with it.
     held = {**env, "MARIN_FAULT_HOLD_AT_STEP": str(K + 1)}
-    driver = subprocess.Popen([sys.executable, str(script), tpu_slice.cluster.address, str(prefix), cache,
-                               json.dumps(held)])
+    driver = subprocess.Popen(
+        [sys.executable, str(script), tpu_slice.cluster.address, str(prefix), cache, json.dumps(held)]
+    )
     try:
         deadline = time.monotonic() + 600
         while not list(prefix.glob(f"train/multihost-*/.preemption-drill-hold-step-{K + 1}-process-0")):
@@ -230,14 +243,19 @@ def test_killed_driver_preempted_host_and_removed_node_resume_the_real_trainer_b
     # step K + 1; on the retry it holds there instead, and its node is taken away from here (Ray's
     # test cluster adds and removes nodes from the main thread only).
     namespace = _driver_namespace()
-    drills = {**env, "MARIN_FAULT_KILL_AT_STEP": str(K + 1), "MARIN_FAULT_HOLD_AT_STEP": str(K + 1),
-              "MARIN_FAULT_PROCESS": "1"}
+    drills = {
+        **env,
+        "MARIN_FAULT_KILL_AT_STEP": str(K + 1),
+        "MARIN_FAULT_HOLD_AT_STEP": str(K + 1),
+        "MARIN_FAULT_PROCESS": "1",
+    }
     outcome: dict = {}
 
     def second_driver() -> None:
         try:
             outcome["report"] = Executor(prefix=str(prefix), backend="ray", max_preemption_retries=3).run(
-                [namespace["train_step"](cache, drills)])
+                [namespace["train_step"](cache, drills)]
+            )
         except BaseException as err:  # noqa: BLE001 - re-raised in the test below
             outcome["error"] = err
 
@@ -272,7 +290,9 @@ def test_killed_driver_preempted_host_and_removed_node_resume_the_real_trainer_b
     assert _losses(str(info_path.parent)) == _losses(out)
     # train_lm's own account: 2 processes x 2 devices from step 0 (first driver) and from step K.
     assert [(h["from_step"], h["process_count"], h["local_device_count"]) for h in result["hardware"]] == [
-        (0, 2, 2), (K, 2, 2)]
+        (0, 2, 2),
+        (K, 2, 2),
+    ]
     # The record's, per attempt: the slice and each host's Ray node. Host 1's process died on its
     # node; then that node was removed, and host 1 came back as another node.
     killed, lost, done = (a["hardware"] for a in info["attempts"][-3:])
@@ -322,7 +342,11 @@ def _assert_trains_like_one_slice(multi, out, hardware):
     assert (hw["process_count"], hw["local_device_count"]) == (4, 1)
     assert hw["mesh"] == {"replica": 2, "data": 1, "fsdp": 2, "model": 1}
     assert read_metadata(list_checkpoints(os.path.join(out, "checkpoints"))[-1][1])["hardware"][0]["mesh"] == {
-        "replica": 1, "data": 1, "fsdp": 4, "model": 1}
+        "replica": 1,
+        "data": 1,
+        "fsdp": 4,
+        "model": 1,
+    }
     # The same batches as the one-slice run (each slice read its half); the same losses to float32
     # reduction order: each slice reduces its gradients over its 2 devices, then the 2 slices
     # average theirs, where one slice summed over 4 devices (differences seen: <= 1e-7 relative).
@@ -353,7 +377,8 @@ def test_two_slices_train_like_one_slice_and_resume_on_one(unbroken, tmp_path):
     expected = [_batch_checksums(str(one))[s] for s in range(K, STEPS)]
     assert expected == [_batch_checksums(out)[s] for s in range(K, STEPS)]
     assert [_losses(str(one))[s] for s in range(K, STEPS)] == pytest.approx(
-        [_losses(out)[s] for s in range(K, STEPS)], rel=1e-6)
+        [_losses(out)[s] for s in range(K, STEPS)], rel=1e-6
+    )
 
 
 @pytest.mark.ray
@@ -367,7 +392,8 @@ def test_two_slice_step_on_the_ray_cluster_trains_like_one_slice(unbroken, tpu_s
     _, cache, out, _ = unbroken
     prefix = tmp_path / "prefix"
     report = Executor(prefix=str(prefix), backend="ray").run(
-        [_driver_namespace()["train_step"](cache, _host_env(devices=1), slices=2)])
+        [_driver_namespace()["train_step"](cache, _host_env(devices=1), slices=2)]
+    )
     assert report.executed
     [info_path] = list(prefix.glob("train/multihost-*/.executor_info"))
     info = json.loads(info_path.read_text())
@@ -384,21 +410,38 @@ def test_a_two_host_finetune_stopped_and_resumed_trains_like_one_that_never_stop
     model = tiny_model()
     docs = synthetic_documents(24, 0)
     masks = [np.concatenate([np.zeros(8, np.uint8), np.ones(len(d) - 8, np.uint8)]) for d in docs]
-    write_token_cache(str(tmp_path / "cache"), {"train": docs, "validation": docs[:4]}, vocab_size=256, eos_id=255,
-                      loss_masks={"train": masks, "validation": masks[:4]})
-    ckpt.save_checkpoint(str(tmp_path / "base/checkpoints/step-000000"),
-                         {"params": init_params(model, jax.random.key(0))},
-                         {"model": dataclasses.asdict(model), "step": 0})
+    write_token_cache(
+        str(tmp_path / "cache"),
+        {"train": docs, "validation": docs[:4]},
+        vocab_size=256,
+        eos_id=255,
+        loss_masks={"train": masks, "validation": masks[:4]},
+    )
+    ckpt.save_checkpoint(
+        str(tmp_path / "base/checkpoints/step-000000"),
+        {"params": init_params(model, jax.random.key(0))},
+        {"model": dataclasses.asdict(model), "step": 0},
+    )
     config = finetune.FinetuneConfig(
-        output_path=str(tmp_path / "whole"), data=DataConfig(caches={"c": str(tmp_path / "cache")}),
-        base=str(tmp_path / "base"), mode="lora", lora=LoraConfig(rank=2, alpha=4.0), num_train_steps=4,
-        batch_size=2, seq_len=16, eval_max_sequences=0, save_merged=False, export_hf=False,
+        output_path=str(tmp_path / "whole"),
+        data=DataConfig(caches={"c": str(tmp_path / "cache")}),
+        base=str(tmp_path / "base"),
+        mode="lora",
+        lora=LoraConfig(rank=2, alpha=4.0),
+        num_train_steps=4,
+        batch_size=2,
+        seq_len=16,
+        eval_max_sequences=0,
+        save_merged=False,
+        export_hf=False,
         checkpoint=CheckpointConfig(save_every_steps=2, save_interval_s=None, keep_last=3),
-        wandb=WandbConfig(enabled=False))
+        wandb=WandbConfig(enabled=False),
+    )
 
     def run(cfg, name):
-        result = run_hosts(cfg, hosts=2, devices_per_host=1, workdir=str(tmp_path / name), fn=finetune.finetune_lm,
-                           timeout_s=600)
+        result = run_hosts(
+            cfg, hosts=2, devices_per_host=1, workdir=str(tmp_path / name), fn=finetune.finetune_lm, timeout_s=600
+        )
         assert result.ok, "\n---\n".join(result.stderr_tails)
         return result.summary
 

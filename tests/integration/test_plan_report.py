@@ -54,7 +54,8 @@ def test_quickstart_markdown_plan_matches_the_golden_file(tmp_path, capsys):
     script = os.path.join(REPO_ROOT, "experiments", "quickstart.py")
     steps, _ = capture_steps(script)
     Executor(str(tmp_path / "store"), script=os.path.relpath(script, REPO_ROOT)).run(
-        steps, dry_run=True, plan_format="markdown")
+        steps, dry_run=True, plan_format="markdown"
+    )
     got = normalized(capsys.readouterr().out)
     if os.environ.get("MARIN_UPDATE_GOLDEN"):
         with open(GOLDEN, "w") as f:

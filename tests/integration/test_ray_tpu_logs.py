@@ -29,8 +29,9 @@ def test_the_local_ray_does_not_link_the_machines_tpu_logs(tmp_path, monkeypatch
     try:
         logs = ray._private.worker._global_node.get_logs_dir_path()
         link = os.path.join(logs, "tpu_logs")
-        assert not (os.path.exists(link) and os.path.samefile(link, foreign)), \
+        assert not (os.path.exists(link) and os.path.samefile(link, foreign)), (
             "the node links the machine's libtpu logs: its log monitor would print them"
+        )
         assert os.environ["TPU_LOG_DIR"] == str(foreign)  # put back for this process and its children
     finally:
         backend.shutdown()

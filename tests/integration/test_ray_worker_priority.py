@@ -15,8 +15,9 @@ from tests.executor_steps import WriteConfig, record_priority
 
 @pytest.mark.ray
 def test_ray_backend_steps_run_at_the_drivers_priority(ray_cluster, tmp_path: Path) -> None:
-    step = ExecutorStep(name="probe/priority", fn=record_priority,
-                        config=WriteConfig(output_path=this_output_path(), text=""))
+    step = ExecutorStep(
+        name="probe/priority", fn=record_priority, config=WriteConfig(output_path=this_output_path(), text="")
+    )
     Executor(str(tmp_path), backend="ray").run([step])
     [out] = (tmp_path / "probe").glob("priority-*/priority.json")
     probe = json.loads(out.read_text())

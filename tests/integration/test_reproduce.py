@@ -60,8 +60,12 @@ def _record(script: str, prefix: str, run_only=None) -> str:
 def _tree(root) -> dict[str, int]:
     """Every file under `root` with its mtime, but W&B's folders: wandb-core, a service process that
     outlives the original run, may still append to that run's debug-core.log."""
-    return {os.path.join(d, f): os.stat(os.path.join(d, f)).st_mtime_ns for d, _, fs in os.walk(root) for f in fs
-            if "/wandb/" not in os.path.join(d, f)}
+    return {
+        os.path.join(d, f): os.stat(os.path.join(d, f)).st_mtime_ns
+        for d, _, fs in os.walk(root)
+        for f in fs
+        if "/wandb/" not in os.path.join(d, f)
+    }
 
 
 @pytest.fixture()
@@ -77,8 +81,9 @@ def test_pipeline_reproduces_deep_and_nothing_is_written_into_the_original(tmp_p
     before = _tree(original)
     assert cli_main(["reproduce", experiment, "--into", str(tmp_path / "scratch"), "--deep"]) == 0
     table = capsys.readouterr().out
-    rows = {line.split()[0].split("/")[0]: line for line in table.splitlines()
-            if re.match(r"  \w+/\S+-[0-9a-f]{8} ", line)}
+    rows = {
+        line.split()[0].split("/")[0]: line for line in table.splitlines() if re.match(r"  \w+/\S+-[0-9a-f]{8} ", line)
+    }
     assert sorted(rows) == ["checkpoints", "documents", "evaluation", "raw", "tokenized", "tokenizers"], table
     assert all(line.split()[1] == "identical" for line in rows.values()), table
     assert "6 steps: 6 identical" in table

@@ -81,7 +81,8 @@ def test_only_the_bad_shards_run_again_and_the_step_ends_success(experiment, cap
     result = json.loads(Path(os.path.join(path, ".executor_info")).read_text())["result"]
     assert result["shards"] == 4 and result["reused"] == 3 and result["bad_shards"] == []
     assert sorted(os.listdir(os.path.join(path, "data"))) == sorted(
-        [f"s{i}" for i in range(4)] + [f"s{i}.done" for i in range(4)])
+        [f"s{i}" for i in range(4)] + [f"s{i}.done" for i in range(4)]
+    )
 
 
 def test_a_rerun_allows_no_bad_shard_even_within_the_steps_allowance(experiment, capsys, tmp_path):

@@ -30,8 +30,13 @@ def _read(url: str) -> str:
 
 
 def _assert_full_log(text: str, word: str) -> None:
-    for line in (f"stdout says {word}", f"stderr says {word}", f"a log record says {word}",
-                 f"a subprocess says {word}", "progress 200/200"):
+    for line in (
+        f"stdout says {word}",
+        f"stderr says {word}",
+        f"a log record says {word}",
+        f"a subprocess says {word}",
+        "progress 200/200",
+    ):
         assert line in text, f"{line!r} missing from the step log:\n{text}"
     # 200 redraws of one bar become a handful of lines, not 200.
     assert text.count("progress ") < 10
@@ -69,8 +74,14 @@ def test_the_drivers_terminal_shows_each_line_prefixed_by_its_step(tmp_path):
     script = tmp_path / "talk.py"
     script.write_text(DRIVER)
     env = {**os.environ, "PYTHONPATH": REPO_ROOT, "WATCH_TEST_API_KEY": "hunter2-very-secret"}
-    done = subprocess.run([sys.executable, str(script), "--backend", "local", "--prefix", str(tmp_path / "store")],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(script), "--backend", "local", "--prefix", str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     prefix = re.search(r"\[(talk/driver-[0-9a-f]{8})\] ", done.stdout).group(1)
     assert f"[{prefix}] stdout says driver" in done.stdout

@@ -28,10 +28,14 @@ print(json.dumps({"devices": jax.device_count(), "losses": [l["loss"] for l in l
 
 
 def _run(tmp_path, name, *args):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / name), *args],
-                          capture_output=True, text=True, env=env, timeout=300)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / name), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -30,8 +30,10 @@ def test_an_added_field_at_its_default_hashes_like_the_class_before_it():
 
 
 def test_an_added_field_away_from_its_default_enters_the_identity():
-    assert canonical_value(After(decay_embeddings=False), where="t") == {"learning_rate": 1e-3,
-                                                                           "decay_embeddings": False}
+    assert canonical_value(After(decay_embeddings=False), where="t") == {
+        "learning_rate": 1e-3,
+        "decay_embeddings": False,
+    }
     assert _hash(After(decay_embeddings=False)) != _hash(After())
 
 

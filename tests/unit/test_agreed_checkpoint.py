@@ -37,10 +37,21 @@ def test_two_processes_agree_on_process_0s_latest_checkpoint(tmp_path):
     (root / "step-000004" / ckpt.COMPLETE).write_text("")
     procs = []
     for pid in range(2):
-        env = {**os.environ, **host_env.process_env(f"127.0.0.1:{port}", 2, pid),
-               "JAX_PLATFORMS": "cpu", "MARIN_DISTRIBUTED_TIMEOUT_S": "120"}
-        procs.append(subprocess.Popen([sys.executable, "-c", SCRIPT, str(root), str(pid)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env = {
+            **os.environ,
+            **host_env.process_env(f"127.0.0.1:{port}", 2, pid),
+            "JAX_PLATFORMS": "cpu",
+            "MARIN_DISTRIBUTED_TIMEOUT_S": "120",
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", SCRIPT, str(root), str(pid)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     answers = []
     for proc in procs:
         out, err = proc.communicate(timeout=300)
@@ -49,7 +60,7 @@ def test_two_processes_agree_on_process_0s_latest_checkpoint(tmp_path):
     step4 = ckpt.step_dir(str(root), 4)
     assert answers[0] == {"own": step4, "agreed": step4}
     assert answers[1]["own"] == ckpt.step_dir(str(root), 6)  # the listings disagree ...
-    assert answers[1]["agreed"] == step4                     # ... the restored step does not
+    assert answers[1]["agreed"] == step4  # ... the restored step does not
 
 
 @pytest.mark.slow
@@ -69,9 +80,11 @@ def test_finetune_resumes_from_the_agreed_checkpoint(monkeypatch, tmp_path):
     model = tiny_model()
     docs = synthetic_documents(16, 0)
     write_token_cache(str(tmp_path / "cache"), {"train": docs, "validation": docs[:4]}, vocab_size=256, eos_id=255)
-    ckpt.save_checkpoint(str(tmp_path / "base/checkpoints/step-000000"),
-                         {"params": init_params(model, jax.random.key(0))},
-                         {"model": dataclasses.asdict(model), "step": 0})
+    ckpt.save_checkpoint(
+        str(tmp_path / "base/checkpoints/step-000000"),
+        {"params": init_params(model, jax.random.key(0))},
+        {"model": dataclasses.asdict(model), "step": 0},
+    )
     asked = []
 
     def agreed(root):
@@ -87,11 +100,20 @@ def test_finetune_resumes_from_the_agreed_checkpoint(monkeypatch, tmp_path):
         return own_listing(root)
 
     monkeypatch.setattr(ckpt, "latest_checkpoint", latest)
-    config = finetune.FinetuneConfig(output_path=str(tmp_path / "ft"),
-                                     data=DataConfig(caches={"c": str(tmp_path / "cache")}),
-                                     base=str(tmp_path / "base"), mode="lora", lora=LoraConfig(rank=2, alpha=4.0),
-                                     num_train_steps=2, batch_size=2, seq_len=16, eval_max_sequences=0,
-                                     save_merged=False, export_hf=False, wandb=WandbConfig(enabled=False))
+    config = finetune.FinetuneConfig(
+        output_path=str(tmp_path / "ft"),
+        data=DataConfig(caches={"c": str(tmp_path / "cache")}),
+        base=str(tmp_path / "base"),
+        mode="lora",
+        lora=LoraConfig(rank=2, alpha=4.0),
+        num_train_steps=2,
+        batch_size=2,
+        seq_len=16,
+        eval_max_sequences=0,
+        save_merged=False,
+        export_hf=False,
+        wandb=WandbConfig(enabled=False),
+    )
     with pytest.raises(RuntimeError, match="stopped at the resume lookup"):
         finetune.finetune_lm(config)
     assert asked == [str(tmp_path / "ft" / "checkpoints")]

@@ -60,14 +60,21 @@ def ray_up(monkeypatch):
 
 def test_a_preempted_and_a_failed_attempt_list_their_hardware_like_the_successful_one(ray_up, tmp_path):
     runner = ScriptedRunner(("preempt", "raise", "ok"))
-    step = ExecutorStep(name="hw/a", fn=write_text, resources=runner,
-                        config=WriteConfig(output_path=this_output_path(), text=versioned("x")))
+    step = ExecutorStep(
+        name="hw/a",
+        fn=write_text,
+        resources=runner,
+        config=WriteConfig(output_path=this_output_path(), text=versioned("x")),
+    )
     report = Executor(str(tmp_path), backend="ray", max_preemption_retries=1, max_failure_retries=1).run([step])
 
     out = pathlib.Path(report.plan.steps[0].output_path)
     record = read_step_record(str(out))
     assert [(a.kind, a.status) for a in record.attempts] == [
-        ("preemption", "FAILED"), ("failure", "FAILED"), (None, "SUCCESS")]
+        ("preemption", "FAILED"),
+        ("failure", "FAILED"),
+        (None, "SUCCESS"),
+    ]
     assert [a.hardware["nodes"] for a in record.attempts] == [["node-0"], ["node-1"], ["node-2"]]
     assert record.hardware == record.attempts[-1].hardware  # the step's own, as before
     raw = (out / ".executor_info").read_text()
@@ -97,11 +104,16 @@ class PlacingRunner:
 def test_placed_hardware_is_in_the_running_record_while_the_attempt_runs(ray_up, tmp_path):
     """So an attempt whose driver is killed mid-run still says what it ran on."""
     runner = PlacingRunner()
-    step = ExecutorStep(name="hw/placed", fn=write_text, resources=runner,
-                        config=WriteConfig(output_path=this_output_path(), text=versioned("y")))
+    step = ExecutorStep(
+        name="hw/placed",
+        fn=write_text,
+        resources=runner,
+        config=WriteConfig(output_path=this_output_path(), text=versioned("y")),
+    )
     done: dict = {}
-    driver = threading.Thread(target=lambda: done.setdefault("report",
-                                                             Executor(str(tmp_path), backend="ray").run([step])))
+    driver = threading.Thread(
+        target=lambda: done.setdefault("report", Executor(str(tmp_path), backend="ray").run([step]))
+    )
     driver.start()
     running = None
     deadline = time.monotonic() + 60

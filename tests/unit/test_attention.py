@@ -56,15 +56,19 @@ def test_compiled_tpu_train_step_calls_the_splash_kernel(monkeypatch):
     # head_dim 128 (the TPU lane width), 3 query heads on 1 kv head; seq_len 256 is no other dimension,
     # so an array [.., 256, 256] could only be attention scores.
     seq = 2 * T
-    model = tiny_model(vocab_size=512, hidden_dim=384, num_heads=3, num_kv_heads=1, intermediate_dim=512,
-                       num_layers=1, max_seq_len=seq)
+    model = tiny_model(
+        vocab_size=512, hidden_dim=384, num_heads=3, num_kv_heads=1, intermediate_dim=512, num_layers=1, max_seq_len=seq
+    )
     optimizer = optax.adam(1e-3)
     shardings = state_shardings(model, optimizer, mesh, "fsdp", jnp.float32)
-    abstract = jax.eval_shape(lambda: {"params": init_params(model, jax.random.key(0)),
-                                       "opt_state": optimizer.init(init_params(model, jax.random.key(0))),
-                                       "step": jnp.zeros((), jnp.int32)})
-    state = jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-                                   abstract, shardings)
+    abstract = jax.eval_shape(
+        lambda: {
+            "params": init_params(model, jax.random.key(0)),
+            "opt_state": optimizer.init(init_params(model, jax.random.key(0))),
+            "step": jnp.zeros((), jnp.int32),
+        }
+    )
+    state = jax.tree_util.tree_map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
     tokens = jax.ShapeDtypeStruct((8, seq + 1), jnp.int32, sharding=batch_sharding(mesh))
     # Remat too: the kernel is recomputed inside the checkpointed layer scan.
     settings = StepSettings(attention_impl="splash", gradient_checkpointing=True)
@@ -81,12 +85,18 @@ def cache(tmp_path_factory):
     return write_synthetic_cache(str(tmp_path_factory.mktemp("cache") / "c"), train_docs=40)
 
 
-@pytest.mark.parametrize(("overrides", "match"), [
-    ({"attention_impl": "flash"}, r"attention_impl='flash' is not one of"),
-    ({"attention_impl": "splash"}, r"attention_impl='splash' needs seq_len to be a multiple of 128 .*got seq_len=32"),
-    ({"attention_impl": "cudnn"}, r"attention_impl='cudnn' is not available on cpu"),
-    ({"loss_chunk_size": 0}, r"loss_chunk_size=0 must be positive"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"attention_impl": "flash"}, r"attention_impl='flash' is not one of"),
+        (
+            {"attention_impl": "splash"},
+            r"attention_impl='splash' needs seq_len to be a multiple of 128 .*got seq_len=32",
+        ),
+        ({"attention_impl": "cudnn"}, r"attention_impl='cudnn' is not available on cpu"),
+        ({"loss_chunk_size": 0}, r"loss_chunk_size=0 must be positive"),
+    ],
+)
 def test_bad_attention_settings_fail_before_training(cache, tmp_path, overrides, match):
     with pytest.raises(TrainingError, match=match):
         train_lm(dataclasses.replace(tiny_train_config(str(tmp_path / "bad"), {"c": cache}), **overrides))
@@ -95,8 +105,9 @@ def test_bad_attention_settings_fail_before_training(cache, tmp_path, overrides,
 
 def test_tpu_recipes_default_to_splash_and_others_to_einsum():
     def impl(resources, **extra):
-        return SimpleTrainConfig(resources=resources, train_batch_size=8, num_train_steps=1, learning_rate=1e-3,
-                                 **extra).resolved_attention_impl()
+        return SimpleTrainConfig(
+            resources=resources, train_batch_size=8, num_train_steps=1, learning_rate=1e-3, **extra
+        ).resolved_attention_impl()
 
     assert impl(TpuResources(tpu="v5e-256", slices=2)) == "splash"
     assert impl(TpuPodConfig(tpu_type="v4-2048")) == "splash"

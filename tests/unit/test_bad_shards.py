@@ -70,8 +70,14 @@ def _attempts(out, name) -> int:
 def test_a_bad_shard_is_retried_then_named_and_the_others_finish(tmp_path):
     tasks = [(n, str(tmp_path)) for n in ("a", "raise-1", "b")]
     with pytest.raises(BadShardsError) as info:
-        run_shards(shard_fn, tasks, num_workers=2, desc="tokenize", policy=ShardPolicy(retries=1),
-                   rerun="python x.py --run_only '^tok$' --force_run_failed true")
+        run_shards(
+            shard_fn,
+            tasks,
+            num_workers=2,
+            desc="tokenize",
+            policy=ShardPolicy(retries=1),
+            rerun="python x.py --run_only '^tok$' --force_run_failed true",
+        )
     text = str(info.value)
     assert "tokenize: 1 of 3 shards are bad (allowed: 0); the other 2 finished and are kept" in text
     assert "('raise-1'," in text and "2 attempt(s), last exception: ValueError: cannot parse raise-1" in text
@@ -85,8 +91,9 @@ def test_within_the_allowance_the_step_succeeds_and_lists_what_was_left_out(tmp_
     caplog.set_level(logging.INFO, logger="marin_lab.processing.shards")
     monkeypatch.setattr(shards, "PROGRESS_EVERY_S", 0.0)
     tasks = [(n, str(tmp_path)) for n in ("a", "die-1")]
-    outcome = run_shards(shard_fn, tasks, num_workers=2, desc="extract",
-                         policy=ShardPolicy(retries=0, max_bad_shards=1))
+    outcome = run_shards(
+        shard_fn, tasks, num_workers=2, desc="extract", policy=ShardPolicy(retries=0, max_bad_shards=1)
+    )
     assert outcome.results == ["A", None]
     (bad,) = outcome.bad
     assert bad["task"] == 1 and bad["attempts"][0]["kind"] == "worker_died"
@@ -98,8 +105,13 @@ def test_within_the_allowance_the_step_succeeds_and_lists_what_was_left_out(tmp_
 @pytest.mark.slow
 def test_a_hung_shard_is_killed_at_its_time_limit(tmp_path):
     start = time.monotonic()
-    outcome = run_shards(shard_fn, [("hang-1", str(tmp_path)), ("a", str(tmp_path))], num_workers=2,
-                         desc="dedup", policy=ShardPolicy(retries=0, time_limit_s=2, max_bad_shards=1))
+    outcome = run_shards(
+        shard_fn,
+        [("hang-1", str(tmp_path)), ("a", str(tmp_path))],
+        num_workers=2,
+        desc="dedup",
+        policy=ShardPolicy(retries=0, time_limit_s=2, max_bad_shards=1),
+    )
     assert time.monotonic() - start < 60  # bounded: not the hour the shard would sleep
     assert outcome.bad[0]["attempts"][0]["kind"] == "time_limit" and outcome.results[1] == "A"
 
@@ -126,8 +138,9 @@ def test_extract_keeps_good_shards_and_records_a_bad_one_within_its_allowance(tm
 
     make_html_site(tmp_path / "html", n=4)
     (tmp_path / "html" / "zz-vanished.html").symlink_to(tmp_path / "nowhere.html")  # unreadable
-    config = ExtractConfig(input_path=str(tmp_path / "html"), output_path=str(tmp_path / "out"), num_shards=5,
-                           num_workers=2)
+    config = ExtractConfig(
+        input_path=str(tmp_path / "html"), output_path=str(tmp_path / "out"), num_shards=5, num_workers=2
+    )
     with pytest.raises(BadShardsError, match=r"(?s)extract: 1 of 5 shards are bad .*zz-vanished.html") as info:
         extract(dataclasses.replace(config, shard_policy=ShardPolicy(retries=0)))
     assert "FileNotFoundError" in str(info.value)
@@ -138,20 +151,22 @@ def test_extract_keeps_good_shards_and_records_a_bad_one_within_its_allowance(tm
     assert sum(1 for s in list_shards(str(tmp_path / "out" / "data")) for _ in read_documents(s)) == 4
 
 
-
 @pytest.mark.slow
 def test_a_shard_that_runs_out_of_memory_is_told_apart_from_an_exception(tmp_path):
     """A real allocation past the shard's address-space limit: MemoryError, recorded as out_of_memory."""
     tasks = [(n, str(tmp_path)) for n in ("mem-1", "raise-2")]
-    outcome = run_shards(shard_fn, tasks, num_workers=2, desc="tokenize",
-                         policy=ShardPolicy(retries=0, max_bad_shards=2))
+    outcome = run_shards(
+        shard_fn, tasks, num_workers=2, desc="tokenize", policy=ShardPolicy(retries=0, max_bad_shards=2)
+    )
     kinds = {b["shard"].split("'")[1]: b["attempts"][0] for b in outcome.bad}
     assert kinds["mem-1"]["kind"] == "out_of_memory" and "MemoryError" in kinds["mem-1"]["error"]
     assert kinds["raise-2"]["kind"] == "exception"
 
 
-@pytest.mark.parametrize("field, value", [("retries", -1), ("max_bad_shards", 1.5), ("time_limit_s", 0),
-                                          ("memory_bytes", -5), ("preemption_retries", None)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("retries", -1), ("max_bad_shards", 1.5), ("time_limit_s", 0), ("memory_bytes", -5), ("preemption_retries", None)],
+)
 def test_a_policy_that_cannot_work_is_one_line_naming_the_step_and_field(field, value, tmp_path):
     policy = dataclasses.replace(ShardPolicy(), **{field: value})
     with pytest.raises(ProcessingError, match=rf"^tokenize: shard_policy\.{field}={value!r}: expected"):
@@ -170,18 +185,25 @@ def _corrupt_corpus(root, shards: int = 3, bad: tuple[int, ...] = (1,)) -> list[
 def tokenizer_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("tok")
     make_document_shards(root / "docs", shards=1, per_shard=40, ext="jsonl.gz")
-    train_tokenizer(TrainTokenizerConfig(input_path=str(root / "docs"), output_path=str(root / "tokenizer"),
-                                         vocab_size=300))
+    train_tokenizer(
+        TrainTokenizerConfig(input_path=str(root / "docs"), output_path=str(root / "tokenizer"), vocab_size=300)
+    )
     return str(root / "tokenizer")
 
 
 @pytest.mark.slow
 def test_tokenize_names_a_bad_shard_and_the_rerun_command_or_leaves_it_out_within_its_allowance(
-        tmp_path, tokenizer_dir):
+    tmp_path, tokenizer_dir
+):
     _corrupt_corpus(tmp_path / "docs")
     out = tmp_path / "cache"
-    config = TokenizeConfig(input_path=str(tmp_path / "docs"), output_path=str(out), tokenizer=tokenizer_dir,
-                            num_workers=2, shard_policy=ShardPolicy(retries=1))
+    config = TokenizeConfig(
+        input_path=str(tmp_path / "docs"),
+        output_path=str(out),
+        tokenizer=tokenizer_dir,
+        num_workers=2,
+        shard_policy=ShardPolicy(retries=1),
+    )
     with pytest.raises(BadShardsError) as info:
         tokenize(config)
     text = str(info.value)
@@ -203,10 +225,17 @@ def test_tokenize_names_a_bad_shard_and_the_rerun_command_or_leaves_it_out_withi
 @pytest.mark.slow
 def test_a_ledger_without_left_out_shards_is_unchanged(tmp_path, tokenizer_dir):
     make_document_shards(tmp_path / "docs", shards=2, per_shard=10, ext="jsonl.gz")
-    plain = tokenize(TokenizeConfig(input_path=str(tmp_path / "docs"), output_path=str(tmp_path / "a"),
-                                    tokenizer=tokenizer_dir))
-    guarded = tokenize(TokenizeConfig(input_path=str(tmp_path / "docs"), output_path=str(tmp_path / "b"),
-                                      tokenizer=tokenizer_dir, shard_policy=ShardPolicy(max_bad_shards=1)))
+    plain = tokenize(
+        TokenizeConfig(input_path=str(tmp_path / "docs"), output_path=str(tmp_path / "a"), tokenizer=tokenizer_dir)
+    )
+    guarded = tokenize(
+        TokenizeConfig(
+            input_path=str(tmp_path / "docs"),
+            output_path=str(tmp_path / "b"),
+            tokenizer=tokenizer_dir,
+            shard_policy=ShardPolicy(max_bad_shards=1),
+        )
+    )
     assert (tmp_path / "a" / "ledger.json").read_bytes() == (tmp_path / "b" / "ledger.json").read_bytes()
     assert "bad_shards" not in plain and guarded["bad_shards"] == []
 
@@ -218,16 +247,23 @@ def test_a_rerun_of_bad_shards_allows_none(tmp_path):
     (tmp_path / REPORT_FILE).write_text(json.dumps(report))
     request_rerun(str(tmp_path))
     shards = Quarantine("filter", str(tmp_path), ShardPolicy(retries=0, max_bad_shards=5))
-    with pytest.raises(BadShardsError, match=r"1 of 2 shards are bad \(allowed: 0; a rerun of bad shards must "
-                                             r"finish every shard\)"):
+    with pytest.raises(
+        BadShardsError,
+        match=r"1 of 2 shards are bad \(allowed: 0; a rerun of bad shards must "
+        r"finish every shard\)",
+    ):
         shards.map(shard_fn, [("a", str(tmp_path)), ("raise-b", str(tmp_path))], num_workers=2, desc="filter")
     assert [b["shard"] for b in read_report(str(tmp_path))["bad"]] == ["('raise-b', " + repr(str(tmp_path)) + ")"]
 
 
 def test_filter_heuristics_leaves_a_bad_shard_out_within_its_allowance(tmp_path):
     docs = _corrupt_corpus(tmp_path / "docs")
-    config = HeuristicFilterConfig(input_path=str(tmp_path / "docs"), output_path=str(tmp_path / "out"),
-                                   num_workers=2, shard_policy=ShardPolicy(retries=0, max_bad_shards=1))
+    config = HeuristicFilterConfig(
+        input_path=str(tmp_path / "docs"),
+        output_path=str(tmp_path / "out"),
+        num_workers=2,
+        shard_policy=ShardPolicy(retries=0, max_bad_shards=1),
+    )
     result = filter_heuristics(config)
     assert result["shards"] == 2 and result["documents_read"] == len(docs) - 12
     (bad,) = result["bad_shards"]
@@ -243,14 +279,24 @@ def test_dedup_needs_every_shard_and_a_rerun_gives_the_bytes_of_a_clean_run(tmp_
     docs[24] = {**docs[24], "text": docs[12]["text"]}  # shard 2 repeats a document of the bad shard 1
     write_documents(str(tmp_path / "docs" / "part-00002.jsonl.gz"), docs[24:36])
     out = tmp_path / "out"
-    config = DedupConfig(input_path=str(tmp_path / "docs"), output_path=str(out), num_workers=2,
-                         shard_policy=ShardPolicy(retries=0, max_bad_shards=1))
-    with pytest.raises(DedupError, match=r"^dedup_exact: shard_policy.max_bad_shards=1: a dedup step needs every "
-                                         r"shard"):
+    config = DedupConfig(
+        input_path=str(tmp_path / "docs"),
+        output_path=str(out),
+        num_workers=2,
+        shard_policy=ShardPolicy(retries=0, max_bad_shards=1),
+    )
+    with pytest.raises(
+        DedupError,
+        match=r"^dedup_exact: shard_policy.max_bad_shards=1: a dedup step needs every "
+        r"shard",
+    ):
         dedup_exact(config)
     config = dataclasses.replace(config, shard_policy=ShardPolicy(retries=0))
-    with pytest.raises(BadShardsError, match=r"dedup_exact: hashes: 1 of 3 shards are bad \(allowed: 0; "
-                                             r"this phase needs every shard\)"):
+    with pytest.raises(
+        BadShardsError,
+        match=r"dedup_exact: hashes: 1 of 3 shards are bad \(allowed: 0; "
+        r"this phase needs every shard\)",
+    ):
         dedup_exact(config)
     hashed = sorted(p.name for p in (out / ".work" / "exact").glob("*.done"))
     assert hashed == ["part-00000.jsonl.gz.npz.done", "part-00002.jsonl.gz.npz.done"]
@@ -273,11 +319,16 @@ def test_dedup_needs_every_shard_and_a_rerun_gives_the_bytes_of_a_clean_run(tmp_
 def test_tokenize_instructions_leaves_a_bad_shard_out_and_its_ledger_says_so(tmp_path, tokenizer_dir):
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "a.jsonl").write_text(
-        "".join(json.dumps({"id": f"r{i}", "prompt": "the river", "response": "the stone"}) + "\n" for i in range(6)))
+        "".join(json.dumps({"id": f"r{i}", "prompt": "the river", "response": "the stone"}) + "\n" for i in range(6))
+    )
     (tmp_path / "in" / "b.jsonl.gz").write_bytes(b"not gzip")
     out = tmp_path / "cache"
-    config = TokenizeInstructionsConfig(input_path=str(tmp_path / "in"), output_path=str(out),
-                                        tokenizer=tokenizer_dir, shard_policy=ShardPolicy(retries=0))
+    config = TokenizeInstructionsConfig(
+        input_path=str(tmp_path / "in"),
+        output_path=str(out),
+        tokenizer=tokenizer_dir,
+        shard_policy=ShardPolicy(retries=0),
+    )
     with pytest.raises(BadShardsError, match=r"(?s)tokenize instructions: 1 of 2 shards are bad .*b\.jsonl\.gz"):
         tokenize_instructions(config)
     result = tokenize_instructions(dataclasses.replace(config, shard_policy=ShardPolicy(retries=0, max_bad_shards=1)))
@@ -290,10 +341,18 @@ def test_tokenize_instructions_leaves_a_bad_shard_out_and_its_ledger_says_so(tmp
 def test_fuzzy_dedup_names_a_bad_shard_in_its_signature_phase_and_reruns_only_it(tmp_path):
     docs = _corrupt_corpus(tmp_path / "docs", bad=(0,))
     out = tmp_path / "out"
-    config = DedupConfig(input_path=str(tmp_path / "docs"), output_path=str(out), num_workers=2, lsh_partitions=2,
-                         shard_policy=ShardPolicy(retries=0))
-    with pytest.raises(BadShardsError, match=r"(?s)dedup_fuzzy: signatures: 1 of 3 shards are bad \(allowed: 0; "
-                                             r"this phase needs every shard\).*part-00000\.jsonl\.gz"):
+    config = DedupConfig(
+        input_path=str(tmp_path / "docs"),
+        output_path=str(out),
+        num_workers=2,
+        lsh_partitions=2,
+        shard_policy=ShardPolicy(retries=0),
+    )
+    with pytest.raises(
+        BadShardsError,
+        match=r"(?s)dedup_fuzzy: signatures: 1 of 3 shards are bad \(allowed: 0; "
+        r"this phase needs every shard\).*part-00000\.jsonl\.gz",
+    ):
         dedup_fuzzy(config)
     assert read_report(str(out))["phase"] == "dedup_fuzzy: signatures"
     kept = sorted(p.name for p in (out / ".work" / "minhash").glob("*.done"))

@@ -56,6 +56,7 @@ def test_a_file_under_a_root_is_served_and_one_outside_is_refused(tmp_path):
     (extra / "notes.jsonl").write_text('{"text": "hello"}\n')
     (outside / "secret.jsonl").write_text('{"text": "no"}\n')
     with start_in_thread(str(prefix), roots=[str(extra)]) as running:
+
         def get(path: str) -> tuple[int, dict]:
             url = f"{running.url}/api/file?path={urllib.parse.quote(path)}"
             try:

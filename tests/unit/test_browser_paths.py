@@ -70,8 +70,14 @@ def test_bucket_roots_confine_protocol_bucket_and_prefix():
     assert roots.resolve("gs://bucket/prefix/a/b.jsonl") == "gs://bucket/prefix/a/b.jsonl"
     assert roots.resolve("gcs://bucket/prefix/a") == "gs://bucket/prefix/a"
     assert roots.resolve("a/b") == "gs://bucket/prefix/a/b"
-    for bad in ["gs://other/prefix/a", "gs://bucket/prefix2/a", "gs://bucket/prefix/../x",
-                "s3://bucket/prefix/a", "/etc/passwd", "file:///etc/passwd"]:
+    for bad in [
+        "gs://other/prefix/a",
+        "gs://bucket/prefix2/a",
+        "gs://bucket/prefix/../x",
+        "s3://bucket/prefix/a",
+        "/etc/passwd",
+        "file:///etc/passwd",
+    ]:
         with pytest.raises(ForbiddenPathError):
             roots.resolve(bad)
 

@@ -56,8 +56,9 @@ def test_first_page_of_a_compressed_file_does_not_read_the_rest(tmp_path, suffix
     # Everything after the first documents is garbage: reading the whole stream would fail.
     rng = np.random.default_rng(0)
     docs = "".join(json.dumps({"id": str(i), "text": rng.bytes(1000).hex()}) + "\n" for i in range(3000)).encode()
-    compressed = (zstandard.ZstdCompressor().compress(docs) if suffix.endswith("zst")
-                  else gzip.compress(docs, compresslevel=1))
+    compressed = (
+        zstandard.ZstdCompressor().compress(docs) if suffix.endswith("zst") else gzip.compress(docs, compresslevel=1)
+    )
     path = tmp_path / f"shard{suffix}"
     path.write_bytes(compressed + b"\xde\xad\xbe\xef" * 500_000)
     page = preview(ROOTS, str(path), None, 10)
@@ -177,8 +178,18 @@ def test_metrics_are_downsampled_but_keep_the_last_step(tmp_path):
 def test_float8_statistics_are_plotted_and_bounded(tmp_path, monkeypatch):
     import marin_lab.browser.metrics as bm
 
-    rows = [{"step": s, "loss": 2.0, "fp8/saturated": 0.0, "fp8/layer00/amax_x": 3.0 + s,
-             "fp8/layer01/amax_x": 1.0, "fp8/layer02/amax_x": 1.0, "other": 1.0} for s in range(1, 4)]
+    rows = [
+        {
+            "step": s,
+            "loss": 2.0,
+            "fp8/saturated": 0.0,
+            "fp8/layer00/amax_x": 3.0 + s,
+            "fp8/layer01/amax_x": 1.0,
+            "fp8/layer02/amax_x": 1.0,
+            "other": 1.0,
+        }
+        for s in range(1, 4)
+    ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     series = read_metrics(ROOTS, str(tmp_path))["series"]
     assert series["fp8/layer00/amax_x"] == [[1, 4.0], [2, 5.0], [3, 6.0]] and "fp8/saturated" in series

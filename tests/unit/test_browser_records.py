@@ -70,9 +70,11 @@ def test_version_changes_field_by_field():
 
 
 def test_redact_hides_secret_env_vars_but_keeps_config_fields_named_like_tokens():
-    record = {"config": {"tokenizer": "gpt2", "max_tokens": 5},
-              "environment": {"env": {"WANDB_API_KEY": "s1", "hf_token": "s2", "PATH": "/bin"}},
-              "AWS_SECRET_ACCESS_KEY": "s3"}
+    record = {
+        "config": {"tokenizer": "gpt2", "max_tokens": 5},
+        "environment": {"env": {"WANDB_API_KEY": "s1", "hf_token": "s2", "PATH": "/bin"}},
+        "AWS_SECRET_ACCESS_KEY": "s3",
+    }
     out = redact(record)
     assert out["config"] == {"tokenizer": "gpt2", "max_tokens": 5}
     assert out["environment"]["env"] == {"WANDB_API_KEY": REDACTED, "hf_token": REDACTED, "PATH": "/bin"}
@@ -143,10 +145,16 @@ def test_a_moved_prefix_still_finds_steps_by_identity(tmp_path):
 def test_an_object_store_prefix_reads_the_same_way():
     fs = fsspec.filesystem("memory")
     base = "memory://browser-test/prefix"
-    step = {"name": "raw/docs", "identity": "raw/docs-12345678", "output_path": f"{base}/raw/docs-12345678",
-            "dependencies": []}
-    fs.pipe(f"{base}/experiments/e-00000001.json", json.dumps({"name": "e", "created": "2026-01-01T00:00:00Z",
-                                                               "steps": [step]}).encode())
+    step = {
+        "name": "raw/docs",
+        "identity": "raw/docs-12345678",
+        "output_path": f"{base}/raw/docs-12345678",
+        "dependencies": [],
+    }
+    fs.pipe(
+        f"{base}/experiments/e-00000001.json",
+        json.dumps({"name": "e", "created": "2026-01-01T00:00:00Z", "steps": [step]}).encode(),
+    )
     fs.pipe(f"{base}/raw/docs-12345678/.executor_status", b'{"status": "RUNNING"}')
     try:
         b = Browser(base, Roots.of([base]))

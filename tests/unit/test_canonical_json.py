@@ -14,12 +14,19 @@ def _dumps(obj):
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-@pytest.mark.parametrize("obj", [
-    {"name": "tokenize/docs", "config": {"b": 1, "a": [1.5, -0.0, 1e300, None, True]}, "inputs": {"x": "DEP[0]"},
-     "dependencies": ["raw/docs-1a2b3c4d"]},
-    {"é": "\u2028\"\\\n\t", "z": {"nested": {"deeper": [{"k": 2**70}]}}, "0": 0},
-    {},
-])
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {
+            "name": "tokenize/docs",
+            "config": {"b": 1, "a": [1.5, -0.0, 1e300, None, True]},
+            "inputs": {"x": "DEP[0]"},
+            "dependencies": ["raw/docs-1a2b3c4d"],
+        },
+        {"é": '\u2028"\\\n\t', "z": {"nested": {"deeper": [{"k": 2**70}]}}, "0": 0},
+        {},
+    ],
+)
 def test_the_same_text_as_json_dumps(obj):
     assert canonical_json(obj) == _dumps(obj)
 

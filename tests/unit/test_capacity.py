@@ -32,11 +32,14 @@ def no_gpus(monkeypatch):
     monkeypatch.delenv("TPU_ACCELERATOR_TYPE", raising=False)
 
 
-@pytest.mark.parametrize("resources, asked", [
-    ({"num_gpus": 1}, "1 GPU"),
-    ({"memory": 2**50}, "1048576.0 GiB memory"),
-    ({"resources": {"TPU": 4, "TPU-v4-8-head": 1}}, "4 TPU, 1 TPU-v4-8-head"),
-])
+@pytest.mark.parametrize(
+    "resources, asked",
+    [
+        ({"num_gpus": 1}, "1 GPU"),
+        ({"memory": 2**50}, "1048576.0 GiB memory"),
+        ({"resources": {"TPU": 4, "TPU-v4-8-head": 1}}, "4 TPU, 1 TPU-v4-8-head"),
+    ],
+)
 def test_a_request_this_machine_can_never_hold_is_refused_before_anything_runs(tmp_path, resources, asked):
     with pytest.raises(UnschedulableError) as err:
         Executor(str(tmp_path), backend="local").run([_step(resources)])
@@ -75,8 +78,9 @@ def test_what_fits_runs_and_reused_steps_are_not_judged(tmp_path):
 def test_a_cluster_elsewhere_is_watched_for_a_bounded_time():
     now = [0.0]
     nodes = [{"CPU": 8.0, "GPU": 0.0, "memory": 2.0**34}]
-    watch = UnschedulableWatch("train/gpu-1", {"num_gpus": 1}, lambda: nodes, timeout_s=30, every_s=5,
-                               clock=lambda: now[0])
+    watch = UnschedulableWatch(
+        "train/gpu-1", {"num_gpus": 1}, lambda: nodes, timeout_s=30, every_s=5, clock=lambda: now[0]
+    )
     assert watch.poll() is None  # the clock starts
     now[0] = 20
     assert watch.poll() is None

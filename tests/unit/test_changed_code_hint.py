@@ -18,7 +18,7 @@ from marin_lab.execution.records import read_step_record
 from marin_lab.execution.status import status_path
 from tests.executor_steps import five_step_dag, write_text
 
-STEPS_V1 = '''
+STEPS_V1 = """
 def helper(x):
     return x + 1
 
@@ -29,7 +29,7 @@ def unrelated():
 
 def step_fn(cfg):
     return helper(cfg)
-'''
+"""
 
 
 def _load(tmp_path, monkeypatch, source: str, name: str = "changed_code_steps"):
@@ -76,9 +76,12 @@ def test_a_reused_step_whose_code_changed_gets_one_line(tmp_path, capsys):
     Path(status_path(ps.output_path)).write_text(json.dumps(st))
     plan = Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
     noted = {d.step.name: d.notes for d in plan.decisions if d.notes}
-    assert noted == {"proc/b": (
-        f"reused, but its code changed since it ran ({current['file']}: write_text); "
-        "use --force_run '^proc/b$' to run it again",)}
+    assert noted == {
+        "proc/b": (
+            f"reused, but its code changed since it ran ({current['file']}: write_text); "
+            "use --force_run '^proc/b$' to run it again",
+        )
+    }
     assert "reused, but its code changed since it ran" in capsys.readouterr().out
     # Not an identity: every step is still reused.
     assert {d.action for d in plan.decisions} == {"skip"}

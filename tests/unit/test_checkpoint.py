@@ -25,9 +25,10 @@ from marin_lab.training.checkpoint import (
 
 
 def _state(scale=1.0):
-    return {"params": {"w": jnp.arange(6, dtype=jnp.float32).reshape(2, 3) * scale,
-                       "h": jnp.ones(4, jnp.bfloat16) * scale},
-            "step": jnp.asarray(3, jnp.int32)}
+    return {
+        "params": {"w": jnp.arange(6, dtype=jnp.float32).reshape(2, 3) * scale, "h": jnp.ones(4, jnp.bfloat16) * scale},
+        "step": jnp.asarray(3, jnp.int32),
+    }
 
 
 def _bytes(tree):
@@ -80,8 +81,11 @@ def test_memory_filesystem_is_refused_up_front():
 
 
 def test_keep_last_permanent_steps_and_dead_partial_saves(tmp_path):
-    ck = Checkpointer(str(tmp_path), CheckpointConfig(save_every_steps=1, save_interval_s=None,
-                                                       keep_last=2, keep_every_steps=3), clock=FakeClock())
+    ck = Checkpointer(
+        str(tmp_path),
+        CheckpointConfig(save_every_steps=1, save_interval_s=None, keep_last=2, keep_every_steps=3),
+        clock=FakeClock(),
+    )
     (tmp_path / "step-000001" / "state").mkdir(parents=True)  # a save that died on some host
     for step in range(2, 8):
         ck.save(step, _state(), {})
@@ -107,8 +111,9 @@ class FakeClock:
 
 def test_time_based_policy_uses_the_injected_clock(tmp_path):
     clock = FakeClock()
-    ck = Checkpointer(str(tmp_path), CheckpointConfig(save_every_steps=None, save_interval_s=60,
-                                                       save_final=True), clock=clock)
+    ck = Checkpointer(
+        str(tmp_path), CheckpointConfig(save_every_steps=None, save_interval_s=60, save_final=True), clock=clock
+    )
     assert not ck.should_save(1)
     clock.now = 59.0
     assert not ck.should_save(2)
@@ -122,8 +127,9 @@ def test_time_based_policy_uses_the_injected_clock(tmp_path):
 
 
 def test_step_policy(tmp_path):
-    ck = Checkpointer(str(tmp_path), CheckpointConfig(save_every_steps=5, save_interval_s=None,
-                                                      save_final=False), clock=FakeClock())
+    ck = Checkpointer(
+        str(tmp_path), CheckpointConfig(save_every_steps=5, save_interval_s=None, save_final=False), clock=FakeClock()
+    )
     assert [s for s in range(1, 16) if ck.should_save(s)] == [5, 10, 15]
     with pytest.raises(CheckpointError, match="keep_last"):
         Checkpointer(str(tmp_path), CheckpointConfig(keep_last=0))
@@ -132,8 +138,7 @@ def test_step_policy(tmp_path):
 @pytest.mark.gcs
 def test_gcs_round_trip_and_incomplete_save_ignored(gcs_bucket):
     root = f"{gcs_bucket}/run/checkpoints"
-    ck = Checkpointer(root, CheckpointConfig(save_every_steps=1, save_interval_s=None, keep_last=1),
-                      clock=FakeClock())
+    ck = Checkpointer(root, CheckpointConfig(save_every_steps=1, save_interval_s=None, keep_last=1), clock=FakeClock())
     ck.save(1, _state(1.0), {})
     ck.save(2, _state(2.0), {})
     assert [s for s, _ in list_checkpoints(root)] == [2]
@@ -152,8 +157,9 @@ def _two_checkpoints(tmp_path):
 
 
 def _largest_array_file(path):
-    return max((p for p in (path / "state").rglob("*") if p.is_file() and "/d/" in str(p)),
-               key=lambda p: p.stat().st_size)
+    return max(
+        (p for p in (path / "state").rglob("*") if p.is_file() and "/d/" in str(p)), key=lambda p: p.stat().st_size
+    )
 
 
 @pytest.mark.parametrize("damage", ["missing", "truncated"])

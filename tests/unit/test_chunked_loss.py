@@ -21,8 +21,9 @@ def test_chunked_loss_gives_the_whole_logits_loss_and_gradients(tie, chunk):
     args = (tokens[:, :-1], tokens[:, 1:], mask, cfg)
 
     def run(chunk_size):
-        fn = jax.value_and_grad(lambda p: lm_loss(p, *args, z_loss_weight=1e-2, loss_chunk_size=chunk_size),
-                                has_aux=True)
+        fn = jax.value_and_grad(
+            lambda p: lm_loss(p, *args, z_loss_weight=1e-2, loss_chunk_size=chunk_size), has_aux=True
+        )
         return jax.jit(fn)(params)
 
     (loss, ce), grads = run(chunk)
@@ -49,8 +50,10 @@ def test_chunked_loss_never_holds_the_whole_logits():
 
     def largest_f32_buffer(compiled):
         """Elements of the largest fp32 array in the optimised program (any layout)."""
-        return max(int(np.prod([int(d) for d in dims.split(",")]))
-                   for dims in re.findall(r"f32\[([\d,]+)\]", compiled.as_text()))
+        return max(
+            int(np.prod([int(d) for d in dims.split(",")]))
+            for dims in re.findall(r"f32\[([\d,]+)\]", compiled.as_text())
+        )
 
     whole, chunked = _compiled_grad(cfg, tokens, None), _compiled_grad(cfg, tokens, 8)
     # The checks can fail: without chunks the program holds fp32 [B, T, vocab] logits (and their

@@ -26,26 +26,41 @@ from marin_lab.processing.classify import (
 )
 from marin_lab.processing.quarantine import BadShardsError, ShardPolicy
 
-EN = ("the house is near the river and the children walk to school with their friends every "
-      "morning while the sun rises over the quiet hills").split()
-DE = ("das haus ist nahe am fluss und die kinder gehen mit ihren freunden jeden morgen zur schule "
-      "während die sonne über den stillen hügeln aufgeht").split()
+EN = (
+    "the house is near the river and the children walk to school with their friends every "
+    "morning while the sun rises over the quiet hills"
+).split()
+DE = (
+    "das haus ist nahe am fluss und die kinder gehen mit ihren freunden jeden morgen zur schule "
+    "während die sonne über den stillen hügeln aufgeht"
+).split()
 
 
 def sentences(words: list[str], n: int, seed: int, prefix: str) -> list[dict]:
     rng = random.Random(seed)
     return [
-        {"id": f"{prefix}-{i:03d}", "text": " ".join(rng.choice(words) for _ in range(20)) + ".\n"
-         + " ".join(rng.choice(words) for _ in range(15)) + "."}
+        {
+            "id": f"{prefix}-{i:03d}",
+            "text": " ".join(rng.choice(words) for _ in range(20))
+            + ".\n"
+            + " ".join(rng.choice(words) for _ in range(15))
+            + ".",
+        }
         for i in range(n)
     ]
 
 
 def tiny_config(root, out: str) -> TrainClassifierConfig:
     return TrainClassifierConfig(
-        positive_paths=(str(root / "en"),), negative_paths=(str(root / "de"),),
-        output_path=str(root / out), positive_label="en", negative_label="de",
-        dim=16, bucket=10_000, epoch=20, lr=0.5,
+        positive_paths=(str(root / "en"),),
+        negative_paths=(str(root / "de"),),
+        output_path=str(root / out),
+        positive_label="en",
+        negative_label="de",
+        dim=16,
+        bucket=10_000,
+        epoch=20,
+        lr=0.5,
     )
 
 
@@ -100,19 +115,25 @@ def test_classify_filter_as_language_id(lid, tmp_path):
     mixed = sentences(EN, 5, 10, "en-new") + sentences(DE, 4, 11, "de-new")
     random.Random(0).shuffle(mixed)
     write_documents(str(tmp_path / "in" / "a.jsonl.zst"), mixed[:5])
-    (tmp_path / "in" / "b.jsonl").write_text(
-        "\n".join(json.dumps(d) for d in mixed[5:]) + "\n{\"id\": \"broken\"\n"
-    )
+    (tmp_path / "in" / "b.jsonl").write_text("\n".join(json.dumps(d) for d in mixed[5:]) + '\n{"id": "broken"\n')
     out = tmp_path / "out"
-    result = classify_filter(ClassifyFilterConfig(
-        input_path=str(tmp_path / "in"), output_path=str(out),
-        model_path=str(root / "model" / "model.bin"), label="__label__en", threshold=0.65,
-        attribute="language", rule="language", on_bad_record="skip",
-    ))
+    result = classify_filter(
+        ClassifyFilterConfig(
+            input_path=str(tmp_path / "in"),
+            output_path=str(out),
+            model_path=str(root / "model" / "model.bin"),
+            label="__label__en",
+            threshold=0.65,
+            attribute="language",
+            rule="language",
+            on_bad_record="skip",
+        )
+    )
     kept = list(read_documents(str(out / "data" / "a.jsonl.zst"))) + list(read_documents(str(out / "data" / "b.jsonl")))
     assert sorted(d["id"] for d in kept) == [f"en-new-{i:03d}" for i in range(5)]
-    assert all(d["metadata"]["language"]["top_label"] == "en"
-               and d["metadata"]["language"]["score"] >= 0.65 for d in kept)
+    assert all(
+        d["metadata"]["language"]["top_label"] == "en" and d["metadata"]["language"]["score"] >= 0.65 for d in kept
+    )
     recs = []
     for name in ("a.jsonl.zst", "b.jsonl.zst"):
         with open(out / "removed" / name, "rb") as f:
@@ -126,18 +147,25 @@ def test_classify_filter_as_language_id(lid, tmp_path):
 def test_classify_filter_names_a_missing_model(tmp_path):
     write_documents(str(tmp_path / "in" / "a.jsonl"), [{"id": "x", "text": "y"}])
     with pytest.raises(ClassifierError, match="nope.bin.*does not exist"):
-        classify_filter(ClassifyFilterConfig(
-            input_path=str(tmp_path / "in"), output_path=str(tmp_path / "o"),
-            model_path=str(tmp_path / "nope.bin")))
+        classify_filter(
+            ClassifyFilterConfig(
+                input_path=str(tmp_path / "in"), output_path=str(tmp_path / "o"), model_path=str(tmp_path / "nope.bin")
+            )
+        )
 
 
 def test_classify_filter_names_an_unknown_label(lid, tmp_path):
     root, _ = lid
     write_documents(str(tmp_path / "in" / "a.jsonl"), [{"id": "x", "text": "y"}])
     with pytest.raises(ClassifierError, match=r"'en' is not one of the model's labels \(__label__"):
-        classify_filter(ClassifyFilterConfig(
-            input_path=str(tmp_path / "in"), output_path=str(tmp_path / "o"),
-            model_path=str(root / "model" / "model.bin"), label="en"))
+        classify_filter(
+            ClassifyFilterConfig(
+                input_path=str(tmp_path / "in"),
+                output_path=str(tmp_path / "o"),
+                model_path=str(root / "model" / "model.bin"),
+                label="en",
+            )
+        )
 
 
 def test_training_rejects_same_labels_and_empty_classes(tmp_path):
@@ -145,14 +173,24 @@ def test_training_rejects_same_labels_and_empty_classes(tmp_path):
     write_documents(str(tmp_path / "de" / "0.jsonl"), sentences(DE, 3, 2, "de"))
     cfg = tiny_config(tmp_path, "m")
     with pytest.raises(ClassifierError, match="both 'x'"):
-        train_quality_classifier(TrainClassifierConfig(
-            positive_paths=cfg.positive_paths, negative_paths=cfg.negative_paths,
-            output_path=cfg.output_path, positive_label="x", negative_label="x"))
+        train_quality_classifier(
+            TrainClassifierConfig(
+                positive_paths=cfg.positive_paths,
+                negative_paths=cfg.negative_paths,
+                output_path=cfg.output_path,
+                positive_label="x",
+                negative_label="x",
+            )
+        )
     write_documents(str(tmp_path / "empty" / "0.jsonl"), [])
     with pytest.raises(ClassifierError, match="no training documents from negative_paths"):
-        train_quality_classifier(TrainClassifierConfig(
-            positive_paths=cfg.positive_paths, negative_paths=(str(tmp_path / "empty"),),
-            output_path=cfg.output_path))
+        train_quality_classifier(
+            TrainClassifierConfig(
+                positive_paths=cfg.positive_paths,
+                negative_paths=(str(tmp_path / "empty"),),
+                output_path=cfg.output_path,
+            )
+        )
 
 
 @pytest.mark.slow
@@ -161,9 +199,13 @@ def test_classify_filter_names_a_bad_shard_and_keeps_the_others(lid, tmp_path):
     root, _ = lid
     write_documents(str(tmp_path / "in" / "a.jsonl.zst"), sentences(EN, 4, 12, "en-a"))
     (tmp_path / "in" / "b.jsonl.gz").write_bytes(b"not gzip")
-    config = ClassifyFilterConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "out"),
-                                  model_path=str(root / "model" / "model.bin"), label="__label__en",
-                                  shard_policy=ShardPolicy(retries=0))
+    config = ClassifyFilterConfig(
+        input_path=str(tmp_path / "in"),
+        output_path=str(tmp_path / "out"),
+        model_path=str(root / "model" / "model.bin"),
+        label="__label__en",
+        shard_policy=ShardPolicy(retries=0),
+    )
     with pytest.raises(BadShardsError, match=r"(?s)classify_filter: 1 of 2 shards are bad .*b\.jsonl\.gz"):
         classify_filter(config)
     assert (tmp_path / "out" / "data" / "a.jsonl.zst.done").exists()

@@ -11,8 +11,14 @@ from marin_lab.cluster import ClusterConfigError
 from marin_lab.cluster.config import load_cluster_config, parse_cluster_config, render_ray_config
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"
-BASE = {"cluster_name": "c", "project": "p", "region": "us-central2", "zone": "us-central2-b", "image": "img:1",
-        "tpu_workers": {"v4-8": {"max_slices": 4}, "v4-32": {"max_slices": 2, "preemptible": False}}}
+BASE = {
+    "cluster_name": "c",
+    "project": "p",
+    "region": "us-central2",
+    "zone": "us-central2-b",
+    "image": "img:1",
+    "tpu_workers": {"v4-8": {"max_slices": 4}, "v4-32": {"max_slices": 2, "preemptible": False}},
+}
 
 
 def _without(key):
@@ -30,10 +36,14 @@ def _without(key):
         ({**BASE, "tpu_workers": {"v4-9": {"max_slices": 1}}}, "tpu_workers.v4-9: TPU type 'v4-9' does not exist"),
         ({**BASE, "tpu_workers": {"v4-8": {}}}, "tpu_workers.v4-8: missing 'max_slices'"),
         ({**BASE, "tpu_workers": {"v4-8": {"max_slices": 1, "spot": True}}}, "tpu_workers.v4-8: .*spot"),
-        ({**BASE, "queued_resources": [{"name": "q", "tpu": "v5e-4", "slices": 2}]},
-         r"queued_resources\[0\]: v5e-4 cannot form a multislice job"),
-        ({**BASE, "queued_resources": [{"name": "q", "tpu": "v4-8", "reservation": "r"}]},
-         r"queued_resources\[0\] \(q\): a reservation needs spot: false"),
+        (
+            {**BASE, "queued_resources": [{"name": "q", "tpu": "v5e-4", "slices": 2}]},
+            r"queued_resources\[0\]: v5e-4 cannot form a multislice job",
+        ),
+        (
+            {**BASE, "queued_resources": [{"name": "q", "tpu": "v4-8", "reservation": "r"}]},
+            r"queued_resources\[0\] \(q\): a reservation needs spot: false",
+        ),
         ([1, 2], "must be a YAML mapping"),
     ],
 )
@@ -53,8 +63,13 @@ def test_missing_zone_in_a_file_names_the_file(tmp_path):
 
 def test_render_fills_the_template_per_zone():
     rendered = render_ray_config(parse_cluster_config(BASE, source="c.yaml"))
-    assert rendered["provider"] == {"type": "gcp", "region": "us-central2", "availability_zone": "us-central2-b",
-                                    "project_id": "p", "cache_stopped_nodes": False}
+    assert rendered["provider"] == {
+        "type": "gcp",
+        "region": "us-central2",
+        "availability_zone": "us-central2-b",
+        "project_id": "p",
+        "cache_stopped_nodes": False,
+    }
     assert rendered["docker"]["image"] == "img:1"
     assert "tpu_worker_pattern" not in rendered
     v4_32 = rendered["available_node_types"]["tpu_worker_v4_32"]
@@ -78,7 +93,8 @@ def test_shipped_cluster_configs_load_and_their_rendered_files_are_current(name)
 
 def test_a_template_placeholder_the_config_lacks_is_a_clear_error(tmp_path):
     template = tmp_path / "t.yaml"
-    template.write_text("cluster_name: ${cluster_name}\nnetwork: ${vpc}\ntpu_worker_pattern: {}\n"
-                        "available_node_types: {}\n")
+    template.write_text(
+        "cluster_name: ${cluster_name}\nnetwork: ${vpc}\ntpu_worker_pattern: {}\navailable_node_types: {}\n"
+    )
     with pytest.raises(ClusterConfigError, match=r"template field template.network uses \$\{vpc\}"):
         render_ray_config(parse_cluster_config(BASE), template)

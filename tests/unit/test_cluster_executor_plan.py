@@ -10,13 +10,15 @@ from marin_lab.execution import Executor, ExecutorStep, this_output_path
 
 
 def _step(name: str, resources: TpuResources) -> ExecutorStep:
-    return ExecutorStep(name=name, fn=toy_train, config=ToyTrainConfig(output_path=this_output_path()),
-                        resources=resources)
+    return ExecutorStep(
+        name=name, fn=toy_train, config=ToyTrainConfig(output_path=this_output_path()), resources=resources
+    )
 
 
 def test_dry_run_shows_the_tpu_request(tmp_path, capsys):
     Executor(prefix=str(tmp_path), backend="local").run(
-        [_step("train/toy", TpuResources(tpu="v5e-256", slices=[1, 2]))], dry_run=True)
+        [_step("train/toy", TpuResources(tpu="v5e-256", slices=[1, 2]))], dry_run=True
+    )
     out = capsys.readouterr().out
     assert "tpu=v5e-256" in out and "slices=[1, 2]" in out and "hosts_per_slice=64" in out
 

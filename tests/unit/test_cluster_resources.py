@@ -94,8 +94,14 @@ def test_capacity_is_read_from_the_cluster_config(tmp_path, monkeypatch):
 
 def test_describe_shows_the_request_as_json():
     assert TpuResources(tpu="v5litepod-256", slices=[1, 2]).describe() == {
-        "kind": "tpu", "tpu": "v5e-256", "slices": [1, 2], "hosts_per_slice": 64, "chips_per_slice": 256,
-        "chips_per_host": 4, "preemptible": True}
+        "kind": "tpu",
+        "tpu": "v5e-256",
+        "slices": [1, 2],
+        "hosts_per_slice": 64,
+        "chips_per_slice": 256,
+        "chips_per_host": 4,
+        "preemptible": True,
+    }
     assert GpuResources(gpus=2, accelerator_type="H100").describe()["gpus"] == 2
     assert CpuResources(cpus=4, memory_gb=8).ray_options() == {"num_cpus": 4, "memory": 8 * 2**30}
 

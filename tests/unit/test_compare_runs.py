@@ -10,8 +10,18 @@ from marin_lab.browser.paths import Roots
 
 
 def test_one_metric_is_read_alone_and_every_numeric_key_is_offered(tmp_path):
-    rows = [{"step": s, "loss": 3.0 - s / 10, "eval/valid/loss": 4.0, "HF_TOKEN": 7, "note": "x", "flag": True,
-             "fp8/saturated": 0.0} for s in range(5)]
+    rows = [
+        {
+            "step": s,
+            "loss": 3.0 - s / 10,
+            "eval/valid/loss": 4.0,
+            "HF_TOKEN": 7,
+            "note": "x",
+            "flag": True,
+            "fp8/saturated": 0.0,
+        }
+        for s in range(5)
+    ]
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n{broken\n")
     roots = Roots.of([str(tmp_path)])
     out = read_metrics(roots, str(tmp_path), "eval/valid/loss")
@@ -22,8 +32,12 @@ def test_one_metric_is_read_alone_and_every_numeric_key_is_offered(tmp_path):
 
 
 def test_a_label_names_dtype_non_default_precision_and_seed():
-    trainer = {"compute_dtype": "bfloat16", "param_dtype": "float32", "seed": 2,
-               "precision": {"matmul": "fp8_delayed", "optimizer_state": "float32", "fp8_lm_head": True}}
+    trainer = {
+        "compute_dtype": "bfloat16",
+        "param_dtype": "float32",
+        "seed": 2,
+        "precision": {"matmul": "fp8_delayed", "optimizer_state": "float32", "fp8_lm_head": True},
+    }
     assert config_label(trainer) == "compute bfloat16 · matmul fp8_delayed · fp8 lm head · seed 2"
     assert config_label({"train": trainer, "name": "x"}) == config_label(trainer)  # one level down
     assert config_label({"input_path": "a"}) is None

@@ -16,8 +16,11 @@ from marin_lab.versioning import field_hints
 
 
 def test_simple_train_config_names_the_typo():
-    with pytest.raises(TypeError, match=r"^SimpleTrainConfig has no field 'learning_rte'; did you mean "
-                                        r"'learning_rate'\?$"):
+    with pytest.raises(
+        TypeError,
+        match=r"^SimpleTrainConfig has no field 'learning_rte'; did you mean "
+        r"'learning_rate'\?$",
+    ):
         SimpleTrainConfig(resources=CpuOnlyConfig(), train_batch_size=4, num_train_steps=10, learning_rte=3e-3)
     with pytest.raises(TypeError, match="'num_train_step'; did you mean 'num_train_steps'"):
         SimpleTrainConfig(CpuOnlyConfig(), 4, learning_rate=1e-3, num_train_step=10)
@@ -25,13 +28,16 @@ def test_simple_train_config_names_the_typo():
         SimpleTrainConfig(CpuOnlyConfig(), 4, 10, learning_rate=1e-3, lr_schedul="cosine")
 
 
-@pytest.mark.parametrize(("cls", "kwargs", "meant"), [
-    (LlamaConfig, {"hiden_dim": 64}, "hidden_dim"),
-    (OptimizerConfig, {"learning_rate": 1e-3, "weight_decy": 0.1}, "weight_decay"),
-    (GpuConfig, {"gpu_cont": 2}, "gpu_count"),
-    (TokenizeConfig, {"input_path": "a", "output_path": "b", "tokeniser": "x"}, "tokenizer"),
-    (ExecutorStep, {"name": "a", "fn": print, "config": None, "resource": None}, "resources"),
-])
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "meant"),
+    [
+        (LlamaConfig, {"hiden_dim": 64}, "hidden_dim"),
+        (OptimizerConfig, {"learning_rate": 1e-3, "weight_decy": 0.1}, "weight_decay"),
+        (GpuConfig, {"gpu_cont": 2}, "gpu_count"),
+        (TokenizeConfig, {"input_path": "a", "output_path": "b", "tokeniser": "x"}, "tokenizer"),
+        (ExecutorStep, {"name": "a", "fn": print, "config": None, "resource": None}, "resources"),
+    ],
+)
 def test_library_configs_name_the_closest_field(cls, kwargs, meant):
     typo = next(k for k in kwargs if k != meant and k not in {f.name for f in dataclasses.fields(cls)})
     with pytest.raises(TypeError, match=f"^{cls.__name__} has no field '{typo}'; did you mean '{meant}'\\?$"):
@@ -56,8 +62,11 @@ def test_nothing_close_lists_the_fields_and_other_type_errors_pass_through():
 
     with pytest.raises(TypeError, match=r"^Small has no field 'colour' \(its fields are: width, depth\)$"):
         Small(width=1, colour="red")
-    with pytest.raises(TypeError, match=r"^Small has no field 'colr' \(its fields are: width, depth\)\. Small has no "
-                                        r"field 'dept'; did you mean 'depth'\?$"):
+    with pytest.raises(
+        TypeError,
+        match=r"^Small has no field 'colr' \(its fields are: width, depth\)\. Small has no "
+        r"field 'dept'; did you mean 'depth'\?$",
+    ):
         Small(width=1, colr="red", dept=2)
     with pytest.raises(TypeError, match="^width must be an int$"):
         Small(width="wide")

@@ -42,18 +42,31 @@ def costed_prefix(tmp_path):
 
 def attempt(n: int, kind: str | None, start: str, end: str | None, status: str, chips: int | None = None) -> Attempt:
     hardware = {"kind": "tpu", "type": "v5e-256", "slices": chips // 256, "chips": chips} if chips else None
-    return Attempt(n, kind=kind, started=f"2026-11-20T{start}:00.000+00:00",
-                   ended=f"2026-11-20T{end}:00.000+00:00" if end else None, status=status, hardware=hardware)
+    return Attempt(
+        n,
+        kind=kind,
+        started=f"2026-11-20T{start}:00.000+00:00",
+        ended=f"2026-11-20T{end}:00.000+00:00" if end else None,
+        status=status,
+        hardware=hardware,
+    )
 
 
 # ---- accelerator-hours -----------------------------------------------------------------------------
 
+
 def test_accelerator_hours_count_every_ended_attempt_with_the_chips_it_held_preempted_ones_included():
-    record = StepRecord(name="train/big", identity="train/big-11111111", resources={**V5E_256, "slices": [1, 2]},
-                        attempts=[attempt(1, "preemption", "10:00", "10:30", "FAILED", chips=512),  # 0.5 h x 512
-                                  attempt(2, "failure", "10:30", "10:45", "FAILED"),  # no hardware: declared, 2 x 256
-                                  attempt(3, None, "11:00", "12:00", "SUCCESS", chips=256),  # 1 h x 256
-                                  attempt(4, None, "12:00", None, "RUNNING")])  # still running: not yet
+    record = StepRecord(
+        name="train/big",
+        identity="train/big-11111111",
+        resources={**V5E_256, "slices": [1, 2]},
+        attempts=[
+            attempt(1, "preemption", "10:00", "10:30", "FAILED", chips=512),  # 0.5 h x 512
+            attempt(2, "failure", "10:30", "10:45", "FAILED"),  # no hardware: declared, 2 x 256
+            attempt(3, None, "11:00", "12:00", "SUCCESS", chips=256),  # 1 h x 256
+            attempt(4, None, "12:00", None, "RUNNING"),
+        ],
+    )  # still running: not yet
     usage = record_usage(record)
     assert usage["accelerator_hours"] == 512 * 0.5 + 512 * 0.25 + 256 * 1.0
     assert usage["preempted_accelerator_hours"] == 256.0
@@ -66,29 +79,35 @@ def test_accelerator_hours_count_every_ended_attempt_with_the_chips_it_held_pree
     assert cost.text == "$768.00 (640 accelerator-hours on tpu-v5e x256, 256 of them preempted)"
 
 
-@pytest.mark.parametrize("resources, expected", [
-    (None, ("cpu", 1.0)),
-    ({"num_cpus": 4}, ("cpu", 4.0)),
-    ({"num_gpus": 2, "accelerator_type": "A100-80G"}, ("gpu-a100-80gb", 2.0)),
-    ({"num_gpus": 1}, ("gpu", 1.0)),
-    ({"resources": {"TPU": 4}, "accelerator_type": "TPU-V4"}, ("tpu-v4", 4.0)),
-    (TpuResources(tpu="v5e-256", slices=2).describe(), ("tpu-v5e", 512.0)),
-    (TpuResources(tpu="v4-16").describe(), ("tpu-v4", 8.0)),  # v4 names count cores: 16 cores, 8 chips
-    (TpuResources(tpu="v5litepod-16", slices=[1, 2]).describe(), ("tpu-v5e", 32.0)),  # elastic: the most it asks
-    (GpuResources(gpus=8, accelerator_type="H100").describe(), ("gpu-h100", 8.0)),
-    ({"kind": "scripted"}, (None, None)),  # another runner: unknown, never guessed
-])
+@pytest.mark.parametrize(
+    "resources, expected",
+    [
+        (None, ("cpu", 1.0)),
+        ({"num_cpus": 4}, ("cpu", 4.0)),
+        ({"num_gpus": 2, "accelerator_type": "A100-80G"}, ("gpu-a100-80gb", 2.0)),
+        ({"num_gpus": 1}, ("gpu", 1.0)),
+        ({"resources": {"TPU": 4}, "accelerator_type": "TPU-V4"}, ("tpu-v4", 4.0)),
+        (TpuResources(tpu="v5e-256", slices=2).describe(), ("tpu-v5e", 512.0)),
+        (TpuResources(tpu="v4-16").describe(), ("tpu-v4", 8.0)),  # v4 names count cores: 16 cores, 8 chips
+        (TpuResources(tpu="v5litepod-16", slices=[1, 2]).describe(), ("tpu-v5e", 32.0)),  # elastic: the most it asks
+        (GpuResources(gpus=8, accelerator_type="H100").describe(), ("gpu-h100", 8.0)),
+        ({"kind": "scripted"}, (None, None)),  # another runner: unknown, never guessed
+    ],
+)
 def test_declared_resources_say_which_accelerator_and_how_many(resources, expected):
     assert declared_accelerator(resources) == expected
 
 
 def test_a_runner_of_unknown_kind_has_hours_but_unknown_accelerator_hours():
-    record = StepRecord(identity="x/y-1", resources={"kind": "scripted"},
-                        attempts=[attempt(1, None, "10:00", "11:00", "SUCCESS")])
+    record = StepRecord(
+        identity="x/y-1", resources={"kind": "scripted"}, attempts=[attempt(1, None, "10:00", "11:00", "SUCCESS")]
+    )
     usage = record_usage(record)
     assert usage["wall_hours"] == 1.0 and usage["accelerator_hours"] is None and usage["unknown_attempts"] == 1
-    assert step_cost("x/y-1", record, default_prices()).text == "unknown (unknown accelerator-hours on unknown " \
-                                                                 "hardware x?)"
+    assert (
+        step_cost("x/y-1", record, default_prices()).text == "unknown (unknown accelerator-hours on unknown "
+        "hardware x?)"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,15 +139,21 @@ def test_the_record_holds_accelerator_hours_of_every_attempt_and_the_identity_do
     monkeypatch.setattr(backends, "_RAY_USERS", 0)
 
     def make(resources):
-        return ExecutorStep(name="cost/a", fn=write_text, resources=resources,
-                            config=WriteConfig(output_path=this_output_path(), text=versioned("x")))
+        return ExecutorStep(
+            name="cost/a",
+            fn=write_text,
+            resources=resources,
+            config=WriteConfig(output_path=this_output_path(), text=versioned("x")),
+        )
 
     report = Executor(str(tmp_path), backend="ray", max_preemption_retries=1).run([make(SliceRunner())])
     out = report.plan.steps[0].output_path
     record = read_step_record(out)
     assert [a.kind for a in record.attempts] == ["preemption", None]
-    spans = [(datetime.datetime.fromisoformat(a.ended) - datetime.datetime.fromisoformat(a.started)).total_seconds()
-             for a in record.attempts]
+    spans = [
+        (datetime.datetime.fromisoformat(a.ended) - datetime.datetime.fromisoformat(a.started)).total_seconds()
+        for a in record.attempts
+    ]
     usage = json.loads(pathlib.Path(out, ".executor_info").read_text())["usage"]
     assert usage["attempts"] == 2 and usage["preempted_attempts"] == 1
     assert usage["accelerator_hours"] == pytest.approx(8 * sum(spans) / 3600, abs=1e-6)
@@ -139,9 +164,23 @@ def test_the_record_holds_accelerator_hours_of_every_attempt_and_the_identity_do
 
 
 def test_an_older_record_without_usage_is_measured_when_read():
-    raw = {"schema": 1, "identity": "a/b-1", "resources": {"num_cpus": 2}, "status": "SUCCESS",
-           "attempts": [{"attempt": 1, "kind": None, "started": "2026-01-01T00:00:00Z",
-                         "ended": "2026-01-01T03:00:00Z", "status": "SUCCESS", "error": None, "driver": "d"}]}
+    raw = {
+        "schema": 1,
+        "identity": "a/b-1",
+        "resources": {"num_cpus": 2},
+        "status": "SUCCESS",
+        "attempts": [
+            {
+                "attempt": 1,
+                "kind": None,
+                "started": "2026-01-01T00:00:00Z",
+                "ended": "2026-01-01T03:00:00Z",
+                "status": "SUCCESS",
+                "error": None,
+                "driver": "d",
+            }
+        ],
+    }
     record = StepRecord.from_json(raw)
     assert record.usage is None and "usage" not in record.to_json()  # an older record keeps its bytes
     assert usage_of(record)["accelerator_hours"] == 6.0
@@ -149,14 +188,16 @@ def test_an_older_record_without_usage_is_measured_when_read():
 
 # ---- the price table ------------------------------------------------------------------------------
 
+
 def test_a_price_file_overrides_entries_and_keeps_the_other_defaults(tmp_path):
     path = tmp_path / "prices.json"
     path.write_text(json.dumps({"date": "2026-11-01", "source": "our contract", "prices": {"tpu-v5e": 0.84, "gpu": 2}}))
     table = load_prices(str(path))
     assert table.price("tpu-v5e") == 0.84 and table.price("gpu") == 2.0
     assert table.price("tpu-v4") == DEFAULT_PRICES["tpu-v4"]
-    assert table.describe() == (f"prices: {path} (our contract, USD per accelerator-hour, 2026-11-01) over the "
-                                "default list prices")
+    assert table.describe() == (
+        f"prices: {path} (our contract, USD per accelerator-hour, 2026-11-01) over the default list prices"
+    )
     toml = tmp_path / "prices.toml"
     toml.write_text('currency = "EUR"\n[prices]\n"tpu-v6e" = 2.5\n')
     eur = load_prices(str(toml))
@@ -164,17 +205,24 @@ def test_a_price_file_overrides_entries_and_keeps_the_other_defaults(tmp_path):
     assert format_money(12.5, eur.currency) == "EUR 12.50"
 
 
-@pytest.mark.parametrize("content, message", [
-    ({"prices": {"tpu-v7x": 1.0}}, "entry 'tpu-v7x' is not a known accelerator; known: " + ", ".join(KNOWN)),
-    ({"prices": {"tpu-v5e": -1.2}}, "entry 'tpu-v5e' is -1.2, a negative price; give USD per accelerator-hour, "
-                                    "0 or more"),
-    ({"prices": {"gpu-h100": "cheap"}}, "entry 'gpu-h100' is 'cheap', not a number; give USD per accelerator-hour, "
-                                        "0 or more"),
-    ({"prices": {"cpu": True}}, "entry 'cpu' is True, not a number"),
-    ({"price": {"cpu": 1}}, "key 'price' is not known; a price table has prices, currency, date, source"),
-    ([1, 2], "the price table is list, expected an object"),
-    ({"currency": "USD"}, "\"prices\" is missing"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ({"prices": {"tpu-v7x": 1.0}}, "entry 'tpu-v7x' is not a known accelerator; known: " + ", ".join(KNOWN)),
+        (
+            {"prices": {"tpu-v5e": -1.2}},
+            "entry 'tpu-v5e' is -1.2, a negative price; give USD per accelerator-hour, 0 or more",
+        ),
+        (
+            {"prices": {"gpu-h100": "cheap"}},
+            "entry 'gpu-h100' is 'cheap', not a number; give USD per accelerator-hour, 0 or more",
+        ),
+        ({"prices": {"cpu": True}}, "entry 'cpu' is True, not a number"),
+        ({"price": {"cpu": 1}}, "key 'price' is not known; a price table has prices, currency, date, source"),
+        ([1, 2], "the price table is list, expected an object"),
+        ({"currency": "USD"}, '"prices" is missing'),
+    ],
+)
 def test_a_bad_price_table_is_refused_in_one_line_naming_the_file_and_entry(tmp_path, content, message):
     path = tmp_path / "prices.json"
     path.write_text(json.dumps(content))
@@ -194,6 +242,7 @@ def test_unreadable_or_malformed_price_files_are_one_line(tmp_path):
 
 
 # ---- the dry run ----------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_the_plan_shows_estimated_cost_and_what_reuse_saves(tmp_path, capsys):
@@ -218,13 +267,16 @@ def test_the_plan_shows_estimated_cost_and_what_reuse_saves(tmp_path, capsys):
     assert all(r is None for r in old.values())  # the new versions have no records of their own yet
     assert plan["cost"]["run"]["steps"] == 5 and plan["cost"]["run"]["unknown"] == 0
     assert plan["cost"]["run"]["accelerator_hours"] == pytest.approx(
-        sum(s["cost"]["accelerator_hours"] for s in plan["steps"]), abs=1e-5)
+        sum(s["cost"]["accelerator_hours"] for s in plan["steps"]), abs=1e-5
+    )
 
     # The unchanged DAG: every step is reused, and the plan says what that saved, from the records.
     executor_main(steps=five_step_dag(), args=["--prefix", prefix, "--dry_run", "true"])
     text = capsys.readouterr().out
-    assert text.splitlines()[1] == "  prices: default on-demand list prices (docs/executor.md, \"Cost\"), USD per " \
-                                   "accelerator-hour, listed 2025"
+    assert (
+        text.splitlines()[1] == '  prices: default on-demand list prices (docs/executor.md, "Cost"), USD per '
+        "accelerator-hour, listed 2025"
+    )
     assert text.splitlines()[2] == "  cost: 0 steps would run, estimated: $0.00 (0.00 accelerator-hours)"
     assert text.splitlines()[3].startswith("  cost: 5 steps reused, saved by reuse: $")
     recorded = usage_of(_versions(prefix, "final/e")[0])["accelerator_hours"]
@@ -255,8 +307,12 @@ def test_a_step_never_run_is_estimated_from_its_config_when_it_gives_accelerator
     from marin_lab.execution.baseline import RecordIndex
     from marin_lab.execution.cost import estimate_plan
 
-    ps = SimpleNamespace(identity="train/big-1", name="train/big", output_path=str(tmp_path / "train/big-1"),
-                         step=SimpleNamespace(config=BigTrainConfig(), resources=None))
+    ps = SimpleNamespace(
+        identity="train/big-1",
+        name="train/big",
+        output_path=str(tmp_path / "train/big-1"),
+        step=SimpleNamespace(config=BigTrainConfig(), resources=None),
+    )
     decisions = [SimpleNamespace(step=ps, action="run")]
     plan = estimate_plan(decisions, default_prices(), RecordIndex(str(tmp_path)))
     estimate = plan.steps["train/big-1"]
@@ -264,8 +320,15 @@ def test_a_step_never_run_is_estimated_from_its_config_when_it_gives_accelerator
     assert estimate.text == "$4,200.00 estimated (1,000 accelerator-hours, the config's estimate on tpu-v5p)"
     # A bucket that cannot be read without credentials: the config's estimate still stands, records are not read.
     assert estimate_plan(decisions, default_prices(), None).steps["train/big-1"] == estimate
-    plain = SimpleNamespace(step=SimpleNamespace(identity="raw/x-1", name="raw/x", output_path="gs://b/raw/x-1",
-                                                 step=SimpleNamespace(config=None, resources=None)), action="skip")
+    plain = SimpleNamespace(
+        step=SimpleNamespace(
+            identity="raw/x-1",
+            name="raw/x",
+            output_path="gs://b/raw/x-1",
+            step=SimpleNamespace(config=None, resources=None),
+        ),
+        action="skip",
+    )
     assert estimate_plan([plain], default_prices(), None).steps["raw/x-1"].text == "unknown (records not read)"
 
 
@@ -273,10 +336,12 @@ def test_a_bad_prices_flag_stops_the_run_in_one_line(tmp_path, capsys):
     bad = tmp_path / "prices.json"
     bad.write_text(json.dumps({"prices": {"tpu-v5e": -1}}))
     with pytest.raises(SystemExit):
-        executor_main(steps=five_step_dag(),
-                      args=["--prefix", str(tmp_path), "--dry_run", "true", "--prices", str(bad)])
-    assert capsys.readouterr().err.strip() == (f"error: {bad}: entry 'tpu-v5e' is -1, a negative price; give USD "
-                                               "per accelerator-hour, 0 or more")
+        executor_main(
+            steps=five_step_dag(), args=["--prefix", str(tmp_path), "--dry_run", "true", "--prices", str(bad)]
+        )
+    assert capsys.readouterr().err.strip() == (
+        f"error: {bad}: entry 'tpu-v5e' is -1, a negative price; give USD per accelerator-hour, 0 or more"
+    )
 
 
 def _versions(prefix: str, name: str) -> list[StepRecord]:
@@ -286,6 +351,7 @@ def _versions(prefix: str, name: str) -> list[StepRecord]:
 
 
 # ---- status --cost and the browser ----------------------------------------------------------------
+
 
 def test_status_cost_prints_each_step_the_experiment_and_what_reuse_saved(costed_prefix, capsys):
     assert cli_main(["status", str(costed_prefix), "--cost"]) == 0
@@ -315,8 +381,9 @@ def test_the_browser_shows_the_numbers_the_cli_prints_on_the_same_prefix(costed_
     browser = Browser(str(costed_prefix), Roots.of([str(costed_prefix)]), prices=table)
     data = browser_experiment_cost(browser, "costed-abcdef12")
     assert data["text"] in cli_lines
-    assert data["text"] == ("cost: $386.25 (393 accelerator-hours); saved by reuse: $0.25 (8.00 accelerator-hours, "
-                            "1 step)")
+    assert data["text"] == (
+        "cost: $386.25 (393 accelerator-hours); saved by reuse: $0.25 (8.00 accelerator-hours, 1 step)"
+    )
     for row in data["steps"]:
         assert any(line.endswith(f"{row['identity']}  {row['text']}") for line in cli_lines), row
     assert data["prices"] == cli_lines[0] == table.describe()

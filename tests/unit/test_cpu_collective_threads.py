@@ -17,8 +17,7 @@ from marin_lab.training.distributed import leave_threads_for_collectives
 def test_pool_is_twice_the_forced_devices_unless_the_user_chose():
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     assert leave_threads_for_collectives(env) == str(max(os.cpu_count() or 1, 4)) == env["NPROC"]
-    assert leave_threads_for_collectives({"XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-                                          "NPROC": "3"}) == "3"
+    assert leave_threads_for_collectives({"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "NPROC": "3"}) == "3"
     unforced: dict[str, str] = {}
     assert leave_threads_for_collectives(unforced) is None and "NPROC" not in unforced
 

@@ -22,7 +22,7 @@ def shard(tmp_path):
 
 def _damage(path, at: int, length: int) -> None:
     data = bytearray(path.read_bytes())
-    data[at:at + length] = b"\xff" * length
+    data[at : at + length] = b"\xff" * length
     path.write_bytes(bytes(data))
 
 
@@ -50,8 +50,11 @@ def test_damaged_string_bytes_name_the_row_instead_of_a_unicode_traceback(shard)
     data = shard.read_bytes()
     at = data.index(b"text number 01500 ") + 5  # inside row 1501's text, past its length prefix
     _damage(shard, at, 3)
-    with pytest.raises(BadRecordError, match=rf"{shard.name}:1501: bad record \(bad_parquet\): row 1501 holds a "
-                                             "string that is not UTF-8"):
+    with pytest.raises(
+        BadRecordError,
+        match=rf"{shard.name}:1501: bad record \(bad_parquet\): row 1501 holds a "
+        "string that is not UTF-8",
+    ):
         list(read_documents(str(shard)))
     stats = ReadStats()
     docs = list(read_documents(str(shard), on_bad_record="skip", stats=stats))

@@ -25,8 +25,11 @@ GARBAGE = {
 
 
 def _step(workers: int = 1) -> ExecutorStep:
-    return ExecutorStep(name="damaged/a", fn=write_text, config=WriteConfig(
-        output_path=this_output_path(), text=versioned("x"), workers=workers))
+    return ExecutorStep(
+        name="damaged/a",
+        fn=write_text,
+        config=WriteConfig(output_path=this_output_path(), text=versioned("x"), workers=workers),
+    )
 
 
 @pytest.fixture
@@ -85,8 +88,11 @@ def test_status_command_shows_damaged_experiments_and_steps(done_step, capsys):
     prefix, out = done_step
     _write_experiment(prefix, "garbage-00000001.json", b"{garbage")
     _write_experiment(prefix, "notalist-00000002.json", b'{"steps": {"a": 1}}')
-    _write_experiment(prefix, "fields-00000003.json", json.dumps(
-        {"steps": [{"name": "x"}, 5, {"identity": "damaged/a-x", "output_path": str(out)}]}).encode())
+    _write_experiment(
+        prefix,
+        "fields-00000003.json",
+        json.dumps({"steps": [{"name": "x"}, 5, {"identity": "damaged/a-x", "output_path": str(out)}]}).encode(),
+    )
     (out / ".executor_status").write_text('{"status": 17}')
     capsys.readouterr()
     assert cli_main(["status", str(prefix)]) == 1
@@ -100,13 +106,16 @@ def test_status_command_shows_damaged_experiments_and_steps(done_step, capsys):
     assert not any("0 steps" in line for line in lines)
 
 
-@pytest.mark.parametrize("content, says", [
-    (b"{garbage", "not valid JSON"),
-    (b"\xff", "not UTF-8"),
-    (b"[1]", "not a JSON object"),
-    (b'{"manifest": {"files": "x"}}', "recorded manifest is damaged"),
-    (b'{"manifest": {"files": [{"path": "a", "size": "big"}]}}', "files[0] (a)"),
-])
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        (b"{garbage", "not valid JSON"),
+        (b"\xff", "not UTF-8"),
+        (b"[1]", "not a JSON object"),
+        (b'{"manifest": {"files": "x"}}', "recorded manifest is damaged"),
+        (b'{"manifest": {"files": [{"path": "a", "size": "big"}]}}', "files[0] (a)"),
+    ],
+)
 def test_verify_names_a_damaged_record_without_a_traceback(tmp_path, capsys, content, says):
     (tmp_path / ".executor_info").write_bytes(content)
     assert cli_main(["verify", str(tmp_path)]) == 2

@@ -23,8 +23,11 @@ _LINE = b" " * (64 * 1024 - 1) + b"\n"  # blank lines: skipped, so nothing is ke
 
 def _bomb(path, codec: str) -> int:
     data = _LINE * (EXPANDED // len(_LINE)) + b'{"id": "last", "text": "still read"}\n'
-    blob = (zstandard.ZstdCompressor(level=3).compress(data) if codec == "zstd"
-            else gzip.compress(data, compresslevel=6, mtime=0))
+    blob = (
+        zstandard.ZstdCompressor(level=3).compress(data)
+        if codec == "zstd"
+        else gzip.compress(data, compresslevel=6, mtime=0)
+    )
     path.write_bytes(blob)
     return len(blob)
 

@@ -23,8 +23,12 @@ from marin_lab.processing.minhash import (
 )
 
 VOCAB_RNG = random.Random(1234)
-VOCAB = sorted({"".join(VOCAB_RNG.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(VOCAB_RNG.randint(3, 9)))
-                for _ in range(3000)})
+VOCAB = sorted(
+    {
+        "".join(VOCAB_RNG.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(VOCAB_RNG.randint(3, 9)))
+        for _ in range(3000)
+    }
+)
 
 
 def random_text(rng: random.Random, words: int = 200) -> str:
@@ -79,8 +83,15 @@ def test_signature_of_a_text_does_not_depend_on_its_batch(monkeypatch):
 
     rng = random.Random(5)
     texts = [random_text(rng, rng.randint(0, 300)) for _ in range(40)]
-    texts += ["", "  ... ", "one", "two words", "Ünïcode\u2028line\u3000space\x85next\x1csep word",
-              "a lone \ud800 surrogate is still text", "x" * 5000 + " long word"]
+    texts += [
+        "",
+        "  ... ",
+        "one",
+        "two words",
+        "Ünïcode\u2028line\u3000space\x85next\x1csep word",
+        "a lone \ud800 surrogate is still text",
+        "x" * 5000 + " long word",
+    ]
     h = MinHasher()
     alone = [h.signature(t) for t in texts]
     monkeypatch.setattr(minhash, "_BATCH_BYTES", 700)  # many batches, words cut across slices
@@ -135,9 +146,16 @@ def reference_signature(text: str, ngram_size: int, num_permutations: int, seed:
 def reference_texts() -> list[str]:
     rng = random.Random(11)
     texts = [random_text(rng, rng.randint(1, 400)) for _ in range(6)]
-    return texts + ["", "  ... !!! ", "one", "two words", "Hello, WORLD! It's 2024-11-05.",
-                    "Ünïcode\u2028line\u3000space\x85next\x1csep word déjà-vu «quoted»",
-                    "a lone \ud800 surrogate is still text", "x" * 3000 + " long word"]
+    return texts + [
+        "",
+        "  ... !!! ",
+        "one",
+        "two words",
+        "Hello, WORLD! It's 2024-11-05.",
+        "Ünïcode\u2028line\u3000space\x85next\x1csep word déjà-vu «quoted»",
+        "a lone \ud800 surrogate is still text",
+        "x" * 3000 + " long word",
+    ]
 
 
 @pytest.mark.parametrize("kernel", ["installed", "numpy passes"])
@@ -229,9 +247,7 @@ def test_default_lsh_cuts_at_its_threshold_where_fineweb_leaves_it_to_luck():
 
 def test_cluster_links_transitively_and_keeps_the_first_document():
     # 0-1 share band 0, 1-2 share band 1, 3 shares nothing, 4 is invalid but has 0's keys.
-    keys = np.array(
-        [[10, 20], [11, 21], [12, 21], [13, 23], [11, 20]], dtype=np.uint64
-    )
+    keys = np.array([[10, 20], [11, 21], [12, 21], [13, 23], [11, 20]], dtype=np.uint64)
     keys[1, 0] = 10
     valid = np.array([True, True, True, True, False])
     clusters = cluster_duplicates(keys, valid)
@@ -318,9 +334,14 @@ def test_dedup_fuzzy_representative_is_first_in_corpus_order(tmp_path):
     dedup_fuzzy(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "out")))
     assert set(read_dir(tmp_path / "out" / "data")) == {"z-early"}
     (rec,) = removed_records(tmp_path / "out")
-    assert rec == {"id": "z-late", "shard": "1.jsonl", "rule": "fuzzy_duplicate",
-                   "duplicate_of": "z-early", "duplicate_of_shard": "0.jsonl",
-                   "similarity": rec["similarity"]}
+    assert rec == {
+        "id": "z-late",
+        "shard": "1.jsonl",
+        "rule": "fuzzy_duplicate",
+        "duplicate_of": "z-early",
+        "duplicate_of_shard": "0.jsonl",
+        "similarity": rec["similarity"],
+    }
 
 
 @pytest.mark.slow
@@ -362,8 +383,9 @@ def chained_corpus(root, seed: int = 11) -> list[dict]:
 DEFAULT_LSH = (DedupConfig.num_bands, DedupConfig.rows_per_band, DedupConfig.threshold)
 
 
-@pytest.mark.parametrize("bands, rows, threshold", [(14, 8, None), (14, 8, 0.75), DEFAULT_LSH],
-                         ids=["fineweb", "fineweb-checked", "default"])
+@pytest.mark.parametrize(
+    "bands, rows, threshold", [(14, 8, None), (14, 8, 0.75), DEFAULT_LSH], ids=["fineweb", "fineweb-checked", "default"]
+)
 def test_partitioned_lsh_matches_single_process_clustering(tmp_path, bands, rows, threshold):
     """Bands bucketed by hash across partition tasks give exactly what one process holding every
     signature gives (`cluster_duplicates`): same removals, representatives and similarities."""
@@ -382,9 +404,16 @@ def test_partitioned_lsh_matches_single_process_clustering(tmp_path, bands, rows
     outputs = []
     for partitions in (1, 3, 8):
         out = tmp_path / f"p{partitions}"
-        result = dedup_fuzzy(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(out),
-                                         num_bands=bands, rows_per_band=rows, threshold=threshold,
-                                         lsh_partitions=partitions))
+        result = dedup_fuzzy(
+            DedupConfig(
+                input_path=str(tmp_path / "in"),
+                output_path=str(out),
+                num_bands=bands,
+                rows_per_band=rows,
+                threshold=threshold,
+                lsh_partitions=partitions,
+            )
+        )
         got = {r["id"]: (r["duplicate_of"], r["similarity"]) for r in removed_records(out)}
         assert got == expected
         assert result["candidate_pairs"] == ref.candidate_pairs and result["linked_pairs"] == ref.linked_pairs
@@ -414,10 +443,13 @@ def test_dedup_skips_and_counts_bad_records(tmp_path):
     (tmp_path / "in").mkdir()
     text = random_text(random.Random(9))
     (tmp_path / "in" / "s.jsonl").write_text(
-        json.dumps({"id": "a", "text": text}) + "\n"
+        json.dumps({"id": "a", "text": text})
+        + "\n"
         + "{not json\n"
-        + json.dumps({"id": "b"}) + "\n"
-        + json.dumps({"id": "c", "text": text}) + "\n"
+        + json.dumps({"id": "b"})
+        + "\n"
+        + json.dumps({"id": "c", "text": text})
+        + "\n"
     )
     with pytest.raises(ProcessingError, match=r"s\.jsonl:2: bad record \(bad_json\)") as err:
         dedup_fuzzy(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "o1")))
@@ -439,9 +471,7 @@ def test_dedup_fuzzy_works_on_memory_filesystem_and_keeps_wordless_documents():
     assert [d["id"] for d in read_documents("memory://dedup-test/out/data/s.jsonl.gz")] == ["e1", "e2", "w"]
 
 
-@pytest.mark.parametrize(
-    "field, value", [("threshold", 1.5), ("num_bands", 0), ("on_bad_record", "ignore")]
-)
+@pytest.mark.parametrize("field, value", [("threshold", 1.5), ("num_bands", 0), ("on_bad_record", "ignore")])
 def test_dedup_rejects_bad_config(tmp_path, field, value):
     cfg = DedupConfig(input_path=str(tmp_path), output_path=str(tmp_path / "o"), **{field: value})
     with pytest.raises(ProcessingError, match=field):
@@ -457,33 +487,44 @@ def test_dedup_error_is_a_processing_error():
 
 def test_dedup_exact_removes_normalised_copies(tmp_path):
     (tmp_path / "in").mkdir()
-    write_documents(str(tmp_path / "in" / "0.jsonl"), [
-        {"id": "a", "text": "Hello   world.\nSecond line."},
-        {"id": "b", "text": "Something else."},
-    ])
-    write_documents(str(tmp_path / "in" / "1.jsonl.zst"), [
-        {"id": "c", "text": "Hello world.\n Second line.  "},  # same after whitespace collapsing
-        {"id": "d", "text": "hello world.\nSecond line."},  # case differs: not a copy
-    ])
+    write_documents(
+        str(tmp_path / "in" / "0.jsonl"),
+        [
+            {"id": "a", "text": "Hello   world.\nSecond line."},
+            {"id": "b", "text": "Something else."},
+        ],
+    )
+    write_documents(
+        str(tmp_path / "in" / "1.jsonl.zst"),
+        [
+            {"id": "c", "text": "Hello world.\n Second line.  "},  # same after whitespace collapsing
+            {"id": "d", "text": "hello world.\nSecond line."},  # case differs: not a copy
+        ],
+    )
     result = dedup_exact(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "out")))
     assert set(read_dir(tmp_path / "out" / "data")) == {"a", "b", "d"}
     (rec,) = removed_records(tmp_path / "out")
     assert rec["id"] == "c" and rec["duplicate_of"] == "a" and rec["rule"] == "exact_duplicate"
-    strict = dedup_exact(DedupConfig(input_path=str(tmp_path / "in"),
-                                     output_path=str(tmp_path / "o2"), normalize=False))
+    strict = dedup_exact(
+        DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "o2"), normalize=False)
+    )
     assert strict["removed_total"] == 0 and result["removed_total"] == 1
 
 
 def test_dedup_exact_paragraph_level(tmp_path):
     (tmp_path / "in").mkdir()
-    write_documents(str(tmp_path / "in" / "0.jsonl"), [
-        {"id": "a", "text": "Cookie banner\n\nReal content of a.\nCookie banner"},
-        {"id": "b", "text": "Cookie banner\nReal content of b."},
-        {"id": "c", "text": "Real content of a.\n\nCookie banner"},  # every line seen before
-        {"id": "d", "text": "Cookie banner\n\nReal content of a.\nCookie banner"},  # copy of a
-    ])
-    result = dedup_exact(DedupConfig(
-        input_path=str(tmp_path / "in"), output_path=str(tmp_path / "out"), paragraph_level=True))
+    write_documents(
+        str(tmp_path / "in" / "0.jsonl"),
+        [
+            {"id": "a", "text": "Cookie banner\n\nReal content of a.\nCookie banner"},
+            {"id": "b", "text": "Cookie banner\nReal content of b."},
+            {"id": "c", "text": "Real content of a.\n\nCookie banner"},  # every line seen before
+            {"id": "d", "text": "Cookie banner\n\nReal content of a.\nCookie banner"},  # copy of a
+        ],
+    )
+    result = dedup_exact(
+        DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "out"), paragraph_level=True)
+    )
     kept = read_dir(tmp_path / "out" / "data")
     assert kept["a"]["text"] == "Cookie banner\n\nReal content of a."
     assert kept["b"]["text"] == "Real content of b."

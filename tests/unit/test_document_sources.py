@@ -63,9 +63,14 @@ def test_tokenize_and_train_tokenizer_read_parquet_and_text(tmp_path):
     _parquet(src / "train-00000.parquet", text=[d["text"] for d in docs[:50]])
     for d in docs[50:]:
         (src / f"{d['id']}.txt").write_text(d["text"])
-    tok = train_tokenizer(TrainTokenizerConfig(input_path=str(src), output_path=str(tmp_path / "tok"),
-                                               vocab_size=300))
+    tok = train_tokenizer(TrainTokenizerConfig(input_path=str(src), output_path=str(tmp_path / "tok"), vocab_size=300))
     assert tok["documents"] == 60
-    summary = tokenize(TokenizeConfig(input_path=str(src), output_path=str(tmp_path / "cache"),
-                                      tokenizer=str(tmp_path / "tok"), validation_fraction=0.2))
+    summary = tokenize(
+        TokenizeConfig(
+            input_path=str(src),
+            output_path=str(tmp_path / "cache"),
+            tokenizer=str(tmp_path / "tok"),
+            validation_fraction=0.2,
+        )
+    )
     assert summary["documents"] == 60 and summary["input_shards"] == 11

@@ -15,10 +15,7 @@ from marin_lab.io.documents import (
     write_documents,
 )
 
-DOCS = [
-    {"id": f"doc-{i}", "text": f"Grüße, document {i}. " * (i + 1), "metadata": {"n": i}}
-    for i in range(50)
-]
+DOCS = [{"id": f"doc-{i}", "text": f"Grüße, document {i}. " * (i + 1), "metadata": {"n": i}} for i in range(50)]
 
 
 @pytest.mark.parametrize("ext", ["jsonl", "jsonl.gz", "jsonl.zst"])
@@ -49,7 +46,7 @@ BAD_LINES = [
     (b'{"id": "1"}\n', "missing_text", 1),
     (b'{"id": "1", "text": 5}\n', "missing_text", 1),
     (b'{"text": "no id"}\n', "missing_id", 1),
-    (b'[1, 2]\n', "not_an_object", 1),
+    (b"[1, 2]\n", "not_an_object", 1),
     (b'{"id": "1", "text": "ok"}\n\n{"id": "2", "text": "\xff\xfe"}\n', "bad_utf8", 3),
 ]
 
@@ -114,12 +111,21 @@ def test_bad_on_bad_record_value(tmp_path):
 
 
 def test_list_shards_sorted_recursive_skips_hidden_and_markers(tmp_path):
-    for rel in ["b/2.jsonl.gz", "a.jsonl.zst", "b/1.jsonl", ".hidden.jsonl", "c/x.txt",
-                "a.jsonl.zst.done", ".tmp/z.jsonl"]:
+    for rel in [
+        "b/2.jsonl.gz",
+        "a.jsonl.zst",
+        "b/1.jsonl",
+        ".hidden.jsonl",
+        "c/x.txt",
+        "a.jsonl.zst.done",
+        ".tmp/z.jsonl",
+    ]:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("")
     assert list_shards(str(tmp_path)) == [
-        str(tmp_path / "a.jsonl.zst"), str(tmp_path / "b/1.jsonl"), str(tmp_path / "b/2.jsonl.gz")
+        str(tmp_path / "a.jsonl.zst"),
+        str(tmp_path / "b/1.jsonl"),
+        str(tmp_path / "b/2.jsonl.gz"),
     ]
     assert list_shards(str(tmp_path / "a.jsonl.zst")) == [str(tmp_path / "a.jsonl.zst")]
     assert list_shards(str(tmp_path), patterns=("*.txt",)) == [str(tmp_path / "c/x.txt")]

@@ -31,8 +31,9 @@ def sha(data: bytes) -> str:
 def test_folder_copy_and_provenance(tmp_path, prefix):
     make_source(tmp_path / "src", FILES)
     out = tmp_path / "out"
-    result = download(DownloadConfig(source=prefix + str(tmp_path / "src"), output_path=str(out),
-                                     revision="v1", num_workers=1))
+    result = download(
+        DownloadConfig(source=prefix + str(tmp_path / "src"), output_path=str(out), revision="v1", num_workers=1)
+    )
     assert result["files"] == 3 and result["total_bytes"] == sum(map(len, FILES.values()))
     for rel, data in FILES.items():
         assert (out / "data" / rel).read_bytes() == data
@@ -46,14 +47,19 @@ def test_folder_copy_and_provenance(tmp_path, prefix):
 
 def test_glob_include_and_single_file(tmp_path):
     make_source(tmp_path / "src", FILES)
-    r = download(DownloadConfig(source=str(tmp_path / "src" / "**" / "*.html"),
-                                output_path=str(tmp_path / "g"), num_workers=1))
+    r = download(
+        DownloadConfig(source=str(tmp_path / "src" / "**" / "*.html"), output_path=str(tmp_path / "g"), num_workers=1)
+    )
     assert r["files"] == 2 and (tmp_path / "g" / "data" / "sub" / "b.html").exists()
-    r = download(DownloadConfig(source=str(tmp_path / "src"), output_path=str(tmp_path / "i"),
-                                include=("sub/*.html",), num_workers=1))
+    r = download(
+        DownloadConfig(
+            source=str(tmp_path / "src"), output_path=str(tmp_path / "i"), include=("sub/*.html",), num_workers=1
+        )
+    )
     assert r["files"] == 1 and (tmp_path / "i" / "data" / "sub" / "b.html").exists()
-    r = download(DownloadConfig(source=str(tmp_path / "src" / "a.html"),
-                                output_path=str(tmp_path / "f"), num_workers=1))
+    r = download(
+        DownloadConfig(source=str(tmp_path / "src" / "a.html"), output_path=str(tmp_path / "f"), num_workers=1)
+    )
     assert (tmp_path / "f" / "data" / "a.html").read_bytes() == FILES["a.html"]
 
 
@@ -79,17 +85,29 @@ def test_object_store_destination(tmp_path):
 def test_expected_checksums(tmp_path):
     make_source(tmp_path / "src", FILES)
     good = {"a.html": {"sha256": sha(FILES["a.html"]), "size": len(FILES["a.html"])}}
-    download(DownloadConfig(source=str(tmp_path / "src"), output_path=str(tmp_path / "ok"),
-                            expected=good, num_workers=1))
+    download(
+        DownloadConfig(source=str(tmp_path / "src"), output_path=str(tmp_path / "ok"), expected=good, num_workers=1)
+    )
     bad = {"sub/b.html": {"sha256": "0" * 64}}
     with pytest.raises(ShardTaskError, match=r"b.html failed after 2 attempts \(checksum mismatch\)") as info:
-        download(DownloadConfig(source=str(tmp_path / "src"), output_path=str(tmp_path / "bad"),
-                                expected=bad, max_retries=1, backoff_s=0.001, num_workers=1))
+        download(
+            DownloadConfig(
+                source=str(tmp_path / "src"),
+                output_path=str(tmp_path / "bad"),
+                expected=bad,
+                max_retries=1,
+                backoff_s=0.001,
+                num_workers=1,
+            )
+        )
     assert isinstance(info.value.__cause__, DownloadError)
     assert not (tmp_path / "bad" / "data" / "sub" / "b.html").exists()
     with pytest.raises(DownloadError, match="expected names files the source lacks"):
-        download(DownloadConfig(source=str(tmp_path / "src"), output_path=str(tmp_path / "x"),
-                                expected={"nope.txt": {"size": 1}}))
+        download(
+            DownloadConfig(
+                source=str(tmp_path / "src"), output_path=str(tmp_path / "x"), expected={"nope.txt": {"size": 1}}
+            )
+        )
 
 
 class FlakyFS(MemoryFileSystem):
@@ -118,15 +136,25 @@ def test_retries_with_backoff(tmp_path, monkeypatch):
     monkeypatch.setattr("marin_lab.processing.download.time.sleep", sleeps.append)
     monkeypatch.setattr(FlakyFS, "failures", 2)
     monkeypatch.setattr(FlakyFS, "opened", 0)
-    r = download(DownloadConfig(source="flakytest://flaky/data.bin", output_path=str(tmp_path / "o"),
-                                backoff_s=0.5, num_workers=1))
+    r = download(
+        DownloadConfig(
+            source="flakytest://flaky/data.bin", output_path=str(tmp_path / "o"), backoff_s=0.5, num_workers=1
+        )
+    )
     assert r["files"] == 1 and (tmp_path / "o" / "data" / "data.bin").read_bytes() == b"payload"
     assert sleeps == [0.5, 1.0]
     monkeypatch.setattr(FlakyFS, "failures", 10)
     monkeypatch.setattr(FlakyFS, "opened", 0)
     with pytest.raises(ShardTaskError, match="failed after 3 attempts .ConnectionResetError"):
-        download(DownloadConfig(source="flakytest://flaky/data.bin", output_path=str(tmp_path / "p"),
-                                max_retries=2, backoff_s=0.0, num_workers=1))
+        download(
+            DownloadConfig(
+                source="flakytest://flaky/data.bin",
+                output_path=str(tmp_path / "p"),
+                max_retries=2,
+                backoff_s=0.0,
+                num_workers=1,
+            )
+        )
 
 
 def test_rerun_fetches_only_missing(tmp_path):
@@ -165,18 +193,39 @@ def test_hf_dataset_offline_from_hub_cache(tmp_path, monkeypatch):
     files = {"data/train-00000.jsonl": b'{"id": "1", "text": "hi"}\n', "README.md": b"# card\n"}
     make_hub_dataset_cache(tmp_path / "hub", "example-org/tiny-docs", commit, files)
     out = tmp_path / "out"
-    r = download(DownloadConfig(hf_dataset="example-org/tiny-docs", revision=commit, output_path=str(out),
-                                hf_cache_dir=str(tmp_path / "hub"), num_workers=1))
+    r = download(
+        DownloadConfig(
+            hf_dataset="example-org/tiny-docs",
+            revision=commit,
+            output_path=str(out),
+            hf_cache_dir=str(tmp_path / "hub"),
+            num_workers=1,
+        )
+    )
     assert r["files"] == 2 and r["resolved_revision"] == commit
     assert (out / "data" / "data" / "train-00000.jsonl").read_bytes() == files["data/train-00000.jsonl"]
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["source"] == "hf://datasets/example-org/tiny-docs" and prov["kind"] == "huggingface"
-    r = download(DownloadConfig(hf_dataset="example-org/tiny-docs", revision="main", include=("data/*",),
-                                output_path=str(tmp_path / "out2"), hf_cache_dir=str(tmp_path / "hub"), num_workers=1))
+    r = download(
+        DownloadConfig(
+            hf_dataset="example-org/tiny-docs",
+            revision="main",
+            include=("data/*",),
+            output_path=str(tmp_path / "out2"),
+            hf_cache_dir=str(tmp_path / "hub"),
+            num_workers=1,
+        )
+    )
     assert r["files"] == 1 and r["resolved_revision"] == commit
     with pytest.raises(DownloadError, match="could not be fetched"):
-        download(DownloadConfig(hf_dataset="example-org/absent", revision=commit, output_path=str(tmp_path / "o3"),
-                                hf_cache_dir=str(tmp_path / "hub")))
+        download(
+            DownloadConfig(
+                hf_dataset="example-org/absent",
+                revision=commit,
+                output_path=str(tmp_path / "o3"),
+                hf_cache_dir=str(tmp_path / "hub"),
+            )
+        )
 
 
 def test_datasets_save_to_disk_folder(tmp_path):
@@ -211,8 +260,14 @@ def http_server(tmp_path):
 def test_http_source(tmp_path, http_server):
     root, url = http_server
     (root / "page.html").write_bytes(b"<p>served over http</p>" * 100)
-    r = download(DownloadConfig(source=f"{url}/page.html", output_path=str(tmp_path / "o"), num_workers=1,
-                                expected={"page.html": {"size": 2300}}))
+    r = download(
+        DownloadConfig(
+            source=f"{url}/page.html",
+            output_path=str(tmp_path / "o"),
+            num_workers=1,
+            expected={"page.html": {"size": 2300}},
+        )
+    )
     assert r["files"] == 1
     assert (tmp_path / "o" / "data" / "page.html").read_bytes() == b"<p>served over http</p>" * 100
     with pytest.raises(ShardTaskError, match="does not exist"):
@@ -245,8 +300,9 @@ def test_a_linked_folder_is_listed_not_entered_and_never_fails_the_copy(tmp_path
     make_source(tmp_path / "src", FILES)
     (tmp_path / "src" / "docs").symlink_to("sub")
     (tmp_path / "src" / "sub" / "up").symlink_to("..")  # a folder above itself: entering it would never end
-    result = download(DownloadConfig(source=str(tmp_path / "src"), output_path=str(tmp_path / "out"), num_workers=1,
-                                     max_retries=0))
+    result = download(
+        DownloadConfig(source=str(tmp_path / "src"), output_path=str(tmp_path / "out"), num_workers=1, max_retries=0)
+    )
     assert result["files"] == 3 and result["skipped_linked_folders"] == 2
     prov = json.loads((tmp_path / "out" / "provenance.json").read_text())
     assert prov["skipped_linked_folders"] == [{"path": "docs", "link": "sub"}, {"path": "sub/up", "link": ".."}]

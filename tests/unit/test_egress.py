@@ -34,8 +34,9 @@ def _steps(source: str):
 
 
 def _executor(prefix="gs://us-data/runs", **kw):
-    return Executor(prefix=prefix, backend="local", script="x.py",
-                    regions=Regions(BUCKETS.__getitem__, size=SIZES.get), **kw)
+    return Executor(
+        prefix=prefix, backend="local", script="x.py", regions=Regions(BUCKETS.__getitem__, size=SIZES.get), **kw
+    )
 
 
 def test_a_cross_region_read_is_refused_naming_the_input_both_regions_and_the_way_out():
@@ -57,14 +58,23 @@ def test_allowed_per_step_or_within_the_budget_and_recorded(tmp_path):
     ex = _executor(allow_cross_region=["^raw/"])
     ex.plan(_steps("gs://eu-data/corpus"))
     (read,) = ex.cross_region_reads
-    assert (read.step, read.input_region, read.output_region, read.bytes) == \
-        ("raw/corpus", "europe-west4", "us-central1", 3_000)
+    assert (read.step, read.input_region, read.output_region, read.bytes) == (
+        "raw/corpus",
+        "europe-west4",
+        "us-central1",
+        3_000,
+    )
     assert len(_executor(transfer_budget_bytes=3_000).plan(_steps("gs://eu-data/corpus")).steps) == 2
     with pytest.raises(CrossRegionError, match="transfer budget of 2999 bytes would be exceeded"):
         _executor(transfer_budget_bytes=2_999).plan(_steps("gs://eu-data/corpus"))
     # The experiment record lists what was allowed.
-    local = Executor(prefix=str(tmp_path), backend="local", script="x.py", allow_cross_region=["^raw/"],
-                     regions=Regions(BUCKETS.__getitem__, size=SIZES.get))
+    local = Executor(
+        prefix=str(tmp_path),
+        backend="local",
+        script="x.py",
+        allow_cross_region=["^raw/"],
+        regions=Regions(BUCKETS.__getitem__, size=SIZES.get),
+    )
     plan = local.plan(_steps("gs://eu-data/corpus"))
     record = json.loads(Path(local._write_experiment(plan)).read_text())
     assert record["cross_region_reads"][0]["input"] == "gs://eu-data/corpus"
@@ -77,7 +87,8 @@ def test_a_bucket_whose_location_cannot_be_read_is_a_plan_error():
 
     with pytest.raises(CrossRegionError, match="cannot find the location of bucket 'us-data'"):
         Executor(prefix="gs://us-data/runs", backend="local", script="x.py", regions=Regions(lookup)).plan(
-            _steps("gs://us-data/corpus"))
+            _steps("gs://us-data/corpus")
+        )
 
 
 # --- one lookup per bucket, input URLs from the identity walk, nothing for a plan without buckets ------
@@ -97,15 +108,18 @@ class _Counting:
 def _fan(n: int, source: str):
     """n readers of `source` below one writer: n + 1 steps, each with a bucket input."""
     raw = ExecutorStep(name="raw/corpus", fn=copy, config=CopyConfig(this_output_path(), versioned(source)))
-    return [ExecutorStep(name=f"tok/{i}", fn=copy, config=CopyConfig(this_output_path(), output_path_of(raw)))
-            for i in range(n)] + [raw]
+    return [
+        ExecutorStep(name=f"tok/{i}", fn=copy, config=CopyConfig(this_output_path(), output_path_of(raw)))
+        for i in range(n)
+    ] + [raw]
 
 
 def test_each_bucket_is_asked_once_whatever_the_number_of_steps_and_spellings():
     lookup = _Counting()
     regions = Regions(lookup, size=SIZES.get)
-    ex = Executor(prefix="gs://us-data/runs", backend="local", script="x.py", regions=regions,
-                  allow_cross_region=["^raw/"])
+    ex = Executor(
+        prefix="gs://us-data/runs", backend="local", script="x.py", regions=regions, allow_cross_region=["^raw/"]
+    )
     ex.plan(_fan(50, "gs://eu-data/corpus"))
     assert sorted(lookup.calls) == ["eu-data", "us-data"] and regions.lookups == 2
     assert [r.input for r in ex.cross_region_reads] == ["gs://eu-data/corpus"]
@@ -126,8 +140,14 @@ def test_a_plan_without_bucket_paths_asks_nothing(tmp_path):
         raise AssertionError(f"asked for {bucket}")
 
     regions = Regions(lookup)
-    raw = ExecutorStep(name="raw", fn=copy, config=Nested(this_output_path(), {
-        "web": versioned("https://example.com/data.jsonl"), "hub": "hf://datasets/x", "local": str(tmp_path)}))
+    raw = ExecutorStep(
+        name="raw",
+        fn=copy,
+        config=Nested(
+            this_output_path(),
+            {"web": versioned("https://example.com/data.jsonl"), "hub": "hf://datasets/x", "local": str(tmp_path)},
+        ),
+    )
     tok = ExecutorStep(name="tok", fn=copy, config=CopyConfig(this_output_path(), output_path_of(raw)))
     ex = Executor(prefix=str(tmp_path / "store"), backend="local", script="x.py", regions=regions)
     ex.plan([tok])
@@ -156,13 +176,16 @@ def _reference_urls(value):
     return []
 
 
-@pytest.mark.parametrize("sources", [
-    {"a": "gs://eu-data/corpus"},
-    {"a": versioned("gs://eu-data/corpus")},
-    {"a": versioned(["gs://us-data/x", {"deep": "gs://eu-data/corpus"}])},
-    {"a": [("gs://eu-data/corpus", 3)], "b": "not a url", "c": "gs:/almost"},
-    {"a": {"b": {"c": versioned({"d": "gcs://eu-data/corpus"})}}},
-])
+@pytest.mark.parametrize(
+    "sources",
+    [
+        {"a": "gs://eu-data/corpus"},
+        {"a": versioned("gs://eu-data/corpus")},
+        {"a": versioned(["gs://us-data/x", {"deep": "gs://eu-data/corpus"}])},
+        {"a": [("gs://eu-data/corpus", 3)], "b": "not a url", "c": "gs:/almost"},
+        {"a": {"b": {"c": versioned({"d": "gcs://eu-data/corpus"})}}},
+    ],
+)
 def test_the_identity_walk_finds_the_urls_the_second_walk_found_and_refuses_the_same_reads(sources):
     from marin_lab.execution.hashing import scan_config
 
@@ -176,8 +199,9 @@ def test_the_identity_walk_finds_the_urls_the_second_walk_found_and_refuses_the_
 def test_a_fixed_url_input_is_an_input_too():
     from marin_lab.execution.step import InputName
 
-    step = ExecutorStep(name="raw/fixed", fn=copy,
-                        config=CopyConfig(this_output_path(), InputName.hardcoded("gs://eu-data/corpus")))
+    step = ExecutorStep(
+        name="raw/fixed", fn=copy, config=CopyConfig(this_output_path(), InputName.hardcoded("gs://eu-data/corpus"))
+    )
     with pytest.raises(CrossRegionError, match=r"would read gs://eu-data/corpus \(europe-west4\)"):
         _executor().plan([step])
 
@@ -209,8 +233,10 @@ def test_a_plan_without_credentials_leaves_regions_unchecked_and_the_run_refuses
     assert "egress: region of gs://us-data unchecked (DefaultCredentialsError" in out
     assert "the run checks them before it starts" in out
     # Nothing under the prefix was read (it would need the same credentials): each step says so.
-    assert all(d.action == "run" and d.reason.startswith("status not read: cannot reach gs://us-data/runs")
-               for d in report.decisions)
+    assert all(
+        d.action == "run" and d.reason.startswith("status not read: cannot reach gs://us-data/runs")
+        for d in report.decisions
+    )
     # Bounded: after the first "cannot ask", no other bucket is asked.
     assert regions.lookups == 1 and set(regions.unchecked) == {"us-data", "eu-data"}
     # JSON and Markdown say it too.
@@ -222,8 +248,11 @@ def test_a_plan_without_credentials_leaves_regions_unchecked_and_the_run_refuses
     assert "**Egress:** region of gs://us-data unchecked" in capsys.readouterr().out
     assert listed == []
     # The real run checks before anything runs, and refuses what it cannot check.
-    with pytest.raises(CrossRegionError, match="cannot find the location of bucket 'us-data' "
-                                               r"\(DefaultCredentialsError"):
+    with pytest.raises(
+        CrossRegionError,
+        match="cannot find the location of bucket 'us-data' "
+        r"\(DefaultCredentialsError",
+    ):
         ex.run(_steps("gs://eu-data/corpus"))
 
 
@@ -252,7 +281,8 @@ def test_a_definite_answer_is_still_an_error_in_a_plan():
 
     with pytest.raises(CrossRegionError, match="cannot find the location of bucket 'us-data' .NotFound"):
         Executor(prefix="gs://us-data/runs", backend="local", script="x.py", regions=Regions(lookup)).plan(
-            _steps("gs://eu-data/corpus"))
+            _steps("gs://eu-data/corpus")
+        )
 
 
 def test_a_lookup_that_never_answers_is_given_up_within_the_bound(monkeypatch):
@@ -300,7 +330,7 @@ def test_same_identities_under_two_bucket_prefixes_as_a_dry_run_without_credenti
         reset_gcs_client()
 
 
-EXPERIMENT = '''
+EXPERIMENT = """
 import dataclasses
 from marin_lab.execution import ExecutorStep, executor_main, output_path_of, this_output_path, versioned
 
@@ -316,7 +346,7 @@ raw = ExecutorStep(name="raw/corpus", fn=f, config=C(this_output_path(), version
 tok = ExecutorStep(name="tok/corpus", fn=f, config=C(this_output_path(), output_path_of(raw)))
 if __name__ == "__main__":
     executor_main([tok])
-'''
+"""
 
 
 @pytest.mark.slow
@@ -330,21 +360,39 @@ def test_the_dry_run_and_explain_commands_need_no_credentials(tmp_path):
 
     script = tmp_path / "exp.py"
     script.write_text(EXPERIMENT)
-    env = {k: v for k, v in os.environ.items() if k not in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST",
-                                                            "GOOGLE_CLOUD_PROJECT", "MARIN_PREFIX")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT", "MARIN_PREFIX")
+    }
     env.update(HOME=str(tmp_path), CLOUDSDK_CONFIG=str(tmp_path / "gcloud"), NO_GCE_CHECK="true", PYTHONPATH=REPO_ROOT)
-    dry = subprocess.run([sys.executable, str(script), "--prefix", "gs://us-data/runs", "--dry_run", "true",
-                          "--format", "markdown"], env=env, capture_output=True, text=True, timeout=120)
+    dry = subprocess.run(
+        [sys.executable, str(script), "--prefix", "gs://us-data/runs", "--dry_run", "true", "--format", "markdown"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dry.returncode == 0, dry.stderr[-2000:]
     assert "**Egress:** region of gs://eu-data unchecked (DefaultCredentialsError" in dry.stdout
     assert "status not read: cannot reach gs://us-data/runs without credentials or network" in dry.stdout
-    explain = subprocess.run([sys.executable, "-m", "marin_lab.cli", "explain", str(script), "--prefix",
-                              "gs://us-data/runs"], env=env, capture_output=True, text=True, timeout=120)
+    explain = subprocess.run(
+        [sys.executable, "-m", "marin_lab.cli", "explain", str(script), "--prefix", "gs://us-data/runs"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert explain.returncode == 0, explain.stderr[-2000:]
     assert "egress: bucket regions not checked (DefaultCredentialsError" in explain.stdout
     assert "tok/corpus-" in explain.stdout and "Traceback" not in explain.stderr
     # The real run refuses: the region cannot be checked.
-    run = subprocess.run([sys.executable, str(script), "--prefix", "gs://us-data/runs"], env=env,
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, str(script), "--prefix", "gs://us-data/runs"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode != 0 and "cannot find the location of bucket" in run.stderr + run.stdout
     assert "Traceback" not in run.stderr

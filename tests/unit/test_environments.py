@@ -120,11 +120,13 @@ def test_nested_functions_are_refused_before_starting(six_env: tuple[StepEnviron
 
 
 def test_config_module_whose_package_init_needs_missing_packages_still_loads(
-        six_env: tuple[StepEnvironment, str, str]) -> None:
+    six_env: tuple[StepEnvironment, str, str],
+) -> None:
     """Regression: marin_lab/training/__init__.py imports JAX, which old environments lack."""
     _, _, python = six_env
-    config = lb.LevanterTrainConfig(output_path="/tmp/out", train_urls=("/data/a.jsonl",),
-                                    validation_urls=(), tokenizer="/tok")
+    config = lb.LevanterTrainConfig(
+        output_path="/tmp/out", train_urls=("/data/a.jsonl",), validation_urls=(), tokenizer="/tok"
+    )
     assert run_in_environment(python, lb.levanter_config_dict, config) == lb.levanter_config_dict(config)
     # No PyYAML there: the YAML falls back to JSON, which YAML parsers read too.
     assert json.loads(run_in_environment(python, lb.render_levanter_yaml, config)) == lb.levanter_config_dict(config)
@@ -144,8 +146,10 @@ def test_failed_build_leaves_nothing_and_shows_pip_output(tmp_path: Path) -> Non
 def test_concurrent_builders_build_once(tmp_path: Path, caplog) -> None:
     cache = str(tmp_path / "cache")
     env = StepEnvironment(requirements=(), python=PYTHON)
-    with caplog.at_level(logging.INFO, logger="marin_lab.environments.locked"), \
-            concurrent.futures.ThreadPoolExecutor(3) as pool:
+    with (
+        caplog.at_level(logging.INFO, logger="marin_lab.environments.locked"),
+        concurrent.futures.ThreadPoolExecutor(3) as pool,
+    ):
         pythons = list(pool.map(lambda _: ensure_environment(env, cache_dir=cache), range(3)))
     assert len(set(pythons)) == 1 and os.path.exists(pythons[0])
     assert caplog.text.count("building step environment") == 1
@@ -159,11 +163,19 @@ def test_concurrent_builders_build_once(tmp_path: Path, caplog) -> None:
 def _native(**overrides):
     from marin_lab.training import DataConfig, LlamaConfig, OptimizerConfig, TrainLmConfig
 
-    model = LlamaConfig(vocab_size=512, hidden_dim=64, intermediate_dim=128, num_layers=2, num_heads=4,
-                        num_kv_heads=4, max_seq_len=128)
-    cfg = TrainLmConfig(output_path="/tmp/run", data=DataConfig(caches={"docs": "/tmp/cache"}), model=model,
-                        optimizer=OptimizerConfig(learning_rate=1e-3, schedule="wsd", warmup=0.1, decay=0.2),
-                        num_train_steps=50, batch_size=8, seq_len=64, compute_dtype="float32")
+    model = LlamaConfig(
+        vocab_size=512, hidden_dim=64, intermediate_dim=128, num_layers=2, num_heads=4, num_kv_heads=4, max_seq_len=128
+    )
+    cfg = TrainLmConfig(
+        output_path="/tmp/run",
+        data=DataConfig(caches={"docs": "/tmp/cache"}),
+        model=model,
+        optimizer=OptimizerConfig(learning_rate=1e-3, schedule="wsd", warmup=0.1, decay=0.2),
+        num_train_steps=50,
+        batch_size=8,
+        seq_len=64,
+        compute_dtype="float32",
+    )
     return dataclasses.replace(cfg, **overrides)
 
 
@@ -174,8 +186,12 @@ def test_from_native_carries_model_optimizer_and_schedule() -> None:
     assert lev.optimizer == dataclasses.asdict(_native().optimizer)  # OptimizerConfig's fields, read by name
     # Warmup-stable-decay is Levanter's constant schedule followed by a linear cooldown.
     levanter_opt = lb.levanter_config_dict(lev)["optimizer"]
-    assert (levanter_opt["lr_schedule"], levanter_opt["cooldown"], levanter_opt["warmup"],
-            levanter_opt["learning_rate"]) == ("constant", 0.2, 0.1, 1e-3)
+    assert (
+        levanter_opt["lr_schedule"],
+        levanter_opt["cooldown"],
+        levanter_opt["warmup"],
+        levanter_opt["learning_rate"],
+    ) == ("constant", 0.2, 0.1, 1e-3)
     assert lev.mixed_precision == "f32" and lev.output_path == "/tmp/run"
     doc = lb.levanter_config_dict(lev)
     assert doc["model"]["type"] == "llama" and doc["model"]["hidden_dim"] == 64
@@ -185,8 +201,7 @@ def test_from_native_carries_model_optimizer_and_schedule() -> None:
     assert lb.from_native(_native(compute_dtype="bfloat16"), ["/d/t.jsonl"]).mixed_precision == "p=f32,c=bfloat16"
 
 
-@pytest.mark.parametrize("field, value", [
-    ("num_kv_heads", 2), ("tie_embeddings", True), ("rope_theta", 500000.0)])
+@pytest.mark.parametrize("field, value", [("num_kv_heads", 2), ("tie_embeddings", True), ("rope_theta", 500000.0)])
 def test_from_native_refuses_what_levanter_11_cannot_express(field: str, value: object) -> None:
     native = _native()
     native = dataclasses.replace(native, model=dataclasses.replace(native.model, **{field: value}))
@@ -201,9 +216,18 @@ def test_levanter_optimizer_reads_optimizer_config_names() -> None:
 
     # A config built directly keeps the Levanter runs' defaults: cosine from 3e-3, 10% warmup, no cooldown.
     default = lb.levanter_config_dict(lb.LevanterTrainConfig(output_path="/tmp/o", train_urls=("/d/a.jsonl",)))
-    assert default["optimizer"] == {"learning_rate": 3e-3, "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95,
-                                    "epsilon": 1e-8, "max_grad_norm": 1.0, "min_lr_ratio": 0.1, "warmup": 0.1,
-                                    "cooldown": 0.0, "lr_schedule": "cosine"}
+    assert default["optimizer"] == {
+        "learning_rate": 3e-3,
+        "weight_decay": 0.1,
+        "beta1": 0.9,
+        "beta2": 0.95,
+        "epsilon": 1e-8,
+        "max_grad_norm": 1.0,
+        "min_lr_ratio": 0.1,
+        "warmup": 0.1,
+        "cooldown": 0.0,
+        "lr_schedule": "cosine",
+    }
     assert set(lb.DEFAULT_OPTIMIZER) <= {f.name for f in dataclasses.fields(OptimizerConfig)}
     cosine = lb.levanter_optimizer(dataclasses.asdict(OptimizerConfig(schedule="cosine", decay=0.3, beta1=0.8)))
     assert (cosine["lr_schedule"], cosine["cooldown"], cosine["beta1"]) == ("cosine", 0.0, 0.8)
@@ -227,8 +251,11 @@ def test_validate_names_missing_or_unreadable_documents(tmp_path: Path) -> None:
 def test_levanter_process_does_not_inherit_this_process_wandb_service() -> None:
     # A driver that ran W&B in-process before holds its service's address in its wandb's format;
     # Levanter's older wandb fails on it ("token must have 5 parts") and the service is not its own.
-    base = {"WANDB_SERVICE": "3-27770-unix-/tmp/wandb-27770-4074-3987305200/socket", "PATH": "/bin",
-            "WANDB_API_KEY": "k"}
+    base = {
+        "WANDB_SERVICE": "3-27770-unix-/tmp/wandb-27770-4074-3987305200/socket",
+        "PATH": "/bin",
+        "WANDB_API_KEY": "k",
+    }
     env = lb.levanter_process_env(base, wandb_dir="/w", wandb_mode="offline", ray_tmp="/r")
     assert "WANDB_SERVICE" not in env and "WANDB_SERVICE" in base
     assert (env["PATH"], env["WANDB_DIR"], env["WANDB_MODE"], env["RAY_TMPDIR"]) == ("/bin", "/w", "offline", "/r")

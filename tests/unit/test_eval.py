@@ -26,16 +26,18 @@ from marin_lab.training.testing import tiny_model, tiny_train_config
 
 pytestmark = pytest.mark.slow  # a trained tiny model and lm-eval's task runs: tens of seconds
 
-SENTENCES = [f"the {a} sat on the {b}." for a, b in
-             [("cat", "mat"), ("dog", "log"), ("cow", "field"), ("bird", "branch")]]
+SENTENCES = [
+    f"the {a} sat on the {b}." for a, b in [("cat", "mat"), ("dog", "log"), ("cow", "field"), ("bird", "branch")]
+]
 
 
 def _tokenizer() -> Tokenizer:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=290, special_tokens=["<eos>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=290, special_tokens=["<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(SENTENCES * 20, trainer)
     return tok
 
@@ -53,12 +55,20 @@ def trained(tmp_path_factory):
     docs = [" ".join(rng.choice(SENTENCES, size=6)) for _ in range(120)]
     encode = lambda texts: [tok.encode(t).ids for t in texts]  # noqa: E731
     cache = str(root / "cache")
-    write_token_cache(cache, {"train": encode(docs[:100]), "validation": encode(docs[100:])},
-                      vocab_size=tok.get_vocab_size(), eos_id=tok.token_to_id("<eos>"),
-                      tokenizer_json=tok.to_str())
-    cfg = tiny_train_config(str(root / "train"), {"web": cache}, num_train_steps=40,
-                            model=tiny_model(vocab_size=tok.get_vocab_size()),
-                            optimizer=OptimizerConfig(learning_rate=1e-2, warmup=4))
+    write_token_cache(
+        cache,
+        {"train": encode(docs[:100]), "validation": encode(docs[100:])},
+        vocab_size=tok.get_vocab_size(),
+        eos_id=tok.token_to_id("<eos>"),
+        tokenizer_json=tok.to_str(),
+    )
+    cfg = tiny_train_config(
+        str(root / "train"),
+        {"web": cache},
+        num_train_steps=40,
+        model=tiny_model(vocab_size=tok.get_vocab_size()),
+        optimizer=OptimizerConfig(learning_rate=1e-2, warmup=4),
+    )
     train_lm(cfg)
     return root, cache, tok, cfg
 
@@ -66,16 +76,26 @@ def trained(tmp_path_factory):
 def test_results_json_has_lm_evals_shape_and_ours(trained, tmp_path):
     root, cache, _, _ = trained
     out = tmp_path / "eval"
-    results = evaluate_lm(EvalLmConfig(checkpoint_path=str(root / "train"), output_path=str(out),
-                                       caches={"web": cache}, seq_len=32, max_sequences=16,
-                                       tasks=("arc_easy:2:12", "copa:0"), limit=10, data="offline"))
+    results = evaluate_lm(
+        EvalLmConfig(
+            checkpoint_path=str(root / "train"),
+            output_path=str(out),
+            caches={"web": cache},
+            seq_len=32,
+            max_sequences=16,
+            tasks=("arc_easy:2:12", "copa:0"),
+            limit=10,
+            data="offline",
+        )
+    )
     assert json.loads((out / "results.json").read_text()) == json.loads(json.dumps(results))
     assert results["step"] == 40
     # A model that learned four sentences is far better than uniform over ~290 tokens.
     assert 1.0 < results["perplexity"]["web"] < 20
     details = results["details"]["web"]
     assert results["bits_per_byte"]["web"] == pytest.approx(
-        details["loss"] * details["tokens"] / math.log(2) / details["bytes"])
+        details["loss"] * details["tokens"] / math.log(2) / details["bytes"]
+    )
     # lm-eval's own sections
     assert 0.0 <= results["results"]["arc_easy"]["acc,none"] <= 1.0
     assert isinstance(results["results"]["arc_easy"]["acc_stderr,none"], float)
@@ -88,11 +108,20 @@ def test_results_json_has_lm_evals_shape_and_ours(trained, tmp_path):
     ml = results["marin_lab"]
     assert ml["format"] == 2 and ml["model"]["step"] == 40 and ml["model"]["train_path"] == str(root / "train")
     arc = ml["tasks"]["arc_easy"]
-    assert (arc["status"], arc["split"], arc["default_split"], arc["fewshot_split"]) == ("ok", "validation", "test",
-                                                                                        "validation")
+    assert (arc["status"], arc["split"], arc["default_split"], arc["fewshot_split"]) == (
+        "ok",
+        "validation",
+        "test",
+        "validation",
+    )
     assert arc["data_source"] == offline_data.DATA_SOURCE
-    assert (arc["attempted"], arc["scored"], arc["coverage"], arc["capped"], arc["low_coverage"]) == (12, 12, 1.0,
-                                                                                                      True, False)
+    assert (arc["attempted"], arc["scored"], arc["coverage"], arc["capped"], arc["low_coverage"]) == (
+        12,
+        12,
+        1.0,
+        True,
+        False,
+    )
     # The tiny model's context is 128 tokens: 2-shot ARC prompts are cut from the left, and counted.
     assert arc["truncated_prompts"] > 0
     acc = arc["metrics"]["acc"]
@@ -103,8 +132,21 @@ def test_results_json_has_lm_evals_shape_and_ours(trained, tmp_path):
     # samples: one line per item with lm-eval's fields and each metric's value; joinable on doc_id
     lines = [json.loads(x) for x in (out / arc["samples_file"]).read_text().splitlines()]
     assert len(lines) == 12 and len({x["doc_id"] for x in lines}) == 12
-    for field in ("doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter", "metrics",
-                  "doc_hash", "prompt_hash", "target_hash", "acc", "acc_norm"):
+    for field in (
+        "doc_id",
+        "doc",
+        "target",
+        "arguments",
+        "resps",
+        "filtered_resps",
+        "filter",
+        "metrics",
+        "doc_hash",
+        "prompt_hash",
+        "target_hash",
+        "acc",
+        "acc_norm",
+    ):
         assert field in lines[0]
     assert sum(x["acc"] for x in lines) / 12 == pytest.approx(acc["value"])
     assert len(lines[0]["resps"]) == len(lines[0]["doc"]["choices"]["text"])
@@ -123,9 +165,15 @@ def test_a_failed_task_is_reported_and_the_others_still_run(trained, tmp_path):
     root, cache, _, _ = trained
     out = tmp_path / "eval"
     with pytest.raises(EvaluationError, match=r"1 of 2 tasks failed.*wsc273: .*no documents"):
-        evaluate_lm(EvalLmConfig(checkpoint_path=str(root / "train"), output_path=str(out),
-                                 tokenizer_path=f"{cache}/tokenizer.json", tasks=("wsc273", "copa:0:6"),
-                                 data="offline"))
+        evaluate_lm(
+            EvalLmConfig(
+                checkpoint_path=str(root / "train"),
+                output_path=str(out),
+                tokenizer_path=f"{cache}/tokenizer.json",
+                tasks=("wsc273", "copa:0:6"),
+                data="offline",
+            )
+        )
     results = json.loads((out / "results.json").read_text())
     failed = results["marin_lab"]["tasks"]["wsc273"]
     assert failed["status"] == "failed" and "offline copy" in failed["error"] and "\n" not in failed["error"]
@@ -137,13 +185,22 @@ def test_a_failed_task_is_reported_and_the_others_still_run(trained, tmp_path):
 def test_unknown_task_names_the_closest_known_ones(trained, tmp_path):
     root, cache, _, _ = trained
     with pytest.raises(EvaluationError, match=r"'hellaswg' \(closest: hellaswag"):
-        evaluate_lm(EvalLmConfig(checkpoint_path=str(root / "train"), output_path=str(tmp_path),
-                                 tasks=("hellaswg:0",), tokenizer_path=f"{cache}/tokenizer.json"))
+        evaluate_lm(
+            EvalLmConfig(
+                checkpoint_path=str(root / "train"),
+                output_path=str(tmp_path),
+                tasks=("hellaswg:0",),
+                tokenizer_path=f"{cache}/tokenizer.json",
+            )
+        )
     with pytest.raises(EvaluationError, match="name\\[:num_fewshot"):
         parse_task("arc_easy:ten")
     check_task_names([parse_task(t).name for t in CORE_TASKS])  # every CORE task is lm-eval's
     assert task_keys([parse_task("hellaswag:0"), parse_task("hellaswag:10"), parse_task("piqa")]) == [
-        "hellaswag_0shot", "hellaswag_10shot", "piqa"]
+        "hellaswag_0shot",
+        "hellaswag_10shot",
+        "piqa",
+    ]
 
 
 def test_user_yaml_task_with_offline_documents(trained, tmp_path):
@@ -154,11 +211,19 @@ def test_user_yaml_task_with_offline_documents(trained, tmp_path):
         "task: my_arc_qa\ndataset_path: allenai/ai2_arc\ndataset_name: ARC-Easy\noutput_type: multiple_choice\n"
         "test_split: test\ndoc_to_text: 'Q: {{question}}\\nA:'\ndoc_to_target: '{{choices.label.index(answerKey)}}'\n"
         "doc_to_choice: '{{choices.text}}'\nmetric_list:\n  - metric: acc\n    aggregation: mean\n"
-        "    higher_is_better: true\n")
+        "    higher_is_better: true\n"
+    )
     out = tmp_path / "eval"
-    results = evaluate_lm(EvalLmConfig(checkpoint_path=str(root / "train"), output_path=str(out),
-                                       tokenizer_path=f"{cache}/tokenizer.json", tasks=("my_arc_qa:0:5",),
-                                       include_path=(str(tasks),), data="offline"))
+    results = evaluate_lm(
+        EvalLmConfig(
+            checkpoint_path=str(root / "train"),
+            output_path=str(out),
+            tokenizer_path=f"{cache}/tokenizer.json",
+            tasks=("my_arc_qa:0:5",),
+            include_path=(str(tasks),),
+            data="offline",
+        )
+    )
     entry = results["marin_lab"]["tasks"]["my_arc_qa"]
     assert (entry["status"], entry["split"], entry["default_split"], entry["scored"]) == ("ok", "validation", "test", 5)
     first = json.loads((out / "samples_my_arc_qa.jsonl").read_text().splitlines()[0])
@@ -169,8 +234,12 @@ def test_loglikelihoods_match_a_direct_forward_pass_whatever_the_batch(trained):
     _, _, tok, _ = trained
     cfg = tiny_model(vocab_size=tok.get_vocab_size())
     params = init_params(cfg, jax.random.key(0))
-    reqs = [_Request("the cat sat on the", " mat"), _Request("the dog sat on the ", "log."),
-            _Request("", "the cow"), _Request("the bird " * 100, "sat")]
+    reqs = [
+        _Request("the cat sat on the", " mat"),
+        _Request("the dog sat on the ", "log."),
+        _Request("", "the cow"),
+        _Request("the bird " * 100, "sat"),
+    ]
     one = MarinLM(params, cfg, tok, batch_size=1)
     eight = MarinLM(params, cfg, tok, batch_size=8)
     a, b = one.loglikelihood(reqs, disable_tqdm=True), eight.loglikelihood(reqs, disable_tqdm=True)
@@ -181,7 +250,7 @@ def test_loglikelihoods_match_a_direct_forward_pass_whatever_the_batch(trained):
     # request 1: lm-eval's rule moves the context's trailing space into the continuation
     ctx = tok.encode("the dog sat on the").ids
     whole = tok.encode("the dog sat on the log.").ids
-    cont = whole[len(ctx):]
+    cont = whole[len(ctx) :]
     logits = np.asarray(forward(params, np.array([whole[:-1]]), cfg), np.float64)[0]
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     expected = sum(logp[len(ctx) - 1 + j, t] for j, t in enumerate(cont))
@@ -193,8 +262,9 @@ def test_loglikelihoods_match_a_direct_forward_pass_whatever_the_batch(trained):
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     assert a[2][0] == pytest.approx(sum(logp[j, ids[j + 1]] for j in range(len(ids) - 1)), abs=1e-4)
     rolling = eight.loglikelihood_rolling([_Request("the cat sat on the mat.")], disable_tqdm=True)
-    assert rolling[0] == pytest.approx(eight.loglikelihood([_Request("", "the cat sat on the mat.")],
-                                                            disable_tqdm=True)[0][0], abs=1e-4)
+    assert rolling[0] == pytest.approx(
+        eight.loglikelihood([_Request("", "the cat sat on the mat.")], disable_tqdm=True)[0][0], abs=1e-4
+    )
 
 
 def test_generate_until_stops_at_the_stop_string_and_the_token_limit(trained):
@@ -203,8 +273,13 @@ def test_generate_until_stops_at_the_stop_string_and_the_token_limit(trained):
 
     model, params, _, _ = load_model(str(root / "train"))
     lm = MarinLM(params, model, tok, batch_size=4)
-    out = lm.generate_until([_Request("the cat sat on the", {"until": ["."], "max_gen_toks": 12}),
-                             _Request("the dog", {"until": ["zzz"], "max_gen_toks": 3})], disable_tqdm=True)
+    out = lm.generate_until(
+        [
+            _Request("the cat sat on the", {"until": ["."], "max_gen_toks": 12}),
+            _Request("the dog", {"until": ["zzz"], "max_gen_toks": 3}),
+        ],
+        disable_tqdm=True,
+    )
     assert "." not in out[0] and out[0].strip() in {"mat", "log", "field", "branch"}
     assert len(tok.encode(out[1]).ids) <= 3
 
@@ -216,14 +291,22 @@ def test_damaged_checkpoint_is_one_line_naming_the_step(trained, tmp_path):
     copy = tmp_path / "train"
     shutil.copytree(root / "train", copy)
     step_dir = sorted((copy / "checkpoints").iterdir())[-1]
-    data = [os.path.join(d, f) for d, _, files in os.walk(step_dir / "state") for f in files
-            if os.sep + "d" in d]  # the arrays' data files (tensorstore ocdbt)
+    data = [
+        os.path.join(d, f) for d, _, files in os.walk(step_dir / "state") for f in files if os.sep + "d" in d
+    ]  # the arrays' data files (tensorstore ocdbt)
     assert data
     for path in data:
         open(path, "wb").close()
     with pytest.raises(EvaluationError) as err:
-        evaluate_lm(EvalLmConfig(checkpoint_path=str(copy), output_path=str(tmp_path / "out"), caches={"web": cache},
-                                 seq_len=32, max_sequences=4))
+        evaluate_lm(
+            EvalLmConfig(
+                checkpoint_path=str(copy),
+                output_path=str(tmp_path / "out"),
+                caches={"web": cache},
+                seq_len=32,
+                max_sequences=4,
+            )
+        )
     assert "\n" not in str(err.value) and str(step_dir) in str(err.value)
 
 

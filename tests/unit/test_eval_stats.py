@@ -11,17 +11,20 @@ from scipy import stats as scipy_stats
 from marin_lab.evaluation import stats
 
 
-@pytest.mark.parametrize("k, n, low, high", [
-    # statsmodels.stats.proportion.proportion_confint(k, n, method="wilson"), 95%
-    (0, 10, 0.0, 0.277533),
-    (5, 10, 0.236593, 0.763407),
-    (10, 10, 0.722467, 1.0),
-    # Newcombe (1998), Statistics in Medicine 17:857, table I, the score method, to 4 places
-    (81, 263, 0.2553, 0.3662),
-    (15, 148, 0.0624, 0.1605),
-    (0, 20, 0.0, 0.1611),
-    (1, 29, 0.0061, 0.1718),
-])
+@pytest.mark.parametrize(
+    "k, n, low, high",
+    [
+        # statsmodels.stats.proportion.proportion_confint(k, n, method="wilson"), 95%
+        (0, 10, 0.0, 0.277533),
+        (5, 10, 0.236593, 0.763407),
+        (10, 10, 0.722467, 1.0),
+        # Newcombe (1998), Statistics in Medicine 17:857, table I, the score method, to 4 places
+        (81, 263, 0.2553, 0.3662),
+        (15, 148, 0.0624, 0.1605),
+        (0, 20, 0.0, 0.1611),
+        (1, 29, 0.0061, 0.1718),
+    ],
+)
 def test_wilson_known_values(k, n, low, high):
     lo, hi = stats.wilson_interval(k, n)
     assert lo == pytest.approx(low, abs=5e-5) and hi == pytest.approx(high, abs=5e-5)
@@ -124,7 +127,7 @@ def test_paired_interval_shrinks_with_n_and_beats_unpaired():
 
 
 def test_rank_on_lower_bound():
-    wide = stats.metric_interval([1.0] * 9 + [0.0], "acc")        # 0.9 of 10
+    wide = stats.metric_interval([1.0] * 9 + [0.0], "acc")  # 0.9 of 10
     narrow = stats.metric_interval([1.0] * 800 + [0.0] * 200, "acc")  # 0.8 of 1000
     rows = sorted([("wide", wide), ("narrow", narrow), ("none", None)], key=lambda r: -stats.rank_key(r[1]))
     assert [r[0] for r in rows] == ["narrow", "wide", "none"]
@@ -136,8 +139,10 @@ def test_verdict_sentences():
     ahead = {"mean": 0.031, "low": 0.012, "high": 0.050, "n": 1000}
     noise = {"mean": 0.004, "low": -0.01, "high": 0.02, "n": 1000}
     behind = {"mean": -0.05, "low": -0.08, "high": -0.02, "n": 1000}
-    assert (stats.verdict({"hellaswag": ahead, "piqa": noise, "arc_easy": dict(noise)}, "A", "B")
-            == "B is ahead on hellaswag by 3.1 points (1.2 to 5.0); the others are within noise")
+    assert (
+        stats.verdict({"hellaswag": ahead, "piqa": noise, "arc_easy": dict(noise)}, "A", "B")
+        == "B is ahead on hellaswag by 3.1 points (1.2 to 5.0); the others are within noise"
+    )
     assert stats.verdict({"piqa": noise}, "run1", "run2") == "run1 and run2 are within noise on piqa"
     s = stats.verdict({"boolq": behind, "piqa": noise}, "A", "B")
     assert s == "A is ahead on boolq by 5.0 points (2.0 to 8.0); piqa is within noise"

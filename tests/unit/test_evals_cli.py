@@ -27,8 +27,13 @@ def runs(fx):
 
 
 def test_finds_every_evaluation_and_its_model(runs, fx):
-    assert sorted(runs) == ["evaluate/broken-ffff0006", "evaluate/hostile-99990007", "evaluate/nano-a-cccc0003",
-                            "evaluate/nano-b-dddd0004", "evaluate/old-eeee0005"]
+    assert sorted(runs) == [
+        "evaluate/broken-ffff0006",
+        "evaluate/hostile-99990007",
+        "evaluate/nano-a-cccc0003",
+        "evaluate/nano-b-dddd0004",
+        "evaluate/old-eeee0005",
+    ]
     a = runs["evaluate/nano-a-cccc0003"]
     assert a.model == "train/nano-a" and a.step == 300 and a.train_path == str(fx.train_a)
     assert a.format == 2 and a.notes == []
@@ -76,8 +81,9 @@ def test_compare_is_paired_on_doc_id(runs):
     result = R.compare(a, b)
     hs = result["tasks"]["hellaswag"]["diff"]
     assert hs["n"] == 400 and hs["low"] > 0
-    assert hs["mean"] == pytest.approx(b.tasks["hellaswag"].metrics["acc_norm"]["value"]
-                                       - a.tasks["hellaswag"].metrics["acc_norm"]["value"])
+    assert hs["mean"] == pytest.approx(
+        b.tasks["hellaswag"].metrics["acc_norm"]["value"] - a.tasks["hellaswag"].metrics["acc_norm"]["value"]
+    )
     piqa = result["tasks"]["piqa"]["diff"]
     assert piqa["low"] < 0 < piqa["high"] and piqa["disagree"] == 4
     assert result["verdict"].startswith("train/nano-b @ step 300 is ahead on hellaswag by ")
@@ -110,19 +116,22 @@ def test_cli_table_json_and_markdown(fx, capsys, runs):
 
 
 def test_cli_compare(fx, capsys):
-    code, out, err = _run_cli(["evals", str(fx.prefix), "--compare", "nano-a-cccc0003",
-                               str(fx.eval_b)], capsys)
+    code, out, err = _run_cli(["evals", str(fx.prefix), "--compare", "nano-a-cccc0003", str(fx.eval_b)], capsys)
     assert code == 0, err
     assert "hellaswag" in out and "is ahead on hellaswag by" in out and "the others are within noise" in out
-    code, out, _ = _run_cli(["evals", str(fx.prefix), "--compare", "evaluate/nano-a-cccc0003",
-                             "evaluate/old-eeee0005"], capsys)
+    code, out, _ = _run_cli(
+        ["evals", str(fx.prefix), "--compare", "evaluate/nano-a-cccc0003", "evaluate/old-eeee0005"], capsys
+    )
     assert code == 0 and "no task both runs scored" in out
 
 
-@pytest.mark.parametrize("argv, code, text", [
-    (["--tasks", "("], 2, "--tasks '(' is not a regular expression"),
-    (["--compare", "nope", "evaluate/old-eeee0005"], 2, "no evaluation 'nope' under the prefix"),
-])
+@pytest.mark.parametrize(
+    "argv, code, text",
+    [
+        (["--tasks", "("], 2, "--tasks '(' is not a regular expression"),
+        (["--compare", "nope", "evaluate/old-eeee0005"], 2, "no evaluation 'nope' under the prefix"),
+    ],
+)
 def test_cli_bad_input_is_one_line(fx, capsys, argv, code, text):
     got, out, err = _run_cli(["evals", str(fx.prefix), *argv], capsys)
     assert got == code and out == "" and text in err and len(err.strip().splitlines()) == 1
@@ -187,15 +196,29 @@ def test_sample_viewer_pages_and_filters(runs):
 
 
 def test_sample_view_reads_both_argument_shapes_and_generations():
-    mc = {"doc_id": 3, "target": 1, "filter": "none", "metrics": ["acc"], "acc": 1.0,
-          "arguments": {"gen_args_0": {"arg_0": "Q?", "arg_1": " a"}, "gen_args_1": {"arg_0": "Q?", "arg_1": " b"}},
-          "resps": [[["-3.5", "False"]], [["-1.25", "True"]]], "filtered_resps": [["-3.5", "False"], ["-1.25", "True"]]}
+    mc = {
+        "doc_id": 3,
+        "target": 1,
+        "filter": "none",
+        "metrics": ["acc"],
+        "acc": 1.0,
+        "arguments": {"gen_args_0": {"arg_0": "Q?", "arg_1": " a"}, "gen_args_1": {"arg_0": "Q?", "arg_1": " b"}},
+        "resps": [[["-3.5", "False"]], [["-1.25", "True"]]],
+        "filtered_resps": [["-3.5", "False"], ["-1.25", "True"]],
+    }
     view = R.sample_view(mc, "acc")
     assert view["choices"] == [" a", " b"] and view["loglikelihoods"] == [-3.5, -1.25]
     assert view["picked"] == 1 and view["gold"] == 1 and view["correct"] is True
-    gen = {"doc_id": 0, "target": "42", "filter": "strict-match", "metrics": ["exact_match"], "exact_match": 0.0,
-           "arguments": [["Q: 6*7?", {"until": ["\n"], "max_gen_toks": 32}]], "resps": [["forty two"]],
-           "filtered_resps": ["[invalid]"]}
+    gen = {
+        "doc_id": 0,
+        "target": "42",
+        "filter": "strict-match",
+        "metrics": ["exact_match"],
+        "exact_match": 0.0,
+        "arguments": [["Q: 6*7?", {"until": ["\n"], "max_gen_toks": 32}]],
+        "resps": [["forty two"]],
+        "filtered_resps": ["[invalid]"],
+    }
     view = R.sample_view(gen, "exact_match,strict-match")
     assert view["choices"] == [] and view["generation"] == "[invalid]" and view["gold"] == "42"
     assert view["correct"] is False and view["prompt"] == "Q: 6*7?"

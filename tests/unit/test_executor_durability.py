@@ -25,8 +25,9 @@ def test_full_record_is_flushed_before_success_and_transient_writes_are_not(tmp_
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
-    step = ExecutorStep(name="durable/a", fn=write_text,
-                        config=WriteConfig(output_path=this_output_path(), text=versioned("x")))
+    step = ExecutorStep(
+        name="durable/a", fn=write_text, config=WriteConfig(output_path=this_output_path(), text=versioned("x"))
+    )
     report = Executor(str(tmp_path), backend="local").run([step])
     out = report.plan.steps[0].output_path
     mine = [e for e in events if out in e[1]]
@@ -34,9 +35,15 @@ def test_full_record_is_flushed_before_success_and_transient_writes_are_not(tmp_
     # One flush per step: the full record, just before it is renamed into place.
     assert len(flushed) == 1 and ".tmp..executor_info." in flushed[0]
     i_flush = mine.index(("fsync", flushed[0]))
-    success = next(i for i, (kind, what) in enumerate(mine) if kind == "replace" and b'"SUCCESS"' in
-                   what.encode() and what.split(" -> ")[1].split(" ")[0].endswith(".executor_status"))
-    record_in_place = next(i for i, (kind, what) in enumerate(mine)
-                           if kind == "replace" and what.startswith(flushed[0] + " -> "))
+    success = next(
+        i
+        for i, (kind, what) in enumerate(mine)
+        if kind == "replace"
+        and b'"SUCCESS"' in what.encode()
+        and what.split(" -> ")[1].split(" ")[0].endswith(".executor_status")
+    )
+    record_in_place = next(
+        i for i, (kind, what) in enumerate(mine) if kind == "replace" and what.startswith(flushed[0] + " -> ")
+    )
     assert i_flush < record_in_place < success
     assert json.loads(Path(os.path.join(out, ".executor_info")).read_text())["status"] == "SUCCESS"

@@ -37,7 +37,8 @@ def test_a_record_written_before_reads_and_writes_back_the_same_bytes(tmp_path):
 def test_the_executor_writes_the_fields_in_the_order_it_always_did(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["experiments/five.py"])
     result = Executor(str(tmp_path / "store"), backend="local", script="experiments/five.py").run(
-        five_step_dag(log_path=str(tmp_path / "log")))
+        five_step_dag(log_path=str(tmp_path / "log"))
+    )
     written = json.loads(Path(result.experiment_path).read_text())
     golden = json.loads(GOLDEN.read_text())
     assert list(written) == [k for k in golden if k != "launch"]  # not launched: no `launch`
@@ -51,14 +52,17 @@ def test_unknown_fields_are_kept_and_an_old_record_without_schema_is_read_lenien
     assert record.schema is None and record.created is None and record.extra == {"created": 7, "later": {"x": 1}}
 
 
-@pytest.mark.parametrize("raw, message", [
-    (b"\xff\xfe", "e.json: unreadable (UnicodeDecodeError: "),
-    (b"{garbage", "e.json: unreadable (JSONDecodeError: "),
-    (b"[]", "e.json: is list, not a JSON object"),
-    (b'{"schema": 1, "steps": {}}', "e.json: field 'steps' is not a list"),
-    (b'{"schema": 1}', "e.json: field 'steps' is not a list"),
-    (b'{"schema": 1, "steps": [], "created": 5}', "e.json: field 'created' is int, expected a string; rerun"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (b"\xff\xfe", "e.json: unreadable (UnicodeDecodeError: "),
+        (b"{garbage", "e.json: unreadable (JSONDecodeError: "),
+        (b"[]", "e.json: is list, not a JSON object"),
+        (b'{"schema": 1, "steps": {}}', "e.json: field 'steps' is not a list"),
+        (b'{"schema": 1}', "e.json: field 'steps' is not a list"),
+        (b'{"schema": 1, "steps": [], "created": 5}', "e.json: field 'created' is int, expected a string; rerun"),
+    ],
+)
 def test_damage_is_one_line_naming_the_file_and_field(raw, message):
     with pytest.raises(RecordError) as err:
         parse_experiment_record(raw, "e.json")

@@ -30,9 +30,17 @@ def clean_env(home: str) -> dict[str, str]:
     """What a fresh machine has: no caches, no credentials, no network for the hub."""
     keep = ("PATH", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
     env = {k: os.environ[k] for k in keep if k in os.environ}
-    env.update(HOME=home, HF_HOME=os.path.join(home, "hf"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               XDG_CACHE_HOME=os.path.join(home, ".cache"), PYTHONPATH=REPO_ROOT, WANDB_MODE="offline",
-               RAY_USAGE_STATS_ENABLED="0", MARIN_LAB_CORPUS=os.path.join(home, "corpus"))
+    env.update(
+        HOME=home,
+        HF_HOME=os.path.join(home, "hf"),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        XDG_CACHE_HOME=os.path.join(home, ".cache"),
+        PYTHONPATH=REPO_ROOT,
+        WANDB_MODE="offline",
+        RAY_USAGE_STATS_ENABLED="0",
+        MARIN_LAB_CORPUS=os.path.join(home, "corpus"),
+    )
     return env
 
 
@@ -47,9 +55,14 @@ def test_experiment_plans_offline_on_a_fresh_machine(script, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     prefix = tmp_path / "store"
-    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, script), "--dry_run", "true",
-                           "--prefix", str(prefix)],
-                          cwd=tmp_path, env=clean_env(str(home)), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, script), "--dry_run", "true", "--prefix", str(prefix)],
+        cwd=tmp_path,
+        env=clean_env(str(home)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "Traceback" not in out, out[-3000:]

@@ -59,8 +59,10 @@ def test_explain_without_a_recorded_run_of_the_script_says_what_it_compares_with
     capsys.readouterr()
     assert cli_main(["explain", exp_c, "--prefix", prefix]) == 0
     out = capsys.readouterr().out
-    assert (f"no earlier run of {exp_c} is recorded under {prefix}: each step is compared with the latest "
-            "recorded version of its name, from any experiment") in out
+    assert (
+        f"no earlier run of {exp_c} is recorded under {prefix}: each step is compared with the latest "
+        "recorded version of its name, from any experiment"
+    ) in out
     assert "differs from the latest recorded version shared/x-" in out and "text: 'a1' -> 'c1'" in out
 
 
@@ -92,7 +94,8 @@ def test_the_dry_run_compares_a_new_step_with_this_experiments_last_run(tmp_path
     exp_c = _script(tmp_path / "exp_c.py", "c1")
     decision = _decision(exp_c, prefix)
     assert decision.reason.startswith("new version (latest recorded: shared/x-") and decision.notes == (
-        "text: 'b1' -> 'c1'",)
+        "text: 'b1' -> 'c1'",
+    )
     assert "from any experiment" not in decision.reason  # no run of exp_c at all: nothing else to compare with
 
 
@@ -103,9 +106,15 @@ def test_a_step_the_last_run_did_not_have_is_compared_from_any_experiment(tmp_pa
     exp_y.write_text(SCRIPT.format(root=REPO_ROOT, text="y0").replace('"shared/x"', '"shared/y"'))
     _run(str(exp_y), prefix)
     path = tmp_path / "exp_a.py"  # exp_a gains 'shared/y', which its last run did not have
-    path.write_text(path.read_text().replace(
-        "if __name__", 'other = ExecutorStep(name="shared/y", fn=write_text, config=WriteConfig(this_output_path(), '
-                      'versioned("y1")))\nif __name__').replace("steps=[shared]", "steps=[shared, other]"))
+    path.write_text(
+        path.read_text()
+        .replace(
+            "if __name__",
+            'other = ExecutorStep(name="shared/y", fn=write_text, config=WriteConfig(this_output_path(), '
+            'versioned("y1")))\nif __name__',
+        )
+        .replace("steps=[shared]", "steps=[shared, other]")
+    )
     steps, _ = capture_steps(exp_a)
     executor = Executor(prefix, backend="local", script=exp_a)
     plan = executor.plan(steps)

@@ -18,11 +18,14 @@ def test_a_changed_learning_rate_is_one_line_naming_the_nested_field():
 
 def test_deeper_fields_lists_and_odd_keys_get_structural_paths():
     old = {"config": {"opt": {"schedule": {"kind": "cosine"}, "betas": [0.9, 0.95], "w": {"web.en": 1}, "mix": [1]}}}
-    new = {"config": {"opt": {"schedule": {"kind": "linear"}, "betas": [0.9, 0.99], "w": {"web.en": 2},
-                              "mix": [1, 2]}}}
+    new = {"config": {"opt": {"schedule": {"kind": "linear"}, "betas": [0.9, 0.99], "w": {"web.en": 2}, "mix": [1, 2]}}}
     fields = {c["field"]: (c["old"], c["new"]) for c in version_changes(old, new)}
-    assert fields == {"config.opt.schedule.kind": ("cosine", "linear"), "config.opt.betas[1]": (0.95, 0.99),
-                      'config.opt.w["web.en"]': (1, 2), "config.opt.mix": ([1], [1, 2])}
+    assert fields == {
+        "config.opt.schedule.kind": ("cosine", "linear"),
+        "config.opt.betas[1]": (0.95, 0.99),
+        'config.opt.w["web.en"]': (1, 2),
+        "config.opt.mix": ([1], [1, 2]),
+    }
 
 
 def test_nested_additions_and_removals_are_named():
@@ -34,6 +37,8 @@ def test_nested_additions_and_removals_are_named():
 
 
 def test_a_nested_secret_stays_redacted():
-    lines = diff_versions({"config": {"hub": {"hf_token": "hf_aaaaaaaaaaaaaaaaaaaaaa", "repo": "a"}}},
-                          {"config": {"hub": {"hf_token": "hf_bbbbbbbbbbbbbbbbbbbbbb", "repo": "b"}}})
+    lines = diff_versions(
+        {"config": {"hub": {"hf_token": "hf_aaaaaaaaaaaaaaaaaaaaaa", "repo": "a"}}},
+        {"config": {"hub": {"hf_token": "hf_bbbbbbbbbbbbbbbbbbbbbb", "repo": "b"}}},
+    )
     assert lines == [f"hub.hf_token: {REDACTED!r} -> {REDACTED!r}", "hub.repo: 'a' -> 'b'"]

@@ -9,8 +9,10 @@ from marin_lab.processing.errors import ExtractError, ShardTaskError
 from marin_lab.processing.extract import ExtractConfig, extract, html_to_text, normalize_whitespace
 from tests.data_fixtures import make_html_site
 
-PAGE = (b"<html><head><title> A title </title></head><body><nav>Menu Home</nav>"
-        b"<article><p>First paragraph of real text here.</p><p>Second one.</p></article></body></html>")
+PAGE = (
+    b"<html><head><title> A title </title></head><body><nav>Menu Home</nav>"
+    b"<article><p>First paragraph of real text here.</p><p>Second one.</p></article></body></html>"
+)
 
 
 @pytest.mark.parametrize("method", ["resiliparse", "trafilatura"])
@@ -22,8 +24,10 @@ def test_html_to_text_keeps_title_and_text(method):
 
 
 def test_html_to_text_detects_non_utf8_encoding():
-    html = ("<html><head><meta charset='iso-8859-1'><title>Caf\xe9</title></head>"
-            "<body><p>Cr\xe8me br\xfbl\xe9e au caf\xe9.</p></body></html>")
+    html = (
+        "<html><head><meta charset='iso-8859-1'><title>Caf\xe9</title></head>"
+        "<body><p>Cr\xe8me br\xfbl\xe9e au caf\xe9.</p></body></html>"
+    )
     text, title = html_to_text(html.encode("latin-1"))
     assert title == "Café"
     assert "Crème brûlée" in text
@@ -43,8 +47,11 @@ def test_extract_folder(tmp_path):
     (tmp_path / "html" / "notes.txt").write_text("not html")
     (tmp_path / "html" / "empty.html").write_text("<html><body></body></html>")
     out = tmp_path / "out"
-    result = extract(ExtractConfig(input_path=str(tmp_path / "html"), output_path=str(out),
-                                   num_shards=3, url_prefix="https://docs.example/"))
+    result = extract(
+        ExtractConfig(
+            input_path=str(tmp_path / "html"), output_path=str(out), num_shards=3, url_prefix="https://docs.example/"
+        )
+    )
     assert result["input_files"] == 11
     assert result["documents"] == 10 and result["empty"] == 1 and result["skipped"] == 0
     shards = list_shards(str(out / "data"))
@@ -66,8 +73,9 @@ def test_extract_is_deterministic_across_workers(tmp_path):
     outs = []
     for workers in (1, 2):
         out = tmp_path / f"out{workers}"
-        extract(ExtractConfig(input_path=str(tmp_path / "html"), output_path=str(out),
-                              num_shards=3, num_workers=workers))
+        extract(
+            ExtractConfig(input_path=str(tmp_path / "html"), output_path=str(out), num_shards=3, num_workers=workers)
+        )
         outs.append({p.name: p.read_bytes() for p in sorted((out / "data").iterdir()) if not p.name.endswith(".done")})
     assert outs[0] == outs[1] and len(outs[0]) == 3
 
@@ -108,7 +116,8 @@ def test_extract_failure_raise_or_skip(tmp_path, monkeypatch):
         extract(ExtractConfig(input_path=str(tmp_path / "html"), output_path=str(tmp_path / "a")))
     assert "task 3 shard-00003.jsonl.zst (1 files from 'section2/page-002.html')" in str(info.value)
     assert isinstance(info.value.__cause__, ExtractError)
-    result = extract(ExtractConfig(input_path=str(tmp_path / "html"), output_path=str(tmp_path / "b"),
-                                   on_bad_record="skip"))
+    result = extract(
+        ExtractConfig(input_path=str(tmp_path / "html"), output_path=str(tmp_path / "b"), on_bad_record="skip")
+    )
     assert result["documents"] == 3 and result["skipped"] == 1
     assert "page-002.html" in result["skip_examples"][0]

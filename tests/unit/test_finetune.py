@@ -47,22 +47,39 @@ def setup(tmp_path_factory):
     train, train_masks = _conversations(160, 0)
     val, val_masks = _conversations(24, 1)
     cache = str(root / "cache")
-    write_token_cache(cache, {"train": train, "validation": val}, vocab_size=TINY_VOCAB, eos_id=TINY_VOCAB - 1,
-                      loss_masks={"train": train_masks, "validation": val_masks})
+    write_token_cache(
+        cache,
+        {"train": train, "validation": val},
+        vocab_size=TINY_VOCAB,
+        eos_id=TINY_VOCAB - 1,
+        loss_masks={"train": train_masks, "validation": val_masks},
+    )
     base = str(root / "base")
-    ckpt.save_checkpoint(ckpt.step_dir(f"{base}/checkpoints", 0), {"params": init_params(MODEL, jax.random.key(0))},
-                         {"model": dataclasses.asdict(MODEL), "step": 0})
+    ckpt.save_checkpoint(
+        ckpt.step_dir(f"{base}/checkpoints", 0),
+        {"params": init_params(MODEL, jax.random.key(0))},
+        {"model": dataclasses.asdict(MODEL), "step": 0},
+    )
     return root, cache, base
 
 
 def _config(out, cache, base, **overrides) -> FinetuneConfig:
     cfg = FinetuneConfig(
-        output_path=str(out), data=DataConfig(caches={"qa": cache}), base=base, mode="qlora", lora=LORA,
-        num_train_steps=10, batch_size=8, seq_len=32,
+        output_path=str(out),
+        data=DataConfig(caches={"qa": cache}),
+        base=base,
+        mode="qlora",
+        lora=LORA,
+        num_train_steps=10,
+        batch_size=8,
+        seq_len=32,
         optimizer=OptimizerConfig(learning_rate=2e-2, warmup=0, weight_decay=0.0, schedule="constant"),
-        compute_dtype="float32", eval_max_sequences=16, export_hf=False,
+        compute_dtype="float32",
+        eval_max_sequences=16,
+        export_hf=False,
         checkpoint=CheckpointConfig(save_every_steps=5, save_interval_s=None, keep_last=3),
-        wandb=WandbConfig(enabled=False))
+        wandb=WandbConfig(enabled=False),
+    )
     return dataclasses.replace(cfg, **overrides)
 
 
@@ -159,15 +176,18 @@ def test_remat_keeps_the_loss_and_lowers_compiled_temp_memory():
     assert temp1 < temp0, (temp0, temp1)
 
 
-@pytest.mark.parametrize("overrides, match", [
-    (dict(lora=LoraConfig(rank=8, target_modules=("q_proj", "qkv_proj"))), r"lora.target_modules: 'qkv_proj'"),
-    (dict(lora=LoraConfig(rank=48)), r"lora.rank=48 .*layers/wk"),
-    (dict(quant=QuantConfig(block_size=96)), r"layers/w.*quant.block_size=96 does not divide"),
-    (dict(model=tiny_model(hidden_dim=32)), r"model shape.*hidden_dim: 32 \(config\) vs 64 \(base\)"),
-    (dict(mode="full", offload_base=True), r"offload_base needs mode 'lora' or 'qlora'"),
-    (dict(mode="dora"), r"mode='dora'"),
-    (dict(gradient_checkpointing="some"), r"gradient_checkpointing='some'"),
-])
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (dict(lora=LoraConfig(rank=8, target_modules=("q_proj", "qkv_proj"))), r"lora.target_modules: 'qkv_proj'"),
+        (dict(lora=LoraConfig(rank=48)), r"lora.rank=48 .*layers/wk"),
+        (dict(quant=QuantConfig(block_size=96)), r"layers/w.*quant.block_size=96 does not divide"),
+        (dict(model=tiny_model(hidden_dim=32)), r"model shape.*hidden_dim: 32 \(config\) vs 64 \(base\)"),
+        (dict(mode="full", offload_base=True), r"offload_base needs mode 'lora' or 'qlora'"),
+        (dict(mode="dora"), r"mode='dora'"),
+        (dict(gradient_checkpointing="some"), r"gradient_checkpointing='some'"),
+    ],
+)
 def test_bad_input_is_refused_before_training(setup, tmp_path, overrides, match):
     _, cache, base = setup
     with pytest.raises(TrainingError, match=match):
@@ -179,8 +199,15 @@ def test_qlora_and_lora_bytes_against_full_fp32_adamw():
     # Llama-2-7B's shape, abstractly (eval_shape: no array is made); bytes counted from the pytrees.
     from marin_lab.models.llama import LlamaConfig, flatten_params
 
-    model = LlamaConfig(vocab_size=32000, hidden_dim=4096, intermediate_dim=11008, num_layers=32, num_heads=32,
-                        num_kv_heads=32, max_seq_len=4096)
+    model = LlamaConfig(
+        vocab_size=32000,
+        hidden_dim=4096,
+        intermediate_dim=11008,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=32,
+        max_seq_len=4096,
+    )
     optimizer = OptimizerConfig(learning_rate=1e-4).build()
 
     def nbytes(tree):
@@ -203,10 +230,13 @@ def test_qlora_and_lora_bytes_against_full_fp32_adamw():
     assert lora <= 0.20 * full, lora / full
 
 
-@pytest.mark.parametrize("shape, batch, offload, published", [
-    (dict(hidden_dim=4096, intermediate_dim=11008, num_layers=32, num_heads=32, num_kv_heads=32), 1, False, 5.21),
-    (dict(hidden_dim=8192, intermediate_dim=28672, num_layers=80, num_heads=64, num_kv_heads=8), 2, True, 14.92),
-])
+@pytest.mark.parametrize(
+    "shape, batch, offload, published",
+    [
+        (dict(hidden_dim=4096, intermediate_dim=11008, num_layers=32, num_heads=32, num_kv_heads=32), 1, False, 5.21),
+        (dict(hidden_dim=8192, intermediate_dim=28672, num_layers=80, num_heads=64, num_kv_heads=8), 2, True, 14.92),
+    ],
+)
 def test_memory_plan_near_fsdp_qlora_published_peaks_on_two_gpus(shape, batch, offload, published):
     # fsdp_qlora's Llama-2-7B / 70B QLoRA peaks per GPU (2 GPUs, ctx 2048, r=64, remat; 70B with CPU
     # offload) are PyTorch reserved memory, allocator slack included: ours may be a little below.
@@ -214,8 +244,17 @@ def test_memory_plan_near_fsdp_qlora_published_peaks_on_two_gpus(shape, batch, o
     from marin_lab.training.memory_plan import GIB, plan_memory
 
     model = LlamaConfig(vocab_size=32000, max_seq_len=4096, **shape)
-    plan = plan_memory(model, mode="qlora", num_devices=2, batch_size=2 * batch, seq_len=2048,
-                       lora=LoraConfig(rank=64, alpha=16.0, dropout=0.1), gradient_checkpointing=True,
-                       offload_base=offload, offload_optimizer_state=offload, attention_impl="cudnn")
+    plan = plan_memory(
+        model,
+        mode="qlora",
+        num_devices=2,
+        batch_size=2 * batch,
+        seq_len=2048,
+        lora=LoraConfig(rank=64, alpha=16.0, dropout=0.1),
+        gradient_checkpointing=True,
+        offload_base=offload,
+        offload_optimizer_state=offload,
+        attention_impl="cudnn",
+    )
     assert 0.8 <= plan.device_total / GIB / published <= 1.05
     assert plan.device_total < 24 * GIB

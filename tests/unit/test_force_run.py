@@ -15,12 +15,15 @@ from marin_lab.execution.records import read_step_record
 from tests.executor_steps import WriteConfig, executions, fail, five_step_dag
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    (["--force_run", "proc/b"], ["proc/b"]),
-    (["--force_run=^raw/"], ["^raw/"]),
-    (["--force_run", "a", "b", "--dry_run"], ["a", "b"]),
-    (["--force_run", '["x", "y{2}"]'], ["x", "y{2}"]),
-])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--force_run", "proc/b"], ["proc/b"]),
+        (["--force_run=^raw/"], ["^raw/"]),
+        (["--force_run", "a", "b", "--dry_run"], ["a", "b"]),
+        (["--force_run", '["x", "y{2}"]'], ["x", "y{2}"]),
+    ],
+)
 def test_force_run_flag_takes_regexes(argv, expected):
     assert parse_flags(argv).force_run == expected
 
@@ -79,7 +82,8 @@ def test_executor_main_passes_force_run(tmp_path, capsys):
     prefix = str(tmp_path / "store")
     executor_main(steps=five_step_dag(), args=["--prefix", prefix, "--backend", "local"])
     capsys.readouterr()
-    executor_main(steps=five_step_dag(), args=["--prefix", prefix, "--dry_run", "--format", "json",
-                                               "--force_run", "join/"])
+    executor_main(
+        steps=five_step_dag(), args=["--prefix", prefix, "--dry_run", "--format", "json", "--force_run", "join/"]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert {s["name"]: s["action"] for s in doc["steps"] if s["forced"]} == {"join/d": "run"}

@@ -27,9 +27,17 @@ def _step(prefix, rel, status=None, lease_age_s=None, payload=b"x" * 100, age_da
     if status is not None:
         write_status(str(path), status)
     if lease_age_s is not None:
-        (path / LEASE_FILE).write_text(json.dumps({
-            "holder": "driver-x", "host": "another-host", "pid": 1, "heartbeat": time.time() - lease_age_s,
-            "timeout_s": 60.0}))
+        (path / LEASE_FILE).write_text(
+            json.dumps(
+                {
+                    "holder": "driver-x",
+                    "host": "another-host",
+                    "pid": 1,
+                    "heartbeat": time.time() - lease_age_s,
+                    "timeout_s": 60.0,
+                }
+            )
+        )
     old = time.time() - age_days * DAY
     for f in path.iterdir():
         os.utime(f, (old, old))
@@ -47,16 +55,21 @@ def store(tmp_path):
     _step(p, "f/fresh-66666666", Status.SUCCESS, age_days=0)  # unreferenced but recent
     _step(p, "tmp/scratch-1")
     (p / "experiments").mkdir()
-    (p / "experiments" / "exp-abcdef12.json").write_text(json.dumps(
-        {"created": "2026-11-01", "steps": [{"output_path": kept_success}, {"output_path": failed}]}))
+    (p / "experiments" / "exp-abcdef12.json").write_text(
+        json.dumps({"created": "2026-11-01", "steps": [{"output_path": kept_success}, {"output_path": failed}]})
+    )
     return p
 
 
 def test_lists_each_kind_with_sizes_and_keeps_what_is_needed(store):
     found, notes = find_garbage(str(store), 14 * DAY)
     got = {os.path.relpath(c.path, store): c.kind for c in found}
-    assert got == {"b/failed-22222222": "failed", "c/orphan-33333333": "unreferenced",
-                   "e/dead-55555555": "abandoned", "tmp/scratch-1": "scratch"}
+    assert got == {
+        "b/failed-22222222": "failed",
+        "c/orphan-33333333": "unreferenced",
+        "e/dead-55555555": "abandoned",
+        "tmp/scratch-1": "scratch",
+    }
     assert next(c.size for c in found if c.path.endswith("orphan-33333333")) >= 5000
     assert notes == []
 
@@ -69,8 +82,19 @@ def test_lists_without_yes_and_deletes_only_with_it(store, capsys):
     assert sorted(str(p) for p in store.rglob("*")) == before
     assert cli_main(["gc", str(store), "--yes"]) == 0
     assert "deleted 4 folder(s)" in capsys.readouterr().out
-    left = {d for d in ("a/kept-11111111", "b/failed-22222222", "c/orphan-33333333", "d/running-44444444",
-                        "e/dead-55555555", "f/fresh-66666666", "tmp/scratch-1") if (store / d).exists()}
+    left = {
+        d
+        for d in (
+            "a/kept-11111111",
+            "b/failed-22222222",
+            "c/orphan-33333333",
+            "d/running-44444444",
+            "e/dead-55555555",
+            "f/fresh-66666666",
+            "tmp/scratch-1",
+        )
+        if (store / d).exists()
+    }
     assert left == {"a/kept-11111111", "d/running-44444444", "f/fresh-66666666"}
     assert (store / "experiments" / "exp-abcdef12.json").exists()
 
@@ -102,8 +126,12 @@ def test_a_step_pinned_with_tmp_path_lands_in_the_scratch_area_that_gc_expires(t
     """The planner puts `override_output_path=tmp_path(...)` under the run's prefix; gc lists it as
     scratch once old, deletes it with --yes, and keeps one that a running step still holds."""
     prefix = tmp_path / "store"
-    step = ExecutorStep(name="probe/lr", fn=write_text, config=WriteConfig(output_path=this_output_path(), text="x"),
-                        override_output_path=tmp_path_of("lr-probe/run-1"))
+    step = ExecutorStep(
+        name="probe/lr",
+        fn=write_text,
+        config=WriteConfig(output_path=this_output_path(), text="x"),
+        override_output_path=tmp_path_of("lr-probe/run-1"),
+    )
     (planned,) = Executor(str(prefix), backend="local").plan([step]).steps
     assert planned.output_path == str(prefix / "tmp" / "lr-probe" / "run-1")
     _step(prefix, "tmp/lr-probe/run-1", Status.SUCCESS)

@@ -10,8 +10,9 @@ import pytest
 from marin_lab.models.generate import SamplingConfig, generate, generate_text, generate_tokens
 from marin_lab.models.llama import LlamaConfig, forward, init_params
 
-CONFIG = LlamaConfig(vocab_size=97, hidden_dim=32, intermediate_dim=64, num_layers=2, num_heads=4,
-                     num_kv_heads=2, max_seq_len=64)
+CONFIG = LlamaConfig(
+    vocab_size=97, hidden_dim=32, intermediate_dim=64, num_layers=2, num_heads=4, num_kv_heads=2, max_seq_len=64
+)
 PROMPTS = [[5, 17, 3], [40, 2, 2, 9, 11, 60, 7, 1, 33], [8], [12, 13, 14, 15, 16]]
 
 
@@ -28,10 +29,10 @@ def _reference_greedy(params, config, prompt, n):
     fwd = jax.jit(lambda p, t: forward(p, t, config))
     for _ in range(n):
         padded = np.zeros((1, config.max_seq_len), np.int32)
-        padded[0, :len(seq)] = seq
+        padded[0, : len(seq)] = seq
         logits = fwd(params, jnp.asarray(padded))
         seq.append(int(jnp.argmax(logits[0, len(seq) - 1])))
-    return seq[len(prompt):]
+    return seq[len(prompt) :]
 
 
 @pytest.mark.slow
@@ -58,8 +59,8 @@ def test_batching_does_not_change_the_tokens(params):
 @pytest.mark.slow
 def test_sampling_is_reproducible_for_a_seed_and_differs_across_seeds(params):
     def run(seed):
-        return generate_tokens(params, CONFIG, PROMPTS, SamplingConfig(max_new_tokens=16, temperature=1.5,
-                                                                       seed=seed))
+        return generate_tokens(params, CONFIG, PROMPTS, SamplingConfig(max_new_tokens=16, temperature=1.5, seed=seed))
+
     a, b, c = run(0), run(0), run(1)
     assert a == b
     assert a != c
@@ -70,8 +71,9 @@ def test_sampling_is_reproducible_for_a_seed_and_differs_across_seeds(params):
 @pytest.mark.slow
 def test_top_p_small_is_greedy(params):
     # A nucleus of the single most likely token is the argmax, whatever the seed and temperature.
-    nucleus = generate_tokens(params, CONFIG, PROMPTS, SamplingConfig(max_new_tokens=10, temperature=2.0,
-                                                                      top_p=1e-6, seed=9))
+    nucleus = generate_tokens(
+        params, CONFIG, PROMPTS, SamplingConfig(max_new_tokens=10, temperature=2.0, top_p=1e-6, seed=9)
+    )
     assert nucleus == generate_tokens(params, CONFIG, PROMPTS, SamplingConfig(max_new_tokens=10))
 
 
@@ -136,9 +138,10 @@ def test_stop_strings_cut_the_text_and_end_the_row(params):
     assert all(len(t) == 20 for t in free)
     stop = free[0][5:7]  # two characters the first continuation holds
     result = generate(params, CONFIG, [[1]], SamplingConfig(max_new_tokens=1))  # filled in below
-    texts = generate_text(params, CONFIG, tok, prompts, SamplingConfig(max_new_tokens=20), until=[stop, "\x7f"],
-                          chunk=4, result=result)
-    assert texts[0] == free[0][:free[0].index(stop)]
+    texts = generate_text(
+        params, CONFIG, tok, prompts, SamplingConfig(max_new_tokens=20), until=[stop, "\x7f"], chunk=4, result=result
+    )
+    assert texts[0] == free[0][: free[0].index(stop)]
     assert result.finish_reasons[0] == "stop_string"
     # Decoding stopped soon after the stop string, not at the token limit.
     assert len(result.tokens[0]) == free[0].index(stop) + len(stop)

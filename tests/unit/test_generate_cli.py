@@ -27,8 +27,9 @@ def _tokenizer() -> Tokenizer:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator([" ".join(WORDS)] * 10 + ["### Question:\n", "### Answer:\n"], trainer)
     return tok
 
@@ -41,8 +42,9 @@ def run(tmp_path_factory):
     model = tiny_model(vocab_size=tok.get_vocab_size(), initializer_std=0.2)
     params = init_params(model, jax.random.key(0))
     out = root / "train"
-    ckpt.save_checkpoint(ckpt.step_dir(str(out / "checkpoints"), 7), {"params": params},
-                         {"model": dataclasses.asdict(model), "step": 7})
+    ckpt.save_checkpoint(
+        ckpt.step_dir(str(out / "checkpoints"), 7), {"params": params}, {"model": dataclasses.asdict(model), "step": 7}
+    )
     (out / "hf").mkdir()
     (out / "hf" / "tokenizer.json").write_text(tok.to_str())
     return root, out, tok, model, params
@@ -80,9 +82,17 @@ def test_load_lora_and_qlora_adapters_merged_into_their_base(run):
     assert float(jnp.abs(qparams["layers"]["wq"] - params["layers"]["wq"]).max()) < 0.2
     for mode, base, base_params in (("lora", str(out), params), ("qlora", qbase, qparams)):
         ft = root / f"ft_{mode}"
-        ckpt.save_checkpoint(ckpt.step_dir(str(ft / "checkpoints"), 3), {"trainable": adapters, "step": jnp.int32(3)},
-                             {"model": dataclasses.asdict(model), "mode": mode, "base": base,
-                              "lora": dataclasses.asdict(lora), "step": 3})
+        ckpt.save_checkpoint(
+            ckpt.step_dir(str(ft / "checkpoints"), 3),
+            {"trainable": adapters, "step": jnp.int32(3)},
+            {
+                "model": dataclasses.asdict(model),
+                "mode": mode,
+                "base": base,
+                "lora": dataclasses.asdict(lora),
+                "step": 3,
+            },
+        )
         _, merged, resolved, step = load_model(str(ft))
         assert step == 3 and "ft_" + mode in resolved
         _leaves_close(merged, merge_lora(base_params, adapters, lora), atol=1e-5)
@@ -91,8 +101,11 @@ def test_load_lora_and_qlora_adapters_merged_into_their_base(run):
         assert find_tokenizer(str(ft)) == str(out / "hf" / "tokenizer.json")
     # A finished fine-tune's merged/ checkpoint wins over its adapters.
     merged_dir = root / "ft_lora" / "merged" / "checkpoints"
-    ckpt.save_checkpoint(ckpt.step_dir(str(merged_dir), 3), {"params": params},
-                         {"model": dataclasses.asdict(model), "mode": "lora", "step": 3})
+    ckpt.save_checkpoint(
+        ckpt.step_dir(str(merged_dir), 3),
+        {"params": params},
+        {"model": dataclasses.asdict(model), "mode": "lora", "step": 3},
+    )
     _, loaded, resolved, _ = load_model(str(root / "ft_lora"))
     assert "/merged/" in resolved
     _leaves_close(loaded, params, atol=0)
@@ -107,13 +120,18 @@ def _cli(capsys, *argv):
 @pytest.mark.slow
 def test_cli_generates_what_the_api_generates(run, capsys):
     _, out, tok, model, params = run
-    code, stdout, err = _cli(capsys, str(out), "--prompt", "the cat", "--prompt", "a dog sat on the",
-                             "--max_tokens", "6", "--json")
+    code, stdout, err = _cli(
+        capsys, str(out), "--prompt", "the cat", "--prompt", "a dog sat on the", "--max_tokens", "6", "--json"
+    )
     assert code == 0, err
     lines = [json.loads(line) for line in stdout.splitlines()]
     eos = tok.token_to_id("<|endoftext|>")
-    want = generate_tokens(params, model, [tok.encode("the cat").ids, tok.encode("a dog sat on the").ids],
-                           SamplingConfig(max_new_tokens=6, stop_token_ids=(eos,)))
+    want = generate_tokens(
+        params,
+        model,
+        [tok.encode("the cat").ids, tok.encode("a dog sat on the").ids],
+        SamplingConfig(max_new_tokens=6, stop_token_ids=(eos,)),
+    )
     assert [line["completion"] for line in lines] == [tok.decode(w) for w in want]
     assert [line["new_tokens"] for line in lines] == [len(w) for w in want]
     assert "step 7" in err and "chat template off" in err
@@ -129,9 +147,16 @@ def test_cli_chat_fine_tune_renders_the_template(run, capsys):
     ft = root / "chat_ft"
     template = ChatTemplate()
     eos = tok.token_to_id("<|endoftext|>")
-    ckpt.save_checkpoint(ckpt.step_dir(str(ft / "merged" / "checkpoints"), 2), {"params": params},
-                         {"model": dataclasses.asdict(model), "mode": "full", "step": 2,
-                          "chat": {"template": dataclasses.asdict(template), "bos_id": None, "eos_id": eos}})
+    ckpt.save_checkpoint(
+        ckpt.step_dir(str(ft / "merged" / "checkpoints"), 2),
+        {"params": params},
+        {
+            "model": dataclasses.asdict(model),
+            "mode": "full",
+            "step": 2,
+            "chat": {"template": dataclasses.asdict(template), "bos_id": None, "eos_id": eos},
+        },
+    )
     (ft / "hf").mkdir(parents=True)
     (ft / "hf" / "tokenizer.json").write_text(tok.to_str())
     fmt = chat_format(str(ft))
@@ -146,19 +171,23 @@ def test_cli_chat_fine_tune_renders_the_template(run, capsys):
     assert json.loads(stdout)["completion"] == (text.split("### Question:\n")[0])
     code, stdout, err = _cli(capsys, str(ft), "--prompt", "what is a cat", "--max_tokens", "5", "--json", "--no-chat")
     assert code == 0 and "chat template off" in err
-    raw = generate_tokens(params, model, [tok.encode("what is a cat").ids],
-                          SamplingConfig(max_new_tokens=5, stop_token_ids=(eos,)))[0]
+    raw = generate_tokens(
+        params, model, [tok.encode("what is a cat").ids], SamplingConfig(max_new_tokens=5, stop_token_ids=(eos,))
+    )[0]
     assert json.loads(stdout)["new_tokens"] == len(raw)
     assert chat_format(str(out)) is None  # a pretraining run is not a chat model
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--max_tokens", "abc"], "--max_tokens='abc' is not an integer"),
-    (["--max_tokens", "0"], "--max_tokens='0' must be >= 1"),
-    (["--temperature", "-1"], "--temperature='-1' must be >= 0"),
-    (["--top_p", "1.5"], "--top_p='1.5' must be > 0 and <= 1"),
-    (["--max_tokens", "500"], "--max_tokens=500 leaves no room"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--max_tokens", "abc"], "--max_tokens='abc' is not an integer"),
+        (["--max_tokens", "0"], "--max_tokens='0' must be >= 1"),
+        (["--temperature", "-1"], "--temperature='-1' must be >= 0"),
+        (["--top_p", "1.5"], "--top_p='1.5' must be > 0 and <= 1"),
+        (["--max_tokens", "500"], "--max_tokens=500 leaves no room"),
+    ],
+)
 def test_cli_bad_numbers_are_one_line(run, capsys, argv, message):
     _, out, *_ = run
     code, stdout, err = _cli(capsys, str(out), "--prompt", "the", *argv)
@@ -172,8 +201,9 @@ def test_cli_bad_checkpoints_are_one_line(run, capsys, tmp_path):
     assert code == 1 and "does not exist" in err and len(err.strip().splitlines()) == 1
     # A checkpoint with no tokenizer anywhere near it.
     bare = tmp_path / "bare"
-    ckpt.save_checkpoint(ckpt.step_dir(str(bare / "checkpoints"), 1), {"params": params},
-                         {"model": dataclasses.asdict(model), "step": 1})
+    ckpt.save_checkpoint(
+        ckpt.step_dir(str(bare / "checkpoints"), 1), {"params": params}, {"model": dataclasses.asdict(model), "step": 1}
+    )
     code, _, err = _cli(capsys, str(bare), "--prompt", "x")
     assert code == 1 and err.startswith("error: no tokenizer found") and len(err.strip().splitlines()) == 1
     # Damaged: an array file cut short.

@@ -32,9 +32,9 @@ def test_getting_started_runs_as_written(tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     # `python` and `marin-lab` as the guide's reader has them after `source .venv/bin/activate`.
-    (bindir / "python").write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    (bindir / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     (bindir / "python").chmod(0o755)
-    (bindir / "marin-lab").write_text(f"#!/bin/sh\nexec {sys.executable} -m marin_lab.cli \"$@\"\n")
+    (bindir / "marin-lab").write_text(f'#!/bin/sh\nexec {sys.executable} -m marin_lab.cli "$@"\n')
     (bindir / "marin-lab").chmod(0o755)
     work = tmp_path / "project"
     work.mkdir()
@@ -47,8 +47,9 @@ def test_getting_started_runs_as_written(tmp_path):
             name = text.splitlines()[0].lstrip("# ").strip()
             (work / name).write_text(text)
         elif kind == "bash":
-            proc = subprocess.run(["bash", "-euo", "pipefail", "-c", text], cwd=work, env=env,
-                                  capture_output=True, text=True, timeout=900)
+            proc = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", text], cwd=work, env=env, capture_output=True, text=True, timeout=900
+            )
             assert proc.returncode == 0, f"{text}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
             outputs.append(proc.stdout + proc.stderr)
     run_twice, explain_rerun = outputs[1], outputs[2]
@@ -67,8 +68,13 @@ def test_the_readme_experiment_plans(tmp_path):
     for i in range(3):
         (tmp_path / "my_texts" / f"note-{i}.txt").write_text(f"note {i}: the heron waits by the mill\n")
     (tmp_path / "experiment.py").write_text(found[0])
-    proc = subprocess.run([sys.executable, "experiment.py", "--dry_run", "true", "--prefix", str(tmp_path / "store")],
-                          cwd=tmp_path, env=dict(os.environ, PYTHONPATH=REPO_ROOT), capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "experiment.py", "--dry_run", "true", "--prefix", str(tmp_path / "store")],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=REPO_ROOT),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "notes-model" in proc.stdout and "Traceback" not in proc.stderr

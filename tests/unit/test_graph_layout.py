@@ -21,8 +21,11 @@ def wide_dag(n: int) -> tuple[list[str], dict[str, list[str]]]:
 
 def _segments(g: dict, edge: dict) -> list[tuple[tuple[float, float], tuple[float, float]]]:
     a, b = g["positions"][edge["from"]], g["positions"][edge["to"]]
-    points = [(a["x"] + NODE_WIDTH, a["y"] + NODE_HEIGHT / 2), *map(tuple, edge.get("points", [])),
-              (b["x"], b["y"] + NODE_HEIGHT / 2)]
+    points = [
+        (a["x"] + NODE_WIDTH, a["y"] + NODE_HEIGHT / 2),
+        *map(tuple, edge.get("points", [])),
+        (b["x"], b["y"] + NODE_HEIGHT / 2),
+    ]
     return list(zip(points, points[1:], strict=False))
 
 

@@ -69,8 +69,11 @@ def test_truncated_shard_names_file_and_tensor(copy):
     with open(shard, "r+b") as f:
         f.truncate(cut)
     victim = _first_tensor_after(shard, cut)
-    _refused(copy, rf"{shard}: tensor {victim}: its data ends at byte \d+ but the file has {cut} bytes; "
-                   "the file is truncated")
+    _refused(
+        copy,
+        rf"{shard}: tensor {victim}: its data ends at byte \d+ but the file has {cut} bytes; "
+        "the file is truncated",
+    )
 
 
 def test_header_length_past_the_end(copy):
@@ -98,8 +101,11 @@ def test_git_lfs_pointer_is_recognised(copy):
 def test_integer_weights_are_refused_not_cast(tmp_path):
     path = str(tmp_path / "int8")
     write_synthetic_llama(path, MODEL, overrides={"model.layers.1.mlp.up_proj.weight": "I8"})
-    _refused(path, r"model.safetensors: tensor model.layers.1.mlp.up_proj.weight has dtype I8, but a Llama "
-                   r"weight is floating point")
+    _refused(
+        path,
+        r"model.safetensors: tensor model.layers.1.mlp.up_proj.weight has dtype I8, but a Llama "
+        r"weight is floating point",
+    )
     with pytest.raises(HfImportError, match="has dtype I8"):
         import_hf(path)  # the whole-model reader refuses it too
 
@@ -146,15 +152,18 @@ def test_finetune_refuses_before_allocating(copy, tmp_path):
     assert len(jax.live_arrays()) == before
 
 
-@pytest.mark.parametrize("field, value, expected", [
-    ("rms_norm_eps", "tiny", "rms_norm_eps='tiny' must be a non-negative number"),
-    ("rope_theta", [1], "rope_theta=[1] must be a non-negative number"),
-    ("num_key_value_heads", "4", "num_key_value_heads='4' must be a positive integer"),
-    ("max_position_embeddings", 2.5, "max_position_embeddings=2.5 must be a positive integer"),
-    ("tie_word_embeddings", "no", "tie_word_embeddings='no' must be true or false"),
-    ("rope_scaling", "linear", "rope_scaling='linear' must be an object or null"),
-    ("hidden_act", 3, "hidden_act=3 must be text"),
-])
+@pytest.mark.parametrize(
+    "field, value, expected",
+    [
+        ("rms_norm_eps", "tiny", "rms_norm_eps='tiny' must be a non-negative number"),
+        ("rope_theta", [1], "rope_theta=[1] must be a non-negative number"),
+        ("num_key_value_heads", "4", "num_key_value_heads='4' must be a positive integer"),
+        ("max_position_embeddings", 2.5, "max_position_embeddings=2.5 must be a positive integer"),
+        ("tie_word_embeddings", "no", "tie_word_embeddings='no' must be true or false"),
+        ("rope_scaling", "linear", "rope_scaling='linear' must be an object or null"),
+        ("hidden_act", 3, "hidden_act=3 must be text"),
+    ],
+)
 def test_a_config_field_of_the_wrong_type_is_one_line(copy, field, value, expected):
     url = os.path.join(copy, "config.json")
     config = json.loads(Path(url).read_text())
@@ -187,8 +196,11 @@ def test_a_config_claiming_millions_of_layers_is_refused_before_naming_them(copy
     Path(url).write_text(json.dumps(config))
     tracemalloc.start()
     try:
-        with pytest.raises(HfImportError, match=rf"num_layers=3000000 \(config.json num_hidden_layers\) but its "
-                                                rf"safetensors hold {MODEL.num_layers} layer\(s\)"):
+        with pytest.raises(
+            HfImportError,
+            match=rf"num_layers=3000000 \(config.json num_hidden_layers\) but its "
+            rf"safetensors hold {MODEL.num_layers} layer\(s\)",
+        ):
             open_hf(copy)
         peak = tracemalloc.get_traced_memory()[1]
     finally:

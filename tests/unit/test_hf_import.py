@@ -20,9 +20,18 @@ def hf_model(tmp_path_factory):
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = HfLlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                        rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False)
+    cfg = HfLlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():  # HF initialises norms to 1; random norms check their mapping too
         for name, p in model.named_parameters():
@@ -56,8 +65,11 @@ def test_checkpoint_of_another_shape_names_tensor_and_field(hf_model):
     path, _, _ = hf_model
     config, _ = import_hf(path)
     wrong = dataclasses.replace(config, intermediate_dim=192)
-    with pytest.raises(HfImportError, match=r"mlp.gate_proj.weight has shape \(160, 64\) but the config's "
-                                            r"intermediate_dim, hidden_dim give \(192, 64\)"):
+    with pytest.raises(
+        HfImportError,
+        match=r"mlp.gate_proj.weight has shape \(160, 64\) but the config's "
+        r"intermediate_dim, hidden_dim give \(192, 64\)",
+    ):
         import_hf(path, wrong)
     with pytest.raises(TrainingError, match="does not match the model config"):
         load_base(path, dataclasses.replace(tiny_model(), intermediate_dim=192))

@@ -84,8 +84,11 @@ def test_versioned_change_propagates_downstream_only():
         a = ExecutorStep("raw/a", write_text, WriteConfig(this_output_path(), versioned("a")))
         b = ExecutorStep("proc/b", write_text, WriteConfig(this_output_path(), versioned("b"), (output_path_of(a),)))
         c = ExecutorStep("proc/c", write_text, WriteConfig(this_output_path(), versioned(c_text), (output_path_of(a),)))
-        d = ExecutorStep("join/d", write_text, WriteConfig(this_output_path(), versioned("d"),
-                                                           (output_path_of(b), output_path_of(c))))
+        d = ExecutorStep(
+            "join/d",
+            write_text,
+            WriteConfig(this_output_path(), versioned("d"), (output_path_of(b), output_path_of(c))),
+        )
         return _by_name(build_plan([d], "/p"))
 
     one, two = dag("c"), dag("c2")
@@ -110,8 +113,9 @@ def test_subpath_of_dependency_enters_identity_and_resolves():
 def test_duplicate_steps_are_one_step():
     a1 = ExecutorStep("raw/a", write_text, WriteConfig(this_output_path(), versioned("a")))
     a2 = ExecutorStep("raw/a", write_text, WriteConfig(this_output_path(), versioned("a")))
-    b = ExecutorStep("b", write_text, WriteConfig(this_output_path(), versioned("b"),
-                                                  (output_path_of(a1), output_path_of(a2))))
+    b = ExecutorStep(
+        "b", write_text, WriteConfig(this_output_path(), versioned("b"), (output_path_of(a1), output_path_of(a2)))
+    )
     plan = build_plan([b, a2], "/p")
     assert [s.name for s in plan.steps] == ["raw/a", "b"]
     assert _by_name(plan)["b"].version["dependencies"] == [_by_name(plan)["raw/a"].identity]
@@ -133,23 +137,38 @@ class AnyConfig:
     value: object = None
 
 
-@pytest.mark.parametrize("value", [
-    None, True, 3, 2.5, "s", [1, "x"], (1, 2), {"k": [1, {"j": None}]}, Color.RED, pathlib.Path("/a/b"),
-    Inner(1, pathlib.Path("x")),
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        3,
+        2.5,
+        "s",
+        [1, "x"],
+        (1, 2),
+        {"k": [1, {"j": None}]},
+        Color.RED,
+        pathlib.Path("/a/b"),
+        Inner(1, pathlib.Path("x")),
+    ],
+)
 def test_encoder_accepts_json_like_values(value):
     step = ExecutorStep("s", write_text, AnyConfig(this_output_path(), versioned(value)))
     build_plan([step], "/p")
 
 
-@pytest.mark.parametrize("value,fragment", [
-    (lambda x: x, "is a function"),
-    (object(), "is a object"),
-    ({1: "a"}, "dict key 1"),
-    ({"ok": {2, 3}}, "field 'value'['ok'] is a set"),
-    (float("nan"), "must be finite"),
-    (b"bytes", "is a bytes"),
-])
+@pytest.mark.parametrize(
+    "value,fragment",
+    [
+        (lambda x: x, "is a function"),
+        (object(), "is a object"),
+        ({1: "a"}, "dict key 1"),
+        ({"ok": {2, 3}}, "field 'value'['ok'] is a set"),
+        (float("nan"), "must be finite"),
+        (b"bytes", "is a bytes"),
+    ],
+)
 def test_encoder_rejects_with_step_and_field(value, fragment):
     step = ExecutorStep("tokenize/docs", write_text, AnyConfig(this_output_path(), versioned(value)))
     with pytest.raises(EncodingError) as err:
@@ -192,8 +211,9 @@ def test_non_dataclass_config_is_an_error():
 
 
 def test_override_output_path_pins_path_and_keeps_identity(caplog):
-    s = ExecutorStep("raw/a", write_text, WriteConfig(this_output_path(), versioned("a")),
-                     override_output_path="pinned/raw-a")
+    s = ExecutorStep(
+        "raw/a", write_text, WriteConfig(this_output_path(), versioned("a")), override_output_path="pinned/raw-a"
+    )
     plan = build_plan([s], "/p")
     ps = plan.steps[0]
     assert ps.output_path == "/p/pinned/raw-a"
@@ -202,8 +222,9 @@ def test_override_output_path_pins_path_and_keeps_identity(caplog):
 
 
 def test_hardcoded_input_is_relative_to_prefix_and_prefix_free_in_identity():
-    s = ExecutorStep("b", write_text, WriteConfig(this_output_path(), versioned("b"),
-                                                  (InputName.hardcoded("raw/external"),)))
+    s = ExecutorStep(
+        "b", write_text, WriteConfig(this_output_path(), versioned("b"), (InputName.hardcoded("raw/external"),))
+    )
     p1, p2 = build_plan([s], "/one"), build_plan([s], "/two")
     assert p1.steps[0].identity == p2.steps[0].identity
     assert p1.resolve_config(p1.steps[0]).inputs == ("/one/raw/external",)
@@ -228,12 +249,22 @@ def test_unknown_resources_key_is_an_error():
 
 def test_plan_of_wide_dag_is_linear_not_recursive():
     # 24 layers deep, 50 wide: planning must not blow up with depth (Marin embeds full versions).
-    layer = [ExecutorStep(f"l0/s{i}", write_text, WriteConfig(this_output_path(), versioned(str(i))))
-             for i in range(50)]
+    layer = [
+        ExecutorStep(f"l0/s{i}", write_text, WriteConfig(this_output_path(), versioned(str(i)))) for i in range(50)
+    ]
     for depth in range(1, 24):
-        layer = [ExecutorStep(f"l{depth}/s{i}", write_text, WriteConfig(
-            this_output_path(), versioned(str(i)), (output_path_of(layer[i]), output_path_of(layer[(i + 1) % 50]))))
-            for i in range(50)]
+        layer = [
+            ExecutorStep(
+                f"l{depth}/s{i}",
+                write_text,
+                WriteConfig(
+                    this_output_path(),
+                    versioned(str(i)),
+                    (output_path_of(layer[i]), output_path_of(layer[(i + 1) % 50])),
+                ),
+            )
+            for i in range(50)
+        ]
     plan = build_plan(layer, "/p")
     assert len(plan.steps) == 1200
     deepest = _by_name(plan)["l23/s0"]
@@ -243,12 +274,15 @@ def test_plan_of_wide_dag_is_linear_not_recursive():
 # --- the encoding is structural: distinct configs never share a version (issue 9) ---------------
 
 
-@pytest.mark.parametrize("one,other", [
-    ({"a.b": versioned(1)}, {"a": {"b": versioned(1)}}),   # a dotted key vs a nested dict
-    ({"0": versioned(1)}, [versioned(1)]),                    # dict key "0" vs list position 0
-    ({"x": {"0": versioned(1)}}, {"x": [versioned(1)]}),
-    ({"a": [versioned(1), 2]}, {"a": [2, versioned(1)]}),     # the same value at another position
-])
+@pytest.mark.parametrize(
+    "one,other",
+    [
+        ({"a.b": versioned(1)}, {"a": {"b": versioned(1)}}),  # a dotted key vs a nested dict
+        ({"0": versioned(1)}, [versioned(1)]),  # dict key "0" vs list position 0
+        ({"x": {"0": versioned(1)}}, {"x": [versioned(1)]}),
+        ({"a": [versioned(1), 2]}, {"a": [2, versioned(1)]}),  # the same value at another position
+    ],
+)
 def test_structurally_different_configs_never_collide(one, other):
     a = build_plan([ExecutorStep("s", write_text, AnyConfig(this_output_path(), one))], "/p").steps[0]
     b = build_plan([ExecutorStep("s", write_text, AnyConfig(this_output_path(), other))], "/p").steps[0]
@@ -308,8 +342,10 @@ def test_any_versioned_local_path_enters_as_its_content(tmp_path, digest_cache):
     one, two = _corpus(tmp_path / "x", files), _corpus(tmp_path / "y" / "z", files)
 
     def plan(where):
-        cfg = AnyConfig(this_output_path(), {"plain": versioned(where), "listed": versioned([where, "gpt2"]),
-                                             "fixed": InputName.hardcoded(where)})
+        cfg = AnyConfig(
+            this_output_path(),
+            {"plain": versioned(where), "listed": versioned([where, "gpt2"]), "fixed": InputName.hardcoded(where)},
+        )
         return build_plan([ExecutorStep("s", write_text, cfg)], "/p").steps[0]
 
     a, b = plan(one), plan(two)

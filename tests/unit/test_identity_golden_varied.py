@@ -44,22 +44,43 @@ class Outer:
 
 def _dag() -> list[ExecutorStep]:
     raw = ExecutorStep("raw/a", write_text, Outer(this_output_path(), label=versioned("é ü \u2603")))
-    raw2 = ExecutorStep("raw/b", write_text, Outer(this_output_path("sub"), label=versioned(1.25),
-                                                   extra="on"))
-    mid = ExecutorStep("mid/c", write_text, Outer(
-        this_output_path(),
-        inputs=[output_path_of(raw), output_path_of(raw2, "x/y"), InputName.hardcoded("gs://bkt/data"),
-                InputName.hardcoded("rel/dir")],
-        model=Inner(width=8, rate=1e-3, tags=("z",), note="on"),
-        mix={"web.en": 0.7, "code": [1, 2, {"k": None}], "0": True},
-        label=versioned(Mode.FAST)))
-    side = ExecutorStep("mid/d", write_text, Outer(
-        this_output_path(), inputs=[raw / "part", output_path_of(raw).nonblocking()],
-        label=versioned({"path": pathlib.PurePosixPath("a/b"), "n": [1.5, -2, "s"]})))
-    by_name = ExecutorStep("top/e", write_text, Outer(
-        this_output_path(), inputs=[output_path_of("mid/c"), side, mid.cd("deep"),
-                                         output_path_of(raw2).nonblocking()],
-        mix={"nested": {"a.b": Mode.SLOW}}, knob=7, label=versioned([])))
+    raw2 = ExecutorStep("raw/b", write_text, Outer(this_output_path("sub"), label=versioned(1.25), extra="on"))
+    mid = ExecutorStep(
+        "mid/c",
+        write_text,
+        Outer(
+            this_output_path(),
+            inputs=[
+                output_path_of(raw),
+                output_path_of(raw2, "x/y"),
+                InputName.hardcoded("gs://bkt/data"),
+                InputName.hardcoded("rel/dir"),
+            ],
+            model=Inner(width=8, rate=1e-3, tags=("z",), note="on"),
+            mix={"web.en": 0.7, "code": [1, 2, {"k": None}], "0": True},
+            label=versioned(Mode.FAST),
+        ),
+    )
+    side = ExecutorStep(
+        "mid/d",
+        write_text,
+        Outer(
+            this_output_path(),
+            inputs=[raw / "part", output_path_of(raw).nonblocking()],
+            label=versioned({"path": pathlib.PurePosixPath("a/b"), "n": [1.5, -2, "s"]}),
+        ),
+    )
+    by_name = ExecutorStep(
+        "top/e",
+        write_text,
+        Outer(
+            this_output_path(),
+            inputs=[output_path_of("mid/c"), side, mid.cd("deep"), output_path_of(raw2).nonblocking()],
+            mix={"nested": {"a.b": Mode.SLOW}},
+            knob=7,
+            label=versioned([]),
+        ),
+    )
     same = ExecutorStep("raw/a", write_text, Outer(this_output_path(), label=versioned("é ü \u2603"), knob=3))
     return [by_name, mid, same]
 
@@ -114,8 +135,9 @@ def test_pinned_path_colliding_with_a_computed_or_pinned_one_is_an_error():
 
     a = ExecutorStep("raw/a", write_text, Outer(this_output_path(), label=versioned("a")))
     ident = build_plan([a], "/p").steps[0].identity
-    onto_computed = ExecutorStep("raw/z", write_text, Outer(this_output_path(), label=versioned("z")),
-                                 override_output_path=ident)
+    onto_computed = ExecutorStep(
+        "raw/z", write_text, Outer(this_output_path(), label=versioned("z")), override_output_path=ident
+    )
     with pytest.raises(StepDefinitionError, match=f"both write to /p/{ident}"):
         build_plan([a, onto_computed], "/p")
     one = ExecutorStep("x/one", write_text, Outer(this_output_path()), override_output_path="shared/out")

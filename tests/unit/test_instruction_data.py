@@ -32,22 +32,31 @@ def tokenizer(tmp_path_factory):
 
 def test_section_questions_from_headings_and_first_paragraphs(tmp_path):
     assert sections_of_html(PAGE) == [
-        ("Packing windows",
-         "Conversations are packed end to end like any documents, and the trainer cuts fixed windows."),
+        (
+            "Packing windows",
+            "Conversations are packed end to end like any documents, and the trainer cuts fixed windows.",
+        ),
         ("Masks", "The loss counts response tokens only, never the prompt, nor the role markers of the template."),
     ]
     (tmp_path / "html").mkdir()
     (tmp_path / "html" / "a.html").write_text(PAGE)
-    out = make_section_qa(SectionQaConfig(sources=(ManualSource("m", "Test manual", str(tmp_path / "html")),),
-                                          output_path=str(tmp_path / "qa")))
+    out = make_section_qa(
+        SectionQaConfig(
+            sources=(ManualSource("m", "Test manual", str(tmp_path / "html")),), output_path=str(tmp_path / "qa")
+        )
+    )
     assert out["records"] == 4
     with gzip.open(tmp_path / "qa" / "data" / "qa-00000.jsonl.gz", "rt") as f:
         records = [json.loads(line) for line in f]
     assert records[0]["id"] == "m/a.html#0/title" and records[0]["response"] == "Packing windows"
     assert records[1]["response"] == "The Test manual."
     with pytest.raises(ProcessingError, match=r"sources\['m'\]: no page matching '\*.en.html'"):
-        make_section_qa(SectionQaConfig(sources=(ManualSource("m", "T", str(tmp_path / "html"), "*.en.html"),),
-                                        output_path=str(tmp_path / "none")))
+        make_section_qa(
+            SectionQaConfig(
+                sources=(ManualSource("m", "T", str(tmp_path / "html"), "*.en.html"),),
+                output_path=str(tmp_path / "none"),
+            )
+        )
 
 
 def _write(path, records):
@@ -57,14 +66,25 @@ def _write(path, records):
 
 def test_loss_mask_covers_responses_and_final_eos_only(tokenizer, tmp_path):
     records = [{"id": f"r{i}", "prompt": f"What is item {i}?", "response": f"It is the number {i}."} for i in range(30)]
-    records.append({"id": "chat", "messages": [
-        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"},
-        {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Again"},
-        {"role": "assistant", "content": "Hello again."}]})
+    records.append(
+        {
+            "id": "chat",
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Hello there"},
+                {"role": "assistant", "content": "Hello."},
+                {"role": "user", "content": "Again"},
+                {"role": "assistant", "content": "Hello again."},
+            ],
+        }
+    )
     _write(tmp_path / "in" / "a.jsonl", records)
     out = str(tmp_path / "cache")
-    summary = tokenize_instructions(TokenizeInstructionsConfig(input_path=str(tmp_path / "in"), output_path=out,
-                                                               tokenizer=tokenizer, validation_fraction=0.2))
+    summary = tokenize_instructions(
+        TokenizeInstructionsConfig(
+            input_path=str(tmp_path / "in"), output_path=out, tokenizer=tokenizer, validation_fraction=0.2
+        )
+    )
     assert summary["records"] == 31 and sum(summary["records_by_split"].values()) == 31
     cache = TokenCache(out)
     tok = Tokenizer.from_file(f"{tokenizer}/tokenizer.json")
@@ -91,10 +111,13 @@ def test_loss_mask_covers_responses_and_final_eos_only(tokenizer, tmp_path):
 
 
 def test_bad_record_names_file_and_line_or_is_skipped(tokenizer, tmp_path):
-    _write(tmp_path / "in" / "a.jsonl", [{"id": "ok", "prompt": "q", "response": "a"}, "{not json",
-                                         {"id": "x", "prompt": "q", "response": ""}])
-    cfg = TokenizeInstructionsConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "c"),
-                                     tokenizer=tokenizer)
+    _write(
+        tmp_path / "in" / "a.jsonl",
+        [{"id": "ok", "prompt": "q", "response": "a"}, "{not json", {"id": "x", "prompt": "q", "response": ""}],
+    )
+    cfg = TokenizeInstructionsConfig(
+        input_path=str(tmp_path / "in"), output_path=str(tmp_path / "c"), tokenizer=tokenizer
+    )
     with pytest.raises(ProcessingError, match=r"a.jsonl:2.*malformed JSON"):
         tokenize_instructions(cfg)
     summary = tokenize_instructions(dataclasses.replace(cfg, output_path=str(tmp_path / "d"), on_bad_record="skip"))

@@ -22,9 +22,15 @@ def empty_hub(tmp_path, monkeypatch):
 
 def _train(model, tokenizer):
     data = default_tokenize("docs", "raw/some-docs", tokenizer=tokenizer)
-    return default_train("tiny", data, model, SimpleTrainConfig(resources=CpuOnlyConfig(num_cpus=1), train_batch_size=2,
-                                                                 num_train_steps=2, learning_rate=1e-3),
-                         use_default_validation=False)
+    return default_train(
+        "tiny",
+        data,
+        model,
+        SimpleTrainConfig(
+            resources=CpuOnlyConfig(num_cpus=1), train_batch_size=2, num_train_steps=2, learning_rate=1e-3
+        ),
+        use_default_validation=False,
+    )
 
 
 def test_the_vocabulary_of_a_known_tokenizer_sizes_the_model_offline(empty_hub):

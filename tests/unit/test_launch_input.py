@@ -49,23 +49,27 @@ def silent_port():
 def test_an_address_that_is_not_ray_is_one_line_within_seconds(tmp_path, capsys, silent_port):
     prefix = str(tmp_path / "p")
     started = time.monotonic()
-    code = cli_main(["launch", SCRIPT, "--address", f"127.0.0.1:{silent_port}", "--prefix", prefix,
-                     "--working_dir", REPO])
+    code = cli_main(
+        ["launch", SCRIPT, "--address", f"127.0.0.1:{silent_port}", "--prefix", prefix, "--working_dir", REPO]
+    )
     assert code == 1 and time.monotonic() - started < 30
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "not a Ray head" in err and str(silent_port) in err, err
     assert not os.path.exists(prefix)
 
 
-@pytest.mark.parametrize("content", [
-    '{"run_id": "r-1", "status": "RUN',            # torn
-    '[1, 2, 3]',                                   # not an object
-    '{"run_id": "r-1", "attempts": "many"}',       # attempts not a list
-    '{"run_id": "r-1", "attempts": [7, "x"]}',     # attempts not objects
-    '{"run_id": 5, "attempts": []}',               # run_id not text
-    '{"run_id": "r-1", "attempts": [{"attempt": "one"}], "max_restarts": []}',
-    '\xff\xfe',                                   # not UTF-8 JSON
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"run_id": "r-1", "status": "RUN',  # torn
+        "[1, 2, 3]",  # not an object
+        '{"run_id": "r-1", "attempts": "many"}',  # attempts not a list
+        '{"run_id": "r-1", "attempts": [7, "x"]}',  # attempts not objects
+        '{"run_id": 5, "attempts": []}',  # run_id not text
+        '{"run_id": "r-1", "attempts": [{"attempt": "one"}], "max_restarts": []}',
+        "\xff\xfe",  # not UTF-8 JSON
+    ],
+)
 def test_a_torn_or_wrongly_typed_launch_record_is_one_line(tmp_path, capsys, content):
     folder = tmp_path / "launches" / "r-1"
     folder.mkdir(parents=True)
@@ -78,10 +82,17 @@ def test_a_torn_or_wrongly_typed_launch_record_is_one_line(tmp_path, capsys, con
 def test_a_sound_launch_record_still_prints(tmp_path, capsys):
     folder = tmp_path / "launches" / "r-1"
     folder.mkdir(parents=True)
-    (folder / "launch.json").write_text(json.dumps({"run_id": "r-1", "status": "SUCCEEDED", "script": "x.py",
-                                                    "max_restarts": 3, "attempts": [
-                                                        {"attempt": 1, "outcome": "succeeded", "started": "t0",
-                                                         "ended": "t1"}]}))
+    (folder / "launch.json").write_text(
+        json.dumps(
+            {
+                "run_id": "r-1",
+                "status": "SUCCEEDED",
+                "script": "x.py",
+                "max_restarts": 3,
+                "attempts": [{"attempt": 1, "outcome": "succeeded", "started": "t0", "ended": "t1"}],
+            }
+        )
+    )
     assert cli_main(["launch", "--status", "r-1", "--prefix", str(tmp_path)]) == 0
     assert "r-1: SUCCEEDED" in capsys.readouterr().out
 
@@ -89,8 +100,22 @@ def test_a_sound_launch_record_still_prints(tmp_path, capsys):
 def test_script_arguments_after_double_dash_are_taken(tmp_path, capsys):
     """As `launch --help` says: they reach the checks (here, the address), not argparse's refusal."""
     prefix = str(tmp_path / "p")
-    code = cli_main(["launch", SCRIPT, "--address", "127.0.0.1:1", "--prefix", prefix, "--working_dir", REPO,
-                     "--", "--lr", "3e-4", "events"])
+    code = cli_main(
+        [
+            "launch",
+            SCRIPT,
+            "--address",
+            "127.0.0.1:1",
+            "--prefix",
+            prefix,
+            "--working_dir",
+            REPO,
+            "--",
+            "--lr",
+            "3e-4",
+            "events",
+        ]
+    )
     assert code == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "no Ray cluster answers there" in err, err

@@ -19,8 +19,17 @@ FLAGGED = "opaque-flag-value-5678"
 
 def test_launch_side_secrets_are_scrubbed_from_the_attempt_log_and_follow(tmp_path, monkeypatch):
     prefix = str(tmp_path)
-    argv = [sys.executable, "-c", "import sys; print('args:', *sys.argv[1:], flush=True)",
-            f"--data=/x/{VALUE}/y", "--hf_token", FLAGGED, "--api_key=" + FLAGGED[::-1], "--steps", "3"]
+    argv = [
+        sys.executable,
+        "-c",
+        "import sys; print('args:', *sys.argv[1:], flush=True)",
+        f"--data=/x/{VALUE}/y",
+        "--hf_token",
+        FLAGGED,
+        "--api_key=" + FLAGGED[::-1],
+        "--steps",
+        "3",
+    ]
     monkeypatch.setenv("LAUNCHER_API_TOKEN", VALUE)
     secrets = secrets_in_args(argv)
     assert VALUE in secrets and FLAGGED in secrets and FLAGGED[::-1] in secrets and "3" not in secrets
@@ -33,8 +42,14 @@ def test_launch_side_secrets_are_scrubbed_from_the_attempt_log_and_follow(tmp_pa
     log = Path(attempt_log_url(prefix, "r-1", 1)).read_text()
     assert "args:" in log and "--steps 3" in log
     assert VALUE not in log and FLAGGED not in log and FLAGGED[::-1] not in log and log.count("<redacted>") == 3
-    write_state(prefix, {"run_id": "r-1", "status": "SUCCEEDED", "attempts": [
-        {"attempt": 1, "outcome": "succeeded", "ended": "2026-11-28T00:00:00"}]})
+    write_state(
+        prefix,
+        {
+            "run_id": "r-1",
+            "status": "SUCCEEDED",
+            "attempts": [{"attempt": 1, "outcome": "succeeded", "ended": "2026-11-28T00:00:00"}],
+        },
+    )
     out = io.StringIO()
     follow(prefix, "r-1", out=out)
     assert "args:" in out.getvalue() and VALUE not in out.getvalue() and FLAGGED not in out.getvalue()
@@ -44,8 +59,10 @@ def test_a_driver_gets_the_carried_secrets_as_secret_named_variables(tmp_path):
     """So the driver's own records and logs scrub them as well."""
     (tmp_path / "launches" / "r-2" / "logs").mkdir(parents=True)
     host = DriverHost()
-    code = ("import os; from marin_lab.execution.secrets import scrub_text; "
-            f"print(scrub_text('x {VALUE} y').replace('<', '[').replace('>', ']'))")
+    code = (
+        "import os; from marin_lab.execution.secrets import scrub_text; "
+        f"print(scrub_text('x {VALUE} y').replace('<', '[').replace('>', ']'))"
+    )
     host.spawn([sys.executable, "-c", code], {}, attempt_log_url(str(tmp_path), "r-2", 1), [VALUE])
     assert host.wait() == 0
     assert "x [redacted] y" in Path(attempt_log_url(str(tmp_path), "r-2", 1)).read_text()

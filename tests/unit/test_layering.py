@@ -18,17 +18,26 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "marin_lab"
 
 # Lower numbers sit lower. A package may import its own modules and any package of a lower layer.
 LAYERS: dict[str, int] = {
-    "errors": 0, "versioning": 0, "flags": 0, "host_env": 0, "ray_niceness": 0,
+    "errors": 0,
+    "versioning": 0,
+    "flags": 0,
+    "host_env": 0,
+    "ray_niceness": 0,
     "io": 1,
     "store": 2,
     "environments": 2,  # per-step locked environments: the executor runs steps in them
     "execution": 3,
-    "reproduce": 4, "gc": 4, "explain": 4,  # tools over the executor's records (processing reads one too)
+    "reproduce": 4,
+    "gc": 4,
+    "explain": 4,  # tools over the executor's records (processing reads one too)
     "models": 5,  # the decoder: arrays in, arrays out
-    "quant": 6, "processing": 6,
-    "peft": 7, "precision": 7,
+    "quant": 6,
+    "processing": 6,
+    "peft": 7,
+    "precision": 7,
     "training": 8,
-    "evaluation": 9, "cluster": 9,
+    "evaluation": 9,
+    "cluster": 9,
     "marin": 10,  # Marin's spellings over the core (never imported by it)
     "resources": 10,  # Marin's `marin.resources` path: re-exports marin/resources.py
     "browser": 11,
@@ -42,11 +51,11 @@ KNOWN_UPWARD: set[tuple[str, str]] = set()
 # list only shrinks.
 KNOWN_LOCAL: set[tuple[str, str]] = {
     ("browser/__init__.py", "marin_lab.browser.server"),  # aiohttp, only when a server starts
-    ("cli.py", "marin_lab.cluster.cli"),                  # JAX and the TPU tools: ~4 s of imports
-    ("execution/code_provenance.py", "marin_lab"),        # the package's own version, read when recorded
-    ("quant/nf4.py", "marin_lab.quant.matmul"),           # a real cycle: matmul takes NF4Tensor
+    ("cli.py", "marin_lab.cluster.cli"),  # JAX and the TPU tools: ~4 s of imports
+    ("execution/code_provenance.py", "marin_lab"),  # the package's own version, read when recorded
+    ("quant/nf4.py", "marin_lab.quant.matmul"),  # a real cycle: matmul takes NF4Tensor
     ("training/levanter_backend.py", "marin_lab.environments"),  # runs inside Levanter's
-                                                          # environment, where only the stdlib is imported
+    # environment, where only the stdlib is imported
 }
 
 
@@ -76,23 +85,31 @@ def _imports():
         tree = ast.parse(path.read_text(), str(path))
         is_package = path.name == "__init__.py"
 
-        def visit(node: ast.AST, in_function: bool, module: str = module, is_package: bool = is_package,
-                  path: pathlib.Path = path) -> None:
+        def visit(
+            node: ast.AST,
+            in_function: bool,
+            module: str = module,
+            is_package: bool = is_package,
+            path: pathlib.Path = path,
+        ) -> None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.Import):
                     targets = [alias.name for alias in child.names]
                 elif isinstance(child, ast.ImportFrom):
                     base = _resolve(child, module, is_package)
                     # `from marin_lab.x import y` may name a submodule y: count the deeper one.
-                    targets = [f"{base}.{a.name}" if (PACKAGE.parent / f"{base}.{a.name}".replace(".", "/")).exists()
-                               or (PACKAGE.parent / (f"{base}.{a.name}".replace(".", "/") + ".py")).exists()
-                               else base for a in child.names]
+                    targets = [
+                        f"{base}.{a.name}"
+                        if (PACKAGE.parent / f"{base}.{a.name}".replace(".", "/")).exists()
+                        or (PACKAGE.parent / (f"{base}.{a.name}".replace(".", "/") + ".py")).exists()
+                        else base
+                        for a in child.names
+                    ]
                 else:
                     targets = []
                 for target in targets:
                     if target == "marin_lab" or target.startswith("marin_lab."):
-                        found.append((module, target, in_function, path.relative_to(PACKAGE).as_posix(),
-                                      child.lineno))
+                        found.append((module, target, in_function, path.relative_to(PACKAGE).as_posix(), child.lineno))
                 visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
         visit(tree, False)
@@ -121,7 +138,8 @@ def test_arrows_point_down():
             where.setdefault((a, b), f"{file}:{line}")
     new = sorted(upward - KNOWN_UPWARD)
     assert not new, "upward imports (a lower package importing a higher one): " + ", ".join(
-        f"{a} -> {b} ({where[(a, b)]})" for a, b in new)
+        f"{a} -> {b} ({where[(a, b)]})" for a, b in new
+    )
     gone = sorted(KNOWN_UPWARD - upward)
     assert not gone, f"KNOWN_UPWARD lists arrows that no longer exist, remove them: {gone}"
 
@@ -187,8 +205,10 @@ def test_module_level_imports_form_no_cycle():
 def test_no_hidden_imports_of_marin_lab_inside_functions():
     local = {(file, target): line for module, target, in_function, file, line in IMPORTS if in_function}
     new = sorted(set(local) - KNOWN_LOCAL)
-    assert not new, ("marin_lab imported inside a function (import it at the top of the module, or break the "
-                     "cycle that made it local): " + ", ".join(f"{f}:{local[(f, t)]} {t}" for f, t in new))
+    assert not new, (
+        "marin_lab imported inside a function (import it at the top of the module, or break the "
+        "cycle that made it local): " + ", ".join(f"{f}:{local[(f, t)]} {t}" for f, t in new)
+    )
     gone = sorted(KNOWN_LOCAL - set(local))
     assert not gone, f"KNOWN_LOCAL lists imports that are gone, remove them: {gone}"
 
@@ -196,8 +216,18 @@ def test_no_hidden_imports_of_marin_lab_inside_functions():
 # The store owns the names of the files under a prefix and inside a step's output
 # (marin_lab/store/layout.py): everything else imports them. A string that is one of these names,
 # or an attempt log's name, fails outside store/ (docstrings and comments may still mention them).
-STORE_NAMES = {".executor_status", ".executor_info", ".executor_lease", ".artifact.json", "metrics.jsonl",
-               "results.json", "launch.json", "launches", "experiments/", ".bad_shards.json"}
+STORE_NAMES = {
+    ".executor_status",
+    ".executor_info",
+    ".executor_lease",
+    ".artifact.json",
+    "metrics.jsonl",
+    "results.json",
+    "launch.json",
+    "launches",
+    "experiments/",
+    ".bad_shards.json",
+}
 # Files that may spell a name, each with its reason. The list only shrinks.
 KNOWN_SPELLED: set[tuple[str, str]] = {
     # Runs inside Levanter's environment, where only the standard library and marin_lab.errors are imported.
@@ -212,10 +242,14 @@ def _spelled_names() -> set[tuple[str, str, int]]:
         if rel.startswith("store/"):
             continue
         tree = ast.parse(path.read_text(), str(path))
-        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                      and node.body and isinstance(node.body[0], ast.Expr)
-                      and isinstance(node.body[0].value, ast.Constant)}
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
         for node in ast.walk(tree):
             if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in docstrings:
                 continue
@@ -228,8 +262,10 @@ def _spelled_names() -> set[tuple[str, str, int]]:
 def test_the_store_s_file_names_are_spelled_only_in_the_store():
     spelled = _spelled_names()
     new = sorted(f"{rel}:{line} {text!r}" for rel, text, line in spelled if (rel, text) not in KNOWN_SPELLED)
-    assert not new, ("file names the store owns, spelled outside marin_lab/store/ (import the name from "
-                     "marin_lab.store.layout): " + ", ".join(new))
+    assert not new, (
+        "file names the store owns, spelled outside marin_lab/store/ (import the name from "
+        "marin_lab.store.layout): " + ", ".join(new)
+    )
     gone = sorted(KNOWN_SPELLED - {(rel, text) for rel, text, _ in spelled})
     assert not gone, f"KNOWN_SPELLED lists names no longer spelled there, remove them: {gone}"
 

@@ -94,16 +94,29 @@ def test_holder_provably_dead_on_this_host_is_stale_at_once(tmp_path):
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(proc.stdout)
     f = conditional_file(f"{path}/.executor_lease")
-    f.create(json.dumps({"holder": "ghost", "host": HOSTNAME, "pid": dead_pid, "pid_start": 1.0,
-                         "heartbeat": 9e18, "timeout_s": 3600}).encode())  # heartbeat in the future
+    f.create(
+        json.dumps(
+            {
+                "holder": "ghost",
+                "host": HOSTNAME,
+                "pid": dead_pid,
+                "pid_start": 1.0,
+                "heartbeat": 9e18,
+                "timeout_s": 3600,
+            }
+        ).encode()
+    )  # heartbeat in the future
     assert Lease(path, "me", timeout_s=3600).try_acquire() is None
 
 
 def test_holder_on_another_host_is_not_judged_dead(tmp_path):
     path = str(tmp_path / "s")
     f = conditional_file(f"{path}/.executor_lease")
-    f.create(json.dumps({"holder": "far", "host": "some-other-host", "pid": 1, "pid_start": 1.0,
-                         "heartbeat": 1e12, "timeout_s": 60}).encode())
+    f.create(
+        json.dumps(
+            {"holder": "far", "host": "some-other-host", "pid": 1, "pid_start": 1.0, "heartbeat": 1e12, "timeout_s": 60}
+        ).encode()
+    )
     held = Lease(path, "me", timeout_s=60, clock=Clock(1e12 + 10)).try_acquire()
     assert held is not None and held.holder == "far"
 
@@ -120,6 +133,7 @@ def test_heartbeat_thread_renews(tmp_path):
     first = lease.current_holder().heartbeat
     lease.start_heartbeats()
     import time
+
     time.sleep(0.3)
     lease.stop_heartbeats()
     assert lease.current_holder().heartbeat > first

@@ -37,8 +37,10 @@ def test_lm_eval_info_and_its_bars_are_kept_out_while_it_runs(monkeypatch):
         with quiet_lm_eval():
             assert lm_eval.api.task.tqdm(range(3)).disable  # "Building contexts" draws nothing
             _log_all()
-        assert handler.lines == ["[Task: copa] metric acc is defined, but aggregation is not",
-                                 "eval task piqa: acc 0.48"]
+        assert handler.lines == [
+            "[Task: copa] metric acc is defined, but aggregation is not",
+            "eval task piqa: acc 0.48",
+        ]
         assert not lm_eval.api.task.tqdm(range(3), disable=False).disable  # put back
         handler.lines.clear()
         _log_all()  # outside, nothing is filtered

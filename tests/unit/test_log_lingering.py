@@ -17,8 +17,9 @@ def test_capture_returns_without_waiting_for_a_leftover_process(tmp_path):
     try:
         with capture(LogSpec(url=str(log), label="s", echo=False)):
             os.write(1, b"from the step\n")  # fd 1: pytest replaces sys.stdout
-            child = subprocess.Popen([sys.executable, "-c",
-                                      "import sys, time; print('from the child', flush=True); time.sleep(60)"])
+            child = subprocess.Popen(
+                [sys.executable, "-c", "import sys, time; print('from the child', flush=True); time.sleep(60)"]
+            )
             # The child's line is in the log before the step returns (waited on, not slept on).
             deadline = time.monotonic() + 30
             while b"from the child" not in log.read_bytes() and time.monotonic() < deadline:

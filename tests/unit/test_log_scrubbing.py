@@ -82,12 +82,12 @@ def test_one_long_line_is_captured_in_linear_work_and_scrubbed_across_pieces(tmp
     # Secrets straddling a piece boundary, a read boundary, and the very end of the line.
     spots = [MAX_PIECE - 10, 3 * MAX_PIECE - len(secret) // 2, 5 * READ_BYTES - 3, size - len(secret)]
     for at in spots:
-        body[at:at + len(secret)] = secret.encode()
+        body[at : at + len(secret)] = secret.encode()
     echo = os.open(os.devnull, os.O_WRONLY)
     try:
         reader, written = _reader(tmp_path, echo)
         for start in range(0, size, READ_BYTES):
-            reader.feed(bytes(body[start:start + READ_BYTES]))
+            reader.feed(bytes(body[start : start + READ_BYTES]))
         reader.finish()
     finally:
         os.close(echo)
@@ -109,7 +109,7 @@ def test_short_lines_keep_their_boundaries_and_progress_is_throttled(tmp_path):
     try:
         data = b"".join(b"line %d\n" % i for i in range(20_000)) + b"bar 1\rbar 2\rbar 3\nend"
         for start in range(0, len(data), 1000):  # lines cut anywhere between reads
-            reader.feed(data[start:start + 1000])
+            reader.feed(data[start : start + 1000])
         reader.finish()
     finally:
         os.close(reader.echo_fd)
@@ -123,7 +123,7 @@ def test_a_long_line_through_real_capture(tmp_path, odd_secrets, capfd):
     line = ("y" * (MAX_PIECE - 5) + odd_secrets[0] + "z" * (MAX_PIECE // 2)).encode()
     with capture(LogSpec(url=url, label="big")):
         os.write(1, line[: MAX_PIECE // 2])
-        os.write(1, line[MAX_PIECE // 2:] + b"\nafter\n")
+        os.write(1, line[MAX_PIECE // 2 :] + b"\nafter\n")
     text = Path(url).read_text(encoding="utf-8")
     out, _ = capfd.readouterr()
     assert text == "y" * (MAX_PIECE - 5) + REDACTED + "z" * (MAX_PIECE // 2) + "\nafter\n"
@@ -134,8 +134,10 @@ def test_the_browser_masks_old_logs_like_the_file_view(tmp_path, odd_secrets):
     logs = tmp_path / "step" / "logs"
     logs.mkdir(parents=True)
     # Written before capture scrubbed such values (or by another tool): served masked.
-    old = (f"connecting with {odd_secrets[0]}\nAPI_KEY=plainvalue123\n"
-           f'{{"db_password": "hunter2hunter2"}}\nuser said {odd_secrets[1]}\n')
+    old = (
+        f"connecting with {odd_secrets[0]}\nAPI_KEY=plainvalue123\n"
+        f'{{"db_password": "hunter2hunter2"}}\nuser said {odd_secrets[1]}\n'
+    )
     (logs / "attempt-1.log").write_text(old)
     roots = Roots.of([str(tmp_path)])
     log_view = read_log(roots, str(tmp_path / "step"))["text"]
@@ -147,8 +149,11 @@ def test_the_browser_masks_old_logs_like_the_file_view(tmp_path, odd_secrets):
 
 
 def test_every_browser_answer_is_scrubbed_on_the_way_out(odd_secrets):
-    answer = {"items": [{"value": {"text": f"doc quoting {odd_secrets[2]}"}}],
-              "error": f"failed at {odd_secrets[0]}", f"key {odd_secrets[1]}": 1}
+    answer = {
+        "items": [{"value": {"text": f"doc quoting {odd_secrets[2]}"}}],
+        "error": f"failed at {odd_secrets[0]}",
+        f"key {odd_secrets[1]}": 1,
+    }
     body = _json(answer).body.decode()
     assert _leaks(body) == [] and json.loads(body)["error"] == "failed at <redacted>"
 

@@ -24,9 +24,17 @@ from tests.data_fixtures import paragraph
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("text", [
-    "a b c d e f g h", "abcdefghijklmnop", "aa  bb   cc dd\n\nee ff", "x" * 30 + " y", "", "Grüße, ünïcode — ok.",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a b c d e f g h",
+        "abcdefghijklmnop",
+        "aa  bb   cc dd\n\nee ff",
+        "x" * 30 + " y",
+        "",
+        "Grüße, ünïcode — ok.",
+    ],
+)
 @pytest.mark.parametrize("size", [2, 3, 7])
 def test_text_chunks_join_back_within_the_size(text, size):
     pieces = list(text_chunks(text, size))
@@ -51,11 +59,20 @@ def test_chunked_training_and_encoding_give_the_same_bytes(tmp_path, monkeypatch
     _long_corpus(tmp_path / "in")
 
     def run(tag: str) -> tuple[bytes, dict[str, bytes]]:
-        train_tokenizer(TrainTokenizerConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / f"tok-{tag}"),
-                                             vocab_size=400))
+        train_tokenizer(
+            TrainTokenizerConfig(
+                input_path=str(tmp_path / "in"), output_path=str(tmp_path / f"tok-{tag}"), vocab_size=400
+            )
+        )
         out = tmp_path / f"cache-{tag}"
-        tokenize(TokenizeConfig(input_path=str(tmp_path / "in"), output_path=str(out),
-                                tokenizer=str(tmp_path / "tok-whole"), bos_token="<|endoftext|>"))
+        tokenize(
+            TokenizeConfig(
+                input_path=str(tmp_path / "in"),
+                output_path=str(out),
+                tokenizer=str(tmp_path / "tok-whole"),
+                bos_token="<|endoftext|>",
+            )
+        )
         files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.npy"))}
         return (tmp_path / f"tok-{tag}" / "tokenizer.json").read_bytes(), files
 
@@ -68,8 +85,9 @@ def test_chunked_training_and_encoding_give_the_same_bytes(tmp_path, monkeypatch
 
 def test_a_long_document_is_encoded_a_few_bounded_pieces_at_a_time(tmp_path, monkeypatch):
     _long_corpus(tmp_path / "in")
-    train_tokenizer(TrainTokenizerConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "tok"),
-                                         vocab_size=400))
+    train_tokenizer(
+        TrainTokenizerConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "tok"), vocab_size=400)
+    )
     monkeypatch.setattr(tok_mod, "LONG_TEXT_CHARS", 1000)
     monkeypatch.setattr(tok_mod, "TEXT_CHUNK_CHARS", 200)
     from tokenizers import Tokenizer
@@ -83,8 +101,9 @@ def test_a_long_document_is_encoded_a_few_bounded_pieces_at_a_time(tmp_path, mon
             return real.encode_batch(texts, add_special_tokens=add_special_tokens)
 
     text = " ".join(["word"] * 5000)
-    flat, lengths = tok_mod.encode_texts(Recording(), ["short one", text, "short two"], eos_id=0, bos_id=None,
-                                         dtype=tok_mod.np.dtype("<u4"))
+    flat, lengths = tok_mod.encode_texts(
+        Recording(), ["short one", text, "short two"], eos_id=0, bos_id=None, dtype=tok_mod.np.dtype("<u4")
+    )
     assert lengths.tolist()[1] == len(real.encode(text).ids) + 1
     assert len(seen) > 5 and max(seen[1:-1]) <= tok_mod.TEXT_CHUNK_CHARS * tok_mod.CHUNKS_PER_CALL
 

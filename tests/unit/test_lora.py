@@ -17,12 +17,16 @@ CFG = LoraConfig(rank=8, alpha=16.0, dropout=0.0)
 @pytest.fixture(scope="module")
 def bases():
     params = init_params(MODEL, jax.random.key(0))
-    quantized = {**params, "layers": {k: quantize_nf4(v) if k.startswith("w") else v
-                                      for k, v in params["layers"].items()}}
+    quantized = {
+        **params,
+        "layers": {k: quantize_nf4(v) if k.startswith("w") else v for k, v in params["layers"].items()},
+    }
     # The reference dequantizes in a compiled program too (see NF4Tensor.block_absmax on FMA).
-    dense = jax.jit(lambda q: jax.tree_util.tree_map(
-        lambda v: v.dequantize() if hasattr(v, "dequantize") else v, q,
-        is_leaf=lambda v: hasattr(v, "dequantize")))(quantized)
+    dense = jax.jit(
+        lambda q: jax.tree_util.tree_map(
+            lambda v: v.dequantize() if hasattr(v, "dequantize") else v, q, is_leaf=lambda v: hasattr(v, "dequantize")
+        )
+    )(quantized)
     return params, quantized, dense
 
 
@@ -44,8 +48,12 @@ def test_adapter_gradients_through_custom_vjp_equal_materialized_reference(bases
     _, quantized, dense = bases
     adapters = init_lora(CFG, MODEL, jax.random.key(1))
     noise = jax.random.split(jax.random.key(3), 2)
-    adapters = {"layers": {k: {"a": v["a"], "b": 0.05 * jax.random.normal(noise[0], v["b"].shape)}
-                           for k, v in adapters["layers"].items()}}
+    adapters = {
+        "layers": {
+            k: {"a": v["a"], "b": 0.05 * jax.random.normal(noise[0], v["b"].shape)}
+            for k, v in adapters["layers"].items()
+        }
+    }
 
     def loss(adapters, base):
         params = apply_lora(base, adapters, CFG)
@@ -68,8 +76,9 @@ def test_merge_then_unmerge_round_trips_and_merged_model_computes_the_same(bases
     merged = merge_lora(params, adapters, CFG)
     np.testing.assert_allclose(unmerge_lora(merged, adapters, CFG)["layers"]["wq"], params["layers"]["wq"], atol=1e-6)
     logits = jax.jit(lambda p: forward(p, TOKENS, MODEL))
-    np.testing.assert_allclose(logits(merge_lora(quantized, adapters, CFG)),
-                               logits(apply_lora(quantized, adapters, CFG)), atol=2e-5)
+    np.testing.assert_allclose(
+        logits(merge_lora(quantized, adapters, CFG)), logits(apply_lora(quantized, adapters, CFG)), atol=2e-5
+    )
 
 
 @pytest.mark.slow
@@ -131,19 +140,23 @@ def test_embedding_adapter_starts_at_the_base_learns_and_merges_like_peft(bases)
     trained = jax.tree_util.tree_map(lambda x: x + 0.02, adapters)
     merged = merge_lora(quantized, trained, cfg)
     np.testing.assert_allclose(logits(merged), logits(apply_lora(quantized, trained, cfg)), atol=2e-5)
-    np.testing.assert_allclose(unmerge_lora(merge_lora(params, trained, cfg), trained, cfg)["embed"], params["embed"],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        unmerge_lora(merge_lora(params, trained, cfg), trained, cfg)["embed"], params["embed"], atol=1e-6
+    )
     with pytest.raises(LoraError, match="both in target_modules .* and in modules_to_save"):
         LoraConfig(target_modules=("embed_tokens",), modules_to_save=("embed",)).validate(MODEL)
 
 
-@pytest.mark.parametrize("cfg, message", [
-    (LoraConfig(modules_to_save=("wq",)), r"lora.modules_to_save: 'wq' is not one of"),
-    (LoraConfig(target_modules=("q_proj", "qkv")), r"lora.target_modules: 'qkv' matches no projection"),
-    (LoraConfig(rank=40), r"lora.rank=40 is larger than layers/wk's smaller dimension \(64x32\)"),
-    (LoraConfig(rank=0), r"lora.rank=0 must be a positive"),
-    (LoraConfig(dropout=1.0), r"lora.dropout=1.0"),
-])
+@pytest.mark.parametrize(
+    "cfg, message",
+    [
+        (LoraConfig(modules_to_save=("wq",)), r"lora.modules_to_save: 'wq' is not one of"),
+        (LoraConfig(target_modules=("q_proj", "qkv")), r"lora.target_modules: 'qkv' matches no projection"),
+        (LoraConfig(rank=40), r"lora.rank=40 is larger than layers/wk's smaller dimension \(64x32\)"),
+        (LoraConfig(rank=0), r"lora.rank=0 must be a positive"),
+        (LoraConfig(dropout=1.0), r"lora.dropout=1.0"),
+    ],
+)
 def test_bad_lora_config_names_the_field(cfg, message):
     with pytest.raises(LoraError, match=message):
         init_lora(cfg, MODEL, jax.random.key(0))

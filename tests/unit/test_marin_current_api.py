@@ -57,8 +57,9 @@ def test_marin_hello_world_tutorial_runs_end_to_end(tmp_path, capsys, monkeypatc
     tmp_path.mkdir()
     env = {**os.environ, "MARIN_PREFIX": str(tmp_path), "PYTHONPATH": str(REPO)}
     for _ in range(2):  # the second run rebuilds its `dev` artifacts in place
-        done = subprocess.run([sys.executable, str(HELLO)], env=env, capture_output=True, text=True, timeout=300,
-                              cwd=tmp_path)
+        done = subprocess.run(
+            [sys.executable, str(HELLO)], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+        )
         assert done.returncode == 0, done.stderr[-3000:]
     stats = json.loads((tmp_path / "hello_world" / "stats" / "dev" / "stats.json").read_text())
     assert stats == {"sum": 4950, "min": 0, "max": 99}
@@ -133,8 +134,9 @@ def test_one_dag_mixes_hashed_steps_and_name_version_artifacts(tmp_path, monkeyp
     assert hashed_record.output_path == str(tmp_path / "raw" / hashed_dirs[0])
 
     # The reverse: an ExecutorStep reading the artifact, run by executor_main (the artifact is reused).
-    consumer = ExecutorStep(name="final/copy", fn=copy_upper,
-                            config=CopyConfig(input_path=output_path_of(executor_step(artifact))))
+    consumer = ExecutorStep(
+        name="final/copy", fn=copy_upper, config=CopyConfig(input_path=output_path_of(executor_step(artifact)))
+    )
     Executor(prefix=str(tmp_path), backend="local").run([consumer])
     copied = next((tmp_path / "final").iterdir())
     assert (copied / "text.txt").read_text() == "HELLO!"
@@ -166,9 +168,13 @@ def _noop(**_kwargs):
 
 def test_remote_resources_become_the_steps_executor_resources(monkeypatch):
     monkeypatch.setenv("MARIN_PREFIX", "gs://bucket/prefix")
-    handle = ArtifactStep(name="train/x", version=V, artifact_type=Artifact,
-                          run=remote(_noop, resources=ResourceConfig.with_tpu("v5p-8", slice_count=2)),
-                          build_config=lambda ctx: {"out": ctx.output_path})
+    handle = ArtifactStep(
+        name="train/x",
+        version=V,
+        artifact_type=Artifact,
+        run=remote(_noop, resources=ResourceConfig.with_tpu("v5p-8", slice_count=2)),
+        build_config=lambda ctx: {"out": ctx.output_path},
+    )
     (step,) = executor_steps([lower(handle)])
     assert isinstance(step.resources, TpuResources)
     assert (step.resources.tpu, step.resources.slices) == ("v5p-8", 2)
@@ -177,7 +183,7 @@ def test_remote_resources_become_the_steps_executor_resources(monkeypatch):
 
 # --- explain: recipe drift field by field ------------------------------------------------------
 
-_EXPERIMENT = '''
+_EXPERIMENT = """
 import os
 from marin_lab.marin.lazy import OUT, apply
 from marin_lab.marin.cli import experiment_main
@@ -193,7 +199,7 @@ def build():
 
 if __name__ == "__main__":
     experiment_main(build)()
-'''
+"""
 
 
 @pytest.mark.slow
@@ -203,8 +209,14 @@ def test_explain_names_the_recipe_fields_that_drifted(tmp_path, monkeypatch, cap
     prefix = tmp_path / "store"
     monkeypatch.setenv("MARIN_PREFIX", str(prefix))
     env = {**os.environ, "PYTHONPATH": str(REPO), "TOY_LR": "0.001"}
-    done = subprocess.run([sys.executable, str(script), "--version", V, "--run"], env=env, capture_output=True,
-                          text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(script), "--version", V, "--run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
     monkeypatch.setenv("TOY_LR", "0.003")
@@ -226,9 +238,13 @@ class OtherValue(Artifact):
 
 
 def _value(version: str, x: int, kind: type[Artifact] = Value) -> ArtifactStep:
-    return ArtifactStep(name="values/v", version=version, artifact_type=kind,
-                        run=lambda config: kind(**({"x": config["x"]} if kind is Value else {})),
-                        build_config=lambda ctx: {"x": x})
+    return ArtifactStep(
+        name="values/v",
+        version=version,
+        artifact_type=kind,
+        run=lambda config: kind(**({"x": config["x"]} if kind is Value else {})),
+        build_config=lambda ctx: {"x": x},
+    )
 
 
 def test_bad_input_fails_before_anything_is_written(tmp_path, monkeypatch):
@@ -237,25 +253,43 @@ def test_bad_input_fails_before_anything_is_written(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="calendar version"):
         _value("v1", 1)
     dev = _value("dev", 1)
-    parent = ArtifactStep(name="values/p", version=V, artifact_type=Value, run=lambda c: Value(),
-                          build_config=lambda ctx: {"d": ctx.artifact_path(dev)}, deps=(dev,))
+    parent = ArtifactStep(
+        name="values/p",
+        version=V,
+        artifact_type=Value,
+        run=lambda c: Value(),
+        build_config=lambda ctx: {"d": ctx.artifact_path(dev)},
+        deps=(dev,),
+    )
     with pytest.raises(ValueError, match="depends on mutable"):
         run(parent)
     orphan = _value(V, 1)
-    undeclared = ArtifactStep(name="values/u", version=V, artifact_type=Value, run=lambda c: Value(),
-                              build_config=lambda ctx: {"d": ctx.artifact_path(orphan)})
+    undeclared = ArtifactStep(
+        name="values/u",
+        version=V,
+        artifact_type=Value,
+        run=lambda c: Value(),
+        build_config=lambda ctx: {"d": ctx.artifact_path(orphan)},
+    )
     with pytest.raises(ValueError, match="not a declared dependency"):
         run(undeclared)
-    no_arg = ArtifactStep(name="values/r", version=V, artifact_type=Value, run=lambda c: Value(),
-                          build_config=lambda ctx: {"tpu": ctx.runtime_arg("tpu")})
+    no_arg = ArtifactStep(
+        name="values/r",
+        version=V,
+        artifact_type=Value,
+        run=lambda c: Value(),
+        build_config=lambda ctx: {"tpu": ctx.runtime_arg("tpu")},
+    )
     with pytest.raises(KeyError, match="runtime arg 'tpu' is not declared"):
         run(no_arg)
     with pytest.raises(RuntimeError, match="cannot adopt"):
         run(ArtifactStep.adopt("values/a", V, source="nowhere"))
     with pytest.raises(FingerprintMismatchError, match="expected_fingerprint pins deadbeef"):
         run(dataclasses.replace(_value(V, 1), expected_fingerprint="deadbeef"))
-    result = CliRunner().invoke(experiment_main(lambda: apply("values/c", _noop, x=1)),
-                                ["--version", V, "--override", "values/typo=2026.01.01", "--run"])
+    result = CliRunner().invoke(
+        experiment_main(lambda: apply("values/c", _noop, x=1)),
+        ["--version", V, "--override", "values/typo=2026.01.01", "--run"],
+    )
     assert result.exit_code != 0 and "values/typo" in result.output
     assert _files(prefix) == []
 
@@ -289,12 +323,19 @@ def test_browser_shows_name_version_fingerprint_and_drift(tmp_path, monkeypatch,
     rows = [row for e in experiments for row in browser.experiment(e["id"])["steps"]]
     by_fp = {row["artifact"]["fingerprint"]: row["artifact"] for row in rows}
     first, second = _value(V, 1).fingerprint(), _value(V, 2).fingerprint()
-    assert by_fp[first] == {"address": f"values/v@{V}", "fingerprint": first, "built_fingerprint": first,
-                            "drift": False}
+    assert by_fp[first] == {
+        "address": f"values/v@{V}",
+        "fingerprint": first,
+        "built_fingerprint": first,
+        "drift": False,
+    }
     assert by_fp[second]["drift"] is True and by_fp[second]["built_fingerprint"] == first
     step = browser.step(str(prefix / "values" / "v" / V))
     assert (step["artifact"]["name"], step["artifact"]["version"], step["artifact"]["fingerprint"]) == (
-        "values/v", V, first)
+        "values/v",
+        V,
+        first,
+    )
     assert step["artifact"]["result"] == {"x": 1}
 
 
@@ -326,12 +367,23 @@ def test_a_builder_called_twice_is_one_step_in_an_executor_dag(tmp_path):
 def test_read_record_reads_marin_ray_era_info_and_ours_only_when_done(tmp_path):
     marin = tmp_path / "marin_cache"
     marin.mkdir()
-    (marin / ".executor_info").write_text(json.dumps({
-        "name": "tokenized/dclm", "output_path": str(marin), "dependencies": ["gs://b/raw/dclm-abc123"],
-        "config": {"tokenizer": "meta-llama/Meta-Llama-3.1-8B", "format": "text"}, "version": {"x": 1}}))
+    (marin / ".executor_info").write_text(
+        json.dumps(
+            {
+                "name": "tokenized/dclm",
+                "output_path": str(marin),
+                "dependencies": ["gs://b/raw/dclm-abc123"],
+                "config": {"tokenizer": "meta-llama/Meta-Llama-3.1-8B", "format": "text"},
+                "version": {"x": 1},
+            }
+        )
+    )
     record = read_record(str(marin))
     assert (record.name, record.config["tokenizer"], record.deps) == (
-        "tokenized/dclm", "meta-llama/Meta-Llama-3.1-8B", ["gs://b/raw/dclm-abc123"])
+        "tokenized/dclm",
+        "meta-llama/Meta-Llama-3.1-8B",
+        ["gs://b/raw/dclm-abc123"],
+    )
     ours = tmp_path / "ours"
     ours.mkdir()
     running = {"schema": 1, "name": "data/x", "output_path": str(ours), "status": "RUNNING", "config": {"n": 1}}

@@ -40,8 +40,7 @@ def _step(name, text, inputs=(), fn=write_text):
 
 def test_run_only_matches_names_not_hash_suffixes():
     # Find a step "b" whose hash suffix holds a "c" (computed, not hard-coded: hashes may change).
-    b = next(s for s in (_step("b", f"b{i}") for i in range(100))
-             if "c" in build_plan([s], "/p").steps[0].hash)
+    b = next(s for s in (_step("b", f"b{i}") for i in range(100)) if "c" in build_plan([s], "/p").steps[0].hash)
     c = _step("c", "c")
     plan = build_plan([b, c], "/p")
     assert [s.name for s in plan.select(["c"])] == ["c"]
@@ -62,8 +61,9 @@ class PairConfig:
 
 def test_named_tuple_survives_placeholder_resolution():
     a = _step("a", "a")
-    step = ExecutorStep("p", write_text, PairConfig(this_output_path(), Pair(output_path_of(a, "f"), 1),
-                                                    (Pair("k", versioned(2)),)))
+    step = ExecutorStep(
+        "p", write_text, PairConfig(this_output_path(), Pair(output_path_of(a, "f"), 1), (Pair("k", versioned(2)),))
+    )
     plan = build_plan([step], "/p")
     cfg = plan.resolve_config(_by_name(plan)["p"])
     assert isinstance(cfg.pair, Pair) and cfg.pair.x == f"{_by_name(plan)['a'].output_path}/f"
@@ -79,6 +79,7 @@ def test_two_closures_of_one_factory_are_one_step():
     def make():
         def fn(cfg):
             return cfg
+
         return fn
 
     plan = build_plan([_step("x", "t", fn=make()), _step("x", "t", fn=make())], "/p")
@@ -101,8 +102,13 @@ def test_nonblocking_input_is_a_pseudo_dependency():
 
 def test_marin_spellings_resolve_like_output_path_of():
     a = _step("a", "a")
-    refs = (output_path_of(a) / "x" / "y", a / "x/y", a.cd("x").cd("y"), InputName(step=a, name="x/y"),
-            a.as_input_name() / "x/y")
+    refs = (
+        output_path_of(a) / "x" / "y",
+        a / "x/y",
+        a.cd("x").cd("y"),
+        InputName(step=a, name="x/y"),
+        a.as_input_name() / "x/y",
+    )
     step = ExecutorStep("b", write_text, WriteConfig(this_output_path(), "b", refs))
     plan = build_plan([step], "/p")
     assert set(plan.resolve_config(_by_name(plan)["b"]).inputs) == {f"{_by_name(plan)['a'].output_path}/x/y"}
@@ -119,8 +125,7 @@ class DefaultOutputConfig:
 
 
 def test_this_output_path_as_field_default_and_config_none():
-    plan = build_plan([ExecutorStep("d", write_text, DefaultOutputConfig()), ExecutorStep("n", write_text, None)],
-                      "/p")
+    plan = build_plan([ExecutorStep("d", write_text, DefaultOutputConfig()), ExecutorStep("n", write_text, None)], "/p")
     by = _by_name(plan)
     assert plan.resolve_config(by["d"]).output_path == by["d"].output_path
     assert plan.resolve_config(by["n"]) is None
@@ -146,15 +151,24 @@ def test_pip_dependency_groups_become_a_locked_environment():
         build_plan([lam], "/p")
 
 
-@pytest.mark.parametrize("text,expected", [
-    ('{"date": "2024-09-28T13:29:20", "status": "WAITING", "message": null}\n'
-     '{"date": "2024-09-28T13:29:21", "status": "RUNNING", "message": null}\n'
-     '{"date": "2024-09-28T13:29:47", "status": "SUCCESS", "message": null}\n', "SUCCESS"),
-    ('{"date": "2024-09-28T13:29:21", "status": "RUNNING"}\n{"date": "2024-09-28T13:29:47", "status": "FAILED"}\n',
-     "FAILED"),
-    ("SUCCESS", "SUCCESS"),
-    ("not a status {", "CORRUPT"),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        (
+            '{"date": "2024-09-28T13:29:20", "status": "WAITING", "message": null}\n'
+            '{"date": "2024-09-28T13:29:21", "status": "RUNNING", "message": null}\n'
+            '{"date": "2024-09-28T13:29:47", "status": "SUCCESS", "message": null}\n',
+            "SUCCESS",
+        ),
+        (
+            '{"date": "2024-09-28T13:29:21", "status": "RUNNING"}\n'
+            '{"date": "2024-09-28T13:29:47", "status": "FAILED"}\n',
+            "FAILED",
+        ),
+        ("SUCCESS", "SUCCESS"),
+        ("not a status {", "CORRUPT"),
+    ],
+)
 def test_marin_status_files_are_read(tmp_path, text, expected):
     (tmp_path / ".executor_status").write_text(text)
     assert read_status(str(tmp_path))["status"] == expected
@@ -166,11 +180,13 @@ def test_a_finished_marin_output_is_reused_and_never_written(tmp_path):
     (marin_out / "part-0.jsonl").write_text("{}\n")
     (marin_out / ".executor_status").write_text(
         '{"date": "2024-09-28T13:29:21", "status": "RUNNING", "message": null}\n'
-        '{"date": "2024-09-28T13:29:47", "status": "SUCCESS", "message": null}\n')
+        '{"date": "2024-09-28T13:29:47", "status": "SUCCESS", "message": null}\n'
+    )
     (marin_out / ".executor_info").write_text(json.dumps({"name": "tokenized/docs", "config": {}}))
     before = {p.name: p.stat().st_mtime_ns for p in marin_out.iterdir()}
-    pinned = ExecutorStep("tokenized/docs", fail, WriteConfig(this_output_path(), versioned("x")),
-                          override_output_path=str(marin_out))
+    pinned = ExecutorStep(
+        "tokenized/docs", fail, WriteConfig(this_output_path(), versioned("x")), override_output_path=str(marin_out)
+    )
     report = Executor(str(tmp_path / "ours"), backend="local").run([pinned])
     assert report.executed == [] and report.failed == []
     assert {p.name: p.stat().st_mtime_ns for p in marin_out.iterdir()} == before
@@ -266,8 +282,9 @@ def test_nonblocking_input_runs_beside_a_training_step_still_running(tmp_path):
     Waiting for the trainer would deadlock here (it finishes only after the evaluator has run)."""
     marker = str(tmp_path / "evaluated")
     train = ExecutorStep("train", train_until_evaluated, CheckpointsConfig(this_output_path(), marker))
-    evaluate = ExecutorStep("eval", evaluate_checkpoint,
-                            CheckpointsConfig(this_output_path(), marker, train.cd("ckpt").nonblocking()))
+    evaluate = ExecutorStep(
+        "eval", evaluate_checkpoint, CheckpointsConfig(this_output_path(), marker, train.cd("ckpt").nonblocking())
+    )
     report = Executor(str(tmp_path / "store"), backend="local", max_concurrent=2).run([train, evaluate])
     assert len(report.executed) == 2 and report.failed == []
     assert Path(marker).read_text() == "seen step-1"

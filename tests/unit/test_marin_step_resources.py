@@ -15,19 +15,23 @@ from tests.executor_steps import WriteConfig, write_text
 
 
 def _step(resources, name="res/a"):
-    return ExecutorStep(name=name, fn=write_text, config=WriteConfig(this_output_path(), versioned("x")),
-                        resources=resources)
+    return ExecutorStep(
+        name=name, fn=write_text, config=WriteConfig(this_output_path(), versioned("x")), resources=resources
+    )
 
 
-@pytest.mark.parametrize(("given", "planned"), [
-    (CpuOnlyConfig(num_cpus=2), {"num_cpus": 2}),
-    (GpuConfig(gpu_count=2, accelerator_type="H100"), GpuResources(gpus=2, accelerator_type="H100")),
-    (TpuPodConfig(tpu_type="v4-8", slice_count=2), TpuResources(tpu="v4-8", slices=2)),
-    (ResourceConfig.with_gpu("A100", count=4), GpuResources(gpus=4, cpus=1, accelerator_type="A100")),
-    (ResourceConfig.with_cpu(cpu=3), {"num_cpus": 3}),
-    (TpuConfig(variant="v5p-8"), TpuResources(tpu="v5p-8", slices=1)),
-    (FrayGpuConfig(count=1), GpuResources(gpus=1, cpus=1)),
-])
+@pytest.mark.parametrize(
+    ("given", "planned"),
+    [
+        (CpuOnlyConfig(num_cpus=2), {"num_cpus": 2}),
+        (GpuConfig(gpu_count=2, accelerator_type="H100"), GpuResources(gpus=2, accelerator_type="H100")),
+        (TpuPodConfig(tpu_type="v4-8", slice_count=2), TpuResources(tpu="v4-8", slices=2)),
+        (ResourceConfig.with_gpu("A100", count=4), GpuResources(gpus=4, cpus=1, accelerator_type="A100")),
+        (ResourceConfig.with_cpu(cpu=3), {"num_cpus": 3}),
+        (TpuConfig(variant="v5p-8"), TpuResources(tpu="v5p-8", slices=1)),
+        (FrayGpuConfig(count=1), GpuResources(gpus=1, cpus=1)),
+    ],
+)
 def test_marin_resources_are_planned_as_ours(tmp_path, given, planned):
     ex = Executor(str(tmp_path), backend="local")
     (ps,) = ex.plan([_step(given)]).steps

@@ -16,16 +16,35 @@ from marin_lab.training.memory_plan import GIB, plan_memory
 from marin_lab.training.mesh import MeshConfig
 from marin_lab.training.testing import tiny_model
 
-LLAMA_70B = LlamaConfig(vocab_size=32000, hidden_dim=8192, intermediate_dim=28672, num_layers=80, num_heads=64,
-                        num_kv_heads=8, max_seq_len=4096)
+LLAMA_70B = LlamaConfig(
+    vocab_size=32000,
+    hidden_dim=8192,
+    intermediate_dim=28672,
+    num_layers=80,
+    num_heads=64,
+    num_kv_heads=8,
+    max_seq_len=4096,
+)
 
 
 def _config(**overrides) -> FinetuneConfig:
-    cfg = FinetuneConfig(output_path="/nonexistent/out", data=DataConfig(caches={}), base="/nonexistent/base",
-                         mode="qlora", model=LLAMA_70B, lora=LoraConfig(rank=64, alpha=16.0, dropout=0.1),
-                         batch_size=4, seq_len=2048, mesh=MeshConfig(fsdp=2), gradient_checkpointing=True,
-                         offload_base=True, offload_optimizer_state=True, attention_impl="cudnn",
-                         plan_devices=2, plan_device_memory_gib=24.0)
+    cfg = FinetuneConfig(
+        output_path="/nonexistent/out",
+        data=DataConfig(caches={}),
+        base="/nonexistent/base",
+        mode="qlora",
+        model=LLAMA_70B,
+        lora=LoraConfig(rank=64, alpha=16.0, dropout=0.1),
+        batch_size=4,
+        seq_len=2048,
+        mesh=MeshConfig(fsdp=2),
+        gradient_checkpointing=True,
+        offload_base=True,
+        offload_optimizer_state=True,
+        attention_impl="cudnn",
+        plan_devices=2,
+        plan_device_memory_gib=24.0,
+    )
     return dataclasses.replace(cfg, **overrides)
 
 
@@ -55,11 +74,22 @@ def test_finetune_refuses_a_plan_that_does_not_fit_before_reading_the_base(tmp_p
     model = tiny_model()
     base = str(tmp_path / "hf")
     write_synthetic_llama(base, model)
-    config = dataclasses.replace(_config(), base=base, output_path=str(tmp_path / "out"), model=None,
-                                 lora=LoraConfig(rank=8), mesh=MeshConfig(), batch_size=8, seq_len=64,
-                                 plan_device_memory_gib=0.0001)
+    config = dataclasses.replace(
+        _config(),
+        base=base,
+        output_path=str(tmp_path / "out"),
+        model=None,
+        lora=LoraConfig(rank=8),
+        mesh=MeshConfig(),
+        batch_size=8,
+        seq_len=64,
+        plan_device_memory_gib=0.0001,
+    )
     before = len(jax.live_arrays())
-    with pytest.raises(TrainingError, match=r"memory plan: the train step needs .* GiB per device, more than "
-                                            r"plan_device_memory_gib=0.0001; change .*halve batch_size"):
+    with pytest.raises(
+        TrainingError,
+        match=r"memory plan: the train step needs .* GiB per device, more than "
+        r"plan_device_memory_gib=0.0001; change .*halve batch_size",
+    ):
         finetune_lm(config)
     assert len(jax.live_arrays()) == before

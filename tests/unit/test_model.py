@@ -13,8 +13,16 @@ from marin_lab.training.testing import tiny_model
 
 
 def test_llama_8b_shape_has_8b_params():
-    cfg = LlamaConfig(vocab_size=128256, hidden_dim=4096, intermediate_dim=14336, num_layers=32,
-                      num_heads=32, num_kv_heads=8, max_seq_len=4096, rope_theta=500000.0)
+    cfg = LlamaConfig(
+        vocab_size=128256,
+        hidden_dim=4096,
+        intermediate_dim=14336,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        max_seq_len=4096,
+        rope_theta=500000.0,
+    )
     # Llama-3.1-8B has 8,030,261,248 parameters (untied embeddings).
     assert cfg.num_params() == 8_030_261_248
     assert cfg.flops_per_token(4096) > 6 * 7e9

@@ -59,7 +59,9 @@ def test_axis_sizes_are_per_slice_with_replica_first():
 def test_simulated_slices_are_contiguous_whole_processes():
     groups = simulated_slices(_hosts(4, 2), 2)
     assert [[(d.process_index, d.id) for d in g] for g in groups] == [
-        [(0, 0), (0, 4), (1, 1), (1, 5)], [(2, 2), (2, 6), (3, 3), (3, 7)]]
+        [(0, 0), (0, 4), (1, 1), (1, 5)],
+        [(2, 2), (2, 6), (3, 3), (3, 7)],
+    ]
     # One process may simulate several slices with its own devices (in id order).
     assert [[d.id for d in g] for g in simulated_slices(_hosts(1, 4), 2)] == [[0, 1], [2, 3]]
     # A CPU device's slice_index (0 everywhere) is not taken for a real slice.
@@ -85,8 +87,9 @@ def test_sharding_rules_never_use_the_replica_axis():
     class ShapeOnly:  # param_spec reads only the mesh's axis sizes
         shape = {"replica": 2, "data": 1, "fsdp": 2, "model": 2}
 
-    model = LlamaConfig(vocab_size=256, hidden_dim=64, intermediate_dim=192, num_layers=2, num_heads=4,
-                        num_kv_heads=2, max_seq_len=32)
+    model = LlamaConfig(
+        vocab_size=256, hidden_dim=64, intermediate_dim=192, num_layers=2, num_heads=4, num_kv_heads=2, max_seq_len=32
+    )
     for rule in ("replicated", "fsdp", "fsdp_tp"):
         specs = {n: param_spec(n, s, ShapeOnly(), rule) for n, s in model.param_shapes().items()}
         assert not any(REPLICA in str(axis) for spec in specs.values() for axis in spec), rule

@@ -20,8 +20,10 @@ from tests.conftest import REPO_ROOT
 from tests.executor_steps import WriteConfig, fail, five_step_dag
 
 
-@pytest.mark.parametrize(("typo", "meant"), [("--dry-run", "--dry_run"), ("--prefx", "--prefix"),
-                                              ("--force-run-failed", "--force_run_failed")])
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [("--dry-run", "--dry_run"), ("--prefx", "--prefix"), ("--force-run-failed", "--force_run_failed")],
+)
 def test_a_flag_typo_names_the_real_flag(typo, meant):
     with pytest.raises(ExecutorConfigError, match=f"unknown flag {typo}; did you mean {meant}\\?"):
         parse_flags([typo, "true"])
@@ -37,10 +39,16 @@ def test_status_into_a_closed_pipe_is_quiet(tmp_path):
     store.mkdir(parents=True)
     for i in range(3):
         (store / f"x-{i:08x}.json").write_text('{"steps": [], "created": "now"}')
-    script = (f"import sys; sys.argv = ['marin-lab', 'status', {str(tmp_path / 'store')!r}]; "
-              "from marin_lab.cli import main; sys.exit(main())")
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    script = (
+        f"import sys; sys.argv = ['marin-lab', 'status', {str(tmp_path / 'store')!r}]; "
+        "from marin_lab.cli import main; sys.exit(main())"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=REPO_ROOT),
+    )
     proc.stdout.close()  # the reader went away before anything was written (as `| head -0` does)
     err = proc.stderr.read().decode()
     proc.wait(timeout=120)
@@ -128,9 +136,19 @@ def test_counts_of_one_are_singular():
     from marin_lab.execution.plan_report import to_markdown
     from marin_lab.processing.shards import ShardPolicy, bad_shards_message
 
-    md = to_markdown({"script": "x.py", "prefix": "/p", "backend": "local", "counts": {"run": 1}, "totals": {},
-                      "steps": [], "unchecked_regions": []})
+    md = to_markdown(
+        {
+            "script": "x.py",
+            "prefix": "/p",
+            "backend": "local",
+            "counts": {"run": 1},
+            "totals": {},
+            "steps": [],
+            "unchecked_regions": [],
+        }
+    )
     assert "## Plan for `x.py`: 1 step (1 run)" in md
     report = [{"shard": "part-0", "attempts": [{"kind": "worker_died", "error": "gone"}]}]
     assert "tokenize: the one shard lost its worker on every attempt (worker_died)" in bad_shards_message(
-        "tokenize", report, 1, ShardPolicy(), None)
+        "tokenize", report, 1, ShardPolicy(), None
+    )

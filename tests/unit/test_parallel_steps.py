@@ -11,8 +11,11 @@ from tests.executor_steps import RendezvousConfig, rendezvous
 
 def _steps(meeting_dir: str, n: int) -> list[ExecutorStep]:
     return [
-        ExecutorStep(name=f"meet{i}", fn=rendezvous,
-                     config=RendezvousConfig(output_path=this_output_path(), meeting_dir=meeting_dir, expected=n))
+        ExecutorStep(
+            name=f"meet{i}",
+            fn=rendezvous,
+            config=RendezvousConfig(output_path=this_output_path(), meeting_dir=meeting_dir, expected=n),
+        )
         for i in range(n)
     ]
 
@@ -31,9 +34,15 @@ def test_independent_steps_run_concurrently(tmp_path, backend, request):
 @pytest.mark.slow
 def test_one_at_a_time_cannot_meet(tmp_path):
     """The check above can fail: with max_concurrent=1 the first step waits alone and times out."""
-    steps = [ExecutorStep(name=f"meet{i}", fn=rendezvous,
-                          config=RendezvousConfig(output_path=this_output_path(), meeting_dir=str(tmp_path / "met"),
-                                                  expected=2, timeout_s=1.0))
-             for i in range(2)]
+    steps = [
+        ExecutorStep(
+            name=f"meet{i}",
+            fn=rendezvous,
+            config=RendezvousConfig(
+                output_path=this_output_path(), meeting_dir=str(tmp_path / "met"), expected=2, timeout_s=1.0
+            ),
+        )
+        for i in range(2)
+    ]
     report = Executor(str(tmp_path / "store"), backend="local", max_concurrent=1).run(steps, raise_on_failure=False)
     assert report.failed

@@ -21,10 +21,19 @@ def tree(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("child", [
-    "{t}/prefix/step", "{t}/link/step", "file://{t}/link/step", "local://{t}/prefix", "prefix/step",
-    "./link/../prefix/step", "{t}/prefix/step/loop-back/x", "{t}/prefix/not-yet/made",
-])
+@pytest.mark.parametrize(
+    "child",
+    [
+        "{t}/prefix/step",
+        "{t}/link/step",
+        "file://{t}/link/step",
+        "local://{t}/prefix",
+        "prefix/step",
+        "./link/../prefix/step",
+        "{t}/prefix/step/loop-back/x",
+        "{t}/prefix/not-yet/made",
+    ],
+)
 def test_every_spelling_of_a_location_inside_is_inside(tree, child):
     assert is_within(child.format(t=tree), f"{tree}/prefix")
 
@@ -34,10 +43,18 @@ def test_the_parent_is_resolved_too(tree, parent):
     assert is_within(f"{tree}/prefix/step", parent.format(t=tree))
 
 
-@pytest.mark.parametrize("child", [
-    "{t}/prefix-old", "{t}/prefix/step/escape", "{t}/prefix/step/escape/secret", "{t}/outside",
-    "{t}/prefix/../outside", "memory://{t}/prefix/step", "gs://bucket{t}/prefix",
-])
+@pytest.mark.parametrize(
+    "child",
+    [
+        "{t}/prefix-old",
+        "{t}/prefix/step/escape",
+        "{t}/prefix/step/escape/secret",
+        "{t}/outside",
+        "{t}/prefix/../outside",
+        "memory://{t}/prefix/step",
+        "gs://bucket{t}/prefix",
+    ],
+)
 def test_siblings_symlinks_out_and_other_protocols_are_outside(tree, child):
     assert not is_within(child.format(t=tree), f"{tree}/prefix")
 
@@ -76,20 +93,22 @@ def test_contain_links_keeps_a_tree_read_as_its_own_root_inside_itself(tmp_path)
     host.mkdir()
     (host / "secret.txt").write_text("HOST")
     links = {
-        "usr/share/doc/abs-own": "/usr/share/doc/own.txt",         # absolute, the tree's own file: rewritten
-        "usr/share/doc/abs-dir": "/usr/share",                     # absolute folder inside: rewritten
-        "usr/share/doc/abs-host": str(host / "secret.txt"),         # absolute, a file the tree lacks: dangling inside
-        "usr/share/doc/climb": "../../../../host/secret.txt",       # relative, out of the tree: removed
-        "usr/share/doc/via": "abs-dir/doc/own.txt",                # through a rewritten link: kept
-        "usr/share/doc/via-climb": "climb",                        # through a removed one: removed
-        "usr/share/doc/abs-climb": "/../../host",                  # '..' above the tree's root: removed
-        "usr/share/doc/loop-a": "loop-b", "usr/share/doc/loop-b": "loop-a",  # never ends: removed
+        "usr/share/doc/abs-own": "/usr/share/doc/own.txt",  # absolute, the tree's own file: rewritten
+        "usr/share/doc/abs-dir": "/usr/share",  # absolute folder inside: rewritten
+        "usr/share/doc/abs-host": str(host / "secret.txt"),  # absolute, a file the tree lacks: dangling inside
+        "usr/share/doc/climb": "../../../../host/secret.txt",  # relative, out of the tree: removed
+        "usr/share/doc/via": "abs-dir/doc/own.txt",  # through a rewritten link: kept
+        "usr/share/doc/via-climb": "climb",  # through a removed one: removed
+        "usr/share/doc/abs-climb": "/../../host",  # '..' above the tree's root: removed
+        "usr/share/doc/loop-a": "loop-b",
+        "usr/share/doc/loop-b": "loop-a",  # never ends: removed
     }
     for rel, target in links.items():
         os.symlink(target, tree / rel)
     removed = contain_links(str(tree))
-    assert [r["path"] for r in removed] == [f"usr/share/doc/{n}" for n in
-                                            ("abs-climb", "climb", "loop-a", "loop-b", "via-climb")]
+    assert [r["path"] for r in removed] == [
+        f"usr/share/doc/{n}" for n in ("abs-climb", "climb", "loop-a", "loop-b", "via-climb")
+    ]
     doc = tree / "usr/share/doc"
     assert (doc / "abs-own").read_text() == (doc / "via").read_text() == "own"
     assert not os.readlink(doc / "abs-own").startswith("/") and (doc / "abs-dir" / "doc" / "own.txt").exists()

@@ -17,8 +17,10 @@ from marin_lab.execution import Executor, ExecutorStep, this_output_path, versio
 from marin_lab.execution.plan_report import to_markdown
 from tests.executor_steps import WriteConfig, write_text
 
-HOSTILE = ("<img src=x onerror=alert(1)> <!-- hidden --> | `tick` ``two`` a\\|b [ref]: http://evil.example\n"
-           "# heading\r\n- item &amp; &lt; ![pixel](http://evil.example/p.png) <details><summary>x</summary>")
+HOSTILE = (
+    "<img src=x onerror=alert(1)> <!-- hidden --> | `tick` ``two`` a\\|b [ref]: http://evil.example\n"
+    "# heading\r\n- item &amp; &lt; ![pixel](http://evil.example/p.png) <details><summary>x</summary>"
+)
 ALLOWED_TAGS = {"h2", "h3", "p", "table", "thead", "tbody", "tr", "th", "td", "code", "strong", "ul", "li"}
 
 
@@ -77,13 +79,32 @@ def test_hostile_values_in_every_field_are_shown_exactly_and_carry_no_html():
     prefix = "/data/pre`fix|<b>"
     pinned = "pinned|`odd`/<b>x</b>\\|\nnext"
     report = {
-        "script": "experiments/a`b|<i>.py", "prefix": prefix, "backend": "local", "counts": {"run": 2},
+        "script": "experiments/a`b|<i>.py",
+        "prefix": prefix,
+        "backend": "local",
+        "counts": {"run": 2},
         "totals": {"tokens": 10},
         "steps": [
-            {"name": "raw/a", "identity": "raw/a-1234abcd", "action": "run", "reason": HOSTILE, "changes": [HOSTILE],
-             "output_path": f"{prefix}/{pinned}", "resources": {"label": HOSTILE}, "estimate": {HOSTILE: 1.5}},
-            {"name": "raw/b", "identity": "raw/b-1234abcd", "action": "run", "reason": "no output yet", "changes": [],
-             "output_path": f"{prefix}/raw/b-1234abcd", "resources": {}, "estimate": None},
+            {
+                "name": "raw/a",
+                "identity": "raw/a-1234abcd",
+                "action": "run",
+                "reason": HOSTILE,
+                "changes": [HOSTILE],
+                "output_path": f"{prefix}/{pinned}",
+                "resources": {"label": HOSTILE},
+                "estimate": {HOSTILE: 1.5},
+            },
+            {
+                "name": "raw/b",
+                "identity": "raw/b-1234abcd",
+                "action": "run",
+                "reason": "no output yet",
+                "changes": [],
+                "output_path": f"{prefix}/raw/b-1234abcd",
+                "resources": {},
+                "estimate": None,
+            },
         ],
     }
     page = render(to_markdown(report))
@@ -91,8 +112,13 @@ def test_hostile_values_in_every_field_are_shown_exactly_and_carry_no_html():
     header, *rows = page.rows
     assert header == ["Action", "Step", "Why", "Resources", "Estimate"]
     assert [len(r) for r in rows] == [5, 5]  # no cell split by a value's `|`, no row ended by its newline
-    assert rows[0] == ["run", f"raw/a-1234abcd (at {one_line(pinned)})", one_line(HOSTILE),
-                       f"label={one_line(HOSTILE)}", f"{one_line(HOSTILE)}=1.5"]
+    assert rows[0] == [
+        "run",
+        f"raw/a-1234abcd (at {one_line(pinned)})",
+        one_line(HOSTILE),
+        f"label={one_line(HOSTILE)}",
+        f"{one_line(HOSTILE)}=1.5",
+    ]
     assert rows[1] == ["run", "raw/b-1234abcd", "no output yet", "", ""]
     assert page.items == [one_line(HOSTILE)]  # a list item: no heading, quote or nested list of its own
     assert page.paragraphs[0] == f"Prefix {prefix}, backend local. Output paths are {{prefix}}/{{step}}."
@@ -108,8 +134,9 @@ class EstimatedConfig(WriteConfig):
 def test_a_pinned_path_with_a_pipe_keeps_the_table_and_the_json_plan_stays_exact(tmp_path, capsys):
     prefix = str(tmp_path / "store")
     pinned = f"{prefix}/pinned|`odd` <b>dir</b>"
-    step = ExecutorStep("raw/a", write_text, EstimatedConfig(this_output_path(), versioned(HOSTILE)),
-                        override_output_path=pinned)
+    step = ExecutorStep(
+        "raw/a", write_text, EstimatedConfig(this_output_path(), versioned(HOSTILE)), override_output_path=pinned
+    )
     for fmt in ("markdown", "json"):
         Executor(prefix, backend="local").run([step], dry_run=True, plan_format=fmt)
     markdown, plan = capsys.readouterr().out.split("\n{", 1)

@@ -56,22 +56,32 @@ def _cached_hub_tokenizer(cache: str, repo: str, vocab: int) -> None:
         f.write(sha)
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel()
-    tok.train_from_iterator(["hello world", "plans never download"] * 20,
-                            trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<unk>", "<|endoftext|>"],
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        ["hello world", "plans never download"] * 20,
+        trainers.BpeTrainer(
+            vocab_size=vocab,
+            special_tokens=["<unk>", "<|endoftext|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     tok.save(os.path.join(folder, "snapshots", sha, "tokenizer.json"))
 
 
 def test_a_cached_hub_tokenizer_is_still_checked_at_plan_time(no_hub, tmp_path):
     _cached_hub_tokenizer(huggingface_hub.constants.HF_HUB_CACHE, "org/cached-tok", 300)
-    size = Tokenizer.from_file(os.path.join(huggingface_hub.constants.HF_HUB_CACHE, "models--org--cached-tok",
-                                            "snapshots", "0" * 40, "tokenizer.json")).get_vocab_size()
+    size = Tokenizer.from_file(
+        os.path.join(
+            huggingface_hub.constants.HF_HUB_CACHE, "models--org--cached-tok", "snapshots", "0" * 40, "tokenizer.json"
+        )
+    ).get_vocab_size()
     docs = str(tmp_path / "docs")
     cached = default_tokenize("cached", docs, "org/cached-tok")
     uncached = default_tokenize("uncached", docs, "org/not-in-cache")
     config = SimpleTrainConfig(resources=CpuOnlyConfig(), train_batch_size=2, num_train_steps=1, learning_rate=1e-3)
-    assert default_train("a", cached, dataclasses.replace(lab_nano, vocab_size=None), config).config.model.vocab_size \
+    assert (
+        default_train("a", cached, dataclasses.replace(lab_nano, vocab_size=None), config).config.model.vocab_size
         == size
+    )
     with pytest.raises(StepDefinitionError, match=f"model_config.vocab_size=256 but the tokenizer has {size}"):
         default_train("b", cached, dataclasses.replace(lab_nano, vocab_size=256), config)
     # Not cached: the declared size stands (train_lm checks the token caches when it runs) ...

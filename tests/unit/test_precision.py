@@ -65,8 +65,9 @@ def test_fp8_matmul_with_an_outlier_stays_finite_without_saturation():
     assert relative_error(y, x @ w) <= 0.1
 
 
-@pytest.mark.parametrize(("x_dtype", "w_dtype"), [(jnp.float32, jnp.float32), (jnp.bfloat16, jnp.float32),
-                                                  (jnp.bfloat16, jnp.bfloat16)])
+@pytest.mark.parametrize(
+    ("x_dtype", "w_dtype"), [(jnp.float32, jnp.float32), (jnp.bfloat16, jnp.float32), (jnp.bfloat16, jnp.bfloat16)]
+)
 @pytest.mark.slow
 def test_fp8_gradients_match_fp32_reference(x_dtype, w_dtype):
     x, w = _normal(2, (4, 64, 128)).astype(x_dtype), _normal(3, (128, 96)).astype(w_dtype)
@@ -76,8 +77,9 @@ def test_fp8_gradients_match_fp32_reference(x_dtype, w_dtype):
         return jnp.sum((fn(x, w).astype(jnp.float32) - target) ** 2)
 
     dx, dw = jax.grad(lambda x, w: loss(fp8_matmul, x, w), argnums=(0, 1))(x, w)
-    ref_dx, ref_dw = jax.grad(lambda x, w: loss(lambda a, b: a.astype(jnp.float32) @ b.astype(jnp.float32),
-                                                x, w), argnums=(0, 1))(x, w)
+    ref_dx, ref_dw = jax.grad(
+        lambda x, w: loss(lambda a, b: a.astype(jnp.float32) @ b.astype(jnp.float32), x, w), argnums=(0, 1)
+    )(x, w)
     assert dx.dtype == x.dtype and dw.dtype == w.dtype
     assert cosine(dx, ref_dx) >= 0.99 and cosine(dw, ref_dw) >= 0.99
 
@@ -101,41 +103,42 @@ def test_delayed_scaling_saturates_above_the_history_and_shifts_it():
 
 # --- scale invariants (Scalify) ---------------------------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [jnp.float8_e4m3fn, jnp.float8_e5m2, jnp.float16])
 @pytest.mark.parametrize("k", [-20, -3, 1, 17])
 def test_multiplying_by_a_power_of_two_changes_only_the_scale(dtype, k):
     x = _normal(5, (64, 32)) * 3.7
-    a, b = quantize(x, dtype), quantize(x * 2.0 ** k, dtype)
+    a, b = quantize(x, dtype), quantize(x * 2.0**k, dtype)
     np.testing.assert_array_equal(np.asarray(a.data, np.float32), np.asarray(b.data, np.float32))
-    assert float(b.scale) == float(a.scale) * 2.0 ** k
+    assert float(b.scale) == float(a.scale) * 2.0**k
     m = mul_pow2(a, k)
-    assert m.data is a.data and float(m.scale) == float(a.scale) * 2.0 ** k
+    assert m.data is a.data and float(m.scale) == float(a.scale) * 2.0**k
 
 
 def _scaled(seed: int, shape: tuple[int, ...], exponent: int) -> ScaledArray:
-    return ScaledArray(_normal(seed, shape), jnp.asarray(2.0 ** exponent, jnp.float32))
+    return ScaledArray(_normal(seed, shape), jnp.asarray(2.0**exponent, jnp.float32))
 
 
 @pytest.mark.slow
 def test_scaled_ops_equal_the_unscaled_result_with_power_of_two_scales():
     a, b, c = _scaled(6, (16, 48), 5), _scaled(7, (48, 24), -9), _scaled(8, (16, 48), 12)
     dot = scaled_dot(a, b)
-    np.testing.assert_allclose(dot.to_array(), a.to_array() @ b.to_array(), rtol=1e-5, atol=1e-5 * 2.0 ** -4)
+    np.testing.assert_allclose(dot.to_array(), a.to_array() @ b.to_array(), rtol=1e-5, atol=1e-5 * 2.0**-4)
     add = scaled_add(a, c)
     np.testing.assert_allclose(add.to_array(), a.to_array() + c.to_array(), rtol=1e-6)
     total = scaled_sum(a, axis=1)
     np.testing.assert_allclose(total.to_array(), a.to_array().sum(axis=1), rtol=1e-5, atol=1e-3)
-    assert dot.scale == 2.0 ** 5 * 2.0 ** -9 * 4  # s_a * s_b * pow2(sqrt(48)) = 2^-4 * 4
-    assert add.scale == 2.0 ** 12  # pow2(sqrt(2^10 + 2^24)) rounds down to 2^12
-    assert total.scale == 2.0 ** 5 * 4
+    assert dot.scale == 2.0**5 * 2.0**-9 * 4  # s_a * s_b * pow2(sqrt(48)) = 2^-4 * 4
+    assert add.scale == 2.0**12  # pow2(sqrt(2^10 + 2^24)) rounds down to 2^12
+    assert total.scale == 2.0**5 * 4
     for out in (dot, add, total):
         assert _is_pow2(out.scale)
 
 
 @pytest.mark.slow
 def test_dynamic_rescale_moves_a_power_of_two_into_the_scale_exactly():
-    a = ScaledArray(_normal(9, (8, 8)) * 1e-3, jnp.asarray(2.0 ** 7, jnp.float32))
+    a = ScaledArray(_normal(9, (8, 8)) * 1e-3, jnp.asarray(2.0**7, jnp.float32))
     for rescale in (dynamic_rescale_max, dynamic_rescale_l2):
         r = rescale(a)
         np.testing.assert_array_equal(r.to_array(), a.to_array())
@@ -146,7 +149,7 @@ def test_dynamic_rescale_moves_a_power_of_two_into_the_scale_exactly():
 @pytest.mark.parametrize("dtype", [jnp.float8_e4m3fn, jnp.float8_e5m2, jnp.float16])
 def test_quantize_scales_are_powers_of_two_and_never_overflow(dtype):
     for exponent in (-30, 0, 30):
-        x = _normal(10, (128,)) * 2.0 ** exponent
+        x = _normal(10, (128,)) * 2.0**exponent
         q = quantize(x, dtype)
         assert _is_pow2(q.scale)
         assert bool(jnp.all(jnp.isfinite(q.data.astype(jnp.float32))))
@@ -155,6 +158,7 @@ def test_quantize_scales_are_powers_of_two_and_never_overflow(dtype):
 
 
 # --- Adam with float16-scaled moments ---------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_float16_scaled_adam_tracks_optax_with_half_the_moment_bytes():
@@ -182,6 +186,7 @@ def test_unknown_moment_format_is_refused():
 
 # --- the dynamic-rescale point ------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_rescale_point_keeps_a_float16_gradient_from_flushing_to_zero():
     logits = _normal(11, (4, 1000)).astype(jnp.float16)
@@ -191,16 +196,17 @@ def test_rescale_point_keeps_a_float16_gradient_from_flushing_to_zero():
         if rescale:
             logits32 = rescale_grad(logits32, probe)
         # A mean over 2^24 "positions": each logit's gradient ~6e-9, below float16's subnormals.
-        return jnp.sum(logits32) * 2.0 ** -24 * 1e-1
+        return jnp.sum(logits32) * 2.0**-24 * 1e-1
 
     plain = jax.grad(loss)(logits, jnp.zeros(()), False)
     assert float(jnp.max(jnp.abs(plain.astype(jnp.float32)))) == 0  # flushed
     g, s = jax.grad(loss, argnums=(0, 1))(logits, jnp.zeros(()), True)
     assert _is_pow2(s) and 1 <= float(jnp.max(jnp.abs(g.astype(jnp.float32)))) < 2
-    np.testing.assert_allclose(np.asarray(g, np.float32) / float(s), 0.1 * 2.0 ** -24, rtol=1e-3)
+    np.testing.assert_allclose(np.asarray(g, np.float32) / float(s), 0.1 * 2.0**-24, rtol=1e-3)
 
 
 # --- the policy's bad input -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("policy", "match"),
@@ -228,12 +234,15 @@ def test_mxfp8_where_the_backend_cannot_run_it_is_refused_naming_the_alternative
         PrecisionConfig(matmul="mxfp8").check_backend()
 
 
-@pytest.mark.parametrize("backend, flags, warned", [
-    ("gpu", "", True),
-    ("gpu", "--xla_gpu_autotune_level=0", True),
-    ("gpu", "--xla_gpu_enable_triton_gemm=false", False),
-    ("cpu", "", False),
-])
+@pytest.mark.parametrize(
+    "backend, flags, warned",
+    [
+        ("gpu", "", True),
+        ("gpu", "--xla_gpu_autotune_level=0", True),
+        ("gpu", "--xla_gpu_enable_triton_gemm=false", False),
+        ("cpu", "", False),
+    ],
+)
 def test_fp8_on_gpu_without_the_triton_flag_is_warned(backend, flags, warned):
     from marin_lab.precision.fp8 import gpu_flags_warning
 

@@ -32,10 +32,10 @@ def _get(tree, keys):
 
 def test_decode_multiplies_each_layer_by_its_own_scale_exactly():
     data = np.array([[1.5, -2.0], [0.25, 3.0]], np.float16)
-    value = ScaledArray(jnp.asarray(data), jnp.asarray([2.0 ** -10, 2.0 ** 3], jnp.float32))
+    value = ScaledArray(jnp.asarray(data), jnp.asarray([2.0**-10, 2.0**3], jnp.float32))
     got = masters.decode(value)
     assert got.dtype == np.float32
-    np.testing.assert_array_equal(got, [[1.5 * 2 ** -10, -2.0 * 2 ** -10], [2.0, 24.0]])
+    np.testing.assert_array_equal(got, [[1.5 * 2**-10, -2.0 * 2**-10], [2.0, 24.0]])
     bf = masters.decode(ScaledArray(jnp.asarray(np.float16(1.0009765625)), jnp.float32(1.0)), "bfloat16")
     assert bf.dtype == ml_dtypes.bfloat16 and float(bf) == 1.0  # round to nearest: 1 + 2^-10 -> 1
 
@@ -52,7 +52,7 @@ def test_plain_params_decodes_float16_masters_and_leaves_float32_ones_alone():
         got = _get(plain, keys)
         assert got.dtype == jnp.float32 and got.shape == leaf.shape
         # float16 data: 11 significant bits, so 2^-11 relative per value at most
-        assert float(jnp.max(jnp.abs(got - leaf))) <= 2.0 ** -11 * float(jnp.max(jnp.abs(leaf))) + 1e-12
+        assert float(jnp.max(jnp.abs(got - leaf))) <= 2.0**-11 * float(jnp.max(jnp.abs(leaf))) + 1e-12
 
 
 @pytest.mark.slow
@@ -65,7 +65,7 @@ def test_export_leaves_reads_one_parameter_at_a_time_and_names_it():
         keys = []
         node = target
         while isinstance(node, dict):
-            (k, node), = node.items()
+            ((k, node),) = node.items()
             keys.append(k)
         value = _get(encoded, keys)
         assert isinstance(node, ScaledArray) and node.data.shape == value.data.shape
@@ -82,8 +82,9 @@ def test_export_leaves_reads_one_parameter_at_a_time_and_names_it():
 
 
 def test_unknown_export_dtype_is_one_line_naming_the_field():
-    with pytest.raises(PrecisionError,
-                       match=r"precision.export_dtype='float16' is not one of \('float32', 'bfloat16'\)"):
+    with pytest.raises(
+        PrecisionError, match=r"precision.export_dtype='float16' is not one of \('float32', 'bfloat16'\)"
+    ):
         PrecisionConfig(export_dtype="float16").validate()
     with pytest.raises(PrecisionError, match=r"precision.export_dtype='int8'"):
         list(masters.export_leaves(lambda t: t, {"w": jnp.ones(2)}, "int8"))
@@ -114,22 +115,27 @@ def test_train_lm_with_float16_masters_resumes_bit_identically_and_exports(cache
     index = {e["name"]: e for e in json.loads(Path(f"{whole['checkpoint']}/index.json").read_text())["leaves"]}
     assert index["['params']['layers']['wq'].data"]["dtype"] == "float16"
     assert index["['params']['layers']['wq'].scale"]["shape"] == [2]  # one per layer
-    state_params = ckpt.load_subtree(whole["checkpoint"], "params", jax.eval_shape(
-        lambda: master_params(init_params(cfg.model, jax.random.key(0)))))
+    state_params = ckpt.load_subtree(
+        whole["checkpoint"], "params", jax.eval_shape(lambda: master_params(init_params(cfg.model, jax.random.key(0))))
+    )
     decoded = masters.plain_params(state_params)
 
     tensors = _tensors(whole["hf_path"])
     np.testing.assert_array_equal(tensors["model.embed_tokens.weight"], np.asarray(decoded["embed"]))
-    np.testing.assert_array_equal(tensors["model.layers.1.self_attn.q_proj.weight"],
-                                  np.asarray(decoded["layers"]["wq"][1]).T)
+    np.testing.assert_array_equal(
+        tensors["model.layers.1.self_attn.q_proj.weight"], np.asarray(decoded["layers"]["wq"][1]).T
+    )
     assert json.loads(Path(f"{whole['hf_path']}/config.json").read_text())["torch_dtype"] == "float32"
 
-    bf_cfg = dataclasses.replace(cfg, output_path=str(tmp_path / "bf16"),
-                                 precision=dataclasses.replace(FP16_MASTERS, export_dtype="bfloat16"))
+    bf_cfg = dataclasses.replace(
+        cfg, output_path=str(tmp_path / "bf16"), precision=dataclasses.replace(FP16_MASTERS, export_dtype="bfloat16")
+    )
     bf = train_lm(bf_cfg)
     assert bf["param_checksum"] == whole["param_checksum"]  # the export dtype changes nothing else
     bf_tensors = _tensors(bf["hf_path"])
     assert bf_tensors["model.norm.weight"].dtype == ml_dtypes.bfloat16
-    np.testing.assert_array_equal(bf_tensors["model.layers.0.mlp.down_proj.weight"],
-                                  np.asarray(decoded["layers"]["w_down"][0]).T.astype(ml_dtypes.bfloat16))
+    np.testing.assert_array_equal(
+        bf_tensors["model.layers.0.mlp.down_proj.weight"],
+        np.asarray(decoded["layers"]["w_down"][0]).T.astype(ml_dtypes.bfloat16),
+    )
     assert json.loads(Path(f"{bf['hf_path']}/config.json").read_text())["torch_dtype"] == "bfloat16"

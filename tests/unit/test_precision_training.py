@@ -34,10 +34,16 @@ def test_policy_change_gives_a_new_step_identity():
         cfg = tiny_train_config(this_output_path(), {"c": "/data/c"}, precision=policy)
         return ExecutorStep(name="checkpoints/tiny", fn=train_lm, config=cfg)
 
-    policies = [PrecisionConfig(), PrecisionConfig(matmul="fp8"), PrecisionConfig(matmul="fp8_delayed"),
-                PrecisionConfig(matmul="fp8_delayed", amax_history_len=8),
-                PrecisionConfig(optimizer_state="float16_scaled"), PrecisionConfig(rescale_logits_grad=True),
-                PrecisionConfig(matmul="scalify"), PrecisionConfig(export_dtype="bfloat16")]
+    policies = [
+        PrecisionConfig(),
+        PrecisionConfig(matmul="fp8"),
+        PrecisionConfig(matmul="fp8_delayed"),
+        PrecisionConfig(matmul="fp8_delayed", amax_history_len=8),
+        PrecisionConfig(optimizer_state="float16_scaled"),
+        PrecisionConfig(rescale_logits_grad=True),
+        PrecisionConfig(matmul="scalify"),
+        PrecisionConfig(export_dtype="bfloat16"),
+    ]
     hashes = [build_plan([step(p)], "/prefix").steps[0].hash for p in policies]
     assert len(set(hashes)) == len(policies)
     assert build_plan([step(PrecisionConfig(matmul="fp8"))], "/prefix").steps[0].hash == hashes[1]
@@ -65,8 +71,7 @@ def test_bad_policy_fails_before_training(cache, tmp_path, policy, match):
 def test_fp8_delayed_history_is_checkpointed_and_resume_is_exact(cache, tmp_path):
     policy = PrecisionConfig(matmul="fp8_delayed", amax_history_len=4)
     whole_out, cut_out = str(tmp_path / "whole"), str(tmp_path / "cut")
-    cfg = tiny_train_config(whole_out, {"c": cache}, precision=policy, compute_dtype="bfloat16",
-                            export_hf=False)
+    cfg = tiny_train_config(whole_out, {"c": cache}, precision=policy, compute_dtype="bfloat16", export_hf=False)
     whole = train_lm(cfg)
     cut_cfg = dataclasses.replace(cfg, output_path=cut_out)
     train_lm(dataclasses.replace(cut_cfg, stop_after_steps=5))  # checkpoint at 4, then "preempted"
@@ -77,8 +82,7 @@ def test_fp8_delayed_history_is_checkpointed_and_resume_is_exact(cache, tmp_path
     lines = _metric_lines(whole_out)
     assert all(np.isfinite(r["loss"]) for r in lines)
     last = lines[-1]
-    for key in ("fp8/layer00/amax_x", "fp8/layer01/amax_g", "fp8/layer00/saturated", "fp8/flushed",
-                "fp8/saturated"):
+    for key in ("fp8/layer00/amax_x", "fp8/layer01/amax_g", "fp8/layer00/saturated", "fp8/flushed", "fp8/saturated"):
         assert key in last
     assert last["fp8/layer00/amax_x"] > 0 and last["fp8/layer01/amax_g"] > 0
     assert 0 <= last["fp8/saturated"] < 1e-3 and 0 <= last["fp8/flushed"] < 0.2
@@ -87,8 +91,14 @@ def test_fp8_delayed_history_is_checkpointed_and_resume_is_exact(cache, tmp_path
 @pytest.mark.slow
 def test_scalify_run_logs_per_layer_scales(cache, tmp_path):
     out = str(tmp_path / "run")
-    cfg = tiny_train_config(out, {"c": cache}, precision=PrecisionConfig(matmul="scalify"),
-                            compute_dtype="float16", num_train_steps=3, export_hf=False)
+    cfg = tiny_train_config(
+        out,
+        {"c": cache},
+        precision=PrecisionConfig(matmul="scalify"),
+        compute_dtype="float16",
+        num_train_steps=3,
+        export_hf=False,
+    )
     summary = train_lm(cfg)
     assert np.isfinite(summary["final_loss"])
     last = _metric_lines(out)[-1]
@@ -113,7 +123,9 @@ def test_fp8_nano_experiment_plans_paired_runs_of_every_format(tmp_path, monkeyp
     assert all(c.data.seed == c.seed for c in runs.values())  # a pair shares init and data order
     policies = {name.split("-seed")[0]: (c.compute_dtype, c.precision) for name, c in runs.items()}
     assert policies["checkpoints/fp8-nano-fp8-adam16"] == (
-        "bfloat16", PrecisionConfig(matmul="fp8", optimizer_state="float16_scaled"))
+        "bfloat16",
+        PrecisionConfig(matmul="fp8", optimizer_state="float16_scaled"),
+    )
     assert policies["checkpoints/fp8-nano-fp32"] == ("float32", PrecisionConfig())
     assert policies["checkpoints/fp8-nano-scalify"] == ("float16", PrecisionConfig(matmul="scalify"))
     quickstart = build_plan(capture_steps(os.path.join(root, "quickstart.py"))[0], str(tmp_path / "store"))
@@ -136,8 +148,7 @@ VARIANTS = (
 def curves():
     tokens = np.concatenate(synthetic_documents(400, seed=0))
     optimizer = OptimizerConfig(learning_rate=3e-3, warmup=0.1, decay=0.2)
-    return paired_curves(tiny_model(), optimizer, VARIANTS, SEEDS, tokens, steps=200, batch_size=8,
-                         seq_len=32)
+    return paired_curves(tiny_model(), optimizer, VARIANTS, SEEDS, tokens, steps=200, batch_size=8, seq_len=32)
 
 
 @pytest.mark.slow

@@ -29,13 +29,17 @@ def test_each_preset_name_has_one_shape():
 def test_marin_shapes_are_marins():
     nano, big = experiments.llama.llama_nano, experiments.llama.llama_8b
     assert (nano.hidden_dim, nano.intermediate_dim, nano.num_layers, nano.num_heads, nano.max_seq_len) == (
-        32, 128, 2, 2, 512)
+        32,
+        128,
+        2,
+        2,
+        512,
+    )
     with_vocab = experiments.models.with_vocab(big, experiments.llama.llama3_tokenizer_vocab_size)
     assert with_vocab.num_params() == 8_030_261_248 and dataclasses.replace(with_vocab, vocab_size=None) == big
 
 
-@pytest.mark.parametrize("old, new", [("llama_nano", "lab_nano"), ("llama_30m", "lab_30m"),
-                                      ("llama_8b", "with_vocab")])
+@pytest.mark.parametrize("old, new", [("llama_nano", "lab_nano"), ("llama_30m", "lab_30m"), ("llama_8b", "with_vocab")])
 def test_a_renamed_preset_says_its_new_name(old, new):
     with pytest.raises(AttributeError, match=f"experiments.models.{old} is now {new}"):
         getattr(experiments.models, old)

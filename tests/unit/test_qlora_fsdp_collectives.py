@@ -70,8 +70,7 @@ print(json.dumps(run(sys.argv[1] == "offload")))
 
 def _results(variant: str) -> dict:
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, variant], capture_output=True, text=True, env=env,
-                          timeout=580)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, variant], capture_output=True, text=True, env=env, timeout=580)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -86,8 +85,9 @@ def test_qlora_fsdp_gathers_packed_weights_not_activations(variant):
     assert dtypes.count("u8") >= 2, (variant, run["gathers"])
     # No all-gather of a float array shaped like the activations: [batch, seq, ...]. (The int32
     # target ids [batch, seq, 1] may be gathered for the loss: 1 KiB here, 4 bytes a token.)
-    batch_shaped = [(d, s) for d, s in run["gathers"] if d in ("f32", "bf16", "f16")
-                    and s.split(",")[:2] == ["8", "32"]]
+    batch_shaped = [
+        (d, s) for d, s in run["gathers"] if d in ("f32", "bf16", "f16") and s.split(",")[:2] == ["8", "32"]
+    ]
     assert not batch_shaped, (variant, batch_shaped)
     # Each device holds a quarter of the packed base (whole blocks).
     for field in ("packed", "absmax"):

@@ -78,8 +78,14 @@ def test_a_ray_the_backend_starts_runs_its_workers_at_the_drivers_priority(fake_
     import ray
 
     seen = []
-    monkeypatch.setattr(ray, "init", lambda **kwargs: (seen.append(os.environ.get("RAY_worker_niceness")),  # noqa: SIM112 (Ray's name)
-                                                       setattr(fake_ray, "up", True)))
+    monkeypatch.setattr(
+        ray,
+        "init",
+        lambda **kwargs: (
+            seen.append(os.environ.get("RAY_worker_niceness")),  # noqa: SIM112 (Ray's name)
+            setattr(fake_ray, "up", True),
+        ),
+    )
     monkeypatch.delenv("RAY_worker_niceness", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     backends.RayBackend().shutdown()

@@ -58,8 +58,10 @@ def _identity(config) -> str:
 
 def test_versioned_field_counts_like_versioned():
     declared = Declared(this_output_path(), "a", ("x", "y"))
-    assert scan_config(declared, step_label="s").versioned == \
-        scan_config(Wrapped(this_output_path(), versioned("a"), versioned(("x", "y"))), step_label="s").versioned
+    assert (
+        scan_config(declared, step_label="s").versioned
+        == scan_config(Wrapped(this_output_path(), versioned("a"), versioned(("x", "y"))), step_label="s").versioned
+    )
     assert _identity(declared) != _identity(Declared(this_output_path(), "b", ("x", "y")))
     assert _identity(declared) == _identity(Declared(this_output_path(), "a", ("x", "y"), workers=8))
 
@@ -86,8 +88,9 @@ def test_helpers_pass_values_through_and_knobs_do_not_move_identities():
     cache = default_tokenize("docs", docs, tok)
     for step in (raw, docs, tok, cache):
         fields = scan_config(step.config, step_label=step.name)
-        assert not any(isinstance(getattr(step.config, f.name), VersionedValue)
-                       for f in dataclasses.fields(step.config)), step.name
+        assert not any(
+            isinstance(getattr(step.config, f.name), VersionedValue) for f in dataclasses.fields(step.config)
+        ), step.name
         assert fields.versioned, step.name
     faster = default_tokenize("docs", default_extract("docs", raw, num_workers=1), tok, num_workers=8)
     ids = [s.identity for s in build_plan([cache], "/p").steps]
@@ -108,17 +111,21 @@ def test_tokenize_a_hugging_face_dataset_downloads_it_first():
 def _tokenizer_file(tmp_path, vocab: int) -> str:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator([f"word{i} other{i * 7}" for i in range(400)],
-                            trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        [f"word{i} other{i * 7}" for i in range(400)],
+        trainers.BpeTrainer(
+            vocab_size=vocab, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     path = tmp_path / "tokenizer.json"
     tok.save(str(path))
     return str(path)
 
 
 def _train_config(**kw) -> SimpleTrainConfig:
-    return SimpleTrainConfig(resources=CpuOnlyConfig(num_cpus=1), train_batch_size=4, num_train_steps=10,
-                             learning_rate=1e-3, **kw)
+    return SimpleTrainConfig(
+        resources=CpuOnlyConfig(num_cpus=1), train_batch_size=4, num_train_steps=10, learning_rate=1e-3, **kw
+    )
 
 
 def test_model_takes_the_tokenizer_vocabulary_at_plan_time(tmp_path):
@@ -139,8 +146,9 @@ def test_simple_train_config_maps_to_the_trainer():
     assert cpu.resources == {"num_cpus": 1} and cpu.config.compute_dtype == "float32"
     assert cpu.config.optimizer.weight_decay == 0.05 and cpu.config.optimizer.schedule == "cosine"
     assert cpu.config.seq_len == llama_nano.max_seq_len and cpu.config.wandb.tags == ("t", "cpu")
-    tpu = default_train("tpu", cache, llama_nano, dataclasses.replace(_train_config(),
-                                                                      resources=TpuPodConfig("v4-8", 2)))
+    tpu = default_train(
+        "tpu", cache, llama_nano, dataclasses.replace(_train_config(), resources=TpuPodConfig("v4-8", 2))
+    )
     assert tpu.resources.tpu == "v4-8" and tpu.config.tpu_slices == 2 and tpu.config.compute_dtype == "bfloat16"
     with pytest.raises(ValueError, match="either optimizer_config or beta2"):
         _train_config(optimizer_config=OptimizerConfig(), beta2=0.9)
@@ -176,16 +184,20 @@ def test_simple_train_config_holds_one_optimizer_config_and_takes_marins_flat_sp
     flat = _train_config(weight_decay=0.05, lr_schedule="cosine", warmup=0.1, beta2=None)
     assert flat.optimizer == OptimizerConfig(learning_rate=1e-3, weight_decay=0.05, schedule="cosine", warmup=0.1)
     assert (flat.learning_rate, flat.lr_schedule, flat.beta2) == (1e-3, "cosine", 0.95)  # reads the optimizer
-    native = SimpleTrainConfig(resources=CpuOnlyConfig(num_cpus=1), train_batch_size=4, num_train_steps=10,
-                               optimizer=OptimizerConfig(learning_rate=1e-3, weight_decay=0.05, schedule="cosine",
-                                                         warmup=0.1))
+    native = SimpleTrainConfig(
+        resources=CpuOnlyConfig(num_cpus=1),
+        train_batch_size=4,
+        num_train_steps=10,
+        optimizer=OptimizerConfig(learning_rate=1e-3, weight_decay=0.05, schedule="cosine", warmup=0.1),
+    )
     assert native == flat
     # Marin's optimizer_config is used as it is; the learning rate given beside it is Marin's required field.
     whole = OptimizerConfig(learning_rate=2e-3, schedule="constant")
     assert _train_config(optimizer_config=whole).optimizer is whole
     # Flat keywords adjust a given optimizer (as dataclasses.replace passes them).
-    assert dataclasses.replace(flat, learning_rate=3e-3).optimizer == dataclasses.replace(flat.optimizer,
-                                                                                          learning_rate=3e-3)
+    assert dataclasses.replace(flat, learning_rate=3e-3).optimizer == dataclasses.replace(
+        flat.optimizer, learning_rate=3e-3
+    )
     assert dataclasses.replace(flat, num_train_steps=20).optimizer is flat.optimizer
     with pytest.raises(TypeError, match="give learning_rate"):
         SimpleTrainConfig(resources=CpuOnlyConfig(), train_batch_size=4, num_train_steps=10)
@@ -199,9 +211,17 @@ def test_flat_and_native_optimizer_spellings_plan_the_same_identity():
     docs = default_extract("docs", default_download("docs", source="/data/html"))
     cache = default_tokenize("own", docs, default_train_tokenizer("docs", docs, vocab_size=700))
     flat = default_train("same", cache, llama_nano, _train_config(weight_decay=0.05, min_lr_ratio=0.0))
-    native = default_train("same", cache, llama_nano, SimpleTrainConfig(
-        CpuOnlyConfig(num_cpus=1), 4, 10, optimizer=OptimizerConfig(learning_rate=1e-3, weight_decay=0.05,
-                                                                     min_lr_ratio=0.0)))
+    native = default_train(
+        "same",
+        cache,
+        llama_nano,
+        SimpleTrainConfig(
+            CpuOnlyConfig(num_cpus=1),
+            4,
+            10,
+            optimizer=OptimizerConfig(learning_rate=1e-3, weight_decay=0.05, min_lr_ratio=0.0),
+        ),
+    )
     other = default_train("same", cache, llama_nano, _train_config(weight_decay=0.06, min_lr_ratio=0.0))
     paths = [build_plan([s], "/p").roots[0].output_path for s in (flat, native, other)]
     assert paths[0] == paths[1] != paths[2]

@@ -29,8 +29,15 @@ NEW = [p for p in REMAT_POLICIES if p not in ("full", "save_dots", "offload_dots
 
 
 def _model(layers: int = 4) -> LlamaConfig:
-    return LlamaConfig(vocab_size=64, hidden_dim=32, intermediate_dim=96, num_layers=layers, num_heads=4,
-                       num_kv_heads=2, max_seq_len=64)
+    return LlamaConfig(
+        vocab_size=64,
+        hidden_dim=32,
+        intermediate_dim=96,
+        num_layers=layers,
+        num_heads=4,
+        num_kv_heads=2,
+        max_seq_len=64,
+    )
 
 
 def _loss_fn(cfg: LlamaConfig, remat):
@@ -51,10 +58,12 @@ def test_every_policy_gives_full_remats_loss_and_gradients(layers):
     for policy in NEW:
         loss, grads = jax.value_and_grad(_loss_fn(cfg, policy))(params)
         np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-6, err_msg=policy)
-        for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(ref_grads), jax.tree_util.tree_leaves(grads),
-                                strict=True):
-            np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6, rtol=1e-5,
-                                       err_msg=f"{policy} {jax.tree_util.keystr(path)}")
+        for (path, a), b in zip(
+            jax.tree_util.tree_leaves_with_path(ref_grads), jax.tree_util.tree_leaves(grads), strict=True
+        ):
+            np.testing.assert_allclose(
+                np.asarray(b), np.asarray(a), atol=1e-6, rtol=1e-5, err_msg=f"{policy} {jax.tree_util.keystr(path)}"
+            )
 
 
 def _dot_flops(jaxpr, mult: int = 1) -> int:
@@ -97,8 +106,16 @@ def test_recompute_flops_are_the_dots_the_backward_pass_recomputes(layers):
 def test_8b_ceilings_under_splash_attention():
     """Llama-3-8B at 4096 tokens with Splash attention (one fused op, always recomputed): the MFU
     ceiling model FLOPs / (model + recompute) of each policy, as docs/benchmarks.md quotes them."""
-    cfg = LlamaConfig(vocab_size=128256, hidden_dim=4096, intermediate_dim=14336, num_layers=32, num_heads=32,
-                      num_kv_heads=8, max_seq_len=4096, rope_theta=500000.0)
+    cfg = LlamaConfig(
+        vocab_size=128256,
+        hidden_dim=4096,
+        intermediate_dim=14336,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        max_seq_len=4096,
+        rope_theta=500000.0,
+    )
     model = cfg.flops_per_token(4096)
 
     def ceiling(policy):
@@ -111,15 +128,20 @@ def test_8b_ceilings_under_splash_attention():
     assert ceiling("every_other") == pytest.approx(0.893, abs=1e-3)
     assert ceiling("save_mlp") == ceiling("offload_mlp") == pytest.approx(0.932, abs=1e-3)
     # Fused attention needs its statistics too: keeping its output saves only wo (via mlp_in).
-    assert block_recompute_flops(cfg, "save_attn_mlp_in", 4096, "splash") == \
-        block_recompute_flops(cfg, "full", 4096, "splash") - 2 * 4096 * 4096
+    assert (
+        block_recompute_flops(cfg, "save_attn_mlp_in", 4096, "splash")
+        == block_recompute_flops(cfg, "full", 4096, "splash") - 2 * 4096 * 4096
+    )
 
 
 def test_host_offload_bytes_and_memory_plan_follow_the_policy():
     cfg = _model()
     widths = activation_widths(cfg)
-    assert host_offload_bytes(cfg, "offload_mlp", 100, 2) == (32 + 96 + 96) * 4 * 100 * 2 == \
-        sum(widths[n] for n in SELECTIVE_POLICIES["offload_mlp"][1]) * 4 * 100 * 2
+    assert (
+        host_offload_bytes(cfg, "offload_mlp", 100, 2)
+        == (32 + 96 + 96) * 4 * 100 * 2
+        == sum(widths[n] for n in SELECTIVE_POLICIES["offload_mlp"][1]) * 4 * 100 * 2
+    )
     assert host_offload_bytes(cfg, "save_mlp", 100, 2) == host_offload_bytes(cfg, True, 100, 2) == 0
 
     def activations(policy):
@@ -139,9 +161,21 @@ def test_an_unknown_policy_is_one_line_naming_the_field():
         check_remat(good)
     with pytest.raises(ValueError, match=r"gradient_checkpointing='save_everything': expected True, False or one of"):
         check_remat("save_everything")
-    config = TrainLmConfig(output_path="out", data=DataConfig(caches={}), model=_model(), seq_len=32,
-                           gradient_checkpointing="save_everything")  # type: ignore[arg-type]
+    config = TrainLmConfig(
+        output_path="out",
+        data=DataConfig(caches={}),
+        model=_model(),
+        seq_len=32,
+        gradient_checkpointing="save_everything",
+    )  # type: ignore[arg-type]
     with pytest.raises(TrainingError, match=r"gradient_checkpointing='save_everything'.*save_mlp_gate"):
         validate_config(config)
-    validate_config(TrainLmConfig(output_path="out", data=DataConfig(caches={}), model=_model(), seq_len=32,
-                                  gradient_checkpointing="save_mlp_gate"))
+    validate_config(
+        TrainLmConfig(
+            output_path="out",
+            data=DataConfig(caches={}),
+            model=_model(),
+            seq_len=32,
+            gradient_checkpointing="save_mlp_gate",
+        )
+    )

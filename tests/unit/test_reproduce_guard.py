@@ -57,10 +57,13 @@ def write_record(original, *, pin: str | None = None, edit=None, script: str = S
     scripts = original / "experiments" / "scripts"
     scripts.mkdir(parents=True, exist_ok=True)
     (scripts / f"exp-{digest[:16]}.py").write_bytes(text)
-    record = {"schema": 1, "prefix": str(original), "script": "exp.py",
-              "steps": [{"name": "raw/a", "identity": "raw/a-00000000",
-                         "output_path": str(original / "raw/a-00000000")}],
-              "code": {"script": "exp.py", "stored_script": f"scripts/exp-{digest[:16]}.py", "script_sha256": digest}}
+    record = {
+        "schema": 1,
+        "prefix": str(original),
+        "script": "exp.py",
+        "steps": [{"name": "raw/a", "identity": "raw/a-00000000", "output_path": str(original / "raw/a-00000000")}],
+        "code": {"script": "exp.py", "stored_script": f"scripts/exp-{digest[:16]}.py", "script_sha256": digest},
+    }
     if edit:
         edit(record)
     path = original / "experiments" / "exp-00000000.json"
@@ -75,13 +78,16 @@ def assert_nothing_ran(world, before=None):
         assert _tree(world["original"]) == before
 
 
-@pytest.mark.parametrize("into", [
-    "{root}/link",                   # a symlink to the original
-    "file://{root}/original",        # a file:// URL of it
-    "{root}/link/scratch",           # inside it, through the symlink
-    "{root}/original/../original",   # a '..' spelling
-    "{root}",                        # around it: the scratch would hold the original
-])
+@pytest.mark.parametrize(
+    "into",
+    [
+        "{root}/link",  # a symlink to the original
+        "file://{root}/original",  # a file:// URL of it
+        "{root}/link/scratch",  # inside it, through the symlink
+        "{root}/original/../original",  # a '..' spelling
+        "{root}",  # around it: the scratch would hold the original
+    ],
+)
 def test_a_scratch_prefix_reaching_the_original_is_refused_before_anything_runs(world, into, capsys):
     before = _tree(world["original"])
     assert cli_main(["reproduce", world["record"], "--into", into.format(root=world["root"])]) == 2
@@ -135,21 +141,25 @@ def _set(path: str, value):
             del node[last]
         else:
             node[last] = value
+
     return edit
 
 
 _DELETE = object()
 
 
-@pytest.mark.parametrize("edit, message", [
-    (_set("steps", {"raw/a": "raw/a-00000000"}), "field 'steps' is not a list"),
-    (_set("steps.0", "raw/a"), r"field 'steps\[0\]' is str, expected an object"),
-    (_set("steps.0.identity", 7), r"field 'steps\[0\].identity' is int, expected a string"),
-    (_set("code.stored_script", ["scripts/x.py"]), "field 'code.stored_script' is list"),
-    (_set("code.script_sha256", _DELETE), "field 'code.script_sha256' is NoneType"),
-    (_set("code.script", {"name": "x"}), "field 'code.script' is dict"),
-    (_set("code", "scripts/x.py"), "field 'code' is str, expected an object"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (_set("steps", {"raw/a": "raw/a-00000000"}), "field 'steps' is not a list"),
+        (_set("steps.0", "raw/a"), r"field 'steps\[0\]' is str, expected an object"),
+        (_set("steps.0.identity", 7), r"field 'steps\[0\].identity' is int, expected a string"),
+        (_set("code.stored_script", ["scripts/x.py"]), "field 'code.stored_script' is list"),
+        (_set("code.script_sha256", _DELETE), "field 'code.script_sha256' is NoneType"),
+        (_set("code.script", {"name": "x"}), "field 'code.script' is dict"),
+        (_set("code", "scripts/x.py"), "field 'code' is str, expected an object"),
+    ],
+)
 def test_a_record_with_fields_of_the_wrong_type_is_one_line_before_anything_runs(world, edit, message, capsys):
     record = write_record(world["original"], edit=edit)
     with pytest.raises(ReproduceError, match=message):
@@ -160,12 +170,15 @@ def test_a_record_with_fields_of_the_wrong_type_is_one_line_before_anything_runs
     assert_nothing_ran(world)
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"{not json", "unreadable .*JSONDecodeError"),
-    (b"{\"steps\": \"\x80\"}", "unreadable .*UnicodeDecodeError"),
-    (b"[1, 2]", "not a JSON object"),
-    (b"[" * 100_000, "unreadable"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"{not json", "unreadable .*JSONDecodeError"),
+        (b'{"steps": "\x80"}', "unreadable .*UnicodeDecodeError"),
+        (b"[1, 2]", "not a JSON object"),
+        (b"[" * 100_000, "unreadable"),
+    ],
+)
 def test_a_record_that_is_not_json_is_one_line(world, content, message):
     bad = world["original"] / "experiments" / "bad.json"
     bad.write_bytes(content)

@@ -44,7 +44,8 @@ def test_each_run_keeps_its_record_and_a_noop_rerun_hides_nothing(tmp_path, monk
     assert {s["outcome"] for s in oldest["steps"]} == {"executed"}
     # The files live where the store says.
     assert sorted(glob.glob(os.path.join(experiment_runs_dir(prefix, exp_id), "*.json"))) == sorted(
-        r["_path"] for r in runs)
+        r["_path"] for r in runs
+    )
     # The experiment record is still the latest run's (compatibility), and names it.
     with open(exp_path) as f:
         index = json.load(f)
@@ -74,6 +75,11 @@ def test_run_record_names_sort_by_time():
 def test_a_cancelled_step_runs_again_without_a_flag(tmp_path):
     ps = Executor(str(tmp_path), backend="local").plan(five_step_dag()).steps[0]
     write_status(ps.output_path, Status.CANCELLED)
-    decision = decide_one(ps, {"status": "CANCELLED", "time": "T"}, lease=lambda p: None,  # type: ignore[arg-type]
-                          force_run_failed=False, index=None)
+    decision = decide_one(
+        ps,
+        {"status": "CANCELLED", "time": "T"},
+        lease=lambda p: None,  # type: ignore[arg-type]
+        force_run_failed=False,
+        index=None,
+    )
     assert decision.action == "run" and "CANCELLED" in decision.reason and "checkpoint" in decision.reason

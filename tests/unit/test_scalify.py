@@ -21,17 +21,21 @@ from marin_lab.training.testing import synthetic_documents, tiny_model
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings
 
 # Small enough to trace and compile in seconds; every op of the Llama block is still there.
-SMALL = tiny_model(vocab_size=64, hidden_dim=32, intermediate_dim=64, num_heads=2, num_kv_heads=1,
-                   num_layers=2, max_seq_len=16)
+SMALL = tiny_model(
+    vocab_size=64, hidden_dim=32, intermediate_dim=64, num_heads=2, num_kv_heads=1, num_layers=2, max_seq_len=16
+)
 
 
 def _scaled(params):
-    return {k: ({n: per_layer_scale(w) for n, w in v.items()} if k == "layers" else tensor_scale(v))
-            for k, v in params.items()}
+    return {
+        k: ({n: per_layer_scale(w) for n, w in v.items()} if k == "layers" else tensor_scale(v))
+        for k, v in params.items()
+    }
 
 
-@pytest.mark.parametrize(("compute", "bound", "chunk"), [(jnp.float32, 1e-5, None), (jnp.float16, 5e-3, None),
-                                                        (jnp.float32, 1e-5, 4)])
+@pytest.mark.parametrize(
+    ("compute", "bound", "chunk"), [(jnp.float32, 1e-5, None), (jnp.float16, 5e-3, None), (jnp.float32, 1e-5, 4)]
+)
 @pytest.mark.slow
 def test_interpreted_loss_and_gradients_match_jax_grad(compute, bound, chunk):
     """Every op of the decoder's forward and backward pass (and of the chunked loss) has a rule
@@ -40,8 +44,9 @@ def test_interpreted_loss_and_gradients_match_jax_grad(compute, bound, chunk):
     tokens = jax.random.randint(jax.random.key(1), (2, 9), 0, SMALL.vocab_size)
 
     def loss(p, dtype):
-        return lm_loss(p, tokens[:, :-1], tokens[:, 1:], jnp.ones((2, 8)), SMALL, compute_dtype=dtype,
-                       loss_chunk_size=chunk)[0]
+        return lm_loss(
+            p, tokens[:, :-1], tokens[:, 1:], jnp.ones((2, 8)), SMALL, compute_dtype=dtype, loss_chunk_size=chunk
+        )[0]
 
     want_loss, want = jax.value_and_grad(lambda p: loss(p, jnp.float32))(params)
 
@@ -67,7 +72,7 @@ def test_a_scan_renormalises_its_carry_before_the_first_iteration():
     the scan's entry rescale brings it to unit RMS before that layer's float8 casts. Here a carry
     of data 2^-12 (scale 1) goes through an e4m3 cast in the first iteration: without the entry
     rescale every value would flush to zero (e4m3's smallest subnormal is 2^-9)."""
-    x = jax.random.normal(jax.random.key(0), (8, 16), jnp.float32).astype(jnp.float16) * jnp.float16(2.0 ** -12)
+    x = jax.random.normal(jax.random.key(0), (8, 16), jnp.float32).astype(jnp.float16) * jnp.float16(2.0**-12)
 
     def body(h, _):
         return h.astype(jnp.float8_e4m3fn).astype(h.dtype), None
@@ -87,7 +92,7 @@ def test_narrowing_float32_data_to_float16_moves_its_rms_into_the_scale():
     gradient of an RMSNorm's input is 1/rms per row: a small embedding row gets a large one). The
     cast to float16 is a rescale point: here one row is 2^17 (float16 holds up to 65504) and the
     others 1, which only fits after the data's RMS has moved into the scale."""
-    gains = jnp.ones((8, 16), jnp.float32).at[0].set(2.0 ** 17)
+    gains = jnp.ones((8, 16), jnp.float32).at[0].set(2.0**17)
 
     def model(h, g):
         return (h.astype(jnp.float32) * g).astype(jnp.float16)
@@ -115,8 +120,9 @@ def _traced_step(policy: PrecisionConfig, compute: str):
     tx = opt.build(moments=policy.optimizer_state)
     shard = state_shardings(SMALL, tx, mesh, "replicated", np.float32, policy)
     state = jax.eval_shape(make_init_fn(SMALL, tx, shard, np.float32, policy), jax.random.key(0))
-    step = make_train_step(SMALL, tx, opt.lr_schedule(10), StepSettings(compute, "float32", precision=policy),
-                           mesh, shard)
+    step = make_train_step(
+        SMALL, tx, opt.lr_schedule(10), StepSettings(compute, "float32", precision=policy), mesh, shard
+    )
     return step.trace(state, jax.ShapeDtypeStruct((4, 9), np.int32))
 
 
@@ -137,10 +143,24 @@ def test_scalify_with_float16_masters_trains_within_2_percent_of_fp32():
     """The narrowest setting: float16 data and master weights, fp16-scaled Adam, float8 matmuls.
     (fp32 masters: tests/unit/test_precision_training.py and benchmarks/fp8_accuracy.py.)"""
     tokens = np.concatenate(synthetic_documents(200, seed=0, vocab=SMALL.vocab_size))
-    variants = (Variant("fp32"), Variant("scalify+fp16", "float16", PrecisionConfig(
-        matmul="scalify", master_weights="float16_scaled", optimizer_state="float16_scaled")))
-    curves = paired_curves(SMALL, OptimizerConfig(learning_rate=3e-3, warmup=2, decay=0.2), variants, (0,),
-                           tokens, steps=30, batch_size=4, seq_len=8)
+    variants = (
+        Variant("fp32"),
+        Variant(
+            "scalify+fp16",
+            "float16",
+            PrecisionConfig(matmul="scalify", master_weights="float16_scaled", optimizer_state="float16_scaled"),
+        ),
+    )
+    curves = paired_curves(
+        SMALL,
+        OptimizerConfig(learning_rate=3e-3, warmup=2, decay=0.2),
+        variants,
+        (0,),
+        tokens,
+        steps=30,
+        batch_size=4,
+        seq_len=8,
+    )
     base, losses = curves.losses[("fp32", 0)], curves.losses[("scalify+fp16", 0)]
     assert np.all(np.isfinite(losses))
     assert base[-5:].mean() < 0.9 * base[0]  # it learned something (4.16 -> 3.44 nats for fp32)

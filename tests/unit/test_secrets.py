@@ -42,9 +42,16 @@ def _files_leaking(root: pathlib.Path) -> dict[str, list[str]]:
 
 def test_secrets_never_reach_records_or_logs(tmp_path, monkeypatch, caplog, capfd):
     monkeypatch.setenv("MARIN_TEST_SERVICE_TOKEN", ENV_SECRET)
-    step = ExecutorStep(name="secrets/leaky", fn=leak_secrets, config=SecretConfig(
-        output_path=this_output_path(), hf_token=versioned(HF_TOKEN), source_url=versioned(SOURCE_URL),
-        api_key=API_KEY))
+    step = ExecutorStep(
+        name="secrets/leaky",
+        fn=leak_secrets,
+        config=SecretConfig(
+            output_path=this_output_path(),
+            hf_token=versioned(HF_TOKEN),
+            source_url=versioned(SOURCE_URL),
+            api_key=API_KEY,
+        ),
+    )
     prefix = tmp_path
     report = Executor(str(prefix), backend="local", max_failure_retries=0).run([step], raise_on_failure=False)
     assert report.failed, "the step raises: its error message is where secrets would leak"
@@ -63,16 +70,21 @@ def test_secrets_never_reach_records_or_logs(tmp_path, monkeypatch, caplog, capf
 def test_secret_identity_still_depends_on_the_secret_value():
     # Redaction is for what is written, never for what is hashed: two tokens are two identities.
     def plan(token):
-        step = ExecutorStep(name="secrets/id", fn=leak_secrets, config=SecretConfig(
-            output_path=this_output_path(), hf_token=versioned(token), source_url="u", api_key="k"))
+        step = ExecutorStep(
+            name="secrets/id",
+            fn=leak_secrets,
+            config=SecretConfig(output_path=this_output_path(), hf_token=versioned(token), source_url="u", api_key="k"),
+        )
         return Executor("/tmp/never-written", backend="local").plan([step]).steps[0].identity
 
     assert plan(HF_TOKEN) != plan(HF_TOKEN + "x")
 
 
 def test_explain_diff_never_prints_a_secret():
-    lines = diff_versions({"config": {"hf_token": "hf_old0123456789abcdefghij", "url": "https://a:b1@h/x"}},
-                          {"config": {"hf_token": HF_TOKEN, "url": SOURCE_URL}})
+    lines = diff_versions(
+        {"config": {"hf_token": "hf_old0123456789abcdefghij", "url": "https://a:b1@h/x"}},
+        {"config": {"hf_token": HF_TOKEN, "url": SOURCE_URL}},
+    )
     assert len(lines) == 2 and _leaks("\n".join(lines)) == [] and REDACTED in lines[0]
 
 
@@ -80,9 +92,13 @@ def test_browser_hides_secrets_in_records_written_before_redaction(tmp_path):
     # A record written by an older version (or by hand): secrets in clear in version and errors.
     step_dir = tmp_path / "secrets" / "old-12345678"
     step_dir.mkdir(parents=True)
-    record = {"name": "secrets/old", "identity": "secrets/old-12345678", "output_path": str(step_dir),
-              "version": {"name": "secrets/old", "config": {"hf_token": HF_TOKEN, "source_url": SOURCE_URL}},
-              "attempts": [{"attempt": 1, "error": f"PermissionError: 401 for {SOURCE_URL} token {HF_TOKEN}"}]}
+    record = {
+        "name": "secrets/old",
+        "identity": "secrets/old-12345678",
+        "output_path": str(step_dir),
+        "version": {"name": "secrets/old", "config": {"hf_token": HF_TOKEN, "source_url": SOURCE_URL}},
+        "attempts": [{"attempt": 1, "error": f"PermissionError: 401 for {SOURCE_URL} token {HF_TOKEN}"}],
+    }
     (step_dir / ".executor_info").write_text(json.dumps(record))
     (step_dir / ".executor_status").write_text('{"status": "FAILED"}')
     roots = Roots.of([str(tmp_path)])
@@ -92,12 +108,15 @@ def test_browser_hides_secrets_in_records_written_before_redaction(tmp_path):
     assert _leaks(json.dumps(page)) == []
 
 
-@pytest.mark.parametrize("text, kept", [
-    (f"GET {SOURCE_URL} failed", "https://alice:"),
-    (f"Authorization: Bearer {API_KEY}0000", "Authorization: Bearer "),
-    (f"token {HF_TOKEN} refused", "token "),
-    ("gs://bucket/data?X-Goog-Signature=abcdef123456&x=1", "x=1"),
-])
+@pytest.mark.parametrize(
+    "text, kept",
+    [
+        (f"GET {SOURCE_URL} failed", "https://alice:"),
+        (f"Authorization: Bearer {API_KEY}0000", "Authorization: Bearer "),
+        (f"token {HF_TOKEN} refused", "token "),
+        ("gs://bucket/data?X-Goog-Signature=abcdef123456&x=1", "x=1"),
+    ],
+)
 def test_scrub_text_removes_secret_shapes_and_keeps_the_rest(text, kept):
     clean = scrub_text(text)
     assert _leaks(clean) == [] and "abcdef123456" not in clean and kept in clean
@@ -113,16 +132,18 @@ def test_log_filter_scrubs_messages_and_tracebacks(monkeypatch):
     try:
         raise RuntimeError(f"bad credentials {ENV_SECRET}")
     except RuntimeError:
-        record = logging.getLogger("x").makeRecord("x", logging.ERROR, __file__, 1, "auth %s failed", (ENV_SECRET,),
-                                                   exc_info=__import__("sys").exc_info())
+        record = logging.getLogger("x").makeRecord(
+            "x", logging.ERROR, __file__, 1, "auth %s failed", (ENV_SECRET,), exc_info=__import__("sys").exc_info()
+        )
     assert SecretFilter().filter(record)
     text = logging.Formatter().format(record)
     assert ENV_SECRET not in text and "auth <redacted> failed" in text and "bad credentials <redacted>" in text
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("hostile", ["?" * 200_000, "://" + "a" * 200_000, "?" + "key" * 70_000,
-                                     "x" * 200_000 + "://", "a://b:" * 40_000])
+@pytest.mark.parametrize(
+    "hostile", ["?" * 200_000, "://" + "a" * 200_000, "?" + "key" * 70_000, "x" * 200_000 + "://", "a://b:" * 40_000]
+)
 def test_scrubbing_is_linear_on_hostile_runs(hostile):
     # Unbounded repeats before a fixed part once made these quadratic: 20,000 characters took
     # 14 s, so 200,000 would take over 20 minutes; linear, each takes well under a second.
@@ -135,8 +156,10 @@ def test_a_shared_scrubber_for_a_listing_still_redacts_named_fields_and_environm
 
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-env-0123456789abcdef")
     shared = text_scrubber()
-    out = redact({"error": "auth failed with tok-env-0123456789abcdef",
-                  "nested": {"api_key": "key-named-9876543210fedcba"}}, shared)
+    out = redact(
+        {"error": "auth failed with tok-env-0123456789abcdef", "nested": {"api_key": "key-named-9876543210fedcba"}},
+        shared,
+    )
     assert "tok-env-0123456789abcdef" not in str(out) and "key-named-9876543210fedcba" not in str(out)
     # the named field's value is remembered: later text holding it is scrubbed too
     assert "key-named-9876543210fedcba" not in str(redact({"message": "sent key-named-9876543210fedcba"}))

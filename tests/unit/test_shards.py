@@ -37,9 +37,7 @@ def _fail_on_three(x: int) -> int:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_results_in_task_order(workers):
-    assert map_shards(_square, list(range(7)), num_workers=workers, desc="sq") == [
-        x * x for x in range(7)
-    ]
+    assert map_shards(_square, list(range(7)), num_workers=workers, desc="sq") == [x * x for x in range(7)]
 
 
 def test_empty_tasks():
@@ -197,8 +195,11 @@ class _Clock:
 
 
 def _progress_lines(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == "marin_lab.processing.shards" and "shards done" in r.getMessage()]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "marin_lab.processing.shards" and "shards done" in r.getMessage()
+    ]
 
 
 def test_in_a_log_progress_is_a_plain_line_at_most_every_ten_seconds(caplog):
@@ -211,10 +212,12 @@ def test_in_a_log_progress_is_a_plain_line_at_most_every_ten_seconds(caplog):
         progress.update()
     progress.close()
     lines = _progress_lines(caplog)
-    assert lines == ["tokenize: 1280/4000 shards done, 128.00 shards/s, ETA 21 s",
-                     "tokenize: 2560/4000 shards done, 128.00 shards/s, ETA 11 s",
-                     "tokenize: 3840/4000 shards done, 128.00 shards/s, ETA 1 s",
-                     "tokenize: 4000/4000 shards done in 31 s"]
+    assert lines == [
+        "tokenize: 1280/4000 shards done, 128.00 shards/s, ETA 21 s",
+        "tokenize: 2560/4000 shards done, 128.00 shards/s, ETA 11 s",
+        "tokenize: 3840/4000 shards done, 128.00 shards/s, ETA 1 s",
+        "tokenize: 4000/4000 shards done in 31 s",
+    ]
 
 
 def test_a_short_call_adds_no_progress_line(caplog):

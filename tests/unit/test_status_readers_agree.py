@@ -23,8 +23,13 @@ MARIN_EVENTS = (
     '{"date": "2025-01-01T00:00:01", "status": "RUNNING"}\n'
     '{"date": "2025-01-01T00:00:09", "status": "SUCCESS"}\n'
 )
-EXPECTED = {"marin-events-aaaaaaaa": "SUCCESS", "damaged-info-bbbbbbbb": CORRUPT, "marin-word-cccccccc": "SUCCESS",
-            "record-only-dddddddd": "FAILED", "never-run-eeeeeeee": MISSING}
+EXPECTED = {
+    "marin-events-aaaaaaaa": "SUCCESS",
+    "damaged-info-bbbbbbbb": CORRUPT,
+    "marin-word-cccccccc": "SUCCESS",
+    "record-only-dddddddd": "FAILED",
+    "never-run-eeeeeeee": MISSING,
+}
 
 
 @pytest.fixture
@@ -40,9 +45,14 @@ def prefix(tmp_path):
     steps["record-only-dddddddd"].mkdir()  # a record, no status file: listings show the record's status
     (steps["record-only-dddddddd"] / ".executor_info").write_text(json.dumps({"name": "r", "status": "FAILED"}))
     (tmp_path / "experiments").mkdir()
-    record = {"name": "agree", "created": "2026-01-01T00:00:00", "steps": [
-        {"name": name.rsplit("-", 1)[0], "identity": name, "output_path": str(path), "dependencies": []}
-        for name, path in steps.items()]}
+    record = {
+        "name": "agree",
+        "created": "2026-01-01T00:00:00",
+        "steps": [
+            {"name": name.rsplit("-", 1)[0], "identity": name, "output_path": str(path), "dependencies": []}
+            for name, path in steps.items()
+        ],
+    }
     (tmp_path / "experiments" / "agree-12345678.json").write_text(json.dumps(record))
     return tmp_path
 

@@ -23,8 +23,9 @@ from browser_fixtures import SECRET_VALUE, build_prefix  # noqa: E402
 
 
 def _step(text: str = "x") -> ExecutorStep:
-    return ExecutorStep(name="records/a", fn=write_text, config=WriteConfig(
-        output_path=this_output_path(), text=versioned(text)))
+    return ExecutorStep(
+        name="records/a", fn=write_text, config=WriteConfig(output_path=this_output_path(), text=versioned(text))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,12 +76,24 @@ def test_each_attempt_keeps_the_hardware_it_ran_on_and_writes_back_the_same_byte
     ok = data["attempts"][0]
 
     def slice_of(*nodes: str) -> dict:
-        return {"kind": "tpu", "type": "v4-16", "slices": 1, "hosts": 2, "slice_names": ["slice-0"],
-                "nodes": [{"slice": "slice-0", "worker_id": i, "node_id": n} for i, n in enumerate(nodes)]}
+        return {
+            "kind": "tpu",
+            "type": "v4-16",
+            "slices": 1,
+            "hosts": 2,
+            "slice_names": ["slice-0"],
+            "nodes": [{"slice": "slice-0", "worker_id": i, "node_id": n} for i, n in enumerate(nodes)],
+        }
 
     data["attempts"] = [
-        {**ok, "attempt": 1, "kind": "preemption", "status": "FAILED", "error": "ActorDiedError",
-         "hardware": slice_of("n0", "n1")},
+        {
+            **ok,
+            "attempt": 1,
+            "kind": "preemption",
+            "status": "FAILED",
+            "error": "ActorDiedError",
+            "hardware": slice_of("n0", "n1"),
+        },
         {**ok, "attempt": 2, "kind": "failure", "status": "FAILED", "error": "ValueError"},  # lost before placing
         {**ok, "attempt": 3, "hardware": slice_of("n0", "n2"), "gpu_seconds": 3.5},
     ]
@@ -89,19 +102,25 @@ def test_each_attempt_keeps_the_hardware_it_ran_on_and_writes_back_the_same_byte
     (tmp_path / ".executor_info").write_text(raw)
     record = read_step_record(str(tmp_path))
     assert [a.hardware and [n["node_id"] for n in a.hardware["nodes"]] for a in record.attempts] == [
-        ["n0", "n1"], None, ["n0", "n2"]]
+        ["n0", "n1"],
+        None,
+        ["n0", "n2"],
+    ]
     assert record.attempts[2].extra == {"gpu_seconds": 3.5} and record.hardware == record.attempts[2].hardware
     assert json.dumps(record.to_json(), indent=2) + "\n" == raw
 
 
-@pytest.mark.parametrize("field, value, named", [
-    ("attempts", "twice", "field 'attempts' is str"),
-    ("attempts", [1], "field 'attempts[0]' is int"),
-    ("attempts", [{"attempt": 1, "hardware": "v4-16"}], "field 'attempts[0].hardware' is str"),
-    ("timings", [], "field 'timings' is list"),
-    ("version", "v1", "field 'version' is str"),
-    ("identity", 7, "field 'identity' is int"),
-])
+@pytest.mark.parametrize(
+    "field, value, named",
+    [
+        ("attempts", "twice", "field 'attempts' is str"),
+        ("attempts", [1], "field 'attempts[0]' is int"),
+        ("attempts", [{"attempt": 1, "hardware": "v4-16"}], "field 'attempts[0].hardware' is str"),
+        ("timings", [], "field 'timings' is list"),
+        ("version", "v1", "field 'version' is str"),
+        ("identity", 7, "field 'identity' is int"),
+    ],
+)
 def test_a_corrupt_field_is_an_error_naming_the_file_and_the_field(done, tmp_path, field, value, named):
     data = json.loads((done / ".executor_info").read_text())
     data[field] = value
@@ -114,9 +133,14 @@ def test_a_corrupt_field_is_an_error_naming_the_file_and_the_field(done, tmp_pat
 
 
 def test_an_older_record_without_newer_fields_reads_with_defaults(tmp_path):
-    older = {"schema": 1, "name": "old/a", "identity": "old/a-0000abcd", "status": "SUCCESS",
-             "version": {"name": "old/a", "config": {"x": 1}, "dependencies": []},
-             "status_history": [{"status": "SUCCESS", "time": "2025-01-01T00:00:00Z"}]}
+    older = {
+        "schema": 1,
+        "name": "old/a",
+        "identity": "old/a-0000abcd",
+        "status": "SUCCESS",
+        "version": {"name": "old/a", "config": {"x": 1}, "dependencies": []},
+        "status_history": [{"status": "SUCCESS", "time": "2025-01-01T00:00:00Z"}],
+    }
     (tmp_path / ".executor_info").write_text(json.dumps(older))
     record = read_step_record(str(tmp_path))
     assert record.attempts == [] and record.code is None and record.manifest is None
@@ -145,17 +169,30 @@ def _versions(prefix: pathlib.Path, specs: list[tuple[str, str, str, str]]) -> N
     for h, tok, started, ended in specs:
         out = prefix / "tok" / f"docs-{h}"
         out.mkdir(parents=True)
-        (out / ".executor_info").write_text(json.dumps({
-            "schema": 1, "name": "tok/docs", "identity": f"tok/docs-{h}", "status": "SUCCESS",
-            "version": {"name": "tok/docs", "config": {"tokenizer": tok}, "inputs": {}, "dependencies": []},
-            "timings": {"started": started, "ended": ended}}))
+        (out / ".executor_info").write_text(
+            json.dumps(
+                {
+                    "schema": 1,
+                    "name": "tok/docs",
+                    "identity": f"tok/docs-{h}",
+                    "status": "SUCCESS",
+                    "version": {"name": "tok/docs", "config": {"tokenizer": tok}, "inputs": {}, "dependencies": []},
+                    "timings": {"started": started, "ended": ended},
+                }
+            )
+        )
 
 
 def test_browser_and_explain_compare_with_the_same_previous_version(tmp_path):
     # b started after a but ended before it: "latest by end" and "latest by start" disagree.
-    _versions(tmp_path, [("aaaa0001", "gpt2", "2026-01-01T00:00:00Z", "2026-01-03T00:00:00Z"),
-                         ("aaaa0002", "llama3", "2026-01-02T00:00:00Z", "2026-01-02T01:00:00Z"),
-                         ("aaaa0003", "mistral", "2026-01-04T00:00:00Z", "2026-01-04T01:00:00Z")])
+    _versions(
+        tmp_path,
+        [
+            ("aaaa0001", "gpt2", "2026-01-01T00:00:00Z", "2026-01-03T00:00:00Z"),
+            ("aaaa0002", "llama3", "2026-01-02T00:00:00Z", "2026-01-02T01:00:00Z"),
+            ("aaaa0003", "mistral", "2026-01-04T00:00:00Z", "2026-01-04T01:00:00Z"),
+        ],
+    )
     index = RecordIndex(str(tmp_path))
     browser = Browser(str(tmp_path), Roots.of([str(tmp_path)]))
     for h in ("aaaa0002", "aaaa0003"):

@@ -16,12 +16,15 @@ def test_a_sound_report_and_none():
     assert parse_bad_shards(raw, "r.json")["bad"] == [{"shard": "s-00001", "error": "boom"}]
 
 
-@pytest.mark.parametrize("raw, why", [
-    (b"{torn", "JSONDecodeError"),
-    (b"\xff", "UnicodeDecodeError"),
-    (b'{"bad": {}}', "not an object with a `bad` list"),
-    (b'{"bad": ["s-1"]}', "bad[0] is str, not an object naming a shard"),
-])
+@pytest.mark.parametrize(
+    "raw, why",
+    [
+        (b"{torn", "JSONDecodeError"),
+        (b"\xff", "UnicodeDecodeError"),
+        (b'{"bad": {}}', "not an object with a `bad` list"),
+        (b'{"bad": ["s-1"]}', "bad[0] is str, not an object naming a shard"),
+    ],
+)
 def test_damage_is_one_line_naming_the_file(tmp_path, raw, why):
     (tmp_path / BAD_SHARDS_FILE).write_bytes(raw)
     url = str(tmp_path / BAD_SHARDS_FILE)

@@ -60,9 +60,13 @@ def test_an_explicit_prefix_wins_over_the_environment(monkeypatch):
 def test_marin_lab_status_and_the_browser_name_every_step_status_alike(tmp_path):
     """Regression: a step with no status was NOT_STARTED in `marin-lab status` and MISSING in the browser."""
     fx = build_prefix(tmp_path)
-    listed = {exp["_path"].rsplit("/", 1)[-1][: -len(".json")]: Counter(st for _, st in step_statuses(exp))
-              for exp in list_experiments(str(fx.prefix))}
-    browsed = {exp["id"]: Counter(exp["status_counts"])
-               for exp in Browser(str(fx.prefix), Roots.of([str(fx.prefix)])).experiments()}
+    listed = {
+        exp["_path"].rsplit("/", 1)[-1][: -len(".json")]: Counter(st for _, st in step_statuses(exp))
+        for exp in list_experiments(str(fx.prefix))
+    }
+    browsed = {
+        exp["id"]: Counter(exp["status_counts"])
+        for exp in Browser(str(fx.prefix), Roots.of([str(fx.prefix)])).experiments()
+    }
     assert listed == browsed
     assert any("MISSING" in counts for counts in listed.values())

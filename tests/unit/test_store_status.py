@@ -12,8 +12,9 @@ from marin_lab.execution.status import write_status
 from marin_lab.store.layout import CORRUPT, MISSING, SHOWN, Status
 from marin_lab.store.status import listed_status, parse_status, read_step_status
 
-MARIN_EVENTS = (b'{"date": "2025-01-01T00:00:01", "status": "RUNNING"}\n'
-                b'{"date": "2025-01-01T00:00:09", "status": "SUCCESS"}\n')
+MARIN_EVENTS = (
+    b'{"date": "2025-01-01T00:00:01", "status": "RUNNING"}\n{"date": "2025-01-01T00:00:09", "status": "SUCCESS"}\n'
+)
 
 
 def _reader(files: dict[str, bytes]):
@@ -21,8 +22,12 @@ def _reader(files: dict[str, bytes]):
 
 
 def test_the_parser_takes_bytes_from_any_reader():
-    files = {"a/.executor_status": MARIN_EVENTS, "b/.executor_status": b'{"status": "SUCCESS"}',
-             "b/.executor_info": b"{garbage", "c/.executor_info": json.dumps({"status": "FAILED"}).encode()}
+    files = {
+        "a/.executor_status": MARIN_EVENTS,
+        "b/.executor_status": b'{"status": "SUCCESS"}',
+        "b/.executor_info": b"{garbage",
+        "c/.executor_info": json.dumps({"status": "FAILED"}).encode(),
+    }
     read = _reader(files)
     assert read_step_status("a", read) == {"status": "SUCCESS", "time": "2025-01-01T00:00:09", "format": "marin"}
     damaged = read_step_status("b", read)
@@ -38,8 +43,10 @@ def test_a_marin_success_beside_a_damaged_record_is_corrupt_too():
 
 
 def test_a_success_without_any_record_is_success():
-    assert read_step_status("a", _reader({"a/.executor_status": b"SUCCESS"})) == {"status": "SUCCESS",
-                                                                                    "format": "marin"}
+    assert read_step_status("a", _reader({"a/.executor_status": b"SUCCESS"})) == {
+        "status": "SUCCESS",
+        "format": "marin",
+    }
 
 
 def test_an_unreadable_status_file_is_corrupt_naming_it():
@@ -47,12 +54,20 @@ def test_an_unreadable_status_file_is_corrupt_naming_it():
         raise PermissionError(13, "Permission denied")
 
     st = read_step_status("out", read)
-    assert st == {"status": CORRUPT, "damage": "out/.executor_status: unreadable (PermissionError: [Errno 13] "
-                                               "Permission denied)"}
+    assert st == {
+        "status": CORRUPT,
+        "damage": "out/.executor_status: unreadable (PermissionError: [Errno 13] Permission denied)",
+    }
 
 
-@pytest.mark.parametrize("raw,why", [(b"\xff", "not UTF-8 at byte 0"), (b"[1]", "not an object with a string"),
-                                     (b"nope {", "neither JSON nor Marin's status format")])
+@pytest.mark.parametrize(
+    "raw,why",
+    [
+        (b"\xff", "not UTF-8 at byte 0"),
+        (b"[1]", "not an object with a string"),
+        (b"nope {", "neither JSON nor Marin's status format"),
+    ],
+)
 def test_damaged_status_bytes_say_why(raw, why):
     st = parse_status(raw, "u")
     assert st["status"] == CORRUPT and st["damage"].startswith(f"u: {why}")

@@ -34,8 +34,11 @@ def bases(tmp_path_factory):
     hf = str(root / "hf")
     write_synthetic_llama(hf, MODEL, shards=2)
     own = str(root / "own")
-    ckpt.save_checkpoint(ckpt.step_dir(f"{own}/checkpoints", 0), {"params": init_params(MODEL, jax.random.key(3))},
-                         {"model": dataclasses.asdict(MODEL), "step": 0})
+    ckpt.save_checkpoint(
+        ckpt.step_dir(f"{own}/checkpoints", 0),
+        {"params": init_params(MODEL, jax.random.key(3))},
+        {"model": dataclasses.asdict(MODEL), "step": 0},
+    )
     quantize_base(QuantizeBaseConfig(base=hf, output_path=str(root / "quantized"), quant=QUANT))
     return {"hf": hf, "own": own, "quantized": str(root / "quantized")}
 
@@ -65,10 +68,16 @@ def _same(a, b):
         assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
 
 
-@pytest.mark.parametrize("kind,mode,offload", [
-    ("hf", "qlora", False), ("hf", "qlora", True), ("hf", "lora", False), ("own", "qlora", False),
-    ("quantized", "qlora", True),
-])
+@pytest.mark.parametrize(
+    "kind,mode,offload",
+    [
+        ("hf", "qlora", False),
+        ("hf", "qlora", True),
+        ("hf", "lora", False),
+        ("own", "qlora", False),
+        ("quantized", "qlora", True),
+    ],
+)
 @pytest.mark.slow
 def test_streamed_base_equals_whole_model_loader(bases, kind, mode, offload):
     frozen_abs, sh = _targets(mode, offload)
@@ -146,8 +155,15 @@ def test_streaming_peak_host_memory_is_a_fraction_of_the_checkpoint(tmp_path):
     needs the placed NF4 base (about a third of the checkpoint) plus one tensor in flight."""
     from marin_lab.models.llama import LlamaConfig
 
-    model = LlamaConfig(vocab_size=4096, hidden_dim=512, intermediate_dim=1408, num_layers=10, num_heads=8,
-                        num_kv_heads=8, max_seq_len=256)
+    model = LlamaConfig(
+        vocab_size=4096,
+        hidden_dim=512,
+        intermediate_dim=1408,
+        num_layers=10,
+        num_heads=8,
+        num_kv_heads=8,
+        max_seq_len=256,
+    )
     path = str(tmp_path / "hf")
     size = write_synthetic_llama(path, model, shards=2)
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -169,8 +185,9 @@ def test_quantize_base_writes_what_the_whole_model_path_gives(bases):
     _, params, _ = load_base(bases["hf"])
     expected = flatten_params(quantize_params(params, QUANT))
     written = ckpt.resolve_checkpoint(bases["quantized"])
-    dtypes = {e["name"]: e["dtype"]
-              for e in json.loads(Path(os.path.join(written, "index.json")).read_text())["leaves"]}
+    dtypes = {
+        e["name"]: e["dtype"] for e in json.loads(Path(os.path.join(written, "index.json")).read_text())["leaves"]
+    }
     assert dtypes["['params']['embed']"] == "bfloat16" and dtypes["['params']['layers']['attn_norm']"] == "bfloat16"
     _, restored, _ = load_base(bases["quantized"])
     got = flatten_params(restored)
@@ -178,5 +195,6 @@ def test_quantize_base_writes_what_the_whole_model_path_gives(bases):
     for name, want in expected.items():
         for a, b in zip(jax.tree_util.tree_leaves(got[name]), jax.tree_util.tree_leaves(want), strict=True):
             assert a.shape == b.shape
-            assert np.array_equal(np.asarray(a, np.float32) if a.dtype != b.dtype
-                                  else np.asarray(a), np.asarray(b)), name
+            assert np.array_equal(np.asarray(a, np.float32) if a.dtype != b.dtype else np.asarray(a), np.asarray(b)), (
+                name
+            )

@@ -26,8 +26,9 @@ from tests.data_fixtures import make_document_shards
 def corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("tok")
     docs = make_document_shards(root / "docs", shards=3, per_shard=40)
-    result = train_tokenizer(TrainTokenizerConfig(input_path=str(root / "docs"),
-                                                  output_path=str(root / "tokenizer"), vocab_size=400))
+    result = train_tokenizer(
+        TrainTokenizerConfig(input_path=str(root / "docs"), output_path=str(root / "tokenizer"), vocab_size=400)
+    )
     return root, docs, result
 
 
@@ -37,8 +38,9 @@ def cache_files(out: Path) -> dict[str, bytes]:
 
 def test_train_tokenizer_is_deterministic(corpus, tmp_path):
     root, docs, first = corpus
-    again = train_tokenizer(TrainTokenizerConfig(input_path=str(root / "docs"),
-                                                 output_path=str(tmp_path), vocab_size=400))
+    again = train_tokenizer(
+        TrainTokenizerConfig(input_path=str(root / "docs"), output_path=str(tmp_path), vocab_size=400)
+    )
     assert again == first
     assert (tmp_path / "tokenizer.json").read_bytes() == (root / "tokenizer" / "tokenizer.json").read_bytes()
     assert first["documents"] == len(docs) and first["vocab_size"] == 400
@@ -49,22 +51,36 @@ def test_train_tokenizer_is_deterministic(corpus, tmp_path):
 
 def test_train_tokenizer_sample_limits(corpus, tmp_path):
     root, docs, _ = corpus
-    capped = train_tokenizer(TrainTokenizerConfig(input_path=str(root / "docs"), output_path=str(tmp_path / "a"),
-                                                  vocab_size=300, max_chars=2000))
+    capped = train_tokenizer(
+        TrainTokenizerConfig(
+            input_path=str(root / "docs"), output_path=str(tmp_path / "a"), vocab_size=300, max_chars=2000
+        )
+    )
     assert 0 < capped["documents"] < len(docs)
-    half = train_tokenizer(TrainTokenizerConfig(input_path=str(root / "docs"), output_path=str(tmp_path / "b"),
-                                                vocab_size=300, sample_fraction=0.5))
+    half = train_tokenizer(
+        TrainTokenizerConfig(
+            input_path=str(root / "docs"), output_path=str(tmp_path / "b"), vocab_size=300, sample_fraction=0.5
+        )
+    )
     assert 0.3 * len(docs) < half["documents"] < 0.7 * len(docs)
     with pytest.raises(TokenizeError, match="vocab_size=100"):
-        train_tokenizer(TrainTokenizerConfig(input_path=str(root / "docs"), output_path=str(tmp_path / "c"),
-                                             vocab_size=100))
+        train_tokenizer(
+            TrainTokenizerConfig(input_path=str(root / "docs"), output_path=str(tmp_path / "c"), vocab_size=100)
+        )
 
 
 def test_token_cache_format(corpus, tmp_path):
     root, docs, _ = corpus
     out = tmp_path / "cache"
-    result = tokenize(TokenizeConfig(input_path=str(root / "docs"), output_path=str(out),
-                                     tokenizer=str(root / "tokenizer"), validation_fraction=0.2, batch_size=7))
+    result = tokenize(
+        TokenizeConfig(
+            input_path=str(root / "docs"),
+            output_path=str(out),
+            tokenizer=str(root / "tokenizer"),
+            validation_fraction=0.2,
+            batch_size=7,
+        )
+    )
     ledger = json.loads((out / "ledger.json").read_text())
     assert ledger["format"] == "marin_lab.token_cache" and ledger["version"] == 1
     assert ledger["dtype"] == "uint16" and ledger["vocab_size"] == 400
@@ -117,9 +133,15 @@ def test_same_bytes_whatever_the_worker_count(corpus, tmp_path):
     outs = []
     for workers in (1, 2, 3):
         out = tmp_path / f"w{workers}"
-        tokenize(TokenizeConfig(input_path=str(root / "docs"), output_path=str(out),
-                                tokenizer=str(root / "tokenizer" / "tokenizer.json"),
-                                validation_fraction=0.1, num_workers=workers))
+        tokenize(
+            TokenizeConfig(
+                input_path=str(root / "docs"),
+                output_path=str(out),
+                tokenizer=str(root / "tokenizer" / "tokenizer.json"),
+                validation_fraction=0.1,
+                num_workers=workers,
+            )
+        )
         outs.append(cache_files(out))
     assert outs[0] == outs[1] == outs[2]
     assert "train/shard-00002.tokens.npy" in outs[0]
@@ -130,8 +152,11 @@ def test_arrays_are_written_as_np_save_writes_them(corpus, tmp_path):
 
     root, _, _ = corpus
     out = tmp_path / "cache"
-    tokenize(TokenizeConfig(input_path=str(root / "docs"), output_path=str(out), tokenizer=str(root / "tokenizer"),
-                            batch_size=5))  # several batches per shard, written without joining them
+    tokenize(
+        TokenizeConfig(
+            input_path=str(root / "docs"), output_path=str(out), tokenizer=str(root / "tokenizer"), batch_size=5
+        )
+    )  # several batches per shard, written without joining them
     for path in sorted(out.rglob("*.npy")):
         buf = io.BytesIO()
         np.save(buf, np.load(path), allow_pickle=False)
@@ -140,8 +165,9 @@ def test_arrays_are_written_as_np_save_writes_them(corpus, tmp_path):
 
 def test_rerun_redoes_only_unfinished_shards(corpus, tmp_path):
     root, _, _ = corpus
-    cfg = TokenizeConfig(input_path=str(root / "docs"), output_path=str(tmp_path / "c"),
-                         tokenizer=str(root / "tokenizer"))
+    cfg = TokenizeConfig(
+        input_path=str(root / "docs"), output_path=str(tmp_path / "c"), tokenizer=str(root / "tokenizer")
+    )
     tokenize(cfg)
     before = cache_files(tmp_path / "c")
     (tmp_path / "c" / "progress" / "shard-00001.done").unlink()  # as if it crashed before its marker
@@ -160,9 +186,15 @@ def test_bos_and_uint32(tmp_path):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tmp_path / "tokenizer.json"))
     write_documents(str(tmp_path / "docs" / "a.jsonl"), [{"id": "a", "text": "w1 w69999 zzz"}])
-    result = tokenize(TokenizeConfig(input_path=str(tmp_path / "docs"), output_path=str(tmp_path / "out"),
-                                     tokenizer=str(tmp_path / "tokenizer.json"), validation_fraction=0.0,
-                                     bos_token="<s>"))
+    result = tokenize(
+        TokenizeConfig(
+            input_path=str(tmp_path / "docs"),
+            output_path=str(tmp_path / "out"),
+            tokenizer=str(tmp_path / "tokenizer.json"),
+            validation_fraction=0.0,
+            bos_token="<s>",
+        )
+    )
     assert result["dtype"] == "uint32"
     tokens = np.load(tmp_path / "out" / "train" / "shard-00000.tokens.npy")
     assert tokens.dtype == np.uint32
@@ -176,14 +208,16 @@ def test_bad_records_raise_or_skip(corpus, tmp_path):
     root, _, _ = corpus
     docs = tmp_path / "docs"
     write_documents(str(docs / "a.jsonl"), [{"id": "a", "text": "river stone"}])
-    (docs / "b.jsonl").write_bytes(b'{"id": "b1", "text": "ok"}\n{"id": "b2"}\nnot json\n'
-                                   b'{"id": "b4", "text": "fine"}\n')
+    (docs / "b.jsonl").write_bytes(
+        b'{"id": "b1", "text": "ok"}\n{"id": "b2"}\nnot json\n{"id": "b4", "text": "fine"}\n'
+    )
     cfg = TokenizeConfig(input_path=str(docs), output_path=str(tmp_path / "out"), tokenizer=str(root / "tokenizer"))
     with pytest.raises(ShardTaskError, match=r"b.jsonl:2: bad record \(missing_text\)") as info:
         tokenize(cfg)
     assert isinstance(info.value.__cause__, BadRecordError)
-    result = tokenize(TokenizeConfig(**{**cfg.__dict__, "output_path": str(tmp_path / "skip"),
-                                        "on_bad_record": "skip"}))
+    result = tokenize(
+        TokenizeConfig(**{**cfg.__dict__, "output_path": str(tmp_path / "skip"), "on_bad_record": "skip"})
+    )
     assert result["documents_in"] == 5 and result["documents"] == 3 and result["skipped"] == 2
     assert result["skip_reasons"] == {"bad_json": 1, "missing_text": 1}
 
@@ -191,8 +225,9 @@ def test_bad_records_raise_or_skip(corpus, tmp_path):
 def test_empty_inputs(corpus, tmp_path):
     root, _, _ = corpus
     write_documents(str(tmp_path / "docs" / "a.jsonl.gz"), [])
-    cfg = TokenizeConfig(input_path=str(tmp_path / "docs"), output_path=str(tmp_path / "out"),
-                         tokenizer=str(root / "tokenizer"))
+    cfg = TokenizeConfig(
+        input_path=str(tmp_path / "docs"), output_path=str(tmp_path / "out"), tokenizer=str(root / "tokenizer")
+    )
     with pytest.raises(TokenizeError, match="no documents in 1 input shard"):
         tokenize(cfg)
     write_documents(str(tmp_path / "docs" / "b.jsonl.gz"), [{"id": "x", "text": "the river"}])
@@ -230,11 +265,20 @@ def test_tokenizer_from_hub_cache_offline(corpus, tmp_path, monkeypatch):
 def test_bad_config_values(corpus, tmp_path):
     root, _, _ = corpus
     with pytest.raises(TokenizeError, match="validation_fraction=1.5"):
-        tokenize(TokenizeConfig(input_path=str(root / "docs"), output_path=str(tmp_path), tokenizer="x",
-                                validation_fraction=1.5))
+        tokenize(
+            TokenizeConfig(
+                input_path=str(root / "docs"), output_path=str(tmp_path), tokenizer="x", validation_fraction=1.5
+            )
+        )
     with pytest.raises(TokenizeError, match="eos_token"):
-        tokenize(TokenizeConfig(input_path=str(root / "docs"), output_path=str(tmp_path),
-                                tokenizer=str(root / "tokenizer"), eos_token="<nope>"))
+        tokenize(
+            TokenizeConfig(
+                input_path=str(root / "docs"),
+                output_path=str(tmp_path),
+                tokenizer=str(root / "tokenizer"),
+                eos_token="<nope>",
+            )
+        )
 
 
 def test_split_is_stable_and_salted():

@@ -28,9 +28,12 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("owner")
     docs = [{"id": f"d{i}", "text": f"the river {i} runs by the old mill and the bridge"} for i in range(60)]
     for shard in range(3):
-        write_documents(str(root / "docs" / f"part-{shard}.jsonl.gz"), docs[shard * 20:(shard + 1) * 20])
-    train_tokenizer(TrainTokenizerConfig(input_path=str(root / "docs"), output_path=str(root / "tok"),
-                                         vocab_size=300, min_frequency=1))
+        write_documents(str(root / "docs" / f"part-{shard}.jsonl.gz"), docs[shard * 20 : (shard + 1) * 20])
+    train_tokenizer(
+        TrainTokenizerConfig(
+            input_path=str(root / "docs"), output_path=str(root / "tok"), vocab_size=300, min_frequency=1
+        )
+    )
     return root
 
 
@@ -84,8 +87,14 @@ def test_tokenize_shards_use_the_tokenizer_their_step_loaded(trained, tmp_path, 
 
     monkeypatch.setattr(mfs, "read_bytes", counting)
     out = tmp_path / "cache"
-    result = tokenize(TokenizeConfig(input_path=str(trained / "docs"), output_path=str(out),
-                                     tokenizer=str(trained / "tok"), validation_fraction=0.2))
+    result = tokenize(
+        TokenizeConfig(
+            input_path=str(trained / "docs"),
+            output_path=str(out),
+            tokenizer=str(trained / "tok"),
+            validation_fraction=0.2,
+        )
+    )
     assert result["input_shards"] == 3 and result["documents"] == 60
     assert [u for u in reads if u.endswith("tokenizer.json")] == [str(trained / "tok" / "tokenizer.json")]
 
@@ -101,7 +110,8 @@ _LOADERS = re.compile(r"\b\w*Tokenizer\w*\.from_(str|file|buffer|pretrained)\(")
 
 
 def test_no_module_but_the_owner_loads_a_tokenizer():
-    found = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-             if _LOADERS.search(p.read_text(encoding="utf-8"))}
+    found = {
+        str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if _LOADERS.search(p.read_text(encoding="utf-8"))
+    }
     assert "processing/tokenizers.py" in found  # the pattern sees the owner's own loader
     assert found - {"processing/tokenizers.py"} <= LOADED_ELSEWHERE, sorted(found)

@@ -32,12 +32,19 @@ TINY = dataclasses.replace(lab_nano, num_layers=2, vocab_size=512, max_seq_len=4
 
 
 def _config(**overrides) -> TrainLmConfig:
-    fields = dict(output_path="unused", data=DataConfig(caches={}), model=TINY, batch_size=8, seq_len=128,
-                  gradient_checkpointing=True, mesh=MeshConfig(fsdp=-1))
+    fields = dict(
+        output_path="unused",
+        data=DataConfig(caches={}),
+        model=TINY,
+        batch_size=8,
+        seq_len=128,
+        gradient_checkpointing=True,
+        mesh=MeshConfig(fsdp=-1),
+    )
     return TrainLmConfig(**{**fields, **overrides})
 
 
-EXPERIMENT = textwrap.dedent('''
+EXPERIMENT = textwrap.dedent("""
     import dataclasses
     from experiments.models import lab_nano
     from marin_lab.cluster.resources import TpuResources
@@ -56,7 +63,7 @@ EXPERIMENT = textwrap.dedent('''
              train("checkpoints/odd-batch", TpuResources(tpu="v5e-4"), batch_size=6)]
     if __name__ == "__main__":
         executor_main(steps=steps)
-''')
+""")
 
 
 @pytest.fixture
@@ -107,7 +114,7 @@ def test_fsdp_over_two_slices_gathers_parameters_across_the_dcn():
     assert "| two-slices | v5e:2x2 x2 | 8 |" in table and "DCN all-gather x" in table
 
 
-FINETUNE = textwrap.dedent('''
+FINETUNE = textwrap.dedent("""
     import dataclasses
     from experiments.models import lab_nano
     from marin_lab.cluster.resources import TpuResources
@@ -125,7 +132,7 @@ FINETUNE = textwrap.dedent('''
                         resources=TpuResources(tpu="v5e-4"))
     if __name__ == "__main__":
         executor_main(steps=[step])
-''')
+""")
 
 
 @pytest.mark.slow
@@ -161,12 +168,15 @@ def test_a_step_that_does_not_fit_exits_1_with_one_line(tmp_path, monkeypatch, c
     assert "gradient_checkpointing" in lines[0]
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--step", "on-cpu"], "field resources declares no TPU"),
-    (["--step", "odd-batch"], "step 'checkpoints/odd-batch': field batch_size"),
-    (["--step", "tiny", "--topology", "v5e-3"], "unknown topology 'v5e-3'; known: v4-8"),
-    (["--step", "tiny", "--topology", "v9-8"], "unknown topology 'v9-8'"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--step", "on-cpu"], "field resources declares no TPU"),
+        (["--step", "odd-batch"], "step 'checkpoints/odd-batch': field batch_size"),
+        (["--step", "tiny", "--topology", "v5e-3"], "unknown topology 'v5e-3'; known: v4-8"),
+        (["--step", "tiny", "--topology", "v9-8"], "unknown topology 'v9-8'"),
+    ],
+)
 def test_bad_input_is_one_line_naming_the_step_and_field(experiment, capsys, args, expected):
     assert main(["compile", experiment, *args]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -175,8 +185,11 @@ def test_bad_input_is_one_line_naming_the_step_and_field(experiment, capsys, arg
 
 def test_mesh_and_attention_that_the_topology_cannot_take():
     v5e4 = parse_topology("v5e-4")
-    with pytest.raises(TrainingError, match=r"step 'x': field mesh: the fixed axes multiply to 3, "
-                                            "which does not divide the 4 devices"):
+    with pytest.raises(
+        TrainingError,
+        match=r"step 'x': field mesh: the fixed axes multiply to 3, "
+        "which does not divide the 4 devices",
+    ):
         compile_training_step("x", "train_lm", _config(mesh=MeshConfig(data=3, fsdp=-1)), v5e4)
     with pytest.raises(TrainingError, match=r"step 'x': field attention_impl='cudnn' is not available on tpu"):
         compile_training_step("x", "train_lm", _config(attention_impl="cudnn"), v5e4)
@@ -201,7 +214,7 @@ def test_topology_names():
     assert len(parse_topology("v4-16").devices()) == 8
 
 
-HLO = textwrap.dedent('''
+HLO = textwrap.dedent("""
     HloModule m
 
     %body (p: (s32[], f32[8])) -> (s32[], f32[8]) {
@@ -228,7 +241,7 @@ HLO = textwrap.dedent('''
       %send.2 = (f32[1024]{0}, u32[], token[]) send(%g, %tok), is_host_transfer=true, frontend_attributes={_xla_megascale_transfer_type="ALL_REDUCE"}
       ROOT %r = f32[8] get-tuple-element(%w), index=1
     }
-''')  # noqa: E501 (HLO lines as XLA prints them)
+""")  # noqa: E501 (HLO lines as XLA prints them)
 
 
 def test_collectives_in_a_loop_count_once_per_iteration():
@@ -244,12 +257,32 @@ def test_collectives_in_a_loop_count_once_per_iteration():
 
 def test_a_zero_step_time_is_reported_without_an_estimate():
     # est_step_s 0.0 (no FLOPs, no traffic) leaves tokens/s and MFU None: the report shows "-".
-    report = StepReport(step="s", function="train_lm", topology="v5e-8", slices=1, chips=8, mesh={"fsdp": 8},
-                        fits=True, hbm_bytes_per_chip=1 << 30, hbm_capacity_bytes=16 << 30, hbm={},
-                        flops_per_step=0.0, hardware_flops_per_step=0.0, tokens_per_step=0,
-                        chip_peak_flops=1.97e14, est_step_s=0.0, est_tokens_per_s=None, est_mfu=None,
-                        bound="compute", compiler_optimal_s=None, compile_s=1.0, compile_cpu_s=1.0,
-                        collectives=[], remat="none", attention="xla")
+    report = StepReport(
+        step="s",
+        function="train_lm",
+        topology="v5e-8",
+        slices=1,
+        chips=8,
+        mesh={"fsdp": 8},
+        fits=True,
+        hbm_bytes_per_chip=1 << 30,
+        hbm_capacity_bytes=16 << 30,
+        hbm={},
+        flops_per_step=0.0,
+        hardware_flops_per_step=0.0,
+        tokens_per_step=0,
+        chip_peak_flops=1.97e14,
+        est_step_s=0.0,
+        est_tokens_per_s=None,
+        est_mfu=None,
+        bound="compute",
+        compiler_optimal_s=None,
+        compile_s=1.0,
+        compile_cpu_s=1.0,
+        collectives=[],
+        remat="none",
+        attention="xla",
+    )
     assert "estimate (roofline, chip peak 197 TFLOP/s): -" in render([report], "text")
 
 
@@ -261,11 +294,14 @@ def test_an_experiment_that_raises_while_loaded_is_one_line(tmp_path, capsys):
     assert len(err) == 1 and "broken.py at line 3" in err[0] and "RuntimeError: no such dataset: foo" in err[0], err
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--step", "("], "--step '(' is not a regular expression"),
-    (["--topology", "v5e:2x2", "--slices", "-2"], "--slices -2: give a number of slices of at least 1"),
-    (["--topology", "v5e:2x2", "--slices", "0"], "--slices 0: give a number of slices of at least 1"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--step", "("], "--step '(' is not a regular expression"),
+        (["--topology", "v5e:2x2", "--slices", "-2"], "--slices -2: give a number of slices of at least 1"),
+        (["--topology", "v5e:2x2", "--slices", "0"], "--slices 0: give a number of slices of at least 1"),
+    ],
+)
 def test_nonsense_arguments_are_refused_in_one_line(experiment, capsys, args, expected):
     assert main(["compile", experiment, *args]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -276,8 +312,11 @@ def test_nonsense_arguments_are_refused_in_one_line(experiment, capsys, args, ex
 
 def test_script_arguments_after_double_dash_reach_the_experiment(tmp_path, capsys, monkeypatch):
     path = tmp_path / "named.py"
-    path.write_text(EXPERIMENT.replace('steps = [', 'import sys\nsuffix = sys.argv.pop(1)\nsteps = [')
-                    .replace('"checkpoints/on-cpu"', 'f"checkpoints/on-cpu-{suffix}"'))
+    path.write_text(
+        EXPERIMENT.replace("steps = [", "import sys\nsuffix = sys.argv.pop(1)\nsteps = [").replace(
+            '"checkpoints/on-cpu"', 'f"checkpoints/on-cpu-{suffix}"'
+        )
+    )
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "store"))
     assert main(["compile", str(path), "--step", "on-cpu", "--", "given"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -294,7 +333,8 @@ def test_remat_comparison_compiles_each_policy_and_chooses_the_fastest_that_fits
     assert full.flops_per_step == save.flops_per_step
     for r in reports:
         assert r.hardware_flops_per_step - r.flops_per_step == pytest.approx(
-            remat_extra_flops(TINY, r.remat, 8 * 128, 128, "einsum"))
+            remat_extra_flops(TINY, r.remat, 8 * 128, 128, "einsum")
+        )
         assert r.headroom_bytes is not None and r.headroom_bytes > HEADROOM_BYTES
     assert save.hardware_flops_per_step < full.hardware_flops_per_step
     (chosen,) = [r for r in reports if r.chosen]
@@ -307,8 +347,9 @@ def test_remat_comparison_compiles_each_policy_and_chooses_the_fastest_that_fits
     assert f"{chosen.remat}" in next(line for line in text.splitlines() if line.endswith("<- chosen"))
     assert "| save_mlp |" in render(reports, "markdown")
     # The rule, on the same reports: too little headroom, host offload or no fit is never chosen.
-    tight = dataclasses.replace(save, chosen=False, hbm_bytes_per_chip=save.hbm_capacity_bytes - HEADROOM_BYTES + 1,
-                                est_mfu=0.99)
+    tight = dataclasses.replace(
+        save, chosen=False, hbm_bytes_per_chip=save.hbm_capacity_bytes - HEADROOM_BYTES + 1, est_mfu=0.99
+    )
     offload = dataclasses.replace(save, chosen=False, host_offload_bytes=1, est_mfu=0.99)
     no_fit = dataclasses.replace(save, chosen=False, fits=False, est_mfu=None, hbm_bytes_per_chip=None)
     plain = dataclasses.replace(full, chosen=False)

@@ -30,8 +30,10 @@ def test_mixture_counts_are_exact():
 @pytest.fixture(scope="module")
 def two_caches(tmp_path_factory):
     root = tmp_path_factory.mktemp("caches")
-    return {"a": write_synthetic_cache(str(root / "a"), seed=0),
-            "b": write_synthetic_cache(str(root / "b"), seed=5, train_docs=100)}
+    return {
+        "a": write_synthetic_cache(str(root / "a"), seed=0),
+        "b": write_synthetic_cache(str(root / "b"), seed=5, train_docs=100),
+    }
 
 
 def test_batches_are_a_function_of_the_step(two_caches):
@@ -45,8 +47,11 @@ def test_batches_are_a_function_of_the_step(two_caches):
 
 
 def test_phases_change_the_mixture_and_offsets_are_closed_form(two_caches):
-    cfg = DataConfig(caches=two_caches, weights={"a": 1.0, "b": 0.0},
-                     phases=(MixturePhase(start_step=4, weights={"a": 0.25, "b": 0.75}),))
+    cfg = DataConfig(
+        caches=two_caches,
+        weights={"a": 1.0, "b": 0.0},
+        phases=(MixturePhase(start_step=4, weights={"a": 0.25, "b": 0.75}),),
+    )
     loader = MixtureLoader(cfg, 32, 8)
     assert loader.counts_at(3) == {"a": 8, "b": 0}
     assert loader.counts_at(4) == {"a": 2, "b": 6}

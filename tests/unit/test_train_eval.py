@@ -17,8 +17,16 @@ def test_eval_every_n_steps_on_validation_sets(tmp_path):
     train_cache = write_synthetic_cache(str(tmp_path / "train"))
     held_out = write_synthetic_cache(str(tmp_path / "held"), train_docs=4, validation_docs=20, seed=7)
     out = str(tmp_path / "run")
-    summary = train_lm_with_eval(tiny_train_config(out, {"c": train_cache}, steps_per_eval=4, max_eval_batches=1,
-                                         eval_caches={"held": held_out}, export_hf=False))
+    summary = train_lm_with_eval(
+        tiny_train_config(
+            out,
+            {"c": train_cache},
+            steps_per_eval=4,
+            max_eval_batches=1,
+            eval_caches={"held": held_out},
+            export_hf=False,
+        )
+    )
     lines = [json.loads(line) for line in Path(f"{out}/metrics.jsonl").read_text().splitlines()]
     evals = [r for r in lines if "eval/c/loss" in r]
     assert [r["step"] for r in evals] == [4, 8]
@@ -31,8 +39,9 @@ def test_a_validation_set_too_short_is_refused_before_training(tmp_path):
     train_cache = write_synthetic_cache(str(tmp_path / "train"))
     tiny = write_synthetic_cache(str(tmp_path / "tiny"), train_docs=4, validation_docs=0)
     with pytest.raises(TrainingError, match="validation set 'tiny'"):
-        train_lm_with_eval(tiny_train_config(str(tmp_path / "run"), {"c": train_cache}, steps_per_eval=4,
-                                   eval_caches={"tiny": tiny}))
+        train_lm_with_eval(
+            tiny_train_config(str(tmp_path / "run"), {"c": train_cache}, steps_per_eval=4, eval_caches={"tiny": tiny})
+        )
 
 
 @pytest.mark.slow
@@ -43,13 +52,24 @@ def test_lm_eval_tasks_every_n_steps_during_training(tmp_path):
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(["The capital of France is Paris. 12 + 30 = 42."] * 20,
-                            trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
-                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        ["The capital of France is Paris. 12 + 30 = 42."] * 20,
+        trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     cache = write_synthetic_cache(str(tmp_path / "c"), tokenizer_json=tok.to_str())
     out = str(tmp_path / "run")
-    summary = train_lm_with_eval(tiny_train_config(out, {"c": cache}, model=tiny_model(vocab_size=512), export_hf=False,
-                                                   eval_tasks=("copa:0:6",), steps_per_task_eval=4))
+    summary = train_lm_with_eval(
+        tiny_train_config(
+            out,
+            {"c": cache},
+            model=tiny_model(vocab_size=512),
+            export_hf=False,
+            eval_tasks=("copa:0:6",),
+            steps_per_task_eval=4,
+        )
+    )
     lines = [json.loads(line) for line in Path(f"{out}/metrics.jsonl").read_text().splitlines()]
     evals = [r for r in lines if "eval/copa/acc" in r]
     assert [r["step"] for r in evals] == [4, 8]

@@ -85,8 +85,9 @@ def test_stop_and_resume_equals_unbroken_run(cache, unbroken, tmp_path):
 
 @pytest.mark.slow
 def test_grad_accumulation_matches_full_batch(cache, unbroken, tmp_path):
-    accum = train_lm(tiny_train_config(str(tmp_path / "acc"), {"c": cache}, microbatches=4,
-                                       stop_after_steps=3, export_hf=False))
+    accum = train_lm(
+        tiny_train_config(str(tmp_path / "acc"), {"c": cache}, microbatches=4, stop_after_steps=3, export_hf=False)
+    )
     full_losses = [r["loss"] for r in _metric_lines(unbroken[0])][:3]
     accum_losses = [r["loss"] for r in _metric_lines(str(tmp_path / "acc"))]
     assert accum["final_step"] == 3
@@ -129,14 +130,19 @@ def test_missing_cache_names_the_dataset(tmp_path):
 def test_checkpoint_of_another_shape_is_refused(cache, unbroken, tmp_path):
     out, _ = unbroken
     with pytest.raises(TrainingError, match="different model shape.*hidden_dim"):
-        train_lm(tiny_train_config(str(tmp_path / "o"), {"c": cache}, initialize_from=out,
-                                   model=tiny_model(hidden_dim=32)))
+        train_lm(
+            tiny_train_config(str(tmp_path / "o"), {"c": cache}, initialize_from=out, model=tiny_model(hidden_dim=32))
+        )
 
 
 @pytest.mark.slow
 def test_nan_loss_stops_naming_the_step(cache, tmp_path):
-    cfg = tiny_train_config(str(tmp_path / "nan"), {"c": cache}, export_hf=False,
-                            optimizer=OptimizerConfig(learning_rate=1e30, warmup=0, max_grad_norm=None))
+    cfg = tiny_train_config(
+        str(tmp_path / "nan"),
+        {"c": cache},
+        export_hf=False,
+        optimizer=OptimizerConfig(learning_rate=1e30, warmup=0, max_grad_norm=None),
+    )
     with pytest.raises(TrainingError, match=r"loss is nan at step \d"):
         train_lm(cfg)
 
@@ -144,9 +150,15 @@ def test_nan_loss_stops_naming_the_step(cache, tmp_path):
 @pytest.mark.slow
 def test_initialize_from_continues_as_a_new_phase(cache, unbroken, tmp_path):
     out, whole = unbroken
-    cfg = tiny_train_config(str(tmp_path / "phase2"), {"c": cache}, initialize_from=out,
-                            num_train_steps=10, batch_size=16, export_hf=False,
-                            optimizer=OptimizerConfig(learning_rate=1e-3, warmup=0, schedule_offset=8))
+    cfg = tiny_train_config(
+        str(tmp_path / "phase2"),
+        {"c": cache},
+        initialize_from=out,
+        num_train_steps=10,
+        batch_size=16,
+        export_hf=False,
+        optimizer=OptimizerConfig(learning_rate=1e-3, warmup=0, schedule_offset=8),
+    )
     summary = train_lm(cfg)
     assert summary["start"].startswith("initialized from") and summary["final_step"] == 10
     assert [r["step"] for r in _metric_lines(str(tmp_path / "phase2"))] == [8, 9]
@@ -161,8 +173,11 @@ def test_wandb_offline_run_is_written_without_a_key(cache, tmp_path, monkeypatch
     monkeypatch.setenv("WANDB_ERROR_REPORTING", "false")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
     out = tmp_path / "wb"
-    summary = train_lm(tiny_train_config(str(out), {"c": cache}, export_hf=False, stop_after_steps=2,
-                                         wandb=WandbConfig(project="marin-lab-test")))
+    summary = train_lm(
+        tiny_train_config(
+            str(out), {"c": cache}, export_hf=False, stop_after_steps=2, wandb=WandbConfig(project="marin-lab-test")
+        )
+    )
     assert summary["final_step"] == 2
     runs = list(out.glob("wandb/offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))

@@ -12,9 +12,18 @@ from marin_lab.training.metrics import MetricsLogger, WandbConfig, device_peak_f
 from marin_lab.training.optimizer import OptimizerConfig
 
 
-@pytest.mark.parametrize(("kind", "peak"), [("TPU v4", 275e12), ("TPU v5 lite", 197e12), ("TPU v5p", 459e12),
-                                            ("TPU v6 lite", 918e12), ("NVIDIA H100 80GB HBM3", 989e12),
-                                            ("NVIDIA A100-SXM4-40GB", 312e12), ("cpu", None)])
+@pytest.mark.parametrize(
+    ("kind", "peak"),
+    [
+        ("TPU v4", 275e12),
+        ("TPU v5 lite", 197e12),
+        ("TPU v5p", 459e12),
+        ("TPU v6 lite", 918e12),
+        ("NVIDIA H100 80GB HBM3", 989e12),
+        ("NVIDIA A100-SXM4-40GB", 312e12),
+        ("cpu", None),
+    ],
+)
 def test_known_peaks(kind, peak):
     assert device_peak_flops(kind) == peak
 
@@ -71,8 +80,9 @@ def test_schedules_warm_up_then_hold_or_decay(kind):
 
 
 def test_schedule_offset_starts_a_phase_later():
-    sched = OptimizerConfig(learning_rate=1.0, schedule="linear", warmup=0, min_lr_ratio=0.0,
-                            schedule_offset=100).lr_schedule(200)
+    sched = OptimizerConfig(
+        learning_rate=1.0, schedule="linear", warmup=0, min_lr_ratio=0.0, schedule_offset=100
+    ).lr_schedule(200)
     assert float(sched(100)) == pytest.approx(0.99)
     assert float(sched(199)) == pytest.approx(0.0, abs=1e-6)
 
@@ -85,10 +95,25 @@ def test_tpu_names():
 
 
 def test_plan_estimate_counts_tokens_flops_and_chip_hours():
-    model = LlamaConfig(vocab_size=128256, hidden_dim=4096, intermediate_dim=14336, num_layers=32,
-                        num_heads=32, num_kv_heads=8, max_seq_len=4096)
-    cfg = TrainLmConfig(output_path="/x", data=DataConfig(caches={}), model=model, num_train_steps=1000,
-                        batch_size=1024, seq_len=4096, tpu_type="v5e-256", tpu_slices=2)
+    model = LlamaConfig(
+        vocab_size=128256,
+        hidden_dim=4096,
+        intermediate_dim=14336,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        max_seq_len=4096,
+    )
+    cfg = TrainLmConfig(
+        output_path="/x",
+        data=DataConfig(caches={}),
+        model=model,
+        num_train_steps=1000,
+        batch_size=1024,
+        seq_len=4096,
+        tpu_type="v5e-256",
+        tpu_slices=2,
+    )
     est = cfg.plan_estimate()
     assert est["tokens"] == 1000 * 1024 * 4096
     assert est["flops"] == pytest.approx(model.flops_per_token(4096) * est["tokens"], rel=1e-3)
@@ -115,8 +140,9 @@ def test_wandb_run_is_the_steps_resumed_and_kept_under_the_output_path(tmp_path,
         log.close()
     runs = sorted(p.name for p in (tmp_path / "checkpoints" / "nano-1a2b3c4d" / "wandb").glob("offline-run-*"))
     # W&B names an offline folder by the second it started, adding "-1" when two share a second.
-    assert len(runs) == 2 and all(re.fullmatch(rf"offline-run-\d{{8}}_\d{{6}}-{re.escape(wandb_run_id(out))}(-\d+)?", r)
-                                  for r in runs)
+    assert len(runs) == 2 and all(
+        re.fullmatch(rf"offline-run-\d{{8}}_\d{{6}}-{re.escape(wandb_run_id(out))}(-\d+)?", r) for r in runs
+    )
     remote = "memory://bucket/prefix/checkpoints/nano-1a2b3c4d"  # an object store: written locally, copied
     log = MetricsLogger(remote, WandbConfig(mode="offline"), "nano", {})
     log.log({"step": 0, "loss": 1.0})

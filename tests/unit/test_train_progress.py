@@ -29,8 +29,16 @@ def test_training_prints_progress_and_flushes_metrics_between_checkpoints(tmp_pa
     caplog.set_level(logging.INFO, logger="marin_lab.training.train_lm")
     cache = write_synthetic_cache(str(tmp_path / "cache"))
     # No checkpoint until the end: before this change metrics.jsonl stayed empty until then.
-    train_lm(tiny_train_config(out, {"c": cache}, num_train_steps=4, export_hf=False, batch_size=2,
-                               checkpoint=CheckpointConfig(save_every_steps=100, save_interval_s=None)))
+    train_lm(
+        tiny_train_config(
+            out,
+            {"c": cache},
+            num_train_steps=4,
+            export_hf=False,
+            batch_size=2,
+            checkpoint=CheckpointConfig(save_every_steps=100, save_interval_s=None),
+        )
+    )
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("train_lm: step ")]
     assert [line.split(",")[0] for line in lines] == [f"train_lm: step {k}/4" for k in (1, 2, 3, 4)]
     assert "loss" in lines[0] and "tokens/s" in lines[0]
@@ -66,4 +74,8 @@ def test_remaining_time_reads_as_a_person_would_say_it():
     from marin_lab.training.trainer import format_duration
 
     assert [format_duration(x) for x in (0.4, 45, 125, 3 * 3600 + 7 * 60 + 9)] == [
-        "0 s", "45 s", "2 min 5 s", "3 h 7 min"]
+        "0 s",
+        "45 s",
+        "2 min 5 s",
+        "3 h 7 min",
+    ]

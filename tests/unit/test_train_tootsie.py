@@ -13,9 +13,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_tootsie_dry_run_prints_phases_with_estimates(tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", NO_GCE_CHECK="true")
     proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "experiments", "tootsie_8b.py"), "--dry_run", "true",
-         "--prefix", str(tmp_path / "prefix")],
-        capture_output=True, text=True, env=env, timeout=300, cwd=str(tmp_path),
+        [
+            sys.executable,
+            os.path.join(ROOT, "experiments", "tootsie_8b.py"),
+            "--dry_run",
+            "true",
+            "--prefix",
+            str(tmp_path / "prefix"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=str(tmp_path),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr

@@ -33,11 +33,17 @@ class _Toy:
 
     def __init__(self, out, *, targets=None, save_every=2, stop_after=None, steps=6, summaries=None):
         self.targets, self.summaries = targets or {}, summaries
-        loop = LoopConfig(name="toy", output_path=str(out), num_train_steps=steps, tokens_per_step=4,
-                          checkpoint=CheckpointConfig(save_every_steps=save_every, save_interval_s=None, keep_last=10),
-                          wandb=WandbConfig(enabled=False), summary_file="toy_summary.json",
-                          stop_after_steps=stop_after,
-                          nonfinite_advice="Try a smaller step.")
+        loop = LoopConfig(
+            name="toy",
+            output_path=str(out),
+            num_train_steps=steps,
+            tokens_per_step=4,
+            checkpoint=CheckpointConfig(save_every_steps=save_every, save_interval_s=None, keep_last=10),
+            wandb=WandbConfig(enabled=False),
+            summary_file="toy_summary.json",
+            stop_after_steps=stop_after,
+            nonfinite_advice="Try a smaller step.",
+        )
         self.trainer = Trainer(loop)
         self.check_step = None
 
@@ -46,14 +52,26 @@ class _Toy:
 
     def train(self, state=None):
         start = self.trainer.initial_state(_fresh) if state is None else None
-        result = self.trainer.train(start.state if start else state, _step,
-                                    lambda step: (jnp.float32(self.targets.get(step, 3.0)),),
-                                    checkpoint_metadata=lambda step: {"note": "toy"}, check_step=self.check_step)
+        result = self.trainer.train(
+            start.state if start else state,
+            _step,
+            lambda step: (jnp.float32(self.targets.get(step, 3.0)),),
+            checkpoint_metadata=lambda step: {"note": "toy"},
+            check_step=self.check_step,
+        )
         if self.summaries is not None:
             self.summaries.append(result)
-        return self.trainer.finish(result, {
-            "final_step": result.final_step, "start": result.start_step, "final_loss": result.last.get("loss"),
-            "hooks": result.hook_lines, "checkpoint": result.checkpoint, "how": start.how if start else None})
+        return self.trainer.finish(
+            result,
+            {
+                "final_step": result.final_step,
+                "start": result.start_step,
+                "final_loss": result.last.get("loss"),
+                "hooks": result.hook_lines,
+                "checkpoint": result.checkpoint,
+                "how": start.how if start else None,
+            },
+        )
 
 
 _trainer = _Toy
@@ -67,10 +85,22 @@ def test_hooks_run_on_their_interval_and_at_the_end_and_their_lines_are_logged(t
     out = tmp_path / "run"
     seen = []
     trainer = _trainer(out, steps=5)
-    trainer.add_hook(Hook("every2", lambda info: seen.append(("every2", info.step, int(info.state["step"])))
-                          or {"step": info.step, "every2": float(info.state["w"][0])}, every=2))
-    trainer.add_hook(Hook("once", lambda info: seen.append(("once", info.step, int(info.state["step"])))
-                          or {"step": info.step, "once": 1.0}))
+    trainer.add_hook(
+        Hook(
+            "every2",
+            lambda info: (
+                seen.append(("every2", info.step, int(info.state["step"])))
+                or {"step": info.step, "every2": float(info.state["w"][0])}
+            ),
+            every=2,
+        )
+    )
+    trainer.add_hook(
+        Hook(
+            "once",
+            lambda info: seen.append(("once", info.step, int(info.state["step"]))) or {"step": info.step, "once": 1.0},
+        )
+    )
     summary = trainer.train(_fresh())
     # Every 2 steps, after the run's last step (5), then the final hook once; each sees its step's state.
     assert seen == [("every2", 2, 2), ("every2", 4, 4), ("every2", 5, 5), ("once", 5, 5)]
@@ -103,8 +133,9 @@ def test_checkpoints_follow_the_policy_and_a_stopped_run_resumes_bit_identically
     strip = lambda lines: [{k: v for k, v in line.items() if k not in ("time", "tokens_per_s")} for line in lines]  # noqa: E731
     assert strip(_lines(parts)) == strip(_lines(whole))
     assert second["final_loss"] == unbroken["final_loss"]
-    assert np.array_equal(np.asarray(results[0].state["w"]),
-                          np.asarray(ckpt.load_checkpoint(unbroken["checkpoint"], _fresh())["w"]))
+    assert np.array_equal(
+        np.asarray(results[0].state["w"]), np.asarray(ckpt.load_checkpoint(unbroken["checkpoint"], _fresh())["w"])
+    )
 
 
 def test_a_non_finite_loss_stops_the_run_naming_the_step_before_any_later_checkpoint(tmp_path):
@@ -178,8 +209,9 @@ def test_export_hf_writes_the_runs_tokenizer_and_ids_from_process_0(tmp_path):
     from marin_lab.training.hf_export import param_leaves
     from marin_lab.training.testing import tiny_model, write_synthetic_cache
 
-    cache = write_synthetic_cache(str(tmp_path / "cache"), train_docs=4, validation_docs=2,
-                                  tokenizer_json='{"model": {"type": "WordLevel"}}')
+    cache = write_synthetic_cache(
+        str(tmp_path / "cache"), train_docs=4, validation_docs=2, tokenizer_json='{"model": {"type": "WordLevel"}}'
+    )
     toy = _trainer(tmp_path / "run")
     trainer = Trainer(dataclasses.replace(toy.trainer.loop, tokenizer_cache=cache))
     model = tiny_model()

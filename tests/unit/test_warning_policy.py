@@ -8,8 +8,18 @@ import warnings
 import pytest
 
 
-@pytest.mark.parametrize("module", ["marin_lab", "marin_lab.execution.executor", "experiments.defaults",
-                                    "operations.sweep", "tests.conftest", "test_warning_policy", "conftest"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "marin_lab",
+        "marin_lab.execution.executor",
+        "experiments.defaults",
+        "operations.sweep",
+        "tests.conftest",
+        "test_warning_policy",
+        "conftest",
+    ],
+)
 @pytest.mark.parametrize("category", [UserWarning, DeprecationWarning, RuntimeWarning, FutureWarning])
 def test_a_warning_from_our_code_is_an_error(module, category):
     with pytest.raises(category, match="ours"):

@@ -49,11 +49,18 @@ class DownloadConfig:
 def lab_download_config(config: DownloadConfig) -> _LabDownloadConfig:
     """The marin_lab download config that fetches what `config` names."""
     if not config.hf_dataset_id or not config.revision:
-        raise ValueError(f"DownloadConfig: hf_dataset_id and revision are both needed (got {config.hf_dataset_id!r}, "
-                         f"{config.revision!r}); pin the revision to a commit of the dataset repository")
+        raise ValueError(
+            f"DownloadConfig: hf_dataset_id and revision are both needed (got {config.hf_dataset_id!r}, "
+            f"{config.revision!r}); pin the revision to a commit of the dataset repository"
+        )
     globs = tuple(config.hf_urls_glob) + ((config.hf_url_glob,) if config.hf_url_glob else ())
-    return _LabDownloadConfig(output_path=config.gcs_output_path, hf_dataset=config.hf_dataset_id,
-                              revision=config.revision, include=globs or None, max_retries=config.max_retries)
+    return _LabDownloadConfig(
+        output_path=config.gcs_output_path,
+        hf_dataset=config.hf_dataset_id,
+        revision=config.revision,
+        include=globs or None,
+        max_retries=config.max_retries,
+    )
 
 
 def download_hf(config: DownloadConfig) -> object:
