@@ -41,10 +41,12 @@ system-deps:
 quickstart: venv
 	$(PY) experiments/quickstart.py
 
-# Lint findings and type errors fail the build before any test runs (ruff check, then mypy over
-# marin_lab/ and experiments/; both pinned in pyproject.toml, configured there).
+# Lint findings, unformatted files and type errors fail the build before any test runs (ruff check,
+# ruff format --check, then mypy over marin_lab/ and experiments/; pinned and configured in
+# pyproject.toml). `.venv/bin/python -m ruff format .` formats the tree.
 lint: test-venv
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
 test: test-venv system-deps lint
