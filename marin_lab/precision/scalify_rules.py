@@ -376,6 +376,7 @@ for _name in (
     "sharding_constraint",
     "reduce_precision",
     "real",
+    "name",  # checkpoint_name: the tag stays on the data, so a selective remat policy still sees it
 ):
     RULES[_name] = on_data
 for _name in (
