@@ -50,6 +50,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import IO, Any, Generic, TypeVar, cast
 
+from marin_lab.humanize import format_duration
 from marin_lab.io import fs as mfs
 from marin_lab.processing.attempts import LocalAttempt, RayAttempt, check_memory_fits
 from marin_lab.processing.errors import ProcessingError, ShardTaskError
@@ -166,15 +167,6 @@ def _ray_if_in_task():
         return None
 
 
-def _duration(seconds: float) -> str:
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {s % 3600 // 60} min"
-
-
 class ShardProgress:
     """Shards done of all for one engine call: `tokenize: 120/4000 shards done, 2.1 shards/s, ETA
     30 min 5 s`. On a terminal (`stream` is one) the line is redrawn in place; otherwise it is a log
@@ -213,9 +205,9 @@ class ShardProgress:
         if 0 < self.done < self.total and elapsed > 0:
             rate = self.done / elapsed
             pace = f"{rate:.2f} shards/s" if rate >= 0.1 else f"{rate * 60:.2f} shards/min"
-            text += f", {pace}, ETA {_duration((self.total - self.done) / rate)}"
+            text += f", {pace}, ETA {format_duration((self.total - self.done) / rate)}"
         elif self.done == self.total:
-            text += f" in {_duration(elapsed)}"
+            text += f" in {format_duration(elapsed)}"
         return text
 
     def update(self, done: int = 1, *, bad: bool = False) -> None:

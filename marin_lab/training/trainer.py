@@ -47,6 +47,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from marin_lab.humanize import format_duration
 from marin_lab.io import fs as mfs
 from marin_lab.models.llama import LlamaConfig
 from marin_lab.training import checkpoint as ckpt
@@ -370,16 +371,6 @@ class Trainer:
         mfs.write_json(mfs.join(self.loop.output_path, self.loop.summary_file), summary)
         result.metrics.close(summary)
         return summary
-
-
-def format_duration(seconds: float) -> str:
-    """`45 s`, `2 min 5 s`, `1 h 3 min`: a remaining time as a person reads it."""
-    s = max(0, round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {s % 3600 // 60} min"
 
 
 class _Run:

@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "flags": 0,
     "host_env": 0,
     "ray_niceness": 0,
+    "humanize": 0,
     "io": 1,
     "store": 2,
     "environments": 2,  # per-step locked environments: the executor runs steps in them
