@@ -227,7 +227,7 @@ class Executor:
         """Run, skip, wait, fail or unselected for every planned step (decide.py)."""
         chosen = {s.identity for s in selected}
         # A dry run without credentials or network reads nothing under a bucket prefix (bounded: one ask).
-        unreadable = self.regions.cannot_read(self.prefix) if self._remote and explain else None
+        unreadable = self._prefix_unreadable() if explain else None
         if unreadable is not None:
             why = unreadable.split(":", 1)[0]
             return [
@@ -271,7 +271,7 @@ class Executor:
         runs = [d for d in decisions if d.action == "run"]
         if len(runs) < 2 or len(runs) < sum(1 for d in decisions if d.action != "unselected"):
             return
-        if self._remote and self.regions.cannot_read(self.prefix) is not None:
+        if self._prefix_unreadable() is not None:
             return  # the plan already says it cannot read there; listing it would wait on the same credentials
         try:
             fs, path = fs_and_path(experiments_dir(self.prefix))
@@ -298,9 +298,14 @@ class Executor:
             costs=self.plan_costs(decisions),
         )
 
+    def _prefix_unreadable(self) -> str | None:
+        """Why a plan cannot read under a bucket prefix (no credentials or network), else None; the
+        bucket is asked once (Regions keeps the answer)."""
+        return self.regions.cannot_read(self.prefix) if self._remote else None
+
     def plan_costs(self, decisions: Sequence[Decision]) -> PlanCost:
         """What the steps that would run are estimated to cost, and what reuse saves (cost.py)."""
-        unreadable = self._remote and self.regions.cannot_read(self.prefix) is not None
+        unreadable = self._prefix_unreadable() is not None
         index = None if unreadable else (self._record_index or RecordIndex(self.prefix))
         return estimate_plan(decisions, self.prices, index)
 
