@@ -29,6 +29,7 @@ from marin_lab.gc import add_parser as add_gc_parser
 from marin_lab.io.fs import join
 from marin_lab.processing.rerun_shards import add_parser as add_rerun_shards_parser
 from marin_lab.reproduce import ReproduceError, reproduce
+from marin_lab.store.experiment_record import ExperimentRecord
 from marin_lab.store.layout import default_prefix
 
 
@@ -42,11 +43,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if prices is not None:
         print(prices.describe())
     damaged = 0
-    for exp in experiments:
-        if exp.get("corrupt"):
+    for listed in experiments:
+        exp = listed.record
+        if exp is None:
             damaged += 1
             print(
-                f"{exp['_path']}  CORRUPT experiment record: {exp['corrupt']}; its steps cannot be listed "
+                f"{listed.url}  CORRUPT experiment record: {listed.damage}; its steps cannot be listed "
                 "(rerun the experiment to rewrite it)"
             )
             continue
@@ -56,12 +58,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
             counts[st] = counts.get(st, 0) + 1
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         print(
-            f"{exp['_path']}  ({exp.get('created', '?')}; {len(statuses)} "
-            f"step{'' if len(statuses) == 1 else 's'}: {summary})"
+            f"{listed.url}  ({exp.created or '?'}; {len(statuses)} step{'' if len(statuses) == 1 else 's'}: {summary})"
         )
-        if exp.get("description"):
-            print(f"    {exp['description']}")
-        runs = list_runs(exp["_path"], limit=3)
+        if exp.description:
+            print(f"    {exp.description}")
+        runs = list_runs(listed.url, limit=3)
         if runs:
             print("    runs (newest first): " + "; ".join(_run_line(r) for r in runs))
         costs = _status_costs(exp, statuses, prices)
@@ -80,12 +81,12 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 1 if damaged else 0
 
 
-def _status_costs(exp: dict, statuses: list, prices: PriceTable | None) -> ExperimentCost | None:
+def _status_costs(exp: ExperimentRecord, statuses: list, prices: PriceTable | None) -> ExperimentCost | None:
     """With --cost: each step's recorded cost and the experiment's (execution/cost.py)."""
     if prices is None:
         return None
     return experiment_cost(
-        exp,
+        exp.driver,
         [(str(step.get("identity", "?")), read_record_quietly(step.get("output_path"))) for step, _ in statuses],
         prices,
     )

@@ -41,8 +41,11 @@ def experiment_cost(browser: Browser, exp_id: str) -> dict[str, Any]:
         return {**out, "steps": [], "totals": None, "text": None}
     steps = _steps_of(loaded.value)
     records = parallel_map(lambda s: _record(browser, browser.step_dir(s)), steps, local=browser.local)
+    driver = loaded.value.get("driver")
     summary = cost.experiment_cost(
-        loaded.value, [(str(s.get("identity", "?")), r) for s, r in zip(steps, records, strict=True)], browser.prices
+        driver if isinstance(driver, str) else None,
+        [(str(s.get("identity", "?")), r) for s, r in zip(steps, records, strict=True)],
+        browser.prices,
     )
     rows = summary.to_json()
     for row, step in zip(rows["steps"], steps, strict=True):

@@ -129,7 +129,7 @@ def training(b: Browser, tasks: str | None) -> dict[str, Any]:
         if run.train_path:
             paths.setdefault(run.train_path.rstrip("/"), run.model)
     for exp in list_experiments(b.prefix):
-        for step in exp.get("steps") or []:
+        for step in exp.steps:
             if isinstance(step, dict) and isinstance(step.get("output_path"), str):
                 paths.setdefault(
                     step["output_path"].rstrip("/"), step.get("name") if isinstance(step.get("name"), str) else None

@@ -29,7 +29,7 @@ from marin_lab.browser.storage import (
 )
 from marin_lab.execution.baseline import LastRun, RecordIndex, last_run_of
 from marin_lab.execution.cost import step_cost
-from marin_lab.execution.experiments import run_state
+from marin_lab.execution.experiments import ListedExperiment, run_state
 from marin_lab.execution.lease import driver_gone_since
 from marin_lab.execution.prices import PriceTable, default_prices
 from marin_lab.execution.record_builder import strip_ansi_in
@@ -493,17 +493,13 @@ class Browser:
             return None
         stem = os.path.splitext(os.path.basename(script))[0]
         files = [e for e in self.experiment_files() if _EXPERIMENT_HASH.sub("", e["name"]) == stem]
-        loaded = parallel_map(
-            lambda e: load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])),
+        listed = parallel_map(
+            lambda e: read_listed_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, e["name"])),
             files,
             local=self.local,
         )
-        earlier = [
-            {**item.value, "_path": item.url}
-            for item in loaded
-            if item.state == "ok" and str(item.value.get("created", "")) < record.recency
-        ]
-        earlier.sort(key=lambda r: str(r.get("created", "")), reverse=True)
+        earlier = [e for e in listed if e.record is not None and (e.created or "") < record.recency]
+        earlier.sort(key=lambda e: e.created or "", reverse=True)
         return last_run_of(earlier, script, made["hash"])
 
     def _index(self) -> RecordIndex:
@@ -574,21 +570,32 @@ def _produced_by(detail: dict, runs: list[dict]) -> dict | None:
     return None
 
 
-def load_experiment(roots: Roots, url: str) -> Loaded:
+_NO_FILE = "file does not exist"
+
+
+def read_listed_experiment(roots: Roots, url: str) -> ListedExperiment:
     """An experiment record read through the roots and parsed by the store's one parser
-    (`marin_lab.store.experiment_record`, as `marin-lab status` and gc read it): 'ok' with the
-    record as written, 'missing', or 'corrupt' with the parser's one line naming the file."""
+    (`marin_lab.store.experiment_record`, as `marin-lab status` and gc read it): the typed record,
+    or None with the parser's one line naming the file when it is missing or damaged."""
     try:
         raw = read_record(roots, url)
     except OSError as err:
-        return Loaded(url, "corrupt", error=str(err))
+        return ListedExperiment(url, None, str(err))
     if raw is None:
-        return Loaded(url, "missing", error="file does not exist")
+        return ListedExperiment(url, None, _NO_FILE)
     try:
-        record = parse_experiment_record(raw, url)
+        return ListedExperiment(url, parse_experiment_record(raw, url))
     except RecordError as err:
-        return Loaded(url, "corrupt", error=str(err))
-    return Loaded(url, "ok", value=record.to_json())
+        return ListedExperiment(url, None, str(err))
+
+
+def load_experiment(roots: Roots, url: str) -> Loaded:
+    """The experiment record as the pages show it (`read_listed_experiment`): 'ok' with the record
+    as written, 'missing', or 'corrupt' with the parser's one line naming the file."""
+    listed = read_listed_experiment(roots, url)
+    if listed.record is not None:
+        return Loaded(url, "ok", value=listed.record.to_json())
+    return Loaded(url, "missing" if listed.damage == _NO_FILE else "corrupt", error=listed.damage)
 
 
 def _header(exp: dict, exp_id: str) -> dict[str, str | None]:

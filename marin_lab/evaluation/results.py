@@ -397,7 +397,7 @@ def find_eval_runs(prefix: str) -> list[EvalRun]:
     except OSError:
         experiments = []
     for exp in experiments:
-        for step in exp.get("steps") or []:
+        for step in exp.steps:
             out = step.get("output_path") if isinstance(step, dict) else None
             if isinstance(out, str) and _exists(join(out, RESULTS_FILE)):
                 paths[out.rstrip("/")] = None

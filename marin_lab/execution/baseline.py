@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from marin_lab.execution.experiments import list_experiments
+from marin_lab.execution.experiments import ListedExperiment, list_experiments
 from marin_lab.execution.hashing import hash8
 from marin_lab.execution.plan import Plan
 from marin_lab.execution.records import RecordError, StepRecord, parse_step_record
@@ -221,33 +221,29 @@ class LastRun:
         return f"{self.path.rsplit('/', 1)[-1]}" + (f", {self.created}" if self.created else "")
 
 
-def last_run_of(records: Sequence[dict[str, Any]], script: str | None, current_hash: str | None) -> LastRun | None:
-    """The last run of the experiment `script` among `records` (experiments.list_experiments: newest
-    first): the newest record of a file of that name (one of that exact path when there is one)
-    other than the current plan's own (`current_hash`: the same steps, nothing to compare)."""
+def last_run_of(listed: Sequence[ListedExperiment], script: str | None, current_hash: str | None) -> LastRun | None:
+    """The last run of the experiment `script` among the `listed` records (experiments.list_experiments:
+    newest first): the newest record of a file of that name (one of that exact path when there is
+    one) other than the current plan's own (`current_hash`: the same steps, nothing to compare)."""
     if not script:
         return None
     stem = os.path.splitext(os.path.basename(script))[0]
     same = [
-        r
-        for r in records
-        if r.get("name") == stem
-        and isinstance(r.get("steps"), list)
-        and r.get("hash") != current_hash
-        and not r.get("corrupt")
+        (e.url, e.record)
+        for e in listed
+        if e.record is not None and e.record.name == stem and e.record.hash != current_hash
     ]
-    exact = [r for r in same if _same_script(r.get("script"), script)]
+    exact = [(url, r) for url, r in same if _same_script(r.script, script)]
     chosen = (exact or same)[:1]
     if not chosen:
         return None
-    record = chosen[0]
+    url, record = chosen[0]
     steps = {
         s["name"]: s
-        for s in record["steps"]
+        for s in record.steps
         if isinstance(s, dict) and isinstance(s.get("name"), str) and isinstance(s.get("version"), dict)
     }
-    created = record.get("created")
-    return LastRun(str(record.get("_path", "")), created if isinstance(created, str) else None, steps)
+    return LastRun(url, record.created, steps)
 
 
 def last_run_of_plan(plan: Plan, script: str | None) -> LastRun | None:

@@ -349,9 +349,9 @@ class ExperimentCost:
         return {"steps": [c.to_json() for c in self.steps], "totals": self.totals(), "text": self.text}
 
 
-def is_reused(experiment: Mapping[str, Any], record: StepRecord | None) -> bool:
-    """A finished step the experiment's latest run did not produce: another driver's record."""
-    driver = experiment.get("driver")
+def is_reused(driver: Any, record: StepRecord | None) -> bool:
+    """A finished step the experiment's latest run did not produce: another driver's record
+    (`driver`: the experiment record's field, the driver of its latest run)."""
     return (
         record is not None
         and record.status == SUCCESS
@@ -362,11 +362,12 @@ def is_reused(experiment: Mapping[str, Any], record: StepRecord | None) -> bool:
 
 
 def experiment_cost(
-    experiment: Mapping[str, Any], steps: Sequence[tuple[str, StepRecord | None]], prices: PriceTable
+    driver: str | None, steps: Sequence[tuple[str, StepRecord | None]], prices: PriceTable
 ) -> ExperimentCost:
-    """Each listed step's cost (`steps`: its identity and record, read by the caller), in order."""
+    """Each listed step's cost (`steps`: its identity and record, read by the caller), in order;
+    `driver` is the experiment record's, which tells a reused step from one its run made."""
     return ExperimentCost(
-        [step_cost(identity, record, prices, reused=is_reused(experiment, record)) for identity, record in steps],
+        [step_cost(identity, record, prices, reused=is_reused(driver, record)) for identity, record in steps],
         prices.currency,
     )
 

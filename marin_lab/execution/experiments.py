@@ -1,27 +1,54 @@
-"""Experiment records (`{prefix}/experiments/*.json`): reading one, listing a prefix's, and the
-status of each of their steps as `marin-lab status` and `marin-lab gc` list them."""
+"""Experiment records (`{prefix}/experiments/*.json`): listing a prefix's, and the status of each
+of their steps as `marin-lab status` and `marin-lab gc` list them. One record is read and parsed by
+`store.experiment_record` (`read_experiment_record`, re-exported here); a listing holds the typed
+records (`ExperimentRecord`) with the URL each was read from."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.lease import DRIVER_GONE, provably_gone, running_driver_gone
 from marin_lab.io.fs import fs_and_path, join, read_json
-from marin_lab.store.experiment_record import read_experiment_record as read_record
+from marin_lab.store.experiment_record import ExperimentRecord, read_experiment_record
 from marin_lab.store.layout import CORRUPT, MISSING, RUNS_DIR, experiments_dir
 from marin_lab.store.status import listed_status
 
+__all__ = [
+    "ListedExperiment",
+    "describe_status",
+    "list_experiments",
+    "list_runs",
+    "read_experiment_record",
+    "run_state",
+    "runs_dir_of",
+    "step_statuses",
+]
 
-def read_experiment_record(url: str) -> dict[str, Any] | None:
-    """The experiment record at `url` as written (`store.experiment_record` parses it); None when
-    there is no such file. Raises RecordError, naming the file, when it is damaged."""
-    record = read_record(url)
-    return None if record is None else record.to_json()
+
+@dataclasses.dataclass(frozen=True)
+class ListedExperiment:
+    """One file of `{prefix}/experiments/`: where it is and its record, or why it could not be read."""
+
+    url: str
+    record: ExperimentRecord | None
+    """None when the file is damaged (then `damage` says why) or was removed while listing."""
+    damage: str | None = None
+    """The parser's reason, naming the field when one is wrong: `\`steps\` is not a list`."""
+
+    @property
+    def steps(self) -> list[Any]:
+        """The record's step entries (objects, as written); none for a damaged record."""
+        return self.record.steps if self.record is not None else []
+
+    @property
+    def created(self) -> str | None:
+        return self.record.created if self.record is not None else None
 
 
-def list_experiments(prefix: str) -> list[dict[str, Any]]:
-    """Experiment records under `prefix`, newest first; each gets `_path` (its URL)."""
+def list_experiments(prefix: str) -> list[ListedExperiment]:
+    """Experiment records under `prefix`, newest first (by their `created`; damaged ones last)."""
     folder = experiments_dir(prefix)
     fs, path = fs_and_path(folder)
     try:
@@ -33,21 +60,23 @@ def list_experiments(prefix: str) -> list[dict[str, Any]]:
     for name in names:
         url = join(folder, name.rsplit("/", 1)[-1]) if protocol else name
         try:
-            record = read_experiment_record(url) or {"corrupt": "unreadable (FileNotFoundError: removed while listing)"}
+            record = read_experiment_record(url)
         except RecordError as err:
-            record = {"corrupt": err.why if err.field is None else f"`{err.field}` {err.why}"}
-        record["_path"] = url
-        out.append(record)
-    out.sort(key=lambda r: str(r.get("created", "")), reverse=True)
+            out.append(ListedExperiment(url, None, err.why if err.field is None else f"`{err.field}` {err.why}"))
+            continue
+        if record is None:
+            out.append(ListedExperiment(url, None, "unreadable (FileNotFoundError: removed while listing)"))
+        else:
+            out.append(ListedExperiment(url, record))
+    out.sort(key=lambda e: e.created or "", reverse=True)
     return out
 
 
-def step_statuses(experiment: dict[str, Any]) -> list[tuple[dict[str, Any], str]]:
+def step_statuses(experiment: ExperimentRecord) -> list[tuple[dict[str, Any], str]]:
     """(step entry, its status) per step; an entry that names no step is CORRUPT, with `damage`
     saying which entry, and a damaged status file is CORRUPT with `damage` saying why."""
     result = []
-    steps = experiment.get("steps")
-    for i, step in enumerate(steps if isinstance(steps, list) else []):
+    for i, step in enumerate(experiment.steps):
         if not isinstance(step, dict) or not isinstance(step.get("output_path"), str):
             entry = {"identity": f"steps[{i}]", "damage": f"steps[{i}] has no output_path"}
             result.append((entry, CORRUPT))

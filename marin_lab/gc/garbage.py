@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from marin_lab.execution.errors import MarinLabError
-from marin_lab.execution.experiments import list_experiments
+from marin_lab.execution.experiments import ListedExperiment, list_experiments
 from marin_lab.execution.lease import LeaseHolder
 from marin_lab.execution.status import INFO_FILE, LEASE_FILE, STATUS_FILE, Status, read_status
 from marin_lab.io.fs import fs_and_path, join, read_bytes, remove
@@ -127,14 +127,11 @@ def _step_folders(prefix: str) -> list[str]:
     return found
 
 
-def _record_damage(record: dict[str, Any]) -> str | None:
-    """Why `record` cannot say which steps it references (None when it can)."""
-    if record.get("corrupt"):
+def _record_damage(listed: ListedExperiment) -> str | None:
+    """Why the listed record cannot say which steps it references (None when it can)."""
+    if listed.record is None:
         return "unreadable"
-    steps = record.get("steps", [])
-    if not isinstance(steps, list):
-        return "`steps` is not a list"
-    for i, step in enumerate(steps):
+    for i, step in enumerate(listed.steps):
         if (
             not isinstance(step, dict)
             or not isinstance(step.get("output_path"), str)
@@ -160,12 +157,12 @@ def find_garbage(prefix: str, older_than_s: float, *, now: float | None = None) 
     steps = _step_folders(prefix)
     notes = []
     experiments = list_experiments(prefix)
-    damaged = [(e["_path"], why) for e in experiments if (why := _record_damage(e))]
+    damaged = [(e.url, why) for e in experiments if (why := _record_damage(e))]
     # Even a damaged record's readable entries are references.
     referenced_paths = {
         s["output_path"].rstrip("/")
         for e in experiments
-        for s in (e["steps"] if isinstance(e.get("steps"), list) else [])
+        for s in e.steps
         if isinstance(s, dict) and isinstance(s.get("output_path"), str)
     }
     referenced = {p.rsplit("/", 1)[-1] for p in referenced_paths}

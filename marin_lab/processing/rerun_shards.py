@@ -85,7 +85,7 @@ def rerun_shards(output_path: str, *, backend: str = "local") -> RerunResult:
                 f"the recorded script {script} (from {rec.url}) no longer runs here: {type(err).__name__}: {err}"
             ) from err
         executor = Executor(
-            rec.original, backend=backend, script=script, description=rec.record.get("description") or description
+            rec.original, backend=backend, script=script, description=rec.record.description or description
         )
         plan = executor.plan(steps)
         ps = plan.by_identity.get(identity)
@@ -135,7 +135,8 @@ def _check_failed_for_bad_shards(output_path: str) -> dict[str, Any]:
 def _script(rec: RecordedExperiment, workdir: str) -> str:
     """The experiment file as recorded: the file itself when its sha256 still matches (so the
     experiment record keeps naming it), else the stored copy, placed in `workdir` under its name."""
-    recorded = rec.record.get("code", {}).get("script") or rec.record.get("script")
+    code = rec.record.code or {}
+    recorded = code.get("script") or rec.record.script
     if isinstance(recorded, str) and os.path.isfile(recorded):
         with open(recorded, "rb") as f:
             if hashlib.sha256(f.read()).hexdigest() == rec.script_sha256:

@@ -25,11 +25,11 @@ import re
 from typing import Any
 
 from marin_lab.execution.errors import MarinLabError, RecordError
-from marin_lab.execution.experiments import read_experiment_record
 from marin_lab.execution.records import read_step_record
 from marin_lab.execution.status import info_path
 from marin_lab.io.fs import exists, join, normalize_prefix, read_bytes
 from marin_lab.io.paths import PathOutsideError, canonical, confine, overlaps
+from marin_lab.store.experiment_record import ExperimentRecord, read_experiment_record
 from marin_lab.store.layout import EXPERIMENTS_DIR
 
 __all__ = ["RecordedExperiment", "ReproduceError", "check_scratch", "compile_steps", "locate", "read_script"]
@@ -47,7 +47,7 @@ class ReproduceError(MarinLabError):
 class RecordedExperiment:
     url: str
     """The experiment record, as named."""
-    record: dict[str, Any]
+    record: ExperimentRecord
     original: str
     """The original prefix, resolved (local: its real path; a URL: its canonical form)."""
     aliases: tuple[str, ...]
@@ -79,8 +79,8 @@ def locate(target: str) -> RecordedExperiment:
         head, _, name = _folder(target).rpartition("/")
         if name == EXPERIMENTS_DIR:  # named as the executor writes it: the prefix is the folder above
             prefix = named = head or ("/" if target.startswith("/") else ".")
-        elif isinstance(record.get("prefix"), str) and record["prefix"]:
-            prefix = named = record["prefix"]
+        elif record.prefix:
+            prefix = named = record.prefix
         else:
             raise ReproduceError(
                 f"{target} lies outside an experiments/ folder and names no prefix (field 'prefix'); "
@@ -122,7 +122,7 @@ def locate(target: str) -> RecordedExperiment:
     return _checked(url, record, prefix, prefix)
 
 
-def _read_record(url: str) -> dict[str, Any] | None:
+def _read_record(url: str) -> ExperimentRecord | None:
     try:
         return read_experiment_record(url)
     except RecordError as err:
@@ -142,16 +142,16 @@ def _field(url: str, name: str, value: Any, expected: str) -> ReproduceError:
     )
 
 
-def _checked(url: str, record: dict[str, Any], prefix: str, named: str) -> RecordedExperiment:
+def _checked(url: str, record: ExperimentRecord, prefix: str, named: str) -> RecordedExperiment:
     steps: dict[str, str] = {}
-    for i, entry in enumerate(record["steps"]):
+    for i, entry in enumerate(record.steps):
         if not isinstance(entry, dict):
             raise _field(url, f"steps[{i}]", entry, "an object with 'name' and 'identity'")
         for key in ("name", "identity"):
             if not isinstance(entry.get(key), str):
                 raise _field(url, f"steps[{i}].{key}", entry.get(key), "a string")
         steps[entry["name"]] = entry["identity"]
-    code = record.get("code")
+    code = record.code
     if not isinstance(code, dict) or not code.get("stored_script"):
         why = code.get("script_missing") if isinstance(code, dict) else None
         raise ReproduceError(
@@ -180,7 +180,7 @@ def _checked(url: str, record: dict[str, Any], prefix: str, named: str) -> Recor
     aliases = tuple(
         dict.fromkeys(
             a
-            for a in (normalize_prefix(named), record.get("prefix"))
+            for a in (normalize_prefix(named), record.prefix)
             if isinstance(a, str) and a and a != original and _same(a, original)
         )
     )

@@ -74,7 +74,7 @@ def test_the_cli_gc_and_the_browser_agree_on_a_damaged_record(tmp_path, capsys):
     folder.mkdir()
     (folder / "bad-12345678.json").write_text(json.dumps({"schema": 1, "name": "bad", "steps": {"a": 1}}))
     (folder / "good-87654321.json").write_text(json.dumps(ExperimentRecord(name="good", steps=[]).to_json()))
-    listed = {r["_path"].rsplit("/", 1)[-1]: r.get("corrupt") for r in list_experiments(str(tmp_path))}
+    listed = {e.url.rsplit("/", 1)[-1]: e.damage for e in list_experiments(str(tmp_path))}
     assert listed == {"bad-12345678.json": "`steps` is not a list", "good-87654321.json": None}
     cli_main(["status", str(tmp_path)])
     assert "CORRUPT experiment record: `steps` is not a list" in capsys.readouterr().out

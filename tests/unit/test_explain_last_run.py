@@ -132,8 +132,9 @@ def test_the_browser_explains_a_step_against_its_experiments_previous_run(tmp_pa
     _run(exp_a, prefix)  # exp_a's second run, 'a2'
     browser = Browser(prefix, Roots.of([prefix]))
     identities: dict[str, list[str]] = {}  # script name -> the identities of 'shared/x' it recorded, newest first
-    for record in list_experiments(prefix):
-        identities.setdefault(os.path.basename(record["script"]), []).append(record["steps"][0]["identity"])
+    for listed in list_experiments(prefix):
+        assert listed.record is not None and listed.record.script, listed.damage
+        identities.setdefault(os.path.basename(listed.record.script), []).append(listed.steps[0]["identity"])
     a2, a1 = identities["exp_a.py"]
     (b1,) = identities["exp_b.py"]
     assert len({a1, a2, b1}) == 3
