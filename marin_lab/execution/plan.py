@@ -289,13 +289,23 @@ def _normalized(step: ExecutorStep) -> ExecutorStep:
 @contextlib.contextmanager
 def gc_paused() -> Iterator[None]:
     """Planning allocates many small objects but frees none of them: the cyclic collector would
-    rescan the whole (large) heap again and again for nothing. Pause it for the duration."""
+    rescan the whole (large) heap again and again for nothing. Pause it for the duration.
+
+    On the way out, what planning made joins the oldest generation (`gc.freeze()` moves every
+    tracked object to the permanent generation and `gc.unfreeze()` moves it on to the oldest):
+    the plan lives as long as the run, and otherwise the first young collection after planning
+    would walk all of it (about 15% of planning's time at 10,000 steps). Nothing is exempted from
+    collection: the oldest generation is still collected in full collections. A process that froze
+    objects itself keeps them frozen: then the objects stay young, as before."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
