@@ -147,6 +147,7 @@ def hash8(obj: Any) -> str:
 
 
 _sha256 = hashlib.sha256
+_new_object = object.__new__
 
 
 def lenient_value(value: Any) -> Any:
@@ -193,7 +194,8 @@ class ConfigScan:
         unversioned: dict[str, Any] | None = None,
         urls: list[str] | None = None,
     ) -> None:
-        # Written out (not default factories): one is made per step, so its cost is planning's.
+        # Written out (not default factories); `scan_config` makes its own without this call (it sets
+        # the same five fields: keep the two in step).
         self.versioned = {} if versioned is None else versioned
         self.inputs = [] if inputs is None else inputs
         self.outputs = [] if outputs is None else outputs
@@ -217,7 +219,12 @@ def child_path(parent: str, key: Any, *, field: bool = False) -> str:
 
 def scan_config(config: Any, *, step_label: str) -> ConfigScan:
     """Walk a config once, collecting versioned values, inputs, outputs and unversioned leaves."""
-    scan = ConfigScan()
+    scan = _new_object(ConfigScan)  # ConfigScan(), without its keyword handling: one is made per step
+    scan.versioned = {}
+    scan.inputs = []
+    scan.outputs = []
+    scan.unversioned = {}
+    scan.urls = []
     fields = _WALK_CACHE.get(type(config))  # never holds a placeholder type (`_walk` takes those first)
     if fields is not None:
         _walk_dataclass(config, fields, "", scan, step_label, False)  # what `_walk` does with it, sooner
