@@ -25,19 +25,19 @@ from executor_overhead import build_dag  # noqa: E402
 from marin_lab.execution import Executor  # noqa: E402
 
 WALK = {"scan_config", "_add_versioned", "_field_names", "portable_value"}
-CHECKS = {"_check_step", "validate_name", "_normalized", "executor_resources", "_ray_function"}
+CHECKS = {"_check_step", "_plain", "validate_name", "_normalized", "executor_resources", "_ray_function"}
 
 
 def part(filename: str, function: str) -> str:
     name = os.path.basename(filename)
+    if name == "<string>" or function in ("__post_init__", "__init__"):
+        return "dataclass constructors (ConfigScan, PlannedStep, Plan)"
     if (name == "hashing.py" and (function.startswith("_walk") or function in WALK)) or function == "portable_value":
         return "identity walk (hashing.scan_config)"
     if name == "hashing.py":
         return "version, canonical JSON, sha256 (the Python side)"
     if function in CHECKS:
         return "step checks"
-    if name == "<string>" or function == "__post_init__":
-        return "dataclass constructors (ConfigScan, PlannedStep, Plan)"
     if name == "plan.py":
         return "planner loop (plan._build_plan and its comprehensions)"
     if name == "regions.py":

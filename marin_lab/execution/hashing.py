@@ -141,7 +141,13 @@ def canonical_json(obj: Any) -> str:
 
 def hash8(obj: Any) -> str:
     """The first 8 hex characters of the sha256 of `obj`'s canonical JSON (its first 4 bytes, in hex)."""
-    return hashlib.sha256(canonical_json(obj).encode("utf-8")).digest()[:4].hex()
+    if _C_ENCODER is not None and type(obj) is dict:  # canonical_json(obj), without a call: once per step
+        return _sha256("".join(_C_ENCODER(obj, 0)).encode()).hexdigest()[:8]
+    return _sha256(canonical_json(obj).encode("utf-8")).hexdigest()[:8]
+
+
+_sha256 = hashlib.sha256
+_new_object = object.__new__
 
 
 def lenient_value(value: Any) -> Any:
@@ -167,18 +173,34 @@ def lenient_value(value: Any) -> Any:
     return repr(value)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(init=False)
 class ConfigScan:
     """What a walk over one step's config found, keyed by structural field path (`child_path`)."""
 
-    versioned: dict[str, Any] = dataclasses.field(default_factory=dict)
-    inputs: list[tuple[str, InputName]] = dataclasses.field(default_factory=list)
-    outputs: list[tuple[str, OutputName]] = dataclasses.field(default_factory=list)
-    unversioned: dict[str, Any] = dataclasses.field(default_factory=dict)
-    urls: list[str] = dataclasses.field(default_factory=list)
+    versioned: dict[str, Any]
+    inputs: list[tuple[str, InputName]]
+    outputs: list[tuple[str, OutputName]]
+    unversioned: dict[str, Any]
+    urls: list[str]
     """Every URL-looking string (`scheme://...`) the config names, versioned or not, and the fixed URL
     inputs (`InputName.hardcoded("gs://...")`), in walk order: what the egress guard (regions.py)
     checks, found by this walk so that no second walk is needed."""
+
+    def __init__(
+        self,
+        versioned: dict[str, Any] | None = None,
+        inputs: list[tuple[str, InputName]] | None = None,
+        outputs: list[tuple[str, OutputName]] | None = None,
+        unversioned: dict[str, Any] | None = None,
+        urls: list[str] | None = None,
+    ) -> None:
+        # Written out (not default factories); `scan_config` makes its own without this call (it sets
+        # the same five fields: keep the two in step).
+        self.versioned = {} if versioned is None else versioned
+        self.inputs = [] if inputs is None else inputs
+        self.outputs = [] if outputs is None else outputs
+        self.unversioned = {} if unversioned is None else unversioned
+        self.urls = [] if urls is None else urls
 
 
 def child_path(parent: str, key: Any, *, field: bool = False) -> str:
@@ -197,9 +219,14 @@ def child_path(parent: str, key: Any, *, field: bool = False) -> str:
 
 def scan_config(config: Any, *, step_label: str) -> ConfigScan:
     """Walk a config once, collecting versioned values, inputs, outputs and unversioned leaves."""
-    scan = ConfigScan()
-    cls = type(config)
-    if cls not in _PLACEHOLDERS and (fields := _walk_fields(cls)) is not None:
+    scan = _new_object(ConfigScan)  # ConfigScan(), without its keyword handling: one is made per step
+    scan.versioned = {}
+    scan.inputs = []
+    scan.outputs = []
+    scan.unversioned = {}
+    scan.urls = []
+    fields = _WALK_CACHE.get(type(config))  # never holds a placeholder type (`_walk` takes those first)
+    if fields is not None:
         _walk_dataclass(config, fields, "", scan, step_label, False)  # what `_walk` does with it, sooner
     else:
         _walk(config, "", scan, step_label)
@@ -274,9 +301,10 @@ def _walk_dataclass(
     obj: Any, fields: tuple[tuple[str, bool], ...], path: str, scan: ConfigScan, step_label: str, versioned: bool
 ) -> None:
     """`_walk` of a dataclass value (not a placeholder), field by field."""
-    for n, marked in fields:  # child_path(path, n, field=True), inlined: this loop runs for every field of every step
+    head = f"{path}." if path else ""
+    for n, marked in fields:  # this loop runs for every field of every step
         child = getattr(obj, n)
-        at = f"{path}.{n}" if path else n
+        at = head + n  # child_path(path, n, field=True)
         kind = type(child)
         # The placeholders a config holds directly, handled here as `_walk` would (same order, same
         # entries) without a call per field; whether the field is versioned does not matter to them.
@@ -309,11 +337,12 @@ def _walk_fields(cls: type) -> tuple[tuple[str, bool], ...] | None:
 
 def _walk_list(obj: list, path: str, scan: ConfigScan, step_label: str) -> None:
     """`_walk` of an unversioned list, with the step references it most often holds handled without a call each."""
+    inputs = scan.inputs
     for i, v in enumerate(obj):
         if type(v) is InputName:
             if v.step is None and v.step_name is None and v.name and _URL.match(v.name):
                 scan.urls.append(v.name)  # a fixed URL input
-            scan.inputs.append((f"{path}[{i}]", v))
+            inputs.append((f"{path}[{i}]", v))
         else:
             _walk(v, f"{path}[{i}]", scan, step_label)
 
