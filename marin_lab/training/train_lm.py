@@ -292,7 +292,9 @@ def train_lm(
         _shardings, init_fn, step_fn = _programs(
             config.model, config.optimizer, config.num_train_steps, step_settings(config), config.mesh
         )
-        start = trainer.initial_state(lambda: init_fn(jax.random.key(config.seed)), check_model)
+        key = jax.random.key(config.seed)
+        # Resuming needs only the state's shapes and shardings: eval_shape, not a compiled init.
+        start = trainer.initial_state(lambda: init_fn(key), check_model, abstract=lambda: jax.eval_shape(init_fn, key))
         if start.checkpoint is None and config.initialize_from:
             start = _initialized_from(config, config.initialize_from, start.state)
     except ckpt.CheckpointError as err:

@@ -12,6 +12,8 @@ fields. The Trainer owns what is the same, in the order a step function calls it
   (`checkpoint.agreed_latest_checkpoint`) and looked up once, so every host restores the same step;
   `initial_state(init)` restores it into the shapes and shardings of `init()`'s state (a
   checkpoint written on other hardware is resharded as it is read), or returns `init()` fresh;
+  given `abstract` (the state's `jax.eval_shape`), a resumed run reads into that and never
+  compiles `init`;
 - `train(state, step_fn, batch)`: the loop from the state's own step (a restored state resumes
   where its checkpoint left off) to `num_train_steps`, or `stop_after_steps` further. Step k+1 is
   dispatched before step k's metrics are fetched, so the device never waits for the host. A
@@ -224,16 +226,22 @@ class Trainer:
         return self._resume[0]
 
     def initial_state(
-        self, init: Callable[[], Any], check: Callable[[dict[str, Any], str], None] | None = None
+        self,
+        init: Callable[[], Any],
+        check: Callable[[dict[str, Any], str], None] | None = None,
+        abstract: Callable[[], Any] | None = None,
     ) -> Start:
         """The state restored from `resume_checkpoint()` into the shapes and shardings of `init()`'s
         (a checkpoint written on other hardware is resharded as it is read), or `init()` itself when
-        the run has no checkpoint yet. `check(metadata, path)` may refuse the checkpoint first; a
-        checkpoint that cannot be read stops the run with one line naming it."""
-        template = init()
+        the run has no checkpoint yet. `abstract()`, when given, is that state's abstract tree
+        (`jax.eval_shape` of the sharded init function: shapes, dtypes and shardings): a resumed run
+        then reads the checkpoint into it and never compiles or runs `init`. `check(metadata, path)`
+        may refuse the checkpoint first; a checkpoint that cannot be read stops the run with one line
+        naming it."""
         path = self.resume_checkpoint()
         if path is None:
-            return Start(template, "fresh")
+            return Start(init(), "fresh")
+        template = abstract() if abstract is not None else init()
         try:
             meta = ckpt.read_metadata(path)
             if check is not None:

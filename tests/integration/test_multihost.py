@@ -127,6 +127,151 @@ def test_hardware_move_reshards_and_continues_the_data(unbroken):
     assert runs["to_1x2"][1]["param_checksum"] == runs["to_1x2_again"][1]["param_checksum"]
 
 
+def test_a_host_that_never_arrives_is_named(unbroken, tmp_path):
+    cfg = _config(str(tmp_path / "lonely"), unbroken[1])
+    env = {"MARIN_DISTRIBUTED_TIMEOUT_S": "3"}
+    # Two separate clusters at once (each its own coordinator port): one lacks host 0, one host 1.
+    lacks_0 = start_hosts(cfg, hosts=2, devices_per_host=1, workdir=str(tmp_path / "w1"), only=[1], extra_env=env)
+    lacks_1 = start_hosts(cfg, hosts=2, devices_per_host=1, workdir=str(tmp_path / "w0"), only=[0], extra_env=env)
+    alone, waiting = wait_hosts(lacks_0, timeout_s=300), wait_hosts(lacks_1, timeout_s=300)
+    # Host 0 (the coordinator) never came: host 1 says so, naming it.
+    assert alone.returncodes[0] != 0
+    assert "process 1 of 2: the JAX coordinator at 127.0.0.1:" in alone.stderr_tails[0]
+    assert "(process 0, host 0 of slice 0) did not come up within 3s" in alone.stderr_tails[0]
+    # Host 1 never came: JAX ends host 0 itself after the timeout; the log said what that means.
+    assert waiting.returncodes[0] != 0
+    assert "if this process is then terminated with DEADLINE_EXCEEDED, a host never arrived" in waiting.stderr_tails[0]
+    assert not os.path.exists(os.path.join(cfg.output_path, "checkpoints"))
+
+
+def test_data_parallel_gradients_reduced_across_hosts_train_like_one_host(unbroken, tmp_path):
+    """Replicated parameters: each device's gradients all-reduced as one flat buffer (train_step.py),
+    here across 2 processes through gloo, give the losses of one process with the same 4 devices."""
+    dp = MeshConfig(data=-1, fsdp=1, param_sharding="replicated")
+    losses = {}
+    for name, hosts, devices in (("2x2", 2, 2), ("1x4", 1, 4)):
+        cfg = dataclasses.replace(_config(str(tmp_path / name), unbroken[1]), mesh=dp)
+        summary = _ok(run_hosts(cfg, hosts=hosts, devices_per_host=devices, workdir=str(tmp_path / f"w-{name}")))
+        assert summary["final_step"] == STEPS and summary["environment"]["process_count"] == hosts
+        losses[name] = _losses(cfg.output_path)
+    assert sorted(losses["2x2"]) == sorted(losses["1x4"]) == list(range(STEPS))
+    assert [losses["2x2"][s] for s in range(STEPS)] == pytest.approx([losses["1x4"][s] for s in range(STEPS)], rel=1e-5)
+    assert losses["2x2"][STEPS - 1] < losses["2x2"][0]
+
+
+def _assert_trains_like_one_slice(multi, out, hardware):
+    """A 2-slice run of 2 hosts x 1 device per slice against the one-slice unbroken run."""
+    [hw] = hardware
+    assert (hw["process_count"], hw["local_device_count"]) == (4, 1)
+    assert hw["mesh"] == {"replica": 2, "data": 1, "fsdp": 2, "model": 1}
+    assert read_metadata(list_checkpoints(os.path.join(out, "checkpoints"))[-1][1])["hardware"][0]["mesh"] == {
+        "replica": 1,
+        "data": 1,
+        "fsdp": 4,
+        "model": 1,
+    }
+    # The same batches as the one-slice run (each slice read its half); the same losses to float32
+    # reduction order: each slice reduces its gradients over its 2 devices, then the 2 slices
+    # average theirs, where one slice summed over 4 devices (differences seen: <= 1e-7 relative).
+    assert _batch_checksums(multi) == _batch_checksums(out)
+    assert sorted(_losses(multi)) == list(range(STEPS))
+    assert [_losses(multi)[s] for s in range(STEPS)] == pytest.approx([_losses(out)[s] for s in range(STEPS)], rel=1e-6)
+
+
+def test_two_slices_train_like_one_slice_and_resume_on_one(unbroken, tmp_path):
+    """train_lm as 2 slices x 2 hosts (4 processes numbered as the slice runner numbers them, one
+    CPU device each, gloo): `mesh.slices=2` puts the processes of each slice (0-1 and 2-3) on their
+    own `replica` row, each slice holding the whole state sharded over its 2 devices. With the
+    global batch of the one-slice unbroken run (2 hosts x 2 devices) the losses are that run's; the
+    checkpoint at step K then resumes on one slice of 2 hosts and continues like the unbroken run."""
+    root, cache, out, _ = unbroken
+    multi = str(tmp_path / "two-slices")
+    cfg = dataclasses.replace(_config(multi, cache), mesh=MeshConfig(slices=2))
+    summary = _ok(run_hosts(cfg, hosts=4, devices_per_host=1, workdir=str(tmp_path / "w-two-slices")))
+    assert summary["final_step"] == STEPS
+    _assert_trains_like_one_slice(multi, out, summary["hardware"])
+
+    # The 2-slice checkpoint at step K restored onto one slice (2 hosts x 2 devices, replica=1).
+    one = tmp_path / "one-slice"
+    shutil.copytree(os.path.join(multi, "checkpoints", f"step-{K:06d}"), one / "checkpoints" / f"step-{K:06d}")
+    summary = _ok(run_hosts(_config(str(one), cache), hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-one")))
+    assert summary["start"].startswith("resumed from") and summary["final_step"] == STEPS
+    assert [h["mesh"]["replica"] for h in summary["hardware"]] == [2, 1]
+    expected = [_batch_checksums(str(one))[s] for s in range(K, STEPS)]
+    assert expected == [_batch_checksums(out)[s] for s in range(K, STEPS)]
+    assert [_losses(str(one))[s] for s in range(K, STEPS)] == pytest.approx(
+        [_losses(out)[s] for s in range(K, STEPS)], rel=1e-6
+    )
+
+
+def test_a_two_host_finetune_stopped_and_resumed_trains_like_one_that_never_stopped(tmp_path):
+    """finetune_lm on two processes (one CPU device each): a run resumed from the step-2 checkpoint
+    of an unbroken run restores it on both hosts (the Trainer's agreed checkpoint) and takes the
+    unbroken run's steps, bit for bit."""
+
+    model = tiny_model()
+    docs = synthetic_documents(24, 0)
+    masks = [np.concatenate([np.zeros(8, np.uint8), np.ones(len(d) - 8, np.uint8)]) for d in docs]
+    write_token_cache(
+        str(tmp_path / "cache"),
+        {"train": docs, "validation": docs[:4]},
+        vocab_size=256,
+        eos_id=255,
+        loss_masks={"train": masks, "validation": masks[:4]},
+    )
+    ckpt.save_checkpoint(
+        str(tmp_path / "base/checkpoints/step-000000"),
+        {"params": init_params(model, jax.random.key(0))},
+        {"model": dataclasses.asdict(model), "step": 0},
+    )
+    config = finetune.FinetuneConfig(
+        output_path=str(tmp_path / "whole"),
+        data=DataConfig(caches={"c": str(tmp_path / "cache")}),
+        base=str(tmp_path / "base"),
+        mode="lora",
+        lora=LoraConfig(rank=2, alpha=4.0),
+        num_train_steps=4,
+        batch_size=2,
+        seq_len=16,
+        eval_max_sequences=0,
+        save_merged=False,
+        export_hf=False,
+        checkpoint=CheckpointConfig(save_every_steps=2, save_interval_s=None, keep_last=3),
+        wandb=WandbConfig(enabled=False),
+    )
+
+    def run(cfg, name):
+        result = run_hosts(
+            cfg, hosts=2, devices_per_host=1, workdir=str(tmp_path / name), fn=finetune.finetune_lm, timeout_s=600
+        )
+        assert result.ok, "\n---\n".join(result.stderr_tails)
+        return result.summary
+
+    whole = run(config, "w-whole")
+    moved = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "whole/checkpoints/step-000002", moved / "checkpoints/step-000002")
+    resumed = run(dataclasses.replace(config, output_path=str(moved)), "w-resumed")
+
+    assert whole["start"] == "fresh" and whole["final_step"] == 4
+    assert resumed["start"] == f"resumed from {ckpt.step_dir(str(moved / 'checkpoints'), 2)}"
+    assert resumed["final_step"] == 4 and resumed["final_loss"] == whole["final_loss"]
+
+    def losses(out):
+        return {
+            r["step"]: r["loss"]
+            for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+            if "loss" in r
+        }
+
+    assert losses(moved) == {s: v for s, v in losses(tmp_path / "whole").items() if s >= 2}
+
+    def trainable(out):
+        return {k: v for k, v in ckpt.iter_arrays(ckpt.step_dir(str(out / "checkpoints"), 4), "trainable")}
+
+    a, b = trainable(tmp_path / "whole"), trainable(moved)
+    assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
+
+
 # The experiment a driver runs: the unbroken run's config as one executor step on a 2-host TPU slice
 # of the local Ray cluster (each host a Ray node whose process has 2 CPU devices).
 _DRIVER = """
@@ -155,20 +300,36 @@ if __name__ == "__main__":
 """ % (STEPS, K)  # noqa: UP031 (the source above is code: braces would need doubling)
 
 
-@pytest.fixture()
-def tpu_slice(request):
-    """A v4-16 slice of 2 hosts on the local Ray cluster (or `request.param` such slices)."""
+@pytest.fixture(scope="module")
+def one_slice_cluster():
+    """A local Ray cluster of one v4-16 slice (2 hosts), started once for the module's Ray tests
+    (the last tests of the module: nothing else runs while it is up)."""
     import ray
 
     from marin_lab.cluster.local_cluster import LocalTpuCluster
 
     if ray.is_initialized():
         ray.shutdown()
-    cluster = LocalTpuCluster("v4-16", slices=getattr(request, "param", 1)).start()
+    cluster = LocalTpuCluster("v4-16").start()
     try:
         yield cluster
     finally:
         cluster.shutdown()
+
+
+@pytest.fixture()
+def tpu_slice(request, one_slice_cluster):
+    """The module's v4-16 slice of 2 hosts (or `request.param` such slices: the others are added
+    for the test and taken away after it, so each test sees exactly the slices it asked for)."""
+    cluster = one_slice_cluster
+    added = [(f"slice-{i}", w) for i in range(1, getattr(request, "param", 1)) for w in range(cluster.tpu.hosts)]
+    for name, worker in added:
+        cluster.add_host(name, worker)
+    try:
+        yield cluster
+    finally:
+        for name, worker in added:
+            cluster.remove_host(name, worker, wait_until_dead=True)
 
 
 def _host_env(devices: int = 2) -> dict:
@@ -304,83 +465,6 @@ def test_killed_driver_preempted_host_and_removed_node_resume_the_real_trainer_b
     assert info["attempts"][0]["hardware"]["nodes"] and info["attempts"][0]["driver"] != info["driver"]
 
 
-def test_a_host_that_never_arrives_is_named(unbroken, tmp_path):
-    cfg = _config(str(tmp_path / "lonely"), unbroken[1])
-    env = {"MARIN_DISTRIBUTED_TIMEOUT_S": "3"}
-    # Two separate clusters at once (each its own coordinator port): one lacks host 0, one host 1.
-    lacks_0 = start_hosts(cfg, hosts=2, devices_per_host=1, workdir=str(tmp_path / "w1"), only=[1], extra_env=env)
-    lacks_1 = start_hosts(cfg, hosts=2, devices_per_host=1, workdir=str(tmp_path / "w0"), only=[0], extra_env=env)
-    alone, waiting = wait_hosts(lacks_0, timeout_s=300), wait_hosts(lacks_1, timeout_s=300)
-    # Host 0 (the coordinator) never came: host 1 says so, naming it.
-    assert alone.returncodes[0] != 0
-    assert "process 1 of 2: the JAX coordinator at 127.0.0.1:" in alone.stderr_tails[0]
-    assert "(process 0, host 0 of slice 0) did not come up within 3s" in alone.stderr_tails[0]
-    # Host 1 never came: JAX ends host 0 itself after the timeout; the log said what that means.
-    assert waiting.returncodes[0] != 0
-    assert "if this process is then terminated with DEADLINE_EXCEEDED, a host never arrived" in waiting.stderr_tails[0]
-    assert not os.path.exists(os.path.join(cfg.output_path, "checkpoints"))
-
-
-def test_data_parallel_gradients_reduced_across_hosts_train_like_one_host(unbroken, tmp_path):
-    """Replicated parameters: each device's gradients all-reduced as one flat buffer (train_step.py),
-    here across 2 processes through gloo, give the losses of one process with the same 4 devices."""
-    dp = MeshConfig(data=-1, fsdp=1, param_sharding="replicated")
-    losses = {}
-    for name, hosts, devices in (("2x2", 2, 2), ("1x4", 1, 4)):
-        cfg = dataclasses.replace(_config(str(tmp_path / name), unbroken[1]), mesh=dp)
-        summary = _ok(run_hosts(cfg, hosts=hosts, devices_per_host=devices, workdir=str(tmp_path / f"w-{name}")))
-        assert summary["final_step"] == STEPS and summary["environment"]["process_count"] == hosts
-        losses[name] = _losses(cfg.output_path)
-    assert sorted(losses["2x2"]) == sorted(losses["1x4"]) == list(range(STEPS))
-    assert [losses["2x2"][s] for s in range(STEPS)] == pytest.approx([losses["1x4"][s] for s in range(STEPS)], rel=1e-5)
-    assert losses["2x2"][STEPS - 1] < losses["2x2"][0]
-
-
-def _assert_trains_like_one_slice(multi, out, hardware):
-    """A 2-slice run of 2 hosts x 1 device per slice against the one-slice unbroken run."""
-    [hw] = hardware
-    assert (hw["process_count"], hw["local_device_count"]) == (4, 1)
-    assert hw["mesh"] == {"replica": 2, "data": 1, "fsdp": 2, "model": 1}
-    assert read_metadata(list_checkpoints(os.path.join(out, "checkpoints"))[-1][1])["hardware"][0]["mesh"] == {
-        "replica": 1,
-        "data": 1,
-        "fsdp": 4,
-        "model": 1,
-    }
-    # The same batches as the one-slice run (each slice read its half); the same losses to float32
-    # reduction order: each slice reduces its gradients over its 2 devices, then the 2 slices
-    # average theirs, where one slice summed over 4 devices (differences seen: <= 1e-7 relative).
-    assert _batch_checksums(multi) == _batch_checksums(out)
-    assert sorted(_losses(multi)) == list(range(STEPS))
-    assert [_losses(multi)[s] for s in range(STEPS)] == pytest.approx([_losses(out)[s] for s in range(STEPS)], rel=1e-6)
-
-
-def test_two_slices_train_like_one_slice_and_resume_on_one(unbroken, tmp_path):
-    """train_lm as 2 slices x 2 hosts (4 processes numbered as the slice runner numbers them, one
-    CPU device each, gloo): `mesh.slices=2` puts the processes of each slice (0-1 and 2-3) on their
-    own `replica` row, each slice holding the whole state sharded over its 2 devices. With the
-    global batch of the one-slice unbroken run (2 hosts x 2 devices) the losses are that run's; the
-    checkpoint at step K then resumes on one slice of 2 hosts and continues like the unbroken run."""
-    root, cache, out, _ = unbroken
-    multi = str(tmp_path / "two-slices")
-    cfg = dataclasses.replace(_config(multi, cache), mesh=MeshConfig(slices=2))
-    summary = _ok(run_hosts(cfg, hosts=4, devices_per_host=1, workdir=str(tmp_path / "w-two-slices")))
-    assert summary["final_step"] == STEPS
-    _assert_trains_like_one_slice(multi, out, summary["hardware"])
-
-    # The 2-slice checkpoint at step K restored onto one slice (2 hosts x 2 devices, replica=1).
-    one = tmp_path / "one-slice"
-    shutil.copytree(os.path.join(multi, "checkpoints", f"step-{K:06d}"), one / "checkpoints" / f"step-{K:06d}")
-    summary = _ok(run_hosts(_config(str(one), cache), hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-one")))
-    assert summary["start"].startswith("resumed from") and summary["final_step"] == STEPS
-    assert [h["mesh"]["replica"] for h in summary["hardware"]] == [2, 1]
-    expected = [_batch_checksums(str(one))[s] for s in range(K, STEPS)]
-    assert expected == [_batch_checksums(out)[s] for s in range(K, STEPS)]
-    assert [_losses(str(one))[s] for s in range(K, STEPS)] == pytest.approx(
-        [_losses(out)[s] for s in range(K, STEPS)], rel=1e-6
-    )
-
-
 @pytest.mark.ray
 @pytest.mark.parametrize("tpu_slice", [2], indirect=True)
 def test_two_slice_step_on_the_ray_cluster_trains_like_one_slice(unbroken, tpu_slice, tmp_path):
@@ -400,67 +484,3 @@ def test_two_slice_step_on_the_ray_cluster_trains_like_one_slice(unbroken, tpu_s
     assert info["status"] == "SUCCESS", info.get("error")
     assert sorted(info["hardware"]["slice_names"]) == ["slice-0", "slice-1"] and info["hardware"]["hosts"] == 4
     _assert_trains_like_one_slice(str(info_path.parent), out, info["result"]["hardware"])
-
-
-def test_a_two_host_finetune_stopped_and_resumed_trains_like_one_that_never_stopped(tmp_path):
-    """finetune_lm on two processes (one CPU device each): a run resumed from the step-2 checkpoint
-    of an unbroken run restores it on both hosts (the Trainer's agreed checkpoint) and takes the
-    unbroken run's steps, bit for bit."""
-
-    model = tiny_model()
-    docs = synthetic_documents(24, 0)
-    masks = [np.concatenate([np.zeros(8, np.uint8), np.ones(len(d) - 8, np.uint8)]) for d in docs]
-    write_token_cache(
-        str(tmp_path / "cache"),
-        {"train": docs, "validation": docs[:4]},
-        vocab_size=256,
-        eos_id=255,
-        loss_masks={"train": masks, "validation": masks[:4]},
-    )
-    ckpt.save_checkpoint(
-        str(tmp_path / "base/checkpoints/step-000000"),
-        {"params": init_params(model, jax.random.key(0))},
-        {"model": dataclasses.asdict(model), "step": 0},
-    )
-    config = finetune.FinetuneConfig(
-        output_path=str(tmp_path / "whole"),
-        data=DataConfig(caches={"c": str(tmp_path / "cache")}),
-        base=str(tmp_path / "base"),
-        mode="lora",
-        lora=LoraConfig(rank=2, alpha=4.0),
-        num_train_steps=4,
-        batch_size=2,
-        seq_len=16,
-        eval_max_sequences=0,
-        save_merged=False,
-        export_hf=False,
-        checkpoint=CheckpointConfig(save_every_steps=2, save_interval_s=None, keep_last=3),
-        wandb=WandbConfig(enabled=False),
-    )
-
-    def run(cfg, name):
-        result = run_hosts(
-            cfg, hosts=2, devices_per_host=1, workdir=str(tmp_path / name), fn=finetune.finetune_lm, timeout_s=600
-        )
-        assert result.ok, "\n---\n".join(result.stderr_tails)
-        return result.summary
-
-    whole = run(config, "w-whole")
-    moved = tmp_path / "resumed"
-    shutil.copytree(tmp_path / "whole/checkpoints/step-000002", moved / "checkpoints/step-000002")
-    resumed = run(dataclasses.replace(config, output_path=str(moved)), "w-resumed")
-
-    assert whole["start"] == "fresh" and whole["final_step"] == 4
-    assert resumed["start"] == f"resumed from {ckpt.step_dir(str(moved / 'checkpoints'), 2)}"
-    assert resumed["final_step"] == 4 and resumed["final_loss"] == whole["final_loss"]
-
-    def losses(out):
-        return {r["step"]: r["loss"] for r in map(json.loads, open(out / "metrics.jsonl")) if "loss" in r}
-
-    assert losses(moved) == {s: v for s, v in losses(tmp_path / "whole").items() if s >= 2}
-
-    def trainable(out):
-        return {k: v for k, v in ckpt.iter_arrays(ckpt.step_dir(str(out / "checkpoints"), 4), "trainable")}
-
-    a, b = trainable(tmp_path / "whole"), trainable(moved)
-    assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
