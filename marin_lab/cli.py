@@ -292,7 +292,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra:
         args.script_args = [*args.script_args, *extra]
     try:
-        return args.func(args)
+        code = args.func(args)
+        # Flushed here, not at exit: a reader that went away (`| head`) is then a BrokenPipeError
+        # caught below, not one Python reports as ignored while shutting down.
+        sys.stdout.flush()
+        return code
     except MarinLabError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
