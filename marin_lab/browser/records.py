@@ -498,7 +498,7 @@ class Browser:
             files,
             local=self.local,
         )
-        earlier = [e for e in listed if e.record is not None and (e.created or "") < record.recency]
+        earlier = [e for e in listed if e is not None and e.record is not None and (e.created or "") < record.recency]
         earlier.sort(key=lambda e: e.created or "", reverse=True)
         return last_run_of(earlier, script, made["hash"])
 
@@ -570,19 +570,17 @@ def _produced_by(detail: dict, runs: list[dict]) -> dict | None:
     return None
 
 
-_NO_FILE = "file does not exist"
-
-
-def read_listed_experiment(roots: Roots, url: str) -> ListedExperiment:
+def read_listed_experiment(roots: Roots, url: str) -> ListedExperiment | None:
     """An experiment record read through the roots and parsed by the store's one parser
     (`marin_lab.store.experiment_record`, as `marin-lab status` and gc read it): the typed record,
-    or None with the parser's one line naming the file when it is missing or damaged."""
+    or no record with the parser's one line naming the file when it is damaged; None when there is
+    no such file."""
     try:
         raw = read_record(roots, url)
     except OSError as err:
         return ListedExperiment(url, None, str(err))
     if raw is None:
-        return ListedExperiment(url, None, _NO_FILE)
+        return None
     try:
         return ListedExperiment(url, parse_experiment_record(raw, url))
     except RecordError as err:
@@ -593,9 +591,11 @@ def load_experiment(roots: Roots, url: str) -> Loaded:
     """The experiment record as the pages show it (`read_listed_experiment`): 'ok' with the record
     as written, 'missing', or 'corrupt' with the parser's one line naming the file."""
     listed = read_listed_experiment(roots, url)
-    if listed.record is not None:
-        return Loaded(url, "ok", value=listed.record.to_json())
-    return Loaded(url, "missing" if listed.damage == _NO_FILE else "corrupt", error=listed.damage)
+    if listed is None:
+        return Loaded(url, "missing", error="file does not exist")
+    if listed.record is None:
+        return Loaded(url, "corrupt", error=listed.damage)
+    return Loaded(url, "ok", value=listed.record.to_json())
 
 
 def _header(exp: dict, exp_id: str) -> dict[str, str | None]:
