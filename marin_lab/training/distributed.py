@@ -28,6 +28,7 @@ import signal
 import socket
 import time
 from collections.abc import Mapping, MutableMapping
+from typing import Any
 
 import jax
 
@@ -161,6 +162,49 @@ def _await_coordinator(address: str, pid: int, num: int, timeout_s: int) -> None
                     f"or is unreachable from here: check it started ({ENV_INIT_TIMEOUT} sets the wait)"
                 ) from err
             time.sleep(0.5)
+
+
+_MEETINGS: dict[str, int] = {}
+
+
+def compile_then_meet(fn: Any, args: tuple[Any, ...], label: str, env: Mapping[str, str] | None = None) -> float:
+    """Compile `fn` for `args` ahead of its first call, then wait until every host has done the same;
+    returns the seconds this host waited for the others (0 in a single-process run).
+
+    Gloo (the CPU backend's cross-process collectives) gives the peers of a collective 30 s to
+    meet the first time it runs, and that cannot be configured from JAX. Compiling under load
+    takes longer than that on some hosts and not others (a 2-slice step on 2 busy cores: hosts
+    reached the first collective over 30 s apart and the step failed). Here the hosts meet at a
+    coordination-service barrier, whose wait is `MARIN_DISTRIBUTED_TIMEOUT_S` (300 s), once all
+    of them compiled, so the first collective starts on every host within moments. TPUs'
+    collectives do not time out this way; the barrier costs them one round trip. `fn` without
+    `.lower` (not a jitted function) is compiled at its first call, as before, after the barrier.
+    """
+    env = os.environ if env is None else env
+    lower = getattr(fn, "lower", None)
+    if lower is not None:
+        lower(*args).compile()
+    from jax._src import distributed as jax_distributed
+
+    client = jax_distributed.global_state.client
+    if client is None:
+        return 0.0
+    timeout = int(env.get(ENV_INIT_TIMEOUT, "300"))
+    _MEETINGS[label] = _MEETINGS.get(label, 0) + 1
+    barrier = f"marin_lab:{label}:{_MEETINGS[label]}"
+    started = time.monotonic()
+    try:
+        client.wait_at_barrier(barrier, timeout_in_ms=timeout * 1000)
+    except Exception as err:  # noqa: BLE001 - the client raises XlaRuntimeError variants
+        raise TrainingError(
+            f"process {jax.process_index()} of {jax.process_count()} compiled {label} and waited "
+            f"{timeout}s for the other hosts to do the same ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''}); a host is stuck or far slower: check "
+            f"every host's log ({ENV_INIT_TIMEOUT} sets the wait)"
+        ) from err
+    waited = time.monotonic() - started
+    logger.debug("%s: every host compiled; waited %.1fs for the last", label, waited)
+    return waited
 
 
 def _already_initialized() -> bool:

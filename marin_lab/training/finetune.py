@@ -430,13 +430,13 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
         **_chat_metadata(config.data),
     }
 
-    def batch(step: int) -> tuple[jax.Array, jax.Array]:
+    def batch(step: int) -> tuple[Any, jax.Array, jax.Array]:  # the frozen weights ride with each batch
         tokens, masks = loader.batch(step, loss_mask=True)
-        return _global(tokens, batch_sh), _global(masks.astype(np.int32), batch_sh)
+        return frozen, _global(tokens, batch_sh), _global(masks.astype(np.int32), batch_sh)
 
     result = trainer.train(
         state,
-        lambda state, tokens, masks: step_fn(state, frozen, tokens, masks),
+        step_fn,
         batch,
         checkpoint_metadata=lambda step: {**meta, "step": step},
     )

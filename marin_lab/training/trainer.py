@@ -299,6 +299,8 @@ class Trainer:
         try:
             for step in range(start_step, end_step):
                 args = batch(step)
+                if self.multi_process and step == start_step:  # every host's first collective together
+                    distributed.compile_then_meet(step_fn, (state, *args), f"the step of {loop.output_path}")
                 started = time.perf_counter()
                 state, out = step_fn(state, *args)
                 done = step + 1
