@@ -141,3 +141,38 @@ def gcs_bucket(gcs_emulator):
     fs = gcsfs.GCSFileSystem(token="anon", endpoint_url=gcs_emulator)
     fs.mkdir(name)
     yield f"gs://{name}"
+
+
+# Levanter's locked environment is pip-installed from the package registry on first use (about
+# 240 s in a fresh clone, most of it downloading). When its test is selected, the build starts in
+# the background as the session starts, at low priority, so the download overlaps the tests before
+# it; the test then finds it built, or waits at the environment's file lock for the builder.
+_PREBUILT_ENVIRONMENTS = {
+    "tests/integration/test_levanter_backend.py": (
+        "from marin_lab.environments import ensure_environment\n"
+        "from marin_lab.training.levanter_backend import levanter_environment\n"
+        "ensure_environment(levanter_environment())\n"
+    ),
+}
+_builders: list[subprocess.Popen] = []
+
+
+def pytest_collection_finish(session):
+    selected = {item.nodeid.split("::", 1)[0] for item in session.items}
+    for test_file, build in _PREBUILT_ENVIRONMENTS.items():
+        if test_file in selected:
+            _builders.append(
+                subprocess.Popen(
+                    ["nice", "-n", "10", sys.executable, "-c", build],
+                    cwd=REPO_ROOT,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,  # a failed build is built again, and reported, by its test
+                )
+            )
+
+
+def pytest_sessionfinish(session):
+    for builder in _builders:  # a session cut short: a killed builder's leftovers are cleared by the next
+        if builder.poll() is None:
+            builder.terminate()
+            builder.wait(timeout=60)
