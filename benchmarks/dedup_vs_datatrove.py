@@ -21,10 +21,15 @@ the script also prints the recall an ideal MinHash-LSH would have in expectation
 5-gram Jaccard similarity of every planted pair (`minhash.link_probability`, averaged), for
 FineWeb's 14 x 8 and for marin_lab's default.
 
-The signature stage alone against rensa 0.5.0 (Rust), on this corpus: `minhash_vs_rensa.py`.
+`rensa` (an optional side): rensa 0.5.0 (Rust) as the signature engine of the same pipeline, i.e.
+what adopting it would run: every shard read, the same words (our normalisation, whitespace split)
+as 5-word shingle strings, `RMinHash.digest_matrix_from_token_sets`, then marin_lab's LSH (28 x 4,
+checked >= 0.7), clustering, the kept documents as gzip JSON lines and one removal record per
+removed document (zstd), as `dedup_fuzzy` writes them, one process. The signature stage alone
+against rensa, with its stages timed: `minhash_vs_rensa.py`.
 
 Run: python benchmarks/dedup_vs_datatrove.py [--docs 3000 --dups 1000 --repeats 5]
-Needs the `bench` extra (datatrove, spacy, orjson).
+Needs the `bench` extra (datatrove, spacy, orjson, rensa).
 """
 
 from __future__ import annotations
@@ -141,13 +146,14 @@ def score(removed: set[str], truth: set[str]) -> tuple[float, float, float]:
 
 
 SIDES = ("marin_lab", "datatrove-ws", "datatrove-spacy")
-OPTIONAL_SIDES = ("marin_lab-fineweb",)
+OPTIONAL_SIDES = ("marin_lab-fineweb", "rensa")
 FINEWEB_LSH = {"num_bands": 14, "rows_per_band": 8, "threshold": None}
 LABELS = {
     "marin_lab": "marin_lab (28x4, checked >= 0.7)",
     "marin_lab-fineweb": "marin_lab, FineWeb's 14x8 (no check)",
     "datatrove-ws": "datatrove, whitespace words (like for like)",
     "datatrove-spacy": "datatrove, spaCy words (its default)",
+    "rensa": "rensa signatures, our LSH (28x4, >= 0.7)",
 }
 
 
@@ -165,6 +171,41 @@ def run_ours(inp: str, work: str, seed: int, **lsh) -> set[str]:
     removed = set()
     for path in sorted(glob.glob(os.path.join(out, "removed", "*.jsonl.zst"))):
         removed |= {d["id"] for d in _records(path)}
+    return removed
+
+
+def run_rensa(inp: str, work: str, seed: int) -> set[str]:
+    """rensa's signatures in marin_lab's pipeline (see the module docstring); returns the removed ids."""
+    from rensa import RMinHash
+
+    config = DedupConfig(input_path=inp, output_path=work)
+    out = os.path.join(work, "rensa")
+    shutil.rmtree(out, ignore_errors=True)
+    paths = sorted(glob.glob(os.path.join(inp, "*.jsonl.gz")))
+    shards = [list(read_documents(p)) for p in paths]
+    docs = [d for shard in shards for d in shard]
+    token_sets = []
+    for d in docs:  # a document of fewer than 5 words is one shingle, as in marin_lab
+        w = words_of(d["text"])
+        if len(w) >= 5:
+            token_sets.append(list(map(" ".join, zip(*(w[i:] for i in range(5)), strict=False))))
+        else:
+            token_sets.append([" ".join(w)] if w else [])
+    k = config.num_bands * config.rows_per_band
+    sigs = np.asarray(RMinHash.digest_matrix_from_token_sets(token_sets, k, seed).to_rows(), dtype=np.uint32)
+    valid = np.array([bool(t) for t in token_sets])
+    hasher = MinHasher(5, config.num_bands, config.rows_per_band)
+    removed_rows = cluster_duplicates(hasher.band_keys(sigs), valid, sigs, config.threshold).removed
+    removed, row = set(), 0
+    for path, shard in zip(paths, shards, strict=True):
+        drop = removed_rows[row : row + len(shard)]
+        row += len(shard)
+        name = os.path.basename(path)
+        write_documents(os.path.join(out, "kept", name), (d for d, x in zip(shard, drop, strict=True) if not x))
+        gone = [d["id"] for d, x in zip(shard, drop, strict=True) if x]
+        stem = name.removesuffix(".jsonl.gz")
+        write_documents(os.path.join(out, "removed", stem + ".jsonl.zst"), ({"id": i} for i in gone))
+        removed |= set(gone)
     return removed
 
 
@@ -267,9 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     sides = [s for s in args.sides.split(",") if s]
-    from loguru import logger as datatrove_log  # datatrove logs every stage to stderr
+    if any(s.startswith("datatrove") for s in sides):
+        from loguru import logger as datatrove_log  # datatrove logs every stage to stderr
 
-    datatrove_log.remove()
+        datatrove_log.remove()
 
     work = tempfile.mkdtemp(prefix="bench_dedup_")
     try:
@@ -280,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             "marin_lab-fineweb": lambda seed: run_ours(inp, work, seed, **FINEWEB_LSH),
             "datatrove-ws": lambda seed: run_datatrove(inp, work, args.shards, seed, "whitespace"),
             "datatrove-spacy": lambda seed: run_datatrove(inp, work, args.shards, seed, "spacy"),
+            "rensa": lambda seed: run_rensa(inp, work, seed),
         }
         walls = {s: [] for s in sides}
         cpus = {s: [] for s in sides}
@@ -333,7 +376,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{link_probability(sims, ours.num_bands, ours.rows_per_band, ours.threshold).mean():.4f}"
         )
         for mine in ("marin_lab", "marin_lab-fineweb"):
-            for peer, goal in (("datatrove-ws", ">= 5x"), ("datatrove-spacy", "")):
+            for peer, goal in (("datatrove-ws", ">= 5x"), ("datatrove-spacy", ""), ("rensa", ">= 1x")):
+                if peer == "rensa" and mine != "marin_lab":  # the same LSH on both sides
+                    continue
                 if mine not in rows or peer not in rows:
                     continue
                 ours_f1 = [x[2] for x in scores[mine]]

@@ -20,6 +20,8 @@ shingles; a document of fewer words is one shingle of all of them.
 - `--stages` prints where each side's time goes: ours normalise + UTF-8, then as numpy passes
   word hashes, shingle hashes, permutation minima, or compiled the whole of bytes to signatures;
   rensa words, shingle strings, its Rust call. Needs numba.
+- `--bias` prints each side's similarity estimate minus the exact 5-gram Jaccard similarity (mean
+  and standard error over the repeats' seeds) on the planted pairs and on random pairs of originals.
 
 Dedup decisions: each side's signatures go through the same LSH and clustering (marin_lab's default,
 28 bands x 4 rows, a candidate linked when its estimated Jaccard >= 0.7), the removed documents are
@@ -27,7 +29,7 @@ scored against the planted truth (precision, recall, F1), per seed. Repeat r use
 both sides; the order of the sides rotates every repeat.
 
 Run: python benchmarks/minhash_vs_rensa.py [--docs 3000 --dups 1000 --repeats 5] [--per-doc]
-[--rensa-kernel] [--numpy-minima] [--stages]
+[--rensa-kernel] [--numpy-minima] [--stages] [--bias]
 Needs the `bench` extra (rensa) and numba (a dependency of marin_lab).
 """
 
@@ -162,6 +164,35 @@ def removed_ids(sigs: np.ndarray, valid: np.ndarray, ids: list[str], config: Ded
     return {ids[i] for i in np.flatnonzero(clusters.removed)}
 
 
+def bias(docs: list[dict], sides: list[str], config: DedupConfig, seeds: range) -> None:
+    """Each side's similarity estimate (the share of equal signature slots) minus the exact 5-gram
+    Jaccard similarity, on the planted pairs and on 3,000 random pairs of originals, over `seeds`:
+    a biased estimator would move recall above or below the LSH's ideal by itself."""
+    texts = [d["text"] for d in docs]
+    row = {d["id"]: i for i, d in enumerate(docs)}
+
+    def shingles(text: str) -> set[tuple[str, ...]]:
+        w = words_of(text)
+        return {tuple(w[i : i + NGRAM]) for i in range(max(1, len(w) - NGRAM + 1))}
+
+    sets = [shingles(t) for t in texts]
+    planted = [(i, row[d["id"].split("/", 1)[1]]) for i, d in enumerate(docs) if d["id"].startswith("dup")]
+    originals = [i for i, d in enumerate(docs) if not d["id"].startswith(("dup", "far"))]
+    rng = np.random.default_rng(0)
+    random_pairs = [(int(a), int(b)) for a, b in rng.choice(originals, size=(3000, 2)) if a != b]
+    print(f"estimate - exact Jaccard, mean (standard error), over seeds {seeds.start}-{seeds.stop - 1}:")
+    for name in sides:
+        for label, pairs in (("planted pairs", planted), ("random pairs", random_pairs)):
+            exact = np.array([len(sets[a] & sets[b]) / len(sets[a] | sets[b]) for a, b in pairs])
+            a_rows, b_rows = (np.array(x) for x in zip(*pairs, strict=True))
+            dev = []
+            for seed in seeds:
+                sigs, _ = SIDES[name](texts, seed, config)
+                dev.append((sigs[a_rows] == sigs[b_rows]).mean(axis=1) - exact)
+            d = np.concatenate(dev)
+            print(f"  {name:<26}{label:<15}{d.mean():+.5f} ({d.std() / np.sqrt(d.size):.5f}), {len(pairs)} pairs")
+
+
 def stages(texts: list[str], seed: int, config: DedupConfig, repeats: int) -> None:
     """Where each side's time goes, stage by stage over the whole corpus (min and median of repeats)."""
     from rensa import RMinHash
@@ -245,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         "--numpy-minima", action="store_true", help="also marin_lab as numpy passes (what runs without numba)"
     )
     ap.add_argument("--stages", action="store_true", help="also where each side's time goes, stage by stage")
+    ap.add_argument("--bias", action="store_true", help="also each side's similarity estimate minus the exact Jaccard")
     ap.add_argument(
         "--rensa-kernel",
         action="store_true",
@@ -328,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.stages:
         stages(texts, 1, config, args.repeats)
+    if args.bias:
+        bias(docs, ["marin_lab", "rensa"], config, range(1, args.repeats + 1))
     return 0
 
 
