@@ -49,8 +49,9 @@ lint: test-venv
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
+# The slowest 30 tests close every run's output: where the suite's time goes, run by run.
 test: test-venv system-deps lint
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=30 $(PYTEST_ARGS)
 
 # The inner loop: unit tests that start no Ray, Chromium or GCS emulator and are not marked slow
 # (scripts/mark_slow_tests.py marks them from a --durations log). Under 3 minutes on 2 cores.
