@@ -176,9 +176,9 @@ def compile_then_meet(fn: Any, args: tuple[Any, ...], label: str, env: Mapping[s
     takes longer than that on some hosts and not others (a 2-slice step on 2 busy cores: hosts
     reached the first collective over 30 s apart and the step failed). Here the hosts meet at a
     coordination-service barrier, whose wait is `MARIN_DISTRIBUTED_TIMEOUT_S` (300 s), once all
-    of them compiled, so the first collective starts on every host within moments. TPUs'
-    collectives do not time out this way; the barrier costs them one round trip. `fn` without
-    `.lower` (not a jitted function) is compiled at its first call, as before, after the barrier.
+    of them compiled, so the first collective starts on every host within moments. Elsewhere
+    (TPU hosts) the barrier costs one round trip to the coordinator. `fn` without `.lower` (not a
+    jitted function) is compiled at its first call, as before, after the barrier.
     """
     env = os.environ if env is None else env
     lower = getattr(fn, "lower", None)
