@@ -137,6 +137,20 @@ def build(root: str, n_docs: int, n_dups: int, max_rate: float, far_rate: float,
     return len(docs) + len(extra), {d["id"] for d in dups}
 
 
+def shingle_strings(text: str) -> list[str]:
+    """The 5-word shingles of `text` as strings (what rensa hashes); fewer words are one shingle."""
+    w = words_of(text)
+    if len(w) < 5:
+        return [" ".join(w)] if w else []
+    return list(map(" ".join, zip(*(w[i:] for i in range(5)), strict=False)))
+
+
+def shingle_set(text: str) -> set[tuple[str, ...]]:
+    """The 5-word shingles of `text` as a set, for exact Jaccard similarities."""
+    w = words_of(text)
+    return {tuple(w[i : i + 5]) for i in range(max(1, len(w) - 4))}
+
+
 def score(removed: set[str], truth: set[str]) -> tuple[float, float, float]:
     tp = len(removed & truth)
     p = tp / len(removed) if removed else 1.0
@@ -184,13 +198,7 @@ def run_rensa(inp: str, work: str, seed: int) -> set[str]:
     paths = sorted(glob.glob(os.path.join(inp, "*.jsonl.gz")))
     shards = [list(read_documents(p)) for p in paths]
     docs = [d for shard in shards for d in shard]
-    token_sets = []
-    for d in docs:  # a document of fewer than 5 words is one shingle, as in marin_lab
-        w = words_of(d["text"])
-        if len(w) >= 5:
-            token_sets.append(list(map(" ".join, zip(*(w[i:] for i in range(5)), strict=False))))
-        else:
-            token_sets.append([" ".join(w)] if w else [])
+    token_sets = [shingle_strings(d["text"]) for d in docs]
     k = config.num_bands * config.rows_per_band
     sigs = np.asarray(RMinHash.digest_matrix_from_token_sets(token_sets, k, seed).to_rows(), dtype=np.uint32)
     valid = np.array([bool(t) for t in token_sets])
@@ -281,15 +289,10 @@ def planted_similarities(inp: str) -> np.ndarray:
     """The exact 5-gram Jaccard similarity of every planted near duplicate to its original."""
     docs = [d for p in sorted(glob.glob(os.path.join(inp, "*.jsonl.gz"))) for d in read_documents(p)]
     by_id = {d["id"]: d["text"] for d in docs}
-
-    def shingles(text: str) -> set[tuple[str, ...]]:
-        w = words_of(text)
-        return {tuple(w[i : i + 5]) for i in range(max(1, len(w) - 4))}
-
     sims = []
     for d in docs:
         if d["id"].startswith("dup"):
-            a, b = shingles(d["text"]), shingles(by_id[d["id"].split("/", 1)[1]])
+            a, b = shingle_set(d["text"]), shingle_set(by_id[d["id"].split("/", 1)[1]])
             sims.append(len(a & b) / len(a | b))
     return np.array(sims)
 

@@ -47,20 +47,19 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dedup_vs_datatrove import build, planted_similarities, score  # noqa: E402  (the same corpus and scoring)
+from dedup_vs_datatrove import (  # noqa: E402  (the same corpus, shingles and scoring)
+    build,
+    planted_similarities,
+    score,
+    shingle_set,
+    shingle_strings,
+)
 
 from marin_lab.io.documents import read_documents  # noqa: E402
 from marin_lab.processing.dedup import DedupConfig  # noqa: E402
 from marin_lab.processing.minhash import MinHasher, cluster_duplicates, link_probability, words_of  # noqa: E402
 
 NGRAM = 5
-
-
-def shingle_strings(text: str) -> list[str]:
-    w = words_of(text)
-    if len(w) < NGRAM:
-        return [" ".join(w)] if w else []
-    return list(map(" ".join, zip(*(w[i:] for i in range(NGRAM)), strict=False)))
 
 
 def ours_batch(texts: list[str], seed: int, config: DedupConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -171,11 +170,7 @@ def bias(docs: list[dict], sides: list[str], config: DedupConfig, seeds: range) 
     texts = [d["text"] for d in docs]
     row = {d["id"]: i for i, d in enumerate(docs)}
 
-    def shingles(text: str) -> set[tuple[str, ...]]:
-        w = words_of(text)
-        return {tuple(w[i : i + NGRAM]) for i in range(max(1, len(w) - NGRAM + 1))}
-
-    sets = [shingles(t) for t in texts]
+    sets = [shingle_set(t) for t in texts]
     planted = [(i, row[d["id"].split("/", 1)[1]]) for i, d in enumerate(docs) if d["id"].startswith("dup")]
     originals = [i for i, d in enumerate(docs) if not d["id"].startswith(("dup", "far"))]
     rng = np.random.default_rng(0)
