@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from marin_lab.io.documents import read_documents, write_documents
+from marin_lab.processing import dedup as dedup_module
 from marin_lab.processing.dedup import DedupConfig, dedup_fuzzy
 from marin_lab.processing.minhash import MinHasher, cluster_duplicates, link_probability, words_of
 
@@ -160,14 +161,24 @@ def score(removed: set[str], truth: set[str]) -> tuple[float, float, float]:
 
 
 SIDES = ("marin_lab", "datatrove-ws", "datatrove-spacy")
-OPTIONAL_SIDES = ("marin_lab-fineweb", "rensa")
+OPTIONAL_SIDES = ("marin_lab-fineweb", "rensa-step", "rensa")
 FINEWEB_LSH = {"num_bands": 14, "rows_per_band": 8, "threshold": None}
 LABELS = {
     "marin_lab": "marin_lab (28x4, checked >= 0.7)",
     "marin_lab-fineweb": "marin_lab, FineWeb's 14x8 (no check)",
     "datatrove-ws": "datatrove, whitespace words (like for like)",
     "datatrove-spacy": "datatrove, spaCy words (its default)",
-    "rensa": "rensa signatures, our LSH (28x4, >= 0.7)",
+    "rensa-step": "rensa as dedup_fuzzy's signature engine",
+    "rensa": "rensa signatures, in memory, one read",
+}
+# Where each side writes; emptied before its timed run.
+OUT_DIRS = {
+    "marin_lab": "ours",
+    "marin_lab-fineweb": "ours",
+    "datatrove-ws": "datatrove",
+    "datatrove-spacy": "datatrove",
+    "rensa-step": "rensa-step",
+    "rensa": "rensa",
 }
 
 
@@ -178,9 +189,8 @@ def cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime
 
 
-def run_ours(inp: str, work: str, seed: int, **lsh) -> set[str]:
-    out = os.path.join(work, "ours")
-    shutil.rmtree(out, ignore_errors=True)
+def run_ours(inp: str, work: str, seed: int, side: str = "marin_lab", **lsh) -> set[str]:
+    out = os.path.join(work, OUT_DIRS[side])
     dedup_fuzzy(DedupConfig(input_path=inp, output_path=out, num_workers=1, seed=seed, **lsh))
     removed = set()
     for path in sorted(glob.glob(os.path.join(out, "removed", "*.jsonl.zst"))):
@@ -188,13 +198,38 @@ def run_ours(inp: str, work: str, seed: int, **lsh) -> set[str]:
     return removed
 
 
+class RensaHasher(MinHasher):
+    """`MinHasher` with rensa's signatures: the same words as 5-word shingle strings, then
+    `RMinHash.digest_matrix_from_token_sets` (another draw of permutations, so other signatures)."""
+
+    def signatures(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        from rensa import RMinHash
+
+        token_sets = [shingle_strings(t) for t in texts]
+        k = self.num_bands * self.rows_per_band
+        sigs = np.asarray(RMinHash.digest_matrix_from_token_sets(token_sets, k, self.seed).to_rows(), dtype=np.uint32)
+        return sigs.reshape(len(texts), k), np.array([bool(t) for t in token_sets], dtype=bool)
+
+    def __repr__(self) -> str:
+        return "Rensa" + super().__repr__()
+
+
+def run_rensa_step(inp: str, work: str, seed: int) -> set[str]:
+    """`dedup_fuzzy` itself with rensa as its signature engine (what adopting rensa would run)."""
+    original = dedup_module.MinHasher
+    dedup_module.MinHasher = RensaHasher
+    try:
+        return run_ours(inp, work, seed, side="rensa-step")
+    finally:
+        dedup_module.MinHasher = original
+
+
 def run_rensa(inp: str, work: str, seed: int) -> set[str]:
-    """rensa's signatures in marin_lab's pipeline (see the module docstring); returns the removed ids."""
+    """rensa's signatures in a pipeline held in memory (see the module docstring); the removed ids."""
     from rensa import RMinHash
 
     config = DedupConfig(input_path=inp, output_path=work)
-    out = os.path.join(work, "rensa")
-    shutil.rmtree(out, ignore_errors=True)
+    out = os.path.join(work, OUT_DIRS["rensa"])
     paths = sorted(glob.glob(os.path.join(inp, "*.jsonl.gz")))
     shards = [list(read_documents(p)) for p in paths]
     docs = [d for shard in shards for d in shard]
@@ -248,7 +283,6 @@ def run_datatrove(inp: str, work: str, shards: int, seed: int, words: str) -> se
     from datatrove.utils.hashing import HashConfig
 
     out = os.path.join(work, "datatrove")
-    shutil.rmtree(out, ignore_errors=True)
     cfg = MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8, seed=seed, hash_config=HashConfig(precision=64))
     logs = os.path.join(out, "logs")
 
@@ -322,9 +356,10 @@ def main(argv: list[str] | None = None) -> int:
         n, truth = build(inp, args.docs, args.dups, args.max_dup_rate, args.far_rate, args.shards, args.seed)
         runners = {
             "marin_lab": lambda seed: run_ours(inp, work, seed),
-            "marin_lab-fineweb": lambda seed: run_ours(inp, work, seed, **FINEWEB_LSH),
+            "marin_lab-fineweb": lambda seed: run_ours(inp, work, seed, "marin_lab-fineweb", **FINEWEB_LSH),
             "datatrove-ws": lambda seed: run_datatrove(inp, work, args.shards, seed, "whitespace"),
             "datatrove-spacy": lambda seed: run_datatrove(inp, work, args.shards, seed, "spacy"),
+            "rensa-step": lambda seed: run_rensa_step(inp, work, seed),
             "rensa": lambda seed: run_rensa(inp, work, seed),
         }
         walls = {s: [] for s in sides}
@@ -337,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         for rep in range(args.repeats):
             seed = rep + 1
             for name in sides[rep % len(sides) :] + sides[: rep % len(sides)]:
+                shutil.rmtree(os.path.join(work, OUT_DIRS[name]), ignore_errors=True)  # not timed
                 w0, c0 = time.perf_counter(), cpu_seconds()
                 rem = runners[name](seed)
                 walls[name].append(time.perf_counter() - w0)
@@ -379,8 +415,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{link_probability(sims, ours.num_bands, ours.rows_per_band, ours.threshold).mean():.4f}"
         )
         for mine in ("marin_lab", "marin_lab-fineweb"):
-            for peer, goal in (("datatrove-ws", ">= 5x"), ("datatrove-spacy", ""), ("rensa", ">= 1x")):
-                if peer == "rensa" and mine != "marin_lab":  # the same LSH on both sides
+            peers = (("datatrove-ws", ">= 5x"), ("datatrove-spacy", ""), ("rensa-step", ">= 1x"), ("rensa", ""))
+            for peer, goal in peers:
+                if peer.startswith("rensa") and mine != "marin_lab":  # the same LSH on both sides
                     continue
                 if mine not in rows or peer not in rows:
                     continue

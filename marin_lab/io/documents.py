@@ -35,22 +35,28 @@ import logging
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from marin_lab.errors import MarinLabError
 from marin_lab.io import fs as mfs
-from marin_lab.io.compression import DECODE_ERRORS, compress, compression_of, open_decompressed
+from marin_lab.io.compression import DECODE_ERRORS, READ_CHUNK, compress, compression_of, open_decompressed
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "BadRecordError",
+    "DocumentLine",
     "NoShardsError",
     "ReadStats",
     "DOCUMENT_PATTERNS",
+    "canonical_line",
+    "compress_for",
     "SOURCE_PATTERNS",
     "encode_documents",
     "list_shards",
+    "read_document_lines",
     "read_documents",
+    "read_lines",
     "text_chunks",
     "write_documents",
 ]
@@ -187,6 +193,66 @@ def read_documents(path: str, *, on_bad_record: str = "raise", stats: ReadStats 
         raise ValueError(f"on_bad_record={on_bad_record!r}: expected one of {ON_BAD_RECORD}")
     stats = stats if stats is not None else ReadStats()
     fs, fpath = mfs.fs_and_path(path)
+    bad = _bad_record(path, on_bad_record, stats)
+    if path.endswith(".parquet"):
+        yield from _read_parquet(path, fs, fpath, bad, stats)
+        return
+    if path.endswith(".txt"):
+        yield from _read_text_file(path, fs, fpath, bad, stats)
+        return
+    for line in _json_lines(path, fs, fpath, bad, stats):
+        yield line.doc
+
+
+class DocumentLine(NamedTuple):
+    """A document of a JSON-lines shard with where it came from (`read_document_lines`)."""
+
+    number: int  # 1-based line number in the decompressed file
+    raw: bytes  # the line as stored, without its newline
+    text: str  # `raw` decoded
+    doc: dict  # the checked document
+
+
+def read_document_lines(
+    path: str, *, on_bad_record: str = "raise", stats: ReadStats | None = None
+) -> Iterator[DocumentLine]:
+    """`read_documents` for a JSON-lines shard, each document with its line number and bytes, so
+    that a later pass can pick lines by number (`read_lines`) instead of parsing them again."""
+    if on_bad_record not in ON_BAD_RECORD:
+        raise ValueError(f"on_bad_record={on_bad_record!r}: expected one of {ON_BAD_RECORD}")
+    if path.endswith((".parquet", ".txt")):
+        raise ValueError(f"{path}: not a JSON-lines shard")
+    stats = stats if stats is not None else ReadStats()
+    fs, fpath = mfs.fs_and_path(path)
+    yield from _json_lines(path, fs, fpath, _bad_record(path, on_bad_record, stats), stats)
+
+
+def read_lines(path: str) -> Iterator[bytes]:
+    """Every line of a (compressed) JSON-lines file, without its newline and unchecked, read in
+    `READ_CHUNK` pieces. A damaged stream raises one of `DECODE_ERRORS` after the lines before it."""
+    fs, fpath = mfs.fs_and_path(path)
+    with open_decompressed(fs.open(fpath, "rb"), compression_of(path)) as reader:
+        read = getattr(reader, "read1", reader.read)
+        pending: list[bytes] = []  # the start of a line that goes on in the next piece
+        while chunk := read(READ_CHUNK):
+            lines = chunk.split(b"\n")
+            if len(lines) == 1:
+                pending.append(chunk)
+                continue
+            if pending:
+                pending.append(lines[0])
+                lines[0] = b"".join(pending)
+                pending = []
+            last = lines.pop()
+            if last:
+                pending.append(last)
+            yield from lines
+        if pending:
+            yield b"".join(pending)
+
+
+def _bad_record(path: str, on_bad_record: str, stats: ReadStats):
+    """What to do with a bad line: raise BadRecordError, or count it in `stats`."""
 
     def bad(line: int, reason: str, detail: str, count: int = 1) -> None:
         err = BadRecordError(path, line, reason, detail)
@@ -195,12 +261,10 @@ def read_documents(path: str, *, on_bad_record: str = "raise", stats: ReadStats 
         stats.add_skip(err, count)
         logger.debug("skipping %s", err)
 
-    if path.endswith(".parquet"):
-        yield from _read_parquet(path, fs, fpath, bad, stats)
-        return
-    if path.endswith(".txt"):
-        yield from _read_text_file(path, fs, fpath, bad, stats)
-        return
+    return bad
+
+
+def _json_lines(path: str, fs, fpath: str, bad, stats: ReadStats) -> Iterator[DocumentLine]:
     with open_decompressed(fs.open(fpath, "rb"), compression_of(path)) as reader:
         lineno = 0
         while True:
@@ -231,7 +295,9 @@ def read_documents(path: str, *, on_bad_record: str = "raise", stats: ReadStats 
                 bad(lineno, *problem)
                 continue
             stats.read += 1
-            yield obj
+            if line.endswith(b"\n"):
+                line, text = line[:-1], text[:-1]
+            yield DocumentLine(lineno, line, text, obj)
 
 
 def _read_parquet(path: str, fs, fpath: str, bad, stats: ReadStats) -> Iterator[dict]:
@@ -357,12 +423,17 @@ def text_chunks(text: str, max_chars: int) -> Iterator[str]:
     yield text[start:]
 
 
+def canonical_line(doc: dict) -> str:
+    """How a document is written: JSON with sorted keys and UTF-8 as is (no newline)."""
+    return json.dumps(doc, ensure_ascii=False, sort_keys=True)
+
+
 def encode_documents(docs: Iterable[dict]) -> tuple[bytes, int]:
-    """Uncompressed JSON-lines bytes of `docs` (sorted keys, UTF-8 as is) and their count."""
+    """Uncompressed JSON-lines bytes of `docs` (`canonical_line`) and their count."""
     buf = io.StringIO()
     n = 0
     for doc in docs:
-        buf.write(json.dumps(doc, ensure_ascii=False, sort_keys=True))
+        buf.write(canonical_line(doc))
         buf.write("\n")
         n += 1
     return buf.getvalue().encode("utf-8"), n

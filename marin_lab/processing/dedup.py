@@ -13,7 +13,10 @@ Both find duplicates across ALL shards, not within each, in phases:
    holds every signature or band key;
 3. per shard, in parallel: write the kept documents and one removal record per removed document
    (`{"id", "shard", "rule", "duplicate_of", "duplicate_of_shard", "similarity"}`), see
-   `marin_lab.processing.filtering` for the layout.
+   `marin_lab.processing.filtering` for the layout. Fuzzy dedup copies the kept lines by the line
+   numbers phase 1 recorded instead of parsing the shard again (a line not already in the form
+   `write_documents` gives is parsed and rewritten), so the output bytes are those a parse and
+   rewrite gives; a CRC of the lines checks that the shard did not change in between.
 
 Decisions depend only on the documents and their order, never on the worker or partition count:
 the same input gives the same bytes out.
@@ -40,16 +43,27 @@ ids at a time.
 from __future__ import annotations
 
 import io
+import json
 import logging
 import re
 import unicodedata
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
 import xxhash
 
 from marin_lab.io import fs as mfs
-from marin_lab.io.documents import ReadStats, read_documents
+from marin_lab.io.compression import DECODE_ERRORS
+from marin_lab.io.documents import (
+    ReadStats,
+    canonical_line,
+    compress_for,
+    read_document_lines,
+    read_documents,
+    read_lines,
+    write_documents,
+)
 from marin_lab.processing.errors import ProcessingError
 from marin_lab.processing.filtering import (
     ShardPlan,
@@ -194,22 +208,50 @@ class _SignatureTask:
 
     @property
     def params(self) -> str:
-        return f"{self.hasher!r} partitions={self.partitions}"
+        # `lines=1`: the marker also holds what the filter phase needs to pick lines by number.
+        return f"{self.hasher!r} partitions={self.partitions} lines=1"
 
 
 def _signature_task(task: _SignatureTask) -> dict:
-    """Phase 1 for one shard: signatures, ids and band-key records split into partitions."""
+    """Phase 1 for one shard: signatures, ids and band-key records split into partitions, and
+    where each document's line is (number, whether it is already written as `canonical_line`
+    writes it, and a CRC of them all) so that phase 3 copies lines instead of parsing them."""
     done = read_shard_done(task.prefix)
     # Outputs left by a run with other parameters (same output path) are recomputed.
     if done is not None and done.get("params") == task.params:
         return done
-    docs, stats = _read_all(task.plan, task.on_bad_record)
-    sigs, valid = task.hasher.signatures([d["text"] for d in docs])
+    stats = ReadStats()
+    texts: list[str] = []
+    ids: list[str] = []
+    numbers: list[int] = []
+    verbatim: list[bool] = []
+    crc = 0
+    for line in read_document_lines(task.plan.input_file, on_bad_record=task.on_bad_record, stats=stats):
+        texts.append(line.doc["text"])
+        ids.append(line.doc["id"])
+        numbers.append(line.number)
+        verbatim.append(line.text == canonical_line(line.doc))
+        crc = zlib.crc32(line.raw, crc)
+    sigs, valid = task.hasher.signatures(texts)
     records, bounds = band_records(task.hasher.band_keys(sigs), valid, task.partitions)
     save_npy(task.prefix + ".sig.npy", sigs)
     save_npy(task.prefix + ".bands.npy", records)
-    _save_npz(task.prefix + ".ids.npz", ids=_ids_array(docs), valid=valid)
-    info = {"read": stats.read, "params": task.params, "bounds": bounds.tolist(), "without_words": int((~valid).sum())}
+    _save_npz(
+        task.prefix + ".ids.npz",
+        ids=np.array(ids, dtype=str) if ids else np.empty(0, dtype="<U1"),
+        valid=valid,
+        line=np.array(numbers, dtype=np.int64),
+        verbatim=np.array(verbatim, dtype=bool),
+    )
+    info = {
+        "read": stats.read,
+        "params": task.params,
+        "bounds": bounds.tolist(),
+        "without_words": int((~valid).sum()),
+        "crc": crc,
+        **{k: v for k, v in stats.to_dict().items() if k != "read" and k != "examples"},
+        "skip_examples": list(stats.examples),
+    }
     mark_shard_done(task.prefix, info)
     return info
 
@@ -224,13 +266,63 @@ def _bucket_task(task: tuple[list[ShardBands], int, str]) -> int:
     return int(len(edges))
 
 
-def _removal_filter_task(task: tuple[ShardPlan, dict[int, dict], int, str]) -> dict:
-    plan, removals, expected, on_bad_record = task
+def _removal_filter_task(task: tuple[ShardPlan, str, dict[int, dict], dict]) -> dict:
+    """Phase 3 for one shard: its lines copied to the output, less the removed documents.
 
-    def decide(docs: list[dict]):
-        return [(d, None) if i not in removals else (None, removals[i]) for i, d in enumerate(docs)]
-
-    return _filter_unchanged(plan, decide, on_bad_record, expected)
+    The lines are picked by the numbers phase 1 recorded and copied as they are when they already
+    read as `canonical_line` writes them (others are parsed and written so), which gives the bytes
+    `filter_shard` would write without parsing the shard a second time. Their CRC must match phase
+    1's: a shard that changed in between fails the step instead of shifting every decision."""
+    plan, prefix, removals, hashed = task
+    done = read_shard_done(plan.output_file)
+    if done is not None:
+        return done
+    meta = _load_npz(prefix + ".ids.npz")
+    ids, numbers, verbatim = meta["ids"].tolist(), meta["line"].tolist(), meta["verbatim"].tolist()
+    kept: list[bytes] = []
+    removed: list[dict] = []
+    by_rule: dict[str, int] = {}
+    crc, doc = 0, 0
+    wanted = numbers[0] if numbers else 0
+    try:
+        for number, raw in enumerate(read_lines(plan.input_file), start=1):
+            if number != wanted:
+                continue
+            crc = zlib.crc32(raw, crc)
+            if doc in removals:
+                removed.append({"id": ids[doc], "shard": plan.name, **removals[doc]})
+                rule = removals[doc]["rule"]
+                by_rule[rule] = by_rule.get(rule, 0) + 1
+            elif verbatim[doc]:
+                kept.append(raw)
+            else:
+                kept.append(canonical_line(json.loads(raw)).encode("utf-8"))
+            doc += 1
+            if doc == len(numbers):
+                break
+            wanted = numbers[doc]
+    except DECODE_ERRORS:
+        pass  # the lines phase 1 read end before the damage, or `doc` is short: reported below
+    if doc != len(numbers) or crc != hashed["crc"]:
+        raise DedupError(
+            f"{plan.input_file}: its lines differ from those read when hashing; the input changed "
+            f"during the step. Delete {plan.output_file}.done and the .work folder, then rerun."
+        )
+    # Removal records first, data second, marker last (as `filter_shard`): a marker means both are complete.
+    write_documents(plan.removed_file, removed)
+    data = b"".join(line + b"\n" for line in kept)
+    mfs.atomic_write_bytes(plan.output_file, compress_for(plan.output_file, data))
+    info = {
+        "shard": plan.name,
+        "read": len(numbers),
+        "kept": len(kept),
+        "removed": dict(sorted(by_rule.items())),
+        "skipped": hashed["skipped"],
+        "skip_reasons": hashed["skip_reasons"],
+        "skip_examples": hashed["skip_examples"],
+    }
+    mark_shard_done(plan.output_file, info)
+    return info
 
 
 def _filter_unchanged(plan, decide, on_bad_record: str, expected: int) -> dict:
@@ -336,7 +428,7 @@ def dedup_fuzzy(config: DedupConfig) -> dict:
     removed = rep != np.arange(rep.size)
     infos = quarantine.map(
         _removal_filter_task,
-        [(p, r, c, config.on_bad_record) for p, r, c in zip(plans, removals, counts, strict=True)],
+        [(p, w, r, info) for p, w, r, info in zip(plans, prefixes, removals, phase1, strict=True)],
         num_workers=config.num_workers,
         desc=f"{step}: filter",
         costs=sizes,

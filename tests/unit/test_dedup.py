@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import zstandard
 
-from marin_lab.io.documents import BadRecordError, read_documents, write_documents
+from marin_lab.io.documents import BadRecordError, encode_documents, read_documents, read_lines, write_documents
 from marin_lab.processing.dedup import DedupConfig, DedupError, dedup_exact, dedup_fuzzy
 from marin_lab.processing.errors import ProcessingError
 from marin_lab.processing.minhash import (
@@ -534,3 +535,77 @@ def test_dedup_exact_paragraph_level(tmp_path):
     assert recs["d"]["rule"] == "exact_duplicate"
     assert result["paragraphs_removed"] == 4  # a: 1, b: 1, c: 2 (d went whole)
     assert result["removed"] == {"exact_duplicate": 1, "exact_paragraph_duplicate": 1}
+
+
+# ------------------------------------------------------------------ the filter phase copies lines
+
+
+def awkward_shard(path, rng: random.Random) -> list[str]:
+    """A gzip shard mixing lines as `write_documents` writes them with lines it would rewrite
+    (keys out of order, \\u escapes, CRLF, spaces), blank and bad lines, near duplicates and a
+    truncated end; returns its lines."""
+    base = random_text(rng, 120)
+    lines = [
+        json.dumps({"id": "canon", "text": base + " café"}, ensure_ascii=False, sort_keys=True),
+        json.dumps({"text": random_text(rng, 80), "id": "unsorted", "meta": {"z": 1, "a": [1.5, None]}}),
+        json.dumps({"id": "escaped", "text": "naïve " + random_text(rng, 60)}),  # ensure_ascii: \u00ef
+        "",
+        "{not json",
+        json.dumps({"id": "near", "text": mutate(rng, base, 0.01) + " café"}, ensure_ascii=False) + "\r",
+        "  " + json.dumps({"id": "spaced", "text": random_text(rng, 50)}, sort_keys=True) + "  ",
+        json.dumps({"id": "no-text"}),
+        json.dumps({"id": "last", "text": random_text(rng, 40)}, ensure_ascii=False, sort_keys=True),
+    ]
+    whole = gzip.compress(("\n".join(lines) + "\n").encode("utf-8"), mtime=0)
+    tail = gzip.compress(json.dumps({"id": "cut", "text": random_text(rng, 300)}).encode(), mtime=0)
+    path.write_bytes(whole + tail[: len(tail) // 2])  # a second gzip member that ends early
+    return lines
+
+
+def test_filter_phase_writes_the_bytes_a_parse_and_rewrite_would(tmp_path):
+    """Kept lines are copied when they already read as `canonical_line` writes them and rewritten
+    otherwise: the output is byte for byte what parsing every document and writing it again gives."""
+    (tmp_path / "in").mkdir()
+    awkward_shard(tmp_path / "in" / "s.jsonl.gz", random.Random(5))
+    make_corpus(tmp_path / "in")  # a.jsonl.zst, b.jsonl.gz, c.jsonl: the canonical case
+    out = tmp_path / "out"
+    result = dedup_fuzzy(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(out), on_bad_record="skip"))
+    removed = {r["id"] for r in removed_records(out)}
+    assert "near" in removed and "canon" not in removed
+    assert result["skip_reasons"] == {"bad_json": 1, "missing_text": 1, "truncated_stream": 1}
+    for name in ("s.jsonl.gz", "a.jsonl.zst", "b.jsonl.gz", "c.jsonl"):
+        docs = read_documents(str(tmp_path / "in" / name), on_bad_record="skip")
+        expected = encode_documents(d for d in docs if d["id"] not in removed)[0]
+        got = list(read_lines(str(out / "data" / name)))
+        assert b"\n".join(got) + b"\n" == expected, name
+    with gzip.open(out / "data" / "s.jsonl.gz", "rt", encoding="utf-8") as f:
+        kept = [json.loads(line)["id"] for line in f]
+    assert kept == ["canon", "unsorted", "escaped", "spaced", "last"]
+
+
+@pytest.mark.parametrize("change", ["edit a kept line", "drop a line", "truncate"])
+def test_a_shard_changed_between_hashing_and_filtering_fails_the_step(tmp_path, monkeypatch, change):
+    from marin_lab.processing import dedup
+
+    (tmp_path / "in").mkdir()
+    make_corpus(tmp_path / "in")
+    target = tmp_path / "in" / "c.jsonl"
+    original = dedup._removal_filter_task
+
+    def change_then_filter(task):
+        if task[0].input_file.endswith("c.jsonl") and target.read_bytes() == before:
+            lines = before.split(b"\n")
+            if change == "edit a kept line":
+                lines[3] = lines[3].replace(b'"text": "', b'"text": "x')
+            elif change == "drop a line":
+                del lines[3]
+            else:
+                lines = lines[:5]
+            target.write_bytes(b"\n".join(lines))
+        return original(task)
+
+    before = target.read_bytes()
+    monkeypatch.setattr(dedup, "_removal_filter_task", change_then_filter)
+    with pytest.raises(ProcessingError, match=r"c\.jsonl: its lines differ from those read when hashing"):
+        dedup_fuzzy(DedupConfig(input_path=str(tmp_path / "in"), output_path=str(tmp_path / "out")))
+    assert not (tmp_path / "out" / "data" / "c.jsonl.done").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 
 import pytest
 
@@ -153,3 +154,46 @@ def test_zstd_multiple_frames_and_large_shard(tmp_path):
     cctx = zstandard.ZstdCompressor()
     frames.write_bytes(cctx.compress(b'{"id": "a", "text": "1"}\n') + cctx.compress(b'{"id": "b", "text": "2"}\n'))
     assert [d["id"] for d in read_documents(str(frames))] == ["a", "b"]
+
+
+@pytest.mark.parametrize("ext", ["jsonl", "jsonl.gz", "jsonl.zst"])
+def test_read_lines_gives_the_lines_read_document_lines_numbers(tmp_path, ext):
+    """`read_lines` (the copying pass of dedup) and `read_document_lines` agree on every line's
+    number and bytes, across pieces: a line longer than `READ_CHUNK`, blank lines, CRLF and a
+    last line without a newline."""
+    import os
+
+    from marin_lab.io.compression import READ_CHUNK
+    from marin_lab.io.documents import compress_for, read_document_lines, read_lines
+
+    lines = [json.dumps({"id": str(i), "text": os.urandom(300).hex() * (i % 3 + 1)}) for i in range(3000)]
+    lines[5] = json.dumps({"id": "long", "text": "x" * (3 * READ_CHUNK)})  # spans four pieces
+    lines[7] = ""
+    lines[9] = lines[9] + "\r"
+    path = tmp_path / f"s.{ext}"
+    path.write_bytes(compress_for(str(path), "\n".join(lines).encode()))  # no newline at the end
+    raw = list(read_lines(str(path)))
+    assert raw == [line.encode() for line in lines]
+    numbered = list(read_document_lines(str(path)))
+    assert len(numbered) == len(lines) - 1
+    for line in numbered:
+        assert line.raw == raw[line.number - 1] and line.text == line.raw.decode()
+        assert line.doc == json.loads(line.raw)
+
+
+def test_read_lines_stops_at_damage_after_the_lines_before_it(tmp_path):
+    from marin_lab.io.compression import DECODE_ERRORS
+    from marin_lab.io.documents import read_lines
+
+    many = [{"id": str(i), "text": f"line {i} " * 20} for i in range(5000)]
+    whole = tmp_path / "whole.jsonl.gz"
+    write_documents(str(whole), many)
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    got = []
+    with pytest.raises(DECODE_ERRORS):
+        for line in read_lines(str(cut)):
+            got.append(line)
+    readable = list(read_documents(str(cut), on_bad_record="skip"))
+    assert len(got) >= len(readable) > 0
+    assert [json.loads(line) for line in got[: len(readable)]] == readable
