@@ -21,12 +21,14 @@ the script also prints the recall an ideal MinHash-LSH would have in expectation
 5-gram Jaccard similarity of every planted pair (`minhash.link_probability`, averaged), for
 FineWeb's 14 x 8 and for marin_lab's default.
 
-`rensa` (an optional side): rensa 0.5.0 (Rust) as the signature engine of the same pipeline, i.e.
-what adopting it would run: every shard read, the same words (our normalisation, whitespace split)
-as 5-word shingle strings, `RMinHash.digest_matrix_from_token_sets`, then marin_lab's LSH (28 x 4,
-checked >= 0.7), clustering, the kept documents as gzip JSON lines and one removal record per
-removed document (zstd), as `dedup_fuzzy` writes them, one process. The signature stage alone
-against rensa, with its stages timed: `minhash_vs_rensa.py`.
+Two optional rensa sides (rensa 0.5.0, Rust), both with the same words (our normalisation,
+whitespace split) as 5-word shingle strings and `RMinHash.digest_matrix_from_token_sets`:
+`rensa-step` is `dedup_fuzzy` itself with rensa as its signature engine (what adopting rensa
+would run); `rensa` is a lighter pipeline held in memory: every shard read once and kept,
+marin_lab's LSH (28 x 4, checked >= 0.7) and clustering, the kept documents as gzip JSON lines and
+one removal record per removed document (zstd), no work files or markers, one process. The
+signature stage alone against rensa, with its stages timed: `minhash_vs_rensa.py`. Each side's
+previous output is removed before its timed run.
 
 Run: python benchmarks/dedup_vs_datatrove.py [--docs 3000 --dups 1000 --repeats 5]
 Needs the `bench` extra (datatrove, spacy, orjson, rensa).
