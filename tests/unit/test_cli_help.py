@@ -18,3 +18,18 @@ def test_help_prints_and_exits_zero(argv, capsys):
         main(argv)
     assert exc.value.code == 0
     assert "usage:" in capsys.readouterr().out
+
+
+def test_the_cli_starts_without_the_model_side_of_generate():
+    """`marin-lab status` and the other record commands do not import generate's model loading
+    (JAX, tokenizers) when the CLI starts: it is imported when `generate` runs."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    heavy = ("marin_lab.evaluation.loading", "marin_lab.models.generate", "marin_lab.processing.tokenizers")
+    code = f"import sys, marin_lab.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

@@ -53,6 +53,12 @@ KNOWN_UPWARD: set[tuple[str, str]] = set()
 KNOWN_LOCAL: set[tuple[str, str]] = {
     ("browser/__init__.py", "marin_lab.browser.server"),  # aiohttp, only when a server starts
     ("cli.py", "marin_lab.cluster.cli"),  # JAX and the TPU tools: ~4 s of imports
+    # `marin-lab generate`'s model side (JAX, tokenizers), imported when it runs: ~1.3 s off
+    # every other command's start (tests/unit/test_cli_help.py checks it).
+    ("evaluation/generate_cli.py", "marin_lab.evaluation.loading"),
+    ("evaluation/generate_cli.py", "marin_lab.models.generate"),
+    ("evaluation/generate_cli.py", "marin_lab.processing.instruction"),
+    ("evaluation/generate_cli.py", "marin_lab.processing.tokenizers"),
     ("execution/code_provenance.py", "marin_lab"),  # the package's own version, read when recorded
     ("quant/nf4.py", "marin_lab.quant.matmul"),  # a real cycle: matmul takes NF4Tensor
     ("training/levanter_backend.py", "marin_lab.environments"),  # runs inside Levanter's
