@@ -122,6 +122,9 @@ class Lease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._on_lost: Callable[[], None] | None = None
+        # The heartbeat thread and `still_held` (the step's own thread) both renew: each must
+        # present the token the other wrote last, or the second reads as someone else's write.
+        self._renewing = threading.Lock()
 
     def _content(self) -> bytes:
         return json.dumps(
@@ -176,17 +179,19 @@ class Lease:
 
     def renew(self) -> bool:
         """Heartbeat. False (and `lost` set) if someone else holds the lease now."""
-        if self.lost.is_set():
-            return False
-        try:
-            self._token = self.file.replace(self._content(), self._token)
-            return True
-        except ConflictError:
-            self._mark_lost()
-            return False
-        except Exception:  # a transient storage error: the lease is not lost until the timeout
-            logger.warning("step '%s': lease heartbeat failed; will retry", self.step_name, exc_info=True)
-            return True
+        with self._renewing:
+            if self.lost.is_set():
+                return False
+            try:
+                self._token = self.file.replace(self._content(), self._token)
+                return True
+            except ConflictError:
+                pass
+            except Exception:  # a transient storage error: the lease is not lost until the timeout
+                logger.warning("step '%s': lease heartbeat failed; will retry", self.step_name, exc_info=True)
+                return True
+        self._mark_lost()  # outside the lock: its callback may stop the step
+        return False
 
     def _mark_lost(self) -> None:
         if not self.lost.is_set():
@@ -225,15 +230,18 @@ class Lease:
     def release(self) -> None:
         """Give the lease back. Never raises (a failed release only delays the next taker)."""
         self.stop_heartbeats()
-        if self.lost.is_set() or self._token is None:
-            return
-        try:
-            self.file.delete(self._token)
-        except ConflictError:
-            logger.warning("step '%s': lease changed hands before release; left it", self.step_name)
-        except Exception:
-            logger.warning("step '%s': could not release the lease (it will go stale)", self.step_name, exc_info=True)
-        self._token = None
+        with self._renewing:
+            if self.lost.is_set() or self._token is None:
+                return
+            try:
+                self.file.delete(self._token)
+            except ConflictError:
+                logger.warning("step '%s': lease changed hands before release; left it", self.step_name)
+            except Exception:
+                logger.warning(
+                    "step '%s': could not release the lease (it will go stale)", self.step_name, exc_info=True
+                )
+            self._token = None
 
 
 # --------------------------------------------------------------------------------------------

@@ -139,3 +139,33 @@ def test_heartbeat_thread_renews(tmp_path):
     assert lease.current_holder().heartbeat > first
     lease.release()
     assert lease.current_holder() is None
+
+
+def test_a_heartbeat_and_a_last_check_at_once_keep_the_lease(output_path):
+    """The heartbeat thread and the step's `still_held` renew at the same moment: the second must
+    present the token the first just wrote, not read the first's write as another holder's
+    (a quickstart lost its finished training step that way on a busy machine)."""
+    import threading
+    import time
+
+    lease = Lease(output_path, "driver-a", timeout_s=60)
+    assert lease.try_acquire() is None
+    replace = lease.file.replace
+
+    def slow_replace(data, token):  # storage slow enough for both renewals to overlap
+        time.sleep(0.3)
+        return replace(data, token)
+
+    lease.file.replace = slow_replace
+    results: list[bool] = []
+    threads = [threading.Thread(target=lambda: results.append(lease.renew())) for _ in range(2)]
+    threads.append(threading.Thread(target=lambda: results.append(lease.still_held())))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [True, True, True]
+    assert not lease.lost.is_set()
+    assert lease.current_holder().holder == "driver-a"
+    lease.release()
+    assert lease.current_holder() is None
