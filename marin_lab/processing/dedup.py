@@ -181,8 +181,8 @@ def _read_all(plan: ShardPlan, on_bad_record: str) -> tuple[list[dict], ReadStat
     return list(read_documents(plan.input_file, on_bad_record=on_bad_record, stats=stats)), stats
 
 
-def _ids_array(docs: list[dict]) -> np.ndarray:
-    return np.array([d["id"] for d in docs], dtype=str) if docs else np.empty(0, dtype="<U1")
+def _ids_array(ids: list[str]) -> np.ndarray:
+    return np.array(ids, dtype=str) if ids else np.empty(0, dtype="<U1")
 
 
 def _all_done(plans: list[ShardPlan]) -> list[dict] | None:
@@ -238,7 +238,7 @@ def _signature_task(task: _SignatureTask) -> dict:
     save_npy(task.prefix + ".bands.npy", records)
     _save_npz(
         task.prefix + ".ids.npz",
-        ids=np.array(ids, dtype=str) if ids else np.empty(0, dtype="<U1"),
+        ids=_ids_array(ids),
         valid=valid,
         line=np.array(numbers, dtype=np.int64),
         verbatim=np.array(verbatim, dtype=bool),
@@ -249,7 +249,8 @@ def _signature_task(task: _SignatureTask) -> dict:
         "bounds": bounds.tolist(),
         "without_words": int((~valid).sum()),
         "crc": crc,
-        **{k: v for k, v in stats.to_dict().items() if k != "read" and k != "examples"},
+        "skipped": stats.skipped,
+        "skip_reasons": dict(sorted(stats.skip_reasons.items())),
         "skip_examples": list(stats.examples),
     }
     mark_shard_done(task.prefix, info)
@@ -310,7 +311,7 @@ def _removal_filter_task(task: tuple[ShardPlan, str, dict[int, dict], dict]) -> 
         )
     # Removal records first, data second, marker last (as `filter_shard`): a marker means both are complete.
     write_documents(plan.removed_file, removed)
-    data = b"".join(line + b"\n" for line in kept)
+    data = b"\n".join(kept) + b"\n" if kept else b""
     mfs.atomic_write_bytes(plan.output_file, compress_for(plan.output_file, data))
     info = {
         "shard": plan.name,
@@ -478,7 +479,7 @@ def _exact_hash_task(task: tuple[ShardPlan, str, bool, bool, str]) -> int:
     docs, stats = _read_all(plan, on_bad_record)
     arrays = {
         "doc_hash": _hash128([_normalize_exact(d["text"], normalize) for d in docs]),
-        "ids": _ids_array(docs),
+        "ids": _ids_array([d["id"] for d in docs]),
     }
     if paragraph_level:
         para_texts, para_doc, para_idx = [], [], []
