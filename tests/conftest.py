@@ -30,7 +30,8 @@ os.environ.setdefault("WANDB_DIR", tempfile.mkdtemp(prefix="marin-lab-wandb-"))
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # One JAX compilation cache for the session, shared by this process and every JAX process a test
 # starts (multi-host tests, experiments run as scripts): tests build the same small models and step
-# functions again and again, and a program compiled once is read back instead of compiled again.
+# functions again and again, and a program compiled once is read back instead of compiled again
+# (by every one-process JAX; in a multi-process run only process 0 reads and writes it).
 # A fresh folder per session, so no test depends on what an earlier session left behind.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="marin-lab-jax-cache-"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")

@@ -61,8 +61,10 @@ def _ok(result):
 
 @pytest.fixture(scope="module", autouse=True)
 def compilation_cache(tmp_path_factory, monkeypatch_module):
-    """Compile each (program, topology) once for the module: the reruns of 2x2 and 1x2 load it from
-    JAX's persistent compilation cache (process 0 writes it; compiling dominates these tiny runs)."""
+    """Compile each (program, topology) once for the module where JAX can reuse it: process 0 writes
+    JAX's persistent compilation cache and reads it back on a rerun (the one-process 1x2 reruns cost
+    no compile). Processes 1..N of a run compile every program again: on CPU, JAX's cache key holds
+    a topology fingerprint that differs per process (docs/benchmarks.md, "Test suite")."""
     monkeypatch_module.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path_factory.mktemp("jax-cache")))
     monkeypatch_module.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     monkeypatch_module.setenv("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
