@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import re
@@ -24,7 +25,7 @@ from marin_lab.execution.provenance import compare_manifests, manifest
 from marin_lab.execution.records import RecordError, read_step_record
 from marin_lab.execution.secrets import redact_logs
 from marin_lab.explain import explain_step
-from marin_lab.flags import add_bool_flag
+from marin_lab.flags import add_bool_flag, add_prefix_arguments, resolve_prefix_arguments
 from marin_lab.gc import add_parser as add_gc_parser
 from marin_lab.io.fs import join
 from marin_lab.processing.rerun_shards import add_parser as add_rerun_shards_parser
@@ -207,6 +208,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def _prefix(args: argparse.Namespace) -> str:
+    resolve_prefix_arguments(args)  # main() has; a caller of build_parser().parse_args() may not have
     return default_prefix(args.prefix)
 
 
@@ -215,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("status", help="experiments under a prefix and the status of their steps")
-    p.add_argument("prefix", nargs="?", help="default: $MARIN_PREFIX, else marin_store at the project root")
+    add_prefix_arguments(p)
     p.add_argument(
         "--cost",
         action="store_true",
@@ -275,6 +277,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[command]
+
+
+def _check_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """An unknown command is a usage error naming the closest one (`statsu` -> `status`)."""
+    if not argv or argv[0].startswith("-"):
+        return
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if argv[0] not in sub.choices:
+        close = difflib.get_close_matches(argv[0], list(sub.choices), n=1, cutoff=0.6)
+        hint = f"; did you mean '{close[0]}'?" if close else f" (one of: {', '.join(sub.choices)})"
+        parser.error(f"unknown command '{argv[0]}'{hint}")
+
+
+def _unknown_flags(parser: argparse.ArgumentParser, args: argparse.Namespace, unknown: Sequence[str]) -> None:
+    """Arguments the command does not take: a usage error naming the closest flag (`--prefx` -> `--prefix`)."""
+    command = _subparser(parser, args.command)
+    names = [o[2:] for a in command._actions for o in a.option_strings if o.startswith("--")]
+    hints = []
+    for arg in unknown:
+        if arg.startswith("--"):
+            close = difflib.get_close_matches(arg[2:].split("=", 1)[0], names, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{arg}: did you mean --{close[0]}?")
+    command.error(f"unrecognized arguments: {' '.join(unknown)}" + (f" ({'; '.join(hints)})" if hints else ""))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     redact_logs()
@@ -288,7 +319,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in ("launch", "explain") and "--" in argv:  # the script's arguments, as --help says
         extra = argv[argv.index("--") + 1 :]
         argv = argv[: argv.index("--")]
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    _check_command(parser, argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _unknown_flags(parser, args, unknown)
+    resolve_prefix_arguments(args)
     if extra:
         args.script_args = [*args.script_args, *extra]
     try:

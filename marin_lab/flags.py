@@ -37,3 +37,28 @@ def bare_bool_flags(argv: Sequence[str], names: Iterable[str]) -> list[str]:
         if arg in flags and (i + 1 == len(argv) or argv[i + 1].startswith("--")):
             out.append("true")
     return out
+
+
+def add_prefix_arguments(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    """The store prefix as `--prefix PATH`, as every command spells it, or as the first word after the
+    command (`marin-lab status PATH`, `marin-lab gc PATH`, as these two always took it).
+    `resolve_prefix_arguments` makes the two one `args.prefix` after parsing."""
+    where = "required" if required else "default: $MARIN_PREFIX, else marin_store at the project root"
+    parser.add_argument("prefix_word", nargs="?", metavar="prefix", help=f"the store's prefix ({where})")
+    parser.add_argument("--prefix", help="the same, spelt as every other command takes it")
+    parser.set_defaults(prefix_required=required, prefix_parser=parser)
+
+
+def resolve_prefix_arguments(args: argparse.Namespace) -> None:
+    """`args.prefix` from either spelling of `add_prefix_arguments`; a usage error (exit 2) when the
+    two name different prefixes, or when a command that needs one has neither."""
+    if not hasattr(args, "prefix_word"):
+        return
+    parser = args.prefix_parser
+    word, flag = args.prefix_word, args.prefix
+    if word is not None and flag is not None and word != flag:
+        parser.error(f"the prefix is given twice ({word} and --prefix {flag}): give it once")
+    args.prefix = flag if flag is not None else word
+    if args.prefix is None and args.prefix_required:
+        parser.error("the prefix is required: give it as --prefix PATH")
+    del args.prefix_word, args.prefix_required, args.prefix_parser

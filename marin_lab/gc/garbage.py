@@ -30,6 +30,7 @@ from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.experiments import ListedExperiment, list_experiments
 from marin_lab.execution.lease import LeaseHolder
 from marin_lab.execution.status import INFO_FILE, LEASE_FILE, STATUS_FILE, Status, read_status
+from marin_lab.flags import add_prefix_arguments
 from marin_lab.io.fs import fs_and_path, join, read_bytes, remove
 from marin_lab.store.layout import EXPERIMENTS_DIR, LAUNCHES_DIR, TMP_DIR
 
@@ -251,7 +252,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "gc", help="list (and with --yes delete) unreferenced, failed, abandoned and scratch outputs under a prefix"
     )
-    p.add_argument("prefix")
+    add_prefix_arguments(p, required=True)
     p.add_argument("--older_than", default="14d", help="only what was last written longer ago (default 14d)")
     p.add_argument("--yes", action="store_true", help="delete what is listed (default: list only)")
     p.set_defaults(func=_cmd_gc)
