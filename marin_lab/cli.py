@@ -277,25 +277,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices[command]
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Each command's own parser, by name."""
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
 
 
 def _check_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
     """An unknown command is a usage error naming the closest one (`statsu` -> `status`)."""
     if not argv or argv[0].startswith("-"):
         return
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    if argv[0] not in sub.choices:
-        close = difflib.get_close_matches(argv[0], list(sub.choices), n=1, cutoff=0.6)
-        hint = f"; did you mean '{close[0]}'?" if close else f" (one of: {', '.join(sub.choices)})"
+    commands = _commands(parser)
+    if argv[0] not in commands:
+        close = difflib.get_close_matches(argv[0], list(commands), n=1, cutoff=0.6)
+        hint = f"; did you mean '{close[0]}'?" if close else f" (one of: {', '.join(commands)})"
         parser.error(f"unknown command '{argv[0]}'{hint}")
 
 
 def _unknown_flags(parser: argparse.ArgumentParser, args: argparse.Namespace, unknown: Sequence[str]) -> None:
     """Arguments the command does not take: a usage error naming the closest flag (`--prefx` -> `--prefix`)."""
-    command = _subparser(parser, args.command)
+    command = _commands(parser)[args.command]
     names = [o[2:] for a in command._actions for o in a.option_strings if o.startswith("--")]
     hints = []
     for arg in unknown:

@@ -1,4 +1,5 @@
-"""Boolean command-line flags that work the same everywhere: `--flag`, `--flag true`, `--flag=false`.
+"""Command-line flags that work the same everywhere: booleans (`--flag`, `--flag true`,
+`--flag=false`) and the store's prefix (`--prefix PATH`).
 
 Experiment scripts (draccus) need a value and argparse's `store_true` refuses one; users type
 both. `add_bool_flag` gives argparse the first behaviour; `bare_bool_flags` rewrites a bare
