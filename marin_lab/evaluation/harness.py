@@ -312,24 +312,39 @@ TASK_FOLDERS: dict[str, str] = {
     **{f"mmlu_{subject}": "mmlu/default" for subject in offline_data.MMLU_SUBJECTS},
 }
 """lm-eval's folder (under lm_eval/tasks) of the tasks this project names: indexing only those takes
-milliseconds, where lm-eval's whole index (~15k tasks) takes ~15 s. Other names use the whole index."""
+milliseconds, where lm-eval's whole index (~15k tasks) takes ~15 s (`task_manager` says when it is built)."""
 
 
 def task_manager(include_path: Sequence[str] = (), names: Sequence[str] | None = None) -> Any:
-    """lm-eval's TaskManager: the folders of `names` when all are in TASK_FOLDERS, else every
-    shipped YAML; plus `include_path`. Built once per process for each such set."""
+    """lm-eval's TaskManager for `names`, plus `include_path`; built once per process for each set.
+
+    lm-eval's whole index (every shipped YAML) takes ~15 s to build, so it is built only when needed:
+    the shipped folders of the names in TASK_FOLDERS and the user's `include_path` are indexed first,
+    and that index is used when every other name is a task (not a group or tag) found there. A user
+    group (its members may be shipped tasks), an unknown name or `names=None` take the whole index.
+    The user's folders come last either way, so a user task overrides a shipped one of its name."""
     from lm_eval import tasks as lm_eval_tasks
 
     for path in include_path:
         if not os.path.exists(path):
             raise HarnessError(f"include_path: {path} does not exist")
-    narrow = names is not None and all(n in TASK_FOLDERS for n in names)
-    base = os.path.dirname(lm_eval_tasks.__file__)
-    folders = tuple(sorted({os.path.join(base, TASK_FOLDERS[n]) for n in names or ()})) if narrow else ("*",)
+    if names is not None:
+        base = os.path.dirname(lm_eval_tasks.__file__)
+        folders = tuple(sorted({os.path.join(base, TASK_FOLDERS[n]) for n in names if n in TASK_FOLDERS}))
+        narrow = _manager(folders, include_path, include_defaults=False)
+        tasks = set(narrow.all_subtasks)
+        if all(n in TASK_FOLDERS or n in tasks for n in names):
+            return narrow
+    return _manager(("*",), include_path, include_defaults=True)
+
+
+def _manager(folders: tuple[str, ...], include_path: Sequence[str], *, include_defaults: bool) -> Any:
+    from lm_eval import tasks as lm_eval_tasks
+
     key = folders + tuple(include_path)
     if key not in _MANAGERS:
-        paths = [*(folders if narrow else ()), *include_path]
-        _MANAGERS[key] = lm_eval_tasks.TaskManager(include_defaults=not narrow, include_path=paths or None)
+        paths = [*(() if include_defaults else folders), *include_path]
+        _MANAGERS[key] = lm_eval_tasks.TaskManager(include_defaults=include_defaults, include_path=paths or None)
     return _MANAGERS[key]
 
 
@@ -337,7 +352,7 @@ def check_task_names(names: Sequence[str], include_path: Sequence[str] = ()) -> 
     """Raises HarnessError naming the closest known tasks for every unknown name."""
     if not include_path and all(n in TASK_FOLDERS for n in names):
         return
-    manager = task_manager(include_path)
+    manager = task_manager(include_path, names)
     known = set(manager.all_tasks)
     unknown = [n for n in names if n not in known and not (n.endswith((".yaml", ".yml")) and os.path.exists(n))]
     if unknown:
