@@ -19,7 +19,6 @@ from typing import Any
 from marin_lab.cluster.classify import PREEMPTION, MetadataPreemptionProbe, PreemptionProbe, classify_error
 from marin_lab.cluster.config import load_cluster_config
 from marin_lab.cluster.errors import ClusterError, PreemptedError, StepCancelled, TpuRequestError
-from marin_lab.cluster.slice_runner import run_on_slices
 from marin_lab.cluster.tpu_types import TpuType, check_slice_count, parse_tpu_type
 from marin_lab.execution.resources import RunOutcome, attach_hardware, hardware_of
 from marin_lab.versioning import field_hints
@@ -157,6 +156,7 @@ class TpuResources:
         """
         self.validate()
         _require_ray(step_name)
+        from marin_lab.cluster.slice_runner import run_on_slices  # Ray: only when a step runs on slices
 
         capacity = self.cluster_capacity()
         counts = [c for c in self.slice_counts if capacity is None or c <= capacity]

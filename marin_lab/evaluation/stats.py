@@ -30,7 +30,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import special as _special  # the quantiles alone: scipy.stats takes seconds to import
 
 COVERAGE_FLOOR = 0.9
 """A result that scored fewer than this fraction of the items it attempted is flagged low-coverage."""
@@ -45,7 +44,9 @@ T_PAIRED = "paired-t"
 def _z(confidence: float) -> float:
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence {confidence!r} must lie strictly between 0 and 1")
-    return float(_special.ndtri(0.5 + confidence / 2.0))
+    from scipy import special  # here, not at import: the `marin-lab` command starts without scipy
+
+    return float(special.ndtri(0.5 + confidence / 2.0))
 
 
 def wilson_interval(successes: float, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -178,7 +179,9 @@ def paired_difference(a: Mapping[Any, float], b: Mapping[Any, float], confidence
     sd = float(diffs.std(ddof=1))
     if sd == 0.0:
         return {**out, "low": mean, "high": mean, "degenerate": True}
-    t = float(_special.stdtrit(n - 1, 0.5 + confidence / 2.0))
+    from scipy import special  # the quantiles alone: scipy.stats takes seconds to import
+
+    t = float(special.stdtrit(n - 1, 0.5 + confidence / 2.0))
     half = t * sd / math.sqrt(n)
     return {**out, "low": mean - half, "high": mean + half, "stderr": sd / math.sqrt(n)}
 

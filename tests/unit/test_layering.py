@@ -53,6 +53,9 @@ KNOWN_UPWARD: set[tuple[str, str]] = set()
 KNOWN_LOCAL: set[tuple[str, str]] = {
     ("browser/__init__.py", "marin_lab.browser.server"),  # aiohttp, only when a server starts
     ("cli.py", "marin_lab.cluster.cli"),  # JAX and the TPU tools: ~4 s of imports
+    # Ray (~0.8 s of imports), only when a step runs on slices: not when `marin-lab` or an executor
+    # that runs no TPU step starts (tests/unit/test_cli_help.py checks it).
+    ("cluster/resources.py", "marin_lab.cluster.slice_runner"),
     # `marin-lab generate`'s model side (JAX, tokenizers), imported when it runs: ~1.3 s off
     # every other command's start (tests/unit/test_cli_help.py checks it).
     ("evaluation/generate_cli.py", "marin_lab.evaluation.loading"),
