@@ -39,8 +39,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 __all__ = [
     "MinHasher",
@@ -488,6 +486,9 @@ class MinHasher:
 def first_of_component(n: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """For each of `n` documents linked by edges (src, dst): the first document of its connected
     component, i.e. its cluster's representative in corpus order."""
+    from scipy.sparse import coo_matrix  # here: scipy.sparse is 0.4-0.8 s of every experiment's start
+    from scipy.sparse.csgraph import connected_components
+
     graph = coo_matrix((np.ones(src.size, dtype=np.int8), (src, dst)), shape=(n, n))
     _, labels = connected_components(graph, directed=False)
     first_of_label = np.full(labels.max() + 1 if n else 0, n, dtype=np.int64)

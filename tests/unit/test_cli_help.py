@@ -1,4 +1,5 @@
-"""`marin-lab --help` and each command's `--help` print and exit 0 (a `%` in a help text once broke them)."""
+"""`marin-lab --help` and each command's `--help` print and exit 0 (a `%` in a help text once broke them),
+and what the command and an experiment file import when they start."""
 
 from __future__ import annotations
 
@@ -36,3 +37,18 @@ def test_the_cli_starts_without_the_model_side_of_generate_ray_or_scipy():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+def test_an_experiment_file_starts_without_ray_or_scipy():
+    """experiments/defaults.py, which experiment files import, pulls in neither Ray (imported when the
+    ray backend starts or a step runs on TPU slices) nor scipy (imported when dedup clusters its
+    duplicates): a `--dry_run` or `--help` does not pay for them."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    code = "import sys, experiments.defaults; print([m for m in ('ray', 'scipy') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
