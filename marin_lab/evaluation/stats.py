@@ -179,7 +179,7 @@ def paired_difference(a: Mapping[Any, float], b: Mapping[Any, float], confidence
     sd = float(diffs.std(ddof=1))
     if sd == 0.0:
         return {**out, "low": mean, "high": mean, "degenerate": True}
-    from scipy import special  # the quantiles alone: scipy.stats takes seconds to import
+    from scipy import special  # as in _z
 
     t = float(special.stdtrit(n - 1, 0.5 + confidence / 2.0))
     half = t * sd / math.sqrt(n)

@@ -3,9 +3,13 @@ and what the command and an experiment file import when they start."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from marin_lab.cli import build_parser, main
+from tests.conftest import REPO_ROOT
 
 
 def _commands() -> list[str]:
@@ -26,29 +30,23 @@ def test_the_cli_starts_without_the_model_side_of_generate_ray_or_scipy():
     (JAX, tokenizers) when the CLI starts: it is imported when `generate` runs. Nor Ray (imported
     when a step runs on slices or a launch connects) or scipy (when an interval is computed): with
     them `marin-lab status` took a median 2.34 s to start instead of 0.81 s (docs/executor.md)."""
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO_ROOT
-
     heavy = ("marin_lab.evaluation.loading", "marin_lab.models.generate", "marin_lab.processing.tokenizers")
     heavy += ("jax", "ray", "scipy")
-    code = f"import sys, marin_lab.cli; print([m for m in {heavy!r} if m in sys.modules])"
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "[]"
+    out = _imported_at_start("marin_lab.cli", heavy)
+    assert out.strip() == "[]"
 
 
 def test_an_experiment_file_starts_without_ray_or_scipy():
     """experiments/defaults.py, which experiment files import, pulls in neither Ray (imported when the
     ray backend starts or a step runs on TPU slices) nor scipy (imported when dedup clusters its
     duplicates): a `--dry_run` or `--help` does not pay for them."""
-    import subprocess
-    import sys
+    out = _imported_at_start("experiments.defaults", ("ray", "scipy"))
+    assert out.strip().splitlines()[-1] == "[]"
 
-    from tests.conftest import REPO_ROOT
 
-    code = "import sys, experiments.defaults; print([m for m in ('ray', 'scipy') if m in sys.modules])"
+def _imported_at_start(module: str, heavy: tuple[str, ...]) -> str:
+    """What a fresh interpreter prints after importing `module`: the names of `heavy` it imported."""
+    code = f"import sys, {module}; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "[]"
+    return out.stdout
