@@ -71,6 +71,7 @@ def initialize_from_env(env: Mapping[str, str] | None = None) -> bool:
     # CPU processes stand in for hosts in tests: their cross-process collectives need gloo (the
     # flag only concerns the CPU backend; asking for the backend here would start it too early).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    cache_programs_of_every_cpu_process()
     leave_threads_for_collectives()  # this process's own environment: XLA reads it there
     # Said before, because JAX ends the process itself (DEADLINE_EXCEEDED in RegisterTask, not a
     # Python exception) when the others do not all arrive in time.
@@ -144,6 +145,58 @@ def leave_threads_for_collectives(env: MutableMapping[str, str] | None = None) -
         return target.get(CPU_POOL_VAR)
     target[CPU_POOL_VAR] = str(max(os.cpu_count() or 1, 2 * int(match.group(1))))
     return target[CPU_POOL_VAR]
+
+
+def cache_programs_of_every_cpu_process() -> bool:
+    """Let every process of a CPU cluster write the programs it compiles to JAX's persistent
+    compilation cache (when one is configured), not process 0 alone; True if installed.
+
+    JAX writes cache entries from process 0 only, so that the hosts of a TPU slice, which compile
+    the same program under the same key, do not all write one file. On CPU the key holds a
+    topology fingerprint that differs from process to process, so process 1's programs are never
+    written, and every rerun of a multi-process CPU job (simulated hosts: the multi-host tests,
+    `experiments/tiny_multihost.py`, a resumed run) compiled them again in every process but the
+    first. With this, such a rerun reads every program back in every process: a 2 x 2-device rerun
+    of the tiny trainer took 3.2-3.6 s instead of 6.2-7.0 s, with identical weights
+    (docs/benchmarks.md, "Test suite"). Entries of other platforms are left to JAX's rule.
+
+    JAX offers no setting for this: the shim wraps its private `_cache_write` (the pinned JAX
+    0.10), and does nothing when that function is not there.
+    """
+    try:
+        from jax._src import compilation_cache, compiler
+        from jax._src import distributed as jax_distributed
+    except ImportError:
+        return False
+    write = getattr(compiler, "_cache_write", None)
+    if write is None or not hasattr(compilation_cache, "put_executable_and_time"):
+        return False
+    if getattr(write, "marin_every_cpu_process", False):
+        return True
+
+    def cache_write(
+        cache_key: str,
+        compile_time_secs: float,
+        module_name: str,
+        backend: Any,
+        executable: Any,
+        host_callbacks: Any,
+    ) -> None:
+        if jax_distributed.global_state.process_id == 0 or host_callbacks or getattr(backend, "platform", "") != "cpu":
+            write(cache_key, compile_time_secs, module_name, backend, executable, host_callbacks)
+            return
+        if compile_time_secs < getattr(jax.config, "jax_persistent_cache_min_compile_time_secs", 0.0):
+            return
+        try:
+            compilation_cache.put_executable_and_time(
+                cache_key, module_name, executable, backend, int(compile_time_secs)
+            )
+        except Exception as err:  # noqa: BLE001 - as JAX does: a cache that cannot be written costs a compile
+            logger.warning("could not write %s to the compilation cache: %s: %s", module_name, type(err).__name__, err)
+
+    cache_write.marin_every_cpu_process = True  # type: ignore[attr-defined]
+    compiler._cache_write = cache_write
+    return True
 
 
 def _await_coordinator(address: str, pid: int, num: int, timeout_s: int) -> None:

@@ -61,10 +61,10 @@ def _ok(result):
 
 @pytest.fixture(scope="module", autouse=True)
 def compilation_cache(tmp_path_factory, monkeypatch_module):
-    """Compile each (program, topology) once for the module where JAX can reuse it: process 0 writes
-    JAX's persistent compilation cache and reads it back on a rerun (the one-process 1x2 reruns cost
-    no compile). Processes 1..N of a run compile every program again: on CPU, JAX's cache key holds
-    a topology fingerprint that differs per process (docs/benchmarks.md, "Test suite")."""
+    """Compile each (program, topology, process) once for the module: every process writes JAX's
+    persistent compilation cache and reads it back on a rerun (on CPU, JAX's cache key holds a
+    topology fingerprint that differs per process, and `distributed.cache_programs_of_every_cpu_process`
+    lets processes 1..N write theirs too; docs/benchmarks.md, "Test suite")."""
     monkeypatch_module.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path_factory.mktemp("jax-cache")))
     monkeypatch_module.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     monkeypatch_module.setenv("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
@@ -127,6 +127,24 @@ def test_hardware_move_reshards_and_continues_the_data(unbroken):
         np.testing.assert_array_equal(resumed_loader.batch(step), unbroken_loader.batch(step))
     # The same move twice: the same bits.
     assert runs["to_1x2"][1]["param_checksum"] == runs["to_1x2_again"][1]["param_checksum"]
+
+
+def test_every_host_reads_its_programs_back_when_the_same_hosts_resume(unbroken):
+    """A 2 x 2 resume from step K compiles nothing in any process (every program was compiled by
+    the unbroken run on the same hosts) and ends on the unbroken run's exact weights."""
+    root, _, _, whole = unbroken
+    cfg = _from_step_k(unbroken, "same_hosts")
+    # JAX logs each persistent-cache hit and miss of its compiler at DEBUG.
+    env = {"JAX_DEBUG_LOG_MODULES": "jax._src.compiler"}
+    workdir = root / "w-same-hosts"
+    summary = _ok(run_hosts(cfg, hosts=2, devices_per_host=2, workdir=str(workdir), extra_env=env))
+    assert summary["start"].startswith("resumed from") and summary["final_step"] == STEPS
+    assert summary["param_checksum"] == whole["param_checksum"]
+    for host in range(2):
+        log = (workdir / f"host-{host}.stderr").read_text()  # whole: the result keeps only a tail
+        hits = log.count("Persistent compilation cache hit")
+        misses = log.count("PERSISTENT COMPILATION CACHE MISS")
+        assert hits >= 2 and misses == 0, f"host {host}: {hits} cache hits, {misses} misses\n{log[-3000:]}"
 
 
 def test_a_host_that_never_arrives_is_named(unbroken, tmp_path):
