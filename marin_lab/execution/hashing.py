@@ -173,7 +173,7 @@ def lenient_value(value: Any) -> Any:
     return repr(value)
 
 
-@dataclasses.dataclass(init=False)
+@dataclasses.dataclass(init=False, slots=True)
 class ConfigScan:
     """What a walk over one step's config found, keyed by structural field path (`child_path`)."""
 

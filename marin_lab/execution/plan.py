@@ -37,7 +37,7 @@ from marin_lab.io.fs import join
 logger = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class PlannedStep:
     """A step with its identity settled. Identical steps (same version) share one PlannedStep."""
 
@@ -375,7 +375,7 @@ def _settle(
         entries[field] = f"DEP[{idx}]/{name}" if name else f"DEP[{idx}]"
     version = {
         "name": step.name,
-        "config": dict(scan.versioned),
+        "config": scan.versioned,  # shared, not copied: nothing writes to a scan after the walk
         "inputs": entries,
         "dependencies": list(map(_IDENTITY, deps)),
     }  # version_of(...), spelled out
@@ -408,19 +408,20 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     settled = -1
 
     # Pass 1: discover steps through object references, with an iterative DFS that also finds
-    # cycles (grey = on the current path, black = finished).
-    GREY, BLACK = 1, 2
-    color: dict[int, int] = {}
+    # cycles: a step in `scans` was discovered; one in `on_path` (the few on the current path) is
+    # not finished yet. (One large map per step, not a second one for its colour: at 100,000 steps
+    # the planner's maps no longer fit in the CPU's caches, and each lookup costs a memory access.)
+    on_path: set[int] = set()
     if any(map(isinstance, roots, itertools.repeat(InputName))):
         roots = [r.step if isinstance(r, InputName) and r.step is not None else r for r in roots]
     for root in roots:
-        if id(root) in color:  # finished (between roots no step is grey)
+        if id(root) in scans:  # finished (between roots no step is on a path)
             continue
         if not _plain(root):
             _check_step(root, None)
         stack: list[tuple[ExecutorStep, ConfigScan, int]] = []  # the path to `step`, with where each stands
         step, i = root, 0
-        color[id(step)] = GREY
+        on_path.add(id(step))
         scans[id(step)] = scan = scan_config(step.config, step_label=f"step '{step.name}'")
         while True:
             # The next input of `step` whose step is not finished yet, if any.
@@ -434,10 +435,9 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 child = inp.step
                 if child is None:
                     continue
-                c = color.get(id(child))
-                if c == BLACK:
-                    continue
-                if c == GREY:
+                if id(child) in scans:
+                    if id(child) not in on_path:  # finished
+                        continue
                     path = [s for s, _, _ in stack] + [step]
                     cycle = path[path.index(child) :] + [child]
                     raise CycleError(
@@ -449,11 +449,11 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                     _check_step(child, step)
                 stack.append((step, scan, i))
                 step, i = child, 0
-                color[id(step)] = GREY
+                on_path.add(id(step))
                 scans[id(step)] = scan = scan_config(step.config, step_label=f"step '{step.name}'")
                 break
             else:  # every input's step is finished: so is this one
-                color[id(step)] = BLACK
+                on_path.discard(id(step))
                 order.append(step)
                 if eager and (named or not _settle(step, scan, planned, by_identity, base)):
                     eager = False
