@@ -179,8 +179,8 @@ def test_training_plots_eval_results_and_no_secrets(page, server, fx):
     assert loss.locator("g[aria-label='y-grid'] line").count() >= 3
     assert "step" in (loss.locator("g[aria-label='x-axis label']").text_content() or "")
     # Hovering shows the value at the nearest logged step.
-    box = loss.bounding_box()
-    page.mouse.move(box["x"] + box["width"] - 16, box["y"] + box["height"] / 2)
+    box = loss.bounding_box()  # its size; the point is taken where the chart stands when hovered
+    loss.hover(position={"x": box["width"] - 16, "y": box["height"] / 2})
     expect(loss.locator("text.readout")).to_contain_text("step ")
     # Log scale, for every chart of the page at once (these values are all positive).
     page.check("#metrics .chart-log")

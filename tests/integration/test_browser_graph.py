@@ -141,8 +141,10 @@ def test_metrics_of_two_versions_on_one_chart_with_hover_values_and_the_wandb_ru
         chart = page.locator("#plots svg.chart[data-metric='loss']")
         expect(chart).to_have_attribute("data-series", "2")
         assert page.locator("#overlay-legend .series-key").all_inner_texts() == ["this run", "train/run-aaaaaaaa"]
+        # The point is taken where the chart is when the pointer gets there (Playwright waits for it
+        # to stand still): a section drawn above it after a bounding box was read would move it away.
         box = chart.bounding_box()
-        page.mouse.move(box["x"] + box["width"] - 12, box["y"] + box["height"] / 2)
+        chart.hover(position={"x": box["width"] - 12, "y": box["height"] / 2})
         expect(chart.locator("text.readout")).to_have_text("step 5: this run 3.5, train/run-aaaaaaaa 4.5")
         # The W&B run is linked: an offline run to its files, with the step's breadcrumb kept.
         page.click("#wandb-link")
