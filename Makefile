@@ -9,9 +9,10 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist); each test file runs whole in one of them, so a file's shared
-# fixtures are built once. 0 (the default) runs everything in this process: on 2 cores, 2 workers
-# finished the suite only 13% sooner (docs/benchmarks.md, "Test suite"), as the tests are CPU-bound.
-PYTEST_WORKERS ?= 0
+# fixtures are built once. Two on CI's 2 cores: the suite took 812 s against 1,044-1,115 s in one
+# process (docs/benchmarks.md, "Test suite"), its subprocess and Ray tests waiting while the other
+# worker computes. 0 runs everything in this process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: quickstart test test-fast lint venv test-venv system-deps bench clean
 
