@@ -9,10 +9,11 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist); each test file runs whole in one of them, so a file's shared
-# fixtures are built once. Two on CI's 2 cores: the suite took 812 s against 1,044-1,115 s in one
-# process (docs/benchmarks.md, "Test suite"), its subprocess and Ray tests waiting while the other
-# worker computes. 0 runs everything in this process.
-PYTEST_WORKERS ?= 2
+# fixtures are built once. 0 (the default) runs everything in this process. On 2 cores, 2 workers
+# finished the suite in 812 s against 1,044-1,115 s, but each of two such runs hit a race between
+# tests that one process never showed (docs/benchmarks.md, "Test suite"): the default waits for
+# runs without one.
+PYTEST_WORKERS ?= 0
 
 .PHONY: quickstart test test-fast lint venv test-venv system-deps bench clean
 
