@@ -45,7 +45,10 @@ def chatty(cfg: ChattyConfig) -> dict:
         sys.stderr.flush()
     sys.stderr.write("\n")
     if cfg.release_path:
-        # On stderr, like the bar before it: one pipe keeps their order in the log.
+        # The last line of both pipes: stdout and stderr are read by two threads, so on a busy
+        # machine a line written earlier on one pipe (the subprocess's) can be taken after a later
+        # line of the other; whichever is taken last, the latest line is then this one.
+        print("waiting for release", flush=True)
         print("waiting for release", file=sys.stderr, flush=True)
         _wait_for(cfg.release_path)
         print("released", flush=True)
