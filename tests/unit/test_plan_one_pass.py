@@ -200,7 +200,10 @@ def test_a_process_that_froze_objects_keeps_them_frozen():
     try:
         frozen = gc.get_freeze_count()
         build_plan(_wide_dag(50), "/p")
-        assert gc.get_freeze_count() == frozen
+        # A few frozen objects may die meanwhile (a process-wide cache dropping its oldest entry, late
+        # in a long session: 2 of 1.4 million once); what must not happen is the frozen set moved back
+        # into the collected generations (`gc.unfreeze()`: a count of 0).
+        assert 0 <= frozen - gc.get_freeze_count() < 100
         assert gc.isenabled()
     finally:
         gc.unfreeze()
