@@ -148,6 +148,30 @@ def hash8(obj: Any) -> str:
 
 _sha256 = hashlib.sha256
 _new_object = object.__new__
+_quote = json.encoder.encode_basestring  # a JSON string with ensure_ascii=False: what the encoder writes
+
+
+def version_hash8(name: str, versioned: dict[str, Any], inputs: dict[str, str], dependencies: list[str]) -> str:
+    """`hash8(version_of(name, versioned, inputs, dependencies))`, with the canonical JSON written
+    around the config's instead of encoded from a new dict: a plan hashes one version per step, and
+    the encoder's walk of the outer dict (and its key sorts) cost more than the text written here.
+
+    For what a plan's common step holds: each dependency is a step identity (a valid name and a
+    hash: letters, digits, `_.-/`, nothing JSON escapes) and every input entry is a string. The
+    bytes are those `canonical_json` gives (tests/unit/test_identity.py compares them)."""
+    if _C_ENCODER is None:
+        return hash8(version_of(name, versioned, inputs, dependencies))
+    head = '{"config":' + "".join(_C_ENCODER(versioned, 0))
+    if dependencies:
+        head += ',"dependencies":["' + '","'.join(dependencies) + '"],"inputs":{'
+    else:
+        head += ',"dependencies":[],"inputs":{'
+    if len(inputs) == 1:
+        ((field, entry),) = inputs.items()
+        body = _quote(field) + ":" + _quote(entry)
+    else:  # the keys sorted, as `sort_keys` sorts them
+        body = ",".join([_quote(k) + ":" + _quote(inputs[k]) for k in sorted(inputs)])
+    return _sha256((head + body + '},"name":' + _quote(name) + "}").encode()).hexdigest()[:8]
 
 
 def lenient_value(value: Any) -> Any:

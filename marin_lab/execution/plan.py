@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import functools
 import gc
-import itertools
 import logging
 import operator
 import re
@@ -28,7 +27,7 @@ from typing import Any
 
 from marin_lab.execution.errors import CycleError, ExecutorConfigError, MissingDependencyError, StepDefinitionError
 from marin_lab.execution.extras import environment_for_groups
-from marin_lab.execution.hashing import ConfigScan, hash8, scan_config, version_of
+from marin_lab.execution.hashing import ConfigScan, hash8, scan_config, version_hash8, version_of
 from marin_lab.execution.resources import RAY_OPTION_KEYS, executor_resources
 from marin_lab.execution.sources import portable_value
 from marin_lab.execution.step import _NAME_RE, ExecutorStep, InputName, OutputName, VersionedValue, validate_name
@@ -43,20 +42,30 @@ class PlannedStep:
 
     step: ExecutorStep
     """The step as the executor runs it (Marin's spellings normalized; see the module docstring)."""
-    version: dict[str, Any]
     hash: str
     output_path: str
     dependencies: list[PlannedStep]
     """What this step waits for (and runs first when they are not done)."""
     scan: ConfigScan
-    pseudo_dependencies: list[PlannedStep] = dataclasses.field(default_factory=list)
+    pseudo_dependencies: Sequence[PlannedStep]
     """`.nonblocking()` inputs: part of the identity, never waited for."""
-    identity: str = ""
+    identity: str
     """`name-hash8`."""
+    inputs: dict[str, Any]
+    """The version's "inputs" section: field path -> `DEP[i]...` or `PATH:...`."""
+    _version: dict[str, Any] | None = None
+    """The version, when the planner made it (a step with pseudo-dependencies); else made on first use."""
 
-    def __post_init__(self) -> None:
-        if not self.identity:
-            self.identity = f"{self.step.name}-{self.hash}"
+    @property
+    def version(self) -> dict[str, Any]:
+        """What the identity is the hash of (`hashing.version_of`). A plan hashes each step's version
+        as it settles it but keeps only the parts: the dict is made when something reads it (a record,
+        an explanation), not for each of 100,000 planned steps."""
+        if self._version is None:
+            self._version = version_of(
+                self.step.name, self.scan.versioned, self.inputs, [d.identity for d in self.dependencies]
+            )
+        return self._version
 
     @property
     def name(self) -> str:
@@ -73,8 +82,8 @@ class Plan:
     steps: list[PlannedStep]
     """Every distinct step, dependencies before dependents."""
     roots: list[PlannedStep]
-    object_map: dict[int, PlannedStep] = dataclasses.field(default_factory=dict, repr=False)
-    """id(ExecutorStep object) -> its PlannedStep (identical steps share one)."""
+    by_step: dict[Any, PlannedStep] = dataclasses.field(default_factory=dict, repr=False)
+    """`step_key(step object)` -> its PlannedStep (identical steps share one); see `planned_of`."""
     objects: list[ExecutorStep] = dataclasses.field(default_factory=list, repr=False)
     """Every step object the user's DAG holds, dependencies first."""
     named_map: dict[str, PlannedStep] = dataclasses.field(default_factory=dict, repr=False)
@@ -82,11 +91,28 @@ class Plan:
 
     by_identity: dict[str, PlannedStep] = dataclasses.field(default_factory=dict, repr=False)
     """identity -> PlannedStep (built from `steps` when not given)."""
+    uncommon: list[PlannedStep] | None = dataclasses.field(default=None, repr=False)
+    """The steps that may pin their output path or carry resources (None: any may; `build_plan` lists
+    them, so that checks of those need not visit every step of a large plan)."""
+    names_urls: bool = True
+    """Whether some step's config names a URL (`ConfigScan.urls`); False only when none does."""
 
     def __post_init__(self) -> None:
         if not self.by_identity:
             self.by_identity = {s.identity: s for s in self.steps}
         self._dependents: dict[str, list[PlannedStep]] | None = None
+        self._object_map: dict[int, PlannedStep] | None = None
+
+    def planned_of(self, step: ExecutorStep) -> PlannedStep:
+        """The PlannedStep of a step object of this plan's DAG (KeyError for another object)."""
+        return self.by_step[step if type(step) is ExecutorStep else id(step)]
+
+    @property
+    def object_map(self) -> dict[int, PlannedStep]:
+        """id(ExecutorStep object) -> its PlannedStep (identical steps share one); made on first use."""
+        if self._object_map is None:
+            self._object_map = {id(s): self.planned_of(s) for s in self.objects}
+        return self._object_map
 
     def dependents(self, step: PlannedStep) -> list[PlannedStep]:
         if self._dependents is None:  # built on first use: most runs never ask
@@ -316,7 +342,20 @@ def build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
 
 
 _FUNCTION = types.FunctionType
+
+
+def step_key(step: Any) -> Any:
+    """A step's key in the planner's maps: the step object itself when it is an `ExecutorStep`, which
+    hashes and compares by identity (a dict finds it without making an int or reading the int it
+    stored: at 100,000 steps each such read is a cache miss), else `id(step)` (a subclass may compare
+    by value). The hot loops below spell it out."""
+    return step if type(step) is ExecutorStep else id(step)
+
+
 _IDENTITY = operator.attrgetter("identity")
+_NO_STEPS: tuple[PlannedStep, ...] = ()  # the pseudo-dependencies of every step that has none
+_N_DEP = 16
+_DEP = tuple(f"DEP[{i}]" for i in range(_N_DEP))  # the common input entries, made once
 
 
 def _plain(step: Any) -> bool:
@@ -338,7 +377,7 @@ def _plain(step: Any) -> bool:
 def _settle(
     step: ExecutorStep,
     scan: ConfigScan,
-    planned: dict[int, PlannedStep],
+    planned: dict[Any, PlannedStep],
     by_identity: dict[str, PlannedStep],
     base: str,
 ) -> bool:
@@ -366,29 +405,23 @@ def _settle(
             continue
         if not inp.block_on_step:
             return False
-        dep = planned[id(target)]
+        dep = planned[target if type(target) is ExecutorStep else id(target)]
         if dep in deps:  # identity comparison (PlannedStep has eq=False); identical steps share one
             idx = deps.index(dep)
         else:
             idx = len(deps)
             deps.append(dep)
-        entries[field] = f"DEP[{idx}]/{name}" if name else f"DEP[{idx}]"
-    version = {
-        "name": step.name,
-        "config": scan.versioned,  # shared, not copied: nothing writes to a scan after the walk
-        "inputs": entries,
-        "dependencies": list(map(_IDENTITY, deps)),
-    }  # version_of(...), spelled out
-    h = hash8(version)
+        entries[field] = f"DEP[{idx}]/{name}" if name else _DEP[idx] if idx < _N_DEP else f"DEP[{idx}]"
+    h = version_hash8(step.name, scan.versioned, entries, list(map(_IDENTITY, deps)))
     identity = f"{step.name}-{h}"
     existing = by_identity.get(identity)
     if existing is not None:
         if not same_function(existing.step.fn, step.fn):
             return False
-        planned[id(step)] = existing
+        planned[step if type(step) is ExecutorStep else id(step)] = existing
         return True
-    planned[id(step)] = by_identity[identity] = PlannedStep(
-        step, version, h, f"{base}/{identity}", deps, scan, [], identity
+    planned[step if type(step) is ExecutorStep else id(step)] = by_identity[identity] = PlannedStep(
+        step, h, f"{base}/{identity}", deps, scan, _NO_STEPS, identity, entries
     )
     return True
 
@@ -396,10 +429,10 @@ def _settle(
 def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     if not roots:
         raise StepDefinitionError("no steps given: pass steps=[...] to executor_main or Executor.run")
-    scans: dict[int, ConfigScan] = {}
+    scans: dict[Any, ConfigScan] = {}  # keyed by `step_key`, as are `planned` and `on_path`
     order: list[ExecutorStep] = []  # dependencies first
     named = False  # whether a step refers to another by name (then pass 2 has work to do)
-    planned: dict[int, PlannedStep] = {}
+    planned: dict[Any, PlannedStep] = {}
     by_identity: dict[str, PlannedStep] = {}
     base = prefix.rstrip("/")
     # While every step that finished discovery is of the common kind (`_settle`), it is planned as it
@@ -411,18 +444,28 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     # cycles: a step in `scans` was discovered; one in `on_path` (the few on the current path) is
     # not finished yet. (One large map per step, not a second one for its colour: at 100,000 steps
     # the planner's maps no longer fit in the CPU's caches, and each lookup costs a memory access.)
-    on_path: set[int] = set()
-    if any(map(isinstance, roots, itertools.repeat(InputName))):
-        roots = [r.step if isinstance(r, InputName) and r.step is not None else r for r in roots]
+    on_path: set[Any] = set()
+    root_keys: list[Any] = []
+    key: Any  # a step's `step_key`
+    urls = False  # whether a config names a URL (the egress guard has nothing to check if none does)
     for root in roots:
-        if id(root) in scans:  # finished (between roots no step is on a path)
+        if type(root) is ExecutorStep:
+            key = root
+        else:
+            if isinstance(root, InputName) and root.step is not None:
+                root = root.step
+            key = step_key(root)
+        root_keys.append(key)
+        if key in scans:  # finished (between roots no step is on a path)
             continue
         if not _plain(root):
             _check_step(root, None)
         stack: list[tuple[ExecutorStep, ConfigScan, int]] = []  # the path to `step`, with where each stands
         step, i = root, 0
-        on_path.add(id(step))
-        scans[id(step)] = scan = scan_config(step.config, step_label=f"step '{step.name}'")
+        on_path.add(key)
+        scans[key] = scan = scan_config(step.config, step_label=f"step '{step.name}'")
+        if scan.urls:
+            urls = True
         while True:
             # The next input of `step` whose step is not finished yet, if any.
             inputs = scan.inputs
@@ -435,8 +478,9 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 child = inp.step
                 if child is None:
                     continue
-                if id(child) in scans:
-                    if id(child) not in on_path:  # finished
+                key = child if type(child) is ExecutorStep else id(child)
+                if key in scans:
+                    if key not in on_path:  # finished
                         continue
                     path = [s for s, _, _ in stack] + [step]
                     cycle = path[path.index(child) :] + [child]
@@ -449,11 +493,13 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                     _check_step(child, step)
                 stack.append((step, scan, i))
                 step, i = child, 0
-                on_path.add(id(step))
-                scans[id(step)] = scan = scan_config(step.config, step_label=f"step '{step.name}'")
+                on_path.add(key)
+                scans[key] = scan = scan_config(step.config, step_label=f"step '{step.name}'")
+                if scan.urls:
+                    urls = True
                 break
             else:  # every input's step is finished: so is this one
-                on_path.discard(id(step))
+                on_path.discard(step if type(step) is ExecutorStep else id(step))
                 order.append(step)
                 if eager and (named or not _settle(step, scan, planned, by_identity, base)):
                     eager = False
@@ -470,7 +516,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     for step in order if named else ():
         by_name.setdefault(step.name, []).append(step)
     for step in order if named else ():
-        for field, inp in scans[id(step)].inputs:
+        for field, inp in scans[step_key(step)].inputs:
             if inp.step_name is None:
                 continue
             candidates = by_name.get(inp.step_name, [])
@@ -498,8 +544,9 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     # Pass 3: versions in dependency order (of the steps not settled above); identical versions
     # collapse into one PlannedStep.
     pinned_any = False  # computed paths are distinct (one per identity); only a pinned one can collide
+    uncommon: list[PlannedStep] = []  # what pass 3 planned: `_settle` takes no pinned path or resources
     for step in order[settled:]:
-        scan = scans[id(step)]
+        scan = scans[step_key(step)]
         input_entries: dict[str, Any] = {}
         deps: list[PlannedStep] = []
         blocking: set[str] = set()
@@ -511,7 +558,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 portable = portable_value(inp.name) if local else inp.name
                 input_entries[field] = f"PATH:{inp.name}" if portable is inp.name else {"PATH": portable}
                 continue
-            dep = planned[id(target)]
+            dep = planned[step_key(target)]
             idx = dep_index.get(dep.identity)
             if idx is None:
                 idx = dep_index[dep.identity] = len(deps)
@@ -534,7 +581,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                     f"({function_path(existing.step.fn)} and {function_path(step.fn)}); give one another "
                     "name or a versioned field that tells them apart"
                 )
-            planned[id(step)] = existing
+            planned[step_key(step)] = existing
             continue
         output_path = f"{base}/{identity}"  # join(prefix, identity): a valid name has no leading or trailing "/"
         if step.override_output_path:
@@ -547,16 +594,18 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
             output_path = pinned
         ps = PlannedStep(
             step=_normalized(step),
-            version=version,
             hash=h,
             output_path=output_path,
             dependencies=[d for d in deps if d.identity in blocking] if pseudo else deps,
             scan=scan,
             pseudo_dependencies=pseudo,
             identity=identity,
+            inputs=input_entries,
+            _version=version,
         )
-        planned[id(step)] = ps
+        planned[step_key(step)] = ps
         by_identity[identity] = ps
+        uncommon.append(ps)
 
     steps = list(by_identity.values())
     seen_paths: dict[str, str] = {}
@@ -567,28 +616,31 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 f"steps '{other}' and '{ps.identity}' both write to {ps.output_path}; give one of them "
                 "another override_output_path (or none)"
             )
-    root_planned = list(dict.fromkeys(map(planned.__getitem__, map(id, roots))))  # PlannedStep hashes by identity
+    root_planned = list(dict.fromkeys(map(planned.__getitem__, root_keys)))  # PlannedStep hashes by identity
     named_map = {}
     for refs in named_refs.values():
         for target in refs.values():
-            named_map[target.name] = planned[id(target)]
+            named_map[target.name] = planned[step_key(target)]
     return Plan(
         prefix=prefix,
         steps=steps,
         roots=root_planned,
-        object_map=planned,
+        by_step=planned,
         named_map=named_map,
         objects=order,
         by_identity=by_identity,
+        uncommon=uncommon,
+        names_urls=urls,
     )
 
 
 def _toposort_with_names(
-    order: list[ExecutorStep], scans: dict[int, ConfigScan], named: dict[int, dict[str, ExecutorStep]]
+    order: list[ExecutorStep], scans: dict[Any, ConfigScan], named: dict[int, dict[str, ExecutorStep]]
 ) -> list[ExecutorStep]:
     """Re-sort when name references add edges (and detect the cycles they may close)."""
     deps = {
-        id(s): [i.step for _, i in scans[id(s)].inputs if i.step is not None] + list(named.get(id(s), {}).values())
+        id(s): [i.step for _, i in scans[step_key(s)].inputs if i.step is not None]
+        + list(named.get(id(s), {}).values())
         for s in order
     }
     by_id = {id(s): s for s in order}
@@ -652,6 +704,6 @@ def _resolve(obj: Any, planned: PlannedStep, plan: Plan) -> Any:
 
 def _find_dep(inp: InputName, plan: Plan) -> PlannedStep:
     if inp.step is not None:
-        return plan.object_map[id(inp.step)]
+        return plan.planned_of(inp.step)
     assert inp.step_name is not None  # an InputName names its step by object or by name
     return plan.named_map[inp.step_name]

@@ -84,10 +84,10 @@ class MarinView:
         self._plan = plan
         first: dict[int, ExecutorStep] = {}
         for obj in plan.objects:
-            first.setdefault(id(plan.object_map[id(obj)]), obj)
+            first.setdefault(id(plan.planned_of(obj)), obj)
         self.steps: list[ExecutorStep] = [first[id(ps)] for ps in plan.steps]
         """One object per distinct step, dependencies first."""
-        planned = {obj: plan.object_map[id(obj)] for obj in plan.objects}
+        planned = {obj: plan.planned_of(obj) for obj in plan.objects}
         self.output_paths: dict[ExecutorStep, str] = {o: ps.output_path for o, ps in planned.items()}
         self.versions: dict[ExecutorStep, dict[str, Any]] = {o: ps.version for o, ps in planned.items()}
         self.version_strs: dict[ExecutorStep, str] = {o: canonical_json(ps.version) for o, ps in planned.items()}

@@ -72,7 +72,7 @@ T = TypeVar("T", bound=Artifact)
 def _executor_identity(step: ExecutorStep, prefix: str | None = None) -> tuple[str, str]:
     """(`name@name-hash8`, its output path under `prefix`) for an ExecutorStep dependency."""
     plan = build_plan([step], prefix or marin_prefix())
-    planned = plan.object_map[id(step)]
+    planned = plan.planned_of(step)
     return f"{step.name}@{planned.identity}", planned.output_path
 
 

@@ -396,3 +396,29 @@ def test_the_dry_run_and_explain_commands_need_no_credentials(tmp_path):
     )
     assert run.returncode != 0 and "cannot find the location of bucket" in run.stderr + run.stdout
     assert "Traceback" not in run.stderr
+
+
+def test_pinned_bucket_outputs_in_a_local_plan_are_still_checked():
+    """Under a local prefix only a pinned output path can be a bucket path: the plan lists the steps
+    that may pin one (`Plan.uncommon`), and the guard checks those among many common local steps."""
+    local = [
+        ExecutorStep(name=f"local/{i}", fn=copy, config=CopyConfig(this_output_path(), versioned(str(i))))
+        for i in range(50)
+    ]
+    raw = ExecutorStep(
+        name="raw/corpus",
+        fn=copy,
+        config=CopyConfig(this_output_path(), output_path_of(local[3])),
+        override_output_path="gs://eu-data/raw",
+    )
+    tok = ExecutorStep(
+        name="tokenized/corpus",
+        fn=copy,
+        config=CopyConfig(this_output_path(), output_path_of(raw)),
+        override_output_path="gs://us-data/tok",
+    )
+    with pytest.raises(CrossRegionError, match=r"would read gs://eu-data/raw \(europe-west4\)"):
+        _executor(prefix="/tmp/local-runs").plan([*local, tok])
+    ex = _executor(prefix="/tmp/local-runs")
+    plan = ex.plan(local)
+    assert plan.uncommon == [] and not plan.names_urls and ex.cross_region_reads == []

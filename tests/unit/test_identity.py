@@ -407,3 +407,31 @@ def test_quickstart_planned_on_two_machines_has_the_same_identities(tmp_path, mo
     assert there.resolve_config(raw).source.startswith("debian://python3.11-doc/")  # what the step fetches
     versions = json.dumps([s.version for s in here.steps])
     assert str(tmp_path) not in versions and os.path.expanduser("~") + "/" not in versions
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_spelled_out_version_hash_is_the_hash_of_the_version(seed):
+    """`version_hash8` writes the canonical JSON of a step's version around its config's: the same
+    bytes as `canonical_json(version_of(...))`, for dict-key field paths, several inputs whose keys
+    sort differently as text than as numbers, escapes, non-ASCII, nested and float config values."""
+    import random
+
+    from marin_lab.execution.hashing import canonical_json, hash8, version_hash8, version_of
+
+    rng = random.Random(seed)
+    texts = ["plain", 'quote " and \\ backslash', "tab\tnew\nline", "ünïcode ✓", "\x01ctl", "gs://b/x", ""]
+    scalars = [None, True, False, 0, -7, 2**70, 1.5, "x", *texts]
+    versioned = {}
+    for i in range(rng.randint(0, 5)):
+        key = rng.choice([f"f{i}", f'cfg["{rng.choice(texts)}"]', f"items[{rng.randint(0, 12)}]", f"nested.k{i}"])
+        value = rng.choice(scalars + [[1, "a", None], {"b": 2, "a": [1.25]}])
+        versioned[key] = value
+    inputs = {}
+    for i in range(rng.randint(0, 12)):
+        field = rng.choice([f"inputs[{i}]", f'named["{rng.choice(texts)}"]', f"cfg.in{i}"])
+        inputs[field] = rng.choice(["DEP[0]", f"DEP[{i}]/sub/{rng.choice(texts)}", f"PATH:{rng.choice(texts)}"])
+    name = rng.choice(["a", "tokenized/fineweb-edu", "x_1/y.z-2"])
+    dependencies = [f"dep/s{rng.randint(0, 99)}.v-{rng.getrandbits(32):08x}" for _ in range(rng.randint(0, 4))]
+    version = version_of(name, versioned, inputs, dependencies)
+    json.loads(canonical_json(version))  # what is hashed is JSON
+    assert version_hash8(name, versioned, inputs, dependencies) == hash8(version)

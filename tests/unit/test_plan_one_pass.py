@@ -3,6 +3,7 @@ to its last pass: both routes give the same plan, and the errors come in the ord
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 
@@ -19,6 +20,7 @@ from marin_lab.execution import (
     versioned,
 )
 from marin_lab.execution import plan as plan_module
+from marin_lab.execution.executor import Executor
 from marin_lab.execution.plan import build_plan
 from tests.executor_steps import WriteConfig, write_text
 from tests.unit.test_identity_golden_varied import _dag as varied_dag
@@ -218,3 +220,43 @@ def test_planning_with_the_collector_off_leaves_it_off():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_the_plan_lists_every_step_that_may_pin_a_path_or_carry_resources():
+    """`Plan.uncommon` is what the executor's resource check and the egress guard visit instead of
+    every step: each step with a pinned path or resources is in it, by both planning routes."""
+    steps = _mixed_dag()
+    odd = ExecutorStep(
+        "k/resources", write_text, WriteConfig(this_output_path(), versioned("r")), resources={"bogus": 1}
+    )
+    for settle in (True, False):
+        with pytest.MonkeyPatch.context() as mp:
+            if not settle:
+                mp.setattr(plan_module, "_settle", lambda *a: False)
+            plan = build_plan([*steps, odd], "/p")
+        special = [s.identity for s in plan.steps if s.step.override_output_path or s.step.resources is not None]
+        assert len(special) == 2 and set(special) <= {s.identity for s in plan.uncommon}
+        assert plan.names_urls  # k/fixed reads gs://b/x
+    assert not build_plan(steps[:30], "/p").names_urls
+    with pytest.raises(StepDefinitionError, match=r"step 'k/resources': resources has unknown keys \['bogus'\]"):
+        Executor(prefix="/tmp/plan-one-pass", backend="local").plan([*steps[:30], odd])
+
+
+@dataclasses.dataclass(frozen=True)
+class _ValueStep(ExecutorStep):
+    """A step type that compares (and would hash) by value, as a dataclass subclass does by default."""
+
+
+def test_a_step_type_that_compares_by_value_is_still_one_node_per_object():
+    """The planner keys an `ExecutorStep` by the object (identity hash) and any other type by `id`:
+    two equal-looking objects of a by-value subclass stay two objects of the DAG (one identity)."""
+    config = WriteConfig(this_output_path(), versioned(["a list: unhashable"]))
+    a, b = _ValueStep("v/same", write_text, config), _ValueStep("v/same", write_text, config)
+    assert a == b and a is not b
+    top = ExecutorStep(
+        "v/top", write_text, WriteConfig(this_output_path(), versioned(1), (output_path_of(a), output_path_of(b)))
+    )
+    plan = build_plan([top], "/p")
+    assert [id(o) for o in plan.objects] == [id(a), id(b), id(top)]
+    assert plan.planned_of(a) is plan.planned_of(b) is plan.object_map[id(b)]
+    assert [s.name for s in plan.steps] == ["v/same", "v/top"]
