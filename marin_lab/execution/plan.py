@@ -353,6 +353,7 @@ def step_key(step: Any) -> Any:
 
 
 _IDENTITY = operator.attrgetter("identity")
+_new_object = object.__new__
 _NO_STEPS: tuple[PlannedStep, ...] = ()  # the pseudo-dependencies of every step that has none
 _N_DEP = 16
 _DEP = tuple(f"DEP[{i}]" for i in range(_N_DEP))  # the common input entries, made once
@@ -371,6 +372,7 @@ def _plain(step: Any) -> bool:
         and step.resources is None
         and step.pip_dependency_groups is None
         and step.environment is None
+        and not step.override_output_path
     )
 
 
@@ -380,12 +382,13 @@ def _settle(
     planned: dict[Any, PlannedStep],
     by_identity: dict[str, PlannedStep],
     base: str,
+    checked: bool,
 ) -> bool:
     """Plan a step of the common kind as it finishes discovery, as pass 3 of `_build_plan` would; False
     (nothing done) for anything else: a step that is not `_plain` (or pins its path), a fixed local
     or named input, a pseudo-dependency, or an identity already taken by another function. Such a step
     and every one after it are left to pass 3, which raises the errors in the order it always has."""
-    if (  # `_normalized` would return it as it is (and `_check_step` passed it)
+    if not checked and (  # `_normalized` would return it as it is (and `_check_step` passed it)
         step.override_output_path
         or step.resources is not None
         or step.pip_dependency_groups is not None
@@ -420,9 +423,12 @@ def _settle(
             return False
         planned[step if type(step) is ExecutorStep else id(step)] = existing
         return True
-    planned[step if type(step) is ExecutorStep else id(step)] = by_identity[identity] = PlannedStep(
-        step, h, f"{base}/{identity}", deps, scan, _NO_STEPS, identity, entries
-    )
+    # PlannedStep(step, h, f"{base}/{identity}", deps, scan, _NO_STEPS, identity, entries), without
+    # its __init__ call: one is made per step (keep the fields in step with the class)
+    ps = _new_object(PlannedStep)
+    ps.step, ps.hash, ps.output_path, ps.dependencies, ps.scan = step, h, f"{base}/{identity}", deps, scan
+    ps.pseudo_dependencies, ps.identity, ps.inputs, ps._version = _NO_STEPS, identity, entries, None
+    planned[step if type(step) is ExecutorStep else id(step)] = by_identity[identity] = ps
     return True
 
 
@@ -447,6 +453,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     on_path: set[Any] = set()
     root_keys: list[Any] = []
     key: Any  # a step's `step_key`
+    all_plain = True  # every step discovered so far is `_plain` (so `_settle` need not check it again)
     urls = False  # whether a config names a URL (the egress guard has nothing to check if none does)
     for root in roots:
         if type(root) is ExecutorStep:
@@ -460,6 +467,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
             continue
         if not _plain(root):
             _check_step(root, None)
+            all_plain = False
         stack: list[tuple[ExecutorStep, ConfigScan, int]] = []  # the path to `step`, with where each stands
         step, i = root, 0
         on_path.add(key)
@@ -491,6 +499,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                     )
                 if not _plain(child):
                     _check_step(child, step)
+                    all_plain = False
                 stack.append((step, scan, i))
                 step, i = child, 0
                 on_path.add(key)
@@ -501,7 +510,7 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
             else:  # every input's step is finished: so is this one
                 on_path.discard(step if type(step) is ExecutorStep else id(step))
                 order.append(step)
-                if eager and (named or not _settle(step, scan, planned, by_identity, base)):
+                if eager and (named or not _settle(step, scan, planned, by_identity, base, all_plain)):
                     eager = False
                     settled = len(order) - 1
                 if not stack:
