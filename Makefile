@@ -9,11 +9,10 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist); each test file runs whole in one of them, so a file's shared
-# fixtures are built once. 0 (the default) runs everything in this process. On 2 cores, 2 workers
-# finished the suite in 812 s against 1,044-1,115 s, but each of two such runs hit a race between
-# tests that one process never showed (docs/benchmarks.md, "Test suite"): the default waits for
-# runs without one.
-PYTEST_WORKERS ?= 0
+# fixtures are built once. On 2 cores, 2 workers finish the suite in 812-861 s against 1,043-1,115 s
+# in one process (docs/benchmarks.md, "Test suite"); the races between tests that the first
+# two-worker runs found are fixed. PYTEST_WORKERS=0 runs everything in this process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: quickstart test test-fast lint venv test-venv system-deps bench clean
 
