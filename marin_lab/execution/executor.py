@@ -205,7 +205,7 @@ class Executor:
         unchecked (`unchecked_reads`); `strict_regions` (a real run) checks every one or refuses."""
         with gc_paused():
             plan = build_plan(steps, self.prefix)
-            for ps in plan.steps if plan.uncommon is None else plan.uncommon:
+            for ps in plan.uncommon_steps():
                 if ps.step.resources is not None:
                     validate_resources(ps.name, ps.step.resources)
             egress = check_egress(

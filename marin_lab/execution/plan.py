@@ -105,7 +105,11 @@ class Plan:
 
     def planned_of(self, step: ExecutorStep) -> PlannedStep:
         """The PlannedStep of a step object of this plan's DAG (KeyError for another object)."""
-        return self.by_step[step if type(step) is ExecutorStep else id(step)]
+        return self.by_step[step_key(step)]
+
+    def uncommon_steps(self) -> list[PlannedStep]:
+        """The steps that may pin their output path or carry resources: `uncommon`, or every step."""
+        return self.steps if self.uncommon is None else self.uncommon
 
     @property
     def object_map(self) -> dict[int, PlannedStep]:

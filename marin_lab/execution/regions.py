@@ -209,9 +209,8 @@ def check_egress(
     egress = Egress()
     spent = 0
     # A dependency's output is a bucket path only if some output is: else only config URLs can be.
-    pinnable = plan.steps if plan.uncommon is None else plan.uncommon
     cloud_outputs = plan.prefix.startswith(CLOUD) or any(
-        ps.output_path.startswith(CLOUD) for ps in pinnable if ps.step.override_output_path
+        ps.output_path.startswith(CLOUD) for ps in plan.uncommon_steps() if ps.step.override_output_path
     )
     for ps in plan.steps if cloud_outputs or plan.names_urls else ():
         if not (cloud_outputs or ps.scan.urls):
