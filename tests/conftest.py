@@ -67,7 +67,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module", autouse=True)
 def _ray_stopped_after_the_module():
     """Stops, when a test module ends, the local Ray that its tests left running. An idle local
-    Ray keeps about 8% of a core busy (its log monitor polls ten times a second; raylet, GCS,
+    Ray keeps about 7% of a core busy (its log monitor polls ten times a second; raylet, GCS,
     dashboard agent and idle workers poll too): kept up for a whole session, that is about a minute
     of CPU per test worker, against about 5 s of CPU to start one again for the next
     module that asks for it (docs/benchmarks.md, "Test suite")."""
