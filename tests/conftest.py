@@ -69,7 +69,7 @@ def _ray_stopped_after_the_module():
     """Stops, when a test module ends, the local Ray that its tests left running. An idle local
     Ray keeps about 7% of a core busy (its log monitor polls ten times a second; raylet, GCS,
     dashboard agent and idle workers poll too): kept up for a whole session, that is about a minute
-    of CPU per test worker, against about 5 s of CPU to start one again for the next
+    of CPU per test worker, against about 6 s of CPU to start one again for the next
     module that asks for it (docs/benchmarks.md, "Test suite")."""
     yield
     ray = sys.modules.get("ray")
