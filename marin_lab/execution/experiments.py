@@ -35,7 +35,7 @@ class ListedExperiment:
     record: ExperimentRecord | None
     """None when the file is damaged (then `damage` says why) or was removed while listing."""
     damage: str | None = None
-    """The parser's reason, naming the field when one is wrong: `\`steps\` is not a list`."""
+    """The parser's reason, naming the field when one is wrong (e.g. that `steps` is not a list)."""
 
     @property
     def steps(self) -> list[Any]:

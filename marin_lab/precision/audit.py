@@ -29,6 +29,15 @@ class CastCount:
     amax_fed: int = 0
 
 
+def scan_counts(params: dict[str, Any]) -> tuple[int, int]:
+    """(consts, carry) of a scan equation's inputs (the xs follow). JAX up to 0.10 names both
+    counts; 0.11 packs the inputs as one flat tree of (consts, carry, xs) instead."""
+    if "num_consts" in params:
+        return params["num_consts"], params["num_carry"]
+    consts, carry, _ = params["ft_in"].unpack()
+    return len(consts), len(carry)
+
+
 def _inner(params: dict[str, Any]) -> Any:
     for key in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
         if key in params:
@@ -55,7 +64,7 @@ def _taint(jaxpr: Any, inputs: Sequence[bool], count: CastCount | None) -> list[
         if name == "abs":
             from_abs.add(eqn.outvars[0])
         if name == "scan":
-            outs = _loop(eqn.params["jaxpr"].jaxpr, ins, eqn.params["num_consts"], eqn.params["num_carry"], count)
+            outs = _loop(eqn.params["jaxpr"].jaxpr, ins, *scan_counts(eqn.params), count)
         elif name == "while":
             p = eqn.params
             body = p["body_jaxpr"].jaxpr

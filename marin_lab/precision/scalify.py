@@ -34,6 +34,7 @@ import jax.extend.core as jcore
 import jax.numpy as jnp
 from jax._src import source_info_util
 
+from marin_lab.precision.audit import scan_counts
 from marin_lab.precision.errors import PrecisionError
 from marin_lab.precision.scaled import F32, ScaledArray, pow2_round_down
 from marin_lab.precision.scalify_rules import RULES, is_scaled, single_scale, unscale
@@ -204,7 +205,7 @@ def _to_xs(x: Any, length: int) -> Any:
 
 def _scan(eqn: Any, invals: Sequence[Any], ctx: _Ctx) -> list[Any]:
     p = eqn.params
-    nc, ncar, length = p["num_consts"], p["num_carry"], p["length"]
+    (nc, ncar), length = scan_counts(p), p["length"]
     consts, init, xs = invals[:nc], invals[nc : nc + ncar], invals[nc + ncar :]
     body, body_consts = _closed(p["jaxpr"])
     # The carry is renormalised on entry too, so that every iteration starts from data of unit RMS:

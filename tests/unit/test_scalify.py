@@ -12,7 +12,7 @@ import pytest
 from experiments.paired import Variant, paired_curves, relative_error
 from marin_lab.models.llama import init_params, lm_loss
 from marin_lab.precision import PrecisionConfig, PrecisionError, ScaledArray
-from marin_lab.precision.audit import amax_fed_float8_casts
+from marin_lab.precision.audit import amax_fed_float8_casts, scan_counts
 from marin_lab.precision.scalify import per_layer_scale, scalify, tensor_scale, to_values
 from marin_lab.precision.scalify_train import _layer_stats, f8_linear, metrics, overflow_message
 from marin_lab.training.mesh import MeshConfig
@@ -234,3 +234,17 @@ def test_while_loop_and_remat_are_interpreted():
 
     grad, _ = scalify(jax.grad(loss))(tensor_scale(x))
     np.testing.assert_allclose(to_values(grad, jnp.float32), jax.grad(loss)(x), rtol=1e-5, atol=1e-9)
+
+
+def test_scan_counts_read_both_forms_of_a_scan_equation():
+    """JAX up to 0.10 names a scan's const and carry counts; 0.11 packs its inputs as one flat
+    tree of (consts, carry, xs) instead (stood in for here by an object with the same `unpack`)."""
+    jaxpr = jax.make_jaxpr(lambda c, xs: jax.lax.scan(lambda h, x: (h * c + x, h), c, xs))(1.0, jnp.ones(3))
+    (eqn,) = [e for e in jaxpr.eqns if e.primitive.name == "scan"]
+    assert scan_counts(eqn.params) == (1, 1)  # c is closed over (a const) and is the initial carry
+
+    class Packed:
+        def unpack(self):
+            return [0, 1], [2], [3, 4, 5]
+
+    assert scan_counts({"ft_in": Packed(), "length": 3}) == (2, 1)
