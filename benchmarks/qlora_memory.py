@@ -74,8 +74,26 @@ def _rank(shape: str) -> int:
     return 8 if shape == "tiny" else 64  # fsdp_qlora's r=64
 
 
-def _setup(shape: str, mode: str, seq_len: int, attention: str | None):
-    """(step, state, frozen, tokens, mask, settings) with random weights in their stored form."""
+OFFLOADS = ("offload_base", "offload_optimizer_state")
+
+
+def _parse_run(run: str) -> tuple[str, dict[str, bool]]:
+    """'qlora+offload_base' -> ('qlora', {'offload_base': True, 'offload_optimizer_state': False})."""
+    mode, *options = run.split("+")
+    unknown = [o for o in options if o not in OFFLOADS]
+    if mode not in ("full", "lora", "qlora") or unknown:
+        raise SystemExit(f"run '{run}': MODE[+{'][+'.join(OFFLOADS)}] with MODE full, lora or qlora")
+    if "offload_base" in options and mode == "full":
+        raise SystemExit(f"run '{run}': offload_base needs lora or qlora (full fine-tuning freezes nothing)")
+    return mode, {o: o in options for o in OFFLOADS}
+
+
+def _setup(shape: str, run: str, seq_len: int, attention: str | None):
+    """(step, state, frozen, tokens, mask, settings) with random weights in their stored form.
+
+    `run` is a mode with optional offloads, e.g. 'qlora+offload_base+offload_optimizer_state':
+    the frozen projections and/or the AdamW moments then live in pinned host memory between steps.
+    """
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
@@ -96,16 +114,17 @@ def _setup(shape: str, mode: str, seq_len: int, attention: str | None):
     from marin_lab.training.mesh import MeshConfig
     from marin_lab.training.optimizer import OptimizerConfig
 
+    mode, offload = _parse_run(run)
     model = LlamaConfig(**SHAPES[shape])
     lora = LoraConfig(rank=_rank(shape), alpha=16.0, dropout=0.1)  # fsdp_qlora's defaults
-    plan = StepPlan(mode, model, lora, "bfloat16", True, False, 0, attention)
+    plan = StepPlan(mode, model, lora, "bfloat16", True, offload["offload_optimizer_state"], 0, attention)
     mesh = MeshConfig(data=1, fsdp=1).build()
     frozen, frozen_sh = None, None
     if mode != "full":
         abstract = jax.eval_shape(lambda: init_params(model, jax.random.key(0), jnp.bfloat16))
         if mode == "qlora":
             abstract = jax.eval_shape(lambda p: quantize_params(p, QuantConfig()), abstract)
-        frozen_abs = jax.eval_shape(lambda p: frozen_base(p, mode, "bfloat16", False), abstract)
+        frozen_abs = jax.eval_shape(lambda p: frozen_base(p, mode, "bfloat16", offload["offload_base"]), abstract)
         frozen_sh = frozen_shardings(frozen_abs, mesh, "fsdp")
         leaves, treedef = jax.tree_util.tree_flatten(frozen_abs)
         shardings = jax.tree_util.tree_leaves(frozen_sh, is_leaf=lambda s: isinstance(s, NamedSharding))
@@ -140,7 +159,9 @@ def _setup(shape: str, mode: str, seq_len: int, attention: str | None):
 
     trainable_abs = jax.eval_shape(make)
     train_sh = trainable_shardings(trainable_abs, mode, mesh, "fsdp")
-    opt_sh = optimizer_shardings(jax.eval_shape(optimizer.init, trainable_abs), train_sh, trainable_abs, mesh, False)
+    opt_sh = optimizer_shardings(
+        jax.eval_shape(optimizer.init, trainable_abs), train_sh, trainable_abs, mesh, offload["offload_optimizer_state"]
+    )
     state_sh = {"trainable": train_sh, "opt_state": opt_sh, "step": NamedSharding(mesh, P())}
     trainable = jax.jit(make, out_shardings=train_sh)()
     state = {
@@ -152,7 +173,7 @@ def _setup(shape: str, mode: str, seq_len: int, attention: str | None):
     tokens = jax.random.randint(jax.random.key(7), (1, seq_len + 1), 0, model.vocab_size)
     mask = jnp.ones_like(tokens)
     compiled = step.lower(state, frozen, tokens, mask).compile()
-    return compiled, state, frozen, tokens, mask, dict(model=model, lora=lora)
+    return compiled, state, frozen, tokens, mask, dict(model=model, lora=lora, mode=mode, **offload)
 
 
 def _attention(requested: str) -> str | None:
@@ -184,13 +205,15 @@ def child_ours(shape: str, mode: str, seq_len: int, steps: int, attention: str) 
     stats = jax.devices()[0].memory_stats() or {}
     plan = plan_memory(
         s["model"],
-        mode=mode,
+        mode=s["mode"],
         num_devices=1,
         batch_size=1,
         seq_len=seq_len,
         lora=s["lora"],
         gradient_checkpointing=True,
         attention_impl=attn,
+        offload_base=s["offload_base"],
+        offload_optimizer_state=s["offload_optimizer_state"],
     )
     compiled = {
         k: int(getattr(analysis, k))
@@ -208,6 +231,7 @@ def child_ours(shape: str, mode: str, seq_len: int, steps: int, attention: str) 
         + compiled["temp_size_in_bytes"]
         - compiled["alias_size_in_bytes"],
         "planned_bytes": plan.device_total,
+        "planned_host_bytes": plan.host_total,
         "attention": attn,
         "setup_s": setup_s,
         "step_s": times,
@@ -349,6 +373,8 @@ def _summary(result: dict) -> list[str]:
             mem = r["peak_bytes"] if r["peak_bytes"] is not None else r.get("compiled_total")
             what = "peak" if r["peak_bytes"] is not None or r.get("side") == "peer" else "compiled total"
             extra = f", planned {r['planned_bytes'] / GIB:.2f} GiB" if "planned_bytes" in r else ""
+            if r.get("planned_host_bytes"):
+                extra += f" (+ {r['planned_host_bytes'] / GIB:.2f} GiB planned in host memory)"
             mem_text = f"{mem / GIB:7.2f} GiB" if mem is not None else "    n/a"
             lines.append(
                 f"  {key:10s} {what} {mem_text}{extra}; median step {r['median_step_s']:.4f} s"
@@ -391,7 +417,8 @@ def main() -> None:
     ap.add_argument(
         "--plan",
         default="7b:qlora,lora,peer-lora;1b:full,peer-full,lora,peer-lora,qlora",
-        help="shape:run,run;... runs: full|lora|qlora (ours), peer-full|peer-lora (torch+peft)",
+        help="shape:run,run;... runs: full|lora|qlora (ours, each optionally +offload_base and/or "
+        "+offload_optimizer_state), peer-full|peer-lora (torch+peft)",
     )
     ap.add_argument("--seq_len", type=int, default=None, help="default: 2048 (tiny: 128)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per run")

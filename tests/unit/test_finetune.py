@@ -256,5 +256,10 @@ def test_memory_plan_near_fsdp_qlora_published_peaks_on_two_gpus(shape, batch, o
         offload_optimizer_state=offload,
         attention_impl="cudnn",
     )
-    assert 0.8 <= plan.device_total / GIB / published <= 1.05
+    # fsdp_qlora's CPU offload runs the optimizer step on the CPU; ours brings the moments to the
+    # device for the update (measured on an H200, docs/benchmarks.md "Offloading"), which the plan
+    # counts as its own line. Without that line the two memory models are the same.
+    in_flight = plan.device.get("optimizer state in flight (update)", 0)
+    assert in_flight == (plan.host["optimizer state"] if offload else 0)
+    assert 0.8 <= (plan.device_total - in_flight) / GIB / published <= 1.05
     assert plan.device_total < 24 * GIB
