@@ -5,7 +5,7 @@
 #
 #   bash benchmarks/gpu_run.sh fp8-probe                    which GEMMs XLA emits for fp8_matmul alone
 #   bash benchmarks/gpu_run.sh fp8 [--batch 4] [--model llama_1b] [--precisions bf16,fp8,fp8_delayed]
-#                                  [--flags default|no-triton|no-triton-no-merger]
+#                                  [--flags default|no-triton|no-triton-no-merger] [--attention auto|xla|einsum]
 #   bash benchmarks/gpu_run.sh qlora [ARGS...]              benchmarks/qlora_memory.py ARGS
 #
 # Float8 GEMMs need XLA's Triton GEMMs off (--flags no-triton): docs/precision.md says why.
@@ -35,20 +35,22 @@ case "$what" in
         --out "$OUT/fp8_probe_$flags.json"
     done ;;
   fp8)
-    batch=4 model=llama_1b precisions=bf16,fp8,fp8_delayed flags=no-triton-no-merger
+    batch=4 model=llama_1b precisions=bf16,fp8,fp8_delayed flags=no-triton-no-merger attention=auto
     while [ $# -gt 0 ]; do
       case "$1" in
         --batch) batch=$2; shift 2 ;;
         --model) model=$2; shift 2 ;;
         --precisions) precisions=$2; shift 2 ;;
         --flags) flags=$2; shift 2 ;;
+        --attention) attention=$2; shift 2 ;;
         *) echo "gpu_run.sh fp8: unknown option '$1'" >&2; exit 2 ;;
       esac
     done
     mkdir -p "$OUT/hlo_$flags"
     XLA_FLAGS=$(xla_flags $flags) python3 benchmarks/train_throughput.py --device gpu --no-torch \
       --models "$model" --batch "$batch" --seq 2048 --steps 5 --warmup 2 --repeats 5 \
-      --precisions "$precisions" --out "$OUT/fp8_${model}_b${batch}_$flags.json" --hlo-dir "$OUT/hlo_$flags" ;;
+      --precisions "$precisions" --attention "$attention" --out "$OUT/fp8_${model}_b${batch}_${flags}_$attention.json" \
+      --hlo-dir "$OUT/hlo_$flags" ;;
   qlora)
     python3 benchmarks/qlora_memory.py --out "$OUT/qlora_memory.json" "$@" ;;
   *) echo "gpu_run.sh: WHAT must be fp8-probe, fp8 or qlora, not '$what'" >&2; exit 2 ;;

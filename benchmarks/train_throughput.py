@@ -168,6 +168,12 @@ def build_torch(model: LlamaConfig, batch: int, seq: int, warmup: int, device: s
     return run
 
 
+def _attention(requested: str, gpu: bool) -> str | None:
+    if requested == "auto":
+        return "cudnn" if gpu else None
+    return None if requested == "einsum" else requested
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="lab_nano,llama_100m")
@@ -180,6 +186,13 @@ def main() -> None:
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch peer")
     p.add_argument("--remat", action="store_true", help="gradient checkpointing (ours)")
     p.add_argument(
+        "--attention",
+        choices=("auto", "cudnn", "xla", "einsum"),
+        default="auto",
+        help="our attention: auto is cuDNN's fused kernel on a GPU, einsum on a CPU; scalify interprets "
+        "plain ops only, so its sides need xla or einsum",
+    )
+    p.add_argument(
         "--precisions", default="", help=f"compare our step under these policies ({','.join(POLICIES)}), bf16 compute"
     )
     p.add_argument("--out", default="", help="also write the results as JSON here")
@@ -191,7 +204,7 @@ def main() -> None:
 
     gpu = args.device == "gpu"
     compute_dtype = "bfloat16" if gpu else "float32"
-    attention = "cudnn" if gpu else None
+    attention = _attention(args.attention, gpu)
     devices = jax.devices()
     peak = device_peak_flops(devices[0].device_kind)
     threads = ""
@@ -254,13 +267,15 @@ def precision_main(args: argparse.Namespace) -> None:
         "steps": args.steps,
         "repeats": args.repeats,
         "remat": args.remat,
+        "attention": _attention(args.attention, gpu) or "einsum",
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
         "load_start": os.getloadavg()[0],
         "models": {},
     }
     print(
         f"# devices: {results['devices']}; jax {jax.__version__}; compute bfloat16 (scalify: float16 data, "
-        f"scaled); batch {args.batch} x seq {args.seq}; remat {args.remat}; XLA_FLAGS={results['XLA_FLAGS']!r}; "
+        f"scaled); batch {args.batch} x seq {args.seq}; remat {args.remat}; attention {results['attention']}; "
+        f"XLA_FLAGS={results['XLA_FLAGS']!r}; "
         f"median of {args.repeats} repeats x {args.steps} steps, "
         f"sides alternating; 1-min load average {results['load_start']:.1f} at the start",
         flush=True,
@@ -276,7 +291,7 @@ def precision_main(args: argparse.Namespace) -> None:
                 args.seq,
                 args.warmup,
                 COMPUTE.get(n, "bfloat16"),
-                "cudnn" if gpu else None,
+                _attention(args.attention, gpu),
                 args.remat,
                 POLICIES[n],
                 reports[n],
