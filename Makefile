@@ -16,19 +16,18 @@ PYTEST_WORKERS ?= 2
 
 .PHONY: quickstart test test-fast lint venv test-venv system-deps bench clean
 
-# pip's and setuptools' notices (the build backend's license deprecation box, once per install)
-# stay out of the console; errors still show.
-PIP_INSTALL := PIP_NO_WARN_SCRIPT_LOCATION=1 PYTHONWARNINGS=ignore $(PY) -m pip install -q -q --disable-pip-version-check
+# Pinned installs (requirements/constraints.txt) by uv, with pip's configuration of this machine
+# (index, wheel folders), or by pip where uv cannot be had: scripts/install.py. Quiet; errors show.
+INSTALL := PYTHONWARNINGS=ignore $(PY) scripts/install.py
 
-$(STAMP): pyproject.toml requirements/constraints.txt
+$(STAMP): pyproject.toml requirements/constraints.txt scripts/install.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP_INSTALL) --upgrade pip
-	$(PIP_INSTALL) -c requirements/constraints.txt -e .
+	$(INSTALL) -e .
 	touch $(STAMP)
 
 # The test stamp is newer than the product's: installing the extras never triggers a product reinstall.
 $(TEST_STAMP): $(STAMP)
-	$(PIP_INSTALL) -c requirements/constraints.txt -e '.[test,tpu]'
+	$(INSTALL) -e '.[test,tpu]'
 	touch $(TEST_STAMP)
 
 venv: $(STAMP)
@@ -62,7 +61,7 @@ test-fast: test-venv
 	$(PY) -m pytest -q -m "$(FAST_MARKERS)" tests/unit $(PYTEST_ARGS)
 
 bench: test-venv
-	$(PIP_INSTALL) -c requirements/constraints.txt -e '.[test,tpu,bench]'
+	$(INSTALL) -e '.[test,tpu,bench]'
 	$(PY) benchmarks/executor_overhead.py
 
 clean:
