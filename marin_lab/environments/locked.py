@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from marin_lab.environments import pip_config
 from marin_lab.errors import MarinLabError
 from marin_lab.io import fs as mfs
 from marin_lab.io.paths import is_within
@@ -244,16 +245,13 @@ def _build(env: StepEnvironment, lock_hash: str, tmp: str, final: str) -> None:
         _run_logged(venv, log_path, f"creating the venv with {base_python}")
         python = environment_python(tmp)
         Path(tmp, "requirements.txt").write_text("".join(f"{r}\n" for r in requirements))
-        cmd = [python, "-m", "pip", "install", "--no-input", "--progress-bar", "off"]
+        what = ["-r", os.path.join(tmp, "requirements.txt")]
         if env.constraints:
             Path(tmp, "constraints.txt").write_bytes(env.constraints_bytes())
-            cmd += ["-c", os.path.join(tmp, "constraints.txt")]
+            what = ["-c", os.path.join(tmp, "constraints.txt"), *what]
+        installer = "pip"
         if requirements:
-            _run_logged(
-                cmd + ["-r", os.path.join(tmp, "requirements.txt")],
-                log_path,
-                f"pip install for step environment {lock_hash}",
-            )
+            installer = _install(python, what, log_path, lock_hash)
         if env.extra_pythonpath:
             site = _site_packages(python)
             Path(site, "marin_lab_extra_path.pth").write_text(
@@ -281,6 +279,7 @@ def _build(env: StepEnvironment, lock_hash: str, tmp: str, final: str) -> None:
             "extra_pythonpath": list(env.extra_pythonpath),
             "packages": packages,
             "unpinned": unpinned,
+            "installer": installer,
             "built": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "build_s": round(time.monotonic() - started, 1),
         }
@@ -290,6 +289,37 @@ def _build(env: StepEnvironment, lock_hash: str, tmp: str, final: str) -> None:
     finally:
         with contextlib.suppress(OSError):
             os.remove(log_path)
+
+
+def _install(python: str, what: list[str], log_path: str, lock_hash: str) -> str:
+    """Install `what` (pip's -c/-r arguments) into `python`'s venv; the installer that did it.
+
+    uv, configured from pip's settings of this machine (pip_config.py), where it is beside this
+    interpreter or on PATH; pip where it is not, and after uv fails (pip's own words then end the
+    log shown in the error).
+    """
+    uv = pip_config.find_uv()
+    if uv is not None:
+        settings = pip_config.pip_settings(python, env=_clean_env({}))
+        command = [*pip_config.uv_install_command(uv, python, settings), *what]
+        with open(log_path, "ab") as log:
+            log.write(f"$ {' '.join(command)}\n".encode())
+            log.flush()
+            env = pip_config.uv_environment(settings, _clean_env({}))
+            proc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        if proc.returncode == 0:
+            return os.path.basename(uv) + " " + _uv_version(uv)
+        logger.info(
+            "step environment %s: uv could not install it (exit %d); installing with pip", lock_hash, proc.returncode
+        )
+    pip = [python, "-m", "pip", "install", "--no-input", "--progress-bar", "off", *what]
+    _run_logged(pip, log_path, f"pip install for step environment {lock_hash}")
+    return "pip"
+
+
+def _uv_version(uv: str) -> str:
+    out = subprocess.run([uv, "--version"], capture_output=True, text=True, check=False).stdout.split()
+    return out[1] if len(out) > 1 else "?"
 
 
 def _site_packages(python: str) -> str:

@@ -23,6 +23,7 @@ from marin_lab.environments import (
     EnvironmentStepError,
     StepEnvironment,
     ensure_environment,
+    pip_config,
     read_environment_record,
     run_in_environment,
 )
@@ -72,6 +73,8 @@ def test_built_environment_is_isolated_locked_and_recorded(six_env: tuple[StepEn
     record = read_environment_record(python)
     assert record is not None and record["packages"]["six"] == "1.17.0"
     assert record["unpinned"] == []
+    # uv where make installed one beside this interpreter (or one is on PATH), else pip.
+    assert record["installer"].startswith("uv ") if pip_config.find_uv() else record["installer"] == "pip"
     assert [p.name for p in Path(cache).iterdir() if not p.name.endswith(".lock")] == [env.lock_hash()]
 
     info = run_in_environment(python, _env_worker.interpreter_info, ("six", "jax"))
@@ -269,3 +272,16 @@ def test_the_older_import_path_names_the_same_classes():
 
     assert all(getattr(older, name) is getattr(current, name) for name in current.__all__)
     assert older.__all__ == current.__all__
+
+
+def test_a_failing_uv_leaves_the_build_to_pip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = tmp_path / "uv"
+    broken.write_text("#!/bin/sh\necho 'uv: cannot reach the index' >&2\nexit 2\n")
+    broken.chmod(0o755)
+    monkeypatch.setattr(pip_config, "find_uv", lambda: str(broken))
+    lock = tmp_path / "six.lock"
+    lock.write_text("six==1.17.0\n")
+    env = StepEnvironment(requirements=("six",), constraints=str(lock), python=PYTHON)
+    python = ensure_environment(env, cache_dir=str(tmp_path / "cache"))
+    record = read_environment_record(python)
+    assert record is not None and record["installer"] == "pip" and record["packages"]["six"] == "1.17.0"

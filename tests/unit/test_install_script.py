@@ -30,10 +30,10 @@ def test_pips_files_and_variables_become_uv_options(install, tmp_path, monkeypat
     monkeypatch.setenv("PIP_CONFIG_FILE", str(config))
     monkeypatch.setenv("PIP_FIND_LINKS", "/opt/wheels")
     monkeypatch.setenv("PIP_CERT", "/etc/ssl/proxy.pem")  # a variable overrides the file
-    settings = install.pip_settings()
+    settings = install.pip_config.pip_settings()
     assert settings["extra-index-url"] == ["file:///srv/a/simple", "file:///srv/b/simple"]
     assert settings["find-links"] == ["/opt/wheels"] and settings["cert"] == ["/etc/ssl/proxy.pem"]
-    options = install.uv_options(settings)
+    options = install.pip_config.uv_options(settings)
     pairs = set(zip(options, options[1:], strict=False))
     assert ("--index-strategy", "unsafe-best-match") in pairs  # pip's rule: the best version of every index
     assert ("--index-url", "https://mirror.example/simple") in pairs
@@ -48,7 +48,7 @@ def test_no_configuration_gives_only_the_index_strategy(install, tmp_path, monke
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     for name in [k for k in os.environ if k.startswith("PIP_") and k != "PIP_CONFIG_FILE"]:
         monkeypatch.delenv(name)
-    assert install.uv_options(install.pip_settings()) == [
+    assert install.pip_config.uv_options(install.pip_config.pip_settings()) == [
         "--index-strategy",
         "unsafe-best-match",
         "--link-mode",
