@@ -25,11 +25,10 @@ compiler (libtpu through `jax.experimental.topologies`) compiles it. What the re
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -328,19 +327,6 @@ def _oom_bytes(message: str) -> tuple[int | None, int | None]:
     return None, None
 
 
-@contextlib.contextmanager
-def _without_persistent_cache() -> Iterator[None]:
-    """JAX's persistent compilation cache, off: a program compiled for a TPU topology with no TPU
-    attached cannot be read back from it (there is no client to load it into: JAX warns and
-    compiles again), so writing it would only cost time and reading it a warning."""
-    enabled = jax.config.jax_enable_compilation_cache  # type: ignore[attr-defined]  # set on the instance
-    jax.config.update("jax_enable_compilation_cache", False)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_compilation_cache", enabled)
-
-
 def compile_training_step(
     step: str, function: str, config: Any, topology: Topology, remat: bool | str | None = None
 ) -> StepReport:
@@ -377,8 +363,7 @@ def compile_training_step(
     dcn_ops: list[CollectiveOp] = []
     optimal = None
     try:
-        with _without_persistent_cache():
-            compiled = step_fn.lower(*args).compile()
+        compiled = step_fn.lower(*args).compile()
     except Exception as err:  # the compiler's own verdict: only RESOURCE_EXHAUSTED means "does not fit"
         message = str(err)
         if not _OOM.search(message):

@@ -28,10 +28,6 @@ from marin_lab.cluster.tpu_compile import (
 from marin_lab.cluster.tpu_topology import parse_topology
 from marin_lab.training import DataConfig, MeshConfig, TrainingError, TrainLmConfig
 
-# The session shares a JAX persistent cache (tests/conftest.py): a deviceless TPU program must never
-# be looked up in it (JAX cannot load it back, warns and compiles again).
-pytestmark = pytest.mark.filterwarnings("error:Error reading persistent compilation cache entry")
-
 TINY = dataclasses.replace(lab_nano, num_layers=2, vocab_size=512, max_seq_len=4096)
 
 
