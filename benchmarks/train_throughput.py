@@ -257,6 +257,7 @@ def precision_main(args: argparse.Namespace) -> None:
     if unknown:
         raise SystemExit(f"--precisions: {unknown} not among {sorted(POLICIES)}")
     gpu = args.device == "gpu"
+    attention = _attention(args.attention, gpu)
     devices = jax.devices()
     peak = device_peak_flops(devices[0].device_kind)
     results: dict = {
@@ -267,7 +268,7 @@ def precision_main(args: argparse.Namespace) -> None:
         "steps": args.steps,
         "repeats": args.repeats,
         "remat": args.remat,
-        "attention": _attention(args.attention, gpu) or "einsum",
+        "attention": attention or "einsum",
         "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
         "load_start": os.getloadavg()[0],
         "models": {},
@@ -291,7 +292,7 @@ def precision_main(args: argparse.Namespace) -> None:
                 args.seq,
                 args.warmup,
                 COMPUTE.get(n, "bfloat16"),
-                _attention(args.attention, gpu),
+                attention,
                 args.remat,
                 POLICIES[n],
                 reports[n],

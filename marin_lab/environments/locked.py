@@ -211,20 +211,19 @@ def ensure_environment(env: StepEnvironment, cache_dir: str | None = None) -> st
     return environment_python(final)
 
 
-def _run_logged(cmd: list[str], log_path: str, what: str) -> None:
+def _log_run(cmd: list[str], log_path: str, env: dict[str, str]) -> int:
+    """Run `cmd` with its output appended to the build log (after the command line); its exit status."""
     with open(log_path, "ab") as log:
         log.write(f"$ {' '.join(cmd)}\n".encode())
         log.flush()
-        proc = subprocess.run(
-            cmd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=_clean_env({"PIP_DISABLE_PIP_VERSION_CHECK": "1"}),
-        )
-    if proc.returncode:
+        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env).returncode
+
+
+def _run_logged(cmd: list[str], log_path: str, what: str) -> None:
+    returncode = _log_run(cmd, log_path, _clean_env({"PIP_DISABLE_PIP_VERSION_CHECK": "1"}))
+    if returncode:
         tail = "\n".join(Path(log_path).read_text(errors="replace").splitlines()[-_TAIL_LINES:])
-        raise EnvironmentBuildError(f"{what} failed (exit {proc.returncode}); nothing was kept. Output tail:\n{tail}")
+        raise EnvironmentBuildError(f"{what} failed (exit {returncode}); nothing was kept. Output tail:\n{tail}")
 
 
 def _build(env: StepEnvironment, lock_hash: str, tmp: str, final: str) -> None:
@@ -300,17 +299,14 @@ def _install(python: str, what: list[str], log_path: str, lock_hash: str) -> str
     """
     uv = pip_config.find_uv()
     if uv is not None:
-        settings = pip_config.pip_settings(python, env=_clean_env({}))
+        clean = _clean_env({})
+        settings = pip_config.pip_settings(python, env=clean)
         command = [*pip_config.uv_install_command(uv, python, settings), *what]
-        with open(log_path, "ab") as log:
-            log.write(f"$ {' '.join(command)}\n".encode())
-            log.flush()
-            env = pip_config.uv_environment(settings, _clean_env({}))
-            proc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-        if proc.returncode == 0:
+        returncode = _log_run(command, log_path, pip_config.uv_environment(settings, clean))
+        if returncode == 0:
             return os.path.basename(uv) + " " + _uv_version(uv)
         logger.info(
-            "step environment %s: uv could not install it (exit %d); installing with pip", lock_hash, proc.returncode
+            "step environment %s: uv could not install it (exit %d); installing with pip", lock_hash, returncode
         )
     pip = [python, "-m", "pip", "install", "--no-input", "--progress-bar", "off", *what]
     _run_logged(pip, log_path, f"pip install for step environment {lock_hash}")
