@@ -1,6 +1,6 @@
 """Errors raised by the cluster package.
 
-    MarinLabError                      (marin_lab.execution.errors, when present)
+    MarinLabError                      (marin_lab.execution.errors)
     ├── PreemptedError                 the step lost its hardware; retried within the preemption budget
     │   └── SliceCapacityTimeout       no whole slices came back within the wait
     └── ClusterError
@@ -9,9 +9,8 @@
         ├── ProvisioningError          the TPU API reported FAILED or refused a request
         └── StepCancelled              the driver cancelled a running step (every host was stopped)
 
-`PreemptedError` and `MarinLabError` come from `marin_lab.execution.errors` when the lead's module
-defines them, so the executor's `except PreemptedError` catches ours; until then local stand-ins
-with the same names are used.
+`PreemptedError` and `MarinLabError` are the executor's own (`marin_lab.execution.errors`), so its
+`except PreemptedError` catches a slice's preemption.
 """
 
 from __future__ import annotations
