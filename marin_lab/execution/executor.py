@@ -37,6 +37,7 @@ from marin_lab.execution.errors import (
     StorageError,
     UnschedulableError,
 )
+from marin_lab.execution.experiments import records_folder
 from marin_lab.execution.interrupt import Interrupt
 from marin_lab.execution.lease import Lease, new_driver_id
 from marin_lab.execution.plan import Plan, PlannedStep, build_plan, gc_paused
@@ -113,8 +114,10 @@ class Executor:
         prices: PriceTable | None = None,
     ):
         self.prefix = normalize_prefix(prefix or default_prefix())
-        # Where experiment records go (Marin's name); default {prefix}/experiments, where the browser looks.
+        # Where experiment records go (Marin's name); default {prefix}/experiments, where the browser
+        # looks, or beside the steps when every one is pinned outside the prefix (records_folder).
         self.executor_info_base_path = executor_info_base_path or experiments_dir(self.prefix)
+        self._records_pinned = executor_info_base_path is not None
         self.executor_info_path: str | None = None
         self.backend_name = backend
         if backend not in ("local", "ray"):
@@ -355,6 +358,8 @@ class Executor:
         self.cancel.clear()
         self.interrupt_signal = None
         self.run_id = new_run_id()
+        if not self._records_pinned:
+            self.executor_info_base_path = records_folder(self.prefix, [ps.output_path for ps in plan.steps])
         experiment_path = self._write_experiment(plan)
         run_record = self._start_run_record(experiment_path, decisions)
         for d in decisions:

@@ -6,6 +6,8 @@ records (`ExperimentRecord`) with the URL each was read from."""
 from __future__ import annotations
 
 import dataclasses
+import posixpath
+from collections.abc import Sequence
 from typing import Any
 
 from marin_lab.execution.errors import RecordError
@@ -21,6 +23,7 @@ __all__ = [
     "list_experiments",
     "list_runs",
     "read_experiment_record",
+    "records_folder",
     "run_state",
     "runs_dir_of",
     "step_statuses",
@@ -45,6 +48,42 @@ class ListedExperiment:
     @property
     def created(self) -> str | None:
         return self.record.created if self.record is not None else None
+
+
+def records_folder(prefix: str, output_paths: Sequence[str]) -> str:
+    """Where a run's experiment record goes: `{prefix}/experiments` when any step lives under the
+    prefix; when every step is pinned outside it (`override_output_path`), `experiments/` in the
+    deepest folder that holds all their output folders, so that the record lies with its steps and
+    not in a store none of them is in. Steps pinned with nothing in common but the root of the
+    filesystem (or on different buckets or filesystems) keep the prefix's folder."""
+    prefix = prefix.rstrip("/") or "/"
+    under = prefix if prefix.endswith("/") else prefix + "/"
+    if not output_paths or any(p == prefix or p.startswith(under) for p in output_paths):
+        return experiments_dir(prefix)
+    common = _common_parent(output_paths)
+    return experiments_dir(prefix if common is None else common)
+
+
+def _common_parent(paths: Sequence[str]) -> str | None:
+    """The deepest folder holding every path's parent folder, or None when that is a filesystem root
+    or the paths are on different filesystems or buckets."""
+    protocols = {p.split("://", 1)[0] if "://" in p else "" for p in paths}
+    if len(protocols) != 1:
+        return None
+    (protocol,) = protocols
+    head = f"{protocol}://" if protocol else ""
+    parents = [posixpath.dirname(p[len(head) :].rstrip("/")) for p in paths]
+    if not protocol and not all(p.startswith("/") for p in parents):
+        return None
+    split = [[part for part in p.split("/") if part] for p in parents]
+    common: list[str] = []
+    for parts in zip(*split, strict=False):
+        if any(part != parts[0] for part in parts):
+            break
+        common.append(parts[0])
+    if not common:
+        return None
+    return head + ("/" if not protocol else "") + "/".join(common)
 
 
 def list_experiments(prefix: str) -> list[ListedExperiment]:
