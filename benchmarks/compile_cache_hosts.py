@@ -19,8 +19,8 @@ os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="compile-cache
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
+from marin_lab.testing.training import tiny_train_config, write_synthetic_cache  # noqa: E402
 from marin_lab.training.local_hosts import run_hosts  # noqa: E402 - after the cache settings
-from marin_lab.training.testing import tiny_train_config, write_synthetic_cache  # noqa: E402
 
 
 def main() -> None:

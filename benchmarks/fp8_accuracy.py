@@ -22,8 +22,8 @@ import numpy as np
 
 from experiments.paired import Variant, cosine, paired_curves, relative_error
 from marin_lab.precision import PrecisionConfig, fp8_matmul
+from marin_lab.testing.training import synthetic_documents, tiny_model
 from marin_lab.training.optimizer import OptimizerConfig
-from marin_lab.training.testing import synthetic_documents, tiny_model
 
 
 def _normal(seed: int, shape: tuple[int, ...]) -> jax.Array:

@@ -29,11 +29,11 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.models import MODELS  # noqa: E402
+from marin_lab.testing.training import write_synthetic_cache  # noqa: E402
 from marin_lab.training import CheckpointConfig, DataConfig, OptimizerConfig, TrainLmConfig  # noqa: E402
 from marin_lab.training.local_hosts import run_hosts  # noqa: E402
 from marin_lab.training.mesh import MeshConfig  # noqa: E402
 from marin_lab.training.metrics import WandbConfig  # noqa: E402
-from marin_lab.training.testing import write_synthetic_cache  # noqa: E402
 
 # The meshes both sides run (step_probe.py uses them too).
 MESHES = {

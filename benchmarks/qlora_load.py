@@ -180,7 +180,7 @@ def run_step(checkpoint: str, workdir: str, interval_s: float = 0.05) -> dict:
 
 def main_step(args: argparse.Namespace) -> None:
     from marin_lab.models.llama import LlamaConfig
-    from marin_lab.training.hf_synthetic import write_synthetic_llama
+    from marin_lab.testing.hf_synthetic import write_synthetic_llama
 
     gib = 2**30
     workdir = args.workdir or tempfile.mkdtemp(prefix="qlora_step_")
@@ -251,7 +251,7 @@ def main() -> None:
         return
 
     from marin_lab.models.llama import LlamaConfig
-    from marin_lab.training.hf_synthetic import write_synthetic_llama
+    from marin_lab.testing.hf_synthetic import write_synthetic_llama
 
     gib = 2**30
     workdir = args.workdir or tempfile.mkdtemp(prefix="qlora_load_")

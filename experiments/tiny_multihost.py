@@ -1,7 +1,7 @@
 """The quickstart's nano model trained as 2 simulated TPU hosts x 2 devices, through the executor.
 
 Question: does a multi-host step survive losing a host? The script starts a local multi-node Ray
-cluster that looks like one v4-16 slice (2 hosts; `cluster/local_cluster.py`), makes (or reuses) a
+cluster that looks like one v4-16 slice (2 hosts; `testing/local_cluster.py`), makes (or reuses) a
 small token cache, and runs one `train_lm` step with `TpuResources(tpu="v4-16")`: the slice runner
 starts one process per host with 2 CPU devices each, and `train_lm` joins them into one JAX
 cluster (jax.distributed over gloo), writes sharded checkpoints (each host its own shards), and
@@ -32,12 +32,12 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from experiments.models import lab_nano  # noqa: E402
 from marin_lab.cluster import TpuResources  # noqa: E402
-from marin_lab.cluster.local_cluster import LocalTpuCluster  # noqa: E402
 from marin_lab.execution import ExecutorStep, executor_main, this_output_path  # noqa: E402
 from marin_lab.execution.main import ExecutorMainConfig  # noqa: E402
+from marin_lab.testing.local_cluster import LocalTpuCluster  # noqa: E402
+from marin_lab.testing.training import write_synthetic_cache  # noqa: E402
 from marin_lab.training import CheckpointConfig, DataConfig, OptimizerConfig, TrainLmConfig, train_lm  # noqa: E402
 from marin_lab.training.metrics import WandbConfig  # noqa: E402
-from marin_lab.training.testing import write_synthetic_cache  # noqa: E402
 
 TPU = "v4-16"  # 2 hosts per slice
 DEVICES_PER_HOST = 2

@@ -10,8 +10,8 @@ import pytest
 from marin_lab.cluster import ProvisioningError
 from marin_lab.cluster.cli import main
 from marin_lab.cluster.config import QueuedSlice
-from marin_lab.cluster.fake_tpu_api import FakeTpuApi
 from marin_lab.cluster.provision import SlicePreempted, TpuProvisioner, make_tpu_client
+from marin_lab.testing.fake_tpu_api import FakeTpuApi
 
 SECRET = "ya29.SECRET-ACCESS-TOKEN-do-not-log"
 

@@ -3,7 +3,7 @@
 Each fake host is a Ray node carrying what Ray's TPU support puts on a real TPU VM: `TPU: 4`, a
 resource named after its slice, the `TPU-v4-16-head` resource on the slice's first host, and the
 `ray.io/tpu-slice-name` / `ray.io/tpu-worker-id` labels. The training workload is
-`marin_lab.cluster.simulate.toy_train` (a deterministic numpy loop that checkpoints like the real
+`marin_lab.testing.simulate.toy_train` (a deterministic numpy loop that checkpoints like the real
 trainer), so preemption drills finish in seconds.
 """
 
@@ -31,8 +31,8 @@ from marin_lab.cluster import (  # noqa: E402
     StepCancelled,
     TpuResources,
 )
-from marin_lab.cluster.local_cluster import LocalTpuCluster  # noqa: E402
-from marin_lab.cluster.simulate import ReportHostConfig, ToyTrainConfig, report_host, toy_train  # noqa: E402
+from marin_lab.testing.local_cluster import LocalTpuCluster  # noqa: E402
+from marin_lab.testing.simulate import ReportHostConfig, ToyTrainConfig, report_host, toy_train  # noqa: E402
 
 pytestmark = pytest.mark.ray
 TPU = "v4-16"  # 8 chips = 2 hosts of 4 chips
@@ -286,7 +286,7 @@ _DRIVER = """
 import sys
 import ray
 from marin_lab.cluster import TpuResources
-from marin_lab.cluster.simulate import ToyTrainConfig, toy_train
+from marin_lab.testing.simulate import ToyTrainConfig, toy_train
 from marin_lab.execution import Executor, ExecutorStep, this_output_path
 
 def driver_step():

@@ -22,7 +22,7 @@ from marin_lab.training.mesh import MeshConfig
 from marin_lab.training.metrics import WandbConfig
 from marin_lab.models.llama import init_params
 from marin_lab.training.optimizer import OptimizerConfig
-from marin_lab.training.testing import synthetic_documents, tiny_model
+from marin_lab.testing.training import synthetic_documents, tiny_model
 from marin_lab.training.token_cache import write_token_cache
 from pathlib import Path
 

@@ -20,8 +20,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from marin_lab.evaluation.harness import MarinLM, TaskSpec, run_task
 from marin_lab.models.llama import init_params
+from marin_lab.testing.training import tiny_model
 from marin_lab.training.hf_export import export_hf
-from marin_lab.training.testing import tiny_model
 
 pytestmark = pytest.mark.slow
 

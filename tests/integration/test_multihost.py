@@ -19,6 +19,7 @@ import pytest
 
 from marin_lab.models.llama import init_params
 from marin_lab.peft import LoraConfig
+from marin_lab.testing.training import synthetic_documents, tiny_model, tiny_train_config, write_synthetic_cache
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training import finetune
 from marin_lab.training.checkpoint import CheckpointConfig, list_checkpoints, read_metadata
@@ -26,7 +27,6 @@ from marin_lab.training.data import DataConfig, MixtureLoader
 from marin_lab.training.local_hosts import run_hosts, start_hosts, wait_hosts
 from marin_lab.training.mesh import MeshConfig
 from marin_lab.training.metrics import WandbConfig
-from marin_lab.training.testing import synthetic_documents, tiny_model, tiny_train_config, write_synthetic_cache
 from marin_lab.training.token_cache import write_token_cache
 
 pytestmark = pytest.mark.slow
@@ -303,7 +303,7 @@ import ray
 from marin_lab.cluster import TpuResources
 from marin_lab.execution import Executor, ExecutorStep, this_output_path
 from marin_lab.training import CheckpointConfig, MeshConfig, train_lm
-from marin_lab.training.testing import tiny_train_config
+from marin_lab.testing.training import tiny_train_config
 
 
 def train_step(cache, env, slices=1):
@@ -326,7 +326,7 @@ def one_slice_cluster():
     (the last tests of the module: nothing else runs while it is up)."""
     import ray
 
-    from marin_lab.cluster.local_cluster import LocalTpuCluster
+    from marin_lab.testing.local_cluster import LocalTpuCluster
 
     if ray.is_initialized():
         ray.shutdown()

@@ -13,7 +13,7 @@ import json, sys
 import jax
 from marin_lab.training import MeshConfig, train_lm
 from marin_lab.training.mesh import param_spec
-from marin_lab.training.testing import tiny_train_config, write_synthetic_cache
+from marin_lab.testing.training import tiny_train_config, write_synthetic_cache
 
 out, runs = sys.argv[1], sys.argv[2:]
 cache = write_synthetic_cache(out + "/cache")

@@ -72,9 +72,9 @@ def test_finetune_resumes_from_the_agreed_checkpoint(monkeypatch, tmp_path):
 
     from marin_lab.models.llama import init_params
     from marin_lab.peft import LoraConfig
+    from marin_lab.testing.training import synthetic_documents, tiny_model
     from marin_lab.training.data import DataConfig
     from marin_lab.training.metrics import WandbConfig
-    from marin_lab.training.testing import synthetic_documents, tiny_model
     from marin_lab.training.token_cache import write_token_cache
 
     model = tiny_model()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from marin_lab.models.llama import init_params, lm_loss
-from marin_lab.training.testing import tiny_model
+from marin_lab.testing.training import tiny_model
 
 
 @pytest.mark.slow

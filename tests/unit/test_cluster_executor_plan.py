@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from marin_lab.cluster import TpuRequestError, TpuResources
-from marin_lab.cluster.simulate import ToyTrainConfig, toy_train
 from marin_lab.execution import Executor, ExecutorStep, this_output_path
+from marin_lab.testing.simulate import ToyTrainConfig, toy_train
 
 
 def _step(name: str, resources: TpuResources) -> ExecutorStep:

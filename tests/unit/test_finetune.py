@@ -11,6 +11,7 @@ import pytest
 from marin_lab.io import fs as mfs
 from marin_lab.models.llama import init_params
 from marin_lab.peft import LoraConfig
+from marin_lab.testing.training import TINY_VOCAB, tiny_model
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.base_model import QuantConfig, QuantizeBaseConfig, quantize_params
 from marin_lab.training.base_quantize import quantize_base
@@ -21,7 +22,6 @@ from marin_lab.training.finetune import FinetuneConfig, finetune_lm
 from marin_lab.training.finetune_state import StepPlan, frozen_base, init_trainable, make_loss_fn
 from marin_lab.training.metrics import WandbConfig
 from marin_lab.training.optimizer import OptimizerConfig
-from marin_lab.training.testing import TINY_VOCAB, tiny_model
 from marin_lab.training.token_cache import write_token_cache
 
 MODEL = tiny_model()

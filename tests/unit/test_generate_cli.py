@@ -15,10 +15,10 @@ from marin_lab.models.generate import SamplingConfig, generate_tokens
 from marin_lab.models.llama import init_params
 from marin_lab.peft.lora import LoraConfig, init_lora, merge_lora
 from marin_lab.processing.instruction import ChatTemplate
+from marin_lab.testing.training import tiny_model
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.base_model import QuantConfig, QuantizeBaseConfig
 from marin_lab.training.base_quantize import quantize_base
-from marin_lab.training.testing import tiny_model
 
 WORDS = "the cat dog sat on mat log a question answer is what".split()
 

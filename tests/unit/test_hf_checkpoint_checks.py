@@ -10,11 +10,11 @@ from pathlib import Path
 import jax
 import pytest
 
+from marin_lab.testing.hf_synthetic import write_synthetic_llama
+from marin_lab.testing.training import tiny_model
 from marin_lab.training.base_stream import open_base
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.hf_import import HfImportError, import_hf, open_hf
-from marin_lab.training.hf_synthetic import write_synthetic_llama
-from marin_lab.training.testing import tiny_model
 
 MODEL = tiny_model()
 

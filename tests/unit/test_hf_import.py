@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from marin_lab.models.llama import forward
+from marin_lab.testing.training import tiny_model
 from marin_lab.training.base_model import load_base
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.hf_import import HfImportError, import_hf
-from marin_lab.training.testing import tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 from marin_lab.models.llama import forward, init_params, lm_loss
 from marin_lab.peft import LoraConfig, LoraError, apply_lora, init_lora, merge_lora, unmerge_lora
 from marin_lab.quant import quantize_nf4
-from marin_lab.training.testing import tiny_model
+from marin_lab.testing.training import tiny_model
 
 MODEL = tiny_model()
 CFG = LoraConfig(rank=8, alpha=16.0, dropout=0.0)

@@ -8,13 +8,13 @@ import pytest
 
 from marin_lab.models.llama import LlamaConfig
 from marin_lab.peft import LoraConfig
+from marin_lab.testing.hf_synthetic import write_synthetic_llama
+from marin_lab.testing.training import tiny_model
 from marin_lab.training.data import DataConfig
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.finetune import FinetuneConfig, finetune_lm
-from marin_lab.training.hf_synthetic import write_synthetic_llama
 from marin_lab.training.memory_plan import GIB, plan_memory
 from marin_lab.training.mesh import MeshConfig
-from marin_lab.training.testing import tiny_model
 
 LLAMA_70B = LlamaConfig(
     vocab_size=32000,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from marin_lab.models.llama import LlamaConfig, forward, init_params, lm_loss
+from marin_lab.testing.training import tiny_model
 from marin_lab.training.hf_export import export_hf
-from marin_lab.training.testing import tiny_model
 
 
 def test_llama_8b_shape_has_8b_params():

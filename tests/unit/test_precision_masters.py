@@ -17,9 +17,9 @@ from safetensors import safe_open
 from marin_lab.models.llama import init_params
 from marin_lab.precision import PrecisionConfig, PrecisionError, ScaledArray, masters
 from marin_lab.precision.scalify_train import master_params
+from marin_lab.testing.training import tiny_model, tiny_train_config, write_synthetic_cache
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training import train_lm
-from marin_lab.training.testing import tiny_model, tiny_train_config, write_synthetic_cache
 
 FP16_MASTERS = PrecisionConfig(matmul="scalify", master_weights="float16_scaled", optimizer_state="float16_scaled")
 

@@ -14,11 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from marin_lab.testing.training import tiny_train_config, write_synthetic_cache
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training import trainer as trainer_module
 from marin_lab.training.checkpoint import CheckpointConfig
 from marin_lab.training.metrics import WandbConfig
-from marin_lab.training.testing import tiny_train_config, write_synthetic_cache
 from marin_lab.training.trainer import LoopConfig, Trainer
 
 # The module (the package exports its function under the same name).

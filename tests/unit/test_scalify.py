@@ -15,9 +15,9 @@ from marin_lab.precision import PrecisionConfig, PrecisionError, ScaledArray
 from marin_lab.precision.audit import amax_fed_float8_casts, scan_counts
 from marin_lab.precision.scalify import per_layer_scale, scalify, tensor_scale, to_values
 from marin_lab.precision.scalify_train import _layer_stats, f8_linear, metrics, overflow_message
+from marin_lab.testing.training import synthetic_documents, tiny_model
 from marin_lab.training.mesh import MeshConfig
 from marin_lab.training.optimizer import OptimizerConfig
-from marin_lab.training.testing import synthetic_documents, tiny_model
 from marin_lab.training.train_step import StepSettings, make_init_fn, make_train_step, state_shardings
 
 # Small enough to trace and compile in seconds; every op of the Llama block is still there.

@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 from marin_lab.models.llama import flatten_params, init_params
+from marin_lab.testing.hf_synthetic import write_synthetic_llama
+from marin_lab.testing.training import tiny_model
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.base_model import QuantConfig, QuantizeBaseConfig, load_base, quantize_params
 from marin_lab.training.base_quantize import quantize_base
 from marin_lab.training.base_stream import CHUNK_BYTES, load_frozen, load_saved, open_base
 from marin_lab.training.finetune_state import frozen_base, frozen_shardings
-from marin_lab.training.hf_synthetic import write_synthetic_llama
 from marin_lab.training.mesh import MeshConfig
-from marin_lab.training.testing import tiny_model
 
 MODEL = tiny_model()
 QUANT = QuantConfig()

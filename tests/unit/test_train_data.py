@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from marin_lab.testing.training import write_synthetic_cache
 from marin_lab.training.data import DataConfig, MixtureLoader, MixturePhase, feistel_permute, mixture_counts
-from marin_lab.training.testing import write_synthetic_cache
 from marin_lab.training.token_cache import TokenCache, TokenCacheError, write_token_cache
 
 

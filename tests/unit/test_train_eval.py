@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from marin_lab.evaluation.during_training import train_lm_with_eval
+from marin_lab.testing.training import tiny_train_config, write_synthetic_cache
 from marin_lab.training import TrainingError, train_lm
-from marin_lab.training.testing import tiny_train_config, write_synthetic_cache
 
 
 @pytest.mark.slow
@@ -48,7 +48,7 @@ def test_a_validation_set_too_short_is_refused_before_training(tmp_path):
 def test_lm_eval_tasks_every_n_steps_during_training(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-    from marin_lab.training.testing import tiny_model
+    from marin_lab.testing.training import tiny_model
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -6,11 +6,11 @@ import re
 
 import pytest
 
+from marin_lab.testing.training import tiny_train_config, write_synthetic_cache
 from marin_lab.training import metrics as metrics_module
 from marin_lab.training import train_lm
 from marin_lab.training import trainer as trainer_module
 from marin_lab.training.checkpoint import CheckpointConfig
-from marin_lab.training.testing import tiny_train_config, write_synthetic_cache
 
 
 @pytest.mark.slow

@@ -206,8 +206,8 @@ def test_programs_are_built_once_per_key_whichever_builder_asks():
 
 def test_export_hf_writes_the_runs_tokenizer_and_ids_from_process_0(tmp_path):
     from marin_lab.models.llama import init_params
+    from marin_lab.testing.training import tiny_model, write_synthetic_cache
     from marin_lab.training.hf_export import param_leaves
-    from marin_lab.training.testing import tiny_model, write_synthetic_cache
 
     cache = write_synthetic_cache(
         str(tmp_path / "cache"), train_docs=4, validation_docs=2, tokenizer_json='{"model": {"type": "WordLevel"}}'
