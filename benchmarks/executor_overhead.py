@@ -42,6 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from marin_lab.execution import ExecutorMainConfig
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # see shared ENVIRONMENT.md traps
 
@@ -157,7 +158,7 @@ def mode_plan(args: argparse.Namespace) -> dict[str, Any]:
 
         for _ in range(args.inner):
             steps = build_dag("ours", n, layers)
-            ex = Executor(prefix=args.prefix, backend="local")
+            ex = Executor(ExecutorMainConfig(prefix=args.prefix, backend="local"))
             t0, c0 = time.perf_counter(), time.process_time()
             plan = ex.plan(steps)
             times.append(time.perf_counter() - t0)
@@ -169,7 +170,7 @@ def mode_plan(args: argparse.Namespace) -> dict[str, Any]:
         _marin_ray_init()  # its Executor() starts a StatusActor
         for _ in range(args.inner):
             steps = build_dag("marin", n, layers)
-            ex = Executor(prefix=args.prefix, executor_info_base_path=os.path.join(args.prefix, "experiments"))
+            ex = Executor(ExecutorMainConfig(prefix=args.prefix, executor_info_base_path=os.path.join(args.prefix, "experiments")))
             t0, c0 = time.perf_counter(), time.process_time()
             for s in steps:  # what Executor.run does before reading any status
                 ex.compute_version(s, is_pseudo_dep=False)
@@ -217,10 +218,10 @@ def mode_seed(args: argparse.Namespace) -> dict[str, Any]:
     steps = build_dag(args.impl, args.steps, args.layers)
     if args.impl == "ours":
         from marin_lab.execution import Executor
-        from marin_lab.execution.hashing import unversioned_fingerprint
-        from marin_lab.execution.status import Status, write_status
+        from marin_lab.execution.plan.hashing import unversioned_fingerprint
+        from marin_lab.execution.state.status import Status, write_status
 
-        plan = Executor(prefix=args.prefix, backend="local").plan(steps)
+        plan = Executor(ExecutorMainConfig(prefix=args.prefix, backend="local")).plan(steps)
 
         def mark(ps: Any) -> None:
             write_status(
@@ -237,7 +238,7 @@ def mode_seed(args: argparse.Namespace) -> dict[str, Any]:
         from marin.execution.executor_step_status import STATUS_SUCCESS, append_status, get_status_path
 
         _marin_ray_init()
-        ex = Executor(prefix=args.prefix, executor_info_base_path=os.path.join(args.prefix, "experiments"))
+        ex = Executor(ExecutorMainConfig(prefix=args.prefix, executor_info_base_path=os.path.join(args.prefix, "experiments")))
         for s in steps:
             ex.compute_version(s, is_pseudo_dep=False)
 
@@ -252,7 +253,7 @@ def mode_seed(args: argparse.Namespace) -> dict[str, Any]:
 
 def mode_ray_start(args: argparse.Namespace) -> dict[str, Any]:
     """A forced Ray start and shutdown the way our ray backend does it."""
-    from marin_lab.execution.backends import RayBackend
+    from marin_lab.execution.run.backends import RayBackend
 
     t0 = time.perf_counter()
     backend = RayBackend(None)
@@ -281,7 +282,7 @@ def mode_dispatch(args: argparse.Namespace) -> dict[str, Any]:
         ray.get(ray.remote(lambda: 1).remote())  # a worker is up before timing
         for r in range(args.inner):
             steps = shape("ours", args.steps)
-            ex = Executor(prefix=os.path.join(args.prefix, f"r{r}"), backend="ray")
+            ex = Executor(ExecutorMainConfig(prefix=os.path.join(args.prefix, f"r{r}"), backend="ray"))
             t0 = time.perf_counter()
             report = ex.run(steps)
             out.append(time.perf_counter() - t0)
@@ -295,7 +296,7 @@ def mode_dispatch(args: argparse.Namespace) -> dict[str, Any]:
         for r in range(args.inner):
             steps = shape("marin", args.steps)
             prefix = os.path.join(args.prefix, f"r{r}")
-            ex = Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"))
+            ex = Executor(ExecutorMainConfig(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments")))
             t0 = time.perf_counter()
             ex.run(steps)
             out.append(time.perf_counter() - t0)

@@ -20,7 +20,7 @@ import tempfile
 import time
 from types import ModuleType
 
-from marin_lab.execution import logs as new_logs
+from marin_lab.execution.run import logs as new_logs
 
 MiB = 1 << 20
 SHAPES = ("one line", "short lines")
@@ -28,7 +28,7 @@ SHAPES = ("one line", "short lines")
 
 def _old_module(ref: str) -> ModuleType:
     source = subprocess.run(
-        ["git", "show", f"{ref}:marin_lab/execution/logs.py"], capture_output=True, text=True, check=True
+        ["git", "show", f"{ref}:marin_lab/execution/run/logs.py"], capture_output=True, text=True, check=True
     ).stdout
     path = os.path.join(tempfile.mkdtemp(prefix="old-logs-"), "old_logs.py")
     with open(path, "w") as f:

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from executor_overhead import build_dag  # noqa: E402
 
-from marin_lab.execution import Executor  # noqa: E402
+from marin_lab.execution import ExecutorMainConfig, Executor  # noqa: E402
 
 WALK = {"scan_config", "_add_versioned", "_field_names", "portable_value"}
 CHECKS = {"_check_step", "_plain", "validate_name", "_normalized", "executor_resources", "_ray_function"}
@@ -51,7 +51,7 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=10)
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as prefix:
-        ex = Executor(prefix=prefix, backend="local")
+        ex = Executor(ExecutorMainConfig(prefix=prefix, backend="local"))
         ex.plan(build_dag("ours", 20, 2))  # first use fills the per-class caches and lazy imports
         steps = build_dag("ours", args.steps, args.layers)
         counts: collections.Counter[tuple[str, str]] = collections.Counter()

@@ -20,12 +20,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from executor_overhead import build_dag  # noqa: E402
 
-from marin_lab.execution import Executor  # noqa: E402
+from marin_lab.execution import ExecutorMainConfig, Executor  # noqa: E402
 
 
 def main() -> None:
     n, mode = int(sys.argv[1]), sys.argv[2]
-    ex = Executor(prefix=tempfile.mkdtemp(), backend="local")
+    ex = Executor(ExecutorMainConfig(prefix=tempfile.mkdtemp(), backend="local"))
     ex.plan(build_dag("ours", 20, 2))  # first use fills the per-class caches and lazy imports
     steps = build_dag("ours", n, 10)
     gc.collect(0)

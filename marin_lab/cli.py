@@ -14,24 +14,32 @@ from marin_lab.browser.command import add_parser as add_browse_parser
 from marin_lab.cluster.launch_cli import add_parser as add_launch_parser
 from marin_lab.evaluation.evals_cli import add_parser as add_evals_parser
 from marin_lab.evaluation.generate_cli import add_parser as add_generate_parser
-from marin_lab.execution.baseline import RecordIndex, last_run_of_plan
-from marin_lab.execution.cost import ExperimentCost, experiment_cost, read_record_quietly
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.executor import Executor
-from marin_lab.execution.experiments import describe_status, list_experiments, list_runs, run_state, step_statuses
 from marin_lab.execution.main import capture_steps
-from marin_lab.execution.prices import PriceTable, load_prices
-from marin_lab.execution.provenance import compare_manifests, manifest
-from marin_lab.execution.records import RecordError, read_step_record
-from marin_lab.execution.secrets import redact_logs
+from marin_lab.execution.record.experiments import (
+    describe_status,
+    list_experiments,
+    list_runs,
+    run_state,
+    step_statuses,
+)
+from marin_lab.execution.record.provenance import compare_manifests, manifest
+from marin_lab.execution.review.baseline import RecordIndex, last_run_of_plan
+from marin_lab.execution.review.cost import ExperimentCost, experiment_cost, read_record_quietly
+from marin_lab.execution.review.prices import PriceTable, load_prices
 from marin_lab.explain import explain_step
 from marin_lab.flags import add_bool_flag, add_prefix_arguments, resolve_prefix_arguments
 from marin_lab.gc import add_parser as add_gc_parser
 from marin_lab.io.fs import join
+from marin_lab.io.secrets import redact_logs
 from marin_lab.processing.rerun_shards import add_parser as add_rerun_shards_parser
 from marin_lab.reproduce import ReproduceError, reproduce
+from marin_lab.store.errors import RecordError
 from marin_lab.store.experiment_record import ExperimentRecord
 from marin_lab.store.layout import default_prefix
+from marin_lab.store.step_record import read_step_record
+from marin_lab.execution import ExecutorMainConfig
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -83,7 +91,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _status_costs(exp: ExperimentRecord, statuses: list, prices: PriceTable | None) -> ExperimentCost | None:
-    """With --cost: each step's recorded cost and the experiment's (execution/cost.py)."""
+    """With --cost: each step's recorded cost and the experiment's (execution/review/cost.py)."""
     if prices is None:
         return None
     return experiment_cost(
@@ -118,7 +126,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             "that calls executor_main, e.g. experiments/quickstart.py"
         )
     steps, _ = capture_steps(args.script, args.script_args)
-    executor = Executor(prefix=_prefix(args), backend="local", script=args.script)
+    executor = Executor(ExecutorMainConfig(prefix=_prefix(args), backend="local"), script=args.script)
     plan = executor.plan(steps)
     for read in executor.unchecked_reads[:1]:
         print(f"egress: bucket regions not checked ({read.reason}); the run checks them before it starts")

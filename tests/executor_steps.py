@@ -11,7 +11,7 @@ from pathlib import Path
 
 import fsspec
 
-from marin_lab.execution import ExecutorStep, output_path_of, this_output_path, versioned
+from marin_lab.execution import ExecutorMainConfig, ExecutorStep, output_path_of, this_output_path, versioned
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,12 +184,12 @@ def assert_lease_loss_stops_the_loser(prefix: str, *, heartbeat_s: float) -> Non
     import threading
 
     from marin_lab.execution import Executor
-    from marin_lab.execution.status import read_status
+    from marin_lab.execution.state.status import read_status
     from marin_lab.io.conditional import conditional_file
     from marin_lab.io.fs import exists
 
     step = ExecutorStep("slow", write_text, WriteConfig(this_output_path(), versioned("s"), sleep_s=4.0))
-    ex = Executor(prefix, backend="local", lease_timeout_s=30, heartbeat_s=heartbeat_s)
+    ex = Executor(ExecutorMainConfig(prefix=prefix, backend="local", lease_timeout_s=30, heartbeat_s=heartbeat_s))
     out_path = ex.plan([step]).steps[0].output_path
     result = {}
     t = threading.Thread(target=lambda: result.setdefault("r", ex.run([step], raise_on_failure=False)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from marin_lab.execution.status import read_status
+from marin_lab.execution.state.status import read_status
 
 
 def wait_for_status(output_path: str, status: str, timeout_s: float = 120) -> None:

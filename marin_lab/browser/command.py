@@ -10,7 +10,7 @@ import errno
 
 from marin_lab import browser
 from marin_lab.errors import MarinLabError
-from marin_lab.execution.prices import load_prices
+from marin_lab.execution.review.prices import load_prices
 from marin_lab.store.layout import default_prefix
 
 DEFAULT_HOST = "127.0.0.1"

@@ -12,7 +12,7 @@ from typing import Any
 
 from marin_lab.browser.records import Browser
 from marin_lab.browser.storage import child, exists, load_json, parallel_map
-from marin_lab.execution.secrets import redact
+from marin_lab.io.secrets import redact
 from marin_lab.store.layout import INFO_FILE, METRICS_FILE
 
 MAX_RUNS = 200

@@ -1,6 +1,6 @@
 """An experiment's cost for the browser: each step's, the sum, and what its latest run saved by reuse.
 
-The numbers and their text come from execution/cost.py, as `marin-lab status --cost` prints them;
+The numbers and their text come from execution/review/cost.py, as `marin-lab status --cost` prints them;
 only the reading differs: records are read here through the browser's confined storage.
 """
 
@@ -11,10 +11,10 @@ from typing import Any
 from marin_lab.browser.errors import BadRequestError, NotFoundError
 from marin_lab.browser.records import _EXPERIMENT_ID, Browser, _step_key, _steps_of, load_experiment
 from marin_lab.browser.storage import child, load_json, parallel_map
-from marin_lab.execution import cost
 from marin_lab.execution.errors import RecordError
-from marin_lab.execution.records import StepRecord
+from marin_lab.execution.review import cost
 from marin_lab.store.layout import EXPERIMENTS_DIR, INFO_FILE
+from marin_lab.store.step_record import StepRecord
 
 
 def _record(browser: Browser, step_dir: str | None) -> StepRecord | None:

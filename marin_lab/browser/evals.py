@@ -17,7 +17,7 @@ from marin_lab.browser.errors import BadRequestError, ForbiddenPathError, NotFou
 from marin_lab.browser.metrics import read_metrics
 from marin_lab.browser.records import Browser
 from marin_lab.evaluation import results as R
-from marin_lab.execution.experiments import list_experiments
+from marin_lab.execution.record.experiments import list_experiments
 from marin_lab.io.fs import join
 from marin_lab.store.layout import METRICS_FILE
 

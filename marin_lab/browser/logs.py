@@ -16,8 +16,8 @@ from typing import Any
 from marin_lab.browser.errors import BadRequestError, NotFoundError
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.storage import child, file_info, list_dir, open_file
-from marin_lab.execution.record_builder import strip_ansi
-from marin_lab.execution.secrets import redact_text
+from marin_lab.io.secrets import redact_text
+from marin_lab.io.text import strip_ansi
 from marin_lab.store.layout import ATTEMPT_LOG, LOGS_DIR, attempt_log_name
 
 MAX_BYTES = 64 * 1024

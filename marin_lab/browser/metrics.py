@@ -19,7 +19,7 @@ from typing import IO
 from marin_lab.browser.errors import ForbiddenPathError, NotFoundError
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.storage import child, load_json, open_file
-from marin_lab.execution.secrets import is_secret_field, redact
+from marin_lab.io.secrets import is_secret_field, redact
 from marin_lab.store.layout import METRICS_FILE, RESULTS_FILE
 from marin_lab.store.metrics import parse_metrics_line
 

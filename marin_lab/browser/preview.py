@@ -14,7 +14,7 @@ from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview_arrays import npy_page, parquet_page, token_page
 from marin_lab.browser.preview_jsonl import DECODE_ERRORS, compression_of, jsonl_page, open_stream, skip_to
 from marin_lab.browser.storage import child, file_info, list_dir, load_json, parent
-from marin_lab.execution.secrets import redact, redact_text
+from marin_lab.io.secrets import redact, redact_text
 from marin_lab.store.layout import INFO_FILE, RECORD_FILES
 
 TEXT_PAGE_BYTES = 64 * 1024

@@ -27,14 +27,14 @@ from marin_lab.browser.storage import (
     read_bounded,
     read_record,
 )
-from marin_lab.execution.baseline import LastRun, RecordIndex, last_run_of
-from marin_lab.execution.cost import step_cost
-from marin_lab.execution.experiments import ListedExperiment, run_state
-from marin_lab.execution.lease import driver_gone_since
-from marin_lab.execution.prices import PriceTable, default_prices
-from marin_lab.execution.record_builder import strip_ansi_in
-from marin_lab.execution.secrets import Scrubber, redact, text_scrubber
+from marin_lab.execution.record.experiments import ListedExperiment, run_state
+from marin_lab.execution.review.baseline import LastRun, RecordIndex, last_run_of
+from marin_lab.execution.review.cost import step_cost
+from marin_lab.execution.review.prices import PriceTable, default_prices
+from marin_lab.execution.state.lease import driver_gone_since
 from marin_lab.explain import explain_record
+from marin_lab.io.secrets import Scrubber, redact, text_scrubber
+from marin_lab.io.text import strip_ansi_in
 from marin_lab.store.errors import RecordError
 from marin_lab.store.experiment_record import parse_experiment_record
 from marin_lab.store.launch_record import parse_launch_record
@@ -63,8 +63,8 @@ _EXPERIMENT_ID = re.compile(r"[A-Za-z0-9._@+-]+")
 _STORED_SCRIPT = re.compile(r"scripts/[A-Za-z0-9._@+-]+\.py")
 _EXPERIMENT_HASH = re.compile(r"-(?P<hash>[0-9a-f]{8})\.json$")  # experiments/{script}-{hash8}.json
 MAX_SCRIPT_BYTES = 512 * 1024
-# What a status file may say beyond the status itself (see execution/watch.py); `run` is the id
-# of the run that wrote a terminal status (execution/run_history.py).
+# What a status file may say beyond the status itself (see execution/run/watch.py); `run` is the id
+# of the run that wrote a terminal status (execution/run/run_history.py).
 _STATUS_FIELDS = (
     "time",
     "driver",
@@ -92,7 +92,7 @@ class Browser:
         self.prefix = roots.resolve(prefix)
         self.local = "://" not in self.prefix
         self.prices = prices or default_prices()
-        """What the cost columns price accelerator-hours at (execution/prices.py)."""
+        """What the cost columns price accelerator-hours at (execution/review/prices.py)."""
 
     # ---- paths -------------------------------------------------------------------------------
     def step_dir(self, step: dict) -> str | None:
@@ -270,7 +270,7 @@ class Browser:
         return result
 
     def runs(self, exp_id: str) -> list[dict]:
-        """The experiment's run records (execution/run_history.py), newest first: each run's
+        """The experiment's run records (execution/run/run_history.py), newest first: each run's
         command line, times, outcome, and what it executed and reused."""
         folder = child(self.prefix, EXPERIMENTS_DIR, exp_id, RUNS_DIR)
         names = sorted(

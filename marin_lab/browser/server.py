@@ -36,9 +36,9 @@ from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
 from marin_lab.browser.records import Browser
 from marin_lab.errors import MarinLabError
-from marin_lab.execution.prices import PriceTable
-from marin_lab.execution.secrets import redact_logs, scrub_json
+from marin_lab.execution.review.prices import PriceTable
 from marin_lab.io.fs import normalize_prefix
+from marin_lab.io.secrets import redact_logs, scrub_json
 
 logger = logging.getLogger(__name__)
 

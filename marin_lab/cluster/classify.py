@@ -6,7 +6,7 @@ raised by the step function, an out-of-memory kill, a runtime-env failure or a t
 failure (retrying on the same kind of hardware repeats it). An ambiguous failure -- say a
 collective that broke because a peer VM was reclaimed -- becomes a preemption when the instance
 metadata says the VM was preempted; that probe is injected, so tests never touch the network.
-The table of Ray errors is the executor's (`marin_lab.execution.preemption`): one table for both.
+The table of Ray errors is the executor's (`marin_lab.execution.run.preemption`): one table for both.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Callable
 
 from marin_lab.cluster.errors import PreemptedError
-from marin_lab.execution.preemption import FAILURE, PREEMPTION, RAY_ERROR_KINDS, ErrorKind, ray_error_kind
+from marin_lab.execution.run.preemption import FAILURE, PREEMPTION, RAY_ERROR_KINDS, ErrorKind, ray_error_kind
 
 logger = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from marin_lab.execution.main import capture_steps
 from marin_lab.models.llama import REMAT_POLICIES
 from marin_lab.training.config import TrainLmConfig
 from marin_lab.training.finetune import FinetuneConfig
+from marin_lab.execution import ExecutorMainConfig
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,7 +114,7 @@ def compile_experiment(
     require_libtpu()
     forced = parse_topology(topology, slices) if topology else None
     steps = _capture(script, script_args)
-    plan = Executor(prefix=prefix or default_prefix(), backend="local", script=script).plan(steps)
+    plan = Executor(ExecutorMainConfig(prefix=prefix or default_prefix(), backend="local"), script=script).plan(steps)
     selected = [
         ps
         for ps in plan.steps

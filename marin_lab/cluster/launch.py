@@ -35,8 +35,8 @@ from marin_lab.cluster.launch_state import (
     write_state,
 )
 from marin_lab.cluster.supervisor import ACTOR_OPTIONS, LaunchSupervisor
-from marin_lab.execution.secrets import scrub_text, scrubber_with, secrets_in_args
 from marin_lab.io.fs import is_local, read_bytes, remove
+from marin_lab.io.secrets import scrub_text, scrubber_with, secrets_in_args
 
 NAMESPACE = "marin_lab"
 HEAD_RESOURCE = "node:__internal_head__"

@@ -1,6 +1,6 @@
 """What a step asks for: whole TPU slices, GPUs, or CPUs and memory.
 
-Each class implements the executor's StepRunner protocol (`describe`, `validate`, `run` returning
+Each class implements the executor's HardwareRunner protocol (`describe`, `validate`, `run` returning
 a `RunOutcome` of result and hardware; no state is kept on the object between runs) so
 `ExecutorStep(resources=TpuResources(tpu="v5e-256", slices=2))` works without the
 executor importing this package. `validate` is cheap and Ray-free: the executor calls it for every
@@ -20,7 +20,7 @@ from marin_lab.cluster.classify import PREEMPTION, MetadataPreemptionProbe, Pree
 from marin_lab.cluster.config import load_cluster_config
 from marin_lab.cluster.errors import ClusterError, PreemptedError, StepCancelled, TpuRequestError
 from marin_lab.cluster.tpu_types import TpuType, check_slice_count, parse_tpu_type
-from marin_lab.execution.resources import RunOutcome, attach_hardware, hardware_of
+from marin_lab.execution.plan.resources import RunOutcome, attach_hardware, hardware_of
 from marin_lab.versioning import field_hints
 
 logger = logging.getLogger(__name__)

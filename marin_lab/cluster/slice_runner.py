@@ -41,7 +41,7 @@ import ray
 from marin_lab.cluster.classify import PREEMPTION, PreemptionProbe, classify_error, safe_probe
 from marin_lab.cluster.errors import ClusterError, PreemptedError, SliceCapacityTimeout, StepCancelled
 from marin_lab.cluster.tpu_types import TpuType
-from marin_lab.execution.resources import attach_hardware
+from marin_lab.execution.plan.resources import attach_hardware
 from marin_lab.host_env import NUM_SLICES, process_env
 
 logger = logging.getLogger(__name__)

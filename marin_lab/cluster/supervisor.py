@@ -27,9 +27,9 @@ import threading
 from typing import Any
 
 from marin_lab.cluster.launch_state import attempt_log_url, now_iso, write_state
-from marin_lab.execution.backends import _die_with_parent
-from marin_lab.execution.secrets import scrubber_with
+from marin_lab.execution.run.backends import _die_with_parent
 from marin_lab.io.fs import atomic_write_bytes
+from marin_lab.io.secrets import scrubber_with
 from marin_lab.store.layout import LOGS_DIR, attempt_log_name
 
 LOG_FLUSH_S = 1.0

@@ -5,7 +5,7 @@ function inside it.
 `locked.py` holds the lock hash, the build and the run; `marin_lab/_env_worker.py` is the process
 that runs inside an environment (standard library only, so it stays outside this package, whose
 modules import marin_lab's own dependencies). The executor's plan turns Marin's
-`pip_dependency_groups` into one of these (`marin_lab.execution.extras`).
+`pip_dependency_groups` into one of these (`marin_lab.execution.plan.extras`).
 """
 
 from marin_lab.environments.locked import (

@@ -30,7 +30,7 @@ import jax
 from marin_lab.evaluation.evaluate_lm import EvaluationError, evaluate_tasks, parse_task, task_keys
 from marin_lab.evaluation.harness import HarnessError, MarinLM, check_task_names
 from marin_lab.evaluation.perplexity import evaluate_cache
-from marin_lab.execution.artifacts import reproducibility
+from marin_lab.execution.record.artifacts import reproducibility
 from marin_lab.precision import masters
 from marin_lab.processing.tokenizers import optional_tokenizer_at
 from marin_lab.training.config import TrainLmConfig

@@ -44,7 +44,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noq
 from marin_lab.errors import MarinLabError
 from marin_lab.evaluation import offline_data
 from marin_lab.evaluation.scoring import bucket_length
-from marin_lab.execution.logs import VERBOSE_ENV, quiet_libraries
+from marin_lab.execution.run.logs import VERBOSE_ENV, quiet_libraries
 from marin_lab.models.generate import SamplingConfig, generate_text
 from marin_lab.models.llama import LlamaConfig, Params, forward
 

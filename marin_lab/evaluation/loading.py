@@ -32,13 +32,14 @@ import jax.numpy as jnp
 
 from marin_lab.errors import MarinLabError
 from marin_lab.evaluation.scoring import as_params
-from marin_lab.execution.records import RecordError, read_step_record
 from marin_lab.io import fs as mfs
 from marin_lab.models.llama import LlamaConfig, Params, init_params
 from marin_lab.peft.lora import LoraConfig, LoraError, merge_lora
 from marin_lab.processing.errors import TokenizeError
 from marin_lab.processing.instruction import ChatTemplate, render_segments
 from marin_lab.processing.tokenizers import tokenizer_at
+from marin_lab.store.errors import RecordError
+from marin_lab.store.step_record import read_step_record
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.base_model import QuantConfig, load_base, quantize_params
 from marin_lab.training.errors import TrainingError

@@ -28,10 +28,10 @@ from typing import Any
 from marin_lab.errors import MarinLabError
 from marin_lab.evaluation import stats
 from marin_lab.execution.errors import RecordError
-from marin_lab.execution.experiments import list_experiments
-from marin_lab.execution.records import read_step_record
+from marin_lab.execution.record.experiments import list_experiments
 from marin_lab.io.fs import fs_and_path, join, normalize_prefix
 from marin_lab.store.layout import RESULTS_FILE
+from marin_lab.store.step_record import read_step_record
 
 MAX_RESULTS_BYTES = 64 * 1024 * 1024
 """A results.json larger than this is not parsed (lm-eval's configs section is kilobytes per task)."""

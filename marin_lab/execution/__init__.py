@@ -24,9 +24,8 @@ from marin_lab.execution.errors import (
 )
 from marin_lab.execution.executor import Executor, RunReport
 from marin_lab.execution.main import executor_main
-from marin_lab.execution.resources import StepRunner
-from marin_lab.execution.status import Status
-from marin_lab.execution.step import (
+from marin_lab.execution.plan.resources import HardwareRunner
+from marin_lab.execution.plan.step import (
     THIS_OUTPUT_PATH,
     ExecutorStep,
     InputName,
@@ -39,6 +38,7 @@ from marin_lab.execution.step import (
     unwrap_versioned_value,
     versioned,
 )
+from marin_lab.execution.state.status import Status
 from marin_lab.versioning import versioned_field
 
 STATUS_WAITING, STATUS_RUNNING, STATUS_SUCCESS, STATUS_FAILED, STATUS_DEP_FAILED = (
@@ -72,7 +72,7 @@ __all__ = [
     "Status",
     "StepDefinitionError",
     "StepFailedError",
-    "StepRunner",
+    "HardwareRunner",
     "StorageError",
     "UnschedulableError",
     "VersionedValue",

@@ -1,12 +1,12 @@
 """`ExecutorMainConfig`: the executor's settings, as `executor_main` reads them from the command line
-(their docstrings are its `--help`); `Executor.from_config` builds an executor from one."""
+(their docstrings are its `--help`); `Executor(config)` is the executor they describe."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from marin_lab.execution.lease import DEFAULT_TIMEOUT_S
+from marin_lab.execution.state.lease import DEFAULT_TIMEOUT_S
 
 
 def _flag(default: Any, metavar: str) -> Any:
@@ -42,6 +42,10 @@ class ExecutorMainConfig:
     """Address of a running Ray cluster."""
     lease_timeout_s: float = DEFAULT_TIMEOUT_S
     """A lease not renewed for this long is stale and may be taken over."""
+    heartbeat_s: float | None = None
+    """How often a running step renews its lease (default: a quarter of --lease_timeout_s)."""
+    wait_poll_s: float = 1.0
+    """How often a step waiting for another driver's run of it reads that step's status."""
     max_preemption_retries: int = 10
     """Retries after a lost worker, node or slice."""
     max_failure_retries: int = 0

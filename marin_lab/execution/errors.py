@@ -64,14 +64,14 @@ class PreemptedError(MarinLabError):
     """The step's worker, node or slice was lost. Retried within the preemption budget."""
 
     hardware: dict | None = None
-    """What the lost attempt ran on, when it got as far as holding hardware (a StepRunner sets it)."""
+    """What the lost attempt ran on, when it got as far as holding hardware (a HardwareRunner sets it)."""
 
 
 class StepFailedError(MarinLabError):
     """A step's function raised an exception."""
 
     hardware: dict | None = None
-    """What the failed attempt ran on, when a StepRunner knows it."""
+    """What the failed attempt ran on, when a HardwareRunner knows it."""
 
     def __init__(
         self, message: str, traceback_text: str | None = None, hardware: dict | None = None, final: bool = False

@@ -21,15 +21,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from marin_lab.execution.backends import make_backend
-from marin_lab.execution.baseline import LastRun, RecordIndex, experiment_hash, last_run_of_plan
-from marin_lab.execution.capacity import check as check_capacity
-from marin_lab.execution.capacity import known_cluster
-from marin_lab.execution.capacity import unschedulable_timeout_s as resolve_unschedulable_timeout
-from marin_lab.execution.code_provenance import git_state, store_script
 from marin_lab.execution.config import ExecutorMainConfig
-from marin_lab.execution.cost import PlanCost, estimate_plan
-from marin_lab.execution.decide import Decision, decide_one, read_statuses
 from marin_lab.execution.errors import (
     ExecutorConfigError,
     ExperimentFailedError,
@@ -37,26 +29,34 @@ from marin_lab.execution.errors import (
     StorageError,
     UnschedulableError,
 )
-from marin_lab.execution.experiments import records_folder
-from marin_lab.execution.interrupt import Interrupt
-from marin_lab.execution.lease import Lease, new_driver_id
-from marin_lab.execution.plan import Plan, PlannedStep, build_plan, gc_paused
-from marin_lab.execution.plan_report import check_format, format_text, plan_report, render_plan
-from marin_lab.execution.prices import PriceTable, default_prices, load_prices
-from marin_lab.execution.record_builder import (
+from marin_lab.execution.plan.planner import Plan, PlannedStep, build_plan, gc_paused
+from marin_lab.execution.plan.resources import validate_resources
+from marin_lab.execution.plan.step import ExecutorStep
+from marin_lab.execution.record.builder import (
     experiment_record,
     relative_script,
     under_prefix,
 )
-from marin_lab.execution.regions import CrossRegionRead, Regions, UncheckedRead, check_egress
-from marin_lab.execution.resources import validate_resources
-from marin_lab.execution.run_history import RunRecord, new_run_id
-from marin_lab.execution.secrets import redact, redact_logs
-from marin_lab.execution.status import Status, now_iso, read_status, status_path, write_status
-from marin_lab.execution.step import ExecutorStep
-from marin_lab.execution.supervisor import StepOutcome, StepSettings, StepSupervisor, step_lease
+from marin_lab.execution.record.code_provenance import git_state, store_script
+from marin_lab.execution.record.experiments import records_folder
+from marin_lab.execution.review.baseline import LastRun, RecordIndex, experiment_hash, last_run_of_plan
+from marin_lab.execution.review.capacity import check as check_capacity
+from marin_lab.execution.review.capacity import known_cluster
+from marin_lab.execution.review.capacity import unschedulable_timeout_s as resolve_unschedulable_timeout
+from marin_lab.execution.review.cost import PlanCost, estimate_plan
+from marin_lab.execution.review.decide import Decision, decide_one, read_statuses
+from marin_lab.execution.review.plan_report import check_format, format_text, plan_report, render_plan
+from marin_lab.execution.review.prices import PriceTable, default_prices, load_prices
+from marin_lab.execution.review.regions import CrossRegionRead, Regions, UncheckedRead, check_egress
+from marin_lab.execution.run.backends import make_backend
+from marin_lab.execution.run.interrupt import Interrupt
+from marin_lab.execution.run.run_history import RunRecord, new_run_id
+from marin_lab.execution.run.supervisor import StepOutcome, StepSettings, StepSupervisor, step_lease
+from marin_lab.execution.state.lease import Lease, new_driver_id
+from marin_lab.execution.state.status import Status, now_iso, read_status, status_url, write_status
 from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.io.fs import atomic_write_bytes, fs_and_path, join, normalize_prefix, remove, write_json
+from marin_lab.io.secrets import redact, redact_logs
 from marin_lab.store.layout import DEFAULT_PREFIX, default_prefix, experiments_dir
 
 __all__ = ["DEFAULT_PREFIX", "Decision", "Executor", "RunReport", "StepOutcome", "default_prefix"]
@@ -92,56 +92,47 @@ class Executor:
 
     def __init__(
         self,
-        prefix: str | None = None,
+        config: ExecutorMainConfig | None = None,
         *,
-        backend: str = "ray",
-        max_concurrent: int | None = None,
-        force_run_failed: bool = False,
-        force_run: Sequence[str] = (),
-        lease_timeout_s: float = 60.0,
-        heartbeat_s: float | None = None,
-        max_preemption_retries: int = 10,
-        max_failure_retries: int = 0,
-        wait_poll_s: float = 1.0,
-        ray_address: str | None = None,
         description: str | None = None,
         script: str | None = None,
-        executor_info_base_path: str | None = None,
-        allow_cross_region: Sequence[str] = (),
-        transfer_budget_bytes: int | None = None,
         regions: Regions | None = None,
-        unschedulable_timeout_s: float | None = None,
         prices: PriceTable | None = None,
     ):
-        self.prefix = normalize_prefix(prefix or default_prefix())
+        """An executor with `config`'s settings (`executor_main`'s flags; all defaults when None).
+        `script` defaults to the running program (`sys.argv[0]`); `regions` answers bucket-region
+        lookups for the egress guard; `prices` replaces the table `config.prices` names."""
+        config = config or ExecutorMainConfig()
+        self.config = config
+        self.prefix = normalize_prefix(config.prefix or default_prefix())
         # Where experiment records go (Marin's name); default {prefix}/experiments, where the browser
         # looks, or beside the steps when every one is pinned outside the prefix (records_folder).
-        self.executor_info_base_path = executor_info_base_path or experiments_dir(self.prefix)
-        self._records_pinned = executor_info_base_path is not None
+        self.executor_info_base_path = config.executor_info_base_path or experiments_dir(self.prefix)
+        self._records_pinned = config.executor_info_base_path is not None
         self.executor_info_path: str | None = None
-        self.backend_name = backend
-        if backend not in ("local", "ray"):
-            raise ExecutorConfigError(f"--backend {backend!r} is not known; use 'local' or 'ray'")
-        if max_concurrent is not None and max_concurrent < 1:
-            raise ExecutorConfigError(f"--max_concurrent must be at least 1, got {max_concurrent}")
-        self.max_concurrent = max_concurrent or max(os.cpu_count() or 1, 4)
-        self.force_run_failed = force_run_failed
-        self.force_run = list(force_run)
+        self.backend_name = config.backend
+        if config.backend not in ("local", "ray"):
+            raise ExecutorConfigError(f"--backend {config.backend!r} is not known; use 'local' or 'ray'")
+        if config.max_concurrent is not None and config.max_concurrent < 1:
+            raise ExecutorConfigError(f"--max_concurrent must be at least 1, got {config.max_concurrent}")
+        self.max_concurrent = config.max_concurrent or max(os.cpu_count() or 1, 4)
+        self.force_run_failed = config.force_run_failed
+        self.force_run = list(config.force_run or ())
         """Regexes over step names (`--force_run`): matching steps run again even after a SUCCESS."""
         self._forced: set[str] = set()
         self.step_settings = StepSettings(
-            lease_timeout_s=lease_timeout_s,
-            heartbeat_s=heartbeat_s,
-            wait_poll_s=wait_poll_s,
-            max_preemption_retries=max_preemption_retries,
-            max_failure_retries=max_failure_retries,
-            unschedulable_timeout_s=resolve_unschedulable_timeout(unschedulable_timeout_s),
+            lease_timeout_s=config.lease_timeout_s,
+            heartbeat_s=config.heartbeat_s,
+            wait_poll_s=config.wait_poll_s,
+            max_preemption_retries=config.max_preemption_retries,
+            max_failure_retries=config.max_failure_retries,
+            unschedulable_timeout_s=resolve_unschedulable_timeout(config.unschedulable_timeout_s),
         )
         self._record_index: RecordIndex | None = None
         """The records `decide` read for explain, kept for the same plan's cost estimate."""
-        self.prices = prices or default_prices()
+        self.prices = prices or load_prices(config.prices)
         """What the dry run prices accelerator-hours at (--prices FILE over the default list prices)."""
-        self.ray_address = ray_address
+        self.ray_address = config.ray_address
         self.description = description
         self.script = script if script is not None else _script_path()
         # Object stores pay a round trip per read: status reads and WAITING writes go concurrently there.
@@ -149,8 +140,8 @@ class Executor:
         self.driver_id = new_driver_id()
         self._code: dict[str, Any] | None = None
         # Egress guard (regions.py): checked on every plan, before anything runs.
-        self.allow_cross_region = list(allow_cross_region)
-        self.transfer_budget_bytes = transfer_budget_bytes
+        self.allow_cross_region = list(config.allow_cross_region or ())
+        self.transfer_budget_bytes = config.transfer_budget_bytes
         self.regions = regions or Regions()
         self.cross_region_reads: list[CrossRegionRead] = []
         self.unchecked_reads: list[UncheckedRead] = []
@@ -165,31 +156,6 @@ class Executor:
         self.run_record_path: str | None = None
         self.interrupt_signal: int | None = None
         """The signal that interrupted the last run (SIGINT, SIGTERM), if one did."""
-
-    @classmethod
-    def from_config(
-        cls, config: ExecutorMainConfig, *, description: str | None = None, script: str | None = None
-    ) -> Executor:
-        """The executor `config` describes (`executor_main`'s flags), its price table read from
-        `config.prices`. `script` defaults to the running program (`sys.argv[0]`)."""
-        return cls(
-            prefix=config.prefix,
-            backend=config.backend,
-            max_concurrent=config.max_concurrent,
-            force_run_failed=config.force_run_failed,
-            force_run=config.force_run or (),
-            lease_timeout_s=config.lease_timeout_s,
-            max_preemption_retries=config.max_preemption_retries,
-            max_failure_retries=config.max_failure_retries,
-            ray_address=config.ray_address,
-            description=description,
-            script=script,
-            executor_info_base_path=config.executor_info_base_path,
-            allow_cross_region=config.allow_cross_region or (),
-            transfer_budget_bytes=config.transfer_budget_bytes,
-            unschedulable_timeout_s=config.unschedulable_timeout_s,
-            prices=load_prices(config.prices),
-        )
 
     def __getattr__(self, name: str) -> Any:
         # Reached only for a missing attribute: Marin code reading its executor's view of the plan.
@@ -590,7 +556,7 @@ class Executor:
         """After an interrupt: the WAITING this run wrote for steps it never started is taken back
         (a conditional delete), so no reader shows them queued behind a run that has stopped."""
         for ps in steps:
-            cf = conditional_file(status_path(ps.output_path))
+            cf = conditional_file(status_url(ps.output_path))
             try:
                 got = cf.read()
                 if got is None:
@@ -618,7 +584,7 @@ class Executor:
         def mark(ps: PlannedStep) -> None:
             record = {"status": Status.WAITING.value, "time": now_iso(), "driver": self.driver_id}
             try:
-                conditional_file(status_path(ps.output_path)).create(json.dumps(record).encode())
+                conditional_file(status_url(ps.output_path)).create(json.dumps(record).encode())
             except ConflictError:
                 pass
             except Exception:

@@ -17,10 +17,10 @@ import draccus
 from marin_lab.execution.config import ExecutorMainConfig
 from marin_lab.execution.errors import ExecutorConfigError, MarinLabError, RunInterruptedError
 from marin_lab.execution.executor import Executor, RunReport
-from marin_lab.execution.jax_platform import default_to_cpu
-from marin_lab.execution.logs import VERBOSE_ENV
-from marin_lab.execution.plan import compile_run_only
-from marin_lab.execution.step import ExecutorStep, InputName
+from marin_lab.execution.plan.planner import compile_run_only
+from marin_lab.execution.plan.step import ExecutorStep, InputName
+from marin_lab.execution.run.logs import VERBOSE_ENV
+from marin_lab.execution.run.platform import default_to_cpu
 from marin_lab.flags import bare_bool_flags
 
 logger = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def executor_main(
             config = parse_flags(sys.argv[1:] if args is None else args)
         if config.verbose:  # the steps' processes inherit it (a local Ray passes it on: backends.py)
             os.environ[VERBOSE_ENV] = "1"
-        executor = Executor.from_config(config, description=description)
+        executor = Executor(config, description=description)
         # Executor.run takes InputName roots too (the plan unwraps them); its annotation says ExecutorStep only.
         report = executor.run(
             steps,  # type: ignore[arg-type]

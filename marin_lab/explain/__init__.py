@@ -1,7 +1,7 @@
 """`marin-lab explain` and the browser's explain: why a step is new, field by field.
 
 Marin users dig through logs to learn why a step reran (Marin #473, #2219). Here each new version
-of a step is compared with its baseline (`marin_lab.execution.baseline`: the same experiment's last
+of a step is compared with its baseline (`marin_lab.execution.review.baseline`: the same experiment's last
 run, else the latest recorded version of its name) and its changed dependencies are explained in
 turn:
 
@@ -21,11 +21,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from marin_lab.execution.baseline import LastRun, RecordIndex, baseline, diff_versions, version_changes
-from marin_lab.execution.plan import Plan, PlannedStep
-from marin_lab.execution.records import StepRecord
-from marin_lab.execution.secrets import redact
+from marin_lab.execution.plan.planner import Plan, PlannedStep
+from marin_lab.execution.review.baseline import LastRun, RecordIndex, baseline, diff_versions, version_changes
 from marin_lab.io.fs import join
+from marin_lab.io.secrets import redact
+from marin_lab.store.step_record import StepRecord
 
 _IDENTITY = re.compile(r"(?P<name>.+)-(?P<hash>[0-9a-f]{8})")
 

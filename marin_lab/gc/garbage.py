@@ -27,9 +27,9 @@ import time
 from typing import Any
 
 from marin_lab.execution.errors import MarinLabError
-from marin_lab.execution.experiments import ListedExperiment, list_experiments
-from marin_lab.execution.lease import LeaseHolder
-from marin_lab.execution.status import INFO_FILE, LEASE_FILE, STATUS_FILE, Status, read_status
+from marin_lab.execution.record.experiments import ListedExperiment, list_experiments
+from marin_lab.execution.state.lease import LeaseHolder
+from marin_lab.execution.state.status import INFO_FILE, LEASE_FILE, STATUS_FILE, Status, read_status
 from marin_lab.flags import add_prefix_arguments
 from marin_lab.io.fs import fs_and_path, join, read_bytes, remove
 from marin_lab.store.layout import EXPERIMENTS_DIR, LAUNCHES_DIR, TMP_DIR

@@ -37,14 +37,14 @@ from marin_lab.execution import (
     versioned,
 )
 from marin_lab.execution import executor as core
-from marin_lab.execution import lease as leases
 from marin_lab.execution.errors import ExecutorConfigError, LeaseLostError
-from marin_lab.execution.hashing import canonical_json, scan_config
-from marin_lab.execution.plan import Plan
-from marin_lab.execution.status import Status, read_status, write_status
-from marin_lab.execution.status import info_path as get_info_path
-from marin_lab.execution.status import status_path as get_status_path
-from marin_lab.execution.step import ExecutorStep
+from marin_lab.execution.plan.hashing import canonical_json, scan_config
+from marin_lab.execution.plan.planner import Plan
+from marin_lab.execution.plan.step import ExecutorStep
+from marin_lab.execution.state import lease as leases
+from marin_lab.execution.state.status import Status, read_status, write_status
+from marin_lab.store.layout import info_url as get_info_path
+from marin_lab.store.layout import status_url as get_status_path
 
 __all__ = [
     "HEARTBEAT_TIMEOUT",
@@ -147,7 +147,7 @@ class StatusFile:
     """The step at `output_path` as Marin's `StatusFile` sees it.
 
     `status` reads ours, Marin's JSON lines or its one-word file. The lock methods act on our lease
-    file (`.executor_lease`, `marin_lab.execution.lease`, with its conditional writes), not on
+    file (`.executor_lease`, `marin_lab.execution.state.lease`, with its conditional writes), not on
     Marin's `.executor_status.lock`. `write_status` writes ours (`.executor_status`), as a driver
     that holds the step would.
     """

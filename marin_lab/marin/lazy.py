@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Generic, TypeVar, cast
 
 from marin_lab.execution import ExecutorStep
-from marin_lab.execution.plan import build_plan
+from marin_lab.execution.plan.planner import build_plan
 from marin_lab.io.fs import exists
 from marin_lab.marin.artifact import (
     EXPECTED_FINGERPRINT_KEY,

@@ -41,11 +41,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from marin_lab.execution import THIS_OUTPUT_PATH, ExecutorStep, InputName, versioned
-from marin_lab.execution.artifacts import Reproducibility
 from marin_lab.execution.errors import ExperimentFailedError
 from marin_lab.execution.main import offer_steps
-from marin_lab.execution.plan import Plan, PlannedStep
-from marin_lab.execution.status import Status, read_status
+from marin_lab.execution.plan.planner import Plan, PlannedStep
+from marin_lab.execution.record.artifacts import Reproducibility
+from marin_lab.execution.state.status import Status, read_status
 from marin_lab.io.fs import makedirs
 from marin_lab.marin.artifact import (
     FINGERPRINT_KEY,
@@ -148,7 +148,7 @@ class SpecFunction:
         return None
 
     def rebuild_reason(self, output_path: str) -> str | None:
-        """The executor's hook before reusing a SUCCESS (marin_lab.execution.decide.rebuild_reason)."""
+        """The executor's hook before reusing a SUCCESS (marin_lab.execution.review.decide.rebuild_reason)."""
         if self.spec.hash_attrs.get(FINGERPRINT_KEY) is None:
             return None
         version = self.spec.hash_attrs.get(VERSION_KEY, "")

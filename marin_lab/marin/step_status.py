@@ -14,7 +14,7 @@ from marin_lab.execution import (
     STATUS_SUCCESS,
     STATUS_WAITING,
 )
-from marin_lab.execution.lease import new_driver_id
+from marin_lab.execution.state.lease import new_driver_id
 from marin_lab.marin.executor import HEARTBEAT_TIMEOUT, Lease, StatusFile
 
 __all__ = [

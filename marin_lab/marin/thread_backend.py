@@ -20,9 +20,9 @@ import threading
 import traceback
 from typing import Any
 
-from marin_lab.execution.backends import StepHandle, make_backend
 from marin_lab.execution.errors import StepFailedError
-from marin_lab.execution.logs import call_with_logs
+from marin_lab.execution.run.backends import StepHandle, make_backend
+from marin_lab.execution.run.logs import call_with_logs
 from marin_lab.io.fs import is_local
 
 __all__ = ["ThreadOrRayBackend"]

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from marin_lab.execution.preemption import PREEMPTION, ray_error_kind
+from marin_lab.execution.run.preemption import PREEMPTION, ray_error_kind
 from marin_lab.processing.errors import ProcessingError
 
 __all__ = ["CGROUP_EVENTS", "LocalAttempt", "RayAttempt", "check_memory_fits", "classify_ray_error"]

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import fsspec
 
-from marin_lab.execution.artifacts import reproducibility
+from marin_lab.execution.record.artifacts import reproducibility
 from marin_lab.io import fs as mfs
 from marin_lab.io.sources import SourceFile, list_source_and_skipped_links, sha256_file
 from marin_lab.processing.errors import DownloadError

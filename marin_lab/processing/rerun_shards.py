@@ -31,15 +31,16 @@ from typing import Any
 
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.executor import Executor
-from marin_lab.execution.lease import Lease
 from marin_lab.execution.main import capture_steps
-from marin_lab.execution.records import read_step_record
-from marin_lab.execution.status import Status, read_status
+from marin_lab.execution.state.lease import Lease
+from marin_lab.execution.state.status import Status, read_status
 from marin_lab.io.fs import join
 from marin_lab.processing.errors import ProcessingError
 from marin_lab.processing.quarantine import REPORT_FILE, read_report, request_rerun, shard_names
 from marin_lab.reproduce.target import RecordedExperiment, locate, read_script
 from marin_lab.store.layout import default_prefix
+from marin_lab.store.step_record import read_step_record
+from marin_lab.execution import ExecutorMainConfig
 
 __all__ = ["RerunError", "RerunResult", "add_parser", "rerun_shards"]
 
@@ -84,9 +85,7 @@ def rerun_shards(output_path: str, *, backend: str = "local") -> RerunResult:
             raise RerunError(
                 f"the recorded script {script} (from {rec.url}) no longer runs here: {type(err).__name__}: {err}"
             ) from err
-        executor = Executor(
-            rec.original, backend=backend, script=script, description=rec.record.description or description
-        )
+        executor = Executor(ExecutorMainConfig(prefix=rec.original, backend=backend), script=script, description=rec.record.description or description)
         plan = executor.plan(steps)
         ps = plan.by_identity.get(identity)
         if ps is None:

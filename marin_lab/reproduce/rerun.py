@@ -27,13 +27,12 @@ import shutil
 import tempfile
 from typing import Any
 
-from marin_lab.execution.artifacts import ALWAYS_NON_ARTIFACTS, compare_outputs, declaration
 from marin_lab.execution.errors import MarinLabError, RecordError
 from marin_lab.execution.executor import Decision, Executor
 from marin_lab.execution.main import capture_steps
-from marin_lab.execution.provenance import manifest
-from marin_lab.execution.records import read_step_record
-from marin_lab.execution.status import read_status
+from marin_lab.execution.record.artifacts import ALWAYS_NON_ARTIFACTS, compare_outputs, declaration
+from marin_lab.execution.record.provenance import manifest
+from marin_lab.execution.state.status import read_status
 from marin_lab.io.fs import join
 from marin_lab.io.paths import canonical, is_within
 from marin_lab.reproduce.target import (
@@ -44,6 +43,8 @@ from marin_lab.reproduce.target import (
     locate,
     read_script,
 )
+from marin_lab.store.step_record import read_step_record
+from marin_lab.execution import ExecutorMainConfig
 
 IDENTICAL, DIFFERS, NOT_REPRODUCIBLE, NOT_CHECKED = "identical", "DIFFERS", "not reproducible", "not checked"
 
@@ -148,9 +149,7 @@ def _reproduce(
         raise ReproduceError(
             f"the recorded script {rec.script_name} (from {rec.url}) no longer runs here: {type(err).__name__}: {err}"
         ) from err
-    executor = Executor(
-        scratch, backend=backend, script=script, description=f"reproduction of {rec.url}" + (" (deep)" if deep else "")
-    )
+    executor = Executor(ExecutorMainConfig(prefix=scratch, backend=backend), script=script, description=f"reproduction of {rec.url}" + (" (deep)" if deep else ""))
     try:
         plan = executor.plan(rebuilt, strict_regions=True)  # it runs steps itself: every region checked
     except MarinLabError as err:  # e.g. two steps now share an output path

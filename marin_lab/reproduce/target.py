@@ -25,12 +25,11 @@ import re
 from typing import Any
 
 from marin_lab.execution.errors import MarinLabError, RecordError
-from marin_lab.execution.records import read_step_record
-from marin_lab.execution.status import info_path
 from marin_lab.io.fs import exists, join, normalize_prefix, read_bytes
 from marin_lab.io.paths import PathOutsideError, canonical, confine, overlaps
 from marin_lab.store.experiment_record import ExperimentRecord, read_experiment_record
-from marin_lab.store.layout import EXPERIMENTS_DIR
+from marin_lab.store.layout import EXPERIMENTS_DIR, info_url
+from marin_lab.store.step_record import read_step_record
 
 __all__ = ["RecordedExperiment", "ReproduceError", "check_scratch", "compile_steps", "locate", "read_script"]
 
@@ -93,7 +92,7 @@ def locate(target: str) -> RecordedExperiment:
         raise ReproduceError(f"{err}; give the experiment record instead") from None
     if info is None:
         raise ReproduceError(
-            f"{target} has no step record ({info_path(target)}); give an experiment record "
+            f"{target} has no step record ({info_url(target)}); give an experiment record "
             "or the output path of a step the executor ran"
         )
     identity = info.identity or ""
@@ -106,19 +105,19 @@ def locate(target: str) -> RecordedExperiment:
     experiment = (info.code or {}).get("experiment")
     if not experiment:
         raise ReproduceError(
-            f"{info_path(target)} was written by an older record schema: it names no experiment "
+            f"{info_url(target)} was written by an older record schema: it names no experiment "
             "record (code.experiment); give the experiment record, or rerun the step with this "
             "version of marin_lab"
         )
     if not isinstance(experiment, str):
         raise ReproduceError(
-            f"{info_path(target)}: field 'code.experiment' is {type(experiment).__name__}, expected "
+            f"{info_url(target)}: field 'code.experiment' is {type(experiment).__name__}, expected "
             "the experiment record's path; give the experiment record instead"
         )
     url = experiment if "://" in experiment or experiment.startswith("/") else join(prefix, experiment)
     record = _read_record(url)
     if record is None:
-        raise ReproduceError(f"the experiment record {url} named by {info_path(target)} is missing")
+        raise ReproduceError(f"the experiment record {url} named by {info_url(target)} is missing")
     return _checked(url, record, prefix, prefix)
 
 

@@ -92,7 +92,7 @@ class Attempt:
     """The traceback (redacted) of a failed try."""
     driver: str | None = None
     hardware: dict[str, Any] | None = None
-    """What this try ran on (a StepRunner's slices and hosts), once it got as far as holding it;
+    """What this try ran on (a HardwareRunner's slices and hosts), once it got as far as holding it;
     written only when known, so records without it (older ones, local steps) keep their bytes."""
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -262,7 +262,7 @@ class StepRecord:
     manifest: dict[str, Any] | None = None
     timings: Timings = dataclasses.field(default_factory=Timings)
     usage: dict[str, Any] | None = None
-    """Accelerator-hours over the attempts that ended (execution/cost.py); absent in older records."""
+    """Accelerator-hours over the attempts that ended (execution/review/cost.py); absent in older records."""
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Fields this version does not know, kept as they were and written back."""
 

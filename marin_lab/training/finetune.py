@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from marin_lab.execution.artifacts import reproducibility
+from marin_lab.execution.record.artifacts import reproducibility
 from marin_lab.io import fs as mfs
 from marin_lab.models.llama import REMAT_POLICIES, LlamaConfig, init_params
 from marin_lab.peft.lora import LoraConfig, LoraError, merge_lora

@@ -35,7 +35,7 @@ jax.config.update("jax_enable_x64", False)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from marin_lab.execution.artifacts import reproducibility  # noqa: E402
+from marin_lab.execution.record.artifacts import reproducibility  # noqa: E402
 from marin_lab.models.attention import AttentionConfigError, check_attention  # noqa: E402
 from marin_lab.models.llama import check_remat  # noqa: E402
 from marin_lab.precision import masters  # noqa: E402

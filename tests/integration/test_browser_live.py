@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from marin_lab.browser.server import start_in_thread
-from marin_lab.execution import Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
 from tests.integration.test_browser_e2e import chromium  # noqa: F401 - the shared Chromium fixture
 from tests.waiting import wait_for_status
 from tests.watch_steps import ChattyConfig, chatty
@@ -29,8 +29,8 @@ def running_step(tmp_path, monkeypatch):
         chatty,
         ChattyConfig(this_output_path(), versioned("slow"), release_path=str(release), finish_path=str(finish)),
     )
-    executor = Executor(prefix, backend="local", script="experiments/live.py")
-    Executor(prefix, backend="local", script="experiments/live.py").run([first])  # reused by the run below
+    executor = Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script="experiments/live.py")
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script="experiments/live.py").run([first])  # reused by the run below
     output_path = executor.plan([first, step]).steps[1].output_path
     done: dict = {}
     thread = threading.Thread(target=lambda: done.update(report=executor.run([first, step])), daemon=True)

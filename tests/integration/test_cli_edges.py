@@ -12,7 +12,7 @@ import pytest
 
 from marin_lab.cli import main as cli_main
 from marin_lab.cluster.cli import main as cluster_main
-from marin_lab.execution import Executor
+from marin_lab.execution import ExecutorMainConfig, Executor
 from marin_lab.execution.main import executor_main
 from tests.conftest import REPO_ROOT
 from tests.executor_steps import five_step_dag
@@ -58,7 +58,7 @@ def test_cluster_render_writes_under_the_working_directory(tmp_path, monkeypatch
 
 def test_status_and_verify_default_to_the_prefix_and_take_relative_paths(tmp_path, monkeypatch, capsys):
     prefix = str(tmp_path / "store")
-    report = Executor(prefix, backend="local").run(five_step_dag())
+    report = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag())
     monkeypatch.setenv("MARIN_PREFIX", prefix)
     assert cli_main(["status"]) == 0
     assert "5 SUCCESS" in capsys.readouterr().out

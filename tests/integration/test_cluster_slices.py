@@ -33,6 +33,7 @@ from marin_lab.cluster import (  # noqa: E402
 )
 from marin_lab.testing.local_cluster import LocalTpuCluster  # noqa: E402
 from marin_lab.testing.simulate import ReportHostConfig, ToyTrainConfig, report_host, toy_train  # noqa: E402
+from marin_lab.execution import ExecutorMainConfig
 
 pytestmark = pytest.mark.ray
 TPU = "v4-16"  # 8 chips = 2 hosts of 4 chips
@@ -96,9 +97,7 @@ def _run_step(prefix, name: str, resources, preemptions: int = 3, failures: int 
         name=name, fn=toy_train, resources=resources, config=ToyTrainConfig(output_path=this_output_path(), **config)
     )
     with contextlib.suppress(ExperimentFailedError):  # the record says how; the tests look at it
-        Executor(
-            prefix=str(prefix), backend="ray", max_preemption_retries=preemptions, max_failure_retries=failures
-        ).run([step])
+        Executor(ExecutorMainConfig(prefix=str(prefix), backend="ray", max_preemption_retries=preemptions, max_failure_retries=failures)).run([step])
     [info_path] = list(prefix.glob(f"{name}-*/.executor_info"))
     return json.loads(info_path.read_text()), info_path.parent
 
@@ -264,7 +263,7 @@ def test_worker_exit_under_the_executor_is_a_preemption_and_a_new_driver_reuses_
         ),
         resources=TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60),
     )
-    Executor(prefix=str(tmp_path), backend="ray", max_preemption_retries=2).run([step])
+    Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="ray", max_preemption_retries=2)).run([step])
 
     [info_path] = list(tmp_path.glob("train/toy-*/.executor_info"))
     info = json.loads(info_path.read_text())
@@ -278,7 +277,7 @@ def test_worker_exit_under_the_executor_is_a_preemption_and_a_new_driver_reuses_
     assert np.load(info_path.parent / "final_params.npy").tobytes() == _reference_digest(tmp_path, num_steps=20)
 
     # the driver is gone; a new one (same experiment) finds the step done and runs nothing
-    report = Executor(prefix=str(tmp_path), backend="ray").run([step])
+    report = Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="ray")).run([step])
     assert not report.executed
 
 
@@ -323,7 +322,7 @@ def test_a_killed_driver_is_started_again_and_the_tpu_step_resumes(tpu_cluster, 
 
     namespace: dict = {}
     exec(compile(_DRIVER, "driver", "exec"), namespace)  # the same experiment, started again
-    report = Executor(prefix=str(prefix), backend="ray").run([namespace["driver_step"]()])
+    report = Executor(ExecutorMainConfig(prefix=str(prefix), backend="ray")).run([namespace["driver_step"]()])
     assert report.executed
     [info_path] = list(prefix.glob("train/driver-*/.executor_info"))
     info = json.loads(info_path.read_text())

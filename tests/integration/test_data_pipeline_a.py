@@ -15,7 +15,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from experiments.defaults import default_download, default_extract, default_tokenize, default_train_tokenizer
-from marin_lab.execution import Executor
+from marin_lab.execution import ExecutorMainConfig, Executor
 from marin_lab.io import fs as mfs
 from marin_lab.processing.corpus import DEBIAN_REFERENCE, Corpus, fetch_corpus
 from marin_lab.processing.extract import ExtractConfig, extract
@@ -58,7 +58,7 @@ def test_pipeline_through_executor(real_corpus, tmp_path):
     gpt2 = default_tokenize(
         "debian-reference-gpt2", docs, real_corpus.gpt2_tokenizer, validation_fraction=0.1, num_workers=1
     )
-    executor = Executor(prefix=str(tmp_path / "store"), backend="local", max_concurrent=2)
+    executor = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local", max_concurrent=2))
     report = executor.run([own, gpt2])
     assert len(report.executed) == 5
 
@@ -97,7 +97,7 @@ def test_pipeline_through_executor(real_corpus, tmp_path):
         assert window.shape == (2, 65) and int(window.max()) < vocab
 
     # Everything reused on a second run: nothing executes twice.
-    again = Executor(prefix=str(tmp_path / "store"), backend="local").run([own, gpt2])
+    again = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local")).run([own, gpt2])
     assert again.executed == []
 
 

@@ -26,7 +26,7 @@ from experiments.defaults import (
     default_quality_filter,
     default_train_quality_classifier,
 )
-from marin_lab.execution import Executor
+from marin_lab.execution import ExecutorMainConfig, Executor
 from marin_lab.io.documents import list_shards, read_documents, write_documents
 from marin_lab.processing.corpus import LID_MODEL, fetch_corpus
 
@@ -94,7 +94,7 @@ def test_dedup_language_quality_and_classifier_through_executor(source, tmp_path
     classifier = default_train_quality_classifier("debref-b", quality, str(tmp_path / "salad"), epoch=10)
     scored = default_classify_filter("debref-b", quality, classifier, threshold=0.5, num_workers=1)
 
-    executor = Executor(prefix=str(tmp_path / "store"), backend="local", max_concurrent=2)
+    executor = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local", max_concurrent=2))
     report = executor.run([scored])
     assert len(report.executed) == 8
 
@@ -144,7 +144,7 @@ def test_dedup_language_quality_and_classifier_through_executor(source, tmp_path
     assert accounted(final["result"]) and final["result"]["input_records"] == q["result"]["kept"]
 
     # Everything succeeded: a second run reuses all of it.
-    again = Executor(prefix=str(store), backend="local").run([scored])
+    again = Executor(ExecutorMainConfig(prefix=str(store), backend="local")).run([scored])
     assert len(again.executed) == 0
 
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from marin_lab.execution import Executor
-from marin_lab.execution.lease import Lease
+from marin_lab.execution import ExecutorMainConfig, Executor
+from marin_lab.execution.state.lease import Lease
 from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.io.fs import read_text
 from tests.conftest import REPO_ROOT
@@ -52,13 +52,13 @@ def test_stale_gcs_lease_race_has_one_winner(gcs_bucket):
 
 def test_dag_twice_on_gcs(gcs_bucket, tmp_path):
     prefix, log = f"{gcs_bucket}/store", str(tmp_path / "exec.log")
-    first = Executor(prefix, backend="local").run(five_step_dag(log_path=log))
+    first = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(log_path=log))
     assert len(first.executed) == 5
     e = {s.name: s for s in first.plan.steps}["final/e"]
     assert read_text(f"{e.output_path}/data.txt") == "a\nb\na\nc\nd\ne"
     info = json.loads(read_text(f"{e.output_path}/.executor_info"))
     assert info["manifest"]["files"][0]["path"] == "data.txt"
-    second = Executor(prefix, backend="local").run(five_step_dag(log_path=log))
+    second = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(log_path=log))
     assert second.executed == [] and len(executions(log)) == 5
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from marin_lab.cli import main as cli_main
 from marin_lab.execution import (
+    ExecutorMainConfig,
     Executor,
     ExecutorStep,
     ExperimentFailedError,
@@ -22,7 +23,7 @@ from marin_lab.execution import (
     this_output_path,
     versioned,
 )
-from marin_lab.execution.status import read_status
+from marin_lab.execution.state.status import read_status
 from marin_lab.io.conditional import conditional_file
 from tests.conftest import REPO_ROOT
 from tests.executor_steps import (
@@ -56,12 +57,12 @@ def backend(request):
 def test_dag_twice_second_run_executes_nothing(tmp_path, backend):
     log = str(tmp_path / "exec.log")
     prefix = str(tmp_path / "store")
-    first = Executor(prefix, backend=backend).run(five_step_dag(log_path=log))
+    first = Executor(ExecutorMainConfig(prefix=prefix, backend=backend)).run(five_step_dag(log_path=log))
     assert len(first.executed) == 5
     assert len(executions(log)) == 5
     e = _ids(first)["final/e"]
     assert Path(f"{e.output_path}/data.txt").read_text() == "a\nb\na\nc\nd\ne"
-    second = Executor(prefix, backend=backend).run(five_step_dag(log_path=log))
+    second = Executor(ExecutorMainConfig(prefix=prefix, backend=backend)).run(five_step_dag(log_path=log))
     assert second.executed == []
     assert len(executions(log)) == 5
     assert all(o.status == "SUCCESS" for o in second.outcomes.values())
@@ -78,8 +79,8 @@ def test_failure_records_traceback_marks_dependents_and_force_reruns(tmp_path):
 
     a, b = dag(fail)
     with pytest.raises(ExperimentFailedError, match="DEP_FAILED"):
-        Executor(prefix, backend="local").run([b])
-    report = Executor(prefix, backend="local").run([b], raise_on_failure=False)
+        Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run([b])
+    report = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run([b], raise_on_failure=False)
     plan = _ids(report)
     assert read_status(plan["a"].output_path)["status"] == "FAILED"
     assert read_status(plan["b"].output_path)["status"] == "DEP_FAILED"
@@ -91,7 +92,7 @@ def test_failure_records_traceback_marks_dependents_and_force_reruns(tmp_path):
     assert len(executions(log)) == 1
     # With it, the step runs again (and, still failing, is FAILED again, never SUCCESS).
     with pytest.raises(ExperimentFailedError):
-        Executor(prefix, backend="local", force_run_failed=True).run([b])
+        Executor(ExecutorMainConfig(prefix=prefix, backend="local", force_run_failed=True)).run([b])
     assert len(executions(log)) == 2
     assert read_status(plan["a"].output_path)["status"] == "FAILED"
     info = json.loads(Path(f"{plan['a'].output_path}/.executor_info").read_text())
@@ -105,7 +106,7 @@ def test_preemptions_and_failures_have_separate_budgets(tmp_path):
         flaky,
         FlakyConfig(this_output_path(), str(tmp_path / "k.count"), mode=versioned("kill"), bad_attempts=2),
     )
-    report = Executor(prefix, backend="local", max_preemption_retries=2, max_failure_retries=0).run([kill])
+    report = Executor(ExecutorMainConfig(prefix=prefix, backend="local", max_preemption_retries=2, max_failure_retries=0)).run([kill])
     info = json.loads(Path(f"{report.plan.steps[0].output_path}/.executor_info").read_text())
     assert [a["kind"] for a in info["attempts"]] == ["preemption", "preemption", None]
     assert info["result"] == 3
@@ -117,8 +118,8 @@ def test_preemptions_and_failures_have_separate_budgets(tmp_path):
         FlakyConfig(this_output_path(), str(tmp_path / "r.count"), mode=versioned("raise"), bad_attempts=1),
     )
     with pytest.raises(ExperimentFailedError):  # preemption budget does not cover failures
-        Executor(prefix, backend="local", max_preemption_retries=5, max_failure_retries=0).run([raising])
-    ok = Executor(prefix, backend="local", force_run_failed=True, max_failure_retries=1).run([raising])
+        Executor(ExecutorMainConfig(prefix=prefix, backend="local", max_preemption_retries=5, max_failure_retries=0)).run([raising])
+    ok = Executor(ExecutorMainConfig(prefix=prefix, backend="local", force_run_failed=True, max_failure_retries=1)).run([raising])
     assert ok.failed == []
 
     over = ExecutorStep(
@@ -127,7 +128,7 @@ def test_preemptions_and_failures_have_separate_budgets(tmp_path):
         FlakyConfig(this_output_path(), str(tmp_path / "o.count"), mode=versioned("kill"), bad_attempts=3),
     )
     with pytest.raises(ExperimentFailedError, match="killed-too-often"):
-        Executor(prefix, backend="local", max_preemption_retries=1).run([over])
+        Executor(ExecutorMainConfig(prefix=prefix, backend="local", max_preemption_retries=1)).run([over])
 
 
 def test_record_has_provenance_and_no_secrets(tmp_path, monkeypatch):
@@ -135,7 +136,7 @@ def test_record_has_provenance_and_no_secrets(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_secret_value_456")
     monkeypatch.setenv("MARIN_TEST_VISIBLE", "visible")
     prefix = str(tmp_path / "store")
-    report = Executor(prefix, backend="local").run(five_step_dag())
+    report = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag())
     d = _ids(report)["join/d"]
     raw = Path(f"{d.output_path}/.executor_info").read_text()
     info = json.loads(raw)
@@ -180,9 +181,9 @@ def test_record_has_provenance_and_no_secrets(tmp_path, monkeypatch):
 
 def test_dry_run_says_run_skip_wait_fail_with_reasons(tmp_path, capsys):
     prefix = str(tmp_path / "store")
-    Executor(prefix, backend="local").run(five_step_dag(), run_only=["^proc/b$"])
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(), run_only=["^proc/b$"])
     # Pretend another live driver is running proc/c, and join/d failed earlier.
-    plan = Executor(prefix, backend="local").plan(five_step_dag())
+    plan = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).plan(five_step_dag())
     by = {s.name: s for s in plan.steps}
     conditional_file(f"{by['proc/c'].output_path}/.executor_lease").create(
         json.dumps(
@@ -196,12 +197,12 @@ def test_dry_run_says_run_skip_wait_fail_with_reasons(tmp_path, capsys):
             }
         ).encode()
     )
-    from marin_lab.execution.status import Status, write_status
+    from marin_lab.execution.state.status import Status, write_status
 
     write_status(by["proc/c"].output_path, Status.RUNNING, driver="other-driver")
     write_status(by["join/d"].output_path, Status.FAILED, driver="x")
     capsys.readouterr()
-    Executor(prefix, backend="local").run(five_step_dag(log_path="/tmp/changed-knob"), dry_run=True)
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(log_path="/tmp/changed-knob"), dry_run=True)
     out = capsys.readouterr().out
     lines = {line.split()[1]: line for line in out.splitlines() if line.startswith("  ") and "(" in line}
     assert lines[by["raw/a"].identity].split()[0] == "skip"
@@ -215,9 +216,9 @@ def test_dry_run_says_run_skip_wait_fail_with_reasons(tmp_path, capsys):
 
 def test_dry_run_explains_a_new_version(tmp_path, capsys):
     prefix = str(tmp_path / "store")
-    Executor(prefix, backend="local").run(five_step_dag(text="a"))
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(text="a"))
     capsys.readouterr()
-    Executor(prefix, backend="local").run(five_step_dag(text="A"), dry_run=True)
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(text="A"), dry_run=True)
     out = capsys.readouterr().out
     assert "text: 'a' -> 'A'" in out
     assert "dependency raw/a changed: raw/a-" in out
@@ -228,7 +229,7 @@ def test_prefix_that_cannot_be_written_fails_before_anything_runs(tmp_path):
     blocker.write_text("x")
     log = str(tmp_path / "exec.log")
     with pytest.raises(StorageError, match="cannot write to the prefix"):
-        Executor(str(blocker / "store"), backend="local").run(five_step_dag(log_path=log))
+        Executor(ExecutorMainConfig(prefix=str(blocker / "store"), backend="local")).run(five_step_dag(log_path=log))
     assert executions(log) == []
 
 
@@ -248,9 +249,9 @@ def _driver_flags(driver_backend, request):
 @pytest.mark.parametrize("driver_backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
 def test_kill_9_driver_mid_step_then_rerun(tmp_path, driver_backend, request):
     prefix, log = str(tmp_path / "store"), str(tmp_path / "exec.log")
-    plan = Executor(prefix, backend="local").plan(five_step_dag())
+    plan = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).plan(five_step_dag())
     by = {s.name: s for s in plan.steps}
-    assert Executor(prefix, backend="local").run(five_step_dag(log_path=log), dry_run=True).outcomes == {}
+    assert Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(log_path=log), dry_run=True).outcomes == {}
     flags = _driver_flags(driver_backend, request)
     proc = subprocess.Popen([sys.executable, DRIVER, prefix, log, "1.5", *flags], cwd=REPO_ROOT)
     wait_for_status(by["join/d"].output_path, "RUNNING")
@@ -276,7 +277,7 @@ def test_kill_9_driver_mid_step_then_rerun(tmp_path, driver_backend, request):
     assert sorted(runs[4:]) == sorted([by["join/d"].output_path, by["final/e"].output_path])
     # Same bytes as an uninterrupted run.
     clean = str(tmp_path / "clean")
-    Executor(clean, backend="local").run(five_step_dag())
+    Executor(ExecutorMainConfig(prefix=clean, backend="local")).run(five_step_dag())
     for s in plan.steps:
         rel = s.identity
         assert Path(f"{prefix}/{rel}/data.txt").read_text() == Path(f"{clean}/{rel}/data.txt").read_text()
@@ -308,7 +309,7 @@ def test_three_drivers_at_once_execute_every_step_exactly_once(tmp_path, driver_
 
 def test_cli_status_verify_explain(tmp_path, capsys):
     prefix = str(tmp_path / "store")
-    report = Executor(prefix, backend="local").run(five_step_dag())
+    report = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag())
     capsys.readouterr()
     assert cli_main(["status", prefix]) == 0
     out = capsys.readouterr().out
@@ -339,7 +340,7 @@ def test_queued_steps_are_recorded_waiting(tmp_path):
     prefix = str(tmp_path / "store")
     step = ExecutorStep("slow", write_text, WriteConfig(this_output_path(), versioned("s"), sleep_s=1.5))
     after = ExecutorStep("after", write_text, WriteConfig(this_output_path(), versioned("t"), (step,)))
-    ex = Executor(prefix, backend="local")
+    ex = Executor(ExecutorMainConfig(prefix=prefix, backend="local"))
     plan = ex.plan([after])
     t = threading.Thread(target=ex.run, args=([after],))
     t.start()

@@ -17,8 +17,8 @@ import pytest
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
 from marin_lab.cli import main as cli_main
-from marin_lab.execution.records import read_step_record
-from marin_lab.execution.status import read_status
+from marin_lab.execution.state.status import read_status
+from marin_lab.store.step_record import read_step_record
 from tests.conftest import REPO_ROOT
 
 DRIVER = os.path.join(REPO_ROOT, "tests", "interrupt_steps.py")

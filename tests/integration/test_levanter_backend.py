@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from marin_lab.environments import read_environment_record
-from marin_lab.execution import Executor, ExecutorStep, this_output_path
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path
 from marin_lab.training.levanter_backend import (
     LevanterTrainConfig,
     levanter_environment,
@@ -70,7 +70,7 @@ def test_levanter_step_trains_tiny_llama_offline_in_its_locked_environment(tmp_p
         ),
         environment=environment,
     )
-    Executor(str(tmp_path / "prefix"), backend="local", max_failure_retries=0).run([step])
+    Executor(ExecutorMainConfig(prefix=str(tmp_path / "prefix"), backend="local", max_failure_retries=0)).run([step])
 
     [info_path] = (tmp_path / "prefix" / "train").glob("levanter-tiny-*/.executor_info")
     out = info_path.parent

@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from marin_lab.execution.records import read_step_record
 from marin_lab.marin.artifact import read_record
 from marin_lab.marin.lazy import ArtifactStep, run
 from marin_lab.marin.remote import remote
 from marin_lab.marin.resources import ResourceConfig
+from marin_lab.store.step_record import read_step_record
 from tests.marin_current_api_steps import Where, where_it_ran
 
 V = "2026.06.28"

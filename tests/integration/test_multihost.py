@@ -28,6 +28,7 @@ from marin_lab.training.local_hosts import run_hosts, start_hosts, wait_hosts
 from marin_lab.training.mesh import MeshConfig
 from marin_lab.training.metrics import WandbConfig
 from marin_lab.training.token_cache import write_token_cache
+from marin_lab.execution import ExecutorMainConfig
 
 pytestmark = pytest.mark.slow
 STEPS, K = 4, 2
@@ -434,7 +435,7 @@ def test_killed_driver_preempted_host_and_removed_node_resume_the_real_trainer_b
 
     def second_driver() -> None:
         try:
-            outcome["report"] = Executor(prefix=str(prefix), backend="ray", max_preemption_retries=3).run(
+            outcome["report"] = Executor(ExecutorMainConfig(prefix=str(prefix), backend="ray", max_preemption_retries=3)).run(
                 [namespace["train_step"](cache, drills)]
             )
         except BaseException as err:  # noqa: BLE001 - re-raised in the test below
@@ -495,7 +496,7 @@ def test_two_slice_step_on_the_ray_cluster_trains_like_one_slice(unbroken, tpu_s
 
     _, cache, out, _ = unbroken
     prefix = tmp_path / "prefix"
-    report = Executor(prefix=str(prefix), backend="ray").run(
+    report = Executor(ExecutorMainConfig(prefix=str(prefix), backend="ray")).run(
         [_driver_namespace()["train_step"](cache, _host_env(devices=1), slices=2)]
     )
     assert report.executed

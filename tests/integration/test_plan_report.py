@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from marin_lab.execution import Executor, ExecutorConfigError
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorConfigError
 from marin_lab.execution.main import capture_steps, executor_main
 from tests.conftest import REPO_ROOT
 from tests.executor_steps import five_step_dag
@@ -18,7 +18,7 @@ GOLDEN = os.path.join(REPO_ROOT, "tests", "golden", "quickstart_plan.md")
 
 def test_markdown_and_json_plans_say_what_runs_what_is_reused_and_what_changed(tmp_path, capsys):
     prefix = str(tmp_path / "store")
-    Executor(prefix, backend="local").run(five_step_dag(), run_only=["^proc/b$"])
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(), run_only=["^proc/b$"])
     capsys.readouterr()
     executor_main(steps=five_step_dag(), args=["--prefix", prefix, "--dry_run", "true", "--format", "json"])
     plan = json.loads(capsys.readouterr().out)
@@ -39,7 +39,7 @@ def test_unknown_format_is_one_clear_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err == "error: --format 'yaml' is not known; use one of: text, markdown, json"
     with pytest.raises(ExecutorConfigError):
-        Executor(str(tmp_path), backend="local").run(five_step_dag(), dry_run=True, plan_format="yaml")
+        Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).run(five_step_dag(), dry_run=True, plan_format="yaml")
 
 
 def normalized(markdown: str) -> str:
@@ -53,7 +53,7 @@ def normalized(markdown: str) -> str:
 def test_quickstart_markdown_plan_matches_the_golden_file(tmp_path, capsys):
     script = os.path.join(REPO_ROOT, "experiments", "quickstart.py")
     steps, _ = capture_steps(script)
-    Executor(str(tmp_path / "store"), script=os.path.relpath(script, REPO_ROOT)).run(
+    Executor(ExecutorMainConfig(prefix=str(tmp_path / "store")), script=os.path.relpath(script, REPO_ROOT)).run(
         steps, dry_run=True, plan_format="markdown"
     )
     got = normalized(capsys.readouterr().out)

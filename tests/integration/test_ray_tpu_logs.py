@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from marin_lab.execution import backends
+from marin_lab.execution.run import backends
 
 pytestmark = pytest.mark.ray
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from marin_lab.execution import Executor, ExecutorStep, this_output_path
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path
 from tests.executor_steps import WriteConfig, record_priority
 
 
@@ -18,7 +18,7 @@ def test_ray_backend_steps_run_at_the_drivers_priority(ray_cluster, tmp_path: Pa
     step = ExecutorStep(
         name="probe/priority", fn=record_priority, config=WriteConfig(output_path=this_output_path(), text="")
     )
-    Executor(str(tmp_path), backend="ray").run([step])
+    Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="ray")).run([step])
     [out] = (tmp_path / "probe").glob("priority-*/priority.json")
     probe = json.loads(out.read_text())
     assert probe["pid"] != os.getpid()  # it ran in a Ray worker, not in this process

@@ -13,9 +13,9 @@ import time
 import fsspec
 import pytest
 
-from marin_lab.execution import Executor, ExecutorStep, ExperimentFailedError, this_output_path, versioned
-from marin_lab.execution.logs import log_url
-from marin_lab.execution.status import read_status
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, ExperimentFailedError, this_output_path, versioned
+from marin_lab.execution.run.logs import log_url
+from marin_lab.execution.state.status import read_status
 from tests.conftest import REPO_ROOT
 from tests.watch_steps import ChattyConfig, chatty
 
@@ -51,7 +51,7 @@ def backend(request):
 
 def test_step_output_is_saved_under_logs_on_both_backends(tmp_path, backend, monkeypatch):
     monkeypatch.setenv("WATCH_TEST_API_KEY", "hunter2-very-secret")
-    report = Executor(str(tmp_path / "store"), backend=backend).run([_step(f"hello-{backend}")])
+    report = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend=backend)).run([_step(f"hello-{backend}")])
     ps = report.plan.steps[0]
     text = _read(log_url(ps.output_path, 1))
     _assert_full_log(text, f"hello-{backend}")
@@ -95,14 +95,14 @@ def test_the_drivers_terminal_shows_each_line_prefixed_by_its_step(tmp_path):
 
 
 def test_step_log_on_an_object_store(gcs_bucket):
-    report = Executor(f"{gcs_bucket}/store", backend="local").run([_step("in-gcs")])
+    report = Executor(ExecutorMainConfig(prefix=f"{gcs_bucket}/store", backend="local")).run([_step("in-gcs")])
     _assert_full_log(_read(log_url(report.plan.steps[0].output_path, 1)), "in-gcs")
 
 
 def test_failed_step_prints_its_traceback_log_and_record(tmp_path, caplog):
     caplog.set_level(logging.ERROR, logger="marin_lab.execution.executor")
     with pytest.raises(ExperimentFailedError):
-        Executor(str(tmp_path / "store"), backend="local").run([_step("broken", fail=True)])
+        Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local")).run([_step("broken", fail=True)])
     message = "\n".join(r.getMessage() for r in caplog.records)
     assert "Traceback" in message and "RuntimeError: chatty failed on purpose (broken)" in message
     assert "/logs/attempt-1.log" in message and ".executor_info" in message
@@ -115,7 +115,7 @@ def test_running_status_carries_a_heartbeat_and_the_latest_line(tmp_path, monkey
     monkeypatch.setenv("MARIN_STATUS_HEARTBEAT_S", "0.2")
     release = str(tmp_path / "release")
     step = _step("slow", release_path=release)
-    executor = Executor(str(tmp_path / "store"), backend="local")
+    executor = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local"))
     output_path = executor.plan([step]).steps[0].output_path
     runner = threading.Thread(target=executor.run, args=([step],), daemon=True)
     runner.start()

@@ -25,7 +25,7 @@ import pytest
 
 from marin_lab.cluster.resources import TpuResources
 from marin_lab.execution import ExecutorStep, this_output_path, versioned
-from marin_lab.execution.plan import build_plan
+from marin_lab.execution.plan.planner import build_plan
 from marin_lab.marin.levanter import Llama3RotaryEmbeddingsConfig, LlamaConfig
 from tests.conftest import REPO_ROOT
 from tests.unit.test_experiments_plan_offline import clean_env

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from marin_lab.execution.hashing import canonical_value, hash8
+from marin_lab.execution.plan.hashing import canonical_value, hash8
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.versioning import added_field
 

@@ -1,4 +1,4 @@
-"""Every attempt of a StepRunner step lists in the record the hardware it ran on: a preempted or
+"""Every attempt of a HardwareRunner step lists in the record the hardware it ran on: a preempted or
 failed attempt through its error (the runner attaches it), the successful one through its
 RunOutcome. The runner here runs `fn` in the driver, so no Ray cluster is needed."""
 
@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-from marin_lab.execution import Executor, ExecutorStep, backends, this_output_path, versioned
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
 from marin_lab.execution.errors import PreemptedError
-from marin_lab.execution.records import read_step_record
-from marin_lab.execution.resources import RunOutcome, attach_hardware
+from marin_lab.execution.plan.resources import RunOutcome, attach_hardware
+from marin_lab.execution.run import backends
+from marin_lab.store.step_record import read_step_record
 from tests.executor_steps import WriteConfig, write_text
 
 
@@ -66,7 +67,7 @@ def test_a_preempted_and_a_failed_attempt_list_their_hardware_like_the_successfu
         resources=runner,
         config=WriteConfig(output_path=this_output_path(), text=versioned("x")),
     )
-    report = Executor(str(tmp_path), backend="ray", max_preemption_retries=1, max_failure_retries=1).run([step])
+    report = Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="ray", max_preemption_retries=1, max_failure_retries=1)).run([step])
 
     out = pathlib.Path(report.plan.steps[0].output_path)
     record = read_step_record(str(out))
@@ -112,7 +113,7 @@ def test_placed_hardware_is_in_the_running_record_while_the_attempt_runs(ray_up,
     )
     done: dict = {}
     driver = threading.Thread(
-        target=lambda: done.setdefault("report", Executor(str(tmp_path), backend="ray").run([step]))
+        target=lambda: done.setdefault("report", Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="ray")).run([step]))
     )
     driver.start()
     running = None

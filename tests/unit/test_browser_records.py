@@ -13,8 +13,8 @@ from marin_lab.browser.errors import BadRequestError, NotFoundError
 from marin_lab.browser.graph import layout, longest_path_layers
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
-from marin_lab.execution.baseline import version_changes
-from marin_lab.execution.secrets import REDACTED, redact, redact_text
+from marin_lab.execution.review.baseline import version_changes
+from marin_lab.io.secrets import REDACTED, redact, redact_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from browser_fixtures import EXPERIMENT_ID, SECRET_VALUE, build_prefix  # noqa: E402

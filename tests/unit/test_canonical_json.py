@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from marin_lab.execution.hashing import canonical_json
+from marin_lab.execution.plan.hashing import canonical_json
 
 
 def _dumps(obj):

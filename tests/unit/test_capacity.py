@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from marin_lab.execution import Executor, ExecutorStep, executor_main, this_output_path, versioned
-from marin_lab.execution.capacity import UnschedulableWatch, check, node_request, this_machine
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, executor_main, this_output_path, versioned
 from marin_lab.execution.errors import UnschedulableError
+from marin_lab.execution.review.capacity import UnschedulableWatch, check, node_request, this_machine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,7 @@ def no_gpus(monkeypatch):
 )
 def test_a_request_this_machine_can_never_hold_is_refused_before_anything_runs(tmp_path, resources, asked):
     with pytest.raises(UnschedulableError) as err:
-        Executor(str(tmp_path), backend="local").run([_step(resources)])
+        Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).run([_step(resources)])
     text = str(err.value)
     assert text.startswith("step 'train/gpu-") and "no node of this machine" in text and "largest node" in text
     assert "0 GPU" in text.split("largest node:")[1]  # the largest node says what it has
@@ -53,9 +53,9 @@ def test_a_request_this_machine_can_never_hold_is_refused_before_anything_runs(t
 
 def test_a_local_ray_this_run_would_start_is_this_machine(tmp_path, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr("marin_lab.execution.capacity.ray_nodes", lambda: None)  # no Ray joined here
+    monkeypatch.setattr("marin_lab.execution.review.capacity.ray_nodes", lambda: None)  # no Ray joined here
     with pytest.raises(UnschedulableError, match="this machine .the local Ray"):
-        Executor(str(tmp_path), backend="ray").run([_step({"num_gpus": 1})])
+        Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="ray")).run([_step({"num_gpus": 1})])
 
 
 def test_the_dry_run_says_so_and_executor_main_prints_one_line(tmp_path, capsys):

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from marin_lab.execution.code_provenance import function_fingerprint
 from marin_lab.execution.executor import Executor
-from marin_lab.execution.records import read_step_record
-from marin_lab.execution.status import status_path
+from marin_lab.execution.record.code_provenance import function_fingerprint
+from marin_lab.store.layout import status_url as status_path
+from marin_lab.store.step_record import read_step_record
 from tests.executor_steps import five_step_dag, write_text
+from marin_lab.execution import ExecutorMainConfig
 
 STEPS_V1 = """
 def helper(x):
@@ -61,20 +62,20 @@ def test_the_fingerprint_follows_the_function_and_its_helpers_only(tmp_path, mon
 @pytest.mark.slow
 def test_a_reused_step_whose_code_changed_gets_one_line(tmp_path, capsys):
     prefix = str(tmp_path / "store")
-    report = Executor(prefix, backend="local").run(five_step_dag())
+    report = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag())
     ps = next(s for s in report.plan.steps if s.name == "proc/b")
     st = json.loads(Path(status_path(ps.output_path)).read_text())
     current = function_fingerprint(write_text)
     assert st["code_fingerprint"] == current["sha256"]
     assert read_step_record(ps.output_path).code["function"] == current
 
-    quiet = Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
+    quiet = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(), dry_run=True)
     assert not any(d.notes for d in quiet.decisions)
 
     # The step ran with other code than what is there now (the status is as that run left it).
     st["code_fingerprint"] = "0" * 16
     Path(status_path(ps.output_path)).write_text(json.dumps(st))
-    plan = Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
+    plan = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(), dry_run=True)
     noted = {d.step.name: d.notes for d in plan.decisions if d.notes}
     assert noted == {
         "proc/b": (
@@ -90,12 +91,12 @@ def test_a_reused_step_whose_code_changed_gets_one_line(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_status_without_a_fingerprint_says_nothing(tmp_path):
     prefix = str(tmp_path / "store")
-    report = Executor(prefix, backend="local").run(five_step_dag())
+    report = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag())
     for ps in report.plan.steps:
         st = json.loads(Path(status_path(ps.output_path)).read_text())
         st.pop("code_fingerprint")
         Path(status_path(ps.output_path)).write_text(json.dumps(st))
-    plan = Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
+    plan = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(), dry_run=True)
     assert not any(d.notes for d in plan.decisions)
 
 
@@ -111,7 +112,7 @@ def test_a_source_that_cannot_be_read_is_no_fingerprint_never_a_failed_step(monk
     at a time, and whatever reading a source raises makes the hint absent, not the step failed."""
     import inspect
 
-    from marin_lab.execution import code_provenance
+    from marin_lab.execution.record import code_provenance
 
     def step_fn(cfg):  # a function of its own: not in the per-process cache yet
         return cfg
@@ -126,7 +127,7 @@ def test_a_source_that_cannot_be_read_is_no_fingerprint_never_a_failed_step(monk
 def test_fingerprints_taken_from_many_threads_at_once_agree():
     import threading
 
-    from marin_lab.execution import code_provenance
+    from marin_lab.execution.record import code_provenance
     from marin_lab.processing import download, tokenize
 
     fns = [download.download, download.moving_source, tokenize.tokenize, tokenize.train_tokenizer]

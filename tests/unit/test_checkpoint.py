@@ -214,8 +214,8 @@ def test_an_unparsable_index_is_one_clear_line(tmp_path, text):
 def test_the_same_state_saved_twice_reproduces_and_a_changed_leaf_does_not(tmp_path, step_fn):
     """orbax names its chunk files at random, so index.json's file list differs between two saves
     of the same arrays; `reproduce` must read that as a run log, and still catch a changed leaf."""
-    from marin_lab.execution.artifacts import compare_outputs, declaration
-    from marin_lab.execution.provenance import manifest
+    from marin_lab.execution.record.artifacts import compare_outputs, declaration
+    from marin_lab.execution.record.provenance import manifest
     from marin_lab.training.finetune import finetune_lm
     from marin_lab.training.train_lm import train_lm
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from marin_lab.cluster import TpuRequestError, TpuResources
-from marin_lab.execution import Executor, ExecutorStep, this_output_path
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path
 from marin_lab.testing.simulate import ToyTrainConfig, toy_train
 
 
@@ -16,7 +16,7 @@ def _step(name: str, resources: TpuResources) -> ExecutorStep:
 
 
 def test_dry_run_shows_the_tpu_request(tmp_path, capsys):
-    Executor(prefix=str(tmp_path), backend="local").run(
+    Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).run(
         [_step("train/toy", TpuResources(tpu="v5e-256", slices=[1, 2]))], dry_run=True
     )
     out = capsys.readouterr().out
@@ -34,5 +34,5 @@ def test_dry_run_shows_the_tpu_request(tmp_path, capsys):
 def test_an_impossible_tpu_request_fails_the_plan_before_anything_runs(tmp_path, resources, message):
     good = _step("train/good", TpuResources(tpu="v4-8"))
     with pytest.raises(TpuRequestError, match=message):
-        Executor(prefix=str(tmp_path), backend="local").run([good, _step("train/bad", resources)])
+        Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).run([good, _step("train/bad", resources)])
     assert not list(tmp_path.glob("train/*"))  # not even the good step started

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from marin_lab.execution import Executor, ExecutorStep, this_output_path, versioned
-from marin_lab.execution.code_provenance import MAX_DIFF_BYTES, git_state, store_script
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution.record.code_provenance import MAX_DIFF_BYTES, git_state, store_script
 from marin_lab.io.fs import read_json
 from tests.executor_steps import WriteConfig, write_text
 
@@ -104,7 +104,7 @@ def _run_new_script(repo, tmp_path, name, text):
     script.write_text(text)
     prefix = str(tmp_path / "store")
     step = ExecutorStep(f"raw/{name[:-3]}", write_text, WriteConfig(this_output_path(), versioned(name)))
-    return script, prefix, Executor(prefix, backend="local", script=str(script)).run([step])
+    return script, prefix, Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script=str(script)).run([step])
 
 
 def test_experiment_record_holds_the_script_the_diff_and_package_versions(repo, tmp_path):

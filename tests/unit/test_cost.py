@@ -18,19 +18,15 @@ from marin_lab.browser.records import Browser
 from marin_lab.browser.server import start_in_thread
 from marin_lab.cli import main as cli_main
 from marin_lab.cluster.resources import GpuResources, TpuResources
-from marin_lab.execution import Executor, ExecutorStep, backends, this_output_path, versioned
-from marin_lab.execution.cost import (
-    declared_accelerator,
-    format_money,
-    record_usage,
-    step_cost,
-    usage_of,
-)
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
 from marin_lab.execution.errors import PreemptedError, PriceTableError
 from marin_lab.execution.main import executor_main
-from marin_lab.execution.prices import DEFAULT_PRICES, KNOWN, default_prices, load_prices
-from marin_lab.execution.records import Attempt, StepRecord, read_step_record
-from marin_lab.execution.resources import RunOutcome, attach_hardware
+from marin_lab.execution.plan.resources import RunOutcome, attach_hardware
+from marin_lab.execution.record.usage import declared_accelerator, record_usage, usage_of
+from marin_lab.execution.review.cost import format_money, step_cost
+from marin_lab.execution.review.prices import DEFAULT_PRICES, KNOWN, default_prices, load_prices
+from marin_lab.execution.run import backends
+from marin_lab.store.step_record import Attempt, StepRecord, read_step_record
 from tests.cost_fixtures import EXPECTED_STEPS, EXPECTED_TOTAL, V5E_256, build_costed_prefix
 from tests.executor_steps import WriteConfig, five_step_dag, write_text
 
@@ -146,7 +142,7 @@ def test_the_record_holds_accelerator_hours_of_every_attempt_and_the_identity_do
             config=WriteConfig(output_path=this_output_path(), text=versioned("x")),
         )
 
-    report = Executor(str(tmp_path), backend="ray", max_preemption_retries=1).run([make(SliceRunner())])
+    report = Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="ray", max_preemption_retries=1)).run([make(SliceRunner())])
     out = report.plan.steps[0].output_path
     record = read_step_record(out)
     assert [a.kind for a in record.attempts] == ["preemption", None]
@@ -160,7 +156,7 @@ def test_the_record_holds_accelerator_hours_of_every_attempt_and_the_identity_do
     assert usage["preempted_accelerator_hours"] == pytest.approx(8 * spans[0] / 3600, abs=1e-6)
     assert usage["by_accelerator"].keys() == {"tpu-v5e"}
     # The record is not hashed: the same step without resources plans to the same identity.
-    assert Executor(str(tmp_path), backend="local").plan([make(None)]).steps[0].identity == record.identity
+    assert Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).plan([make(None)]).steps[0].identity == record.identity
 
 
 def test_an_older_record_without_usage_is_measured_when_read():
@@ -247,10 +243,10 @@ def test_unreadable_or_malformed_price_files_are_one_line(tmp_path):
 @pytest.mark.slow
 def test_the_plan_shows_estimated_cost_and_what_reuse_saves(tmp_path, capsys):
     prefix = str(tmp_path / "store")
-    Executor(prefix, backend="local").run(five_step_dag())
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag())
     capsys.readouterr()
     # Only proc/b selected: it and raw/a are reused; the rest is not selected and not costed.
-    Executor(prefix, backend="local").run(five_step_dag(), run_only=["^proc/b$"], dry_run=True)
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(), run_only=["^proc/b$"], dry_run=True)
     out = capsys.readouterr().out
     assert "  cost: 2 steps reused, saved by reuse: $" in out and out.count("saved by reuse (") == 2
     # raw/a changes: every step downstream of it would run again; nothing is reused.
@@ -304,8 +300,8 @@ class BigTrainConfig:
 def test_a_step_never_run_is_estimated_from_its_config_when_it_gives_accelerator_hours(tmp_path):
     from types import SimpleNamespace
 
-    from marin_lab.execution.baseline import RecordIndex
-    from marin_lab.execution.cost import estimate_plan
+    from marin_lab.execution.review.baseline import RecordIndex
+    from marin_lab.execution.review.cost import estimate_plan
 
     ps = SimpleNamespace(
         identity="train/big-1",

@@ -8,11 +8,11 @@ import pathlib
 import pytest
 
 from marin_lab.cli import main as cli_main
-from marin_lab.execution import Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
 from marin_lab.execution.errors import RecordError
-from marin_lab.execution.records import read_step_record
-from marin_lab.execution.status import CORRUPT, read_status
+from marin_lab.execution.state.status import CORRUPT, read_status
 from marin_lab.processing.shards import done_marker, mark_shard_done, read_shard_done
+from marin_lab.store.step_record import read_step_record
 from tests.executor_steps import WriteConfig, write_text
 
 GARBAGE = {
@@ -34,7 +34,7 @@ def _step(workers: int = 1) -> ExecutorStep:
 
 @pytest.fixture
 def done_step(tmp_path):
-    report = Executor(str(tmp_path), backend="local").run([_step()])
+    report = Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).run([_step()])
     return tmp_path, pathlib.Path(report.plan.steps[0].output_path)
 
 
@@ -61,11 +61,11 @@ def test_garbage_record_and_status_do_not_jam_the_step(done_step):
     prefix, out = done_step
     (out / ".executor_info").write_text("{garbage")
     (out / ".executor_status").write_text("{garbage")
-    report = Executor(str(prefix), backend="local").run([_step()])
+    report = Executor(ExecutorMainConfig(prefix=str(prefix), backend="local")).run([_step()])
     (decision,) = report.decisions
     assert decision.action == "run" and "damaged" in decision.reason and ".executor_status" in decision.reason
     assert report.executed and json.loads((out / ".executor_info").read_text())["status"] == "SUCCESS"
-    again = Executor(str(prefix), backend="local").run([_step()])
+    again = Executor(ExecutorMainConfig(prefix=str(prefix), backend="local")).run([_step()])
     assert again.decisions[0].action == "skip" and not again.executed
 
 
@@ -73,7 +73,7 @@ def test_garbage_record_and_status_do_not_jam_the_step(done_step):
 def test_success_with_damaged_record_and_changed_unversioned_field_runs_again(done_step):
     prefix, out = done_step
     (out / ".executor_info").write_text("{garbage")
-    report = Executor(str(prefix), backend="local").run([_step(workers=2)])
+    report = Executor(ExecutorMainConfig(prefix=str(prefix), backend="local")).run([_step(workers=2)])
     assert report.decisions[0].action == "run" and ".executor_info" in report.decisions[0].reason
     assert report.executed and read_step_record(str(out)).status == "SUCCESS"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from marin_lab.execution import ExecutorStep, output_path_of, this_output_path, versioned
+from marin_lab.execution import ExecutorMainConfig, ExecutorStep, output_path_of, this_output_path, versioned
 from marin_lab.execution.executor import Executor
-from marin_lab.execution.regions import CrossRegionError, Regions
+from marin_lab.execution.review.regions import CrossRegionError, Regions
 
 BUCKETS = {"us-data": "us-central1", "eu-data": "europe-west4"}
 SIZES = {"gs://eu-data/corpus": 3_000, "gs://us-data/corpus": 5_000}
@@ -33,9 +33,11 @@ def _steps(source: str):
     return [tok]
 
 
-def _executor(prefix="gs://us-data/runs", **kw):
+def _executor(prefix="gs://us-data/runs", **settings):
     return Executor(
-        prefix=prefix, backend="local", script="x.py", regions=Regions(BUCKETS.__getitem__, size=SIZES.get), **kw
+        ExecutorMainConfig(prefix=prefix, backend="local", **settings),
+        script="x.py",
+        regions=Regions(BUCKETS.__getitem__, size=SIZES.get),
     )
 
 
@@ -68,13 +70,7 @@ def test_allowed_per_step_or_within_the_budget_and_recorded(tmp_path):
     with pytest.raises(CrossRegionError, match="transfer budget of 2999 bytes would be exceeded"):
         _executor(transfer_budget_bytes=2_999).plan(_steps("gs://eu-data/corpus"))
     # The experiment record lists what was allowed.
-    local = Executor(
-        prefix=str(tmp_path),
-        backend="local",
-        script="x.py",
-        allow_cross_region=["^raw/"],
-        regions=Regions(BUCKETS.__getitem__, size=SIZES.get),
-    )
+    local = Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local", allow_cross_region=["^raw/"]), script="x.py", regions=Regions(BUCKETS.__getitem__, size=SIZES.get))
     plan = local.plan(_steps("gs://eu-data/corpus"))
     record = json.loads(Path(local._write_experiment(plan)).read_text())
     assert record["cross_region_reads"][0]["input"] == "gs://eu-data/corpus"
@@ -86,7 +82,7 @@ def test_a_bucket_whose_location_cannot_be_read_is_a_plan_error():
         raise PermissionError("403")
 
     with pytest.raises(CrossRegionError, match="cannot find the location of bucket 'us-data'"):
-        Executor(prefix="gs://us-data/runs", backend="local", script="x.py", regions=Regions(lookup)).plan(
+        Executor(ExecutorMainConfig(prefix="gs://us-data/runs", backend="local"), script="x.py", regions=Regions(lookup)).plan(
             _steps("gs://us-data/corpus")
         )
 
@@ -117,9 +113,7 @@ def _fan(n: int, source: str):
 def test_each_bucket_is_asked_once_whatever_the_number_of_steps_and_spellings():
     lookup = _Counting()
     regions = Regions(lookup, size=SIZES.get)
-    ex = Executor(
-        prefix="gs://us-data/runs", backend="local", script="x.py", regions=regions, allow_cross_region=["^raw/"]
-    )
+    ex = Executor(ExecutorMainConfig(prefix="gs://us-data/runs", backend="local", allow_cross_region=["^raw/"]), script="x.py", regions=regions)
     ex.plan(_fan(50, "gs://eu-data/corpus"))
     assert sorted(lookup.calls) == ["eu-data", "us-data"] and regions.lookups == 2
     assert [r.input for r in ex.cross_region_reads] == ["gs://eu-data/corpus"]
@@ -149,7 +143,7 @@ def test_a_plan_without_bucket_paths_asks_nothing(tmp_path):
         ),
     )
     tok = ExecutorStep(name="tok", fn=copy, config=CopyConfig(this_output_path(), output_path_of(raw)))
-    ex = Executor(prefix=str(tmp_path / "store"), backend="local", script="x.py", regions=regions)
+    ex = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local"), script="x.py", regions=regions)
     ex.plan([tok])
     assert regions.lookups == 0 and ex.cross_region_reads == [] and ex.unchecked_reads == []
 
@@ -159,7 +153,7 @@ def _reference_urls(value):
     identity walk: every `scheme://` string, inside versioned values too, placeholders excluded."""
     import re
 
-    from marin_lab.execution.step import InputName, OutputName, VersionedValue
+    from marin_lab.execution.plan.step import InputName, OutputName, VersionedValue
 
     if isinstance(value, VersionedValue):
         value = value.value
@@ -187,7 +181,7 @@ def _reference_urls(value):
     ],
 )
 def test_the_identity_walk_finds_the_urls_the_second_walk_found_and_refuses_the_same_reads(sources):
-    from marin_lab.execution.hashing import scan_config
+    from marin_lab.execution.plan.hashing import scan_config
 
     cfg = Nested(this_output_path(), sources, knobs=(versioned(1), "http://x/y"))
     assert scan_config(cfg, step_label="s").urls == _reference_urls(cfg)
@@ -197,7 +191,7 @@ def test_the_identity_walk_finds_the_urls_the_second_walk_found_and_refuses_the_
 
 
 def test_a_fixed_url_input_is_an_input_too():
-    from marin_lab.execution.step import InputName
+    from marin_lab.execution.plan.step import InputName
 
     step = ExecutorStep(
         name="raw/fixed", fn=copy, config=CopyConfig(this_output_path(), InputName.hardcoded("gs://eu-data/corpus"))
@@ -226,7 +220,7 @@ def test_a_plan_without_credentials_leaves_regions_unchecked_and_the_run_refuses
 
     monkeypatch.setattr(executor_module, "fs_and_path", no_listing)
     regions = Regions(_no_credentials, size=SIZES.get)
-    ex = Executor(prefix="gs://us-data/runs", backend="local", script="x.py", regions=regions)
+    ex = Executor(ExecutorMainConfig(prefix="gs://us-data/runs", backend="local"), script="x.py", regions=regions)
     report = ex.run(_steps("gs://eu-data/corpus"), dry_run=True)
     out = capsys.readouterr().out
     assert report.outcomes == {} and len(report.decisions) == 2
@@ -264,7 +258,7 @@ def test_a_run_with_credentials_refuses_the_read_a_plan_left_unchecked():
             _no_credentials(bucket)
         return BUCKETS[bucket]
 
-    ex = Executor(prefix="gs://us-data/runs", backend="local", script="x.py", regions=Regions(lookup, size=SIZES.get))
+    ex = Executor(ExecutorMainConfig(prefix="gs://us-data/runs", backend="local"), script="x.py", regions=Regions(lookup, size=SIZES.get))
     ex.plan(_steps("gs://eu-data/corpus"))
     # Reading within the prefix's own bucket is never cross-region, checked or not.
     assert [r.input for r in ex.unchecked_reads] == ["gs://eu-data/corpus"]
@@ -280,7 +274,7 @@ def test_a_definite_answer_is_still_an_error_in_a_plan():
         raise NotFound("no such bucket")
 
     with pytest.raises(CrossRegionError, match="cannot find the location of bucket 'us-data' .NotFound"):
-        Executor(prefix="gs://us-data/runs", backend="local", script="x.py", regions=Regions(lookup)).plan(
+        Executor(ExecutorMainConfig(prefix="gs://us-data/runs", backend="local"), script="x.py", regions=Regions(lookup)).plan(
             _steps("gs://eu-data/corpus")
         )
 
@@ -289,7 +283,7 @@ def test_a_lookup_that_never_answers_is_given_up_within_the_bound(monkeypatch):
     import threading
     import time
 
-    from marin_lab.execution import regions as regions_module
+    from marin_lab.execution.review import regions as regions_module
 
     monkeypatch.setattr(regions_module, "PLAN_TIMEOUT_S", 0.2)
     release = threading.Event()
@@ -300,7 +294,7 @@ def test_a_lookup_that_never_answers_is_given_up_within_the_bound(monkeypatch):
 
     regions = Regions(hang)
     t0 = time.monotonic()
-    ex = Executor(prefix="gs://us-data/runs", backend="local", script="x.py", regions=regions)
+    ex = Executor(ExecutorMainConfig(prefix="gs://us-data/runs", backend="local"), script="x.py", regions=regions)
     ex.plan(_steps("gs://eu-data/corpus"))
     release.set()
     assert time.monotonic() - t0 < 5
@@ -319,7 +313,7 @@ def test_same_identities_under_two_bucket_prefixes_as_a_dry_run_without_credenti
     try:
         identities = []
         for prefix in ("gs://bucket-a/prefix", "gs://bucket-b/other/prefix"):
-            ex = Executor(prefix=prefix, backend="local", script="x.py")
+            ex = Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script="x.py")
             ex.run(_steps("gs://bucket-c/corpus"), dry_run=True, plan_format="json")
             doc = json.loads(capsys.readouterr().out)
             identities.append([s["identity"] for s in doc["steps"]])

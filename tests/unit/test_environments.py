@@ -265,15 +265,6 @@ def test_levanter_process_does_not_inherit_this_process_wandb_service() -> None:
     assert env["HF_HUB_OFFLINE"] == "1" and env["WANDB_API_KEY"] == "k"
 
 
-def test_the_older_import_path_names_the_same_classes():
-    """docs/environments.md named `marin_lab.execution.environments` before the package moved."""
-    import marin_lab.environments as current
-    from marin_lab.execution import environments as older
-
-    assert all(getattr(older, name) is getattr(current, name) for name in current.__all__)
-    assert older.__all__ == current.__all__
-
-
 def test_a_failing_uv_leaves_the_build_to_pip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     broken = tmp_path / "uv"
     broken.write_text("#!/bin/sh\necho 'uv: cannot reach the index' >&2\nexit 2\n")

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from marin_lab.execution import Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
 from tests.executor_steps import WriteConfig, write_text
 
 
@@ -28,7 +28,7 @@ def test_full_record_is_flushed_before_success_and_transient_writes_are_not(tmp_
     step = ExecutorStep(
         name="durable/a", fn=write_text, config=WriteConfig(output_path=this_output_path(), text=versioned("x"))
     )
-    report = Executor(str(tmp_path), backend="local").run([step])
+    report = Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).run([step])
     out = report.plan.steps[0].output_path
     mine = [e for e in events if out in e[1]]
     flushed = [path for kind, path in mine if kind == "fsync"]

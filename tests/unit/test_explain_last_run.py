@@ -12,9 +12,10 @@ from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
 from marin_lab.cli import main as cli_main
 from marin_lab.execution.executor import Executor
-from marin_lab.execution.experiments import list_experiments
 from marin_lab.execution.main import capture_steps
+from marin_lab.execution.record.experiments import list_experiments
 from tests.conftest import REPO_ROOT
+from marin_lab.execution import ExecutorMainConfig
 
 SCRIPT = """import sys
 sys.path.insert(0, {root!r})
@@ -34,7 +35,7 @@ def _script(path, text):
 
 def _run(script, prefix):
     steps, _ = capture_steps(script)
-    Executor(prefix, backend="local", script=script).run(steps)
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script=script).run(steps)
 
 
 @pytest.mark.slow
@@ -78,7 +79,7 @@ def _three_runs(tmp_path):
 
 def _decision(script, prefix):
     steps, _ = capture_steps(script)
-    executor = Executor(prefix, backend="local", script=script)
+    executor = Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script=script)
     (decision,) = executor.decide(executor.plan(steps), executor.plan(steps).steps)
     return decision
 
@@ -116,7 +117,7 @@ def test_a_step_the_last_run_did_not_have_is_compared_from_any_experiment(tmp_pa
         .replace("steps=[shared]", "steps=[shared, other]")
     )
     steps, _ = capture_steps(exp_a)
-    executor = Executor(prefix, backend="local", script=exp_a)
+    executor = Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script=exp_a)
     plan = executor.plan(steps)
     by_name = {d.step.name: d for d in executor.decide(plan, plan.steps)}
     assert by_name["shared/x"].reason.startswith("new version (this experiment's last run: ")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from marin_lab.execution.baseline import diff_versions, version_changes
-from marin_lab.execution.secrets import REDACTED
+from marin_lab.execution.review.baseline import diff_versions, version_changes
+from marin_lab.io.secrets import REDACTED
 
 OPT = {"learning_rate": 0.003, "weight_decay": 0.1, "schedule": {"kind": "cosine", "warmup": 0.1}}
 

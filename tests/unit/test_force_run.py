@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from marin_lab.execution import ExecutorStep, this_output_path, versioned
+from marin_lab.execution import ExecutorMainConfig, ExecutorStep, this_output_path, versioned
 from marin_lab.execution.errors import ExecutorConfigError
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.main import parse_flags
-from marin_lab.execution.plan_report import plan_report
-from marin_lab.execution.records import read_step_record
+from marin_lab.execution.review.plan_report import plan_report
+from marin_lab.store.step_record import read_step_record
 from tests.executor_steps import WriteConfig, executions, fail, five_step_dag
 
 
@@ -37,10 +37,10 @@ def test_a_bad_force_run_regex_is_one_line():
 def test_forced_steps_run_again_and_are_shown_forced(tmp_path, capsys):
     log = str(tmp_path / "log")
     prefix = str(tmp_path / "store")
-    Executor(prefix, backend="local").run(five_step_dag(log))
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(log))
     assert len(executions(log)) == 5
 
-    plan = Executor(prefix, backend="local").run(five_step_dag(log), dry_run=True, force_run=["^proc/b$"])
+    plan = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(log), dry_run=True, force_run=["^proc/b$"])
     capsys.readouterr()
     by_name = {d.step.name: d for d in plan.decisions}
     assert by_name["proc/b"].action == "run" and by_name["proc/b"].forced
@@ -50,7 +50,7 @@ def test_forced_steps_run_again_and_are_shown_forced(tmp_path, capsys):
     assert [s["name"] for s in doc["steps"] if s["forced"]] == ["proc/b"]
     assert len(executions(log)) == 5  # a dry run runs nothing
 
-    report = Executor(prefix, backend="local").run(five_step_dag(log), force_run=["^proc/b$"])
+    report = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(log), force_run=["^proc/b$"])
     ran = executions(log)[5:]
     assert len(ran) == 1 and ran[0].endswith(by_name["proc/b"].step.output_path.rsplit("/", 1)[-1])
     ps = by_name["proc/b"].step
@@ -58,21 +58,21 @@ def test_forced_steps_run_again_and_are_shown_forced(tmp_path, capsys):
     record = read_step_record(ps.output_path)
     assert [a.status for a in record.attempts] == ["SUCCESS", "SUCCESS"]  # a new attempt, history kept
     # The identity is the same: the next plain run reuses everything again.
-    again = Executor(prefix, backend="local").run(five_step_dag(log), dry_run=True)
+    again = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(log), dry_run=True)
     assert {d.action for d in again.decisions} == {"skip"}
 
 
 def test_force_run_also_reruns_a_failed_step(tmp_path):
     step = ExecutorStep(name="broken", fn=fail, config=WriteConfig(output_path=this_output_path(), text=versioned("x")))
     prefix = str(tmp_path / "store")
-    Executor(prefix, backend="local").run([step], raise_on_failure=False)
-    (d,) = Executor(prefix, backend="local").run([step], dry_run=True, force_run=["broken"]).decisions
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run([step], raise_on_failure=False)
+    (d,) = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run([step], dry_run=True, force_run=["broken"]).decisions
     assert d.action == "run" and d.forced and "last FAILED" in d.reason
 
 
 def test_force_run_matching_no_step_names_the_steps(tmp_path):
     with pytest.raises(ExecutorConfigError, match=r"--force_run \['nope'\] matches no step name; the steps are: raw/a"):
-        Executor(str(tmp_path), backend="local").run(five_step_dag(), dry_run=True, force_run=["nope"])
+        Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).run(five_step_dag(), dry_run=True, force_run=["nope"])
 
 
 @pytest.mark.slow

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from marin_lab.cli import main as cli_main
-from marin_lab.execution import Executor, ExecutorStep, this_output_path
-from marin_lab.execution.status import LEASE_FILE, Status, write_status
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path
+from marin_lab.execution.state.status import LEASE_FILE, Status, write_status
 from marin_lab.gc import GcError, find_garbage, parse_age
 from marin_lab.store.layout import tmp_path as tmp_path_of
 from marin_lab.store.layout import tmp_url
@@ -132,7 +132,7 @@ def test_a_step_pinned_with_tmp_path_lands_in_the_scratch_area_that_gc_expires(t
         config=WriteConfig(output_path=this_output_path(), text="x"),
         override_output_path=tmp_path_of("lr-probe/run-1"),
     )
-    (planned,) = Executor(str(prefix), backend="local").plan([step]).steps
+    (planned,) = Executor(ExecutorMainConfig(prefix=str(prefix), backend="local")).plan([step]).steps
     assert planned.output_path == str(prefix / "tmp" / "lr-probe" / "run-1")
     _step(prefix, "tmp/lr-probe/run-1", Status.SUCCESS)
     _step(prefix, "tmp/sweep/trial-3", Status.RUNNING, lease_age_s=1)  # a running step, deep in tmp/

@@ -11,6 +11,7 @@ import pathlib
 import pytest
 
 from marin_lab.execution import (
+    ExecutorMainConfig,
     CycleError,
     EncodingError,
     Executor,
@@ -23,7 +24,7 @@ from marin_lab.execution import (
     this_output_path,
     versioned,
 )
-from marin_lab.execution.plan import build_plan
+from marin_lab.execution.plan.planner import build_plan
 from tests.executor_steps import WriteConfig, five_step_dag, write_text
 
 
@@ -231,7 +232,7 @@ def test_hardcoded_input_is_relative_to_prefix_and_prefix_free_in_identity():
 
 
 def test_bad_run_only_regex_and_no_match(tmp_path):
-    ex = Executor(str(tmp_path), backend="local")
+    ex = Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local"))
     plan = ex.plan(five_step_dag())
     with pytest.raises(ExecutorConfigError, match="not a valid regular expression"):
         ex.select(plan, ["("])
@@ -244,7 +245,7 @@ def test_bad_run_only_regex_and_no_match(tmp_path):
 def test_unknown_resources_key_is_an_error():
     s = ExecutorStep("x", write_text, WriteConfig(this_output_path(), versioned("a")), resources={"tpus": 4})
     with pytest.raises(StepDefinitionError, match="unknown keys"):
-        Executor("/tmp/never", backend="local").plan([s])
+        Executor(ExecutorMainConfig(prefix="/tmp/never", backend="local")).plan([s])
 
 
 def test_plan_of_wide_dag_is_linear_not_recursive():
@@ -317,7 +318,7 @@ def _corpus(root: pathlib.Path, files: dict[str, bytes]) -> str:
 
 
 def _source_step(location, **kw):
-    from marin_lab.execution.sources import versioned_source
+    from marin_lab.execution.plan.sources import versioned_source
 
     return ExecutorStep("raw/src", write_text, AnyConfig(this_output_path(), versioned_source(location, **kw)))
 
@@ -416,7 +417,7 @@ def test_the_spelled_out_version_hash_is_the_hash_of_the_version(seed):
     sort differently as text than as numbers, escapes, non-ASCII, nested and float config values."""
     import random
 
-    from marin_lab.execution.hashing import canonical_json, hash8, version_hash8, version_of
+    from marin_lab.execution.plan.hashing import canonical_json, hash8, version_hash8, version_of
 
     rng = random.Random(seed)
     texts = ["plain", 'quote " and \\ backslash', "tab\tnew\nline", "ünïcode ✓", "\x01ctl", "gs://b/x", ""]

@@ -12,8 +12,8 @@ import pathlib
 import pytest
 
 from marin_lab.execution import ExecutorStep, InputName, output_path_of, this_output_path, versioned
-from marin_lab.execution.hashing import canonical_json
-from marin_lab.execution.plan import build_plan
+from marin_lab.execution.plan.hashing import canonical_json
+from marin_lab.execution.plan.planner import build_plan
 from marin_lab.versioning import added_field, versioned_field
 from tests.executor_steps import write_text
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from marin_lab.execution import jax_platform
+from marin_lab.execution.run import platform as jax_platform
 
 
 def test_cpu_host_pins_jax_to_cpu(monkeypatch):

@@ -11,7 +11,7 @@ from pathlib import Path
 from marin_lab.cluster.launch import follow
 from marin_lab.cluster.launch_state import attempt_log_url, write_state
 from marin_lab.cluster.supervisor import DriverHost
-from marin_lab.execution.secrets import secrets_in_args
+from marin_lab.io.secrets import secrets_in_args
 
 VALUE = "plain-launcher-value-1234"  # no credential shape: known only by the launcher's variable
 FLAGGED = "opaque-flag-value-5678"
@@ -60,7 +60,7 @@ def test_a_driver_gets_the_carried_secrets_as_secret_named_variables(tmp_path):
     (tmp_path / "launches" / "r-2" / "logs").mkdir(parents=True)
     host = DriverHost()
     code = (
-        "import os; from marin_lab.execution.secrets import scrub_text; "
+        "import os; from marin_lab.io.secrets import scrub_text; "
         f"print(scrub_text('x {VALUE} y').replace('<', '[').replace('>', ']'))"
     )
     host.spawn([sys.executable, "-c", code], {}, attempt_log_url(str(tmp_path), "r-2", 1), [VALUE])

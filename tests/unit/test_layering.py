@@ -63,7 +63,7 @@ KNOWN_LOCAL: set[tuple[str, str]] = {
     ("evaluation/generate_cli.py", "marin_lab.models.generate"),
     ("evaluation/generate_cli.py", "marin_lab.processing.instruction"),
     ("evaluation/generate_cli.py", "marin_lab.processing.tokenizers"),
-    ("execution/code_provenance.py", "marin_lab"),  # the package's own version, read when recorded
+    ("execution/record/code_provenance.py", "marin_lab"),  # the package's own version, read when recorded
     ("quant/nf4.py", "marin_lab.quant.matmul"),  # a real cycle: matmul takes NF4Tensor
     ("training/levanter_backend.py", "marin_lab.environments"),  # runs inside Levanter's
     # environment, where only the stdlib is imported
@@ -153,6 +153,44 @@ def test_arrows_point_down():
     )
     gone = sorted(KNOWN_UPWARD - upward)
     assert not gone, f"KNOWN_UPWARD lists arrows that no longer exist, remove them: {gone}"
+
+
+# Inside execution/, wings with their own order (lower sits lower): a wing imports its own modules
+# and the wings below it. review/ reads and never runs (it sits below run/); the executor and
+# executor_main (the top-level modules) schedule over all of them.
+EXECUTION_WINGS: dict[str, int] = {
+    "errors": 0,
+    "plan": 1,  # steps, identity hashing, sources, the planner, resources
+    "state": 2,  # the status writer and the lease
+    "record": 3,  # step and experiment records, provenance, artifacts, usage
+    "review": 4,  # decide, baseline, cost, prices, capacity, regions, the plan report
+    "run": 5,  # the supervisor, backends, logs, watch, interrupts, the platform guard, run history
+    "config": 6,
+    "executor": 7,
+    "main": 8,
+}
+
+
+def _wing(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "execution" else None
+
+
+def test_every_execution_module_sits_in_a_wing():
+    loose = sorted({m for m, *_ in IMPORTS if _wing(m) is not None and _wing(m) not in EXECUTION_WINGS})
+    assert not loose, f"execution/ modules outside the wings of tests/unit/test_layering.py: {loose}"
+
+
+def test_execution_wings_import_only_downwards():
+    upward = sorted(
+        f"{file}:{line} ({_wing(module)} -> {_wing(target)})"
+        for module, target, in_function, file, line in IMPORTS
+        if not in_function
+        and _wing(module) in EXECUTION_WINGS
+        and _wing(target) in EXECUTION_WINGS
+        and EXECUTION_WINGS[_wing(target)] > EXECUTION_WINGS[_wing(module)]  # type: ignore[index]
+    )
+    assert not upward, "a wing of execution/ imports a higher one: " + ", ".join(upward)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from marin_lab.execution.lease import HOSTNAME, Lease
+from marin_lab.execution.state.lease import HOSTNAME, Lease
 from marin_lab.io.conditional import ConflictError, conditional_file
 from tests.executor_steps import race_for_lease
 

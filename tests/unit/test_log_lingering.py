@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from marin_lab.execution.logs import LogSpec, capture
+from marin_lab.execution.run.logs import LogSpec, capture
 
 
 def test_capture_returns_without_waiting_for_a_leftover_process(tmp_path):

@@ -16,9 +16,9 @@ from marin_lab.browser.logs import read_log
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
 from marin_lab.browser.server import _json
-from marin_lab.execution import logs
-from marin_lab.execution.logs import MAX_PIECE, READ_BYTES, LogSpec, _Reader, _Sink, capture
-from marin_lab.execution.secrets import REDACTED, SPLIT_KEEP, scrub_text
+from marin_lab.execution.run import logs
+from marin_lab.execution.run.logs import MAX_PIECE, READ_BYTES, LogSpec, _Reader, _Sink, capture
+from marin_lab.io.secrets import REDACTED, SPLIT_KEEP, scrub_text
 
 # What secret-named variables really hold: a base64 value may start with "/" and hold "+" and
 # "="; a passphrase holds spaces. The docs promise only "8 characters or more".

@@ -153,7 +153,7 @@ def test_the_executor_is_built_from_its_config(tmp_path, monkeypatch):
         unschedulable_timeout_s=11.0,
         prices=str(prices),
     )
-    executor = Executor.from_config(config, description="d", script="x.py")
+    executor = Executor(config, description="d", script="x.py")
     assert (executor.prefix, executor.backend_name, executor.max_concurrent) == (str(tmp_path / "p"), "local", 3)
     assert executor.force_run_failed and executor.force_run == ["tok"]
     settings = executor.step_settings
@@ -167,4 +167,4 @@ def test_the_executor_is_built_from_its_config(tmp_path, monkeypatch):
     assert (executor.description, executor.script, executor.transfer_budget_bytes) == ("d", "x.py", 7)
     assert executor.prices.currency == "EUR"
     monkeypatch.setenv("MARIN_PREFIX", str(tmp_path / "env"))
-    assert Executor.from_config(ExecutorMainConfig(backend="local")).prefix == str(tmp_path / "env")
+    assert Executor(ExecutorMainConfig(backend="local")).prefix == str(tmp_path / "env")

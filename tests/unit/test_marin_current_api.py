@@ -21,10 +21,9 @@ from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
 from marin_lab.cli import main as cli_main
 from marin_lab.cluster.resources import TpuResources
-from marin_lab.execution import ExecutorStep, output_path_of, this_output_path
+from marin_lab.execution import ExecutorMainConfig, ExecutorStep, output_path_of, this_output_path
 from marin_lab.execution.executor import Executor
-from marin_lab.execution.records import read_step_record
-from marin_lab.execution.status import read_status
+from marin_lab.execution.state.status import read_status
 from marin_lab.gc import find_garbage
 from marin_lab.marin.artifact import (
     Artifact,
@@ -37,6 +36,7 @@ from marin_lab.marin.lazy import OUT, ArtifactStep, apply, executor_step, lower,
 from marin_lab.marin.remote import remote
 from marin_lab.marin.resources import ResourceConfig
 from marin_lab.marin.step_runner import StepRunner, executor_steps
+from marin_lab.store.step_record import read_step_record
 
 REPO = Path(__file__).resolve().parents[2]
 HELLO = REPO / "tests" / "marin_ported" / "data" / "hello_world.py"
@@ -137,7 +137,7 @@ def test_one_dag_mixes_hashed_steps_and_name_version_artifacts(tmp_path, monkeyp
     consumer = ExecutorStep(
         name="final/copy", fn=copy_upper, config=CopyConfig(input_path=output_path_of(executor_step(artifact)))
     )
-    Executor(prefix=str(tmp_path), backend="local").run([consumer])
+    Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).run([consumer])
     copied = next((tmp_path / "final").iterdir())
     assert (copied / "text.txt").read_text() == "HELLO!"
     assert read_record(str(art_path)).name == "data/upper"
@@ -360,7 +360,7 @@ def _tokens() -> ArtifactStep:
 def test_a_builder_called_twice_is_one_step_in_an_executor_dag(tmp_path):
     # Marin's experiments call builders freely: two handle objects of one name@version are one step.
     steps = [executor_step(_tokens()), executor_step(_tokens())]
-    plan = Executor(prefix=str(tmp_path), backend="local").plan(steps)
+    plan = Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).plan(steps)
     assert [ps.output_path for ps in plan.steps] == [str(tmp_path / "data" / "tokens" / V)]
 
 

@@ -12,6 +12,7 @@ from typing import NamedTuple
 import pytest
 
 from marin_lab.execution import (
+    ExecutorMainConfig,
     THIS_OUTPUT_PATH,
     Executor,
     ExecutorConfigError,
@@ -24,8 +25,8 @@ from marin_lab.execution import (
     this_output_path,
     versioned,
 )
-from marin_lab.execution.plan import build_plan
-from marin_lab.execution.status import read_status
+from marin_lab.execution.plan.planner import build_plan
+from marin_lab.execution.state.status import read_status
 from marin_lab.marin import executor as marin_executor
 from tests.executor_steps import WriteConfig, fail, write_text
 
@@ -187,7 +188,7 @@ def test_a_finished_marin_output_is_reused_and_never_written(tmp_path):
     pinned = ExecutorStep(
         "tokenized/docs", fail, WriteConfig(this_output_path(), versioned("x")), override_output_path=str(marin_out)
     )
-    report = Executor(str(tmp_path / "ours"), backend="local").run([pinned])
+    report = Executor(ExecutorMainConfig(prefix=str(tmp_path / "ours"), backend="local")).run([pinned])
     assert report.executed == [] and report.failed == []
     assert {p.name: p.stat().st_mtime_ns for p in marin_out.iterdir()} == before
 
@@ -228,7 +229,7 @@ def test_marin_executor_shows_the_last_plan_keyed_by_step_objects(tmp_path):
 
 
 def test_core_executor_points_marin_attributes_to_the_marin_executor(tmp_path):
-    executor = Executor(str(tmp_path), backend="local")
+    executor = Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local"))
     executor.plan([_step("a", "a")])
     with pytest.raises(AttributeError, match=r"Executor.output_paths is Marin's view .*marin_lab.marin.executor"):
         executor.output_paths  # noqa: B018
@@ -285,7 +286,7 @@ def test_nonblocking_input_runs_beside_a_training_step_still_running(tmp_path):
     evaluate = ExecutorStep(
         "eval", evaluate_checkpoint, CheckpointsConfig(this_output_path(), marker, train.cd("ckpt").nonblocking())
     )
-    report = Executor(str(tmp_path / "store"), backend="local", max_concurrent=2).run([train, evaluate])
+    report = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local", max_concurrent=2)).run([train, evaluate])
     assert len(report.executed) == 2 and report.failed == []
     assert Path(marker).read_text() == "seen step-1"
 

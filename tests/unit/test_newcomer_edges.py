@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from marin_lab.execution import ExecutorStep, this_output_path
+from marin_lab.execution import ExecutorMainConfig, ExecutorStep, this_output_path
 from marin_lab.execution.errors import ExecutorConfigError
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.main import parse_flags
-from marin_lab.execution.record_builder import strip_ansi
+from marin_lab.io.text import strip_ansi
 from marin_lab.processing.extract import html_to_text
 from tests.conftest import REPO_ROOT
 from tests.executor_steps import WriteConfig, fail, five_step_dag
@@ -59,12 +59,12 @@ def test_status_into_a_closed_pipe_is_quiet(tmp_path):
 def test_a_prefix_with_no_experiments_gets_one_line_then_none(tmp_path, caplog):
     prefix = str(tmp_path / "store")
     with caplog.at_level(logging.WARNING, logger="marin_lab.execution.executor"):
-        Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
+        Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(), dry_run=True)
     assert sum("holds no experiments: all 5 steps will run" in r.getMessage() for r in caplog.records) == 1
-    Executor(prefix, backend="local").run(five_step_dag())
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag())
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="marin_lab.execution.executor"):
-        Executor(prefix, backend="local").run(five_step_dag(), dry_run=True)
+        Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(), dry_run=True)
     assert not any("holds no experiments" in r.getMessage() for r in caplog.records)
 
 
@@ -75,9 +75,9 @@ def test_plain_text_files_are_documents_as_they_are():
 
 def test_failed_previously_says_what_the_error_was(tmp_path):
     step = ExecutorStep(name="broken", fn=fail, config=WriteConfig(output_path=this_output_path(), text="shard 3"))
-    ex = Executor(str(tmp_path / "store"), backend="local")
+    ex = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local"))
     ex.run([step], raise_on_failure=False)
-    (decision,) = Executor(str(tmp_path / "store"), backend="local").run([step], dry_run=True).decisions
+    (decision,) = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local")).run([step], dry_run=True).decisions
     assert decision.action == "fail"
     assert "raised ValueError: boom in shard 3); pass --force_run_failed" in decision.reason
 
@@ -91,10 +91,11 @@ def _coloured_failure(tmp_path):
     errors were stripped (or by other tools) do."""
     import json
 
-    from marin_lab.execution.status import info_path, status_path
+    from marin_lab.store.layout import info_url as info_path
+    from marin_lab.store.layout import status_url as status_path
 
     step = ExecutorStep(name="coloured", fn=fail, config=WriteConfig(output_path=this_output_path(), text="x"))
-    report = Executor(str(tmp_path / "store"), backend="local").run([step], raise_on_failure=False)
+    report = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local")).run([step], raise_on_failure=False)
     (ps,) = report.plan.steps
     red = "\x1b[31mValueError: boom in x\x1b[0m"
     record = json.loads(Path(info_path(ps.output_path)).read_text())
@@ -119,12 +120,12 @@ def test_colour_codes_are_taken_out_of_what_the_browser_and_the_plan_show(tmp_pa
     assert shown["record"]["error"] == shown["record"]["attempts"][0]["error"] == "ValueError: boom in x"
     assert shown["status_file"]["value"]["error"] == "ValueError: boom in x"
     assert read_log(Roots.of([prefix]), ps.output_path)["text"] == "ValueError: boom in x\n"
-    (decision,) = Executor(prefix, backend="local").run([step], dry_run=True).decisions
+    (decision,) = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run([step], dry_run=True).decisions
     assert "failed previously (ValueError: boom in x); pass --force_run_failed" in decision.reason
 
 
 def test_a_failure_report_has_no_colour_codes():
-    from marin_lab.execution.watch import failure_report
+    from marin_lab.execution.run.watch import failure_report
 
     err = ValueError("\x1b[31mboom\x1b[0m")
     err.traceback_text = "Traceback:\n  \x1b[1mFile x\x1b[0m\nValueError: boom"  # type: ignore[attr-defined]
@@ -133,7 +134,7 @@ def test_a_failure_report_has_no_colour_codes():
 
 
 def test_counts_of_one_are_singular():
-    from marin_lab.execution.plan_report import to_markdown
+    from marin_lab.execution.review.plan_report import to_markdown
     from marin_lab.processing.shards import ShardPolicy, bad_shards_message
 
     md = to_markdown(

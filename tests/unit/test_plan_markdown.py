@@ -13,8 +13,8 @@ from html.parser import HTMLParser
 
 from markdown_it import MarkdownIt
 
-from marin_lab.execution import Executor, ExecutorStep, this_output_path, versioned
-from marin_lab.execution.plan_report import to_markdown
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution.review.plan_report import to_markdown
 from tests.executor_steps import WriteConfig, write_text
 
 HOSTILE = (
@@ -138,7 +138,7 @@ def test_a_pinned_path_with_a_pipe_keeps_the_table_and_the_json_plan_stays_exact
         "raw/a", write_text, EstimatedConfig(this_output_path(), versioned(HOSTILE)), override_output_path=pinned
     )
     for fmt in ("markdown", "json"):
-        Executor(prefix, backend="local").run([step], dry_run=True, plan_format=fmt)
+        Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run([step], dry_run=True, plan_format=fmt)
     markdown, plan = capsys.readouterr().out.split("\n{", 1)
     page = render(markdown)
     assert page.tags <= ALLOWED_TAGS and not page.comments

@@ -10,6 +10,7 @@ import random
 import pytest
 
 from marin_lab.execution import (
+    ExecutorMainConfig,
     CycleError,
     ExecutorStep,
     InputName,
@@ -19,9 +20,9 @@ from marin_lab.execution import (
     this_output_path,
     versioned,
 )
-from marin_lab.execution import plan as plan_module
 from marin_lab.execution.executor import Executor
-from marin_lab.execution.plan import build_plan
+from marin_lab.execution.plan import planner as plan_module
+from marin_lab.execution.plan.planner import build_plan
 from tests.executor_steps import WriteConfig, write_text
 from tests.unit.test_identity_golden_varied import _dag as varied_dag
 
@@ -239,7 +240,7 @@ def test_the_plan_lists_every_step_that_may_pin_a_path_or_carry_resources():
         assert plan.names_urls  # k/fixed reads gs://b/x
     assert not build_plan(steps[:30], "/p").names_urls
     with pytest.raises(StepDefinitionError, match=r"step 'k/resources': resources has unknown keys \['bogus'\]"):
-        Executor(prefix="/tmp/plan-one-pass", backend="local").plan([*steps[:30], odd])
+        Executor(ExecutorMainConfig(prefix="/tmp/plan-one-pass", backend="local")).plan([*steps[:30], odd])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ import pytest
 
 from experiments.paired import Variant, paired_curves, relative_gap
 from marin_lab.execution import ExecutorStep, this_output_path
-from marin_lab.execution.plan import build_plan
+from marin_lab.execution.plan.planner import build_plan
 from marin_lab.precision import PrecisionConfig
 from marin_lab.testing.training import synthetic_documents, tiny_model, tiny_train_config, write_synthetic_cache
 from marin_lab.training import TrainingError, train_lm

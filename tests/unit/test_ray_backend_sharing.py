@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from marin_lab.execution import backends
+from marin_lab.execution.run import backends
 
 
 class _FakeRay:

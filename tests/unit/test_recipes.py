@@ -30,8 +30,8 @@ from marin_lab.execution import (
     versioned,
     versioned_field,
 )
-from marin_lab.execution.hashing import scan_config
-from marin_lab.execution.plan import build_plan
+from marin_lab.execution.plan.hashing import scan_config
+from marin_lab.execution.plan.planner import build_plan
 from marin_lab.training import OptimizerConfig
 from tests.executor_steps import write_text
 

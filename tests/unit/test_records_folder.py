@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from marin_lab.execution import ExecutorStep, this_output_path, versioned
+from marin_lab.execution import ExecutorMainConfig, ExecutorStep, this_output_path, versioned
 from marin_lab.execution.executor import Executor
-from marin_lab.execution.experiments import records_folder
+from marin_lab.execution.record.experiments import records_folder
 from tests.executor_steps import WriteConfig, write_text
 
 
@@ -46,7 +46,7 @@ def test_a_run_of_pinned_steps_records_its_experiment_beside_them(tmp_path):
     steps were."""
     store = tmp_path / "store"
     pinned = tmp_path / "pinned"
-    executor = Executor(str(store), backend="local")
+    executor = Executor(ExecutorMainConfig(prefix=str(store), backend="local"))
     report = executor.run([_pinned("a", str(pinned / "a")), _pinned("b", str(pinned / "b"))])
     assert report.experiment_path is not None
     assert os.path.dirname(report.experiment_path) == str(pinned / "experiments")
@@ -57,12 +57,12 @@ def test_a_run_of_pinned_steps_records_its_experiment_beside_them(tmp_path):
 def test_a_run_with_a_step_under_the_prefix_records_under_the_prefix(tmp_path):
     store = tmp_path / "store"
     step = ExecutorStep(name="c", fn=write_text, config=WriteConfig(output_path=this_output_path(), text="c"))
-    report = Executor(str(store), backend="local").run([step, _pinned("a", str(tmp_path / "pinned" / "a"))])
+    report = Executor(ExecutorMainConfig(prefix=str(store), backend="local")).run([step, _pinned("a", str(tmp_path / "pinned" / "a"))])
     assert os.path.dirname(report.experiment_path or "") == str(store / "experiments")
 
 
 def test_an_explicit_records_folder_is_kept(tmp_path):
     records = tmp_path / "records"
-    executor = Executor(str(tmp_path / "store"), backend="local", executor_info_base_path=str(records))
+    executor = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local", executor_info_base_path=str(records)))
     report = executor.run([_pinned("a", str(tmp_path / "pinned" / "a"))])
     assert os.path.dirname(report.experiment_path or "") == str(records)

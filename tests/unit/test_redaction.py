@@ -2,8 +2,8 @@
 
 import pytest
 
-from marin_lab.execution.provenance import recorded_env
-from marin_lab.execution.secrets import REDACTED, is_secret_field, is_secret_name, redact
+from marin_lab.execution.record.provenance import recorded_env
+from marin_lab.io.secrets import REDACTED, is_secret_field, is_secret_name, redact
 
 
 @pytest.mark.parametrize(

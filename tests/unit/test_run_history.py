@@ -13,17 +13,17 @@ import pytest
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
 from marin_lab.cli import main as cli_main
-from marin_lab.execution import Executor
-from marin_lab.execution.decide import decide_one
-from marin_lab.execution.experiments import list_runs
-from marin_lab.execution.status import Status, write_status
+from marin_lab.execution import ExecutorMainConfig, Executor
+from marin_lab.execution.record.experiments import list_runs
+from marin_lab.execution.review.decide import decide_one
+from marin_lab.execution.state.status import Status, write_status
 from marin_lab.store.layout import experiment_runs_dir, run_record_name
 from tests.executor_steps import five_step_dag
 
 
 def _run(prefix, log, argv, monkeypatch):
     monkeypatch.setattr(sys, "argv", argv)
-    return Executor(prefix, backend="local", script="experiments/five.py").run(five_step_dag(log_path=log))
+    return Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script="experiments/five.py").run(five_step_dag(log_path=log))
 
 
 @pytest.mark.slow
@@ -73,7 +73,7 @@ def test_run_record_names_sort_by_time():
 
 
 def test_a_cancelled_step_runs_again_without_a_flag(tmp_path):
-    ps = Executor(str(tmp_path), backend="local").plan(five_step_dag()).steps[0]
+    ps = Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).plan(five_step_dag()).steps[0]
     write_status(ps.output_path, Status.CANCELLED)
     decision = decide_one(
         ps,

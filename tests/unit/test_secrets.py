@@ -12,9 +12,9 @@ import pytest
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
 from marin_lab.browser.records import Browser
-from marin_lab.execution import Executor, ExecutorStep, this_output_path, versioned
-from marin_lab.execution.baseline import diff_versions
-from marin_lab.execution.secrets import REDACTED, SecretFilter, scrub_text
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution.review.baseline import diff_versions
+from marin_lab.io.secrets import REDACTED, SecretFilter, scrub_text
 from tests.executor_steps import SecretConfig, leak_secrets
 
 HF_TOKEN = "hf_" + "Zx81Qw72Er63Ty54Ui45Op36"
@@ -53,7 +53,7 @@ def test_secrets_never_reach_records_or_logs(tmp_path, monkeypatch, caplog, capf
         ),
     )
     prefix = tmp_path
-    report = Executor(str(prefix), backend="local", max_failure_retries=0).run([step], raise_on_failure=False)
+    report = Executor(ExecutorMainConfig(prefix=str(prefix), backend="local", max_failure_retries=0)).run([step], raise_on_failure=False)
     assert report.failed, "the step raises: its error message is where secrets would leak"
     assert _files_leaking(prefix) == {}
     (ps,) = report.plan.steps
@@ -75,7 +75,7 @@ def test_secret_identity_still_depends_on_the_secret_value():
             fn=leak_secrets,
             config=SecretConfig(output_path=this_output_path(), hf_token=versioned(token), source_url="u", api_key="k"),
         )
-        return Executor("/tmp/never-written", backend="local").plan([step]).steps[0].identity
+        return Executor(ExecutorMainConfig(prefix="/tmp/never-written", backend="local")).plan([step]).steps[0].identity
 
     assert plan(HF_TOKEN) != plan(HF_TOKEN + "x")
 
@@ -152,7 +152,7 @@ def test_scrubbing_is_linear_on_hostile_runs(hostile):
 
 def test_a_shared_scrubber_for_a_listing_still_redacts_named_fields_and_environment_secrets(monkeypatch):
     """The browser takes one scrubber for thousands of statuses; nothing it would have hidden shows."""
-    from marin_lab.execution.secrets import redact, text_scrubber
+    from marin_lab.io.secrets import redact, text_scrubber
 
     monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-env-0123456789abcdef")
     shared = text_scrubber()

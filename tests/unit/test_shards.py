@@ -291,7 +291,7 @@ def test_a_failed_call_adds_no_last_line_and_ends_the_terminal_line(caplog, monk
 def test_a_steps_log_carries_its_progress_lines(tmp_path, monkeypatch):
     """Inside a step (output captured into its log, as the executor runs it) the lines are plain
     log lines: in the log file and its console echo."""
-    from marin_lab.execution.logs import LogSpec, capture
+    from marin_lab.execution.run.logs import LogSpec, capture
 
     monkeypatch.setattr(logging.getLogger(), "handlers", [])  # as in a step's worker process
     stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115 - fd 2 (which the capture takes) for the test's length

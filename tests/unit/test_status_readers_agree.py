@@ -15,7 +15,7 @@ import pytest
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
 from marin_lab.cli import main as cli_main
-from marin_lab.execution.status import read_status
+from marin_lab.execution.state.status import read_status
 from marin_lab.store.layout import CORRUPT, MISSING, Status
 
 MARIN_EVENTS = (

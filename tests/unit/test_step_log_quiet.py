@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from marin_lab.execution import main
-from marin_lab.execution.logs import VERBOSE_ENV, LogSpec, capture
+from marin_lab.execution.run.logs import VERBOSE_ENV, LogSpec, capture
 
 
 def _log_lines(url: str) -> str:

@@ -11,11 +11,11 @@ import pytest
 
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
-from marin_lab.execution import Executor, ExecutorStep, this_output_path, versioned
-from marin_lab.execution.baseline import RecordIndex
+from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
 from marin_lab.execution.errors import RecordError
-from marin_lab.execution.records import StepRecord, read_step_record
-from marin_lab.execution.secrets import redact
+from marin_lab.execution.review.baseline import RecordIndex
+from marin_lab.io.secrets import redact
+from marin_lab.store.step_record import StepRecord, read_step_record
 from tests.executor_steps import WriteConfig, write_text
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -31,7 +31,7 @@ def _step(text: str = "x") -> ExecutorStep:
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
     prefix = tmp_path_factory.mktemp("records")
-    report = Executor(str(prefix), backend="local").run([_step()])
+    report = Executor(ExecutorMainConfig(prefix=str(prefix), backend="local")).run([_step()])
     return pathlib.Path(report.plan.steps[0].output_path)
 
 
@@ -159,7 +159,7 @@ def test_a_damaged_success_record_reruns_the_step(done):
     prefix = done.parent.parent
     data = json.loads((done / ".executor_info").read_text())
     (done / ".executor_info").write_text(json.dumps({**data, "attempts": "garbage"}))
-    report = Executor(str(prefix), backend="local").run([_step()])
+    report = Executor(ExecutorMainConfig(prefix=str(prefix), backend="local")).run([_step()])
     assert report.decisions[0].action == "run" and "field 'attempts'" in report.decisions[0].reason
     assert read_step_record(str(done)).attempts[-1].status == "SUCCESS"
 

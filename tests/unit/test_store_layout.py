@@ -15,12 +15,13 @@ from marin_lab.browser import server
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
 from marin_lab.execution.executor import Executor
-from marin_lab.execution.experiments import list_experiments, step_statuses
+from marin_lab.execution.record.experiments import list_experiments, step_statuses
 from marin_lab.store import default_prefix
 from marin_lab.store.layout import project_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from browser_fixtures import build_prefix  # noqa: E402
+from marin_lab.execution import ExecutorMainConfig
 
 
 @pytest.mark.parametrize("env", [None, ""])
@@ -33,7 +34,7 @@ def test_unset_or_empty_marin_prefix_means_the_default_everywhere(monkeypatch, e
         monkeypatch.setenv("MARIN_PREFIX", env)
     default = project_store()
     assert default_prefix() == default and os.path.isabs(default)
-    assert Executor(backend="local").prefix == Executor(prefix=default, backend="local").prefix
+    assert Executor(ExecutorMainConfig(backend="local")).prefix == Executor(ExecutorMainConfig(prefix=default, backend="local")).prefix
     assert cli._prefix(cli.build_parser().parse_args(["browse"])) == default
 
     served = {}

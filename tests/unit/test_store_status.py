@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from marin_lab.execution.status import write_status
+from marin_lab.execution.state.status import write_status
 from marin_lab.store.layout import CORRUPT, MISSING, SHOWN, Status
 from marin_lab.store.status import listed_status, parse_status, read_step_status
 

@@ -96,7 +96,7 @@ def test_train_lm_without_the_evaluation_hooks_refuses_a_config_that_asks_for_ev
 
 def test_the_step_with_evaluation_declares_train_lms_run_logs():
     """`marin-lab reproduce` reads the declaration from the step function the record names."""
-    from marin_lab.execution.artifacts import declaration
+    from marin_lab.execution.record.artifacts import declaration
 
     assert declaration(train_lm_with_eval, None) == declaration(train_lm, None)
     assert "train_summary.json" in declaration(train_lm_with_eval, None)["volatile_fields"]

@@ -51,7 +51,7 @@ class ExecutorStep(Generic[ConfigT]):
     """Marin's per-step pip packages: extras of this project's pyproject.toml or pip specs; the
     step runs in a locked environment built from them (docs/environments.md)."""
     resources: Any = None
-    """Ray options as a dict ({"num_cpus": 2, "num_gpus": 1, ...}) or a `StepRunner` object."""
+    """Ray options as a dict ({"num_cpus": 2, "num_gpus": 1, ...}) or a `HardwareRunner` object."""
     environment: Any = None
     """A `StepEnvironment`: run `fn` in an isolated, locked Python environment (docs/environments.md)."""
 

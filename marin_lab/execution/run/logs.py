@@ -40,8 +40,8 @@ import traceback
 from collections.abc import Callable
 from typing import IO, Any
 
-from marin_lab.execution.secrets import Scrubber, text_scrubber
 from marin_lab.io.fs import atomic_write_bytes, fs_and_path, is_local
+from marin_lab.io.secrets import Scrubber, text_scrubber
 from marin_lab.store.layout import step_log_url
 
 logger = logging.getLogger(__name__)

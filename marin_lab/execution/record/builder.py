@@ -10,23 +10,23 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 import sys
 from typing import Any
 
-from marin_lab.execution.artifacts import declaration
-from marin_lab.execution.code_provenance import function_fingerprint
-from marin_lab.execution.cost import record_usage
-from marin_lab.execution.hashing import lenient_value, unversioned_fingerprint
-from marin_lab.execution.plan import Plan, PlannedStep
-from marin_lab.execution.provenance import package_versions
-from marin_lab.execution.records import Attempt, StatusEvent, StepRecord, Timings
-from marin_lab.execution.resources import describe_resources
-from marin_lab.execution.secrets import redact
-from marin_lab.execution.status import Status, info_path, now_iso
+from marin_lab.execution.plan.hashing import lenient_value, unversioned_fingerprint
+from marin_lab.execution.plan.planner import Plan, PlannedStep
+from marin_lab.execution.plan.resources import describe_resources
+from marin_lab.execution.record.artifacts import declaration
+from marin_lab.execution.record.code_provenance import function_fingerprint
+from marin_lab.execution.record.provenance import package_versions
+from marin_lab.execution.record.usage import record_usage
+from marin_lab.execution.state.status import Status, info_url, now_iso
 from marin_lab.io.fs import write_json
+from marin_lab.io.secrets import redact
+from marin_lab.io.text import strip_ansi
 from marin_lab.store.experiment_record import SCHEMA as EXPERIMENT_SCHEMA
 from marin_lab.store.experiment_record import ExperimentRecord
+from marin_lab.store.step_record import Attempt, StatusEvent, StepRecord, Timings
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class StepRecorder:
         self.record = record
         self.driver = driver
         self.started = now_iso()
-        self.url = info_path(record.output_path or "")
+        self.url = info_url(record.output_path or "")
 
     def start_attempt(self) -> Attempt:
         attempt = Attempt(len(self.record.attempts) + 1, started=now_iso(), driver=self.driver)
@@ -216,7 +216,7 @@ def experiment_record(
                 "name": s.name,
                 "identity": s.identity,
                 "output_path": s.output_path,
-                "info_path": info_path(s.output_path),
+                "info_path": info_url(s.output_path),
                 "fn": s.fn_path,
                 "dependencies": [d.identity for d in s.dependencies],
                 "version": s.version,
@@ -242,24 +242,3 @@ def relative_script(script: str | None) -> str | None:
     except ValueError:
         return script
     return script if rel.startswith("..") else rel
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def strip_ansi(text: str) -> str:
-    """`text` without terminal colour and cursor codes (Ray's errors carry them): records are read in
-    the browser and in files, not only on terminals."""
-    return _ANSI.sub("", text) if isinstance(text, str) else text
-
-
-def strip_ansi_in(value: Any) -> Any:
-    """`value` (JSON data) with `strip_ansi` applied to every string in it: records written before
-    errors were stripped, or by other tools, are shown clean."""
-    if isinstance(value, str):
-        return strip_ansi(value)
-    if isinstance(value, dict):
-        return {k: strip_ansi_in(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [strip_ansi_in(v) for v in value]
-    return value

@@ -12,9 +12,6 @@ succeeded it calls `StepSupervisor.run`, in a driver thread, which
 A supervisor that loses the lease cancels the step and writes nothing more. One whose `cancel`
 event is set (the driver was interrupted: interrupt.py) cancels the step, records it CANCELLED
 with the time, and releases the lease; a cancelled step is not a failure and runs again next time.
-
-(Not to be confused with the `StepRunner` protocol of resources.py, an object that places a step on
-hardware, nor with Marin's `StepRunner` in marin_lab/marin/step_runner.py.)
 """
 
 from __future__ import annotations
@@ -29,10 +26,6 @@ from collections.abc import Callable
 from typing import Any
 
 from marin_lab.environments import ensure_environment, run_in_step_environment
-from marin_lab.execution.backends import Guard
-from marin_lab.execution.capacity import DEFAULT_UNSCHEDULABLE_TIMEOUT_S, UnschedulableWatch
-from marin_lab.execution.code_provenance import function_fingerprint
-from marin_lab.execution.decide import rebuild_reason
 from marin_lab.execution.errors import (
     LeaseLostError,
     PreemptedError,
@@ -41,15 +34,20 @@ from marin_lab.execution.errors import (
     StepFailedError,
     StorageError,
 )
-from marin_lab.execution.hashing import unversioned_fingerprint
-from marin_lab.execution.lease import HOSTNAME, Lease
-from marin_lab.execution.plan import Plan, PlannedStep
-from marin_lab.execution.provenance import manifest
-from marin_lab.execution.record_builder import StepRecorder, step_record, strip_ansi
-from marin_lab.execution.records import read_step_record
-from marin_lab.execution.secrets import scrub_text
-from marin_lab.execution.status import Status, read_status, write_status
-from marin_lab.execution.watch import StatusHeartbeat, failure_report, with_step_logs
+from marin_lab.execution.plan.hashing import unversioned_fingerprint
+from marin_lab.execution.plan.planner import Plan, PlannedStep
+from marin_lab.execution.record.builder import StepRecorder, step_record
+from marin_lab.execution.record.code_provenance import function_fingerprint
+from marin_lab.execution.record.provenance import manifest
+from marin_lab.execution.review.capacity import DEFAULT_UNSCHEDULABLE_TIMEOUT_S, UnschedulableWatch
+from marin_lab.execution.review.decide import rebuild_reason
+from marin_lab.execution.run.backends import Guard
+from marin_lab.execution.run.watch import StatusHeartbeat, failure_report, with_step_logs
+from marin_lab.execution.state.lease import HOSTNAME, Lease
+from marin_lab.execution.state.status import Status, read_status, write_status
+from marin_lab.io.secrets import scrub_text
+from marin_lab.io.text import strip_ansi
+from marin_lab.store.step_record import read_step_record
 
 logger = logging.getLogger(__name__)
 

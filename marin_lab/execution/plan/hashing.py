@@ -23,7 +23,7 @@ Why this shape:
 - Code is not hashed: a bug fix that does not change outputs must not invalidate a week of
   training. A change that should produce new outputs is made visible by a versioned field.
 - No machine-local fact enters: a versioned local path enters as the content digest of the files
-  it names (or a declared `package@version`; execution/sources.py), the prefix never appears.
+  it names (or a declared `package@version`; execution/plan/sources.py), the prefix never appears.
 - The encoder is strict: a value whose encoding would depend on memory addresses or on Python's
   repr (a lambda, an arbitrary object) is an error naming the step and field, never a silent
   hash that changes from run to run.
@@ -42,8 +42,8 @@ import re
 from typing import Any
 
 from marin_lab.execution.errors import EncodingError
-from marin_lab.execution.sources import PortableSource, portable_value
-from marin_lab.execution.step import ExecutorStep, InputName, OutputName, VersionedValue
+from marin_lab.execution.plan.sources import PortableSource, portable_value
+from marin_lab.execution.plan.step import ExecutorStep, InputName, OutputName, VersionedValue
 from marin_lab.versioning import identity_defaults, versioned_field_names
 
 _FIELDS_CACHE: dict[type, tuple[str, ...] | None] = {}

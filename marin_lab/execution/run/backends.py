@@ -30,18 +30,18 @@ from typing import Any
 
 import psutil
 
-from marin_lab.execution.capacity import ray_nodes
 from marin_lab.execution.errors import ExecutorConfigError, PreemptedError, StepFailedError
-from marin_lab.execution.hashing import lenient_value
-from marin_lab.execution.interrupt import register_worker_group, unregister_worker_group
-from marin_lab.execution.jax_platform import has_accelerator
-from marin_lab.execution.lease import LeaseHolder
-from marin_lab.execution.logs import VERBOSE_ENV
-from marin_lab.execution.preemption import PREEMPTION, ray_error_kind
-from marin_lab.execution.provenance import runtime_environment
-from marin_lab.execution.resources import RunOutcome, attach_hardware, hardware_of, is_runner
-from marin_lab.execution.secrets import redact, redact_logs
+from marin_lab.execution.plan.hashing import lenient_value
+from marin_lab.execution.plan.resources import RunOutcome, attach_hardware, hardware_of, is_runner
+from marin_lab.execution.record.provenance import runtime_environment
+from marin_lab.execution.review.capacity import ray_nodes
+from marin_lab.execution.run.interrupt import register_worker_group, unregister_worker_group
+from marin_lab.execution.run.logs import VERBOSE_ENV
+from marin_lab.execution.run.platform import has_accelerator
+from marin_lab.execution.run.preemption import PREEMPTION, ray_error_kind
+from marin_lab.execution.state.lease import LeaseHolder
 from marin_lab.io.conditional import conditional_file
+from marin_lab.io.secrets import redact, redact_logs
 from marin_lab.ray_niceness import run_workers_at_normal_priority
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class StepHandle:
     """A running step function."""
 
     placed_hardware: dict[str, Any] | None = None
-    """What the attempt runs on, once a StepRunner has placed it (None until then, and for plain
+    """What the attempt runs on, once a HardwareRunner has placed it (None until then, and for plain
     Ray tasks and local steps): the executor records it while the attempt still runs."""
 
     def wait(self, timeout: float) -> bool:
@@ -283,7 +283,7 @@ class LocalBackend:
 
 
 # --------------------------------------------------------------------------------------------
-# ray: one Ray task per step (or a StepRunner that drives several)
+# ray: one Ray task per step (or a HardwareRunner that drives several)
 
 
 @functools.lru_cache(maxsize=1)
@@ -328,7 +328,7 @@ def is_ray_preemption(err: BaseException) -> bool:
     """A lost worker, node or actor, as opposed to an exception raised by the step's own code.
 
     A RayTaskError wraps what the task raised: it is a preemption only when the task itself
-    reported one (a StepRunner's host saw its slice go away and raised PreemptedError).
+    reported one (a HardwareRunner's host saw its slice go away and raised PreemptedError).
     """
     import ray.exceptions as rex
 
@@ -387,7 +387,7 @@ class _RayHandle(StepHandle):
 
 
 def _accepts(fn: Callable[..., Any], keyword: str) -> bool:
-    """Whether `fn` takes `keyword` (a StepRunner written before `on_hardware` existed does not)."""
+    """Whether `fn` takes `keyword` (a HardwareRunner written before `on_hardware` existed does not)."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -396,7 +396,7 @@ def _accepts(fn: Callable[..., Any], keyword: str) -> bool:
 
 
 class _RunnerHandle(StepHandle):
-    """A StepRunner's blocking `run` in a thread of the driver; cancelling reaches only this run."""
+    """A HardwareRunner's blocking `run` in a thread of the driver; cancelling reaches only this run."""
 
     def __init__(self, runner: Any, fn: Callable[[Any], Any], config: Any, step_name: str):
         self.runner, self.step_name = runner, step_name
@@ -435,7 +435,7 @@ class _RunnerHandle(StepHandle):
             if self._hardware:
                 env["hardware"] = self._hardware
             return value, env
-        # The hardware of a lost or failed attempt travels on the error (a StepRunner attaches it).
+        # The hardware of a lost or failed attempt travels on the error (a HardwareRunner attaches it).
         hardware = hardware_of(value)
         if isinstance(value, (PreemptedError, StepFailedError)):
             attach_hardware(value, hardware)

@@ -24,13 +24,14 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from marin_lab.execution.experiments import ListedExperiment, list_experiments
-from marin_lab.execution.hashing import hash8
-from marin_lab.execution.plan import Plan
-from marin_lab.execution.records import RecordError, StepRecord, parse_step_record
-from marin_lab.execution.secrets import REDACTED, is_secret_field, redact
-from marin_lab.execution.status import INFO_FILE
+from marin_lab.execution.plan.hashing import hash8
+from marin_lab.execution.plan.planner import Plan
+from marin_lab.execution.record.experiments import ListedExperiment, list_experiments
+from marin_lab.execution.state.status import INFO_FILE
 from marin_lab.io.fs import fs_and_path, join, read_bytes
+from marin_lab.io.secrets import REDACTED, is_secret_field, redact
+from marin_lab.store.errors import RecordError
+from marin_lab.store.step_record import StepRecord, parse_step_record
 
 _MISSING = object()
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marin_lab.execution.errors import RecordError
-from marin_lab.execution.lease import DRIVER_GONE, provably_gone, running_driver_gone
+from marin_lab.execution.state.lease import DRIVER_GONE, provably_gone, running_driver_gone
 from marin_lab.io.fs import fs_and_path, join, read_json
 from marin_lab.store.experiment_record import ExperimentRecord, read_experiment_record
 from marin_lab.store.layout import CORRUPT, MISSING, RUNS_DIR, experiments_dir

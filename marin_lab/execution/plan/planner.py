@@ -26,11 +26,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from marin_lab.execution.errors import CycleError, ExecutorConfigError, MissingDependencyError, StepDefinitionError
-from marin_lab.execution.extras import environment_for_groups
-from marin_lab.execution.hashing import ConfigScan, hash8, scan_config, version_hash8, version_of
-from marin_lab.execution.resources import RAY_OPTION_KEYS, executor_resources
-from marin_lab.execution.sources import portable_value
-from marin_lab.execution.step import _NAME_RE, ExecutorStep, InputName, OutputName, VersionedValue, validate_name
+from marin_lab.execution.plan.extras import environment_for_groups
+from marin_lab.execution.plan.hashing import ConfigScan, hash8, scan_config, version_hash8, version_of
+from marin_lab.execution.plan.resources import RAY_OPTION_KEYS, executor_resources
+from marin_lab.execution.plan.sources import portable_value
+from marin_lab.execution.plan.step import _NAME_RE, ExecutorStep, InputName, OutputName, VersionedValue, validate_name
 from marin_lab.io.fs import join
 
 logger = logging.getLogger(__name__)

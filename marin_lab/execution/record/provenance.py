@@ -20,14 +20,15 @@ from typing import Any
 
 from fsspec.implementations.local import LocalFileSystem
 
+from marin_lab.execution.state.status import RECORD_FILES
+from marin_lab.io.fs import fs_and_path, list_files
+
 # The secret rules and redaction live in execution.secrets; these names are kept here for callers
 # that import them from their earlier home.
-from marin_lab.execution.secrets import REDACTED, is_secret_field, is_secret_name, redact, redact_text  # noqa: F401
-from marin_lab.execution.status import RECORD_FILES
-from marin_lab.io.fs import fs_and_path, list_files
+from marin_lab.io.secrets import REDACTED, is_secret_field, is_secret_name, redact, redact_text  # noqa: F401
 from marin_lab.store.layout import ATTEMPT_LOG, LOGS_DIR
 
-# The executor's capture of a step's output (execution/logs.py): a record of one run, with its
+# The executor's capture of a step's output (execution/run/logs.py): a record of one run, with its
 # times and hosts, never a result, so manifests (verify, reproduce) leave it out.
 RUN_LOG = re.compile(re.escape(LOGS_DIR) + "/" + ATTEMPT_LOG.pattern)
 # Environment variables worth recording: they change how code runs. Everything else is noise.

@@ -44,7 +44,7 @@ def unschedulable_timeout_s(explicit: float | None = None) -> float:
 
 def node_request(resources: Any) -> dict[str, float] | None:
     """What a step needs of one node, in Ray's resource names; None when it cannot be told (a
-    StepRunner that says nothing of its needs) or it needs nothing beyond a CPU."""
+    HardwareRunner that says nothing of its needs) or it needs nothing beyond a CPU."""
     options: Any = resources
     if resources is not None and not isinstance(resources, dict):
         tpu = getattr(resources, "tpu_type", None)

@@ -31,7 +31,7 @@ from typing import Any
 
 import psutil
 
-from marin_lab.execution.status import LEASE_FILE
+from marin_lab.execution.state.status import LEASE_FILE
 from marin_lab.io.conditional import ConditionalFile, ConflictError, conditional_file
 from marin_lab.io.fs import join, read_bytes
 

@@ -24,7 +24,7 @@ import re
 from typing import Any
 
 from marin_lab.execution.errors import StepDefinitionError
-from marin_lab.execution.step import VersionedValue, versioned
+from marin_lab.execution.plan.step import VersionedValue, versioned
 from marin_lab.io.sources import content_digest, has_glob
 
 _PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-]*@[A-Za-z0-9][A-Za-z0-9._+:~\-]*$")

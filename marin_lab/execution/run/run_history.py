@@ -29,12 +29,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from marin_lab.execution.decide import Decision
-from marin_lab.execution.lease import process_identity
-from marin_lab.execution.secrets import redact
-from marin_lab.execution.status import now_iso
-from marin_lab.execution.supervisor import StepOutcome
+from marin_lab.execution.review.decide import Decision
+from marin_lab.execution.run.supervisor import StepOutcome
+from marin_lab.execution.state.lease import process_identity
+from marin_lab.execution.state.status import now_iso
 from marin_lab.io.fs import join, write_json
+from marin_lab.io.secrets import redact
 from marin_lab.store.layout import RUNS_DIR, run_record_name
 
 logger = logging.getLogger(__name__)

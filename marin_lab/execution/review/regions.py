@@ -39,10 +39,10 @@ import threading
 from collections.abc import Callable, Sequence
 
 from marin_lab.execution.errors import ExecutorConfigError
-from marin_lab.execution.plan import Plan, PlannedStep
-from marin_lab.execution.secrets import scrub_text
+from marin_lab.execution.plan.planner import Plan, PlannedStep
 from marin_lab.io.conditional import cannot_ask, gcs_bucket_location
 from marin_lab.io.fs import fs_and_path
+from marin_lab.io.secrets import scrub_text
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""What a step cost: accelerator-hours from its record, money from the price table (prices.py).
+"""What a step cost: money from its record's usage (record/usage.py) and the price table (prices.py).
 
 **Accelerator-hours** are chips x wall hours, summed over every attempt of the step that ended: a
 preempted, failed, cancelled or lost attempt held its hardware as long as it ran, so it counts
@@ -24,183 +24,15 @@ dry run, a step that would run is estimated from the latest finished record of t
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from marin_lab.execution.baseline import RecordIndex
 from marin_lab.execution.errors import RecordError
-from marin_lab.execution.prices import PriceTable
-from marin_lab.execution.records import Attempt, StepRecord, read_step_record
-from marin_lab.execution.resources import describe_resources
-
-SUCCESS = "SUCCESS"
-PREEMPTION = "preemption"
-# The spellings cluster/tpu_types.py accepts for a generation, and Ray's accelerator types.
-_TPU_ALIASES = {"v5litepod": "v5e", "v5lite": "v5e", "v6litepod": "v6e"}
-_GPU_ALIASES = {
-    "a100-40g": "a100",
-    "a100-40gb": "a100",
-    "a100-80g": "a100-80gb",
-    "h100-80g": "h100",
-    "h100-80gb": "h100",
-    "h100-sxm": "h100",
-    "tesla-v100": "v100",
-    "tesla-t4": "t4",
-}
-
-
-# ---- which accelerator, how many -------------------------------------------------------------------
-
-
-def tpu_key(name: Any) -> str | None:
-    """'v5e-256', 'v5litepod-16' or Ray's 'TPU-V4' -> 'tpu-v5e' / 'tpu-v4'; None when not a TPU name."""
-    if not isinstance(name, str) or not name.strip():
-        return None
-    text = name.strip().lower().removeprefix("tpu-")
-    generation = text.split("-", 1)[0]
-    if not generation.startswith("v"):
-        return None
-    return f"tpu-{_TPU_ALIASES.get(generation, generation)}"
-
-
-def gpu_key(name: Any) -> str:
-    """'H100', 'A100-80G', 'NVIDIA_TESLA_T4' -> 'gpu-h100' / 'gpu-a100-80gb' / 'gpu-t4'; 'gpu' when untyped."""
-    if not isinstance(name, str) or name.strip().lower() in ("", "auto", "any"):
-        return "gpu"
-    text = name.strip().lower().replace("_", "-").removeprefix("nvidia-")
-    return f"gpu-{_GPU_ALIASES.get(text, text)}"
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        return None
-    return float(value)
-
-
-def declared_accelerator(resources: Any) -> tuple[str | None, float | None]:
-    """(accelerator, chips) a step's described resources (`describe_resources`) ask for."""
-    if resources is None:
-        return "cpu", 1.0
-    if not isinstance(resources, Mapping):
-        return None, None
-    kind = resources.get("kind")
-    if kind == "tpu":
-        slices = resources.get("slices")
-        if isinstance(slices, (list, tuple)):
-            slices = max((s for s in slices if _number(s) is not None), default=None)
-        per, count = _number(resources.get("chips_per_slice")), _number(slices)
-        return tpu_key(resources.get("tpu")), (per * count if per is not None and count is not None else None)
-    if kind == "gpu":
-        return gpu_key(resources.get("accelerator_type")), _number(resources.get("gpus"))
-    if kind == "cpu":
-        return "cpu", _number(resources.get("cpus"))
-    if kind is not None:  # another runner: what it holds is its own business
-        return None, None
-    # Ray task options
-    gpus = _number(resources.get("num_gpus"))
-    if gpus:
-        return gpu_key(resources.get("accelerator_type")), gpus
-    custom = resources.get("resources")
-    tpus = _number(custom.get("TPU")) if isinstance(custom, Mapping) else None
-    if tpus:
-        return tpu_key(resources.get("accelerator_type")), tpus
-    cpus = resources.get("num_cpus", 1)
-    return "cpu", _number(cpus)
-
-
-def attempt_accelerator(attempt: Attempt, resources: Any) -> tuple[str | None, float | None]:
-    """What one attempt held: its reported hardware when that says its chips, else the declaration."""
-    hardware = attempt.hardware
-    if isinstance(hardware, Mapping) and hardware.get("kind") == "tpu":
-        chips = _number(hardware.get("chips"))
-        if chips is not None and tpu_key(hardware.get("type")):
-            return tpu_key(hardware.get("type")), chips
-        if not (isinstance(resources, Mapping) and resources.get("kind") == "tpu"):
-            return tpu_key(hardware.get("type")), None
-    return declared_accelerator(resources)
-
-
-def _time(text: Any) -> datetime.datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        parsed = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
-
-
-def attempt_hours(attempt: Attempt) -> float | None:
-    """Wall hours from the attempt's start to its end; None while it runs or when a time is unreadable."""
-    started, ended = _time(attempt.started), _time(attempt.ended)
-    if started is None or ended is None:
-        return None
-    return max((ended - started).total_seconds(), 0.0) / 3600
-
-
-# ---- the record's usage ------------------------------------------------------------------------------
-
-
-def record_usage(record: StepRecord) -> dict[str, Any]:
-    """The `usage` the record holds: accelerator-hours over every attempt that ended."""
-    by_accelerator: dict[str, float] = {}
-    wall = total = preempted = 0.0
-    counted = preempted_attempts = unknown = 0
-    accelerator: str | None = None
-    chips: float | None = None
-    for attempt in record.attempts:
-        hours = attempt_hours(attempt)
-        if hours is None:
-            continue
-        counted += 1
-        wall += hours
-        accelerator, chips = attempt_accelerator(attempt, record.resources)
-        if attempt.kind == PREEMPTION:
-            preempted_attempts += 1
-        if accelerator is None or chips is None:
-            unknown += 1
-            continue
-        used = chips * hours
-        total += used
-        by_accelerator[accelerator] = by_accelerator.get(accelerator, 0.0) + used
-        if attempt.kind == PREEMPTION:
-            preempted += used
-    if not record.attempts and record.timings.duration_s is not None:  # an older or Marin's record
-        accelerator, chips = declared_accelerator(record.resources)
-        counted, wall = 1, max(float(record.timings.duration_s), 0.0) / 3600
-        if accelerator is None or chips is None:
-            unknown = 1
-        else:
-            total = chips * wall
-            by_accelerator[accelerator] = total
-    usage: dict[str, Any] = {
-        "accelerator": accelerator,
-        "chips": chips,
-        "attempts": counted,
-        "preempted_attempts": preempted_attempts,
-        "wall_hours": round(wall, 6),
-        "accelerator_hours": None if unknown else round(total, 6),
-        "preempted_accelerator_hours": round(preempted, 6),
-        "by_accelerator": {k: round(v, 6) for k, v in by_accelerator.items()},
-    }
-    if unknown:
-        usage["unknown_attempts"] = unknown
-    return usage
-
-
-def usage_of(record: StepRecord) -> dict[str, Any]:
-    """The record's `usage` as written, else (an older record, or a damaged field) measured now."""
-    usage = record.usage
-    if (
-        isinstance(usage, dict)
-        and isinstance(usage.get("by_accelerator"), dict)
-        and (usage.get("accelerator_hours") is None or _number(usage.get("accelerator_hours")) is not None)
-        and all(_number(v) is not None for v in usage["by_accelerator"].values())
-    ):
-        return usage
-    return record_usage(record)
+from marin_lab.execution.plan.resources import describe_resources
+from marin_lab.execution.record.usage import SUCCESS, as_number, declared_accelerator, tpu_key, usage_of
+from marin_lab.execution.review.baseline import RecordIndex
+from marin_lab.execution.review.prices import PriceTable
+from marin_lab.store.step_record import StepRecord, read_step_record
 
 
 def money(usage: Mapping[str, Any], prices: PriceTable) -> float | None:
@@ -293,9 +125,9 @@ def step_cost(identity: str, record: StepRecord | None, prices: PriceTable, *, r
     return StepCost(
         identity,
         usage.get("accelerator"),
-        _number(usage.get("chips")),
+        as_number(usage.get("chips")),
         usage.get("accelerator_hours"),
-        _number(usage.get("preempted_accelerator_hours")) or 0.0,
+        as_number(usage.get("preempted_accelerator_hours")) or 0.0,
         int(usage.get("attempts") or 0),
         value,
         recorded=True,
@@ -500,7 +332,7 @@ def estimate_plan(decisions: Sequence[Any], prices: PriceTable, index: RecordInd
             out[ps.identity] = _from_record(ps.identity, "run", finished[0], what, prices)
             continue
         estimate = _estimate_of(ps.step.config)
-        hours = _number((estimate or {}).get("accelerator_hours"))
+        hours = as_number((estimate or {}).get("accelerator_hours"))
         if hours is not None:
             accelerator = tpu_key(str(estimate.get("accelerator", "")).split(" ", 1)[0]) if estimate else None
             if accelerator is None:

@@ -29,9 +29,9 @@ import types
 import weakref
 from typing import Any
 
-from marin_lab.execution.secrets import redact
 from marin_lab.io.fs import atomic_write_bytes, exists, join
 from marin_lab.io.paths import canonical, is_within
+from marin_lab.io.secrets import redact
 
 MAX_DIFF_BYTES = 256 * 1024
 MAX_CHANGED = 200

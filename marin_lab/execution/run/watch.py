@@ -9,11 +9,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from marin_lab.execution.logs import LogSpec, call_with_logs, last_line, log_url, read_tail
-from marin_lab.execution.record_builder import strip_ansi
-from marin_lab.execution.resources import is_runner
-from marin_lab.execution.secrets import scrub_text
-from marin_lab.execution.status import Status, info_path, now_iso, write_status
+from marin_lab.execution.plan.resources import is_runner
+from marin_lab.execution.run.logs import LogSpec, call_with_logs, last_line, log_url, read_tail
+from marin_lab.execution.state.status import Status, info_url, now_iso, write_status
+from marin_lab.io.secrets import scrub_text
+from marin_lab.io.text import strip_ansi
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def with_step_logs(
 ) -> tuple[Callable[[Any], Any], str | None]:
     """`fn` wrapped to keep its output in `{output}/logs/attempt-{n}.log`, and that log's URL.
 
-    A StepRunner drives several hosts itself; they would all write one file, so its steps are
+    A HardwareRunner drives several hosts itself; they would all write one file, so its steps are
     left as they are (their hosts' output reaches the driver through Ray).
     """
     if is_runner(resources):
@@ -90,5 +90,5 @@ def failure_report(identity: str, attempts: int, err: BaseException, output_path
             lines.append(f"  ... ({len(tb) - TRACEBACK_LINES} earlier traceback lines in the log)")
         lines.extend("  | " + line for line in tb[-TRACEBACK_LINES:])
     lines.append(f"  log:    {log_url(output_path, attempts)}")
-    lines.append(f"  record: {info_path(output_path)}")
+    lines.append(f"  record: {info_url(output_path)}")
     return "\n".join(lines)

@@ -13,16 +13,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from marin_lab.execution.baseline import LastRun, RecordIndex, baseline, diff_versions, stale_reuse_diffs
-from marin_lab.execution.code_provenance import function_fingerprint
 from marin_lab.execution.errors import RecordError
-from marin_lab.execution.hashing import lenient_value, unversioned_fingerprint
-from marin_lab.execution.lease import DRIVER_GONE, Lease, running_driver_gone
-from marin_lab.execution.plan import PlannedStep
-from marin_lab.execution.record_builder import strip_ansi
-from marin_lab.execution.records import read_step_record
-from marin_lab.execution.secrets import redact
-from marin_lab.execution.status import CORRUPT, Status, read_status
+from marin_lab.execution.plan.hashing import lenient_value, unversioned_fingerprint
+from marin_lab.execution.plan.planner import PlannedStep
+from marin_lab.execution.record.code_provenance import function_fingerprint
+from marin_lab.execution.review.baseline import LastRun, RecordIndex, baseline, diff_versions, stale_reuse_diffs
+from marin_lab.execution.state.lease import DRIVER_GONE, Lease, running_driver_gone
+from marin_lab.execution.state.status import CORRUPT, Status, read_status
+from marin_lab.io.secrets import redact
+from marin_lab.io.text import strip_ansi
+from marin_lab.store.step_record import read_step_record
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,10 +27,6 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
 
 
-status_path = status_url
-info_path = info_url
-
-
 def write_status(output_path: str, status: Status, *, durable: bool = False, **fields: Any) -> dict[str, Any]:
     """Write the latest status. Not flushed to disk unless `durable`: a status lost or torn by a
     power loss reads as an older status or CORRUPT, and the step runs again; what must survive
@@ -38,5 +34,5 @@ def write_status(output_path: str, status: Status, *, durable: bool = False, **f
     if status is Status.LOST:
         raise ValueError("LOST is never a step's latest status: it describes an attempt or an outcome")
     record = {"status": status.value, "time": now_iso(), **fields}
-    write_json(status_path(output_path), record, indent=None, durable=durable)
+    write_json(status_url(output_path), record, indent=None, durable=durable)
     return record

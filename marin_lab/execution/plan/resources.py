@@ -1,7 +1,7 @@
 """What a step may ask for in `ExecutorStep(resources=...)`.
 
 Either a dict of Ray task options (`num_cpus`, `num_gpus`, `memory`, `resources`,
-`accelerator_type`), or an object implementing `StepRunner`, for steps that need more than one
+`accelerator_type`), or an object implementing `HardwareRunner`, for steps that need more than one
 Ray task (a TPU slice, several slices). `marin_lab.cluster.TpuResources` is one; the executor
 only knows the protocol, never the class.
 
@@ -33,7 +33,7 @@ RAY_OPTION_KEYS = {
 
 @dataclasses.dataclass(frozen=True)
 class RunOutcome:
-    """What one `StepRunner.run` produced: fn's return value and the hardware it actually used.
+    """What one `HardwareRunner.run` produced: fn's return value and the hardware it actually used.
 
     Returned, not kept on the runner: one runner object may serve several steps at once (a
     module-level `TpuResources` constant), so per-run state lives with the run.
@@ -65,7 +65,7 @@ def hardware_of(err: BaseException) -> dict[str, Any] | None:
 
 
 @runtime_checkable
-class StepRunner(Protocol):
+class HardwareRunner(Protocol):
     def describe(self) -> dict[str, Any]:
         """JSON-able description, shown in the dry run and stored in the record."""
 
@@ -95,7 +95,7 @@ def executor_resources(resources: Any) -> Any:
 
 
 def is_runner(resources: Any) -> bool:
-    return resources is not None and not isinstance(resources, dict) and isinstance(resources, StepRunner)
+    return resources is not None and not isinstance(resources, dict) and isinstance(resources, HardwareRunner)
 
 
 def validate_resources(step_name: str, resources: Any) -> None:
@@ -106,13 +106,13 @@ def validate_resources(step_name: str, resources: Any) -> None:
         if unknown:
             raise StepDefinitionError(
                 f"step '{step_name}': resources has unknown keys {sorted(unknown)}; use Ray task options "
-                f"({', '.join(sorted(RAY_OPTION_KEYS))}) or a StepRunner such as marin_lab.cluster.TpuResources"
+                f"({', '.join(sorted(RAY_OPTION_KEYS))}) or a HardwareRunner such as marin_lab.cluster.TpuResources"
             )
         return
     if not is_runner(resources):
         raise StepDefinitionError(
             f"step '{step_name}': resources is a {type(resources).__name__}; give a dict of Ray options, "
-            "an object with describe/validate/run (a StepRunner such as marin_lab.cluster.TpuResources), or "
+            "an object with describe/validate/run (a HardwareRunner such as marin_lab.cluster.TpuResources), or "
             "one of marin_lab.resources (CpuOnlyConfig, GpuConfig, TpuPodConfig, ResourceConfig)"
         )
     try:

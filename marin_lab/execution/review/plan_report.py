@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from marin_lab.execution.errors import ExecutorConfigError
-from marin_lab.execution.resources import describe_resources
+from marin_lab.execution.plan.resources import describe_resources
 
 FORMATS = ("text", "markdown", "json")
 ACTION_LABELS = {"run": "run", "skip": "reused", "wait": "wait", "fail": "fail", "unselected": "not selected"}

@@ -1,0 +1,1 @@
+"""What a driver writes while it runs: the status file and the lease on an output folder."""
