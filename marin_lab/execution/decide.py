@@ -22,6 +22,7 @@ from marin_lab.execution.plan import PlannedStep
 from marin_lab.execution.record_builder import strip_ansi
 from marin_lab.execution.records import read_step_record
 from marin_lab.execution.secrets import redact
+from marin_lab.execution.sources import missing_local_paths
 from marin_lab.execution.status import CORRUPT, Status, read_status
 
 
@@ -119,6 +120,23 @@ def decide_one(
             reason = f"new version ({against})"
             notes = tuple(diff_versions(base.version, ps.version))
     return Decision(ps, "run", reason, notes)
+
+
+def with_missing_sources(d: Decision) -> Decision:
+    """`d` with one note per versioned local path of a step that will run which does not exist
+    (naming the step, the field and the path): without it the dry run says nothing and the run fails
+    in the step."""
+    if d.action != "run":
+        return d
+    missing = [m for field, value in d.step.scan.versioned.items() for m in missing_local_paths(value, field)]
+    if not missing:
+        return d
+    notes = tuple(
+        f"step '{d.step.name}': field '{field}' names the local path {path!r}, which does not exist; "
+        "create it or fix the path before running"
+        for field, path in missing
+    )
+    return dataclasses.replace(d, notes=(*d.notes, *notes))
 
 
 def rebuild_reason(ps: PlannedStep) -> str | None:

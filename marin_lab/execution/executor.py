@@ -29,7 +29,7 @@ from marin_lab.execution.capacity import unschedulable_timeout_s as resolve_unsc
 from marin_lab.execution.code_provenance import git_state, store_script
 from marin_lab.execution.config import ExecutorMainConfig
 from marin_lab.execution.cost import PlanCost, estimate_plan
-from marin_lab.execution.decide import Decision, decide_one, read_statuses
+from marin_lab.execution.decide import Decision, decide_one, read_statuses, with_missing_sources
 from marin_lab.execution.errors import (
     ExecutorConfigError,
     ExperimentFailedError,
@@ -234,8 +234,10 @@ class Executor:
         if unreadable is not None:
             why = unreadable.split(":", 1)[0]
             return [
-                Decision(
-                    ps, "run", f"status not read: cannot reach {self.prefix} without credentials or network ({why})"
+                with_missing_sources(
+                    Decision(
+                        ps, "run", f"status not read: cannot reach {self.prefix} without credentials or network ({why})"
+                    )
                 )
                 if ps.identity in chosen
                 else Decision(ps, "unselected", "not selected by --run_only")
@@ -249,7 +251,7 @@ class Executor:
         new = any((statuses.get(ps.identity) or {}).get("status") is None for ps in plan.steps if ps.identity in chosen)
         last_run = last_run_of_plan(plan, self.script) if explain and new else None
         return [
-            self._decide_one(ps, statuses.get(ps.identity), index, last_run)
+            with_missing_sources(self._decide_one(ps, statuses.get(ps.identity), index, last_run))
             if ps.identity in chosen
             else Decision(ps, "unselected", "not selected by --run_only")
             for ps in plan.steps
