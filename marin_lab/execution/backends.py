@@ -34,7 +34,6 @@ from marin_lab.execution.capacity import ray_nodes
 from marin_lab.execution.errors import ExecutorConfigError, PreemptedError, StepFailedError
 from marin_lab.execution.hashing import lenient_value
 from marin_lab.execution.interrupt import register_worker_group, unregister_worker_group
-from marin_lab.execution.jax_platform import has_accelerator
 from marin_lab.execution.lease import LeaseHolder
 from marin_lab.execution.logs import VERBOSE_ENV
 from marin_lab.execution.preemption import PREEMPTION, ray_error_kind
@@ -42,6 +41,7 @@ from marin_lab.execution.provenance import runtime_environment
 from marin_lab.execution.resources import RunOutcome, attach_hardware, hardware_of, is_runner
 from marin_lab.execution.secrets import redact, redact_logs
 from marin_lab.io.conditional import conditional_file
+from marin_lab.jax_platform import has_accelerator
 from marin_lab.ray_niceness import run_workers_at_normal_priority
 
 logger = logging.getLogger(__name__)
