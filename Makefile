@@ -44,7 +44,7 @@ quickstart: venv
 # Lint findings, unformatted files and type errors fail the build before any test runs (ruff check,
 # ruff format --check, then mypy over marin_lab/ and experiments/; pinned and configured in
 # pyproject.toml). `.venv/bin/python -m ruff format .` formats the tree. (mypy beside the tests
-# instead saved nothing in a fresh clone: 15 min 51 s against 15 min 42 s, docs/benchmarks.md.)
+# instead saved nothing in a fresh clone: 15 min 51 s against 15 min 42 s, benchmarks/results/history.md, "Test suite".)
 lint: test-venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .

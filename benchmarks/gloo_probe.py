@@ -6,7 +6,7 @@ multi-process runs do them (joined by `training/distributed.py`, as `train_lm` i
 summed over the 4 devices as one buffer and as 30 buffers in one compiled call (XLA combines them
 into one all-reduce; gloo still runs one collective per buffer): why `train_step.py` reduces a
 data-parallel step's gradients as one flat buffer. There is no peer: the figures explain
-`multiprocess_step.py`'s overhead (docs/benchmarks.md, "Multi-process step vs one process").
+`multiprocess_step.py`'s overhead (docs/benchmarks.md, "Training on CPU").
 
     python benchmarks/gloo_probe.py
 """

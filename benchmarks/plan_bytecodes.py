@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from executor_overhead import build_dag  # noqa: E402
 
-from marin_lab.execution import ExecutorMainConfig, Executor  # noqa: E402
+from marin_lab.execution import Executor, ExecutorMainConfig  # noqa: E402
 
 WALK = {"scan_config", "_add_versioned", "_field_names", "portable_value"}
 CHECKS = {"_check_step", "_plain", "validate_name", "_normalized", "executor_resources", "_ray_function"}

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from executor_overhead import build_dag  # noqa: E402
 
-from marin_lab.execution import ExecutorMainConfig, Executor  # noqa: E402
+from marin_lab.execution import Executor, ExecutorMainConfig  # noqa: E402
 
 
 def main() -> None:

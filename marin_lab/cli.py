@@ -14,6 +14,7 @@ from marin_lab.browser.command import add_parser as add_browse_parser
 from marin_lab.cluster.launch_cli import add_parser as add_launch_parser
 from marin_lab.evaluation.evals_cli import add_parser as add_evals_parser
 from marin_lab.evaluation.generate_cli import add_parser as add_generate_parser
+from marin_lab.execution import ExecutorMainConfig
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.main import capture_steps
@@ -39,7 +40,6 @@ from marin_lab.store.errors import RecordError
 from marin_lab.store.experiment_record import ExperimentRecord
 from marin_lab.store.layout import default_prefix
 from marin_lab.store.step_record import read_step_record
-from marin_lab.execution import ExecutorMainConfig
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

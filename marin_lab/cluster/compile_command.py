@@ -19,12 +19,12 @@ from marin_lab.cluster.compile_report import FORMATS, render
 from marin_lab.cluster.tpu_compile import HEADROOM_BYTES, StepReport, compare_remat, compile_training_step
 from marin_lab.cluster.tpu_topology import GiB, parse_topology, require_libtpu, topology_for_resources
 from marin_lab.errors import MarinLabError
+from marin_lab.execution import ExecutorMainConfig
 from marin_lab.execution.executor import Executor, default_prefix
 from marin_lab.execution.main import capture_steps
 from marin_lab.models.llama import REMAT_POLICIES
 from marin_lab.training.config import TrainLmConfig
 from marin_lab.training.finetune import FinetuneConfig
-from marin_lab.execution import ExecutorMainConfig
 
 
 def build_parser() -> argparse.ArgumentParser:

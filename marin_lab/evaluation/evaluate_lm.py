@@ -162,9 +162,14 @@ def _one_line(err: BaseException) -> str:
 
 
 def _json_safe(value: Any) -> Any:
-    from lm_eval.utils import handle_non_serializable
+    """`value` as plain JSON that is the same in every process: lm-eval's task configs hold functions
+    (`fewshot_config.doc_to_target`), written by qualified name, never as a repr with an address."""
+    return json.loads(json.dumps(value, default=mfs.json_default))
 
-    return json.loads(json.dumps(value, default=handle_non_serializable))
+
+def write_results(output_path: str, results: dict[str, Any]) -> None:
+    """results.json under `output_path`, its bytes a function of the values alone (`_json_safe`)."""
+    mfs.write_json(mfs.join(output_path, RESULTS_FILE), _json_safe(results))
 
 
 def _metric_values(samples: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -255,9 +260,9 @@ def _task_entry(key: str, spec: TaskSpec, res: dict[str, Any] | None, error: str
         scored=scored,
         coverage=coverage,
         low_coverage=coverage < stats.COVERAGE_FLOOR,
-        truncated_prompts=int(res.get("marin_lab_truncated", 0)),
+        truncated_prompts=int(res.get("marin_lab_truncated") or 0),
         samples_file=f"samples_{key}.jsonl",
-        programs=int(res.get("marin_lab_programs", 0)),
+        programs=int(res.get("marin_lab_programs") or 0),
         subtasks=sorted(res.get("samples", {})) if len(res.get("samples", {})) > 1 else [],
     )
     if len(sources) > 1:
@@ -401,7 +406,7 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
         "model": {"checkpoint": resolved, "step": step, "train_path": _train_path(resolved)},
         "tasks": task_results["tasks"],
     }
-    mfs.write_json(mfs.join(config.output_path, RESULTS_FILE), results)
+    write_results(config.output_path, results)
     failed = {k: v["error"] for k, v in task_results["tasks"].items() if v["status"] == "failed"}
     if failed:
         raise EvaluationError(

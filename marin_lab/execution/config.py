@@ -63,3 +63,7 @@ class ExecutorMainConfig:
     prices: str | None = _flag(None, "FILE")
     """A price table (JSON, or TOML named *.toml) over the default list prices, for the costs --dry_run
     shows: {"prices": {"tpu-v5e": 1.2, ...}, "currency", "date", "source"} (docs/executor.md, "Cost")."""
+
+
+SETTINGS = frozenset(f.name for f in dataclasses.fields(ExecutorMainConfig))
+"""The executor settings an `ExecutorMainConfig` holds (what a front end's keyword arguments may set)."""

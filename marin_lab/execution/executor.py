@@ -44,9 +44,9 @@ from marin_lab.execution.review.capacity import check as check_capacity
 from marin_lab.execution.review.capacity import known_cluster
 from marin_lab.execution.review.capacity import unschedulable_timeout_s as resolve_unschedulable_timeout
 from marin_lab.execution.review.cost import PlanCost, estimate_plan
-from marin_lab.execution.review.decide import Decision, decide_one, read_statuses
+from marin_lab.execution.review.decide import Decision, decide_one, read_statuses, with_missing_sources
 from marin_lab.execution.review.plan_report import check_format, format_text, plan_report, render_plan
-from marin_lab.execution.review.prices import PriceTable, default_prices, load_prices
+from marin_lab.execution.review.prices import PriceTable, load_prices
 from marin_lab.execution.review.regions import CrossRegionRead, Regions, UncheckedRead, check_egress
 from marin_lab.execution.run.backends import make_backend
 from marin_lab.execution.run.interrupt import Interrupt
@@ -200,8 +200,10 @@ class Executor:
         if unreadable is not None:
             why = unreadable.split(":", 1)[0]
             return [
-                Decision(
-                    ps, "run", f"status not read: cannot reach {self.prefix} without credentials or network ({why})"
+                with_missing_sources(
+                    Decision(
+                        ps, "run", f"status not read: cannot reach {self.prefix} without credentials or network ({why})"
+                    )
                 )
                 if ps.identity in chosen
                 else Decision(ps, "unselected", "not selected by --run_only")
@@ -215,7 +217,7 @@ class Executor:
         new = any((statuses.get(ps.identity) or {}).get("status") is None for ps in plan.steps if ps.identity in chosen)
         last_run = last_run_of_plan(plan, self.script) if explain and new else None
         return [
-            self._decide_one(ps, statuses.get(ps.identity), index, last_run)
+            with_missing_sources(self._decide_one(ps, statuses.get(ps.identity), index, last_run))
             if ps.identity in chosen
             else Decision(ps, "unselected", "not selected by --run_only")
             for ps in plan.steps

@@ -5,14 +5,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-import json
 import logging
 import multiprocessing
 import os
+import re
 import sys
 from collections.abc import Sequence
 
 import draccus
+import yaml
 
 from marin_lab.execution.config import ExecutorMainConfig
 from marin_lab.execution.errors import ExecutorConfigError, MarinLabError, RunInterruptedError
@@ -20,8 +21,8 @@ from marin_lab.execution.executor import Executor, RunReport
 from marin_lab.execution.plan.planner import compile_run_only
 from marin_lab.execution.plan.step import ExecutorStep, InputName
 from marin_lab.execution.run.logs import VERBOSE_ENV
-from marin_lab.execution.run.platform import default_to_cpu
 from marin_lab.flags import bare_bool_flags
+from marin_lab.jax_platform import default_to_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +93,8 @@ def executor_main(
 
 
 def parse_flags(argv: Sequence[str]) -> ExecutorMainConfig:
-    """The flags as an ExecutorMainConfig. `--run_only` is read here, never as YAML: a regex such as
+    """The flags as an ExecutorMainConfig. `--run_only` is read here: a bracketed value is a list
+    (JSON, or YAML's flow style as in Marin: `[^a$]` is the regex `^a$`), anything else one regex:
     `ok/one-[0-9a-f]{8}` or `null` means what it says, and a bad one is one clear error line."""
     rest, run_only = take_run_only(argv)
     rest, force_run = take_regex_flag(rest, "force_run")
@@ -130,7 +132,7 @@ def _one_line(err: BaseException) -> str:
 def take_run_only(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
     """(argv without its --run_only flags, their regexes or None).
 
-    `--run_only A B`, `--run_only=A`, repeated flags, and a JSON list `--run_only '["A", "B"]'`.
+    `--run_only A B`, `--run_only=A`, repeated flags, and a list `--run_only '["A", "B"]'` or `'[A, B]'`.
     """
     return take_regex_flag(argv, "run_only")
 
@@ -160,20 +162,24 @@ def take_regex_flag(argv: Sequence[str], name: str) -> tuple[list[str], list[str
 
 
 def _json_list_or_regex(value: str, flag: str = "--run_only") -> list[str]:
-    if value.lstrip().startswith("["):
+    """A value that is a bracketed list, in JSON or in YAML's flow style (`'["a", "b"]'`, `[a, b]`,
+    `[^a$]`), is its items, as Marin's draccus reads it; any other value is one regex."""
+    stripped = value.strip()
+    if stripped.startswith("[") and stripped.endswith("]"):
         try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError:
-            return [value]  # e.g. "[a-c]x": a regex that starts with a character class
-        if isinstance(parsed, list) and all(isinstance(v, str) for v in parsed):
+            parsed = yaml.safe_load(stripped)  # JSON lists are YAML flow lists too
+        except yaml.YAMLError:
+            parsed = None
+        if isinstance(parsed, list) and parsed and all(isinstance(v, str) for v in parsed):
+            if len(parsed) == 1 and re.fullmatch(r"\[[^\],]*\]", stripped):
+                logger.info(
+                    "%s %r is read as the list [%r], as Marin reads it; for a character class, "
+                    "write it inside a longer regex (e.g. '^[ab]')",
+                    flag,
+                    value,
+                    parsed[0],
+                )
             return parsed
-    if value.startswith("[") and value.endswith("]"):
-        logger.warning(
-            "%s %r is taken as one regular expression (a character class); for several, "
-            'give them as separate words or as a JSON list \'["a", "b"]\'',
-            flag,
-            value,
-        )
     return [value]
 
 

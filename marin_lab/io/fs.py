@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -93,8 +94,27 @@ def atomic_write_text(url: str, text: str, *, durable: bool = True) -> None:
     atomic_write_bytes(url, text.encode("utf-8"), durable=durable)
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def json_default(obj: Any) -> Any:
+    """What `json` cannot encode, as the same value in every process: a function or class by its
+    qualified name, a set sorted, a numpy scalar as its number, anything else as its text without
+    memory addresses (a default repr such as `<function f at 0x7f...>` differs from run to run)."""
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj, key=lambda v: json.dumps(v, sort_keys=True, default=json_default))
+    if type(obj).__module__ == "numpy" and getattr(obj, "shape", None) == ():
+        return obj.item()
+    name = getattr(obj, "__qualname__", None)
+    if callable(obj) and isinstance(name, str):
+        module = getattr(obj, "__module__", None)
+        return f"{module}.{name}" if module else name
+    return _ADDRESS.sub("", str(obj))
+
+
 def write_json(url: str, obj: Any, *, indent: int | None = 2, durable: bool = True) -> None:
-    atomic_write_text(url, json.dumps(obj, indent=indent, sort_keys=False, default=str) + "\n", durable=durable)
+    text = json.dumps(obj, indent=indent, sort_keys=False, default=json_default)
+    atomic_write_text(url, text + "\n", durable=durable)
 
 
 def read_bytes(url: str) -> bytes:

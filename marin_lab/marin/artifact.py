@@ -64,6 +64,9 @@ RESULT_TYPE_KEY = "result_type"
 EXPECTED_FINGERPRINT_KEY = "expected_fingerprint"
 
 _CALVER_RE = re.compile(r"^\d{4}\.\d{2}\.\d{2}(\.\d+)?$")
+# A mutable label: one path segment, so `{name}/{version}` names exactly one name@version. With a '/'
+# in the version, `lab@team/exp-dev` and `lab/team@exp-dev` would share the folder `lab/team/exp-dev`.
+_DEV_RE = re.compile(r"^(dev|[A-Za-z0-9][A-Za-z0-9._-]*-dev)$")
 
 
 class FingerprintMismatchError(Exception):
@@ -92,15 +95,20 @@ def validate_segment(label: str, value: str) -> None:
 
 
 def validate_version(version: str) -> None:
-    """A calendar version `YYYY.MM.DD[.N]`, or a mutable `dev` / `<label>-dev`."""
+    """A calendar version `YYYY.MM.DD[.N]`, or a mutable `dev` / `<label>-dev` whose label is one
+    path segment of letters, digits, '.', '_' and '-'."""
     validate_segment("version", version)
-    if is_mutable_version(version):
+    if _DEV_RE.match(version) or _CALVER_RE.match(version):
         return
-    if not _CALVER_RE.match(version):
+    if is_mutable_version(version):
         raise ValueError(
-            f"version {version!r} must be a calendar version YYYY.MM.DD (optionally YYYY.MM.DD.N) "
-            "or a mutable 'dev'/'<label>-dev'"
+            f"version {version!r}: the label of a '<label>-dev' version must be one path segment of letters, "
+            "digits, '.', '_' and '-' (no '/': the version is the last folder of {name}/{version})"
         )
+    raise ValueError(
+        f"version {version!r} must be a calendar version YYYY.MM.DD (optionally YYYY.MM.DD.N) "
+        "or a mutable 'dev'/'<label>-dev'"
+    )
 
 
 def result_type_name(artifact_type: type[Artifact]) -> str:

@@ -37,6 +37,7 @@ from marin_lab.execution import (
     versioned,
 )
 from marin_lab.execution import executor as core
+from marin_lab.execution.config import SETTINGS
 from marin_lab.execution.errors import ExecutorConfigError, LeaseLostError
 from marin_lab.execution.plan.hashing import canonical_json, scan_config
 from marin_lab.execution.plan.planner import Plan
@@ -104,9 +105,22 @@ class MarinView:
 
 
 class Executor(core.Executor):
-    """marin_lab's `Executor` with Marin's attributes for the last plan it made (see the module docstring)."""
+    """marin_lab's `Executor` with Marin's signature and attributes for the last plan it made (see the
+    module docstring). Keyword arguments beyond Marin's are `ExecutorMainConfig` fields (`backend`,
+    `max_failure_retries`, ...) or the core executor's own (`script`, `regions`, `prices`)."""
 
     _view: tuple[Plan, MarinView] | None = None
+
+    def __init__(
+        self,
+        prefix: str | None = None,
+        executor_info_base_path: str | None = None,
+        description: str | None = None,
+        **options: Any,
+    ):
+        settings = {k: v for k, v in options.items() if k in SETTINGS}
+        config = ExecutorMainConfig(prefix=prefix, executor_info_base_path=executor_info_base_path, **settings)
+        super().__init__(config, description=description, **{k: v for k, v in options.items() if k not in SETTINGS})
 
     def marin_view(self) -> MarinView:
         """The last plan as Marin shows it (made once per plan)."""

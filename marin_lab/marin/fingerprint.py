@@ -1,10 +1,14 @@
 """Canonical JSON and the recipe fingerprint of an ArtifactStep (Marin's `marin.execution.fingerprint`).
 
 The fingerprint is the first 8 hex digits of the md5 of the config's canonical JSON. The encoder
-accepts what serializes the same way in every process (dataclasses, enums, paths, timedeltas,
-dtypes, sets by sorted members, arrays by content) and refuses the rest (callables, objects whose
-repr is a memory address), so a value can never fork the fingerprint from one run to the next.
-`describe_drift` turns two fingerprint payloads into the field-by-field change a warning names.
+writes what serializes the same way in every process (dataclasses, enums, paths, timedeltas,
+dtypes, sets by sorted members, arrays by content), then a type's form given with
+`register_fingerprint(tp, encode)` (subclasses included). Anything else, as in Marin, is advisory
+by default: a stable stand-in (the type's name and its `vars()`, else its repr) and one warning per
+type. Strict mode (`set_strict(True)`, or `MARIN_FINGERPRINT_STRICT=1|true|yes` while `set_strict`
+was not called) refuses such a value instead: a callable, an object with the default repr (a memory
+address), or any other unknown type. `describe_drift` turns two fingerprint payloads into the
+field-by-field change a warning names.
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ import functools
 import hashlib
 import inspect
 import json
+import logging
+import os
+from collections.abc import Callable
 from datetime import timedelta
 from enum import Enum
 from pathlib import PurePath
@@ -21,15 +28,46 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["canonical_json", "describe_drift", "fingerprint_hash"]
+__all__ = ["canonical_json", "describe_drift", "fingerprint_hash", "register_fingerprint", "set_strict"]
+
+logger = logging.getLogger(__name__)
+
+STRICT_ENV = "MARIN_FINGERPRINT_STRICT"
+
+_REGISTRY: dict[type, Callable[[Any], object]] = {}
+_WARNED: set[str] = set()  # types already warned about (the stand-in warns once per type)
+_STRICT_OVERRIDE: bool | None = None  # set by set_strict; None defers to $MARIN_FINGERPRINT_STRICT
+
+
+def register_fingerprint(tp: type, encode: Callable[[Any], object]) -> None:
+    """Fingerprint values of `tp` (and its subclasses) as `encode(value)`, itself encoded canonically.
+    The canonical forms above (dataclasses, enums, ...) come first."""
+    _REGISTRY[tp] = encode
+
+
+def set_strict(enabled: bool) -> None:
+    """Refuse (True) or stand in for (False) a value with no canonical form; overrides $MARIN_FINGERPRINT_STRICT."""
+    global _STRICT_OVERRIDE
+    _STRICT_OVERRIDE = enabled
+
+
+def _is_strict() -> bool:
+    if _STRICT_OVERRIDE is not None:
+        return _STRICT_OVERRIDE
+    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def _registered(tp: type) -> Callable[[Any], object] | None:
+    return next((_REGISTRY[k] for k in tp.__mro__ if k in _REGISTRY), None)
 
 
 def _refuse(o: object, why: str) -> TypeError:
     t = type(o)
     return TypeError(
         f"cannot fingerprint a config value of type {t.__module__}.{t.__qualname__}: {why}. "
-        "A fingerprint must be identical across processes; make the value a dataclass, an Enum, or "
-        "another canonical type, or add a handler in marin_lab.marin.fingerprint."
+        "Strict fingerprinting wants every value to serialize the same in every process: make it a "
+        "dataclass, an Enum or another canonical type, give its type a form with "
+        f"marin_lab.marin.fingerprint.register_fingerprint, or turn strict mode off ({STRICT_ENV}=0)."
     )
 
 
@@ -53,14 +91,38 @@ def _encode(o: Any) -> Any:
             return {"__dtype__": np.dtype(o).name}
         except TypeError:
             return {"__type__": f"{o.__module__}.{o.__qualname__}"}
-    if inspect.isroutine(o) or isinstance(o, functools.partial):
-        raise _refuse(o, "a callable has no stable identity")
     if isinstance(o, np.ndarray) or (hasattr(o, "__array__") and hasattr(o, "dtype") and hasattr(o, "shape")):
         arr = np.asarray(o)  # numpy and JAX arrays alike, by content
         return {"__array__": arr.tolist(), "dtype": arr.dtype.name, "shape": list(arr.shape)}
-    if type(o).__repr__ is object.__repr__:
-        raise _refuse(o, "it uses the default object repr (a memory address)")
-    raise _refuse(o, "no deterministic serialization is known")
+    encode = _registered(type(o))
+    if encode is not None:
+        return encode(o)
+    if _is_strict():
+        if inspect.isroutine(o) or isinstance(o, functools.partial):
+            raise _refuse(o, "a callable has no stable identity")
+        if type(o).__repr__ is object.__repr__:
+            raise _refuse(o, "it uses the default object repr (a memory address)")
+        raise _refuse(o, "no deterministic serialization is known")
+    return _stand_in(o)
+
+
+def _stand_in(o: object) -> dict[str, Any]:
+    """The advisory form of a value with no canonical one: its type's name and its `vars()` (never
+    a default repr, which holds a memory address), else its repr."""
+    t = type(o)
+    name = f"{t.__module__}.{t.__qualname__}"
+    if name not in _WARNED:
+        _WARNED.add(name)
+        logger.warning(
+            "fingerprint: %s has no canonical form; fingerprinting it by its type and attributes "
+            "(give it an exact one with marin_lab.marin.fingerprint.register_fingerprint, or refuse such "
+            "values with %s=1)",
+            name,
+            STRICT_ENV,
+        )
+    if hasattr(o, "__dict__"):
+        return {"__repr__": name, "vars": vars(o)}
+    return {"__repr__": name, "str": repr(o)}
 
 
 def canonical_json(config: object) -> str:

@@ -2,7 +2,7 @@
 
 - `ArtifactStep[T](name, version, artifact_type, run, build_config, deps, ...)` is an inert, typed
   handle: constructing one runs nothing. Its output is `{prefix}/{name}/{version}`; `version` is a
-  calendar version `YYYY.MM.DD[.N]` or a mutable `dev` / `<label>-dev`.
+  calendar version `YYYY.MM.DD[.N]` or a mutable `dev` / `<label>-dev` (the label one path segment).
 - `build_config(ctx)` receives a `StepContext`. Literals in the config bear identity; what it pulls
   from the context (`output_path`, `artifact_path(dep)`, `resolved(dep)`, `runtime_arg(key)`,
   `prefix`, `region`) never does. The fingerprint (md5/8 of the config's canonical JSON built with
@@ -198,7 +198,10 @@ class ArtifactStep(Generic[T]):
 
     def __post_init__(self) -> None:
         validate_segment("name", self.name)
-        validate_version(self.version)
+        try:
+            validate_version(self.version)
+        except ValueError as err:
+            raise ValueError(f"ArtifactStep {self.name!r}: {err}") from err
         if self.adopt_source is not None and self.override_path is not None:
             raise ValueError(f"{self.name}@{self.version}: an artifact cannot be both adopted and pinned")
 
@@ -334,7 +337,10 @@ def _lower(handle: ArtifactStep, provenance: Provenance, memo: dict[int, StepSpe
     if id(handle) in memo:
         return memo[id(handle)]
     dep_specs: list[Any] = [d if isinstance(d, ExecutorStep) else _lower(d, provenance, memo) for d in handle.deps]
-    payload = handle.fingerprint_payload()
+    try:
+        payload = handle.fingerprint_payload()
+    except TypeError as err:  # strict fingerprinting refused a value (marin_lab.marin.fingerprint)
+        raise TypeError(f"ArtifactStep {handle.name}@{handle.version}: {err}") from err
     fingerprint = fingerprint_hash(payload)
     if handle.expected_fingerprint is not None and fingerprint != handle.expected_fingerprint:
         raise FingerprintMismatchError(

@@ -16,6 +16,12 @@ What the executor sees of a StepSpec:
   `rebuild_reason` hook before a SUCCESS is reused: a mutable (`dev`) version rebuilds in place;
   a fixed one runs Marin's drift check (a warning, or FingerprintMismatchError under a pin).
 
+Steps arrive as an iterable: a list or tuple is one executor run; any other iterable is consumed
+lazily (`marin_lab.marin.step_batches`), one executor run per batch, so an endless generator runs in
+bounded memory. Each batch gets the executor's whole-plan checks; across batches the run remembers
+which step claimed each output path (two different steps at one path are refused, naming both) and
+the mutable steps it built (built once per run).
+
 An `ExecutorStep` may sit in a StepSpec's `deps` (an ArtifactStep that reads an ExecutorStep's
 output), and `executor_step(spec)` gives the ExecutorStep for a StepSpec, for an ExecutorStep
 config that reads an artifact (`marin_lab.marin.lazy.executor_step`).
@@ -35,16 +41,22 @@ import logging
 import os
 import time  # noqa: F401 - Marin's tests replace step_runner.time with a fake clock
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import is_dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
-from marin_lab.execution import THIS_OUTPUT_PATH, ExecutorStep, InputName, versioned
-from marin_lab.execution.errors import ExperimentFailedError
+from marin_lab.execution import THIS_OUTPUT_PATH, ExecutorMainConfig, ExecutorStep, InputName, versioned
+from marin_lab.execution import executor as core
+from marin_lab.execution.config import SETTINGS
+from marin_lab.execution.errors import ExperimentFailedError, StepDefinitionError
+from marin_lab.execution.executor import RunReport
 from marin_lab.execution.main import offer_steps
 from marin_lab.execution.plan.planner import Plan, PlannedStep
 from marin_lab.execution.record.artifacts import Reproducibility
+from marin_lab.execution.review.baseline import LastRun, RecordIndex
+from marin_lab.execution.review.decide import Decision
 from marin_lab.execution.state.status import Status, read_status
 from marin_lab.io.fs import makedirs
 from marin_lab.marin.artifact import (
@@ -54,10 +66,10 @@ from marin_lab.marin.artifact import (
     is_mutable_version,
     write_artifact,
 )
-from marin_lab.marin.executor import Executor
 from marin_lab.marin.fingerprint import flatten_json
 from marin_lab.marin.remote import RemoteCallable
 from marin_lab.marin.resources import step_resources
+from marin_lab.marin.step_batches import batches
 from marin_lab.marin.step_spec import StepSpec, _is_relative_path, marin_prefix
 from marin_lab.marin.thread_backend import ThreadOrRayBackend
 from marin_lab.store.layout import ARTIFACT_RECORD_FILE
@@ -193,14 +205,57 @@ def _pin(output_path: str, prefix: str) -> str:
     return output_path
 
 
-def executor_steps(specs: Sequence[StepSpec | ExecutorStep], prefix: str | None = None) -> list[ExecutorStep]:
-    """The ExecutorSteps for `specs` and their dependencies (one per output path), in the given order."""
+class _Addresses:
+    """Which step claimed each output path in one run: a second, different step at a claimed path
+    is refused before its batch runs. Holds one short key per path, never the steps themselves."""
+
+    def __init__(self) -> None:
+        self._claims: dict[str, tuple[str, str, bool]] = {}
+
+    def claim(self, spec: StepSpec) -> None:
+        key, label = _address_key(spec)
+        artifact = FINGERPRINT_KEY in spec.hash_attrs
+        path = spec.output_path
+        claimed = self._claims.setdefault(path, (key, label, artifact))
+        if claimed[0] == key:
+            return
+        artifacts = artifact and claimed[2]
+        advice = (
+            "bump the version of one of them (or rename it)"
+            if artifacts
+            else "give one of them another name, version or override_output_path"
+        )
+        raise StepDefinitionError(f"two different steps at {path}: {claimed[1]} and {label}; {advice}")
+
+
+def _address_key(spec: StepSpec) -> tuple[str, str]:
+    """(what makes `spec` the step it is, how to name it): name, hash_attrs (an artifact's
+    fingerprint among them) and its dependencies' paths."""
+    deps = [d.output_path if isinstance(d, StepSpec) else f"ExecutorStep {d.name}" for d in spec.deps]
+    key = json.dumps([spec.name, spec.hash_attrs, deps], sort_keys=True, default=str)
+    attrs = spec.hash_attrs
+    if FINGERPRINT_KEY in attrs:
+        return key, f"{spec.name}@{attrs.get(VERSION_KEY)} (fingerprint {attrs[FINGERPRINT_KEY]})"
+    return key, f"step {spec.name!r} (hash_attrs {json.dumps(attrs, sort_keys=True, default=str)})"
+
+
+def executor_steps(
+    specs: Sequence[StepSpec | ExecutorStep], prefix: str | None = None, *, addresses: _Addresses | None = None
+) -> list[ExecutorStep]:
+    """The ExecutorSteps for `specs` and their dependencies (one per output path), in the given order.
+    StepDefinitionError when two different steps share an output path (`addresses` remembers the
+    paths of earlier batches of one run)."""
     root = prefix or marin_prefix()
+    book = addresses if addresses is not None else _Addresses()
     made: dict[str, ExecutorStep] = {}
+    claimed: set[int] = set()  # the spec objects checked (a shared dependency is visited once per edge)
 
     def convert(spec: StepSpec | ExecutorStep) -> ExecutorStep:
         if isinstance(spec, ExecutorStep):
             return spec
+        if id(spec) not in claimed:
+            book.claim(spec)
+            claimed.add(id(spec))
         key = spec.output_path
         if key in made:
             return made[key]
@@ -222,14 +277,19 @@ def executor_steps(specs: Sequence[StepSpec | ExecutorStep], prefix: str | None 
     return [convert(s) for s in specs]
 
 
-def _served_from_cache(ps: PlannedStep) -> bool:
-    """Whether a run reuses the step's output: SUCCESS recorded, and not a mutable version."""
+def _is_mutable(ps: PlannedStep) -> bool:
+    """Whether `ps` is an artifact at a mutable (`dev`) version: rebuilt once per run."""
     fn = ps.step.fn
-    if (
+    return (
         isinstance(fn, SpecFunction)
         and FINGERPRINT_KEY in fn.spec.hash_attrs
         and is_mutable_version(str(fn.spec.hash_attrs.get(VERSION_KEY, "")))
-    ):
+    )
+
+
+def _served_from_cache(ps: PlannedStep) -> bool:
+    """Whether a run reuses the step's output: SUCCESS recorded, and not a mutable version."""
+    if _is_mutable(ps):
         return False
     return (read_status(ps.output_path) or {}).get("status") == Status.SUCCESS.value
 
@@ -239,13 +299,23 @@ def executor_step(spec: StepSpec | ExecutorStep, prefix: str | None = None) -> E
     return executor_steps([spec], prefix)[0]
 
 
-class _SpecExecutor(Executor):
+class _SpecExecutor(core.Executor):
     """marin_lab's executor, with Marin's in-thread placement as the `thread` backend."""
 
-    def __init__(self, *, backend: str, context: contextvars.Context, **kwargs: Any):
-        super().__init__(backend="local" if backend == "thread" else backend, **kwargs)
+    def __init__(
+        self,
+        config: ExecutorMainConfig,
+        *,
+        context: contextvars.Context,
+        built: AbstractSet[str] = frozenset(),
+        **kwargs: Any,
+    ):
+        backend = config.backend
+        super().__init__(dataclasses.replace(config, backend="local" if backend == "thread" else backend), **kwargs)
         self.backend_name = backend
         self._context = context
+        self.built = built
+        """Output paths of the mutable steps an earlier batch of this run built: reused, not rebuilt."""
         self.thread_backend: ThreadOrRayBackend | None = None
 
     def select(self, plan: Plan, run_only: Sequence[str] | None) -> list[PlannedStep]:
@@ -260,9 +330,16 @@ class _SpecExecutor(Executor):
             if ps.identity in keep:
                 continue
             keep.add(ps.identity)
-            if not _served_from_cache(ps):
+            if ps.output_path not in self.built and not _served_from_cache(ps):
                 stack.extend(ps.dependencies)
         return [ps for ps in plan.steps if ps.identity in keep]
+
+    def _decide_one(
+        self, ps: PlannedStep, st: dict[str, Any] | None, index: RecordIndex | None, last_run: LastRun | None = None
+    ) -> Decision:
+        if ps.output_path in self.built and (st or {}).get("status") == Status.SUCCESS.value:
+            return Decision(ps, "skip", "mutable version built earlier in this run")
+        return super()._decide_one(ps, st, index, last_run)
 
     def _make_backend(self) -> Any:
         if self.backend_name != "thread":
@@ -276,13 +353,22 @@ class StepRunner:
 
     `backend`: "thread" (Marin's placement: a plain step in a driver thread, a `remote(...)` one on
     Ray with its resources), "local" (a worker process per step) or "ray"; default
-    `$MARIN_LAB_BACKEND`, else "thread". Other keyword arguments go to
-    `marin_lab.execution.Executor` (`max_failure_retries`, `max_preemption_retries`, ...).
+    `$MARIN_LAB_BACKEND`, else "thread". `batch_size`: how many steps of a lazy iterable (anything
+    but a list or tuple) one executor run takes at most (`marin_lab.marin.step_batches`). Other
+    keyword arguments go to `marin_lab.execution.Executor` (`max_failure_retries`, ...).
     """
 
-    def __init__(self, *, backend: str | None = None, prefix: str | None = None, **executor_options: Any):
+    def __init__(
+        self,
+        *,
+        backend: str | None = None,
+        prefix: str | None = None,
+        batch_size: int = 64,
+        **executor_options: Any,
+    ):
         self.backend = backend
         self.prefix = prefix
+        self.batch_size = batch_size
         self.executor_options = executor_options
         self.last_report: Any = None
 
@@ -296,24 +382,45 @@ class StepRunner:
     ) -> None:
         """Run `steps` and everything they depend on; steps already done are reused.
 
+        A list or tuple is planned whole; any other iterable is consumed lazily, batch by batch, each
+        batch planned (identities, egress) and run before the next is taken, so a generator that
+        never ends on its own is served in bounded memory. Across batches the run remembers each
+        output path's step (a different step at a path seen before is refused) and the mutable
+        steps it built (built once per run). The first batch with a failed step stops the run.
+
         A failure raises RuntimeError('N step(s) failed: ...') whose cause is, for a step that ran
         in-thread, RuntimeError('Step failed: NAME') caused by the step's own exception.
         """
         prefix = self.prefix or marin_prefix()
-        roots = executor_steps(list(steps), prefix)
-        if not dry_run:
-            offer_steps(roots)  # `marin-lab explain` runs the experiment file up to here
-        backend = self.backend or os.environ.get("MARIN_LAB_BACKEND") or "thread"
-        executor = _SpecExecutor(
+        addresses = _Addresses()
+        built: set[str] = set()
+        for batch in batches(steps, self.batch_size):
+            roots = executor_steps(batch, prefix, addresses=addresses)
+            if not dry_run:
+                offer_steps(roots)  # `marin-lab explain` runs the experiment file up to here
+            self.last_report = self._run_batch(roots, prefix, built, dry_run, force_run_failed, max_concurrent)
+
+    def _run_batch(
+        self,
+        roots: list[ExecutorStep],
+        prefix: str,
+        built: set[str],
+        dry_run: bool,
+        force_run_failed: bool,
+        max_concurrent: int | None,
+    ) -> RunReport:
+        settings = {k: v for k, v in self.executor_options.items() if k in SETTINGS}
+        others = {k: v for k, v in self.executor_options.items() if k not in SETTINGS}
+        config = ExecutorMainConfig(
             prefix=prefix,
-            backend=backend,
-            context=contextvars.copy_context(),
+            backend=self.backend or os.environ.get("MARIN_LAB_BACKEND") or "thread",
             max_concurrent=max_concurrent or 8,
             force_run_failed=force_run_failed,
-            **self.executor_options,
+            **settings,
         )
+        executor = _SpecExecutor(config, context=contextvars.copy_context(), built=built, **others)
         try:
-            self.last_report = executor.run(roots, dry_run=dry_run)
+            report = executor.run(roots, dry_run=dry_run)
         except ExperimentFailedError as err:
             errors = executor.thread_backend.errors if executor.thread_backend is not None else {}
             if errors:
@@ -322,6 +429,13 @@ class StepRunner:
                 step_failure.__cause__ = original
                 raise RuntimeError(str(err)) from step_failure
             raise RuntimeError(str(err)) from err
+        if not dry_run:
+            built.update(
+                report.plan.by_identity[identity].output_path
+                for identity in report.executed
+                if _is_mutable(report.plan.by_identity[identity])
+            )
+        return report
 
 
 def is_artifact_step(step: ExecutorStep) -> bool:

@@ -22,9 +22,9 @@ tests check them directly.
   time, each shingle against all k permutations (an inner loop the compiler can vectorise), no
   temporaries and no per-call numpy overhead. The permutation minima were half the time of the
   numpy passes; compiled, bytes to signatures take about 40% of the passes' time (measured in
-  docs/benchmarks.md). Without numba the numpy passes run. Both give bit-identical signatures,
-  equal to those since the kernel was written (tested against a reference written one Python
-  integer at a time), so no step identity changed.
+  benchmarks/results/history.md, "MinHash signatures vs rensa"). Without numba the numpy passes
+  run. Both give bit-identical signatures, equal to those since the kernel was written (tested
+  against a reference written one Python integer at a time), so no step identity changed.
 - A band key folds the band's rows into one uint64; two documents are candidates when any band key
   matches. Clustering links each bucket member to the bucket's first document (star, not all
   pairs), optionally checking the estimated similarity, and takes connected components with

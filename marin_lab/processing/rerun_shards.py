@@ -29,6 +29,7 @@ import tempfile
 import time
 from typing import Any
 
+from marin_lab.execution import ExecutorMainConfig
 from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.main import capture_steps
@@ -40,7 +41,6 @@ from marin_lab.processing.quarantine import REPORT_FILE, read_report, request_re
 from marin_lab.reproduce.target import RecordedExperiment, locate, read_script
 from marin_lab.store.layout import default_prefix
 from marin_lab.store.step_record import read_step_record
-from marin_lab.execution import ExecutorMainConfig
 
 __all__ = ["RerunError", "RerunResult", "add_parser", "rerun_shards"]
 
@@ -85,7 +85,11 @@ def rerun_shards(output_path: str, *, backend: str = "local") -> RerunResult:
             raise RerunError(
                 f"the recorded script {script} (from {rec.url}) no longer runs here: {type(err).__name__}: {err}"
             ) from err
-        executor = Executor(ExecutorMainConfig(prefix=rec.original, backend=backend), script=script, description=rec.record.description or description)
+        executor = Executor(
+            ExecutorMainConfig(prefix=rec.original, backend=backend),
+            script=script,
+            description=rec.record.description or description,
+        )
         plan = executor.plan(steps)
         ps = plan.by_identity.get(identity)
         if ps is None:

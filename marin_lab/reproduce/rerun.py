@@ -27,6 +27,7 @@ import shutil
 import tempfile
 from typing import Any
 
+from marin_lab.execution import ExecutorMainConfig
 from marin_lab.execution.errors import MarinLabError, RecordError
 from marin_lab.execution.executor import Decision, Executor
 from marin_lab.execution.main import capture_steps
@@ -44,7 +45,6 @@ from marin_lab.reproduce.target import (
     read_script,
 )
 from marin_lab.store.step_record import read_step_record
-from marin_lab.execution import ExecutorMainConfig
 
 IDENTICAL, DIFFERS, NOT_REPRODUCIBLE, NOT_CHECKED = "identical", "DIFFERS", "not reproducible", "not checked"
 
@@ -149,7 +149,11 @@ def _reproduce(
         raise ReproduceError(
             f"the recorded script {rec.script_name} (from {rec.url}) no longer runs here: {type(err).__name__}: {err}"
         ) from err
-    executor = Executor(ExecutorMainConfig(prefix=scratch, backend=backend), script=script, description=f"reproduction of {rec.url}" + (" (deep)" if deep else ""))
+    executor = Executor(
+        ExecutorMainConfig(prefix=scratch, backend=backend),
+        script=script,
+        description=f"reproduction of {rec.url}" + (" (deep)" if deep else ""),
+    )
     try:
         plan = executor.plan(rebuilt, strict_regions=True)  # it runs steps itself: every region checked
     except MarinLabError as err:  # e.g. two steps now share an output path

@@ -32,7 +32,6 @@ import ctypes
 import dataclasses
 import functools
 import logging
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -324,16 +323,9 @@ class CheckpointGetter(TensorGetter):
     def __init__(self, path: str):
         resolved = ckpt.resolve_checkpoint(path)
         index = ckpt._read_index(resolved)
-        self.shapes = {
-            "/".join(re.findall(r"\['([^']*)'\]", n)[1:]): tuple(e["shape"])
-            for n, e in index.items()
-            if n.startswith("['params']")
-        }
-        self.dtypes = {
-            "/".join(re.findall(r"\['([^']*)'\]", n)[1:]): e.get("dtype")
-            for n, e in index.items()
-            if n.startswith("['params']")
-        }
+        params = {"/".join(ckpt.leaf_keys(n)[1:]): e for n, e in index.items() if ckpt.leaf_keys(n)[:1] == ("params",)}
+        self.shapes = {name: tuple(e["shape"]) for name, e in params.items()}
+        self.dtypes = {name: e.get("dtype") for name, e in params.items()}
         self.order = list(self.shapes)
         self._arrays = ckpt.iter_arrays(resolved)
         self._current: dict[str, np.ndarray] = {}
@@ -466,8 +458,9 @@ def load_saved(source: BaseSource, names: tuple[str, ...]) -> dict[str, np.ndarr
         assert source.hf_index is not None
         get = HfGetter(source.hf_index)
         return {n: np.asarray(get(n, None), np.float32) for n in names}
+    # Only those leaves are read: the rest of the base (NF4 fields of a quantize_base output included)
+    # is the frozen tree's, placed by `load_frozen`.
     return {
         "/".join(keys): value.astype(np.float32)
-        for keys, value in ckpt.iter_arrays(source.checkpoint or source.path)
-        if "/".join(keys) in names
+        for keys, value in ckpt.iter_arrays(source.checkpoint or source.path, names=names)
     }

@@ -43,7 +43,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import jax
@@ -340,9 +340,11 @@ def _check_against(path: str, index: dict[str, dict[str, Any]], target: Any, *, 
             f"checkpoint {path} holds {len(index)} arrays but the model/optimizer being trained "
             f"has {len(leaves)}; it comes from a different model or optimizer configuration"
         )
+    # By keys, not spelling: a registered node's field (".packed") may be read as a dict entry ("['packed']").
+    by_keys = {leaf_keys(n): e for n, e in index.items()}
     for kpath, leaf in leaves:
         name = _leaf_name(kpath)
-        entry = index.get(name)
+        entry = by_keys.get(leaf_keys(name))
         if entry is None or tuple(entry["shape"]) != tuple(np.shape(leaf)):
             found = f"shape {tuple(entry['shape'])}" if entry else "no such array"
             raise CheckpointError(
@@ -433,26 +435,40 @@ def load_params(path: str, template_params: Any) -> Any:
     return load_subtree(path, "params", target)
 
 
-def iter_arrays(path: str, key: str = "params") -> Iterator[tuple[tuple[str, ...], np.ndarray]]:
-    """(dict keys below `key`, numpy array) of `state[key]`, one leaf at a time, read by this
-    process alone (the others need not take part).
+_KEY = re.compile(r"\['([^']*)'\]|\.([A-Za-z_]\w*)")
+
+
+def leaf_keys(name: str) -> tuple[str, ...]:
+    """The keys of an index entry's name, dict keys and attribute names alike: "['params']['layers']
+    ['wq'].packed" (an NF4Tensor's field, as `quantize_base` writes them) -> ("params", "layers", "wq", "packed")."""
+    return tuple(a or b for a, b in _KEY.findall(name))
+
+
+def iter_arrays(
+    path: str, key: str = "params", names: Collection[str] | None = None
+) -> Iterator[tuple[tuple[str, ...], np.ndarray]]:
+    """(keys below `key`, numpy array) of `state[key]`, one leaf at a time, read by this process
+    alone (the others need not take part); with `names` ("embed", "layers/wq/packed"), only those.
 
     Peak memory is the largest leaf, not the tree: for exporting a model no host could hold twice.
+    A leaf inside a registered node (an NF4Tensor's `packed`) is read as a dict entry of its field:
+    orbax stores such nodes by their field names.
     """
     path = resolve_checkpoint(path)
     index = _read_index(path)
-    prefix = f"['{key}']"
-    for name, entry in index.items():
-        if not name.startswith(prefix):
+    wanted = None if names is None else set(names)
+    for name in index:
+        keys = leaf_keys(name)
+        if not keys or keys[0] != key or (wanted is not None and "/".join(keys[1:]) not in wanted):
             continue
-        keys = re.findall(r"\['([^']*)'\]", name)
+        entry = index[name]
         leaf: Any = jax.ShapeDtypeStruct(tuple(entry["shape"]), np.dtype(entry["dtype"]))
         for k in reversed(keys[1:]):
             leaf = {k: leaf}
         value = load_subtree(path, key, leaf, this_process_only=True, check_files=False)  # checked above
         for k in keys[1:]:
             value = value[k]
-        yield tuple(keys[1:]), np.asarray(value)
+        yield keys[1:], np.asarray(value)
 
 
 class Checkpointer:

@@ -214,7 +214,7 @@ def plan_memory(
     if host["optimizer state"]:
         # The step brings the offloaded moments to the device for the update, all at once: on an
         # H200 (7B QLoRA) the compiled step's temporaries grew by 1.11 GiB of the moments' 1.19 and
-        # the peak fell by 0.08 GiB (docs/benchmarks.md, "Offloading on an H200").
+        # the peak fell by 0.08 GiB (docs/benchmarks.md, "Fine-tuning and QLoRA memory").
         device["optimizer state in flight (update)"] = host["optimizer state"]
 
     # Transient weight copies: FSDP gathers one layer of the base; NF4 dequantizes one matrix at a

@@ -15,6 +15,7 @@ from marin_lab.browser.records import Browser
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from browser_fixtures import CountConfig, WordsConfig, count_words, write_words  # noqa: E402
+
 from marin_lab.execution import ExecutorMainConfig
 
 
@@ -33,7 +34,9 @@ def test_records_of_two_runs_show_statuses_graph_and_the_explain_chain(tmp_path,
             fn=count_words,
             config=CountConfig(input_path=output_path_of(raw), output_path=this_output_path()),
         )
-        Executor(ExecutorMainConfig(prefix=prefix, backend="local", max_concurrent=1), script=f"browser_{word}.py").run([counted])
+        Executor(ExecutorMainConfig(prefix=prefix, backend="local", max_concurrent=1), script=f"browser_{word}.py").run(
+            [counted]
+        )
 
     browser = Browser(prefix, Roots.of([prefix]))
     experiments = browser.experiments()

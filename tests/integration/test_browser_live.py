@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from marin_lab.browser.server import start_in_thread
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path, versioned
 from tests.integration.test_browser_e2e import chromium  # noqa: F401 - the shared Chromium fixture
 from tests.waiting import wait_for_status
 from tests.watch_steps import ChattyConfig, chatty
@@ -30,7 +30,9 @@ def running_step(tmp_path, monkeypatch):
         ChattyConfig(this_output_path(), versioned("slow"), release_path=str(release), finish_path=str(finish)),
     )
     executor = Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script="experiments/live.py")
-    Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script="experiments/live.py").run([first])  # reused by the run below
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script="experiments/live.py").run(
+        [first]
+    )  # reused by the run below
     output_path = executor.plan([first, step]).steps[1].output_path
     done: dict = {}
     thread = threading.Thread(target=lambda: done.update(report=executor.run([first, step])), daemon=True)

@@ -12,7 +12,7 @@ import pytest
 
 from marin_lab.cli import main as cli_main
 from marin_lab.cluster.cli import main as cluster_main
-from marin_lab.execution import ExecutorMainConfig, Executor
+from marin_lab.execution import Executor, ExecutorMainConfig
 from marin_lab.execution.main import executor_main
 from tests.conftest import REPO_ROOT
 from tests.executor_steps import five_step_dag

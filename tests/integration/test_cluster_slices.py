@@ -31,9 +31,9 @@ from marin_lab.cluster import (  # noqa: E402
     StepCancelled,
     TpuResources,
 )
+from marin_lab.execution import ExecutorMainConfig
 from marin_lab.testing.local_cluster import LocalTpuCluster  # noqa: E402
 from marin_lab.testing.simulate import ReportHostConfig, ToyTrainConfig, report_host, toy_train  # noqa: E402
-from marin_lab.execution import ExecutorMainConfig
 
 pytestmark = pytest.mark.ray
 TPU = "v4-16"  # 8 chips = 2 hosts of 4 chips
@@ -97,7 +97,11 @@ def _run_step(prefix, name: str, resources, preemptions: int = 3, failures: int 
         name=name, fn=toy_train, resources=resources, config=ToyTrainConfig(output_path=this_output_path(), **config)
     )
     with contextlib.suppress(ExperimentFailedError):  # the record says how; the tests look at it
-        Executor(ExecutorMainConfig(prefix=str(prefix), backend="ray", max_preemption_retries=preemptions, max_failure_retries=failures)).run([step])
+        Executor(
+            ExecutorMainConfig(
+                prefix=str(prefix), backend="ray", max_preemption_retries=preemptions, max_failure_retries=failures
+            )
+        ).run([step])
     [info_path] = list(prefix.glob(f"{name}-*/.executor_info"))
     return json.loads(info_path.read_text()), info_path.parent
 

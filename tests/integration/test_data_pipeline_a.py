@@ -15,7 +15,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from experiments.defaults import default_download, default_extract, default_tokenize, default_train_tokenizer
-from marin_lab.execution import ExecutorMainConfig, Executor
+from marin_lab.execution import Executor, ExecutorMainConfig
 from marin_lab.io import fs as mfs
 from marin_lab.processing.corpus import DEBIAN_REFERENCE, Corpus, fetch_corpus
 from marin_lab.processing.extract import ExtractConfig, extract

@@ -26,7 +26,7 @@ from experiments.defaults import (
     default_quality_filter,
     default_train_quality_classifier,
 )
-from marin_lab.execution import ExecutorMainConfig, Executor
+from marin_lab.execution import Executor, ExecutorMainConfig
 from marin_lab.io.documents import list_shards, read_documents, write_documents
 from marin_lab.processing.corpus import LID_MODEL, fetch_corpus
 

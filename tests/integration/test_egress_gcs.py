@@ -10,11 +10,11 @@ import uuid
 
 import pytest
 
+from marin_lab.execution import ExecutorMainConfig
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.review.regions import CrossRegionError, Regions
 from marin_lab.io.conditional import gcs_bucket_location, reset_gcs_client
 from tests.unit.test_egress import _steps
-from marin_lab.execution import ExecutorMainConfig
 
 pytestmark = pytest.mark.gcs
 
@@ -33,7 +33,9 @@ def test_bucket_locations_come_from_the_api_and_same_region_reads_pass(gcs_emula
     a, b = _bucket("us-central1"), _bucket("us-central1")
     location = gcs_bucket_location(a)
     assert location and location == location.lower() and location == gcs_bucket_location(b)
-    ex = Executor(ExecutorMainConfig(prefix=f"gs://{a}/runs", backend="local"), script="x.py", regions=Regions(size=lambda url: 0))
+    ex = Executor(
+        ExecutorMainConfig(prefix=f"gs://{a}/runs", backend="local"), script="x.py", regions=Regions(size=lambda url: 0)
+    )
     assert len(ex.plan(_steps(f"gs://{b}/corpus")).steps) == 2 and ex.cross_region_reads == []
     with pytest.raises(CrossRegionError, match="cannot find the location of bucket 'no-such-bucket-"):
         ex.plan(_steps(f"gs://no-such-bucket-{uuid.uuid4().hex[:6]}/corpus"))

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from marin_lab.execution import ExecutorMainConfig, Executor
+from marin_lab.execution import Executor, ExecutorMainConfig
 from marin_lab.execution.state.lease import Lease
 from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.io.fs import read_text

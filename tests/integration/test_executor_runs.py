@@ -15,8 +15,8 @@ import pytest
 
 from marin_lab.cli import main as cli_main
 from marin_lab.execution import (
-    ExecutorMainConfig,
     Executor,
+    ExecutorMainConfig,
     ExecutorStep,
     ExperimentFailedError,
     StorageError,
@@ -106,7 +106,9 @@ def test_preemptions_and_failures_have_separate_budgets(tmp_path):
         flaky,
         FlakyConfig(this_output_path(), str(tmp_path / "k.count"), mode=versioned("kill"), bad_attempts=2),
     )
-    report = Executor(ExecutorMainConfig(prefix=prefix, backend="local", max_preemption_retries=2, max_failure_retries=0)).run([kill])
+    report = Executor(
+        ExecutorMainConfig(prefix=prefix, backend="local", max_preemption_retries=2, max_failure_retries=0)
+    ).run([kill])
     info = json.loads(Path(f"{report.plan.steps[0].output_path}/.executor_info").read_text())
     assert [a["kind"] for a in info["attempts"]] == ["preemption", "preemption", None]
     assert info["result"] == 3
@@ -118,8 +120,12 @@ def test_preemptions_and_failures_have_separate_budgets(tmp_path):
         FlakyConfig(this_output_path(), str(tmp_path / "r.count"), mode=versioned("raise"), bad_attempts=1),
     )
     with pytest.raises(ExperimentFailedError):  # preemption budget does not cover failures
-        Executor(ExecutorMainConfig(prefix=prefix, backend="local", max_preemption_retries=5, max_failure_retries=0)).run([raising])
-    ok = Executor(ExecutorMainConfig(prefix=prefix, backend="local", force_run_failed=True, max_failure_retries=1)).run([raising])
+        Executor(
+            ExecutorMainConfig(prefix=prefix, backend="local", max_preemption_retries=5, max_failure_retries=0)
+        ).run([raising])
+    ok = Executor(ExecutorMainConfig(prefix=prefix, backend="local", force_run_failed=True, max_failure_retries=1)).run(
+        [raising]
+    )
     assert ok.failed == []
 
     over = ExecutorStep(
@@ -202,7 +208,9 @@ def test_dry_run_says_run_skip_wait_fail_with_reasons(tmp_path, capsys):
     write_status(by["proc/c"].output_path, Status.RUNNING, driver="other-driver")
     write_status(by["join/d"].output_path, Status.FAILED, driver="x")
     capsys.readouterr()
-    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(log_path="/tmp/changed-knob"), dry_run=True)
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(
+        five_step_dag(log_path="/tmp/changed-knob"), dry_run=True
+    )
     out = capsys.readouterr().out
     lines = {line.split()[1]: line for line in out.splitlines() if line.startswith("  ") and "(" in line}
     assert lines[by["raw/a"].identity].split()[0] == "skip"
@@ -251,7 +259,12 @@ def test_kill_9_driver_mid_step_then_rerun(tmp_path, driver_backend, request):
     prefix, log = str(tmp_path / "store"), str(tmp_path / "exec.log")
     plan = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).plan(five_step_dag())
     by = {s.name: s for s in plan.steps}
-    assert Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(log_path=log), dry_run=True).outcomes == {}
+    assert (
+        Executor(ExecutorMainConfig(prefix=prefix, backend="local"))
+        .run(five_step_dag(log_path=log), dry_run=True)
+        .outcomes
+        == {}
+    )
     flags = _driver_flags(driver_backend, request)
     proc = subprocess.Popen([sys.executable, DRIVER, prefix, log, "1.5", *flags], cwd=REPO_ROOT)
     wait_for_status(by["join/d"].output_path, "RUNNING")

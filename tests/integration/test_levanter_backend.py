@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from marin_lab.environments import read_environment_record
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path
 from marin_lab.training.levanter_backend import (
     LevanterTrainConfig,
     levanter_environment,

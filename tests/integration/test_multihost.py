@@ -17,6 +17,7 @@ import jax
 import numpy as np
 import pytest
 
+from marin_lab.execution import ExecutorMainConfig
 from marin_lab.models.llama import init_params
 from marin_lab.peft import LoraConfig
 from marin_lab.testing.training import synthetic_documents, tiny_model, tiny_train_config, write_synthetic_cache
@@ -28,7 +29,6 @@ from marin_lab.training.local_hosts import run_hosts, start_hosts, wait_hosts
 from marin_lab.training.mesh import MeshConfig
 from marin_lab.training.metrics import WandbConfig
 from marin_lab.training.token_cache import write_token_cache
-from marin_lab.execution import ExecutorMainConfig
 
 pytestmark = pytest.mark.slow
 STEPS, K = 4, 2
@@ -435,9 +435,9 @@ def test_killed_driver_preempted_host_and_removed_node_resume_the_real_trainer_b
 
     def second_driver() -> None:
         try:
-            outcome["report"] = Executor(ExecutorMainConfig(prefix=str(prefix), backend="ray", max_preemption_retries=3)).run(
-                [namespace["train_step"](cache, drills)]
-            )
+            outcome["report"] = Executor(
+                ExecutorMainConfig(prefix=str(prefix), backend="ray", max_preemption_retries=3)
+            ).run([namespace["train_step"](cache, drills)])
         except BaseException as err:  # noqa: BLE001 - re-raised in the test below
             outcome["error"] = err
 

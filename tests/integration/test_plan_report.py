@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorConfigError
+from marin_lab.execution import Executor, ExecutorConfigError, ExecutorMainConfig
 from marin_lab.execution.main import capture_steps, executor_main
 from tests.conftest import REPO_ROOT
 from tests.executor_steps import five_step_dag
@@ -39,7 +39,9 @@ def test_unknown_format_is_one_clear_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err == "error: --format 'yaml' is not known; use one of: text, markdown, json"
     with pytest.raises(ExecutorConfigError):
-        Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).run(five_step_dag(), dry_run=True, plan_format="yaml")
+        Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).run(
+            five_step_dag(), dry_run=True, plan_format="yaml"
+        )
 
 
 def normalized(markdown: str) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path
 from tests.executor_steps import WriteConfig, record_priority
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from marin_lab.cli import main as cli_main
-from marin_lab.execution import ExecutorMainConfig, Executor
+from marin_lab.execution import Executor, ExecutorMainConfig
 from marin_lab.execution.main import capture_steps
 from marin_lab.io.fs import read_json, write_json
 from marin_lab.reproduce import IDENTICAL, NOT_REPRODUCIBLE, ReproduceError, reproduce
@@ -54,7 +54,11 @@ def _script(folder, text: str, num_workers: int = 1) -> str:
 
 def _record(script: str, prefix: str, run_only=None) -> str:
     steps, _ = capture_steps(script)
-    return Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script=script).run(steps, run_only=run_only).experiment_path
+    return (
+        Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script=script)
+        .run(steps, run_only=run_only)
+        .experiment_path
+    )
 
 
 def _tree(root) -> dict[str, int]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from marin_lab.cli import main as cli_main
-from marin_lab.execution import ExecutorMainConfig, Executor
+from marin_lab.execution import Executor, ExecutorMainConfig
 from marin_lab.execution.main import capture_steps
 from marin_lab.execution.state.status import read_status
 from marin_lab.processing.quarantine import REPORT_FILE, read_report
@@ -55,7 +55,9 @@ def experiment(tmp_path, monkeypatch):
         script = tmp_path / "experiment.py"
         script.write_text(SCRIPT.replace("ALLOWED", str(allowed)))
         steps, _ = capture_steps(str(script))
-        report = Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script=str(script)).run(steps, raise_on_failure=False)
+        report = Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script=str(script)).run(
+            steps, raise_on_failure=False
+        )
         (ps,) = report.plan.steps
         return ps.output_path
 

@@ -13,7 +13,14 @@ import time
 import fsspec
 import pytest
 
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, ExperimentFailedError, this_output_path, versioned
+from marin_lab.execution import (
+    Executor,
+    ExecutorMainConfig,
+    ExecutorStep,
+    ExperimentFailedError,
+    this_output_path,
+    versioned,
+)
 from marin_lab.execution.run.logs import log_url
 from marin_lab.execution.state.status import read_status
 from tests.conftest import REPO_ROOT
@@ -51,7 +58,9 @@ def backend(request):
 
 def test_step_output_is_saved_under_logs_on_both_backends(tmp_path, backend, monkeypatch):
     monkeypatch.setenv("WATCH_TEST_API_KEY", "hunter2-very-secret")
-    report = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend=backend)).run([_step(f"hello-{backend}")])
+    report = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend=backend)).run(
+        [_step(f"hello-{backend}")]
+    )
     ps = report.plan.steps[0]
     text = _read(log_url(ps.output_path, 1))
     _assert_full_log(text, f"hello-{backend}")

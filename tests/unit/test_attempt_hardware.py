@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path, versioned
 from marin_lab.execution.errors import PreemptedError
 from marin_lab.execution.plan.resources import RunOutcome, attach_hardware
 from marin_lab.execution.run import backends
@@ -67,7 +67,9 @@ def test_a_preempted_and_a_failed_attempt_list_their_hardware_like_the_successfu
         resources=runner,
         config=WriteConfig(output_path=this_output_path(), text=versioned("x")),
     )
-    report = Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="ray", max_preemption_retries=1, max_failure_retries=1)).run([step])
+    report = Executor(
+        ExecutorMainConfig(prefix=str(tmp_path), backend="ray", max_preemption_retries=1, max_failure_retries=1)
+    ).run([step])
 
     out = pathlib.Path(report.plan.steps[0].output_path)
     record = read_step_record(str(out))
@@ -113,7 +115,9 @@ def test_placed_hardware_is_in_the_running_record_while_the_attempt_runs(ray_up,
     )
     done: dict = {}
     driver = threading.Thread(
-        target=lambda: done.setdefault("report", Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="ray")).run([step]))
+        target=lambda: done.setdefault(
+            "report", Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="ray")).run([step])
+        )
     )
     driver.start()
     running = None

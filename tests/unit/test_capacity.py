@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, executor_main, this_output_path, versioned
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, executor_main, this_output_path, versioned
 from marin_lab.execution.errors import UnschedulableError
 from marin_lab.execution.review.capacity import UnschedulableWatch, check, node_request, this_machine
 

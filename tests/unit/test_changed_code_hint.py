@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from marin_lab.execution import ExecutorMainConfig
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.record.code_provenance import function_fingerprint
 from marin_lab.store.layout import status_url as status_path
 from marin_lab.store.step_record import read_step_record
 from tests.executor_steps import five_step_dag, write_text
-from marin_lab.execution import ExecutorMainConfig
 
 STEPS_V1 = """
 def helper(x):

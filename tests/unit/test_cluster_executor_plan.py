@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from marin_lab.cluster import TpuRequestError, TpuResources
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path
 from marin_lab.testing.simulate import ToyTrainConfig, toy_train
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path, versioned
 from marin_lab.execution.record.code_provenance import MAX_DIFF_BYTES, git_state, store_script
 from marin_lab.io.fs import read_json
 from tests.executor_steps import WriteConfig, write_text

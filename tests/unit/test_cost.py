@@ -18,7 +18,7 @@ from marin_lab.browser.records import Browser
 from marin_lab.browser.server import start_in_thread
 from marin_lab.cli import main as cli_main
 from marin_lab.cluster.resources import GpuResources, TpuResources
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path, versioned
 from marin_lab.execution.errors import PreemptedError, PriceTableError
 from marin_lab.execution.main import executor_main
 from marin_lab.execution.plan.resources import RunOutcome, attach_hardware
@@ -142,7 +142,9 @@ def test_the_record_holds_accelerator_hours_of_every_attempt_and_the_identity_do
             config=WriteConfig(output_path=this_output_path(), text=versioned("x")),
         )
 
-    report = Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="ray", max_preemption_retries=1)).run([make(SliceRunner())])
+    report = Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="ray", max_preemption_retries=1)).run(
+        [make(SliceRunner())]
+    )
     out = report.plan.steps[0].output_path
     record = read_step_record(out)
     assert [a.kind for a in record.attempts] == ["preemption", None]
@@ -156,7 +158,10 @@ def test_the_record_holds_accelerator_hours_of_every_attempt_and_the_identity_do
     assert usage["preempted_accelerator_hours"] == pytest.approx(8 * spans[0] / 3600, abs=1e-6)
     assert usage["by_accelerator"].keys() == {"tpu-v5e"}
     # The record is not hashed: the same step without resources plans to the same identity.
-    assert Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).plan([make(None)]).steps[0].identity == record.identity
+    assert (
+        Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).plan([make(None)]).steps[0].identity
+        == record.identity
+    )
 
 
 def test_an_older_record_without_usage_is_measured_when_read():
@@ -246,7 +251,9 @@ def test_the_plan_shows_estimated_cost_and_what_reuse_saves(tmp_path, capsys):
     Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag())
     capsys.readouterr()
     # Only proc/b selected: it and raw/a are reused; the rest is not selected and not costed.
-    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(), run_only=["^proc/b$"], dry_run=True)
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(
+        five_step_dag(), run_only=["^proc/b$"], dry_run=True
+    )
     out = capsys.readouterr().out
     assert "  cost: 2 steps reused, saved by reuse: $" in out and out.count("saved by reuse (") == 2
     # raw/a changes: every step downstream of it would run again; nothing is reused.

@@ -8,7 +8,7 @@ import pathlib
 import pytest
 
 from marin_lab.cli import main as cli_main
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path, versioned
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.state.status import CORRUPT, read_status
 from marin_lab.processing.shards import done_marker, mark_shard_done, read_shard_done

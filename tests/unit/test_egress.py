@@ -70,7 +70,11 @@ def test_allowed_per_step_or_within_the_budget_and_recorded(tmp_path):
     with pytest.raises(CrossRegionError, match="transfer budget of 2999 bytes would be exceeded"):
         _executor(transfer_budget_bytes=2_999).plan(_steps("gs://eu-data/corpus"))
     # The experiment record lists what was allowed.
-    local = Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local", allow_cross_region=["^raw/"]), script="x.py", regions=Regions(BUCKETS.__getitem__, size=SIZES.get))
+    local = Executor(
+        ExecutorMainConfig(prefix=str(tmp_path), backend="local", allow_cross_region=["^raw/"]),
+        script="x.py",
+        regions=Regions(BUCKETS.__getitem__, size=SIZES.get),
+    )
     plan = local.plan(_steps("gs://eu-data/corpus"))
     record = json.loads(Path(local._write_experiment(plan)).read_text())
     assert record["cross_region_reads"][0]["input"] == "gs://eu-data/corpus"
@@ -82,9 +86,9 @@ def test_a_bucket_whose_location_cannot_be_read_is_a_plan_error():
         raise PermissionError("403")
 
     with pytest.raises(CrossRegionError, match="cannot find the location of bucket 'us-data'"):
-        Executor(ExecutorMainConfig(prefix="gs://us-data/runs", backend="local"), script="x.py", regions=Regions(lookup)).plan(
-            _steps("gs://us-data/corpus")
-        )
+        Executor(
+            ExecutorMainConfig(prefix="gs://us-data/runs", backend="local"), script="x.py", regions=Regions(lookup)
+        ).plan(_steps("gs://us-data/corpus"))
 
 
 # --- one lookup per bucket, input URLs from the identity walk, nothing for a plan without buckets ------
@@ -113,7 +117,11 @@ def _fan(n: int, source: str):
 def test_each_bucket_is_asked_once_whatever_the_number_of_steps_and_spellings():
     lookup = _Counting()
     regions = Regions(lookup, size=SIZES.get)
-    ex = Executor(ExecutorMainConfig(prefix="gs://us-data/runs", backend="local", allow_cross_region=["^raw/"]), script="x.py", regions=regions)
+    ex = Executor(
+        ExecutorMainConfig(prefix="gs://us-data/runs", backend="local", allow_cross_region=["^raw/"]),
+        script="x.py",
+        regions=regions,
+    )
     ex.plan(_fan(50, "gs://eu-data/corpus"))
     assert sorted(lookup.calls) == ["eu-data", "us-data"] and regions.lookups == 2
     assert [r.input for r in ex.cross_region_reads] == ["gs://eu-data/corpus"]
@@ -258,7 +266,11 @@ def test_a_run_with_credentials_refuses_the_read_a_plan_left_unchecked():
             _no_credentials(bucket)
         return BUCKETS[bucket]
 
-    ex = Executor(ExecutorMainConfig(prefix="gs://us-data/runs", backend="local"), script="x.py", regions=Regions(lookup, size=SIZES.get))
+    ex = Executor(
+        ExecutorMainConfig(prefix="gs://us-data/runs", backend="local"),
+        script="x.py",
+        regions=Regions(lookup, size=SIZES.get),
+    )
     ex.plan(_steps("gs://eu-data/corpus"))
     # Reading within the prefix's own bucket is never cross-region, checked or not.
     assert [r.input for r in ex.unchecked_reads] == ["gs://eu-data/corpus"]
@@ -274,9 +286,9 @@ def test_a_definite_answer_is_still_an_error_in_a_plan():
         raise NotFound("no such bucket")
 
     with pytest.raises(CrossRegionError, match="cannot find the location of bucket 'us-data' .NotFound"):
-        Executor(ExecutorMainConfig(prefix="gs://us-data/runs", backend="local"), script="x.py", regions=Regions(lookup)).plan(
-            _steps("gs://eu-data/corpus")
-        )
+        Executor(
+            ExecutorMainConfig(prefix="gs://us-data/runs", backend="local"), script="x.py", regions=Regions(lookup)
+        ).plan(_steps("gs://eu-data/corpus"))
 
 
 def test_a_lookup_that_never_answers_is_given_up_within_the_bound(monkeypatch):

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path, versioned
 from tests.executor_steps import WriteConfig, write_text
 
 

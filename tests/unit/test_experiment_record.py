@@ -12,7 +12,7 @@ import pytest
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
 from marin_lab.cli import main as cli_main
-from marin_lab.execution import ExecutorMainConfig, Executor
+from marin_lab.execution import Executor, ExecutorMainConfig
 from marin_lab.execution.record.experiments import list_experiments
 from marin_lab.io.fs import write_json
 from marin_lab.store.errors import RecordError
@@ -36,9 +36,9 @@ def test_a_record_written_before_reads_and_writes_back_the_same_bytes(tmp_path):
 
 def test_the_executor_writes_the_fields_in_the_order_it_always_did(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["experiments/five.py"])
-    result = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local"), script="experiments/five.py").run(
-        five_step_dag(log_path=str(tmp_path / "log"))
-    )
+    result = Executor(
+        ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local"), script="experiments/five.py"
+    ).run(five_step_dag(log_path=str(tmp_path / "log")))
     written = json.loads(Path(result.experiment_path).read_text())
     golden = json.loads(GOLDEN.read_text())
     assert list(written) == [k for k in golden if k != "launch"]  # not launched: no `launch`

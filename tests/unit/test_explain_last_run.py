@@ -11,11 +11,11 @@ import pytest
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
 from marin_lab.cli import main as cli_main
+from marin_lab.execution import ExecutorMainConfig
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.main import capture_steps
 from marin_lab.execution.record.experiments import list_experiments
 from tests.conftest import REPO_ROOT
-from marin_lab.execution import ExecutorMainConfig
 
 SCRIPT = """import sys
 sys.path.insert(0, {root!r})

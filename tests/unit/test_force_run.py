@@ -40,7 +40,9 @@ def test_forced_steps_run_again_and_are_shown_forced(tmp_path, capsys):
     Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(log))
     assert len(executions(log)) == 5
 
-    plan = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(log), dry_run=True, force_run=["^proc/b$"])
+    plan = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(
+        five_step_dag(log), dry_run=True, force_run=["^proc/b$"]
+    )
     capsys.readouterr()
     by_name = {d.step.name: d for d in plan.decisions}
     assert by_name["proc/b"].action == "run" and by_name["proc/b"].forced
@@ -50,7 +52,9 @@ def test_forced_steps_run_again_and_are_shown_forced(tmp_path, capsys):
     assert [s["name"] for s in doc["steps"] if s["forced"]] == ["proc/b"]
     assert len(executions(log)) == 5  # a dry run runs nothing
 
-    report = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(log), force_run=["^proc/b$"])
+    report = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(
+        five_step_dag(log), force_run=["^proc/b$"]
+    )
     ran = executions(log)[5:]
     assert len(ran) == 1 and ran[0].endswith(by_name["proc/b"].step.output_path.rsplit("/", 1)[-1])
     ps = by_name["proc/b"].step
@@ -66,13 +70,19 @@ def test_force_run_also_reruns_a_failed_step(tmp_path):
     step = ExecutorStep(name="broken", fn=fail, config=WriteConfig(output_path=this_output_path(), text=versioned("x")))
     prefix = str(tmp_path / "store")
     Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run([step], raise_on_failure=False)
-    (d,) = Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run([step], dry_run=True, force_run=["broken"]).decisions
+    (d,) = (
+        Executor(ExecutorMainConfig(prefix=prefix, backend="local"))
+        .run([step], dry_run=True, force_run=["broken"])
+        .decisions
+    )
     assert d.action == "run" and d.forced and "last FAILED" in d.reason
 
 
 def test_force_run_matching_no_step_names_the_steps(tmp_path):
     with pytest.raises(ExecutorConfigError, match=r"--force_run \['nope'\] matches no step name; the steps are: raw/a"):
-        Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).run(five_step_dag(), dry_run=True, force_run=["nope"])
+        Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).run(
+            five_step_dag(), dry_run=True, force_run=["nope"]
+        )
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from marin_lab.cli import main as cli_main
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path
 from marin_lab.execution.state.status import LEASE_FILE, Status, write_status
 from marin_lab.gc import GcError, find_garbage, parse_age
 from marin_lab.store.layout import tmp_path as tmp_path_of

@@ -11,11 +11,11 @@ import pathlib
 import pytest
 
 from marin_lab.execution import (
-    ExecutorMainConfig,
     CycleError,
     EncodingError,
     Executor,
     ExecutorConfigError,
+    ExecutorMainConfig,
     ExecutorStep,
     InputName,
     MissingDependencyError,

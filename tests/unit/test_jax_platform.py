@@ -1,17 +1,25 @@
-"""A driver on a host without accelerators pins JAX to the CPU, unless told otherwise."""
+"""A host without accelerators pins JAX to the CPU as soon as marin_lab is imported, unless told otherwise."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
-from marin_lab.execution.run import platform as jax_platform
+import pytest
+
+from marin_lab import jax_platform
+
+PROBE_LINES = ("unexpected worker hostname", "could not determine TPU accelerator type", "libtpu")
 
 
 def test_cpu_host_pins_jax_to_cpu(monkeypatch):
     monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    monkeypatch.delenv("TPU_SKIP_MDS_QUERY", raising=False)
     monkeypatch.setattr(jax_platform, "has_accelerator", lambda: False)
     jax_platform.default_to_cpu()
     assert os.environ["JAX_PLATFORMS"] == "cpu"
+    assert os.environ["TPU_SKIP_MDS_QUERY"] == "1"
 
 
 def test_a_users_choice_and_an_accelerator_host_are_left_alone(monkeypatch):
@@ -27,3 +35,24 @@ def test_a_users_choice_and_an_accelerator_host_are_left_alone(monkeypatch):
 def test_tpu_variables_mean_an_accelerator(monkeypatch):
     monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v4-8")
     assert jax_platform.has_accelerator()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("imports", ["import marin_lab, jax", "import jax, marin_lab"])
+def test_import_marin_lab_then_devices_never_probes_libtpu(imports):
+    """Regression: with libtpu installed (the `tpu` extra), `import marin_lab, jax; jax.devices()` on
+    a machine without TPUs sometimes printed libtpu's probe errors: nothing pinned JAX to the CPU
+    before `executor_main` ran. Now `import marin_lab` does, before or after JAX was imported."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "TPU_SKIP_MDS_QUERY")}
+    code = (
+        f"{imports}, os\n"
+        "print(os.environ.get('JAX_PLATFORMS'), jax.config.jax_platforms, [d.platform for d in jax.devices()])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    if jax_platform.has_accelerator():  # JAX is rightly left to find the accelerator
+        assert proc.stdout.split()[0] == "None", proc.stdout
+        return
+    assert proc.stdout.split() == ["cpu", "cpu", "['cpu']"], proc.stdout
+    probe = [line for line in proc.stderr.splitlines() if any(p in line for p in PROBE_LINES)]
+    assert probe == [], proc.stderr

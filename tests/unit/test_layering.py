@@ -22,6 +22,7 @@ LAYERS: dict[str, int] = {
     "versioning": 0,
     "flags": 0,
     "host_env": 0,
+    "jax_platform": 0,  # run by `import marin_lab`: standard library only
     "ray_niceness": 0,
     "humanize": 0,
     "io": 1,

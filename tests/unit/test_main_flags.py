@@ -20,11 +20,26 @@ from tests.executor_steps import executions, five_step_dag
         (["--run_only", "ok/one-[0-9a-f]{8}"], ["ok/one-[0-9a-f]{8}"]),
         (["--run_only", "null"], ["null"]),
         (["--run_only", "[a-c]x"], ["[a-c]x"]),
+        # A bracketed value is a list, in YAML's flow style too, as Marin's draccus reads it.
+        (["--run_only", "[^a$]"], ["^a$"]),
+        (["--run_only", "[a, b/c.*]"], ["a", "b/c.*"]),
         (["--dry_run", "true"], None),
     ],
 )
 def test_run_only_values_are_regexes_not_yaml(argv, expected):
     assert parse_flags(argv).run_only == expected
+
+
+def test_a_bracketed_run_only_runs_the_steps_it_lists_as_in_marin(tmp_path):
+    """Regression: Marin's `--run_only "[^a$]"` (a YAML list to draccus) was taken as one regex,
+    a character class that matches no step name, and refused."""
+    log = str(tmp_path / "log")
+    executor_main(
+        five_step_dag(log_path=log),
+        args=["--prefix", str(tmp_path / "p"), "--run_only", "[^raw/a$]", "--backend", "local"],
+    )
+    (ran,) = executions(log)
+    assert "/raw/a-" in ran
 
 
 @pytest.mark.parametrize("bad", ["[x", "*ok", "("])

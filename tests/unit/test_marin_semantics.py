@@ -12,10 +12,10 @@ from typing import NamedTuple
 import pytest
 
 from marin_lab.execution import (
-    ExecutorMainConfig,
     THIS_OUTPUT_PATH,
     Executor,
     ExecutorConfigError,
+    ExecutorMainConfig,
     ExecutorStep,
     InputName,
     StepDefinitionError,
@@ -286,7 +286,9 @@ def test_nonblocking_input_runs_beside_a_training_step_still_running(tmp_path):
     evaluate = ExecutorStep(
         "eval", evaluate_checkpoint, CheckpointsConfig(this_output_path(), marker, train.cd("ckpt").nonblocking())
     )
-    report = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local", max_concurrent=2)).run([train, evaluate])
+    report = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local", max_concurrent=2)).run(
+        [train, evaluate]
+    )
     assert len(report.executed) == 2 and report.failed == []
     assert Path(marker).read_text() == "seen step-1"
 

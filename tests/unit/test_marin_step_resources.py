@@ -37,11 +37,16 @@ def test_marin_resources_are_planned_as_ours(tmp_path, given, planned):
     (ps,) = ex.plan([_step(given)]).steps
     assert ps.step.resources == planned
     # Resources are not identity: the step is the same one it is without them.
-    assert ps.identity == Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).plan([_step(None)]).steps[0].identity
+    assert (
+        ps.identity
+        == Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).plan([_step(None)]).steps[0].identity
+    )
 
 
 def test_a_gpu_config_step_plans_with_its_gpu(tmp_path, capsys):
-    Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).run([_step(GpuConfig(gpu_count=1))], dry_run=True)
+    Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local")).run(
+        [_step(GpuConfig(gpu_count=1))], dry_run=True
+    )
     out = capsys.readouterr().out
     assert "resources: kind=gpu, gpus=1" in out
     assert "resources is a GpuConfig" not in out  # planned (a CPU-only machine says it cannot hold it)

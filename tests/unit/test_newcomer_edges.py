@@ -77,7 +77,11 @@ def test_failed_previously_says_what_the_error_was(tmp_path):
     step = ExecutorStep(name="broken", fn=fail, config=WriteConfig(output_path=this_output_path(), text="shard 3"))
     ex = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local"))
     ex.run([step], raise_on_failure=False)
-    (decision,) = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local")).run([step], dry_run=True).decisions
+    (decision,) = (
+        Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local"))
+        .run([step], dry_run=True)
+        .decisions
+    )
     assert decision.action == "fail"
     assert "raised ValueError: boom in shard 3); pass --force_run_failed" in decision.reason
 
@@ -95,7 +99,9 @@ def _coloured_failure(tmp_path):
     from marin_lab.store.layout import status_url as status_path
 
     step = ExecutorStep(name="coloured", fn=fail, config=WriteConfig(output_path=this_output_path(), text="x"))
-    report = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local")).run([step], raise_on_failure=False)
+    report = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local")).run(
+        [step], raise_on_failure=False
+    )
     (ps,) = report.plan.steps
     red = "\x1b[31mValueError: boom in x\x1b[0m"
     record = json.loads(Path(info_path(ps.output_path)).read_text())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path
 from tests.executor_steps import RendezvousConfig, rendezvous
 
 
@@ -26,7 +26,9 @@ def test_independent_steps_run_concurrently(tmp_path, backend, request):
     if backend == "ray":
         request.getfixturevalue("ray_cluster")
     n = 2  # CI has 2 cores: a Ray another test started may have only 2 CPUs
-    report = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend=backend, max_concurrent=n)).run(_steps(str(tmp_path / "met"), n))
+    report = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend=backend, max_concurrent=n)).run(
+        _steps(str(tmp_path / "met"), n)
+    )
     assert len(report.executed) == n and not report.failed
     assert len(list((tmp_path / "met").iterdir())) == n
 
@@ -44,5 +46,7 @@ def test_one_at_a_time_cannot_meet(tmp_path):
         )
         for i in range(2)
     ]
-    report = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local", max_concurrent=1)).run(steps, raise_on_failure=False)
+    report = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local", max_concurrent=1)).run(
+        steps, raise_on_failure=False
+    )
     assert report.failed

@@ -13,7 +13,7 @@ from html.parser import HTMLParser
 
 from markdown_it import MarkdownIt
 
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path, versioned
 from marin_lab.execution.review.plan_report import to_markdown
 from tests.executor_steps import WriteConfig, write_text
 

@@ -10,8 +10,8 @@ import random
 import pytest
 
 from marin_lab.execution import (
-    ExecutorMainConfig,
     CycleError,
+    ExecutorMainConfig,
     ExecutorStep,
     InputName,
     MissingDependencyError,

@@ -57,12 +57,16 @@ def test_a_run_of_pinned_steps_records_its_experiment_beside_them(tmp_path):
 def test_a_run_with_a_step_under_the_prefix_records_under_the_prefix(tmp_path):
     store = tmp_path / "store"
     step = ExecutorStep(name="c", fn=write_text, config=WriteConfig(output_path=this_output_path(), text="c"))
-    report = Executor(ExecutorMainConfig(prefix=str(store), backend="local")).run([step, _pinned("a", str(tmp_path / "pinned" / "a"))])
+    report = Executor(ExecutorMainConfig(prefix=str(store), backend="local")).run(
+        [step, _pinned("a", str(tmp_path / "pinned" / "a"))]
+    )
     assert os.path.dirname(report.experiment_path or "") == str(store / "experiments")
 
 
 def test_an_explicit_records_folder_is_kept(tmp_path):
     records = tmp_path / "records"
-    executor = Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local", executor_info_base_path=str(records)))
+    executor = Executor(
+        ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local", executor_info_base_path=str(records))
+    )
     report = executor.run([_pinned("a", str(tmp_path / "pinned" / "a"))])
     assert os.path.dirname(report.experiment_path or "") == str(records)

@@ -13,7 +13,7 @@ import pytest
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
 from marin_lab.cli import main as cli_main
-from marin_lab.execution import ExecutorMainConfig, Executor
+from marin_lab.execution import Executor, ExecutorMainConfig
 from marin_lab.execution.record.experiments import list_runs
 from marin_lab.execution.review.decide import decide_one
 from marin_lab.execution.state.status import Status, write_status
@@ -23,7 +23,9 @@ from tests.executor_steps import five_step_dag
 
 def _run(prefix, log, argv, monkeypatch):
     monkeypatch.setattr(sys, "argv", argv)
-    return Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script="experiments/five.py").run(five_step_dag(log_path=log))
+    return Executor(ExecutorMainConfig(prefix=prefix, backend="local"), script="experiments/five.py").run(
+        five_step_dag(log_path=log)
+    )
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
 from marin_lab.browser.records import Browser
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path, versioned
 from marin_lab.execution.review.baseline import diff_versions
 from marin_lab.io.secrets import REDACTED, SecretFilter, scrub_text
 from tests.executor_steps import SecretConfig, leak_secrets
@@ -53,7 +53,9 @@ def test_secrets_never_reach_records_or_logs(tmp_path, monkeypatch, caplog, capf
         ),
     )
     prefix = tmp_path
-    report = Executor(ExecutorMainConfig(prefix=str(prefix), backend="local", max_failure_retries=0)).run([step], raise_on_failure=False)
+    report = Executor(ExecutorMainConfig(prefix=str(prefix), backend="local", max_failure_retries=0)).run(
+        [step], raise_on_failure=False
+    )
     assert report.failed, "the step raises: its error message is where secrets would leak"
     assert _files_leaking(prefix) == {}
     (ps,) = report.plan.steps

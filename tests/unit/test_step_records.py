@@ -11,7 +11,7 @@ import pytest
 
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.records import Browser
-from marin_lab.execution import ExecutorMainConfig, Executor, ExecutorStep, this_output_path, versioned
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path, versioned
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.review.baseline import RecordIndex
 from marin_lab.io.secrets import redact

@@ -21,6 +21,7 @@ from marin_lab.store.layout import project_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from browser_fixtures import build_prefix  # noqa: E402
+
 from marin_lab.execution import ExecutorMainConfig
 
 
@@ -34,7 +35,10 @@ def test_unset_or_empty_marin_prefix_means_the_default_everywhere(monkeypatch, e
         monkeypatch.setenv("MARIN_PREFIX", env)
     default = project_store()
     assert default_prefix() == default and os.path.isabs(default)
-    assert Executor(ExecutorMainConfig(backend="local")).prefix == Executor(ExecutorMainConfig(prefix=default, backend="local")).prefix
+    assert (
+        Executor(ExecutorMainConfig(backend="local")).prefix
+        == Executor(ExecutorMainConfig(prefix=default, backend="local")).prefix
+    )
     assert cli._prefix(cli.build_parser().parse_args(["browse"])) == default
 
     served = {}

@@ -109,6 +109,21 @@ def test_modules_to_save_are_read_in_fp32(bases):
     np.testing.assert_array_equal(saved["lm_head"], np.asarray(params["lm_head"]))
 
 
+@pytest.mark.slow
+def test_modules_to_save_of_a_quantize_base_output(bases):
+    """Regression: a QLoRA fine-tune training the embedding (modules_to_save) from a quantize_base
+    output failed at start: reading the base's leaves one by one tripped on the NF4 fields
+    (`['layers']['w_down'].packed`) it did not need. Only the named leaves are read now."""
+    _, params, _ = load_base(bases["quantized"])
+    saved = load_saved(open_base(bases["quantized"]), ("embed",))
+    assert set(saved) == {"embed"} and saved["embed"].dtype == np.float32
+    np.testing.assert_array_equal(saved["embed"], np.asarray(params["embed"], np.float32))
+    # Every leaf, the NF4 fields included, reads one at a time by its keys.
+    leaves = dict(ckpt.iter_arrays(bases["quantized"]))
+    packed = flatten_params(params)["layers/w_down"].packed
+    np.testing.assert_array_equal(leaves[("layers", "w_down", "packed")], np.asarray(packed))
+
+
 CHILD = r"""
 import json, sys, threading, time
 import jax, jax.numpy as jnp

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pathlib
 import tomllib
 from collections.abc import Sequence
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from marin_lab.environments import StepEnvironment
 from marin_lab.execution.errors import StepDefinitionError
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROJECT_ROOT = str(pathlib.Path(__file__).resolve().parents[3])
 CONSTRAINTS = os.path.join("requirements", "constraints.txt")
 
 

@@ -90,6 +90,20 @@ def portable_value(value: Any) -> Any:
     return value
 
 
+def missing_local_paths(value: Any, field: str) -> list[tuple[str, str]]:
+    """(field path, location) for each local path spelt in a versioned value (as `portable_value`
+    sees it) that does not exist: the step would fail reading it, and its identity is the bare path."""
+    if isinstance(value, str):
+        if _is_path_spelling(value) and not has_glob(value) and not os.path.exists(_local_path(value)):
+            return [(field, value)]
+        return []
+    if isinstance(value, list):
+        return [m for i, v in enumerate(value) for m in missing_local_paths(v, f"{field}[{i}]")]
+    if isinstance(value, dict):
+        return [m for k, v in value.items() for m in missing_local_paths(v, f"{field}[{k!r}]")]
+    return []
+
+
 def _is_path_spelling(location: str) -> bool:
     return location.startswith(("file://", "/", "./", "../", "~"))
 

@@ -16,6 +16,7 @@ from typing import Any
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.plan.hashing import lenient_value, unversioned_fingerprint
 from marin_lab.execution.plan.planner import PlannedStep
+from marin_lab.execution.plan.sources import missing_local_paths
 from marin_lab.execution.record.code_provenance import function_fingerprint
 from marin_lab.execution.review.baseline import LastRun, RecordIndex, baseline, diff_versions, stale_reuse_diffs
 from marin_lab.execution.state.lease import DRIVER_GONE, Lease, running_driver_gone
@@ -119,6 +120,23 @@ def decide_one(
             reason = f"new version ({against})"
             notes = tuple(diff_versions(base.version, ps.version))
     return Decision(ps, "run", reason, notes)
+
+
+def with_missing_sources(d: Decision) -> Decision:
+    """`d` with one note per versioned local path of a step that will run which does not exist
+    (naming the step, the field and the path): without it the dry run says nothing and the run fails
+    in the step."""
+    if d.action != "run":
+        return d
+    missing = [m for field, value in d.step.scan.versioned.items() for m in missing_local_paths(value, field)]
+    if not missing:
+        return d
+    notes = tuple(
+        f"step '{d.step.name}': field '{field}' names the local path {path!r}, which does not exist; "
+        "create it or fix the path before running"
+        for field, path in missing
+    )
+    return dataclasses.replace(d, notes=(*d.notes, *notes))
 
 
 def rebuild_reason(ps: PlannedStep) -> str | None:

@@ -37,11 +37,11 @@ from marin_lab.execution.record.provenance import runtime_environment
 from marin_lab.execution.review.capacity import ray_nodes
 from marin_lab.execution.run.interrupt import register_worker_group, unregister_worker_group
 from marin_lab.execution.run.logs import VERBOSE_ENV
-from marin_lab.execution.run.platform import has_accelerator
 from marin_lab.execution.run.preemption import PREEMPTION, ray_error_kind
 from marin_lab.execution.state.lease import LeaseHolder
 from marin_lab.io.conditional import conditional_file
 from marin_lab.io.secrets import redact, redact_logs
+from marin_lab.jax_platform import has_accelerator
 from marin_lab.ray_niceness import run_workers_at_normal_priority
 
 logger = logging.getLogger(__name__)

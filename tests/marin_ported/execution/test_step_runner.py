@@ -4,6 +4,7 @@
 import contextvars
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -499,6 +500,58 @@ def test_runner_does_not_prune_dev_node(tmp_path: Path):
 
     assert "dev" in executed
     assert "dep" in executed
+
+
+def test_runner_consumes_unbounded_iterator(tmp_path: Path):
+    """The runner must not pre-consume the iterable — it must support unbounded generators.
+
+    The generator yields forever unless ``stop`` is set; we set it from inside
+    a terminal's function after N terminals have executed. A batch-flatten
+    implementation would try to exhaust the generator before running any step
+    and hang (caught by the per-test timeout).
+    """
+
+    stop = threading.Event()
+    executed: list[str] = []
+    lock = threading.Lock()
+    n_terminals = 3
+
+    def on_execute(name: str):
+        def _fn(output_path: str) -> Artifact:
+            with lock:
+                executed.append(name)
+                # Count terminals executed; signal the generator to stop once
+                # we've run enough.
+                terminal_count = sum(1 for e in executed if e.startswith("t_"))
+            if terminal_count >= n_terminals:
+                stop.set()
+            return Artifact(path=output_path)
+
+        return _fn
+
+    dep = StepSpec(
+        name="shared_dep",
+        override_output_path=(tmp_path / "shared_dep").as_posix(),
+        fn=on_execute("dep"),
+    )
+
+    def unbounded_generator():
+        i = 0
+        while not stop.is_set():
+            name = f"t_{i}"
+            yield StepSpec(
+                name=name,
+                override_output_path=(tmp_path / name).as_posix(),
+                deps=[dep],
+                fn=on_execute(name),
+            )
+            i += 1
+
+    StepRunner().run(unbounded_generator())
+
+    assert "dep" in executed
+    terminals = [e for e in executed if e.startswith("t_")]
+    assert len(terminals) >= n_terminals
 
 
 def test_runner_dedups_shared_deps(tmp_path: Path):
