@@ -294,12 +294,26 @@ class Executor:
         force_run: Sequence[str] | None = None,
         plan_format: str = "text",
     ) -> RunReport:
+        """Review `steps` (plan, decide, check capacity), then print the review (`dry_run`) or
+        execute it. See `review` and `execute`."""
         check_format(plan_format)
         if force_run_failed is not None:
             self.force_run_failed = force_run_failed
         if force_run is not None:
             self.force_run = list(force_run)
         redact_logs()  # whatever configured logging, no secret reaches a handler from here on
+        plan, decisions = self.review(steps, run_only=run_only, dry_run=dry_run)
+        if dry_run:
+            self.print_review(decisions, plan_format)
+            return RunReport(plan, decisions, {}, None)
+        return self.execute(plan, decisions, raise_on_failure=raise_on_failure)
+
+    def review(
+        self, steps: Sequence[ExecutorStep], *, run_only: Sequence[str] | None = None, dry_run: bool = True
+    ) -> tuple[Plan, list[Decision]]:
+        """What a run would do with every step, and why: the plan, then a decision per step. For a
+        real run (`dry_run=False`) the regions are checked strictly, the prefix must be writable and
+        a step no node can hold is refused; a dry run notes them instead."""
         plan = self.plan(steps, strict_regions=not dry_run)
         selected = self.select(plan, run_only)
         self._forced = plan.forced(self.force_run)
@@ -308,20 +322,28 @@ class Executor:
         decisions = self.decide(plan, selected, explain=dry_run)
         decisions = self._check_capacity(decisions, refuse=not dry_run)
         self._warn_if_new_prefix(decisions)
-        if dry_run:
-            if plan_format == "text":
-                print(self.format_plan(decisions), flush=True)
-            else:
-                plan_doc = plan_report(
-                    decisions,
-                    prefix=self.prefix,
-                    backend=self.backend_name,
-                    script=self.script,
-                    unchecked=self.unchecked_reads,
-                    costs=self.plan_costs(decisions),
-                )
-                print(render_plan(plan_doc, plan_format), flush=True)
-            return RunReport(plan, decisions, {}, None)
+        return plan, decisions
+
+    def print_review(self, decisions: Sequence[Decision], plan_format: str = "text") -> None:
+        """The dry run's output: the decisions as text, Markdown or JSON (with costs)."""
+        if plan_format == "text":
+            print(self.format_plan(decisions), flush=True)
+            return
+        plan_doc = plan_report(
+            decisions,
+            prefix=self.prefix,
+            backend=self.backend_name,
+            script=self.script,
+            unchecked=self.unchecked_reads,
+            costs=self.plan_costs(decisions),
+        )
+        print(render_plan(plan_doc, plan_format), flush=True)
+
+    def execute(self, plan: Plan, decisions: Sequence[Decision], *, raise_on_failure: bool = True) -> RunReport:
+        """Run what `review` decided: the experiment and run records, then every step to its end.
+        Raises RunInterruptedError when interrupted, ExperimentFailedError when a step failed (unless
+        `raise_on_failure` is false)."""
+        decisions = list(decisions)
         self._code = None  # the tree may have changed since this executor's last run
         self.cancel.clear()
         self.interrupt_signal = None
