@@ -454,7 +454,7 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
                 {**meta, "step": final_step},
             )
         if config.export_hf:
-            hf_path = trainer.export_hf(model, param_leaves(merged))
+            hf_path = trainer.export_hf(model, param_leaves(merged), chat_template=meta.get("chat", {}).get("template"))
     if finished:
         mfs.write_json(mfs.join(config.output_path, "eval.json"), {"before": eval_before, "after": eval_after})
     summary = trainer.finish(

@@ -29,7 +29,8 @@ fields. The Trainer owns what is the same, in the order a step function calls it
   marin_lab.evaluation (`during_training.training_hooks`), which sits above training and is never
   imported from here: the step function registers the hooks it is given;
 - `export_hf(model, leaves)`: the one Hugging Face export tail, with the tokenizer (and bos/eos
-  ids) of the run's first token cache, looked up once; written by process 0;
+  ids) of the run's first token cache, looked up once, and a chat fine-tune's template; written by
+  process 0;
 - `finish(result, summary)`: process 0 writes `{output_path}/{summary_file}` and closes W&B with
   it; every process returns the summary.
 """
@@ -42,7 +43,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -56,7 +57,7 @@ from marin_lab.training import checkpoint as ckpt
 from marin_lab.training import distributed
 from marin_lab.training.checkpoint import CheckpointConfig
 from marin_lab.training.errors import TrainingError
-from marin_lab.training.hf_export import export_hf_leaves
+from marin_lab.training.hf_export import chat_template_of, export_hf_leaves
 from marin_lab.training.metrics import MetricsLogger, StepTimer, WandbConfig
 from marin_lab.training.token_cache import TokenCache
 from marin_lab.versioning import field_hints
@@ -355,11 +356,15 @@ class Trainer:
         return cache.tokenizer_url(), cache.ledger.get("bos_id"), cache.ledger.get("eos_id")
 
     def export_hf(
-        self, model: LlamaConfig, leaves: Iterable[tuple[tuple[str, ...], np.ndarray]], dtype: str = "float32"
+        self,
+        model: LlamaConfig,
+        leaves: Iterable[tuple[tuple[str, ...], np.ndarray]],
+        dtype: str = "float32",
+        chat_template: Mapping[str, Any] | None = None,
     ) -> str | None:
         """Write `{output_path}/hf` in Hugging Face format from `leaves` ((keys, array) per parameter,
-        read one at a time) with the run's tokenizer; process 0 writes it and gets its path, the
-        others None."""
+        read one at a time) with the run's tokenizer and, for a chat fine-tune, the `chat_template`
+        record of its instruction cache; process 0 writes it and gets its path, the others None."""
         if jax.process_index() != 0:
             return None
         url, bos_id, eos_id = self.tokenizer
@@ -371,6 +376,7 @@ class Trainer:
             tokenizer_url=url,
             bos_id=bos_id,
             eos_id=eos_id,
+            chat_template=chat_template_of(chat_template),
         )
 
     def finish(self, result: TrainResult, summary: dict[str, Any]) -> dict[str, Any]:

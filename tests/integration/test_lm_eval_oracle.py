@@ -1,7 +1,8 @@
 """Oracle: our lm-eval adapter gives lm-eval's own `hf` backend's numbers on real tasks.
 
-A tiny Llama of ours is exported to Hugging Face format (`hf_export`) and scored by lm-eval's
-`HFLM` (torch + transformers, the test extra) and by `MarinLM` (JAX) on the same tasks, the same
+A tiny Llama is trained by `train_lm` on a token cache with a real tokenizer; lm-eval's `HFLM`
+(torch + transformers, the test extra) scores the step's own `hf/` folder as it was written, with
+nothing added, and `MarinLM` (JAX) the step's checkpoint, on the same tasks, the same
 offline documents, the same few-shot seed and limit. Request by request, the log-likelihoods agree
 within 2e-4 absolute (+1e-5 relative): both run the same float32 model, but XLA and torch order
 their matmul and softmax reductions differently, which moves a token's log-probability by ~1e-6
@@ -10,35 +11,35 @@ truncation, positions or padding moves them by far more (a token is worth ~|log 
 per-item choices (acc, acc_norm) and greedy flags are then equal item by item.
 """
 
-import json
 import math
 
-import jax
 import numpy as np
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from marin_lab.evaluation.harness import MarinLM, TaskSpec, run_task
-from marin_lab.models.llama import init_params
-from marin_lab.testing.training import tiny_model
-from marin_lab.training.hf_export import export_hf
+from marin_lab.evaluation.loading import load_model, load_tokenizer_for
+from marin_lab.testing.training import tiny_model, tiny_train_config
+from marin_lab.training import train_lm
+from marin_lab.training.optimizer import OptimizerConfig
+from marin_lab.training.token_cache import write_token_cache
 
 pytestmark = pytest.mark.slow
 
 TASKS = (TaskSpec("arc_easy", 0, 20), TaskSpec("piqa", 0, 20), TaskSpec("copa", 0, 20), TaskSpec("hellaswag", 0, 8))
 ATOL, RTOL = 2e-4, 1e-5
+TEXT = (
+    "Question: which of these is the answer? the cat sat on the mat because it was warm and the "
+    "water boiled at a high temperature in the laboratory; plants need sunlight to grow."
+)
 
 
 def _tokenizer() -> Tokenizer:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    text = [
-        "Question: which of these is the answer? the cat sat on the mat because it was warm and the "
-        "water boiled at a high temperature in the laboratory; plants need sunlight to grow."
-    ] * 30
     tok.train_from_iterator(
-        text,
+        [TEXT] * 30,
         trainers.BpeTrainer(
             vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
         ),
@@ -53,32 +54,38 @@ def models_(tmp_path_factory):
 
     tok = _tokenizer()
     root = tmp_path_factory.mktemp("oracle")
-    (root / "tokenizer.json").write_text(tok.to_str())
-    # A larger init spread than training's makes the choices' log-likelihoods far apart (no ties).
-    cfg = tiny_model(vocab_size=tok.get_vocab_size(), max_seq_len=512, initializer_std=0.08)
-    params = init_params(cfg, jax.random.key(3))
+    words = TEXT.split()
+    rng = np.random.default_rng(0)
+    docs = [tok.encode(" ".join(rng.choice(words, size=40))).ids for _ in range(60)]
+    cache = str(root / "cache")
     eos = tok.token_to_id("<|endoftext|>")
-    hf_dir = root / "hf"
-    export_hf(params, cfg, str(hf_dir), tokenizer_url=str(root / "tokenizer.json"), eos_id=eos)
-    (hf_dir / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "eos_token": "<|endoftext|>",
-                "model_max_length": cfg.max_seq_len,
-            }
+    write_token_cache(
+        cache,
+        {"train": docs[:50], "validation": docs[50:]},
+        vocab_size=tok.get_vocab_size(),
+        eos_id=eos,
+        tokenizer_json=tok.to_str(),
+    )
+    # A larger init spread than training's makes the choices' log-likelihoods far apart (no ties);
+    # two small steps keep it while the weights, the checkpoint and the export are a real run's.
+    cfg = tiny_model(vocab_size=tok.get_vocab_size(), max_seq_len=512, initializer_std=0.08)
+    out = str(root / "train")
+    summary = train_lm(
+        tiny_train_config(
+            out, {"c": cache}, model=cfg, num_train_steps=2, optimizer=OptimizerConfig(learning_rate=1e-3, warmup=0)
         )
     )
     theirs = HFLM(
-        pretrained=str(hf_dir),
+        pretrained=summary["hf_path"],  # the step's folder as written: nothing is added to it here
         backend="causal",
         device="cpu",
         dtype=torch.float32,
         batch_size=16,
-        max_length=cfg.max_seq_len,
         logits_cache=False,
     )
-    ours = MarinLM(params, cfg, tok, batch_size=16)
+    model, params, _, step = load_model(out)
+    assert step == 2 and model == cfg
+    ours = MarinLM(params, model, load_tokenizer_for(out)[0], batch_size=16)
     return ours, theirs
 
 

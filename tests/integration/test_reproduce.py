@@ -17,7 +17,8 @@ from marin_lab.io.fs import read_json, write_json
 from marin_lab.reproduce import IDENTICAL, NOT_REPRODUCIBLE, ReproduceError, reproduce
 from tests.data_fixtures import make_html_site
 
-# download -> extract -> tokenizer -> tokenize -> train (a few steps) -> evaluate, on made-up HTML.
+# download -> extract -> tokenizer -> tokenize -> train (a few steps) -> evaluate (perplexity and copa), on
+# made-up HTML: the quickstart's recipe at a tiny size.
 PIPELINE = textwrap.dedent("""
     import os
 
@@ -32,12 +33,13 @@ PIPELINE = textwrap.dedent("""
     tok = default_train_tokenizer("site", docs, vocab_size=300)
     data = default_tokenize("site", docs, tokenizer=tok, validation_fraction=0.3, num_workers=NUM_WORKERS)
     tiny = LlamaConfig(vocab_size=None, hidden_dim=16, intermediate_dim=32, num_layers=1, num_heads=2,
-                       num_kv_heads=1, max_seq_len=32)
+                       num_kv_heads=1, max_seq_len=128)  # room for copa's answers in a 300-token vocabulary
     model = default_train("tiny", data, tiny, SimpleTrainConfig(
         resources={"num_cpus": 1}, train_batch_size=2, num_train_steps=4, train_seq_len=32, learning_rate=1e-2,
         compute_dtype="float32", checkpoint=CheckpointConfig(save_every_steps=2, keep_last=1), steps_per_eval=2,
         max_eval_batches=1))
-    evaluation = default_eval("tiny", model, data, tasks=(), seq_len=32, max_sequences=4)
+    # An lm-eval task as the quickstart's: its config holds functions (fewshot_config.doc_to_target).
+    evaluation = default_eval("tiny", model, data, tasks=("copa:0:4",), data="offline", seq_len=32, max_sequences=4)
 
     if __name__ == "__main__":
         executor_main(steps=[evaluation])
@@ -91,6 +93,11 @@ def test_pipeline_reproduces_deep_and_nothing_is_written_into_the_original(tmp_p
     assert sorted(rows) == ["checkpoints", "documents", "evaluation", "raw", "tokenized", "tokenizers"], table
     assert all(line.split()[1] == "identical" for line in rows.values()), table
     assert "6 steps: 6 identical" in table
+    # Regression: results.json held lm-eval's few-shot functions as reprs with memory addresses.
+    steps = json.loads(Path(experiment).read_text())["steps"]
+    evaluation = next(s["output_path"] for s in steps if s["name"].startswith("evaluation/"))
+    results = json.loads(Path(evaluation, "results.json").read_text())
+    assert results["marin_lab"]["tasks"]["copa"]["status"] == "ok" and "fewshot_config" in results["configs"]["copa"]
     # The W&B folder is a run log: listed apart, not compared; the checkpoint and HF export are compared.
     assert re.search(r"identical +\d+ .*wandb/\* \(\d+\)", rows["checkpoints"]), table
     assert _tree(original) == before  # nothing written (or touched) under the original prefix

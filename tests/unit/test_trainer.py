@@ -205,20 +205,25 @@ def test_programs_are_built_once_per_key_whichever_builder_asks():
 
 
 def test_export_hf_writes_the_runs_tokenizer_and_ids_from_process_0(tmp_path):
+    from tokenizers import Tokenizer, models
+
     from marin_lab.models.llama import init_params
     from marin_lab.testing.training import tiny_model, write_synthetic_cache
     from marin_lab.training.hf_export import param_leaves
 
+    vocab = {f"t{i}": i for i in range(255)} | {"<|endoftext|>": 255}  # the synthetic cache's EOS is 255
+    tokenizer_json = Tokenizer(models.WordLevel(vocab, unk_token="t0")).to_str()
     cache = write_synthetic_cache(
-        str(tmp_path / "cache"), train_docs=4, validation_docs=2, tokenizer_json='{"model": {"type": "WordLevel"}}'
+        str(tmp_path / "cache"), train_docs=4, validation_docs=2, tokenizer_json=tokenizer_json
     )
     toy = _trainer(tmp_path / "run")
     trainer = Trainer(dataclasses.replace(toy.trainer.loop, tokenizer_cache=cache))
     model = tiny_model()
     path = trainer.export_hf(model, param_leaves(init_params(model, jax.random.key(0))))
     assert path == str(tmp_path / "run" / "hf")
-    assert (tmp_path / "run" / "hf" / "tokenizer.json").read_text() == '{"model": {"type": "WordLevel"}}'
+    assert (tmp_path / "run" / "hf" / "tokenizer.json").read_text() == tokenizer_json
     assert json.loads((tmp_path / "run" / "hf" / "config.json").read_text())["eos_token_id"] == 255
+    assert json.loads((tmp_path / "run" / "hf" / "tokenizer_config.json").read_text())["eos_token"] == "<|endoftext|>"
     assert (tmp_path / "run" / "hf" / "model.safetensors").exists()
 
 
