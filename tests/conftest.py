@@ -171,7 +171,7 @@ def gcs_bucket(gcs_emulator):
 _PREBUILT_ENVIRONMENTS = {
     "tests/integration/test_levanter_backend.py": (
         "from marin_lab.environments import ensure_environment\n"
-        "from marin_lab.training.levanter_backend import levanter_environment\n"
+        "from experiments.levanter_backend import levanter_environment\n"
         "ensure_environment(levanter_environment())\n"
     ),
 }

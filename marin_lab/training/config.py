@@ -15,8 +15,6 @@ from marin_lab.training.metrics import TPU_PEAK_BY_TYPE, WandbConfig
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.versioning import field_hints, versioned_field
 
-BACKENDS = ("native",)
-
 
 @field_hints
 @dataclasses.dataclass(frozen=True)
@@ -93,8 +91,6 @@ class TrainLmConfig:
     """Peak FLOP/s for MFU when the device is not in the known table (e.g. a CPU benchmark)."""
     stop_after_steps: int | None = None
     """Stop after this many steps of this run (preemption drills and tests); None: run to the end."""
-    backend: str = "native"
-    """Trainer implementation; only 'native' (this JAX trainer) exists so far."""
     tpu_type: str | None = None
     """Accelerator the run is planned for (e.g. 'v5e-256'); used by plan_estimate only."""
     tpu_slices: int = 1

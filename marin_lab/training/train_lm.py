@@ -43,7 +43,7 @@ from marin_lab.precision.scalify_train import overflow_message as scalify_overfl
 from marin_lab.store.layout import METRICS_FILE  # noqa: E402
 from marin_lab.training import checkpoint as ckpt  # noqa: E402
 from marin_lab.training import distributed  # noqa: E402
-from marin_lab.training.config import BACKENDS, TrainLmConfig  # noqa: E402
+from marin_lab.training.config import TrainLmConfig  # noqa: E402
 from marin_lab.training.data import MixtureLoader  # noqa: E402
 from marin_lab.training.errors import TrainingError  # noqa: E402
 from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding  # noqa: E402
@@ -71,8 +71,6 @@ def validate_config(config: TrainLmConfig) -> None:
         check_remat(config.gradient_checkpointing)
     except ValueError as err:
         raise TrainingError(str(err)) from err
-    if config.backend not in BACKENDS:
-        raise TrainingError(f"backend={config.backend!r} is not one of {BACKENDS}")
     try:
         check_attention(
             config.attention_impl,

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from marin_lab.environments import read_environment_record
-from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path
-from marin_lab.training.levanter_backend import (
+from experiments.levanter_backend import (
     LevanterTrainConfig,
     levanter_environment,
     train_lm_levanter,
 )
+from marin_lab.environments import read_environment_record
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path
 
 
 def _stdlib_documents() -> list[dict]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments import levanter_backend as lb
 from marin_lab import _env_worker
 from marin_lab.environments import (
     EnvironmentBuildError,
@@ -27,7 +28,6 @@ from marin_lab.environments import (
     read_environment_record,
     run_in_environment,
 )
-from marin_lab.training import levanter_backend as lb
 
 PYTHON = f"python{sys.version_info.major}.{sys.version_info.minor}"
 

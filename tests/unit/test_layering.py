@@ -66,8 +66,6 @@ KNOWN_LOCAL: set[tuple[str, str]] = {
     ("evaluation/generate_cli.py", "marin_lab.processing.tokenizers"),
     ("execution/record/code_provenance.py", "marin_lab"),  # the package's own version, read when recorded
     ("quant/nf4.py", "marin_lab.quant.matmul"),  # a real cycle: matmul takes NF4Tensor
-    ("training/levanter_backend.py", "marin_lab.environments"),  # runs inside Levanter's
-    # environment, where only the stdlib is imported
 }
 
 
@@ -279,10 +277,7 @@ STORE_NAMES = {
     ".bad_shards.json",
 }
 # Files that may spell a name, each with its reason. The list only shrinks.
-KNOWN_SPELLED: set[tuple[str, str]] = {
-    # Runs inside Levanter's environment, where only the standard library and marin_lab.errors are imported.
-    ("training/levanter_backend.py", "metrics.jsonl"),
-}
+KNOWN_SPELLED: set[tuple[str, str]] = set()
 
 
 def _spelled_names() -> set[tuple[str, str, int]]:

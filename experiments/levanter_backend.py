@@ -1,4 +1,5 @@
-"""The Levanter backend: train a tiny-to-large llama with PyPI's levanter 1.1 in its own locked environment.
+"""Training with PyPI's levanter 1.1 in its own locked environment: a step whose code needs packages that
+cannot live beside marin_lab's (docs/environments.md), and a peer to compare the native trainer with.
 
 `train_lm_levanter(config)` runs *inside* the Levanter environment (via `run_in_environment`; see
 docs/environments.md), so this module imports only the standard library at import time. It trains a
@@ -32,7 +33,7 @@ from marin_lab.ray_niceness import run_workers_at_normal_priority
 
 logger = logging.getLogger(__name__)
 
-LOCK_FILE = str(Path(__file__).resolve().parents[2] / "requirements" / "levanter.lock")
+LOCK_FILE = str(Path(__file__).resolve().parents[1] / "requirements" / "levanter.lock")
 """Pins every package of the Levanter 1.1 environment."""
 LEVANTER_REQUIREMENTS = ("levanter==1.1", "jax", "jaxlib", "fsspec[http]", "async-timeout")
 """Top-level requirements; the lock decides their versions (jax 0.4.20, ...)."""
