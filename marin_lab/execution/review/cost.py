@@ -1,18 +1,6 @@
 """What a step cost: money from its record's usage (record/usage.py) and the price table (prices.py).
 
-**Accelerator-hours** are chips x wall hours, summed over every attempt of the step that ended: a
-preempted, failed, cancelled or lost attempt held its hardware as long as it ran, so it counts
-(and is shown apart, as `preempted_accelerator_hours`). The chips of an attempt are what its
-runner reported it ran on (a TPU attempt lists the slices it actually got, `hardware.chips`),
-else what the step declared (`resources`): TPU slices x chips per slice (the largest count of an
-elastic request), GPUs, or CPUs; a step that declares nothing runs as one process and counts as one
-CPU. A runner of another kind has unknown chips: its hours are shown, its accelerator-hours are
-"unknown". An attempt still running is not counted until it ends.
-
-The step record holds the result as `usage` (written with every record; records are not hashed,
-so identities do not change). A record written before `usage` existed is measured the same way
-when read. One record's usage spans every attempt its identity ever had, over all runs: what the
-artifact cost.
+Accelerator-hours and how they are counted are record/usage.py's.
 
 **Saved by reuse** is the recorded cost of the steps a run found done instead of running. For the
 dry run, a step that would run is estimated from the latest finished record of the same step name
