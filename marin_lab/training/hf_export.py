@@ -127,8 +127,11 @@ def _token_text(tokenizer: Any, token_id: int, what: str) -> str:
 
 def _prepended_id(tokenizer: Any) -> int | None:
     """The id the tokenizer's post-processor puts before every text (Llama 3's <|begin_of_text|>), or None."""
-    plain = tokenizer.encode("a", add_special_tokens=False).ids
-    full = tokenizer.encode("a", add_special_tokens=True).ids
+    try:
+        plain = tokenizer.encode("a", add_special_tokens=False).ids
+        full = tokenizer.encode("a", add_special_tokens=True).ids
+    except Exception:  # e.g. a WordLevel vocabulary without "a" or an unknown token: nothing to learn
+        return None
     if len(full) > len(plain) and full[1 : 1 + len(plain)] == plain:
         return int(full[0])
     return None

@@ -661,3 +661,56 @@ def test_status_file_takeover_stale_lock_then_refresh(tmp_path):
     _, lease_after_refresh = live_worker._read_lock_with_generation()
     assert lease_after_refresh.worker_id == "live-worker"
     assert lease_after_refresh.timestamp > lease_after_takeover.timestamp
+
+
+# From Marin's tests/test_executor.py at commit 48cf4cfcff8d36646db954848116c5636d3b35ae (an earlier
+# version of the same file, Apache-2.0 as above): `Executor.run(..., force_run=[...])`.
+
+
+def test_force_run():
+    """Test force run functionality."""
+
+    def get_b_list(log, m):
+        def fn(config: MyConfig | None):
+            append_log(log, config)
+
+        b = ExecutorStep(
+            name="b",
+            fn=fn,
+            config=MyConfig(
+                input_path="/",
+                output_path=this_output_path(),
+                n=versioned(3),
+                m=m,
+            ),
+        )
+
+        return [b]
+
+    log = create_log()
+    with tempfile.TemporaryDirectory(prefix="executor-") as temp_dir:
+        executor_initial = create_executor(temp_dir)
+        executor_initial.run(steps=get_b_list(log, 4))
+
+        # Re-run without force_run
+        executor_non_force = create_executor(temp_dir)
+        executor_non_force.run(steps=get_b_list(log, 5))  # This would not run b again so m would be 4
+        # Check the results
+        results = read_log(log)
+        assert len(results) == 1
+        assert results[0]["n"] == 3
+        assert results[0]["m"] == 4
+
+        log = create_log()
+        executor_initial = create_executor(temp_dir)
+        executor_initial.run(steps=get_b_list(log, 4))
+
+        # Re run without force_run
+        executor_force = create_executor(temp_dir)
+        executor_force.run(steps=get_b_list(log, 5), force_run=["b"])  # This would run b again so m would be 5
+        results = read_log(log)
+        assert len(results) == 1
+        assert results[0]["n"] == 3
+        assert results[0]["m"] == 5
+
+    cleanup_log(log)

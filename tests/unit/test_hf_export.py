@@ -14,7 +14,13 @@ from marin_lab.models.llama import forward, init_params
 from marin_lab.processing.instruction import ChatTemplate, render_segments
 from marin_lab.testing.training import tiny_model
 from marin_lab.training.errors import TrainingError
-from marin_lab.training.hf_export import chat_template_jinja, export_hf, export_hf_leaves, special_tokens
+from marin_lab.training.hf_export import (
+    SpecialTokens,
+    chat_template_jinja,
+    export_hf,
+    export_hf_leaves,
+    special_tokens,
+)
 
 TEXT = "the cat sat on the mat because it was warm; ### Question:\n ### Answer:\n what is a dog"
 EOS = "<|endoftext|>"
@@ -80,6 +86,8 @@ def test_without_recorded_ids_eos_and_bos_come_from_the_tokenizer_itself(tmp_pat
     assert tokens.eos == (tok.token_to_id(EOS), EOS)  # find_eos_id's end-of-text tokens
     assert tokens.bos == (tok.token_to_id("<|begin_of_text|>"), "<|begin_of_text|>")  # the post-processor's
     assert special_tokens(_tokenizer()).bos is None
+    word_level = Tokenizer(models.WordLevel({"x": 0, EOS: 1}))  # cannot encode a probe text: no BOS, no error
+    assert special_tokens(word_level) == SpecialTokens(eos=(1, EOS))
     hf_dir, _, _ = _export(tmp_path, tok)
     assert json.loads((tmp_path / "hf" / "generation_config.json").read_text()) == {
         "bos_token_id": tokens.bos[0],
