@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from marin_lab.execution import Executor
+from marin_lab.execution import Executor, ExecutorMainConfig
 from marin_lab.execution.main import capture_steps
 from tests.data_fixtures import make_html_site
 
@@ -81,7 +81,11 @@ def test_qlora_fine_tune_from_the_quantize_step_through_the_executor(tmp_path, m
     script = tmp_path / "finetune_recipe.py"
     script.write_text(RECIPE)
     steps, _ = capture_steps(str(script))
-    experiment = Executor(str(tmp_path / "store"), backend="local", script=str(script)).run(steps).experiment_path
+    experiment = (
+        Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local"), script=str(script))
+        .run(steps)
+        .experiment_path
+    )
     out = {s["name"]: s["output_path"] for s in json.loads(Path(experiment).read_text())["steps"]}
 
     # The quantize step wrote the projections as NF4 fields; the fine-tune read them and the embedding.

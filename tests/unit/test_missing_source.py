@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from marin_lab.execution import ExecutorStep, executor_main, this_output_path, versioned
+from marin_lab.execution import ExecutorMainConfig, ExecutorStep, executor_main, this_output_path, versioned
 from marin_lab.execution.executor import Executor
 
 
@@ -32,7 +32,7 @@ def _step(source: str, extra: list | None = None) -> ExecutorStep:
 def test_the_dry_run_names_a_missing_local_source(tmp_path, capsys):
     """Regression: the dry run of a step whose local source folder did not exist said nothing about it."""
     missing = str(tmp_path / "corpus")
-    Executor(str(tmp_path / "store"), backend="local").run([_step(missing)], dry_run=True)
+    Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local")).run([_step(missing)], dry_run=True)
     out = capsys.readouterr().out
     lines = [line.strip() for line in out.splitlines() if "does not exist" in line]
     assert lines == [
@@ -61,5 +61,7 @@ def test_the_json_plan_names_missing_paths_inside_lists_too(tmp_path, capsys):
 
 def test_present_sources_and_names_that_are_not_paths_say_nothing(tmp_path, capsys):
     (tmp_path / "corpus").mkdir()
-    Executor(str(tmp_path / "store"), backend="local").run([_step(str(tmp_path / "corpus"), ["gpt2"])], dry_run=True)
+    Executor(ExecutorMainConfig(prefix=str(tmp_path / "store"), backend="local")).run(
+        [_step(str(tmp_path / "corpus"), ["gpt2"])], dry_run=True
+    )
     assert "does not exist" not in capsys.readouterr().out
