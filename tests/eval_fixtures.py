@@ -5,14 +5,17 @@ Two models (train/nano-a, train/nano-b) trained with evaluation during training 
 15% of the items A gets wrong), piqa (the same answers but for a few items both ways), arc_easy
 (capped by a limit, coverage 0.8). Besides: an evaluation in the old format 1, one whose results.json
 is damaged, and a hostile one (a script in a task name, NaN values, a missing samples file, a
-broken line and an over-long line in a samples file).
+broken line and an over-long line in a samples file). `build_hostile_prefix` adds files that lead
+out of the prefix (symlinks) or never end (named pipes), for the confinement tests.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -277,3 +280,84 @@ def build_eval_prefix(base: Path) -> EvalPrefix:
         },
     )
     return p
+
+
+# ---- hostile files: links out of the prefix, named pipes ------------------------------------------
+
+OUTSIDE_TEXT = "SECRET OUTSIDE THE ROOTS"
+
+
+@dataclass(frozen=True)
+class HostilePrefix:
+    """An evaluation prefix (`base`) plus, inside it, files that lead out of it or never end."""
+
+    base: EvalPrefix
+    outside: Path
+    link_run: Path
+    """evaluate/link-...: results.json and .executor_info are symlinks to files outside the prefix."""
+    fifo_run: Path
+    """evaluate/fifo-...: results.json is a named pipe."""
+    fifo_samples_run: Path
+    """evaluate/fifosamples-...: a good results.json, a FIFO samples file and a FIFO .executor_info."""
+    link_samples_run: Path
+    """evaluate/linksamples-...: a good results.json, a samples file linked out of the prefix."""
+    step: Path
+    """train/hostile-...: a step whose record, status, metrics and log are FIFOs, and a linked file."""
+    fifos: tuple[Path, ...]
+
+
+def build_hostile_prefix(base: Path) -> HostilePrefix:
+    p = build_eval_prefix(base)
+    outside = base / "outside"
+    outside.mkdir()
+    results = json.loads((p.eval_a / "results.json").read_text())
+    results["marin_lab"]["model"]["train_path"] = OUTSIDE_TEXT
+    for entry in results["marin_lab"]["tasks"].values():
+        entry["split"] = OUTSIDE_TEXT
+    _write_json(outside / "results.json", results)
+    _write_json(outside / "record.json", {"schema": 1, "name": OUTSIDE_TEXT, "status": "SUCCESS"})
+    (outside / "samples.jsonl").write_text(
+        json.dumps({**_sample(0, True, 0), "arguments": [[OUTSIDE_TEXT, " x"]]}) + "\n"
+    )
+    (outside / "text.txt").write_text(OUTSIDE_TEXT + "\n")
+    fifos = []
+
+    def fifo(path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(path)
+        fifos.append(path)
+
+    prefix = p.prefix
+    link_run = prefix / "evaluate/link-11110001"
+    link_run.mkdir(parents=True)
+    (link_run / "results.json").symlink_to(outside / "results.json")
+    (link_run / ".executor_info").symlink_to(outside / "record.json")
+    fifo_run = prefix / "evaluate/fifo-22220002"
+    fifo(fifo_run / "results.json")
+    fifo_samples_run = prefix / "evaluate/fifosamples-33330003"
+    shutil.copytree(p.eval_a, fifo_samples_run)
+    for name in ("samples_hellaswag.jsonl", ".executor_info"):
+        (fifo_samples_run / name).unlink()
+        fifo(fifo_samples_run / name)
+    link_samples_run = prefix / "evaluate/linksamples-44440004"
+    shutil.copytree(p.eval_a, link_samples_run)
+    (link_samples_run / "samples_hellaswag.jsonl").unlink()
+    (link_samples_run / "samples_hellaswag.jsonl").symlink_to(outside / "samples.jsonl")
+    step = prefix / "train/hostile-55550005"
+    for name in (".executor_info", ".executor_status", "metrics.jsonl", "logs/attempt-0.log", "pipe.jsonl"):
+        fifo(step / name)
+    (step / "linked.txt").symlink_to(outside / "text.txt")
+    fifo(prefix / "experiments/fifo-00000001.json")
+    (prefix / "experiments/linked-00000002.json").symlink_to(outside / "record.json")
+    return HostilePrefix(p, outside, link_run, fifo_run, fifo_samples_run, link_samples_run, step, tuple(fifos))
+
+
+def release_fifos(fifos: tuple[Path, ...]) -> None:
+    """Open each FIFO for writing and close it, so that a reader blocked on one (the bug these files
+    guard against) gets end-of-file instead of holding its thread for ever."""
+    for path in fifos:
+        for _ in range(3):
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # no reader waiting: nothing to release
+                break

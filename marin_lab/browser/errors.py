@@ -3,7 +3,8 @@
 MarinLabError
 └── BrowserError            (500; never raised for a corrupt record, which is shown as corrupt)
     ├── BadRequestError     (400) a malformed query: a bad cursor, a non-integer limit
-    ├── ForbiddenPathError  (403) a path outside the configured roots
+    ├── ForbiddenPathError  (403) a path outside the configured roots (also an
+    │   │                   io.confined.RefusedPathError: the shared reader's refusal)
     │   └── NotRegularFileError     a named pipe, socket or device (never opened)
     ├── NotFoundError       (404) an experiment, step or file that does not exist
     └── TimeoutAnswerError  (504) storage did not answer in time
@@ -12,6 +13,7 @@ MarinLabError
 from __future__ import annotations
 
 from marin_lab.execution.errors import MarinLabError
+from marin_lab.io.confined import RefusedPathError
 
 
 class BrowserError(MarinLabError):
@@ -24,7 +26,10 @@ class BadRequestError(BrowserError):
     status = 400
 
 
-class ForbiddenPathError(BrowserError):
+class ForbiddenPathError(BrowserError, RefusedPathError):
+    """Also the shared reader's refusal (`marin_lab.io.confined`), so its callers below the browser
+    (the evaluation readers) know it without knowing the browser."""
+
     status = 403
 
 

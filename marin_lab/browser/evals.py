@@ -1,9 +1,12 @@
 """The evaluation pages' API: leaderboard, paired comparison, samples, and scores during training.
 
 Every number comes from marin_lab.evaluation.results (the reader `marin-lab evals` prints from),
-so a page shows what the command prints; the page formats nothing itself but dates. Only
-evaluations inside the browser's roots are listed (an experiment record may name an output
-elsewhere), and a run is named by its key (its path under the prefix), never by a free path.
+so a page shows what the command prints; the page formats nothing itself but dates. That reader
+is given the browser's roots, so it reads every results.json, samples file and record through the
+same confined reader as every other page (`marin_lab.io.confined`): only evaluations inside the
+roots are listed (an experiment record may name an output elsewhere), a file linked out of them is
+never read, and a named pipe is refused from its stat. A run is named by its key (its path under
+the prefix), never by a free path.
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ from typing import Any
 
 from marin_lab.browser.errors import BadRequestError, ForbiddenPathError, NotFoundError
 from marin_lab.browser.metrics import read_metrics
-from marin_lab.browser.records import Browser
+from marin_lab.browser.records import Browser, read_listed_experiment
+from marin_lab.browser.storage import child, file_info
 from marin_lab.evaluation import results as R
-from marin_lab.execution.record.experiments import list_experiments
 from marin_lab.io.fs import join
-from marin_lab.store.layout import METRICS_FILE
+from marin_lab.store.layout import EXPERIMENTS_DIR, METRICS_FILE
 
 MAX_TRAINING_RUNS = 50
 MAX_SERIES_PER_RUN = 32
@@ -39,11 +42,7 @@ def _runs(b: Browser) -> list[R.EvalRun]:
         hit = _cache.get(b.prefix)
     if hit is not None and now - hit[0] < _CACHE_S:
         return hit[1]
-    runs = [
-        r
-        for r in R.find_eval_runs(b.prefix)
-        if b.roots.contains(r.path) and b.roots.contains(join(r.path, R.RESULTS_FILE))
-    ]
+    runs = R.find_eval_runs(b.prefix, b.roots)
     with _cache_lock:
         _cache[b.prefix] = (now, runs)
     return runs
@@ -82,12 +81,23 @@ def leaderboard(b: Browser, tasks: str | None, metric: str | None, rank_on: str 
 
 
 def _confined_samples(b: Browser, *runs: R.EvalRun) -> None:
-    """Refuse (403) when a samples file the answer would read resolves outside the roots (a symlink)."""
+    """Refuse (403) when a samples file the answer would read resolves outside the roots (a symlink)
+    or is no regular file (a named pipe): the answer would be built on a file the browser will not
+    read. A missing one is a note in the answer."""
     for run in runs:
         for task in run.tasks:
-            url = R.samples_url(run, task)
-            if not b.roots.contains(url):
-                raise ForbiddenPathError(f"{run.key}: the samples file of {task} resolves outside the browser's roots")
+            _readable(b, R.samples_url(run, task), f"{run.key}: the samples file of {task}")
+
+
+def _readable(b: Browser, url: str, what: str) -> None:
+    """Raise the 403 `url` earns when it may not be read (a link out of the roots, a named pipe);
+    a missing file passes."""
+    try:
+        file_info(b.roots, url)
+    except NotFoundError:
+        return
+    except ForbiddenPathError as err:
+        raise type(err)(f"{what}: {err}") from None
 
 
 def compare(b: Browser, a: str | None, bb: str | None, tasks: str | None, metric: str | None) -> dict[str, Any]:
@@ -128,8 +138,9 @@ def training(b: Browser, tasks: str | None) -> dict[str, Any]:
     for run in _runs(b):
         if run.train_path:
             paths.setdefault(run.train_path.rstrip("/"), run.model)
-    for exp in list_experiments(b.prefix):
-        for step in exp.steps:
+    for entry in b.experiment_files():
+        exp = read_listed_experiment(b.roots, child(b.prefix, EXPERIMENTS_DIR, entry["name"]))
+        for step in exp.steps if exp is not None else []:
             if isinstance(step, dict) and isinstance(step.get("output_path"), str):
                 paths.setdefault(
                     step["output_path"].rstrip("/"), step.get("name") if isinstance(step.get("name"), str) else None
@@ -177,8 +188,10 @@ def training(b: Browser, tasks: str | None) -> dict[str, Any]:
 
 
 def run_detail(b: Browser, path: str) -> dict[str, Any]:
-    """The evaluation at a step folder (the step page's evaluation section)."""
+    """The evaluation at a step folder (the step page's evaluation section); 403 when its results.json
+    may not be read, as the file route answers for it."""
     folder = b.roots.resolve(path).rstrip("/")
     prefix = b.prefix.rstrip("/") + "/"
     key = folder[len(prefix) :] if folder.startswith(prefix) else folder
-    return R.run_detail(R.load_run(folder, key))
+    _readable(b, join(folder, R.RESULTS_FILE), key)
+    return R.run_detail(R.load_run(folder, key, b.roots))

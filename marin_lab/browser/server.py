@@ -37,6 +37,7 @@ from marin_lab.browser.preview import preview
 from marin_lab.browser.records import Browser
 from marin_lab.errors import MarinLabError
 from marin_lab.execution.review.prices import PriceTable
+from marin_lab.io.confined import RefusedPathError
 from marin_lab.io.fs import normalize_prefix
 from marin_lab.io.secrets import redact_logs, scrub_json
 
@@ -133,6 +134,8 @@ async def _guard(request: web.Request, handler: Callable[[web.Request], Awaitabl
         response = await handler(request)
     except BrowserError as err:
         response = _json({"error": str(err), "status": err.status}, status=err.status)
+    except RefusedPathError as err:  # the shared reader's refusal, reached through a reader below the browser
+        response = _json({"error": str(err), "status": 403}, status=403)
     except web.HTTPException as err:
         if not request.path.startswith("/api/"):
             raise

@@ -1,11 +1,13 @@
 """The browser's only way to touch storage: every open, stat and listing is confined to the roots.
 
-A path that passed `Roots.resolve` can still lead out: a file inside a step folder may be a
-symlink to `/etc/shadow`, or a folder may be swapped for a symlink between the check and the
-open. So local files are opened here and nowhere else, and the check is made on what was opened:
-the real path of the open descriptor (`/proc/self/fd/N`) must lie inside a root. Only regular
-files are opened, and a named pipe, socket or device is refused from its `stat` alone, because
-opening a FIFO blocks until a writer appears and would hold a server thread forever.
+Files are opened by the project's one reader for files others wrote (`marin_lab.io.confined`),
+with the browser's `Roots` as its confinement: a path that passed `Roots.resolve` can still lead
+out (a file inside a step folder may be a symlink to `/etc/shadow`, or a folder may be swapped for
+a symlink between the check and the open), so the check is made on the real path of the open
+descriptor; a named pipe, socket or device is refused from its `stat` alone, because opening a
+FIFO blocks until a writer appears and would hold a server thread forever. Here the reader's
+refusals become the browser's answers (403, 404). The evaluation pages read through the same
+reader (`marin_lab.evaluation.results` is given the roots).
 
 Missing and corrupt JSON records are answers (`Loaded.state`), not crashes.
 """
@@ -16,14 +18,15 @@ import json
 import logging
 import os
 import posixpath
-import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 
 from marin_lab.browser.errors import ForbiddenPathError, NotFoundError, NotRegularFileError
 from marin_lab.browser.paths import Roots
+from marin_lab.io import confined
 from marin_lab.io.fs import fs_and_path
 
 logger = logging.getLogger(__name__)
@@ -32,29 +35,24 @@ logger = logging.getLogger(__name__)
 _POOL = ThreadPoolExecutor(max_workers=32, thread_name_prefix="browser-io")
 # Parsing JSON costs about ten times its size in memory; past this a record is shown as too big.
 MAX_RECORD_BYTES = 16 * 1024 * 1024
-_PROC_FD = "/proc/self/fd"
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 
-def _kind_of_mode(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a named pipe (FIFO)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
-
-
-def _refuse_special(url: str, mode: int) -> None:
-    if not stat.S_ISREG(mode):
-        raise NotRegularFileError(f"{url} is {_kind_of_mode(mode)}; the browser reads regular files and folders only")
-
-
 def _is_remote(url: str) -> bool:
     return "://" in url
+
+
+@contextmanager
+def _answers(url: str) -> Iterator[None]:
+    """The reader's refusals as the browser's answers: 404 for a missing file, 403 for a pipe."""
+    try:
+        yield
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotFoundError(f"{url} does not exist") from None
+    except confined.SpecialFileError as err:
+        raise NotRegularFileError(f"{err}; the browser reads regular files and folders only") from None
 
 
 def open_file(roots: Roots, url: str) -> IO[bytes]:
@@ -63,68 +61,19 @@ def open_file(roots: Roots, url: str) -> IO[bytes]:
     Raises ForbiddenPathError (outside the roots, or not a regular file), NotFoundError, or
     IsADirectoryError.
     """
-    target = roots.resolve(url)
-    if _is_remote(target):
-        fs, path = fs_and_path(target)
-        return fs.open(path, "rb")
-    try:
-        before = os.stat(target)
-    except (FileNotFoundError, NotADirectoryError):
-        raise NotFoundError(f"{url} does not exist") from None
-    if stat.S_ISDIR(before.st_mode):
-        raise IsADirectoryError(f"{url} is a folder")
-    _refuse_special(url, before.st_mode)
-    # O_NONBLOCK: if a FIFO replaced the file since the stat, the open still returns at once.
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(target, flags)
-    except (FileNotFoundError, NotADirectoryError):
-        raise NotFoundError(f"{url} does not exist") from None
-    try:
-        _refuse_special(url, os.fstat(fd).st_mode)
-        roots.check_real(_real_path_of(fd, target), url)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _real_path_of(fd: int, path: str) -> str:
-    """Where the open descriptor really points (Linux); elsewhere, the path's real path now."""
-    try:
-        return os.readlink(f"{_PROC_FD}/{fd}")
-    except OSError:
-        return os.path.realpath(path)
+    with _answers(url):
+        return confined.open_file(url, roots)
 
 
 def file_info(roots: Roots, url: str) -> dict:
     """{'type': 'file'|'directory', 'size'} of a path inside the roots; refuses anything else."""
-    target = roots.resolve(url)
-    if _is_remote(target):
-        fs, path = fs_and_path(target)
-        try:
-            info = fs.info(path)
-        except FileNotFoundError:
-            raise NotFoundError(f"{url} does not exist") from None
-        kind = "directory" if info.get("type") == "directory" else "file"
-        return {"type": kind, "size": int(info.get("size") or 0)}
-    try:
-        st = os.stat(target)
-    except (FileNotFoundError, NotADirectoryError):
-        raise NotFoundError(f"{url} does not exist") from None
-    if stat.S_ISDIR(st.st_mode):
-        return {"type": "directory", "size": 0}
-    _refuse_special(url, st.st_mode)
-    return {"type": "file", "size": st.st_size}
+    with _answers(url):
+        return confined.file_info(url, roots)
 
 
 def exists(roots: Roots, url: str) -> bool:
     """Whether a regular file or folder exists at `url` inside the roots (never raises)."""
-    try:
-        file_info(roots, url)
-    except (ForbiddenPathError, NotFoundError, OSError):
-        return False
-    return True
+    return confined.exists(url, roots)
 
 
 @dataclass(frozen=True)
@@ -153,14 +102,7 @@ def read_record(roots: Roots, url: str) -> bytes | None:
     """The confined reader the store's parsers take (`marin_lab.store.reader.Reader`): a record's
     bytes, None when it does not exist, an OSError when it cannot be read (outside the roots, not
     a regular file, a folder, larger than MAX_RECORD_BYTES)."""
-    try:
-        return read_bounded(roots, url, MAX_RECORD_BYTES)
-    except (NotFoundError, FileNotFoundError, NotADirectoryError):
-        return None
-    except ForbiddenPathError as err:
-        raise PermissionError(f"not read: {err}") from None
-    except ValueError as err:
-        raise OSError(f"cannot be read: {err}") from None
+    return confined.read_record(url, roots, MAX_RECORD_BYTES)
 
 
 def load_json(roots: Roots, url: str, *, expect: type | None = dict) -> Loaded:

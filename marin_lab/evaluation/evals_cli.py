@@ -66,7 +66,8 @@ def render_compare(result: dict[str, Any], fmt: str) -> str:
     headers = ["task", "metric", "A", "B", "B - A (95% interval)", "items", "verdict"]
     rows = []
     for task, e in result["tasks"].items():
-        rows.append([task, e["metric"], e["a_text"], e["b_text"], e["text"], str(e["diff"]["n"]), e["sentence"]])
+        items = str(e["diff"]["n"]) if e["paired"] else "-"
+        rows.append([task, e["metric"], e["a_text"], e["b_text"], e["text"], items, e["sentence"]])
     parts = [
         f"A = {a['label']} ({a['key']})",
         f"B = {b['label']} ({b['key']})",
@@ -85,7 +86,7 @@ def _cmd_evals(args: argparse.Namespace) -> int:
     prefix = default_prefix(args.prefix)
     try:
         R.task_filter(args.tasks)
-        R.task_filter(getattr(args, "rank_on", None))
+        R.task_filter(getattr(args, "rank_on", None), "--rank_on")
         runs = R.find_eval_runs(prefix)
         if not runs:
             print(f"error: no evaluation (a folder with results.json) under {prefix}", file=sys.stderr)

