@@ -19,6 +19,7 @@ from marin_lab.execution.errors import MarinLabError
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.main import capture_steps
 from marin_lab.execution.record.experiments import (
+    ListedRun,
     describe_status,
     list_experiments,
     list_runs,
@@ -101,13 +102,13 @@ def _status_costs(exp: ExperimentRecord, statuses: list, prices: PriceTable | No
     )
 
 
-def _run_line(run: dict) -> str:
+def _run_line(listed: ListedRun) -> str:
     """One run briefly: `2026-01-02T03:04:05 succeeded (2 executed, 3 reused)`."""
-    if run.get("corrupt"):
-        return f"damaged run record ({run['corrupt']})"
-    counts = run["counts"] if isinstance(run.get("counts"), dict) else {}
-    done = ", ".join(f"{n} {k}" for k, n in counts.items() if isinstance(n, int) and n)
-    return f"{str(run.get('started', '?'))[:19]} {run_state(run)}" + (f" ({done})" if done else "")
+    run = listed.record
+    if run is None:
+        return f"damaged run record ({listed.damage})"
+    done = ", ".join(f"{n} {k}" for k, n in run.counts.items() if isinstance(n, int) and n)
+    return f"{(run.started or '?')[:19]} {run_state(run)}" + (f" ({done})" if done else "")
 
 
 def _artifact_label(step: dict) -> str:

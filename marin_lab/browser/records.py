@@ -54,6 +54,7 @@ from marin_lab.store.layout import (
     launch_log_url,
     launch_record_url,
 )
+from marin_lab.store.run_record import parse_run_record
 from marin_lab.store.status import listed_status, parse_status
 from marin_lab.store.step_record import StepRecord, parse_step_record
 
@@ -277,31 +278,33 @@ class Browser:
             (e["name"] for e in list_dir(self.roots, folder) if e["type"] == "file" and e["name"].endswith(".json")),
             reverse=True,
         )[:MAX_RUNS]
-        loaded = parallel_map(lambda n: load_json(self.roots, child(folder, n)), names, local=self.local)
-        out = []
-        for item in loaded:
-            if item.state != "ok":
-                out.append({"file": item.url, "state": item.state, "error": item.error})
-                continue
-            run = redact(item.value)
-            steps = (
-                [s for s in run.get("steps", []) if isinstance(s, dict)] if isinstance(run.get("steps"), list) else []
-            )
-            entry: dict[str, Any] = {
-                "file": item.url,
+        return parallel_map(lambda n: self._run_record(child(folder, n)), names, local=self.local)
+
+    def _run_record(self, url: str) -> dict[str, Any]:
+        """One run as the experiment page lists it, parsed by the store's one parser
+        (`marin_lab.store.run_record`, as `marin-lab status` reads it)."""
+        try:
+            raw = self._read(url)
+            if raw is None:
+                return {"file": url, "state": "missing", "error": "file does not exist"}
+            run = parse_run_record(raw, url)
+        except (OSError, RecordError) as err:
+            return {"file": url, "state": "corrupt", "error": str(err)}
+        return redact(
+            {
+                "file": url,
                 "state": "ok",
-                "run": _text(run.get("run")),
-                "started": _text(run.get("started")),
-                "ended": _text(run.get("ended")),
+                "run": run.run,
+                "started": run.started,
+                "ended": run.ended,
                 "outcome": run_state(run),
-                "command_line": run.get("command_line") if isinstance(run.get("command_line"), list) else None,
-                "driver": _text(run.get("driver")),
-                "backend": _text(run.get("backend")),
-                "counts": run.get("counts") if isinstance(run.get("counts"), dict) else {},
-                "executed": [_text(s.get("identity")) for s in steps if s.get("outcome") == "executed"],
+                "command_line": run.command_line,
+                "driver": run.driver,
+                "backend": run.backend,
+                "counts": run.counts,
+                "executed": run.executed,
             }
-            out.append(entry)
-        return out
+        )
 
     def _launch(self, launch: Any) -> dict | None:
         """The launched run that wrote this record (`marin-lab launch`): its driver attempts, each

@@ -12,13 +12,16 @@ from typing import Any
 
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.state.lease import DRIVER_GONE, provably_gone, running_driver_gone
-from marin_lab.io.fs import fs_and_path, join, read_json
+from marin_lab.io.fs import fs_and_path, join
 from marin_lab.store.experiment_record import ExperimentRecord, read_experiment_record
 from marin_lab.store.layout import CORRUPT, MISSING, RUNS_DIR, experiments_dir
+from marin_lab.store.reader import read_file
+from marin_lab.store.run_record import RunDoc, parse_run_record
 from marin_lab.store.status import listed_status
 
 __all__ = [
     "ListedExperiment",
+    "ListedRun",
     "describe_status",
     "list_experiments",
     "list_runs",
@@ -126,6 +129,8 @@ def step_statuses(experiment: ExperimentRecord) -> list[tuple[dict[str, Any], st
         gone = running_driver_gone(step["output_path"], st)
         if gone:  # RUNNING, but nobody runs it: `RUNNING, driver gone since T`
             step = {**step, "driver_gone_since": gone}
+        if st.get("status") == "WAITING" and isinstance(st.get("waiting_for"), str):
+            step = {**step, "waiting_for": st["waiting_for"]}  # submitted, queued for resources
         result.append((step, str(st.get("status", MISSING))))
     return result
 
@@ -136,10 +141,18 @@ def runs_dir_of(experiment_url: str) -> str:
     return join(base, RUNS_DIR)
 
 
-def list_runs(experiment_url: str, limit: int = 200) -> list[dict[str, Any]]:
-    """The run records of an experiment (run_history.py), newest first, at most `limit`; each
-    gets `_path`, and a damaged one is `{"corrupt": why}`. An experiment recorded before run
-    records existed has none."""
+@dataclasses.dataclass(frozen=True)
+class ListedRun:
+    """One file of an experiment's `runs/` folder: its record, or why it could not be read."""
+
+    url: str
+    record: RunDoc | None
+    damage: str | None = None
+
+
+def list_runs(experiment_url: str, limit: int = 200) -> list[ListedRun]:
+    """The run records of an experiment (`store.run_record`), newest first, at most `limit`. An
+    experiment recorded before run records existed has none."""
     folder = runs_dir_of(experiment_url)
     fs, path = fs_and_path(folder)
     try:
@@ -152,15 +165,13 @@ def list_runs(experiment_url: str, limit: int = 200) -> list[dict[str, Any]]:
     for name in names:
         url = join(folder, name)
         try:
-            record = read_json(url)
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except (ValueError, UnicodeDecodeError, RecursionError, OSError) as err:
-            record = {"corrupt": f"unreadable ({type(err).__name__})"}
-        if not isinstance(record, dict):
-            record = {"corrupt": "not a JSON object"}
-        record["_path"] = url
-        out.append(record)
+            raw = read_file(url)
+            if raw is not None:
+                out.append(ListedRun(url, parse_run_record(raw, url)))
+        except OSError as err:
+            out.append(ListedRun(url, None, f"unreadable ({type(err).__name__})"))
+        except RecordError as err:
+            out.append(ListedRun(url, None, err.why))
     return out
 
 
@@ -170,10 +181,10 @@ def describe_status(step: dict[str, Any], status: str) -> str:
     return f"{status}, {DRIVER_GONE} since {gone}" if gone and status == "RUNNING" else status
 
 
-def run_state(run: dict[str, Any]) -> str:
+def run_state(run: RunDoc) -> str:
     """A run record's outcome as readers show it: `running, driver gone` for a run whose driver
     died without finishing its record (judged on the driver's own host only)."""
-    outcome = str(run.get("outcome") or "?")
-    if outcome == "running" and provably_gone(run.get("process")):
+    outcome = run.outcome or "?"
+    if outcome == "running" and provably_gone(run.process):
         return f"running, {DRIVER_GONE}"
     return outcome

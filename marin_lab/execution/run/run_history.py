@@ -3,14 +3,8 @@
 The experiment record `{experiments}/{script}-{hash8}.json` describes the latest run (kept as it
 was, for compatibility: `marin-lab status`, gc and the browser list experiments from it). Beside
 it, `{experiments}/{script}-{hash8}/runs/{started}-{run id}.json` is written once per run, at its
-start and again at its end, and never overwritten by another run:
-
-    {"schema": 1, "run": id, "experiment": "{script}-{hash8}", "started": T, "ended": T | null,
-     "outcome": "running" | "succeeded" | "failed" | "interrupted" | "error",
-     "process": {"host": ..., "pid": ..., "pid_start": ...},
-     "command_line": [...], "driver": ..., "backend": ..., "script": ..., "git": {...},
-     "counts": {"executed": n, "reused": n, ...},
-     "steps": [{"identity": ..., "decision": "run" | "skip" | ..., "reason": ..., "outcome": ...}]}
+start and again at its end, and never overwritten by another run; its format and its one parser
+are `marin_lab.store.run_record`.
 
 A step's outcome in a run is `executed` (this run ran it to SUCCESS), `reused` (found it done),
 `failed`, `refused` (failed before; not run again without --force_run_failed), `dep_failed`,
@@ -36,6 +30,7 @@ from marin_lab.execution.state.status import now_iso
 from marin_lab.io.fs import join, write_json
 from marin_lab.io.secrets import redact
 from marin_lab.store.layout import RUNS_DIR, run_record_name
+from marin_lab.store.run_record import RunDoc
 
 logger = logging.getLogger(__name__)
 
@@ -80,21 +75,17 @@ class RunRecord:
         self.run_id = run_id
         self.url = join(experiments_base, experiment_id, RUNS_DIR, run_record_name(self.started, run_id))
         self.decisions = list(decisions)
-        self.doc: dict[str, Any] = {
-            "schema": 1,
-            "run": run_id,
-            "experiment": experiment_id,
-            "started": self.started,
-            "ended": None,
-            "outcome": "running",
-            "command_line": list(sys.argv),
-            "driver": driver,
-            "backend": backend,
-            "script": script,
-            "git": git,
-            "process": process_identity(),
-            "counts": {},
-            "steps": [
+        self.doc = RunDoc(
+            run=run_id,
+            experiment=experiment_id,
+            started=self.started,
+            command_line=list(sys.argv),
+            driver=driver,
+            backend=backend,
+            script=script,
+            git=git,
+            process=process_identity(),
+            steps=[
                 {
                     "identity": d.step.identity,
                     "name": d.step.name,
@@ -104,22 +95,22 @@ class RunRecord:
                 }
                 for d in self.decisions
             ],
-        }
+        )
 
     def write_start(self) -> None:
         self._write()
 
     def finish(self, outcomes: dict[str, StepOutcome], outcome: str) -> None:
         counts: dict[str, int] = {}
-        for entry, decision in zip(self.doc["steps"], self.decisions, strict=True):
+        for entry, decision in zip(self.doc.steps, self.decisions, strict=True):
             entry["outcome"] = step_outcome(decision, outcomes.get(decision.step.identity))
             counts[entry["outcome"]] = counts.get(entry["outcome"], 0) + 1
-        self.doc.update(ended=now_iso(), outcome=outcome, counts=counts)
+        self.doc.ended, self.doc.outcome, self.doc.counts = now_iso(), outcome, counts
         self._write()
 
     def _write(self) -> None:
         try:
             # Redacted whole, as the experiment record is: a token on the command line is text too.
-            write_json(self.url, redact(self.doc))
+            write_json(self.url, redact(self.doc.to_json()))
         except Exception:  # the run's history is informative; a storage hiccup must not stop the run
             logger.warning("could not write the run record %s", self.url, exc_info=True)
