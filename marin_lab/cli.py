@@ -81,6 +81,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
                 f"    {st:<11} {step.get('identity', '?')}{_artifact_label(step)}"
                 + (f"  {costs.steps[i].text}" if costs else "")
             )
+            if step.get("waiting_for"):
+                print(f"    {'':<11}   {step['waiting_for']}")
             if step.get("driver_gone_since"):
                 print(f"    {'':<11}   {describe_status(step, st)}: the next run takes it over")
             if step.get("damage"):

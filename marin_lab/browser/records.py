@@ -22,7 +22,6 @@ from marin_lab.browser.storage import (
     child,
     exists,
     list_dir,
-    load_json,
     parallel_map,
     read_bounded,
     read_record,
@@ -35,6 +34,7 @@ from marin_lab.execution.state.lease import driver_gone_since
 from marin_lab.explain import explain_record
 from marin_lab.io.secrets import Scrubber, redact, text_scrubber
 from marin_lab.io.text import strip_ansi_in
+from marin_lab.store.artifact_record import parse_artifact_record
 from marin_lab.store.errors import RecordError
 from marin_lab.store.experiment_record import parse_experiment_record
 from marin_lab.store.launch_record import parse_launch_record
@@ -74,6 +74,8 @@ _STATUS_FIELDS = (
     "heartbeat",
     "elapsed_s",
     "progress",
+    "waiting_for",
+    "queued_s",
     "run",
     "damage",
     "files",
@@ -226,6 +228,7 @@ class Browser:
                         for k in (
                             "duration_s",
                             "progress",
+                            "waiting_for",
                             "heartbeat",
                             "elapsed_s",
                             "driver_gone_since",
@@ -454,14 +457,16 @@ class Browser:
         """The `.artifact.json` of a name@version artifact (marin_lab.marin.lazy), as written, redacted."""
         if step_dir is None:
             return None
-        loaded = load_json(self.roots, child(step_dir, ARTIFACT_RECORD_FILE))
-        if loaded.state != "ok" or not isinstance(loaded.value, dict):
+        url = child(step_dir, ARTIFACT_RECORD_FILE)
+        try:
+            raw = self._read(url)
+            doc = parse_artifact_record(raw, url) if raw is not None else None
+        except (OSError, RecordError):
             return None
-        value = redact(loaded.value)
-        return {
-            k: value.get(k)
-            for k in ("name", "version", "fingerprint", "result_type", "deps", "source", "result", "provenance")
-        }
+        if doc is None:
+            return None
+        fields = ("name", "version", "fingerprint", "result_type", "deps", "source", "result", "provenance")
+        return redact({k: getattr(doc, k) for k in fields})
 
     def _artifact_row(self, step: dict, step_dir: str | None) -> dict[str, Any] | None:
         """For a name@version artifact's step: its address, the fingerprint this experiment planned,
@@ -473,7 +478,7 @@ class Browser:
             return None
         built = self._artifact_record(step_dir)
         planned = _text(identity.get("fingerprint"))
-        built_fp = _text(built.get("fingerprint")) if built else None
+        built_fp = built["fingerprint"] if built else None
         return {
             "address": identity["artifact"],
             "fingerprint": planned,

@@ -66,6 +66,8 @@ function fmtDuration(s) {
   return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
 }
 const ACTIVE = new Set(["RUNNING", "WAITING"]);
+// A running step's latest line, or what a queued one waits for.
+const liveLine = (s) => (s.status === "RUNNING" ? s.progress : s.status === "WAITING" ? s.waiting_for : null) || null;
 // One poller for the page on screen: a page that shows running work asks again every POLL_MS.
 const POLL_MS = 2000;
 let poller = null;
@@ -430,7 +432,7 @@ async function renderExperiment(id) {
       el("td", {}, s.output_path ? el("a", {href: links.step(s.output_path, exp.id), text: s.identity || s.name}) : (s.identity || s.name),
         s.artifact ? el("div", {class: "muted mono artifact"}, `${s.artifact.address} · fingerprint ${s.artifact.fingerprint}`,
           s.artifact.drift ? el("span", {class: "warn drift", text: ` · drift: built from ${s.artifact.built_fingerprint}, reused`}) : null) : null),
-      el("td", {class: "status-cell"}, badge(s.status), s.progress && s.status === "RUNNING" ? el("div", {class: "muted mono progress", text: s.progress}) : null),
+      el("td", {class: "status-cell"}, badge(s.status), liveLine(s) ? el("div", {class: "muted mono progress", text: liveLine(s)}) : null),
       el("td", {class: "run-cell", text: stepRunText(s)}),
       el("td", {class: "mono", text: s.fn || ""}),
       el("td", {class: "num", text: s.dependencies.length})))));
@@ -476,7 +478,7 @@ async function refreshExperiment(id) {
     const row = document.querySelector(`#steps tr[data-key="${CSS.escape(s.key)}"]`);
     if (row) {
       row.querySelector(".status-cell").replaceChildren(badge(s.status),
-        s.progress && s.status === "RUNNING" ? el("div", {class: "muted mono progress", text: s.progress}) : "");
+        liveLine(s) ? el("div", {class: "muted mono progress", text: liveLine(s)}) : "");
       row.querySelector(".run-cell").textContent = stepRunText(s);
     }
   }
@@ -583,6 +585,8 @@ async function renderStep(params) {
   if (step.status === "RUNNING" && step.driver_gone_since) {
     parts.push(el("p", {id: "driver-gone", class: "warn",
       text: `RUNNING, driver gone since ${step.driver_gone_since}: nobody runs this step; the next run of its experiment takes it over`}));
+  } else if (live && step.status === "WAITING" && live.waiting_for) {
+    parts.push(el("p", {id: "waiting-status", class: "muted"}, `attempt ${live.attempt ?? "?"} · ${live.waiting_for}`));
   } else if (live && step.status === "RUNNING") {
     parts.push(el("p", {id: "live-status", class: "muted"}, `attempt ${live.attempt ?? "?"}`,
       live.elapsed_s !== undefined ? ` · running ${fmtDuration(live.elapsed_s)}` : "",

@@ -108,6 +108,16 @@ class StepRecorder:
         )
         return attempt
 
+    def attempt_started(self, attempt: Attempt, queued_s: float) -> None:
+        """The attempt's work began now, after `queued_s` waiting for resources: its time (and what
+        it costs) counts from here, and the wait is kept beside it."""
+        if queued_s >= 0.05:
+            attempt.extra["submitted"] = attempt.started
+            attempt.extra["queued_s"] = round(queued_s, 3)
+            attempt.started = now_iso()
+            self.record.status_history[-1] = dataclasses.replace(self.record.status_history[-1], time=attempt.started)
+            self.write_running()
+
     def attempt_placed(self, attempt: Attempt, hardware: dict[str, Any]) -> None:
         """The attempt's hardware is known while it runs: the RUNNING record lists it from now on."""
         attempt.hardware = hardware

@@ -549,6 +549,15 @@ class RayBackend:
         """The cluster's live nodes and their total resources (capacity.py watches waiting steps)."""
         return ray_nodes()
 
+    def available(self) -> dict[str, float] | None:
+        """What the cluster has free now (a waiting step says so); None when Ray cannot be asked."""
+        import ray
+
+        try:
+            return {k: float(v) for k, v in ray.available_resources().items()}
+        except Exception:  # the cluster cannot be asked now: not said
+            return None
+
     def shutdown(self) -> None:
         import ray
 

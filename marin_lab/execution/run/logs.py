@@ -143,6 +143,8 @@ class _Sink:
             self.file = tempfile.NamedTemporaryFile(prefix="marin-lab-log-", suffix=".log")  # noqa: SIM115
         self.dirty = False
         self.last_upload = 0.0
+        if not self.local:  # the log's existence says the step's work has started (the driver watches it)
+            self._upload()
 
     def write(self, data: bytes) -> None:
         with self.lock:
@@ -398,6 +400,17 @@ class capture:  # noqa: N801 - used as a context manager, like contextlib's
 def _flush(stream: Any) -> None:
     with contextlib.suppress(Exception):  # a closed or replaced stream
         stream.flush()
+
+
+def log_exists(url: str) -> bool:
+    """Whether a step's log is there: its worker opens it as the step's work starts."""
+    if is_local(url):
+        return os.path.exists(url.removeprefix("file://"))
+    try:
+        fs, path = fs_and_path(url)
+        return bool(fs.exists(path))
+    except Exception:  # storage trouble: asked again on the next poll
+        return False
 
 
 def read_tail(url: str, max_bytes: int = TAIL_BYTES) -> str:

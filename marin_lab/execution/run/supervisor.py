@@ -39,9 +39,15 @@ from marin_lab.execution.plan.planner import Plan, PlannedStep
 from marin_lab.execution.record.builder import StepRecorder, step_record
 from marin_lab.execution.record.code_provenance import function_fingerprint
 from marin_lab.execution.record.provenance import manifest
-from marin_lab.execution.review.capacity import DEFAULT_UNSCHEDULABLE_TIMEOUT_S, UnschedulableWatch
+from marin_lab.execution.review.capacity import (
+    DEFAULT_UNSCHEDULABLE_TIMEOUT_S,
+    UnschedulableWatch,
+    describe,
+    node_request,
+)
 from marin_lab.execution.review.decide import rebuild_reason
 from marin_lab.execution.run.backends import Guard
+from marin_lab.execution.run.logs import log_exists
 from marin_lab.execution.run.watch import StatusHeartbeat, failure_report, with_step_logs
 from marin_lab.execution.state.lease import HOSTNAME, Lease
 from marin_lab.execution.state.status import Status, read_status, write_status
@@ -74,6 +80,20 @@ class StepSettings:
     """How long a submitted step may wait while no node of the cluster can hold it (capacity.py)."""
     cancel_grace_s: float = 10.0
     """How long a cancelled step's handle may take to end before the supervisor records it anyway."""
+    waiting_after_s: float = 1.0
+    """A submitted step whose work has not started after this long is shown waiting (and why)."""
+
+
+@dataclasses.dataclass
+class _Started:
+    """When a submitted attempt's work began: queue time is neither duration nor cost."""
+
+    submitted: float
+    at: float | None = None
+
+    @property
+    def queued_s(self) -> float:
+        return max((self.at if self.at is not None else self.submitted) - self.submitted, 0.0)
 
 
 def step_lease(ps: PlannedStep, driver_id: str, settings: StepSettings) -> Lease:
@@ -116,6 +136,9 @@ class StepSupervisor:
         self.backend_name = backend_name
         self.code = code
         self.experiment = experiment
+        self._working: dict[str, dict[str, float]] = {}
+        """Steps of this run whose work has started, and what each asked of a node: what holds a waiting one."""
+        self._working_lock = threading.Lock()
 
     def lease(self, ps: PlannedStep) -> Lease:
         return step_lease(ps, self.driver_id, self.settings)
@@ -196,10 +219,25 @@ class StepSupervisor:
                 return self._cancelled(ps, recorder, attempt, lease, 0.0)
             # RUNNING and the first record are not flushed to disk (fsync): after a power loss a
             # missing or torn one reads as not done or CORRUPT, and the step runs again.
-            write_status(ps.output_path, Status.RUNNING, attempt=attempt.attempt, driver=self.driver_id, durable=False)
             recorder.write_running()
-            logger.info("step '%s': running (attempt %d) -> %s", ps.identity, attempt.attempt, ps.output_path)
-            t0 = time.monotonic()
+            started = _Started(time.monotonic())
+
+            def work_started(queued_s: float, attempt: Any = attempt) -> None:
+                # Written here, in the driver's thread that owns the record: the attempt starts now.
+                recorder.attempt_started(attempt, queued_s)
+                write_status(
+                    ps.output_path,
+                    Status.RUNNING,
+                    attempt=attempt.attempt,
+                    driver=self.driver_id,
+                    durable=False,
+                    **({"queued_s": round(queued_s, 3)} if queued_s >= 0.05 else {}),
+                )
+                logger.info("step '%s': running (attempt %d) -> %s", ps.identity, attempt.attempt, ps.output_path)
+
+            def ran_s(started: _Started = started) -> float:  # the attempt's work, its queue left out
+                return time.monotonic() - (started.at if started.at is not None else time.monotonic())
+
             try:
                 result, env = self._call(
                     ps,
@@ -208,14 +246,16 @@ class StepSupervisor:
                     lease,
                     attempt.attempt,
                     on_hardware=functools.partial(recorder.attempt_placed, attempt),
+                    started=started,
+                    on_started=work_started,
                 )
             except LeaseLostError:
                 return StepOutcome(ps.identity, "LOST", message="lost the lease to another driver; stopped")
             except StepCancelledError:
-                return self._cancelled(ps, recorder, attempt, lease, time.monotonic() - t0)
+                return self._cancelled(ps, recorder, attempt, lease, ran_s(), started.queued_s)
             except (PreemptedError, StepFailedError) as err:
                 if self.cancel.is_set():  # it ended because of the interrupt: not the step's failure
-                    return self._cancelled(ps, recorder, attempt, lease, time.monotonic() - t0)
+                    return self._cancelled(ps, recorder, attempt, lease, ran_s(), started.queued_s)
                 preempted = isinstance(err, PreemptedError)
                 preemptions += preempted
                 failures += not preempted
@@ -243,16 +283,21 @@ class StepSupervisor:
                     continue
                 if not lease.still_held():
                     return StepOutcome(ps.identity, "LOST", message="lease lost; wrote nothing")
-                duration = time.monotonic() - t0
+                duration = ran_s()
                 recorder.write_failed(attempt, duration)
                 message = strip_ansi(scrub_text((str(err).splitlines() or [type(err).__name__])[0]))
                 # The error's first line stays with the status: a later run says why it stops here.
                 self._terminal_status(
-                    ps, Status.FAILED, attempt.attempt, duration_s=round(duration, 3), error=message[:500]
+                    ps,
+                    Status.FAILED,
+                    attempt.attempt,
+                    duration_s=round(duration, 3),
+                    error=message[:500],
+                    **_queued(started),
                 )
                 logger.error("%s", failure_report(ps.identity, attempt.attempt, err, ps.output_path))
                 return StepOutcome(ps.identity, "FAILED", executed=True, message=message)
-            duration = time.monotonic() - t0
+            duration = ran_s()
             hardware = env.pop("hardware", None)
             recorder.attempt_succeeded(attempt, hardware)
             files = manifest(ps.output_path)
@@ -275,6 +320,7 @@ class StepSupervisor:
                 files=files["count"],
                 bytes=files["total_bytes"],
                 **({"code_fingerprint": code["sha256"]} if code else {}),
+                **_queued(started),
             )
             logger.info(
                 "step '%s': SUCCESS in %.1fs (%d files, %d bytes)",
@@ -286,7 +332,13 @@ class StepSupervisor:
             return StepOutcome(ps.identity, "SUCCESS", executed=True)
 
     def _cancelled(
-        self, ps: PlannedStep, recorder: StepRecorder, attempt: Any, lease: Lease, duration: float
+        self,
+        ps: PlannedStep,
+        recorder: StepRecorder,
+        attempt: Any,
+        lease: Lease,
+        duration: float,
+        queued_s: float = 0.0,
     ) -> StepOutcome:
         """Record an interrupted attempt: the attempt and the step CANCELLED, with the time."""
         recorder.attempt_cancelled(attempt, "interrupted (Ctrl-C or SIGTERM to the driver)")
@@ -294,7 +346,12 @@ class StepSupervisor:
             return StepOutcome(ps.identity, "LOST", message="lease lost while cancelling; wrote nothing")
         recorder.write_cancelled(attempt, duration)
         self._terminal_status(
-            ps, Status.CANCELLED, attempt.attempt, duration_s=round(duration, 3), reason="interrupted"
+            ps,
+            Status.CANCELLED,
+            attempt.attempt,
+            duration_s=round(duration, 3),
+            reason="interrupted",
+            **({"queued_s": round(queued_s, 3)} if queued_s >= 0.05 else {}),
         )
         logger.warning("step '%s': CANCELLED after %.1fs (attempt %d)", ps.identity, duration, attempt.attempt)
         return StepOutcome(ps.identity, "CANCELLED", executed=True, message=f"cancelled at {attempt.ended}")
@@ -322,11 +379,20 @@ class StepSupervisor:
         lease: Lease,
         attempt: int = 1,
         on_hardware: Callable[[dict[str, Any]], None] | None = None,
+        started: _Started | None = None,
+        on_started: Callable[[float], None] | None = None,
     ) -> tuple[Any, dict[str, Any]]:
+        started = started or _Started(time.monotonic())
         guard = Guard(driver_pid=os.getpid(), driver_host=HOSTNAME, lease_url=lease.url, holder=lease.holder)
         fn, log = with_step_logs(fn, ps.identity, ps.output_path, attempt, ps.step.resources)
+        # The worker opens the step's log as its work starts: until then the step waits (for a
+        # Ray worker with its resources, say). A step without a log of its own (a HardwareRunner
+        # reports its own waits) or whose log is already there counts as started on submission.
+        watch_start = log is not None and not log_exists(log)
+        write_status(ps.output_path, Status.WAITING, attempt=attempt, driver=self.driver_id, durable=False)
+        started.submitted = time.monotonic()
         handle = self.backend.submit(fn, config, step_name=ps.identity, resources=ps.step.resources, guard=guard)
-        heartbeat = StatusHeartbeat(ps.output_path, log, attempt=attempt, driver=self.driver_id)
+        heartbeat: StatusHeartbeat | None = None
         nodes = getattr(self.backend, "live_nodes", None)
         unschedulable = (
             UnschedulableWatch(ps.identity, ps.step.resources, nodes, self.settings.unschedulable_timeout_s)
@@ -334,25 +400,82 @@ class StepSupervisor:
             else None
         )
         reported = False
-        while not handle.wait(0.2):
-            if lease.lost.is_set():
-                handle.cancel()
-                raise LeaseLostError(f"step '{ps.identity}': lease lost")
-            if self.cancel.is_set():
-                handle.cancel()
-                handle.wait(self.settings.cancel_grace_s)  # bounded: the record is written either way
-                raise StepCancelledError(f"step '{ps.identity}': cancelled by an interrupt")
-            refused = unschedulable.poll() if unschedulable is not None else None
-            if refused:
-                handle.cancel()
-                raise StepFailedError(refused, traceback_text=refused, final=True)
-            if not reported and handle.placed_hardware is not None and on_hardware is not None:
-                reported = True  # written here, in the driver's thread that owns the record
-                on_hardware(handle.placed_hardware)
-            heartbeat.maybe_beat()
+        said_waiting: str | None = None
+        polls = 0
+        try:
+            while True:
+                if started.at is None and (not watch_start or self._work_started(log, polls)):
+                    started.at = time.monotonic()
+                    with self._working_lock:
+                        self._working[ps.identity] = _request(ps.step.resources)
+                    if on_started is not None:
+                        on_started(started.queued_s)
+                    heartbeat = StatusHeartbeat(ps.output_path, log, attempt=attempt, driver=self.driver_id)
+                if handle.wait(0.2):
+                    break
+                polls += 1
+                if lease.lost.is_set():
+                    handle.cancel()
+                    raise LeaseLostError(f"step '{ps.identity}': lease lost")
+                if self.cancel.is_set():
+                    handle.cancel()
+                    handle.wait(self.settings.cancel_grace_s)  # bounded: the record is written either way
+                    raise StepCancelledError(f"step '{ps.identity}': cancelled by an interrupt")
+                refused = unschedulable.poll() if unschedulable is not None else None
+                if refused:
+                    handle.cancel()
+                    raise StepFailedError(refused, traceback_text=refused, final=True)
+                if not reported and handle.placed_hardware is not None and on_hardware is not None:
+                    reported = True  # written here, in the driver's thread that owns the record
+                    on_hardware(handle.placed_hardware)
+                if heartbeat is not None:
+                    heartbeat.maybe_beat()
+                elif time.monotonic() - started.submitted >= self.settings.waiting_after_s:
+                    said_waiting = self._say_waiting(ps, attempt, said_waiting)
+            if started.at is None:  # it ended before it was seen starting: its log says whether it did
+                started.at = time.monotonic() if not watch_start or log_exists(log or "") else started.submitted
+                if on_started is not None:
+                    on_started(started.queued_s)
+        finally:
+            with self._working_lock:
+                self._working.pop(ps.identity, None)
         if lease.lost.is_set():
             raise LeaseLostError(f"step '{ps.identity}': lease lost")
         return handle.result()
+
+    def _work_started(self, log: str | None, polls: int) -> bool:
+        # A local log is a stat away; an object store is asked about every 2 s.
+        if log is None:
+            return True
+        if "://" in log and not log.startswith("file://") and polls % 10:
+            return False
+        return log_exists(log)
+
+    def waiting_for(self, ps: PlannedStep) -> str:
+        """What a submitted step waits for: what it asked, what is free, and which running steps hold the rest."""
+        need = _request(ps.step.resources)
+        text = f"waiting for {describe(need)}"
+        available = getattr(self.backend, "available", None)
+        free = available() if callable(available) else None
+        if free is not None:
+            text += f" ({describe({k: free.get(k, 0.0) for k in need})} free)"
+        with self._working_lock:
+            holders = [f"'{ident}' ({describe(req)})" for ident, req in self._working.items() if ident != ps.identity]
+        if holders:
+            text += "; held by running step" + ("s " if len(holders) > 1 else " ") + ", ".join(holders)
+        return text
+
+    def _say_waiting(self, ps: PlannedStep, attempt: int, said: str | None) -> str:
+        """WAITING with why, in the status and on the console, whenever why changes."""
+        why = self.waiting_for(ps)
+        if why != said:
+            logger.info("step '%s': %s", ps.identity, why)
+            try:
+                fields = {"attempt": attempt, "driver": self.driver_id, "waiting_for": why}
+                write_status(ps.output_path, Status.WAITING, durable=False, **fields)
+            except Exception as err:  # informative only: the step goes on waiting
+                logger.warning("step '%s': could not record why it waits: %s", ps.identity, err)
+        return why
 
     def _terminal_status(self, ps: PlannedStep, status: Status, attempt: int, **extra: Any) -> None:
         # Retried on its own: a flaky write here must not turn into a lost lease or vice versa.
@@ -366,3 +489,16 @@ class StepSupervisor:
             except Exception:
                 logger.warning("step '%s': writing %s failed; retrying", ps.identity, status.value, exc_info=True)
         raise StorageError(f"step '{ps.identity}': could not write status {status.value} to {ps.output_path}")
+
+
+def _request(resources: Any) -> dict[str, float]:
+    """What a step asks of one node, as Ray counts it (a task takes 1 CPU unless it says otherwise)."""
+    need = node_request(resources) or {}
+    if resources is None or isinstance(resources, dict):
+        need.setdefault("CPU", 1.0)
+    return need
+
+
+def _queued(started: _Started) -> dict[str, float]:
+    """The queue time a terminal status carries (left out when there was none to speak of)."""
+    return {"queued_s": round(started.queued_s, 3)} if started.queued_s >= 0.05 else {}
