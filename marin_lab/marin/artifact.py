@@ -4,9 +4,10 @@
   round-trip through the record's `result`. `raw_load(path)` reads one back.
 - `ArtifactRecord`: the one descriptor next to an output: name, version, fingerprint, result type,
   the config that ran, dependencies as `name@version`, provenance.
-- `read_record` is the single reader of what a step leaves behind: `.artifact.json` (this API's),
-  a bare pre-record payload (`.artifact.json` or `.artifact`), and, when neither exists,
-  `.executor_info`: marin_lab's step record or Marin's Ray-era one.
+- `read_record` is the single reader of what a step leaves behind: `.artifact.json` (this API's)
+  or a bare pre-record payload, parsed by `marin_lab.store.artifact_record`, and, when neither
+  exists, `.executor_info` (marin_lab's step record or Marin's Ray-era one), parsed by
+  `marin_lab.store.step_record`.
 - `check_drift(step)`: before a cached SUCCESS is served, compare fingerprints: a warning naming
   the changed fields (the cache is served), or FingerprintMismatchError under
   `expected_fingerprint`; a mutable (`dev`) version always rebuilds.
@@ -15,7 +16,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import re
 from dataclasses import asdict, is_dataclass
@@ -23,11 +23,13 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from marin_lab.io.fs import atomic_write_text, exists, read_text
+from marin_lab.io.fs import atomic_write_text
 from marin_lab.marin.fingerprint import describe_drift
 from marin_lab.marin.provenance import Provenance
 from marin_lab.marin.step_spec import StepSpec, _is_relative_path, marin_prefix, prefix_join
-from marin_lab.store.layout import ARTIFACT_RECORD_FILE, INFO_FILE
+from marin_lab.store.artifact_record import read_artifact_record
+from marin_lab.store.layout import ARTIFACT_RECORD_FILE
+from marin_lab.store.step_record import StepRecord, read_step_record
 
 __all__ = [
     "EXPECTED_FINGERPRINT_KEY",
@@ -54,8 +56,6 @@ logger = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
 
 RECORD_FILENAME = ARTIFACT_RECORD_FILE
-_BARE_PAYLOAD_FILENAME = ".artifact"
-_EXECUTOR_INFO_FILENAME = INFO_FILE
 STEP_RUNNER_EXECUTOR_VERSION = "step_runner"
 
 FINGERPRINT_KEY = "fingerprint"
@@ -177,62 +177,37 @@ def _join(output_path: str, filename: str) -> str:
     return f"{output_path.rstrip('/')}/{filename}"
 
 
-def _read(output_path: str, filename: str) -> str | None:
-    url = _join(output_path, filename)
-    if not exists(url):
-        return None
-    return read_text(url)
-
-
-_IDENTITY_FIELDS = ("name", "fingerprint", "result_type", "result")
-_RECORD_FIELDS = frozenset(ArtifactRecord.model_fields)
-
-
-def _parse_record(text: str) -> ArtifactRecord:
-    record = ArtifactRecord.model_validate_json(text)
-    if any(getattr(record, f) for f in _IDENTITY_FIELDS):
-        return record
-    document = json.loads(text)
-    if isinstance(document, dict) and document.keys() - _RECORD_FIELDS:
-        return ArtifactRecord(result=document)  # a bare payload written before records existed
-    return record
-
-
-def _record_from_executor_info(text: str) -> ArtifactRecord | None:
+def _from_step_record(info: StepRecord) -> ArtifactRecord | None:
     """marin_lab's step record (it has `schema`) or Marin's Ray-era one, as far as consumers read it;
     None for a step still running (or failed), as for Marin's schedule-time stub (#6836)."""
-    info = json.loads(text)
-    if not isinstance(info, dict) or info.get("executor_version") == STEP_RUNNER_EXECUTOR_VERSION:
+    if info.extra.get("executor_version") == STEP_RUNNER_EXECUTOR_VERSION:
         return None
-    config = info.get("config")
-    if "schema" in info:  # marin_lab's record: written from the start of a run, so honoured only once done
-        if info.get("status") != "SUCCESS":
+    config = info.config
+    if info.schema is not None:  # marin_lab's record: written from the start of a run, so honoured only once done
+        if info.status != "SUCCESS":
             return None
         if isinstance(config, dict) and {"identity", "deps", "output_path"} <= config.keys():
             config = None  # a StepSpec's executor config (its identity), not the config its function ran
-    deps = info.get("dependencies") or []
     return ArtifactRecord(
-        name=str(info.get("name") or ""),
+        name=info.name or "",
         config=config if isinstance(config, dict) else None,
-        output_path=str(info.get("output_path") or ""),
-        deps=[d if isinstance(d, str) else str(d.get("identity", d)) if isinstance(d, dict) else str(d) for d in deps],
+        output_path=info.output_path or "",
+        deps=[
+            d if isinstance(d, str) else str(d.get("identity", d)) if isinstance(d, dict) else str(d)
+            for d in info.dependencies
+        ],
     )
 
 
 def read_record(output_path: str) -> ArtifactRecord | None:
     """The record at `output_path`: `.artifact.json`, else a bare `.artifact` payload, else the
-    step's `.executor_info`; None when there is none. A damaged `.artifact.json` raises."""
+    step's `.executor_info`; None when there is none. A damaged record raises RecordError."""
     output_path = _resolved(output_path)
-    text = _read(output_path, RECORD_FILENAME)
-    if text is not None:
-        return _parse_record(text)
-    bare = _read(output_path, _BARE_PAYLOAD_FILENAME)
-    if bare is not None:
-        return ArtifactRecord(result=json.loads(bare))
-    info = _read(output_path, _EXECUTOR_INFO_FILENAME)
-    if info is not None:
-        return _record_from_executor_info(info)
-    return None
+    doc = read_artifact_record(output_path)
+    if doc is not None:
+        return ArtifactRecord.model_validate(doc.to_json())
+    info = read_step_record(output_path)
+    return None if info is None else _from_step_record(info)
 
 
 def write_record(record: ArtifactRecord) -> None:

@@ -36,6 +36,7 @@ from marin_lab.marin.lazy import OUT, ArtifactStep, apply, executor_step, lower,
 from marin_lab.marin.remote import remote
 from marin_lab.marin.resources import ResourceConfig
 from marin_lab.marin.step_runner import StepRunner, executor_steps
+from marin_lab.store.errors import RecordError
 from marin_lab.store.step_record import read_step_record
 
 REPO = Path(__file__).resolve().parents[2]
@@ -391,3 +392,17 @@ def test_read_record_reads_marin_ray_era_info_and_ours_only_when_done(tmp_path):
     assert read_record(str(ours)) is None  # a step still running has no record to serve
     (ours / ".executor_info").write_text(json.dumps({**running, "status": "SUCCESS"}))
     assert read_record(str(ours)).config == {"n": 1}
+
+
+def test_one_parser_reads_artifact_records_for_the_api_and_the_browser(tmp_path):
+    out = tmp_path / "data" / "x" / V
+    out.mkdir(parents=True)
+    record = {"name": "data/x", "version": V, "fingerprint": "f1", "result_type": "m.T", "deps": ["raw/y@" + V]}
+    (out / ".artifact.json").write_text(json.dumps(record))
+    assert read_record(str(out)).deps == ["raw/y@" + V]
+    browser = Browser(str(tmp_path), Roots.of([str(tmp_path)]))
+    assert browser._artifact_record(str(out))["fingerprint"] == "f1"
+    (out / ".artifact.json").write_text(json.dumps({**record, "deps": "raw/y"}))
+    with pytest.raises(RecordError, match=r"\.artifact\.json: field 'deps' is str, expected a list of strings"):
+        read_record(str(out))
+    assert browser._artifact_record(str(out)) is None
