@@ -30,6 +30,7 @@ from typing import Any
 from experiments.simple_train_config import SimpleTrainConfig
 from marin_lab.evaluation import CORE_TASKS, EvalLmConfig, EvaluationError, evaluate_lm, parse_task
 from marin_lab.evaluation.during_training import train_lm_with_eval
+from marin_lab.evaluation.task_items import TaskItemsConfig, export_task_items
 from marin_lab.execution import (
     ExecutorStep,
     InputName,
@@ -45,6 +46,7 @@ from marin_lab.processing.classify import (
     classify_filter,
     train_quality_classifier,
 )
+from marin_lab.processing.decontaminate import DecontaminateConfig, decontaminate
 from marin_lab.processing.dedup import DedupConfig, dedup_exact, dedup_fuzzy
 from marin_lab.processing.download import DownloadConfig, download
 from marin_lab.processing.extract import TEXT_PATTERNS, ExtractConfig, extract
@@ -227,6 +229,33 @@ def default_quality_filter(name: str, documents: DocumentsInput, **options: Any)
         fn=filter_heuristics,
         description="heuristic quality filter",
         config=HeuristicFilterConfig(input_path=documents_of(documents), output_path=this_output_path(), **options),
+    )
+
+
+def default_decontaminate(
+    name: str, documents: DocumentsInput, tasks: Sequence[str], *, data: str = "offline", **options: Any
+) -> ExecutorStep:
+    """The documents that hold items of the lm-eval `tasks` (13-gram overlap on a word stream), reported per
+    task and document, and the documents without them -> `decontaminated/{name}`; the items, read as the
+    evaluation reads them (`data`), are the step `task-items/{name}`."""
+    if isinstance(tasks, str) or not tasks:
+        raise StepDefinitionError(f"default_decontaminate('{name}'): tasks must be a list of lm-eval task names")
+    items = ExecutorStep(
+        name=f"task-items/{name}",
+        fn=export_task_items,
+        config=TaskItemsConfig(tasks=tuple(tasks), output_path=this_output_path(), data=data),
+        description=f"the items of {len(tasks)} evaluation task(s) as text",
+    )
+    return ExecutorStep(
+        name=f"decontaminated/{name}",
+        fn=decontaminate,
+        description="n-gram overlap with evaluation items",
+        config=DecontaminateConfig(
+            input_path=documents_of(documents),
+            items_path=output_path_of(items),
+            output_path=this_output_path(),
+            **options,
+        ),
     )
 
 

@@ -33,6 +33,12 @@ RESULTS_FILE = "results.json"
 BAD_SHARDS_FILE = ".bad_shards.json"
 """In a data step's output folder while the step is FAILED for bad shards: which shards, and why
 (`marin_lab.processing.quarantine` writes it; `marin_lab.store.bad_shards` parses it)."""
+TASK_ITEMS_FILE = "task_items.json"
+"""An evaluation tasks' items step's output: each task's items as the evaluation reads them, or why
+it has none (`marin_lab.evaluation.task_items` writes it; `marin_lab.store.contamination` parses it)."""
+CONTAMINATION_FILE = "contamination.json"
+"""A decontaminate step's report: per task the contaminated item ids, per document its matches, and
+what could not be checked (`marin_lab.store.contamination` writes and parses it)."""
 LOGS_DIR = "logs"
 """Each attempt's captured output: `logs/attempt-{n}.log` (`step_log_url`); a launched run's driver
 logs sit in the same shape under its launch folder (`launch_log_url`)."""

@@ -275,6 +275,8 @@ STORE_NAMES = {
     "launches",
     "experiments/",
     ".bad_shards.json",
+    "task_items.json",
+    "contamination.json",
 }
 # Files that may spell a name, each with its reason. The list only shrinks.
 KNOWN_SPELLED: set[tuple[str, str]] = set()
