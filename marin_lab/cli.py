@@ -32,6 +32,7 @@ from marin_lab.execution.review.cost import ExperimentCost, experiment_cost, rea
 from marin_lab.execution.review.prices import PriceTable, load_prices
 from marin_lab.explain import explain_step
 from marin_lab.flags import add_bool_flag, add_prefix_arguments, resolve_prefix_arguments
+from marin_lab.gc import add_forget_parser
 from marin_lab.gc import add_parser as add_gc_parser
 from marin_lab.io.fs import join
 from marin_lab.io.secrets import redact_logs
@@ -273,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_browse_parser(sub)
     add_launch_parser(sub)
     add_gc_parser(sub)
+    add_forget_parser(sub)
     add_rerun_shards_parser(sub)
     add_generate_parser(sub)
     add_evals_parser(sub)

@@ -1,4 +1,5 @@
-"""`marin-lab gc PREFIX [--older_than 14d] [--yes]`: what storage under a prefix nobody needs.
+"""`marin-lab gc [PREFIX] [--older_than 14d] [--yes]`: what storage under a prefix (default: the
+store, as `status` and `browse` take it) nobody needs.
 
 Lists, with sizes, folders older than the limit (their newest file) that are one of:
 
@@ -32,7 +33,7 @@ from marin_lab.execution.state.lease import LeaseHolder
 from marin_lab.execution.state.status import INFO_FILE, LEASE_FILE, STATUS_FILE, Status, read_status
 from marin_lab.flags import add_prefix_arguments
 from marin_lab.io.fs import fs_and_path, join, read_bytes, remove
-from marin_lab.store.layout import EXPERIMENTS_DIR, LAUNCHES_DIR, TMP_DIR
+from marin_lab.store.layout import EXPERIMENTS_DIR, LAUNCHES_DIR, TMP_DIR, default_prefix
 
 SCRATCH_AREAS = (TMP_DIR, "reproduce")
 SKIP = {EXPERIMENTS_DIR, LAUNCHES_DIR, *SCRATCH_AREAS}
@@ -226,6 +227,7 @@ def _human(n: float) -> str:
 
 
 def _cmd_gc(args: argparse.Namespace) -> int:
+    args.prefix = default_prefix(args.prefix)  # the store `status` and `browse` show, unless named
     older = parse_age(args.older_than)
     candidates, notes = find_garbage(args.prefix, older)
     for note in notes:
@@ -252,7 +254,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "gc", help="list (and with --yes delete) unreferenced, failed, abandoned and scratch outputs under a prefix"
     )
-    add_prefix_arguments(p, required=True)
+    add_prefix_arguments(p)
     p.add_argument("--older_than", default="14d", help="only what was last written longer ago (default 14d)")
     p.add_argument("--yes", action="store_true", help="delete what is listed (default: list only)")
     p.set_defaults(func=_cmd_gc)
