@@ -182,6 +182,7 @@ def test_matches_do_not_depend_on_how_documents_are_batched(monkeypatch):
     assert [bool(f) for f in whole] == [False, True, False, True] * 3
 
 
+@pytest.mark.slow  # imports lm-eval and JAX
 def test_a_task_s_template_words_are_cut_from_its_prompts():
     from marin_lab.evaluation.task_items import strip_template
 
@@ -211,3 +212,19 @@ def test_task_items_are_the_documents_the_evaluation_reads(tmp_path):
         "answer": "cellular telephone",
     }
     assert tasks["arc_easy"]["split"] == "validation" and "no documents" in tasks["wsc273"]["error"]
+
+
+@pytest.mark.slow  # imports the recipe helpers (lm-eval, JAX)
+def test_default_decontaminate_reads_the_items_step_and_the_documents():
+    from experiments.defaults import default_decontaminate
+    from marin_lab.execution import ExecutorStep, StepDefinitionError
+
+    docs = ExecutorStep(name="raw/docs", fn=len, config=None)
+    step = default_decontaminate("docs", docs, tasks=["arc_easy", "gsm8k"], ngram_size=10)
+    assert step.name == "decontaminated/docs" and step.config.ngram_size == 10
+    assert (step.config.input_path.step, step.config.input_path.name) == (docs, "data")
+    items = step.config.items_path.step
+    assert items.name == "task-items/docs" and items.config.tasks == ("arc_easy", "gsm8k")
+    assert items.config.data == "offline"
+    with pytest.raises(StepDefinitionError, match="tasks must be a list"):
+        default_decontaminate("docs", docs, tasks="arc_easy")
