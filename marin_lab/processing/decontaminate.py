@@ -50,7 +50,14 @@ from marin_lab.io.compression import DECODE_ERRORS
 from marin_lab.io.documents import BadRecordError, ReadStats, read_documents, read_lines, write_documents
 from marin_lab.processing import minhash
 from marin_lab.processing.errors import ProcessingError
-from marin_lab.processing.filtering import ShardPlan, check_on_bad_record, plan_shards, summarize
+from marin_lab.processing.filtering import (
+    REMOVED_DIR,
+    ShardPlan,
+    check_on_bad_record,
+    plan_shards,
+    relative_name,
+    summarize,
+)
 from marin_lab.processing.quarantine import Quarantine, ShardPolicy
 from marin_lab.processing.shards import mark_shard_done, read_shard_done
 from marin_lab.store.contamination import read_task_items, write_contamination
@@ -392,10 +399,11 @@ def decontaminate(config: DecontaminateConfig) -> dict[str, Any]:
     digest = hashlib.sha256(blob).hexdigest()
 
     plans = plan_shards(config.input_path, config.output_path)
+    removed = mfs.join(config.output_path, REMOVED_DIR)
     tasks = [
         _ShardTask(
             plan=p,
-            matches_file=mfs.join(config.output_path, MATCHES_DIR, p.removed_file.rsplit("/", 1)[-1]),
+            matches_file=mfs.join(config.output_path, MATCHES_DIR, relative_name(removed, p.removed_file)),
             index_url=index_url,
             index_digest=digest,
             filter_documents=config.filter_documents,

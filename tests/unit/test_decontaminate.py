@@ -132,6 +132,16 @@ def test_without_filtering_only_the_report_and_matches_are_written(tmp_path):
     assert read_contamination_report(str(out)) == {"math": {7}, "science": set()}
 
 
+def test_shards_of_one_name_in_two_folders_keep_their_own_matches(tmp_path):
+    docs = {
+        "x/a.jsonl.gz": [{"id": "x1", "text": LEAKS["verbatim"]}],
+        "y/a.jsonl.gz": [{"id": "y1", "text": LEAKS["rewrapped_8_words"]}],
+    }
+    report = _run(tmp_path, docs)
+    found = sorted((d["shard"], d["id"]) for d in report["documents"])
+    assert found == [("x/a.jsonl.gz", "x1"), ("y/a.jsonl.gz", "y1")]
+
+
 def test_a_rerun_skips_finished_shards(tmp_path, monkeypatch):
     docs = {"a.jsonl.gz": [{"id": "a1", "text": LEAKS["verbatim"]}], "b.jsonl.gz": [{"id": "b1", "text": CLEAN}]}
     _run(tmp_path, docs)
