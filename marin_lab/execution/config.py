@@ -60,6 +60,9 @@ class ExecutorMainConfig:
     verbose: bool = False
     """Every library's INFO lines in the console and the step logs (JAX, datasets, lm-eval, ...); by
     default a step shows marin_lab's own lines and everyone's warnings. Also `MARIN_LAB_VERBOSE=1`."""
+    cost: bool = False
+    """The dry run's cost lines for every step; by default only steps on accelerators (GPUs, TPUs)
+    get them, and the totals count those steps only."""
     prices: str | None = _flag(None, "FILE")
     """A price table (JSON, or TOML named *.toml) over the default list prices, for the costs --dry_run
     shows: {"prices": {"tpu-v5e": 1.2, ...}, "currency", "date", "source"} (docs/executor.md, "Cost")."""

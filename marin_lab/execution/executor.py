@@ -30,7 +30,7 @@ from marin_lab.execution.errors import (
     UnschedulableError,
 )
 from marin_lab.execution.plan.planner import Plan, PlannedStep, build_plan, gc_paused
-from marin_lab.execution.plan.resources import validate_resources
+from marin_lab.execution.plan.resources import describe_resources, validate_resources
 from marin_lab.execution.plan.step import ExecutorStep
 from marin_lab.execution.record.builder import (
     experiment_record,
@@ -39,6 +39,7 @@ from marin_lab.execution.record.builder import (
 )
 from marin_lab.execution.record.code_provenance import git_state, store_script
 from marin_lab.execution.record.experiments import records_folder
+from marin_lab.execution.record.usage import declared_accelerator
 from marin_lab.execution.review.baseline import LastRun, RecordIndex, experiment_hash, last_run_of_plan
 from marin_lab.execution.review.capacity import check as check_capacity
 from marin_lab.execution.review.capacity import known_cluster
@@ -237,8 +238,11 @@ class Executor:
         )
 
     def _warn_if_new_prefix(self, decisions: Sequence[Decision]) -> None:
-        """One line when every step of several will run in a prefix that holds no experiment yet:
-        a first run, or a typo in --prefix (or a different working folder) planning to redo it all."""
+        """One line when every step of several will run in a prefix, named by --prefix or
+        $MARIN_PREFIX, that holds no experiment yet: a typo there (or a different working folder)
+        planning to redo it all. The default store's first run says nothing."""
+        if not (self.config.prefix or os.environ.get("MARIN_PREFIX")):
+            return  # the default store: an empty one is a first run, not a typo
         runs = [d for d in decisions if d.action == "run"]
         if len(runs) < 2 or len(runs) < sum(1 for d in decisions if d.action != "unselected"):
             return
@@ -266,8 +270,23 @@ class Executor:
             prefix=self.prefix,
             backend=self.backend_name,
             unchecked=self.unchecked_reads,
-            costs=self.plan_costs(decisions),
+            costs=self._shown_costs(decisions),
         )
+
+    def _shown_costs(self, decisions: Sequence[Decision]) -> PlanCost | None:
+        """The text plan's costs: every step's with --cost, else only steps on accelerators (a CPU
+        step's price says nothing worth a line), and none at all when no step uses one."""
+        costs = self.plan_costs(decisions)
+        if self.config.cost:
+            return costs
+        accelerated = {
+            d.step.identity
+            for d in decisions
+            if declared_accelerator(describe_resources(d.step.step.resources))[0] not in ("cpu", None)
+        }
+        if not accelerated & set(costs.steps):
+            return None
+        return dataclasses.replace(costs, steps={k: v for k, v in costs.steps.items() if k in accelerated})
 
     def _prefix_unreadable(self) -> str | None:
         """Why a plan cannot read under a bucket prefix (no credentials or network), else None; the

@@ -251,7 +251,7 @@ def test_the_plan_shows_estimated_cost_and_what_reuse_saves(tmp_path, capsys):
     Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag())
     capsys.readouterr()
     # Only proc/b selected: it and raw/a are reused; the rest is not selected and not costed.
-    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local", cost=True)).run(
         five_step_dag(), run_only=["^proc/b$"], dry_run=True
     )
     out = capsys.readouterr().out
@@ -274,7 +274,7 @@ def test_the_plan_shows_estimated_cost_and_what_reuse_saves(tmp_path, capsys):
     )
 
     # The unchanged DAG: every step is reused, and the plan says what that saved, from the records.
-    executor_main(steps=five_step_dag(), args=["--prefix", prefix, "--dry_run", "true"])
+    executor_main(steps=five_step_dag(), args=["--prefix", prefix, "--dry_run", "true", "--cost", "true"])
     text = capsys.readouterr().out
     assert (
         text.splitlines()[1] == '  prices: default on-demand list prices (docs/executor.md, "Cost"), USD per '
@@ -292,10 +292,17 @@ def test_the_plan_shows_estimated_cost_and_what_reuse_saves(tmp_path, capsys):
 
 
 def test_a_to_run_step_with_no_record_anywhere_is_unknown(tmp_path, capsys):
-    executor_main(steps=five_step_dag(), args=["--prefix", str(tmp_path), "--dry_run", "true"])
+    executor_main(steps=five_step_dag(), args=["--prefix", str(tmp_path), "--dry_run", "true", "--cost", "true"])
     out = capsys.readouterr().out
     assert "  cost: 5 steps would run, estimated: unknown for all 5\n" in out
     assert out.count("cost: unknown (no finished version recorded)") == 5
+
+
+def test_a_plan_of_cpu_steps_has_no_cost_lines_without_cost(tmp_path, capsys):
+    executor_main(steps=five_step_dag(), args=["--prefix", str(tmp_path), "--dry_run", "true"])
+    out = capsys.readouterr().out
+    assert "cost" not in out and "prices" not in out
+    assert len(out.splitlines()) == 1 + 5 * 2  # the summary, then each step's action and output path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -390,6 +397,12 @@ def test_the_browser_shows_the_numbers_the_cli_prints_on_the_same_prefix(costed_
     for row in data["steps"]:
         assert any(line.endswith(f"{row['identity']}  {row['text']}") for line in cli_lines), row
     assert data["prices"] == cli_lines[0] == table.describe()
+    # Goodput, the same words in both: the preempted attempt of train/big is badput.
+    assert data["goodput_text"] in cli_lines and data["goodput_text"].startswith(
+        "goodput 66% (256 of 385 chip-hours kept"
+    )
+    big = next(row for row in data["steps"] if row["identity"] == "train/big-11111111")
+    assert big["goodput_text"] in cli_lines and "lost 128" in big["goodput_text"]
     step = browser.step(str(costed_prefix / "train/big-11111111"))
     assert step["cost"]["text"] == "$384.00 (384 accelerator-hours on tpu-v5e x256, 128 of them preempted)"
     assert step["cost"]["money"] == 384.0 and step["cost"]["accelerator_hours"] == 384.0

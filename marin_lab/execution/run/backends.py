@@ -480,6 +480,24 @@ def no_foreign_tpu_logs() -> Iterator[None]:
                 os.environ["TPU_LOG_DIR"] = before
 
 
+def quiet_ray_console() -> None:
+    """What Ray itself prints on a driver's console, cut to the steps' own lines (unless verbose).
+
+    Ray's notice that token authentication is on (its default for a local cluster) is left out;
+    a worker's lines come without Ray's `(step pid=N)` prefix, since each already carries the
+    step's `[step]`; and Ray colours nothing when the console is not a terminal (a file, a pipe).
+    """
+    if os.environ.get(VERBOSE_ENV):
+        return
+    logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+    os.environ.setdefault("RAY_DISABLE_WORKER_LOG_PREFIX", "1")
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None:  # read once at import: set it on the loaded module too
+        constants.RAY_DISABLE_WORKER_LOG_PREFIX = os.environ["RAY_DISABLE_WORKER_LOG_PREFIX"] not in ("0", "false")
+    if not sys.stdout.isatty():
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+
+
 # The local Ray a RayBackend starts is shared by every backend of this process (Marin's tests run
 # ten executors in threads at once): one lock makes "is Ray up? else start it" atomic, and the
 # cluster is stopped when the last backend using it shuts down, never under another one's steps.
@@ -508,6 +526,7 @@ class RayBackend:
                         **{k: os.environ[k] for k in (VERBOSE_ENV,) if k in os.environ},
                     }
                 }
+                quiet_ray_console()
                 if address:
                     ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
                 else:
@@ -526,7 +545,11 @@ class RayBackend:
                         )
                     url = getattr(context, "dashboard_url", None)
                     if url:
-                        print(f"Ray dashboard: http://{url}", file=sys.stderr, flush=True)
+                        logger.log(
+                            logging.INFO if os.environ.get(VERBOSE_ENV) else logging.DEBUG,
+                            "Ray dashboard: http://%s",
+                            url,
+                        )
                 _RAY_USERS = 1
                 self._counted = True
             elif _RAY_USERS > 0:  # joins a Ray another backend of this process started
