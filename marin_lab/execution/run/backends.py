@@ -493,7 +493,8 @@ def quiet_ray_console() -> None:
     os.environ.setdefault("RAY_DISABLE_WORKER_LOG_PREFIX", "1")
     constants = sys.modules.get("ray._private.ray_constants")
     if constants is not None:  # read once at import: set it on the loaded module too
-        constants.RAY_DISABLE_WORKER_LOG_PREFIX = os.environ["RAY_DISABLE_WORKER_LOG_PREFIX"] not in ("0", "false")
+        off = os.environ["RAY_DISABLE_WORKER_LOG_PREFIX"] not in ("0", "false")
+        setattr(constants, "RAY_DISABLE_WORKER_LOG_PREFIX", off)  # noqa: B010 (not in mypy's view of Ray)
     if not sys.stdout.isatty():
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
 
