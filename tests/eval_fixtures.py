@@ -3,8 +3,8 @@
 Two models (train/nano-a, train/nano-b) trained with evaluation during training (metrics.jsonl
 `eval/{task}/acc` lines), each evaluated in format 2 on the same items: hellaswag (B is better on
 15% of the items A gets wrong), piqa (the same answers but for a few items both ways), arc_easy
-(capped by a limit, coverage 0.8). Besides: an evaluation in the old format 1, one whose results.json
-is damaged, and a hostile one (a script in a task name, NaN values, a missing samples file, a
+(capped by a limit, coverage 0.8). Besides: an evaluation in format 1 (written before any release,
+not read), one whose results.json is damaged, and a hostile one (a script in a task name, NaN values, a missing samples file, a
 broken line and an over-long line in a samples file). `build_hostile_prefix` adds files that lead
 out of the prefix (symlinks) or never end (named pipes), for the confinement tests.
 """
@@ -211,7 +211,7 @@ def build_eval_prefix(base: Path) -> EvalPrefix:
         limits=limits,
         attempted=attempted,
     )
-    # The older format 1, as evaluate_lm wrote it before the lm-eval tasks.
+    # Format 1, as evaluate_lm wrote it before the lm-eval tasks and before any release: not read.
     _write_json(
         p.eval_old / "results.json",
         {

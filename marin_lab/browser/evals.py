@@ -1,8 +1,8 @@
 """The evaluation pages' API: leaderboard, paired comparison, samples, and scores during training.
 
-Every number comes from marin_lab.evaluation.results (the reader `marin-lab evals` prints from),
-so a page shows what the command prints; the page formats nothing itself but dates. That reader
-is given the browser's roots, so it reads every results.json, samples file and record through the
+Every number comes from marin_lab.evaluation's runs, tables and samples (what `marin-lab evals`
+prints from), so a page shows what the command prints; the page formats nothing itself but dates.
+Those readers are given the browser's roots, so it reads every results.json, samples file and record through the
 same confined reader as every other page (`marin_lab.io.confined`): only evaluations inside the
 roots are listed (an experiment record may name an output elsewhere), a file linked out of them is
 never read, and a named pipe is refused from its stat. A run is named by its key (its path under
@@ -21,8 +21,10 @@ from marin_lab.browser.metrics import read_metrics
 from marin_lab.browser.records import Browser, read_listed_experiment
 from marin_lab.browser.storage import child, file_info
 from marin_lab.evaluation import results as R
+from marin_lab.evaluation import samples as S
+from marin_lab.evaluation import stats, tables
 from marin_lab.io.fs import join
-from marin_lab.store.layout import EXPERIMENTS_DIR, METRICS_FILE
+from marin_lab.store.layout import EXPERIMENTS_DIR, METRICS_FILE, RESULTS_FILE
 
 MAX_TRAINING_RUNS = 50
 MAX_SERIES_PER_RUN = 32
@@ -66,13 +68,13 @@ def _bad(fn: Any, *args: Any, **kw: Any) -> Any:
 
 def leaderboard(b: Browser, tasks: str | None, metric: str | None, rank_on: str | None) -> dict[str, Any]:
     runs = _runs(b)
-    board = _bad(R.leaderboard, runs, tasks, metric, rank_on)
-    out = R.leaderboard_json(board)
-    out["rank_rule"] = R.rank_rule(board)
+    board = _bad(tables.leaderboard, runs, tasks, metric, rank_on)
+    out = tables.leaderboard_json(board)
+    out["rank_rule"] = tables.rank_rule(board)
     out["legend"] = (
         "values in points (percent) for accuracies, 95% interval in brackets (Wilson for right/wrong "
         "metrics, lm-eval's stderr otherwise); * capped by a limit, ! coverage below "
-        f"{R.stats.COVERAGE_FLOOR:.0%}"
+        f"{stats.COVERAGE_FLOOR:.0%}"
     )
     out["prefix"] = b.prefix
     if not runs:
@@ -104,7 +106,7 @@ def compare(b: Browser, a: str | None, bb: str | None, tasks: str | None, metric
     runs = _runs(b)
     ra, rb = _run(runs, a, "a"), _run(runs, bb, "b")
     _confined_samples(b, ra, rb)
-    return _bad(R.compare, ra, rb, tasks, metric)
+    return _bad(tables.compare, ra, rb, tasks, metric)
 
 
 def samples(
@@ -123,7 +125,7 @@ def samples(
         raise BadRequestError("task= is missing")
     o = _run(runs, other, "other") if other else None
     _confined_samples(b, *([r, o] if o is not None else [r]))
-    page = _bad(R.read_samples, r, task, cursor=cursor or 0, limit=limit, show=show, other=o, metric=metric)
+    page = _bad(S.read_samples, r, task, cursor=cursor or 0, limit=limit, show=show, other=o, metric=metric)
     page["run"] = {"key": r.key, "label": r.label, "path": r.path}
     if o is not None:
         page["other"] = {"key": o.key, "label": o.label}
@@ -133,7 +135,7 @@ def samples(
 def training(b: Browser, tasks: str | None) -> dict[str, Any]:
     """`eval/{task}/{metric}` series of every training run under the prefix that logged any, with
     their intervals (`bounds`) where the run logged `eval/{task}/{metric}_low` and `_high`."""
-    pattern = _bad(R.task_filter, tasks)
+    pattern = _bad(tables.task_filter, tasks)
     paths: dict[str, str | None] = {}
     for run in _runs(b):
         if run.train_path:
@@ -193,5 +195,5 @@ def run_detail(b: Browser, path: str) -> dict[str, Any]:
     folder = b.roots.resolve(path).rstrip("/")
     prefix = b.prefix.rstrip("/") + "/"
     key = folder[len(prefix) :] if folder.startswith(prefix) else folder
-    _readable(b, join(folder, R.RESULTS_FILE), key)
-    return R.run_detail(R.load_run(folder, key, b.roots))
+    _readable(b, join(folder, RESULTS_FILE), key)
+    return tables.run_detail(R.load_run(folder, key, b.roots))

@@ -12,13 +12,14 @@ import json
 import sys
 from typing import Any
 
-from marin_lab.evaluation import results as R
+from marin_lab.evaluation import stats, tables
+from marin_lab.evaluation.results import EvalResultsError, find_eval_runs, resolve_run
 from marin_lab.store.layout import default_prefix
 
 LEGEND = (
     "values in points (percent) for accuracies, with the 95% interval (Wilson for right/wrong metrics, "
     "lm-eval's stderr otherwise); * capped by a limit (a subset of the task), ! coverage below "
-    f"{R.stats.COVERAGE_FLOOR:.0%}"
+    f"{stats.COVERAGE_FLOOR:.0%}"
 )
 
 
@@ -35,7 +36,7 @@ def _table(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
 
 def render_board(board: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(R.leaderboard_json(board), indent=2, default=str, allow_nan=False)
+        return json.dumps(tables.leaderboard_json(board), indent=2, default=str, allow_nan=False)
     md = fmt == "markdown"
     headers = ["rank", "model", "run", *board["tasks"], "score"]
     rows = []
@@ -47,12 +48,12 @@ def render_board(board: dict[str, Any], fmt: str) -> str:
                 str(r["rank"]),
                 run.label,
                 run.key,
-                *(R.fmt_cell(r["cells"].get(t)) for t in board["tasks"]),
+                *(stats.fmt_cell(r["cells"].get(t)) for t in board["tasks"]),
                 "n/a" if r["score"] is None else f"{100 * r['score']:.1f}",
             ]
         )
         notes += [f"{run.key}: {n}" for n in run.notes]
-    parts = [_table(headers, rows, md), "", R.rank_rule(board) + " (score: that mean, in points)", LEGEND]
+    parts = [_table(headers, rows, md), "", tables.rank_rule(board) + " (score: that mean, in points)", LEGEND]
     if notes:
         parts += ["", *(("- " if md else "") + n for n in notes)]
     return "\n".join(parts)
@@ -85,18 +86,18 @@ def render_compare(result: dict[str, Any], fmt: str) -> str:
 def _cmd_evals(args: argparse.Namespace) -> int:
     prefix = default_prefix(args.prefix)
     try:
-        R.task_filter(args.tasks)
-        R.task_filter(getattr(args, "rank_on", None), "--rank_on")
-        runs = R.find_eval_runs(prefix)
+        tables.task_filter(args.tasks)
+        tables.task_filter(getattr(args, "rank_on", None), "--rank_on")
+        runs = find_eval_runs(prefix)
         if not runs:
             print(f"error: no evaluation (a folder with results.json) under {prefix}", file=sys.stderr)
             return 1
         if args.compare:
-            a, b = (R.resolve_run(runs, s) for s in args.compare)
-            print(render_compare(R.compare(a, b, args.tasks, args.metric), args.format))
+            a, b = (resolve_run(runs, s) for s in args.compare)
+            print(render_compare(tables.compare(a, b, args.tasks, args.metric), args.format))
         else:
-            print(render_board(R.leaderboard(runs, args.tasks, args.metric, args.rank_on), args.format))
-    except R.EvalResultsError as err:
+            print(render_board(tables.leaderboard(runs, args.tasks, args.metric, args.rank_on), args.format))
+    except EvalResultsError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except OSError as err:

@@ -1,11 +1,11 @@
 """`evaluate_lm`: lm-eval tasks, perplexity and bits-per-byte for one trained model.
 
-Writes `{output_path}/results.json` in lm-eval's shape (`results`, `groups`, `configs`, `versions`,
-`n-shot`, `higher_is_better`, `n-samples`) plus perplexity / bits-per-byte on token caches and a
-`marin_lab` section (format 2): per task its status, the split scored and where its documents came
-from, coverage, the capped / low-coverage flags, truncated prompts and an interval per metric
-(marin_lab.evaluation.stats). One `samples_{task}.jsonl` per task holds lm-eval's `--log_samples`
-records with each metric's per-item value at top level. docs/evaluation.md describes the format.
+Writes `{output_path}/results.json` through its one owner (`marin_lab.store.eval_results`): lm-eval's
+sections plus perplexity / bits-per-byte on token caches and a `marin_lab` section: per task its
+status, the split scored and where its documents came from, coverage, the capped / low-coverage
+flags, truncated prompts and an interval per metric (marin_lab.evaluation.stats). One
+`samples_{task}.jsonl` per task holds lm-eval's `--log_samples` records with each metric's per-item
+value at top level. docs/evaluation.md describes the format.
 
 A task that fails (unknown documents, a tokenizer that cannot encode its text, ...) is recorded as
 failed with a one-line reason and the others still run; results.json is written, then the step
@@ -29,14 +29,12 @@ from marin_lab.evaluation.perplexity import evaluate_cache
 from marin_lab.io import fs as mfs
 from marin_lab.models.llama import LlamaConfig
 from marin_lab.processing.tokenizers import optional_tokenizer_at
-from marin_lab.store.layout import RESULTS_FILE
+from marin_lab.store.eval_results import LM_EVAL_SECTIONS, json_safe, results_document, write_results
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.token_cache import TokenCache
 from marin_lab.versioning import field_hints, versioned_field
 
 logger = logging.getLogger(__name__)
-
-RESULTS_FORMAT = 2
 
 CORE_TASKS: tuple[str, ...] = (
     "arc_easy:10",
@@ -161,17 +159,6 @@ def _one_line(err: BaseException) -> str:
     return (text[0] if text else type(err).__name__)[:500]
 
 
-def _json_safe(value: Any) -> Any:
-    """`value` as plain JSON that is the same in every process: lm-eval's task configs hold functions
-    (`fewshot_config.doc_to_target`), written by qualified name, never as a repr with an address."""
-    return json.loads(json.dumps(value, default=mfs.json_default))
-
-
-def write_results(output_path: str, results: dict[str, Any]) -> None:
-    """results.json under `output_path`, its bytes a function of the values alone (`_json_safe`)."""
-    mfs.write_json(mfs.join(output_path, RESULTS_FILE), _json_safe(results))
-
-
 def _metric_values(samples: list[dict[str, Any]]) -> dict[str, list[float]]:
     """Per-item values of each metric key (`acc`, or `exact_match,strict-match` for a named filter)."""
     out: dict[str, list[float]] = {}
@@ -286,15 +273,7 @@ def evaluate_tasks(
 
     Writes samples_{key}.jsonl under output_path (when given). A failing task gets status "failed".
     """
-    merged: dict[str, Any] = {
-        "results": {},
-        "groups": {},
-        "configs": {},
-        "versions": {},
-        "n-shot": {},
-        "higher_is_better": {},
-        "n-samples": {},
-    }
+    merged: dict[str, Any] = {name: {} for name in LM_EVAL_SECTIONS}
     tasks: dict[str, Any] = {}
     for key, spec in zip(task_keys(specs), specs, strict=True):
         try:
@@ -309,7 +288,7 @@ def evaluate_tasks(
             continue
         for section in merged:
             for name, value in (res.get(section) or {}).items():
-                merged[section][key if name == spec.name else name] = _json_safe(value)
+                merged[section][key if name == spec.name else name] = json_safe(value)
         if output_path is not None:
             lines = []
             for task_name, recs in res.get("samples", {}).items():
@@ -317,7 +296,7 @@ def evaluate_tasks(
                     rec = dict(rec)
                     if len(res["samples"]) > 1:
                         rec["task"] = task_name
-                    lines.append(json.dumps(_json_safe(rec)))
+                    lines.append(json.dumps(json_safe(rec)))
             mfs.atomic_write_text(
                 mfs.join(output_path, f"samples_{key}.jsonl"), "\n".join(lines) + ("\n" if lines else "")
             )
@@ -355,20 +334,9 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
                 "tasks need a tokenizer: set tokenizer_path, or give caches that hold tokenizer.json"
                 + (f" ({url} does not exist)" if url else "")
             )
-    results: dict[str, Any] = {
-        "results": {},
-        "groups": {},
-        "configs": {},
-        "versions": {},
-        "n-shot": {},
-        "higher_is_better": {},
-        "n-samples": {},
-        "perplexity": {},
-        "bits_per_byte": {},
-        "details": {},
-        "checkpoint": resolved,
-        "step": step,
-    }
+    perplexity: dict[str, Any] = {}
+    bits_per_byte: dict[str, Any] = {}
+    details: dict[str, Any] = {}
     for name in sorted(config.caches):
         r = evaluate_cache(
             params,
@@ -381,9 +349,7 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
             compute_dtype=config.compute_dtype,
             name=name,
         )
-        results["perplexity"][name] = r["perplexity"]
-        results["bits_per_byte"][name] = r["bits_per_byte"]
-        results["details"][name] = r
+        perplexity[name], bits_per_byte[name], details[name] = r["perplexity"], r["bits_per_byte"], r
         logger.info("eval %s: perplexity %.3f, bits/byte %s", name, r["perplexity"], r["bits_per_byte"])
     task_results: dict[str, Any] = {"tasks": {}}
     if specs:
@@ -399,13 +365,15 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
         except HarnessError as err:
             raise EvaluationError(f"tasks: {err}") from err
         task_results = evaluate_tasks(lm, specs, config.output_path, data=config.data, include_path=config.include_path)
-        for section in ("results", "groups", "configs", "versions", "n-shot", "higher_is_better", "n-samples"):
-            results[section] = task_results[section]
-    results["marin_lab"] = {
-        "format": RESULTS_FORMAT,
-        "model": {"checkpoint": resolved, "step": step, "train_path": _train_path(resolved)},
-        "tasks": task_results["tasks"],
-    }
+    results = results_document(
+        task_results,
+        perplexity=perplexity,
+        bits_per_byte=bits_per_byte,
+        details=details,
+        checkpoint=resolved,
+        step=step,
+        tasks=task_results["tasks"],
+    )
     write_results(config.output_path, results)
     failed = {k: v["error"] for k, v in task_results["tasks"].items() if v["status"] == "failed"}
     if failed:
@@ -414,10 +382,3 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
             + "; ".join(f"{k}: {v}" for k, v in failed.items())
         )
     return results
-
-
-def _train_path(resolved: str) -> str | None:
-    parts = resolved.rstrip("/").split("/")
-    if len(parts) >= 3 and parts[-2] == "checkpoints":
-        return "/".join(parts[:-2])
-    return None

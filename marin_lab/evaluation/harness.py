@@ -35,7 +35,6 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from lm_eval.api.model import TemplateLM  # noqa: E402
@@ -43,45 +42,20 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noq
 
 from marin_lab.errors import MarinLabError
 from marin_lab.evaluation import offline_data
-from marin_lab.evaluation.scoring import bucket_length
+from marin_lab.evaluation.scoring import bucket_length, scorer
 from marin_lab.execution.run.logs import VERBOSE_ENV, quiet_libraries
 from marin_lab.models.generate import SamplingConfig, generate_text
-from marin_lab.models.llama import LlamaConfig, Params, forward
+from marin_lab.models.llama import LlamaConfig, Params
+from marin_lab.processing.errors import TokenizeError
+from marin_lab.processing.tokenizers import EOS_CANDIDATES, find_eos_id
 
 logger = logging.getLogger(__name__)
 
-EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>")
 BOS_CANDIDATES = ("<|begin_of_text|>", "<s>", "<bos>")
 
 
 class HarnessError(MarinLabError, ValueError):
     """A task cannot be resolved, loaded or scored."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Scoring
-
-
-@jax.jit
-def _greedy_and_logp(logits: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
-    logits32 = logits.astype(jnp.float32)
-    logp = jnp.take_along_axis(jax.nn.log_softmax(logits32, axis=-1), targets[..., None], axis=-1)[..., 0]
-    return logp, jnp.argmax(logits32, axis=-1) == targets
-
-
-_SCORERS: dict[tuple[LlamaConfig, str], Any] = {}
-
-
-def _scorer(config: LlamaConfig, compute_dtype: str) -> Any:
-    key = (config, compute_dtype)
-    if key not in _SCORERS:
-
-        def score(params: Params, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
-            logits = forward(params, tokens[:, :-1], config, compute_dtype=jnp.dtype(compute_dtype))
-            return _greedy_and_logp(logits, tokens[:, 1:])
-
-        _SCORERS[key] = jax.jit(score)
-    return _SCORERS[key]
 
 
 def _first_token_id(tokenizer: Any, names: Sequence[str]) -> int | None:
@@ -121,10 +95,10 @@ class MarinLM(TemplateLM):
             raise HarnessError(
                 f"max_length={self._max_length} is larger than the model's max_seq_len={config.max_seq_len}"
             )
-        eos = eos_id if eos_id is not None else _first_token_id(tokenizer, EOS_CANDIDATES)
-        if eos is None:
-            raise HarnessError(f"the tokenizer has no end-of-text token among {list(EOS_CANDIDATES)}")
-        self._eos_id = eos
+        try:  # the end-of-text token the tokenize steps and the hf/ export take
+            self._eos_id = eos_id if eos_id is not None else find_eos_id(tokenizer, None)
+        except TokenizeError as err:
+            raise HarnessError(f"the tokenizer has no end-of-text token among {list(EOS_CANDIDATES)}") from err
         self._bos_id = bos_id if bos_id is not None else _first_token_id(tokenizer, BOS_CANDIDATES)
         self._max_gen_toks = max_gen_toks
         self.truncated = 0
@@ -174,7 +148,7 @@ class MarinLM(TemplateLM):
         """(log p(tok[t+1] | tok[:t+1]), greedy?) per position, for each token sequence."""
         out: list[tuple[np.ndarray, np.ndarray]] = [(np.empty(0), np.empty(0))] * len(seqs)
         order = sorted(range(len(seqs)), key=lambda i: (-len(seqs[i]), seqs[i]))
-        fn = _scorer(self.config, self.compute_dtype)
+        fn = scorer(self.config, self.compute_dtype, None)
         bs = self._batch_size
         for lo in range(0, len(order), bs):
             idx = order[lo : lo + bs]
@@ -212,8 +186,6 @@ class MarinLM(TemplateLM):
         res = []
         for (logp, greedy), n in zip(scored, conts, strict=True):
             res.append((float(logp[-n:].sum()), bool(greedy[-n:].all())))
-            if self.cache_hook is not None:
-                pass
         return res
 
     def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:

@@ -1,4 +1,5 @@
-"""Log-likelihood scoring with a trained model: the compiled piece shared by every evaluator."""
+"""Log-likelihood scoring with a trained model: the compiled piece shared by every evaluator (perplexity,
+bits per byte, and lm-eval's adapter `harness.MarinLM`)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,16 @@ from marin_lab.models.llama import LlamaConfig, Params, forward, token_log_likel
 
 
 @functools.lru_cache(maxsize=8)
-def _scorer(config: LlamaConfig, compute_dtype: str, attention_impl: str | None):
-    def score(params: Params, tokens: jax.Array) -> jax.Array:
+def scorer(config: LlamaConfig, compute_dtype: str, attention_impl: str | None = None) -> Any:
+    """The compiled `score(params, tokens [B, L]) -> (log p, greedy)`, both [B, L-1]: the log-likelihood
+    of each next token and whether it is the model's most likely one. One program per shape."""
+
+    def score(params: Params, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
         logits = forward(
             params, tokens[:, :-1], config, compute_dtype=jnp.dtype(compute_dtype), attention_impl=attention_impl
         )
         logp, _ = token_log_likelihoods(logits, tokens[:, 1:])
-        return logp
+        return logp, jnp.argmax(logits.astype(jnp.float32), axis=-1) == tokens[:, 1:]
 
     return jax.jit(score)
 
@@ -42,14 +46,14 @@ def token_logprobs(
     Rows are processed `batch_size` at a time; the last batch is padded so only one program is
     compiled per (batch_size, L).
     """
-    fn = _scorer(config, compute_dtype, attention_impl)
+    fn = scorer(config, compute_dtype, attention_impl)
     n, length = tokens.shape
     out = np.empty((n, length - 1), np.float32)
     for lo in range(0, n, batch_size):
         chunk = tokens[lo : lo + batch_size]
         padded = np.zeros((batch_size, length), np.int32)
         padded[: len(chunk)] = chunk
-        out[lo : lo + len(chunk)] = np.asarray(fn(params, jnp.asarray(padded)))[: len(chunk)]
+        out[lo : lo + len(chunk)] = np.asarray(fn(params, jnp.asarray(padded))[0])[: len(chunk)]
     return out
 
 

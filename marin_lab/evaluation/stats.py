@@ -21,6 +21,8 @@ into results.json), `marin-lab evals` and the browser, so all three show the sam
 - `rank_key` / `rank_rows`: rankings sort on the interval's lower bound (what a model is at
   least, with 95% confidence), not on the point estimate.
 - `verdict`: one plain sentence for a set of per-task differences.
+- `fmt_cell` / `fmt_diff`: the strings `marin-lab evals` prints and the browser shows: fractions
+  in points with their interval, marks for capped and low-coverage results.
 """
 
 from __future__ import annotations
@@ -265,3 +267,48 @@ def verdict(
 def task_verdict(task: str, d: Mapping[str, Any], a: str = "A", b: str = "B") -> str:
     """The sentence for one task."""
     return verdict({task: d}, a, b)
+
+
+def binary_metric(metric: str) -> bool:
+    """Whether a metric (`acc`, `exact_match,strict-match`) takes per-item values 0 or 1."""
+    base = metric.split(",", 1)[0]
+    return base == "exact_match" or base.startswith("acc")
+
+
+def is_fraction(cell: dict[str, Any]) -> bool:
+    return cell.get("method") == WILSON or binary_metric(str(cell.get("metric", "")))
+
+
+def fmt_value(cell: dict[str, Any] | None, key: str = "value") -> str:
+    if not cell or cell.get(key) is None:
+        return "n/a"
+    v = float(cell[key])
+    return f"{100 * v:.1f}" if is_fraction(cell) else f"{v:.4g}"
+
+
+def fmt_cell(cell: dict[str, Any] | None) -> str:
+    """ "31.0 (22.4-41.0)" for a fraction (in points), "12.3 (11.9-12.7)" otherwise; marks: * capped,
+    ! low coverage, "failed" for a failed task."""
+    if not cell:
+        return "-"
+    if cell.get("status") == "failed":
+        return "failed"
+    text = fmt_value(cell)
+    if cell.get("low") is not None and cell.get("high") is not None:
+        text += f" ({fmt_value(cell, 'low')}-{fmt_value(cell, 'high')})"
+    marks = ("*" if cell.get("capped") else "") + ("!" if cell.get("low_coverage") else "")
+    return text + marks
+
+
+def fmt_diff(diff: dict[str, Any], fraction: bool = True) -> str:
+    if diff.get("mean") is None:
+        return "n/a"
+    scale = 100.0 if fraction else 1.0
+    text = f"{scale * diff['mean']:+.1f}" if fraction else f"{diff['mean']:+.4g}"
+    if diff.get("low") is not None:
+        text += (
+            f" ({scale * diff['low']:+.1f} to {scale * diff['high']:+.1f})"
+            if fraction
+            else f" ({diff['low']:+.4g} to {diff['high']:+.4g})"
+        )
+    return text

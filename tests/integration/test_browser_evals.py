@@ -228,7 +228,7 @@ def test_leaderboard_page_shows_the_cli_numbers(page, server, fx, capsys):
     assert HOSTILE_TASK in page.locator("#leaderboard thead").inner_text()
     page.wait_for_timeout(300)
     assert page.evaluate("window.__xss") is None and page.locator("#app script, #app img").count() == 0
-    assert "format 1" in page.locator("#eval-notes").inner_text()
+    assert "no 'marin_lab' or 'results' section" in page.locator("#eval-notes").inner_text()
     _shot(page, "evals-01-leaderboard")
 
     # Keyboard: select two rows with the space bar, then compare.

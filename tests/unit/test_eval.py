@@ -20,6 +20,7 @@ from marin_lab.evaluation import (
 )
 from marin_lab.evaluation.evaluate_lm import CORE_TASKS, parse_task, task_keys
 from marin_lab.models.llama import forward, init_params
+from marin_lab.processing.tokenizers import find_eos_id
 from marin_lab.testing.training import tiny_model, tiny_train_config
 from marin_lab.training import train_lm, write_token_cache
 from marin_lab.training.optimizer import OptimizerConfig
@@ -151,7 +152,8 @@ def test_results_json_has_lm_evals_shape_and_ours(trained, tmp_path):
     assert sum(x["acc"] for x in lines) / 12 == pytest.approx(acc["value"])
     assert len(lines[0]["resps"]) == len(lines[0]["doc"]["choices"]["text"])
     # the reader behind `marin-lab evals` and the browser takes it as it is
-    from marin_lab.evaluation.results import item_values, load_run
+    from marin_lab.evaluation.results import load_run
+    from marin_lab.evaluation.samples import item_values
 
     run = load_run(str(out))
     assert run.format == 2 and not run.notes and run.step == 40
@@ -228,6 +230,15 @@ def test_user_yaml_task_with_offline_documents(trained, tmp_path):
     assert (entry["status"], entry["split"], entry["default_split"], entry["scored"]) == ("ok", "validation", "test", 5)
     first = json.loads((out / "samples_my_arc_qa.jsonl").read_text().splitlines()[0])
     assert first["arguments"][0][0].startswith("Q: ")
+
+
+def test_marin_lm_takes_the_end_of_text_token_the_tokenize_steps_and_the_export_take():
+    # One list of end-of-text tokens (processing.tokenizers.find_eos_id): a tokenizer whose only one
+    # is "[SEP]" is scored with it, as its hf/ export and token cache name it.
+    tok = Tokenizer(models.WordLevel({"[SEP]": 0, "a": 1}, unk_token="a"))
+    assert MarinLM(None, tiny_model(vocab_size=2), tok).eot_token_id == find_eos_id(tok, None) == 0
+    with pytest.raises(HarnessError, match="the tokenizer has no end-of-text token among"):
+        MarinLM(None, tiny_model(vocab_size=2), Tokenizer(models.WordLevel({"a": 0}, unk_token="a")))
 
 
 def test_loglikelihoods_match_a_direct_forward_pass_whatever_the_batch(trained):

@@ -21,7 +21,8 @@ EVALUATE = textwrap.dedent("""
 
     from lm_eval.api.model import LM
 
-    from marin_lab.evaluation.evaluate_lm import evaluate_tasks, parse_task, write_results
+    from marin_lab.evaluation.evaluate_lm import evaluate_tasks, parse_task
+    from marin_lab.store.eval_results import write_results
 
 
     class TextLengthLM(LM):

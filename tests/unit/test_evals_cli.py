@@ -1,4 +1,4 @@
-"""marin_lab.evaluation.results and `marin-lab evals`: the table, the paired comparison, old and damaged results."""
+"""marin_lab.evaluation (runs, samples, tables) and `marin-lab evals`: the table, the paired comparison, old and damaged results."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import pytest
 from marin_lab.browser.paths import Roots
 from marin_lab.cli import main
 from marin_lab.evaluation import results as R
+from marin_lab.evaluation import samples as S
+from marin_lab.evaluation import tables as T
 from marin_lab.evaluation import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -48,11 +50,10 @@ def test_finds_every_evaluation_and_its_model(runs, fx):
 
 
 def test_old_format_and_damaged_results_say_what_is_missing(runs):
+    # Format 1, written before any release, is not read: one note says what the file lacks.
     old = runs["evaluate/old-eeee0005"]
-    assert old.format == 1 and old.model == "train/nano-a" and old.step == 100
-    acc = old.tasks["capitals"].metrics["acc"]
-    assert (acc["low"], acc["high"]) == pytest.approx(stats.wilson_interval(11, 40))
-    assert len(old.notes) == 1 and "format 1" in old.notes[0]
+    assert old.format is None and not old.tasks and old.model == "train/nano-a" and old.perplexity == {"web": 14.0}
+    assert len(old.notes) == 1 and "not format 2 or lm-eval's (no 'marin_lab' or 'results' section)" in old.notes[0]
     broken = runs["evaluate/broken-ffff0006"]
     assert not broken.tasks and len(broken.notes) == 1 and "not readable JSON" in broken.notes[0]
     hostile = runs["evaluate/hostile-99990007"]
@@ -63,7 +64,7 @@ def test_old_format_and_damaged_results_say_what_is_missing(runs):
 
 
 def test_leaderboard_ranks_on_the_lower_bound(runs):
-    board = R.leaderboard(list(runs.values()), tasks_regex="hellaswag|piqa")
+    board = T.leaderboard(list(runs.values()), tasks_regex="hellaswag|piqa")
     assert board["rank_tasks"] == ["hellaswag"]  # the task most rows have
     keys = [r["run"].key for r in board["rows"]]
     assert keys[:3] == ["evaluate/nano-b-dddd0004", "evaluate/nano-a-cccc0003", "evaluate/hostile-99990007"]
@@ -74,7 +75,7 @@ def test_leaderboard_ranks_on_the_lower_bound(runs):
     # lower bound is far below: it ranks lower.
     hostile = board["rows"][2]["cells"]["hellaswag"]
     assert hostile["value"] > board["rows"][1]["cells"]["hellaswag"]["value"] and hostile["low"] < scores[1]
-    two = R.leaderboard(list(runs.values()), rank_on="hellaswag|piqa")
+    two = T.leaderboard(list(runs.values()), rank_on="hellaswag|piqa")
     assert two["rank_tasks"] == ["hellaswag", "piqa"]
     top = two["rows"][0]
     assert top["score"] == pytest.approx((top["cells"]["hellaswag"]["low"] + top["cells"]["piqa"]["low"]) / 2)
@@ -82,7 +83,7 @@ def test_leaderboard_ranks_on_the_lower_bound(runs):
 
 def test_compare_is_paired_on_doc_id(runs):
     a, b = runs["evaluate/nano-a-cccc0003"], runs["evaluate/nano-b-dddd0004"]
-    result = R.compare(a, b)
+    result = T.compare(a, b)
     hs = result["tasks"]["hellaswag"]["diff"]
     assert hs["n"] == 400 and hs["low"] > 0
     assert hs["mean"] == pytest.approx(
@@ -108,9 +109,9 @@ def test_cli_table_json_and_markdown(fx, capsys, runs):
     assert lines[0].split()[:3] == ["rank", "model", "run"]
     assert "evaluate/nano-b-dddd0004" in lines[1] and "evaluate/nano-a-cccc0003" in lines[2]
     cell = runs["evaluate/nano-b-dddd0004"].tasks["hellaswag"].cell()
-    assert R.fmt_cell(cell) in lines[1]
+    assert stats.fmt_cell(cell) in lines[1]
     assert f"{100 * cell['value']:.1f} ({100 * cell['low']:.1f}-{100 * cell['high']:.1f})" in lines[1]
-    assert "format 1" in out and "not readable JSON" in out
+    assert "no 'marin_lab' or 'results' section" in out and "not readable JSON" in out
     code, out, _ = _run_cli(["evals", str(fx.prefix), "--format", "json"], capsys)
     data = json.loads(out)
     row = next(r for r in data["rows"] if r["run"]["key"] == "evaluate/nano-a-cccc0003")
@@ -149,21 +150,21 @@ def test_cli_empty_prefix(tmp_path, capsys):
 
 def test_samples_are_read_bounded(runs, monkeypatch):
     hostile = runs["evaluate/hostile-99990007"]
-    page = R.read_samples(hostile, HOSTILE_TASK, limit=10)
+    page = S.read_samples(hostile, HOSTILE_TASK, limit=10)
     bad = [i for i in page["items"] if i.get("bad")]
     good = [i for i in page["items"] if not i.get("bad")]
     assert len(bad) == 2 and len(good) == 5  # broken JSON and the 5 MB line shown as unreadable
-    values, notes = R.item_values(hostile, HOSTILE_TASK, "acc")
+    values, notes = S.item_values(hostile, HOSTILE_TASK, "acc")
     assert len(values) == 5 and any("2 line(s)" in n for n in notes)
-    monkeypatch.setattr(R, "MAX_ITEMS", 3)
-    values, notes = R.item_values(hostile, HOSTILE_TASK, "acc")
+    monkeypatch.setattr(S, "MAX_ITEMS", 3)
+    values, notes = S.item_values(hostile, HOSTILE_TASK, "acc")
     assert len(values) == 3 and any("only the first 3" in n for n in notes)
-    monkeypatch.setattr(R, "MAX_PAGE_SCAN_BYTES", 1000)
-    page = R.read_samples(runs["evaluate/nano-a-cccc0003"], "hellaswag", limit=500)
+    monkeypatch.setattr(S, "MAX_PAGE_SCAN_BYTES", 1000)
+    page = S.read_samples(runs["evaluate/nano-a-cccc0003"], "hellaswag", limit=500)
     assert 0 < page["scanned"] < 10 and page["next_cursor"] >= 1000  # stopped after ~1000 bytes
     assert any("the next page reads on" in n for n in page["notes"])
-    monkeypatch.setattr(R, "MAX_SCAN_BYTES", 2000)
-    values, notes = R.item_values(runs["evaluate/nano-a-cccc0003"], "hellaswag", "acc")
+    monkeypatch.setattr(S, "MAX_SCAN_BYTES", 2000)
+    values, notes = S.item_values(runs["evaluate/nano-a-cccc0003"], "hellaswag", "acc")
     assert 0 < len(values) < 20 and any("only the first" in n for n in notes)
 
 
@@ -175,7 +176,7 @@ def test_a_1gb_samples_file_is_paged_not_loaded(tmp_path):
     run = R.load_run(str(fx.eval_a))
     seen, cursor, pages = 0, 0, 0
     while cursor is not None and pages < 5:
-        page = R.read_samples(run, "hellaswag", cursor=cursor, limit=200)
+        page = S.read_samples(run, "hellaswag", cursor=cursor, limit=200)
         seen += sum(1 for i in page["items"] if not i.get("bad"))
         cursor, pages = page["next_cursor"], pages + 1
     assert seen == 400 and pages == 5 and cursor is not None  # still paging through the long line
@@ -183,20 +184,20 @@ def test_a_1gb_samples_file_is_paged_not_loaded(tmp_path):
 
 def test_sample_viewer_pages_and_filters(runs):
     a, b = runs["evaluate/nano-a-cccc0003"], runs["evaluate/nano-b-dddd0004"]
-    first = R.read_samples(a, "hellaswag", limit=5)
+    first = S.read_samples(a, "hellaswag", limit=5)
     assert len(first["items"]) == 5 and first["next_cursor"]
     item = first["items"][0]
     assert item["prompt"].startswith("Question 0?") and len(item["choices"]) == 4
     assert item["picked"] == (item["gold"] if item["correct"] else (item["gold"] + 1) % 4)
-    nxt = R.read_samples(a, "hellaswag", cursor=first["next_cursor"], limit=5)
+    nxt = S.read_samples(a, "hellaswag", cursor=first["next_cursor"], limit=5)
     assert nxt["items"][0]["doc_id"] == 5
-    wrong = R.read_samples(a, "hellaswag", show="wrong", limit=50)
+    wrong = S.read_samples(a, "hellaswag", show="wrong", limit=50)
     assert wrong["items"] and all(i["correct"] is False for i in wrong["items"])
-    dis = R.read_samples(a, "hellaswag", show="disagree", other=b, limit=500)
-    diff = R.compare(a, b)["tasks"]["hellaswag"]["diff"]
+    dis = S.read_samples(a, "hellaswag", show="disagree", other=b, limit=500)
+    diff = T.compare(a, b)["tasks"]["hellaswag"]["diff"]
     assert len(dis["items"]) == diff["disagree"] and all(i["value"] != i["other_value"] for i in dis["items"])
     with pytest.raises(R.EvalResultsError):
-        R.read_samples(a, "hellaswag", show="sideways")
+        S.read_samples(a, "hellaswag", show="sideways")
 
 
 def test_sample_view_reads_both_argument_shapes_and_generations():
@@ -210,7 +211,7 @@ def test_sample_view_reads_both_argument_shapes_and_generations():
         "resps": [[["-3.5", "False"]], [["-1.25", "True"]]],
         "filtered_resps": [["-3.5", "False"], ["-1.25", "True"]],
     }
-    view = R.sample_view(mc, "acc")
+    view = S.sample_view(mc, "acc")
     assert view["choices"] == [" a", " b"] and view["loglikelihoods"] == [-3.5, -1.25]
     assert view["picked"] == 1 and view["gold"] == 1 and view["correct"] is True
     gen = {
@@ -223,11 +224,11 @@ def test_sample_view_reads_both_argument_shapes_and_generations():
         "resps": [["forty two"]],
         "filtered_resps": ["[invalid]"],
     }
-    view = R.sample_view(gen, "exact_match,strict-match")
+    view = S.sample_view(gen, "exact_match,strict-match")
     assert view["choices"] == [] and view["generation"] == "[invalid]" and view["gold"] == "42"
     assert view["correct"] is False and view["prompt"] == "Q: 6*7?"
-    assert R.sample_view(gen, "exact_match")["value"] is None  # another filter's value is not this metric's
-    long = R.sample_view({"doc_id": 1, "arguments": [["x" * (R.MAX_TEXT + 10), " y"]]}, None)
+    assert S.sample_view(gen, "exact_match")["value"] is None  # another filter's value is not this metric's
+    long = S.sample_view({"doc_id": 1, "arguments": [["x" * (S.MAX_TEXT + 10), " y"]]}, None)
     assert long["prompt"].endswith("[10 more characters]")
 
 
@@ -290,7 +291,7 @@ def test_a_results_json_linked_out_of_the_roots_is_not_read(tmp_path):
 @pytest.mark.parametrize("cursor", [-5, 10**25, True])
 def test_a_bad_cursor_is_refused_in_one_line(runs, cursor):
     with pytest.raises(R.EvalResultsError, match="cursor=") as err:
-        R.read_samples(runs["evaluate/nano-a-cccc0003"], "hellaswag", cursor=cursor)
+        S.read_samples(runs["evaluate/nano-a-cccc0003"], "hellaswag", cursor=cursor)
     assert "\n" not in str(err.value)
 
 
@@ -335,14 +336,14 @@ def test_compare_gives_no_verdict_on_items_that_do_not_pair(tmp_path, capsys, ch
     bottom = next(ln for ln in out.splitlines() if ln.startswith("train/nano-b @ step 300 is ahead on hellaswag"))
     assert "arc_easy" not in bottom.split("; no verdict on")[0]  # the verdict covers the tasks that pair
     assert bottom.endswith("no verdict on arc_easy: its items do not pair (see the row)")
-    result = R.compare(*(R.load_run(str(d)) for d in (fx.eval_a, fx.eval_b)))
+    result = T.compare(*(R.load_run(str(d)) for d in (fx.eval_a, fx.eval_b)))
     arc = result["tasks"]["arc_easy"]
     assert arc["paired"] is False and why in arc["unpaired"] and arc["diff"] is None
     assert result["tasks"]["hellaswag"]["paired"] is True
 
 
 def test_compare_pairs_when_nothing_recorded_differs(runs):
-    result = R.compare(runs["evaluate/nano-a-cccc0003"], runs["evaluate/nano-b-dddd0004"])
+    result = T.compare(runs["evaluate/nano-a-cccc0003"], runs["evaluate/nano-b-dddd0004"])
     assert all(e["paired"] for e in result["tasks"].values())
     assert "arc_easy" in result["verdict"] or "the others are within noise" in result["verdict"]
     assert "no verdict" not in result["verdict"]
