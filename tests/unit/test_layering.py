@@ -321,3 +321,54 @@ def test_the_name_check_finds_a_name():
     tree_text = 'x = "metrics.jsonl"\ny = f"attempt-{n}.log"\n'
     constants = [n.value for n in ast.walk(ast.parse(tree_text)) if isinstance(n, ast.Constant)]
     assert "metrics.jsonl" in STORE_NAMES & set(constants) and any(c.startswith("attempt-") for c in constants)
+
+
+# Each format's one parser lives in store/: a module elsewhere that reads all the keys that identify
+# a format (string constants as subscripts or `.get` arguments) parses it a second time. The keys
+# per format, and the files that may read them with their reasons (the list only shrinks):
+FORMAT_KEYS: dict[str, tuple[str, ...]] = {
+    "run record (store/run_record.py)": ("run", "counts"),
+    ".artifact.json (store/artifact_record.py)": ("fingerprint", "result_type"),
+    "results.json (store/eval_results.py)": ("marin_lab", "format"),
+    ".executor_info (store/step_record.py)": ("status_history", "attempts"),
+}
+KNOWN_FORMAT_READERS: set[tuple[str, str]] = set()
+
+
+def _keys_read(tree: ast.AST) -> set[str]:
+    keys = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript):
+            arg = node.slice
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            arg = node.args[0] if node.args else None
+        else:
+            continue
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            keys.add(arg.value)
+    return keys
+
+
+def _format_readers(package: pathlib.Path = PACKAGE) -> set[tuple[str, str]]:
+    found = set()
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel.startswith("store/"):
+            continue
+        keys = _keys_read(ast.parse(path.read_text(), str(path)))
+        found |= {(rel, fmt) for fmt, need in FORMAT_KEYS.items() if set(need) <= keys}
+    return found
+
+
+def test_each_format_is_parsed_only_in_the_store():
+    readers = _format_readers()
+    new = sorted(f"{rel} reads the keys of {fmt}" for rel, fmt in readers - KNOWN_FORMAT_READERS)
+    assert not new, "a second parser of a store format (call the store's parser instead): " + ", ".join(new)
+    gone = sorted(KNOWN_FORMAT_READERS - readers)
+    assert not gone, f"KNOWN_FORMAT_READERS lists files that no longer read a format, remove them: {gone}"
+
+
+def test_the_format_check_finds_a_second_parser(tmp_path):
+    (tmp_path / "reader.py").write_text('def n(r):\n    return r["counts"] if r.get("run") else None\n')
+    (tmp_path / "writer.py").write_text('doc = {"run": 1, "counts": {}}\n')
+    assert _format_readers(tmp_path) == {("reader.py", "run record (store/run_record.py)")}
