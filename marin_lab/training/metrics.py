@@ -134,6 +134,15 @@ def _known_mode(value: str, where: str) -> WandbMode:
     return _MODE_ALIASES[value]
 
 
+GOODPUT_FIELDS = ("train_s", "data_wait_s", "checkpoint_s", "restore_s", "first_step_s")
+"""Seconds a line carries for goodput (execution/record/goodput.py), each summed since the line
+before: device time of the steps (`train_s`), waits for batches, checkpoint saves (on the line
+before the save, which a resume keeps with the checkpoint), the restore and the first step (which
+includes compilation) of a run. A run's first line also carries `segment_start` (when this run's
+logging began, epoch seconds) and, when it resumed past lines an interrupted run had logged,
+`resumed_at` and `steps_redone` (how many of those steps it is doing again)."""
+
+
 class MetricsLogger:
     """Writes one JSON object per logged step to metrics.jsonl (and W&B when enabled)."""
 
@@ -147,11 +156,16 @@ class MetricsLogger:
     ):
         self.url = mfs.join(output_path, METRICS_FILE)
         # A resumed run drops what the interrupted run logged past its checkpoint, so each step
-        # appears once and the file matches an unbroken run.
+        # appears once and the file matches an unbroken run. Rows count steps completed, as
+        # checkpoints do: the rows of the checkpoint's own step (training, evaluation) are kept.
         self.lines: list[str] = []
+        self._pending: dict[str, float] = {"segment_start": time.time()}  # goodput: GOODPUT_FIELDS
         if resume_step and mfs.exists(self.url):
             kept = parse_metrics(mfs.read_bytes(self.url)).rows
-            self.lines.extend(json.dumps(row, sort_keys=True) for row in kept if row["step"] < resume_step)
+            self.lines.extend(json.dumps(row, sort_keys=True) for row in kept if row["step"] <= resume_step)
+            redone = max((row["step"] for row in kept if row["step"] > resume_step), default=resume_step)
+            if redone > resume_step:  # steps completed past the checkpoint, done again from it
+                self._pending.update(resumed_at=resume_step, steps_redone=int(redone) - resume_step)
         self._run = None
         self.output_path = output_path
         self.mode = wandb_config.resolved_mode()
@@ -172,7 +186,20 @@ class MetricsLogger:
             info["url"] = self._run.url  # the browser links the run's page
         return info
 
+    def note(self, key: str, seconds: float, *, on_last_line: bool = False) -> None:
+        """Add `seconds` to the goodput field `key` (GOODPUT_FIELDS) of the next logged line, or of the
+        last one logged (`on_last_line`; the next when none was logged in this run yet)."""
+        if on_last_line and "segment_start" not in self._pending and self.lines:
+            row = json.loads(self.lines[-1])
+            row[key] = round(row.get(key, 0.0) + seconds, 6)
+            self.lines[-1] = json.dumps(row, sort_keys=True)
+            return
+        self._pending[key] = self._pending.get(key, 0.0) + seconds
+
     def log(self, record: dict[str, Any]) -> None:
+        if self._pending:
+            record = {**record, **{k: round(v, 6) if isinstance(v, float) else v for k, v in self._pending.items()}}
+            self._pending = {}
         self.lines.append(json.dumps(record, sort_keys=True))
         if self._run is not None:
             self._run.log(

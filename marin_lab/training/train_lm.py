@@ -395,12 +395,14 @@ def train_lm(
         },
     )
     if jax.process_index() == 0:
+        loss, tps = summary["final_loss"], summary["tokens_per_s"]
         logger.info(
-            "train_lm %s: step %d, loss %s, %s tokens/s",
+            "train_lm %s: step %d/%d, loss %s, %s tokens/s",
             config.output_path,
             summary["final_step"],
-            summary["final_loss"],
-            summary["tokens_per_s"],
+            config.num_train_steps,
+            f"{loss:.4g}" if isinstance(loss, float) else loss,
+            f"{tps:.0f}" if isinstance(tps, float) else tps,
         )
     return summary
 

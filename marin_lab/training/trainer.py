@@ -215,6 +215,8 @@ class Trainer:
         self.print_every_s = PRINT_EVERY_S if print_every_s is None else print_every_s
         self.hooks: list[Hook] = []
         self._resume: tuple[str | None] | None = None
+        self.restore_s = 0.0
+        """Seconds `initial_state` spent reading the checkpoint (a line of metrics.jsonl carries it)."""
 
     # -- the start -------------------------------------------------------------------------------
 
@@ -247,7 +249,9 @@ class Trainer:
             meta = ckpt.read_metadata(path)
             if check is not None:
                 check(meta, path)
+            reading = time.perf_counter()
             state = ckpt.load_checkpoint(path, template)
+            self.restore_s = time.perf_counter() - reading
         except ckpt.CheckpointError as err:  # one line, naming the checkpoint once
             raise TrainingError(str(err) if path in str(err) else f"resuming {path}: {err}") from err
         return Start(state, f"resumed from {path}", path, meta)
@@ -294,12 +298,16 @@ class Trainer:
             config_for_wandb=self.wandb_run_config,
             resume_step=start_step,
         )
+        if self.restore_s:
+            metrics.note("restore_s", self.restore_s)
         run = _Run(self, metrics, start_step, end_step, metrics_line, check_step)
         periodic = [h for h in self.hooks if h.every is not None]
         pending: tuple[int, dict[str, jax.Array], float] | None = None
         try:
             for step in range(start_step, end_step):
+                waited = time.perf_counter()
                 args = batch(step)
+                metrics.note("data_wait_s", time.perf_counter() - waited)
                 if self.multi_process and step == start_step:  # every host's first collective together
                     distributed.compile_then_meet(step_fn, (state, *args), f"the step of {loop.output_path}")
                 started = time.perf_counter()
@@ -320,7 +328,9 @@ class Trainer:
                     if pending is not None:  # never checkpoint a state whose loss was not checked
                         run.finish_step(*pending)
                     pending = None
+                    saving = time.perf_counter()
                     checkpointer.save(done, state, checkpoint_metadata(done))
+                    metrics.note("checkpoint_s", time.perf_counter() - saving, on_last_line=True)
                     metrics.flush()
             if pending is not None:
                 run.finish_step(*pending)
@@ -421,13 +431,19 @@ class _Run:
         if not math.isfinite(values["loss"]):
             raise TrainingError(f"loss is {values['loss']} at step {step}; stopping. {loop.nonfinite_advice}")
         elapsed = self.timer.finished(started)
+        self.metrics.note("train_s", elapsed)
+        if step == self.start_step:  # for goodput: the first step of a run includes compilation
+            self.metrics.note("first_step_s", elapsed)
         if step > self.start_step:  # the first step of a run includes compilation
             self.tokens_done += loop.tokens_per_step
             self.train_time += elapsed
         tps = loop.tokens_per_step / elapsed if elapsed > 0 else 0.0
-        self.last = self.metrics_line(step, values, tps)
+        # Rows are numbered by steps completed (1 after the first update), as evaluation rows,
+        # checkpoints (`step-000100`) and the console are: a resume from step k keeps every row <= k.
+        done = step + 1
+        self.last = self.metrics_line(done, values, tps)
         is_last = step == self.end_step - 1
-        if step % loop.log_every == 0 or is_last:
+        if done % loop.log_every == 0 or step == self.start_step or is_last:
             self.metrics.log(self.last)
             # Workers are not terminals: a line a person can read, and metrics.jsonl kept current,
             # every log_every steps but at most every print_every_s (log_every=1 would flood).

@@ -35,7 +35,7 @@ def _metric_lines(out):
 def test_entry_trains_logs_checkpoints_and_exports(unbroken):
     out, summary = unbroken
     lines = _metric_lines(out)
-    assert [r["step"] for r in lines] == list(range(8))
+    assert [r["step"] for r in lines] == list(range(1, 9))  # steps completed, as checkpoints count them
     for key in ("loss", "learning_rate", "grad_norm", "tokens_per_s", "mfu", "time"):
         assert key in lines[0]
     assert lines[-1]["loss"] < lines[0]["loss"] - 0.5  # the synthetic patterns are learnable
@@ -56,7 +56,7 @@ def test_metrics_record_the_checksum_of_each_consumed_batch(cache, unbroken):
     loader = MixtureLoader(cfg.data, cfg.seq_len, cfg.batch_size)
     lines = _metric_lines(out)
     for line in lines:  # recomputed here from the stateless loader, in numpy
-        tokens = loader.batch(line["step"]).astype(np.uint64).ravel()
+        tokens = loader.batch(line["step"] - 1).astype(np.uint64).ravel()
         weights = (np.arange(tokens.size, dtype=np.uint64) * 2654435761 + 1) % 2**32
         assert line["batch_checksum"] == int((tokens * weights).sum() % 2**32)
     assert len({line["batch_checksum"] for line in lines}) == len(lines)  # every step a new batch
@@ -161,7 +161,7 @@ def test_initialize_from_continues_as_a_new_phase(cache, unbroken, tmp_path):
     )
     summary = train_lm(cfg)
     assert summary["start"].startswith("initialized from") and summary["final_step"] == 10
-    assert [r["step"] for r in _metric_lines(str(tmp_path / "phase2"))] == [8, 9]
+    assert [r["step"] for r in _metric_lines(str(tmp_path / "phase2"))] == [9, 10]
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """MFU arithmetic, W&B mode selection, the learning-rate schedules and the dry-run estimate."""
 
+import json
 import re
 
 import numpy as np
@@ -53,16 +54,26 @@ def test_wandb_mode_is_one_wandb_knows_or_a_line_naming_where_it_came_from(monke
         WandbConfig(mode="on").resolved_mode()
 
 
-def test_metrics_file_drops_lines_past_the_resume_step(tmp_path):
+def test_metrics_file_drops_lines_past_the_resume_step_and_keeps_the_checkpoints_own(tmp_path):
+    """Regression: a resume from `step-000003` dropped the evaluation row at step 3 and never
+    recomputed it. Rows count steps completed, as checkpoints do: every row <= 3 stays."""
     log = MetricsLogger(str(tmp_path), WandbConfig(enabled=False), "r", {})
-    for step in range(5):
+    for step in range(1, 6):
         log.log({"step": step, "loss": float(step)})
+        if step % 3 == 0:
+            log.log({"step": step, "eval/loss": 0.5})
     log.close()
     resumed = MetricsLogger(str(tmp_path), WandbConfig(enabled=False), "r", {}, resume_step=3)
-    resumed.log({"step": 3, "loss": 30.0})
+    resumed.log({"step": 4, "loss": 40.0})
     resumed.close()
-    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert [eval(line.replace("null", "None"))["loss"] for line in lines] == [0.0, 1.0, 2.0, 30.0]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r.get("loss", r.get("eval/loss"))) for r in rows] == [
+        (1, 1.0),
+        (2, 2.0),
+        (3, 3.0),
+        (3, 0.5),
+        (4, 40.0),
+    ]
 
 
 @pytest.mark.parametrize("kind", ["wsd", "cosine", "linear", "constant"])

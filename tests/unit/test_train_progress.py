@@ -47,7 +47,7 @@ def test_training_prints_progress_and_flushes_metrics_between_checkpoints(tmp_pa
     assert all(re.search(r", ETA \d+ (s|min \d+ s)$", line) for line in lines[1:-1]), lines
     assert flushed[:3] == [1, 2, 3]
     with open(f"{out}/metrics.jsonl") as f:
-        assert [json.loads(line)["step"] for line in f] == [0, 1, 2, 3]
+        assert [json.loads(line)["step"] for line in f] == [1, 2, 3, 4]
 
 
 def test_step_time_excludes_the_wait_behind_the_step_dispatched_before_it():

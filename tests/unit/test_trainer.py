@@ -105,7 +105,7 @@ def test_hooks_run_on_their_interval_and_at_the_end_and_their_lines_are_logged(t
     # Every 2 steps, after the run's last step (5), then the final hook once; each sees its step's state.
     assert seen == [("every2", 2, 2), ("every2", 4, 4), ("every2", 5, 5), ("once", 5, 5)]
     lines = _lines(out)
-    assert [line["step"] for line in lines if "loss" in line] == [0, 1, 2, 3, 4]
+    assert [line["step"] for line in lines if "loss" in line] == [1, 2, 3, 4, 5]
     assert [line["step"] for line in lines if "every2" in line] == [2, 4, 5]
     assert lines[-1] == {"step": 5, "once": 1.0}
     assert summary["hooks"]["every2"]["step"] == 5 and summary["hooks"]["once"] == {"step": 5, "once": 1.0}
@@ -144,7 +144,7 @@ def test_a_non_finite_loss_stops_the_run_naming_the_step_before_any_later_checkp
         _trainer(out, targets={2: math.nan}, save_every=1).train(_fresh())
     # Steps 1 and 2 were saved; the state after the NaN step never was.
     assert [s for s, _ in ckpt.list_checkpoints(str(out / "checkpoints"))] == [1, 2]
-    assert [line["step"] for line in _lines(out)] == [0, 1]
+    assert [line["step"] for line in _lines(out)] == [1, 2]
     assert not (out / "toy_summary.json").exists()
 
 
