@@ -84,7 +84,7 @@ def parse_artifact_record(raw: bytes, url: str) -> ArtifactDoc:
     data = _decode(raw, url)
     if not any(data.get(k) for k in _IDENTITY) and data.keys() - _TYPES.keys():
         return ArtifactDoc(result=data, bare=True)
-    fields = {}
+    fields: dict[str, Any] = {}
     for key, (kind, what) in _TYPES.items():
         value = data.get(key)
         bad = key == "deps" and isinstance(value, list) and not all(isinstance(d, str) for d in value)
