@@ -82,6 +82,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
                 f"    {st:<11} {step.get('identity', '?')}{_artifact_label(step)}"
                 + (f"  {costs.steps[i].text}" if costs else "")
             )
+            if costs and costs.steps[i].goodput_text:
+                print(f"    {'':<11}   {costs.steps[i].goodput_text}")
             if step.get("waiting_for"):
                 print(f"    {'':<11}   {step['waiting_for']}")
             if step.get("driver_gone_since"):
@@ -91,6 +93,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
                 print(f"    {'':<11}   damaged: {step['damage']} (treated as not done: the next run redoes it)")
         if costs:
             print(f"    {costs.text}")
+            if costs.goodput_text:
+                print(f"    {costs.goodput_text}")
     return 1 if damaged else 0
 
 

@@ -18,10 +18,11 @@ async function fillCost(expId) {
     return;
   }
   const rows = data.steps.map(s => [s.identity, s.accelerator ? `${s.accelerator} ×${s.chips ?? "?"}` : "",
-    s.recorded && s.attempts ? String(s.attempts) : "", s.text]);
+    s.recorded && s.attempts ? String(s.attempts) : "", s.text, s.goodput_text || ""]);
   box.replaceChildren(el("h2", {text: "Cost"}),
     el("p", {id: "cost-total", text: data.text}),
+    el("p", {id: "cost-goodput", text: data.goodput_text || "goodput: no step has a record of it yet"}),
     el("p", {class: "muted", id: "cost-prices", text: data.prices}),
-    table(["Step", "Accelerator", "Attempts", "Cost"], rows, {id: "cost-table"}));
+    table(["Step", "Accelerator", "Attempts", "Cost", "Goodput"], rows, {id: "cost-table"}));
   document.body.dataset.costReady = "1";
 }

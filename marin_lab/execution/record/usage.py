@@ -10,18 +10,23 @@ CPU. A runner of another kind has unknown chips: its hours are shown, its accele
 "unknown". An attempt still running is not counted until it ends.
 
 The step record holds the result as `usage` (written with every record; records are not hashed,
-so identities do not change). A record written before `usage` existed is measured the same way
-when read. One record's usage spans every attempt its identity ever had, over all runs: what the
-artifact cost.
+so identities do not change), with `usage.goodput`: chip-hours paid against chip-hours of kept
+progress, and the badput by cause (record/goodput.py; the writer reads a training step's
+`metrics.jsonl` for it). A record written before `usage` existed is measured the same way when read,
+from the record alone (its goodput then counts whole attempts). One record's usage spans every
+attempt its identity ever had, over all runs: what the artifact cost.
 """
 
 from __future__ import annotations
 
-import datetime
 import math
 from collections.abc import Mapping
 from typing import Any
 
+from marin_lab.execution.record.goodput import step_goodput, time_of
+from marin_lab.io.fs import join, read_bytes
+from marin_lab.store.layout import METRICS_FILE
+from marin_lab.store.metrics import parse_metrics
 from marin_lab.store.step_record import Attempt, StepRecord
 
 SUCCESS = "SUCCESS"
@@ -111,19 +116,9 @@ def attempt_accelerator(attempt: Attempt, resources: Any) -> tuple[str | None, f
     return declared_accelerator(resources)
 
 
-def _time(text: Any) -> datetime.datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        parsed = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.UTC)
-
-
 def attempt_hours(attempt: Attempt) -> float | None:
     """Wall hours from the attempt's start to its end; None while it runs or when a time is unreadable."""
-    started, ended = _time(attempt.started), _time(attempt.ended)
+    started, ended = time_of(attempt.started), time_of(attempt.ended)
     if started is None or ended is None:
         return None
     return max((ended - started).total_seconds(), 0.0) / 3600
@@ -132,8 +127,26 @@ def attempt_hours(attempt: Attempt) -> float | None:
 # ---- the record's usage ------------------------------------------------------------------------------
 
 
-def record_usage(record: StepRecord) -> dict[str, Any]:
-    """The `usage` the record holds: accelerator-hours over every attempt that ended."""
+def metrics_rows(output_path: str | None) -> list[dict[str, Any]]:
+    """The rows of the step's metrics.jsonl; none when it has none (not a training step) or it cannot be read."""
+    if not output_path:
+        return []
+    try:
+        return parse_metrics(read_bytes(join(output_path, METRICS_FILE))).rows
+    except (OSError, ValueError):  # FileNotFoundError included: goodput then counts whole attempts
+        return []
+
+
+def record_goodput(record: StepRecord, rows: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """The record's goodput (record/goodput.py); `rows` the step's metrics rows, read when not given."""
+    if not any(a.ended for a in record.attempts):
+        return None
+    chips = [(a, attempt_accelerator(a, record.resources)[1]) for a in record.attempts]
+    return step_goodput(chips, metrics_rows(record.output_path) if rows is None else rows)
+
+
+def record_usage(record: StepRecord, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The `usage` the record holds: accelerator-hours over every attempt that ended, and goodput."""
     by_accelerator: dict[str, float] = {}
     wall = total = preempted = 0.0
     counted = preempted_attempts = unknown = 0
@@ -176,6 +189,9 @@ def record_usage(record: StepRecord) -> dict[str, Any]:
     }
     if unknown:
         usage["unknown_attempts"] = unknown
+    goodput = record_goodput(record, rows)
+    if goodput is not None:
+        usage["goodput"] = goodput
     return usage
 
 
@@ -189,4 +205,6 @@ def usage_of(record: StepRecord) -> dict[str, Any]:
         and all(as_number(v) is not None for v in usage["by_accelerator"].values())
     ):
         return usage
-    return record_usage(record)
+    # Measured from the record alone: this runs in readers (the browser's confined storage
+    # included) that must not open the step's other files, so its goodput counts whole attempts.
+    return record_usage(record, rows=[])

@@ -1,6 +1,7 @@
 """What a step cost: money from its record's usage (record/usage.py) and the price table (prices.py).
 
-Accelerator-hours and how they are counted are record/usage.py's.
+Accelerator-hours and how they are counted are record/usage.py's; goodput (chip-hours paid against
+chip-hours of kept progress, badput by cause) is record/goodput.py's, shown here beside the cost.
 
 **Saved by reuse** is the recorded cost of the steps a run found done instead of running. For the
 dry run, a step that would run is estimated from the latest finished record of the same step name
@@ -17,6 +18,7 @@ from typing import Any
 
 from marin_lab.execution.errors import RecordError
 from marin_lab.execution.plan.resources import describe_resources
+from marin_lab.execution.record.goodput import goodput_text, total_goodput
 from marin_lab.execution.record.usage import SUCCESS, as_number, declared_accelerator, tpu_key, usage_of
 from marin_lab.execution.review.baseline import RecordIndex
 from marin_lab.execution.review.prices import PriceTable
@@ -83,6 +85,16 @@ class StepCost:
     priced: bool = True
     """False when an accelerator it used has no price in the table."""
     currency: str = "USD"
+    goodput: dict[str, Any] | None = None
+    """The record's `usage.goodput` (record/goodput.py); None in records written before it."""
+
+    @property
+    def goodput_text(self) -> str | None:
+        """One line when there is something to say: a training step's breakdown, or any badput."""
+        g = self.goodput
+        if not g or (g.get("basis") != "metrics" and g.get("goodput") == 1):
+            return None
+        return goodput_text(g)
 
     @property
     def text(self) -> str:
@@ -101,7 +113,7 @@ class StepCost:
         return f"{price} ({hours} accelerator-hours{on}{preempted})" + (" reused" if self.reused else "")
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "text": self.text}
+        return {**dataclasses.asdict(self), "text": self.text, "goodput_text": self.goodput_text}
 
 
 def step_cost(identity: str, record: StepRecord | None, prices: PriceTable, *, reused: bool = False) -> StepCost:
@@ -122,6 +134,7 @@ def step_cost(identity: str, record: StepRecord | None, prices: PriceTable, *, r
         reused=reused,
         priced=priced,
         currency=prices.currency,
+        goodput=usage.get("goodput") if isinstance(usage.get("goodput"), dict) else None,
     )
 
 
@@ -150,7 +163,14 @@ class ExperimentCost:
             "saved_money": round(s_value, 6),
             "saved_steps": len(saved_steps),
             "saved_unknown": s_unknown,
+            "goodput": total_goodput([c.goodput for c in self.steps if c.recorded and not c.reused]),
         }
+
+    @property
+    def goodput_text(self) -> str | None:
+        """The goodput of the steps this experiment's latest run ran (reused ones were paid elsewhere)."""
+        g = self.totals()["goodput"]
+        return None if g is None else goodput_text(g)
 
     @property
     def text(self) -> str:
@@ -166,7 +186,12 @@ class ExperimentCost:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {"steps": [c.to_json() for c in self.steps], "totals": self.totals(), "text": self.text}
+        return {
+            "steps": [c.to_json() for c in self.steps],
+            "totals": self.totals(),
+            "text": self.text,
+            "goodput_text": self.goodput_text,
+        }
 
 
 def is_reused(driver: Any, record: StepRecord | None) -> bool:
