@@ -59,6 +59,7 @@ from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.io.fs import atomic_write_bytes, fs_and_path, join, normalize_prefix, remove, write_json
 from marin_lab.io.secrets import redact, redact_logs
 from marin_lab.store.layout import DEFAULT_PREFIX, default_prefix, experiments_dir
+from marin_lab.store.step_record import StepRecord
 
 __all__ = ["DEFAULT_PREFIX", "Decision", "Executor", "RunReport", "StepOutcome", "default_prefix"]
 
@@ -129,6 +130,8 @@ class Executor:
             max_failure_retries=config.max_failure_retries,
             unschedulable_timeout_s=resolve_unschedulable_timeout(config.unschedulable_timeout_s),
         )
+        self._checked_records: dict[str, StepRecord] = {}
+        """The step records `decide` read to check each SUCCESS, by output path."""
         self._record_index: RecordIndex | None = None
         """The records `decide` read for explain, kept for the same plan's cost estimate."""
         self.prices = prices or load_prices(config.prices)
@@ -210,8 +213,16 @@ class Executor:
                 else Decision(ps, "unselected", "not selected by --run_only")
                 for ps in plan.steps
             ]
-        statuses = read_statuses(plan.steps, remote=self._remote)
+        states = read_statuses(plan.steps)
+        statuses = {ident: state.status for ident, state in states.items()}
+        # The records a SUCCESS was checked against are read once: reuse notes and the dry run's cost use them.
+        self._checked_records = {
+            ps.output_path: record for ps in plan.steps if (record := states[ps.identity].record) is not None
+        }
         index = RecordIndex(self.prefix) if explain else None
+        if index is not None:
+            for path, record in self._checked_records.items():
+                index.remember(path, record)
         self._record_index = index  # the dry run's cost estimate reads the same records (plan_costs)
         # A new step is compared with this experiment's last run, as `marin-lab explain` compares it.
         # (Read only when a step is new: the experiment records are read whole.)
@@ -235,6 +246,7 @@ class Executor:
             index=index,
             forced=ps.identity in self._forced,
             last_run=last_run,
+            record=self._checked_records.get(ps.output_path),
         )
 
     def _warn_if_new_prefix(self, decisions: Sequence[Decision]) -> None:

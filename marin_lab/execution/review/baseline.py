@@ -89,6 +89,10 @@ class RecordIndex:
             self._records[output_path] = record
         return self._records[output_path]
 
+    def remember(self, output_path: str, record: StepRecord) -> None:
+        """`record`, already read and parsed at `output_path`, is what `record(output_path)` gives."""
+        self._records[output_path] = record
+
     def versions_of(self, name: str) -> list[StepRecord]:
         """Recorded versions of steps named `name` (with a version), newest start first."""
         parent, _, base = name.rpartition("/")

@@ -6,7 +6,6 @@ decisions (plan_report.py); a real run acts on them (executor.py).
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import re
 import time
@@ -20,10 +19,11 @@ from marin_lab.execution.plan.sources import missing_local_paths
 from marin_lab.execution.record.code_provenance import function_fingerprint
 from marin_lab.execution.review.baseline import LastRun, RecordIndex, baseline, diff_versions, stale_reuse_diffs
 from marin_lab.execution.state.lease import DRIVER_GONE, Lease, running_driver_gone
-from marin_lab.execution.state.status import CORRUPT, Status, read_status
+from marin_lab.execution.state.status import CORRUPT, Status
 from marin_lab.io.secrets import redact
 from marin_lab.io.text import strip_ansi
-from marin_lab.store.step_record import read_step_record
+from marin_lab.store.status import StepState, read_step_states
+from marin_lab.store.step_record import StepRecord, read_step_record
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,13 +39,11 @@ class Decision:
     """Matched by `--force_run`: it runs again whatever its status (a live run elsewhere is still waited for)."""
 
 
-def read_statuses(steps: Sequence[PlannedStep], *, remote: bool) -> dict[str, dict[str, Any] | None]:
-    """Each step's latest status; concurrently on object stores, where each read is a round trip."""
-    if not remote:
-        return {s.identity: read_status(s.output_path) for s in steps}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
-        results = pool.map(lambda s: read_status(s.output_path), steps)
-        return {s.identity: r for s, r in zip(steps, results, strict=True)}
+def read_statuses(steps: Sequence[PlannedStep]) -> dict[str, StepState]:
+    """Each step's latest status, and the record a SUCCESS was checked against (`read_step_states`:
+    two batches of reads, concurrent on object stores, where each read is a round trip)."""
+    states = read_step_states([s.output_path for s in steps])
+    return {s.identity: state for s, state in zip(steps, states, strict=True)}
 
 
 def decide_one(
@@ -57,11 +55,13 @@ def decide_one(
     index: RecordIndex | None,
     forced: bool = False,
     last_run: LastRun | None = None,
+    record: StepRecord | None = None,
 ) -> Decision:
     """One step's decision from its status (`read_status`); `index` adds the field-level
     difference for a step that is new, against its version in `last_run` (the same experiment's
     last run) or else the latest recorded version of its name (baseline.py). A `forced` step
-    (`--force_run`) runs again after a SUCCESS or a FAILED: a new attempt, as any rerun."""
+    (`--force_run`) runs again after a SUCCESS or a FAILED: a new attempt, as any rerun. `record`:
+    the step record already read with the status (`read_statuses`), so it is not read again."""
     status = (st or {}).get("status")
     if forced and status in (Status.SUCCESS.value, Status.FAILED.value):
         return Decision(
@@ -74,7 +74,7 @@ def decide_one(
         rebuild = rebuild_reason(ps)
         if rebuild is not None:
             return Decision(ps, "run", rebuild)
-        reuse_notes = stale_reuse_notes(ps, st or {}) + changed_code_notes(ps, st or {})
+        reuse_notes = stale_reuse_notes(ps, st or {}, record) + changed_code_notes(ps, st or {})
         return Decision(ps, "skip", f"SUCCESS at {(st or {}).get('time')}", tuple(reuse_notes))
     if status == Status.RUNNING.value:
         holder = lease(ps).current_holder()
@@ -170,13 +170,13 @@ def _regex_literal(name: str) -> str:
     return re.sub(r"([.^$*+?{}\[\]\\|()])", r"\\\1", name)
 
 
-def stale_reuse_notes(ps: PlannedStep, st: dict[str, Any]) -> list[str]:
-    """A reused SUCCESS whose unversioned fields differ from the record's, field by field."""
+def stale_reuse_notes(ps: PlannedStep, st: dict[str, Any], record: StepRecord | None = None) -> list[str]:
+    """A reused SUCCESS whose unversioned fields differ from the record's (`record`, else read), field by field."""
     if st.get("config_fingerprint") == unversioned_fingerprint(ps.scan.unversioned):
         return []
     current = lenient_value(ps.scan.unversioned)
     try:
-        info = read_step_record(ps.output_path)
+        info = record if record is not None else read_step_record(ps.output_path)
     except RecordError:  # read_status already made a damaged record CORRUPT: not reused
         return []
     recorded = info.unversioned if info is not None else None
