@@ -346,6 +346,14 @@ def tokenize(config: TokenizeConfig) -> dict:
     for split in SPLITS:
         add_split(ledger, split, [r["splits"][split] for r in results if split in r["splits"]])
     write_ledger(config.output_path, ledger)
+    if config.validation_fraction > 0 and ledger["splits"]["validation"]["documents"] == 0:
+        logger.warning(
+            "tokenize %s: validation_fraction=%s held out 0 of %d documents; training on this cache runs "
+            "without validation (raise validation_fraction to hold some out)",
+            config.output_path,
+            config.validation_fraction,
+            stats.read,
+        )
     empty_shards = [r["input"] for r in results if r["stats"]["read"] == 0]
     if empty_shards:
         logger.warning("tokenize: %d input shard(s) hold no documents, e.g. %s", len(empty_shards), empty_shards[0])

@@ -60,6 +60,21 @@ class DataConfig:
     """Split the evaluator reads."""
 
 
+def held_out(cache: TokenCache) -> str:
+    """How the tokenize step split `cache`'s documents, for messages ("validation_fraction=0.01
+    held out 0 of 36 documents"); '' for a cache that records no validation_fraction."""
+    fraction = (cache.ledger.get("split") or {}).get("validation_fraction")
+    if fraction is None:
+        return ""
+    counts = {name: int(entry.get("documents", 0)) for name, entry in cache.ledger.get("splits", {}).items()}
+    return f"validation_fraction={fraction} held out {counts.get('validation', 0)} of {sum(counts.values())} documents"
+
+
+def validation_windows(cache: TokenCache, split: str, seq_len: int) -> int:
+    """Windows of seq_len + 1 tokens in `cache`'s validation `split` (0 when it has no such split)."""
+    return cache.split(split, seq_len).num_sequences if split in cache.splits else 0
+
+
 def _splitmix(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         x = (x + np.uint64(0x9E3779B97F4A7C15)) & _MASK64
@@ -125,11 +140,16 @@ class MixtureLoader:
         for name in self.names:
             split = TokenCache(config.caches[name]).split(config.train_split, seq_len)
             if split.num_sequences == 0:
+                note = held_out(split.cache)
                 raise TokenCacheError(
                     f"data.caches[{name!r}] ({config.caches[name]}) has no {config.train_split!r} "
                     f"sequence of seq_len+1={seq_len + 1} tokens (its shards hold "
-                    f"{split.cache.num_tokens(config.train_split)} tokens); lower seq_len or "
-                    "tokenize more data"
+                    f"{split.cache.num_tokens(config.train_split)} tokens{'; ' + note if note else ''}); "
+                    + (
+                        "lower seq_len, tokenize more data, or lower validation_fraction in its tokenize step"
+                        if note
+                        else "lower seq_len or tokenize more data"
+                    )
                 )
             self.splits[name] = split
         default = config.weights or {n: float(s.num_sequences) for n, s in self.splits.items()}

@@ -44,7 +44,7 @@ from marin_lab.store.layout import METRICS_FILE  # noqa: E402
 from marin_lab.training import checkpoint as ckpt  # noqa: E402
 from marin_lab.training import distributed  # noqa: E402
 from marin_lab.training.config import TrainLmConfig  # noqa: E402
-from marin_lab.training.data import MixtureLoader  # noqa: E402
+from marin_lab.training.data import MixtureLoader, held_out, validation_windows  # noqa: E402
 from marin_lab.training.errors import TrainingError  # noqa: E402
 from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding  # noqa: E402
 from marin_lab.training.metrics import device_peak_flops, mfu  # noqa: E402
@@ -96,6 +96,7 @@ def validate_config(config: TrainLmConfig) -> None:
         raise TrainingError(f"batch_size={config.batch_size} is not divisible by microbatches={config.microbatches}")
     if config.compute_dtype not in ("bfloat16", "float32", "float16"):
         raise TrainingError(f"compute_dtype={config.compute_dtype!r} must be bfloat16, float16 or float32")
+    split = config.data.validation_split
     for name, path in config.data.caches.items():
         try:
             cache = TokenCache(path)
@@ -106,27 +107,44 @@ def validate_config(config: TrainLmConfig) -> None:
                 f"data.caches[{name!r}] has vocab_size {cache.vocab_size} but model.vocab_size is "
                 f"{config.model.vocab_size}; use a model whose vocabulary covers the tokenizer"
             )
-    for name, path in validation_sets(config).items():
+        # As Marin does, a training cache whose validation split came out empty (a small corpus,
+        # a small validation_fraction) is trained on without validation, with a warning.
+        if config.steps_per_eval and split in cache.splits and validation_windows(cache, split, config.seq_len) == 0:
+            logger.warning(
+                "train_lm %s: data.caches[%r] has no %s window of %d tokens (%s); training without "
+                "validation on it: raise validation_fraction in its tokenize step (or lower seq_len) to "
+                "evaluate it",
+                config.output_path,
+                name,
+                split,
+                config.seq_len + 1,
+                held_out(cache) or "validation_fraction not recorded",
+            )
+    for name, path in config.eval_caches.items() if config.steps_per_eval else ():
         try:
-            windows = TokenCache(path).split(config.data.validation_split, config.seq_len).num_sequences
+            cache = TokenCache(path)
+            windows = cache.split(split, config.seq_len).num_sequences
         except TokenCacheError as err:
             raise TrainingError(f"validation set {name!r}: {err}") from err
         if windows == 0:
+            note = held_out(cache)
             raise TrainingError(
-                f"validation set {name!r} ({path}) has no {config.data.validation_split} window of "
-                f"{config.seq_len + 1} tokens; lower seq_len, give it a larger validation split, or drop it"
+                f"validation set {name!r} ({path}) has no {split} window of {config.seq_len + 1} tokens"
+                f"{f' ({note})' if note else ''}; lower seq_len, raise validation_fraction in its tokenize "
+                "step, or drop it from the validation sets"
             )
 
 
 def validation_sets(config: TrainLmConfig) -> dict[str, str]:
-    """What evaluation during training scores: the training caches that have a validation split,
-    and every eval cache."""
+    """What evaluation during training scores: the training caches whose validation split holds at
+    least one window, and every eval cache."""
     if not config.steps_per_eval:
         return {}
+    split = config.data.validation_split
     sets = {
         name: path
         for name, path in config.data.caches.items()
-        if config.data.validation_split in TokenCache(path).splits
+        if validation_windows(TokenCache(path), split, config.seq_len) > 0
     }
     return {**sets, **config.eval_caches}
 
