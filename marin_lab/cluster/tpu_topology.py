@@ -62,8 +62,6 @@ CHIPS: dict[str, ChipSpec] = {
     "v6e": ChipSpec("v6e", 918e12, int(31.25 * GiB), 448e9, None, 2),
 }
 
-# Chip grids of the 3-D generations whose count is not a power of two.
-_GRIDS_3D = {768: (8, 8, 12), 1536: (8, 12, 16), 3072: (12, 16, 16), 6144: (16, 16, 24)}
 _COMPILER_NAME = re.compile(r"^(v[0-9a-z]+):(\d+(?:x\d+)+)$")
 _SLICED = re.compile(r"^(v[0-9a-z]+-\d+)x(\d+)$")
 
@@ -94,20 +92,6 @@ class Topology:
     def devices(self) -> list[Any]:
         """One abstract device per chip (slice-major), from libtpu; nothing is attached."""
         return list(_topology_devices(self.compiler_name, self.slices))
-
-
-def _grid(generation: str, chips: int) -> tuple[int, ...]:
-    if CHIPS[generation].dims == 2:
-        a = 2 ** (int(math.log2(chips)) // 2)
-        return (a, chips // a)
-    if chips in _GRIDS_3D:
-        return _GRIDS_3D[chips]
-    if chips == 4:
-        return (2, 2, 1)
-    dims = [1, 1, 1]
-    while math.prod(dims) < chips:
-        dims[dims.index(min(dims))] *= 2
-    return tuple(sorted(dims))
 
 
 def known_topologies() -> list[str]:
@@ -152,7 +136,7 @@ def parse_topology(name: str, slices: int | None = None) -> Topology:
     if count < 1:
         raise TrainingError(f"topology {name!r}: slices must be at least 1, got {count}")
     label = tpu.name if count == 1 else f"{tpu.name}x{count}"
-    return Topology(label, CHIPS[tpu.generation.name], _grid(tpu.generation.name, tpu.chips), count)
+    return Topology(label, CHIPS[tpu.generation.name], tpu.grid, count)
 
 
 def require_libtpu() -> None:

@@ -9,6 +9,7 @@ fails here, before anything runs, instead of hanging in a queue.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 from marin_lab.cluster.errors import TpuRequestError
@@ -32,18 +33,24 @@ class TpuGeneration:
     """The most slices one multislice job may use (our limit; raise it as Google does)."""
     gce_accelerator_prefix: str
     """Prefix the TPU API uses in acceleratorType ('v5litepod' for v5e)."""
+    torus_dims: int
+    """Dimensions of a slice's chip torus: 3 for v4 and v5p, 2 for v5e and v6e."""
 
 
 GENERATIONS: dict[str, TpuGeneration] = {
     g.name: g
     for g in (
-        TpuGeneration("v4", 2, (8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096), 4, 4, 64, "v4"),
-        TpuGeneration("v5p", 2, (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6144, 8192, 12288), 4, 4, 64, "v5p"),
-        TpuGeneration("v5e", 1, (1, 4, 8, 16, 32, 64, 128, 256), 4, 8, 64, "v5litepod"),
-        TpuGeneration("v6e", 1, (1, 4, 8, 16, 32, 64, 128, 256), 4, 8, 64, "v6e"),
+        TpuGeneration("v4", 2, (8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096), 4, 4, 64, "v4", 3),
+        TpuGeneration(
+            "v5p", 2, (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6144, 8192, 12288), 4, 4, 64, "v5p", 3
+        ),
+        TpuGeneration("v5e", 1, (1, 4, 8, 16, 32, 64, 128, 256), 4, 8, 64, "v5litepod", 2),
+        TpuGeneration("v6e", 1, (1, 4, 8, 16, 32, 64, 128, 256), 4, 8, 64, "v6e", 2),
     )
 }
 
+# Chip grids of the 3-D generations whose count is not a power of two.
+_GRIDS_3D = {768: (8, 8, 12), 1536: (8, 12, 16), 3072: (12, 16, 16), 6144: (16, 16, 24)}
 # Other spellings people paste from the console or gcloud.
 _ALIASES = {"v5litepod": "v5e", "v5lite": "v5e", "v6litepod": "v6e"}
 _TYPE_RE = re.compile(r"^(?P<gen>v[0-9a-z]+?)-(?P<size>[0-9]+)$")
@@ -86,6 +93,32 @@ class TpuType:
     def accelerator_type(self) -> str:
         """The acceleratorType string the TPU API expects, e.g. 'v5litepod-256'."""
         return f"{self.generation.gce_accelerator_prefix}-{self.size}"
+
+    @property
+    def ray_accelerator_type(self) -> str:
+        """Ray's accelerator type of the slice's hosts, e.g. 'TPU-V4', 'TPU-V5LITEPOD'."""
+        return f"TPU-{self.generation.gce_accelerator_prefix.upper()}"
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        """Chips along each torus dimension, as Google names the topology (v4-16: 2x2x2, v5e-256: 16x16)."""
+        chips = self.chips
+        if self.generation.torus_dims == 2:
+            side = 2 ** (int(math.log2(chips)) // 2)
+            return (side, chips // side)
+        if chips in _GRIDS_3D:
+            return _GRIDS_3D[chips]
+        if chips == 4:
+            return (2, 2, 1)
+        dims = [1, 1, 1]
+        while math.prod(dims) < chips:
+            dims[dims.index(min(dims))] *= 2
+        return tuple(sorted(dims))
+
+    @property
+    def topology(self) -> str:
+        """The topology string Ray's TPU API and the `ray.io/tpu-topology` label use, e.g. '2x2x2'."""
+        return "x".join(map(str, self.grid))
 
     @property
     def can_multislice(self) -> bool:
