@@ -30,6 +30,7 @@ def known_vocab_size(spec: str, revision: str | None = None) -> int | None:
     return KNOWN_VOCAB_SIZES.get(spec)
 
 
-def how_to_fetch(spec: str) -> str:
-    """One command that puts hub tokenizer `spec` in the local cache, where plans can read it."""
-    return f"huggingface-cli download {spec} tokenizer.json"
+def how_to_fetch(spec: str, revision: str | None = None) -> str:
+    """One command (huggingface_hub's `hf`) that puts hub tokenizer `spec` in the local cache, where
+    plans and offline steps read it."""
+    return f"hf download {spec} tokenizer.json" + (f" --revision {revision}" if revision else "")

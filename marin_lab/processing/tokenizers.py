@@ -25,6 +25,7 @@ from typing import Any
 
 from marin_lab.io import fs as mfs
 from marin_lab.processing.errors import TokenizeError
+from marin_lab.processing.known_tokenizers import how_to_fetch
 from marin_lab.store.token_cache import TOKENIZER_FILE
 
 logger = logging.getLogger(__name__)
@@ -123,7 +124,8 @@ def resolve_tokenizer_bytes(spec: str, revision: str | None = None) -> tuple[byt
 
 
 def _hub_tokenizer_bytes(repo_id: str, revision: str | None) -> tuple[bytes, str]:
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_download, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     if revision is None:
         logger.warning(
@@ -131,14 +133,41 @@ def _hub_tokenizer_bytes(repo_id: str, revision: str | None) -> tuple[bytes, str
             "cache can be reproduced",
             repo_id,
         )
+    where = f"hub tokenizer {repo_id!r} (revision {revision!r})"
+    # hf_hub_download retries an unreachable hub five times with back-off, logging each try, before
+    # it looks in the cache; one request without retries decides instead, and the cache answers.
+    # The errors below say all the hub's did (`from None`): its frames would only lengthen the log.
+    offline = constants.is_offline_mode()
+    cache_only = offline
+    if not offline:
+        try:
+            get_hf_file_metadata(hf_hub_url(repo_id, TOKENIZER_FILE, revision=revision))
+        except HfHubHTTPError as err:
+            status = err.response.status_code
+            if status < 500 and status not in (408, 429):  # the hub answered: no such repo, revision or file
+                raise TokenizeError(
+                    f"field 'tokenizer': {where} has no {TOKENIZER_FILE} on the Hugging Face hub (HTTP "
+                    f"{status}); check the id and tokenizer_revision (a gated repo needs HF_TOKEN), or give "
+                    f"the path of a local {TOKENIZER_FILE}"
+                ) from None
+            cache_only = True
+        except Exception:  # no connection, no name resolution, a timeout: only the cache can answer
+            cache_only = True
     try:
-        local = hf_hub_download(repo_id=repo_id, filename=TOKENIZER_FILE, revision=revision)
+        local = hf_hub_download(
+            repo_id=repo_id, filename=TOKENIZER_FILE, revision=revision, local_files_only=cache_only
+        )
+    except LocalEntryNotFoundError:
+        fetch = how_to_fetch(repo_id, revision)
+        raise TokenizeError(
+            f"field 'tokenizer': {where} is not in the Hugging Face cache and the hub "
+            f"{'is off (HF_HUB_OFFLINE is set)' if offline else 'cannot be reached'}; fetch it once where "
+            f"there is network (`{fetch}`), or give the path of a local {TOKENIZER_FILE}"
+        ) from None
     except Exception as err:
         raise TokenizeError(
-            f"tokenizer {repo_id!r} (revision {revision!r}): could not get {TOKENIZER_FILE} from "
-            f"the Hugging Face hub or its cache ({type(err).__name__}: {err}). If it is meant to be "
-            f"a local path, check that it exists; offline (HF_HUB_OFFLINE=1) the file must be in "
-            f"the hub cache."
+            f"field 'tokenizer': {where}: could not get {TOKENIZER_FILE} from the Hugging Face hub or its "
+            f"cache ({type(err).__name__}: {err}). If it is meant to be a local path, check that it exists"
         ) from err
     with open(local, "rb") as f:
         return f.read(), f"hf://{repo_id}@{revision or 'main'}/{TOKENIZER_FILE}"

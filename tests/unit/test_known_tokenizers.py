@@ -45,7 +45,7 @@ def test_a_model_smaller_than_its_tokenizer_is_an_error_at_plan_time(empty_hub):
 
 
 def test_an_unknown_tokenizer_says_how_to_fetch_it(empty_hub):
-    with pytest.raises(StepDefinitionError, match="huggingface-cli download someone/their-tokenizer tokenizer.json"):
+    with pytest.raises(StepDefinitionError, match="hf download someone/their-tokenizer tokenizer.json"):
         _train(llama_nano, "someone/their-tokenizer")
 
 

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import http.server
+import logging
 import pathlib
 import re
+import socket
+import threading
+import time
 
 import pytest
 
@@ -111,3 +116,78 @@ def test_no_module_but_the_owner_loads_a_tokenizer():
     }
     assert "processing/tokenizers.py" in found  # the pattern sees the owner's own loader
     assert found - {"processing/tokenizers.py"} <= LOADED_ELSEWHERE, sorted(found)
+
+
+@pytest.fixture()
+def hub_at(tmp_path, monkeypatch):
+    """Point huggingface_hub at an empty cache and at `endpoint` (a local address: tests never
+    touch the network); returns the function that sets the endpoint."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+    def point(endpoint: str) -> None:
+        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+        monkeypatch.setattr(
+            constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+        )
+
+    return point
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens there once closed: connections are refused
+
+
+@pytest.mark.parametrize("offline", [True, False], ids=["HF_HUB_OFFLINE", "hub-unreachable"])
+def test_a_hub_tokenizer_not_in_the_cache_is_one_line_at_once_without_retries(hub_at, monkeypatch, caplog, offline):
+    """Regression: an unreachable hub was retried five times with back-off (a screen of log lines)."""
+    from huggingface_hub import constants
+
+    hub_at(f"http://127.0.0.1:{_closed_port()}")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO), pytest.raises(TokenizeError) as raised:
+        load_tokenizer("someone/their-tokenizer", "0123abc")
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith("field 'tokenizer': hub tokenizer 'someone/their-tokenizer'")
+    assert "hf download someone/their-tokenizer tokenizer.json --revision 0123abc" in message
+    assert ("HF_HUB_OFFLINE is set" if offline else "cannot be reached") in message
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__
+    assert not [r for r in caplog.records if "retry" in r.getMessage().lower()]
+    assert time.monotonic() - started < 5  # the back-off alone took 23 s
+
+
+def test_a_hub_that_has_no_such_tokenizer_says_so_and_the_cache_still_answers_offline(hub_at, tmp_path, trained):
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):  # noqa: N802 (http.server's name)
+            self.send_response(404)
+            self.send_header("X-Error-Code", "RepoNotFound")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        hub_at(f"http://127.0.0.1:{server.server_address[1]}")
+        with pytest.raises(
+            TokenizeError, match=r"^field 'tokenizer': .* has no tokenizer.json on the Hugging Face hub"
+        ):
+            load_tokenizer("someone/their-tokenizer", "0123abc")
+    finally:
+        server.shutdown()
+        server.server_close()
+    # A tokenizer in the cache is read when the hub cannot be reached.
+    from huggingface_hub import constants
+
+    sha = "0" * 40
+    snapshot = pathlib.Path(constants.HF_HUB_CACHE) / "models--someone--cached" / "snapshots" / sha
+    snapshot.mkdir(parents=True)
+    (snapshot / "tokenizer.json").write_bytes((trained / "tok" / "tokenizer.json").read_bytes())
+    hub_at(f"http://127.0.0.1:{_closed_port()}")
+    assert load_tokenizer("someone/cached", sha) is load_tokenizer(str(trained / "tok"))
