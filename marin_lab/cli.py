@@ -36,8 +36,8 @@ from marin_lab.gc import add_forget_parser
 from marin_lab.gc import add_parser as add_gc_parser
 from marin_lab.io.fs import join
 from marin_lab.io.secrets import redact_logs
-from marin_lab.processing.rerun_shards import add_parser as add_rerun_shards_parser
 from marin_lab.reproduce import ReproduceError, reproduce
+from marin_lab.reproduce.rerun_shards import add_parser as add_rerun_shards_parser
 from marin_lab.store.errors import RecordError
 from marin_lab.store.experiment_record import ExperimentRecord
 from marin_lab.store.layout import default_prefix

@@ -22,7 +22,7 @@ attempt has its time limit, each shard its budget, and a worker that dies is an 
 This module is the step's side. A data step holds one `Quarantine` for its whole run (a dedup
 step maps three times): it passes the step's policy (or none) to the engine, sums what was left
 out across its phases, and owns the bad-shard report `{output_path}/.bad_shards.json` -- written
-when the step fails for bad shards, read by `marin-lab rerun-shards` (processing/rerun_shards.py),
+when the step fails for bad shards, read by `marin-lab rerun-shards` (reproduce/rerun_shards.py),
 removed when the step ends well. The policy's names are exported here too, where a step's
 config imports them from.
 """
@@ -62,9 +62,7 @@ __all__ = [
     "classify_ray_error",
     "read_report",
     "report_url",
-    "request_rerun",
     "rerun_command",
-    "shard_names",
 ]
 
 REPORT_FILE = BAD_SHARDS_FILE
@@ -83,21 +81,6 @@ def read_report(output_path: str) -> dict[str, Any] | None:
         return read_bad_shards(output_path)
     except RecordError as err:
         raise ProcessingError(str(err)) from None
-
-
-def shard_names(report: dict[str, Any] | None) -> list[str]:
-    """The names of a report's bad shards, as text (a hand-edited report may hold numbers)."""
-    return [str(b.get("shard", "?")) for b in (report or {}).get("bad", []) if isinstance(b, dict)]
-
-
-def request_rerun(output_path: str) -> dict[str, Any]:
-    """Mark the report: the next run of the step must finish every shard (no allowance)."""
-    report = read_report(output_path)
-    if report is None:
-        raise ProcessingError(f"{output_path}: no bad-shard report ({REPORT_FILE}) to rerun from")
-    report["rerun_requested"] = _now()
-    mfs.write_json(report_url(output_path), report)
-    return report
 
 
 def _now() -> str:

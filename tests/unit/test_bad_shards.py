@@ -28,10 +28,10 @@ from marin_lab.processing.quarantine import (
     Quarantine,
     ShardPolicy,
     read_report,
-    request_rerun,
 )
 from marin_lab.processing.shards import run_shards
 from marin_lab.processing.tokenize import TokenizeConfig, TrainTokenizerConfig, tokenize, train_tokenizer
+from marin_lab.store.bad_shards import request_rerun
 from tests.data_fixtures import make_document_shards
 
 

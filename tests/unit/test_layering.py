@@ -31,7 +31,7 @@ LAYERS: dict[str, int] = {
     "execution": 3,
     "reproduce": 4,
     "gc": 4,
-    "explain": 4,  # tools over the executor's records (processing reads one too)
+    "explain": 4,  # tools over the executor's records
     "models": 5,  # the decoder: arrays in, arrays out
     "quant": 6,
     "processing": 6,

@@ -36,10 +36,10 @@ from marin_lab.execution.main import capture_steps
 from marin_lab.execution.state.lease import Lease
 from marin_lab.execution.state.status import Status, read_status
 from marin_lab.io.fs import join
-from marin_lab.processing.errors import ProcessingError
-from marin_lab.processing.quarantine import REPORT_FILE, read_report, request_rerun, shard_names
 from marin_lab.reproduce.target import RecordedExperiment, locate, read_script
-from marin_lab.store.layout import default_prefix
+from marin_lab.store.bad_shards import read_bad_shards, request_rerun, shard_names
+from marin_lab.store.errors import RecordError
+from marin_lab.store.layout import BAD_SHARDS_FILE, default_prefix
 from marin_lab.store.step_record import read_step_record
 
 __all__ = ["RerunError", "RerunResult", "add_parser", "rerun_shards"]
@@ -106,8 +106,8 @@ def rerun_shards(output_path: str, *, backend: str = "local") -> RerunResult:
         shutil.rmtree(workdir, ignore_errors=True)
     status = outcome.status if outcome is not None else "FAILED"
     try:
-        after = read_report(output_path) if status != Status.SUCCESS.value else None
-    except ProcessingError as err:  # the step ran; only what it left behind is unreadable
+        after = read_bad_shards(output_path) if status != Status.SUCCESS.value else None
+    except RecordError as err:  # the step ran; only what it left behind is unreadable
         return RerunResult(output_path, status, bad_before, f"{outcome.message if outcome else ''} ({err})".strip())
     return RerunResult(output_path, status, bad_before, outcome.message if outcome else None, shard_names(after))
 
@@ -126,10 +126,10 @@ def _check_failed_for_bad_shards(output_path: str) -> dict[str, Any]:
             raise RerunError(f"{output_path} is RUNNING in driver {holder.holder}; wait for it to end")
     if status != Status.FAILED.value:
         raise RerunError(f"{output_path} is {status}, not FAILED: there are no bad shards to rerun")
-    report = read_report(output_path)
+    report = read_bad_shards(output_path)
     if report is None:
         raise RerunError(
-            f"{output_path} FAILED, but not for bad shards (it has no {REPORT_FILE}): its record and "
+            f"{output_path} FAILED, but not for bad shards (it has no {BAD_SHARDS_FILE}): its record and "
             "logs say why; fix that and rerun the experiment with --force_run_failed true"
         )
     return report
@@ -164,7 +164,8 @@ def _cmd(args: argparse.Namespace) -> int:
     )
     if result.bad_after:
         print(
-            f"  still bad: {', '.join(result.bad_after)}; see {join(result.output_path, REPORT_FILE)}", file=sys.stderr
+            f"  still bad: {', '.join(result.bad_after)}; see {join(result.output_path, BAD_SHARDS_FILE)}",
+            file=sys.stderr,
         )
     return 1
 
