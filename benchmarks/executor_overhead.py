@@ -171,9 +171,7 @@ def mode_plan(args: argparse.Namespace) -> dict[str, Any]:
         _marin_ray_init()  # its Executor() starts a StatusActor
         for _ in range(args.inner):
             steps = build_dag("marin", n, layers)
-            ex = Executor(
-                ExecutorMainConfig(prefix=args.prefix, executor_info_base_path=os.path.join(args.prefix, "experiments"))
-            )
+            ex = Executor(prefix=args.prefix, executor_info_base_path=os.path.join(args.prefix, "experiments"))
             t0, c0 = time.perf_counter(), time.process_time()
             for s in steps:  # what Executor.run does before reading any status
                 ex.compute_version(s, is_pseudo_dep=False)
@@ -241,9 +239,7 @@ def mode_seed(args: argparse.Namespace) -> dict[str, Any]:
         from marin.execution.executor_step_status import STATUS_SUCCESS, append_status, get_status_path
 
         _marin_ray_init()
-        ex = Executor(
-            ExecutorMainConfig(prefix=args.prefix, executor_info_base_path=os.path.join(args.prefix, "experiments"))
-        )
+        ex = Executor(prefix=args.prefix, executor_info_base_path=os.path.join(args.prefix, "experiments"))
         for s in steps:
             ex.compute_version(s, is_pseudo_dep=False)
 
@@ -301,9 +297,7 @@ def mode_dispatch(args: argparse.Namespace) -> dict[str, Any]:
         for r in range(args.inner):
             steps = shape("marin", args.steps)
             prefix = os.path.join(args.prefix, f"r{r}")
-            ex = Executor(
-                ExecutorMainConfig(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"))
-            )
+            ex = Executor(prefix=prefix, executor_info_base_path=os.path.join(prefix, "experiments"))
             t0 = time.perf_counter()
             ex.run(steps)
             out.append(time.perf_counter() - t0)
