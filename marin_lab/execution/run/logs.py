@@ -13,6 +13,9 @@ duration of the call (C libraries, subprocesses and Python alike), and a reader 
     every `progress_every_s` instead of hundreds of redraws, and remembers the latest for the
     status heartbeat.
 
+Libraries' own progress bars (datasets' `Map:`, huggingface_hub's downloads) are off for the call
+unless verbose (`quiet_progress_bars`); marin_lab's own bars stay.
+
 Secrets never reach the log or the terminal: each line goes through `execution.secrets` (the values
 of secret-named environment variables and of secret-named config fields, credential shapes, URL
 passwords) before it is written or echoed.
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -85,6 +89,44 @@ QUIET_LIBRARIES = frozenset(
 )
 """Libraries whose INFO lines ("datasets: JAX version ... available", lm-eval's seeds) a person
 watching a run does not need; their warnings and errors always show."""
+
+
+# Libraries' own progress bars ("Map: 100%|██████| 36/36"), off in a step unless verbose. Each library
+# reads its variable when it is imported (the step's worker imports them later, if at all); one
+# already imported is told directly, so nothing is imported here.
+PROGRESS_BAR_ENV = {
+    "datasets": "HF_DATASETS_DISABLE_PROGRESS_BARS",
+    "huggingface_hub": "HF_HUB_DISABLE_PROGRESS_BARS",
+}
+
+
+def quiet_progress_bars() -> Callable[[], None]:
+    """Turn `PROGRESS_BAR_ENV`'s bars off for a step unless verbose or the variable is already set
+    (the person's choice wins); returns what undoes it."""
+    undo: list[Callable[[], Any]] = []
+    if os.environ.get(VERBOSE_ENV):
+        return lambda: None
+    for module, variable in PROGRESS_BAR_ENV.items():
+        if variable in os.environ:
+            continue
+        os.environ[variable] = "1"
+        undo.append(functools.partial(os.environ.pop, variable, None))
+        if module == "datasets" and "datasets" in sys.modules:
+            datasets = sys.modules["datasets"]
+            if datasets.is_progress_bar_enabled():
+                datasets.disable_progress_bars()
+                undo.append(datasets.enable_progress_bars)
+        elif module == "huggingface_hub" and "huggingface_hub.utils" in sys.modules:
+            hub = sys.modules["huggingface_hub.utils"]
+            if not hub.are_progress_bars_disabled():
+                hub.disable_progress_bars()
+                undo.append(hub.enable_progress_bars)
+
+    def restore() -> None:
+        for step in reversed(undo):
+            step()
+
+    return restore
 
 
 def quiet_libraries(record: logging.LogRecord) -> bool:
@@ -353,6 +395,7 @@ class capture:  # noqa: N801 - used as a context manager, like contextlib's
             reader.start()
             self.readers.append(reader)
         self._setup_logging()
+        self.restore_progress_bars = quiet_progress_bars()
         return self
 
     def _setup_logging(self) -> None:
@@ -374,6 +417,7 @@ class capture:  # noqa: N801 - used as a context manager, like contextlib's
             logging.getLogger(name).setLevel(logging.WARNING)
 
     def __exit__(self, *exc: object) -> None:
+        self.restore_progress_bars()
         root = logging.getLogger()
         if self.handler is not None:
             self.handler.flush()
