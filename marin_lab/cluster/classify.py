@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import urllib.request
 from collections.abc import Callable
 
@@ -54,6 +55,8 @@ def safe_probe(probe: PreemptionProbe) -> bool:
 
 
 GCE_PREEMPTED_URL = "http://metadata.google.internal/computeMetadata/v1/instance/preempted"
+PREEMPTED_URL_ENV = "MARIN_PREEMPTED_URL"
+"""Another URL to ask instead of GCE's (a local stand-in for tests and drills); set, it is asked off GCE too."""
 
 
 def _urllib_fetch(url: str, timeout_s: float) -> str:
@@ -75,13 +78,14 @@ def _on_gce() -> bool:
 class MetadataPreemptionProbe:
     """Asks the GCE metadata server whether this VM was preempted; `fetch` is injectable for tests.
 
-    Off GCE (or with NO_GCE_CHECK=true) and without an injected `fetch`, it answers False without
-    any network access.
+    The URL is `url`, else $MARIN_PREEMPTED_URL of the process asking (read at each call, so a
+    host's own environment decides), else GCE's. Off GCE (or with NO_GCE_CHECK=true), with neither
+    set and without an injected `fetch`, it answers False without any network access.
     """
 
     def __init__(
         self,
-        url: str = GCE_PREEMPTED_URL,
+        url: str | None = None,
         *,
         fetch: Callable[[str, float], str] | None = None,
         timeout_s: float = 2.0,
@@ -91,13 +95,43 @@ class MetadataPreemptionProbe:
         self.timeout_s = timeout_s
 
     def __call__(self) -> bool:
-        if self.fetch is None and not _on_gce():
-            return False
-        text = (self.fetch or _urllib_fetch)(self.url, self.timeout_s)
+        url = self.url or os.environ.get(PREEMPTED_URL_ENV)
+        if url is None:
+            if self.fetch is None and not _on_gce():
+                return False
+            url = GCE_PREEMPTED_URL
+        text = (self.fetch or _urllib_fetch)(url, self.timeout_s)
         return text.strip().upper() == "TRUE"
 
     def __repr__(self) -> str:
-        return f"MetadataPreemptionProbe({self.url!r})"
+        return f"MetadataPreemptionProbe({self.url!r})" if self.url else "MetadataPreemptionProbe()"
+
+
+class PreemptionWatcher:
+    """Asks `probe` about every `interval_s` in a daemon thread; its first True sets `notice`.
+
+    GCE gives a preempted VM about 30 s; a training loop that checks `notice` (the slice runner
+    passes `host_env.PREEMPTION_NOTICE`) saves a checkpoint and stops within it."""
+
+    def __init__(self, probe: PreemptionProbe, notice: threading.Event, where: str, interval_s: float = 1.0):
+        self.probe, self.notice, self.where, self.interval_s = probe, notice, where, interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="preemption-watcher", daemon=True)
+
+    def start(self) -> None:
+        self.notice.clear()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            if safe_probe(self.probe):
+                logger.warning("%s: the instance metadata says this VM is being preempted", self.where)
+                self.notice.set()
+                return
+            self._stop.wait(self.interval_s)
 
 
 class FilePreemptionProbe:
@@ -125,6 +159,7 @@ __all__ = [
     "FilePreemptionProbe",
     "MetadataPreemptionProbe",
     "PreemptionProbe",
+    "PreemptionWatcher",
     "classify_error",
     "safe_probe",
 ]

@@ -42,6 +42,10 @@ def _require_ray(step_name: str):
 
 def _as_preemption(err: BaseException, step_name: str, what: str) -> BaseException:
     """Turn a lost-hardware Ray error into PreemptedError (chained); leave others untouched."""
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, PreemptedError) and cause is not err:
+        # A host said so itself (a preemption notice, its metadata): its words, not Ray's traceback.
+        return PreemptedError(f"step {step_name!r}: {cause}")
     if isinstance(err, PreemptedError) or classify_error(err) != PREEMPTION:
         return err
     first_line = (str(err).strip().splitlines() or [""])[0]
@@ -148,11 +152,13 @@ class TpuResources:
         step_name: str,
         cancel: threading.Event | None = None,
         on_hardware: Callable[[dict], None] | None = None,
+        on_pending: Callable[[str | None], None] | None = None,
     ) -> RunOutcome:
         """Run fn once per host on whole slices; raise PreemptedError when hardware was lost.
 
         Setting `cancel` kills this run's host actors (only this run's: the object may be shared).
-        `on_hardware` hears the attempt's hosts as soon as they are placed.
+        `on_hardware` hears the attempt's hosts as soon as they are placed; `on_pending` why the
+        attempt waits for its slices, whenever that changes (None once they are held).
         """
         self.validate()
         _require_ray(step_name)
@@ -174,6 +180,7 @@ class TpuResources:
                 extra_env=dict(self.env or ()),
                 cancel=cancel,
                 on_hardware=on_hardware,
+                on_pending=on_pending,
             )
         except Exception as err:
             converted = _as_preemption(err, step_name, f"{self.tpu} slice hosts")

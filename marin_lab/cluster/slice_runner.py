@@ -1,26 +1,27 @@
-"""Run a function once per host on whole TPU slices reserved through Ray.
+"""Run a function once per host on whole TPU slices reserved through Ray's own TPU API.
 
-How a TPU slice looks to Ray (Ray's own TPU support sets this up on real TPU VMs, and the tests
-fake it with `ray.cluster_utils.Cluster`): every host of a slice carries a custom resource named
-after the slice (value 1) and `TPU: <chips on the host>`; the slice's first host also carries
-`TPU-<type>-head: 1`; Ray 2.4x+ adds the node labels `ray.io/tpu-slice-name` and
-`ray.io/tpu-worker-id`.
+How a TPU slice looks to Ray (Ray's TPU support sets this up on real TPU VMs; `testing/local_cluster`
+fakes it with `ray.cluster_utils.Cluster`): every host carries `TPU: <chips on the host>`, a
+resource named after the slice and the labels `ray.io/tpu-slice-name`, `ray.io/tpu-worker-id`,
+`ray.io/tpu-pod-type` and `ray.io/tpu-topology`; the slice's worker 0 also carries
+`TPU-<pod type>-head: 1`.
 
 One attempt goes like this:
-1. Reserve slices by starting one actor per wanted slice that asks for the head resource (this
-   also tells an autoscaler what to bring up). Wait until enough of them are placed; an elastic
-   request takes the largest allowed count that is placed after `elastic_wait_s`.
-2. Each head actor reports its slice name; the slice's other hosts get one actor each, pinned by
-   the slice-name resource plus the host's whole TPU count, so no host runs two.
+1. Reserve the slices (`slice_reserve.reserve_slices`): one named STRICT_SPREAD placement group per
+   slice through `ray.util.tpu.SlicePlacementGroup`, saying why while it waits.
+2. Place one actor in every bundle of every group (bundle i is worker i of its slice).
 3. Every host runs `fn(config)` with TPU_WORKER_ID, the MARIN_* variables with which `train_lm`
-   joins one JAX cluster (`training.distributed`; coordinator: worker 0 of slice 0, on a port
-   free there) and, for more than one slice, the MEGASCALE_* variables.
-4. Results are gathered as they arrive; the first error kills every host's actor at once, so no
-   host keeps training alone, and is re-raised carrying the attempt's hardware (slices, and each
-   host's Ray node), so the record lists it for a preempted attempt too. A host's own error first
-   waits a little for news of a lost peer: the collectives of the hosts that remain break when one
-   is reclaimed, and then the attempt is a preemption, not a failure. All actors are killed at
-   the end either way.
+   joins one JAX cluster (`training.distributed`; coordinator: worker 0 of slice 0, on a port free
+   there) and, for more than one slice, Ray's `get_tpu_coordinator_env_vars` (MEGASCALE_*). A
+   thread on each host polls the instance metadata about every second; a preemption notice sets
+   `host_env.PREEMPTION_NOTICE`, which a training loop checks to checkpoint and stop.
+4. Results are gathered as they arrive. Losing any host (its actor or node dies, its slice's group
+   is rescheduled, its VM is preempted) ends the attempt for every host at once as one preemption:
+   a host's own error first waits a little for news of a lost peer, since the collectives of the
+   hosts that remain break when one is reclaimed. Any other first error kills every host too and
+   is re-raised carrying the attempt's hardware (slices, and each host's Ray node), so the record
+   lists it for a preempted attempt as well. The actors die and the groups are removed at the end
+   either way.
 """
 
 from __future__ import annotations
@@ -37,20 +38,28 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ray
+from ray.util.placement_group import placement_group_table
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.tpu import get_tpu_coordinator_env_vars
 
-from marin_lab.cluster.classify import PREEMPTION, PreemptionProbe, classify_error, safe_probe
-from marin_lab.cluster.errors import ClusterError, PreemptedError, SliceCapacityTimeout, StepCancelled
+from marin_lab.cluster.classify import PREEMPTION, PreemptionProbe, PreemptionWatcher, classify_error, safe_probe
+from marin_lab.cluster.errors import PreemptedError, StepCancelled
+from marin_lab.cluster.slice_reserve import (
+    READY,
+    WORKER_ID_LABEL,
+    PendingCallback,
+    SliceReservation,
+    release_all,
+    reserve_slices,
+)
 from marin_lab.cluster.tpu_types import TpuType
 from marin_lab.execution.plan.resources import attach_hardware
-from marin_lab.host_env import NUM_SLICES, process_env
+from marin_lab.host_env import NUM_SLICES, PREEMPTION_NOTICE, process_env
 
 logger = logging.getLogger(__name__)
 
 NAMESPACE = "marin_lab"
 """Ray namespace of the host actors; their names are `marin:{step}:{run_id}:s{slice}:h{host}`."""
-SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
-WORKER_ID_LABEL = "ray.io/tpu-worker-id"
-_STANDARD_RESOURCES = {"CPU", "GPU", "TPU", "memory", "object_store_memory"}
 
 
 class _SliceHost:
@@ -60,9 +69,6 @@ class _SliceHost:
     @ray.method
     def where(self) -> dict:
         ctx = ray.get_runtime_context()
-        labels = {}
-        with contextlib.suppress(Exception):  # older Rays have no labels; resources are the fallback
-            labels = dict(ctx.get_node_labels())
         with socket.socket() as probe:  # a port free on this host, for JAX's coordinator if it is host 0
             probe.bind(("", 0))
             port = probe.getsockname()[1]
@@ -71,7 +77,7 @@ class _SliceHost:
             "ip": ray.util.get_node_ip_address(),
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
-            "labels": labels,
+            "labels": dict(ctx.get_node_labels()),
             "free_port": port,
         }
 
@@ -79,16 +85,24 @@ class _SliceHost:
     def run(self, fn: Callable[[Any], Any], config: Any, env: Mapping[str, str], probe: PreemptionProbe | None) -> Any:
         # A dedicated actor process, so setting the environment affects only this host's work.
         os.environ.update(env)
+        where = f"host {env.get('TPU_WORKER_ID')} of slice {env.get('MARIN_SLICE_NAME')}"
+        watcher = PreemptionWatcher(probe, PREEMPTION_NOTICE, where) if probe is not None else None
+        if watcher is not None:
+            watcher.start()
         try:
             return fn(config)
         except Exception as err:
             # The metadata lives on the host, so the host asks it before the error leaves.
-            if probe is not None and not isinstance(err, PreemptedError) and safe_probe(probe):
+            if not isinstance(err, PreemptedError) and (
+                PREEMPTION_NOTICE.is_set() or (probe is not None and safe_probe(probe))
+            ):
                 raise PreemptedError(
-                    f"host {env.get('TPU_WORKER_ID')} of slice {env.get('MARIN_SLICE_NAME')} was preempted "
-                    f"(instance metadata) while running: {type(err).__name__}: {err}"
+                    f"{where} was preempted (instance metadata) while running: {type(err).__name__}: {err}"
                 ) from err
             raise
+        finally:
+            if watcher is not None:
+                watcher.stop()
 
 
 @dataclasses.dataclass
@@ -101,63 +115,15 @@ class SliceRun:
     hardware: dict
 
 
-def _slice_name_of(node_id: str, labels: Mapping[str, str], tpu: TpuType) -> str:
-    if labels.get(SLICE_NAME_LABEL):
-        return labels[SLICE_NAME_LABEL]
-    # No labels: the slice name is the node's one custom resource that is not a standard one.
-    for node in ray.nodes():
-        if node.get("NodeID") == node_id:
-            candidates = [
-                key
-                for key, value in node.get("Resources", {}).items()
-                if key not in _STANDARD_RESOURCES
-                and value == 1
-                and not key.startswith(("node:", "accelerator_type:"))
-                and key != tpu.head_resource
-                and not key.startswith("TPU-")
-            ]
-            if len(candidates) == 1:
-                return candidates[0]
-            raise ClusterError(
-                f"cannot tell the slice name of node {node_id}: it has no {SLICE_NAME_LABEL!r} label and "
-                f"{len(candidates)} candidate slice resources {candidates}; give TPU hosts a slice-name label"
-            )
-    raise PreemptedError(f"node {node_id} holding a {tpu.name} slice head vanished while reserving it")
-
-
-def _check_cancel(cancel: threading.Event | None, step_name: str) -> None:
-    if cancel is not None and cancel.is_set():
-        raise StepCancelled(f"step {step_name!r}: cancelled; every host's work was stopped")
-
-
 def _kill_all(actors: Sequence[Any]) -> None:
     for actor in actors:
         with contextlib.suppress(Exception):  # already dead is fine
             ray.kill(actor, no_restart=True)
 
 
-def _await_hosts(
-    s: dict,
-    tpu: TpuType,
-    step_name: str,
-    t0: float,
-    capacity_timeout_s: float,
-    poll_s: float,
-    cancel: threading.Event | None,
-) -> None:
-    """Wait until every other host of a reserved slice has its actor placed."""
-    while s["where"]:
-        _check_cancel(cancel, step_name)
-        ready, _ = ray.wait(s["where"], num_returns=len(s["where"]), timeout=poll_s)
-        if len(ready) == len(s["where"]):
-            return
-        hosts, _ = _slice_census(tpu)
-        elapsed = time.monotonic() - t0
-        if hosts.get(s["name"], 0) < tpu.hosts or elapsed >= capacity_timeout_s:
-            raise SliceCapacityTimeout(
-                f"step {step_name!r}: slice {s['name']} has {hosts.get(s['name'], 0)} of {tpu.hosts} hosts alive and "
-                f"{1 + len(ready)} placed after {elapsed:.0f}s; a host was lost while reserving the slice"
-            )
+def _check_cancel(cancel: threading.Event | None, step_name: str) -> None:
+    if cancel is not None and cancel.is_set():
+        raise StepCancelled(f"step {step_name!r}: cancelled; every host's work was stopped")
 
 
 def run_on_slices(
@@ -176,82 +142,63 @@ def run_on_slices(
     cancel: threading.Event | None = None,
     peer_loss_grace_s: float = 30.0,
     on_hardware: Callable[[dict], None] | None = None,
+    on_pending: PendingCallback | None = None,
 ) -> SliceRun:
     """Reserve whole slices, run `fn(config)` once per host, and gather the results (see module doc).
 
     A host's own error waits up to `peer_loss_grace_s` for news that another host of the attempt
     was lost (see `_lost_peer`); about Ray's time to notice a dead node (~30 s by default).
     `on_hardware(hardware)` is called once every host is placed, before training starts: the
-    executor records it then, so even an attempt whose driver dies mid-run lists its hosts."""
-    counts = sorted(set(slice_counts))
-    want = counts[-1]
+    executor records it then, so even an attempt whose driver dies mid-run lists its hosts.
+    `on_pending(reason)` hears why the attempt waits for its slices whenever that changes."""
     run_id = uuid.uuid4().hex[:8]
-    chips = tpu.chips_per_host
     actors: list[Any] = []
-    t0 = time.monotonic()
-
+    reservations: list[SliceReservation] = []
     base_env = {k: str(v) for k, v in (extra_env or {}).items()}
-
-    def actor_opts(name: str, resources: dict) -> dict:
-        opts = {
-            "name": name,
-            "namespace": NAMESPACE,
-            "num_cpus": 0,
-            "max_restarts": 0,
-            "max_task_retries": 0,
-            "resources": resources,
-        }
-        if base_env:
-            # Set when the host's process starts, before anything imports JAX (JAX_PLATFORMS is
-            # read at import, XLA_FLAGS when the backend starts); Ray merges these env_vars with
-            # the job's runtime environment.
-            opts["runtime_env"] = {"env_vars": base_env}
-        return opts
-
-    remote_host = ray.remote(_SliceHost)
     hardware: dict | None = None  # known once every host is placed; an error after that carries it
     try:
-        heads = [
-            remote_host.options(
-                **actor_opts(f"marin:{step_name}:{run_id}:s{i}:h0", {tpu.head_resource: 1, "TPU": chips})
-            ).remote()
-            for i in range(want)
-        ]
-        actors.extend(heads)
-        where_refs = [h.where.remote() for h in heads]
-        chosen, names, infos = _await_slices(
-            where_refs, counts, tpu, step_name, t0, capacity_timeout_s, elastic_wait_s, poll_s, cancel
+        reservations = reserve_slices(
+            tpu,
+            slice_counts,
+            step_name=step_name,
+            run_id=run_id,
+            capacity_timeout_s=capacity_timeout_s,
+            elastic_wait_s=elastic_wait_s,
+            poll_s=poll_s,
+            cancel=cancel,
+            on_pending=on_pending,
         )
-        n_slices = len(chosen)
-        _kill_all([h for i, h in enumerate(heads) if i not in chosen])
-
-        # Slice layout: for each chosen slice, its name and every host's actor.
+        n_slices = len(reservations)
+        remote_host = ray.remote(_SliceHost)
         slices: list[dict] = []
-        for slice_id, head_index in enumerate(chosen):
-            info, name = infos[head_index], names[head_index]
-            others = [
+        for slice_id, r in enumerate(reservations):
+            hosts = [
                 remote_host.options(
-                    **actor_opts(f"marin:{step_name}:{run_id}:s{slice_id}:h{h}", {name: 1, "TPU": chips})
+                    name=f"marin:{step_name}:{run_id}:s{slice_id}:h{bundle}",
+                    namespace=NAMESPACE,
+                    num_cpus=0,
+                    resources={"TPU": tpu.chips_per_host},
+                    max_restarts=0,
+                    max_task_retries=0,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(r.group, placement_group_bundle_index=bundle),
+                    # Set when the host's process starts, before anything imports JAX (JAX_PLATFORMS is
+                    # read at import, XLA_FLAGS when the backend starts); Ray merges these env_vars with
+                    # the job's runtime environment.
+                    **({"runtime_env": {"env_vars": base_env}} if base_env else {}),
                 ).remote()
-                for h in range(1, tpu.hosts)
+                for bundle in range(tpu.hosts)
             ]
-            actors.extend(others)
-            slices.append(
-                {
-                    "name": name,
-                    "actors": [heads[head_index], *others],
-                    "infos": [info],
-                    "where": [h.where.remote() for h in others],
-                }
-            )
+            actors.extend(hosts)
+            slices.append({"name": r.slice_name, "actors": hosts, "where": [h.where.remote() for h in hosts]})
         for s in slices:
-            _await_hosts(s, tpu, step_name, t0, capacity_timeout_s, poll_s, cancel)
-            s["infos"].extend(ray.get(s["where"]))
-            _assign_worker_ids(s)
+            s["infos"] = _placed(s["where"], reservations, step_name, cancel, poll_s)
+            for bundle, info in enumerate(s["infos"]):
+                info["worker_id"] = int(info["labels"].get(WORKER_ID_LABEL, bundle))
 
-        coordinator_info = slices[0]["infos"][_worker0_index(slices[0])]
+        coordinator_info = next(info for info in slices[0]["infos"] if info["worker_id"] == 0)
         coordinator_ip = coordinator_info["ip"]
         hardware = _hardware(tpu, slices, f"{coordinator_ip}:{megascale_port}" if n_slices > 1 else None)
+        hardware["placement_groups"] = [r.name for r in reservations]
         if on_hardware is not None:
             on_hardware(hardware)
         jax_coordinator = f"{coordinator_ip}:{coordinator_info['free_port']}"
@@ -276,14 +223,7 @@ def run_on_slices(
                         process_env(jax_coordinator, n_slices * tpu.hosts, slice_id * tpu.hosts + info["worker_id"])
                     )
                 if n_slices > 1:
-                    env.update(
-                        {
-                            "MEGASCALE_COORDINATOR_ADDRESS": f"{coordinator_ip}:{megascale_port}",
-                            "MEGASCALE_NUM_SLICES": str(n_slices),
-                            "MEGASCALE_SLICE_ID": str(slice_id),
-                            "MEGASCALE_PORT": str(megascale_port),
-                        }
-                    )
+                    env.update(get_tpu_coordinator_env_vars(coordinator_ip, n_slices, slice_id, str(megascale_port)))
                 run_refs.append(actor.run.remote(fn_ref, config_ref, env, probe))
                 owners.append((slice_id, info["worker_id"]))
         logger.info(
@@ -310,10 +250,16 @@ def run_on_slices(
                         raise
                     slice_id, worker = owners[index_of[ref]]
                     failed = f"host {worker} of slice {slices[slice_id]['name']} ({type(err).__name__})"
-                    lost = _lost_peer(pending, hardware["nodes"], failed, step_name, peer_loss_grace_s, poll_s)
+                    lost = _lost_peer(
+                        pending, reservations, hardware["nodes"], failed, step_name, peer_loss_grace_s, poll_s
+                    )
                     if lost is not None:
                         raise lost from err
                     raise
+            if pending and not done:
+                lost = _lost_host(reservations, hardware["nodes"], step_name, "while the hosts ran")
+                if lost is not None:
+                    raise lost
 
         order = sorted(range(len(run_refs)), key=lambda i: owners[i])
         return SliceRun(result=results[order[0]], host_results=[results[i] for i in order], hardware=hardware)
@@ -322,13 +268,61 @@ def run_on_slices(
         raise
     finally:
         _kill_all(actors)
+        release_all(reservations)
+
+
+def _placed(
+    where: list, reservations: Sequence[SliceReservation], step_name: str, cancel: threading.Event | None, poll_s: float
+) -> list[dict]:
+    """Every host actor's location, once all are placed in their (ready) groups."""
+    while True:
+        _check_cancel(cancel, step_name)
+        ready, _ = ray.wait(where, num_returns=len(where), timeout=poll_s)
+        if len(ready) == len(where):
+            return ray.get(where)
+        lost = _lost_host(reservations, [], step_name, "while its hosts were being placed")
+        if lost is not None:
+            raise lost
+
+
+def _lost_host(
+    reservations: Sequence[SliceReservation], nodes: list[dict], step_name: str, when: str
+) -> PreemptedError | None:
+    """A PreemptedError naming the first lost host or slice of the attempt, or None if all are whole.
+
+    A slice's group leaves CREATED as soon as Ray knows one of its nodes is dead (it is then being
+    rescheduled), so a lost host ends the attempt for every host of every slice at once."""
+    table = placement_group_table()
+    for r in reservations:
+        state = r.state(table)
+        if state != READY:
+            return PreemptedError(
+                f"step {step_name!r}: slice {r.slice_name} lost a host {when} (its placement group {r.name} is "
+                f"{state}); every host of the attempt was stopped"
+            )
+    if nodes:
+        alive = {n.get("NodeID") for n in ray.nodes() if n.get("Alive")}
+        gone = [n for n in nodes if n["node_id"] not in alive]
+        if gone:
+            return PreemptedError(
+                f"step {step_name!r}: host {gone[0]['worker_id']} of slice {gone[0]['slice']} lost its Ray node "
+                f"{gone[0]['node_id'][:12]} {when}; every host of the attempt was stopped"
+            )
+    return None
 
 
 def _lost_peer(
-    pending: list, nodes: list[dict], failed: str, step_name: str, grace_s: float, poll_s: float
+    pending: list,
+    reservations: Sequence[SliceReservation],
+    nodes: list[dict],
+    failed: str,
+    step_name: str,
+    grace_s: float,
+    poll_s: float,
 ) -> PreemptedError | None:
     """After `failed` raised its own error: a PreemptedError if another host of the attempt turns
-    out lost within `grace_s` (Ray lists its node dead, or its actor died), else None.
+    out lost within `grace_s` (its group is rescheduled, Ray lists its node dead, or its actor
+    died), else None.
 
     When a VM is reclaimed, the other hosts' collectives break at once, usually before Ray has
     noticed the lost node; their errors are its consequence, and charging them to the failure
@@ -337,13 +331,9 @@ def _lost_peer(
     deadline = time.monotonic() + grace_s
     pending = list(pending)
     while True:
-        alive = {n.get("NodeID") for n in ray.nodes() if n.get("Alive")}
-        gone = [n for n in nodes if n["node_id"] not in alive]
-        if gone:
-            return PreemptedError(
-                f"step {step_name!r}: host {gone[0]['worker_id']} of slice {gone[0]['slice']} lost its Ray node "
-                f"{gone[0]['node_id'][:12]} while {failed} raised; that error is taken for a consequence"
-            )
+        lost = _lost_host(reservations, nodes, step_name, f"while {failed} raised (taken for a consequence)")
+        if lost is not None:
+            return lost
         if not pending or time.monotonic() >= deadline:
             return None
         done, pending = ray.wait(pending, num_returns=1, timeout=poll_s)
@@ -382,85 +372,6 @@ def _hardware(tpu: TpuType, slices: list[dict], coordinator: str | None) -> dict
             for info in sorted(s["infos"], key=lambda i: i["worker_id"])
         ],
     }
-
-
-def _slice_census(tpu: TpuType) -> tuple[dict[str, int], int]:
-    """Alive hosts per slice-name resource, and how many whole slices of `tpu` the cluster has now."""
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    hosts: dict[str, int] = {}
-    for node in nodes:
-        for key, value in node.get("Resources", {}).items():
-            if value == 1 and key not in _STANDARD_RESOURCES and not key.startswith(("node:", "TPU-")):
-                hosts[key] = hosts.get(key, 0) + 1
-    whole = 0
-    for node in nodes:
-        if node.get("Resources", {}).get(tpu.head_resource):
-            name = node.get("Labels", {}).get(SLICE_NAME_LABEL)
-            if name is None:
-                names = [k for k in node["Resources"] if k in hosts and not k.startswith("accelerator_type:")]
-                name = names[0] if len(names) == 1 else None
-            whole += int(name is not None and hosts.get(name, 0) >= tpu.hosts)
-    return hosts, whole
-
-
-def _await_slices(
-    where_refs: list,
-    counts: list[int],
-    tpu: TpuType,
-    step_name: str,
-    t0: float,
-    capacity_timeout_s: float,
-    elastic_wait_s: float,
-    poll_s: float,
-    cancel: threading.Event | None = None,
-) -> tuple[list[int], dict[int, str], dict[int, dict]]:
-    """Wait until enough head actors are placed on slices whose every host is alive.
-
-    Returns the indices of the chosen heads (slice 0 first), and each placed head's slice name and
-    location. A slice missing a host (partly reclaimed) does not count: its head stays reserved,
-    since nothing else could use that slice either. An elastic request stops waiting early once it
-    holds every whole slice the cluster has, else after `elastic_wait_s`.
-    """
-    want, names, infos = counts[-1], {}, {}
-    while True:
-        _check_cancel(cancel, step_name)
-        ready, _ = ray.wait(where_refs, num_returns=len(where_refs), timeout=poll_s)
-        for ref in ready:
-            i = where_refs.index(ref)
-            if i not in infos:
-                infos[i] = ray.get(ref)
-                names[i] = _slice_name_of(infos[i]["node_id"], infos[i]["labels"], tpu)
-        hosts, whole = _slice_census(tpu)
-        complete = [i for i in sorted(infos) if hosts.get(names[i], 0) >= tpu.hosts]
-        elapsed = time.monotonic() - t0
-        usable = [c for c in counts if c <= len(complete)]
-        if len(complete) >= want or (usable and (elapsed >= elastic_wait_s or len(complete) >= whole)):
-            return complete[: usable[-1]], names, infos
-        if elapsed >= capacity_timeout_s:
-            raise SliceCapacityTimeout(
-                f"step {step_name!r}: only {len(complete)} whole {tpu.name} slice(s) free after {elapsed:.0f}s, "
-                f"need {counts[0] if len(counts) > 1 else want}; the cluster is short of capacity (check "
-                f"`ray status` and `marin-lab cluster status`), or raise capacity_timeout_s"
-            )
-
-
-def _worker0_index(s: dict) -> int:
-    return next(i for i, info in enumerate(s["infos"]) if info["worker_id"] == 0)
-
-
-def _assign_worker_ids(s: dict) -> None:
-    """Use the hosts' own TPU worker ids when every host has one, else head=0 and the rest by IP."""
-    labelled = [info["labels"].get(WORKER_ID_LABEL) for info in s["infos"]]
-    if all(v is not None and str(v).isdigit() for v in labelled) and sorted(int(v) for v in labelled) == list(
-        range(len(labelled))
-    ):
-        for info, v in zip(s["infos"], labelled, strict=True):
-            info["worker_id"] = int(v)
-        return
-    s["infos"][0]["worker_id"] = 0
-    rest = sorted(range(1, len(s["infos"])), key=lambda i: (s["infos"][i]["ip"], s["infos"][i]["node_id"]))
-    for wid, i in enumerate(rest, start=1):
-        s["infos"][i]["worker_id"] = wid
 
 
 __all__ = ["NAMESPACE", "SliceRun", "run_on_slices"]

@@ -1,9 +1,13 @@
 """A local multi-node Ray cluster that looks like TPU slices: one Ray node per simulated host.
 
 Every node carries what Ray's TPU support puts on a real TPU VM: `TPU: <chips per host>`, a
-resource named after its slice, `TPU-<type>-head` on the slice's first host, and the
-`ray.io/tpu-slice-name` / `ray.io/tpu-worker-id` labels. `TpuResources(tpu=...)` then reserves
-and runs on these nodes exactly as on TPU VMs; with `env={"XLA_FLAGS":
+resource named after its slice, `accelerator_type:TPU-V4`, `TPU-<pod type>-head` on the slice's
+first host, the labels `ray.io/tpu-slice-name`, `ray.io/tpu-worker-id`, `ray.io/tpu-pod-type`,
+`ray.io/tpu-topology` and `ray.io/accelerator-type`, and `TPU_NAME` in its processes' environment
+(where Ray's TPU API reads a reserved head's slice name), so `ray.util.tpu` runs its own code paths
+here. Each host also has its own instance-metadata stand-in on 127.0.0.1 (`MARIN_PREEMPTED_URL`):
+`notice_preemption` makes it answer TRUE, as GCE does about 30 s before it reclaims a VM.
+`TpuResources(tpu=...)` then reserves and runs on these nodes exactly as on TPU VMs; with `env={"XLA_FLAGS":
 "--xla_force_host_platform_device_count=N", "JAX_PLATFORMS": "cpu"}` each host's process has N
 CPU devices and `train_lm` runs as one JAX cluster across them.
 
@@ -13,17 +17,57 @@ CPU devices and `train_lm` runs as one JAX cluster across them.
 
 from __future__ import annotations
 
+import http.server
 import logging
 import os
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from marin_lab.cluster.classify import PREEMPTED_URL_ENV
 from marin_lab.cluster.tpu_types import parse_tpu_type
 from marin_lab.ray_niceness import run_workers_at_normal_priority
 
 SLICE_NAME_LABEL = "ray.io/tpu-slice-name"
 WORKER_ID_LABEL = "ray.io/tpu-worker-id"
+POD_TYPE_LABEL = "ray.io/tpu-pod-type"
+TOPOLOGY_LABEL = "ray.io/tpu-topology"
+ACCELERATOR_TYPE_LABEL = "ray.io/accelerator-type"
+
+
+class MetadataStandIn:
+    """One VM's instance metadata on 127.0.0.1: `/computeMetadata/v1/instance/preempted` answers
+    FALSE until `preempted` is set (GCE's answer once the VM got its preemption notice)."""
+
+    def __init__(self) -> None:
+        stand_in = self
+        self.preempted = threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                if self.path != "/computeMetadata/v1/instance/preempted" or self.headers["Metadata-Flavor"] != "Google":
+                    self.send_error(404)
+                    return
+                body = b"TRUE" if stand_in.preempted.is_set() else b"FALSE"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:  # one request a second per host: keep quiet
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, name="metadata-stand-in", daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/computeMetadata/v1/instance/preempted"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class LocalTpuCluster:
@@ -42,20 +86,31 @@ class LocalTpuCluster:
         self.fast_failure_detection = fast_failure_detection
         self.cluster: Any = None
         self.nodes: dict[tuple[str, int], Any] = {}
+        self.metadata: dict[tuple[str, int], MetadataStandIn] = {}
 
     def _node_args(self, slice_name: str, worker: int) -> dict[str, Any]:
-        resources = {"TPU": self.tpu.chips_per_host, slice_name: 1}
+        tpu = self.tpu
+        resources = {"TPU": tpu.chips_per_host, slice_name: 1, f"accelerator_type:{tpu.ray_accelerator_type}": 1}
         if worker == 0:
-            resources[self.tpu.head_resource] = 1
+            resources[tpu.head_resource] = 1
         return {
             "num_cpus": 0,
             "resources": resources,
             "labels": {
                 SLICE_NAME_LABEL: slice_name,
                 WORKER_ID_LABEL: str(worker),
-                "ray.io/tpu-pod-type": self.tpu.name,
+                POD_TYPE_LABEL: tpu.accelerator_type,
+                TOPOLOGY_LABEL: tpu.topology,
+                ACCELERATOR_TYPE_LABEL: tpu.ray_accelerator_type,
             },
+            # Ray reads a reserved head's slice name from TPU_NAME in that host's workers (its GKE path).
+            "env_vars": {"TPU_NAME": slice_name, PREEMPTED_URL_ENV: self._metadata(slice_name, worker).url},
         }
+
+    def _metadata(self, slice_name: str, worker: int) -> MetadataStandIn:
+        if (slice_name, worker) not in self.metadata:
+            self.metadata[(slice_name, worker)] = MetadataStandIn()
+        return self.metadata[(slice_name, worker)]
 
     def start(self) -> LocalTpuCluster:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -87,7 +142,12 @@ class LocalTpuCluster:
         return self
 
     def add_host(self, slice_name: str, worker: int) -> None:
+        self._metadata(slice_name, worker).preempted.clear()  # a new VM in the old one's place
         self.nodes[(slice_name, worker)] = self.cluster.add_node(**self._node_args(slice_name, worker))
+
+    def notice_preemption(self, slice_name: str, worker: int) -> None:
+        """The host's instance metadata starts answering preempted=TRUE (it keeps running)."""
+        self.metadata[(slice_name, worker)].preempted.set()
 
     def remove_host(self, slice_name: str, worker: int, *, wait_until_dead: bool = False) -> None:
         """Take a host away abruptly (what a preemption does to a TPU VM)."""
@@ -111,6 +171,8 @@ class LocalTpuCluster:
         ray.shutdown()
         if self.cluster is not None:
             self.cluster.shutdown()
+        for stand_in in self.metadata.values():
+            stand_in.close()
 
     def __enter__(self) -> LocalTpuCluster:
         return self.start()

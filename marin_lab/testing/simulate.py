@@ -4,7 +4,9 @@
 trained with momentum SGD, where each step's batch is a pure function of (seed, step), so a run
 stopped at step k and resumed from its checkpoint ends with exactly the bits of a run that never
 stopped. Like the real trainer, it writes `checkpoints/step-XXXXXX/` with a `COMPLETE` marker
-(from worker 0 of slice 0 only) and resumes from the latest complete one.
+(from worker 0 of slice 0 only) and resumes from the latest complete one. A preemption notice
+(`host_env.PREEMPTION_NOTICE`, set by the slice runner's metadata watcher) checkpoints the step
+just done and raises PreemptedError.
 `report_host` records what one host saw (environment, pid), to check the slice layout.
 """
 
@@ -19,6 +21,9 @@ import socket
 import time
 
 import numpy as np
+
+from marin_lab.execution.errors import PreemptedError
+from marin_lab.host_env import PREEMPTION_NOTICE
 
 CHECKPOINT_DIR = "checkpoints"
 COMPLETE = "COMPLETE"
@@ -141,8 +146,12 @@ def toy_train(config: ToyTrainConfig) -> dict:
         if config.step_sleep_s:
             time.sleep(config.step_sleep_s)
         done = step + 1
-        if writer and (done % config.checkpoint_every == 0 or done == config.num_steps):
+        noticed = PREEMPTION_NOTICE.is_set()
+        if writer and (done % config.checkpoint_every == 0 or done == config.num_steps or noticed):
             _save_checkpoint(config.output_path, done, {"params": params, "momentum": momentum})
+        if noticed and done < config.num_steps:
+            # The VM is being reclaimed: the checkpoint above is what the next attempt resumes from.
+            raise PreemptedError(f"toy_train: preemption notice at step {done}; checkpointed and stopped")
     if writer:
         np.save(os.path.join(config.output_path, "final_params.npy"), params)
     return {

@@ -1,8 +1,9 @@
 """The slice-aware runner on a fake multi-node TPU cluster: two v4-16 slices of two hosts each.
 
-Each fake host is a Ray node carrying what Ray's TPU support puts on a real TPU VM: `TPU: 4`, a
-resource named after its slice, the `TPU-v4-16-head` resource on the slice's first host, and the
-`ray.io/tpu-slice-name` / `ray.io/tpu-worker-id` labels. The training workload is
+Each fake host is a Ray node carrying what Ray's TPU support puts on a real TPU VM (`TPU: 4`, a
+resource named after its slice, `TPU-v4-16-head` on the slice's first host, the `ray.io/tpu-*`
+labels, `TPU_NAME`), so slices are reserved by Ray's own `ray.util.tpu`, and its own instance
+metadata stand-in on 127.0.0.1. The training workload is
 `marin_lab.testing.simulate.toy_train` (a deterministic numpy loop that checkpoints like the real
 trainer), so preemption drills finish in seconds.
 """
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+import re
 import threading
 import time
 
@@ -48,6 +51,18 @@ def tpu_cluster():
         yield cluster
     finally:
         cluster.shutdown()
+
+
+def _live_groups() -> list[dict]:
+    """Every placement group Ray has not removed (slice groups, held heads, anyone's)."""
+    return [info for info in ray.util.placement_group_table().values() if info["state"] != "REMOVED"]
+
+
+def _no_groups_left(timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _live_groups() and time.monotonic() < deadline:  # removal is asynchronous
+        time.sleep(0.1)
+    assert _live_groups() == []
 
 
 def _reference_digest(tmp_path, **overrides) -> bytes:
@@ -108,8 +123,23 @@ def _run_step(prefix, name: str, resources, preemptions: int = 3, failures: int 
 
 def test_multislice_step_runs_once_per_host_with_multislice_env(tpu_cluster, tmp_path):
     resources = TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60)
-    outcome = resources.run(report_host, ReportHostConfig(output_path=str(tmp_path)), step_name="layout")
+    held: list[dict] = []
+    outcome = resources.run(
+        report_host,
+        ReportHostConfig(output_path=str(tmp_path)),
+        step_name="layout",
+        on_hardware=lambda hardware: held.extend(_live_groups()),
+    )
     result = outcome.result
+
+    # Each slice was one strict placement group of one bundle per host, named after the step and
+    # attempt; with the slices' held heads, nothing else; all removed once the step returned.
+    slices = sorted((g for g in held if g["name"]), key=lambda g: g["name"])
+    assert [g["name"] for g in slices] == sorted(outcome.hardware["placement_groups"])
+    assert all(re.fullmatch(r"marin:layout:[0-9a-f]{8}:slice[01]", g["name"]) for g in slices)
+    assert [(g["strategy"], g["state"], len(g["bundles"])) for g in slices] == [("STRICT_SPREAD", "CREATED", 2)] * 2
+    assert len(held) == 4  # the two heads Ray's reservation holds
+    _no_groups_left()
 
     reports = [json.loads((tmp_path / "hosts" / name).read_text()) for name in os.listdir(tmp_path / "hosts")]
     assert len(reports) == 4 and len({r["pid"] for r in reports}) == 4  # exactly once per host
@@ -154,6 +184,106 @@ def test_killed_host_actor_is_a_preemption_and_resumes_bit_identical(tpu_cluster
         ("slice-b", 1),
     ]
     assert len({n["node_id"] for n in lost["nodes"]}) == 4 and done == info["hardware"]
+    _no_groups_left()
+
+
+@pytest.mark.slow
+def test_a_lost_node_is_one_preemption_for_every_host_and_the_run_resumes_bit_identical(tpu_cluster, tmp_path):
+    """Slice-b's host 1 disappears mid-step (its VM reclaimed): the attempt ends for all four hosts
+    as one preemption, no failure; the retry waits for slice-b to be whole and ends bit-identical."""
+    prefix = tmp_path / "prefix"
+    outcome: dict = {}
+
+    def drive() -> None:  # Ray's test cluster adds and removes nodes from the main thread only
+        try:
+            outcome["run"] = _run_step(
+                prefix,
+                "train/node",
+                TpuResources(tpu=TPU, slices=2, capacity_timeout_s=120),
+                num_steps=40,
+                step_sleep_s=0.05,
+            )
+        except BaseException as err:  # noqa: BLE001 - re-raised below
+            outcome["error"] = err
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    deadline = time.monotonic() + 300
+    while _checkpoint_marker(prefix, "train/node", 10) is None:
+        assert driver.is_alive() and time.monotonic() < deadline, f"never reached step 10: {outcome}"
+        time.sleep(0.05)
+    tpu_cluster.remove_host("slice-b", 1, wait_until_dead=True)
+    try:  # the retry waits for slice-b to be whole; a new VM comes in the lost one's place
+        while len(json.loads(next(prefix.glob("train/node-*/.executor_info")).read_text()).get("attempts", [])) < 2:
+            assert driver.is_alive() and time.monotonic() < deadline, f"no retry after the node was lost: {outcome}"
+            time.sleep(0.1)
+    finally:
+        tpu_cluster.add_host("slice-b", 1)
+    driver.join(timeout=300)
+    if "error" in outcome:
+        raise outcome["error"]
+    info, out = outcome["run"]
+
+    assert info["status"] == "SUCCESS", info.get("error")
+    assert [a["kind"] for a in info["attempts"]] == ["preemption", None]
+    assert 10 <= info["result"]["resumed_from"] < 40
+    assert np.load(out / "final_params.npy").tobytes() == _reference_digest(tmp_path, num_steps=40)
+    _no_groups_left()
+
+
+def test_a_preemption_notice_checkpoints_and_ends_the_attempt_as_a_preemption(tpu_cluster, tmp_path):
+    """The metadata of the checkpoint writer's VM (worker 0 of slice 0) says preempted: its toy loop
+    saves the step it just did and stops; the attempt is a PreemptedError and the next resumes there."""
+    resources = TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60)
+    config = ToyTrainConfig(output_path=str(tmp_path / "run"), num_steps=300, checkpoint_every=1000, step_sleep_s=0.02)
+    barrier = tmp_path / "run" / ".barrier"
+    placed: list[dict] = []
+
+    def notice() -> None:  # once every host trains
+        deadline = time.monotonic() + 120
+        while not (placed and barrier.exists() and any(len(os.listdir(d)) == 4 for d in barrier.iterdir())):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        tpu_cluster.notice_preemption(placed[0]["slice_names"][0], 0)
+
+    thread = threading.Thread(target=notice, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(PreemptedError, match="preemption notice at step"):
+            resources.run(toy_train, config, step_name="train/notice", on_hardware=placed.append)
+        thread.join()
+    finally:
+        for stand_in in tpu_cluster.metadata.values():  # the VM came back
+            stand_in.preempted.clear()
+
+    resumed = resources.run(toy_train, config, step_name="train/notice").result
+    assert 0 < resumed["resumed_from"] < 300  # the notice's checkpoint (the schedule has none before 300)
+    assert np.load(tmp_path / "run" / "final_params.npy").tobytes() == _reference_digest(
+        tmp_path, num_steps=300, checkpoint_every=1000
+    )
+    _no_groups_left()
+
+
+def test_a_wait_for_slices_says_why_once_and_gives_up_leaving_nothing(tpu_cluster, tmp_path, caplog):
+    """Three slices of a type the cluster has two of: the reason is said once (not every poll), the
+    wait ends in one line naming the step and what to do, and no reservation is left behind."""
+    heard: list[str | None] = []
+    resources = TpuResources(tpu=TPU, slices=3, capacity_timeout_s=4)
+    with (
+        caplog.at_level(logging.INFO, logger="marin_lab.cluster.slice_reserve"),
+        pytest.raises(SliceCapacityTimeout) as raised,
+    ):
+        resources.run(
+            report_host, ReportHostConfig(output_path=str(tmp_path)), step_name="wait/three", on_pending=heard.append
+        )
+    why = "2 slices ready, the other not in the cluster (infeasible until nodes are added)"
+    assert heard and heard[-1] is not None and heard[-1].endswith(f"for 3 x v4-16: {why}")
+    assert heard[-1].startswith("waiting ")
+    waiting_lines = [r.getMessage() for r in caplog.records if "waiting" in r.getMessage()]
+    assert len(waiting_lines) == len(heard)  # one line per change of reason, not one per poll
+    message = str(raised.value)
+    assert "\n" not in message and "'wait/three'" in message and why in message and "capacity_timeout_s" in message
+    _no_groups_left()
 
 
 @pytest.mark.slow
@@ -199,7 +329,8 @@ def test_metadata_probe_turns_a_host_error_into_a_preemption(tpu_cluster, tmp_pa
     flag.write_text("TRUE")  # the simulated instance metadata says the VM was reclaimed
     resources = TpuResources(tpu=TPU, slices=1, capacity_timeout_s=60, preemption_probe=FilePreemptionProbe(str(flag)))
     config = ToyTrainConfig(output_path=str(tmp_path), num_steps=10, raise_at_step=2)
-    with pytest.raises(PreemptedError, match="preempted"):
+    # the host's error, or the notice its watcher heard first (a race either way ends as a preemption)
+    with pytest.raises(PreemptedError, match=r"^step 'train/probe': .*preempt"):
         resources.run(toy_train, config, step_name="train/probe")
 
     flag.write_text("FALSE")
@@ -290,7 +421,7 @@ import sys
 import ray
 from marin_lab.cluster import TpuResources
 from marin_lab.testing.simulate import ToyTrainConfig, toy_train
-from marin_lab.execution import Executor, ExecutorStep, this_output_path
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path
 
 def driver_step():
     return ExecutorStep(name="train/driver", fn=toy_train, resources=TpuResources(tpu="v4-16", slices=2),
@@ -298,7 +429,7 @@ def driver_step():
 
 if __name__ == "__main__":
     ray.init(address=sys.argv[1], logging_level="warning")
-    Executor(prefix=sys.argv[2], backend="ray").run([driver_step()])
+    Executor(ExecutorMainConfig(prefix=sys.argv[2], backend="ray")).run([driver_step()])
 """
 
 
@@ -323,6 +454,9 @@ def test_a_killed_driver_is_started_again_and_the_tpu_step_resumes(tpu_cluster, 
     finally:
         driver.kill()
         driver.wait()
+    # Its slices' placement groups are detached: they outlive it, held for the next driver.
+    left = sorted(g["name"] for g in _live_groups() if g["name"].startswith("marin:train/driver-"))
+    assert len(left) == 2
 
     namespace: dict = {}
     exec(compile(_DRIVER, "driver", "exec"), namespace)  # the same experiment, started again
@@ -333,3 +467,5 @@ def test_a_killed_driver_is_started_again_and_the_tpu_step_resumes(tpu_cluster, 
     assert info["status"] == "SUCCESS"
     assert 10 <= info["result"]["resumed_from"] < 60
     assert np.load(info_path.parent / "final_params.npy").tobytes() == _reference_digest(tmp_path, num_steps=60)
+    assert sorted(info["hardware"]["placement_groups"]) == left  # the new driver reused them
+    _no_groups_left()

@@ -302,7 +302,7 @@ import sys
 import ray
 
 from marin_lab.cluster import TpuResources
-from marin_lab.execution import Executor, ExecutorStep, this_output_path
+from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path
 from marin_lab.training import CheckpointConfig, MeshConfig, train_lm
 from marin_lab.testing.training import tiny_train_config
 
@@ -317,7 +317,8 @@ def train_step(cache, env, slices=1):
 
 if __name__ == "__main__":
     ray.init(address=sys.argv[1], logging_level="warning")
-    Executor(prefix=sys.argv[2], backend="ray").run([train_step(sys.argv[3], json.loads(sys.argv[4]))])
+    step = train_step(sys.argv[3], json.loads(sys.argv[4]))
+    Executor(ExecutorMainConfig(prefix=sys.argv[2], backend="ray")).run([step])
 """ % (STEPS, K)  # noqa: UP031 (the source above is code: braces would need doubling)
 
 

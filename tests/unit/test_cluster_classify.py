@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import ray.exceptions as rex
 
@@ -14,7 +16,7 @@ from marin_lab.cluster import (
     SliceCapacityTimeout,
     classify_error,
 )
-from marin_lab.cluster.classify import GCE_PREEMPTED_URL, RAY_ERROR_KINDS
+from marin_lab.cluster.classify import GCE_PREEMPTED_URL, PREEMPTED_URL_ENV, RAY_ERROR_KINDS, PreemptionWatcher
 
 
 def _task_error(cause: BaseException) -> rex.RayTaskError:
@@ -63,7 +65,8 @@ def test_every_mapped_name_is_a_ray_exception_or_absent():
         assert cls is None or issubclass(cls, Exception)
 
 
-def test_metadata_probe_turns_a_failure_into_a_preemption():
+def test_metadata_probe_turns_a_failure_into_a_preemption(monkeypatch):
+    monkeypatch.delenv(PREEMPTED_URL_ENV, raising=False)
     calls = []
 
     def fetch(url, timeout_s):
@@ -96,3 +99,35 @@ def test_file_probe(tmp_path):
     assert probe() is False
     flag.write_text("TRUE\n")
     assert probe() is True
+
+
+def test_the_probe_asks_the_url_its_host_environment_names(monkeypatch):
+    """Regression guard for the stand-in used by drills: $MARIN_PREEMPTED_URL is asked off GCE too."""
+    from marin_lab.testing.local_cluster import MetadataStandIn
+
+    monkeypatch.setenv("NO_GCE_CHECK", "true")
+    stand_in = MetadataStandIn()
+    try:
+        monkeypatch.setenv(PREEMPTED_URL_ENV, stand_in.url)
+        probe = MetadataPreemptionProbe()
+        assert probe() is False
+        stand_in.preempted.set()
+        assert probe() is True
+    finally:
+        stand_in.close()
+
+
+def test_the_watcher_sets_the_notice_once_the_metadata_says_preempted(monkeypatch):
+    from marin_lab.testing.local_cluster import MetadataStandIn
+
+    stand_in = MetadataStandIn()
+    notice = threading.Event()
+    watcher = PreemptionWatcher(MetadataPreemptionProbe(stand_in.url), notice, "host 0 of slice s", interval_s=0.05)
+    try:
+        watcher.start()
+        assert not notice.is_set()
+        stand_in.preempted.set()
+        assert notice.wait(timeout=10)
+    finally:
+        watcher.stop()
+        stand_in.close()
