@@ -24,7 +24,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
@@ -286,14 +285,6 @@ def reserve_slices(
 def release_all(reservations: Sequence[SliceReservation]) -> None:
     for r in reservations:
         r.release()
-
-
-def group_hosts(reservation: SliceReservation, table: dict[str, dict] | None = None) -> list[str]:
-    """Node ids of a reservation's bundles, in bundle order."""
-    table = placement_group_table() if table is None else table
-    entry: dict[str, Any] = table.get(reservation.group.id.hex(), {})
-    by_bundle = entry.get("bundles_to_node_id", {})
-    return [by_bundle[i] for i in sorted(by_bundle)]
 
 
 __all__ = [
