@@ -1,15 +1,17 @@
-"""`marin-lab launch`: run an experiment's driver on a Ray cluster, restarted when it dies.
+"""`marin-lab launch`: run an experiment's driver on a Ray cluster as a Ray Job, restarted when it dies.
 
     marin-lab launch experiments/x.py --address 10.0.0.2:6379 --prefix gs://b/p [--max_restarts 3] [--follow]
-    marin-lab launch --status RUN --prefix gs://b/p
+    marin-lab launch --status RUN --prefix gs://b/p [--address 10.0.0.2:6379]
     marin-lab launch --stop RUN --address 10.0.0.2:6379 --prefix gs://b/p
 
 Everything is checked before anything starts (the file, the prefix, the budget, the address, the
-cluster's resources): bad input is one line and leaves nothing behind. Then the working tree is
-uploaded as the supervisor's runtime environment (`working_dir`, minus `.git`, `.venv` and what
-`.gitignore` names), the run's record is written under the prefix, and the supervisor
-(cluster/supervisor.py) is started on the head node. From there on nothing depends on this
-terminal: `--follow` only reads the record and the attempts' logs from the prefix.
+cluster's resources, its dashboard): bad input is one line and leaves nothing behind. Then the run's
+record is written under the prefix and the supervisor (cluster/supervisor.py) is submitted through
+Ray Jobs (`JobSubmissionClient`, at the dashboard of the cluster `--address` names) with the working
+tree as its runtime environment (`working_dir`, minus `.git`, `.venv` and what `.gitignore` names).
+The job's submission id is the run id and its metadata names the run, so `ray job list`, `ray job
+logs RUN`, `ray job stop RUN` and the dashboard's job view all see it. From there on nothing depends
+on this terminal.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import socket
 import sys
-import tempfile
 import time
 import uuid
 from typing import Any
@@ -28,28 +30,27 @@ from marin_lab.cluster.errors import ClusterError
 from marin_lab.cluster.launch_state import (
     TERMINAL,
     LaunchRecordError,
-    attempt_log_url,
     now_iso,
     read_state,
     run_folder,
     write_state,
 )
-from marin_lab.cluster.supervisor import ACTOR_OPTIONS, LaunchSupervisor
-from marin_lab.io.fs import is_local, read_bytes, remove
+from marin_lab.cluster.supervisor import NAMESPACE, drop_handoff, put_handoff
+from marin_lab.io.fs import is_local, remove
 from marin_lab.io.secrets import scrub_text, scrubber_with, secrets_in_args
 
-NAMESPACE = "marin_lab"
 HEAD_RESOURCE = "node:__internal_head__"
 EXCLUDES = [".git", ".venv", "__pycache__", "*.pyc", "marin_store"]
 CONNECT_TIMEOUT_S = 5.0
+STOP_WAIT_S = 30
+"""Seconds Ray Jobs waits after SIGTERM before it kills the supervisor (RAY_JOB_STOP_WAIT_TIME_S):
+time to stop the driver and write STOPPED."""
+JOB_DONE = ("SUCCEEDED", "FAILED", "STOPPED")
+"""Ray's terminal job states."""
 
 
 class LaunchError(ClusterError, ValueError):
     """A launch refused before anything started (bad file, prefix, budget, address or resources)."""
-
-
-def supervisor_name(run_id: str) -> str:
-    return f"launch/{run_id}"
 
 
 _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
@@ -144,20 +145,23 @@ def _driver_argv(python: str, script: str, script_args: list[str], prefix: str) 
     return argv
 
 
-def _upload_tree(tree: str) -> dict[str, Any]:
-    """The working tree as a `gcs://` package in the cluster: what `ray.init(runtime_env=...)` and Ray
-    Jobs do with a local `working_dir`, done here because an actor's options accept only the URI."""
-    from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+def job_client(address: str) -> Any:
+    """The Ray Jobs client of the cluster at `address`, at the dashboard that cluster reports."""
+    ray = _connect(address)
+    from ray.job_submission import JobSubmissionClient
 
-    # The zip is built in a scratch folder: by default Ray builds it in the current directory,
-    # inside the very tree it is zipping.
-    with tempfile.TemporaryDirectory(prefix="marin-launch-") as scratch:
-        return upload_working_dir_if_needed(
-            {"working_dir": tree, "excludes": EXCLUDES},
-            include_gitignore=True,
-            scratch_dir=scratch,
-            logger=logging.getLogger(__name__),
+    url = ray._private.worker.global_worker.node.address_info.get("webui_url")
+    if not url:
+        raise LaunchError(
+            f"--address {address}: the cluster runs no dashboard, which Ray Jobs needs; start its head "
+            "with `ray start --head --include-dashboard=true`"
         )
+    try:
+        return JobSubmissionClient(f"http://{url}")
+    except ConnectionError as err:
+        raise LaunchError(
+            f"--address {address}: the cluster's dashboard at http://{url} does not answer ({err})"
+        ) from None
 
 
 def launch(
@@ -216,24 +220,27 @@ def launch(
         "created": now_iso(),
         "attempts": [],
     }
+    client = job_client(address)
+    interpreter = shlex.quote(python or sys.executable)
+    entrypoint = f"{interpreter} -m marin_lab.cluster.supervisor {run_id} --prefix {shlex.quote(prefix)}"
+    state["job"] = {"submission_id": run_id, "dashboard": client.get_address(), "entrypoint": entrypoint}
     write_state(prefix, state)
     try:
-        runtime_env = _upload_tree(tree)
-        supervisor = (
-            ray.remote(**ACTOR_OPTIONS)(LaunchSupervisor)
-            .options(
-                name=supervisor_name(run_id),
-                namespace=NAMESPACE,
-                lifetime="detached",
-                resources={HEAD_RESOURCE: 0.001},
-                runtime_env=runtime_env,
-            )
-            .remote(prefix, state, resources, argv, secrets)
+        put_handoff(run_id, argv, secrets, resources)
+        client.submit_job(
+            entrypoint=entrypoint,
+            submission_id=run_id,
+            runtime_env={
+                "working_dir": tree,
+                "excludes": EXCLUDES,
+                "env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": str(STOP_WAIT_S)},
+            },
+            metadata={"marin_run_id": run_id, "marin_script": state["script"], "marin_prefix": prefix},
         )
-        supervisor.run.remote()
     except Exception as err:  # e.g. the tree is too large to upload: leave no half-started run
         remove(run_folder(prefix, run_id), recursive=True)
-        raise LaunchError(f"could not start the supervisor of {script} on {address}: {err}") from err
+        drop_handoff(run_id)
+        raise LaunchError(f"could not submit {script} as a Ray job on {address}: {err}") from err
     return state
 
 
@@ -247,46 +254,43 @@ def status(prefix: str, run_id: str) -> dict[str, Any]:
     return state
 
 
+def job_status(client: Any, run_id: str) -> str | None:
+    """The run's Ray job state (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED); None when the cluster has no such job."""
+    try:
+        return str(client.get_job_status(run_id).value)
+    except RuntimeError:  # the job server answers 404 for a job it does not know
+        return None
+
+
 def stop(address: str, prefix: str, run_id: str, *, timeout_s: float = 60.0) -> dict[str, Any]:
+    """Stop the run's Ray job (its supervisor stops the driver and records STOPPED); the final record."""
     state = status(prefix, run_id)
     if state.get("status") in TERMINAL:
         return state
-    ray = _connect(address)
-    try:
-        supervisor = ray.get_actor(supervisor_name(run_id), namespace=NAMESPACE)
-    except ValueError:
+    client = job_client(address)
+    if job_status(client, run_id) is None:
         raise LaunchError(
-            f"run {run_id} is {state.get('status')} in its record but its supervisor is not on the "
-            f"cluster at {address} (a different cluster, or the cluster restarted)"
-        ) from None
-    ray.get(supervisor.stop.remote())
+            f"run {run_id} is {state.get('status')} in its record but the cluster at {address} has no Ray job "
+            "of that id (a different cluster, or the cluster restarted)"
+        )
+    client.stop_job(run_id)
     deadline = time.monotonic() + timeout_s
     while (state := status(prefix, run_id)).get("status") not in TERMINAL and time.monotonic() < deadline:
         time.sleep(0.3)
     return state
 
 
-def follow(prefix: str, run_id: str, *, out: Any = sys.stdout, poll_s: float = 0.5) -> dict[str, Any]:
-    """Print every attempt's log as it grows, with a line at each restart, until the run ends."""
-    shown: dict[int, int] = {}
+def follow(client: Any, prefix: str, run_id: str, *, out: Any = sys.stdout, poll_s: float = 0.5) -> dict[str, Any]:
+    """Print the run's Ray job log as it grows (every attempt's output, a line at each restart) until
+    the job ends; the run's final record."""
+    shown = 0
     while True:
-        state = status(prefix, run_id)
-        for a in state.get("attempts", []):
-            n = a["attempt"]
-            if n not in shown:
-                out.write(f"--- {run_id}: attempt {n} started {a.get('started', '')}\n")
-                shown[n] = 0
-            try:
-                data = read_bytes(attempt_log_url(prefix, run_id, n))
-            except FileNotFoundError:
-                data = b""
-            if len(data) > shown[n]:  # scrubbed by the supervisor; by this terminal's secrets too
-                out.write(scrub_text(data[shown[n] :].decode("utf-8", "replace")))
-                shown[n] = len(data)
-            if a.get("ended") and shown.get(-n) is None:
-                shown[-n] = 1
-                out.write(f"--- attempt {n}: {a.get('outcome')}{': ' + a['reason'] if a.get('reason') else ''}\n")
-        out.flush()
-        if state.get("status") in TERMINAL:
-            return state
+        done = job_status(client, run_id) in JOB_DONE
+        text = client.get_job_logs(run_id)
+        if len(text) > shown:  # scrubbed by the supervisor; by this terminal's secrets too
+            out.write(scrub_text(text[shown:]))
+            shown = len(text)
+            out.flush()
+        if done:
+            return status(prefix, run_id)
         time.sleep(poll_s)

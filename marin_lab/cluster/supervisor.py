@@ -1,44 +1,88 @@
-"""The supervisor of a launched run: a detached Ray actor on the head node that keeps the driver alive.
+"""The supervisor of a launched run: the entrypoint of its Ray job, which keeps the driver alive.
 
-Why an actor on the head: the head is where a Ray cluster keeps its non-preemptible work (GCS,
-autoscaler), so a supervisor there lives as long as the cluster does, and being detached it
-outlives the terminal that launched it. Each driver attempt runs in a `DriverHost` actor placed
-wherever the driver's resources say (a preemptible worker included) that starts the experiment
-as a child process and copies its output to `{prefix}/launches/{run}/logs/attempt-N.log`. This is how
-Ray Jobs runs an entrypoint (an actor with a subprocess), without needing the dashboard's job
-agent: the working tree travels the same way, as the runtime environment's `working_dir` that
-the launcher uploaded and that actors created here inherit.
+    python -m marin_lab.cluster.supervisor RUN --prefix PREFIX     (what `marin-lab launch` submits)
+
+`marin-lab launch` submits this module as a Ray Job (cluster/launch.py), so `ray job list`, the
+dashboard's job view and the Ray Jobs REST API show every launched run under its run id. Ray runs a
+job's entrypoint on the head node, where a Ray cluster keeps its non-preemptible work (GCS,
+autoscaler), and keeps it running after the launching terminal goes away. The driver's arguments
+and the launcher's secrets reach it through the cluster's internal key-value store, read once and
+deleted (`take_handoff`), never through the job's entrypoint or runtime environment, which Ray
+shows to anyone who lists the jobs.
+
+Each driver attempt runs in a `DriverHost` actor placed wherever the driver's resources say (a
+preemptible worker included) that starts the experiment as a child process and copies its output
+to `{prefix}/launches/{run}/logs/attempt-N.log`; the supervisor echoes that log to its own output,
+which is the job's log (`ray job logs RUN`, `marin-lab launch --follow`). The working tree travels
+as the job's `working_dir`, which the actors created here inherit.
 
 When a driver dies -- killed by a signal (kill -9, the kernel's out-of-memory killer), its host
 actor's worker killed, its node lost -- the supervisor starts a new attempt while the restart
 budget lasts. A new driver resumes from storage (records, leases, checkpoints), as a driver
 restarted by hand does. A driver that exits by itself with an error (a step FAILED) is not
-restarted: rerunning would fail the same way; its exit code and log are recorded.
+restarted: rerunning would fail the same way; its exit code and log are recorded. Stopping the job
+(`marin-lab launch --stop`, `ray job stop`) sends the entrypoint SIGTERM: the driver is stopped, the
+record says STOPPED, and nothing restarts.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 from typing import Any
 
-from marin_lab.cluster.launch_state import attempt_log_url, now_iso, write_state
+from marin_lab.cluster.launch_state import attempt_log_url, now_iso, read_state, write_state
 from marin_lab.execution.run.backends import _die_with_parent
-from marin_lab.io.fs import atomic_write_bytes
+from marin_lab.io.fs import atomic_write_bytes, read_bytes
 from marin_lab.io.secrets import scrubber_with
 from marin_lab.store.layout import LOGS_DIR, attempt_log_name
 
 LOG_FLUSH_S = 1.0
 """How often a running driver's log is copied to the prefix (what `--follow` and the browser see)."""
 POLL_S = 0.5
+NAMESPACE = "marin_lab"
 ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_restarts": 0, "max_concurrency": 4}
-"""Both actors: no CPU held, never restarted by Ray (the supervisor decides), threaded (stop, status)."""
+"""The driver's host actor: no CPU held, never restarted by Ray (the supervisor decides), threaded (wait, terminate)."""
 # Ray is imported where it is used: `marin-lab` builds its parser from this package, and every
 # command would otherwise pay Ray's import (~2.5 s on a loaded machine).
+
+
+def _handoff_key(run_id: str) -> bytes:
+    return f"launch/{run_id}".encode()
+
+
+def put_handoff(run_id: str, argv: list[str], secrets: list[str], resources: dict[str, float]) -> None:
+    """What the supervisor needs and Ray must not show (the arguments as given, the launcher's
+    secrets), left in the cluster's key-value store for `take_handoff`; the caller is connected."""
+    from ray.experimental import internal_kv
+
+    value = json.dumps({"argv": argv, "secrets": secrets, "resources": resources}).encode()
+    internal_kv._internal_kv_put(_handoff_key(run_id), value, overwrite=True, namespace=NAMESPACE)
+
+
+def drop_handoff(run_id: str) -> None:
+    from ray.experimental import internal_kv
+
+    internal_kv._internal_kv_del(_handoff_key(run_id), namespace=NAMESPACE)
+
+
+def take_handoff(run_id: str) -> dict[str, Any] | None:
+    """The launcher's handoff, deleted as it is read (None when there is none: it was taken)."""
+    from ray.experimental import internal_kv
+
+    raw = internal_kv._internal_kv_get(_handoff_key(run_id), namespace=NAMESPACE)
+    if raw is None:
+        return None
+    drop_handoff(run_id)
+    handoff: dict[str, Any] = json.loads(raw)
+    return handoff
 
 
 class DriverHost:
@@ -142,15 +186,15 @@ class LaunchSupervisor:
         host_resources: dict[str, float],
         argv: list[str],
         secrets: list[str] | None = None,
+        out: Any = None,
+        stop: threading.Event | None = None,
     ):
         # `argv` and `secrets` are held in memory only (never in `state`, which is written).
         self.prefix, self.state, self.host_resources, self.argv = prefix, state, host_resources, argv
         self.secrets = list(secrets or [])
-        self._stop = threading.Event()
-        self._host: Any = None
-
-    def ping(self) -> str:
-        return self.state["status"]
+        self.out = out if out is not None else sys.stdout
+        self._stop = stop or threading.Event()
+        self._echoed = 0
 
     def stop(self) -> None:
         self._stop.set()
@@ -158,12 +202,27 @@ class LaunchSupervisor:
     def _write(self) -> None:
         write_state(self.prefix, self.state)
 
-    def _wait_for(self, ref: Any) -> Any:
+    def _say(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def _echo(self, log_url: str) -> None:
+        """The attempt's log as its host copied it to the prefix, echoed into the job's own log."""
+        try:
+            data = read_bytes(log_url)
+        except FileNotFoundError:
+            return
+        if len(data) > self._echoed:
+            self._say(data[self._echoed :].decode("utf-8", "replace"))
+            self._echoed = len(data)
+
+    def _wait_for(self, ref: Any, log_url: str) -> Any:
         """ray.get that gives up (returns None) when `stop` is called first."""
         import ray
 
         while not self._stop.is_set():
             ready, _ = ray.wait([ref], timeout=POLL_S)
+            self._echo(log_url)
             if ready:
                 return ray.get(ready[0])
         return None
@@ -180,6 +239,9 @@ class LaunchSupervisor:
         self.state["attempts"].append(attempt)
         self.state["status"] = "RUNNING"
         self._write()
+        self._say(f"--- {self.state['run_id']}: attempt {number} started {attempt['started']}\n")
+        self._echoed = 0
+        log_url = attempt_log_url(self.prefix, self.state["run_id"], number)
         gcs = ray.get_runtime_context().gcs_address
         env = {
             "RAY_ADDRESS": gcs,
@@ -192,17 +254,12 @@ class LaunchSupervisor:
         # An ActorHandle. Ray types it `ActorHandle | type[DriverHost]`, whose method calls type-check only
         # on @ray.method methods, and this module does not import Ray at class definition.
         host: Any = ray.remote(**ACTOR_OPTIONS)(DriverHost).options(num_cpus=cpus, resources=custom or None).remote()
-        self._host = host
         try:
-            placed = self._wait_for(
-                host.start.remote(
-                    self.argv, env, attempt_log_url(self.prefix, self.state["run_id"], number), self.secrets
-                )
-            )
+            placed = self._wait_for(host.start.remote(self.argv, env, log_url, self.secrets), log_url)
             if placed is not None:
                 attempt.update(placed)
                 self._write()
-                code = self._wait_for(host.wait.remote())
+                code = self._wait_for(host.wait.remote(), log_url)
                 if code is not None:
                     attempt["exit_code"] = code
                     if code == 0:
@@ -219,19 +276,19 @@ class LaunchSupervisor:
             if self._stop.is_set():
                 with contextlib.suppress(Exception):  # the host is gone already: nothing to stop
                     ray.get(host.terminate.remote(), timeout=10)
-                attempt["outcome"], attempt["reason"] = "stopped", "stopped by `marin-lab launch --stop`"
+                attempt["outcome"], attempt["reason"] = "stopped", "the run's Ray job was stopped"
         except ray.exceptions.RayActorError as err:
             attempt["outcome"], attempt["reason"] = "died", _death_reason(err)
         finally:
             ray.kill(host, no_restart=True)
-            self._host = None
+        self._echo(log_url)
         attempt["ended"] = now_iso()
         self._write()
+        reason = f": {attempt['reason']}" if attempt.get("reason") else ""
+        self._say(f"--- attempt {number}: {attempt['outcome']}{reason}\n")
         return attempt
 
     def run(self) -> str:
-        import ray
-
         number = len(self.state["attempts"])
         while True:
             number += 1
@@ -254,7 +311,39 @@ class LaunchSupervisor:
                 else:
                     self.state["message"] = attempt["reason"]
             self._write()
-            break
-        # Done: free the head's slot. A detached actor otherwise lives as long as the cluster.
-        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
-        return self.state["status"]
+            self._say(f"--- {self.state['run_id']}: {self.state['status']}\n")
+            return str(self.state["status"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The Ray job's entrypoint: 0 when the run succeeded or was stopped, else 1 (the job FAILED)."""
+    import ray
+
+    parser = argparse.ArgumentParser(prog="python -m marin_lab.cluster.supervisor")
+    parser.add_argument("run_id")
+    parser.add_argument("--prefix", required=True)
+    args = parser.parse_args(argv)
+    ray.init(namespace=NAMESPACE, log_to_driver=False, configure_logging=False)  # RAY_ADDRESS: the job's cluster
+    # `ray job stop` (and `marin-lab launch --stop`) send SIGTERM: stop the driver, record STOPPED.
+    # Set after ray.init, which installs its own handler (exit at once).
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    state = read_state(args.prefix, args.run_id)
+    if state is None:
+        print(f"no launched run {args.run_id!r} under {args.prefix}: use `marin-lab launch`", file=sys.stderr)
+        return 1
+    handoff = take_handoff(args.run_id)
+    if handoff is None:  # a second start of this entrypoint: the launcher's arguments were taken
+        state["status"] = "FAILED"
+        state["message"] = "the supervisor found no launch hand-off (started twice?); launch the experiment again"
+        write_state(args.prefix, state)
+        print(state["message"], file=sys.stderr)
+        return 1
+    supervisor = LaunchSupervisor(
+        args.prefix, state, handoff["resources"], handoff["argv"], handoff["secrets"], stop=stopping
+    )
+    return 0 if supervisor.run() in ("SUCCEEDED", "STOPPED") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

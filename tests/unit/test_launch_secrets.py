@@ -8,9 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from marin_lab.cluster.launch import follow
-from marin_lab.cluster.launch_state import attempt_log_url, write_state
-from marin_lab.cluster.supervisor import DriverHost
+from marin_lab.cluster.launch_state import attempt_log_url
+from marin_lab.cluster.supervisor import DriverHost, LaunchSupervisor
 from marin_lab.io.secrets import secrets_in_args
 
 VALUE = "plain-launcher-value-1234"  # no credential shape: known only by the launcher's variable
@@ -42,16 +41,11 @@ def test_launch_side_secrets_are_scrubbed_from_the_attempt_log_and_follow(tmp_pa
     log = Path(attempt_log_url(prefix, "r-1", 1)).read_text()
     assert "args:" in log and "--steps 3" in log
     assert VALUE not in log and FLAGGED not in log and FLAGGED[::-1] not in log and log.count("<redacted>") == 3
-    write_state(
-        prefix,
-        {
-            "run_id": "r-1",
-            "status": "SUCCEEDED",
-            "attempts": [{"attempt": 1, "outcome": "succeeded", "ended": "2026-11-28T00:00:00"}],
-        },
-    )
+    # The supervisor echoes the attempt's log into its own output, the Ray job's log
+    # (`ray job logs`, `--follow`): the scrubbed copy, never the driver's raw output.
     out = io.StringIO()
-    follow(prefix, "r-1", out=out)
+    state = {"run_id": "r-1", "status": "RUNNING", "max_restarts": 1, "attempts": []}
+    LaunchSupervisor(prefix, state, {}, argv, secrets, out=out)._echo(attempt_log_url(prefix, "r-1", 1))
     assert "args:" in out.getvalue() and VALUE not in out.getvalue() and FLAGGED not in out.getvalue()
 
 
