@@ -39,6 +39,8 @@ from experiments.defaults import (
 )
 from experiments.models import lab_nano
 from experiments.simple_train_config import SimpleTrainConfig
+from marin_lab.evaluation.results import load_run
+from marin_lab.evaluation.tables import fill_chance
 from marin_lab.execution import executor_main
 from marin_lab.io.fs import read_text
 from marin_lab.processing.corpus import DEBIAN_REFERENCE, LID_MODEL, PYTHON_DOCS
@@ -78,7 +80,8 @@ model = default_train(
     ),
 )
 # Three real benchmarks (lm-eval's tasks; documents from the pinned offline copy), 100 items each:
-# capped for time, and flagged so in results.json; each number comes with its 95% interval.
+# capped for time, a random sample of each task's items (seeded, so the same items every run),
+# flagged so in results.json; each number comes with its 95% interval and the task's chance level.
 evaluation = default_eval(
     "quickstart-nano",
     model,
@@ -100,18 +103,11 @@ def _print_summary(report) -> None:
         print(f"  step {step:>4}  loss {loss:.3f}")
     results = json.loads(read_text(f"{steps[evaluation.name].output_path}/results.json"))
     print("Evaluation:", json.dumps({k: results[k] for k in ("perplexity", "bits_per_byte") if k in results}))
-    for task, entry in results.get("marin_lab", {}).get("tasks", {}).items():
-        acc = entry.get("metrics", {}).get("acc")
-        if entry.get("status") != "ok" or not acc:
-            print(f"  {task}: {entry.get('status')} {entry.get('error') or ''}")
-            continue
-        flags = ", ".join(
-            f for f in ("capped" if entry["capped"] else "", "low coverage" if entry["low_coverage"] else "") if f
-        )
-        print(
-            f"  {task}: acc {acc['value']:.3f} (95% interval {acc['low']:.3f} to {acc['high']:.3f}, n={acc['n']}, "
-            f"{entry['split']} split{', ' + flags if flags else ''})"
-        )
+    # Each task's one metric (acc_norm where the task reports it), as `marin-lab evals` and the
+    # browser show it: in points with its 95% interval, chance level, split and how items were picked.
+    run = fill_chance(load_run(steps[evaluation.name].output_path))
+    for task in sorted(run.tasks):
+        print("  " + run.tasks[task].line())
     print(f"\nBrowse the records: marin-lab browse --prefix {report.plan.prefix}   (then open http://127.0.0.1:8765)")
 
 

@@ -53,11 +53,14 @@ def versioned_field_names(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls) if f.metadata.get(VERSIONED_METADATA_KEY))
 
 
-def added_field(default: Any, **kwargs: Any) -> Any:
+def added_field(default: Any, *, versioned: bool = False, **kwargs: Any) -> Any:
     """A field added to a config class after steps were recorded with it: inside a versioned value
     it enters the identity only when it differs from `default`, so every step recorded before the
-    field existed (which behaved as `default`) keeps its identity and output path."""
+    field existed (which behaved as `default`) keeps its identity and output path. `versioned=True`
+    does the same for a field of a step's own config (a `versioned_field` away from its default)."""
     metadata = {**kwargs.pop("metadata", {}), IDENTITY_DEFAULT_KEY: default}
+    if versioned:
+        metadata[VERSIONED_METADATA_KEY] = True
     return dataclasses.field(default=default, metadata=metadata, **kwargs)
 
 

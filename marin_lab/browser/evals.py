@@ -22,7 +22,7 @@ from marin_lab.browser.records import Browser, read_listed_experiment
 from marin_lab.browser.storage import child, file_info
 from marin_lab.evaluation import results as R
 from marin_lab.evaluation import samples as S
-from marin_lab.evaluation import stats, tables
+from marin_lab.evaluation import tables
 from marin_lab.io.fs import join
 from marin_lab.store.layout import EXPERIMENTS_DIR, METRICS_FILE, RESULTS_FILE
 
@@ -71,10 +71,9 @@ def leaderboard(b: Browser, tasks: str | None, metric: str | None, rank_on: str 
     board = _bad(tables.leaderboard, runs, tasks, metric, rank_on)
     out = tables.leaderboard_json(board)
     out["rank_rule"] = tables.rank_rule(board)
-    out["legend"] = (
-        "values in points (percent) for accuracies, 95% interval in brackets (Wilson for right/wrong "
-        "metrics, lm-eval's stderr otherwise); * capped by a limit, ! coverage below "
-        f"{stats.COVERAGE_FLOOR:.0%}"
+    out["legend"] = tables.LEGEND + (
+        "; a cell is coloured only where its interval lies wholly above (green) or below (red) another "
+        "model's on the same task, never for a gap within noise"
     )
     out["prefix"] = b.prefix
     if not runs:

@@ -32,6 +32,7 @@ import functools
 import logging
 import math
 import os
+import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -335,6 +336,11 @@ def check_task_names(names: Sequence[str], include_path: Sequence[str] = ()) -> 
         raise HarnessError(f"unknown lm-eval task {'; '.join(parts)}; `python -m lm_eval ls tasks` lists them")
 
 
+LIMIT_MODES = ("sample", "first")
+"""How a `limit` picks a task's items: a seeded random sample (its interval estimates the full task),
+or the first N in the split's order (lm-eval's `--limit`: a quick look, not an estimate)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskSpec:
     """One lm-eval task to run: its name, few-shot count and an optional item cap."""
@@ -342,6 +348,7 @@ class TaskSpec:
     name: str
     num_fewshot: int | None = None
     limit: int | None = None
+    limit_mode: str = "sample"
 
     @staticmethod
     def parse(spec: str | TaskSpec | dict[str, Any] | Sequence[Any]) -> TaskSpec:
@@ -351,7 +358,10 @@ class TaskSpec:
             return TaskSpec(spec)
         if isinstance(spec, dict):
             return TaskSpec(
-                spec["name"] if "name" in spec else spec["task"], spec.get("num_fewshot"), spec.get("limit")
+                spec["name"] if "name" in spec else spec["task"],
+                spec.get("num_fewshot"),
+                spec.get("limit"),
+                spec.get("limit_mode", "sample"),
             )
         items = list(spec)
         return TaskSpec(items[0], *(items[1:3]))
@@ -489,6 +499,8 @@ def run_task(
 
     if data not in ("auto", "offline", "hub"):
         raise HarnessError(f"data={data!r}: use 'auto', 'offline' or 'hub'")
+    if spec.limit_mode not in LIMIT_MODES:
+        raise HarnessError(f"limit_mode={spec.limit_mode!r}: use 'sample' (a seeded random sample) or 'first'")
     check_task_names([spec.name], include_path)
     manager = task_manager(include_path, [spec.name])
     record: dict[str, dict[str, Any]] = {}
@@ -499,11 +511,14 @@ def run_task(
     # lm-eval bootstraps non-mean metrics' stderr in a process pool unless told not to; stay in-process.
     os.environ.setdefault("DISABLE_MULTIPROC", "1")
     with _document_source(data, record), quiet_lm_eval():
+        sampled = spec.limit is not None and spec.limit_mode == "sample"
+        tasks, chosen, totals = _sampled_items(manager, spec, seed) if sampled else ([spec.name], None, {})
         results = simple_evaluate(
             model=lm,
-            tasks=[spec.name],
+            tasks=tasks,
             num_fewshot=spec.num_fewshot,
-            limit=spec.limit,
+            limit=None if sampled else spec.limit,
+            samples=chosen,
             log_samples=True,
             bootstrap_iters=bootstrap_iters,
             random_seed=seed,
@@ -517,7 +532,54 @@ def run_task(
     results["marin_lab_sources"] = record
     results["marin_lab_truncated"] = lm.truncated if ours else None
     results["marin_lab_programs"] = len(lm.programs) - before if ours else None
+    results["marin_lab_items"] = {
+        "limit_mode": spec.limit_mode if spec.limit is not None else None,
+        "sample_seed": seed if sampled else None,
+        "total_items": totals or None,
+        "item_ids": {name: list(ids) for name, ids in (chosen or {}).items()} or None,
+    }
     return results
+
+
+class _ItemIds(list[int]):
+    """Sorted item indices; lm-eval tests `i in samples` for every document, so membership is a set's."""
+
+    def __init__(self, ids: Sequence[int]) -> None:
+        super().__init__(ids)
+        self._set = frozenset(ids)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._set
+
+
+def sample_items(total: int, limit: int, seed: int, task: str) -> list[int]:
+    """`limit` of a task's `total` item indices, drawn at random from (seed, task name) and sorted:
+    the same seed gives the same items on every machine (Python's string seeding is sha512-based)."""
+    if limit >= total:
+        return list(range(total))
+    return sorted(random.Random(f"{seed}:{task}").sample(range(total), limit))
+
+
+def _sampled_items(manager: Any, spec: TaskSpec, seed: int) -> tuple[list[Any], dict[str, list[int]], dict[str, int]]:
+    """The task objects to run, a seeded sample of `spec.limit` items of each leaf task (lm-eval's
+    `samples=`, which keeps each item's own doc_id), and each leaf task's item count. The tasks are
+    built here (their documents loaded once) to count their items before the sample is drawn."""
+    assert spec.limit is not None
+    loaded = manager.load([spec.name])
+    leaves: dict[str, Any] = loaded["tasks"]
+    if spec.name in leaves:
+        top = [leaves[spec.name]]
+    elif spec.name in loaded["groups"]:
+        top = [loaded["groups"][spec.name]]
+    else:  # a tag: its tasks
+        top = list(leaves.values())
+    chosen: dict[str, list[int]] = {}
+    totals: dict[str, int] = {}
+    for name, task in sorted(leaves.items()):
+        totals[name] = len(task.eval_docs)
+        if spec.limit < totals[name]:  # a task with no more items than the cap is scored whole
+            chosen[name] = _ItemIds(sample_items(totals[name], spec.limit, seed, name))
+    return top, chosen, totals
 
 
 def finite(x: Any) -> bool:

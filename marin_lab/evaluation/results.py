@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Any
 
 from marin_lab.errors import MarinLabError
@@ -36,9 +37,6 @@ from marin_lab.store.step_record import read_step_record
 MAX_RESULTS_BYTES = 64 * 1024 * 1024
 """A results.json larger than this is not parsed (lm-eval's configs section is kilobytes per task)."""
 MAX_RUNS = 2000
-PRIMARY_METRICS = ("acc_norm", "acc", "exact_match", "f1", "mcc", "word_perplexity", "perplexity")
-"""The metric a task's column shows, the first of these it has (lm-eval's usual headline metric:
-acc_norm where a task reports it, as Marin's CORE_TASKS tables do; else acc, exact_match...)."""
 
 
 class EvalResultsError(MarinLabError):
@@ -50,13 +48,8 @@ class TaskResult(TaskEntry):
     """A task of a run, its metrics with intervals (`load_run`)."""
 
     def primary(self, metric: str | None = None) -> str | None:
-        """The metric shown for this task: `metric` when it has it, else the first of PRIMARY_METRICS."""
-        if metric:
-            return metric if metric in self.metrics else None
-        for name in PRIMARY_METRICS:
-            if name in self.metrics:
-                return name
-        return next(iter(sorted(self.metrics)), None)
+        """The metric shown for this task: `metric` when it has it, else `stats.primary_metric`'s."""
+        return stats.primary_metric(self.metrics, metric)
 
     def cell(self, metric: str | None = None) -> dict[str, Any] | None:
         name = self.primary(metric)
@@ -79,9 +72,22 @@ class TaskResult(TaskEntry):
             "coverage": self.coverage,
             "status": self.status,
             "error": self.error,
+            "limit": self.limit,
+            "limit_mode": self.limit_mode,
+            "sample_seed": self.sample_seed,
+            "total_items": self.total_items,
+            "split": self.split,
+            "default_split": self.default_split,
+            "chance": self.chance if stats.binary_metric(name) else None,
         }
+        cell["at_chance"] = stats.at_chance(cell)
+        cell["cap_text"] = stats.cap_text(cell)
         cell["text"] = stats.fmt_cell(cell)
         return cell
+
+    def line(self, metric: str | None = None) -> str:
+        """The task in one line: its metric, value, interval, chance, split and how its items were picked."""
+        return stats.task_line(self.task, self.cell(metric))
 
     @classmethod
     def of(cls, entry: TaskEntry, ours: bool) -> TaskResult:
@@ -264,12 +270,11 @@ def find_eval_runs(prefix: str, confinement: confined.Confinement | None = None)
     """Every evaluation under `prefix` (a folder holding results.json), loaded, in path order; with
     a `confinement`, only those whose results.json may be read inside it."""
     prefix = normalize_prefix(prefix)
-    paths: dict[str, None] = {}
-    for out in _recorded_outputs(prefix, confinement):
-        if _listed(join(out, RESULTS_FILE), confinement):
-            paths[out.rstrip("/")] = None
+    paths: dict[str, str] = {}  # the run's identity (its real path) -> the path it is listed by
     fs, root = fs_and_path(prefix)
     protocol = prefix.split("://", 1)[0] + "://" if "://" in prefix else ""
+    # The listing's own paths first: a run reached both through a symlinked prefix (the listing)
+    # and by the absolute path a record holds is one run, named as it lies under the prefix.
     for pattern in (f"{root}/*/{RESULTS_FILE}", f"{root}/*/*/{RESULTS_FILE}"):
         try:
             found = fs.glob(pattern)
@@ -278,8 +283,20 @@ def find_eval_runs(prefix: str, confinement: confined.Confinement | None = None)
         for hit in sorted(found)[:MAX_RUNS]:
             url = (protocol + hit) if protocol and not hit.startswith(protocol) else hit
             if _listed(url, confinement):
-                paths[url.rsplit("/", 1)[0]] = None
-    return [load_run(p, _relative(prefix, p), confinement) for p in sorted(paths)[:MAX_RUNS]]
+                folder = url.rsplit("/", 1)[0]
+                paths.setdefault(_identity(folder), folder)
+    for out in _recorded_outputs(prefix, confinement):
+        if _listed(join(out, RESULTS_FILE), confinement):
+            paths.setdefault(_identity(out.rstrip("/")), out.rstrip("/"))
+    listed = sorted(paths.values())[:MAX_RUNS]
+    return [load_run(p, _relative(prefix, p), confinement) for p in listed]
+
+
+def _identity(path: str) -> str:
+    """A run folder's identity: its real path on a local disk (symlinks resolved), else its URL."""
+    if "://" in path and not path.startswith("file://"):
+        return path.rstrip("/")
+    return os.path.realpath(path.removeprefix("file://"))
 
 
 def resolve_run(runs: list[EvalRun], spec: str) -> EvalRun:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from marin_lab.evaluation.results import EvalResultsError, EvalRun, samples_url
-from marin_lab.evaluation.stats import binary_metric
+from marin_lab.evaluation.stats import binary_metric, chance_level
 from marin_lab.io import confined
 from marin_lab.store.eval_results import number
 
@@ -120,6 +120,22 @@ def item_values(
     return out, notes
 
 
+def chance_from_samples(run: EvalRun, task: str) -> float | None:
+    """The task's chance level from its samples file, for results written before results.json
+    recorded it (`stats.chance_level`); None when the file is missing, damaged or not multiple choice."""
+    url = samples_url(run, task)
+    records: list[dict[str, Any]] = []
+    try:
+        for _, line in _lines(run, url):
+            rec = _parse(line)
+            if rec is None or len(records) >= MAX_ITEMS:
+                return None
+            records.append({"arguments": rec.get("arguments")})
+    except (OSError, EvalResultsError, confined.RefusedPathError):
+        return None
+    return chance_level(records)
+
+
 def _parse(line: bytes | None) -> dict[str, Any] | None:
     if line is None:
         return None
@@ -204,6 +220,12 @@ def read_samples(
                 )
     except FileNotFoundError:
         notes.append(f"{task}: no samples file {url.rsplit('/', 1)[-1]} in {run.key}")
+    if other is not None:
+        views, more = _views(other, task, name, {_key(v): v for v in items if not v.get("bad")})
+        notes.extend(more)
+        for v in items:
+            if not v.get("bad"):
+                v["other"] = views.get(_key(v))
     return {
         "task": task,
         "metric": name,
@@ -212,6 +234,36 @@ def read_samples(
         "scanned": scanned,
         "notes": notes,
     }
+
+
+def _key(view: dict[str, Any]) -> Any:
+    return (view["task"], view["doc_id"]) if view.get("task") else view.get("doc_id")
+
+
+def _views(run: EvalRun, task: str, metric: str | None, keys: dict[Any, Any]) -> tuple[dict[Any, Any], list[str]]:
+    """The other run's view of the items `keys` names (its picks beside this run's), read as a
+    comparison reads a file (at most MAX_SCAN_BYTES)."""
+    out: dict[Any, Any] = {}
+    url = samples_url(run, task)
+    try:
+        for _, line in _lines(run, url):
+            if len(out) >= len(keys):
+                break
+            rec = _parse(line)
+            if rec is None:
+                continue
+            view = sample_view(rec, metric)
+            key = _key(view)
+            if not isinstance(key, (dict, list)) and key in keys:
+                out[key] = {
+                    k: view[k]
+                    for k in ("picked", "picked_by", "picked_raw", "picked_norm", "value", "correct", "generation")
+                } | {"loglikelihoods": view["loglikelihoods"], "normalised": view["normalised"]}
+    except FileNotFoundError:
+        return out, [f"{task}: no samples file {url.rsplit('/', 1)[-1]} in {run.key}"]
+    except (OSError, confined.RefusedPathError) as err:
+        return out, [f"{task}: {url}: not read ({type(err).__name__})"]
+    return out, []
 
 
 MAX_TEXT = 20_000
@@ -269,23 +321,58 @@ def sample_view(rec: dict[str, Any], metric: str | None) -> dict[str, Any]:
         while isinstance(first, list) and first:
             first = first[0]
         generation = _text(first)
-    picked = None
-    if lls and all(x is not None for x in lls):
-        picked = max(range(len(lls)), key=lambda i: lls[i])  # type: ignore[arg-type, return-value]
     value = _item_value(rec, metric) if metric else None
+    gold = _gold(rec.get("target"))
+    conts = [str(r[1]) for r in reqs] if choices else []
+    norm, picked_raw, picked_norm = _normalised(lls, conts, gold, value if metric == "acc_norm" else None)
+    by = "norm" if metric and metric.split(",", 1)[0] == "acc_norm" else "raw"
     return {
         "doc_id": rec.get("doc_id") if not isinstance(rec.get("doc_id"), (dict, list)) else _text(rec.get("doc_id")),
         "task": rec.get("task") if isinstance(rec.get("task"), str) else None,
         "prompt": _text(prompt),
         "choices": choices,
         "loglikelihoods": lls,
+        "normalised": norm,
         "generation": generation,
-        "picked": picked,
-        "gold": _gold(rec.get("target")),
+        "picked": picked_norm if by == "norm" else picked_raw,
+        "picked_by": by if lls else None,
+        "picked_raw": picked_raw,
+        "picked_norm": picked_norm,
+        "gold": gold,
         "value": value,
         "correct": None if value is None else value >= 1.0 if metric and binary_metric(metric) else None,
         "metric": metric,
     }
+
+
+def _argmax(xs: list[float | None]) -> int | None:
+    if not xs or any(x is None for x in xs):
+        return None
+    return max(range(len(xs)), key=lambda i: xs[i])  # type: ignore[arg-type, return-value]
+
+
+def _normalised(
+    lls: list[float | None], conts: list[str], gold: Any, norm_value: float | None
+) -> tuple[list[float | None], int | None, int | None]:
+    """(log-likelihood per character of each choice, the raw argmax, the per-character argmax): what
+    lm-eval's acc and acc_norm pick. lm-eval divides by the length of the choice without the
+    target delimiter (" " before every continuation, by default); where the item's recorded
+    acc_norm says otherwise (a task whose choices carry their own space), by the whole continuation."""
+    raw = _argmax(lls)
+    if not conts or len(conts) != len(lls) or any(x is None for x in lls):
+        return [], raw, None
+
+    def per_char(strip: bool) -> list[float | None]:
+        texts = [c[1:] if strip else c for c in conts]
+        return [None if not t else float(ll) / len(t) for ll, t in zip(lls, texts, strict=True)]  # type: ignore[arg-type]
+
+    strip = all(c.startswith(" ") for c in conts)
+    norm = per_char(strip)
+    picked = _argmax(norm)
+    if strip and norm_value is not None and isinstance(gold, int) and (picked == gold) != (norm_value >= 1.0):
+        norm = per_char(False)
+        picked = _argmax(norm)
+    return norm, raw, picked
 
 
 def _gold(target: Any) -> Any:

@@ -21,8 +21,15 @@ into results.json), `marin-lab evals` and the browser, so all three show the sam
 - `rank_key` / `rank_rows`: rankings sort on the interval's lower bound (what a model is at
   least, with 95% confidence), not on the point estimate.
 - `verdict`: one plain sentence for a set of per-task differences.
-- `fmt_cell` / `fmt_diff`: the strings `marin-lab evals` prints and the browser shows: fractions
-  in points with their interval, marks for capped and low-coverage results.
+- `primary_metric`: the one metric a task is shown and ranked by, everywhere (acc_norm where the
+  task reports it, else acc, exact_match, ...).
+- `chance_level` / `at_chance`: what guessing scores on a multiple-choice task (1 / its number of
+  choices, averaged over its items), and whether a result's interval reaches down to it.
+- `separation`: whether a leaderboard cell's interval lies wholly above or below another model's
+  (the only cells the browser colours).
+- `fmt_cell` / `fmt_diff` / `task_line`: the strings `marin-lab evals` prints, the browser shows
+  and the evaluation step logs: fractions in points with their interval, marks for capped and
+  low-coverage results, "at chance".
 """
 
 from __future__ import annotations
@@ -37,6 +44,10 @@ COVERAGE_FLOOR = 0.9
 """A result that scored fewer than this fraction of the items it attempted is flagged low-coverage."""
 
 CONFIDENCE = 0.95
+
+PRIMARY_METRICS = ("acc_norm", "acc", "exact_match", "f1", "mcc", "word_perplexity", "perplexity")
+"""The metric a task is shown and ranked by, the first of these it has (lm-eval's usual headline
+metric: acc_norm where a task reports it, as Marin's CORE_TASKS tables do; else acc, exact_match...)."""
 
 WILSON = "wilson"
 STDERR = "stderr"
@@ -286,9 +297,70 @@ def fmt_value(cell: dict[str, Any] | None, key: str = "value") -> str:
     return f"{100 * v:.1f}" if is_fraction(cell) else f"{v:.4g}"
 
 
+def primary_metric(names: Iterable[str], metric: str | None = None) -> str | None:
+    """The metric shown for a task reporting `names`: `metric` when it is one of them, else the first
+    of PRIMARY_METRICS, else the first name in order; None when there is none."""
+    have = sorted(names)
+    if metric:
+        return metric if metric in have else None
+    return next((m for m in PRIMARY_METRICS if m in have), next(iter(have), None))
+
+
+def chance_level(samples: Iterable[Mapping[str, Any]]) -> float | None:
+    """What picking a choice at random scores on a multiple-choice task: 1 / the item's number of
+    choices, averaged over its items (lm-eval's samples records: one (context, continuation) request
+    per choice). None when any item is not a choice among two or more (a generation, lambada's one
+    continuation): such a task has no chance level."""
+    total, n = 0.0, 0
+    for rec in samples:
+        args = rec.get("arguments")
+        reqs = list(args.values()) if isinstance(args, dict) else args
+        if not isinstance(reqs, list) or len(reqs) < 2:
+            return None
+        for r in reqs:
+            pair = list(r.values()) if isinstance(r, dict) else r
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+                return None
+        total += 1.0 / len(reqs)
+        n += 1
+    return total / n if n else None
+
+
+def at_chance(cell: Mapping[str, Any]) -> bool:
+    """Whether a result is no better than guessing: its interval includes or lies below the task's
+    chance level (without an interval, its value is at or below it)."""
+    chance = cell.get("chance")
+    if chance is None or cell.get("value") is None:
+        return False
+    low = cell.get("low")
+    return bool((low if low is not None else cell["value"]) <= chance)
+
+
+def separation(cell: Mapping[str, Any] | None, others: Sequence[Mapping[str, Any] | None]) -> str | None:
+    """ "above" when the cell's interval lies wholly above another model's on the same task and
+    wholly below none, "below" the other way round, else None (every gap within noise, or both)."""
+    if not cell or cell.get("low") is None or cell.get("high") is None:
+        return None
+    above = below = False
+    for o in others:
+        if not o or o is cell or o.get("low") is None or o.get("high") is None:
+            continue
+        above = above or cell["low"] > o["high"]
+        below = below or cell["high"] < o["low"]
+    return "above" if above and not below else "below" if below and not above else None
+
+
+def cap_mark(cell: Mapping[str, Any]) -> str:
+    """ "*" for a seeded random sample of the task's items, "^" for its first N items, "" uncapped."""
+    if not cell.get("capped"):
+        return ""
+    return "^" if cell.get("limit_mode") in ("first", None) else "*"
+
+
 def fmt_cell(cell: dict[str, Any] | None) -> str:
-    """ "31.0 (22.4-41.0)" for a fraction (in points), "12.3 (11.9-12.7)" otherwise; marks: * capped,
-    ! low coverage, "failed" for a failed task."""
+    """ "31.0 (22.4-41.0)" for a fraction (in points), "12.3 (11.9-12.7)" otherwise; marks: * a
+    sampled subset, ^ the first N items, ! low coverage; "at chance" when the interval reaches the
+    task's chance level; "failed" for a failed task."""
     if not cell:
         return "-"
     if cell.get("status") == "failed":
@@ -296,8 +368,66 @@ def fmt_cell(cell: dict[str, Any] | None) -> str:
     text = fmt_value(cell)
     if cell.get("low") is not None and cell.get("high") is not None:
         text += f" ({fmt_value(cell, 'low')}-{fmt_value(cell, 'high')})"
-    marks = ("*" if cell.get("capped") else "") + ("!" if cell.get("low_coverage") else "")
-    return text + marks
+    text += cap_mark(cell) + ("!" if cell.get("low_coverage") else "")
+    return text + (" at chance" if at_chance(cell) else "")
+
+
+def split_note(split: str | None, default_split: str | None) -> str:
+    """ "validation split (task default test)" where the split scored is not the task's default."""
+    if split and default_split and split != default_split:
+        return f"{split} split (task default {default_split})"
+    return ""
+
+
+def task_line(task: str, cell: Mapping[str, Any] | None) -> str:
+    """One task's result in one line, as the evaluation step logs it and the quickstart prints it:
+    "arc_easy: acc_norm 21.0 (14.2-29.9) at chance (chance 25.0), validation split (task default
+    test), a random sample of 100 of 570 items (seed 1234)"."""
+    if not cell or cell.get("status") == "failed":
+        return f"{task}: failed ({(cell or {}).get('error') or 'no metric recorded'})"
+    parts = [f"{task}: {cell.get('metric')} {fmt_cell(dict(cell))}"]
+    if cell.get("chance") is not None:
+        parts[0] += f" (chance {points(cell['chance'])})"
+    if note := split_note(cell.get("split"), cell.get("default_split")):
+        parts.append(note)
+    if cap := cap_text(cell):
+        parts.append(cap)
+    if cell.get("low_coverage"):
+        parts.append("low coverage")
+    return ", ".join(parts)
+
+
+def entry_line(task: str, entry: Mapping[str, Any]) -> str:
+    """`task_line` of a task entry as `evaluate_lm` writes it into results.json (its step log line)."""
+    if entry.get("status") == "failed":
+        return task_line(task, {"status": "failed", "error": entry.get("error")})
+    metrics = entry.get("metrics") or {}
+    name = primary_metric(metrics)
+    if name is None:
+        return task_line(task, None)
+    totals = entry.get("total_items")
+    cell = {
+        **metrics[name],
+        "metric": name,
+        **{k: entry.get(k) for k in ("capped", "low_coverage", "limit", "limit_mode", "sample_seed", "split")},
+        "default_split": entry.get("default_split"),
+        "total_items": sum(totals.values()) if isinstance(totals, dict) else totals,
+        "chance": entry.get("chance") if binary_metric(name) else None,
+    }
+    return task_line(task, cell)
+
+
+def cap_text(cell: Mapping[str, Any]) -> str:
+    """How a capped result picked its items, in words ("" when not capped)."""
+    if not cell.get("capped"):
+        return ""
+    n = cell.get("n") or cell.get("limit")
+    total = cell.get("total_items")
+    of = f" of {total}" if total else ""
+    if cell.get("limit_mode") == "sample":
+        seed = cell.get("sample_seed")
+        return f"a random sample of {n}{of} items" + (f" (seed {seed})" if seed is not None else "")
+    return f"the first {n}{of} items only (not a sample)"
 
 
 def fmt_diff(diff: dict[str, Any], fraction: bool = True) -> str:

@@ -3,7 +3,10 @@
 `marin-lab evals` prints them and the browser's pages show them, from the same runs
 (`evaluation.results`) and the same numbers and strings (`evaluation.stats`):
 
-- `leaderboard`: rows (runs) x columns (tasks), ranked on the mean 95% lower bound;
+- `leaderboard`: rows (runs) x columns (tasks), ranked on the mean 95% lower bound; each column one
+  metric for every row (`stats.primary_metric` over the rows', or `--metric`), its split where not
+  the task's default, and its chance level; each cell says whether its interval lies wholly above or
+  below another row's (`separation`, what the browser colours) and whether it is at chance;
 - `compare`: per task both runs scored, the paired difference over the items both scored (joined
   on doc_id, `evaluation.samples.item_values`), and one verdict; a task whose items do not pair
   (another split, n-shot or data source, or doc_ids naming other documents) gets no verdict;
@@ -12,13 +15,24 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any
 
 from marin_lab.evaluation import stats
 from marin_lab.evaluation.results import EvalResultsError, EvalRun, TaskResult
-from marin_lab.evaluation.samples import item_values
+from marin_lab.evaluation.samples import chance_from_samples, item_values
 from marin_lab.evaluation.stats import fmt_cell, fmt_diff
+
+LEGEND = (
+    "values in points (percent) for accuracies, with the 95% interval (Wilson for right/wrong metrics, "
+    "lm-eval's stderr otherwise); each column names its metric, the split scored where it is not the "
+    "task's default (papers quote the default), and its chance level (1 / the number of choices); "
+    "at chance: the interval reaches it; "
+    "* a seeded random sample of the task's items, ^ its first N items only (not a sample), ! coverage "
+    f"below {stats.COVERAGE_FLOOR:.0%}"
+)
+"""What the marks and columns of a leaderboard mean, printed under it by `marin-lab evals` and the browser."""
 
 
 def task_filter(regex: str | None, flag: str = "--tasks") -> re.Pattern[str] | None:
@@ -30,12 +44,27 @@ def task_filter(regex: str | None, flag: str = "--tasks") -> re.Pattern[str] | N
         raise EvalResultsError(f"{flag} {regex!r} is not a regular expression: {err}") from None
 
 
+def fill_chance(run: EvalRun) -> EvalRun:
+    """The run with each task's chance level: as recorded, else from its samples file (results
+    written before results.json recorded it)."""
+    for name, tr in run.tasks.items():
+        if not tr.chance_recorded and tr.status == "ok":
+            tr.chance = chance_from_samples(run, name)
+            tr.chance_recorded = True
+    return run
+
+
 def run_detail(run: EvalRun) -> dict[str, Any]:
     """One evaluation as its step page shows it: the run, and per task its shown cell and every metric."""
+    fill_chance(run)
     tasks = {}
     for name, tr in sorted(run.tasks.items()):
         tasks[name] = {
             "cell": tr.cell(),
+            "line": tr.line(),
+            "chance": tr.chance,
+            "limit_mode": tr.limit_mode,
+            "total_items": tr.total_items,
             "split": tr.split,
             "default_split": tr.default_split,
             "num_fewshot": tr.num_fewshot,
@@ -58,17 +87,32 @@ def leaderboard(
     """
     pattern = task_filter(tasks_regex)
     rank_pattern = task_filter(rank_on, "--rank_on")
+    known = sorted({name for run in runs for name in run.tasks})
+    shown = [t for t in known if pattern is None or pattern.search(t)]
+    if pattern is not None and known and not shown:
+        close = difflib.get_close_matches(tasks_regex or "", known, n=3, cutoff=0.5)
+        raise EvalResultsError(
+            f"--tasks {tasks_regex!r} matches no evaluated task"
+            + (f" (closest: {', '.join(close)})" if close else "")
+            + f"; the tasks are {', '.join(known[:20])}"
+        )
+    columns = {t: _column(t, [r.tasks[t] for r in runs if t in r.tasks], metric) for t in shown}
     rows: list[dict[str, Any]] = []
-    all_tasks: set[str] = set()
     for run in runs:
+        fill_chance(run)
         cells = {}
         for name, tr in run.tasks.items():
-            if pattern is not None and not pattern.search(name):
-                continue
-            cells[name] = tr.cell(metric)
-            all_tasks.add(name)
+            if name in columns:
+                cells[name] = tr.cell(columns[name]["metric"]) if columns[name]["metric"] else tr.cell()
         rows.append({"run": run, "cells": cells})
-    tasks = sorted(all_tasks)
+    for t, col in columns.items():
+        chances = {r["cells"][t]["chance"] for r in rows if r["cells"].get(t) and r["cells"][t].get("chance")}
+        col["chance"] = chances.pop() if len(chances) == 1 else None
+        column_cells = [r["cells"].get(t) for r in rows]
+        for c in column_cells:
+            if c is not None:
+                c["separation"] = stats.separation(c, column_cells)
+    tasks = shown
     held = {t: sum(1 for r in rows if r["cells"].get(t) and r["cells"][t].get("low") is not None) for t in tasks}
     if rank_pattern is not None:
         rank_tasks = [t for t in tasks if rank_pattern.search(t)]
@@ -85,12 +129,40 @@ def leaderboard(
     )
     for i, r in enumerate(rows):
         r["rank"] = i + 1
-    return {"tasks": tasks, "rank_tasks": rank_tasks, "rows": rows}
+    return {"tasks": tasks, "columns": columns, "rank_tasks": rank_tasks, "rows": rows}
+
+
+def _column(task: str, results: list[TaskResult], metric: str | None) -> dict[str, Any]:
+    """A task's column: the one metric every row shows (`metric`, else the primary metric of the
+    metrics the rows report), and the split(s) scored where not the task's default."""
+    names: set[str] = set()
+    for tr in results:
+        names.update(tr.metrics)
+    name = stats.primary_metric(names, metric) if names else metric
+    splits = sorted({tr.split for tr in results if tr.split})
+    defaults = sorted({tr.default_split for tr in results if tr.default_split})
+    note = ""
+    if len(splits) > 1:
+        note = "splits " + " / ".join(splits) + " (not comparable)"
+    elif splits and defaults and splits != defaults:
+        note = f"split {splits[0]}"  # the legend says a split is named only where it is not the default
+    return {"task": task, "metric": name, "splits": splits, "split_note": note, "chance": None}
+
+
+def column_header(col: dict[str, Any]) -> list[str]:
+    """A column's header lines: the task, its metric, its split where not the default, its chance level."""
+    lines = [col["task"], col["metric"] or "-"]
+    if col["split_note"]:
+        lines.append(col["split_note"])
+    if col.get("chance") is not None:
+        lines.append(f"chance {stats.points(col['chance'])}")
+    return lines
 
 
 def leaderboard_json(board: dict[str, Any]) -> dict[str, Any]:
     return {
         "tasks": board["tasks"],
+        "columns": [{**board["columns"][t], "header": column_header(board["columns"][t])} for t in board["tasks"]],
         "rank_tasks": board["rank_tasks"],
         "rank_rule": rank_rule(board),
         "rows": [
@@ -103,9 +175,11 @@ def leaderboard_json(board: dict[str, Any]) -> dict[str, Any]:
 def rank_rule(board: dict[str, Any]) -> str:
     if not board["rank_tasks"]:
         return "no task has an interval: rows are in path order"
+    columns = board.get("columns", {})
+    over = [f"{t} {columns[t]['metric']}" if t in columns else t for t in board["rank_tasks"]]
     return (
-        "ranked on the mean of the 95% lower bounds over "
-        + ", ".join(board["rank_tasks"])
+        "ranked on the mean of the 95% lower bounds of "
+        + ", ".join(over)
         + "; rows without all of them follow, by the mean lower bound of the tasks they have"
     )
 
@@ -150,6 +224,16 @@ def compare(
     out_tasks: dict[str, Any] = {}
     notes: list[str] = []
     common = sorted(set(run_a.tasks) & set(run_b.tasks))
+    known = sorted(set(run_a.tasks) | set(run_b.tasks))
+    if pattern is not None and known and not any(pattern.search(t) for t in known):
+        close = difflib.get_close_matches(tasks_regex or "", known, n=3, cutoff=0.5)
+        raise EvalResultsError(
+            f"--tasks {tasks_regex!r} matches no task of the two runs"
+            + (f" (closest: {', '.join(close)})" if close else "")
+            + f"; their tasks are {', '.join(known[:20])}"
+        )
+    fill_chance(run_a)
+    fill_chance(run_b)
     for only, run in ((set(run_a.tasks) - set(run_b.tasks), run_a), (set(run_b.tasks) - set(run_a.tasks), run_b)):
         if only:
             notes.append(f"only {run.key} has {', '.join(sorted(only))}: not compared")

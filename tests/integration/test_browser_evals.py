@@ -70,7 +70,10 @@ def test_leaderboard_api_is_the_cli_json(server, fx, capsys):
     cli = cli_json(["evals", str(fx.prefix), "--format", "json"], capsys)
     assert [r["run"]["key"] for r in api["rows"]] == [r["run"]["key"] for r in cli["rows"]]
     assert [r["cells"] for r in api["rows"]] == [r["cells"] for r in cli["rows"]]
-    assert api["rank_tasks"] == cli["rank_tasks"] == ["hellaswag"]
+    # One metric per column (acc_norm): the hostile run's NaN acc_norm leaves its hellaswag cell empty,
+    # so the tasks both nano runs hold form the rank.
+    assert api["rank_tasks"] == cli["rank_tasks"] == ["arc_easy", "hellaswag", "piqa"]
+    assert api["columns"] == cli["columns"] and api["columns"][1]["header"][1] == "acc_norm"
     hostile = next(r for r in api["rows"] if r["run"]["key"] == "evaluate/hostile-99990007")
     assert HOSTILE_TASK in hostile["cells"]  # the name is data; the page renders it as text
     assert any("is nan" in n for n in hostile["run"]["notes"])
@@ -213,7 +216,8 @@ def test_leaderboard_page_shows_the_cli_numbers(page, server, fx, capsys):
     page.wait_for_selector("#leaderboard tbody tr")
     rows = page.locator("#leaderboard tbody tr")
     keys = [rows.nth(i).get_attribute("data-key") for i in range(rows.count())]
-    cli_keys = [re.search(r"(evaluate/\S+)", line).group(1) for line in cli_lines[1 : len(keys) + 1]]
+    body = [line for line in cli_lines if re.match(r"\d+\s", line)]  # under the header's lines
+    cli_keys = [re.search(r"(evaluate/\S+)", line).group(1) for line in body[: len(keys)]]
     assert keys == cli_keys
     for i, key in enumerate(keys):
         line = next(ln for ln in cli_lines if key in ln)
@@ -223,6 +227,18 @@ def test_leaderboard_page_shows_the_cli_numbers(page, server, fx, capsys):
                 assert text in line, (key, text, line)
     b_row = page.locator(f"tr[data-key='{B}']")
     assert b_row.locator("td.cell[data-task='arc_easy']").get_attribute("class").count("capped") == 1
+    # Each column names its metric, split and chance level, as the CLI's header does.
+    header = page.locator("#leaderboard thead th[data-task='hellaswag']").inner_text()
+    assert header.split("\n") == ["hellaswag", "acc_norm", "split validation", "chance 25.0"]
+    # Coloured only where the intervals separate: hellaswag (B wholly above A), never piqa (within noise).
+    a_row = page.locator(f"tr[data-key='{A}']")
+    assert "sep-above" in b_row.locator("td.cell[data-task='hellaswag']").get_attribute("class")
+    assert "sep-below" in a_row.locator("td.cell[data-task='hellaswag']").get_attribute("class")
+    assert "sep-" not in b_row.locator("td.cell[data-task='piqa']").get_attribute("class")
+    assert b_row.locator("td.cell[data-task='piqa']").evaluate("e => getComputedStyle(e).backgroundColor") in (
+        "rgba(0, 0, 0, 0)",
+        "transparent",
+    )
     assert b_row.locator("a.model-link").get_attribute("href") == "#/step?" + urlencode({"path": str(fx.train_b)})
     # A script in a task name is a header's text, never markup.
     assert HOSTILE_TASK in page.locator("#leaderboard thead").inner_text()
@@ -262,7 +278,11 @@ def test_compare_and_sample_pages_show_the_cli_numbers(page, server, fx, capsys)
     assert 0 < shown <= 25
     first = page.locator("#samples .sample").first
     assert first.locator("li.picked").count() == 1 and first.locator("li.gold").count() == 1
-    assert "loglikelihood" in first.inner_text()
+    assert "loglikelihood" in first.inner_text() and "per character" in first.inner_text()
+    # acc_norm picks by the per-character score: that one is marked; both models' picks side by side.
+    assert first.locator(".score-norm.by-metric").count() == first.locator("li").count()
+    assert first.locator(".pick-here").count() == 1 and first.locator(".pick-other").count() == 1
+    assert "per character" in page.locator("#samples-metric").inner_text()
     _shot(page, "evals-03-samples-disagree")
     page.click("a.filter:has-text('wrong')")
     page.wait_for_selector("strong.filter:has-text('wrong')")
@@ -299,7 +319,7 @@ def test_an_evaluation_steps_page_shows_its_tasks(page, server, fx, capsys):
     _open(page, server.url + "/#/step?" + urlencode({"path": str(fx.eval_a)}))
     page.wait_for_selector("#eval-tasks tbody tr")
     shown = page.locator("#eval-tasks tr[data-task='hellaswag'] td").nth(1).inner_text().strip()
-    assert shown in line
+    assert shown.startswith("acc_norm ") and shown.removeprefix("acc_norm ") in line
     page.click("#eval-tasks tr[data-task='hellaswag'] a")
     page.wait_for_selector("#samples .sample")
     assert not page.errors, page.errors

@@ -42,3 +42,18 @@ def test_regression_the_optimizer_default_keeps_recorded_train_identities():
     it existed keep their output paths; tootsie's decay_embeddings=False is a new identity."""
     assert "decay_embeddings" not in canonical_value(OptimizerConfig(), where="optimizer")
     assert canonical_value(OptimizerConfig(decay_embeddings=False), where="optimizer")["decay_embeddings"] is False
+
+
+def test_a_step_configs_own_added_field_enters_its_identity_only_away_from_its_default():
+    """EvalLmConfig.limit_mode came after evaluation steps were recorded: at its default every
+    recorded evaluation keeps its output path; limit_mode="first" is a new identity."""
+    from marin_lab.evaluation.evaluate_lm import EvalLmConfig
+    from marin_lab.execution import this_output_path
+    from marin_lab.execution.plan.hashing import scan_config
+
+    def versioned(**kw):
+        config = EvalLmConfig(checkpoint_path="/ckpt", output_path=this_output_path(), tasks=("copa",), **kw)
+        return scan_config(config, step_label="evaluation/x").versioned
+
+    assert "limit_mode" not in versioned(limit=10)
+    assert versioned(limit=10, limit_mode="first")["limit_mode"] == "first"

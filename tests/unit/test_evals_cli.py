@@ -15,8 +15,8 @@ from marin_lab.browser.paths import Roots
 from marin_lab.cli import main
 from marin_lab.evaluation import results as R
 from marin_lab.evaluation import samples as S
-from marin_lab.evaluation import tables as T
 from marin_lab.evaluation import stats
+from marin_lab.evaluation import tables as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from eval_fixtures import HOSTILE_TASK, build_eval_prefix, release_fifos  # noqa: E402
@@ -64,7 +64,7 @@ def test_old_format_and_damaged_results_say_what_is_missing(runs):
 
 
 def test_leaderboard_ranks_on_the_lower_bound(runs):
-    board = T.leaderboard(list(runs.values()), tasks_regex="hellaswag|piqa")
+    board = T.leaderboard(list(runs.values()), tasks_regex="hellaswag|piqa", metric="acc")
     assert board["rank_tasks"] == ["hellaswag"]  # the task most rows have
     keys = [r["run"].key for r in board["rows"]]
     assert keys[:3] == ["evaluate/nano-b-dddd0004", "evaluate/nano-a-cccc0003", "evaluate/hostile-99990007"]
@@ -75,7 +75,7 @@ def test_leaderboard_ranks_on_the_lower_bound(runs):
     # lower bound is far below: it ranks lower.
     hostile = board["rows"][2]["cells"]["hellaswag"]
     assert hostile["value"] > board["rows"][1]["cells"]["hellaswag"]["value"] and hostile["low"] < scores[1]
-    two = T.leaderboard(list(runs.values()), rank_on="hellaswag|piqa")
+    two = T.leaderboard(list(runs.values()), rank_on="hellaswag|piqa", metric="acc")
     assert two["rank_tasks"] == ["hellaswag", "piqa"]
     top = two["rows"][0]
     assert top["score"] == pytest.approx((top["cells"]["hellaswag"]["low"] + top["cells"]["piqa"]["low"]) / 2)
@@ -106,18 +106,27 @@ def test_cli_table_json_and_markdown(fx, capsys, runs):
     code, out, err = _run_cli(["evals", str(fx.prefix), "--tasks", "hellaswag"], capsys)
     assert code == 0 and err == ""
     lines = out.splitlines()
-    assert lines[0].split()[:3] == ["rank", "model", "run"]
-    assert "evaluate/nano-b-dddd0004" in lines[1] and "evaluate/nano-a-cccc0003" in lines[2]
+    # The header names the task, its one metric, the split scored (not the task's default) and chance.
+    assert lines[0].split() == ["rank", "model", "run", "hellaswag", "score"]
+    assert lines[1].split() == ["acc_norm", "mean", "low"]
+    assert lines[2].split() == ["split", "validation"] and lines[3].split() == ["chance", "25.0"]
+    assert "evaluate/nano-b-dddd0004" in lines[4] and "evaluate/nano-a-cccc0003" in lines[5]
     cell = runs["evaluate/nano-b-dddd0004"].tasks["hellaswag"].cell()
-    assert stats.fmt_cell(cell) in lines[1]
-    assert f"{100 * cell['value']:.1f} ({100 * cell['low']:.1f}-{100 * cell['high']:.1f})" in lines[1]
+    assert stats.fmt_cell(cell) in lines[4]
+    assert f"{100 * cell['value']:.1f} ({100 * cell['low']:.1f}-{100 * cell['high']:.1f})" in lines[4]
+    assert "ranked on the mean of the 95% lower bounds of hellaswag acc_norm" in out
     assert "no 'marin_lab' or 'results' section" in out and "not readable JSON" in out
     code, out, _ = _run_cli(["evals", str(fx.prefix), "--format", "json"], capsys)
     data = json.loads(out)
     row = next(r for r in data["rows"] if r["run"]["key"] == "evaluate/nano-a-cccc0003")
-    assert row["cells"]["arc_easy"]["capped"] and row["cells"]["arc_easy"]["text"].endswith("*!")
+    # Capped before results.json said how: the first N items (^), not a sample.
+    arc = row["cells"]["arc_easy"]
+    assert arc["capped"] and arc["limit_mode"] == "first" and arc["text"].endswith("^!")
+    arc_column = next(c for c in data["columns"] if c["task"] == "arc_easy")
+    assert arc_column["metric"] == "acc_norm" and arc_column["chance"] == 0.25
     code, out, _ = _run_cli(["evals", str(fx.prefix), "--format", "markdown", "--tasks", "piqa"], capsys)
-    assert out.startswith("| rank | model | run | piqa | score |")
+    head = "| rank | model | run | piqa<br>acc_norm<br>split validation<br>chance 25.0 | score<br>mean low |"
+    assert out.startswith(head)
 
 
 def test_cli_compare(fx, capsys):
@@ -347,3 +356,75 @@ def test_compare_pairs_when_nothing_recorded_differs(runs):
     assert all(e["paired"] for e in result["tasks"].values())
     assert "arc_easy" in result["verdict"] or "the others are within noise" in result["verdict"]
     assert "no verdict" not in result["verdict"]
+
+
+def test_regression_a_misspelt_tasks_filter_is_an_error_naming_the_closest(fx, capsys):
+    """`--tasks hellaswg` printed an empty table and exited 0."""
+    code, out, err = _run_cli(["evals", str(fx.prefix), "--tasks", "hellaswg"], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("error: --tasks 'hellaswg' matches no evaluated task (closest: hellaswag)")
+    assert len(err.strip().splitlines()) == 1
+    code, _, err = _run_cli(
+        ["evals", str(fx.prefix), "--compare", "nano-a-cccc0003", "nano-b-dddd0004", "--tasks", "piqaa"], capsys
+    )
+    assert code == 2 and "(closest: piqa)" in err
+
+
+def test_regression_a_store_reached_through_a_symlink_lists_each_run_once(fx, tmp_path):
+    """The record's absolute path and the listing's path through the link named one run twice."""
+    link = tmp_path / "linked"
+    link.symlink_to(fx.prefix)
+    keys = [r.key for r in R.find_eval_runs(str(link))]
+    assert sorted(keys) == sorted(set(keys)) and "evaluate/nano-a-cccc0003" in keys
+    assert not any(k.startswith("/") for k in keys)  # named as they lie under the prefix
+    assert len(keys) == len(R.find_eval_runs(str(fx.prefix)))
+
+
+def _mc_record(lls, conts, gold, **metrics):
+    return {
+        "doc_id": 1,
+        "target": gold,
+        "arguments": [["Ctx:", c] for c in conts],
+        "filtered_resps": [[ll, False] for ll in lls],
+        "filter": "none",
+        "metrics": list(metrics),
+        **metrics,
+    }
+
+
+def test_regression_the_sample_viewer_picks_what_its_metric_picks():
+    """hellaswag item 1: "picked" was the raw argmax (choice 1) while the badge followed acc_norm (gold 3, right)."""
+    conts = [" a", " bb", " c", " a much longer ending"]
+    lls = [-9.0, -3.0, -8.0, -4.0]  # raw argmax 1; per character (without the delimiter) argmax 3
+    rec = _mc_record(lls, conts, 3, acc=0.0, acc_norm=1.0)
+    norm = S.sample_view(rec, "acc_norm")
+    assert norm["picked"] == 3 == norm["gold"] and norm["correct"] is True and norm["picked_by"] == "norm"
+    assert norm["picked_raw"] == 1 and norm["loglikelihoods"] == lls
+    assert norm["normalised"] == pytest.approx([-9.0, -1.5, -8.0, -4.0 / len("a much longer ending")])
+    raw = S.sample_view(rec, "acc")
+    assert raw["picked"] == 1 and raw["correct"] is False and raw["picked_by"] == "raw"
+
+
+def test_a_comparison_page_shows_both_models_picks(runs):
+    a, b = runs["evaluate/nano-a-cccc0003"], runs["evaluate/nano-b-dddd0004"]
+    page = S.read_samples(a, "piqa", show="disagree", other=b)
+    assert page["items"]
+    for item in page["items"]:
+        other = item["other"]
+        assert other["picked"] is not None and other["picked"] != item["picked"]
+        assert other["value"] == item["other_value"] != item["value"]
+    every = S.read_samples(a, "piqa", other=b, limit=5)
+    assert all(item["other"]["picked"] is not None for item in every["items"])
+
+
+def test_a_cell_at_or_below_chance_says_so_and_only_separated_cells_are_coloured(runs):
+    board = T.leaderboard(list(runs.values()), tasks_regex="hellaswag|piqa")
+    cells = {r["run"].key: r["cells"] for r in board["rows"]}
+    # hellaswag: nano-b's interval lies wholly above nano-a's; piqa: the two overlap (within noise).
+    assert cells["evaluate/nano-b-dddd0004"]["hellaswag"]["separation"] == "above"
+    assert cells["evaluate/nano-a-cccc0003"]["hellaswag"]["separation"] == "below"
+    assert cells["evaluate/nano-a-cccc0003"]["piqa"]["separation"] is None
+    chance = board["columns"]["hellaswag"]["chance"]
+    assert chance == 0.25 and not cells["evaluate/nano-a-cccc0003"]["hellaswag"]["at_chance"]
+    low = {**cells["evaluate/nano-a-cccc0003"]["hellaswag"], "low": 0.2}
+    assert stats.at_chance(low) and stats.fmt_cell(low).endswith(" at chance")

@@ -1,6 +1,6 @@
 // marin_lab browser: the evaluation pages. Every number on them comes formatted from the server
 // (marin_lab.evaluation.results, the module `marin-lab evals` prints from): the page computes
-// nothing but a cell's shade. Routes:
+// nothing, a cell's colour included (the server's `separation`). Routes:
 //   #/evals?tasks=REGEX&rank_on=REGEX          the leaderboard (models x tasks, ranked on the lower bound)
 //   #/evals/compare?a=KEY&b=KEY                a paired comparison of two evaluations
 //   #/evals/samples?run=KEY&task=T&show=...&other=KEY&cursor=N   the sample viewer
@@ -26,11 +26,12 @@ function notesList(notes, id) {
   return el("ul", {class: "eval-notes warn", id: id || "eval-notes"}, notes.map(n => el("li", {text: n})));
 }
 
-// A shade for a cell: its value's place between the column's lowest and highest value.
-function shade(node, value, lo, hi) {
-  if (typeof value !== "number" || !(hi > lo)) return;
-  const t = (value - lo) / (hi - lo);
-  node.style.backgroundColor = `hsl(${Math.round(10 + 110 * t)}, 60%, ${Math.round(90 - 12 * t)}%)`;
+// A cell's classes: coloured only where the statistics separate it from another model (its interval
+// wholly above or below another's: `separation`), never for a gap within noise.
+function cellClass(c) {
+  if (!c) return "cell num";
+  return "cell num" + (c.capped ? " capped" : "") + (c.low_coverage ? " low-coverage" : "")
+    + (c.separation ? ` sep-${c.separation}` : "") + (c.at_chance ? " at-chance" : "");
 }
 
 async function renderEvals(route, params) {
@@ -60,11 +61,7 @@ async function renderLeaderboard(params) {
   }}, el("label", {}, "tasks ", el("input", {name: "tasks", value: params.get("tasks") || "", placeholder: "regex"})),
     " ", el("label", {}, "rank on ", el("input", {name: "rank_on", value: params.get("rank_on") || "", placeholder: "regex"})),
     " ", el("button", {type: "submit", text: "Show"}));
-  const ranges = {};
-  for (const t of data.tasks) {
-    const vs = data.rows.map(r => r.cells[t] && r.cells[t].value).filter(v => typeof v === "number");
-    ranges[t] = [Math.min(...vs), Math.max(...vs)];
-  }
+  const columns = Object.fromEntries(data.columns.map(c => [c.task, c]));
   const chosen = [];
   const compareButton = el("button", {id: "compare-selected", disabled: true, text: "Compare the two selected",
     onclick: () => { if (chosen.length === 2) location.hash = evalLinks.compare(chosen[0], chosen[1]); }});
@@ -81,12 +78,9 @@ async function renderLeaderboard(params) {
       el("td", {}, model, el("div", {class: "muted mono"}, el("a", {href: links.step(run.path), text: run.key}))),
       data.tasks.map(t => {
         const c = r.cells[t];
-        const td = el("td", {class: "cell num" + (c && c.capped ? " capped" : "") + (c && c.low_coverage ? " low-coverage" : ""),
-          "data-task": t, title: c ? cellTitle(c) : "not evaluated"},
+        return el("td", {class: cellClass(c), "data-task": t, title: c ? cellTitle(c) : "not evaluated"},
           c && c.status !== "failed" ? el("a", {href: evalLinks.samples({run: run.key, task: t}), text: c.text})
             : el("span", {text: c ? c.text : "-"}));
-        if (c) shade(td, c.value, ranges[t][0], ranges[t][1]);
-        return td;
       }),
       el("td", {class: "num score", text: r.score === null ? "n/a" : (100 * r.score).toFixed(1)}));
   });
@@ -94,7 +88,9 @@ async function renderLeaderboard(params) {
   setPage(header, filter,
     el("table", {id: "leaderboard", class: "heatmap"},
       el("thead", {}, el("tr", {}, el("th", {text: "rank"}), el("th", {text: ""}), el("th", {text: "model / evaluation"}),
-        data.tasks.map(t => el("th", {class: "task", text: t})), el("th", {text: "score"}))),
+        data.tasks.map(t => el("th", {class: "task", "data-task": t}, columns[t].header.map((line, i) =>
+          el("div", {class: i ? "muted column-note" : "", text: line})))),
+        el("th", {}, el("div", {text: "score"}), el("div", {class: "muted column-note", text: "mean low"})))),
       el("tbody", {}, rows)),
     el("p", {}, compareButton),
     el("p", {class: "muted", id: "rank-rule", text: data.rank_rule + " (score: that mean, in points)"}),
@@ -105,7 +101,8 @@ async function renderLeaderboard(params) {
 function cellTitle(c) {
   const parts = [`${c.metric || ""}`, c.method ? `interval: ${c.method}` : "no interval", `n ${c.n === null || c.n === undefined ? "?" : c.n}`];
   if (typeof c.coverage === "number") parts.push(`coverage ${(100 * c.coverage).toFixed(0)}%`);
-  if (c.capped) parts.push("capped by a limit");
+  if (c.capped) parts.push(c.cap_text || "capped by a limit");
+  if (typeof c.chance === "number") parts.push(`chance ${(100 * c.chance).toFixed(1)}${c.at_chance ? " (at chance)" : ""}`);
   if (c.low_coverage) parts.push("low coverage");
   if (c.error) parts.push(c.error);
   return parts.join(" · ");
@@ -158,25 +155,49 @@ async function renderSamples(params) {
     }}) : el("span", {class: "muted", text: "end of file"}));
   setPage(el("h1", {text: `${task}: ${data.run.label}`}), evalNav(""),
     el("p", {class: "filters"}, "show: ", filters.flatMap((x, i) => i ? [" · ", x] : [x]),
-      data.other ? el("span", {class: "muted", text: ` (disagree: against ${data.other.label})`}) : null),
-    el("p", {class: "muted", text: `metric ${data.metric || "none"}; ${data.scanned} lines read for this page`}),
+      data.other ? el("span", {class: "muted", text: ` (beside ${data.other.label})`}) : null),
+    el("p", {class: "muted", id: "samples-metric", text: `metric ${data.metric || "none"}: ${pickRule(data.metric)}; `
+      + `${data.scanned} lines read for this page`}),
     notesList(data.notes),
     items.length ? el("div", {id: "samples"}, items) : el("p", {class: "muted", id: "samples-none", text: "No item on this page matches."}),
     pager);
 }
 
+// How the metric picks a choice: acc_norm by log-likelihood per character, the others by log-likelihood.
+function pickRule(metric) {
+  return metric && metric.split(",")[0] === "acc_norm"
+    ? "the choice with the highest log-likelihood per character (length-normalised) is picked"
+    : "the choice with the highest log-likelihood is picked";
+}
+
+// The two scores of a choice, the one the metric picks by in bold.
+function scoreSpans(item, i) {
+  const fmt = (x, digits) => typeof x === "number" ? x.toFixed(digits) : "n/a";
+  const raw = el("span", {class: "score-raw" + (item.picked_by === "raw" ? " by-metric" : ""),
+    text: `loglikelihood ${fmt(item.loglikelihoods[i], 3)}`});
+  const norm = el("span", {class: "score-norm" + (item.picked_by === "norm" ? " by-metric" : ""),
+    text: `per character ${fmt((item.normalised || [])[i], 4)}`});
+  return el("span", {class: "muted ll"}, " ", raw, " · ", norm);
+}
+
 function sampleView(item, data) {
   const mark = item.correct === true ? "right" : item.correct === false ? "wrong" : "";
+  const other = item.other || null;
+  const here = data.other ? "A" : "";
   const choices = item.choices.length ? el("ol", {class: "choices", start: 0}, item.choices.map((c, i) => el("li", {
     class: (i === item.picked ? "picked " : "") + (i === item.gold ? "gold" : "")},
     el("span", {class: "choice-text", text: c}),
-    el("span", {class: "muted ll", text: typeof item.loglikelihoods[i] === "number" ? ` loglikelihood ${item.loglikelihoods[i].toFixed(3)}` : ""}),
-    i === item.picked ? el("span", {class: "tag", text: " picked"}) : null,
+    scoreSpans(item, i),
+    i === item.picked ? el("span", {class: "tag pick-here", text: ` ${here ? "A " : ""}picked`}) : null,
+    other && i === other.picked ? el("span", {class: "tag pick-other", text: " B picked"}) : null,
     i === item.gold ? el("span", {class: "tag", text: " gold"}) : null))) : null;
+  const otherMark = other && other.correct !== null && other.correct !== undefined ? (other.correct ? "right" : "wrong") : "";
   return el("div", {class: `sample ${mark}`, "data-doc": String(item.doc_id)},
     el("div", {class: "head"}, `item ${item.doc_id}`, item.task ? ` · ${item.task}` : "", " ",
       mark ? el("span", {class: `badge ${mark === "right" ? "SUCCESS" : "FAILED"}`, text: mark}) : null,
-      item.other_value !== undefined ? el("span", {class: "muted", text: ` ${data.metric}: ${item.value} here, ${item.other_value} in ${data.other.label}`}) : null),
+      data.other ? el("span", {class: "muted pair", text: ` A = ${data.run.label}, B = ${data.other.label}: `
+        + `${data.metric} ${item.value} (A), ${other ? other.value : "not scored"} (B)`}) : null,
+      otherMark ? el("span", {class: `badge ${otherMark === "right" ? "SUCCESS" : "FAILED"}`, text: `B ${otherMark}`}) : null),
     el("pre", {class: "prompt", text: item.prompt}),
     choices,
     item.generation !== null ? el("div", {}, el("span", {class: "muted", text: "generation: "}), el("pre", {class: "generation", text: item.generation})) : null,
@@ -223,15 +244,17 @@ function evalStepSection(path) {
     const run = data.run;
     const rows = Object.entries(data.tasks).map(([task, t]) => el("tr", {"data-task": task},
       el("td", {}, t.cell && t.cell.status !== "failed" ? el("a", {href: evalLinks.samples({run: run.key, task}), text: task}) : el("span", {text: task})),
-      el("td", {class: "num", text: t.cell ? t.cell.text : "-"}),
+      el("td", {class: "num", text: t.cell ? `${t.cell.metric} ${t.cell.text}` : "-"}),
       el("td", {text: Object.entries(t.metrics).map(([m, c]) => `${m} ${c.text}`).join(" · ")}),
       el("td", {text: [t.split, t.default_split && t.default_split !== t.split ? `(default ${t.default_split})` : ""].filter(Boolean).join(" ")}),
       el("td", {class: "num", text: t.num_fewshot === null ? "" : t.num_fewshot}),
-      el("td", {class: "num", text: t.scored === null ? "" : `${t.scored} / ${t.attempted}${t.limit !== null ? ` (limit ${t.limit})` : ""}`})));
+      el("td", {class: "num", text: t.scored === null ? "" : `${t.scored} / ${t.attempted}`}),
+      el("td", {class: "items", text: t.cell && t.cell.cap_text ? t.cell.cap_text : "every item"}),
+      el("td", {class: "num", text: typeof t.chance === "number" ? (100 * t.chance).toFixed(1) : "-"})));
     box.replaceChildren(el("h3", {text: "Evaluation results"}),
       el("p", {}, run.train_path ? el("a", {href: links.step(run.train_path), text: run.label}) : run.label, " · ",
         el("a", {href: evalLinks.board(), text: "all evaluations"})),
-      el("table", {id: "eval-tasks"}, el("thead", {}, el("tr", {}, ["task", "shown", "every metric", "split", "n-shot", "scored / attempted"].map(h => el("th", {text: h})))),
+      el("table", {id: "eval-tasks"}, el("thead", {}, el("tr", {}, ["task", "shown", "every metric", "split", "n-shot", "scored / attempted", "items", "chance"].map(h => el("th", {text: h})))),
         el("tbody", {}, rows)),
       notesList(run.notes, "eval-run-notes"));
   }).catch(err => box.replaceChildren(el("div", {class: "warn", text: `evaluation: ${err.message || err}`})));

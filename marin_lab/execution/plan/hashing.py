@@ -326,8 +326,11 @@ def _walk_dataclass(
 ) -> None:
     """`_walk` of a dataclass value (not a placeholder), field by field."""
     head = f"{path}." if path else ""
+    added = _ADDED_CACHE[type(obj)]  # filled with `fields` by `_field_names`
     for n, marked in fields:  # this loop runs for every field of every step
         child = getattr(obj, n)
+        if added and marked and n in added and child == added[n]:
+            continue  # a versioned `added_field` at its default: the identity before it existed
         at = head + n  # child_path(path, n, field=True)
         kind = type(child)
         # The placeholders a config holds directly, handled here as `_walk` would (same order, same
