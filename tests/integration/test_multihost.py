@@ -108,11 +108,13 @@ def test_hardware_move_reshards_and_continues_the_data(unbroken):
         assert hardware[0] == (0, 2, 2) and hardware[1][0] == K
         # Same loss to float32 reduction-order noise on other hardware, for every step after the move.
         moved, base = _losses(cfg.output_path), _losses(out)
-        assert sorted(moved) == list(range(K, STEPS))
-        assert [moved[s] for s in range(K, STEPS)] == pytest.approx([base[s] for s in range(K, STEPS)], abs=1e-3)
+        assert sorted(moved) == list(range(K + 1, STEPS + 1))
+        assert [moved[s] for s in range(K + 1, STEPS + 1)] == pytest.approx(
+            [base[s] for s in range(K + 1, STEPS + 1)], abs=1e-3
+        )
         # The batches the moved run trained on are exactly those of the unbroken run (recorded by each).
         consumed, unbroken_consumed = _batch_checksums(cfg.output_path), _batch_checksums(out)
-        assert [consumed[s] for s in range(K, STEPS)] == [unbroken_consumed[s] for s in range(K, STEPS)]
+        assert [consumed[s] for s in range(K + 1, STEPS + 1)] == [unbroken_consumed[s] for s in range(K + 1, STEPS + 1)]
         end = read_metadata(list_checkpoints(os.path.join(cfg.output_path, "checkpoints"))[-1][1])
         unbroken_end = read_metadata(list_checkpoints(os.path.join(out, "checkpoints"))[-1][1])
         assert end["data_consumed"] == unbroken_end["data_consumed"]
@@ -175,8 +177,10 @@ def test_data_parallel_gradients_reduced_across_hosts_train_like_one_host(unbrok
         summary = _ok(run_hosts(cfg, hosts=hosts, devices_per_host=devices, workdir=str(tmp_path / f"w-{name}")))
         assert summary["final_step"] == STEPS and summary["environment"]["process_count"] == hosts
         losses[name] = _losses(cfg.output_path)
-    assert sorted(losses["2x2"]) == sorted(losses["1x4"]) == list(range(STEPS))
-    assert [losses["2x2"][s] for s in range(STEPS)] == pytest.approx([losses["1x4"][s] for s in range(STEPS)], rel=1e-5)
+    assert sorted(losses["2x2"]) == sorted(losses["1x4"]) == list(range(1, STEPS + 1))
+    assert [losses["2x2"][s] for s in range(1, STEPS + 1)] == pytest.approx(
+        [losses["1x4"][s] for s in range(1, STEPS + 1)], rel=1e-5
+    )
     assert losses["2x2"][STEPS - 1] < losses["2x2"][0]
 
 
@@ -195,8 +199,10 @@ def _assert_trains_like_one_slice(multi, out, hardware):
     # reduction order: each slice reduces its gradients over its 2 devices, then the 2 slices
     # average theirs, where one slice summed over 4 devices (differences seen: <= 1e-7 relative).
     assert _batch_checksums(multi) == _batch_checksums(out)
-    assert sorted(_losses(multi)) == list(range(STEPS))
-    assert [_losses(multi)[s] for s in range(STEPS)] == pytest.approx([_losses(out)[s] for s in range(STEPS)], rel=1e-6)
+    assert sorted(_losses(multi)) == list(range(1, STEPS + 1))
+    assert [_losses(multi)[s] for s in range(1, STEPS + 1)] == pytest.approx(
+        [_losses(out)[s] for s in range(1, STEPS + 1)], rel=1e-6
+    )
 
 
 def test_two_slices_train_like_one_slice_and_resume_on_one(unbroken, tmp_path):
@@ -218,10 +224,10 @@ def test_two_slices_train_like_one_slice_and_resume_on_one(unbroken, tmp_path):
     summary = _ok(run_hosts(_config(str(one), cache), hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-one")))
     assert summary["start"].startswith("resumed from") and summary["final_step"] == STEPS
     assert [h["mesh"]["replica"] for h in summary["hardware"]] == [2, 1]
-    expected = [_batch_checksums(str(one))[s] for s in range(K, STEPS)]
-    assert expected == [_batch_checksums(out)[s] for s in range(K, STEPS)]
-    assert [_losses(str(one))[s] for s in range(K, STEPS)] == pytest.approx(
-        [_losses(out)[s] for s in range(K, STEPS)], rel=1e-6
+    expected = [_batch_checksums(str(one))[s] for s in range(K + 1, STEPS + 1)]
+    assert expected == [_batch_checksums(out)[s] for s in range(K + 1, STEPS + 1)]
+    assert [_losses(str(one))[s] for s in range(K + 1, STEPS + 1)] == pytest.approx(
+        [_losses(out)[s] for s in range(K + 1, STEPS + 1)], rel=1e-6
     )
 
 

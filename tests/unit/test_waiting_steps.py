@@ -18,6 +18,7 @@ import pytest
 
 from marin_lab import cli
 from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path, versioned
+from marin_lab.execution.plan.resources import RunOutcome
 from marin_lab.execution.run.backends import StepHandle
 from marin_lab.store.step_record import read_step_record
 
@@ -42,7 +43,8 @@ def wait_for_the_other(cfg: QueueConfig) -> str:
                     st = json.load(f)
             except (FileNotFoundError, json.JSONDecodeError):
                 continue
-            if st.get("waiting_for") or st.get("status") == "SUCCESS":
+            # The reason names the holder once the driver has seen this step's work start (its next poll).
+            if "held by" in (st.get("waiting_for") or "") or st.get("status") == "SUCCESS":
                 SEEN[cfg.name] = st
                 if st.get("waiting_for"):  # what `marin-lab status` shows meanwhile
                     listing = io.StringIO()
@@ -163,3 +165,62 @@ def test_a_step_queued_behind_another_waits_and_says_for_what(tmp_path, caplog):
     assert _iso(attempt.started) > _iso(attempt.extra["submitted"])
     worked = (_iso(attempt.ended) - _iso(attempt.started)).total_seconds()
     assert status["duration_s"] <= worked + 0.05
+
+
+class SlowSlices:
+    """A HardwareRunner that reports why it waits (as the slice runner does) before its hardware is placed."""
+
+    REASON = "waiting 3 s for 2 x v4-16: 1 slice ready, the other not in the cluster"
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "slow-slices"}
+
+    def validate(self) -> None:
+        pass
+
+    def run(self, fn, config, *, step_name, cancel=None, on_hardware=None, on_pending=None):
+        on_pending(self.REASON)
+        status = os.path.join(config.output_path, ".executor_status")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # until the driver has recorded the reason
+            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError), open(status) as f:
+                if json.load(f).get("waiting_for") == self.REASON:
+                    break
+            time.sleep(0.02)
+        hardware = {"kind": "tpu", "type": "v4-16", "slices": 2}
+        on_hardware(hardware)
+        return RunOutcome(fn(config), hardware)
+
+
+class RunnerBackend:
+    name = "runner"
+
+    def submit(self, fn: Any, config: Any, *, step_name: str, resources: Any, guard: Any) -> StepHandle:
+        from marin_lab.execution.run.backends import _RunnerHandle
+
+        return _RunnerHandle(resources, fn, config, step_name)
+
+    def shutdown(self) -> None:
+        pass
+
+
+class RunnerExecutor(Executor):
+    def _make_backend(self) -> Any:
+        return RunnerBackend()
+
+
+def test_a_hardware_runner_that_waits_for_slices_is_waiting_with_its_own_reason(tmp_path, caplog):
+    step = ExecutorStep(
+        name="train/slices",
+        fn=wait_for_the_other,
+        config=QueueConfig(output_path=this_output_path(), name=versioned("s")),
+        resources=SlowSlices(),
+    )
+    caplog.set_level(logging.INFO, logger="marin_lab")
+    report = RunnerExecutor(ExecutorMainConfig(prefix=str(tmp_path), backend="local"), script="x.py").run([step])
+    [identity] = report.executed
+    assert f"step '{identity}': {SlowSlices.REASON}" in caplog.text
+    record = read_step_record(str(tmp_path / identity))
+    assert record is not None and record.attempts[-1].hardware == {"kind": "tpu", "type": "v4-16", "slices": 2}
+    # The wait for the slices is queue time, not the step's work (what its duration and cost count).
+    assert record.attempts[-1].extra["queued_s"] > 0

@@ -82,7 +82,10 @@ class HardwareRunner(Protocol):
 
         A runner may also take `on_hardware: Callable[[dict], None]` and call it once its hardware
         is placed; the executor then writes it into the attempt's entry at once, so an attempt
-        whose driver dies mid-run still lists what it ran on. Runners without it work unchanged."""
+        whose driver dies mid-run still lists what it ran on. It may also take `on_pending:
+        Callable[[str], None]` and call it with why it still waits for its hardware, whenever that
+        changes: the step is then WAITING with that reason (status file, console, `marin-lab status`)
+        and its duration starts once the hardware is placed. Runners without them work unchanged."""
 
 
 def executor_resources(resources: Any) -> Any:

@@ -53,6 +53,9 @@ class StepHandle:
     placed_hardware: dict[str, Any] | None = None
     """What the attempt runs on, once a HardwareRunner has placed it (None until then, and for plain
     Ray tasks and local steps): the executor records it while the attempt still runs."""
+    pending_reason: str | None = None
+    """Why a HardwareRunner's attempt still waits for its hardware, in its own words (e.g. how many
+    slices are ready and why the others are not); None once placed, and for other steps."""
 
     def wait(self, timeout: float) -> bool:
         """True once finished (successfully or not)."""
@@ -406,9 +409,15 @@ class _RunnerHandle(StepHandle):
         self._hardware: dict[str, Any] | None = None
 
         def placed(hardware: dict[str, Any]) -> None:
+            self.pending_reason = None
             self.placed_hardware = hardware
 
-        extra = {"on_hardware": placed} if _accepts(runner.run, "on_hardware") else {}
+        def pending(reason: str) -> None:
+            self.pending_reason = reason
+
+        extra: dict[str, Any] = {"on_hardware": placed} if _accepts(runner.run, "on_hardware") else {}
+        if _accepts(runner.run, "on_pending"):
+            extra["on_pending"] = pending
 
         def go() -> None:
             try:

@@ -404,7 +404,8 @@ class StepSupervisor:
         polls = 0
         try:
             while True:
-                if started.at is None and (not watch_start or self._work_started(log, polls)):
+                pending = handle.pending_reason  # a HardwareRunner still waiting for its slices
+                if started.at is None and pending is None and (not watch_start or self._work_started(log, polls)):
                     started.at = time.monotonic()
                     with self._working_lock:
                         self._working[ps.identity] = _request(ps.step.resources)
@@ -428,7 +429,10 @@ class StepSupervisor:
                 if not reported and handle.placed_hardware is not None and on_hardware is not None:
                     reported = True  # written here, in the driver's thread that owns the record
                     on_hardware(handle.placed_hardware)
-                if heartbeat is not None:
+                if pending is not None:
+                    if pending != said_waiting:
+                        said_waiting = self._say_waiting(ps, attempt, said_waiting, pending)
+                elif heartbeat is not None:
                     heartbeat.maybe_beat()
                 elif time.monotonic() - started.submitted >= self.settings.waiting_after_s:
                     said_waiting = self._say_waiting(ps, attempt, said_waiting)
@@ -465,9 +469,10 @@ class StepSupervisor:
             text += "; held by running step" + ("s " if len(holders) > 1 else " ") + ", ".join(holders)
         return text
 
-    def _say_waiting(self, ps: PlannedStep, attempt: int, said: str | None) -> str:
-        """WAITING with why, in the status and on the console, whenever why changes."""
-        why = self.waiting_for(ps)
+    def _say_waiting(self, ps: PlannedStep, attempt: int, said: str | None, why: str | None = None) -> str:
+        """WAITING with why (a HardwareRunner's own reason, else `waiting_for`), in the status and on the
+        console, whenever why changes."""
+        why = why or self.waiting_for(ps)
         if why != said:
             logger.info("step '%s': %s", ps.identity, why)
             try:
