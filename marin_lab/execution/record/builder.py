@@ -22,7 +22,7 @@ from marin_lab.execution.record.provenance import package_versions
 from marin_lab.execution.record.usage import record_usage
 from marin_lab.execution.state.status import Status, info_url, now_iso
 from marin_lab.io.fs import write_json
-from marin_lab.io.secrets import redact
+from marin_lab.io.secrets import redact, text_scrubber
 from marin_lab.io.text import strip_ansi
 from marin_lab.store.experiment_record import SCHEMA as EXPERIMENT_SCHEMA
 from marin_lab.store.experiment_record import ExperimentRecord
@@ -208,6 +208,7 @@ def experiment_record(
 ) -> ExperimentRecord:
     """The experiment record (`{prefix}/experiments/{script}-{hash8}.json`); redact its
     `to_json()` whole when writing it."""
+    scrubber = text_scrubber()  # read the environment once, not once per step
     return ExperimentRecord(
         schema=EXPERIMENT_SCHEMA,
         script=relative_script(script),
@@ -230,7 +231,7 @@ def experiment_record(
                 "fn": s.fn_path,
                 "dependencies": [d.identity for d in s.dependencies],
                 "version": s.version,
-                "config": redact(lenient_value(plan.resolve_config(s))),
+                "config": redact(lenient_value(plan.resolve_config(s)), scrubber),
             }
             for s in plan.steps
         ],
