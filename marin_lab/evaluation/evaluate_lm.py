@@ -9,7 +9,14 @@ value at top level. docs/evaluation.md describes the format.
 
 A task that fails (unknown documents, a tokenizer that cannot encode its text, ...) is recorded as
 failed with a one-line reason and the others still run; results.json is written, then the step
-fails naming the failed tasks, so partial output is never marked a success.
+fails naming the failed tasks, so partial output is never marked a success. The step's next
+attempt runs only the tasks that have no complete result: a task whose results.json entry is
+ok, for the same checkpoint and spec, and whose samples file holds every line it recorded
+(`samples_lines`) is kept as it is (`reused: true`, and `reused_tasks` in the `marin_lab` section).
+
+Each task also gets its `contamination` (`evaluation.contamination`): the fraction of its scored
+items found in the model's training documents, found through the lineage, and its score on the
+other items; `checked: false` with the reason where that cannot be measured.
 """
 
 from __future__ import annotations
@@ -22,17 +29,25 @@ from collections.abc import Sequence
 from typing import Any
 
 from marin_lab.errors import MarinLabError
-from marin_lab.evaluation import loading, stats
+from marin_lab.evaluation import contamination, loading, stats
 from marin_lab.evaluation.harness import HarnessError, MarinLM, TaskSpec, check_task_names, run_task
 from marin_lab.evaluation.offline_data import OfflineDataError
 from marin_lab.evaluation.perplexity import evaluate_cache
+from marin_lab.evaluation.rescore import RescoreError, doc_values, metric_values, read_samples_file
 from marin_lab.io import fs as mfs
 from marin_lab.models.llama import LlamaConfig
 from marin_lab.processing.tokenizers import optional_tokenizer_at
-from marin_lab.store.eval_results import LM_EVAL_SECTIONS, json_safe, results_document, write_results
+from marin_lab.store.eval_results import (
+    LM_EVAL_SECTIONS,
+    json_safe,
+    read_results_document,
+    results_document,
+    train_path_of,
+    write_results,
+)
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.token_cache import TokenCache
-from marin_lab.versioning import added_field, field_hints, versioned_field
+from marin_lab.versioning import field_hints, versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -87,9 +102,6 @@ class EvalLmConfig:
     """lm-eval tasks as `name`, `name:num_fewshot` or `name:num_fewshot:limit` (e.g. CORE_TASKS)."""
     limit: int | None = versioned_field(None)
     """At most this many items per task (a task's own `:limit` wins); the result is flagged capped."""
-    limit_mode: str = added_field("sample", versioned=True)
-    """How a limit picks the items: "sample", a random sample seeded by the task's name (recorded with
-    the item ids, so its interval estimates the full task), or "first", the first N in the split's order."""
     data: str = versioned_field("auto")
     """Documents: "auto" (the offline copy where it has the task, else the hub), "offline", "hub"."""
     include_path: tuple[str, ...] = ()
@@ -101,9 +113,12 @@ class EvalLmConfig:
     (evaluation.loading.find_tokenizer)."""
     compute_dtype: str = versioned_field("float32")
     """Dtype of the forward pass."""
+    contamination: bool = True
+    """Measure each task's items against the model's training documents, found through the lineage
+    (docs/evaluation.md, "Contamination"); False records every task as not checked."""
 
 
-def parse_task(spec: str | TaskSpec, limit: int | None = None, limit_mode: str = "sample") -> TaskSpec:
+def parse_task(spec: str | TaskSpec, limit: int | None = None) -> TaskSpec:
     """`name[:num_fewshot[:limit]]` -> TaskSpec; `limit` applies when the spec has none."""
     if isinstance(spec, TaskSpec):
         return spec if spec.limit is not None or limit is None else dataclasses.replace(spec, limit=limit)
@@ -114,7 +129,7 @@ def parse_task(spec: str | TaskSpec, limit: int | None = None, limit_mode: str =
         own_limit = int(parts[2]) if len(parts) > 2 and parts[2] != "" else None
     except ValueError:
         raise EvaluationError(f"task {spec!r} is not name[:num_fewshot[:limit]] with integers") from None
-    return TaskSpec(name, shots, own_limit if own_limit is not None else limit, limit_mode)
+    return TaskSpec(name, shots, own_limit if own_limit is not None else limit)
 
 
 def task_keys(specs: Sequence[TaskSpec]) -> list[str]:
@@ -162,20 +177,6 @@ def _one_line(err: BaseException) -> str:
     return (text[0] if text else type(err).__name__)[:500]
 
 
-def _metric_values(samples: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """Per-item values of each metric key (`acc`, or `exact_match,strict-match` for a named filter)."""
-    out: dict[str, list[float]] = {}
-    for rec in samples:
-        for metric in rec.get("metrics", []):
-            value = rec.get(metric)
-            key = metric if rec.get("filter", "none") == "none" else f"{metric},{rec['filter']}"
-            if isinstance(value, bool):
-                value = float(value)
-            if isinstance(value, (int, float)):
-                out.setdefault(key, []).append(float(value))
-    return out
-
-
 def _intervals(task_results: dict[str, Any], values: dict[str, list[float]]) -> dict[str, Any]:
     """An interval per metric: Wilson for binary per-item values; mean +/- 1.96 stderr otherwise."""
     metrics: dict[str, Any] = {}
@@ -218,7 +219,6 @@ def _task_entry(key: str, spec: TaskSpec, res: dict[str, Any] | None, error: str
         "scored": 0,
         "coverage": 0.0,
         "capped": spec.limit is not None,
-        "limit_mode": spec.limit_mode if spec.limit is not None else None,
         "low_coverage": True,
         "truncated_prompts": 0,
         "samples_file": None,
@@ -256,14 +256,37 @@ def _task_entry(key: str, spec: TaskSpec, res: dict[str, Any] | None, error: str
         programs=int(res.get("marin_lab_programs") or 0),
         subtasks=sorted(res.get("samples", {})) if len(res.get("samples", {})) > 1 else [],
     )
-    entry.update(res.get("marin_lab_items") or {}, chance=stats.chance_level(samples))
     if len(sources) > 1:
         entry["sources"] = sources
     if first.get("note"):
         entry["data_note"] = first["note"]
     top: dict[str, Any] = res.get("results", {}).get(spec.name) or next(iter(res.get("results", {}).values()), {})
-    entry["metrics"] = _intervals(top, _metric_values(samples if len(res.get("samples", {})) == 1 else []))
+    entry["metrics"] = _intervals(top, metric_values(samples if len(res.get("samples", {})) == 1 else []))
+    entry["samples_lines"] = len(samples)
     return entry
+
+
+def _reusable(previous: dict[str, Any] | None, key: str, spec: TaskSpec, checkpoint: str, output_path: str) -> bool:
+    """Whether an earlier attempt's result for `key` is complete and of this checkpoint and spec."""
+    ours = previous.get("marin_lab") if previous else None
+    if not isinstance(ours, dict) or (ours.get("model") or {}).get("checkpoint") != checkpoint:
+        return False
+    entry = (ours.get("tasks") or {}).get(key)
+    if not isinstance(entry, dict) or entry.get("status") != "ok" or not isinstance(entry.get("samples_file"), str):
+        return False
+    if entry.get("task") != spec.name or entry.get("limit") != spec.limit:
+        return False
+    if spec.num_fewshot is not None and entry.get("num_fewshot") != spec.num_fewshot:
+        return False
+    lines = entry.get("samples_lines")
+    if not isinstance(lines, int) or isinstance(lines, bool):
+        return False
+    try:
+        samples = read_samples_file(mfs.join(output_path, entry["samples_file"].rsplit("/", 1)[-1]))
+    except RescoreError as err:
+        logger.info("evaluate_lm task %s runs again: %s", key, err)
+        return False
+    return len(samples) == lines
 
 
 def evaluate_tasks(
@@ -273,14 +296,27 @@ def evaluate_tasks(
     *,
     data: str = "auto",
     include_path: Sequence[str] = (),
+    previous: dict[str, Any] | None = None,
+    checkpoint: str = "",
 ) -> dict[str, Any]:
     """Run each spec; returns lm-eval's merged result sections plus `marin_lab.tasks`.
 
     Writes samples_{key}.jsonl under output_path (when given). A failing task gets status "failed".
+    A task `previous` (an earlier attempt's results.json document) holds complete for `checkpoint`
+    is not run: its entry (marked `reused`), sections and samples file are kept.
     """
     merged: dict[str, Any] = {name: {} for name in LM_EVAL_SECTIONS}
     tasks: dict[str, Any] = {}
     for key, spec in zip(task_keys(specs), specs, strict=True):
+        if previous is not None and output_path is not None and _reusable(previous, key, spec, checkpoint, output_path):
+            old = previous["marin_lab"]["tasks"][key]
+            tasks[key] = {**old, "reused": True}
+            for section in merged:
+                for name in {key, *old.get("subtasks", [])}:
+                    if name in (previous.get(section) or {}):
+                        merged[section][name] = previous[section][name]
+            logger.info("evaluate_lm task %s: kept from an earlier attempt (complete samples file)", key)
+            continue
         try:
             res = run_task(lm, spec, data=data, include_path=include_path)
         except (HarnessError, OfflineDataError) as err:
@@ -314,14 +350,14 @@ def evaluate_tasks(
                 tasks[key]["truncated_prompts"],
                 getattr(lm, "max_length", 0),
             )
-        logger.info("eval task %s", stats.entry_line(key, tasks[key]))
+        logger.info("eval task %s: %s", key, {m: v.get("value") for m, v in tasks[key]["metrics"].items()})
     merged["tasks"] = tasks
     return merged
 
 
 def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
     """Score the model on every validation set and task; writes and returns results.json's content."""
-    specs = [parse_task(t, config.limit, config.limit_mode) for t in config.tasks]
+    specs = [parse_task(t, config.limit) for t in config.tasks]
     if specs:
         try:
             check_task_names([s.name for s in specs], config.include_path)
@@ -369,7 +405,19 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
             )
         except HarnessError as err:
             raise EvaluationError(f"tasks: {err}") from err
-        task_results = evaluate_tasks(lm, specs, config.output_path, data=config.data, include_path=config.include_path)
+        task_results = evaluate_tasks(
+            lm,
+            specs,
+            config.output_path,
+            data=config.data,
+            include_path=config.include_path,
+            previous=read_results_document(config.output_path),
+            checkpoint=resolved,
+        )
+        _add_contamination(config, resolved, task_results["tasks"])
+    reused = [k for k, v in task_results["tasks"].items() if v.get("reused")]
+    if reused:
+        logger.info("evaluate_lm: %d task(s) kept from an earlier attempt: %s", len(reused), ", ".join(reused))
     results = results_document(
         task_results,
         perplexity=perplexity,
@@ -378,6 +426,7 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
         checkpoint=resolved,
         step=step,
         tasks=task_results["tasks"],
+        reused_tasks=reused,
     )
     write_results(config.output_path, results)
     failed = {k: v["error"] for k, v in task_results["tasks"].items() if v["status"] == "failed"}
@@ -387,3 +436,45 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
             + "; ".join(f"{k}: {v}" for k, v in failed.items())
         )
     return results
+
+
+def _add_contamination(config: EvalLmConfig, checkpoint: str, tasks: dict[str, Any]) -> None:
+    """Each task's `contamination` entry (module doc); a reused task keeps the one it has."""
+    todo = {k: e for k, e in tasks.items() if not (e.get("reused") and isinstance(e.get("contamination"), dict))}
+    for e in todo.values():
+        if e["status"] != "ok":
+            e["contamination"] = contamination.not_checked("the task failed")
+        elif e.get("subtasks"):
+            reason = "a group of tasks: evaluate its tasks one by one to check them"
+            e["contamination"] = contamination.not_checked(reason)
+        elif not config.contamination:
+            e["contamination"] = contamination.not_checked("not measured (EvalLmConfig.contamination is False)")
+    checks = [
+        contamination.TaskToCheck(k, e["task"], e.get("split"), e.get("data_source"))
+        for k, e in todo.items()
+        if "contamination" not in e
+    ]
+    if not checks:
+        return
+    lineage = contamination.training_lineage([config.checkpoint_path, train_path_of(checkpoint)])
+    found = contamination.measure(lineage, checks, config.data)
+    for t in checks:
+        e = tasks[t.key]
+        metric = contamination.primary_metric(e["metrics"])
+        try:
+            samples = read_samples_file(mfs.join(config.output_path, e["samples_file"]))
+        except RescoreError as err:
+            e["contamination"] = contamination.not_checked(f"its samples cannot be read back: {err}")
+            continue
+        e["contamination"] = contamination.entry(found[t.key], doc_values(samples, metric) if metric else {}, metric)
+        c = e["contamination"]
+        if c["checked"]:
+            logger.info(
+                "evaluate_lm task %s: %d of %d checked items found in the training documents (%.1f%%)",
+                t.key,
+                len(c["contaminated_ids"]),
+                c["items_checked"],
+                100 * c["fraction"],
+            )
+        else:
+            logger.info("evaluate_lm task %s: contamination not checked: %s", t.key, c["reason"])

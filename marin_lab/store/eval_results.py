@@ -10,7 +10,9 @@ The document is lm-eval's own shape (`results`, `groups`, `configs`, `versions`,
                    "tasks": {"hellaswag": {"status": "ok", "split": "validation", "attempted": 400, "scored": 400,
                                            "metrics": {"acc": {"value": .., "low": .., "high": .., "method": "wilson",
                                                                "n": 400}}, "samples_file": "samples_hellaswag.jsonl",
-                                           ...}}}}
+                                           "contamination": {"checked": true, "fraction": 0.01, ...},
+                                           ...}},
+                   "reused_tasks": ["piqa"]}}
 
 `parse_results` reads that (format 2) and lm-eval's own results.json without our section (format 0:
 values and stderr only). Its bytes are a function of the values alone (`json_safe`): lm-eval's task
@@ -49,9 +51,11 @@ def results_document(
     checkpoint: str,
     step: int,
     tasks: dict[str, Any],
+    reused_tasks: list[str] | None = None,
 ) -> dict[str, Any]:
-    """results.json's document: lm-eval's `sections` (absent ones empty), ours, and the `marin_lab` section."""
-    return {
+    """results.json's document: lm-eval's `sections` (absent ones empty), ours, and the `marin_lab` section
+    (`reused_tasks`: those kept from an earlier attempt, when any)."""
+    doc = {
         **{name: sections.get(name, {}) for name in LM_EVAL_SECTIONS},
         "perplexity": perplexity,
         "bits_per_byte": bits_per_byte,
@@ -64,6 +68,9 @@ def results_document(
             "tasks": tasks,
         },
     }
+    if reused_tasks:
+        doc["marin_lab"]["reused_tasks"] = list(reused_tasks)
+    return doc
 
 
 def write_results(output_path: str, results: dict[str, Any]) -> None:
@@ -96,16 +103,11 @@ class TaskEntry:
     data_source: str | None = None
     num_fewshot: int | None = None
     samples_file: str | None = None
-    limit_mode: str | None = None
-    """How a capped task's items were picked: "sample" (seeded, random) or "first" (the first N; what
-    a capped task recorded without this field did)."""
-    sample_seed: int | None = None
-    total_items: int | None = None
-    """Items in the split scored (over a group's tasks), where recorded."""
-    chance: float | None = None
-    """What guessing scores (1 / number of choices, averaged over the items); None: not multiple choice."""
-    chance_recorded: bool = False
-    """Whether the file says (results written before it did not: readers work it out from the samples)."""
+    contamination: dict[str, Any] | None = None
+    """{checked, reason, contaminated_ids, unchecked_ids, fraction, clean, ...} (docs/evaluation.md,
+    "Contamination"); None when the results predate it."""
+    reused: bool = False
+    """The task's samples and entry were kept from an earlier attempt of the same step."""
 
 
 @dataclasses.dataclass
@@ -134,14 +136,6 @@ def _int(value: Any) -> int | None:
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _total(value: Any) -> int | None:
-    """`total_items`: a number, or per task of a group {task: number} (summed)."""
-    if isinstance(value, dict):
-        counts = [_int(v) for v in value.values()]
-        return sum(c for c in counts if c is not None) if counts and None not in counts else None
-    return _int(value)
 
 
 def _obj(data: Any, key: Any) -> dict[str, Any]:
@@ -175,6 +169,66 @@ def _metric(entry: Any, n: int | None, stderr: float | None) -> dict[str, Any] |
     }
 
 
+def _ids(value: Any) -> list[int] | None:
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return None
+    return list(value)
+
+
+def _contamination(value: Any, where: str, notes: list[str]) -> dict[str, Any] | None:
+    """A task's `contamination` entry, checked for its shape: a damaged one is noted and read as
+    not checked, never as clean."""
+    if value is None:
+        return None
+    fraction = number(value.get("fraction")) if isinstance(value, dict) else None
+    ids = _ids(value.get("contaminated_ids")) if isinstance(value, dict) else None
+    unchecked = _ids(value.get("unchecked_ids", [])) if isinstance(value, dict) else None
+    ok = (
+        isinstance(value, dict)
+        and isinstance(value.get("checked"), bool)
+        and ids is not None
+        and unchecked is not None
+        and (not value["checked"] or (fraction is not None and 0.0 <= fraction <= 1.0))
+    )
+    if not ok:
+        notes.append(f"{where}.contamination is damaged (read as not checked)")
+        return {
+            "checked": False,
+            "reason": "the contamination entry in results.json is damaged",
+            "contaminated_ids": [],
+            "unchecked_ids": [],
+            "fraction": None,
+            "clean": None,
+        }
+    clean = value.get("clean")
+    return {
+        **value,
+        "reason": _str(value.get("reason")),
+        "contaminated_ids": ids,
+        "unchecked_ids": unchecked,
+        "fraction": fraction if value["checked"] else None,
+        "clean": clean if isinstance(clean, dict) and value["checked"] else None,
+    }
+
+
+def read_results_document(output_path: str) -> dict[str, Any] | None:
+    """The raw document of an earlier attempt's results.json in `output_path` (format 2), for a
+    retry to keep its finished tasks; None when there is none or it is not ours or not readable."""
+    url = mfs.join(output_path, RESULTS_FILE)
+    try:
+        data = json.loads(mfs.read_bytes(url).decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    section = data.get("marin_lab") if isinstance(data, dict) else None
+    if (
+        not isinstance(section, dict)
+        or section.get("format") != RESULTS_FORMAT
+        or not isinstance(section.get("tasks"), dict)
+    ):
+        return None
+    return data
+
+
 def _ours(out: EvalResults, data: dict[str, Any]) -> None:
     section = data["marin_lab"]
     out.format = _int(section.get("format")) or RESULTS_FORMAT
@@ -202,13 +256,9 @@ def _ours(out: EvalResults, data: dict[str, Any]) -> None:
             data_source=_str(entry.get("data_source")),
             num_fewshot=_int(entry.get("num_fewshot")),
             samples_file=_str(entry.get("samples_file")),
-            sample_seed=_int(entry.get("sample_seed")),
-            total_items=_total(entry.get("total_items")),
-            chance=number(entry.get("chance")),
-            chance_recorded="chance" in entry,
+            contamination=_contamination(entry.get("contamination"), f"marin_lab.tasks.{name}", out.notes),
+            reused=entry.get("reused") is True,
         )
-        if task.limit is not None or task.capped:
-            task.limit_mode = "sample" if entry.get("limit_mode") == "sample" else "first"
         raw = _obj(lm_results, name)
         for metric, m in _obj(entry, "metrics").items():
             base, flt = (metric.split(",", 1) + ["none"])[:2]
