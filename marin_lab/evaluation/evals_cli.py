@@ -11,26 +11,29 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from marin_lab.evaluation import rescore, stats, tables
 from marin_lab.evaluation.results import EvalResultsError, find_eval_runs, resolve_run
 from marin_lab.store.layout import default_prefix
 
-LEGEND = (
-    "values in points (percent) for accuracies, with the 95% interval (Wilson for right/wrong metrics, "
-    "lm-eval's stderr otherwise); * capped by a limit (a subset of the task), ! coverage below "
-    f"{stats.COVERAGE_FLOOR:.0%}"
-)
+LEGEND = tables.LEGEND
 
 
-def _table(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
+def _table(headers: Sequence[str | list[str]], rows: list[list[str]], markdown: bool) -> str:
+    """A table; a header may be several lines (a task, its metric, split and chance level)."""
+    heads = [h if isinstance(h, list) else [h] for h in headers]
     if markdown:
-        out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+        out = ["| " + " | ".join("<br>".join(h) for h in heads) + " |", "|" + "|".join("---" for _ in heads) + "|"]
         out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
         return "\n".join(out)
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    depth = max((len(h) for h in heads), default=1)
+    widths = [max([len(x) for x in h] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
+    lines = [
+        "  ".join((h[k] if k < len(h) else "").ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip()
+        for k in range(depth)
+    ]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
     return "\n".join(lines)
 
@@ -39,7 +42,13 @@ def render_board(board: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return json.dumps(tables.leaderboard_json(board), indent=2, default=str, allow_nan=False)
     md = fmt == "markdown"
-    headers = ["rank", "model", "run", *board["tasks"], "score"]
+    headers: list[str | list[str]] = [
+        "rank",
+        "model",
+        "run",
+        *(tables.column_header(board["columns"][t]) for t in board["tasks"]),
+        ["score", "mean low"],
+    ]
     rows = []
     notes = []
     for r in board["rows"]:

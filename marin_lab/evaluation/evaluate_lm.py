@@ -47,7 +47,7 @@ from marin_lab.store.eval_results import (
 )
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training.token_cache import TokenCache
-from marin_lab.versioning import field_hints, versioned_field
+from marin_lab.versioning import added_field, field_hints, versioned_field
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +102,9 @@ class EvalLmConfig:
     """lm-eval tasks as `name`, `name:num_fewshot` or `name:num_fewshot:limit` (e.g. CORE_TASKS)."""
     limit: int | None = versioned_field(None)
     """At most this many items per task (a task's own `:limit` wins); the result is flagged capped."""
+    limit_mode: str = added_field("sample", versioned=True)
+    """How a limit picks the items: "sample", a random sample seeded by the task's name (recorded with
+    the item ids, so its interval estimates the full task), or "first", the first N in the split's order."""
     data: str = versioned_field("auto")
     """Documents: "auto" (the offline copy where it has the task, else the hub), "offline", "hub"."""
     include_path: tuple[str, ...] = ()
@@ -118,7 +121,7 @@ class EvalLmConfig:
     (docs/evaluation.md, "Contamination"); False records every task as not checked."""
 
 
-def parse_task(spec: str | TaskSpec, limit: int | None = None) -> TaskSpec:
+def parse_task(spec: str | TaskSpec, limit: int | None = None, limit_mode: str = "sample") -> TaskSpec:
     """`name[:num_fewshot[:limit]]` -> TaskSpec; `limit` applies when the spec has none."""
     if isinstance(spec, TaskSpec):
         return spec if spec.limit is not None or limit is None else dataclasses.replace(spec, limit=limit)
@@ -129,7 +132,7 @@ def parse_task(spec: str | TaskSpec, limit: int | None = None) -> TaskSpec:
         own_limit = int(parts[2]) if len(parts) > 2 and parts[2] != "" else None
     except ValueError:
         raise EvaluationError(f"task {spec!r} is not name[:num_fewshot[:limit]] with integers") from None
-    return TaskSpec(name, shots, own_limit if own_limit is not None else limit)
+    return TaskSpec(name, shots, own_limit if own_limit is not None else limit, limit_mode)
 
 
 def task_keys(specs: Sequence[TaskSpec]) -> list[str]:
@@ -219,6 +222,7 @@ def _task_entry(key: str, spec: TaskSpec, res: dict[str, Any] | None, error: str
         "scored": 0,
         "coverage": 0.0,
         "capped": spec.limit is not None,
+        "limit_mode": spec.limit_mode if spec.limit is not None else None,
         "low_coverage": True,
         "truncated_prompts": 0,
         "samples_file": None,
@@ -256,6 +260,7 @@ def _task_entry(key: str, spec: TaskSpec, res: dict[str, Any] | None, error: str
         programs=int(res.get("marin_lab_programs") or 0),
         subtasks=sorted(res.get("samples", {})) if len(res.get("samples", {})) > 1 else [],
     )
+    entry.update(res.get("marin_lab_items") or {}, chance=stats.chance_level(samples))
     if len(sources) > 1:
         entry["sources"] = sources
     if first.get("note"):
@@ -350,14 +355,14 @@ def evaluate_tasks(
                 tasks[key]["truncated_prompts"],
                 getattr(lm, "max_length", 0),
             )
-        logger.info("eval task %s: %s", key, {m: v.get("value") for m, v in tasks[key]["metrics"].items()})
+        logger.info("eval task %s", stats.entry_line(key, tasks[key]))
     merged["tasks"] = tasks
     return merged
 
 
 def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
     """Score the model on every validation set and task; writes and returns results.json's content."""
-    specs = [parse_task(t, config.limit) for t in config.tasks]
+    specs = [parse_task(t, config.limit, config.limit_mode) for t in config.tasks]
     if specs:
         try:
             check_task_names([s.name for s in specs], config.include_path)

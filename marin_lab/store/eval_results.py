@@ -103,6 +103,16 @@ class TaskEntry:
     data_source: str | None = None
     num_fewshot: int | None = None
     samples_file: str | None = None
+    limit_mode: str | None = None
+    """How a capped task's items were picked: "sample" (seeded, random) or "first" (the first N; what
+    a capped task recorded without this field did)."""
+    sample_seed: int | None = None
+    total_items: int | None = None
+    """Items in the split scored (over a group's tasks), where recorded."""
+    chance: float | None = None
+    """What guessing scores (1 / number of choices, averaged over the items); None: not multiple choice."""
+    chance_recorded: bool = False
+    """Whether the file says (results written before it did not: readers work it out from the samples)."""
     contamination: dict[str, Any] | None = None
     """{checked, reason, contaminated_ids, unchecked_ids, fraction, clean, ...} (docs/evaluation.md,
     "Contamination"); None when the results predate it."""
@@ -136,6 +146,14 @@ def _int(value: Any) -> int | None:
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _total(value: Any) -> int | None:
+    """`total_items`: a number, or per task of a group {task: number} (summed)."""
+    if isinstance(value, dict):
+        counts = [_int(v) for v in value.values()]
+        return sum(c for c in counts if c is not None) if counts and None not in counts else None
+    return _int(value)
 
 
 def _obj(data: Any, key: Any) -> dict[str, Any]:
@@ -256,9 +274,15 @@ def _ours(out: EvalResults, data: dict[str, Any]) -> None:
             data_source=_str(entry.get("data_source")),
             num_fewshot=_int(entry.get("num_fewshot")),
             samples_file=_str(entry.get("samples_file")),
+            sample_seed=_int(entry.get("sample_seed")),
+            total_items=_total(entry.get("total_items")),
+            chance=number(entry.get("chance")),
+            chance_recorded="chance" in entry,
             contamination=_contamination(entry.get("contamination"), f"marin_lab.tasks.{name}", out.notes),
             reused=entry.get("reused") is True,
         )
+        if task.limit is not None or task.capped:
+            task.limit_mode = "sample" if entry.get("limit_mode") == "sample" else "first"
         raw = _obj(lm_results, name)
         for metric, m in _obj(entry, "metrics").items():
             base, flt = (metric.split(",", 1) + ["none"])[:2]
