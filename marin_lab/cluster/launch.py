@@ -222,7 +222,12 @@ def launch(
     }
     client = job_client(address)
     interpreter = shlex.quote(python or sys.executable)
-    entrypoint = f"{interpreter} -m marin_lab.cluster.supervisor {run_id} --prefix {shlex.quote(prefix)}"
+    # The cluster's own GCS address, not the RAY_ADDRESS=auto Ray Jobs gives an entrypoint: "auto"
+    # is the latest cluster started on the head's machine, another one where several share it.
+    gcs = ray.get_runtime_context().gcs_address
+    entrypoint = (
+        f"{interpreter} -m marin_lab.cluster.supervisor {run_id} --prefix {shlex.quote(prefix)} --address {gcs}"
+    )
     state["job"] = {"submission_id": run_id, "dashboard": client.get_address(), "entrypoint": entrypoint}
     write_state(prefix, state)
     try:

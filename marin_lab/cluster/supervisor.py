@@ -1,6 +1,6 @@
 """The supervisor of a launched run: the entrypoint of its Ray job, which keeps the driver alive.
 
-    python -m marin_lab.cluster.supervisor RUN --prefix PREFIX     (what `marin-lab launch` submits)
+    python -m marin_lab.cluster.supervisor RUN --prefix PREFIX --address GCS   (what `marin-lab launch` submits)
 
 `marin-lab launch` submits this module as a Ray Job (cluster/launch.py), so `ray job list`, the
 dashboard's job view and the Ray Jobs REST API show every launched run under its run id. Ray runs a
@@ -322,8 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m marin_lab.cluster.supervisor")
     parser.add_argument("run_id")
     parser.add_argument("--prefix", required=True)
+    parser.add_argument("--address", required=True, help="the cluster's GCS address, as the launcher found it")
     args = parser.parse_args(argv)
-    ray.init(namespace=NAMESPACE, log_to_driver=False, configure_logging=False)  # RAY_ADDRESS: the job's cluster
+    ray.init(address=args.address, namespace=NAMESPACE, log_to_driver=False, configure_logging=False)
     # `ray job stop` (and `marin-lab launch --stop`) send SIGTERM: stop the driver, record STOPPED.
     # Set after ray.init, which installs its own handler (exit at once).
     stopping = threading.Event()
