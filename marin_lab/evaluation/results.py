@@ -79,6 +79,7 @@ class TaskResult(TaskEntry):
             "split": self.split,
             "default_split": self.default_split,
             "chance": self.chance if stats.binary_metric(name) else None,
+            "contaminated": stats.contaminated_fraction(self.contamination),
         }
         cell["at_chance"] = stats.at_chance(cell)
         cell["cap_text"] = stats.cap_text(cell)

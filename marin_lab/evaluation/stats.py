@@ -350,6 +350,15 @@ def separation(cell: Mapping[str, Any] | None, others: Sequence[Mapping[str, Any
     return "above" if above and not below else "below" if below and not above else None
 
 
+def contaminated_fraction(contamination: Mapping[str, Any] | None) -> float | None:
+    """The fraction of a task's items found in the model's training data, when that was checked and
+    some were found; None when none were found or nothing was checked (never shown as 0)."""
+    if not contamination or not contamination.get("checked"):
+        return None
+    fraction = contamination.get("fraction")
+    return float(fraction) if isinstance(fraction, (int, float)) and fraction > 0 else None
+
+
 def cap_mark(cell: Mapping[str, Any]) -> str:
     """ "*" for a seeded random sample of the task's items, "^" for its first N items, "" uncapped."""
     if not cell.get("capped"):
@@ -360,7 +369,8 @@ def cap_mark(cell: Mapping[str, Any]) -> str:
 def fmt_cell(cell: dict[str, Any] | None) -> str:
     """ "31.0 (22.4-41.0)" for a fraction (in points), "12.3 (11.9-12.7)" otherwise; marks: * a
     sampled subset, ^ the first N items, ! low coverage; "at chance" when the interval reaches the
-    task's chance level; "failed" for a failed task."""
+    task's chance level; "contaminated N%" when that share of its items was found in the model's
+    training data; "failed" for a failed task."""
     if not cell:
         return "-"
     if cell.get("status") == "failed":
@@ -369,7 +379,10 @@ def fmt_cell(cell: dict[str, Any] | None) -> str:
     if cell.get("low") is not None and cell.get("high") is not None:
         text += f" ({fmt_value(cell, 'low')}-{fmt_value(cell, 'high')})"
     text += cap_mark(cell) + ("!" if cell.get("low_coverage") else "")
-    return text + (" at chance" if at_chance(cell) else "")
+    text += " at chance" if at_chance(cell) else ""
+    if cell.get("contaminated"):
+        text += f" contaminated {100 * cell['contaminated']:.0f}%"
+    return text
 
 
 def split_note(split: str | None, default_split: str | None) -> str:

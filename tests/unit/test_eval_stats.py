@@ -148,3 +148,14 @@ def test_verdict_sentences():
     assert s == "A is ahead on boolq by 5.0 points (2.0 to 8.0); piqa is within noise"
     assert "no paired items" in stats.verdict({"x": {"mean": None, "low": None, "high": None}})
     assert not math.isnan(stats.rank_key({"value": 0.5, "low": None}))
+
+
+def test_a_contaminated_cell_says_so_and_an_unchecked_one_is_never_zero():
+    cell = {"metric": "acc", "value": 0.6, "low": 0.5, "high": 0.7, "chance": 0.25}
+    assert stats.contaminated_fraction({"checked": True, "fraction": 0.04}) == 0.04
+    assert stats.fmt_cell({**cell, "contaminated": 0.04}).endswith(" contaminated 4%")
+    # Nothing found, or nothing checked: no mark (an unchecked task is never shown as 0% contaminated).
+    assert stats.contaminated_fraction({"checked": True, "fraction": 0.0}) is None
+    assert stats.contaminated_fraction({"checked": False, "reason": "no data step", "fraction": None}) is None
+    assert stats.contaminated_fraction(None) is None
+    assert "contaminated" not in stats.fmt_cell({**cell, "contaminated": None})
