@@ -4,9 +4,10 @@ Two models (train/nano-a, train/nano-b) trained with evaluation during training 
 `eval/{task}/acc` lines), each evaluated in format 2 on the same items: hellaswag (B is better on
 15% of the items A gets wrong), piqa (the same answers but for a few items both ways), arc_easy
 (capped by a limit, coverage 0.8). Besides: an evaluation in format 1 (written before any release,
-not read), one whose results.json is damaged, and a hostile one (a script in a task name, NaN values, a missing samples file, a
-broken line and an over-long line in a samples file). `build_hostile_prefix` adds files that lead
-out of the prefix (symlinks) or never end (named pipes), for the confinement tests.
+not read), one whose results.json is damaged, and a hostile one (a script in a task name, NaN
+values, a missing samples file, a broken line and an over-long line in a samples file).
+`build_hostile_prefix` adds files that lead out of the prefix (symlinks) or never end (named pipes),
+for the confinement tests.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""marin_lab.evaluation (runs, samples, tables) and `marin-lab evals`: the table, the paired comparison, old and damaged results."""
+"""marin_lab.evaluation (runs, samples, tables) and `marin-lab evals`: the table, the paired
+comparison, old and damaged results."""
 
 from __future__ import annotations
 
