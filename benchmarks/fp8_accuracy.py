@@ -2,7 +2,7 @@
 
 fp8_matmul vs fp32 on N(0,1) 256x256 (relative Frobenius error, with and without a x1000
 outlier), gradient cosines against jax.grad of the fp32 product, and the paired loss gaps of
-the tiny Llama (200 steps, seeds 0 and 1; the same variants as tests/unit/test_precision_training.py),
+the tiny Llama (200 steps, seeds 0 and 1; the same variants as tests/unit/models/test_precision_training.py),
 Scalify's propagated scales ('scalify': float16 data, float8 casts, fp32 masters; 'scalify+fp16':
 float16 masters and fp16-scaled Adam too) beside Transformer-Engine-style amax scaling ('fp8'),
 with the last step's per-layer scales (log2) of the residual stream and its gradient.

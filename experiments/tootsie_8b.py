@@ -99,7 +99,7 @@ IN_LOOP: dict[str, Any] = dict(eval_harness_tasks=CORE_TASKS, steps_per_task_eva
 
 # Remat per phase: the policy with the highest MFU ceiling that the TPU compiler fits with at least
 # 2 GiB free per chip (`marin-lab compile experiments/tootsie_8b.py --remat all`; docs/benchmarks.md,
-# "Compiling for TPUs"). Remat changes memory and speed, never the numerics (tests/unit/test_remat.py),
+# "Compiling for TPUs"). Remat changes memory and speed, never the numerics (tests/unit/training/test_remat.py),
 # so it is not part of a step's identity.
 REMAT = {
     # 2 x v5e-256 in 2 microbatches (KESTREL_MICROBATCHES): 10.31 of 15.75 GiB per chip, ceiling 87.3%

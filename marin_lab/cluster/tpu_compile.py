@@ -153,7 +153,7 @@ def block_recompute_flops(
     and, normed, the gate/up weight gradients) and the gate and up projections (SwiGLU's gradient
     and w_down's weight gradient). What the policy does not keep is recomputed from what it keeps and
     the block's input, and only that: the w_down matmul, whose output no gradient needs, is not
-    recomputed (JAX's remat drops it). tests/unit/test_remat.py checks these sums against the dots of
+    recomputed (JAX's remat drops it). tests/unit/training/test_remat.py checks these sums against the dots of
     the differentiated program.
     """
     if not remat:

@@ -1,7 +1,7 @@
 """Marin's spellings, beside marin_lab's core: what a Marin (Ray-era) experiment file or tool reads.
 
 The core (`marin_lab.execution`, `marin_lab.training`, ...) never imports this package; it sits
-above them (tests/unit/test_layering.py) and adapts their objects to Marin's names:
+above them (tests/unit/project/test_layering.py) and adapts their objects to Marin's names:
 
 - `marin_lab.marin.executor`: Marin's `Executor` (marin_lab's, plus `steps`, `output_paths`,
   `configs`, `versions`, `version_strs` and `dependencies` for its last plan), `MarinView`, and

@@ -94,6 +94,10 @@ class Attempt:
     hardware: dict[str, Any] | None = None
     """What this try ran on (a HardwareRunner's slices and hosts), once it got as far as holding it;
     written only when known, so records without it (older ones, local steps) keep their bytes."""
+    submitted: str | None = None
+    """When the try was handed to the backend, where its work started later (`started`): it waited
+    `queued_s` seconds for resources, which is neither its duration nor its cost. Written only then."""
+    queued_s: float | None = None
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -106,13 +110,16 @@ class Attempt:
             "error": self.error,
             "driver": self.driver,
         }
+        if self.submitted is not None:
+            out["submitted"], out["queued_s"] = self.submitted, self.queued_s
         if self.hardware is not None:
             out["hardware"] = self.hardware
         return {**out, **self.extra}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str, url: str, strict: bool) -> Attempt:
-        return cls(**_fields(cls, data, where, url, strict, {"attempt": (int,), "hardware": (dict,)}))
+        types = {"attempt": (int,), "hardware": (dict,), "queued_s": (int, float)}
+        return cls(**_fields(cls, data, where, url, strict, types))
 
 
 @dataclasses.dataclass
@@ -141,7 +148,7 @@ class StatusEvent:
         return cls(**_fields(cls, data, where, url, strict, {"attempt": (int,)}))
 
 
-_EXPECTED: dict[tuple[type, ...], str] = {(int,): "an integer", (dict,): "an object"}
+_EXPECTED: dict[tuple[type, ...], str] = {(int,): "an integer", (dict,): "an object", (int, float): "a number"}
 
 
 def _fields(

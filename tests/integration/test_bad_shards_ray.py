@@ -8,7 +8,7 @@ import pytest
 from marin_lab.processing.attempts import classify_ray_error
 from marin_lab.processing.errors import ProcessingError
 from marin_lab.processing.shards import ShardPolicy, run_shards
-from tests.unit.test_bad_shards import shard_fn
+from tests.unit.processing.test_bad_shards import shard_fn
 
 
 @pytest.mark.ray

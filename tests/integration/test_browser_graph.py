@@ -69,7 +69,7 @@ def server(tmp_path_factory):
 
 
 def test_every_edge_is_drawn_and_none_passes_under_a_step(chromium, server):  # noqa: F811
-    """Checked on the drawn SVG; the server's layout for big experiments: tests/unit/test_graph_layout.py."""
+    """Checked on the drawn SVG; the server's layout for big experiments: tests/unit/browser/test_graph_layout.py."""
     page = chromium.new_page(viewport={"width": 1400, "height": 900})
     page.set_default_timeout(60_000)
     page.goto(f"{server.url}/#/experiment/pipeline-00000001")

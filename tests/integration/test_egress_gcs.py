@@ -1,7 +1,7 @@
 """The egress guard asks the GCS API (here the emulator) for bucket locations.
 
 fake-gcs-server gives every bucket the same location whatever was asked at creation, so a
-cross-region refusal is checked with an injected lookup (tests/unit/test_egress.py); here the
+cross-region refusal is checked with an injected lookup (tests/unit/execution/test_egress.py); here the
 real API call: the location comes back lower-cased, and reads within it pass the guard."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from marin_lab.execution import ExecutorMainConfig
 from marin_lab.execution.executor import Executor
 from marin_lab.execution.review.regions import CrossRegionError, Regions
 from marin_lab.io.conditional import gcs_bucket_location, reset_gcs_client
-from tests.unit.test_egress import _steps
+from tests.unit.execution.test_egress import _steps
 
 pytestmark = pytest.mark.gcs
 

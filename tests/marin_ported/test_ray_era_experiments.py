@@ -28,7 +28,7 @@ from marin_lab.execution import ExecutorStep, this_output_path, versioned
 from marin_lab.execution.plan.planner import build_plan
 from marin_lab.marin.levanter import Llama3RotaryEmbeddingsConfig, LlamaConfig
 from tests.conftest import REPO_ROOT
-from tests.unit.test_experiments_plan_offline import clean_env
+from tests.unit.execution.test_experiments_plan_offline import clean_env
 
 HERE = os.path.join(REPO_ROOT, "tests", "marin_ported")
 FILES = sorted(glob.glob(os.path.join(HERE, "experiments", "*.py")))

@@ -158,7 +158,7 @@ def version_hash8(name: str, versioned: dict[str, Any], inputs: dict[str, str], 
 
     For what a plan's common step holds: each dependency is a step identity (a valid name and a
     hash: letters, digits, `_.-/`, nothing JSON escapes) and every input entry is a string. The
-    bytes are those `canonical_json` gives (tests/unit/test_identity.py compares them)."""
+    bytes are those `canonical_json` gives (tests/unit/execution/test_identity.py compares them)."""
     if _C_ENCODER is None:
         return hash8(version_of(name, versioned, inputs, dependencies))
     head = '{"config":' + "".join(_C_ENCODER(versioned, 0))

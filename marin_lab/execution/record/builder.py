@@ -112,8 +112,8 @@ class StepRecorder:
         """The attempt's work began now, after `queued_s` waiting for resources: its time (and what
         it costs) counts from here, and the wait is kept beside it."""
         if queued_s >= 0.05:
-            attempt.extra["submitted"] = attempt.started
-            attempt.extra["queued_s"] = round(queued_s, 3)
+            attempt.submitted = attempt.started
+            attempt.queued_s = round(queued_s, 3)
             attempt.started = now_iso()
             self.record.status_history[-1] = dataclasses.replace(self.record.status_history[-1], time=attempt.started)
             self.write_running()

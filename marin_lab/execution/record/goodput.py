@@ -115,7 +115,7 @@ def step_goodput(
     for i, (attempt, chips, (start, end)) in enumerate(attempts):
         if chips is None:
             return None
-        queued_s += as_number(attempt.extra.get("queued_s")) or 0.0
+        queued_s += as_number(attempt.queued_s) or 0.0
         seconds = end - start
         paid += chips * seconds
         succeeded = attempt.status == SUCCESS

@@ -16,7 +16,7 @@ from marin_lab.browser.metrics import read_metrics, read_results
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.preview import preview
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from browser_fixtures import SECRET_VALUE, XSS_TEXT, build_prefix  # noqa: E402
 
 # Unit tests read files in many temporary folders: let the browser read the whole disk here; the

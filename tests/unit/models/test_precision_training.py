@@ -113,7 +113,7 @@ def test_fp8_nano_experiment_plans_paired_runs_of_every_format(tmp_path, monkeyp
     from marin_lab.execution.main import capture_steps
 
     monkeypatch.setenv("MARIN_LAB_CACHE", str(tmp_path / "cache"))
-    root = os.path.join(os.path.dirname(__file__), "..", "..", "experiments")
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "experiments")
     steps = capture_steps(os.path.join(root, "fp8_nano.py"))[0]
     plan = build_plan(steps, str(tmp_path / "store"))
     runs = {s.name: plan.resolve_config(s) for s in plan.steps if s.name.startswith("checkpoints/fp8-nano-")}

@@ -19,7 +19,7 @@ from marin_lab.store.errors import RecordError
 from marin_lab.store.experiment_record import ExperimentRecord, parse_experiment_record, read_experiment_record
 from tests.executor_steps import five_step_dag
 
-GOLDEN = Path(__file__).parents[1] / "golden" / "experiment_record_v1.json"
+GOLDEN = Path(__file__).parents[2] / "golden" / "experiment_record_v1.json"
 """An experiment record as the executor wrote it before the typed record (a five-step run started
 by `marin-lab launch`: it carries `run` and `launch`)."""
 

@@ -14,7 +14,7 @@ import ast
 import pathlib
 from collections import defaultdict
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "marin_lab"
+PACKAGE = pathlib.Path(__file__).resolve().parents[3] / "marin_lab"
 
 # Lower numbers sit lower. A package may import its own modules and any package of a lower layer.
 LAYERS: dict[str, int] = {
@@ -56,10 +56,10 @@ KNOWN_LOCAL: set[tuple[str, str]] = {
     ("browser/__init__.py", "marin_lab.browser.server"),  # aiohttp, only when a server starts
     ("cli.py", "marin_lab.cluster.cli"),  # JAX and the TPU tools: ~4 s of imports
     # Ray (~0.8 s of imports), only when a step runs on slices: not when `marin-lab` or an executor
-    # that runs no TPU step starts (tests/unit/test_cli_help.py checks it).
+    # that runs no TPU step starts (tests/unit/tools/test_cli_help.py checks it).
     ("cluster/resources.py", "marin_lab.cluster.slice_runner"),
     # `marin-lab generate`'s model side (JAX, tokenizers), imported when it runs: ~1.3 s off
-    # every other command's start (tests/unit/test_cli_help.py checks it).
+    # every other command's start (tests/unit/tools/test_cli_help.py checks it).
     ("evaluation/generate_cli.py", "marin_lab.evaluation.loading"),
     ("evaluation/generate_cli.py", "marin_lab.models.generate"),
     ("evaluation/generate_cli.py", "marin_lab.processing.instruction"),
@@ -133,7 +133,7 @@ def test_every_package_has_a_layer():
     packages = {_package(m) for m, *_ in IMPORTS} | {_package(t) for _, t, *_ in IMPORTS}
     packages.discard("marin_lab")
     missing = sorted(p for p in packages if p not in LAYERS)
-    assert not missing, f"packages without a layer in tests/unit/test_layering.py: {missing}; give each one"
+    assert not missing, f"packages without a layer in tests/unit/project/test_layering.py: {missing}; give each one"
 
 
 def test_arrows_point_down():
@@ -177,7 +177,7 @@ def _wing(module: str) -> str | None:
 
 def test_every_execution_module_sits_in_a_wing():
     loose = sorted({m for m, *_ in IMPORTS if _wing(m) is not None and _wing(m) not in EXECUTION_WINGS})
-    assert not loose, f"execution/ modules outside the wings of tests/unit/test_layering.py: {loose}"
+    assert not loose, f"execution/ modules outside the wings of tests/unit/project/test_layering.py: {loose}"
 
 
 def test_execution_wings_import_only_downwards():

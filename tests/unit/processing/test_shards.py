@@ -154,7 +154,7 @@ def test_idle_workers_end_with_a_multiprocessing_child_that_used_them(start):
     # with its inherited exit hooks cleared.
     ctx = multiprocessing.get_context(start)
     if start == "forkserver":  # as the local backend does: the step's modules loaded before the fork
-        ctx.set_forkserver_preload(["marin_lab.processing.shards", "tests.unit.test_shards"])
+        ctx.set_forkserver_preload(["marin_lab.processing.shards", "tests.unit.processing.test_shards"])
     out = ctx.Queue()
     child = ctx.Process(target=_map_pids_then_exit, args=(out,))
     child.start()

@@ -16,7 +16,7 @@ from marin_lab.browser.records import Browser
 from marin_lab.execution.review.baseline import version_changes
 from marin_lab.io.secrets import REDACTED, redact, redact_text
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from browser_fixtures import EXPERIMENT_ID, SECRET_VALUE, build_prefix  # noqa: E402
 
 

@@ -25,7 +25,7 @@ from marin_lab.processing.tokenizers import (
     tokenizer_from_bytes,
 )
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "marin_lab"
+PACKAGE = pathlib.Path(__file__).resolve().parents[3] / "marin_lab"
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from marin_lab.io.secrets import redact
 from marin_lab.store.step_record import StepRecord, read_step_record
 from tests.executor_steps import WriteConfig, write_text
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 from browser_fixtures import SECRET_VALUE, build_prefix  # noqa: E402
 
 

@@ -19,7 +19,7 @@ from marin_lab.execution.record.experiments import list_experiments, step_status
 from marin_lab.store import default_prefix
 from marin_lab.store.layout import project_store
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from browser_fixtures import build_prefix  # noqa: E402
 
 from marin_lab.execution import ExecutorMainConfig

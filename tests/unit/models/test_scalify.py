@@ -141,7 +141,7 @@ def test_compiled_step_has_no_amax_reduction_feeding_a_float8_cast():
 @pytest.mark.timeout(1800)  # two compiled steps; on a busy 2-core host (load 30-40) past the default 600 s
 def test_scalify_with_float16_masters_trains_within_2_percent_of_fp32():
     """The narrowest setting: float16 data and master weights, fp16-scaled Adam, float8 matmuls.
-    (fp32 masters: tests/unit/test_precision_training.py and benchmarks/fp8_accuracy.py.)"""
+    (fp32 masters: tests/unit/models/test_precision_training.py and benchmarks/fp8_accuracy.py.)"""
     tokens = np.concatenate(synthetic_documents(200, seed=0, vocab=SMALL.vocab_size))
     variants = (
         Variant("fp32"),

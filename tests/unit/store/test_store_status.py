@@ -80,7 +80,7 @@ def test_lost_is_in_the_enum_but_never_a_latest_status(tmp_path):
         write_status(str(tmp_path), Status.LOST)
 
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def test_every_status_written_is_in_the_enum():

@@ -39,7 +39,7 @@ from marin_lab.marin.step_runner import StepRunner, executor_steps
 from marin_lab.store.errors import RecordError
 from marin_lab.store.step_record import read_step_record
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 HELLO = REPO / "tests" / "marin_ported" / "data" / "hello_world.py"
 V = "2026.06.28"
 

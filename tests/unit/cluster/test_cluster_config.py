@@ -10,7 +10,7 @@ import yaml
 from marin_lab.cluster import ClusterConfigError
 from marin_lab.cluster.config import load_cluster_config, parse_cluster_config, render_ray_config
 
-INFRA = Path(__file__).resolve().parents[2] / "infra"
+INFRA = Path(__file__).resolve().parents[3] / "infra"
 BASE = {
     "cluster_name": "c",
     "project": "p",

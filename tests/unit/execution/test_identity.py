@@ -394,7 +394,7 @@ def test_quickstart_planned_on_two_machines_has_the_same_identities(tmp_path, mo
     appear in any identity."""
     from marin_lab.execution.main import capture_steps
 
-    script = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "quickstart.py")
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "..", "experiments", "quickstart.py")
     plans, caches = [], [tmp_path / "home" / "ana" / "corpus", tmp_path / "another-machine" / "corpus"]
     for cache, prefix in zip(caches, [str(tmp_path / "store"), "gs://someone-elses-bucket/prefix"], strict=True):
         cache.mkdir(parents=True)

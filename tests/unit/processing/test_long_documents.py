@@ -21,7 +21,7 @@ from marin_lab.processing import tokenize as tok_mod
 from marin_lab.processing.tokenize import TokenizeConfig, TrainTokenizerConfig, tokenize, train_tokenizer
 from tests.data_fixtures import paragraph
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize(

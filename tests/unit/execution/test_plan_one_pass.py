@@ -24,7 +24,7 @@ from marin_lab.execution.executor import Executor
 from marin_lab.execution.plan import planner as plan_module
 from marin_lab.execution.plan.planner import build_plan
 from tests.executor_steps import WriteConfig, write_text
-from tests.unit.test_identity_golden_varied import _dag as varied_dag
+from tests.unit.execution.test_identity_golden_varied import _dag as varied_dag
 
 
 def _other_fn(config: WriteConfig) -> None:

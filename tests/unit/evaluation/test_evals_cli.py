@@ -19,7 +19,7 @@ from marin_lab.evaluation import samples as S
 from marin_lab.evaluation import stats
 from marin_lab.evaluation import tables as T
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from eval_fixtures import HOSTILE_TASK, build_eval_prefix, release_fifos  # noqa: E402
 
 

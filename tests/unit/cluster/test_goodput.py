@@ -37,7 +37,7 @@ def two_attempts(output_path: str | None = None) -> StepRecord:
         resources=V5E_8,
         attempts=[
             Attempt(1, kind="preemption", started=at(0), ended=at(230), status="FAILED"),
-            Attempt(2, started=at(300), ended=at(410), status="SUCCESS", extra={"queued_s": 60.0}),
+            Attempt(2, started=at(300), ended=at(410), status="SUCCESS", submitted=at(240), queued_s=60.0),
         ],
     )
 
