@@ -109,7 +109,10 @@ evals = {
 def _report(report) -> None:
     steps = {s.name: s for s in report.plan.steps}
     rows = {}
+    done = {i for i, o in report.outcomes.items() if o.status == "SUCCESS"}
     for mode, step in runs.items():
+        if steps[step.name].identity not in done or steps[evals[mode].name].identity not in done:
+            continue  # not run, or not finished, by this run (--run_only, a failure): nothing to report
         out = steps[step.name].output_path
         summary = read_json(f"{out}/finetune_summary.json")
         before = summary["eval_loss_before"]["manual-sections"]
@@ -129,6 +132,9 @@ def _report(report) -> None:
             f"  {mode:6s} {r['before']:.3f} -> {r['after']:.3f}  (cut {r['cut']:.0%}; "
             f"{r['trainable_params']:,} trainable params; pretraining perplexity {r['pretraining_perplexity']})"
         )
+    if {"qlora", "lora", "full"} - rows.keys():
+        print(json.dumps(rows, indent=1))
+        return
     q, lo, fu = rows["qlora"]["after"], rows["lora"]["after"], rows["full"]["after"]
     print(
         f"QLoRA vs LoRA: {q / lo - 1:+.1%} ({q - lo:+.3f} nats; target within 5% or 0.05 nats); "
