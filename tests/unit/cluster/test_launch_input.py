@@ -13,7 +13,7 @@ import pytest
 
 from marin_lab.cli import main as cli_main
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 SCRIPT = os.path.join(REPO, "tests", "launch_experiment.py")
 
 

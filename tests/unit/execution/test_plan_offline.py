@@ -20,7 +20,7 @@ from marin_lab.execution import StepDefinitionError
 from marin_lab.execution.main import capture_steps
 from marin_lab.processing import tokenizers as tokenizer_owner
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from tests.conftest import REPO_ROOT, checkout_changes, checkout_files
 WRITES_INTO_THE_STORE = """
 import os
 
-STORE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "marin_store", "experiments")
+STORE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "marin_store", "experiments")
 
 
 def test_writes():

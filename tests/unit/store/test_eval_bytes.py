@@ -12,7 +12,7 @@ import pytest
 
 from marin_lab.io import fs as mfs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 # copa through lm-eval with a stand-in model whose scores depend on the text alone: the
 # evaluation step's own task loop and writer, without training or loading a model.
