@@ -171,6 +171,8 @@ def test_a_dead_drivers_step_is_told_everywhere_and_its_attempt_ends_on_takeover
     proc, err = _start(prefix, markers, "plain", "--backend", "local")
     try:
         pids = _started(markers)
+        # The driver marks the step RUNNING once it sees the work start (its next poll of the log).
+        _wait_for(lambda: (read_status(_step_dir(prefix)) or {}).get("status") == "RUNNING", "the step RUNNING", 30)
         os.kill(proc.pid, signal.SIGKILL)  # the driver dies; nothing of it runs its handlers
         proc.wait(timeout=30)
     finally:
