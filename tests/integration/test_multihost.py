@@ -181,7 +181,7 @@ def test_data_parallel_gradients_reduced_across_hosts_train_like_one_host(unbrok
     assert [losses["2x2"][s] for s in range(1, STEPS + 1)] == pytest.approx(
         [losses["1x4"][s] for s in range(1, STEPS + 1)], rel=1e-5
     )
-    assert losses["2x2"][STEPS - 1] < losses["2x2"][0]
+    assert losses["2x2"][STEPS] < losses["2x2"][1]
 
 
 def _assert_trains_like_one_slice(multi, out, hardware):
@@ -290,7 +290,7 @@ def test_a_two_host_finetune_stopped_and_resumed_trains_like_one_that_never_stop
             if "loss" in r
         }
 
-    assert losses(moved) == {s: v for s, v in losses(tmp_path / "whole").items() if s >= 2}
+    assert losses(moved) == {s: v for s, v in losses(tmp_path / "whole").items() if s > 2}  # rows: steps completed
 
     def trainable(out):
         return {k: v for k, v in ckpt.iter_arrays(ckpt.step_dir(str(out / "checkpoints"), 4), "trainable")}
