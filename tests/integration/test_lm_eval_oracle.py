@@ -26,7 +26,11 @@ from marin_lab.training.token_cache import write_token_cache
 
 pytestmark = pytest.mark.slow
 
-TASKS = (TaskSpec("arc_easy", 0, 20), TaskSpec("piqa", 0, 20), TaskSpec("copa", 0, 20), TaskSpec("hellaswag", 0, 8))
+# The first N items of each task (a seeded sample of piqa reaches an item longer than the tiny
+# model's 512-token context, which both backends would have to cut).
+TASKS = tuple(
+    TaskSpec(name, 0, n, "first") for name, n in (("arc_easy", 20), ("piqa", 20), ("copa", 20), ("hellaswag", 8))
+)
 ATOL, RTOL = 2e-4, 1e-5
 TEXT = (
     "Question: which of these is the answer? the cat sat on the mat because it was warm and the "
