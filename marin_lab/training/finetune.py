@@ -49,7 +49,7 @@ from marin_lab.training.finetune_state import (
 from marin_lab.training.hf_export import param_leaves
 from marin_lab.training.memory_plan import fit_advice, plan_memory
 from marin_lab.training.mesh import MeshConfig, MeshError, batch_divisor, batch_sharding
-from marin_lab.training.metrics import WandbConfig
+from marin_lab.training.metrics import WALL_CLOCK_FIELDS, WandbConfig
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.token_cache import TokenCache, TokenCacheError
 from marin_lab.training.trainer import LoopConfig, Trainer, programs
@@ -341,7 +341,7 @@ def evaluate_masked(eval_fn: Any, trainable: Any, frozen: Any, config: FinetuneC
 @reproducibility(
     non_artifacts=("wandb/*", *ckpt.RUN_LOG_FILES),
     volatile_fields={
-        METRICS_FILE: ("time", "tokens_per_s"),
+        METRICS_FILE: ("time", "tokens_per_s", *WALL_CLOCK_FIELDS),
         "finetune_summary.json": ("tokens_per_s",),
         **ckpt.VOLATILE_FIELDS,
     },

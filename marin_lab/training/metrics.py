@@ -141,6 +141,8 @@ before the save, which a resume keeps with the checkpoint), the restore and the 
 includes compilation) of a run. A run's first line also carries `segment_start` (when this run's
 logging began, epoch seconds) and, when it resumed past lines an interrupted run had logged,
 `resumed_at` and `steps_redone` (how many of those steps it is doing again)."""
+WALL_CLOCK_FIELDS = (*GOODPUT_FIELDS, "segment_start", "resumed_at", "steps_redone")
+"""What a metrics line holds from the wall clock: a run log's volatile fields for `marin-lab reproduce`."""
 
 
 class MetricsLogger:

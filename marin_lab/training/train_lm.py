@@ -47,7 +47,7 @@ from marin_lab.training.config import TrainLmConfig  # noqa: E402
 from marin_lab.training.data import MixtureLoader, held_out, validation_windows  # noqa: E402
 from marin_lab.training.errors import TrainingError  # noqa: E402
 from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding  # noqa: E402
-from marin_lab.training.metrics import device_peak_flops, mfu  # noqa: E402
+from marin_lab.training.metrics import WALL_CLOCK_FIELDS, device_peak_flops, mfu  # noqa: E402
 from marin_lab.training.token_cache import TokenCache, TokenCacheError  # noqa: E402
 from marin_lab.training.train_step import StepSettings, build_step, make_init_fn  # noqa: E402
 from marin_lab.training.trainer import Hook, LoopConfig, Start, Trainer, programs  # noqa: E402
@@ -270,7 +270,7 @@ def _check_model_metadata(config: TrainLmConfig, meta: dict[str, Any], path: str
 NON_ARTIFACTS = ("wandb/*", *ckpt.RUN_LOG_FILES)
 # Wall-clock facts and locations: the rest of each line and of the summary must match.
 VOLATILE_FIELDS = {
-    METRICS_FILE: ("time", "tokens_per_s", "mfu"),
+    METRICS_FILE: ("time", "tokens_per_s", "mfu", *WALL_CLOCK_FIELDS),
     "train_summary.json": ("tokens_per_s", "mfu", "environment", "wandb", "eval.time"),
     **ckpt.VOLATILE_FIELDS,
 }
