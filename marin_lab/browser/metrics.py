@@ -28,6 +28,8 @@ FP8_PREFIX = "fp8/"
 """Float8 statistics (per-layer amax, saturated and flushed fractions) are plotted too."""
 MAX_FP8_SERIES = 256
 """At most this many fp8/ series per step (a 64-layer model logs 5 per layer plus 2)."""
+MAX_VALIDATION_SERIES = 16
+"""At most this many validation losses (`eval/<set>/loss`) per step, charted beside the training loss."""
 MAX_KEYS = 512
 """At most this many metric names are listed per step (names longer than MAX_KEY_CHARS are skipped)."""
 MAX_KEY_CHARS = 200
@@ -84,8 +86,8 @@ def _lines(f: IO[bytes], start: int, length: int, size: int) -> list[bytes]:
 
 
 def read_metrics(roots: Roots, step_dir: str, metric: str | None = None) -> dict:
-    """Series of (step, value) for each known metric; bad lines (see `store.metrics.parse_metrics_line`)
-    are counted, not fatal.
+    """Series of (step, value) for each known metric, the float8 statistics and the validation
+    losses; bad lines (see `store.metrics.parse_metrics_line`) are counted, not fatal.
 
     With `metric`, only that series (any key of the rows, e.g. `eval/valid/loss`) is read.
     """
@@ -95,6 +97,7 @@ def read_metrics(roots: Roots, step_dir: str, metric: str | None = None) -> dict
     keys: set[str] = set()
     bad_lines = 0
     rows = 0
+    fp8_count = eval_count = 0
     try:
         f = open_file(roots, url)
     except (NotFoundError, FileNotFoundError):
@@ -120,11 +123,13 @@ def read_metrics(roots: Roots, step_dir: str, metric: str | None = None) -> dict
                     for name in row:
                         if len(keys) < MAX_KEYS and name not in keys and _plottable(row, name):
                             keys.add(name)
-                        if (
-                            not metric
-                            and name.startswith(FP8_PREFIX)
-                            and (name in series or len(series) < len(SERIES) + MAX_FP8_SERIES)
-                        ):
+                        if metric or name in wanted:
+                            continue
+                        if name.startswith(FP8_PREFIX) and (name in series or fp8_count < MAX_FP8_SERIES):
+                            fp8_count += name not in series
+                            _add(series.setdefault(name, _Thinned()), row, name)
+                        elif is_validation_loss(name) and (name in series or eval_count < MAX_VALIDATION_SERIES):
+                            eval_count += name not in series
                             _add(series.setdefault(name, _Thinned()), row, name)
     out = {
         "state": "ok",
@@ -137,6 +142,11 @@ def read_metrics(roots: Roots, step_dir: str, metric: str | None = None) -> dict
     if len(windows) > 1:
         out["sampled"] = {"bytes_read": sum(n for _, n in windows), "size": size, "windows": len(windows)}
     return out
+
+
+def is_validation_loss(name: str) -> bool:
+    """`eval/<set>/loss`, the loss on a validation set that training logs every `steps_per_eval`."""
+    return name.startswith("eval/") and name.endswith("/loss") and len(name) > len("eval//loss")
 
 
 def _add(points: _Thinned, row: dict, name: str) -> None:

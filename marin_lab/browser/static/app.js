@@ -297,7 +297,7 @@ function drawGraph(exp) {
         filter();
       }});
     wrap.replaceChildren(dag.root);
-    requestAnimationFrame(dag.readable);
+    requestAnimationFrame(dag.openView);
     filter();
   };
   const search = el("input", {id: "graph-search", type: "search", placeholder: "filter steps by name", oninput: () => filter()});
@@ -330,7 +330,8 @@ function drawGraph(exp) {
   };
   const controls = el("div", {class: "graph-controls"}, search, statusSel,
     el("label", {title: "one node per name prefix shared by several steps"}, groupBox, " group by name prefix"),
-    el("button", {id: "graph-fit", onclick: () => dag.fit(), text: "Fit to width"}), el("button", {id: "graph-actual", onclick: () => dag.actual(), text: "1:1"}),
+    el("button", {id: "graph-fit", onclick: () => dag.fit(), text: "Fit to width"}),
+    el("button", {id: "graph-last", onclick: () => dag.openView(), text: "Last steps"}), el("button", {id: "graph-actual", onclick: () => dag.actual(), text: "1:1"}),
     el("button", {onclick: () => dag.zoom(1 / 1.3), text: "+"}), el("button", {onclick: () => dag.zoom(1.3), text: "−"}), clear, count);
   render();
   return el("div", {}, controls, wrap);
@@ -400,17 +401,30 @@ function dagSvg(exp, view, actions) {
   });
   window.addEventListener("pointerup", () => { start = null; setTimeout(() => { dragged = false; }, 0); });
   apply();
-  // Open at a scale where step names can be read: never below READABLE_SCALE (a wide DAG then
-  // opens at its left end and pans; "Fit to width" still shows it whole), and tall enough for it.
-  const readable = () => {
-    const cw = root.clientWidth || full.w; const scale = Math.max(READABLE_SCALE, Math.min(1, cw / full.w));
+  // The last layer: the steps a run ends in (the trained and evaluated models), what a reader looks for first.
+  const lastLayer = () => {
+    const ps = Object.values(L.positions); const right = Math.max(...ps.map(p => p.x));
+    const last = ps.filter(p => p.x >= right - 1);
+    const top = Math.min(...last.map(p => p.y)), bottom = Math.max(...last.map(p => p.y)) + h;
+    return {x: right - pad, y: top - pad, w: w + 2 * pad, h: bottom - top + 2 * pad};
+  };
+  // Open fitted on the last layer, at a scale where step names can be read: never below READABLE_SCALE
+  // unless the last layer needs it to be seen whole. A DAG wider than the page opens at its right
+  // end, the earlier steps to the left to pan to ("Fit to width" shows it whole); a taller one
+  // opens centred on the last layer.
+  const openView = () => {
+    const cw = root.clientWidth || full.w; const box = lastLayer();
+    const scale = Math.min(Math.max(READABLE_SCALE, Math.min(1, cw / full.w)), GRAPH_MAX_HEIGHT / box.h, cw / box.w);
     root.setAttribute("height", Math.round(Math.min(Math.max(full.h * scale, 160), GRAPH_MAX_HEIGHT)));
-    view_ = {x: full.x, y: full.y, w: cw / scale, h: (root.clientHeight || full.h * scale) / scale}; apply();
+    const vw = cw / scale, vh = (root.clientHeight || full.h * scale) / scale;
+    const y = vh >= full.h ? full.y : Math.min(Math.max(box.y + box.h / 2 - vh / 2, full.y), full.y + full.h - vh);
+    view_ = {x: vw >= full.w ? full.x : full.x + full.w - vw, y, w: vw, h: vh}; apply();
+    root.dataset.opened = "last-layer";
   };
   // An edge is dimmed when either end shows nothing that matches (a group: none of its members).
   const membersOf = key => byKey[key] && byKey[key].group ? byKey[key].members : [key];
   const hiddenEnd = (path, hidden) => [path.dataset.from, path.dataset.to].some(k => membersOf(k).every(m => hidden.has(m)));
-  return {root, fit, actual, zoom, readable, hiddenEnd};
+  return {root, fit, actual, zoom, openView, hiddenEnd};
 }
 
 async function renderExperiment(id) {
@@ -593,14 +607,15 @@ async function renderStep(params) {
       live.heartbeat ? ` · heartbeat ${live.heartbeat}` : "",
       live.progress ? el("div", {class: "mono progress", text: live.progress}) : null));
   }
+  // The curves first: what a training step is opened for, above its result and record.
+  if (step.has_metrics || step.has_results) parts.push(el("h2", {text: "Training and evaluation"}),
+    exp && step.has_metrics ? el("p", {}, el("a", {id: "compare-link", href: compareLink(exp), text: "Compare with the other runs of this experiment"})) : null,
+    el("div", {id: "metrics"}, el("p", {class: "muted", text: "Loading metrics…"})));
   if (r && r.result !== undefined && r.result !== null) parts.push(el("h2", {text: "Result"}), pre(r.result, "result"));
   if (r && r.error) parts.push(el("h2", {text: "Error"}), pre(r.error, "error-text"));
   parts.push(el("h2", {text: "Log"}), el("div", {id: "log-box"}, el("p", {class: "muted", text: "Loading the log…"})));
   parts.push(el("h2", {text: "Dependencies"}), stepLinks(step.dependencies, exp));
   parts.push(el("h2", {text: "Dependents"}), stepLinks(step.dependents, exp));
-  if (step.has_metrics || step.has_results) parts.push(el("h2", {text: "Training and evaluation"}),
-    exp && step.has_metrics ? el("p", {}, el("a", {id: "compare-link", href: compareLink(exp), text: "Compare with the other runs of this experiment"})) : null,
-    el("div", {id: "metrics"}, el("p", {class: "muted", text: "Loading metrics…"})));
   if (r) {
     const hist = Array.isArray(r.status_history) ? r.status_history : [];
     parts.push(el("h2", {text: "Status history"}), table(["Status", "Time", "Attempt", "Driver", "Message"],
@@ -751,7 +766,7 @@ function redrawCharts() {
 
 // One chart, several runs overlaid; hovering shows each run's value at the nearest logged step.
 // series: [{label, key, points: [[step, value], ...]}]. opts: {width, height, onHover(at, values),
-// smoothing, logY}: with onHover the values go to the caller (the compare view lists them in a table)
+// smoothing, logY, metric (data-metric, when the title says more)}: with onHover the values go to the caller (the compare view lists them in a table)
 // and the chart itself shows only the step; smoothing / logY given here override the page's controls.
 function linePlot(title, series, opts) {
   const o = opts || {};
@@ -810,7 +825,7 @@ function drawChart(title, series, o) {
   fig.querySelectorAll("style").forEach(s => s.remove());
   fig.classList.add("chart");
   const xScale = fig.scale("x");
-  Object.assign(fig.dataset, {metric: title, points: series.length ? series[0].points.length : 0, series: series.length,
+  Object.assign(fig.dataset, {metric: o.metric || title, points: series.length ? series[0].points.length : 0, series: series.length,
     scale: logY ? "log" : "linear", plotLeft: M.left, plotRight: W - M.right});
   if (wantLog && !logY) fig.dataset.logRefused = "values at or below zero";
   // One path per run, in order: named so that a reader (and a test) can tell which is which.
@@ -852,6 +867,26 @@ function nearestPoint(points, x) {
   return best;
 }
 
+// The validation losses a training step logs every steps_per_eval: eval/<set>/loss.
+const validationKeys = series => Object.keys(series).filter(k => /^eval\/.+\/loss$/.test(k) && series[k].length).sort();
+// Training and validation loss of each run on one chart, where a gap between them shows.
+function lossSeries(runs) {
+  const withValidation = runs.some(r => validationKeys(r.series).length);
+  const out = [];
+  for (const r of runs) {
+    if (r.series.loss && r.series.loss.length) out.push({label: withValidation ? `${r.label} · train` : r.label, points: r.series.loss});
+    for (const k of validationKeys(r.series)) out.push({label: `${r.label} · validation ${k.slice(5, -5)}`, points: r.series[k]});
+  }
+  return out;
+}
+function lossPlot(series) {
+  const validation = series.some(s => s.label.includes(" · validation "));
+  const box = linePlot(validation ? "loss: train and validation" : "loss", series, {metric: "loss"});
+  if (validation) box.appendChild(el("p", {class: "legend", id: "loss-legend"}, series.map((s, i) =>
+    el("span", {class: `series-key series-${i % SERIES_COLOURS}${i >= SERIES_COLOURS ? " dashed" : ""}`, text: s.label}))));
+  return box;
+}
+
 // `others`: earlier versions of the same step ({label, path}), drawn on the same charts.
 async function renderMetrics(path, others) {
   const [data, ...rest] = await Promise.all([api(`/api/metrics?${q({path})}`),
@@ -862,9 +897,10 @@ async function renderMetrics(path, others) {
   if (m.state === "ok") {
     const runs = [{label: "this run", series: m.series}, ...(others || []).map((o, i) => ({label: o.label,
       series: rest[i] && rest[i].metrics.state === "ok" ? rest[i].metrics.series : null})).filter(r => r.series)];
-    const plots = ["loss", "learning_rate", "tokens_per_s", "grad_norm", "mfu"].filter(k => m.series[k] && m.series[k].length);
+    const plots = ["learning_rate", "tokens_per_s", "grad_norm", "mfu"].filter(k => m.series[k] && m.series[k].length);
+    const losses = lossSeries(runs);
     out.push(chartControls());
-    out.push(el("div", {class: "plots", id: "plots"}, plots.map(k => linePlot(k,
+    out.push(el("div", {class: "plots", id: "plots"}, losses.length ? lossPlot(losses) : null, plots.map(k => linePlot(k,
       runs.filter(r => r.series[k] && r.series[k].length).map(r => ({label: r.label, points: r.series[k]}))))));
     if (runs.length > 1) out.push(el("p", {class: "legend", id: "overlay-legend"}, runs.map((r, i) =>
       el("span", {class: `series-key series-${i % SERIES_COLOURS}`, text: r.label}))));
