@@ -13,6 +13,9 @@ PROCESS_ID = "MARIN_PROCESS_ID"
 """This host's index: `slice_id * hosts_per_slice + worker_id`."""
 NUM_SLICES = "MARIN_NUM_SLICES"
 """Slices the step runs on (its mesh's `replica` axis should have as many entries)."""
+MESH_FOLLOWS_HARDWARE = "MARIN_MESH_FOLLOWS_HARDWARE"
+"""Set to "1" when the step accepted several slice shapes (`TpuAlternatives`): the trainer lays its
+mesh's `replica` axis over the slices it was given (`distributed.mesh_for_hardware`)."""
 
 PREEMPTION_NOTICE = threading.Event()
 """Set in a host's process when its VM got a preemption notice (the slice runner polls the

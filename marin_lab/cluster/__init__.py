@@ -1,12 +1,14 @@
 """Preemptible TPU clusters: slice-aware running on Ray, preemption handling, provisioning.
 
-Users write `ExecutorStep(..., resources=TpuResources(tpu="v5e-256", slices=2))`. The executor
+Users write `ExecutorStep(..., resources=TpuResources(tpu="v5e-256", slices=2))`, or
+`TpuAlternatives(["v5p-64", "2 x v5e-256"])` for any of several shapes (`alternatives.py`). The executor
 calls the resource object's `validate()` while planning and its `run(fn, config, step_name=...)`
 on the Ray backend; a lost slice surfaces as `PreemptedError`, retried from the preemption budget,
 anything else as a failure. Provisioning (queued resources through the Cloud TPU API) and the
 `marin-lab cluster up|status|down` commands live in `provision.py` and `cli.py`.
 """
 
+from marin_lab.cluster.alternatives import TpuAlternatives
 from marin_lab.cluster.classify import (
     FAILURE,
     PREEMPTION,
@@ -39,6 +41,7 @@ __all__ = [
     "ProvisioningError",
     "SliceCapacityTimeout",
     "StepCancelled",
+    "TpuAlternatives",
     "TpuRequestError",
     "TpuResources",
     "TpuType",

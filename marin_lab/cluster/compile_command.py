@@ -10,6 +10,7 @@ stderr and makes the exit code 1, as does bad input (one line naming the step an
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import sys
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 
 from marin_lab.cluster.compile_report import FORMATS, render
 from marin_lab.cluster.tpu_compile import HEADROOM_BYTES, StepReport, compare_remat, compile_training_step
-from marin_lab.cluster.tpu_topology import GiB, parse_topology, require_libtpu, topology_for_resources
+from marin_lab.cluster.tpu_topology import GiB, parse_topology, require_libtpu, topologies_for_resources
 from marin_lab.errors import MarinLabError
 from marin_lab.execution import ExecutorMainConfig
 from marin_lab.execution.executor import Executor, default_prefix
@@ -127,17 +128,21 @@ def compile_experiment(
         )
     reports = []
     for ps in selected:
-        target = forced or topology_for_resources(ps.step.resources)
-        if target is None:
+        targets = [forced] if forced else topologies_for_resources(ps.step.resources)
+        if not targets:
             raise MarinLabError(
                 f"step {ps.name!r}: field resources declares no TPU ({ps.step.resources!r}); pass "
                 "--topology (e.g. v5e-256x2) to compile it for one"
             )
         function = "train_lm" if isinstance(ps.step.config, TrainLmConfig) else "finetune_lm"
-        if policies is None:
-            reports.append(compile_training_step(ps.name, function, ps.step.config, target))
-        else:
-            reports.extend(compare_remat(ps.name, function, ps.step.config, target, policies))
+        for target in targets:  # TPU alternatives: the step compiled for every shape it may be given
+            config = ps.step.config
+            if len(targets) > 1:  # the mesh's replica axis follows the alternative, as on the hosts
+                config = dataclasses.replace(config, mesh=config.mesh.on_slices(target.slices))
+            if policies is None:
+                reports.append(compile_training_step(ps.name, function, config, target))
+            else:
+                reports.extend(compare_remat(ps.name, function, config, target, policies))
     return reports
 
 

@@ -128,7 +128,15 @@ def parse_cluster_config(raw: Mapping[str, Any], source: str = "<dict>") -> Clus
         raise _fail(source, f"zone {raw['zone']!r} is not in region {raw['region']!r}")
     head = raw.get("head") or {}
     workers = []
+    if not isinstance(raw.get("tpu_workers") or {}, Mapping):
+        raise _fail(
+            source, "tpu_workers must map a TPU type to its fields, e.g. tpu_workers: {v4-128: {max_slices: 2}}"
+        )
+    if not isinstance(raw.get("queued_resources") or [], list):
+        raise _fail(source, "queued_resources must be a list of slices, e.g. queued_resources: [{name: a, tpu: v4-8}]")
     for tpu, spec in (raw.get("tpu_workers") or {}).items():
+        if spec is not None and not isinstance(spec, Mapping):
+            raise _fail(source, f"tpu_workers.{tpu} must be a mapping of fields, e.g. {{max_slices: 2}}")
         spec = dict(spec or {})
         try:
             name = parse_tpu_type(tpu).name

@@ -299,9 +299,23 @@ class GpuResources:
 _TPU_KEYS = {f.name for f in dataclasses.fields(TpuResources)}
 
 
-def resources_from_dict(spec: Mapping[str, Any]) -> TpuResources | GpuResources | CpuResources:
-    """Build a resource request from a dict: {"tpu": "v5e-256", "slices": 2}, {"gpus": 1}, {"cpus": 4}."""
+def resources_from_dict(spec: Mapping[str, Any]) -> Any:
+    """Build a resource request from a dict: {"tpu": "v5e-256", "slices": 2}, {"gpus": 1}, {"cpus": 4};
+    {"tpu": ["v5p-64", "2 x v5e-256"], "wait_s": 600} is a TpuAlternatives."""
     spec = dict(spec)
+    if isinstance(spec.get("tpu"), (list, tuple)):
+        from marin_lab.cluster.alternatives import TpuAlternatives, with_slice_count
+
+        fields = {f.name for f in dataclasses.fields(TpuAlternatives)} - {"options"}
+        unknown = set(spec) - fields - {"tpu", "slices"}
+        if unknown:
+            raise TpuRequestError(
+                f"unknown TPU alternatives field(s) {sorted(unknown)}; known: tpu, slices, {', '.join(sorted(fields))}"
+            )
+        options = with_slice_count(spec.pop("tpu"), spec.pop("slices", 1))
+        alternatives = TpuAlternatives(options, **spec)
+        alternatives.validate()
+        return alternatives
     if "tpu" in spec:
         unknown = set(spec) - _TPU_KEYS
         if unknown:

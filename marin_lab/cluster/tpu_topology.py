@@ -173,6 +173,14 @@ def topology_for_resources(resources: Any) -> Topology | None:
     return parse_topology(tpu, slices)
 
 
+def topologies_for_resources(resources: Any) -> list[Topology]:
+    """Every topology a step may run on: one per alternative of a TpuAlternatives, else the one
+    `topology_for_resources` names (none for a step without TPUs)."""
+    shapes = getattr(resources, "shapes", None)
+    candidates = shapes() if callable(shapes) else [resources]
+    return [t for t in (topology_for_resources(c) for c in candidates) if t is not None]
+
+
 __all__ = [
     "CHIPS",
     "INSTALL_HINT",
@@ -181,5 +189,6 @@ __all__ = [
     "known_topologies",
     "parse_topology",
     "require_libtpu",
+    "topologies_for_resources",
     "topology_for_resources",
 ]

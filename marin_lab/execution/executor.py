@@ -180,7 +180,7 @@ class Executor:
             plan = build_plan(steps, self.prefix)
             for ps in plan.uncommon_steps():
                 if ps.step.resources is not None:
-                    validate_resources(ps.name, ps.step.resources)
+                    validate_resources(ps.name, ps.step.resources, ps.step.config)
             egress = check_egress(
                 plan,
                 self.regions,

@@ -15,8 +15,10 @@ since `GpuConfig` is Marin's older name) or `CpuConfig`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
+from marin_lab.cluster.alternatives import TpuAlternatives, parse_shape, with_slice_count
 from marin_lab.cluster.resources import GpuResources, TpuResources
 from marin_lab.versioning import field_hints
 
@@ -79,10 +81,14 @@ class CpuConfig(_Request):
 @field_hints
 @dataclasses.dataclass(frozen=True)
 class TpuConfig(_Request):
-    """Fray's TPU device: a slice type such as "v5p-8"."""
+    """Fray's TPU device: a slice type such as "v5p-8", or several acceptable ones in order."""
 
-    variant: str
+    variant: str | tuple[str, ...]
     kind: str = "tpu"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.variant, str):
+            object.__setattr__(self, "variant", tuple(self.variant))
 
 
 @field_hints
@@ -112,7 +118,7 @@ class ResourceConfig(_Request):
 
     @staticmethod
     def with_tpu(
-        tpu_type: str,
+        tpu_type: str | Sequence[str],
         *,
         slice_count: int = 1,
         cpu: float = 1,
@@ -122,14 +128,15 @@ class ResourceConfig(_Request):
         regions: Any = None,
         **_ignored: Any,
     ) -> ResourceConfig:
-        """Whole TPU slices of `tpu_type` (e.g. "v5p-8", "v6e-256"), `slice_count` of them."""
+        """Whole TPU slices of `tpu_type` (e.g. "v5p-8", "v6e-256"), `slice_count` of them; a list of
+        types is a list of alternatives, preferred first (`TpuAlternatives`)."""
         if slice_count < 1:
             raise ValueError(f"slice_count must be at least 1, got {slice_count}")
         return ResourceConfig(
             cpu=cpu,
             ram=ram,
             disk=disk,
-            device=TpuConfig(variant=tpu_type),
+            device=TpuConfig(variant=tpu_type if isinstance(tpu_type, str) else tuple(tpu_type)),
             replicas=slice_count,
             preemptible=preemptible,
             regions=tuple(regions) if regions else None,
@@ -179,7 +186,15 @@ def step_resources(resources: Any) -> tuple[Any, str | None, int]:
         resources = ResourceConfig(device=resources)
     if isinstance(resources, ResourceConfig):
         device = resources.device
-        if isinstance(device, TpuConfig):
+        if isinstance(device, TpuConfig) and isinstance(device.variant, tuple):
+            shapes = with_slice_count(device.variant, resources.replicas)
+            first = parse_shape(shapes[0])
+            return (
+                TpuAlternatives(shapes, preemptible=resources.preemptible),
+                first.tpu,
+                first.slice_counts[-1],
+            )
+        if isinstance(device, TpuConfig) and isinstance(device.variant, str):
             return (
                 TpuResources(tpu=device.variant, slices=resources.replicas, preemptible=resources.preemptible),
                 device.variant,

@@ -99,6 +99,16 @@ def initialize_from_env(env: Mapping[str, str] | None = None) -> bool:
     return True
 
 
+def mesh_for_hardware(mesh: Any, env: Mapping[str, str] | None = None) -> Any:
+    """The step's mesh config on the hardware it was given: when the step accepted several slice
+    shapes (`TpuAlternatives` sets MESH_FOLLOWS_HARDWARE), its `replica` axis spans the slices the
+    runner placed; otherwise the config's own."""
+    env = os.environ if env is None else env
+    if env.get(host_env.MESH_FOLLOWS_HARDWARE) == "1" and host_env.NUM_SLICES in env:
+        return mesh.on_slices(int(env[host_env.NUM_SLICES]))
+    return mesh
+
+
 def check_slices(mesh_slices: int, env: Mapping[str, str] | None = None) -> None:
     """Compare the mesh's slice count with the slices the slice runner gave the step.
 

@@ -33,6 +33,7 @@ from marin_lab.models.llama import REMAT_POLICIES, LlamaConfig, init_params
 from marin_lab.peft.lora import LoraConfig, LoraError, merge_lora
 from marin_lab.store.layout import METRICS_FILE
 from marin_lab.training import checkpoint as ckpt
+from marin_lab.training import distributed
 from marin_lab.training.base_model import QuantConfig, load_base, quantize_params
 from marin_lab.training.base_stream import BaseSource, load_frozen, load_saved, open_base
 from marin_lab.training.checkpoint import CheckpointConfig
@@ -355,8 +356,9 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
     quantized = source.quantization
     if quantized is not None and config.mode != "qlora":
         raise TrainingError(f"base {config.base} is NF4-quantized; it can only be fine-tuned with mode='qlora'")
+    mesh_config = distributed.mesh_for_hardware(config.mesh)
     try:
-        mesh = config.mesh.build()
+        mesh = mesh_config.build()
     except MeshError as err:
         raise TrainingError(str(err)) from err
     if config.batch_size % batch_divisor(mesh):
@@ -390,8 +392,8 @@ def finetune_lm(config: FinetuneConfig) -> dict[str, Any]:
         plan,
         config.optimizer,
         config.num_train_steps,
-        config.mesh,
-        config.mesh.param_sharding,
+        mesh_config,
+        mesh_config.param_sharding,
         _Struct(frozen_abs),
         _Struct(trainable_abs),
     )

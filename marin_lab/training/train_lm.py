@@ -290,9 +290,10 @@ def train_lm(
     trainer = Trainer(loop_config(config), config, logger=logger)  # joins the step's JAX cluster first
     validate_config(config)
     hooks = _evaluation_hooks(config, evaluation)
+    mesh_config = distributed.mesh_for_hardware(config.mesh)
     try:
-        distributed.check_slices(config.mesh.slices)
-        mesh = config.mesh.build()
+        distributed.check_slices(mesh_config.slices)
+        mesh = mesh_config.build()
     except MeshError as err:
         raise TrainingError(str(err)) from err
     check_batch(config, mesh)
@@ -306,7 +307,7 @@ def train_lm(
     try:
         _check_start_checkpoint(config, trainer.resume_checkpoint())
         _shardings, init_fn, step_fn = _programs(
-            config.model, config.optimizer, config.num_train_steps, step_settings(config), config.mesh
+            config.model, config.optimizer, config.num_train_steps, step_settings(config), mesh_config
         )
         key = jax.random.key(config.seed)
         # Resuming needs only the state's shapes and shardings: eval_shape, not a compiled init.

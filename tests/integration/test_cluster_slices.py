@@ -469,3 +469,78 @@ def test_a_killed_driver_is_started_again_and_the_tpu_step_resumes(tpu_cluster, 
     assert np.load(info_path.parent / "final_params.npy").tobytes() == _reference_digest(tmp_path, num_steps=60)
     assert sorted(info["hardware"]["placement_groups"]) == left  # the new driver reused them
     _no_groups_left()
+
+
+def test_alternatives_run_on_the_first_shape_ray_places_and_the_record_names_it(tpu_cluster, tmp_path):
+    """Three slices of a type the cluster has two of, then two: the first is waited for `wait_s`
+    (saying why, as alternative 1 of 2), released whole, and the second runs; nothing stays held."""
+    from marin_lab.cluster import TpuAlternatives
+
+    heard: list[str | None] = []
+    placed: list[dict] = []
+    resources = TpuAlternatives([f"3 x {TPU}", f"2 x {TPU}"], wait_s=3, capacity_timeout_s=60)
+    outcome = resources.run(
+        report_host,
+        ReportHostConfig(output_path=str(tmp_path)),
+        step_name="alternatives/first",
+        on_hardware=placed.append,
+        on_pending=heard.append,
+    )
+    assert outcome.hardware["alternative"] == f"2 x {TPU}" and outcome.hardware["slices"] == 2
+    assert outcome.hardware["alternatives"] == [f"3 x {TPU}", f"2 x {TPU}"]
+    assert placed and placed[0]["alternative"] == f"2 x {TPU}"  # the record hears it once placed
+    assert heard[0] is not None and heard[0].startswith("alternative 1 of 2: waiting ")
+    assert heard[0].endswith("the other not in the cluster (infeasible until nodes are added)")
+    assert outcome.result["env"]["MARIN_MESH_FOLLOWS_HARDWARE"] == "1"
+    assert outcome.result["env"]["MARIN_NUM_SLICES"] == "2"
+    _no_groups_left()
+
+    nothing = TpuAlternatives([f"3 x {TPU}", f"4 x {TPU}"], wait_s=1, capacity_timeout_s=4)
+    with pytest.raises(SliceCapacityTimeout) as raised:
+        nothing.run(report_host, ReportHostConfig(output_path=str(tmp_path / "none")), step_name="alternatives/none")
+    message = str(raised.value)
+    assert "\n" not in message and "'alternatives/none'" in message
+    assert f"3 x {TPU}, 4 x {TPU}" in message and "capacity_timeout_s" in message
+    _no_groups_left()
+
+
+@pytest.mark.slow
+def test_a_preempted_run_resumes_on_the_next_alternative_bit_identical(tpu_cluster, tmp_path):
+    """Two slices are preferred, one is acceptable: slice-b loses a host mid-run, the retry cannot
+    have two whole slices within the wait, so it resumes on slice-a alone and ends bit-identical;
+    each attempt's record names its shape."""
+    from marin_lab.cluster import TpuAlternatives
+
+    prefix = tmp_path / "prefix"
+    outcome: dict = {}
+    resources = TpuAlternatives([f"2 x {TPU}", TPU], wait_s=4, capacity_timeout_s=120)
+
+    def drive() -> None:  # Ray's test cluster adds and removes nodes from the main thread only
+        try:
+            outcome["run"] = _run_step(prefix, "train/alt", resources, num_steps=40, step_sleep_s=0.05)
+        except BaseException as err:  # noqa: BLE001 - re-raised below
+            outcome["error"] = err
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    deadline = time.monotonic() + 300
+    while _checkpoint_marker(prefix, "train/alt", 10) is None:
+        assert driver.is_alive() and time.monotonic() < deadline, f"never reached step 10: {outcome}"
+        time.sleep(0.05)
+    tpu_cluster.remove_host("slice-b", 1, wait_until_dead=True)
+    try:
+        driver.join(timeout=300)
+    finally:
+        tpu_cluster.add_host("slice-b", 1)
+    if "error" in outcome:
+        raise outcome["error"]
+    info, out = outcome["run"]
+
+    assert info["status"] == "SUCCESS", info.get("error")
+    assert [a["kind"] for a in info["attempts"]] == ["preemption", None]
+    first, second = (a["hardware"] for a in info["attempts"])
+    assert first["alternative"] == f"2 x {TPU}" and first["slices"] == 2
+    assert second["alternative"] == TPU and second["slice_names"] == ["slice-a"]
+    assert 10 <= info["result"]["resumed_from"] < 40
+    assert np.load(out / "final_params.npy").tobytes() == _reference_digest(tmp_path, num_steps=40)
+    _no_groups_left()

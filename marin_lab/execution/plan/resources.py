@@ -101,7 +101,9 @@ def is_runner(resources: Any) -> bool:
     return resources is not None and not isinstance(resources, dict) and isinstance(resources, HardwareRunner)
 
 
-def validate_resources(step_name: str, resources: Any) -> None:
+def validate_resources(step_name: str, resources: Any, config: Any = None) -> None:
+    """Refuse, naming the step, a request that can never be met; a runner with `check_step(config)`
+    (TpuAlternatives) also checks the step's config fits every shape it may be given."""
     if resources is None:
         return
     if isinstance(resources, dict):
@@ -118,8 +120,11 @@ def validate_resources(step_name: str, resources: Any) -> None:
             "an object with describe/validate/run (a HardwareRunner such as marin_lab.cluster.TpuResources), or "
             "one of marin_lab.resources (CpuOnlyConfig, GpuConfig, TpuPodConfig, ResourceConfig)"
         )
+    check_step = getattr(resources, "check_step", None)
     try:
         resources.validate()
+        if callable(check_step) and config is not None:
+            check_step(config)
     except Exception as err:
         if str(err).startswith("step '"):
             raise

@@ -45,6 +45,9 @@ def _without(key):
             r"queued_resources\[0\] \(q\): a reservation needs spot: false",
         ),
         ([1, 2], "must be a YAML mapping"),
+        ({**BASE, "tpu_workers": [{"tpu": "v4-8", "max_slices": 1}]}, "tpu_workers must map a TPU type to its fields"),
+        ({**BASE, "tpu_workers": {"v4-8": 2}}, "tpu_workers.v4-8 must be a mapping of fields"),
+        ({**BASE, "queued_resources": {"q": {}}}, "queued_resources must be a list of slices"),
     ],
 )
 def test_bad_cluster_configs_fail_before_anything_runs(raw, message):
