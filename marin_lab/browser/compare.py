@@ -1,15 +1,20 @@
-"""The runs of one experiment that can be compared: its steps with a `metrics.jsonl`, each labelled.
+"""The runs that can be compared: steps with a `metrics.jsonl`, each labelled; and two experiments' diff.
 
-The compare page (`#/compare/<experiment>`) overlays one metric of the chosen runs on one chart;
+The compare page (`#/compare/<experiment>?with=<other>`) overlays one metric of the chosen runs on
+one chart, from one experiment or across several (two learning rates in two experiment files);
 this module answers which runs there are and what to call them. A label names what sets runs apart
 in a training config (compute dtype, the precision policy's non-default fields, the seed), read
-from each step's record; a record that is missing or corrupt just gives no label.
+from each step's record; a record that is missing or corrupt just gives no label. The
+compare-experiments page (`#/diff?a=A&b=B`) gets what differs between two experiment records,
+step by step (`experiment_diff.diff_records`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from marin_lab.browser.experiment_diff import diff_records
 from marin_lab.browser.records import Browser
 from marin_lab.browser.storage import child, exists, load_json, parallel_map
 from marin_lab.io.secrets import redact
@@ -32,10 +37,18 @@ _PRECISION_NAMES = {
 }
 
 
-def training_runs(browser: Browser, exp_id: str) -> dict[str, Any]:
-    """The experiment's steps that logged metrics, in the experiment's order, with labels."""
+def training_runs(browser: Browser, exp_id: str, others: Sequence[str] = ()) -> dict[str, Any]:
+    """The steps of the experiment (then of each of `others`) that logged metrics, in each
+    experiment's order, with labels; a step two experiments share is listed once, under the first."""
     exp = browser.experiment(exp_id)
-    steps = [s for s in exp.get("steps", []) if s.get("output_path")]
+    extra = [browser.experiment(o) for o in dict.fromkeys(others) if o != exp_id]
+    seen: set[str] = set()
+    steps = []
+    for e in (exp, *extra):
+        for s in e.get("steps", []):
+            if s.get("output_path") and s["key"] not in seen:
+                seen.add(s["key"])
+                steps.append({**s, "experiment": e["id"]})
     has_metrics = parallel_map(
         lambda s: exists(browser.roots, child(s["output_path"], METRICS_FILE)), steps, local=browser.local
     )
@@ -56,6 +69,7 @@ def training_runs(browser: Browser, exp_id: str) -> dict[str, Any]:
                 "output_path": step["output_path"],
                 "status": step["status"],
                 "label": config_label(redact(config)) if isinstance(config, dict) else None,
+                "experiment": step["experiment"],
             }
         )
     return {
@@ -63,9 +77,51 @@ def training_runs(browser: Browser, exp_id: str) -> dict[str, Any]:
         "name": exp.get("name") or exp["id"],
         "state": exp.get("state"),
         "error": exp.get("error"),
+        "experiments": [
+            {"id": e["id"], "name": e.get("name") or e["id"], "state": e.get("state"), "error": e.get("error")}
+            for e in (exp, *extra)
+        ],
         "runs": runs,
         "more": len(found) - len(shown),
     }
+
+
+def experiments_diff(browser: Browser, a_id: str, b_id: str) -> dict[str, Any]:
+    """What experiment `b_id` differs by from `a_id`, step by step, with each one's header; a
+    damaged record is named in its header (`state`, `error`) and the steps are not compared."""
+    loaded = {k: browser.experiment_record(k) for k in (a_id, b_id)}
+    headers = {}
+    for key, item in loaded.items():
+        record: dict[str, Any] = item.value if item.state == "ok" else {}
+        git = _dict(record.get("git"))
+        headers[key] = {
+            "id": key,
+            "file": item.url,
+            "state": item.state,
+            "error": item.error,
+            **{f: _text(record.get(f)) for f in ("name", "script", "created", "hash")},
+            "commit": _text(git.get("commit")),
+            "steps": len(_list(record.get("steps"))),
+        }
+    a, b = loaded[a_id], loaded[b_id]
+    both = a.state == "ok" and b.state == "ok"
+    diff = diff_records(a.value, b.value) if both else {"steps": [], "counts": {}, "summary": []}
+    paths = {**_output_paths(browser, a.value), **_output_paths(browser, b.value)} if both else {}
+    for row in diff["steps"]:
+        row["a_output_path"], row["b_output_path"] = paths.get(row["a"] or ""), paths.get(row["b"] or "")
+    same_script = both and headers[a_id]["script"] is not None and headers[a_id]["script"] == headers[b_id]["script"]
+    return {"a": headers[a_id], "b": headers[b_id], "same_script": same_script, **diff}
+
+
+def _output_paths(browser: Browser, record: dict[str, Any]) -> dict[str, str]:
+    """identity -> the step's folder (confined to the roots) for the steps of a record."""
+    out = {}
+    for step in _list(record.get("steps")):
+        if isinstance(step, dict) and isinstance(step.get("identity"), str):
+            path = browser.step_dir(step)
+            if path is not None:
+                out[step["identity"]] = path
+    return out
 
 
 def short_identity(identity: str) -> str:
@@ -101,3 +157,15 @@ def _label(config: dict[str, Any]) -> str | None:
     if isinstance(config.get("seed"), int) and not isinstance(config["seed"], bool):
         parts.append(f"seed {config['seed']}")
     return " · ".join(parts) or None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

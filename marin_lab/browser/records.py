@@ -15,6 +15,7 @@ from typing import Any
 
 from marin_lab.browser import graph
 from marin_lab.browser.errors import BadRequestError, ForbiddenPathError, NotFoundError
+from marin_lab.browser.experiment_diff import annotate_siblings
 from marin_lab.browser.paths import Roots
 from marin_lab.browser.storage import (
     MAX_RECORD_BYTES,
@@ -190,15 +191,23 @@ class Browser:
             out.append(summary)
         # ISO-8601 strings sort by time; experiments without a time go last.
         out.sort(key=lambda s: (s.get("created") or "", s["id"]), reverse=True)
+        # The records of one script side by side: each says what it differs by from the one before.
+        records = {e["name"][: -len(".json")]: i.value for e, i in zip(files, loaded, strict=True) if i.state == "ok"}
+        annotate_siblings(out, records)
         return out
 
-    def experiment(self, exp_id: str) -> dict:
-        """One experiment with every step's status and a layout of its DAG."""
+    def experiment_record(self, exp_id: str) -> Loaded:
+        """The record of experiment `exp_id` as written ('ok' or 'corrupt'); a missing one is a NotFoundError."""
         if not _EXPERIMENT_ID.fullmatch(exp_id or ""):
             raise BadRequestError(f"experiment id {exp_id!r} is not a file name under experiments/")
         loaded = load_experiment(self.roots, child(self.prefix, EXPERIMENTS_DIR, f"{exp_id}.json"))
         if loaded.state == "missing":
             raise NotFoundError(f"no experiment {exp_id!r} under {self.prefix}/experiments/")
+        return loaded
+
+    def experiment(self, exp_id: str) -> dict:
+        """One experiment with every step's status and a layout of its DAG."""
+        loaded = self.experiment_record(exp_id)
         result: dict[str, Any] = {"id": exp_id, "file": loaded.url, **loaded.as_json()}
         if loaded.state != "ok":
             result.update(steps=[], graph=graph.layout([], {}), status_counts={})

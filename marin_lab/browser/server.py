@@ -27,7 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from marin_lab.browser import command, evals
-from marin_lab.browser.compare import training_runs
+from marin_lab.browser.compare import experiments_diff, training_runs
 from marin_lab.browser.cost import experiment_cost
 from marin_lab.browser.errors import BadRequestError, BrowserError, NotFoundError, TimeoutAnswerError
 from marin_lab.browser.logs import read_log
@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_HOST = command.DEFAULT_HOST
 DEFAULT_PORT = command.DEFAULT_PORT
 MAX_LIMIT = 500
+MAX_COMPARED_EXPERIMENTS = 8
+"""The compare page's runs come from at most this many experiments besides its own."""
 # Each page's work is bounded (see preview_jsonl, preview_arrays, metrics); these bound the rest:
 # a slow or hung storage read holds one of many threads, and its request is answered anyway.
 REQUEST_THREADS = 64
@@ -233,7 +235,15 @@ async def _log(request: web.Request) -> web.Response:
 
 
 async def _compare(request: web.Request) -> web.Response:
-    return _json(await _in_thread(request, training_runs, _browser(request), request.match_info["exp_id"]))
+    others = request.query.getall("with", [])  # runs of other experiments beside this one's
+    if len(others) > MAX_COMPARED_EXPERIMENTS:
+        raise BadRequestError(f"{len(others)} experiments in with=; compare at most {MAX_COMPARED_EXPERIMENTS}")
+    return _json(await _in_thread(request, training_runs, _browser(request), request.match_info["exp_id"], others))
+
+
+async def _diff(request: web.Request) -> web.Response:
+    m = request.match_info
+    return _json(await _in_thread(request, experiments_diff, _browser(request), m["exp_id"], m["other_id"]))
 
 
 async def _evals(request: web.Request) -> web.Response:
@@ -343,6 +353,7 @@ def make_app(
         "/api/experiments/{exp_id}": _experiment,
         "/api/experiments/{exp_id}/runs": _compare,
         "/api/experiments/{exp_id}/cost": _cost,
+        "/api/experiments/{exp_id}/diff/{other_id}": _diff,
         "/api/step": _step,
         "/api/file": _file,
         "/api/metrics": _metrics,

@@ -95,6 +95,7 @@ function q(params) { return new URLSearchParams(params).toString(); }
 const links = {
   experiment: id => `#/experiment/${encodeURIComponent(id)}`,
   step: (path, exp) => `#/step?${q(exp ? {path, exp} : {path})}`,
+  diff: (a, b) => `#/diff${a || b ? "?" + q(Object.assign(a ? {a} : {}, b ? {b} : {})) : ""}`,
   // ctx {exp, step}: where the reader came from, kept so a deep link keeps its breadcrumb.
   file: (path, cursor, page, ctx) => `#/files?${q(Object.assign({path}, cursor ? {cursor, page: page || 1} : {},
     ctx && ctx.exp ? {exp: ctx.exp} : {}, ctx && ctx.step ? {step: ctx.step} : {}))}`,
@@ -134,17 +135,34 @@ async function renderExperiments() {
       el("p", {class: "muted", text: `No experiments under ${data.prefix}/experiments/ yet. Run an experiment script, then reload.`}));
     return;
   }
-  const rows = data.experiments.map(exp => el("tr", {class: "experiment-row", "data-id": exp.id},
+  const row = exp => el("tr", {class: `experiment-row${exp.siblings > 1 ? " sibling" : ""}`, "data-id": exp.id},
     el("td", {}, el("a", {href: links.experiment(exp.id), class: "experiment-link", text: exp.name || exp.id}),
       el("div", {class: "muted mono", text: exp.id})),
     el("td", {class: "mono", text: exp.created || "—"}),
     el("td", {class: "num", text: exp.steps}),
     el("td", {}, exp.state !== "ok" ? badge("CORRUPT") : null,
       Object.entries(exp.status_counts || {}).map(([s, n]) => badge(s, n))),
-    el("td", {}, exp.state !== "ok" ? el("span", {class: "muted", text: `${exp.state}: ${exp.error}`}) : (exp.description || ""))));
+    el("td", {class: "differs"}, exp.previous ? [...(exp.differs || []).map(line => el("div", {class: "mono", text: line})),
+      el("a", {href: links.diff(exp.previous, exp.id), class: "diff-link", text: `against ${exp.previous}`})] : null),
+    el("td", {}, exp.state !== "ok" ? el("span", {class: "muted", text: `${exp.state}: ${exp.error}`}) : (exp.description || "")));
+  // Every edit of a script is a new record: the records of one script together under its path,
+  // newest first, each saying what it differs by from the one before it.
+  const groups = new Map();
+  for (const exp of data.experiments) {
+    const key = exp.siblings > 1 ? `script:${exp.script}` : `id:${exp.id}`;
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(exp);
+  }
+  const rows = [...groups.values()].flatMap(members => members.length < 2 ? members.map(row) : [
+    el("tr", {class: "script-group", "data-script": members[0].script}, el("td", {colspan: 6},
+      el("strong", {class: "mono", text: members[0].script}), ` · ${plural(members.length, "version")} of this script · `,
+      el("a", {href: links.diff(members[1].id, members[0].id), class: "diff-link", text: "compare the two newest"}))),
+    ...members.map(row)]);
   setPage(el("h1", {text: "Experiments"}),
+    el("p", {}, el("a", {href: links.diff("", ""), id: "diff-page-link", text: "Compare two experiments"}),
+      el("span", {class: "muted", text: " · of one script or of two: their steps, versions and fields side by side"})),
     el("table", {id: "experiments"},
-      el("thead", {}, el("tr", {}, ["Experiment", "Created", "Steps", "Status", "Description"].map(h => el("th", {text: h})))),
+      el("thead", {}, el("tr", {}, ["Experiment", "Created", "Steps", "Status", "Differs from the version before", "Description"].map(h => el("th", {text: h})))),
       el("tbody", {}, rows)));
 }
 
@@ -460,7 +478,8 @@ async function renderExperiment(id) {
         ["command line", exp.command_line ? exp.command_line.join(" ") : null],
         ["file", el("a", {href: links.file(exp.file), text: exp.file})]]),
     el("p", {}, el("a", {id: "compare-link", href: compareLink(id), text: "Compare runs"}),
-      el("span", {class: "muted", text: " · the metrics of this experiment's training steps, overlaid on one chart"})),
+      el("span", {class: "muted", text: " · the metrics of this experiment's training steps, overlaid on one chart · "}),
+      el("a", {id: "diff-with-link", href: links.diff(id, ""), text: "Compare with another experiment"})),
     // A long table costs more layout than the graph; fold it away on big experiments.
     el("h2", {text: "Steps"}), exp.steps.length > 200 ? el("details", {}, el("summary", {text: `show all ${exp.steps.length} steps`}), table) : table,
     el("div", {id: "cost"}, el("p", {class: "muted", text: "Loading the cost…"})),
@@ -1017,6 +1036,7 @@ async function route() {
     else if (route.startsWith("/compare/")) await renderCompare(decodeURIComponent(route.slice("/compare/".length)), params);
     else if (route.startsWith("/experiment/")) await renderExperiment(decodeURIComponent(route.slice("/experiment/".length)));
     else if (route === "/step") await renderStep(params);
+    else if (route === "/diff") await renderDiff(params);
     else if (route === "/files") await renderFile(params);
     else if (route.startsWith("/evals")) await renderEvals(route, params);
     else throw new ApiError(404, `no page ${route}`);
