@@ -436,29 +436,84 @@ def _settle(
     return True
 
 
+@dataclasses.dataclass
+class _Discovered:
+    """What pass 1 of `_build_plan` found."""
+
+    scans: dict[Any, ConfigScan]
+    """Every step's config scan, keyed by `step_key`."""
+    order: list[ExecutorStep]
+    """Every step, dependencies first."""
+    root_keys: list[Any]
+    named: bool
+    """Whether a step refers to another by name (then pass 2 has work to do)."""
+    urls: bool
+    """Whether a config names a URL (the egress guard has nothing to check if none does)."""
+    settled: int
+    """The steps at the head of `order` that `_settle` already planned."""
+
+
 def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
     if not roots:
         raise StepDefinitionError("no steps given: pass steps=[...] to executor_main or Executor.run")
-    scans: dict[Any, ConfigScan] = {}  # keyed by `step_key`, as are `planned` and `on_path`
-    order: list[ExecutorStep] = []  # dependencies first
-    named = False  # whether a step refers to another by name (then pass 2 has work to do)
-    planned: dict[Any, PlannedStep] = {}
+    planned: dict[Any, PlannedStep] = {}  # keyed by `step_key`
     by_identity: dict[str, PlannedStep] = {}
-    base = prefix.rstrip("/")
-    # While every step that finished discovery is of the common kind (`_settle`), it is planned as it
-    # finishes: its dependencies finished before it. `settled` steps at the head of `order` are done.
+    found = _discover(roots, planned, by_identity, prefix.rstrip("/"))
+    order, scans, settled = found.order, found.scans, found.settled
+
+    named_refs = _named_references(order, scans) if found.named else {}
+    if named_refs:
+        resorted = _toposort_with_names(order, scans, named_refs)
+        # The settled head of `order` holds no name reference and depends on nothing after it, so the
+        # re-sort keeps it in place; should it not, plan everything again.
+        if not all(map(operator.is_, order[:settled], resorted[:settled])):
+            planned.clear()
+            by_identity.clear()
+            settled = 0
+        order = resorted
+
+    uncommon, pinned_any = _version_steps(order[settled:], scans, named_refs, planned, by_identity, prefix)
+    steps = list(by_identity.values())
+    if pinned_any:  # computed paths are distinct (one per identity); only a pinned one can collide
+        _check_distinct_paths(steps)
+    root_planned = list(dict.fromkeys(map(planned.__getitem__, found.root_keys)))  # PlannedStep hashes by identity
+    named_map = {}
+    for refs in named_refs.values():
+        for target in refs.values():
+            named_map[target.name] = planned[step_key(target)]
+    return Plan(
+        prefix=prefix,
+        steps=steps,
+        roots=root_planned,
+        by_step=planned,
+        named_map=named_map,
+        objects=order,
+        by_identity=by_identity,
+        uncommon=uncommon,
+        names_urls=found.urls,
+    )
+
+
+def _discover(
+    roots: Sequence[ExecutorStep], planned: dict[Any, PlannedStep], by_identity: dict[str, PlannedStep], base: str
+) -> _Discovered:
+    """Pass 1: discover steps through object references, with an iterative DFS that also finds
+    cycles: a step in `scans` was discovered; one in `on_path` (the few on the current path) is not
+    finished yet. (One large map per step, not a second one for its colour: at 100,000 steps the
+    planner's maps no longer fit in the CPU's caches, and each lookup costs a memory access.)
+
+    While every step that finished discovery is of the common kind (`_settle`), it is planned as it
+    finishes (into `planned` and `by_identity`): its dependencies finished before it."""
+    scans: dict[Any, ConfigScan] = {}
+    order: list[ExecutorStep] = []
+    named = False
     eager = True
     settled = -1
-
-    # Pass 1: discover steps through object references, with an iterative DFS that also finds
-    # cycles: a step in `scans` was discovered; one in `on_path` (the few on the current path) is
-    # not finished yet. (One large map per step, not a second one for its colour: at 100,000 steps
-    # the planner's maps no longer fit in the CPU's caches, and each lookup costs a memory access.)
     on_path: set[Any] = set()
     root_keys: list[Any] = []
     key: Any  # a step's `step_key`
     all_plain = True  # every step discovered so far is `_plain` (so `_settle` need not check it again)
-    urls = False  # whether a config names a URL (the egress guard has nothing to check if none does)
+    urls = False
     for root in roots:
         if type(root) is ExecutorStep:
             key = root
@@ -522,13 +577,16 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                 step, scan, i = stack.pop()
     if eager:
         settled = len(order)
+    return _Discovered(scans, order, root_keys, named, urls, settled)
 
-    # Pass 2: references by name resolve against the discovered steps.
+
+def _named_references(order: list[ExecutorStep], scans: dict[Any, ConfigScan]) -> dict[int, dict[str, ExecutorStep]]:
+    """Pass 2: references by name resolve against the discovered steps (by id(step), then field)."""
     named_refs: dict[int, dict[str, ExecutorStep]] = {}
     by_name: dict[str, list[ExecutorStep]] = {}
-    for step in order if named else ():
+    for step in order:
         by_name.setdefault(step.name, []).append(step)
-    for step in order if named else ():
+    for step in order:
         for field, inp in scans[step_key(step)].inputs:
             if inp.step_name is None:
                 continue
@@ -544,21 +602,23 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
                     f"{len(candidates)} steps have that name; reference the step object instead"
                 )
             named_refs.setdefault(id(step), {})[field] = candidates[0]
-    if named_refs:
-        resorted = _toposort_with_names(order, scans, named_refs)
-        # The settled head of `order` holds no name reference and depends on nothing after it, so the
-        # re-sort keeps it in place; should it not, plan everything again.
-        if not all(map(operator.is_, order[:settled], resorted[:settled])):
-            planned.clear()
-            by_identity.clear()
-            settled = 0
-        order = resorted
+    return named_refs
 
-    # Pass 3: versions in dependency order (of the steps not settled above); identical versions
-    # collapse into one PlannedStep.
-    pinned_any = False  # computed paths are distinct (one per identity); only a pinned one can collide
-    uncommon: list[PlannedStep] = []  # what pass 3 planned: `_settle` takes no pinned path or resources
-    for step in order[settled:]:
+
+def _version_steps(
+    steps: list[ExecutorStep],
+    scans: dict[Any, ConfigScan],
+    named_refs: dict[int, dict[str, ExecutorStep]],
+    planned: dict[Any, PlannedStep],
+    by_identity: dict[str, PlannedStep],
+    prefix: str,
+) -> tuple[list[PlannedStep], bool]:
+    """Pass 3: versions in dependency order of the steps `_settle` left; identical versions collapse
+    into one PlannedStep. Returns what it planned and whether a path was pinned."""
+    base = prefix.rstrip("/")
+    pinned_any = False
+    uncommon: list[PlannedStep] = []  # `_settle` takes no pinned path or resources
+    for step in steps:
         scan = scans[step_key(step)]
         input_entries: dict[str, Any] = {}
         deps: list[PlannedStep] = []
@@ -619,32 +679,19 @@ def _build_plan(roots: Sequence[ExecutorStep], prefix: str) -> Plan:
         planned[step_key(step)] = ps
         by_identity[identity] = ps
         uncommon.append(ps)
+    return uncommon, pinned_any
 
-    steps = list(by_identity.values())
+
+def _check_distinct_paths(steps: list[PlannedStep]) -> None:
+    """Two steps pinned (or one pinned onto another's computed path) to one folder: refused."""
     seen_paths: dict[str, str] = {}
-    for ps in steps if pinned_any else ():
+    for ps in steps:
         other = seen_paths.setdefault(ps.output_path, ps.identity)
         if other != ps.identity:
             raise StepDefinitionError(
                 f"steps '{other}' and '{ps.identity}' both write to {ps.output_path}; give one of them "
                 "another override_output_path (or none)"
             )
-    root_planned = list(dict.fromkeys(map(planned.__getitem__, root_keys)))  # PlannedStep hashes by identity
-    named_map = {}
-    for refs in named_refs.values():
-        for target in refs.values():
-            named_map[target.name] = planned[step_key(target)]
-    return Plan(
-        prefix=prefix,
-        steps=steps,
-        roots=root_planned,
-        by_step=planned,
-        named_map=named_map,
-        objects=order,
-        by_identity=by_identity,
-        uncommon=uncommon,
-        names_urls=urls,
-    )
 
 
 def _toposort_with_names(
