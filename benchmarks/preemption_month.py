@@ -5,7 +5,7 @@ an hours-long capacity stall, what goodput, wall time and cost do today's settin
 Tootsie 8B plan on its declared hardware (2 x v5e-256, then v4-2048), and which checkpoint interval
 gives the most goodput? The issue's goal is goodput >= 95%.
 
-What is real and what is simulated. Nothing here touches Ray, a TPU or the network; time is a
+What is real and what is simulated. Nothing here starts Ray or touches a TPU or the network; time is a
 simulated clock, so a month takes seconds and the figures do not depend on the machine's load.
 
 - **Real:** the plan (`experiments/tootsie_8b.py`, planned and resolved by the `Executor`); the
