@@ -25,7 +25,8 @@ from marin_lab.cluster.errors import (
     StepCancelled,
     TpuRequestError,
 )
-from marin_lab.cluster.resources import CpuResources, GpuResources, TpuResources, resources_from_dict
+from marin_lab.cluster.requests import resources_from_dict
+from marin_lab.cluster.resources import CpuResources, GpuResources, TpuResources
 from marin_lab.cluster.tpu_types import TpuType, known_types, parse_tpu_type
 
 __all__ = [

@@ -139,22 +139,17 @@ class TpuAlternatives:
     def check_step(self, config: Any) -> None:
         """A training step's batch must split over every alternative's mesh (refused while planning)."""
         mesh, batch = getattr(config, "mesh", None), getattr(config, "batch_size", None)
-        if mesh is None or not hasattr(mesh, "axis_sizes") or not isinstance(batch, int):
+        if mesh is None or not hasattr(mesh, "batch_divisor_on") or not isinstance(batch, int):
             return
         microbatches = getattr(config, "microbatches", 1)
-        from marin_lab.training.mesh import BATCH_AXES, MeshError  # the mesh's arithmetic only, no devices
-
         for shape in self.shapes():
             for slices in shape.slice_counts:
                 chips = slices * shape.tpu_type.chips
                 where = f"on TPU alternative {slices} x {shape.tpu_type.name} ({chips} chips)"
-                try:
-                    sizes = mesh.on_slices(slices).axis_sizes(chips)
-                except MeshError as err:
+                try:  # MeshConfig's arithmetic only (its MeshError is a ValueError): no devices, no JAX call
+                    divisor = mesh.on_slices(slices).batch_divisor_on(chips)
+                except ValueError as err:
                     raise TpuRequestError(f"field mesh does not fit {where}: {err}") from err
-                divisor = 1
-                for axis in BATCH_AXES:
-                    divisor *= sizes.get(axis, 1)
                 if batch % (divisor * microbatches):
                     raise TpuRequestError(
                         f"field batch_size={batch} does not split {where}: the mesh's batch axes take "

@@ -146,6 +146,12 @@ class MeshConfig:
             )
         return {REPLICA: self.slices, **sizes}
 
+    def batch_divisor_on(self, num_devices: int) -> int:
+        """How many ways the batch is split on `num_devices` devices (replica * data * fsdp), from
+        the axis sizes alone: no devices needed (a plan checks shapes it has not booked)."""
+        sizes = self.axis_sizes(num_devices)
+        return math.prod(sizes[a] for a in BATCH_AXES)
+
     def build(self, devices: Sequence[Any] | None = None) -> Mesh:
         """The mesh over `devices` (default: all of `jax.devices()`), axes AXES."""
         devices = list(devices if devices is not None else jax.devices())

@@ -58,6 +58,7 @@ KNOWN_LOCAL: set[tuple[str, str]] = {
     # Ray (~0.8 s of imports), only when a step runs on slices: not when `marin-lab` or an executor
     # that runs no TPU step starts (tests/unit/tools/test_cli_help.py checks it).
     ("cluster/resources.py", "marin_lab.cluster.slice_runner"),
+    ("cluster/alternatives.py", "marin_lab.cluster.slice_reserve"),
     # `marin-lab generate`'s model side (JAX, tokenizers), imported when it runs: ~1.3 s off
     # every other command's start (tests/unit/tools/test_cli_help.py checks it).
     ("evaluation/generate_cli.py", "marin_lab.evaluation.loading"),
