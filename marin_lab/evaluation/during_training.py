@@ -13,9 +13,11 @@ config, once `jax.distributed` is up and the config is checked:
   training reaches `num_train_steps` if that is None; logged as `eval/<task>/<metric>` with the
   interval's bounds (`eval/<task>/<metric>_low`, `_high`).
 
-Both score in this process on the whole model, so a multi-process run scores nothing here (its
-checkpoints are for an `evaluate_lm` step). `train_lm_with_eval` is the step function recipes
-use (experiments' `default_train`): `train_lm` with these hooks, and the same run logs.
+Both score on the training mesh, with the parameters as the run holds them (sharded over every
+host of a multi-process run): every process runs the hooks, in lockstep, on the same batches
+(`scoring`), and the Trainer's metrics logger writes the lines from process 0 only.
+`train_lm_with_eval` is the step function recipes use (experiments' `default_train`): `train_lm`
+with these hooks, and the same run logs.
 """
 
 from __future__ import annotations
@@ -25,11 +27,10 @@ import logging
 import time
 from typing import Any
 
-import jax
-
 from marin_lab.evaluation.evaluate_lm import EvaluationError, evaluate_tasks, parse_task, task_keys
 from marin_lab.evaluation.harness import HarnessError, MarinLM, check_task_names
 from marin_lab.evaluation.perplexity import evaluate_cache
+from marin_lab.evaluation.scoring import params_mesh
 from marin_lab.execution.record.artifacts import reproducibility
 from marin_lab.precision import masters
 from marin_lab.processing.tokenizers import optional_tokenizer_at
@@ -49,21 +50,14 @@ def training_hooks(config: TrainLmConfig) -> list[Hook]:
             check_task_names([parse_task(t).name for t in config.eval_tasks])
         except (HarnessError, EvaluationError) as err:
             raise TrainingError(f"eval_tasks: {err}") from err
-    single_process = jax.process_count() == 1
     sets = validation_sets(config)
     hooks = []
     if config.steps_per_eval:
-        if sets and single_process:
+        if sets:
             hooks.append(Hook("eval", functools.partial(_validation, config, sets), every=config.steps_per_eval))
         else:
-            logger.warning(
-                "train_lm %s: no evaluation during training (%s)",
-                config.output_path,
-                "no validation set"
-                if not sets
-                else "multi-process run; evaluate the checkpoints with an evaluate_lm step",
-            )
-    if config.eval_tasks and single_process:
+            logger.warning("train_lm %s: no evaluation during training (no validation set)", config.output_path)
+    if config.eval_tasks:
         hooks.append(Hook("tasks", functools.partial(_tasks, config), every=config.steps_per_task_eval))
     return hooks
 
@@ -84,6 +78,7 @@ def _validation(config: TrainLmConfig, sets: dict[str, str], info: StepInfo) -> 
             max_sequences=limit,
             compute_dtype=config.compute_dtype,
             name=name,
+            mesh=params_mesh(params),
         )
         line[f"eval/{name}/loss"], line[f"eval/{name}/bpb"] = r["loss"], r["bits_per_byte"]
     logger.info(
@@ -105,7 +100,14 @@ def _tasks(config: TrainLmConfig, info: StepInfo) -> dict[str, Any] | None:
         raise TrainingError(f"eval_tasks need a tokenizer, but cache {first.path} holds no tokenizer.json")
     line: dict[str, Any] = {"step": info.step, "time": time.time()}
     params = masters.plain_params(info.state["params"])
-    lm = MarinLM(params, config.model, tokenizer, batch_size=config.batch_size, compute_dtype=config.compute_dtype)
+    lm = MarinLM(
+        params,
+        config.model,
+        tokenizer,
+        batch_size=config.batch_size,
+        compute_dtype=config.compute_dtype,
+        mesh=params_mesh(params),
+    )
     specs = [parse_task(t, config.eval_task_limit) for t in config.eval_tasks]
     out = evaluate_tasks(lm, specs, None)
     for key in task_keys(specs):

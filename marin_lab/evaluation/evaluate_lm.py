@@ -17,6 +17,12 @@ ok, for the same checkpoint and spec, and whose samples file holds every line it
 Each task also gets its `contamination` (`evaluation.contamination`): the fraction of its scored
 items found in the model's training documents, found through the lineage, and its score on the
 other items; `checked: false` with the reason where that cannot be measured.
+
+On several hosts (the slice runner's `MARIN_*` environment, as for `train_lm`) every host runs this
+step: they join one JAX cluster, each reads the checkpoint and keeps its shard of the parameters on
+a mesh of every device (`MeshConfig()`: fsdp, the training rule), and all score the same batches
+together (`harness.MarinLM(mesh=...)`). Process 0 alone writes the samples files and results.json
+and measures contamination; the others return the same document without writing.
 """
 
 from __future__ import annotations
@@ -28,12 +34,15 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import jax
+
 from marin_lab.errors import MarinLabError
 from marin_lab.evaluation import contamination, loading, stats
 from marin_lab.evaluation.harness import HarnessError, MarinLM, TaskSpec, check_task_names, run_task
 from marin_lab.evaluation.offline_data import OfflineDataError
 from marin_lab.evaluation.perplexity import evaluate_cache
 from marin_lab.evaluation.rescore import RescoreError, doc_values, metric_values, read_samples_file
+from marin_lab.evaluation.scoring import shard_params
 from marin_lab.io import fs as mfs
 from marin_lab.models.llama import LlamaConfig
 from marin_lab.processing.tokenizers import optional_tokenizer_at
@@ -46,6 +55,9 @@ from marin_lab.store.eval_results import (
     write_results,
 )
 from marin_lab.training import checkpoint as ckpt
+from marin_lab.training import distributed
+from marin_lab.training.errors import TrainingError
+from marin_lab.training.mesh import MeshConfig, MeshError
 from marin_lab.training.token_cache import TokenCache
 from marin_lab.versioning import added_field, field_hints, versioned_field
 
@@ -306,14 +318,22 @@ def evaluate_tasks(
 ) -> dict[str, Any]:
     """Run each spec; returns lm-eval's merged result sections plus `marin_lab.tasks`.
 
-    Writes samples_{key}.jsonl under output_path (when given). A failing task gets status "failed".
-    A task `previous` (an earlier attempt's results.json document) holds complete for `checkpoint`
-    is not run: its entry (marked `reused`), sections and samples file are kept.
+    Writes samples_{key}.jsonl under output_path (when given; process 0 only). A failing task gets
+    status "failed". A task `previous` (an earlier attempt's results.json document) holds complete
+    for `checkpoint` is not run: its entry (marked `reused`), sections and samples file are kept.
     """
     merged: dict[str, Any] = {name: {} for name in LM_EVAL_SECTIONS}
     tasks: dict[str, Any] = {}
-    for key, spec in zip(task_keys(specs), specs, strict=True):
-        if previous is not None and output_path is not None and _reusable(previous, key, spec, checkpoint, output_path):
+    keys = task_keys(specs)
+    # Decided before any task runs (process 0 writes samples files as it goes): on several hosts
+    # every process must run the same tasks, since each forward pass is a collective program.
+    reuse = {
+        key
+        for key, spec in zip(keys, specs, strict=True)
+        if previous is not None and output_path is not None and _reusable(previous, key, spec, checkpoint, output_path)
+    }
+    for key, spec in zip(keys, specs, strict=True):
+        if previous is not None and key in reuse:
             old = previous["marin_lab"]["tasks"][key]
             tasks[key] = {**old, "reused": True}
             for section in merged:
@@ -335,7 +355,7 @@ def evaluate_tasks(
         for section in merged:
             for name, value in (res.get(section) or {}).items():
                 merged[section][key if name == spec.name else name] = json_safe(value)
-        if output_path is not None:
+        if output_path is not None and jax.process_index() == 0:
             lines = []
             for task_name, recs in res.get("samples", {}).items():
                 for rec in recs:
@@ -368,7 +388,18 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
             check_task_names([s.name for s in specs], config.include_path)
         except HarnessError as err:
             raise EvaluationError(f"evaluate_lm {config.output_path}: tasks: {err}") from err
+    try:  # before any JAX computation: on several hosts, every one joins the step's cluster
+        multi_process = distributed.initialize_from_env()
+    except TrainingError as err:
+        raise EvaluationError(f"evaluate_lm {config.output_path}: {err}") from err
     model, params, resolved, step = load_checkpoint(config.checkpoint_path)
+    mesh = None
+    if multi_process:
+        try:
+            mesh = MeshConfig().build()
+        except MeshError as err:
+            raise EvaluationError(f"evaluate_lm {config.output_path}: {err}") from err
+        params = shard_params(params, model, mesh)
     if config.seq_len > model.max_seq_len and config.caches:
         raise EvaluationError(f"seq_len={config.seq_len} is larger than the model's max_seq_len={model.max_seq_len}")
     tokenizer = None
@@ -394,6 +425,7 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
             max_sequences=config.max_sequences,
             compute_dtype=config.compute_dtype,
             name=name,
+            mesh=mesh,
         )
         perplexity[name], bits_per_byte[name], details[name] = r["perplexity"], r["bits_per_byte"], r
         logger.info("eval %s: perplexity %.3f, bits/byte %s", name, r["perplexity"], r["bits_per_byte"])
@@ -407,6 +439,7 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
                 batch_size=config.batch_size,
                 compute_dtype=config.compute_dtype,
                 max_length=config.max_length,
+                mesh=mesh,
             )
         except HarnessError as err:
             raise EvaluationError(f"tasks: {err}") from err
@@ -419,7 +452,8 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
             previous=read_results_document(config.output_path),
             checkpoint=resolved,
         )
-        _add_contamination(config, resolved, task_results["tasks"])
+        if jax.process_index() == 0:  # it reads the samples files process 0 wrote
+            _add_contamination(config, resolved, task_results["tasks"])
     reused = [k for k, v in task_results["tasks"].items() if v.get("reused")]
     if reused:
         logger.info("evaluate_lm: %d task(s) kept from an earlier attempt: %s", len(reused), ", ".join(reused))
@@ -433,7 +467,8 @@ def evaluate_lm(config: EvalLmConfig) -> dict[str, Any]:
         tasks=task_results["tasks"],
         reused_tasks=reused,
     )
-    write_results(config.output_path, results)
+    if jax.process_index() == 0:
+        write_results(config.output_path, results)
     failed = {k: v["error"] for k, v in task_results["tasks"].items() if v["status"] == "failed"}
     if failed:
         raise EvaluationError(

@@ -10,6 +10,12 @@ length and scored `batch_size` at a time, each batch right-padded to a power-of-
 (`scoring.bucket_length`), so a task compiles a handful of programs whatever its lengths; a
 batch's padding rows are zeros and never read. Results do not depend on batch composition.
 
+Given a `mesh` (the training mesh, parameters sharded over every host), every process runs the
+same requests through the same batches: lm-eval sees one rank on each process (it splits no
+requests), the batches are a function of the requests' tokens alone (sorted by length, then
+content), so all processes call the collective forward pass in lockstep with the same shapes, and
+each reads every row of the replicated result. Only the caller's process 0 writes anything.
+
 `run_tasks` runs lm-eval's own task definitions (YAML, few-shot sampling, metrics) by name,
 one task at a time so that a task that fails is reported and the others still run. Documents
 come from the hub when `data="hub"`, from the pinned offline copy (`offline_data`) when
@@ -36,14 +42,14 @@ import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 from lm_eval.api.model import TemplateLM  # noqa: E402
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window  # noqa: E402
 
 from marin_lab.errors import MarinLabError
 from marin_lab.evaluation import offline_data
-from marin_lab.evaluation.scoring import bucket_length, scorer
+from marin_lab.evaluation.scoring import batch_rows, bucket_length, host_array, place_batch, scorer
 from marin_lab.execution.run.logs import VERBOSE_ENV, quiet_libraries
 from marin_lab.models.generate import SamplingConfig, generate_text
 from marin_lab.models.llama import LlamaConfig, Params
@@ -84,12 +90,17 @@ class MarinLM(TemplateLM):
         eos_id: int | None = None,
         bos_id: int | None = None,
         max_gen_toks: int = 256,
+        mesh: Mesh | None = None,
     ) -> None:
+        """`mesh`: the mesh `params` are sharded on (scoring runs there, on every process of a
+        multi-process run, `batch_size` rounded up to split evenly over its batch axes); None: the
+        parameters' own device."""
         super().__init__()
         self.params = params
         self.config = config
         self.tokenizer = tokenizer
-        self._batch_size = int(batch_size)
+        self.mesh = mesh
+        self._batch_size = batch_rows(int(batch_size), mesh)
         self.compute_dtype = compute_dtype
         self._max_length = int(max_length or config.max_seq_len)
         if self._max_length > config.max_seq_len:
@@ -149,7 +160,7 @@ class MarinLM(TemplateLM):
         """(log p(tok[t+1] | tok[:t+1]), greedy?) per position, for each token sequence."""
         out: list[tuple[np.ndarray, np.ndarray]] = [(np.empty(0), np.empty(0))] * len(seqs)
         order = sorted(range(len(seqs)), key=lambda i: (-len(seqs[i]), seqs[i]))
-        fn = scorer(self.config, self.compute_dtype, None)
+        fn = scorer(self.config, self.compute_dtype, None, self.mesh)
         bs = self._batch_size
         for lo in range(0, len(order), bs):
             idx = order[lo : lo + bs]
@@ -158,8 +169,8 @@ class MarinLM(TemplateLM):
             for row, i in enumerate(idx):
                 batch[row, : len(seqs[i])] = seqs[i]
             self.programs.add(("score", bs, width))
-            logp, greedy = fn(self.params, jnp.asarray(batch))
-            logp, greedy = np.asarray(logp), np.asarray(greedy)
+            logp, greedy = fn(self.params, place_batch(batch, self.mesh))
+            logp, greedy = host_array(logp), host_array(greedy)
             for row, i in enumerate(idx):
                 n = len(seqs[i]) - 1
                 out[i] = (logp[row, :n], greedy[row, :n])
@@ -240,6 +251,8 @@ class MarinLM(TemplateLM):
                 max_new_tokens=max_new, temperature=temperature, top_p=top_p, stop_token_ids=(self._eos_id,)
             )
             self.programs.add(("generate", self._batch_size, max_new))
+            # No mesh here even when scoring has one: the prompts go in as plain arrays, taken as the
+            # same on every process, and the sharded parameters' program returns its tokens replicated.
             texts = generate_text(
                 self.params,
                 self.config,

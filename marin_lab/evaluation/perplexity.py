@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 import numpy as np
+from jax.sharding import Mesh
 
 from marin_lab.evaluation.scoring import token_logprobs
 from marin_lab.models.llama import LlamaConfig, Params
@@ -33,8 +34,10 @@ def evaluate_cache(
     max_sequences: int | None,
     compute_dtype: str = "float32",
     name: str = "?",
+    mesh: Mesh | None = None,
 ) -> dict[str, Any]:
-    """{"perplexity", "bits_per_byte", "tokens", "bytes", "loss"} for one cache's split."""
+    """{"perplexity", "bits_per_byte", "tokens", "bytes", "loss"} for one cache's split; on `mesh`
+    (the parameters' own), every process reads the same windows and scores them together."""
     cache = TokenCache(cache_path)
     windows = cache.split(split, seq_len)
     n = windows.num_sequences if max_sequences is None else min(windows.num_sequences, max_sequences)
@@ -46,7 +49,7 @@ def evaluate_cache(
     # Evenly spaced windows: a cap on the count still covers the whole split, deterministically.
     idx = np.unique(np.linspace(0, windows.num_sequences - 1, n).astype(np.int64))
     tokens = windows.sequences(idx)
-    logp = token_logprobs(params, model, tokens, batch_size=batch_size, compute_dtype=compute_dtype)
+    logp = token_logprobs(params, model, tokens, batch_size=batch_size, compute_dtype=compute_dtype, mesh=mesh)
     nll = float(-logp.astype(np.float64).sum())
     count = int(logp.size)
     n_bytes = _count_bytes(cache, split, tokens[:, 1:])

@@ -157,17 +157,11 @@ def _evaluation_hooks(
         return list(evaluation(config))
     asked = [f"steps_per_eval={config.steps_per_eval}"] if config.steps_per_eval and validation_sets(config) else []
     asked += [f"eval_tasks={config.eval_tasks!r}"] if config.eval_tasks else []
-    if asked and jax.process_count() == 1:
+    if asked:
         raise TrainingError(
             f"{' and '.join(asked)}: evaluation during training is scored by marin_lab.evaluation, which this "
             "call was not given; run the step function marin_lab.evaluation.during_training.train_lm_with_eval "
             "(experiments' default_train does), or pass evaluation=training_hooks from that module"
-        )
-    if asked:
-        logger.warning(
-            "train_lm %s: no evaluation during training (multi-process run; evaluate the checkpoints "
-            "with an evaluate_lm step)",
-            config.output_path,
         )
     return []
 
