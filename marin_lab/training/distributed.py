@@ -21,6 +21,7 @@ the hosts are known to be mid-run. Both may be set: the kill comes first, the ho
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -43,6 +44,8 @@ ENV_INIT_TIMEOUT = "MARIN_DISTRIBUTED_TIMEOUT_S"
 ENV_FAULT_STEP = "MARIN_FAULT_KILL_AT_STEP"
 ENV_FAULT_PROCESS = "MARIN_FAULT_PROCESS"
 ENV_HOLD_STEP = "MARIN_FAULT_HOLD_AT_STEP"
+ENV_NOTICE_STEP = "MARIN_FAULT_NOTICE_AT_STEP"
+"""The notice drill: the fault process gets a preemption notice (as its metadata would say) at this step."""
 
 
 def initialize_from_env(env: Mapping[str, str] | None = None) -> bool:
@@ -276,6 +279,47 @@ def _already_initialized() -> bool:
     return distributed.global_state.client is not None
 
 
+NOTICE_KEY = "marin_lab/preemption_stop_step"
+NOTICE_MARGIN_STEPS = 3
+"""Steps between the first notice and the step every process stops at: more than the hosts' loops can
+drift apart: a process fetches step k's metrics only once every process dispatched step k, so none is more
+than one step ahead of another when it looks."""
+
+
+class PreemptionAgreement:
+    """The step at which every process of a run stops for a preemption notice, saving there.
+
+    One process alone stops at the step it sees its notice. In a multi-process run the notice may
+    reach one host only (its VM's metadata): the first to see one writes `seen + NOTICE_MARGIN_STEPS`
+    into the JAX coordination service's key-value store (first writer wins), and every process
+    reads that key once per step, a host-side lookup that never waits on the devices; all of them
+    then save the same checkpoint and end the attempt together."""
+
+    def __init__(self, multi_process: bool) -> None:
+        self.multi_process = multi_process
+        self.stop_at: int | None = None
+
+    def stop_step(self, done: int) -> int | None:
+        """Once known, the step to stop at (>= the step when first seen); None while no host got a notice."""
+        if self.stop_at is not None:
+            return self.stop_at
+        noticed = host_env.PREEMPTION_NOTICE.is_set()
+        if not self.multi_process:
+            self.stop_at = done if noticed else None
+            return self.stop_at
+        from jax._src import distributed as jax_distributed  # the coordination service's client
+
+        client = jax_distributed.global_state.client
+        if noticed:
+            with contextlib.suppress(Exception):  # another host wrote it first: its step holds
+                client.key_value_set(NOTICE_KEY, str(done + NOTICE_MARGIN_STEPS))
+        try:
+            self.stop_at = int(client.key_value_try_get(NOTICE_KEY))
+        except Exception:  # noqa: BLE001 - not found: no host got a notice
+            return None
+        return self.stop_at
+
+
 def maybe_fault(step: int, output_path: str) -> None:
     """The preemption drills: SIGKILL this process (or hold it until killed from outside) once it
     computed `step`, before that step's checkpoint is written, if the environment asks for it.
@@ -284,6 +328,9 @@ def maybe_fault(step: int, output_path: str) -> None:
     go through."""
     if int(os.environ.get(ENV_FAULT_PROCESS, "0")) != jax.process_index():
         return
+    if os.environ.get(ENV_NOTICE_STEP) == str(step):
+        logger.warning("preemption drill: process %d gets a preemption notice at step %d", jax.process_index(), step)
+        host_env.PREEMPTION_NOTICE.set()
     for variable, drill in ((ENV_FAULT_STEP, "kill"), (ENV_HOLD_STEP, "hold")):
         at = os.environ.get(variable)
         if at is None or int(at) != step:

@@ -21,8 +21,11 @@ fields. The Trainer owns what is the same, in the order a step function calls it
   every `log_every` steps a line goes to metrics.jsonl and W&B (`MetricsLogger`), and a progress
   line to the log at most every `print_every_s`. Checkpoints follow the `CheckpointConfig` policy
   and are always written after the run's last step, so a stopped run resumes where it stopped; no
-  state is saved before its loss was checked. The preemption drills
-  (`distributed.maybe_fault`) run here on multi-process runs;
+  state is saved before its loss was checked. A preemption notice (`host_env.PREEMPTION_NOTICE`,
+  set from the VM's metadata by the slice runner) saves a checkpoint and ends the attempt as a
+  `PreemptedError`; on several processes all stop at one agreed step
+  (`distributed.PreemptionAgreement`). The preemption drills (`distributed.maybe_fault`) run here on
+  multi-process runs;
 - hooks (`Hook`): a function of the state run every `every` steps and after the last step of the
   run, or once after the loop (`every=None`); the dict a hook returns is logged as a metrics line
   and kept, by hook name, for the summary. Evaluation during training is such a hook, built by
@@ -50,6 +53,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
+from marin_lab.execution.errors import PreemptedError
 from marin_lab.humanize import format_duration
 from marin_lab.io import fs as mfs
 from marin_lab.models.llama import LlamaConfig
@@ -303,6 +307,7 @@ class Trainer:
         run = _Run(self, metrics, start_step, end_step, metrics_line, check_step)
         periodic = [h for h in self.hooks if h.every is not None]
         pending: tuple[int, dict[str, jax.Array], float] | None = None
+        notice = distributed.PreemptionAgreement(self.multi_process)
         try:
             for step in range(start_step, end_step):
                 waited = time.perf_counter()
@@ -324,7 +329,9 @@ class Trainer:
                     pending = None
                     for hook in due:
                         run.run_hook(hook, StepInfo(done, state))
-                if checkpointer.should_save(done, is_last=done == loop.num_train_steps) or done == end_step:
+                stop = notice.stop_step(done)
+                noticed = stop is not None and done >= stop and done < end_step
+                if checkpointer.should_save(done, is_last=done == loop.num_train_steps) or done == end_step or noticed:
                     if pending is not None:  # never checkpoint a state whose loss was not checked
                         run.finish_step(*pending)
                     pending = None
@@ -332,6 +339,11 @@ class Trainer:
                     checkpointer.save(done, state, checkpoint_metadata(done))
                     metrics.note("checkpoint_s", time.perf_counter() - saving, on_last_line=True)
                     metrics.flush()
+                if noticed:
+                    raise PreemptedError(
+                        f"{loop.name}: preemption notice: checkpoint saved at step {done}; the attempt ends as a "
+                        "preemption and the next one resumes there"
+                    )
             if pending is not None:
                 run.finish_step(*pending)
         finally:

@@ -512,3 +512,33 @@ def test_two_slice_step_on_the_ray_cluster_trains_like_one_slice(unbroken, tpu_s
     assert info["status"] == "SUCCESS", info.get("error")
     assert sorted(info["hardware"]["slice_names"]) == ["slice-0", "slice-1"] and info["hardware"]["hosts"] == 4
     _assert_trains_like_one_slice(str(info_path.parent), out, info["result"]["hardware"])
+
+
+def test_a_preemption_notice_on_one_host_stops_every_host_at_one_checkpoint(unbroken, tmp_path):
+    """Host 1's VM alone gets a preemption notice after step 1 (its metadata; the drill sets the
+    flag its watcher would): both processes agree on one later step, save it, and end the attempt as
+    a preemption; the next attempt resumes there and ends on a run's exact weights that never
+    stopped."""
+    from marin_lab.training.distributed import ENV_FAULT_PROCESS, ENV_NOTICE_STEP, NOTICE_MARGIN_STEPS
+
+    _, cache, _, _ = unbroken
+    steps, noticed = 6, 1
+    stop = noticed + NOTICE_MARGIN_STEPS
+    assert stop < steps  # the agreed step is inside the run
+
+    def config(out):
+        return dataclasses.replace(_config(str(out), cache), num_train_steps=steps)
+
+    whole = _ok(run_hosts(config(tmp_path / "whole"), hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-whole")))
+    env = {ENV_NOTICE_STEP: str(noticed), ENV_FAULT_PROCESS: "1"}
+    out = tmp_path / "noticed"
+    first = run_hosts(config(out), hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-notice"), extra_env=env)
+    assert not first.ok  # the attempt ended, on both hosts, as the executor's PreemptedError
+    line = f"preemption notice: checkpoint saved at step {stop}"
+    for tail in first.stderr_tails:
+        assert "PreemptedError" in tail and line in tail, tail[-3000:]
+    assert ckpt.latest_checkpoint(str(out / "checkpoints")) == ckpt.step_dir(str(out / "checkpoints"), stop)
+
+    resumed = _ok(run_hosts(config(out), hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-resumed")))
+    assert resumed["start"].startswith("resumed from") and resumed["final_step"] == steps
+    assert resumed["param_checksum"] == whole["param_checksum"]

@@ -240,3 +240,25 @@ def test_a_damaged_checkpoint_stops_the_start_with_its_own_line(tmp_path):
     message = str(caught.value)
     # The checkpoint's own line (it names the checkpoint and what to do), not wrapped in a second one.
     assert len(message.splitlines()) == 1 and message.startswith(f"checkpoint {first['checkpoint']} is damaged: ")
+
+
+def test_a_preemption_notice_saves_a_checkpoint_and_ends_the_attempt_as_a_preemption(tmp_path):
+    """The VM's metadata says preempted at step 3 (a hook stands in for the slice runner's watcher):
+    the loop saves step 3 off its policy, raises PreemptedError, and the next attempt resumes there
+    and ends where an unbroken run does."""
+    from marin_lab.execution.errors import PreemptedError
+    from marin_lab.host_env import PREEMPTION_NOTICE
+
+    unbroken = _trainer(tmp_path / "whole", steps=6, save_every=4).train(_fresh())
+    run = _trainer(tmp_path / "parts", steps=6, save_every=4)
+    run.add_hook(Hook("notice", lambda info: PREEMPTION_NOTICE.set() if info.step == 3 else None, every=1))
+    try:
+        with pytest.raises(PreemptedError, match="preemption notice: checkpoint saved at step 3") as raised:
+            run.train(_fresh())
+    finally:
+        PREEMPTION_NOTICE.clear()
+    assert "\n" not in str(raised.value)
+    assert [s for s, _ in ckpt.list_checkpoints(str(tmp_path / "parts" / "checkpoints"))] == [3]
+    resumed = _trainer(tmp_path / "parts", steps=6, save_every=4).train()
+    assert resumed["start"] == 3 and resumed["how"].startswith("resumed from")
+    assert resumed["final_loss"] == unbroken["final_loss"]
