@@ -310,6 +310,9 @@ class PreemptionAgreement:
         from jax._src import distributed as jax_distributed  # the coordination service's client
 
         client = jax_distributed.global_state.client
+        if client is None:  # no coordination service (never joined): this process alone decides
+            self.stop_at = done if noticed else None
+            return self.stop_at
         if noticed:
             with contextlib.suppress(Exception):  # another host wrote it first: its step holds
                 client.key_value_set(NOTICE_KEY, str(done + NOTICE_MARGIN_STEPS))
