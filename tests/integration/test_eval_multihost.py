@@ -18,6 +18,8 @@ moves a sum by whole nats. The choices (acc) are then equal item by item, and so
 import dataclasses
 import json
 import os
+import sys
+import types
 
 import jax
 import pytest
@@ -97,11 +99,11 @@ def test_in_loop_evaluation_runs_in_a_two_process_training_run(trained):
     assert summary["eval"]["eval/c/loss"] == validation[-1]["eval/c/loss"]
 
 
-def test_two_processes_score_every_item_as_one_process_does(trained, tmp_path):
+def _eval_config(trained, output_path):
     _, cache, train_config, _ = trained
-    config = EvalLmConfig(
+    return EvalLmConfig(
         checkpoint_path=train_config.output_path,
-        output_path=str(tmp_path / "two"),
+        output_path=str(output_path),
         caches={"c": cache},
         seq_len=train_config.seq_len,
         max_sequences=train_config.max_eval_batches * train_config.batch_size,
@@ -110,6 +112,11 @@ def test_two_processes_score_every_item_as_one_process_does(trained, tmp_path):
         tokenizer_path=f"{cache}/tokenizer.json",
         contamination=False,
     )
+
+
+def test_two_processes_score_every_item_as_one_process_does(trained, tmp_path):
+    train_config = trained[2]
+    config = _eval_config(trained, tmp_path / "two")
     workdir = tmp_path / "w-eval"
     result = run_hosts(config, hosts=2, devices_per_host=2, workdir=str(workdir), fn=evaluate_lm)
     assert result.ok, "\n---\n".join(result.stderr_tails)
@@ -144,3 +151,14 @@ def test_two_processes_score_every_item_as_one_process_does(trained, tmp_path):
     assert in_loop["step"] == STEPS and in_loop["eval/copa/acc"] == one["results"]["copa"]["acc,none"]
     validation = [r for r in _metrics(train_config.output_path) if "eval/c/loss" in r][-1]
     assert validation["eval/c/loss"] == pytest.approx(one["details"]["c"]["loss"], rel=1e-5)
+
+
+def test_a_process_other_than_0_returns_the_document_and_writes_nothing(trained, tmp_path, monkeypatch):
+    """What processes 1.. of a multi-host evaluate_lm do once scored, seen from one process."""
+    module = sys.modules["marin_lab.evaluation.evaluate_lm"]  # the package exports the function under its name
+    monkeypatch.setattr(module, "jax", types.SimpleNamespace(process_index=lambda: 1))
+    out = tmp_path / "process-1"
+    results = evaluate_lm(dataclasses.replace(_eval_config(trained, out), caches={}))
+    assert results["marin_lab"]["tasks"]["copa"]["scored"] == ITEMS
+    assert "contamination" not in results["marin_lab"]["tasks"]["copa"]  # measured by process 0 only
+    assert not out.exists() or not list(out.iterdir())
