@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -19,6 +20,10 @@ from marin_lab.precision import scalify_train
 from marin_lab.precision.policy import PrecisionConfig
 from marin_lab.precision.scaled import ScaledArray
 from marin_lab.training.mesh import batch_axes, batch_sharding, param_spec
+
+GRADIENT_REDUCE_SCOPE = "gradient_all_reduce"
+"""The named scope (HLO op_name metadata) of the data-parallel path's one gradient all-reduce:
+how `marin-lab compile` tells it from other cross-slice transfers (hlo_collectives)."""
 
 # {"params": Params, "opt_state": optax state, "step": int32 scalar}, and with fp8_delayed
 # "fp8": the amax histories (marin_lab.precision.apply), checkpointed with the rest.
@@ -145,6 +150,17 @@ def batch_checksum(tokens: jax.Array) -> jax.Array:
     return jnp.sum(tokens.astype(jnp.uint32) * weights, dtype=jnp.uint32)
 
 
+def split_microbatches(tokens: jax.Array, microbatches: int, ways: int) -> jax.Array:
+    """[B, T] -> [microbatches, B / microbatches, T] where microbatch k is the k-th block of rows of
+    each of the batch's `ways` contiguous shards, so every device accumulates its own rows."""
+    # Microbatch k as rows k*B/m ... instead lays each microbatch on part of the batch axes, `replica`
+    # first: with two slices microbatch 0 lived on slice 0, and each microbatch's tokens, embeddings,
+    # residual gradients and loss gathers crossed the data-centre network (docs/training.md).
+    b, t = tokens.shape
+    per_shard = b // (ways * microbatches)
+    return tokens.reshape(ways, microbatches, per_shard, t).swapaxes(0, 1).reshape(microbatches, b // microbatches, t)
+
+
 def make_train_step(
     model: LlamaConfig,
     optimizer: optax.GradientTransformation,
@@ -169,6 +185,10 @@ def make_train_step(
     # collectives a step for the nano model, each a synchronisation of every device, and on CPU hosts
     # (gloo over TCP) each ~1 ms of latency whatever its size. docs/training.md has the measurements.
     flat_reduce = _replicated(shardings["params"]) and not policy.changes_step and mesh.size > 1
+
+    # Inside the data-parallel path's shard_map the tokens are already the device's own rows.
+    ways = 1 if flat_reduce else math.prod(mesh.shape[a] for a in batch_split)
+    microbatch_sharding = NamedSharding(mesh, P(None, batch_split, None))
 
     def loss_fn(params: Params, aux: Any, tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -210,7 +230,9 @@ def make_train_step(
         if m == 1:
             return grad_fn(params, aux, tokens)
         # Accumulate in fp32 over microbatches inside the one compiled step.
-        micro = tokens.reshape(m, tokens.shape[0] // m, tokens.shape[1])
+        micro = split_microbatches(tokens, m, ways)
+        if ways > 1:
+            micro = jax.lax.with_sharding_constraint(micro, microbatch_sharding)
         zeros = jax.tree_util.tree_map(
             lambda p: jnp.zeros(p.shape, jnp.float32), params, is_leaf=lambda p: isinstance(p, ScaledArray)
         )
@@ -231,8 +253,9 @@ def make_train_step(
     def data_parallel(params: Params, tokens: jax.Array) -> tuple[tuple, Params]:
         """Per device: its shard's mean loss and gradients, then one all-reduce of them all."""
         (loss, ce), grads, _ = accumulated(params, None, tokens)
-        flat, unflatten = ravel_pytree(grads)
-        loss, ce, flat = jax.lax.pmean((loss, ce, flat), batch_split)
+        with jax.named_scope(GRADIENT_REDUCE_SCOPE):
+            flat, unflatten = ravel_pytree(grads)
+            loss, ce, flat = jax.lax.pmean((loss, ce, flat), batch_split)
         return (loss, ce), unflatten(flat)
 
     if flat_reduce:
@@ -243,7 +266,10 @@ def make_train_step(
         )
 
     def step(state: TrainState, tokens: jax.Array) -> tuple[TrainState, dict[str, jax.Array]]:
-        checksum = batch_checksum(tokens)
+        # The named scopes reach the HLO's op_name metadata: `marin-lab compile` names what a
+        # cross-slice transfer carries by it (these scalars are reduced over the whole batch).
+        with jax.named_scope("batch_checksum"):
+            checksum = batch_checksum(tokens)
         params = state["params"]
         aux = precision.step_inputs(policy, state.get("fp8"), params) if policy.changes_step else None
         if flat_reduce:
@@ -251,8 +277,10 @@ def make_train_step(
             aux_grads = None
         else:
             (loss, ce), grads, aux_grads = accumulated(params, aux, tokens)
-        grad_norm = optax.global_norm(grads)
-        updates, opt_state = optimizer.update(grads, state["opt_state"], scalify_train.param_values(params))
+        with jax.named_scope("grad_norm"):
+            grad_norm = optax.global_norm(grads)
+        with jax.named_scope("optimizer"):
+            updates, opt_state = optimizer.update(grads, state["opt_state"], scalify_train.param_values(params))
         lr = lr_schedule(state["step"])
         params = scalify_train.apply_updates(params, updates, lr)
         new_state = {"params": params, "opt_state": opt_state, "step": state["step"] + 1}
