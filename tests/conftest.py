@@ -192,10 +192,13 @@ def pytest_collection_finish(session):
             )
 
 
-# Tests write only into their temporary folders. The controller (the only process when xdist is
-# off) notes every file of the checkout, marin_store/ and other ignored folders included, when the
+# Tests write only into their temporary folders (and the screenshots into test-output/). The
+# controller (the only process when xdist is off) notes every file of the checkout, marin_store/ and
+# other ignored folders included, when the
 # session starts, and fails the session if any was added, changed or removed when it ends.
 _CHECKOUT_CACHES = {".git", ".venv", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
+_TEST_OUTPUT = "test-output"
+"""The one folder of the checkout tests write on purpose: the browser tests' screenshots, kept by CI."""
 _checkout_before: dict[str, tuple[int, int]] | None = None
 
 
@@ -204,6 +207,8 @@ def checkout_files(root: str = REPO_ROOT) -> dict[str, tuple[int, int]]:
     files = {}
     for folder, dirs, names in os.walk(root):
         dirs[:] = [d for d in dirs if d not in _CHECKOUT_CACHES and not d.endswith(".egg-info")]
+        if folder == root:
+            dirs[:] = [d for d in dirs if d != _TEST_OUTPUT]
         for name in names:
             path = os.path.join(folder, name)
             try:

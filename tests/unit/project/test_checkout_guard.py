@@ -41,6 +41,8 @@ def test_changes_are_named_by_kind(tmp_path):
     (tmp_path / "marin_store").mkdir()
     (tmp_path / "marin_store" / "new").write_text("a")
     (tmp_path / "__pycache__" / "x.pyc").write_text("a")  # caches are not the checkout's
+    (tmp_path / "test-output" / "screenshots").mkdir(parents=True)  # the screenshots' folder, kept by CI
+    (tmp_path / "test-output" / "screenshots" / "01.png").write_text("a")
     assert checkout_changes(before, checkout_files(str(tmp_path))) == [
         "changed edited",
         "removed gone",
