@@ -114,6 +114,9 @@ class Assumptions:
     stall_at_h: float = 100.0
     stall_h: float = 8.0
     """The capacity stall: every slice is taken at `stall_at_h` and none comes back for `stall_h`."""
+    notice_s: float = 30.0
+    """GCE's preemption notice before a spot VM is reclaimed; the trainer saves at the first step
+    boundary inside it (`Trainer`, `distributed.PreemptionAgreement`). 0: notices ignored."""
     relaunch_h: float = 4.0
     """A FAILED experiment (its preemption budget spent) is rerun by a person this long after: assumed."""
     mfu: float | None = None
@@ -403,7 +406,14 @@ class SliceAttempt:
                 if not advance(took):
                     break
                 step, train_s = step + 1, train_s + took
-                save = checkpointer.should_save(step, is_last=step == self.config.num_train_steps) or step == p.end_step
+                # The VM's metadata says preempted `notice_s` before the loss: the trainer saves at
+                # the step boundary after it and ends the attempt (the slice is gone at the loss).
+                noticed = w.a.notice_s > 0 and end == loss_at and clock.now >= end - w.a.notice_s
+                save = (
+                    checkpointer.should_save(step, is_last=step == self.config.num_train_steps)
+                    or step == p.end_step
+                    or (noticed and step < p.end_step)
+                )
                 if first or save:
                     log.note("train_s", train_s)
                     if first:
@@ -418,6 +428,9 @@ class SliceAttempt:
                         break
                     log.note("checkpoint_s", clock.now - saving, on_last_line=True)
                     w.checkpoint[out] = step
+                if noticed and step < p.end_step:
+                    clock.now = end
+                    break
             if train_s > 0:  # the trainer's last line before the loss (it flushes every 10 s)
                 log.note("train_s", train_s)
                 log.log({"step": step, "time": clock.now})
@@ -615,6 +628,12 @@ def describe(r: Result, a: Assumptions, seed: int) -> list[str]:
         f"  assumed: a lost slice is back after {a.replace_min:g} min; a loss is noticed in {a.detect_s:g} s; "
         f"environment start {a.env_start_s:g} s; a FAILED run is rerun after {a.relaunch_h:g} h",
         f"  capacity stall: every slice taken at hour {a.stall_at_h:g}, none back for {a.stall_h:g} h",
+        (
+            f"  preemption notice: {a.notice_s:g} s before each loss (GCE spot); the trainer saves at the next "
+            "step boundary and ends the attempt"
+            if a.notice_s > 0
+            else "  preemption notices: ignored (--notice-s 0): each loss redoes the steps since the last save"
+        ),
         "  not played: data steps, in-loop evaluations, the final evaluation. Idle: the slice of a 2-slice run "
         "left up while the other is replaced (not in the records)",
         f"today's settings: save_interval_s={c.save_interval_s:g}, save_every_steps={c.save_every_steps}, "
@@ -644,6 +663,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--stall-at-h", type=float, default=Assumptions.stall_at_h)
     ap.add_argument("--stall-hours", type=float, default=Assumptions.stall_h)
     ap.add_argument("--relaunch-h", type=float, default=Assumptions.relaunch_h)
+    ap.add_argument(
+        "--notice-s", type=float, default=Assumptions.notice_s, help="preemption notice seconds (0: ignored)"
+    )
     ap.add_argument("--replace-min", type=float, default=Assumptions.replace_min)
     ap.add_argument("--env-start-s", type=float, default=Assumptions.env_start_s)
     ap.add_argument("--mfu", type=float, default=None, help="step time at this MFU instead of the dry run's")
@@ -662,6 +684,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stall_at_h=args.stall_at_h,
         stall_h=args.stall_hours,
         relaunch_h=args.relaunch_h,
+        notice_s=args.notice_s,
         replace_min=args.replace_min,
         env_start_s=args.env_start_s,
         mfu=args.mfu,
