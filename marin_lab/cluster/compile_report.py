@@ -40,6 +40,29 @@ def _collectives(r: StepReport) -> list[str]:
     return [f"{c.scope.upper()} {c.kind} x{c.count:,} = {_bytes(c.bytes)}" for c in r.collectives]
 
 
+def _ms(seconds: float | None) -> str:
+    return "? ms (no published DCN bandwidth)" if seconds is None else f"{1e3 * seconds:.3g} ms"
+
+
+def _cross_slice(r: StepReport) -> list[str]:
+    """What crosses slices: the gradients' all-reduces in one line, then every other transfer."""
+    if r.slices < 2 or not r.fits:
+        return []
+    t = r.dcn_transfers()
+    g = t["gradient_all_reduce"]
+    lines = [
+        f"across slices (DCN): gradient all-reduce x{g['count']:,} = {_bytes(g['bytes'])}, "
+        f"{_ms(g['seconds_per_step'])} per step; "
+        + (f"{len(t['other'])} other transfer(s):" if t["other"] else "nothing else")
+    ]
+    for o in t["other"]:
+        lines.append(
+            f"  {o['kind']} {o['collective']} {o['shape']} x{o['runs_per_step']:,} = {_bytes(o['bytes_per_step'])}, "
+            f"{_ms(o['seconds_per_step'])}: {o['source'] or '(no op_name)'}"
+        )
+    return lines
+
+
 def as_text(reports: Sequence[StepReport]) -> str:
     lines: list[str] = []
     for r in reports:
@@ -76,6 +99,7 @@ def as_text(reports: Sequence[StepReport]) -> str:
             lines.append(f"  compiler's optimal_seconds: {r.compiler_optimal_s:.4g} s (counts each loop body once)")
         for c in _collectives(r):
             lines.append(f"  {c}")
+        lines += [f"  {line}" for line in _cross_slice(r)]
         lines.append(f"  compiled in {r.compile_s:.1f} s ({r.compile_cpu_s:.1f} CPU s)")
     for step, group in _comparisons(reports).items():
         lines.append("")
@@ -147,6 +171,10 @@ def as_markdown(reports: Sequence[StepReport]) -> str:
     for r in reports:
         if r.collectives:
             lines.append(f"- `{r.step}` collectives: " + "; ".join(_collectives(r)))
+        cross = _cross_slice(r)
+        if cross:
+            lines.append(f"- `{r.step}` {cross[0]}")
+            lines += [f"  - `{line.strip()}`" for line in cross[1:]]
     for step, group in _comparisons(reports).items():
         lines += [
             "",

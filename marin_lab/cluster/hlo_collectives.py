@@ -16,6 +16,10 @@ condition (`counter < constant`, the counter starting at the constant the loop i
 
 Bytes are per chip and per step: an all-gather counts its gathered result, a reduce-scatter its
 full input (result x group size), an all-reduce and the rest their buffer, a DCN send its payload.
+
+What a collective carries is named by the JAX `op_name` metadata of the nearest instruction its
+payload comes from (a send's operand is often a bitcast or fusion without metadata: the search
+walks back along data operands, never along tokens). Backward-pass values are `transpose(jvp(...))`.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import dataclasses
 import json
 import math
 import re
-from collections import defaultdict
+from collections import defaultdict, deque
 
 _DTYPE_BYTES = {
     "pred": 1,
@@ -63,6 +67,11 @@ _MEGASCALE = re.compile(r'_xla_megascale_transfer_type="([A-Z_]+)"')
 _IOTA_GROUPS = re.compile(r"replica_groups=\[(\d+),(\d+)\]")
 _LIST_GROUPS = re.compile(r"replica_groups=\{\{([0-9,]*)\}")
 _MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_RENDEZVOUS = re.compile(r'_xla_host_transfer_rendezvous="([\w.\-]+?)(?:_\d+)?"')
+_NOT_DATA = ("after-all", "partition-id", "replica-id", "constant")
+_SOURCE_SEARCH = 256
+"""Instructions visited at most when looking for the op_name of a collective's payload."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +98,10 @@ class _Op:
     kind: str
     scope: str
     bytes: float
+    shape: str
+    collective: str
+    payload: str
+    """The instruction whose value is sent (a send's first operand, else the collective itself)."""
 
 
 def array_bytes(shape_text: str) -> float:
@@ -116,13 +129,10 @@ def _group_size(rest: str) -> int:
     return 1
 
 
-def _send_payload(shape_text: str) -> float:
+def _payload_shape(shape_text: str) -> str:
     # A send's shape is (payload, u32[] context, token[]): only the payload travels.
-    inner = shape_text.strip()
-    if inner.startswith("("):
-        inner = inner[1:]
-    first = _ARRAY.search(inner)
-    return array_bytes(first.group(0)) if first else 0.0
+    first = _ARRAY.search(shape_text)
+    return first.group(0) if first else ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +146,13 @@ class CollectiveOp:
     """1 outside loops; the product of the enclosing loops' trip counts inside them."""
     bytes: int
     """Bytes per chip each time it runs."""
+    shape: str = ""
+    """The payload's HLO shape (a DCN send's payload, a collective's result), e.g. 'bf16[64,8,128]'."""
+    collective: str = ""
+    """The HLO collective it implements: its own name, or for a DCN send the collective the
+    compiler split into host transfers (e.g. 'all-reduce.94')."""
+    source: str = ""
+    """The JAX op_name of the nearest instruction its payload comes from ('' if none has one)."""
 
 
 def parse_collectives(hlo_text: str) -> list[Collective]:
@@ -165,6 +182,7 @@ def collective_ops(hlo_text: str) -> list[CollectiveOp]:
     constants: dict[str, int] = {}
     tuple_first: dict[str, str] = {}
     cond_limit: dict[str, tuple[str, str]] = {}  # condition computation -> (direction, constant name)
+    producers: dict[str, tuple[list[str], str]] = {}  # instruction -> (data operands, op_name)
     entry = None
     current = None
     for line in hlo_text.splitlines():
@@ -180,6 +198,9 @@ def collective_ops(hlo_text: str) -> list[CollectiveOp]:
         if not m:
             continue
         name, shape, op, rest = m.groups()
+        operands = _operands(rest)
+        op_name = _OP_NAME.search(rest)
+        producers[name] = ([] if op in _NOT_DATA else operands, op_name.group(1) if op_name else "")
         if op == "constant":
             c = re.match(r"\s*(-?\d+)\)", rest)
             if c:
@@ -211,7 +232,21 @@ def collective_ops(hlo_text: str) -> list[CollectiveOp]:
             continue
         megascale = _MEGASCALE.search(rest)
         if op == "send" and megascale:
-            ops.append(_Op(current, name, megascale.group(1).lower().replace("_", "-"), "dcn", _send_payload(shape)))
+            kind = megascale.group(1).lower().replace("_", "-")
+            rendezvous = _RENDEZVOUS.search(rest)
+            payload = _payload_shape(shape)
+            ops.append(
+                _Op(
+                    current,
+                    name,
+                    kind,
+                    "dcn",
+                    array_bytes(payload),
+                    payload,
+                    rendezvous.group(1) if rendezvous else name,
+                    operands[0] if operands else name,
+                )
+            )
         elif kind in _ICI_KINDS:
             size = array_bytes(shape)
             if op.endswith("-start") and shape.lstrip().startswith("("):
@@ -219,7 +254,7 @@ def collective_ops(hlo_text: str) -> list[CollectiveOp]:
                 size = array_bytes(shape) / 2 if kind != "all-gather" else _async_result(shape)
             if kind == "reduce-scatter":
                 size *= _group_size(rest)
-            ops.append(_Op(current, name, kind, "ici", size))
+            ops.append(_Op(current, name, kind, "ici", size, shape.split("{")[0].strip(), name, name))
 
     def trip_count(while_name: str) -> int:
         if while_name in known_trips:
@@ -250,10 +285,44 @@ def collective_ops(hlo_text: str) -> list[CollectiveOp]:
 
     visit(entry, 1.0, 0)
     return [
-        CollectiveOp(op.name, op.kind, op.scope, int(round(weight[op.computation])), int(round(op.bytes)))
+        CollectiveOp(
+            op.name,
+            op.kind,
+            op.scope,
+            int(round(weight[op.computation])),
+            int(round(op.bytes)),
+            op.shape,
+            op.collective,
+            _source(op.payload, producers),
+        )
         for op in ops
         if weight.get(op.computation)
     ]
+
+
+def _operands(rest: str) -> list[str]:
+    # `rest` is what follows "op(": the operands run to the matching parenthesis.
+    depth = 1
+    for i, ch in enumerate(rest):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0:
+            return re.findall(r"%([\w.\-]+)", rest[:i])
+    return []
+
+
+def _source(name: str, producers: dict[str, tuple[list[str], str]]) -> str:
+    """The op_name of the nearest instruction (breadth first along data operands) that has one."""
+    queue, seen = deque([name]), set[str]()
+    while queue and len(seen) < _SOURCE_SEARCH:
+        current = queue.popleft()
+        if current in seen or current not in producers:
+            continue
+        seen.add(current)
+        operands, op_name = producers[current]
+        if op_name:
+            return op_name
+        queue.extend(operands)
+    return ""
 
 
 def _async_result(shape: str) -> float:

@@ -21,6 +21,11 @@ compiler (libtpu through `jax.experimental.topologies`) compiles it. What the re
   MFU follow. The compiler's `optimal_seconds` is shown too when positive, with the same caveat as
   its FLOPs (negative without a device).
 - collectives: `hlo_collectives.parse_collectives` on the optimized HLO, per step, ICI vs DCN.
+- across slices: the `replica` axis splits only the batch, so the one transfer a multislice step
+  needs is the gradients' all-reduce (an all-reduce of backward-pass values: `transpose(jvp(...))`
+  in its op_name, or the data-parallel path's named scope). Every other DCN transfer is listed
+  (`cross_slice_other`): its kind, HLO collective, shape, bytes, runs per step, the op_name of what
+  it carries and its seconds per step at the chip's DCN bandwidth.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from marin_lab.training.finetune_state import build_step as build_finetune_step
 from marin_lab.training.finetune_state import frozen_base, init_trainable
 from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding
 from marin_lab.training.train_lm import check_batch, step_settings
-from marin_lab.training.train_step import abstract_state, build_step
+from marin_lab.training.train_step import GRADIENT_REDUCE_SCOPE, abstract_state, build_step
 
 _OOM = re.compile(r"RESOURCE_EXHAUSTED|Ran out of memory|exceeds available HBM", re.IGNORECASE)
 _SIZE = r"([0-9.]+)\s*([KMGT])i?B?"
@@ -99,6 +104,43 @@ class StepReport:
     """Activation bytes per chip the remat policy sends to host memory each step (and reads back)."""
     chosen: bool = False
     """In a remat comparison (`compare_remat`): the policy `choose_remat` picked for this step."""
+    dcn_bytes_per_s: float | None = None
+    """The chip's share of the data-centre network's bandwidth (None: not published)."""
+
+    @property
+    def cross_slice_other(self) -> list[CollectiveOp]:
+        """The cross-slice transfers that are not the gradients' all-reduce, most bytes per step first."""
+        others = [op for op in self.dcn_ops if not carries_gradients(op)]
+        return sorted(others, key=lambda op: -op.bytes * op.runs_per_step)
+
+    def dcn_seconds(self, nbytes: float) -> float | None:
+        """Seconds `nbytes` per chip take at the chip's DCN bandwidth (None: not published)."""
+        return nbytes / self.dcn_bytes_per_s if self.dcn_bytes_per_s else None
+
+    def dcn_transfers(self) -> dict[str, Any]:
+        """The JSON `dcn_transfers`: the gradients' all-reduces summed, every other transfer named."""
+        gradients = [op for op in self.dcn_ops if carries_gradients(op)]
+        grad_bytes = sum(op.bytes * op.runs_per_step for op in gradients)
+        return {
+            "gradient_all_reduce": {
+                "count": sum(op.runs_per_step for op in gradients),
+                "bytes": grad_bytes,
+                "seconds_per_step": self.dcn_seconds(grad_bytes),
+            },
+            "other": [
+                {
+                    "kind": op.kind,
+                    "collective": op.collective,
+                    "shape": op.shape,
+                    "bytes": op.bytes,
+                    "runs_per_step": op.runs_per_step,
+                    "bytes_per_step": op.bytes * op.runs_per_step,
+                    "seconds_per_step": self.dcn_seconds(op.bytes * op.runs_per_step),
+                    "source": op.source,
+                }
+                for op in self.cross_slice_other
+            ],
+        }
 
     @property
     def host_bytes_per_s_needed(self) -> float | None:
@@ -118,6 +160,8 @@ class StepReport:
         out["headroom_bytes"] = self.headroom_bytes
         out["host_bytes_per_s_needed"] = self.host_bytes_per_s_needed
         out["network_bytes"] = summarize(self.collectives)
+        if self.slices > 1 and self.fits:
+            out["dcn_transfers"] = self.dcn_transfers()
         return out
 
     def not_fit_line(self) -> str:
@@ -420,7 +464,15 @@ def compile_training_step(
         error=error,
         dcn_ops=dcn_ops,
         host_offload_bytes=offload,
+        dcn_bytes_per_s=chip.dcn_bytes_per_s,
     )
+
+
+def carries_gradients(op: CollectiveOp) -> bool:
+    """Whether a cross-slice transfer is the gradients' all-reduce: an all-reduce of backward-pass
+    values (across `replica`, which splits only the batch, a sum over the batch is a gradient's), or
+    the data-parallel path's one flat all-reduce (train_step.GRADIENT_REDUCE_SCOPE)."""
+    return op.kind == "all-reduce" and ("transpose(" in op.source or f"/{GRADIENT_REDUCE_SCOPE}/" in op.source)
 
 
 def _remat_name(remat: bool | str) -> str:
@@ -476,6 +528,7 @@ __all__ = [
     "HEADROOM_BYTES",
     "StepReport",
     "block_recompute_flops",
+    "carries_gradients",
     "choose_remat",
     "compare_remat",
     "compile_training_step",

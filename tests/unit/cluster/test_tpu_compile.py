@@ -17,10 +17,11 @@ from marin_lab.cli import main
 from marin_lab.cluster import tpu_topology
 from marin_lab.cluster.compile_command import compile_experiment
 from marin_lab.cluster.compile_report import render
-from marin_lab.cluster.hlo_collectives import parse_collectives
+from marin_lab.cluster.hlo_collectives import collective_ops, parse_collectives
 from marin_lab.cluster.tpu_compile import (
     HEADROOM_BYTES,
     StepReport,
+    carries_gradients,
     choose_remat,
     compile_training_step,
     remat_extra_flops,
@@ -151,6 +152,42 @@ def test_a_replica_axis_over_slices_sends_only_gradients_across_the_dcn():
         compile_training_step("x", "train_lm", _config(mesh=MeshConfig(fsdp=-1, slices=2)), parse_topology("v5e-4"))
 
 
+# What may cross slices besides the gradients: scalar reductions over the whole batch, named.
+EXPLAINED_CROSS_SLICE = ("jit(step)/batch_checksum/", "jit(step)/optimizer/")
+
+
+@pytest.mark.slow
+def test_microbatches_over_two_slices_send_only_gradients_across_the_dcn():
+    """Regression: Tootsie's kestrel (2 slices, 2 microbatches, save_mlp_in_gate, splash, chunked loss)
+    sent all-gathers and one-to-one transfers of each microbatch's tokens, residuals and loss across
+    the slices, since microbatch k was rows k*B/m... and lived on slice k. Every cross-slice transfer
+    must be the gradients' all-reduce or one EXPLAINED_CROSS_SLICE names."""
+    config = _config(
+        mesh=MeshConfig(fsdp=-1, slices=2),
+        batch_size=16,
+        seq_len=1024,  # past the loss chunk (512): the chunked loss's gathers were among the transfers
+        microbatches=2,
+        gradient_checkpointing="save_mlp_in_gate",
+        attention_impl="splash",
+    )
+    report = compile_training_step("kestrel-like", "train_lm", config, parse_topology("v5e:2x2", slices=2))
+    assert report.fits and report.mesh == {"replica": 2, "data": 1, "fsdp": 4, "model": 1}
+    assert {op.kind for op in report.dcn_ops} == {"all-reduce"}, [
+        (op.kind, op.shape, op.source) for op in report.dcn_ops if op.kind != "all-reduce"
+    ]
+    gradients = [op for op in report.dcn_ops if carries_gradients(op)]
+    # Reduced inside the microbatch loop: once per microbatch.
+    assert gradients and all(op.runs_per_step == 2 for op in gradients)
+    for op in report.cross_slice_other:
+        assert op.source.startswith(EXPLAINED_CROSS_SLICE), (op.kind, op.collective, op.shape, op.source)
+        assert op.bytes <= 8 * 2**10 and op.runs_per_step == 1
+    transfers = report.as_dict()["dcn_transfers"]
+    assert transfers["gradient_all_reduce"]["bytes"] == sum(op.bytes * op.runs_per_step for op in gradients)
+    assert {o["source"] for o in transfers["other"]} == {op.source for op in report.cross_slice_other}
+    assert all(o["seconds_per_step"] == o["bytes_per_step"] / report.dcn_bytes_per_s for o in transfers["other"])
+    assert "across slices (DCN): gradient all-reduce x" in render([report], "text")
+
+
 @pytest.mark.slow
 def test_a_step_that_does_not_fit_exits_1_with_one_line(tmp_path, monkeypatch, capsys):
     path = tmp_path / "big.py"
@@ -255,9 +292,54 @@ def test_collectives_in_a_loop_count_once_per_iteration():
     }
 
 
-def test_a_zero_step_time_is_reported_without_an_estimate():
-    # est_step_s 0.0 (no FLOPs, no traffic) leaves tokens/s and MFU None: the report shows "-".
-    report = StepReport(
+CROSS_SLICE_HLO = textwrap.dedent("""
+    HloModule m
+
+    ENTRY %main (a: bf16[64]) -> bf16[64] {
+      %a = bf16[64]{0} parameter(0)
+      %dot.1 = bf16[64]{0} fusion(%a), kind=kLoop, calls=%f, metadata={op_name="jit(step)/transpose(jvp())/dot_general"}
+      %bitcast.1 = bf16[8,8]{1,0} bitcast(%dot.1)
+      %tok = token[] after-all(%a)
+      %send.1 = (bf16[8,8]{1,0}, u32[], token[]) send(%bitcast.1, %tok), channel_id=1, is_host_transfer=true, frontend_attributes={_xla_host_transfer_rendezvous="all-reduce.7_0",_xla_megascale_transfer_type="ALL_REDUCE"}
+      %embed.1 = bf16[4,64]{1,0} fusion(%a), kind=kLoop, calls=%g, metadata={op_name="jit(step)/while/body/add"}
+      %send.2 = (bf16[4,64]{1,0}, u32[], token[]) send(%embed.1, %tok), channel_id=2, is_host_transfer=true, frontend_attributes={_xla_host_transfer_rendezvous="all-gather.3_0",_xla_megascale_transfer_type="ALL_GATHER"}
+      ROOT %r = bf16[64]{0} copy(%a)
+    }
+""")  # noqa: E501 (HLO lines as XLA prints them)
+
+
+def test_each_cross_slice_transfer_is_named_by_what_it_carries():
+    ops = {op.collective: op for op in collective_ops(CROSS_SLICE_HLO)}
+    grad, gather = ops["all-reduce.7"], ops["all-gather.3"]
+    # The payload's op_name, found past the bitcast (and never through the token).
+    assert (grad.kind, grad.shape, grad.bytes, grad.source) == (
+        "all-reduce",
+        "bf16[8,8]",
+        128,
+        "jit(step)/transpose(jvp())/dot_general",
+    )
+    assert (gather.kind, gather.shape, gather.source) == ("all-gather", "bf16[4,64]", "jit(step)/while/body/add")
+    assert carries_gradients(grad) and not carries_gradients(gather)
+    report = _report(slices=2, dcn_ops=[grad, gather], dcn_bytes_per_s=1e9)
+    assert report.cross_slice_other == [gather]
+    (other,) = report.as_dict()["dcn_transfers"]["other"]
+    assert other == {
+        "kind": "all-gather",
+        "collective": "all-gather.3",
+        "shape": "bf16[4,64]",
+        "bytes": 512,
+        "runs_per_step": 1,
+        "bytes_per_step": 512,
+        "seconds_per_step": 512 / 1e9,
+        "source": "jit(step)/while/body/add",
+    }
+    text = render([report], "text")
+    assert "gradient all-reduce x1 = 128 B" in text and "1 other transfer(s):" in text
+    assert "all-gather all-gather.3 bf16[4,64] x1 = 512 B, 0.000512 ms: jit(step)/while/body/add" in text
+
+
+def _report(**overrides) -> StepReport:
+    fields = dict(
         step="s",
         function="train_lm",
         topology="v5e-8",
@@ -283,7 +365,12 @@ def test_a_zero_step_time_is_reported_without_an_estimate():
         remat="none",
         attention="xla",
     )
-    assert "estimate (roofline, chip peak 197 TFLOP/s): -" in render([report], "text")
+    return StepReport(**{**fields, **overrides})
+
+
+def test_a_zero_step_time_is_reported_without_an_estimate():
+    # est_step_s 0.0 (no FLOPs, no traffic) leaves tokens/s and MFU None: the report shows "-".
+    assert "estimate (roofline, chip peak 197 TFLOP/s): -" in render([_report()], "text")
 
 
 def test_an_experiment_that_raises_while_loaded_is_one_line(tmp_path, capsys):
