@@ -58,7 +58,7 @@ def _cross_slice(r: StepReport) -> list[str]:
     for o in t["other"]:
         lines.append(
             f"  {o['kind']} {o['collective']} {o['shape']} x{o['runs_per_step']:,} = {_bytes(o['bytes_per_step'])}, "
-            f"{_ms(o['seconds_per_step'])}: {o['source'] or '(no op_name)'}"
+            f"{_ms(o['seconds_per_step'])}: {', '.join(o['sources']) or '(no op_name)'}"
         )
     return lines
 

@@ -17,9 +17,10 @@ condition (`counter < constant`, the counter starting at the constant the loop i
 Bytes are per chip and per step: an all-gather counts its gathered result, a reduce-scatter its
 full input (result x group size), an all-reduce and the rest their buffer, a DCN send its payload.
 
-What a collective carries is named by the JAX `op_name` metadata of the nearest instruction its
-payload comes from (a send's operand is often a bitcast or fusion without metadata: the search
-walks back along data operands, never along tokens). Backward-pass values are `transpose(jvp(...))`.
+What a collective carries is named by the JAX `op_name` metadata of the instructions its payload
+is made of (a send's operand is often a bitcast or fusion without metadata: the search walks back
+along data operands, never along tokens, and into loop-carried values). Backward-pass values are
+`transpose(jvp(...))`.
 """
 
 from __future__ import annotations
@@ -151,8 +152,9 @@ class CollectiveOp:
     collective: str = ""
     """The HLO collective it implements: its own name, or for a DCN send the collective the
     compiler split into host transfers (e.g. 'all-reduce.94')."""
-    source: str = ""
-    """The JAX op_name of the nearest instruction its payload comes from ('' if none has one)."""
+    sources: tuple[str, ...] = ()
+    """The JAX op_names of what its payload is made of: along each path back from the payload, the
+    first instruction that has one (a combined all-reduce has several; empty if none has one)."""
 
 
 def parse_collectives(hlo_text: str) -> list[Collective]:
@@ -183,6 +185,11 @@ def collective_ops(hlo_text: str) -> list[CollectiveOp]:
     tuple_first: dict[str, str] = {}
     cond_limit: dict[str, tuple[str, str]] = {}  # condition computation -> (direction, constant name)
     producers: dict[str, tuple[list[str], str]] = {}  # instruction -> (data operands, op_name)
+    scalars: set[str] = set()  # loop counters and indices: never what a collective carries
+    parameters: dict[str, str] = {}  # parameter instruction -> its computation
+    roots: dict[str, str] = {}  # computation -> its ROOT instruction
+    element_of: dict[str, tuple[str, int]] = {}  # get-tuple-element -> (tuple, index)
+    bodies: dict[str, str] = {}  # while instruction -> its body computation
     entry = None
     current = None
     for line in hlo_text.splitlines():
@@ -201,6 +208,20 @@ def collective_ops(hlo_text: str) -> list[CollectiveOp]:
         operands = _operands(rest)
         op_name = _OP_NAME.search(rest)
         producers[name] = ([] if op in _NOT_DATA else operands, op_name.group(1) if op_name else "")
+        if re.fullmatch(r"(?:pred|[su]\d+)\[\]", shape.split("{")[0].strip()):
+            scalars.add(name)
+        if line.lstrip().startswith("ROOT"):
+            roots[current] = name
+        if op == "parameter":
+            parameters[name] = current
+        elif op == "get-tuple-element" and operands:
+            position = re.search(r"index=(\d+)", rest)
+            if position:
+                element_of[name] = (operands[0], int(position.group(1)))
+        elif op == "while":
+            body = re.search(r"body=%?([\w.\-]+)", rest)
+            if body:
+                bodies[name] = body.group(1)
         if op == "constant":
             c = re.match(r"\s*(-?\d+)\)", rest)
             if c:
@@ -284,6 +305,15 @@ def collective_ops(hlo_text: str) -> list[CollectiveOp]:
             visit(callee, w * (trip_count(via_while) if via_while is not None and in_body else 1), depth + 1)
 
     visit(entry, 1.0, 0)
+    # Element k of a loop's result, or of its body's parameter (a loop-carried value, e.g. the
+    # stacked per-layer gradients), is made by the body: element k of its ROOT tuple.
+    body_computations = set(bodies.values())
+    for element, (tup, index) in element_of.items():
+        loop_body = bodies.get(tup) or parameters.get(tup, "")
+        root = producers.get(roots.get(loop_body, "")) if loop_body in body_computations else None
+        if root is not None and index < len(root[0]):
+            # In place of the loop and its op_name ('jit(step)/while'), which say nothing of the value.
+            producers[element] = ([root[0][index]], "")
     return [
         CollectiveOp(
             op.name,
@@ -293,7 +323,7 @@ def collective_ops(hlo_text: str) -> list[CollectiveOp]:
             int(round(op.bytes)),
             op.shape,
             op.collective,
-            _source(op.payload, producers),
+            _sources(op.payload, producers, scalars),
         )
         for op in ops
         if weight.get(op.computation)
@@ -310,8 +340,10 @@ def _operands(rest: str) -> list[str]:
     return []
 
 
-def _source(name: str, producers: dict[str, tuple[list[str], str]]) -> str:
-    """The op_name of the nearest instruction (breadth first along data operands) that has one."""
+def _sources(name: str, producers: dict[str, tuple[list[str], str]], scalars: set[str]) -> tuple[str, ...]:
+    """Along each path back from `name` (data operands, breadth first, past the scalar indices beside
+    an array), the op_name of the first instruction that has one; distinct, nearest first."""
+    found: list[str] = []
     queue, seen = deque([name]), set[str]()
     while queue and len(seen) < _SOURCE_SEARCH:
         current = queue.popleft()
@@ -320,9 +352,12 @@ def _source(name: str, producers: dict[str, tuple[list[str], str]]) -> str:
         seen.add(current)
         operands, op_name = producers[current]
         if op_name:
-            return op_name
-        queue.extend(operands)
-    return ""
+            if op_name not in found:
+                found.append(op_name)
+            continue
+        data = [o for o in operands if o not in scalars]
+        queue.extend(data or operands)
+    return tuple(found)
 
 
 def _async_result(shape: str) -> float:

@@ -24,8 +24,8 @@ compiler (libtpu through `jax.experimental.topologies`) compiles it. What the re
 - across slices: the `replica` axis splits only the batch, so the one transfer a multislice step
   needs is the gradients' all-reduce (an all-reduce of backward-pass values: `transpose(jvp(...))`
   in its op_name, or the data-parallel path's named scope). Every other DCN transfer is listed
-  (`cross_slice_other`): its kind, HLO collective, shape, bytes, runs per step, the op_name of what
-  it carries and its seconds per step at the chip's DCN bandwidth.
+  (`cross_slice_other`): its kind, HLO collective, shape, bytes, runs per step, the op_names of
+  what it carries and its seconds per step at the chip's DCN bandwidth.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ class StepReport:
                     "runs_per_step": op.runs_per_step,
                     "bytes_per_step": op.bytes * op.runs_per_step,
                     "seconds_per_step": self.dcn_seconds(op.bytes * op.runs_per_step),
-                    "source": op.source,
+                    "sources": list(op.sources),
                 }
                 for op in self.cross_slice_other
             ],
@@ -470,9 +470,11 @@ def compile_training_step(
 
 def carries_gradients(op: CollectiveOp) -> bool:
     """Whether a cross-slice transfer is the gradients' all-reduce: an all-reduce of backward-pass
-    values (across `replica`, which splits only the batch, a sum over the batch is a gradient's), or
-    the data-parallel path's one flat all-reduce (train_step.GRADIENT_REDUCE_SCOPE)."""
-    return op.kind == "all-reduce" and ("transpose(" in op.source or f"/{GRADIENT_REDUCE_SCOPE}/" in op.source)
+    values (across `replica`, which splits only the batch, a sum over the batch is a gradient's; the
+    compiler may combine the loss's scalars into it), or the data-parallel path's one flat
+    all-reduce (train_step.GRADIENT_REDUCE_SCOPE)."""
+    backward = ("transpose(", f"/{GRADIENT_REDUCE_SCOPE}/")
+    return op.kind == "all-reduce" and any(mark in s for s in op.sources for mark in backward)
 
 
 def _remat_name(remat: bool | str) -> str:

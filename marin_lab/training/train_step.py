@@ -241,10 +241,12 @@ def make_train_step(
         def body(carry, mb):
             g_acc, a_acc, l_acc, c_acc = carry
             (mb_loss, c), g, a = grad_fn(params, aux, mb)
-            g_acc = jax.tree_util.tree_map(lambda a, b: a + b.astype(jnp.float32), g_acc, g)
+            with jax.named_scope("accumulate"):
+                g_acc = jax.tree_util.tree_map(lambda a, b: a + b.astype(jnp.float32), g_acc, g)
+                l_acc, c_acc = l_acc + mb_loss, c_acc + c
             if a_acc is not None:
                 a_acc = precision.merge_microbatches(a_acc, a)
-            return (g_acc, a_acc, l_acc + mb_loss, c_acc + c), None
+            return (g_acc, a_acc, l_acc, c_acc), None
 
         (grads, aux_grads, loss, ce), _ = jax.lax.scan(body, (zeros, aux_zeros, 0.0, 0.0), micro)
         grads = jax.tree_util.tree_map(lambda g: g / m, grads)
