@@ -25,6 +25,8 @@ Each figure is a fresh process (`--child`), timed around the executor call (`run
 
     python benchmarks/rerun_bucket.py [--steps 1000,10000] [--latency-ms 50] [--repeats 3]
         [--marin-src DIR] [--skip-marin] [--marin-max-steps 1000]
+
+With MARIN_BENCH_PROFILE=DIR set, each of our runs also leaves a cProfile of its executor call in DIR.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import argparse
 import asyncio
 import collections
 import concurrent.futures
+import cProfile
 import json
 import os
 import platform
@@ -201,9 +204,17 @@ def mode_run(args: argparse.Namespace) -> dict[str, Any]:
         from marin_lab.execution import executor_main
 
         argv = ["--prefix", args.prefix, "--backend", "local"] + (["--dry_run", "true"] if dry else [])
+        profile = os.environ.get("MARIN_BENCH_PROFILE")  # a folder: the executor call's cProfile, per run
+        profiler = cProfile.Profile() if profile else None
         t0 = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
         report = executor_main(steps, description="rerun against a bucket", args=argv)
         run_s = time.perf_counter() - t0
+        if profiler is not None and profile:
+            profiler.disable()
+            os.makedirs(profile, exist_ok=True)
+            profiler.dump_stats(os.path.join(profile, f"{args.what}-{args.steps}-{time.monotonic_ns()}.prof"))
         if not dry:
             assert not report.executed, f"a no-op rerun executed {len(report.executed)} steps"
         else:
