@@ -114,6 +114,10 @@ class TpuAlternatives:
         return kept
 
     def validate(self) -> None:
+        self._checked()
+
+    def _checked(self) -> list[TpuResources]:
+        """`validate`, returning the alternatives the cluster can hold (read once)."""
         if not isinstance(self.options, tuple) or not self.options:
             raise TpuRequestError("TpuAlternatives: options is empty; give at least one slice shape, e.g. ['v4-128']")
         for option in self.options:
@@ -128,13 +132,15 @@ class TpuAlternatives:
         repeated = sorted({label for label in labels if labels.count(label) > 1})
         if repeated:
             raise TpuRequestError(f"TpuAlternatives: {', '.join(repeated)} listed twice; name each shape once")
-        if not self.holdable():
+        if self.wait_s <= 0 or self.capacity_timeout_s <= 0:
+            raise TpuRequestError("TpuAlternatives: wait_s and capacity_timeout_s must be > 0")
+        holdable = self.holdable()
+        if not holdable:
             raise TpuRequestError(
                 f"none of the TPU alternatives {', '.join(labels)} fits the cluster (its config holds fewer "
                 "slices of each, or none of its type); add a shape the cluster offers or raise its max_slices"
             )
-        if self.wait_s <= 0 or self.capacity_timeout_s <= 0:
-            raise TpuRequestError("TpuAlternatives: wait_s and capacity_timeout_s must be > 0")
+        return holdable
 
     def check_step(self, config: Any) -> None:
         """A training step's batch must split over every alternative's mesh (refused while planning)."""
@@ -174,8 +180,7 @@ class TpuAlternatives:
         on_pending: Callable[[str | None], None] | None = None,
     ) -> RunOutcome:
         """Run on the first alternative Ray places within its wait (see the module doc)."""
-        self.validate()
-        shapes = _held_first(step_name, self.holdable())
+        shapes = _held_first(step_name, self._checked())
         labels = [shape_label(s) for s in shapes]
         t0 = time.monotonic()
         tried: list[str] = []
@@ -201,7 +206,7 @@ class TpuAlternatives:
                     if on_hardware is not None:
                         on_hardware(hardware)
 
-                def pending(reason: str | None, label: str = label, index: int = index) -> None:
+                def pending(reason: str | None, index: int = index) -> None:
                     if on_pending is not None:
                         on_pending(None if reason is None else f"alternative {index + 1} of {len(labels)}: {reason}")
 
@@ -225,14 +230,9 @@ class TpuAlternatives:
 def _held_first(step_name: str, shapes: list[TpuResources]) -> list[TpuResources]:
     """`shapes` with the one whose slices an earlier driver of the step still holds moved first."""
     try:
-        from marin_lab.cluster.slice_reserve import POD_TYPE_LABEL, _alive_nodes, step_groups
+        from marin_lab.cluster.slice_reserve import held_pod_types  # Ray: only when a step runs
 
-        nodes = _alive_nodes()
-        held = {
-            nodes.get(node_id, {}).get("Labels", {}).get(POD_TYPE_LABEL)
-            for _, info in step_groups(step_name)
-            for node_id in info.get("bundles_to_node_id", {}).values()
-        }
+        held = held_pod_types(step_name)
     except Exception:  # noqa: BLE001 - no Ray state to read: keep the declared order
         return shapes
     first = [s for s in shapes if s.tpu_type.accelerator_type in held]

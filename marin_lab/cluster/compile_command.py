@@ -135,9 +135,12 @@ def compile_experiment(
                 "--topology (e.g. v5e-256x2) to compile it for one"
             )
         function = "train_lm" if isinstance(ps.step.config, TrainLmConfig) else "finetune_lm"
-        for target in targets:  # TPU alternatives: the step compiled for every shape it may be given
+        # TPU alternatives: the step compiled for every shape it may be given, its mesh's replica axis
+        # over that shape's slices, as on the hosts (MESH_FOLLOWS_HARDWARE)
+        follows = not forced and callable(getattr(ps.step.resources, "shapes", None))
+        for target in targets:
             config = ps.step.config
-            if len(targets) > 1:  # the mesh's replica axis follows the alternative, as on the hosts
+            if follows:
                 config = dataclasses.replace(config, mesh=config.mesh.on_slices(target.slices))
             if policies is None:
                 reports.append(compile_training_step(ps.name, function, config, target))

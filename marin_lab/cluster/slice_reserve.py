@@ -90,6 +90,17 @@ def _alive_nodes() -> dict[str, dict]:
     return {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
 
 
+def held_pod_types(step_name: str) -> set[str]:
+    """The pod types (`ray.io/tpu-pod-type`) of the hosts the step's remaining groups are placed on."""
+    nodes = _alive_nodes()
+    return {
+        str(nodes[node_id].get("Labels", {}).get(POD_TYPE_LABEL))
+        for _, info in step_groups(step_name)
+        for node_id in info.get("bundles_to_node_id", {}).values()
+        if node_id in nodes
+    }
+
+
 def _hold_head(tpu: TpuType, slice_name: str) -> PlacementGroup:
     """Hold an adopted slice's head as Ray's own reservation does (same resource, same labels)."""
     return placement_group(
@@ -293,6 +304,7 @@ __all__ = [
     "PendingCallback",
     "SliceReservation",
     "adopt_or_release",
+    "held_pod_types",
     "pending_reason",
     "release_all",
     "reserve_slices",
