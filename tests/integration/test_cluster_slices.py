@@ -121,6 +121,28 @@ def _run_step(prefix, name: str, resources, preemptions: int = 3, failures: int 
     return json.loads(info_path.read_text()), info_path.parent
 
 
+def _run_step_in_background(prefix, name: str, resources, **config):
+    """`_run_step` in a thread (Ray's test cluster adds and removes nodes from the main thread only);
+    returns the thread and its outcome ({"run": ...} or {"error": ...} once it ends)."""
+    outcome: dict = {}
+
+    def drive() -> None:
+        try:
+            outcome["run"] = _run_step(prefix, name, resources, **config)
+        except BaseException as err:  # noqa: BLE001 - re-raised by the test
+            outcome["error"] = err
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    return driver, outcome
+
+
+def _until_checkpoint(prefix, name: str, step: int, driver, outcome, deadline: float) -> None:
+    while _checkpoint_marker(prefix, name, step) is None:
+        assert driver.is_alive() and time.monotonic() < deadline, f"never reached step {step}: {outcome}"
+        time.sleep(0.05)
+
+
 def test_multislice_step_runs_once_per_host_with_multislice_env(tpu_cluster, tmp_path):
     resources = TpuResources(tpu=TPU, slices=2, capacity_timeout_s=60)
     held: list[dict] = []
@@ -192,26 +214,10 @@ def test_a_lost_node_is_one_preemption_for_every_host_and_the_run_resumes_bit_id
     """Slice-b's host 1 disappears mid-step (its VM reclaimed): the attempt ends for all four hosts
     as one preemption, no failure; the retry waits for slice-b to be whole and ends bit-identical."""
     prefix = tmp_path / "prefix"
-    outcome: dict = {}
-
-    def drive() -> None:  # Ray's test cluster adds and removes nodes from the main thread only
-        try:
-            outcome["run"] = _run_step(
-                prefix,
-                "train/node",
-                TpuResources(tpu=TPU, slices=2, capacity_timeout_s=120),
-                num_steps=40,
-                step_sleep_s=0.05,
-            )
-        except BaseException as err:  # noqa: BLE001 - re-raised below
-            outcome["error"] = err
-
-    driver = threading.Thread(target=drive, daemon=True)
-    driver.start()
+    resources = TpuResources(tpu=TPU, slices=2, capacity_timeout_s=120)
+    driver, outcome = _run_step_in_background(prefix, "train/node", resources, num_steps=40, step_sleep_s=0.05)
     deadline = time.monotonic() + 300
-    while _checkpoint_marker(prefix, "train/node", 10) is None:
-        assert driver.is_alive() and time.monotonic() < deadline, f"never reached step 10: {outcome}"
-        time.sleep(0.05)
+    _until_checkpoint(prefix, "train/node", 10, driver, outcome, deadline)
     tpu_cluster.remove_host("slice-b", 1, wait_until_dead=True)
     try:  # the retry waits for slice-b to be whole; a new VM comes in the lost one's place
         while len(json.loads(next(prefix.glob("train/node-*/.executor_info")).read_text()).get("attempts", [])) < 2:
@@ -512,21 +518,9 @@ def test_a_preempted_run_resumes_on_the_next_alternative_bit_identical(tpu_clust
     from marin_lab.cluster import TpuAlternatives
 
     prefix = tmp_path / "prefix"
-    outcome: dict = {}
     resources = TpuAlternatives([f"2 x {TPU}", TPU], wait_s=4, capacity_timeout_s=120)
-
-    def drive() -> None:  # Ray's test cluster adds and removes nodes from the main thread only
-        try:
-            outcome["run"] = _run_step(prefix, "train/alt", resources, num_steps=40, step_sleep_s=0.05)
-        except BaseException as err:  # noqa: BLE001 - re-raised below
-            outcome["error"] = err
-
-    driver = threading.Thread(target=drive, daemon=True)
-    driver.start()
-    deadline = time.monotonic() + 300
-    while _checkpoint_marker(prefix, "train/alt", 10) is None:
-        assert driver.is_alive() and time.monotonic() < deadline, f"never reached step 10: {outcome}"
-        time.sleep(0.05)
+    driver, outcome = _run_step_in_background(prefix, "train/alt", resources, num_steps=40, step_sleep_s=0.05)
+    _until_checkpoint(prefix, "train/alt", 10, driver, outcome, time.monotonic() + 300)
     tpu_cluster.remove_host("slice-b", 1, wait_until_dead=True)
     try:
         driver.join(timeout=300)
