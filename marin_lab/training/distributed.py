@@ -296,28 +296,27 @@ class PreemptionAgreement:
     then save the same checkpoint and end the attempt together."""
 
     def __init__(self, multi_process: bool) -> None:
-        self.multi_process = multi_process
         self.stop_at: int | None = None
+        self.client: Any = None
+        """The coordination service's client; None for one process (or one that never joined): it decides alone."""
+        if multi_process:
+            from jax._src import distributed as jax_distributed
+
+            self.client = jax_distributed.global_state.client
 
     def stop_step(self, done: int) -> int | None:
         """Once known, the step to stop at (>= the step when first seen); None while no host got a notice."""
         if self.stop_at is not None:
             return self.stop_at
         noticed = host_env.PREEMPTION_NOTICE.is_set()
-        if not self.multi_process:
-            self.stop_at = done if noticed else None
-            return self.stop_at
-        from jax._src import distributed as jax_distributed  # the coordination service's client
-
-        client = jax_distributed.global_state.client
-        if client is None:  # no coordination service (never joined): this process alone decides
+        if self.client is None:
             self.stop_at = done if noticed else None
             return self.stop_at
         if noticed:
             with contextlib.suppress(Exception):  # another host wrote it first: its step holds
-                client.key_value_set(NOTICE_KEY, str(done + NOTICE_MARGIN_STEPS))
+                self.client.key_value_set(NOTICE_KEY, str(done + NOTICE_MARGIN_STEPS))
         try:
-            self.stop_at = int(client.key_value_try_get(NOTICE_KEY))
+            self.stop_at = int(self.client.key_value_try_get(NOTICE_KEY))
         except Exception:  # noqa: BLE001 - not found: no host got a notice
             return None
         return self.stop_at
