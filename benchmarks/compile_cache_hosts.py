@@ -19,6 +19,7 @@ os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="compile-cache
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
+from marin_lab.main.train_lm import train_lm  # noqa: E402
 from marin_lab.testing.training import tiny_train_config, write_synthetic_cache  # noqa: E402
 from marin_lab.training.local_hosts import run_hosts  # noqa: E402 - after the cache settings
 
@@ -31,7 +32,7 @@ def main() -> None:
     for r in range(3):
         cfg = tiny_train_config(os.path.join(root, f"out{r}"), {"c": cache}, num_train_steps=4, export_hf=False)
         started = time.perf_counter()
-        result = run_hosts(cfg, hosts=2, devices_per_host=2, workdir=os.path.join(root, f"w{r}"))
+        result = run_hosts(cfg, fn=train_lm, hosts=2, devices_per_host=2, workdir=os.path.join(root, f"w{r}"))
         assert result.ok, "\n---\n".join(result.stderr_tails)
         runs.append((round(time.perf_counter() - started, 1), result.summary["param_checksum"][:12]))
     print(label, runs, flush=True)

@@ -29,6 +29,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.models import MODELS  # noqa: E402
+from marin_lab.main.train_lm import train_lm  # noqa: E402
 from marin_lab.testing.training import write_synthetic_cache  # noqa: E402
 from marin_lab.training import CheckpointConfig, DataConfig, OptimizerConfig, TrainLmConfig  # noqa: E402
 from marin_lab.training.local_hosts import run_hosts  # noqa: E402
@@ -91,6 +92,7 @@ def compare(args: argparse.Namespace, root: str) -> None:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             result = run_hosts(
                 config(os.path.join(root, tag), MESHES[mesh]),
+                fn=train_lm,
                 hosts=hosts,
                 devices_per_host=devices,
                 workdir=os.path.join(root, f"w-{tag}"),

@@ -78,8 +78,8 @@ from marin_lab.execution.run import supervisor  # noqa: E402
 from marin_lab.store.step_record import read_step_record  # noqa: E402
 from marin_lab.training import checkpoint, metrics  # noqa: E402
 from marin_lab.training.checkpoint import Checkpointer  # noqa: E402
+from marin_lab.training.config import TrainLmConfig  # noqa: E402
 from marin_lab.training.metrics import MetricsLogger, WandbConfig  # noqa: E402
-from marin_lab.training.train_lm import TrainLmConfig  # noqa: E402
 
 START = datetime.datetime(2026, 12, 1, tzinfo=datetime.UTC).timestamp()
 GOAL = 0.95

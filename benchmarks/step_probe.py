@@ -35,9 +35,9 @@ def child(model_name: str, mesh_name: str, batch: int, seq: int, steps: int, out
     from multiprocess_step import MESHES as meshes  # this script's folder is on sys.path
 
     from experiments.models import MODELS
+    from marin_lab.main.train_lm import _programs
     from marin_lab.training.config import OptimizerConfig
     from marin_lab.training.mesh import batch_sharding
-    from marin_lab.training.train_lm import _programs
     from marin_lab.training.train_step import StepSettings
 
     model = dataclasses.replace(MODELS[model_name], max_seq_len=max(seq, MODELS[model_name].max_seq_len))

@@ -29,7 +29,6 @@ from typing import Any
 
 from experiments.simple_train_config import SimpleTrainConfig
 from marin_lab.evaluation import CORE_TASKS, EvalLmConfig, EvaluationError, evaluate_lm, parse_task
-from marin_lab.evaluation.during_training import train_lm_with_eval
 from marin_lab.evaluation.task_items import TaskItemsConfig, export_task_items
 from marin_lab.execution import (
     ExecutorStep,
@@ -40,6 +39,7 @@ from marin_lab.execution import (
     unwrap_versioned_value,
 )
 from marin_lab.execution.plan.sources import versioned_source
+from marin_lab.main.train_lm import train_lm
 from marin_lab.processing.classify import (
     ClassifyFilterConfig,
     TrainClassifierConfig,
@@ -463,8 +463,7 @@ def default_train(
     steps_per_task_eval: int | None = None,
     eval_task_limit: int | None = 100,
 ) -> ExecutorStep:
-    """A `train_lm` step (with evaluation during training: `train_lm_with_eval`) on `tokenized` ->
-    `checkpoints/{name}`.
+    """A `train_lm` step (with evaluation during training) on `tokenized` -> `checkpoints/{name}`.
 
     `tokenized` is one tokenize step, name -> step with mixture `weights`, or an `lm_mixture_data_config`.
 
@@ -529,7 +528,7 @@ def default_train(
     )
     return ExecutorStep(
         name=f"checkpoints/{name}",
-        fn=train_lm_with_eval,
+        fn=train_lm,
         config=config,
         resources=resources,
         description=description

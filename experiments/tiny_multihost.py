@@ -34,9 +34,10 @@ from experiments.models import lab_nano  # noqa: E402
 from marin_lab.cluster import TpuResources  # noqa: E402
 from marin_lab.execution import ExecutorStep, executor_main, this_output_path  # noqa: E402
 from marin_lab.execution.main import ExecutorMainConfig  # noqa: E402
+from marin_lab.main.train_lm import train_lm  # noqa: E402
 from marin_lab.testing.local_cluster import LocalTpuCluster  # noqa: E402
 from marin_lab.testing.training import write_synthetic_cache  # noqa: E402
-from marin_lab.training import CheckpointConfig, DataConfig, OptimizerConfig, TrainLmConfig, train_lm  # noqa: E402
+from marin_lab.training import CheckpointConfig, DataConfig, OptimizerConfig, TrainLmConfig  # noqa: E402
 from marin_lab.training.metrics import WandbConfig  # noqa: E402
 
 TPU = "v4-16"  # 2 hosts per slice

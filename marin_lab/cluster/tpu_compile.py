@@ -44,13 +44,12 @@ from marin_lab.cluster.tpu_topology import GiB, Topology
 from marin_lab.models.attention import AttentionConfigError, check_attention
 from marin_lab.models.llama import LlamaConfig, activation_widths, check_remat, init_params, policy_names
 from marin_lab.training.base_model import quantize_params
-from marin_lab.training.config import TrainLmConfig
+from marin_lab.training.config import TrainLmConfig, check_batch, step_settings
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.finetune import FinetuneConfig, check_settings, step_plan
 from marin_lab.training.finetune_state import build_step as build_finetune_step
 from marin_lab.training.finetune_state import frozen_base, init_trainable
 from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding
-from marin_lab.training.train_lm import check_batch, step_settings
 from marin_lab.training.train_step import GRADIENT_REDUCE_SCOPE, abstract_state, build_step
 
 _OOM = re.compile(r"RESOURCE_EXHAUSTED|Ran out of memory|exceeds available HBM", re.IGNORECASE)

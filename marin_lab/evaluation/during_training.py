@@ -1,8 +1,7 @@
-"""Evaluation during `train_lm`: the hooks its Trainer runs, and the step function that passes them.
+"""Evaluation during `train_lm`: the hooks its Trainer runs.
 
-training/ sits below evaluation/ (docs/architecture.md), so the training loop never imports the
-scorers: `train_lm(config, evaluation=training_hooks)` runs the hooks this module builds from the
-config, once `jax.distributed` is up and the config is checked:
+`marin_lab.main.train_lm` registers the hooks `training_hooks` builds from the config, once
+`jax.distributed` is up and the config is checked (the loop in training/ knows only `Hook`):
 
 - every `steps_per_eval` steps and after the run's last step, loss and bits per byte on every
   validation set (`eval/<name>/loss`, `eval/<name>/bpb`), scored by `perplexity.evaluate_cache`,
@@ -16,8 +15,6 @@ config, once `jax.distributed` is up and the config is checked:
 Both score on the training mesh, with the parameters as the run holds them (sharded over every
 host of a multi-process run): every process runs the hooks, in lockstep, on the same batches
 (`scoring`), and the Trainer's metrics logger writes the lines from process 0 only.
-`train_lm_with_eval` is the step function recipes use (experiments' `default_train`): `train_lm`
-with these hooks, and the same run logs.
 """
 
 from __future__ import annotations
@@ -31,13 +28,11 @@ from marin_lab.evaluation.evaluate_lm import EvaluationError, evaluate_tasks, pa
 from marin_lab.evaluation.harness import HarnessError, MarinLM, check_task_names
 from marin_lab.evaluation.perplexity import evaluate_cache
 from marin_lab.evaluation.scoring import params_mesh
-from marin_lab.execution.record.artifacts import reproducibility
 from marin_lab.precision import masters
 from marin_lab.processing.tokenizers import optional_tokenizer_at
-from marin_lab.training.config import TrainLmConfig
+from marin_lab.training.config import TrainLmConfig, validation_sets
 from marin_lab.training.errors import TrainingError
 from marin_lab.training.token_cache import TokenCache
-from marin_lab.training.train_lm import NON_ARTIFACTS, VOLATILE_FIELDS, train_lm, validation_sets
 from marin_lab.training.trainer import Hook, StepInfo
 
 logger = logging.getLogger(__name__)
@@ -131,10 +126,3 @@ def _tasks(config: TrainLmConfig, info: StepInfo) -> dict[str, Any] | None:
         ", ".join(f"{k} {v:.4f}" for k, v in line.items() if k.endswith("/acc")),
     )
     return line
-
-
-# train_lm's outputs, train_lm's run logs
-@reproducibility(non_artifacts=NON_ARTIFACTS, volatile_fields=VOLATILE_FIELDS)
-def train_lm_with_eval(config: TrainLmConfig) -> dict[str, Any]:
-    """The `train_lm` step with evaluation during training (`training_hooks`); returns the run summary."""
-    return train_lm(config, evaluation=training_hooks)

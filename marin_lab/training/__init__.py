@@ -9,7 +9,6 @@ from marin_lab.training.mesh import MeshConfig
 from marin_lab.training.metrics import WandbConfig
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.token_cache import TokenCacheError, write_token_cache
-from marin_lab.training.train_lm import train_lm
 
 __all__ = [
     "CheckpointConfig",
@@ -23,6 +22,5 @@ __all__ = [
     "TrainLmConfig",
     "TrainingError",
     "WandbConfig",
-    "train_lm",
     "write_token_cache",
 ]

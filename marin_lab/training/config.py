@@ -1,4 +1,9 @@
-"""TrainLmConfig: everything one training step needs, and its cost estimate for dry runs."""
+"""TrainLmConfig: everything one training step needs, and its cost estimate for dry runs.
+
+Also what is derived from the config alone and shared by the step (marin_lab.main.train_lm), the
+ahead-of-time compile (cluster/tpu_compile.py) and the evaluation hooks (evaluation/during_training.py):
+the compiled step's settings, the batch check against a mesh, and the validation sets.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +14,13 @@ from typing import Any
 from marin_lab.models.llama import LOSS_CHUNK_SIZE, LlamaConfig
 from marin_lab.precision.policy import PrecisionConfig
 from marin_lab.training.checkpoint import CheckpointConfig
-from marin_lab.training.data import DataConfig
-from marin_lab.training.mesh import MeshConfig
+from marin_lab.training.data import DataConfig, validation_windows
+from marin_lab.training.errors import TrainingError
+from marin_lab.training.mesh import MeshConfig, batch_divisor
 from marin_lab.training.metrics import TPU_PEAK_BY_TYPE, WandbConfig
 from marin_lab.training.optimizer import OptimizerConfig
+from marin_lab.training.token_cache import TokenCache
+from marin_lab.training.train_step import StepSettings
 from marin_lab.versioning import field_hints, versioned_field
 
 
@@ -152,3 +160,40 @@ def tpu_chips_and_peak(tpu_type: str) -> tuple[int | None, float | None]:
     # v4 and v5p names count TensorCores (2 per chip); v5e/v6e names count chips.
     chips = count // 2 if generation in ("v4", "v5p") else count
     return chips, peak
+
+
+def step_settings(config: TrainLmConfig) -> StepSettings:
+    """What the compiled step needs from the run's config (shared with `marin-lab compile`)."""
+    return StepSettings(
+        config.compute_dtype,
+        config.param_dtype,
+        config.gradient_checkpointing,
+        config.attention_impl,
+        config.z_loss_weight,
+        config.microbatches,
+        config.precision,
+        config.loss_chunk_size,
+    )
+
+
+def check_batch(config: TrainLmConfig, mesh: Any) -> None:
+    """The global batch splits evenly over the mesh's batch axes and the microbatches."""
+    if config.batch_size % (batch_divisor(mesh) * config.microbatches):
+        raise TrainingError(
+            f"batch_size={config.batch_size} must be divisible by mesh replica*data*fsdp="
+            f"{batch_divisor(mesh)} times microbatches={config.microbatches}"
+        )
+
+
+def validation_sets(config: TrainLmConfig) -> dict[str, str]:
+    """What evaluation during training scores: the training caches whose validation split holds at
+    least one window, and every eval cache."""
+    if not config.steps_per_eval:
+        return {}
+    split = config.data.validation_split
+    sets = {
+        name: path
+        for name, path in config.data.caches.items()
+        if validation_windows(TokenCache(path), split, config.seq_len) > 0
+    }
+    return {**sets, **config.eval_caches}

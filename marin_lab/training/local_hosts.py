@@ -1,4 +1,5 @@
-"""Run `train_lm` (or `finetune_lm`) as several processes on this machine, each standing in for one host.
+"""Run a step function (`train_lm`, `finetune_lm`, ...) as several processes on this machine, each
+standing in for one host.
 
 Each process gets `XLA_FLAGS=--xla_force_host_platform_device_count=N` (N CPU devices) and the
 `MARIN_*` variables of `training.distributed`, exactly what the slice runner gives a TPU host, so
@@ -24,7 +25,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from marin_lab.host_env import process_env
-from marin_lab.training.train_lm import train_lm
 
 
 @dataclasses.dataclass
@@ -49,12 +49,12 @@ def free_port() -> int:
 def start_hosts(
     config: Any,
     *,
+    fn: Callable[[Any], dict[str, Any]],
     hosts: int,
     devices_per_host: int,
     workdir: str,
     extra_env: Mapping[str, str] | None = None,
     only: Sequence[int] | None = None,
-    fn: Callable[[Any], dict[str, Any]] = train_lm,
 ) -> list[subprocess.Popen]:
     """Start one process per host (or only the listed ones) running `fn(config)` (a module-level
     step function: it is pickled by name)."""
@@ -111,14 +111,14 @@ def wait_hosts(procs: Sequence[subprocess.Popen], timeout_s: float = 900) -> Hos
 def run_hosts(
     config: Any,
     *,
+    fn: Callable[[Any], dict[str, Any]],
     hosts: int,
     devices_per_host: int,
     workdir: str | None = None,
     extra_env: Mapping[str, str] | None = None,
     timeout_s: float = 900,
-    fn: Callable[[Any], dict[str, Any]] = train_lm,
 ) -> HostsResult:
-    """`fn(config)` (train_lm by default) on hosts x devices_per_host local CPU devices; waits for all."""
+    """`fn(config)` on hosts x devices_per_host local CPU devices; waits for all."""
     workdir = workdir or tempfile.mkdtemp(prefix="marin-hosts-")
     procs = start_hosts(
         config, hosts=hosts, devices_per_host=devices_per_host, workdir=workdir, extra_env=extra_env, fn=fn

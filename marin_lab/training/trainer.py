@@ -29,8 +29,8 @@ fields. The Trainer owns what is the same, in the order a step function calls it
 - hooks (`Hook`): a function of the state run every `every` steps and after the last step of the
   run, or once after the loop (`every=None`); the dict a hook returns is logged as a metrics line
   and kept, by hook name, for the summary. Evaluation during training is such a hook, built by
-  marin_lab.evaluation (`during_training.training_hooks`), which sits above training and is never
-  imported from here: the step function registers the hooks it is given;
+  marin_lab.evaluation (`during_training.training_hooks`) and registered by the step function
+  above both (marin_lab.main.train_lm): the loop never imports the scorers;
 - `export_hf(model, leaves)`: the one Hugging Face export tail, with the tokenizer (and bos/eos
   ids) of the run's first token cache, looked up once, and a chat fine-tune's template; written by
   process 0;

@@ -2,7 +2,7 @@
 jax.distributed over gloo, 2 CPU devices each) with the parameters sharded over both, against one
 process holding the whole model on one device.
 
-A 2-process `train_lm_with_eval` run scores its validation set and copa in the loop (rows in
+A 2-process `train_lm` run scores its validation set and copa in the loop (rows in
 metrics.jsonl); its final checkpoint is then evaluated by `evaluate_lm` as 2 processes (a mesh of
 the 4 devices, parameters fsdp-sharded as in training) and in this process (one device, no mesh).
 
@@ -26,7 +26,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from marin_lab.evaluation import EvalLmConfig, evaluate_lm
-from marin_lab.evaluation.during_training import train_lm_with_eval
+from marin_lab.main.train_lm import train_lm
 from marin_lab.testing.training import tiny_model, tiny_train_config, write_synthetic_cache
 from marin_lab.training.local_hosts import run_hosts
 
@@ -70,7 +70,7 @@ def trained(tmp_path_factory, monkeypatch_module):
         eval_task_limit=ITEMS,
         steps_per_task_eval=2,
     )
-    result = run_hosts(config, hosts=2, devices_per_host=2, workdir=str(root / "w-train"), fn=train_lm_with_eval)
+    result = run_hosts(config, hosts=2, devices_per_host=2, workdir=str(root / "w-train"), fn=train_lm)
     assert result.ok, "\n---\n".join(result.stderr_tails)
     return root, cache, config, result.summary
 

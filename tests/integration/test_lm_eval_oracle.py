@@ -19,8 +19,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from marin_lab.evaluation.harness import MarinLM, TaskSpec, run_task
 from marin_lab.evaluation.loading import load_model, load_tokenizer_for
+from marin_lab.main.train_lm import train_lm
 from marin_lab.testing.training import tiny_model, tiny_train_config
-from marin_lab.training import train_lm
 from marin_lab.training.optimizer import OptimizerConfig
 from marin_lab.training.token_cache import write_token_cache
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from marin_lab.execution import ExecutorMainConfig
+from marin_lab.main.train_lm import train_lm
 from marin_lab.models.llama import init_params
 from marin_lab.peft import LoraConfig
 from marin_lab.testing.training import synthetic_documents, tiny_model, tiny_train_config, write_synthetic_cache
@@ -82,7 +83,7 @@ def unbroken(tmp_path_factory, compilation_cache):
     root = tmp_path_factory.mktemp("multihost")
     cache = write_synthetic_cache(str(root / "cache"))
     out = str(root / "unbroken")
-    summary = _ok(run_hosts(_config(out, cache), hosts=2, devices_per_host=2, workdir=str(root / "w0")))
+    summary = _ok(run_hosts(_config(out, cache), fn=train_lm, hosts=2, devices_per_host=2, workdir=str(root / "w0")))
     return root, cache, out, summary
 
 
@@ -101,7 +102,10 @@ def test_hardware_move_reshards_and_continues_the_data(unbroken):
     runs = {}
     for name, hosts, devices in (("to_1x2", 1, 2), ("to_4x1", 4, 1), ("to_1x2_again", 1, 2)):
         cfg = _from_step_k(unbroken, name)
-        runs[name] = (cfg, _ok(run_hosts(cfg, hosts=hosts, devices_per_host=devices, workdir=str(root / f"w-{name}"))))
+        runs[name] = (
+            cfg,
+            _ok(run_hosts(cfg, fn=train_lm, hosts=hosts, devices_per_host=devices, workdir=str(root / f"w-{name}"))),
+        )
     for cfg, summary in runs.values():
         assert summary["start"].startswith("resumed from") and summary["final_step"] == STEPS
         hardware = [(h["from_step"], h["process_count"], h["local_device_count"]) for h in summary["hardware"]]
@@ -140,7 +144,7 @@ def test_every_host_reads_its_programs_back_when_the_same_hosts_resume(unbroken)
     # JAX logs each persistent-cache hit and miss of its compiler at DEBUG.
     env = {"JAX_DEBUG_LOG_MODULES": "jax._src.compiler"}
     workdir = root / "w-same-hosts"
-    summary = _ok(run_hosts(cfg, hosts=2, devices_per_host=2, workdir=str(workdir), extra_env=env))
+    summary = _ok(run_hosts(cfg, fn=train_lm, hosts=2, devices_per_host=2, workdir=str(workdir), extra_env=env))
     assert summary["start"].startswith("resumed from") and summary["final_step"] == STEPS
     assert summary["param_checksum"] == whole["param_checksum"]
     for host in range(2):
@@ -154,8 +158,12 @@ def test_a_host_that_never_arrives_is_named(unbroken, tmp_path):
     cfg = _config(str(tmp_path / "lonely"), unbroken[1])
     env = {"MARIN_DISTRIBUTED_TIMEOUT_S": "3"}
     # Two separate clusters at once (each its own coordinator port): one lacks host 0, one host 1.
-    lacks_0 = start_hosts(cfg, hosts=2, devices_per_host=1, workdir=str(tmp_path / "w1"), only=[1], extra_env=env)
-    lacks_1 = start_hosts(cfg, hosts=2, devices_per_host=1, workdir=str(tmp_path / "w0"), only=[0], extra_env=env)
+    lacks_0 = start_hosts(
+        cfg, fn=train_lm, hosts=2, devices_per_host=1, workdir=str(tmp_path / "w1"), only=[1], extra_env=env
+    )
+    lacks_1 = start_hosts(
+        cfg, fn=train_lm, hosts=2, devices_per_host=1, workdir=str(tmp_path / "w0"), only=[0], extra_env=env
+    )
     alone, waiting = wait_hosts(lacks_0, timeout_s=300), wait_hosts(lacks_1, timeout_s=300)
     # Host 0 (the coordinator) never came: host 1 says so, naming it.
     assert alone.returncodes[0] != 0
@@ -174,7 +182,9 @@ def test_data_parallel_gradients_reduced_across_hosts_train_like_one_host(unbrok
     losses = {}
     for name, hosts, devices in (("2x2", 2, 2), ("1x4", 1, 4)):
         cfg = dataclasses.replace(_config(str(tmp_path / name), unbroken[1]), mesh=dp)
-        summary = _ok(run_hosts(cfg, hosts=hosts, devices_per_host=devices, workdir=str(tmp_path / f"w-{name}")))
+        summary = _ok(
+            run_hosts(cfg, fn=train_lm, hosts=hosts, devices_per_host=devices, workdir=str(tmp_path / f"w-{name}"))
+        )
         assert summary["final_step"] == STEPS and summary["environment"]["process_count"] == hosts
         losses[name] = _losses(cfg.output_path)
     assert sorted(losses["2x2"]) == sorted(losses["1x4"]) == list(range(1, STEPS + 1))
@@ -214,14 +224,16 @@ def test_two_slices_train_like_one_slice_and_resume_on_one(unbroken, tmp_path):
     root, cache, out, _ = unbroken
     multi = str(tmp_path / "two-slices")
     cfg = dataclasses.replace(_config(multi, cache), mesh=MeshConfig(slices=2))
-    summary = _ok(run_hosts(cfg, hosts=4, devices_per_host=1, workdir=str(tmp_path / "w-two-slices")))
+    summary = _ok(run_hosts(cfg, fn=train_lm, hosts=4, devices_per_host=1, workdir=str(tmp_path / "w-two-slices")))
     assert summary["final_step"] == STEPS
     _assert_trains_like_one_slice(multi, out, summary["hardware"])
 
     # The 2-slice checkpoint at step K restored onto one slice (2 hosts x 2 devices, replica=1).
     one = tmp_path / "one-slice"
     shutil.copytree(os.path.join(multi, "checkpoints", f"step-{K:06d}"), one / "checkpoints" / f"step-{K:06d}")
-    summary = _ok(run_hosts(_config(str(one), cache), hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-one")))
+    summary = _ok(
+        run_hosts(_config(str(one), cache), fn=train_lm, hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-one"))
+    )
     assert summary["start"].startswith("resumed from") and summary["final_step"] == STEPS
     assert [h["mesh"]["replica"] for h in summary["hardware"]] == [2, 1]
     expected = [_batch_checksums(str(one))[s] for s in range(K + 1, STEPS + 1)]
@@ -309,7 +321,8 @@ import ray
 
 from marin_lab.cluster import TpuResources
 from marin_lab.execution import Executor, ExecutorMainConfig, ExecutorStep, this_output_path
-from marin_lab.training import CheckpointConfig, MeshConfig, train_lm
+from marin_lab.main.train_lm import train_lm
+from marin_lab.training import CheckpointConfig, MeshConfig
 from marin_lab.testing.training import tiny_train_config
 
 
@@ -529,16 +542,22 @@ def test_a_preemption_notice_on_one_host_stops_every_host_at_one_checkpoint(unbr
     def config(out):
         return dataclasses.replace(_config(str(out), cache), num_train_steps=steps)
 
-    whole = _ok(run_hosts(config(tmp_path / "whole"), hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-whole")))
+    whole = _ok(
+        run_hosts(
+            config(tmp_path / "whole"), fn=train_lm, hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-whole")
+        )
+    )
     env = {ENV_NOTICE_STEP: str(noticed), ENV_FAULT_PROCESS: "1"}
     out = tmp_path / "noticed"
-    first = run_hosts(config(out), hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-notice"), extra_env=env)
+    first = run_hosts(
+        config(out), fn=train_lm, hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-notice"), extra_env=env
+    )
     assert not first.ok  # the attempt ended, on both hosts, as the executor's PreemptedError
     line = f"preemption notice: checkpoint saved at step {stop}"
     for tail in first.stderr_tails:
         assert "PreemptedError" in tail and line in tail, tail[-3000:]
     assert ckpt.latest_checkpoint(str(out / "checkpoints")) == ckpt.step_dir(str(out / "checkpoints"), stop)
 
-    resumed = _ok(run_hosts(config(out), hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-resumed")))
+    resumed = _ok(run_hosts(config(out), fn=train_lm, hosts=2, devices_per_host=2, workdir=str(tmp_path / "w-resumed")))
     assert resumed["start"].startswith("resumed from") and resumed["final_step"] == steps
     assert resumed["param_checksum"] == whole["param_checksum"]

@@ -11,7 +11,8 @@ import pytest
 SCRIPT = r"""
 import json, sys
 import jax
-from marin_lab.training import MeshConfig, train_lm
+from marin_lab.main.train_lm import train_lm
+from marin_lab.training import MeshConfig
 from marin_lab.training.mesh import param_spec
 from marin_lab.testing.training import tiny_train_config, write_synthetic_cache
 

@@ -87,7 +87,7 @@ def _train_config(**overrides) -> TrainLmConfig:
 
 
 def test_the_plan_refuses_an_alternative_the_batch_cannot_split_over(tmp_path):
-    from marin_lab.training import train_lm
+    from marin_lab.main.train_lm import train_lm
 
     fits = ExecutorStep(
         name="train/fits", fn=train_lm, config=_train_config(), resources=TpuAlternatives(["v5e-8", "2 x v5e-8"])
@@ -165,7 +165,8 @@ COMPILED = textwrap.dedent("""
     from experiments.models import lab_nano
     from marin_lab.cluster import TpuAlternatives
     from marin_lab.execution import ExecutorStep, executor_main, this_output_path
-    from marin_lab.training import DataConfig, MeshConfig, TrainLmConfig, train_lm
+    from marin_lab.main.train_lm import train_lm
+    from marin_lab.training import DataConfig, MeshConfig, TrainLmConfig
 
     model = dataclasses.replace(lab_nano, num_layers=2, vocab_size=512)
     config = TrainLmConfig(output_path=this_output_path(), data=DataConfig(caches={}), model=model, batch_size=8,

@@ -50,7 +50,8 @@ EXPERIMENT = textwrap.dedent("""
     from experiments.models import lab_nano
     from marin_lab.cluster.resources import TpuResources
     from marin_lab.execution import ExecutorStep, executor_main, this_output_path
-    from marin_lab.training import DataConfig, MeshConfig, TrainLmConfig, train_lm
+    from marin_lab.main.train_lm import train_lm
+    from marin_lab.training import DataConfig, MeshConfig, TrainLmConfig
 
     model = dataclasses.replace(lab_nano, num_layers=2, vocab_size=512)
     def train(name, resources, **kw):

@@ -4,11 +4,11 @@ import json
 
 from marin_lab.evaluation.contamination import TaskToCheck, entry, measure, training_lineage
 from marin_lab.execution.plan.planner import function_path
+from marin_lab.main.train_lm import train_lm
 from marin_lab.processing.decontaminate import decontaminate
 from marin_lab.processing.tokenize import tokenize
 from marin_lab.store.contamination import write_contamination
 from marin_lab.store.eval_results import parse_results
-from marin_lab.training import train_lm
 
 
 def _record(out, name, fn, config, deps=()):

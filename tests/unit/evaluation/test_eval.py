@@ -19,10 +19,11 @@ from marin_lab.evaluation import (
     offline_data,
 )
 from marin_lab.evaluation.evaluate_lm import CORE_TASKS, parse_task, task_keys
+from marin_lab.main.train_lm import train_lm
 from marin_lab.models.llama import forward, init_params
 from marin_lab.processing.tokenizers import find_eos_id
 from marin_lab.testing.training import tiny_model, tiny_train_config
-from marin_lab.training import train_lm, write_token_cache
+from marin_lab.training import write_token_cache
 from marin_lab.training.optimizer import OptimizerConfig
 
 pytestmark = pytest.mark.slow  # a trained tiny model and lm-eval's task runs: tens of seconds

@@ -17,10 +17,11 @@ from marin_lab.evaluation.results import load_run
 from marin_lab.evaluation.task_items import task_items
 from marin_lab.execution.plan.planner import function_path
 from marin_lab.io.documents import write_documents
+from marin_lab.main.train_lm import train_lm
 from marin_lab.processing.decontaminate import DecontaminateConfig
 from marin_lab.processing.tokenize import tokenize
 from marin_lab.testing.training import tiny_model, tiny_train_config
-from marin_lab.training import train_lm, write_token_cache
+from marin_lab.training import write_token_cache
 from marin_lab.training.optimizer import OptimizerConfig
 
 evaluate_module = importlib.import_module("marin_lab.evaluation.evaluate_lm")  # the package exports the function

@@ -13,10 +13,11 @@ from jax.experimental import topologies
 
 from experiments.simple_train_config import CpuOnlyConfig, SimpleTrainConfig, TpuPodConfig
 from marin_lab.cluster.resources import TpuResources
+from marin_lab.main.train_lm import train_lm
 from marin_lab.models.attention import einsum_attention, splash_attention
 from marin_lab.models.llama import init_params
 from marin_lab.testing.training import tiny_model, tiny_train_config, write_synthetic_cache
-from marin_lab.training import TrainingError, train_lm
+from marin_lab.training import TrainingError
 from marin_lab.training.mesh import MeshConfig, batch_sharding
 from marin_lab.training.train_step import StepSettings, make_train_step, state_shardings
 

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
+from marin_lab.main.train_lm import train_lm
 from marin_lab.models.llama import init_params
 from marin_lab.precision import PrecisionConfig, PrecisionError, ScaledArray, masters
 from marin_lab.precision.scalify_train import master_params
 from marin_lab.testing.training import tiny_model, tiny_train_config, write_synthetic_cache
 from marin_lab.training import checkpoint as ckpt
-from marin_lab.training import train_lm
 
 FP16_MASTERS = PrecisionConfig(matmul="scalify", master_weights="float16_scaled", optimizer_state="float16_scaled")
 

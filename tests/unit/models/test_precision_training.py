@@ -13,9 +13,10 @@ import pytest
 from experiments.paired import Variant, paired_curves, relative_gap
 from marin_lab.execution import ExecutorStep, this_output_path
 from marin_lab.execution.plan.planner import build_plan
+from marin_lab.main.train_lm import train_lm
 from marin_lab.precision import PrecisionConfig
 from marin_lab.testing.training import synthetic_documents, tiny_model, tiny_train_config, write_synthetic_cache
-from marin_lab.training import TrainingError, train_lm
+from marin_lab.training import TrainingError
 from marin_lab.training.optimizer import OptimizerConfig
 
 

@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "training": 8,
     "evaluation": 9,
     "cluster": 9,
+    "main": 10,  # step functions over training and evaluation (Levanter's levanter.main)
     "marin": 10,  # Marin's spellings over the core (never imported by it)
     "resources": 10,  # Marin's `marin.resources` path: re-exports marin/resources.py
     "browser": 11,

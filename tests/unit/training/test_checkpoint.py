@@ -216,8 +216,8 @@ def test_the_same_state_saved_twice_reproduces_and_a_changed_leaf_does_not(tmp_p
     of the same arrays; `reproduce` must read that as a run log, and still catch a changed leaf."""
     from marin_lab.execution.record.artifacts import compare_outputs, declaration
     from marin_lab.execution.record.provenance import manifest
+    from marin_lab.main.train_lm import train_lm
     from marin_lab.training.finetune import finetune_lm
-    from marin_lab.training.train_lm import train_lm
 
     declared = declaration({"train_lm": train_lm, "finetune_lm": finetune_lm}[step_fn], None)
     roots = [str(tmp_path / name) for name in ("a", "b", "c")]

@@ -15,7 +15,7 @@ import jax, numpy as np
 from marin_lab.training.config import OptimizerConfig
 from marin_lab.training.mesh import MeshConfig, batch_sharding
 from marin_lab.models.llama import LlamaConfig
-from marin_lab.training.train_lm import _programs
+from marin_lab.main.train_lm import _programs
 from marin_lab.training.train_step import StepSettings
 
 model = LlamaConfig(vocab_size=256, hidden_dim=32, intermediate_dim=64, num_layers=2, num_heads=4,

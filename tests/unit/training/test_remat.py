@@ -12,6 +12,7 @@ import pytest
 from jax.extend import core as jcore
 
 from marin_lab.cluster.tpu_compile import block_recompute_flops, host_offload_bytes, remat_extra_flops
+from marin_lab.main.train_lm import validate_config
 from marin_lab.models.llama import (
     REMAT_POLICIES,
     SELECTIVE_POLICIES,
@@ -23,7 +24,6 @@ from marin_lab.models.llama import (
 )
 from marin_lab.training import DataConfig, TrainingError, TrainLmConfig
 from marin_lab.training.memory_plan import plan_memory
-from marin_lab.training.train_lm import validate_config
 
 NEW = [p for p in REMAT_POLICIES if p not in ("full", "save_dots", "offload_dots")]
 

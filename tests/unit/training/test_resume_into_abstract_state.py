@@ -18,11 +18,12 @@ from marin_lab.testing.training import tiny_train_config, write_synthetic_cache
 from marin_lab.training import checkpoint as ckpt
 from marin_lab.training import trainer as trainer_module
 from marin_lab.training.checkpoint import CheckpointConfig
+from marin_lab.training.config import step_settings
 from marin_lab.training.metrics import WandbConfig
 from marin_lab.training.trainer import LoopConfig, Trainer
 
 # The module (the package exports its function under the same name).
-train_lm_module = importlib.import_module("marin_lab.training.train_lm")
+train_lm_module = importlib.import_module("marin_lab.main.train_lm")
 
 
 def _loop(out) -> LoopConfig:
@@ -73,7 +74,7 @@ def test_train_lm_resumes_without_compiling_its_init_program_and_continues_the_s
     summary = train_lm_module.train_lm(resumed)
     assert summary["start"].startswith("resumed from") and summary["final_step"] == 3
     _, init_fn, step_fn = train_lm_module._programs(
-        resumed.model, resumed.optimizer, resumed.num_train_steps, train_lm_module.step_settings(resumed), resumed.mesh
+        resumed.model, resumed.optimizer, resumed.num_train_steps, step_settings(resumed), resumed.mesh
     )
     assert init_fn._cache_size() == 0, "the resumed run compiled its init program"
     assert step_fn._cache_size() == 1  # the count counts: this run's step program

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from marin_lab.evaluation.during_training import train_lm_with_eval
 from marin_lab.io.documents import write_documents
+from marin_lab.main.train_lm import train_lm, validate_config
 from marin_lab.processing.tokenize import TokenizeConfig, TrainTokenizerConfig, tokenize, train_tokenizer
 from marin_lab.testing.training import tiny_model, tiny_train_config
 from marin_lab.training import TrainingError
+from marin_lab.training.config import validation_sets
 from marin_lab.training.data import DataConfig, MixtureLoader
 from marin_lab.training.token_cache import TokenCacheError
-from marin_lab.training.train_lm import validate_config, validation_sets
 from tests.data_fixtures import make_documents
 
 DOCUMENTS = 36  # with the default validation_fraction=0.01, none of these ids falls in validation
@@ -60,7 +60,7 @@ def test_an_empty_validation_split_warns_and_training_goes_on_without_it(small_c
     validation_fraction."""
     cache = _tokenize(small_corpus, tmp_path / "c", 0.01)
     config = _config(tmp_path / "run", {"c": cache})
-    with caplog.at_level(logging.WARNING, logger="marin_lab.training.train_lm"):
+    with caplog.at_level(logging.WARNING, logger="marin_lab.main.train_lm"):
         validate_config(config)
     warned = [r.getMessage() for r in caplog.records if "data.caches['c']" in r.getMessage()]
     assert len(warned) == 1
@@ -72,7 +72,7 @@ def test_an_empty_validation_split_warns_and_training_goes_on_without_it(small_c
 def test_a_cache_with_validation_windows_is_still_scored(small_corpus, tmp_path, caplog):
     cache = _tokenize(small_corpus, tmp_path / "c", 0.3)
     config = _config(tmp_path / "run", {"c": cache})
-    with caplog.at_level(logging.WARNING, logger="marin_lab.training.train_lm"):
+    with caplog.at_level(logging.WARNING, logger="marin_lab.main.train_lm"):
         validate_config(config)
     assert not [r for r in caplog.records if "training without validation" in r.getMessage()]
     assert validation_sets(config) == {"c": cache}
@@ -96,7 +96,7 @@ def test_a_train_split_emptied_by_validation_fraction_names_it(small_corpus, tmp
 def test_training_on_an_empty_validation_split_writes_no_eval_rows(small_corpus, tmp_path):
     cache = _tokenize(small_corpus, tmp_path / "c", 0.01)
     out = tmp_path / "run"
-    summary = train_lm_with_eval(dataclasses.replace(_config(out, {"c": cache}), num_train_steps=4, export_hf=False))
+    summary = train_lm(dataclasses.replace(_config(out, {"c": cache}), num_train_steps=4, export_hf=False))
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert not any(k.startswith("eval/") for r in rows for k in r)

@@ -1,15 +1,15 @@
 """Evaluation during training: validation loss and bits per byte every N steps (Marin's steps_per_eval).
 
-The scoring comes from marin_lab.evaluation as hooks (`train_lm_with_eval` passes them to train_lm)."""
+The scoring comes from marin_lab.evaluation as hooks that `train_lm` builds from the config and registers itself."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from marin_lab.evaluation.during_training import train_lm_with_eval
+from marin_lab.main.train_lm import train_lm
 from marin_lab.testing.training import tiny_train_config, write_synthetic_cache
-from marin_lab.training import TrainingError, train_lm
+from marin_lab.training import TrainingError
 
 
 @pytest.mark.slow
@@ -17,7 +17,7 @@ def test_eval_every_n_steps_on_validation_sets(tmp_path):
     train_cache = write_synthetic_cache(str(tmp_path / "train"))
     held_out = write_synthetic_cache(str(tmp_path / "held"), train_docs=4, validation_docs=20, seed=7)
     out = str(tmp_path / "run")
-    summary = train_lm_with_eval(
+    summary = train_lm(
         tiny_train_config(
             out,
             {"c": train_cache},
@@ -39,7 +39,7 @@ def test_a_validation_set_too_short_is_refused_before_training(tmp_path):
     train_cache = write_synthetic_cache(str(tmp_path / "train"))
     tiny = write_synthetic_cache(str(tmp_path / "tiny"), train_docs=4, validation_docs=0)
     with pytest.raises(TrainingError, match="validation set 'tiny'"):
-        train_lm_with_eval(
+        train_lm(
             tiny_train_config(str(tmp_path / "run"), {"c": train_cache}, steps_per_eval=4, eval_caches={"tiny": tiny})
         )
 
@@ -60,7 +60,7 @@ def test_lm_eval_tasks_every_n_steps_during_training(tmp_path):
     )
     cache = write_synthetic_cache(str(tmp_path / "c"), tokenizer_json=tok.to_str())
     out = str(tmp_path / "run")
-    summary = train_lm_with_eval(
+    summary = train_lm(
         tiny_train_config(
             out,
             {"c": cache},
@@ -79,24 +79,28 @@ def test_lm_eval_tasks_every_n_steps_during_training(tmp_path):
         assert r["eval/copa/coverage"] == 1.0
     assert summary["tasks"]["eval/copa/acc"] == evals[-1]["eval/copa/acc"]
     with pytest.raises(TrainingError, match=r"eval_tasks: .*'hellaswg' \(closest: hellaswag"):
-        train_lm_with_eval(tiny_train_config(str(tmp_path / "bad"), {"c": cache}, eval_tasks=("hellaswg",)))
+        train_lm(tiny_train_config(str(tmp_path / "bad"), {"c": cache}, eval_tasks=("hellaswg",)))
 
 
-def test_train_lm_without_the_evaluation_hooks_refuses_a_config_that_asks_for_evaluation(tmp_path):
-    """training/ cannot import the scorers (they sit above it): asking for evaluation from the bare
-    train_lm is one clear error before anything compiles, never a run without its eval lines."""
+@pytest.mark.slow
+def test_train_lm_runs_the_evaluation_hooks_its_config_asks_for(tmp_path):
+    """Regression: the step function itself registers the evaluation hooks; a bare `train_lm` once
+    refused a config that asked for evaluation unless a wrapper in evaluation/ passed them in."""
     train_cache = write_synthetic_cache(str(tmp_path / "train"))
     out = tmp_path / "run"
-    with pytest.raises(TrainingError, match=r"steps_per_eval=4: .*train_lm_with_eval"):
-        train_lm(tiny_train_config(str(out), {"c": train_cache}, steps_per_eval=4))
-    with pytest.raises(TrainingError, match=r"eval_tasks=\('copa',\): "):
-        train_lm(tiny_train_config(str(out), {"c": train_cache}, eval_tasks=("copa",)))
-    assert not (out / "checkpoints").exists() and not (out / "metrics.jsonl").exists()
+    summary = train_lm(
+        tiny_train_config(
+            str(out), {"c": train_cache}, num_train_steps=2, steps_per_eval=2, max_eval_batches=1, export_hf=False
+        )
+    )
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval/c/loss" in r]
+    assert [r["step"] for r in evals] == [2] and "eval/c/bpb" in evals[0]
+    assert summary["eval"]["eval/c/loss"] == evals[0]["eval/c/loss"]
 
 
-def test_the_step_with_evaluation_declares_train_lms_run_logs():
+def test_train_lm_declares_the_eval_lines_wall_clock_as_volatile():
     """`marin-lab reproduce` reads the declaration from the step function the record names."""
     from marin_lab.execution.record.artifacts import declaration
 
-    assert declaration(train_lm_with_eval, None) == declaration(train_lm, None)
-    assert "train_summary.json" in declaration(train_lm_with_eval, None)["volatile_fields"]
+    assert "eval.time" in declaration(train_lm, None)["volatile_fields"]["train_summary.json"]

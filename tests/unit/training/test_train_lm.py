@@ -7,8 +7,9 @@ import jax
 import numpy as np
 import pytest
 
+from marin_lab.main.train_lm import train_lm
 from marin_lab.testing.training import tiny_model, tiny_train_config, write_synthetic_cache
-from marin_lab.training import MeshConfig, TrainingError, WandbConfig, train_lm
+from marin_lab.training import MeshConfig, TrainingError, WandbConfig
 from marin_lab.training.checkpoint import list_checkpoints
 from marin_lab.training.data import MixtureLoader
 from marin_lab.training.optimizer import OptimizerConfig

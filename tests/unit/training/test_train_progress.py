@@ -6,9 +6,9 @@ import re
 
 import pytest
 
+from marin_lab.main.train_lm import train_lm
 from marin_lab.testing.training import tiny_train_config, write_synthetic_cache
 from marin_lab.training import metrics as metrics_module
-from marin_lab.training import train_lm
 from marin_lab.training import trainer as trainer_module
 from marin_lab.training.checkpoint import CheckpointConfig
 
@@ -26,7 +26,7 @@ def test_training_prints_progress_and_flushes_metrics_between_checkpoints(tmp_pa
             flushed.append(sum(1 for _ in f))
 
     monkeypatch.setattr(metrics_module.MetricsLogger, "flush", counting_flush)
-    caplog.set_level(logging.INFO, logger="marin_lab.training.train_lm")
+    caplog.set_level(logging.INFO, logger="marin_lab.main.train_lm")
     cache = write_synthetic_cache(str(tmp_path / "cache"))
     # No checkpoint until the end: before this change metrics.jsonl stayed empty until then.
     train_lm(

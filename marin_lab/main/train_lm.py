@@ -10,10 +10,10 @@ newest one process 0 lists (every host restores that one); the data order is a f
 step number, so the continued run is bit-identical to one that never stopped (same hardware,
 software and device count).
 
-Evaluation during training is scored by marin_lab.evaluation, which sits above training: it comes
-in as hooks built from the config (`evaluation=`), which `train_lm_with_eval` in
-marin_lab.evaluation.during_training passes (that is the step function recipes use). A config that
-asks for evaluation without them is refused before anything compiles.
+Evaluation during training (validation loss and bits per byte, lm-eval tasks) is two hooks that
+marin_lab.evaluation.during_training builds from the config; `train_lm` registers them on its
+Trainer itself. As Levanter's `levanter.main.train_lm`, this module sits above both the loop
+(training/) and the scorers (evaluation/, which imports training/ and never the other way).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import hashlib
 import logging
 import platform
 import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -35,6 +34,7 @@ jax.config.update("jax_enable_x64", False)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from marin_lab.evaluation.during_training import training_hooks  # noqa: E402
 from marin_lab.execution.record.artifacts import reproducibility  # noqa: E402
 from marin_lab.models.attention import AttentionConfigError, check_attention  # noqa: E402
 from marin_lab.models.llama import check_remat  # noqa: E402
@@ -43,14 +43,14 @@ from marin_lab.precision.scalify_train import overflow_message as scalify_overfl
 from marin_lab.store.layout import METRICS_FILE  # noqa: E402
 from marin_lab.training import checkpoint as ckpt  # noqa: E402
 from marin_lab.training import distributed  # noqa: E402
-from marin_lab.training.config import TrainLmConfig  # noqa: E402
+from marin_lab.training.config import TrainLmConfig, check_batch, step_settings  # noqa: E402
 from marin_lab.training.data import MixtureLoader, held_out, validation_windows  # noqa: E402
 from marin_lab.training.errors import TrainingError  # noqa: E402
-from marin_lab.training.mesh import MeshError, batch_divisor, batch_sharding  # noqa: E402
+from marin_lab.training.mesh import MeshError, batch_sharding  # noqa: E402
 from marin_lab.training.metrics import WALL_CLOCK_FIELDS, device_peak_flops, mfu  # noqa: E402
 from marin_lab.training.token_cache import TokenCache, TokenCacheError  # noqa: E402
 from marin_lab.training.train_step import StepSettings, build_step, make_init_fn  # noqa: E402
-from marin_lab.training.trainer import Hook, LoopConfig, Start, Trainer, programs  # noqa: E402
+from marin_lab.training.trainer import LoopConfig, Start, Trainer, programs  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -135,37 +135,6 @@ def validate_config(config: TrainLmConfig) -> None:
             )
 
 
-def validation_sets(config: TrainLmConfig) -> dict[str, str]:
-    """What evaluation during training scores: the training caches whose validation split holds at
-    least one window, and every eval cache."""
-    if not config.steps_per_eval:
-        return {}
-    split = config.data.validation_split
-    sets = {
-        name: path
-        for name, path in config.data.caches.items()
-        if validation_windows(TokenCache(path), split, config.seq_len) > 0
-    }
-    return {**sets, **config.eval_caches}
-
-
-def _evaluation_hooks(
-    config: TrainLmConfig, evaluation: Callable[[TrainLmConfig], Sequence[Hook]] | None
-) -> list[Hook]:
-    """The hooks that evaluate during training: built by `evaluation` from the config, or none."""
-    if evaluation is not None:
-        return list(evaluation(config))
-    asked = [f"steps_per_eval={config.steps_per_eval}"] if config.steps_per_eval and validation_sets(config) else []
-    asked += [f"eval_tasks={config.eval_tasks!r}"] if config.eval_tasks else []
-    if asked:
-        raise TrainingError(
-            f"{' and '.join(asked)}: evaluation during training is scored by marin_lab.evaluation, which this "
-            "call was not given; run the step function marin_lab.evaluation.during_training.train_lm_with_eval "
-            "(experiments' default_train does), or pass evaluation=training_hooks from that module"
-        )
-    return []
-
-
 def _environment(mesh: Any) -> dict[str, Any]:
     devices = jax.devices()
     return {
@@ -198,29 +167,6 @@ def _initialized_from(config: TrainLmConfig, initialize_from: str, template: Any
         state = {**state, "opt_state": template["opt_state"]}
     base = {"step": int(meta["step"]), "offsets": meta.get("data_consumed", {})}
     return Start(state, f"initialized from {path}", path, {"data_base": base, "hardware": meta.get("hardware", [])})
-
-
-def check_batch(config: TrainLmConfig, mesh: Any) -> None:
-    """The global batch splits evenly over the mesh's batch axes and the microbatches."""
-    if config.batch_size % (batch_divisor(mesh) * config.microbatches):
-        raise TrainingError(
-            f"batch_size={config.batch_size} must be divisible by mesh replica*data*fsdp="
-            f"{batch_divisor(mesh)} times microbatches={config.microbatches}"
-        )
-
-
-def step_settings(config: TrainLmConfig) -> StepSettings:
-    """What the compiled step needs from the run's config (shared with `marin-lab compile`)."""
-    return StepSettings(
-        config.compute_dtype,
-        config.param_dtype,
-        config.gradient_checkpointing,
-        config.attention_impl,
-        config.z_loss_weight,
-        config.microbatches,
-        config.precision,
-        config.loss_chunk_size,
-    )
 
 
 @programs
@@ -257,8 +203,7 @@ def _check_model_metadata(config: TrainLmConfig, meta: dict[str, Any], path: str
         )
 
 
-# What of a train_lm step's output is a run log (for `marin-lab reproduce`); train_lm_with_eval
-# (marin_lab.evaluation.during_training) writes the same files and declares the same.
+# What of a train_lm step's output is a run log (for `marin-lab reproduce`).
 # The parameters are compared bit for bit through train_summary.json's param_checksum; see
 # checkpoint.RUN_LOG_FILES for why orbax's array store is not.
 NON_ARTIFACTS = ("wandb/*", *ckpt.RUN_LOG_FILES)
@@ -271,19 +216,16 @@ VOLATILE_FIELDS = {
 
 
 @reproducibility(non_artifacts=NON_ARTIFACTS, volatile_fields=VOLATILE_FIELDS)
-def train_lm(
-    config: TrainLmConfig, evaluation: Callable[[TrainLmConfig], Sequence[Hook]] | None = None
-) -> dict[str, Any]:
-    """Train (or resume training) a Llama-family LM; returns the run summary.
+def train_lm(config: TrainLmConfig) -> dict[str, Any]:
+    """Train (or resume training) a Llama-family LM, evaluating during training as the config asks;
+    returns the run summary.
 
-    `evaluation` builds the hooks that evaluate during training from the config
-    (marin_lab.evaluation.during_training.training_hooks). On a multi-host step every host runs this
-    (one process each, joined through `jax.distributed` from the environment the slice runner sets);
-    process 0 writes metrics, W&B, export and summary.
+    On a multi-host step every host runs this (one process each, joined through `jax.distributed`
+    from the environment the slice runner sets); process 0 writes metrics, W&B, export and summary.
     """
     trainer = Trainer(loop_config(config), config, logger=logger)  # joins the step's JAX cluster first
     validate_config(config)
-    hooks = _evaluation_hooks(config, evaluation)
+    hooks = training_hooks(config)  # a bad eval task fails here, before anything compiles
     mesh_config = distributed.mesh_for_hardware(config.mesh)
     try:
         distributed.check_slices(mesh_config.slices)
