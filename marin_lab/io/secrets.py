@@ -114,6 +114,7 @@ _remembered: set[str] = set()
 _lock = threading.Lock()
 
 
+@functools.lru_cache(maxsize=4096)  # the environment's names, read again for every text scrubbed
 def is_secret_name(name: str) -> bool:
     """For environment variables: any name containing KEY, TOKEN, SECRET, PASSWORD (DESIGN.md)."""
     return bool(SECRET_NAME.search(name))
@@ -151,7 +152,7 @@ def remember_secret(value: object) -> None:
 def _known_values() -> frozenset[str]:
     for _ in range(3):  # another thread may set a variable while this one reads them
         try:
-            env = [v for k, v in list(os.environ.items()) if SECRET_NAME.search(k)]
+            env = [v for k, v in list(os.environ.items()) if is_secret_name(k)]
             break
         except RuntimeError:
             continue
@@ -162,6 +163,12 @@ def _known_values() -> frozenset[str]:
     return frozenset(form for v in values for form in _forms(v))
 
 
+MEMO_CHARS = 256
+"""`Scrubber` keeps the answer for texts up to this long: a record's strings (package versions,
+paths, config values) come back at every write of every step, a log line seldom does."""
+MEMO_ENTRIES = 8192
+
+
 class Scrubber:
     """Removes the secrets of the module docstring from text; built for one set of known values."""
 
@@ -170,6 +177,9 @@ class Scrubber:
         self.known = sorted(set(known), key=lambda v: (-len(v), v))
         self._known_re = re.compile("|".join(map(re.escape, self.known))) if self.known else None
         self.longest = len(self.known[0]) if self.known else 0
+        # Short texts already scrubbed by this scrubber: its known values never change (a new
+        # secret makes a new scrubber), so an answer stays right for as long as the scrubber lives.
+        self._memo: dict[str, str] = {}
 
     def _known_in(self, text: str) -> re.Pattern[str] | None:
         """The pattern of the known values when `text` holds one of them, else None."""
@@ -180,6 +190,16 @@ class Scrubber:
         return None
 
     def __call__(self, text: str) -> str:
+        if len(text) > MEMO_CHARS:
+            return self._scrub(text)
+        clean = self._memo.get(text)
+        if clean is None:
+            if len(self._memo) >= MEMO_ENTRIES:
+                self._memo.clear()
+            clean = self._memo[text] = self._scrub(text)
+        return clean
+
+    def _scrub(self, text: str) -> str:
         known_re = self._known_in(text)
         if known_re is not None:
             text = known_re.sub(REDACTED, text)
@@ -277,9 +297,18 @@ def redact(value: Any, scrubber: Scrubber | None = None) -> Any:
     of thousands of steps), instead of reading the environment again for each; a secret-named
     field found in `value` is still added to it.
     """
-    if _remember_named(value) or scrubber is None:
-        scrubber = text_scrubber()
-    return _redact(value, scrubber)
+    first = scrubber or text_scrubber()
+    named: list[Any] = []
+    out = _redact(value, first, named)
+    if not named:
+        return out
+    # Secret-named fields' values are scrubbed from the rest of `value` too: once more, when they
+    # were not known to the first scrubber (nearly always they were: a record is written again and
+    # again with the same config).
+    for v in named:
+        _remember_all(v)
+    again = text_scrubber()
+    return out if again.known == first.known else _redact(value, again, [])
 
 
 # In raw text (a file shown as text, a record too damaged to parse, a log): "hf_token": "value" and
@@ -300,22 +329,6 @@ def redact_text(text: str) -> str:
     return text_scrubber()(text)
 
 
-def _remember_named(value: Any) -> bool:
-    """Remember the values under secret-named fields; True if there was one."""
-    found = False
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if is_secret_field(str(k)):
-                _remember_all(v)
-                found = True
-            else:
-                found = _remember_named(v) or found
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            found = _remember_named(v) or found
-    return found
-
-
 def _remember_all(value: Any) -> None:
     if isinstance(value, dict):
         for v in value.values():
@@ -327,11 +340,19 @@ def _remember_all(value: Any) -> None:
         remember_secret(value)
 
 
-def _redact(value: Any, scrub: Callable[[str], str]) -> Any:
+def _redact(value: Any, scrub: Callable[[str], str], named: list[Any]) -> Any:
+    """`value` redacted with `scrub`; the values found under secret-named fields go to `named`."""
     if isinstance(value, dict):
-        return {k: (REDACTED if is_secret_field(str(k)) else _redact(v, scrub)) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            if is_secret_field(k if type(k) is str else str(k)):
+                named.append(v)
+                out[k] = REDACTED
+            else:
+                out[k] = _redact(v, scrub, named)
+        return out
     if isinstance(value, (list, tuple)):
-        return [_redact(v, scrub) for v in value]
+        return [_redact(v, scrub, named) for v in value]
     if isinstance(value, str):
         return scrub(value)
     return value

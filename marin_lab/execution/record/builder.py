@@ -22,7 +22,7 @@ from marin_lab.execution.record.provenance import package_versions
 from marin_lab.execution.record.usage import record_usage
 from marin_lab.execution.state.status import Status, info_url, now_iso
 from marin_lab.io.fs import write_json
-from marin_lab.io.secrets import redact, text_scrubber
+from marin_lab.io.secrets import redact
 from marin_lab.io.text import strip_ansi
 from marin_lab.store.experiment_record import SCHEMA as EXPERIMENT_SCHEMA
 from marin_lab.store.experiment_record import ExperimentRecord
@@ -70,8 +70,9 @@ def step_record(
         fn=ps.fn_path,
         description=ps.step.description,
         version=ps.version,
-        config=redact(lenient_value(config)),
-        unversioned=redact(lenient_value(ps.scan.unversioned)),
+        # Redacted with the rest of the record at each write (`StepRecorder._write`), not here too.
+        config=lenient_value(config),
+        unversioned=lenient_value(ps.scan.unversioned),
         config_fingerprint=unversioned_fingerprint(ps.scan.unversioned),
         dependencies=[{"name": d.name, "identity": d.identity, "output_path": d.output_path} for d in ps.dependencies],
         resources=describe_resources(ps.step.resources),
@@ -108,15 +109,17 @@ class StepRecorder:
         )
         return attempt
 
-    def attempt_started(self, attempt: Attempt, queued_s: float) -> None:
+    def attempt_started(self, attempt: Attempt, queued_s: float, *, write: bool = True) -> None:
         """The attempt's work began now, after `queued_s` waiting for resources: its time (and what
-        it costs) counts from here, and the wait is kept beside it."""
+        it costs) counts from here, and the wait is kept beside it; `write`: the RUNNING record says
+        so now (else the attempt's next record does)."""
         if queued_s >= 0.05:
             attempt.submitted = attempt.started
             attempt.queued_s = round(queued_s, 3)
             attempt.started = now_iso()
             self.record.status_history[-1] = dataclasses.replace(self.record.status_history[-1], time=attempt.started)
-            self.write_running()
+            if write:
+                self.write_running()
 
     def attempt_placed(self, attempt: Attempt, hardware: dict[str, Any]) -> None:
         """The attempt's hardware is known while it runs: the RUNNING record lists it from now on."""
@@ -208,7 +211,6 @@ def experiment_record(
 ) -> ExperimentRecord:
     """The experiment record (`{prefix}/experiments/{script}-{hash8}.json`); redact its
     `to_json()` whole when writing it."""
-    scrubber = text_scrubber()  # read the environment once, not once per step
     return ExperimentRecord(
         schema=EXPERIMENT_SCHEMA,
         script=relative_script(script),
@@ -231,7 +233,7 @@ def experiment_record(
                 "fn": s.fn_path,
                 "dependencies": [d.identity for d in s.dependencies],
                 "version": s.version,
-                "config": redact(lenient_value(plan.resolve_config(s)), scrubber),
+                "config": lenient_value(plan.resolve_config(s)),
             }
             for s in plan.steps
         ],

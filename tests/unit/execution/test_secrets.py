@@ -165,3 +165,25 @@ def test_a_shared_scrubber_for_a_listing_still_redacts_named_fields_and_environm
     assert "tok-env-0123456789abcdef" not in str(out) and "key-named-9876543210fedcba" not in str(out)
     # the named field's value is remembered: later text holding it is scrubbed too
     assert "key-named-9876543210fedcba" not in str(redact({"message": "sent key-named-9876543210fedcba"}))
+
+
+def test_a_secret_that_appears_after_a_first_write_is_still_scrubbed(monkeypatch):
+    """Scrubbers and their answers are kept between writes (a step writes five files): a variable
+    set, or a secret-named field met, after a text was first scrubbed still hides it from then on."""
+    from marin_lab.io.secrets import redact
+
+    late_env, late_field = "late-env-0123456789abcdef", "late-field-9876543210fedcba"
+    record = {"message": f"calling with {late_env}", "url": f"s3://bucket/{late_field}/x"}
+    assert redact(record) == record  # nothing secret yet: kept as it is, and remembered as clean
+    assert scrub_text(record["message"]) == record["message"]
+
+    monkeypatch.setenv("LATE_SERVICE_TOKEN", late_env)
+    assert late_env not in str(redact(record)) and late_env not in scrub_text(record["message"])
+
+    # a secret-named field in the same record hides its value everywhere else in it, at once
+    out = redact({**record, "api_key": late_field})
+    assert late_field not in json.dumps(out) and out["api_key"] == REDACTED
+    assert late_field not in str(redact(record)) and late_field not in scrub_text(record["url"])
+
+    monkeypatch.delenv("LATE_SERVICE_TOKEN")  # gone from the environment: no longer scrubbed
+    assert scrub_text(f"calling with {late_env}") == f"calling with {late_env}"
