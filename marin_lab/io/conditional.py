@@ -64,8 +64,11 @@ class LocalConditionalFile(ConditionalFile):
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        os.makedirs(self.folder, exist_ok=True)
-        fd = os.open(self.folder, os.O_RDONLY)
+        try:
+            fd = os.open(self.folder, os.O_RDONLY)
+        except FileNotFoundError:  # made on first use, not checked at every lock
+            os.makedirs(self.folder, exist_ok=True)
+            fd = os.open(self.folder, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

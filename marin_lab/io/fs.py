@@ -25,8 +25,15 @@ from fsspec.implementations.local import LocalFileSystem
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 
+_LOCAL_FS = LocalFileSystem()
+
+
 def fs_and_path(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """The filesystem for `url` and the path within it (protocol stripped)."""
+    if isinstance(url, str) and "://" not in url and "::" not in url and not url.startswith("data:"):
+        # A plain local path, which fsspec would also read as one: its answer without the ~25 us
+        # of URL parsing and instance lookup, paid a dozen times for every step a driver runs.
+        return _LOCAL_FS, LocalFileSystem._strip_protocol(url)
     fs, path = fsspec.core.url_to_fs(url)
     return fs, path
 
@@ -77,9 +84,14 @@ def atomic_write_chunks(url: str, chunks: Iterable[bytes | memoryview], *, durab
     fs, path = fs_and_path(url)
     if isinstance(fs, LocalFileSystem):
         folder = os.path.dirname(path)
-        os.makedirs(folder, exist_ok=True)
         tmp = os.path.join(folder, f".tmp.{os.path.basename(path)}.{uuid.uuid4().hex[:8]}")
-        with open(tmp, "wb") as f:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        try:
+            fd = os.open(tmp, flags, 0o666)
+        except FileNotFoundError:  # the folder is made on the first write into it, not checked at every one
+            os.makedirs(folder, exist_ok=True)
+            fd = os.open(tmp, flags, 0o666)
+        with open(fd, "wb") as f:
             for chunk in chunks:
                 f.write(chunk)
             if durable:
@@ -121,6 +133,9 @@ def write_json(url: str, obj: Any, *, indent: int | None = 2, durable: bool = Tr
 
 def read_bytes(url: str) -> bytes:
     fs, path = fs_and_path(url)
+    if fs is _LOCAL_FS:  # what fsspec's local cat_file does, without its file object around the read
+        with open(path, "rb") as f:
+            return f.read()
     return fs.cat_file(path)
 
 
