@@ -119,6 +119,8 @@ class Lease:
         self.step_name = step_name
         self.lost = threading.Event()
         self._token: Any = None
+        self._written = float("-inf")
+        """When this holder last wrote the lease (`clock`): a claim this fresh needs no renewal to check it."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._on_lost: Callable[[], None] | None = None
@@ -149,12 +151,12 @@ class Lease:
             got = self.file.read()
             try:
                 if got is None:
-                    self._token = self.file.create(self._content())
+                    self._token, self._written = self.file.create(self._content()), self.clock()
                     return None
                 data, token = got
                 current = LeaseHolder.parse(data)
                 if current is not None and current.holder == self.holder:
-                    self._token = self.file.replace(self._content(), token)
+                    self._token, self._written = self.file.replace(self._content(), token), self.clock()
                     return None
                 if current is None or current.is_stale(self.clock()):
                     why = (
@@ -167,7 +169,7 @@ class Lease:
                         )
                     )
                     logger.info("step '%s': taking over a stale lease (%s)", self.step_name, why)
-                    self._token = self.file.replace(self._content(), token)
+                    self._token, self._written = self.file.replace(self._content(), token), self.clock()
                     return None
                 return current
             except ConflictError:
@@ -183,7 +185,7 @@ class Lease:
             if self.lost.is_set():
                 return False
             try:
-                self._token = self.file.replace(self._content(), self._token)
+                self._token, self._written = self.file.replace(self._content(), self._token), self.clock()
                 return True
             except ConflictError:
                 pass
@@ -224,7 +226,20 @@ class Lease:
         self._thread = None
 
     def still_held(self) -> bool:
-        """A last check before a terminal write: renew once, synchronously."""
+        """A last check before a terminal write: renew once, synchronously.
+
+        A claim this holder wrote less than a heartbeat ago (and at most a quarter of the timeout)
+        that still holds what it wrote is only read: no one may take it until a timeout after that
+        write, and the heartbeats go on meanwhile; rewriting it would cost a write per step."""
+        with self._renewing:
+            fresh = not self.lost.is_set() and self._token is not None
+            if fresh and self.clock() - self._written < min(self.heartbeat_s, self.timeout_s / 4):
+                try:
+                    got = self.file.read()
+                except Exception:  # unreadable now: the renewal below decides
+                    got = None
+                if got is not None and got[1] == self._token:
+                    return True
         return self.renew()
 
     def release(self) -> None:
