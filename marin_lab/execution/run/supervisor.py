@@ -179,18 +179,18 @@ class StepSupervisor:
                     ps.identity,
                     st.get("time"),
                 )
-            return self._run_holding_lease(plan, ps, lease)
+            return self._run_holding_lease(plan, ps, lease, st)
         finally:
             lease.release()
 
-    def _run_holding_lease(self, plan: Plan, ps: PlannedStep, lease: Lease) -> StepOutcome:
+    def _run_holding_lease(self, plan: Plan, ps: PlannedStep, lease: Lease, st: dict[str, Any]) -> StepOutcome:
+        """`st`: the step's status, read once this driver held the lease (no one else writes it since)."""
         try:
             previous = read_step_record(ps.output_path)
         except RecordError as err:  # history unreadable: start a fresh one rather than jam every rerun
             logger.warning("step '%s': its record is damaged (%s); starting a new one", ps.identity, err)
             previous = None
         config = plan.resolve_config(ps)
-        st = read_status(ps.output_path) or {}
         last_seen = (st.get("heartbeat") or st.get("time")) if st.get("status") == Status.RUNNING.value else None
         recorder = StepRecorder(
             step_record(
@@ -209,6 +209,9 @@ class StepSupervisor:
         fn, recorder.record.step_environment = self._step_function(ps)
         lease.start_heartbeats()
         preemptions = failures = 0
+        # The run marked the step WAITING when it planned it (executor.py `_mark_waiting`): its first
+        # submission leaves that status as it is instead of writing the same state again.
+        marked_waiting = st.get("status") == Status.WAITING.value and st.get("driver") == self.driver_id
         while True:
             if self.cancel.is_set() and preemptions + failures == 0:
                 return StepOutcome(ps.identity, "CANCELLED", message="interrupted before it started")
@@ -222,9 +225,11 @@ class StepSupervisor:
             recorder.write_running()
             started = _Started(time.monotonic())
 
-            def work_started(queued_s: float, attempt: Any = attempt) -> None:
+            def work_started(queued_s: float, ended: bool, attempt: Any = attempt) -> None:
                 # Written here, in the driver's thread that owns the record: the attempt starts now.
-                recorder.attempt_started(attempt, queued_s)
+                # An attempt that `ended` before it was seen starting has its record written next,
+                # when its end is: not once more before.
+                recorder.attempt_started(attempt, queued_s, write=not ended)
                 write_status(
                     ps.output_path,
                     Status.RUNNING,
@@ -248,6 +253,7 @@ class StepSupervisor:
                     on_hardware=functools.partial(recorder.attempt_placed, attempt),
                     started=started,
                     on_started=work_started,
+                    announce_waiting=not (marked_waiting and attempt.attempt == 1),
                 )
             except LeaseLostError:
                 return StepOutcome(ps.identity, "LOST", message="lost the lease to another driver; stopped")
@@ -380,8 +386,12 @@ class StepSupervisor:
         attempt: int = 1,
         on_hardware: Callable[[dict[str, Any]], None] | None = None,
         started: _Started | None = None,
-        on_started: Callable[[float], None] | None = None,
+        on_started: Callable[[float, bool], None] | None = None,
+        announce_waiting: bool = True,
     ) -> tuple[Any, dict[str, Any]]:
+        """`on_started(queued_s, ended)` when the attempt's work is seen starting (`ended`: only once
+        it was over); `announce_waiting`: write WAITING as it is submitted (False when the status
+        already says so)."""
         started = started or _Started(time.monotonic())
         guard = Guard(driver_pid=os.getpid(), driver_host=HOSTNAME, lease_url=lease.url, holder=lease.holder)
         fn, log = with_step_logs(fn, ps.identity, ps.output_path, attempt, ps.step.resources)
@@ -389,7 +399,8 @@ class StepSupervisor:
         # Ray worker with its resources, say). A step without a log of its own (a HardwareRunner
         # reports its own waits) or whose log is already there counts as started on submission.
         watch_start = log is not None and not log_exists(log)
-        write_status(ps.output_path, Status.WAITING, attempt=attempt, driver=self.driver_id, durable=False)
+        if announce_waiting:
+            write_status(ps.output_path, Status.WAITING, attempt=attempt, driver=self.driver_id, durable=False)
         started.submitted = time.monotonic()
         handle = self.backend.submit(fn, config, step_name=ps.identity, resources=ps.step.resources, guard=guard)
         heartbeat: StatusHeartbeat | None = None
@@ -410,7 +421,7 @@ class StepSupervisor:
                     with self._working_lock:
                         self._working[ps.identity] = _request(ps.step.resources)
                     if on_started is not None:
-                        on_started(started.queued_s)
+                        on_started(started.queued_s, False)
                     heartbeat = StatusHeartbeat(ps.output_path, log, attempt=attempt, driver=self.driver_id)
                 if handle.wait(0.2):
                     break
@@ -439,7 +450,7 @@ class StepSupervisor:
             if started.at is None:  # it ended before it was seen starting: its log says whether it did
                 started.at = time.monotonic() if not watch_start or log_exists(log or "") else started.submitted
                 if on_started is not None:
-                    on_started(started.queued_s)
+                    on_started(started.queued_s, True)
         finally:
             with self._working_lock:
                 self._working.pop(ps.identity, None)
