@@ -169,3 +169,24 @@ def test_a_heartbeat_and_a_last_check_at_once_keep_the_lease(output_path):
     assert lease.current_holder().holder == "driver-a"
     lease.release()
     assert lease.current_holder() is None
+
+
+def test_the_last_check_reads_a_fresh_claim_and_renews_an_old_one(output_path):
+    """`still_held` before a terminal write: a claim written less than a heartbeat ago is only read
+    (one write fewer per step); an older one is renewed; one another driver took is lost either way."""
+    clock = Clock()
+    lease = Lease(output_path, "driver-a", timeout_s=60, clock=clock)
+    assert lease.try_acquire() is None
+    written = lease.file.read()
+    clock.t += 5  # within a heartbeat (15 s): read, not rewritten
+    assert lease.still_held() and lease.file.read() == written
+    clock.t += 20  # older than a heartbeat: renewed, with the time of now
+    assert lease.still_held() and lease.current_holder().heartbeat == clock.t
+
+    # Taken over meanwhile (its holder judged it stale): the fresh claim is not ours any more.
+    other = Lease(output_path, "driver-b", timeout_s=60, clock=Clock(clock.t + 120))
+    assert other.try_acquire() is None
+    clock.t += 1
+    assert not lease.still_held() and lease.lost.is_set()
+    assert lease.current_holder().holder == "driver-b"
+    other.release()
