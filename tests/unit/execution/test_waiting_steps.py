@@ -10,6 +10,7 @@ import io
 import json
 import logging
 import os
+import pathlib
 import threading
 import time
 from typing import Any
@@ -224,3 +225,27 @@ def test_a_hardware_runner_that_waits_for_slices_is_waiting_with_its_own_reason(
     assert record is not None and record.attempts[-1].hardware == {"kind": "tpu", "type": "v4-16", "slices": 2}
     # The wait for the slices is queue time, not the step's work (what its duration and cost count).
     assert (record.attempts[-1].queued_s or 0) > 0
+
+
+def test_each_state_of_a_fresh_steps_status_is_written_once(tmp_path, monkeypatch):
+    """WAITING when the run queues the step (its submission leaves it in place), then RUNNING, then
+    SUCCESS: a reader sees every state, and the status file is rewritten no more than that."""
+    from marin_lab.execution.state import status as status_module
+    from marin_lab.store.layout import STATUS_FILE
+    from tests.executor_steps import WriteConfig, write_text
+
+    writes: list[tuple[str | None, str]] = []
+    write_json = status_module.write_json
+
+    def spy(url: str, obj: Any, **kwargs: Any) -> None:
+        if url.endswith(STATUS_FILE):
+            before = json.loads(pathlib.Path(url).read_text())["status"] if os.path.exists(url) else None
+            writes.append((before, obj["status"]))
+        write_json(url, obj, **kwargs)
+
+    monkeypatch.setattr(status_module, "write_json", spy)
+    executor = Executor(ExecutorMainConfig(prefix=str(tmp_path), backend="local"))
+    executor.step_settings = dataclasses.replace(executor.step_settings, waiting_after_s=60.0)
+    step = ExecutorStep(name="once/a", fn=write_text, config=WriteConfig(output_path=this_output_path(), text="a"))
+    executor.run([step])
+    assert writes == [("WAITING", "RUNNING"), ("RUNNING", "SUCCESS")]
