@@ -66,25 +66,36 @@ def package_versions() -> dict[str, str]:
     return dict(sorted(out.items(), key=lambda kv: kv[0].lower()))
 
 
-def accelerators() -> dict[str, Any]:
-    """What accelerators this host shows, without importing (slow) ML frameworks."""
-    found: dict[str, Any] = {"cpu_count": os.cpu_count()}
+@functools.lru_cache(maxsize=1)
+def _host_devices() -> tuple[int, tuple[str, ...]]:
+    """The host's TPU device files and GPU names: asked once per process (a worker runs many steps),
+    since asking nvidia-smi starts a process, a millisecond or more at every step."""
     try:
         tpu_devices = [d for d in os.listdir("/dev") if d.startswith("accel") or d.startswith("vfio")]
     except OSError:
         tpu_devices = []
-    if tpu_devices:
-        found["tpu_devices"] = len(tpu_devices)
-    if os.environ.get("TPU_ACCELERATOR_TYPE"):
-        found["tpu_type"] = os.environ["TPU_ACCELERATOR_TYPE"]
+    gpus: tuple[str, ...] = ()
     try:
-        gpus = subprocess.run(
+        out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
         )
-        if gpus.returncode == 0 and gpus.stdout.strip():
-            found["gpus"] = [g.strip() for g in gpus.stdout.strip().splitlines()]
+        if out.returncode == 0 and out.stdout.strip():
+            gpus = tuple(g.strip() for g in out.stdout.strip().splitlines())
     except (OSError, subprocess.SubprocessError):
         pass
+    return len(tpu_devices), gpus
+
+
+def accelerators() -> dict[str, Any]:
+    """What accelerators this host shows, without importing (slow) ML frameworks."""
+    found: dict[str, Any] = {"cpu_count": os.cpu_count()}
+    tpu_devices, gpus = _host_devices()
+    if tpu_devices:
+        found["tpu_devices"] = tpu_devices
+    if os.environ.get("TPU_ACCELERATOR_TYPE"):
+        found["tpu_type"] = os.environ["TPU_ACCELERATOR_TYPE"]
+    if gpus:
+        found["gpus"] = list(gpus)
     jax = sys.modules.get("jax")
     if jax is not None:  # only if the step itself already imported it
         with contextlib.suppress(Exception):
