@@ -18,6 +18,8 @@ separate operations, and neither may fail the other (Marin #5026).
 from __future__ import annotations
 
 import datetime
+import heapq
+import itertools
 import json
 import logging
 import os
@@ -123,6 +125,7 @@ class Lease:
         """When this holder last wrote the lease (`clock`): a claim this fresh needs no renewal to check it."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._starting = threading.Lock()  # the heartbeat thread is started, or stopped, one at a time
         self._on_lost: Callable[[], None] | None = None
         # The heartbeat thread and `still_held` (the step's own thread) both renew: each must
         # present the token the other wrote last, or the second reads as someone else's write.
@@ -209,21 +212,32 @@ class Lease:
                 self._on_lost()
 
     def start_heartbeats(self, on_lost: Callable[[], None] | None = None) -> None:
+        """Renew the lease every `heartbeat_s` until `stop_heartbeats`, in a thread of its own that
+        starts at the first heartbeat (`_FirstBeats`)."""
         self._on_lost = on_lost
         self._stop.clear()
-        self._thread = threading.Thread(target=self._beat, name=f"lease-{self.step_name}", daemon=True)
-        self._thread.start()
+        _FIRST_BEATS.add(self)
+
+    def _start_thread(self) -> None:
+        with self._starting:
+            if self._stop.is_set() or self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._beat, name=f"lease-{self.step_name}", daemon=True)
+            self._thread.start()
 
     def _beat(self) -> None:
-        while not self._stop.wait(self.heartbeat_s):
+        delay = 0.0  # started when the first heartbeat is due
+        while not self._stop.wait(delay):
             if not self.renew():
                 return
+            delay = self.heartbeat_s
 
     def stop_heartbeats(self) -> None:
         self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
-        self._thread = None
+        with self._starting:
+            thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)
 
     def still_held(self) -> bool:
         """A last check before a terminal write: renew once, synchronously.
@@ -257,6 +271,42 @@ class Lease:
                     "step '%s': could not release the lease (it will go stale)", self.step_name, exc_info=True
                 )
             self._token = None
+
+
+class _FirstBeats:
+    """Starts each lease's heartbeat thread when its first heartbeat is due, from one thread for the
+    process: a step that ends sooner (nearly every step of a chain of small ones) never starts one,
+    where a thread started with each lease cost a thread start on the step's path (a round trip
+    through the scheduler, milliseconds on a busy machine) at every step."""
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)  # threads and their locks do not cross a fork
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition()
+        self._due: list[tuple[float, int, Lease]] = []
+        self._seq = itertools.count()
+        self._running = False
+
+    def add(self, lease: Lease) -> None:
+        with self._cond:
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, args=(self._cond,), name="lease-first-beats", daemon=True).start()
+            heapq.heappush(self._due, (time.monotonic() + lease.heartbeat_s, next(self._seq), lease))
+            self._cond.notify()
+
+    def _run(self, cond: threading.Condition) -> None:
+        while True:
+            with cond:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    cond.wait(self._due[0][0] - time.monotonic() if self._due else None)
+                lease = heapq.heappop(self._due)[2]
+            lease._start_thread()  # does nothing for a lease stopped meanwhile
+
+
+_FIRST_BEATS = _FirstBeats()
 
 
 # --------------------------------------------------------------------------------------------

@@ -190,3 +190,16 @@ def test_the_last_check_reads_a_fresh_claim_and_renews_an_old_one(output_path):
     assert not lease.still_held() and lease.lost.is_set()
     assert lease.current_holder().holder == "driver-b"
     other.release()
+
+
+def test_a_lease_released_before_its_first_heartbeat_never_starts_a_thread(output_path):
+    """A step's heartbeat thread starts when its first heartbeat is due: a chain of short steps
+    pays no thread start per step."""
+    import threading
+
+    lease = Lease(output_path, "driver-a", timeout_s=60, step_name="short")
+    assert lease.try_acquire() is None
+    lease.start_heartbeats()
+    assert not [t for t in threading.enumerate() if t.name == "lease-short"]
+    lease.release()
+    assert lease.current_holder() is None and not lease.lost.is_set()
