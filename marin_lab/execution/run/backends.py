@@ -19,7 +19,6 @@ import multiprocessing
 import os
 import pickle
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -38,7 +37,7 @@ from marin_lab.execution.review.capacity import ray_nodes
 from marin_lab.execution.run.interrupt import register_worker_group, unregister_worker_group
 from marin_lab.execution.run.logs import VERBOSE_ENV
 from marin_lab.execution.run.preemption import PREEMPTION, ray_error_kind
-from marin_lab.execution.state.lease import LeaseHolder
+from marin_lab.execution.state.lease import HOSTNAME, LeaseHolder
 from marin_lab.io.conditional import conditional_file
 from marin_lab.io.secrets import redact, redact_logs
 from marin_lab.jax_platform import has_accelerator
@@ -106,32 +105,72 @@ class Guard:
     def start(self) -> threading.Event:
         """Start watching; set the returned event when the step is over (Ray reuses workers)."""
         done = threading.Event()
-        threading.Thread(target=self._watch, args=(done,), name="driver-guard", daemon=True).start()
+        _GUARDS.watch(self, done)
         return done
 
-    def _watch(self, done: threading.Event) -> None:
-        same_host = self.driver_host == socket.gethostname()
-        checks = 0
-        while not done.wait(0.5):
-            checks += 1
-            if same_host:
-                try:
-                    os.kill(self.driver_pid, 0)
-                except ProcessLookupError:
-                    os._exit(137)
-                except PermissionError:
-                    pass
-            if self.lease_url and checks % 4 == 0:
-                try:
-                    got = conditional_file(self.lease_url).read()
-                except Exception:
-                    continue  # storage hiccup: the lease is judged on the next check
-                holder = LeaseHolder.parse(got[0]) if got else None
-                if done.is_set():
-                    return
-                if holder is None or holder.holder != self.holder or holder.is_stale(time.time()):
-                    # The driver lost the lease (or died elsewhere): stop writing now.
-                    os._exit(137)
+    def check(self, checks: int, done: threading.Event) -> None:
+        """The `checks`-th look (one every `GUARD_EVERY_S`): end this process if the driver is gone
+        from this host, or (every fourth look) its lease is no longer the driver's."""
+        if self.driver_host == HOSTNAME:
+            try:
+                os.kill(self.driver_pid, 0)
+            except ProcessLookupError:
+                os._exit(137)
+            except PermissionError:
+                pass
+        if self.lease_url and checks % 4 == 0:
+            try:
+                got = conditional_file(self.lease_url).read()
+            except Exception:
+                return  # storage hiccup: the lease is judged on the next check
+            holder = LeaseHolder.parse(got[0]) if got else None
+            if done.is_set():
+                return
+            if holder is None or holder.holder != self.holder or holder.is_stale(time.time()):
+                # The driver lost the lease (or died elsewhere): stop writing now.
+                os._exit(137)
+
+
+GUARD_EVERY_S = 0.5
+
+
+class _Guards:
+    """Every running step's `Guard` in this process, looked at by one thread: a worker runs step
+    after step, and a thread started for each cost a thread start on each step's path (a round
+    trip through the scheduler, milliseconds on a busy machine)."""
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)  # threads and their locks do not cross a fork
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition()
+        self._watched: list[tuple[Guard, threading.Event, list[int]]] = []
+        self._running = False
+
+    def watch(self, guard: Guard, done: threading.Event) -> None:
+        with self._cond:
+            self._watched.append((guard, done, [0]))
+            if not self._running:
+                self._running = True
+                threading.Thread(target=self._run, args=(self._cond,), name="driver-guard", daemon=True).start()
+            self._cond.notify()
+
+    def _run(self, cond: threading.Condition) -> None:
+        while True:
+            with cond:
+                while not self._watched:
+                    cond.wait()
+            time.sleep(GUARD_EVERY_S)
+            with cond:
+                self._watched = [w for w in self._watched if not w[1].is_set()]
+                watched = list(self._watched)
+            for guard, done, checks in watched:
+                checks[0] += 1
+                guard.check(checks[0], done)
+
+
+_GUARDS = _Guards()
 
 
 def _pickled_call(fn: Callable[[Any], Any], config: Any) -> bytes:
