@@ -57,7 +57,7 @@ if "MARIN_LAB_TEST_STORE" not in os.environ or os.environ.get("MARIN_PREFIX") !=
 os.environ.setdefault("MARIN_RAY_DASHBOARD", "0")
 # Every Ray the tests start runs its workers at the tests' own priority, as marin_lab's own Rays do
 # (Ray's default is nice 15: on a busy machine the steps inside them would starve).
-from marin_lab.ray_niceness import run_workers_at_normal_priority  # noqa: E402 - after the env above
+from marin_lab.ray_niceness import init_local_ray, run_workers_at_normal_priority  # noqa: E402 - after the env above
 
 run_workers_at_normal_priority()
 
@@ -92,8 +92,7 @@ def ray_cluster():
     import ray
 
     if not ray.is_initialized():
-        ray.init(
-            address="local",
+        init_local_ray(
             num_cpus=4,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",

@@ -41,7 +41,7 @@ from marin_lab.execution.state.lease import HOSTNAME, LeaseHolder
 from marin_lab.io.conditional import conditional_file
 from marin_lab.io.secrets import redact, redact_logs
 from marin_lab.jax_platform import has_accelerator
-from marin_lab.ray_niceness import run_workers_at_normal_priority
+from marin_lab.ray_niceness import init_local_ray, run_workers_at_normal_priority
 
 logger = logging.getLogger(__name__)
 
@@ -584,8 +584,7 @@ class RayBackend:
                     # The dashboard (on 127.0.0.1) is where a person watches tasks, logs and resources.
                     dashboard = os.environ.get("MARIN_RAY_DASHBOARD", "1") not in ("0", "false", "False")
                     with no_foreign_tpu_logs():
-                        context = ray.init(
-                            address="local",
+                        context = init_local_ray(
                             include_dashboard=dashboard,
                             runtime_env=runtime_env,
                             _node_ip_address="127.0.0.1",
