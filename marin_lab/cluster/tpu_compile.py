@@ -370,6 +370,18 @@ def _oom_bytes(message: str) -> tuple[int | None, int | None]:
     return None, None
 
 
+def _compile_for_topology(step_fn: Any, args: tuple) -> Any:
+    """Compiles without the persistent compilation cache: a program compiled for a topology (no TPU
+    client here) cannot be read back from it (JAX warns "PjRtCompiler must be constructed with a
+    Client"), so it is neither read nor written."""
+    cached = jax.config.jax_enable_compilation_cache  # type: ignore[attr-defined]  # a flag JAX defines at run time
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        return step_fn.lower(*args).compile()
+    finally:
+        jax.config.update("jax_enable_compilation_cache", cached)
+
+
 def compile_training_step(
     step: str, function: str, config: Any, topology: Topology, remat: bool | str | None = None
 ) -> StepReport:
@@ -406,7 +418,7 @@ def compile_training_step(
     dcn_ops: list[CollectiveOp] = []
     optimal = None
     try:
-        compiled = step_fn.lower(*args).compile()
+        compiled = _compile_for_topology(step_fn, args)
     except Exception as err:  # the compiler's own verdict: only RESOURCE_EXHAUSTED means "does not fit"
         message = str(err)
         if not _OOM.search(message):

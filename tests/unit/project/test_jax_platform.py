@@ -56,3 +56,40 @@ def test_import_marin_lab_then_devices_never_probes_libtpu(imports):
     assert proc.stdout.split() == ["cpu", "cpu", "['cpu']"], proc.stdout
     probe = [line for line in proc.stderr.splitlines() if any(p in line for p in PROBE_LINES)]
     assert probe == [], proc.stderr
+
+
+_COMPILE_ONCE = """
+import os, marin_lab, jax
+events = []
+jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
+jax.jit(lambda x: x * 2 + 1)(jax.numpy.ones(3)).block_until_ready()
+print(os.environ.get("JAX_COMPILATION_CACHE_DIR"), "/jax/compilation_cache/cache_hits" in events)
+"""
+
+
+def _compile_once(home, **env: str) -> list[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT"))}
+    clean.pop("MARIN_JAX_CACHE", None)
+    out = subprocess.run(
+        [sys.executable, "-c", _COMPILE_ONCE],
+        env={**clean, "HOME": str(home), "XDG_CACHE_HOME": "", **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split()
+
+
+def test_a_second_process_reads_its_programs_from_the_default_compilation_cache(tmp_path):
+    folder = str(tmp_path / ".cache" / "marin_lab" / "jax")
+    assert _compile_once(tmp_path) == [folder, "False"]
+    assert any(name.startswith("jit__lambda") for name in os.listdir(folder))
+    assert _compile_once(tmp_path) == [folder, "True"]  # read back, not compiled again
+
+
+def test_the_users_cache_folder_wins_and_off_turns_the_cache_off(tmp_path):
+    own = str(tmp_path / "own")
+    assert _compile_once(tmp_path, JAX_COMPILATION_CACHE_DIR=own) == [own, "False"]
+    assert _compile_once(tmp_path, MARIN_JAX_CACHE=str(tmp_path / "chosen"))[0] == str(tmp_path / "chosen")
+    assert _compile_once(tmp_path, MARIN_JAX_CACHE="off") == ["None", "False"]
+    assert not (tmp_path / ".cache").exists()
