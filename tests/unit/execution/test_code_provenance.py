@@ -132,3 +132,14 @@ def test_browser_shows_the_experiment_script_and_its_diff(repo, tmp_path):
     code = Browser(prefix, Roots.of([prefix])).experiment(exp_id)["code"]
     assert code["script_text"] == script.read_text()
     assert code["dirty"] is True and "+STEPS = 1" in code["diff"]
+
+
+def test_package_versions_read_from_the_metadata_headers_are_importlibs():
+    """Package versions come from each distribution's metadata headers alone (the description after
+    them is not parsed): the same names and versions `importlib.metadata` reads from the whole file."""
+    import importlib.metadata
+
+    from marin_lab.execution.record.provenance import package_versions
+
+    expected = {d.name: d.version for d in importlib.metadata.distributions() if d.name}
+    assert package_versions() == expected and len(expected) > 10
