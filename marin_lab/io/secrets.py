@@ -342,17 +342,22 @@ def _remember_all(value: Any) -> None:
 
 def _redact(value: Any, scrub: Callable[[str], str], named: list[Any]) -> Any:
     """`value` redacted with `scrub`; the values found under secret-named fields go to `named`."""
+    # Strings (most of a record's leaves) are scrubbed in place, not through a call of their own.
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
             if is_secret_field(k if type(k) is str else str(k)):
                 named.append(v)
                 out[k] = REDACTED
-            else:
+            elif type(v) is str:
+                out[k] = scrub(v)
+            elif isinstance(v, (dict, list, tuple, str)):
                 out[k] = _redact(v, scrub, named)
+            else:
+                out[k] = v
         return out
     if isinstance(value, (list, tuple)):
-        return [_redact(v, scrub, named) for v in value]
+        return [scrub(v) if type(v) is str else _redact(v, scrub, named) for v in value]
     if isinstance(value, str):
         return scrub(value)
     return value
