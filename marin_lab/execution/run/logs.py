@@ -35,7 +35,7 @@ import functools
 import logging
 import os
 import re
-import select
+import selectors
 import sys
 import tempfile
 import threading
@@ -213,8 +213,9 @@ class _Sink:
             self.file.close()
 
 
-class _Reader(threading.Thread):
-    """Reads one captured descriptor: lines to the sink and echoed; progress redraws throttled.
+class _Reader:
+    """One captured descriptor: lines to the sink and echoed; progress redraws throttled. Read by
+    the process's `_Pump`.
 
     Work is linear in the bytes read: each chunk is scanned once for line ends, and a line longer
     than `MAX_PIECE` is scrubbed and written in pieces as it arrives (`Scrubber.split` keeps the
@@ -222,7 +223,6 @@ class _Reader(threading.Thread):
     """
 
     def __init__(self, fd: int, echo_fd: int, sink: Any, spec: LogSpec, state: dict[str, Any]):
-        super().__init__(name=f"step-log-{fd}", daemon=True)
         self.fd, self.echo_fd, self.sink, self.spec, self.state = fd, echo_fd, sink, spec, state
         self.prefix = f"[{spec.label}] ".encode()
         self.pending_progress: bytes | None = None
@@ -236,34 +236,33 @@ class _Reader(threading.Thread):
         """Set when the step has returned: the end of its output is the first quiet moment."""
         self.done = threading.Event()
         """Set when the step's output is all written and echoed."""
+        self.last = time.monotonic()
+        """When output last came (or reading began)."""
 
-    def run(self) -> None:
-        while True:
-            # Once the step has returned, a process it started (W&B's service) may hold the pipe for
-            # as long as it lives; what the step itself wrote is already in the pipe, so the first
-            # quiet moment after `closing` is the end of the step's output.
-            ready, _, _ = select.select([self.fd], [], [], QUIET_S)
-            if not ready:
-                if self.closing.is_set():
-                    break
-                continue
-            try:
-                chunk = os.read(self.fd, READ_BYTES)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                break
-            self.feed(chunk)
-        self.finish()
-        self.done.set()
-        # Keep reading (and dropping) until the last holder of the write end exits, so a leftover
-        # process never blocks on a full pipe or dies of SIGPIPE.
+    def read(self) -> bool:
+        """Take what the pipe holds; False at its end (every holder of the write end is gone).
+        After `done`, what comes is dropped: a process the step left running (W&B's service) may
+        hold the pipe for as long as it lives, and must never block on a full pipe or die of SIGPIPE."""
         try:
-            while os.read(self.fd, READ_BYTES):
-                pass
+            chunk = os.read(self.fd, READ_BYTES)
         except OSError:
-            pass
-        os.close(self.fd)
+            chunk = b""
+        if not chunk:
+            return False
+        if not self.done.is_set():
+            self.last = time.monotonic()
+            self.feed(chunk)
+        return True
+
+    def quiet(self, now: float) -> bool:
+        """The step has returned and nothing came for `QUIET_S`: what the step itself wrote is
+        already in the pipe, so its output is over, whoever still holds the pipe."""
+        return self.closing.is_set() and now - self.last >= QUIET_S
+
+    def end(self) -> None:
+        if not self.done.is_set():
+            self.finish()
+            self.done.set()
 
     def feed(self, chunk: bytes) -> None:
         """One chunk of output: every line it ends is handled, the rest kept (or written in pieces)."""
@@ -374,6 +373,77 @@ def _utf8_boundary(data: bytearray) -> int:
     return cut
 
 
+class _Pump:
+    """Reads every captured descriptor of this process from one thread: a worker runs step after
+    step, and two reader threads started for each cost two thread starts on each step's path
+    (round trips through the scheduler, milliseconds on a busy machine)."""
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)  # threads and their locks do not cross a fork
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._new: list[_Reader] = []
+        self._wake: int | None = None
+
+    def add(self, readers: list[_Reader]) -> None:
+        with self._lock:
+            self._new.extend(readers)
+            if self._wake is None:
+                wake_read, self._wake = os.pipe()
+                os.set_blocking(self._wake, False)  # a full wake pipe already wakes the pump
+                threading.Thread(target=self._run, args=(wake_read,), name="step-logs", daemon=True).start()
+        self.poke()
+
+    def poke(self) -> None:
+        """Look again now (readers were added, or a step returned)."""
+        wake = self._wake
+        if wake is not None:
+            with contextlib.suppress(OSError):  # full: the pump is woken already
+                os.write(wake, b".")
+
+    def _run(self, wake: int) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(wake, selectors.EVENT_READ)
+        readers: set[_Reader] = set()
+        while True:
+            with self._lock:
+                new, self._new = self._new, []
+            for reader in new:
+                selector.register(reader.fd, selectors.EVENT_READ, reader)
+                readers.add(reader)
+            waiting = any(not r.done.is_set() for r in readers)
+            for key, _ in selector.select(QUIET_S if waiting else None):
+                if key.data is None:
+                    os.read(wake, 4096)
+                elif not self._step(key.data):
+                    selector.unregister(key.fd)
+                    os.close(key.fd)
+                    readers.discard(key.data)
+            now = time.monotonic()
+            for reader in readers:
+                if not reader.done.is_set() and reader.quiet(now):
+                    self._step(reader, end=True)
+
+    def _step(self, reader: _Reader, *, end: bool = False) -> bool:
+        """Read (or end) one descriptor; False at the end of its pipe. A failure ends that
+        descriptor's capture, said on the real stderr, never the pump."""
+        try:
+            if not end and reader.read():
+                return True
+            reader.end()
+            return end
+        except Exception as err:  # noqa: BLE001 - one step's log must not stop every other's
+            if sys.__stderr__ is not None:
+                sys.__stderr__.write(f"[{reader.spec.label}] its log stopped: {type(err).__name__}: {err}\n")
+            reader.done.set()
+            return end
+
+
+_PUMP = _Pump()
+
+
 class capture:  # noqa: N801 - used as a context manager, like contextlib's
     """Capture fds 1 and 2 into the step's log for the `with` block (see the module docstring)."""
 
@@ -391,9 +461,8 @@ class capture:  # noqa: N801 - used as a context manager, like contextlib's
             read_end, write_end = os.pipe()
             os.dup2(write_end, fd)
             os.close(write_end)
-            reader = _Reader(read_end, self.saved[fd], self.sink, self.spec, self.state)
-            reader.start()
-            self.readers.append(reader)
+            self.readers.append(_Reader(read_end, self.saved[fd], self.sink, self.spec, self.state))
+        _PUMP.add(self.readers)
         self._setup_logging()
         self.restore_progress_bars = quiet_progress_bars()
         return self
@@ -431,6 +500,7 @@ class capture:  # noqa: N801 - used as a context manager, like contextlib's
             os.dup2(saved, fd)  # closes our pipe's write end: the reader sees the end of its input
         for reader in self.readers:
             reader.closing.set()
+        _PUMP.poke()
         for reader in self.readers:
             # Done at the end of the pipe or once it is quiet (a process the step left running, such
             # as W&B's service, may hold the write end open for as long as it lives); the wait is
