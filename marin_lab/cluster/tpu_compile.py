@@ -38,6 +38,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.experimental.compilation_cache import compilation_cache
 
 from marin_lab.cluster.hlo_collectives import Collective, CollectiveOp, aggregate, collective_ops, summarize
 from marin_lab.cluster.tpu_topology import GiB, Topology
@@ -373,13 +374,16 @@ def _oom_bytes(message: str) -> tuple[int | None, int | None]:
 def _compile_for_topology(step_fn: Any, args: tuple) -> Any:
     """Compiles without the persistent compilation cache: a program compiled for a topology (no TPU
     client here) cannot be read back from it (JAX warns "PjRtCompiler must be constructed with a
-    Client"), so it is neither read nor written."""
+    Client"), so it is neither read nor written. JAX decides once per process whether the cache is
+    used, so that decision is reset on the way in and out, not only the flag turned."""
     cached = jax.config.jax_enable_compilation_cache  # type: ignore[attr-defined]  # a flag JAX defines at run time
     jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
     try:
         return step_fn.lower(*args).compile()
     finally:
         jax.config.update("jax_enable_compilation_cache", cached)
+        compilation_cache.reset_cache()
 
 
 def compile_training_step(

@@ -423,7 +423,9 @@ class StepSupervisor:
                     if on_started is not None:
                         on_started(started.queued_s, False)
                     heartbeat = StatusHeartbeat(ps.output_path, log, attempt=attempt, driver=self.driver_id)
-                if handle.wait(0.2):
+                # Short waits first: a step that ends within the first poll would have its whole
+                # time counted as queued (it ended before it was seen starting).
+                if handle.wait(min(0.2, 0.01 * 2**polls)):
                     break
                 polls += 1
                 if lease.lost.is_set():

@@ -248,16 +248,20 @@ def test_unreadable_or_malformed_price_files_are_one_line(tmp_path):
 @pytest.mark.slow
 def test_the_plan_shows_estimated_cost_and_what_reuse_saves(tmp_path, capsys):
     prefix = str(tmp_path / "store")
-    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag())
+    # Each step works 0.3 s, longer than the driver's poll: a step that ends before it is seen
+    # starting has its time counted as queued, and usage is kept to 1e-6 hours (3.6 ms of a CPU).
+    Executor(ExecutorMainConfig(prefix=prefix, backend="local")).run(five_step_dag(sleep_s=0.3))
     capsys.readouterr()
     # Only proc/b selected: it and raw/a are reused; the rest is not selected and not costed.
     Executor(ExecutorMainConfig(prefix=prefix, backend="local", cost=True)).run(
-        five_step_dag(), run_only=["^proc/b$"], dry_run=True
+        five_step_dag(sleep_s=0.3), run_only=["^proc/b$"], dry_run=True
     )
     out = capsys.readouterr().out
     assert "  cost: 2 steps reused, saved by reuse: $" in out and out.count("saved by reuse (") == 2
     # raw/a changes: every step downstream of it would run again; nothing is reused.
-    executor_main(steps=five_step_dag(text="A"), args=["--prefix", prefix, "--dry_run", "true", "--format", "json"])
+    executor_main(
+        steps=five_step_dag(text="A", sleep_s=0.3), args=["--prefix", prefix, "--dry_run", "true", "--format", "json"]
+    )
     plan = json.loads(capsys.readouterr().out)
     by_name = {s["name"]: s for s in plan["steps"]}
     old = {name: read_step_record(f"{prefix}/{s['identity']}") for name, s in by_name.items()}
@@ -285,7 +289,10 @@ def test_the_plan_shows_estimated_cost_and_what_reuse_saves(tmp_path, capsys):
     recorded = usage_of(_versions(prefix, "final/e")[0])["accelerator_hours"]
     assert f"cost: {format_money(recorded * DEFAULT_PRICES['cpu'])} saved by reuse (" in text
 
-    executor_main(steps=five_step_dag(text="A"), args=["--prefix", prefix, "--dry_run", "true", "--format", "markdown"])
+    executor_main(
+        steps=five_step_dag(text="A", sleep_s=0.3),
+        args=["--prefix", prefix, "--dry_run", "true", "--format", "markdown"],
+    )
     markdown = capsys.readouterr().out
     assert "### Cost" in markdown and "- 5 steps would run, estimated: $" in markdown
     assert f"| run | `{by_name['raw/a']['identity']}` | $" in markdown
