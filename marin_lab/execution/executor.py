@@ -57,7 +57,7 @@ from marin_lab.execution.run.supervisor import StepOutcome, StepSettings, StepSu
 from marin_lab.execution.state.lease import Lease, new_driver_id
 from marin_lab.execution.state.status import Status, now_iso, read_status, status_url, write_status
 from marin_lab.io.conditional import ConflictError, conditional_file
-from marin_lab.io.fs import atomic_write_bytes, fs_and_path, join, normalize_prefix, remove, write_json
+from marin_lab.io.fs import atomic_write_bytes, fs_and_path, is_local, join, normalize_prefix, remove, write_json
 from marin_lab.io.secrets import redact, redact_logs
 from marin_lab.store.layout import DEFAULT_PREFIX, default_prefix, experiments_dir
 from marin_lab.store.step_record import StepRecord
@@ -349,9 +349,12 @@ class Executor:
         plan = self.plan(steps, strict_regions=not dry_run)
         selected = self.select(plan, run_only)
         self._forced = plan.forced(self.force_run)
-        if not dry_run:
-            self._check_prefix_writable()
-        decisions = self.decide(plan, selected, explain=dry_run)
+        probe = self._probe_prefix(dry_run)
+        try:
+            decisions = self.decide(plan, selected, explain=dry_run)
+        finally:  # an unwritable prefix is the error raised, whatever reading the statuses raised
+            if probe is not None:
+                probe.result()
         decisions = self._check_capacity(decisions, refuse=not dry_run)
         self._warn_if_new_prefix(decisions)
         return plan, decisions
@@ -488,6 +491,21 @@ class Executor:
             "checkpoint when they write one), finished ones are reused; no flag is needed."
         )
         return "\n".join(lines)
+
+    def _probe_prefix(self, dry_run: bool) -> concurrent.futures.Future[None] | None:
+        """A real run's write probe of the prefix (`_check_prefix_writable`). On an object store it
+        runs beside the reads of the steps' statuses (its two round trips overlap theirs); the
+        returned future raises its StorageError."""
+        if dry_run:
+            return None
+        if is_local(self.prefix):
+            self._check_prefix_writable()
+            return None
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="marin-lab-probe")
+        try:
+            return pool.submit(self._check_prefix_writable)
+        finally:
+            pool.shutdown(wait=False)
 
     def _check_prefix_writable(self) -> None:
         probe = join(self.prefix, f".marin_lab_write_probe-{uuid.uuid4().hex[:8]}")

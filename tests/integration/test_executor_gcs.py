@@ -10,6 +10,8 @@ import sys
 import pytest
 
 from marin_lab.execution import Executor, ExecutorMainConfig
+from marin_lab.execution import executor as executor_module
+from marin_lab.execution.errors import StorageError
 from marin_lab.execution.state.lease import Lease
 from marin_lab.io.conditional import ConflictError, conditional_file
 from marin_lab.io.fs import read_text
@@ -85,3 +87,21 @@ def test_three_drivers_at_once_on_gcs(gcs_bucket, tmp_path):
 
 def test_lease_loss_on_gcs_stops_the_loser(gcs_bucket):
     assert_lease_loss_stops_the_loser(f"{gcs_bucket}/store-loss", heartbeat_s=0.2)
+
+
+def test_a_bucket_that_cannot_be_written_fails_before_anything_runs(gcs_bucket, tmp_path, monkeypatch):
+    # The write probe of an object-store prefix runs beside the reads of the statuses; its error
+    # is the one raised, and no step starts. Writes of the probe are refused as a read-only
+    # credential would refuse them; everything else reaches the emulator.
+    real_write = executor_module.atomic_write_bytes
+
+    def refuse_probe(url, data):
+        if ".marin_lab_write_probe-" in url:
+            raise PermissionError(f"403 POST {url}: the caller does not have storage.objects.create access")
+        return real_write(url, data)
+
+    monkeypatch.setattr(executor_module, "atomic_write_bytes", refuse_probe)
+    log = str(tmp_path / "exec.log")
+    with pytest.raises(StorageError, match=f"cannot write to the prefix {gcs_bucket}/store: PermissionError: 403"):
+        Executor(ExecutorMainConfig(prefix=f"{gcs_bucket}/store", backend="local")).run(five_step_dag(log_path=log))
+    assert executions(log) == []
