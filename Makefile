@@ -38,7 +38,12 @@ test-venv: $(TEST_STAMP)
 system-deps:
 	bash scripts/ensure_system_deps.sh
 
+# The project's own bytecode, written once: where PYTHONDONTWRITEBYTECODE is set, every process
+# (each step's worker, each test's subprocess) would compile the modules it imports again.
+BYTECODE := $(PY) -m compileall -q -j 0 marin_lab experiments
+
 quickstart: venv
+	$(BYTECODE)
 	$(PY) experiments/quickstart.py
 
 # Lint findings, unformatted files and type errors fail the build before any test runs (ruff check,
@@ -52,6 +57,7 @@ lint: test-venv
 
 # The slowest 30 tests close every run's output: where the suite's time goes, run by run.
 test: test-venv system-deps lint
+	$(BYTECODE) tests
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=30 $(PYTEST_ARGS)
 
 # The inner loop: unit tests that start no Ray, Chromium or GCS emulator and are not marked slow

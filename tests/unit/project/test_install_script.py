@@ -44,7 +44,7 @@ def test_pips_files_and_variables_become_uv_options(install, tmp_path, monkeypat
     assert ("--find-links", "/opt/wheels") in pairs and ("--constraint", "/etc/caps.txt") in pairs
 
 
-def test_no_configuration_gives_only_the_index_strategy(install, tmp_path, monkeypatch):
+def test_no_configuration_gives_the_index_strategy_and_pips_defaults(install, tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     for name in [k for k in os.environ if k.startswith("PIP_") and k != "PIP_CONFIG_FILE"]:
         monkeypatch.delenv(name)
@@ -53,7 +53,16 @@ def test_no_configuration_gives_only_the_index_strategy(install, tmp_path, monke
         "unsafe-best-match",
         "--link-mode",
         "copy",
+        "--compile-bytecode",  # pip writes bytecode as it installs; uv does when asked
     ]
+
+
+def test_pips_no_compile_setting_keeps_uv_from_writing_bytecode(install, monkeypatch):
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_NO_COMPILE", "1")
+    settings = install.pip_config.pip_settings()
+    assert settings.get("no-compile") == ["1"]
+    assert "--compile-bytecode" not in install.pip_config.uv_options(settings)
 
 
 def test_a_bad_requirement_fails_with_pips_answer_too(tmp_path):
