@@ -6,8 +6,8 @@ context's trailing spaces move to the continuation, context + continuation are e
 and the continuation's tokens are cut from the joint encoding, an empty context is the prefix
 token (BOS, else EOS), and a sequence longer than the model's context keeps its last
 max_length + 1 tokens (truncated from the left; counted in `truncated`). Requests are sorted by
-length and scored `batch_size` at a time, each batch right-padded to a power-of-two bucket
-(`scoring.bucket_length`), so a task compiles a handful of programs whatever its lengths; a
+length and scored `batch_size` at a time, each batch right-padded to a length bucket (four
+per power of two: `scoring.bucket_length`), so a task compiles a handful of programs whatever its lengths; a
 batch's padding rows are zeros and never read. Results do not depend on batch composition.
 
 Given a `mesh` (the training mesh, parameters sharded over every host), every process runs the

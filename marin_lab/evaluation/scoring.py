@@ -119,8 +119,15 @@ def token_logprobs(
 
 
 def bucket_length(length: int, maximum: int) -> int:
-    """Round up to a power of two (at least 16, at most `maximum`) to bound the compiled shapes."""
-    return min(max(16, 1 << (max(length, 1) - 1).bit_length()), maximum)
+    """Round up to the next of 16, 20, 24, 28, 32, 40, 48, ... (four steps between powers of two; at
+    most `maximum`) to bound the compiled shapes: padding adds at most a quarter to a batch (a power
+    of two added up to all of it: the 30M model's 10-shot arc_easy batches of 513-600 tokens ran at
+    1,024)."""
+    n = max(length, 1)
+    if n <= 16:
+        return min(16, maximum)
+    step = (1 << (n - 1).bit_length()) // 8  # a quarter of the way from the power of two below
+    return min(-(-n // step) * step, maximum)
 
 
 def as_params(tree: Any) -> Params:

@@ -258,7 +258,8 @@ def test_loglikelihoods_match_a_direct_forward_pass_whatever_the_batch(trained):
     np.testing.assert_allclose([x[0] for x in a], [x[0] for x in b], rtol=1e-5, atol=1e-5)
     assert [x[1] for x in a] == [x[1] for x in b]
     assert eight.truncated == 1  # "the bird " * 100 is longer than 128 tokens: cut from the left
-    assert {p[2] for p in eight.programs} <= {17, 33, 65, 129}  # power-of-two buckets (+1 target)
+    # bucketed lengths (+1 target): four steps between powers of two
+    assert {p[2] for p in eight.programs} <= {17, 21, 25, 29, 33, 41, 49, 57, 65, 81, 97, 113, 129}
     # request 1: lm-eval's rule moves the context's trailing space into the continuation
     ctx = tok.encode("the dog sat on the").ids
     whole = tok.encode("the dog sat on the log.").ids
@@ -338,3 +339,13 @@ def test_offline_copy_missing_or_damaged_says_how_to_get_it(tmp_path, monkeypatc
         from marin_lab.evaluation.harness import TaskSpec, run_task
 
         run_task(None, TaskSpec("copa"), data="somewhere")  # type: ignore[arg-type]
+
+
+def test_a_bucket_holds_its_length_with_at_most_a_quarter_of_padding():
+    from marin_lab.evaluation.scoring import bucket_length
+
+    for n in range(1, 2049):
+        b = bucket_length(n, 4096)
+        assert n <= b <= max(16, 1.25 * n)
+    assert bucket_length(600, 512) == 512  # never past the model's context
+    assert len({bucket_length(n, 1024) for n in range(1, 1025)}) == 25  # a handful of shapes per octave
