@@ -65,25 +65,23 @@ def _requests(res: dict) -> int:
     return sum(len(s["resps"]) for samples in res["samples"].values() for s in samples)
 
 
-class _Warmup:
-    """An lm-eval model that answers every request at once (loaded only through `lm_eval.api.model.LM`):
-    one untimed pass of a task with it loads lm-eval's modules and the task's documents, which
-    would otherwise land in the first pass of whichever side ran first."""
+def _warmup_lm() -> object:
+    """An lm-eval model that answers every request at once: one untimed pass of a task with it loads
+    lm-eval's modules and the task's documents, which would otherwise land in the first pass of
+    whichever side ran first."""
+    from lm_eval.api.model import LM
 
-    def __new__(cls) -> object:
-        from lm_eval.api.model import LM
+    class Answer(LM):  # type: ignore[misc]
+        def loglikelihood(self, requests: list, disable_tqdm: bool = False) -> list:
+            return [(0.0, False) for _ in requests]
 
-        class Answer(LM):  # type: ignore[misc]
-            def loglikelihood(self, requests: list, disable_tqdm: bool = False) -> list:
-                return [(0.0, False) for _ in requests]
+        def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list:
+            return [0.0 for _ in requests]
 
-            def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list:
-                return [0.0 for _ in requests]
+        def generate_until(self, requests: list, disable_tqdm: bool = False) -> list:
+            return ["" for _ in requests]
 
-            def generate_until(self, requests: list, disable_tqdm: bool = False) -> list:
-                return ["" for _ in requests]
-
-        return Answer()
+    return Answer()
 
 
 def _timed(lm: object) -> list[float]:
@@ -154,7 +152,7 @@ def main() -> None:
     for task in args.tasks.split(","):
         spec = parse_task(task, args.limit)
         row = {"task": task, "limit": args.limit}
-        run_task(_Warmup(), spec, data="offline")
+        run_task(_warmup_lm(), spec, data="offline")
         for side, lm in (("ours", ours), ("hf", theirs)):
             times, inside = [], []
             for _ in range(2):
